@@ -1,0 +1,266 @@
+/* mp_hooks.c — hook-point names and shapes (from the X-macro table), glob
+ * selection, and the callback registry fired by the runtime. */
+#include "mp_hooks.h"
+#include "model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const mp_hook_suffix[MP_HOOK_COUNT] = {
+#define MP_X(id, name, per_layer, shape) name,
+    MP_HOOK_TABLE(MP_X)
+#undef MP_X
+};
+const int mp_hook_per_layer[MP_HOOK_COUNT] = {
+#define MP_X(id, name, per_layer, shape) per_layer,
+    MP_HOOK_TABLE(MP_X)
+#undef MP_X
+};
+const mp_shape_kind mp_hook_shape_kind[MP_HOOK_COUNT] = {
+#define MP_X(id, name, per_layer, shape) shape,
+    MP_HOOK_TABLE(MP_X)
+#undef MP_X
+};
+
+int mp_hook_exists(const mp_config *cfg, mp_hook_id id) {
+    switch (id) {
+    case MP_HOOK_MLP_PRE:
+    case MP_HOOK_MLP_POST:
+    case MP_HOOK_MLP_OUT:
+    case MP_HOOK_LN2:
+        return cfg->mlp != MP_MLP_NONE;
+    case MP_HOOK_MLP_PRE_LINEAR:
+        return cfg->mlp == MP_MLP_SWIGLU;
+    case MP_HOOK_RESID_MID:
+        return 1;
+    default:
+        return 1;
+    }
+}
+
+const char *mp_hook_name(mp_hook_id id, int layer, char *buf, size_t n) {
+    if (mp_hook_per_layer[id]) snprintf(buf, n, "blocks.%d.%s", layer, mp_hook_suffix[id]);
+    else snprintf(buf, n, "%s", mp_hook_suffix[id]);
+    return buf;
+}
+
+int mp_hook_parse(const mp_config *cfg, const char *name, mp_hook_id *id, int *layer) {
+    int l = -1;
+    const char *rest = name;
+    if (strncmp(name, "blocks.", 7) == 0) {
+        char *end;
+        long v = strtol(name + 7, &end, 10);
+        if (end == name + 7 || *end != '.' || v < 0 || v >= cfg->n_layer) return -1;
+        l = (int)v;
+        rest = end + 1;
+    }
+    for (int i = 0; i < MP_HOOK_COUNT; i++) {
+        if ((l >= 0) != (mp_hook_per_layer[i] != 0)) continue;
+        if (strcmp(rest, mp_hook_suffix[i]) == 0 && mp_hook_exists(cfg, (mp_hook_id)i)) {
+            *id = (mp_hook_id)i;
+            *layer = l;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int mp_hook_shape(const mp_config *cfg, mp_hook_id id, int B, int T, int pos0, int64_t s[4]) {
+    switch (mp_hook_shape_kind[id]) {
+    case MP_SHAPE_BTD: s[0] = B; s[1] = T; s[2] = cfg->d_model; return 3;
+    case MP_SHAPE_BTM: s[0] = B; s[1] = T; s[2] = cfg->d_mlp; return 3;
+    case MP_SHAPE_BTHD: s[0] = B; s[1] = T; s[2] = cfg->n_head; s[3] = cfg->d_head; return 4;
+    case MP_SHAPE_BTKD: s[0] = B; s[1] = T; s[2] = cfg->n_kv_head; s[3] = cfg->d_head; return 4;
+    case MP_SHAPE_BHTS: s[0] = B; s[1] = cfg->n_head; s[2] = T; s[3] = (int64_t)pos0 + T; return 4;
+    }
+    return 0;
+}
+
+int mp_glob_match(const char *p, const char *s) {
+    /* iterative matcher with single backtrack point: '*' matches any run. */
+    const char *star = NULL, *ss = NULL;
+    while (*s) {
+        if (*p == '?' || *p == *s) { p++; s++; }
+        else if (*p == '*') { star = p++; ss = s; }
+        else if (star) { p = star + 1; s = ++ss; }
+        else return 0;
+    }
+    while (*p == '*') p++;
+    return *p == '\0';
+}
+
+/* Copies the next comma-separated glob (spaces trimmed) into pat; returns the
+ * rest of the list, or NULL after the last one. */
+static const char *next_glob(const char *g, char *pat, size_t n) {
+    const char *comma = strchr(g, ',');
+    size_t len = comma ? (size_t)(comma - g) : strlen(g);
+    while (len && *g == ' ') { g++; len--; }
+    while (len && g[len - 1] == ' ') len--;
+    if (len >= n) len = n - 1;
+    memcpy(pat, g, len);
+    pat[len] = '\0';
+    return comma ? comma + 1 : NULL;
+}
+
+/* Hook points of the model in firing order: embed, blocks 0..L-1, ln_final. */
+static int point_at(const mp_config *cfg, int k, mp_hook_id *id, int *layer) {
+    int per = MP_HOOK_COUNT - 2; /* per-layer ids lie between EMBED and LN_FINAL */
+    if (k == 0) { *id = MP_HOOK_EMBED; *layer = -1; return 1; }
+    k--;
+    if (k < cfg->n_layer * per) { *id = (mp_hook_id)(MP_HOOK_EMBED + 1 + k % per); *layer = k / per; return 1; }
+    if (k == cfg->n_layer * per) { *id = MP_HOOK_LN_FINAL; *layer = -1; return 1; }
+    return 0;
+}
+
+int mp_hook_select(const mp_config *cfg, const char *globs, mp_hook_visit_fn fn, void *user,
+                   char *unmatched, size_t unmatched_len) {
+    char name[128], pat[256];
+    mp_hook_id id;
+    int layer, total = 0;
+    if (unmatched && unmatched_len) unmatched[0] = '\0';
+    for (const char *g = globs; g;) {
+        g = next_glob(g, pat, sizeof pat);
+        if (!pat[0]) continue;
+        int hit = 0;
+        for (int k = 0; !hit && point_at(cfg, k, &id, &layer); k++)
+            hit = mp_hook_exists(cfg, id) && mp_glob_match(pat, mp_hook_name(id, layer, name, sizeof name));
+        if (!hit && unmatched && unmatched_len && !unmatched[0]) snprintf(unmatched, unmatched_len, "%s", pat);
+    }
+    for (int k = 0; point_at(cfg, k, &id, &layer); k++) {
+        if (!mp_hook_exists(cfg, id)) continue;
+        mp_hook_name(id, layer, name, sizeof name);
+        int match = 0;
+        for (const char *g = globs; g && !match;) {
+            g = next_glob(g, pat, sizeof pat);
+            match = pat[0] && mp_glob_match(pat, name);
+        }
+        if (match) {
+            total++;
+            if (fn) fn(user, id, layer, name);
+        }
+    }
+    return total;
+}
+
+void mp_hook_view_copy(const mp_hook_info *info, float *full, float *view, int to_full) {
+    size_t outer = 1, inner = 1;
+    for (int i = 0; i < info->axis; i++) outer *= (size_t)info->shape[i];
+    for (int i = info->axis + 1; i < info->ndim; i++) inner *= (size_t)info->shape[i];
+    size_t run = (size_t)info->shape[info->axis] * inner;
+    for (size_t o = 0; o < outer; o++) {
+        float *f = full + (o * (size_t)info->full[info->axis] + (size_t)info->offset) * inner;
+        float *v = view + o * run;
+        if (to_full) memcpy(f, v, run * sizeof(float));
+        else memcpy(v, f, run * sizeof(float));
+    }
+}
+
+/* ---- registry ---- */
+
+typedef struct {
+    mp_hook_id id;
+    int layer;
+    mp_hook_fn fn;
+    void *user;
+} hook_entry;
+
+struct mp_hooks {
+    mp_config cfg;
+    hook_entry *e;
+    int n, cap;
+    unsigned char *active; /* [(n_layer + 1) * MP_HOOK_COUNT], slot 0 for layer -1 */
+};
+
+mp_hooks *mp_hooks_new(const mp_config *cfg) {
+    mp_hooks *hs = calloc(1, sizeof *hs);
+    if (!hs) return NULL;
+    hs->cfg = *cfg;
+    hs->active = calloc((size_t)(cfg->n_layer + 1) * MP_HOOK_COUNT, 1);
+    if (!hs->active) { free(hs); return NULL; }
+    return hs;
+}
+
+void mp_hooks_free(mp_hooks *hs) {
+    if (!hs) return;
+    free(hs->e);
+    free(hs->active);
+    free(hs);
+}
+
+static unsigned char *slot(const mp_hooks *hs, mp_hook_id id, int layer) {
+    return &hs->active[(size_t)(layer + 1) * MP_HOOK_COUNT + id];
+}
+
+mp_status mp_hooks_add_at(mp_hooks *hs, mp_hook_id id, int layer, mp_hook_fn fn, void *user) {
+    if ((int)id < 0 || id >= MP_HOOK_COUNT || layer < -1 || layer >= hs->cfg.n_layer ||
+        (layer >= 0) != (mp_hook_per_layer[id] != 0))
+        return mp_error(MP_ERR_ARG, "invalid hook point (id %d, layer %d)", (int)id, layer);
+    if (hs->n == hs->cap) {
+        int cap = hs->cap ? hs->cap * 2 : 16;
+        hook_entry *e = realloc(hs->e, (size_t)cap * sizeof *e);
+        if (!e) return mp_error(MP_ERR_NOMEM, "out of memory registering a hook");
+        hs->e = e;
+        hs->cap = cap;
+    }
+    hs->e[hs->n++] = (hook_entry){id, layer, fn, user};
+    *slot(hs, id, layer) = 1;
+    return MP_OK;
+}
+
+typedef struct {
+    mp_hooks *hs;
+    mp_hook_fn fn;
+    void *user;
+    mp_status st;
+} add_ctx;
+
+static void add_visit(void *u, mp_hook_id id, int layer, const char *name) {
+    (void)name;
+    add_ctx *c = u;
+    if (c->st == MP_OK) c->st = mp_hooks_add_at(c->hs, id, layer, c->fn, c->user);
+}
+
+mp_status mp_hooks_add(mp_hooks *hs, const char *globs, mp_hook_fn fn, void *user) {
+    char bad[256];
+    if (!globs || !*globs) return mp_error(MP_ERR_ARG, "empty hook name");
+    int n = mp_hook_select(&hs->cfg, globs, NULL, NULL, bad, sizeof bad);
+    if (bad[0])
+        return mp_error(MP_ERR_ARG,
+                        "unknown hook name '%s': it matches no hook point of this model "
+                        "(names look like 'blocks.0.attn.hook_pattern'; '*' matches any run of characters)",
+                        bad);
+    if (n == 0) return mp_error(MP_ERR_ARG, "hook names '%s' match no hook point", globs);
+    add_ctx c = {hs, fn, user, MP_OK};
+    mp_hook_select(&hs->cfg, globs, add_visit, &c, NULL, 0);
+    return c.st;
+}
+
+void mp_hooks_clear(mp_hooks *hs) {
+    hs->n = 0;
+    memset(hs->active, 0, (size_t)(hs->cfg.n_layer + 1) * MP_HOOK_COUNT);
+}
+
+int mp_hooks_count(const mp_hooks *hs) { return hs ? hs->n : 0; }
+
+int mp_hooks_active(const mp_hooks *hs, mp_hook_id id, int layer) {
+    return hs && *slot(hs, id, layer);
+}
+
+mp_status mp_hooks_fire(const mp_hooks *hs, mp_hook_info *info, float *data) {
+    const char *name = info->name = mp_hook_name(info->id, info->layer, info->namebuf, sizeof info->namebuf);
+    for (int i = 0; i < hs->n; i++) {
+        const hook_entry *e = &hs->e[i];
+        if (e->id != info->id || e->layer != info->layer) continue;
+        if (e->fn(e->user, info, data) != 0) {
+            const char *msg = mp_last_error();
+            if (!msg[0]) mp_error(MP_ERR_HOOK, "hook at %s aborted the forward pass", name);
+            else mp_error_prefix(MP_ERR_HOOK, "hook at %s", name);
+            return MP_ERR_HOOK;
+        }
+    }
+    return MP_OK;
+}
+
+_Static_assert(MP_HOOK_EMBED == 0 && MP_HOOK_LN_FINAL == MP_HOOK_COUNT - 1,
+               "point_at() relies on hook_embed first and ln_final last in MP_HOOK_TABLE");

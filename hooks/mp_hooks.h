@@ -1,0 +1,126 @@
+/* mp_hooks.h — the hook-point table (TransformerLens names, one X-macro so names,
+ * shapes, HDF5 paths and Lua keys cannot drift), glob selection of hook names,
+ * and the callback registry the runtime fires at every hook point.
+ *
+ * A callback sees a float view of the activation (contiguous, row-major, in the
+ * DESIGN.md shape) and may edit it in place: the runtime continues from the
+ * edited values. Attention scores/patterns are delivered in blocks of query rows
+ * (info->axis == 2, info->offset = first query row), so that capturing the maps
+ * of a long run never holds a T x T matrix. During incremental decoding every
+ * view covers positions [pos0, pos0 + T) of the sequence. */
+#ifndef MP_HOOKS_H
+#define MP_HOOKS_H
+
+#include "mp_common.h"
+
+struct mp_config;
+
+/* Shape kinds. B batch, T positions, D d_model, H n_head, K n_kv_head,
+ * Dh d_head, M d_mlp; S is the number of key positions (pos0 + T). */
+typedef enum {
+    MP_SHAPE_BTD,  /* [B,T,D] */
+    MP_SHAPE_BTHD, /* [B,T,H,Dh] */
+    MP_SHAPE_BTKD, /* [B,T,K,Dh] */
+    MP_SHAPE_BHTS, /* [B,H,T,S] */
+    MP_SHAPE_BTM   /* [B,T,M] */
+} mp_shape_kind;
+
+/* X(ID, name, per_layer, shape kind)
+ * per-layer names are "blocks.<L>.<name>". Order = order of firing in a block. */
+#define MP_HOOK_TABLE(X)                                          \
+    X(EMBED,          "hook_embed",               0, MP_SHAPE_BTD)  \
+    X(RESID_PRE,      "hook_resid_pre",           1, MP_SHAPE_BTD)  \
+    X(LN1,            "ln1.hook_normalized",      1, MP_SHAPE_BTD)  \
+    X(Q,              "attn.hook_q",              1, MP_SHAPE_BTHD) \
+    X(K,              "attn.hook_k",              1, MP_SHAPE_BTKD) \
+    X(V,              "attn.hook_v",              1, MP_SHAPE_BTKD) \
+    X(ROT_Q,          "attn.hook_rot_q",          1, MP_SHAPE_BTHD) \
+    X(ROT_K,          "attn.hook_rot_k",          1, MP_SHAPE_BTKD) \
+    X(ATTN_SCORES,    "attn.hook_attn_scores",    1, MP_SHAPE_BHTS) \
+    X(PATTERN,        "attn.hook_pattern",        1, MP_SHAPE_BHTS) \
+    X(Z,              "attn.hook_z",              1, MP_SHAPE_BTHD) \
+    X(ATTN_OUT,       "hook_attn_out",            1, MP_SHAPE_BTD)  \
+    X(RESID_MID,      "hook_resid_mid",           1, MP_SHAPE_BTD)  \
+    X(LN2,            "ln2.hook_normalized",      1, MP_SHAPE_BTD)  \
+    X(MLP_PRE,        "mlp.hook_pre",             1, MP_SHAPE_BTM)  \
+    X(MLP_PRE_LINEAR, "mlp.hook_pre_linear",      1, MP_SHAPE_BTM)  \
+    X(MLP_POST,       "mlp.hook_post",            1, MP_SHAPE_BTM)  \
+    X(MLP_OUT,        "hook_mlp_out",             1, MP_SHAPE_BTD)  \
+    X(RESID_POST,     "hook_resid_post",          1, MP_SHAPE_BTD)  \
+    X(LN_FINAL,       "ln_final.hook_normalized", 0, MP_SHAPE_BTD)
+
+typedef enum {
+#define MP_X(id, name, per_layer, shape) MP_HOOK_##id,
+    MP_HOOK_TABLE(MP_X)
+#undef MP_X
+    MP_HOOK_COUNT
+} mp_hook_id;
+
+extern const char *const mp_hook_suffix[MP_HOOK_COUNT];
+extern const int mp_hook_per_layer[MP_HOOK_COUNT];
+extern const mp_shape_kind mp_hook_shape_kind[MP_HOOK_COUNT];
+
+/* What a callback is told about the view it receives. */
+typedef struct {
+    mp_hook_id id;
+    int layer;          /* -1 for hook_embed and ln_final */
+    const char *name;   /* full name, e.g. "blocks.3.attn.hook_pattern" */
+    int ndim;           /* 3 or 4 */
+    int64_t shape[4];   /* shape of this view */
+    int64_t full[4];    /* shape of the whole tensor in this forward call */
+    int axis;           /* axis along which the view is a slice of `full` */
+    int64_t offset;     /* first index of the view along `axis` */
+    int pos0;           /* absolute position of row 0 along T (KV-cache decode) */
+    size_t numel;       /* number of floats in this view */
+    char namebuf[96];   /* storage behind `name` */
+} mp_hook_info;
+
+/* Returns 0 to continue; non-zero aborts the forward pass with MP_ERR_HOOK
+ * (the callback sets the message with mp_error first). */
+typedef int (*mp_hook_fn)(void *user, const mp_hook_info *info, float *data);
+
+/* Does this hook point exist for the model (e.g. no MLP hooks without an MLP)? */
+int mp_hook_exists(const struct mp_config *cfg, mp_hook_id id);
+/* Full name of (id, layer) into buf; returns buf. */
+const char *mp_hook_name(mp_hook_id id, int layer, char *buf, size_t n);
+/* Parses a full name; returns 0 and sets id/layer, or -1 when it is not a hook
+ * point of this model. */
+int mp_hook_parse(const struct mp_config *cfg, const char *name, mp_hook_id *id, int *layer);
+/* Full shape of hook (id) for a forward over B x T tokens at pos0. */
+int mp_hook_shape(const struct mp_config *cfg, mp_hook_id id, int B, int T, int pos0, int64_t shape[4]);
+
+/* Shell-style glob where '*' also matches dots and '?' one character. */
+int mp_glob_match(const char *pattern, const char *name);
+
+/* Calls fn(user, id, layer, name) for every hook point of the model whose name
+ * matches one of the comma-separated globs, in firing order. Returns the
+ * number of matches; with `unmatched` non-NULL, the first glob that matched
+ * nothing is copied there (so callers can report it). */
+typedef void (*mp_hook_visit_fn)(void *user, mp_hook_id id, int layer, const char *name);
+int mp_hook_select(const struct mp_config *cfg, const char *globs, mp_hook_visit_fn fn,
+                   void *user, char *unmatched, size_t unmatched_len);
+
+/* Copies between a view (as delivered to a callback) and the whole tensor it
+ * is a block of: to_full != 0 copies view -> full, else full -> view. */
+void mp_hook_view_copy(const mp_hook_info *info, float *full, float *view, int to_full);
+
+/* ---- registry ---- */
+typedef struct mp_hooks mp_hooks;
+
+mp_hooks *mp_hooks_new(const struct mp_config *cfg);
+void mp_hooks_free(mp_hooks *hs);
+/* Registers fn at every hook point matching `globs` (comma-separated). An
+ * unknown name or a glob matching nothing is MP_ERR_ARG naming it. */
+mp_status mp_hooks_add(mp_hooks *hs, const char *globs, mp_hook_fn fn, void *user);
+/* Registers fn at one hook point. */
+mp_status mp_hooks_add_at(mp_hooks *hs, mp_hook_id id, int layer, mp_hook_fn fn, void *user);
+void mp_hooks_clear(mp_hooks *hs);
+int mp_hooks_count(const mp_hooks *hs);
+
+/* Runtime side: is anything registered at (id, layer)? One byte read, so a
+ * forward pass with no hooks pays nothing measurable. hs may be NULL. */
+int mp_hooks_active(const mp_hooks *hs, mp_hook_id id, int layer);
+/* Fires every callback at info->id/info->layer in registration order. */
+mp_status mp_hooks_fire(const mp_hooks *hs, mp_hook_info *info, float *data);
+
+#endif

@@ -1,0 +1,61 @@
+/* mp_lua.h — internal interface between the Lua binding files of module `mp`.
+ * Each binding file registers one type (one metatable, namespaced
+ * "mechprobe.<Type>") and its functions into the `mp` table.
+ *
+ * Tensor: float32, row-major, up to MP_MAXDIM dims, backed by a reference-counted
+ * storage so that views (selecting or slicing along leading dimensions) share
+ * memory with their parent. Indices are 1-based in Lua, like every Lua API. */
+#ifndef MP_LUA_H
+#define MP_LUA_H
+
+#include <lua.h>
+#include <lauxlib.h>
+#include <stdint.h>
+
+#include "mp_common.h"
+
+#define MP_MAXDIM 8
+#define MP_TENSOR_MT "mechprobe.Tensor"
+
+typedef struct mp_storage {
+    float *data;
+    size_t n;       /* floats */
+    int refs;
+    int external;   /* data not owned (never freed by the storage) */
+} mp_storage;
+
+typedef struct {
+    mp_storage *st; /* NULL once released */
+    float *data;    /* st->data + offset */
+    int ndim;
+    int64_t shape[MP_MAXDIM];
+    size_t numel;
+} mp_tensor;
+
+/* Pushes a new zero-filled tensor of the given shape (error on overflow/OOM). */
+mp_tensor *mp_lua_tensor_new(lua_State *L, int ndim, const int64_t *shape);
+/* Pushes a new tensor copying `data`. */
+mp_tensor *mp_lua_tensor_from(lua_State *L, int ndim, const int64_t *shape, const float *data);
+/* Pushes a tensor that views external memory (valid only during a callback:
+ * call mp_lua_tensor_detach afterwards so later use raises an error). */
+mp_tensor *mp_lua_tensor_wrap(lua_State *L, int ndim, const int64_t *shape, float *data);
+void mp_lua_tensor_detach(mp_tensor *t);
+/* luaL_checkudata with a clear error; also rejects a released/detached tensor. */
+mp_tensor *mp_lua_tensor_check(lua_State *L, int idx);
+mp_tensor *mp_lua_tensor_test(lua_State *L, int idx);
+/* Accepts a Tensor or a (nested) Lua table of numbers at idx and returns a
+ * tensor (pushing a new one onto the stack if it had to convert). */
+mp_tensor *mp_lua_tensor_arg(lua_State *L, int idx);
+
+/* Raises a Lua error carrying mp_last_error() (for a failed mp_status). */
+int mp_lua_fail(lua_State *L, mp_status s);
+
+/* Registration of each part of the module into the table at the stack top. */
+void mp_lua_open_tensor(lua_State *L);
+void mp_lua_open_h5(lua_State *L);
+void mp_lua_open_model(lua_State *L);
+
+/* luaopen for `require "mechprobe"` and the global `mp`. */
+int luaopen_mechprobe(lua_State *L);
+
+#endif

@@ -1,0 +1,140 @@
+/* model.h — the transformer: config, parameters (named float buffers with shape
+ * comments, llm.c style), per-layer activations, KV cache, the instrumented
+ * forward pass and incremental decoding.
+ *
+ * Llama family: RMSNorm, RoPE on adjacent channel pairs (2i, 2i+1), grouped-query
+ * attention, SwiGLU MLP, tied or untied classifier. The config already carries
+ * the switches later architectures need (LayerNorm, GELU, learned positions);
+ * the forward asserts on combinations it does not implement yet. */
+#ifndef MP_MODEL_H
+#define MP_MODEL_H
+
+#include "mp_common.h"
+#include "mp_hooks.h"
+
+typedef enum { MP_NORM_RMS = 0, MP_NORM_LAYER } mp_norm_kind;
+typedef enum { MP_MLP_SWIGLU = 0, MP_MLP_GELU, MP_MLP_NONE } mp_mlp_kind;
+typedef enum { MP_POS_ROPE = 0, MP_POS_NONE, MP_POS_LEARNED } mp_pos_kind;
+
+typedef struct mp_config {
+    int d_model;   /* D */
+    int n_layer;   /* L */
+    int n_head;    /* H */
+    int n_kv_head; /* K (divides H) */
+    int d_head;    /* Dh (H*Dh need not equal D) */
+    int d_mlp;     /* M */
+    int vocab;     /* V */
+    int ctx;       /* training context length */
+    float rope_theta;
+    float norm_eps;
+    int tied;      /* classifier shares the embedding */
+    mp_norm_kind norm;
+    mp_mlp_kind mlp;
+    mp_pos_kind pos;
+} mp_config;
+
+/* Checks every field (positive, divisible, no overflow of any buffer size);
+ * MP_ERR_FORMAT with a message prefixed by `what` (usually the file name). */
+mp_status mp_config_validate(const mp_config *c, const char *what);
+/* Total number of parameters (floats), or 0 on overflow. */
+size_t mp_config_n_params(const mp_config *c);
+
+/* Parameters: pointers into one allocation (or into a memory-mapped file).
+ * Linear weights in PyTorch nn.Linear layout [out, in]. */
+typedef struct {
+    float *embed;    /* [V, D] */
+    float *ln1_w;    /* [L, D] */
+    float *wq;       /* [L, H*Dh, D] */
+    float *wk;       /* [L, K*Dh, D] */
+    float *wv;       /* [L, K*Dh, D] */
+    float *wo;       /* [L, D, H*Dh] */
+    float *ln2_w;    /* [L, D] */
+    float *w1;       /* [L, M, D]  gate */
+    float *w3;       /* [L, M, D]  up */
+    float *w2;       /* [L, D, M]  down */
+    float *lnf_w;    /* [D] */
+    float *unembed;  /* [V, D]  == embed when tied */
+} mp_params;
+
+typedef struct mp_model {
+    mp_config cfg;
+    mp_params p;
+    float *owned;       /* parameter allocation when not mapped */
+    void *map;          /* mmap of the source file (llama2.c) */
+    size_t map_len;
+    char source[1024];  /* path it came from, or "" */
+    const char *format; /* "llama2c-v0", "llama2c-v1", "random", ... */
+} mp_model;
+
+/* Loads a llama2.c checkpoint (legacy v0 or v1 "ak42"), memory-mapped, after
+ * validating every header field, size and offset against the file. */
+mp_status mp_model_load_llama2c(mp_model **out, const char *path);
+/* A model with normal(0, std) weights and unit norm weights (seeded), for tests,
+ * benchmarks and as the start of training. */
+mp_status mp_model_new_random(mp_model **out, const mp_config *cfg, uint64_t seed, float std);
+/* Writes a llama2.c checkpoint: version 0 (legacy) or 1 ("ak42"). Atomic. */
+mp_status mp_model_save_llama2c(const mp_model *m, const char *path, int version);
+/* A model with every parameter zeroed: validates cfg (mp_config_validate), then
+ * allocates one float buffer (m->owned) laid out in mp_params order; unembed is
+ * a separate block only when !cfg->tied, else it aliases embed. */
+mp_status mp_model_alloc(mp_model **out, const mp_config *cfg);
+/* Frees the owned parameters, unmaps a mapped file; NULL-safe. */
+void mp_model_free(mp_model *m);
+/* Default config values (theta 10000, eps 1e-5, rms, swiglu, rope, tied). */
+mp_config mp_config_default(void);
+
+/* KV cache for incremental decoding: post-positional keys and values of every
+ * layer for B sequences of up to `cap` positions. */
+typedef struct {
+    int B, cap, len;   /* len: positions filled */
+    float *k;          /* [L, B, cap, K*Dh] */
+    float *v;          /* [L, B, cap, K*Dh] */
+} mp_kvcache;
+
+mp_status mp_kvcache_init(mp_kvcache *c, const mp_config *cfg, int B, int cap);
+void mp_kvcache_free(mp_kvcache *c);
+
+/* Options of one forward call. */
+typedef enum { MP_LOGITS_NONE = 0, MP_LOGITS_ALL, MP_LOGITS_LAST } mp_logits_mode;
+
+typedef struct {
+    const mp_hooks *hooks;   /* may be NULL */
+    mp_kvcache *cache;       /* NULL: positions 0..T-1, no cache */
+    mp_logits_mode logits;   /* what to write into `logits` */
+    int q_block;             /* query rows per attention block (0: default 64) */
+} mp_forward_params;
+
+mp_forward_params mp_forward_params_default(void);
+
+/* Runs tokens [B, T] (row-major, ids in [0, V)) through the model. With a cache,
+ * the tokens occupy positions [cache->len, cache->len + T) and the cache grows.
+ * logits: [B, T, V] (ALL) or [B, V] (LAST), or NULL with MP_LOGITS_NONE.
+ * Fails with MP_ERR_ARG on a bad token id or a full cache, MP_ERR_HOOK when a
+ * callback aborts. */
+mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T,
+                           const mp_forward_params *fp, float *logits);
+
+/* ---- sampling ---- */
+typedef struct {
+    float temperature;   /* 0: greedy */
+    float top_p;         /* 1: off */
+    uint64_t seed;
+} mp_sampler_params;
+
+typedef struct mp_sampler mp_sampler;
+mp_status mp_sampler_new(mp_sampler **out, const mp_sampler_params *sp, int vocab);
+void mp_sampler_free(mp_sampler *s);
+/* Picks a token from logits [V] (modified in place: softmax). */
+int mp_sampler_sample(mp_sampler *s, float *logits);
+
+/* Generation: prefill `prompt` (n tokens, B = 1), then produce up to max_new
+ * tokens, stopping after `stop_token` (-1: never). Hooks fire on every step.
+ * out receives prompt + new tokens (capacity n + max_new); *n_out its length.
+ * on_token (may be NULL) is called after each new token. */
+typedef int (*mp_token_fn)(void *user, int token);
+mp_status mp_model_generate(const mp_model *m, const int *prompt, int n, int max_new,
+                            const mp_sampler_params *sp, const mp_hooks *hooks,
+                            int stop_token, mp_token_fn on_token, void *user,
+                            int *out, int *n_out);
+
+#endif

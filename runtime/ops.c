@@ -1,0 +1,92 @@
+/* ops.c — forward layer kernels (see ops.h): embedding, RMSNorm, linear layers
+ * through sgemm, RoPE on adjacent pairs, SwiGLU, residual add, softmax rows. */
+#include "ops.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+void mp_embed_forward(float *out, const int *tokens, const float *embed, int N, int D) {
+    for (int n = 0; n < N; n++)
+        memcpy(out + (size_t)n * D, embed + (size_t)tokens[n] * D, (size_t)D * sizeof(float));
+}
+
+void mp_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D, float eps) {
+#pragma omp parallel for schedule(static) if (N > 64)
+    for (int n = 0; n < N; n++) {
+        const float *xr = x + (size_t)n * D;
+        float *o = out + (size_t)n * D;
+        float ss = 0.0f;
+        for (int i = 0; i < D; i++) ss += xr[i] * xr[i];
+        float r = 1.0f / sqrtf(ss / (float)D + eps);
+        if (rstd) rstd[n] = r;
+        for (int i = 0; i < D; i++) o[i] = xr[i] * r * w[i];
+    }
+}
+
+void mp_matmul_forward(float *out, const float *in, const float *w, const float *bias, int N, int IN, int OUT) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OUT, IN, 1.0f, in, IN, w, IN, 0.0f, out, OUT);
+    if (bias) {
+#pragma omp parallel for schedule(static) if (N > 64)
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OUT; o++) out[(size_t)n * OUT + o] += bias[o];
+    }
+}
+
+void mp_rope_table(float *cos_t, float *sin_t, int pos0, int T, int Dh, double theta) {
+    int half = Dh / 2;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < half; i++) {
+            double freq = 1.0 / pow(theta, (double)(2 * i) / (double)Dh);
+            double ang = (double)(pos0 + t) * freq;
+            cos_t[(size_t)t * half + i] = (float)cos(ang);
+            sin_t[(size_t)t * half + i] = (float)sin(ang);
+        }
+}
+
+void mp_rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int nh, int Dh) {
+    int half = Dh / 2;
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * T > 64)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float *c = cos_t + (size_t)t * half, *s = sin_t + (size_t)t * half;
+            float *row = x + ((size_t)b * T + t) * (size_t)nh * Dh;
+            for (int h = 0; h < nh; h++) {
+                float *v = row + (size_t)h * Dh;
+                for (int i = 0; i < half; i++) {
+                    float x0 = v[2 * i], x1 = v[2 * i + 1];
+                    v[2 * i] = x0 * c[i] - x1 * s[i];
+                    v[2 * i + 1] = x0 * s[i] + x1 * c[i];
+                }
+            }
+        }
+}
+
+void mp_swiglu_forward(float *out, const float *gate, const float *up, size_t n) {
+#pragma omp parallel for schedule(static) if (n > 16384)
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void mp_residual_forward(float *x, const float *y, size_t n) {
+#pragma omp parallel for schedule(static) if (n > 16384)
+    for (size_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+void mp_softmax_rows(float *x, int rows, int n, int ld) {
+    for (int r = 0; r < rows; r++) {
+        float *row = x + (size_t)r * ld;
+        float mx = -INFINITY;
+        for (int i = 0; i < n; i++) mx = row[i] > mx ? row[i] : mx;
+        if (mx == -INFINITY) { /* fully masked row (only if a hook made it so) */
+            for (int i = 0; i < n; i++) row[i] = 0.0f;
+            continue;
+        }
+        float sum = 0.0f;
+        for (int i = 0; i < n; i++) { row[i] = expf(row[i] - mx); sum += row[i]; }
+        float inv = 1.0f / sum;
+        for (int i = 0; i < n; i++) row[i] *= inv;
+    }
+}

@@ -1,0 +1,4 @@
+# forward.cmake — golden tests of the forward pass and hook points.
+mp_c_test(test_forward "golden;unit" test_forward.c)
+add_test(NAME test_forward_shared COMMAND test_forward shared)
+set_tests_properties(test_forward_shared PROPERTIES LABELS "golden" SKIP_RETURN_CODE 77)

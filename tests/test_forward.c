@@ -1,0 +1,249 @@
+/* test_forward.c — golden tests of the forward pass: every hook point and the
+ * logits against reference activations from an independent PyTorch
+ * implementation (../shared/golden and tests/data, made by ref_llama.py), the
+ * greedy continuation token for token, batch > 1, grouped-query attention, an
+ * untied classifier, the v1 header, KV-cache decoding against prefill, and the
+ * attention block size not changing results. Tolerance: 1e-4 absolute (values
+ * of order 1-10), as the golden data's README states. */
+#include "h5io.h"
+#include "model.h"
+#include "testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define TOL 1e-4
+
+/* in-memory capture of every hook into full-size buffers */
+typedef struct {
+    int n;
+    char name[512][96];
+    float *buf[512];
+    size_t numel[512];
+} capture;
+
+static int cap_cb(void *user, const mp_hook_info *info, float *data) {
+    capture *c = user;
+    int k;
+    for (k = 0; k < c->n; k++)
+        if (strcmp(c->name[k], info->name) == 0) break;
+    if (k == c->n) {
+        size_t n = 1;
+        for (int i = 0; i < info->ndim; i++) n *= (size_t)info->full[i];
+        snprintf(c->name[k], sizeof c->name[k], "%s", info->name);
+        c->buf[k] = calloc(n, sizeof(float));
+        c->numel[k] = n;
+        c->n++;
+    }
+    mp_hook_view_copy(info, c->buf[k], data, 1);
+    return 0;
+}
+
+static void capture_free(capture *c) {
+    for (int k = 0; k < c->n; k++) free(c->buf[k]);
+    c->n = 0;
+}
+
+static const float *cap_get(const capture *c, const char *name, size_t *n) {
+    for (int k = 0; k < c->n; k++)
+        if (strcmp(c->name[k], name) == 0) { *n = c->numel[k]; return c->buf[k]; }
+    return NULL;
+}
+
+/* Compares every /acts dataset and /logits of a golden file with batch row b
+ * of a capture over a batch of B. */
+static void compare_golden(const char *golden, const capture *cap, const float *logits, int b, int B,
+                           const char *label) {
+    hid_t f;
+    mp_status st = mp_h5_open(&f, golden, MP_H5_READ);
+    CHECK(st == MP_OK, "%s: %s", golden, mp_last_error());
+    if (st) return;
+    mp_h5_entry *e;
+    int n;
+    CHECK(mp_h5_list(f, "/acts", &e, &n) == MP_OK, "%s", mp_last_error());
+    int compared = 0;
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "/acts/%s", e[i].name);
+        float *ref;
+        mp_h5_dsinfo info;
+        CHECK(mp_h5_read_f32(f, path, &ref, &info) == MP_OK, "%s", mp_last_error());
+        size_t got_n;
+        const float *got = cap_get(cap, e[i].name, &got_n);
+        CHECK(got != NULL, "%s: hook %s was not fired", label, e[i].name);
+        if (got) {
+            CHECK(got_n == info.numel * (size_t)B, "%s: %s has %zu values, golden %zu x %d", label, e[i].name, got_n,
+                  info.numel, B);
+            double d = tu_max_abs_diff(got + (size_t)b * info.numel, ref, info.numel);
+            CHECK(d <= TOL, "%s: %s max |diff| = %.3g", label, e[i].name, d);
+            if (d > worst) worst = d;
+            compared++;
+        }
+        free(ref);
+    }
+    mp_h5_list_free(e, n);
+    float *ref;
+    mp_h5_dsinfo info;
+    CHECK(mp_h5_read_f32(f, "/logits", &ref, &info) == MP_OK, "%s", mp_last_error());
+    double d = tu_max_abs_diff(logits + (size_t)b * info.numel, ref, info.numel);
+    CHECK(d <= TOL, "%s: logits max |diff| = %.3g", label, d);
+    if (d > worst) worst = d;
+    free(ref);
+    mp_h5_close(&f);
+    printf("%s: %d hook points + logits, worst |diff| %.2e (tol %.0e)\n", label, compared, worst, TOL);
+}
+
+static int *golden_tokens(const char *path, int *T) {
+    hid_t f;
+    int32_t *t = NULL;
+    mp_h5_dsinfo info;
+    if (mp_h5_open(&f, path, MP_H5_READ) || mp_h5_read_i32(f, "/tokens", &t, &info)) {
+        CHECK(0, "%s", mp_last_error());
+        return NULL;
+    }
+    mp_h5_close(&f);
+    *T = (int)info.shape[1];
+    return (int *)t;
+}
+
+static void run_captured(const mp_model *m, const int *toks, int B, int T, int q_block, capture *cap, float **logits) {
+    mp_hooks *hs = mp_hooks_new(&m->cfg);
+    CHECK(mp_hooks_add(hs, "*", cap_cb, cap) == MP_OK, "%s", mp_last_error());
+    *logits = malloc((size_t)B * T * m->cfg.vocab * sizeof(float));
+    mp_forward_params fp = mp_forward_params_default();
+    fp.hooks = hs;
+    fp.q_block = q_block;
+    mp_status st = mp_model_forward(m, toks, B, T, &fp, *logits);
+    CHECK(st == MP_OK, "forward: %s", mp_last_error());
+    mp_hooks_free(hs);
+}
+
+static void test_model_golden(const char *model_path, const char *golden, int q_block, const char *label) {
+    mp_model *m;
+    mp_status st = mp_model_load_llama2c(&m, model_path);
+    CHECK(st == MP_OK, "%s", mp_last_error());
+    if (st) return;
+    int T;
+    int *toks = golden_tokens(golden, &T);
+    if (!toks) { mp_model_free(m); return; }
+    capture cap = {0};
+    float *logits;
+    run_captured(m, toks, 1, T, q_block, &cap, &logits);
+    compare_golden(golden, &cap, logits, 0, 1, label);
+    capture_free(&cap);
+    free(logits);
+    free(toks);
+    mp_model_free(m);
+}
+
+/* The golden tokens are a greedy continuation of BOS: generation must agree. */
+static void test_greedy(const char *model_path, const char *golden) {
+    mp_model *m;
+    if (mp_model_load_llama2c(&m, model_path)) { CHECK(0, "%s", mp_last_error()); return; }
+    int T;
+    int *toks = golden_tokens(golden, &T);
+    int *out = malloc((size_t)T * sizeof(int)), n_out;
+    mp_sampler_params sp = {0.0f, 1.0f, 0};
+    mp_status st = mp_model_generate(m, toks, 1, T - 1, &sp, NULL, -1, NULL, NULL, out, &n_out);
+    CHECK(st == MP_OK, "generate: %s", mp_last_error());
+    CHECK(n_out == T, "generated %d tokens, expected %d", n_out, T);
+    int first_bad = -1;
+    for (int i = 0; i < T && i < n_out; i++)
+        if (out[i] != toks[i]) { first_bad = i; break; }
+    CHECK(first_bad < 0, "%s: greedy continuation differs at position %d", golden, first_bad);
+    printf("greedy continuation of %s: %d/%d tokens agree\n", model_path, first_bad < 0 ? T : first_bad, T);
+    free(out);
+    free(toks);
+    mp_model_free(m);
+}
+
+/* Batch of two different sequences against two single-sequence references. */
+static void test_batch(const char *model_path, const char *ga, const char *gb, const char *label) {
+    mp_model *m;
+    if (mp_model_load_llama2c(&m, model_path)) { CHECK(0, "%s", mp_last_error()); return; }
+    int Ta, Tb;
+    int *a = golden_tokens(ga, &Ta), *b = golden_tokens(gb, &Tb);
+    CHECK(Ta == Tb, "reference sequences must have equal length");
+    int *toks = malloc(2 * (size_t)Ta * sizeof(int));
+    memcpy(toks, a, (size_t)Ta * sizeof(int));
+    memcpy(toks + Ta, b, (size_t)Ta * sizeof(int));
+    capture cap = {0};
+    float *logits;
+    run_captured(m, toks, 2, Ta, 5, &cap, &logits);
+    char l[256];
+    snprintf(l, sizeof l, "%s batch row 0", label);
+    compare_golden(ga, &cap, logits, 0, 2, l);
+    snprintf(l, sizeof l, "%s batch row 1", label);
+    compare_golden(gb, &cap, logits, 1, 2, l);
+    capture_free(&cap);
+    free(logits);
+    free(toks);
+    free(a);
+    free(b);
+    mp_model_free(m);
+}
+
+/* Decoding one token at a time over the KV cache gives the prefill's logits. */
+static void test_kvcache(const char *model_path) {
+    mp_model *m;
+    if (mp_model_load_llama2c(&m, model_path)) { CHECK(0, "%s", mp_last_error()); return; }
+    const int T = 20, V = m->cfg.vocab;
+    int toks[2 * 20];
+    for (int i = 0; i < 2 * T; i++) toks[i] = (i * 7 + 3) % V;
+    float *full = malloc(2 * (size_t)T * V * sizeof(float)), *step = malloc(2 * (size_t)V * sizeof(float));
+    mp_forward_params fp = mp_forward_params_default();
+    CHECK(mp_model_forward(m, toks, 2, T, &fp, full) == MP_OK, "%s", mp_last_error());
+    mp_kvcache cache;
+    CHECK(mp_kvcache_init(&cache, &m->cfg, 2, T) == MP_OK, "%s", mp_last_error());
+    fp.cache = &cache;
+    fp.logits = MP_LOGITS_LAST;
+    /* prefill 7 tokens, then one at a time */
+    int pre[14];
+    for (int b = 0; b < 2; b++) memcpy(pre + b * 7, toks + b * T, 7 * sizeof(int));
+    CHECK(mp_model_forward(m, pre, 2, 7, &fp, step) == MP_OK, "%s", mp_last_error());
+    double worst = 0;
+    for (int b = 0; b < 2; b++) {
+        double d = tu_max_abs_diff(step + (size_t)b * V, full + ((size_t)b * T + 6) * V, (size_t)V);
+        worst = d > worst ? d : worst;
+    }
+    for (int t = 7; t < T; t++) {
+        int two[2] = {toks[t], toks[T + t]};
+        CHECK(mp_model_forward(m, two, 2, 1, &fp, step) == MP_OK, "%s", mp_last_error());
+        for (int b = 0; b < 2; b++) {
+            double d = tu_max_abs_diff(step + (size_t)b * V, full + ((size_t)b * T + t) * V, (size_t)V);
+            worst = d > worst ? d : worst;
+        }
+    }
+    CHECK(worst <= 1e-5, "KV-cache decoding differs from prefill by %.3g", worst);
+    printf("KV cache vs prefill (%s): worst |diff| %.2e\n", model_path, worst);
+    int one = 0;
+    mp_status st = mp_model_forward(m, (int[]){one, one}, 2, 1, &fp, step);
+    CHECK(st == MP_ERR_ARG && strstr(mp_last_error(), "full"), "a full cache must be refused: %s", mp_last_error());
+    mp_kvcache_free(&cache);
+    free(full);
+    free(step);
+    mp_model_free(m);
+}
+
+int main(int argc, char **argv) {
+    mp_init();
+    if (argc > 1 && strcmp(argv[1], "shared") == 0) {
+        /* the real third-party model in ../shared (skips when absent) */
+        const char *model = tu_shared("models/aidreams260K.bin");
+        const char *golden = tu_shared("golden/aidreams260K_greedy96.h5");
+        test_model_golden(model, golden, 64, "aidreams260K");
+        test_model_golden(model, golden, 17, "aidreams260K (q_block 17)");
+        test_greedy(model, golden);
+        return tu_finish("test_forward shared");
+    }
+    /* committed references */
+    test_model_golden(tu_data("ref_gqa_untied.bin"), tu_data("ref_gqa_untied_a.h5"), 64, "gqa+untied v0");
+    test_model_golden(tu_data("ref_gqa_untied_v1.bin"), tu_data("ref_gqa_untied_a.h5"), 3, "gqa+untied v1 (q_block 3)");
+    test_batch(tu_data("ref_gqa_untied.bin"), tu_data("ref_gqa_untied_a.h5"), tu_data("ref_gqa_untied_b.h5"),
+               "gqa+untied");
+    test_model_golden(tu_data("ref_tied.bin"), tu_data("ref_tied.h5"), 64, "tied");
+    test_greedy(tu_data("ref_tied.bin"), tu_data("ref_tied.h5"));
+    test_kvcache(tu_data("ref_gqa_untied.bin"));
+    return tu_finish("test_forward");
+}

@@ -1,0 +1,27 @@
+/* testutil.h — tiny assertion helpers for mechprobe's C tests (ctest).
+ * A test is a main() that calls CHECK/CHECK_NEAR and returns tu_finish().
+ * Tests that need ../shared call tu_require_shared(), which exits 77 (SKIP). */
+#ifndef MP_TESTUTIL_H
+#define MP_TESTUTIL_H
+#include <stdio.h>
+#include <math.h>
+
+extern int tu_failures, tu_checks;
+
+#define CHECK(cond, ...) do { tu_checks++; if (!(cond)) { tu_failures++; \
+    fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
+    fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
+
+#define CHECK_NEAR(a, b, tol, ...) do { double _a = (a), _b = (b); tu_checks++; \
+    if (!(fabs(_a - _b) <= (tol)) || isnan(_a) != isnan(_b)) { tu_failures++; \
+    fprintf(stderr, "%s:%d: %s=%.9g vs %s=%.9g (tol %.3g): ", __FILE__, __LINE__, \
+            #a, _a, #b, _b, (double)(tol)); fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
+
+/* Path of a file in ../shared (or NULL-terminated skip): exits 77 when absent. */
+const char *tu_shared(const char *rel);
+/* Path of a committed test data file tests/data/REL. */
+const char *tu_data(const char *rel);
+/* Max |a-b| over n floats. */
+double tu_max_abs_diff(const float *a, const float *b, size_t n);
+int tu_finish(const char *name);
+#endif

@@ -1,0 +1,168 @@
+/* config.c — the model config: defaults, validation (every field in range, every
+ * buffer size free of size_t overflow), parameter counting, and allocation /
+ * freeing of an mp_model whose parameters live in one zeroed float buffer. */
+#include "model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+/* Upper bounds: far beyond any model we run, small enough that products of a
+ * few of them stay meaningful. */
+#define MP_MAX_DIM    (1 << 20)   /* d_model, d_head, d_mlp */
+#define MP_MAX_HEADS  (1 << 16)   /* n_head, n_kv_head */
+#define MP_MAX_LAYERS 4096
+#define MP_MAX_VOCAB  (1 << 24)
+#define MP_MAX_CTX    (1 << 24)
+
+mp_config mp_config_default(void) {
+    mp_config c;
+    memset(&c, 0, sizeof c);   /* dims 0: the caller must set them */
+    c.rope_theta = 10000.0f;
+    c.norm_eps = 1e-5f;
+    c.tied = 1;
+    c.norm = MP_NORM_RMS;
+    c.mlp = MP_MLP_SWIGLU;
+    c.pos = MP_POS_ROPE;
+    return c;
+}
+
+/* Sizes (in floats) of the mp_params fields, in struct order. Returns -1 on
+ * overflow. Assumes the fields are positive (checked by the caller). */
+enum { P_EMBED, P_LN1, P_WQ, P_WK, P_WV, P_WO, P_LN2, P_W1, P_W3, P_W2, P_LNF, P_UNEMBED, P_COUNT };
+
+static int param_sizes(const mp_config *c, size_t n[P_COUNT]) {
+    size_t D = (size_t)c->d_model, L = (size_t)c->n_layer, V = (size_t)c->vocab;
+    size_t q, kv, M = c->mlp == MP_MLP_NONE ? 0 : (size_t)c->d_mlp, LD;
+    if (mp_mul_size((size_t)c->n_head, (size_t)c->d_head, &q) ||
+        mp_mul_size((size_t)c->n_kv_head, (size_t)c->d_head, &kv) ||
+        mp_mul_size(L, D, &LD)) return -1;
+    if (mp_mul_size(V, D, &n[P_EMBED])) return -1;
+    n[P_LN1] = n[P_LN2] = LD;
+    if (mp_mul_size(LD, q, &n[P_WQ]) || mp_mul_size(LD, kv, &n[P_WK])) return -1;
+    n[P_WV] = n[P_WK];
+    n[P_WO] = n[P_WQ];
+    if (mp_mul_size(LD, M, &n[P_W1])) return -1;
+    n[P_W2] = n[P_W1];
+    n[P_W3] = c->mlp == MP_MLP_SWIGLU ? n[P_W1] : 0;   /* GELU: w1 in, w2 out */
+    n[P_LNF] = D;
+    n[P_UNEMBED] = c->tied ? 0 : n[P_EMBED];
+    return 0;
+}
+
+static int sum_sizes(const size_t n[P_COUNT], size_t *total) {
+    size_t t = 0;
+    for (int i = 0; i < P_COUNT; i++)
+        if (mp_add_size(t, n[i], &t)) return -1;
+    *total = t;
+    return 0;
+}
+
+size_t mp_config_n_params(const mp_config *c) {
+    size_t n[P_COUNT], total;
+    if (c->d_model <= 0 || c->n_layer <= 0 || c->n_head <= 0 || c->n_kv_head <= 0 ||
+        c->d_head <= 0 || c->vocab <= 0 || (c->mlp != MP_MLP_NONE && c->d_mlp <= 0))
+        return 0;
+    if (param_sizes(c, n) || sum_sizes(n, &total)) return 0;
+    return total;
+}
+
+/* product of k sizes times sizeof(float), overflow-checked */
+static int buf_bytes(size_t a, size_t b, size_t c, size_t d) {
+    size_t x;
+    return mp_mul_size(a, b, &x) || mp_mul_size(x, c, &x) || mp_mul_size(x, d, &x) ||
+           mp_mul_size(x, sizeof(float), &x);
+}
+
+mp_status mp_config_validate(const mp_config *c, const char *what) {
+    if (!what) what = "config";
+    struct { const char *name; int v, max; } f[] = {
+        {"d_model", c->d_model, MP_MAX_DIM},   {"n_layer", c->n_layer, MP_MAX_LAYERS},
+        {"n_head", c->n_head, MP_MAX_HEADS},   {"n_kv_head", c->n_kv_head, MP_MAX_HEADS},
+        {"d_head", c->d_head, MP_MAX_DIM},     {"d_mlp", c->d_mlp, MP_MAX_DIM},
+        {"vocab", c->vocab, MP_MAX_VOCAB},     {"ctx", c->ctx, MP_MAX_CTX},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        if (c->mlp == MP_MLP_NONE && !strcmp(f[i].name, "d_mlp") && f[i].v == 0) continue;
+        if (f[i].v <= 0)
+            return mp_error(MP_ERR_FORMAT, "%s: %s (%d) must be positive", what, f[i].name, f[i].v);
+        if (f[i].v > f[i].max)
+            return mp_error(MP_ERR_FORMAT, "%s: %s (%d) is too large (limit %d)", what,
+                            f[i].name, f[i].v, f[i].max);
+    }
+    if (c->n_head % c->n_kv_head != 0)
+        return mp_error(MP_ERR_FORMAT, "%s: n_head (%d) is not divisible by n_kv_head (%d)",
+                        what, c->n_head, c->n_kv_head);
+    if ((unsigned)c->norm > MP_NORM_LAYER || (unsigned)c->mlp > MP_MLP_NONE ||
+        (unsigned)c->pos > MP_POS_LEARNED)
+        return mp_error(MP_ERR_FORMAT, "%s: unknown norm/mlp/pos kind (%d/%d/%d)", what,
+                        (int)c->norm, (int)c->mlp, (int)c->pos);
+    if (c->pos == MP_POS_ROPE) {
+        if (c->d_head % 2 != 0)
+            return mp_error(MP_ERR_FORMAT, "%s: d_head (%d) must be even for RoPE", what, c->d_head);
+        if (!(c->rope_theta > 0.0f) || !isfinite(c->rope_theta))
+            return mp_error(MP_ERR_FORMAT, "%s: rope_theta (%g) must be positive and finite",
+                            what, (double)c->rope_theta);
+    }
+    if (!(c->norm_eps >= 0.0f) || !isfinite(c->norm_eps))
+        return mp_error(MP_ERR_FORMAT, "%s: norm_eps (%g) must be non-negative and finite",
+                        what, (double)c->norm_eps);
+    if (c->tied != 0 && c->tied != 1)
+        return mp_error(MP_ERR_FORMAT, "%s: tied (%d) must be 0 or 1", what, c->tied);
+
+    size_t n[P_COUNT], total;
+    if (param_sizes(c, n) || sum_sizes(n, &total) || mp_mul_size(total, sizeof(float), &total))
+        return mp_error(MP_ERR_FORMAT, "%s: the parameter count overflows size_t "
+                        "(d_model %d, n_layer %d, d_mlp %d, vocab %d)",
+                        what, c->d_model, c->n_layer, c->d_mlp, c->vocab);
+    /* The biggest buffers of one forward over the whole context (B = 1):
+     * attention scores [H,T,T], logits [T,V], MLP activations [T,M], residual
+     * [T,D], per-head q/k/v [T,H*Dh], KV cache [L,T,K*Dh]. */
+    size_t T = (size_t)c->ctx, H = (size_t)c->n_head, Dh = (size_t)c->d_head;
+    if (buf_bytes(H, T, T, 1) || buf_bytes(T, (size_t)c->vocab, 1, 1) ||
+        buf_bytes(T, (size_t)c->d_mlp, 1, 1) || buf_bytes(T, (size_t)c->d_model, 1, 1) ||
+        buf_bytes(T, H, Dh, 1) || buf_bytes((size_t)c->n_layer, T, (size_t)c->n_kv_head, Dh))
+        return mp_error(MP_ERR_FORMAT, "%s: a forward buffer over ctx (%d) positions "
+                        "overflows size_t (n_head %d, d_head %d, vocab %d)",
+                        what, c->ctx, c->n_head, c->d_head, c->vocab);
+    return MP_OK;
+}
+
+mp_status mp_model_alloc(mp_model **out, const mp_config *cfg) {
+    mp_status st;
+    mp_model *m = NULL;
+    size_t n[P_COUNT], total = 0;
+    *out = NULL;
+    if ((st = mp_config_validate(cfg, "mp_model_alloc")) != MP_OK) return st;
+    param_sizes(cfg, n);   /* cannot fail after validation */
+    sum_sizes(n, &total);
+    if (!(m = mp_calloc(1, sizeof *m, "model"))) { st = MP_ERR_NOMEM; goto cleanup; }
+    m->cfg = *cfg;
+    m->format = "alloc";
+    if (!(m->owned = mp_calloc(total, sizeof(float), "model parameters"))) {
+        st = MP_ERR_NOMEM;
+        goto cleanup;
+    }
+    float *p = m->owned;
+    float **fields[P_COUNT] = {&m->p.embed, &m->p.ln1_w, &m->p.wq, &m->p.wk, &m->p.wv, &m->p.wo,
+                               &m->p.ln2_w, &m->p.w1, &m->p.w3, &m->p.w2, &m->p.lnf_w,
+                               &m->p.unembed};
+    for (int i = 0; i < P_COUNT; i++) {
+        *fields[i] = n[i] ? p : NULL;
+        p += n[i];
+    }
+    if (cfg->tied) m->p.unembed = m->p.embed;
+    *out = m;
+    return MP_OK;
+cleanup:
+    mp_model_free(m);
+    return st;
+}
+
+void mp_model_free(mp_model *m) {
+    if (!m) return;
+    if (m->map) munmap(m->map, m->map_len);
+    free(m->owned);
+    free(m);
+}

@@ -1,0 +1,258 @@
+/* llama2c.c — Karpathy's llama2.c checkpoints: legacy v0 (7-int header, negative
+ * vocab = untied classifier, freq_cis tables) and v1 ("ak42" magic, 256-byte
+ * header, export.py's version1_export order). Loading memory-maps the file and
+ * points mp_params into it after validating every header field and the exact
+ * file size; saving writes either version atomically (temp file + rename). */
+#include "model.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define L2C_MAGIC 0x616b3432u   /* "ak42" */
+#define L2C_V0_HEADER 28        /* 7 x int32 */
+#define L2C_V1_HEADER 256
+
+/* One named array of the file, in file order. */
+typedef struct { float **dst; size_t n; } l2c_array;
+
+/* The arrays of version `v` in file order (freq_cis for v0 as a NULL
+ * destination); returns their count. Sizes in floats, overflow-checked by
+ * mp_config_validate (which bounds every product below). */
+static int l2c_layout(const mp_config *c, mp_params *p, int v, l2c_array a[16]) {
+    size_t D = (size_t)c->d_model, L = (size_t)c->n_layer, M = (size_t)c->d_mlp;
+    size_t V = (size_t)c->vocab, q = (size_t)c->n_head * (size_t)c->d_head;
+    size_t kv = (size_t)c->n_kv_head * (size_t)c->d_head;
+    l2c_array embed = {&p->embed, V * D}, ln1 = {&p->ln1_w, L * D}, ln2 = {&p->ln2_w, L * D},
+              lnf = {&p->lnf_w, D}, wq = {&p->wq, L * q * D}, wk = {&p->wk, L * kv * D},
+              wv = {&p->wv, L * kv * D}, wo = {&p->wo, L * D * q}, w1 = {&p->w1, L * M * D},
+              w2 = {&p->w2, L * D * M}, w3 = {&p->w3, L * M * D}, cls = {&p->unembed, V * D},
+              freq = {NULL, (size_t)c->ctx * (size_t)c->d_head};   /* [ctx, Dh/2] x 2 */
+    int k = 0;
+    if (v == 0) {
+        l2c_array order[] = {embed, ln1, wq, wk, wv, wo, ln2, w1, w2, w3, lnf, freq};
+        for (size_t i = 0; i < sizeof order / sizeof *order; i++) a[k++] = order[i];
+    } else {
+        l2c_array order[] = {ln1, ln2, lnf, embed, wq, wk, wv, wo, w1, w2, w3};
+        for (size_t i = 0; i < sizeof order / sizeof *order; i++) a[k++] = order[i];
+    }
+    if (!c->tied) a[k++] = cls;
+    return k;
+}
+
+static int32_t rd_i32(const unsigned char *p) { int32_t v; memcpy(&v, p, 4); return v; }
+
+/* Header -> config, with the checks that must precede any division. */
+static mp_status parse_header(const unsigned char *h, size_t size, const char *path,
+                              mp_config *c, int *version, size_t *header) {
+    const char *fields[7] = {"dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads",
+                             "vocab_size", "seq_len"};
+    int64_t v[7];
+    int tied;
+    uint32_t magic;
+    if (size < L2C_V0_HEADER)
+        return mp_error(MP_ERR_FORMAT, "%s: truncated header: file has %zu bytes, a llama2.c "
+                        "header needs at least %d", path, size, L2C_V0_HEADER);
+    memcpy(&magic, h, 4);
+    if (magic == L2C_MAGIC) {
+        if (size < L2C_V1_HEADER)
+            return mp_error(MP_ERR_FORMAT, "%s: truncated header: file has %zu bytes, the v1 "
+                            "header needs %d", path, size, L2C_V1_HEADER);
+        int32_t ver = rd_i32(h + 4);
+        if (ver != 1)
+            return mp_error(MP_ERR_FORMAT, "%s: unsupported llama2.c version %d (only 0 and 1 "
+                            "hold float32 weights)", path, (int)ver);
+        for (int i = 0; i < 7; i++) v[i] = rd_i32(h + 8 + 4 * i);
+        if (h[36] > 1)
+            return mp_error(MP_ERR_FORMAT, "%s: shared_classifier flag is %d (must be 0 or 1)",
+                            path, h[36]);
+        tied = h[36];
+        *version = 1;
+        *header = L2C_V1_HEADER;
+    } else {
+        for (int i = 0; i < 7; i++) v[i] = rd_i32(h + 4 * i);
+        tied = v[5] > 0;
+        v[5] = v[5] < 0 ? -v[5] : v[5];   /* negative vocab: untied classifier */
+        *version = 0;
+        *header = L2C_V0_HEADER;
+    }
+    for (int i = 0; i < 7; i++)
+        if (v[i] <= 0)
+            return mp_error(MP_ERR_FORMAT, "%s: %s (%lld) must be positive%s", path, fields[i],
+                            (long long)v[i], *version == 0 ? " (or not a llama2.c checkpoint)" : "");
+    if (v[5] > INT32_MAX)
+        return mp_error(MP_ERR_FORMAT, "%s: vocab_size (%lld) is out of range", path, (long long)v[5]);
+    if (v[0] % v[3] != 0)
+        return mp_error(MP_ERR_FORMAT, "%s: dim (%lld) is not divisible by n_heads (%lld)",
+                        path, (long long)v[0], (long long)v[3]);
+    *c = mp_config_default();
+    c->d_model = (int)v[0];
+    c->d_mlp = (int)v[1];
+    c->n_layer = (int)v[2];
+    c->n_head = (int)v[3];
+    c->n_kv_head = (int)v[4];
+    c->vocab = (int)v[5];
+    c->ctx = (int)v[6];
+    c->d_head = (int)(v[0] / v[3]);
+    c->tied = tied;
+    return mp_config_validate(c, path);
+}
+
+mp_status mp_model_load_llama2c(mp_model **out, const char *path) {
+    mp_status st = MP_OK;
+    mp_model *m = NULL;
+    int fd = -1, version = 0;
+    struct stat sb;
+    size_t size, header = 0, expect;
+    mp_config cfg;
+    l2c_array arr[16];
+    *out = NULL;
+
+    if ((fd = open(path, O_RDONLY)) < 0)
+        return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        st = mp_error(MP_ERR_IO, "%s: not a regular file", path);
+        goto cleanup;
+    }
+    size = (size_t)sb.st_size;
+    unsigned char h[L2C_V1_HEADER];
+    size_t hn = size < sizeof h ? size : sizeof h;
+    if (pread(fd, h, hn, 0) != (ssize_t)hn) {
+        st = mp_error(MP_ERR_IO, "%s: cannot read the header: %s", path, strerror(errno));
+        goto cleanup;
+    }
+    if ((st = parse_header(h, size, path, &cfg, &version, &header)) != MP_OK) goto cleanup;
+
+    if (!(m = mp_calloc(1, sizeof *m, "model"))) { st = MP_ERR_NOMEM; goto cleanup; }
+    m->cfg = cfg;
+    int na = l2c_layout(&cfg, &m->p, version, arr);
+    expect = header;
+    for (int i = 0; i < na; i++) {
+        size_t bytes;
+        if (mp_mul_size(arr[i].n, sizeof(float), &bytes) || mp_add_size(expect, bytes, &expect)) {
+            st = mp_error(MP_ERR_FORMAT, "%s: the checkpoint size overflows size_t", path);
+            goto cleanup;
+        }
+    }
+    if (size < expect) {
+        st = mp_error(MP_ERR_FORMAT, "%s: truncated: expected %zu bytes, file has %zu", path, expect, size);
+        goto cleanup;
+    }
+    if (size > expect) {
+        st = mp_error(MP_ERR_FORMAT, "%s: %zu trailing bytes (expected %zu bytes, file has %zu)",
+                      path, size - expect, expect, size);
+        goto cleanup;
+    }
+    m->map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m->map == MAP_FAILED) {
+        m->map = NULL;
+        st = mp_error(MP_ERR_IO, "%s: mmap failed: %s", path, strerror(errno));
+        goto cleanup;
+    }
+    m->map_len = size;
+    float *p = (float *)((char *)m->map + header);   /* header is a multiple of 4 */
+    for (int i = 0; i < na; i++) {
+        if (arr[i].dst) *arr[i].dst = p;
+        p += arr[i].n;
+    }
+    if (cfg.tied) m->p.unembed = m->p.embed;
+    snprintf(m->source, sizeof m->source, "%s", path);
+    m->format = version == 0 ? "llama2c-v0" : "llama2c-v1";
+    *out = m;
+    m = NULL;
+cleanup:
+    if (fd >= 0) close(fd);
+    mp_model_free(m);
+    return st;
+}
+
+/* llama2.c's freq_cis tables: cos / sin of pos * theta^(-2i/Dh), [ctx, Dh/2] each. */
+static mp_status write_freq_cis(FILE *f, const mp_config *c) {
+    int half = c->d_head / 2;
+    for (int part = 0; part < 2; part++)
+        for (int t = 0; t < c->ctx; t++)
+            for (int i = 0; i < half; i++) {
+                double freq = 1.0 / pow((double)c->rope_theta, (2.0 * i) / c->d_head);
+                float v = (float)(part == 0 ? cos(t * freq) : sin(t * freq));
+                if (fwrite(&v, sizeof v, 1, f) != 1) return MP_ERR_IO;
+            }
+    return MP_OK;
+}
+
+mp_status mp_model_save_llama2c(const mp_model *m, const char *path, int version) {
+    const mp_config *c = &m->cfg;
+    mp_status st = MP_OK;
+    char tmp[4096];
+    int fd = -1;
+    FILE *f = NULL;
+    l2c_array arr[16];
+    mp_params p = m->p;
+
+    if (version != 0 && version != 1)
+        return mp_error(MP_ERR_ARG, "%s: llama2.c version %d cannot be written (0 or 1)", path, version);
+    if ((st = mp_config_validate(c, path)) != MP_OK) return st;
+    if (c->norm != MP_NORM_RMS || c->mlp != MP_MLP_SWIGLU || c->pos != MP_POS_ROPE ||
+        (long long)c->n_head * c->d_head != c->d_model || c->rope_theta != 10000.0f ||
+        c->norm_eps != 1e-5f)
+        return mp_error(MP_ERR_ARG, "%s: this model cannot be written as llama2.c (which fixes "
+                        "RMSNorm eps 1e-5, SwiGLU, RoPE theta 10000, n_head*d_head == d_model)", path);
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= (int)sizeof tmp)
+        return mp_error(MP_ERR_ARG, "%s: path too long", path);
+    if ((fd = mkstemp(tmp)) < 0)
+        return mp_error(MP_ERR_IO, "%s: cannot create a temporary file: %s", path, strerror(errno));
+    if (fchmod(fd, 0644) != 0 || !(f = fdopen(fd, "wb"))) {
+        st = mp_error(MP_ERR_IO, "%s: cannot open %s: %s", path, tmp, strerror(errno));
+        goto cleanup;
+    }
+    fd = -1;   /* owned by f now */
+
+    unsigned char h[L2C_V1_HEADER] = {0};
+    int32_t fields[7] = {c->d_model, c->d_mlp, c->n_layer, c->n_head, c->n_kv_head,
+                         c->vocab, c->ctx};
+    size_t hn;
+    if (version == 0) {
+        if (!c->tied) fields[5] = -fields[5];
+        memcpy(h, fields, sizeof fields);
+        hn = L2C_V0_HEADER;
+    } else {
+        uint32_t magic = L2C_MAGIC;
+        int32_t ver = 1;
+        memcpy(h, &magic, 4);
+        memcpy(h + 4, &ver, 4);
+        memcpy(h + 8, fields, sizeof fields);
+        h[36] = (unsigned char)(c->tied ? 1 : 0);
+        hn = L2C_V1_HEADER;
+    }
+    if (fwrite(h, 1, hn, f) != hn) goto write_error;
+    int na = l2c_layout(c, &p, version, arr);
+    for (int i = 0; i < na; i++) {
+        if (!arr[i].dst) {
+            if (write_freq_cis(f, c) != MP_OK) goto write_error;
+        } else if (fwrite(*arr[i].dst, sizeof(float), arr[i].n, f) != arr[i].n) {
+            goto write_error;
+        }
+    }
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0) goto write_error;
+    int rc = fclose(f);
+    f = NULL;
+    if (rc != 0) goto write_error;
+    if (rename(tmp, path) != 0) {
+        st = mp_error(MP_ERR_IO, "%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
+        goto cleanup;
+    }
+    return MP_OK;
+
+write_error:
+    st = mp_error(MP_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+cleanup:
+    if (f) fclose(f);
+    if (fd >= 0) close(fd);
+    unlink(tmp);
+    return st;
+}

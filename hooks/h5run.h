@@ -1,0 +1,90 @@
+/* h5run.h — the HDF5 run-file writer (DESIGN.md "HDF5 run file") and the
+ * capture adapter that streams hook views into it.
+ *
+ *   /             attrs format="mechprobe.run", version=1, mechprobe_version, seed
+ *   /model        attrs: the config and its source path
+ *   /tokens       int32 [B,T]
+ *   /logits       float32 [B,T,V]           (when asked for)
+ *   /acts/<hook>  float32, one per captured hook point
+ *   /stats/...    analysis results
+ *
+ * The file is written under a temporary name in the same directory and renamed
+ * by mp_h5run_commit, so a crash or an abort never leaves a file that looks
+ * complete. Datasets are chunked along T (about 1 MiB per chunk), optionally
+ * shuffle+deflate compressed, and written block by block as they are computed.
+ *
+ * Typical use:
+ *   mp_h5run *run;  mp_h5run_create(&run, "out.h5", &params);
+ *   mp_h5run_write_model(run, &model->cfg, model->source);
+ *   mp_h5run_write_tokens(run, tokens, B, T);
+ *   mp_h5run_capture(run, hooks, &model->cfg, "blocks.*.attn.hook_pattern", B, T);
+ *   mp_model_forward(model, tokens, B, T, &fp, logits);
+ *   mp_hooks_clear(hooks);          // the callbacks point into `run`
+ *   mp_h5run_commit(run);           // or mp_h5run_abort(run) on any failure */
+#ifndef MP_H5RUN_H
+#define MP_H5RUN_H
+
+#include <hdf5.h>
+
+#include "mp_common.h"
+#include "mp_hooks.h"
+
+struct mp_config;
+
+typedef struct {
+    int compress;       /* 0: none; 1..9: shuffle + deflate at that level */
+    int has_seed;       /* write the root attribute `seed` */
+    int64_t seed;
+    size_t chunk_bytes; /* target chunk size; 0: 1 MiB */
+} mp_h5run_params;
+
+mp_h5run_params mp_h5run_params_default(void);
+
+typedef struct mp_h5run mp_h5run;
+/* A dataset of the run, owned by the run (closed by commit/abort). */
+typedef struct mp_h5ds mp_h5ds;
+
+/* Creates the temporary file and writes the root attributes. p may be NULL
+ * (defaults). A missing or unwritable directory is MP_ERR_IO naming `path`,
+ * and nothing is left behind. */
+mp_status mp_h5run_create(mp_h5run **out, const char *path, const mp_h5run_params *p);
+/* /model with the config as attributes (d_model, n_layer, n_head, n_kv_head,
+ * d_head, d_mlp, vocab, ctx, rope_theta, norm_eps, tied, norm, mlp, pos) and
+ * `source` (may be NULL: ""). */
+mp_status mp_h5run_write_model(mp_h5run *run, const struct mp_config *cfg, const char *source);
+/* /tokens int32 [B,T]. */
+mp_status mp_h5run_write_tokens(mp_h5run *run, const int *tokens, int B, int T);
+/* Creates float32 dataset `path` (e.g. "/logits", "/stats/sink/frac") of the
+ * given shape, chunked along t_axis (-1: along axis 0) and compressed as the
+ * run's params say. An existing dataset of that name is replaced. */
+mp_status mp_h5run_dataset(mp_h5run *run, const char *path, int ndim, const int64_t *shape, int t_axis,
+                           mp_h5ds **ds);
+/* Writes the block [offset, offset + count) (row-major `data`, prod(count)
+ * floats) into the dataset. Blocks may come in any order. */
+mp_status mp_h5ds_write(mp_h5ds *ds, const int64_t *offset, const int64_t *count, const float *data);
+/* Creates a dataset and writes all of it. */
+mp_status mp_h5run_write_f32(mp_h5run *run, const char *path, int ndim, const int64_t *shape, int t_axis,
+                             const float *data);
+
+/* Closes everything and renames the temporary file to its final name. Frees
+ * the run whether or not it succeeds (on failure the temporary is removed). */
+mp_status mp_h5run_commit(mp_h5run *run);
+/* Closes and removes the temporary file and frees the run. NULL is a no-op;
+ * safe after any partial failure. */
+void mp_h5run_abort(mp_h5run *run);
+/* The open file, for extra writes with h5io or HDF5 (do not close it). */
+hid_t mp_h5run_file(mp_h5run *run);
+/* The final path. */
+const char *mp_h5run_path(const mp_h5run *run);
+
+/* Capture adapter: for every hook point matching `globs` (comma-separated,
+ * see mp_hook_select) creates /acts/<name> with the full shape of a forward
+ * over B x T tokens and registers a callback on `hooks` that writes each view
+ * it receives at its place: info->axis/offset locate blocks of query rows of
+ * scores/patterns; info->pos0 places incremental-decoding steps along T. No
+ * view is buffered. A glob matching nothing is MP_ERR_ARG naming it. The
+ * callbacks point into `run`: clear or free `hooks` before commit/abort. */
+mp_status mp_h5run_capture(mp_h5run *run, mp_hooks *hooks, const struct mp_config *cfg, const char *globs,
+                           int B, int T);
+
+#endif

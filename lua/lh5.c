@@ -1,0 +1,290 @@
+/* lh5.c — HDF5 files from Lua: mp.h5.open(path [, mode]) returns a
+ * "mechprobe.H5" handle with read/read_int/shape/attrs/list/has/write/
+ * set_attr/close, built on hooks/h5io. Modes: "r" (default), "r+" (read-write),
+ * "w" (create or truncate; not atomic), "a" (read-write, created if missing).
+ * Every dataset comes back as a float32 Tensor (integers converted); read_int
+ * gives small integer data such as /tokens as nested Lua tables. */
+#include "mp_lua.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "h5io.h"
+
+#define H5_MT "mechprobe.H5"
+
+typedef struct {
+    hid_t f;          /* H5I_INVALID_HID once closed */
+    mp_h5_mode mode;
+    char *path;
+} lh5;
+
+static lh5 *check_h5(lua_State *L) {
+    lh5 *h = luaL_checkudata(L, 1, H5_MT);
+    if (h->f < 0) luaL_error(L, "H5 file is closed%s%s", h->path ? ": " : "", h->path ? h->path : "");
+    return h;
+}
+
+static lh5 *check_writable(lua_State *L) {
+    lh5 *h = check_h5(L);
+    if (h->mode == MP_H5_READ)
+        luaL_error(L, "%s: opened read-only (open it with mode \"r+\" or \"a\" to write)", h->path);
+    return h;
+}
+
+static int l_open(lua_State *L) {
+    static const char *const modes[] = {"r", "r+", "w", "a", NULL};
+    static const mp_h5_mode mv[] = {MP_H5_READ, MP_H5_RDWR, MP_H5_TRUNC, MP_H5_APPEND};
+    const char *path = luaL_checkstring(L, 1);
+    int m = luaL_checkoption(L, 2, "r", modes);
+    lh5 *h = lua_newuserdatauv(L, sizeof *h, 0);
+    h->f = H5I_INVALID_HID;
+    h->mode = mv[m];
+    h->path = NULL;
+    luaL_setmetatable(L, H5_MT);
+    h->path = strdup(path);
+    if (!h->path) return luaL_error(L, "out of memory");
+    mp_status st = mp_h5_open(&h->f, path, mv[m]);
+    if (st != MP_OK) return mp_lua_fail(L, st);
+    return 1;
+}
+
+/* f:read(name) -> Tensor (a number for a scalar dataset) */
+static int m_read(lua_State *L) {
+    lh5 *h = check_h5(L);
+    const char *name = luaL_checkstring(L, 2);
+    mp_h5_dsinfo info;
+    mp_status st = mp_h5_dataset_info(h->f, name, &info);
+    if (st != MP_OK) return mp_lua_fail(L, st);
+    if (info.ndim == 0) {
+        float v;
+        if ((st = mp_h5_read_f32_into(h->f, name, &v, 1)) != MP_OK) return mp_lua_fail(L, st);
+        lua_pushnumber(L, v);
+        return 1;
+    }
+    mp_tensor *t = mp_lua_tensor_new(L, info.ndim, info.shape);
+    if ((st = mp_h5_read_f32_into(h->f, name, t->data, t->numel)) != MP_OK) return mp_lua_fail(L, st);
+    return 1;
+}
+
+static void push_ints(lua_State *L, const int32_t *d, int ndim, const int64_t *shape) {
+    lua_createtable(L, (int)shape[0], 0);
+    size_t stride = 1;
+    for (int i = 1; i < ndim; i++) stride *= (size_t)shape[i];
+    for (int64_t i = 0; i < shape[0]; i++) {
+        if (ndim == 1) lua_pushinteger(L, d[i]);
+        else push_ints(L, d + (size_t)i * stride, ndim - 1, shape + 1);
+        lua_rawseti(L, -2, i + 1);
+    }
+}
+
+/* f:read_int(name) -> nested tables of integers ([B][T] for /tokens) */
+static int m_read_int(lua_State *L) {
+    lh5 *h = check_h5(L);
+    const char *name = luaL_checkstring(L, 2);
+    mp_h5_dsinfo info;
+    mp_status st = mp_h5_dataset_info(h->f, name, &info);
+    if (st != MP_OK) return mp_lua_fail(L, st);
+    /* The buffer is a userdata so that a Lua error while building the
+     * tables cannot leak it. */
+    int32_t *buf = lua_newuserdatauv(L, (info.numel ? info.numel : 1) * sizeof(int32_t), 0);
+    if ((st = mp_h5_read_i32_into(h->f, name, buf, info.numel)) != MP_OK) return mp_lua_fail(L, st);
+    if (info.ndim == 0) lua_pushinteger(L, buf[0]);
+    else push_ints(L, buf, info.ndim, info.shape);
+    return 1;
+}
+
+/* f:shape(name) -> table of extents */
+static int m_shape(lua_State *L) {
+    lh5 *h = check_h5(L);
+    mp_h5_dsinfo info;
+    mp_status st = mp_h5_dataset_info(h->f, luaL_checkstring(L, 2), &info);
+    if (st != MP_OK) return mp_lua_fail(L, st);
+    lua_createtable(L, info.ndim, 0);
+    for (int i = 0; i < info.ndim; i++) {
+        lua_pushinteger(L, info.shape[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
+static void push_attr(lua_State *L, const mp_h5_attr *a) {
+    switch (a->kind) {
+    case MP_H5_ATTR_INT: lua_pushinteger(L, a->i); break;
+    case MP_H5_ATTR_FLOAT: lua_pushnumber(L, a->f); break;
+    case MP_H5_ATTR_STRING: lua_pushstring(L, a->s); break;
+    case MP_H5_ATTR_INT_ARRAY:
+    case MP_H5_ATTR_FLOAT_ARRAY:
+        lua_createtable(L, (int)a->n, 0);
+        for (size_t i = 0; i < a->n; i++) {
+            if (a->kind == MP_H5_ATTR_INT_ARRAY) lua_pushinteger(L, a->iv[i]);
+            else lua_pushnumber(L, a->fv[i]);
+            lua_rawseti(L, -2, (lua_Integer)i + 1);
+        }
+        break;
+    default: lua_pushnil(L); break;
+    }
+}
+
+/* f:attrs([obj]) -> {key = value}; unsupported attribute types are left out */
+static int m_attrs(lua_State *L) {
+    lh5 *h = check_h5(L);
+    const char *obj = luaL_optstring(L, 2, "/");
+    mp_h5_attr *a;
+    int n;
+    mp_status st = mp_h5_attrs_read(h->f, obj, &a, &n);
+    if (st != MP_OK) return mp_lua_fail(L, st);
+    /* (Only a Lua out-of-memory error while copying could leak the array.) */
+    lua_createtable(L, 0, n);
+    for (int i = 0; i < n; i++) {
+        if (a[i].kind == MP_H5_ATTR_UNSUPPORTED) continue;
+        push_attr(L, &a[i]);
+        lua_setfield(L, -2, a[i].name);
+    }
+    mp_h5_attrs_free(a, n);
+    return 1;
+}
+
+/* f:list([group]) -> sorted table of child names */
+static int m_list(lua_State *L) {
+    lh5 *h = check_h5(L);
+    const char *g = luaL_optstring(L, 2, "/");
+    mp_h5_entry *e;
+    int n;
+    mp_status st = mp_h5_list(h->f, g, &e, &n);
+    if (st != MP_OK) return mp_lua_fail(L, st);
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) {
+        lua_pushstring(L, e[i].name);
+        lua_rawseti(L, -2, i + 1);
+    }
+    mp_h5_list_free(e, n);
+    return 1;
+}
+
+/* f:has(name) -> boolean, plus "group"/"dataset"/"other" when present */
+static int m_has(lua_State *L) {
+    lh5 *h = check_h5(L);
+    mp_h5_kind k;
+    int ok = mp_h5_exists(h->f, luaL_checkstring(L, 2), &k);
+    lua_pushboolean(L, ok);
+    if (!ok) return 1;
+    lua_pushstring(L, k == MP_H5_GROUP ? "group" : k == MP_H5_DATASET ? "dataset" : "other");
+    return 2;
+}
+
+/* f:write(name, tensor_or_table [, {compress = N}]) */
+static int m_write(lua_State *L) {
+    lh5 *h = check_writable(L);
+    const char *name = luaL_checkstring(L, 2);
+    lua_settop(L, 4); /* a table converted below is pushed at 5 */
+    mp_tensor *t = mp_lua_tensor_arg(L, 3);
+    int compress = 0;
+    if (!lua_isnoneornil(L, 4)) {
+        luaL_checktype(L, 4, LUA_TTABLE);
+        lua_getfield(L, 4, "compress");
+        if (!lua_isnil(L, -1)) {
+            lua_Integer c = luaL_checkinteger(L, -1);
+            if (c < 0 || c > 9) luaL_argerror(L, 4, "compress must be 0..9");
+            compress = (int)c;
+        }
+        lua_pop(L, 1);
+    }
+    mp_status st = mp_h5_write_f32(h->f, name, t->ndim, t->shape, t->data, compress);
+    if (st != MP_OK) return mp_lua_fail(L, st);
+    return 0;
+}
+
+/* f:set_attr(obj, key, value): integer, float, boolean (stored 0/1), string,
+ * or a table/1-D Tensor of numbers (integers if all are integers). */
+static int m_set_attr(lua_State *L) {
+    lh5 *h = check_writable(L);
+    const char *obj = luaL_checkstring(L, 2);
+    const char *key = luaL_checkstring(L, 3);
+    mp_status st = MP_OK;
+    switch (lua_type(L, 4)) {
+    case LUA_TNUMBER:
+        if (lua_isinteger(L, 4)) st = mp_h5_attr_set_int(h->f, obj, key, lua_tointeger(L, 4));
+        else st = mp_h5_attr_set_float(h->f, obj, key, lua_tonumber(L, 4));
+        break;
+    case LUA_TBOOLEAN: st = mp_h5_attr_set_int(h->f, obj, key, lua_toboolean(L, 4)); break;
+    case LUA_TSTRING: st = mp_h5_attr_set_string(h->f, obj, key, lua_tostring(L, 4)); break;
+    case LUA_TTABLE: {
+        size_t n = lua_rawlen(L, 4);
+        if (n == 0 || n > MP_H5_ATTR_MAXN) luaL_argerror(L, 4, "array attribute needs 1.. entries");
+        int64_t *iv = lua_newuserdatauv(L, n * sizeof(int64_t), 0);
+        double *fv = lua_newuserdatauv(L, n * sizeof(double), 0);
+        int all_int = 1;
+        for (size_t i = 0; i < n; i++) {
+            lua_rawgeti(L, 4, (lua_Integer)i + 1);
+            int ok;
+            fv[i] = lua_tonumberx(L, -1, &ok);
+            if (!ok) luaL_argerror(L, 4, lua_pushfstring(L, "entry %d is not a number", (int)i + 1));
+            if (lua_isinteger(L, -1)) iv[i] = lua_tointeger(L, -1);
+            else all_int = 0;
+            lua_pop(L, 1);
+        }
+        st = all_int ? mp_h5_attr_set_ints(h->f, obj, key, iv, n) : mp_h5_attr_set_floats(h->f, obj, key, fv, n);
+        break;
+    }
+    default: {
+        mp_tensor *t = mp_lua_tensor_test(L, 4);
+        if (!t) return luaL_typeerror(L, 4, "number, string, boolean, table or Tensor");
+        double *fv = lua_newuserdatauv(L, (t->numel ? t->numel : 1) * sizeof(double), 0);
+        for (size_t i = 0; i < t->numel; i++) fv[i] = t->data[i];
+        st = mp_h5_attr_set_floats(h->f, obj, key, fv, t->numel);
+        break;
+    }
+    }
+    if (st != MP_OK) return mp_lua_fail(L, st);
+    return 0;
+}
+
+static int m_close(lua_State *L) {
+    lh5 *h = luaL_checkudata(L, 1, H5_MT);
+    mp_status st = mp_h5_close(&h->f);
+    if (st != MP_OK) return mp_lua_fail(L, st);
+    return 0;
+}
+
+static int mt_gc(lua_State *L) {
+    lh5 *h = luaL_checkudata(L, 1, H5_MT);
+    mp_h5_close(&h->f);
+    free(h->path);
+    h->path = NULL;
+    return 0;
+}
+
+static int mt_close(lua_State *L) {
+    lh5 *h = luaL_checkudata(L, 1, H5_MT);
+    mp_h5_close(&h->f);
+    return 0;
+}
+
+static int mt_tostring(lua_State *L) {
+    static const char *const names[] = {"r", "r+", "w", "a"};
+    lh5 *h = luaL_checkudata(L, 1, H5_MT);
+    lua_pushfstring(L, "H5(%s, %s)", h->path ? h->path : "?", h->f < 0 ? "closed" : names[h->mode]);
+    return 1;
+}
+
+void mp_lua_open_h5(lua_State *L) {
+    static const luaL_Reg methods[] = {
+        {"read", m_read},       {"read_int", m_read_int}, {"shape", m_shape}, {"attrs", m_attrs},
+        {"list", m_list},       {"has", m_has},           {"write", m_write}, {"set_attr", m_set_attr},
+        {"close", m_close},     {NULL, NULL},
+    };
+    static const luaL_Reg meta[] = {
+        {"__gc", mt_gc}, {"__close", mt_close}, {"__tostring", mt_tostring}, {NULL, NULL},
+    };
+    if (luaL_newmetatable(L, H5_MT)) {
+        luaL_setfuncs(L, meta, 0);
+        luaL_newlib(L, methods);
+        lua_setfield(L, -2, "__index");
+    }
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushcfunction(L, l_open);
+    lua_setfield(L, -2, "open");
+    lua_setfield(L, -2, "h5");
+}

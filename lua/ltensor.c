@@ -1,0 +1,806 @@
+/* ltensor.c — the Lua Tensor type of module `mp` (metatable "mechprobe.Tensor"):
+ * float32, row-major, up to MP_MAXDIM dims, reference-counted storage shared by
+ * views along leading dims, 1-based indices (negative ones count from the end).
+ * Constructors mp.tensor/zeros/ones/full, element access, views, in-place and
+ * new-tensor arithmetic, reductions, and t:save() through hooks/h5io.
+ * Every tensor is contiguous: views only select or narrow leading dims. */
+#include "mp_lua.h"
+
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "h5io.h"
+
+#define INVALID_MSG "Tensor is no longer valid (hook views live only during the callback; use :clone())"
+
+/* ---- storage and userdata ---- */
+
+static void storage_release(mp_storage *st) {
+    if (!st) return;
+    if (--st->refs <= 0) {
+        if (!st->external) free(st->data);
+        free(st);
+    }
+}
+
+static int valid(const mp_tensor *t) { return t->st && t->st->data; }
+
+static void ensure_metatable(lua_State *L);
+
+static mp_tensor *push_raw(lua_State *L) {
+    mp_tensor *t = lua_newuserdatauv(L, sizeof *t, 0);
+    memset(t, 0, sizeof *t);
+    ensure_metatable(L);
+    lua_setmetatable(L, -2);
+    return t;
+}
+
+/* numel of a shape, raising on a negative extent or overflow. */
+static size_t checked_numel(lua_State *L, int ndim, const int64_t *shape) {
+    size_t n = 1;
+    if (ndim < 0 || ndim > MP_MAXDIM) luaL_error(L, "Tensor rank %d outside 0..%d", ndim, MP_MAXDIM);
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0) luaL_error(L, "negative Tensor extent %lld in dim %d", (long long)shape[i], i + 1);
+        if ((uint64_t)shape[i] > SIZE_MAX || mp_mul_size(n, (size_t)shape[i], &n))
+            luaL_error(L, "Tensor size overflows");
+    }
+    if (mp_mul_size(n, sizeof(float), &(size_t){0})) luaL_error(L, "Tensor size overflows");
+    return n;
+}
+
+mp_tensor *mp_lua_tensor_new(lua_State *L, int ndim, const int64_t *shape) {
+    size_t n = checked_numel(L, ndim, shape);
+    mp_tensor *t = push_raw(L);
+    mp_storage *st = malloc(sizeof *st);
+    if (!st) luaL_error(L, "out of memory allocating a Tensor");
+    st->data = calloc(n ? n : 1, sizeof(float));
+    if (!st->data) {
+        free(st);
+        char b[32];
+        luaL_error(L, "out of memory allocating a Tensor of %s", mp_fmt_bytes((double)n * sizeof(float), b));
+        return NULL; /* not reached */
+    }
+    st->n = n;
+    st->refs = 1;
+    st->external = 0;
+    t->st = st;
+    t->data = st->data;
+    t->ndim = ndim;
+    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    t->numel = n;
+    return t;
+}
+
+mp_tensor *mp_lua_tensor_from(lua_State *L, int ndim, const int64_t *shape, const float *data) {
+    mp_tensor *t = mp_lua_tensor_new(L, ndim, shape);
+    if (t->numel) memcpy(t->data, data, t->numel * sizeof(float));
+    return t;
+}
+
+mp_tensor *mp_lua_tensor_wrap(lua_State *L, int ndim, const int64_t *shape, float *data) {
+    size_t n = checked_numel(L, ndim, shape);
+    mp_tensor *t = push_raw(L);
+    mp_storage *st = malloc(sizeof *st);
+    if (!st) luaL_error(L, "out of memory allocating a Tensor");
+    st->data = data;
+    st->n = n;
+    st->refs = 1;
+    st->external = 1;
+    t->st = st;
+    t->data = data;
+    t->ndim = ndim;
+    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    t->numel = n;
+    return t;
+}
+
+void mp_lua_tensor_detach(mp_tensor *t) {
+    if (!t || !t->st) return;
+    /* Views made during the callback share the storage: clearing its data
+     * pointer invalidates all of them at once. */
+    if (t->st->external) {
+        t->st->data = NULL;
+        t->st->n = 0;
+    }
+    storage_release(t->st);
+    t->st = NULL;
+    t->data = NULL;
+}
+
+/* A view of parent: `off` floats in, with the given shape. */
+static mp_tensor *push_view(lua_State *L, const mp_tensor *parent, size_t off, int ndim, const int64_t *shape) {
+    mp_tensor *v = push_raw(L);
+    v->st = parent->st;
+    v->st->refs++;
+    v->data = parent->data + off;
+    v->ndim = ndim;
+    memcpy(v->shape, shape, (size_t)ndim * sizeof *shape);
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
+    v->numel = n;
+    return v;
+}
+
+mp_tensor *mp_lua_tensor_test(lua_State *L, int idx) {
+    mp_tensor *t = luaL_testudata(L, idx, MP_TENSOR_MT);
+    if (t && !valid(t)) luaL_error(L, "%s", INVALID_MSG);
+    return t;
+}
+
+mp_tensor *mp_lua_tensor_check(lua_State *L, int idx) {
+    mp_tensor *t = luaL_testudata(L, idx, MP_TENSOR_MT);
+    if (!t) luaL_typeerror(L, idx, "Tensor");
+    if (!valid(t)) luaL_error(L, "%s", INVALID_MSG);
+    return t;
+}
+
+/* ---- nested tables ---- */
+
+/* Shape of a nested table at idx, following first elements. */
+static int table_shape(lua_State *L, int idx, int64_t *shape) {
+    int ndim = 0;
+    lua_pushvalue(L, idx);
+    while (lua_type(L, -1) == LUA_TTABLE) {
+        if (ndim == MP_MAXDIM) luaL_error(L, "nested table deeper than %d levels", MP_MAXDIM);
+        shape[ndim++] = (int64_t)lua_rawlen(L, -1);
+        if (lua_rawlen(L, -1) == 0) break;
+        lua_rawgeti(L, -1, 1);
+        lua_remove(L, -2);
+    }
+    lua_pop(L, 1);
+    return ndim;
+}
+
+static void fill_from_table(lua_State *L, int arg, int idx, int depth, int ndim, const int64_t *shape, float **p,
+                            char *path, size_t plen) {
+    size_t n = lua_rawlen(L, idx);
+    if ((int64_t)n != shape[depth])
+        luaL_argerror(L, arg, lua_pushfstring(L, "ragged table: %s has %d entries, expected %d", plen ? path : "the table",
+                                              (int)n, (int)shape[depth]));
+    for (size_t i = 1; i <= n; i++) {
+        lua_rawgeti(L, idx, (lua_Integer)i);
+        char sub[128];
+        snprintf(sub, sizeof sub, "%s[%zu]", path, i);
+        if (depth + 1 < ndim) {
+            if (!lua_istable(L, -1))
+                luaL_argerror(L, arg, lua_pushfstring(L, "ragged table: %s is a %s, expected a table", sub,
+                                                      luaL_typename(L, -1)));
+            fill_from_table(L, arg, lua_gettop(L), depth + 1, ndim, shape, p, sub, strlen(sub));
+        } else {
+            int ok;
+            lua_Number v = lua_tonumberx(L, -1, &ok);
+            if (!ok)
+                luaL_argerror(L, arg, lua_pushfstring(L, "%s is a %s, expected a number", sub, luaL_typename(L, -1)));
+            *(*p)++ = (float)v;
+        }
+        lua_pop(L, 1);
+    }
+}
+
+/* Pushes a tensor built from the nested table at idx. */
+static mp_tensor *tensor_from_table(lua_State *L, int idx, int arg) {
+    int64_t shape[MP_MAXDIM];
+    idx = lua_absindex(L, idx);
+    int ndim = table_shape(L, idx, shape);
+    mp_tensor *t = mp_lua_tensor_new(L, ndim, shape);
+    float *p = t->data;
+    char path[2] = "";
+    if (ndim > 0) fill_from_table(L, arg, idx, 0, ndim, shape, &p, path, 0);
+    return t;
+}
+
+mp_tensor *mp_lua_tensor_arg(lua_State *L, int idx) {
+    mp_tensor *t = mp_lua_tensor_test(L, idx);
+    if (t) return t;
+    if (lua_istable(L, idx)) return tensor_from_table(L, idx, idx);
+    luaL_typeerror(L, idx, "Tensor or table");
+    return NULL;
+}
+
+static void push_totable(lua_State *L, const float *d, int ndim, const int64_t *shape) {
+    lua_createtable(L, (int)shape[0], 0);
+    if (ndim == 1) {
+        for (int64_t i = 0; i < shape[0]; i++) {
+            lua_pushnumber(L, d[i]);
+            lua_rawseti(L, -2, i + 1);
+        }
+        return;
+    }
+    size_t stride = 1;
+    for (int i = 1; i < ndim; i++) stride *= (size_t)shape[i];
+    for (int64_t i = 0; i < shape[0]; i++) {
+        push_totable(L, d + (size_t)i * stride, ndim - 1, shape + 1);
+        lua_rawseti(L, -2, i + 1);
+    }
+}
+
+/* ---- helpers ---- */
+
+static void shape_str(const mp_tensor *t, char *buf, size_t n) {
+    size_t k = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < t->ndim && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? "," : "", (long long)t->shape[i]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+/* 1-based (or negative, from the end) index at arg into 0-based, or raises. */
+static int64_t index_arg(lua_State *L, int arg, int64_t n, int dim) {
+    lua_Integer i = luaL_checkinteger(L, arg);
+    int64_t j = i < 0 ? n + i : i - 1;
+    if (j < 0 || j >= n)
+        luaL_argerror(L, arg, lua_pushfstring(L, "index %I out of range 1..%I for dim %d", i, (lua_Integer)n, dim));
+    return j;
+}
+
+/* Reads a shape from a table at `arg` or from integers arg..top. */
+static int shape_args(lua_State *L, int arg, int64_t *shape, int allow_infer) {
+    int ndim = 0, top = lua_gettop(L);
+    if (lua_istable(L, arg)) {
+        lua_Integer n = (lua_Integer)lua_rawlen(L, arg);
+        if (n > MP_MAXDIM) luaL_argerror(L, arg, "too many dims");
+        for (lua_Integer i = 1; i <= n; i++) {
+            lua_rawgeti(L, arg, i);
+            int ok;
+            lua_Integer v = lua_tointegerx(L, -1, &ok);
+            lua_pop(L, 1);
+            if (!ok || v < (allow_infer ? -1 : 0))
+                luaL_argerror(L, arg, lua_pushfstring(L, "shape entry %I is not a valid extent", i));
+            shape[ndim++] = v;
+        }
+    } else {
+        for (int a = arg; a <= top; a++) {
+            if (ndim == MP_MAXDIM) luaL_argerror(L, a, "too many dims");
+            lua_Integer v = luaL_checkinteger(L, a);
+            if (v < (allow_infer ? -1 : 0)) luaL_argerror(L, a, "not a valid extent");
+            shape[ndim++] = v;
+        }
+    }
+    return ndim;
+}
+
+static void same_shape(lua_State *L, const mp_tensor *a, const mp_tensor *b, int arg) {
+    int same = a->ndim == b->ndim;
+    for (int i = 0; same && i < a->ndim; i++) same = a->shape[i] == b->shape[i];
+    if (!same) {
+        char sa[128], sb[128];
+        shape_str(a, sa, sizeof sa);
+        shape_str(b, sb, sizeof sb);
+        luaL_argerror(L, arg, lua_pushfstring(L, "shapes %s and %s differ (elementwise ops need identical shapes)", sa, sb));
+    }
+}
+
+/* BLAS takes int lengths: walk large arrays in pieces. */
+#define BLAS_STEP ((size_t)INT_MAX / 2)
+
+/* Dot product accumulated in double. (Not cblas_dsdot: OpenBLAS's kernel
+ * loses about 5e-9 relative, measured, against a double accumulation.) */
+static double dot_f(const float *a, const float *b, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * (double)b[i];
+    return s;
+}
+
+static void axpy_f(float alpha, const float *x, float *y, size_t n) {
+    for (size_t i = 0; i < n; i += BLAS_STEP) {
+        size_t m = n - i < BLAS_STEP ? n - i : BLAS_STEP;
+        cblas_saxpy((int)m, alpha, x + i, 1, y + i, 1);
+    }
+}
+
+static void scal_f(float alpha, float *x, size_t n) {
+    for (size_t i = 0; i < n; i += BLAS_STEP) {
+        size_t m = n - i < BLAS_STEP ? n - i : BLAS_STEP;
+        cblas_sscal((int)m, alpha, x + i, 1);
+    }
+}
+
+/* ---- constructors ---- */
+
+static int l_tensor(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_test(L, 1);
+    if (t) {
+        mp_lua_tensor_from(L, t->ndim, t->shape, t->data);
+        return 1;
+    }
+    luaL_checktype(L, 1, LUA_TTABLE);
+    tensor_from_table(L, 1, 1);
+    return 1;
+}
+
+static int filled(lua_State *L, int arg, float v, int vtop) {
+    int64_t shape[MP_MAXDIM];
+    if (lua_gettop(L) < arg) luaL_argerror(L, arg, "shape expected (a table or dims)");
+    if (vtop) lua_settop(L, arg); /* value already read; keep the shape only */
+    int ndim = shape_args(L, arg, shape, 0);
+    mp_tensor *t = mp_lua_tensor_new(L, ndim, shape);
+    if (v != 0)
+        for (size_t i = 0; i < t->numel; i++) t->data[i] = v;
+    return 1;
+}
+
+static int l_zeros(lua_State *L) { return filled(L, 1, 0.0f, 0); }
+static int l_ones(lua_State *L) { return filled(L, 1, 1.0f, 0); }
+static int l_full(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    float v = (float)luaL_checknumber(L, 2);
+    return filled(L, 1, v, 1);
+}
+static int l_is_tensor(lua_State *L) {
+    lua_pushboolean(L, luaL_testudata(L, 1, MP_TENSOR_MT) != NULL);
+    return 1;
+}
+
+/* ---- shape and access ---- */
+
+static int m_shape(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    lua_createtable(L, t->ndim, 0);
+    for (int i = 0; i < t->ndim; i++) {
+        lua_pushinteger(L, t->shape[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
+static int m_dim(lua_State *L) {
+    lua_pushinteger(L, mp_lua_tensor_check(L, 1)->ndim);
+    return 1;
+}
+
+static int m_numel(lua_State *L) {
+    lua_pushinteger(L, (lua_Integer)mp_lua_tensor_check(L, 1)->numel);
+    return 1;
+}
+
+static int m_size(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    if (lua_isnoneornil(L, 2)) return m_shape(L);
+    lua_Integer d = luaL_checkinteger(L, 2);
+    lua_Integer j = d < 0 ? t->ndim + d : d - 1;
+    if (j < 0 || j >= t->ndim)
+        luaL_argerror(L, 2, lua_pushfstring(L, "dim %I out of range 1..%d", d, t->ndim));
+    lua_pushinteger(L, t->shape[j]);
+    return 1;
+}
+
+/* Flat offset of the indices at args first..first+ndim-1. */
+static size_t flat_index(lua_State *L, const mp_tensor *t, int first, const char *fn) {
+    int given = lua_gettop(L) - first + 1;
+    if (given != t->ndim)
+        luaL_error(L, "bad arguments to '%s' (a %d-dim Tensor needs %d indices, got %d)", fn, t->ndim, t->ndim,
+                   given < 0 ? 0 : given);
+    size_t off = 0;
+    for (int i = 0; i < t->ndim; i++) off = off * (size_t)t->shape[i] + (size_t)index_arg(L, first + i, t->shape[i], i + 1);
+    return off;
+}
+
+static int m_get(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    lua_pushnumber(L, t->data[flat_index(L, t, 2, "get")]);
+    return 1;
+}
+
+static int m_set(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    float v = (float)luaL_checknumber(L, 2);
+    t->data[flat_index(L, t, 3, "set")] = v;
+    lua_settop(L, 1);
+    return 1;
+}
+
+/* Pushes t[i] (0-based j): a number for 1-D, else a view. */
+static void push_select(lua_State *L, mp_tensor *t, int64_t j) {
+    if (t->ndim == 1) {
+        lua_pushnumber(L, t->data[j]);
+        return;
+    }
+    size_t stride = t->numel / (size_t)(t->shape[0] ? t->shape[0] : 1);
+    push_view(L, t, (size_t)j * stride, t->ndim - 1, t->shape + 1);
+}
+
+static int m_select(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    if (t->ndim < 1) luaL_error(L, "select on a 0-dim Tensor");
+    push_select(L, t, index_arg(L, 2, t->shape[0], 1));
+    return 1;
+}
+
+static int m_narrow(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    if (t->ndim < 1) luaL_error(L, "narrow on a 0-dim Tensor");
+    int64_t n = t->shape[0];
+    lua_Integer s = luaL_checkinteger(L, 2), len = luaL_checkinteger(L, 3);
+    int64_t j = s < 0 ? n + s : s - 1;
+    if (j < 0 || j > n || (j == n && len > 0))
+        luaL_argerror(L, 2, lua_pushfstring(L, "start %I out of range 1..%I for dim 1", s, (lua_Integer)n));
+    if (len < 0 || len > n - j)
+        luaL_argerror(L, 3, lua_pushfstring(L, "length %I out of range 0..%I from start %I", len, (lua_Integer)(n - j), s));
+    int64_t shape[MP_MAXDIM];
+    memcpy(shape, t->shape, sizeof shape);
+    shape[0] = len;
+    size_t stride = n ? t->numel / (size_t)n : 0;
+    push_view(L, t, (size_t)j * stride, t->ndim, shape);
+    return 1;
+}
+
+static int m_reshape(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    int64_t shape[MP_MAXDIM];
+    if (lua_gettop(L) < 2) luaL_argerror(L, 2, "shape expected (a table or dims)");
+    int ndim = shape_args(L, 2, shape, 1), infer = -1;
+    size_t known = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == -1) {
+            if (infer >= 0) luaL_argerror(L, 2, "at most one extent may be -1");
+            infer = i;
+        } else if (mp_mul_size(known, (size_t)shape[i], &known)) {
+            luaL_argerror(L, 2, "shape overflows");
+        }
+    }
+    if (infer >= 0) {
+        if (known == 0 || t->numel % known) luaL_argerror(L, 2, "cannot infer the -1 extent");
+        shape[infer] = (int64_t)(t->numel / known);
+        known = t->numel;
+    }
+    if (known != t->numel) {
+        char s[128];
+        shape_str(t, s, sizeof s);
+        luaL_argerror(L, 2, lua_pushfstring(L, "shape has %I elements, the Tensor %s has %I", (lua_Integer)known, s,
+                                            (lua_Integer)t->numel));
+    }
+    push_view(L, t, 0, ndim, shape);
+    return 1;
+}
+
+static int m_totable(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    if (t->ndim == 0) lua_pushnumber(L, t->data[0]);
+    else push_totable(L, t->data, t->ndim, t->shape);
+    return 1;
+}
+
+static int m_clone(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    mp_lua_tensor_from(L, t->ndim, t->shape, t->data);
+    return 1;
+}
+
+static int m_copy_(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    mp_tensor *o = mp_lua_tensor_arg(L, 2);
+    same_shape(L, t, o, 2);
+    if (t->numel) memmove(t->data, o->data, t->numel * sizeof(float));
+    lua_settop(L, 1);
+    return 1;
+}
+
+static int m_fill_(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    float v = (float)luaL_checknumber(L, 2);
+    for (size_t i = 0; i < t->numel; i++) t->data[i] = v;
+    lua_settop(L, 1);
+    return 1;
+}
+
+/* ---- arithmetic ---- */
+
+typedef enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV } binop;
+
+/* y = y (op) x elementwise, or y = y (op) s. */
+static void apply_tensor(binop op, float *y, const float *x, size_t n) {
+    switch (op) {
+    case OP_ADD: axpy_f(1.0f, x, y, n); break;
+    case OP_SUB: axpy_f(-1.0f, x, y, n); break;
+    case OP_MUL: for (size_t i = 0; i < n; i++) y[i] *= x[i]; break;
+    case OP_DIV: for (size_t i = 0; i < n; i++) y[i] /= x[i]; break;
+    }
+}
+
+static void apply_scalar(binop op, float *y, float s, size_t n) {
+    switch (op) {
+    case OP_ADD: for (size_t i = 0; i < n; i++) y[i] += s; break;
+    case OP_SUB: for (size_t i = 0; i < n; i++) y[i] -= s; break;
+    case OP_MUL: scal_f(s, y, n); break;
+    case OP_DIV: for (size_t i = 0; i < n; i++) y[i] /= s; break;
+    }
+}
+
+/* In place on the tensor at 1 with the number or tensor/table at 2. */
+static int inplace(lua_State *L, binop op) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    if (lua_type(L, 2) == LUA_TNUMBER) {
+        apply_scalar(op, t->data, (float)lua_tonumber(L, 2), t->numel);
+    } else {
+        mp_tensor *o = mp_lua_tensor_arg(L, 2);
+        same_shape(L, t, o, 2);
+        if (o->data == t->data && (op == OP_ADD || op == OP_SUB)) {
+            /* x += x / x -= x without aliasing BLAS arguments */
+            if (op == OP_ADD) scal_f(2.0f, t->data, t->numel);
+            else memset(t->data, 0, t->numel * sizeof(float));
+        } else {
+            apply_tensor(op, t->data, o->data, t->numel);
+        }
+    }
+    lua_settop(L, 1);
+    return 1;
+}
+
+static int m_add_(lua_State *L) { return inplace(L, OP_ADD); }
+static int m_sub_(lua_State *L) { return inplace(L, OP_SUB); }
+static int m_mul_(lua_State *L) { return inplace(L, OP_MUL); }
+static int m_div_(lua_State *L) { return inplace(L, OP_DIV); }
+
+/* New tensor a (op) b where either side may be a number (metamethods) or a
+ * Tensor/table. */
+static int newop(lua_State *L, binop op) {
+    int a_num = lua_type(L, 1) == LUA_TNUMBER, b_num = lua_type(L, 2) == LUA_TNUMBER;
+    if (a_num && b_num) luaL_error(L, "Tensor arithmetic needs a Tensor operand");
+    if (a_num) {
+        /* s (op) t */
+        float s = (float)lua_tonumber(L, 1);
+        mp_tensor *t = mp_lua_tensor_arg(L, 2);
+        mp_tensor *r = mp_lua_tensor_from(L, t->ndim, t->shape, t->data);
+        switch (op) {
+        case OP_ADD: apply_scalar(OP_ADD, r->data, s, r->numel); break;
+        case OP_MUL: apply_scalar(OP_MUL, r->data, s, r->numel); break;
+        case OP_SUB: for (size_t i = 0; i < r->numel; i++) r->data[i] = s - r->data[i]; break;
+        case OP_DIV: for (size_t i = 0; i < r->numel; i++) r->data[i] = s / r->data[i]; break;
+        }
+        return 1;
+    }
+    mp_tensor *a = mp_lua_tensor_arg(L, 1); /* a converted table stays on the stack */
+    if (b_num) {
+        float s = (float)lua_tonumber(L, 2);
+        mp_tensor *r = mp_lua_tensor_from(L, a->ndim, a->shape, a->data);
+        apply_scalar(op, r->data, s, r->numel);
+        return 1;
+    }
+    mp_tensor *b = mp_lua_tensor_arg(L, 2);
+    same_shape(L, a, b, 2);
+    mp_tensor *r = mp_lua_tensor_from(L, a->ndim, a->shape, a->data);
+    apply_tensor(op, r->data, b->data, r->numel);
+    return 1;
+}
+
+static int m_add(lua_State *L) { return newop(L, OP_ADD); }
+static int m_sub(lua_State *L) { return newop(L, OP_SUB); }
+static int m_mul(lua_State *L) { return newop(L, OP_MUL); }
+static int m_div(lua_State *L) { return newop(L, OP_DIV); }
+
+static int m_unm(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    mp_tensor *r = mp_lua_tensor_from(L, t->ndim, t->shape, t->data);
+    scal_f(-1.0f, r->data, r->numel);
+    return 1;
+}
+
+/* ---- reductions ---- */
+
+typedef enum { R_SUM, R_MEAN, R_MAX, R_MIN, R_ARGMAX } reduce_kind;
+
+/* Reduces n floats; for ARGMAX returns the 0-based index. */
+static double reduce(reduce_kind k, const float *d, size_t n) {
+    if (k == R_SUM || k == R_MEAN) {
+        double s = 0;
+        for (size_t i = 0; i < n; i++) s += d[i];
+        return k == R_MEAN ? s / (double)n : s;
+    }
+    size_t best = 0;
+    for (size_t i = 1; i < n; i++)
+        if (k == R_MIN ? d[i] < d[best] : d[i] > d[best]) best = i;
+    return k == R_ARGMAX ? (double)best : (double)d[best];
+}
+
+static void push_argmax_rows(lua_State *L, const float *d, int ndim, const int64_t *shape, size_t row) {
+    lua_createtable(L, (int)shape[0], 0);
+    size_t stride = 1;
+    for (int i = 1; i < ndim; i++) stride *= (size_t)shape[i];
+    for (int64_t i = 0; i < shape[0]; i++) {
+        const float *p = d + (size_t)i * stride;
+        if (ndim == 2) lua_pushinteger(L, (lua_Integer)reduce(R_ARGMAX, p, row) + 1);
+        else push_argmax_rows(L, p, ndim - 1, shape + 1, row);
+        lua_rawseti(L, -2, i + 1);
+    }
+}
+
+/* t:<reduction>() over everything, or t:<reduction>(-1) over the last dim. */
+static int reduction(lua_State *L, reduce_kind k, const char *name) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    int last = 0;
+    if (!lua_isnoneornil(L, 2)) {
+        lua_Integer d = luaL_checkinteger(L, 2);
+        if (d != -1 && d != t->ndim) luaL_argerror(L, 2, "only the last dim (-1) is supported");
+        last = t->ndim > 1;
+    }
+    if (!last) {
+        if (t->numel == 0 && k != R_SUM)
+            luaL_error(L, "%s of an empty Tensor", name);
+        double v = reduce(k, t->data, t->numel);
+        if (k == R_ARGMAX) lua_pushinteger(L, (lua_Integer)v + 1);
+        else lua_pushnumber(L, v);
+        return 1;
+    }
+    size_t row = (size_t)t->shape[t->ndim - 1];
+    if (row == 0 && k != R_SUM) luaL_error(L, "%s over an empty last dim", name);
+    if (k == R_ARGMAX) {
+        push_argmax_rows(L, t->data, t->ndim, t->shape, row);
+        return 1;
+    }
+    mp_tensor *r = mp_lua_tensor_new(L, t->ndim - 1, t->shape);
+    for (size_t i = 0; i < r->numel; i++) r->data[i] = (float)reduce(k, t->data + i * row, row);
+    return 1;
+}
+
+static int m_sum(lua_State *L) { return reduction(L, R_SUM, "sum"); }
+static int m_mean(lua_State *L) { return reduction(L, R_MEAN, "mean"); }
+static int m_max(lua_State *L) { return reduction(L, R_MAX, "max"); }
+static int m_min(lua_State *L) { return reduction(L, R_MIN, "min"); }
+static int m_argmax(lua_State *L) { return reduction(L, R_ARGMAX, "argmax"); }
+
+static int m_norm(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    lua_pushnumber(L, sqrt(dot_f(t->data, t->data, t->numel)));
+    return 1;
+}
+
+static int m_dot(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    mp_tensor *o = mp_lua_tensor_arg(L, 2);
+    if (t->ndim != 1) luaL_argerror(L, 1, "dot needs 1-D Tensors");
+    same_shape(L, t, o, 2);
+    lua_pushnumber(L, dot_f(t->data, o->data, t->numel));
+    return 1;
+}
+
+/* t:save(path, name [, {compress = N}]) */
+static int m_save(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    const char *path = luaL_checkstring(L, 2);
+    const char *name = luaL_checkstring(L, 3);
+    int compress = 0;
+    if (!lua_isnoneornil(L, 4)) {
+        luaL_checktype(L, 4, LUA_TTABLE);
+        lua_getfield(L, 4, "compress");
+        if (!lua_isnil(L, -1)) {
+            lua_Integer c = luaL_checkinteger(L, -1);
+            if (c < 0 || c > 9) luaL_argerror(L, 4, "compress must be 0..9");
+            compress = (int)c;
+        }
+        lua_pop(L, 1);
+    }
+    hid_t f;
+    mp_status st = mp_h5_open(&f, path, MP_H5_APPEND);
+    if (st != MP_OK) return mp_lua_fail(L, st);
+    st = mp_h5_write_f32(f, name, t->ndim, t->shape, t->data, compress);
+    mp_status st2 = mp_h5_close(&f);
+    if (st == MP_OK) st = st2;
+    if (st != MP_OK) return mp_lua_fail(L, st);
+    lua_settop(L, 1);
+    return 1;
+}
+
+/* ---- metamethods ---- */
+
+static int mt_gc(lua_State *L) {
+    mp_tensor *t = luaL_checkudata(L, 1, MP_TENSOR_MT);
+    storage_release(t->st);
+    t->st = NULL;
+    t->data = NULL;
+    return 0;
+}
+
+static int mt_tostring(lua_State *L) {
+    mp_tensor *t = luaL_checkudata(L, 1, MP_TENSOR_MT);
+    if (!valid(t)) {
+        lua_pushliteral(L, "Tensor(invalid)");
+        return 1;
+    }
+    char s[160];
+    shape_str(t, s, sizeof s);
+    lua_pushfstring(L, "Tensor%s float32", s);
+    return 1;
+}
+
+static int mt_len(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    lua_pushinteger(L, t->ndim ? t->shape[0] : 0);
+    return 1;
+}
+
+/* Integer key of the value at idx (also 2.0), or 0 with *ok = 0. */
+static lua_Integer int_key(lua_State *L, int idx, int *ok) {
+    *ok = 0;
+    if (lua_type(L, idx) != LUA_TNUMBER) return 0;
+    return lua_tointegerx(L, idx, ok);
+}
+
+static int mt_index(lua_State *L) {
+    int ok;
+    int_key(L, 2, &ok);
+    if (ok) {
+        mp_tensor *t = mp_lua_tensor_check(L, 1);
+        if (t->ndim < 1) luaL_error(L, "cannot index a 0-dim Tensor");
+        push_select(L, t, index_arg(L, 2, t->shape[0], 1));
+        return 1;
+    }
+    if (lua_type(L, 2) == LUA_TSTRING) {
+        const char *k = lua_tostring(L, 2);
+        if (strcmp(k, "ndim") == 0) {
+            lua_pushinteger(L, mp_lua_tensor_check(L, 1)->ndim);
+            return 1;
+        }
+        lua_pushvalue(L, 2);
+        lua_rawget(L, lua_upvalueindex(1));
+        return 1;
+    }
+    lua_pushnil(L);
+    return 1;
+}
+
+static int mt_newindex(lua_State *L) {
+    int ok;
+    int_key(L, 2, &ok);
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    if (!ok) return luaL_error(L, "cannot set field '%s' of a Tensor", luaL_tolstring(L, 2, NULL));
+    if (t->ndim < 1) luaL_error(L, "cannot index a 0-dim Tensor");
+    int64_t j = index_arg(L, 2, t->shape[0], 1);
+    if (t->ndim == 1) {
+        t->data[j] = (float)luaL_checknumber(L, 3);
+        return 0;
+    }
+    size_t stride = t->numel / (size_t)t->shape[0];
+    float *dst = t->data + (size_t)j * stride;
+    if (lua_type(L, 3) == LUA_TNUMBER) {
+        float v = (float)lua_tonumber(L, 3);
+        for (size_t k = 0; k < stride; k++) dst[k] = v;
+        return 0;
+    }
+    mp_tensor *src = mp_lua_tensor_arg(L, 3);
+    mp_tensor sub = {0};
+    sub.ndim = t->ndim - 1;
+    memcpy(sub.shape, t->shape + 1, (size_t)sub.ndim * sizeof *sub.shape);
+    same_shape(L, &sub, src, 3);
+    memmove(dst, src->data, stride * sizeof(float));
+    return 0;
+}
+
+static const luaL_Reg methods[] = {
+    {"shape", m_shape}, {"dim", m_dim},       {"numel", m_numel},   {"size", m_size},     {"get", m_get},
+    {"set", m_set},     {"select", m_select}, {"narrow", m_narrow}, {"reshape", m_reshape},
+    {"totable", m_totable}, {"clone", m_clone}, {"copy_", m_copy_}, {"fill_", m_fill_},
+    {"add_", m_add_},   {"sub_", m_sub_},     {"mul_", m_mul_},     {"div_", m_div_},
+    {"add", m_add},     {"sub", m_sub},       {"mul", m_mul},       {"div", m_div},
+    {"sum", m_sum},     {"mean", m_mean},     {"max", m_max},       {"min", m_min},
+    {"argmax", m_argmax}, {"norm", m_norm},   {"dot", m_dot},       {"save", m_save},
+    {NULL, NULL},
+};
+
+static const luaL_Reg metamethods[] = {
+    {"__gc", mt_gc},   {"__close", mt_gc}, {"__tostring", mt_tostring}, {"__len", mt_len},
+    {"__newindex", mt_newindex}, {"__add", m_add}, {"__sub", m_sub}, {"__mul", m_mul},
+    {"__div", m_div},  {"__unm", m_unm},   {NULL, NULL},
+};
+
+/* Creates the metatable on first use and leaves it on the stack. */
+static void ensure_metatable(lua_State *L) {
+    if (!luaL_newmetatable(L, MP_TENSOR_MT)) return;
+    luaL_setfuncs(L, metamethods, 0);
+    lua_newtable(L);
+    luaL_setfuncs(L, methods, 0);
+    lua_pushcclosure(L, mt_index, 1);
+    lua_setfield(L, -2, "__index");
+}
+
+void mp_lua_open_tensor(lua_State *L) {
+    static const luaL_Reg fns[] = {
+        {"tensor", l_tensor}, {"zeros", l_zeros}, {"ones", l_ones},
+        {"full", l_full},     {"is_tensor", l_is_tensor}, {NULL, NULL},
+    };
+    ensure_metatable(L);
+    lua_pop(L, 1);
+    luaL_setfuncs(L, fns, 0);
+}

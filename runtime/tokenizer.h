@@ -32,4 +32,9 @@ const char *mp_tokenizer_piece(const mp_tokenizer *t, int prev, int token);
  * emit nothing). */
 mp_status mp_tokenizer_decode(const mp_tokenizer *t, const int *tokens, int n, char **out);
 
+/* Writes a byte-level tokenizer.bin (for models made from scratch): <unk>, BOS,
+ * EOS, <0x00>..<0xFF> at ids 3..258 and printable ASCII at 259..353. Atomic. */
+mp_status mp_tokenizer_save_bytelevel(const char *path);
+int mp_tokenizer_bytelevel_vocab(void); /* 354 */
+
 #endif

@@ -1,0 +1,26 @@
+-- generate.lua — sample a continuation from a model, streaming it to stdout.
+--
+--   mechprobe generate --model FILE [--tokenizer FILE] [--prompt STR]
+--                      [--steps N] [--temperature T] [--top-p P] [--seed S]
+local cli = require "cli"
+local o = cli.parse(arg, {
+  name = "generate",
+  summary = "Generate text (greedy with --temperature 0; nucleus sampling otherwise).",
+  {"model", "FILE", "llama2.c checkpoint", required = true},
+  {"tokenizer", "FILE", "tokenizer.bin (default: found next to the model)"},
+  {"prompt", "STR", "prompt text (default: start from BOS)", default = ""},
+  {"steps", "N", "new tokens at most", default = 64, type = "int"},
+  {"temperature", "T", "0 = greedy", default = 1.0, type = "number"},
+  {"top_p", "P", "nucleus sampling mass", default = 0.9, type = "number"},
+  {"seed", "S", "random seed", default = 1234, type = "int"},
+})
+local model = mp.load(o.model, {tokenizer = o.tokenizer})
+local t0, n = os.time(), 0
+io.write(o.prompt)
+local prompt = model:to_tokens(o.prompt)
+local text, toks = model:generate(prompt, {
+  max_new_tokens = o.steps, temperature = o.temperature, top_p = o.top_p, seed = o.seed,
+  on_token = function(id, piece) n = n + 1; io.write(piece or ""); io.flush() end,
+})
+io.write("\n")
+io.stderr:write(("[%d new tokens, seed %d]\n"):format(n, o.seed))

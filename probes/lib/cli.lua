@@ -1,0 +1,93 @@
+-- cli.lua — a small GNU-style option parser for probe scripts.
+--
+--   local cli = require "cli"
+--   local opts = cli.parse(arg, {
+--     name = "capture", summary = "one line",
+--     {"model", "FILE", "model checkpoint (llama2.c .bin)", required = true},
+--     {"steps", "N", "number of steps", default = 64, type = "int"},
+--     {"logits", nil, "also store the logits"},          -- a flag
+--   })
+--
+-- Options are written --name VALUE or --name=VALUE (dashes and underscores are
+-- interchangeable in names); flags take no value. --help prints the usage.
+-- Mistakes print a clear message and the usage on stderr and exit with 2.
+local cli = {}
+
+local function usage(spec)
+  local lines = {("usage: mechprobe %s [options]"):format(spec.name)}
+  if spec.summary then lines[#lines + 1] = spec.summary end
+  lines[#lines + 1] = "options:"
+  for _, o in ipairs(spec) do
+    local left = "--" .. o[1]:gsub("_", "-") .. (o[2] and (" " .. o[2]) or "")
+    local right = o[3] or ""
+    if o.required then right = right .. " (required)" end
+    if o.default ~= nil then right = right .. (" (default %s)"):format(tostring(o.default)) end
+    lines[#lines + 1] = ("  %-26s %s"):format(left, right)
+  end
+  lines[#lines + 1] = ("  %-26s %s"):format("--help", "show this help")
+  return table.concat(lines, "\n") .. "\n"
+end
+
+local function fail(spec, msg)
+  io.stderr:write(("mechprobe %s: %s\n\n%s"):format(spec.name, msg, usage(spec)))
+  os.exit(2)
+end
+
+function cli.parse(argv, spec)
+  local byname, opts = {}, {}
+  for _, o in ipairs(spec) do
+    byname[o[1]:gsub("-", "_")] = o
+    if o.default ~= nil then opts[o[1]] = o.default end
+  end
+  local i = 1
+  while argv[i] do
+    local a = argv[i]
+    if a == "--help" or a == "-h" then io.stdout:write(usage(spec)); os.exit(0) end
+    local name, val = a:match("^%-%-([%w_%-]+)=(.*)$")
+    if not name then name = a:match("^%-%-([%w_%-]+)$") end
+    if not name then fail(spec, ("unexpected argument '%s'"):format(a)) end
+    local key = name:gsub("-", "_")
+    local o = byname[key]
+    if not o then fail(spec, ("unknown option '--%s'"):format(name)) end
+    if o[2] == nil then
+      if val ~= nil then fail(spec, ("option --%s takes no value"):format(name)) end
+      opts[o[1]] = true
+    else
+      if val == nil then
+        i = i + 1
+        val = argv[i]
+        if val == nil then fail(spec, ("option --%s needs a value (%s)"):format(name, o[2])) end
+      end
+      if o.type == "int" or o.type == "number" then
+        local n = tonumber(val)
+        if not n or (o.type == "int" and math.type(n) ~= "integer") then
+          fail(spec, ("option --%s: %s expected, got '%s'"):format(name, o.type == "int" and "an integer" or "a number", val))
+        end
+        val = n
+      end
+      opts[o[1]] = val
+    end
+    i = i + 1
+  end
+  for _, o in ipairs(spec) do
+    if o.required and opts[o[1]] == nil then fail(spec, ("--%s is required"):format(o[1]:gsub("_", "-"))) end
+  end
+  return opts
+end
+
+-- "1,2,3" -> {1, 2, 3}; errors name the option.
+function cli.int_list(s, what)
+  local t = {}
+  for item in tostring(s):gmatch("[^,]+") do
+    local n = tonumber(item)
+    if not n or math.type(n) ~= "integer" then
+      io.stderr:write(("mechprobe: %s: '%s' is not an integer\n"):format(what, item))
+      os.exit(2)
+    end
+    t[#t + 1] = n
+  end
+  if #t == 0 then io.stderr:write(("mechprobe: %s: empty list\n"):format(what)); os.exit(2) end
+  return t
+end
+
+return cli

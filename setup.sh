@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# setup.sh — the two commands of the README:
+#   ./setup.sh          install what is missing (Debian packages), build, run the quickstart
+#   ./setup.sh test     install what is missing, build if needed, run the whole test suite (ctest)
+# Also: ./setup.sh build | bench | asan (the suite under AddressSanitizer + UBSan).
+set -euo pipefail
+cd "$(dirname "$0")"
+ROOT=$(pwd)
+JOBS=$(nproc 2>/dev/null || echo 2)
+
+# Debian packages the build and tests need (the benchmarks add PyTorch etc.).
+PKGS="build-essential cmake pkg-config libgsl-dev libhdf5-dev hdf5-tools libcairo2-dev liblua5.4-dev libopenblas-openmp-dev"
+BENCH_PKGS="python3-torch python3-numpy python3-h5py python3-matplotlib"
+
+install_missing() {
+  local missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "setup: installing Debian packages: ${missing[*]}"
+  local SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+build() { # build DIR [cmake args...]
+  local dir=$1; shift
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release "$@" > "$dir.cmake.log" 2>&1 || { cat "$dir.cmake.log"; exit 1; }
+  cmake --build "$dir" -j"$JOBS"
+}
+
+mode=${1:-run}
+case "$mode" in
+  run)
+    install_missing $PKGS
+    mkdir -p build && build build
+    ./build/mechprobe quickstart --out out/quickstart
+    ;;
+  build)
+    install_missing $PKGS
+    mkdir -p build && build build
+    ;;
+  test)
+    install_missing $PKGS
+    mkdir -p build && build build
+    ctest --test-dir build --output-on-failure -j"$JOBS" "${@:2}"
+    ;;
+  asan)
+    install_missing $PKGS
+    mkdir -p build-asan && build build-asan -DCMAKE_BUILD_TYPE=Debug -DMP_SANITIZE=ON
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+      ctest --test-dir build-asan --output-on-failure -j"$JOBS" "${@:2}"
+    ;;
+  bench)
+    install_missing $PKGS $BENCH_PKGS
+    mkdir -p build && build build
+    bash bench/run.sh "${@:2}"
+    ;;
+  *)
+    echo "usage: ./setup.sh [run|test|build|asan|bench]" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,4 @@
+# lua.cmake — tests of the Lua API and the CLI, run through the mechprobe binary.
+mp_lua_test(test_lua_model "lua;golden" lua/test_model.lua)
+mp_lua_test(test_cli_faults "fault;lua" lua/test_faults.lua)
+mp_lua_test(test_readme_examples "lua" lua/test_readme.lua)

@@ -54,6 +54,12 @@ int mp_lua_fail(lua_State *L, mp_status s);
 void mp_lua_open_tensor(lua_State *L);
 void mp_lua_open_h5(lua_State *L);
 void mp_lua_open_model(lua_State *L);
+/* mp.tasks: the synthetic task generators (lua/ltasks.c). */
+void mp_lua_open_tasks(lua_State *L);
+
+/* mp.analyze (lua/lanalyze.c) and mp.plot (lua/lplot.c). */
+void mp_lua_open_analyze(lua_State *L);
+void mp_lua_open_plot(lua_State *L);
 
 /* luaopen for `require "mechprobe"` and the global `mp`. */
 int luaopen_mechprobe(lua_State *L);

@@ -55,15 +55,15 @@ static size_t checked_numel(lua_State *L, int ndim, const int64_t *shape) {
 mp_tensor *mp_lua_tensor_new(lua_State *L, int ndim, const int64_t *shape) {
     size_t n = checked_numel(L, ndim, shape);
     mp_tensor *t = push_raw(L);
-    mp_storage *st = malloc(sizeof *st);
-    if (!st) luaL_error(L, "out of memory allocating a Tensor");
-    st->data = calloc(n ? n : 1, sizeof(float));
-    if (!st->data) {
-        free(st);
+    float *data = calloc(n ? n : 1, sizeof(float));
+    mp_storage *st = data ? malloc(sizeof *st) : NULL;
+    if (!st) {
+        free(data);
         char b[32];
         luaL_error(L, "out of memory allocating a Tensor of %s", mp_fmt_bytes((double)n * sizeof(float), b));
         return NULL; /* not reached */
     }
+    st->data = data;
     st->n = n;
     st->refs = 1;
     st->external = 0;

@@ -53,9 +53,7 @@ int luaopen_mechprobe(lua_State *L) {
     mp_lua_open_h5(L);
     mp_lua_open_model(L);
     mp_lua_open_tasks(L);
-#ifdef MP_HAVE_ANALYZE_LUA
     mp_lua_open_analyze(L);
     mp_lua_open_plot(L);
-#endif
     return 1;
 }

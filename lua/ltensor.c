@@ -427,6 +427,42 @@ static int m_narrow(lua_State *L) {
     return 1;
 }
 
+/* t:permute{d1, d2, ...} -> a new contiguous Tensor whose dim i is t's dim d_i
+ * (1-based), like torch's permute(...).contiguous(): [T,H,Dh]:permute{2,1,3} is
+ * [H,T,Dh], so that [h] selects one head's point cloud. */
+static int m_permute(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    int nd = t->ndim, perm[MP_MAXDIM], used[MP_MAXDIM] = {0};
+    if ((int)luaL_len(L, 2) != nd)
+        return luaL_error(L, "bad argument #1 to 'permute' (%d dims given for a %d-dim Tensor)", (int)luaL_len(L, 2), nd);
+    for (int i = 0; i < nd; i++) {
+        lua_geti(L, 2, i + 1);
+        lua_Integer d = lua_tointeger(L, -1);
+        lua_pop(L, 1);
+        if (d < 1 || d > nd || used[d - 1])
+            return luaL_error(L, "bad argument #1 to 'permute' (not a permutation of 1..%d)", nd);
+        used[d - 1] = 1;
+        perm[i] = (int)d - 1;
+    }
+    int64_t shape[MP_MAXDIM], stride[MP_MAXDIM], ostride[MP_MAXDIM];
+    stride[nd - 1] = 1;
+    for (int i = nd - 2; i >= 0; i--) stride[i] = stride[i + 1] * t->shape[i + 1];
+    for (int i = 0; i < nd; i++) { shape[i] = t->shape[perm[i]]; ostride[i] = stride[perm[i]]; }
+    mp_tensor *o = mp_lua_tensor_new(L, nd, shape);
+    int64_t idx[MP_MAXDIM] = {0};
+    for (size_t e = 0; e < o->numel; e++) {
+        int64_t src = 0;
+        for (int i = 0; i < nd; i++) src += idx[i] * ostride[i];
+        o->data[e] = t->data[src];
+        for (int i = nd - 1; i >= 0; i--) { /* odometer over the output index */
+            if (++idx[i] < shape[i]) break;
+            idx[i] = 0;
+        }
+    }
+    return 1;
+}
+
 static int m_reshape(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
     int64_t shape[MP_MAXDIM];
@@ -770,7 +806,7 @@ static int mt_newindex(lua_State *L) {
 
 static const luaL_Reg methods[] = {
     {"shape", m_shape}, {"dim", m_dim},       {"numel", m_numel},   {"size", m_size},     {"get", m_get},
-    {"set", m_set},     {"select", m_select}, {"narrow", m_narrow}, {"reshape", m_reshape},
+    {"set", m_set},     {"select", m_select}, {"narrow", m_narrow}, {"reshape", m_reshape}, {"permute", m_permute},
     {"totable", m_totable}, {"clone", m_clone}, {"copy_", m_copy_}, {"fill_", m_fill_},
     {"add_", m_add_},   {"sub_", m_sub_},     {"mul_", m_mul_},     {"div_", m_div_},
     {"add", m_add},     {"sub", m_sub},       {"mul", m_mul},       {"div", m_div},

@@ -228,5 +228,19 @@ check("wrong self", function()
   expect_error(function() t.sum({}) end, "Tensor expected", "table as self")
 end)
 
+check("permute copies with the dims reordered", function()
+  local t = mp.zeros{2, 3, 4}
+  for i = 1, 2 do for j = 1, 3 do for k = 1, 4 do t:set(100 * i + 10 * j + k, i, j, k) end end end
+  local p = t:permute{2, 3, 1}
+  deep_eq(p:shape(), {3, 4, 2})
+  for i = 1, 2 do for j = 1, 3 do for k = 1, 4 do
+    assert(p:get(j, k, i) == t:get(i, j, k), "element")
+  end end end
+  p:set(0, 1, 1, 1)
+  assert(t:get(1, 1, 1) == 111, "a copy, not a view")
+  expect_error(function() t:permute{1, 1, 2} end, "not a permutation", "repeated dim")
+  expect_error(function() t:permute{1, 2} end, "2 dims given", "wrong count")
+end)
+
 print(("%d passed, %d failed"):format(passed, failed))
 if failed > 0 then os.exit(1) end

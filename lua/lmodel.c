@@ -1,7 +1,9 @@
 /* lmodel.c — Lua bindings of the model: mp.load / mp.model.*, tokenization,
  * forward passes with captures (run_with_cache) and interventions
  * (run_with_hooks: Lua functions or the C interventions of mp.ablate / mp.patch
- * / mp.steer), generation, and streaming capture to an HDF5 run file.
+ * / mp.steer), generation, streaming capture to an HDF5 run file, and
+ * training (m:train_step, m:train with its progress bar, checkpoints through
+ * m:save / mp.model.load; the optimizer type lives in ltrain.c).
  *
  * Numbering: layers, heads and token positions are 0-based, as in hook names
  * and TransformerLens; Tensor indices are 1-based, as everywhere in Lua. */
@@ -9,6 +11,10 @@
 #include "model.h"
 #include "tokenizer.h"
 #include "h5run.h"
+#include "checkpoint.h"
+#include "train.h"
+
+#include <stdio.h>
 
 #include <libgen.h>
 #include <stdlib.h>
@@ -23,7 +29,11 @@ typedef struct {
     mp_model *m;
     mp_tokenizer *tok;
     char tok_path[1024];
+    mp_train_ws ws;     /* training buffers (gradients, activations) */
+    mp_train_log log;   /* loss curve, saved in the checkpoint's /train */
 } lmodel;
+/* The model userdata's user value 1 is its optimizer (the last one used by
+ * train_step / train, or the one loaded from a checkpoint). */
 
 static lmodel *check_model(lua_State *L, int idx) {
     lmodel *lm = luaL_checkudata(L, idx, MODEL_MT);
@@ -35,6 +45,8 @@ static int model_gc(lua_State *L) {
     lmodel *lm = luaL_checkudata(L, 1, MODEL_MT);
     mp_model_free(lm->m);
     mp_tokenizer_free(lm->tok);
+    mp_train_ws_free(&lm->ws);
+    mp_train_log_free(&lm->log);
     lm->m = NULL;
     lm->tok = NULL;
     return 0;
@@ -803,7 +815,7 @@ static int model_capture(lua_State *L) {
 /* ---- construction ---- */
 
 static lmodel *push_lmodel(lua_State *L) {
-    lmodel *lm = lua_newuserdatauv(L, sizeof *lm, 0);
+    lmodel *lm = lua_newuserdatauv(L, sizeof *lm, 1);
     memset(lm, 0, sizeof *lm);
     luaL_setmetatable(L, MODEL_MT);
     return lm;
@@ -838,8 +850,17 @@ static int l_load(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
     int opt = lua_istable(L, 2) ? 2 : 0;
     lmodel *lm = push_lmodel(L);
-    mp_status st = mp_model_load_llama2c(&lm->m, path);
-    if (st) return mp_lua_fail(L, st);
+    mp_status st;
+    if (mp_file_is_hdf5(path)) { /* checkpoint: parameters, optimizer state, loss curve */
+        mp_adamw o;
+        if ((st = mp_checkpoint_load(path, &lm->m, &o, &lm->log))) return mp_lua_fail(L, st);
+        if (o.n) {
+            mp_lua_optim_push(L, &o);
+            lua_setiuservalue(L, -2, 1);
+        }
+    } else if ((st = mp_model_load_llama2c(&lm->m, path))) {
+        return mp_lua_fail(L, st);
+    }
     const char *tp = NULL;
     if (opt && lua_getfield(L, opt, "tokenizer") != LUA_TNIL) tp = luaL_checkstring(L, -1);
     char found[1024];
@@ -868,41 +889,77 @@ static int cfg_int(lua_State *L, int t, const char *k, int def, int required) {
 }
 
 /* mp.model.new{d_model=, n_layer=, n_head=, n_kv_head=, d_head=, d_mlp=, vocab=,
- *              ctx=, rope_theta=, tied=true, seed=, init_std=0.02, pos="rope"|"none"} */
+ *              ctx=, rope_theta=10000, norm_eps=1e-5, tied=true, seed=0, init_std=0.02,
+ *              norm="rms"|"layer", mlp="swiglu"|"gelu"|"none", pos="rope"|"none"}
+ * Weights ~ normal(0, init_std), wo/w2 scaled by 1/sqrt(2 n_layer). */
+static int kind_opt(lua_State *L, const char *key, const char *const *names, int n, int def) {
+    int v = def;
+    if (lua_getfield(L, 1, key) != LUA_TNIL) {
+        const char *s = luaL_checkstring(L, -1);
+        v = -1;
+        for (int i = 0; i < n; i++)
+            if (strcmp(s, names[i]) == 0) v = i;
+        if (v < 0) {
+            char all[128] = "";
+            for (int i = 0; i < n; i++) {
+                strcat(all, i ? ", \"" : "\"");
+                strcat(all, names[i]);
+                strcat(all, "\"");
+            }
+            luaL_error(L, "mp.model.new: %s must be one of %s (got \"%s\")", key, all, s);
+        }
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
 static int l_model_new(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
+    static const char *norms[] = {"rms", "layer"}, *mlps[] = {"swiglu", "gelu", "none"}, *poss[] = {"rope", "none"};
     mp_config c = mp_config_default();
+    c.norm = (mp_norm_kind)kind_opt(L, "norm", norms, 2, MP_NORM_RMS);
+    c.mlp = (mp_mlp_kind)kind_opt(L, "mlp", mlps, 3, MP_MLP_SWIGLU);
+    c.pos = (mp_pos_kind)kind_opt(L, "pos", poss, 2, MP_POS_ROPE);
     c.d_model = cfg_int(L, 1, "d_model", 0, 1);
     c.n_layer = cfg_int(L, 1, "n_layer", 0, 1);
     c.n_head = cfg_int(L, 1, "n_head", 0, 1);
     c.n_kv_head = cfg_int(L, 1, "n_kv_head", c.n_head, 0);
     c.d_head = cfg_int(L, 1, "d_head", c.n_head > 0 ? c.d_model / c.n_head : 0, 0);
-    c.d_mlp = cfg_int(L, 1, "d_mlp", 4 * c.d_model, 0);
+    c.d_mlp = cfg_int(L, 1, "d_mlp", c.mlp == MP_MLP_NONE ? 0 : 4 * c.d_model, 0);
     c.vocab = cfg_int(L, 1, "vocab", 0, 1);
     c.ctx = cfg_int(L, 1, "ctx", 0, 1);
     c.rope_theta = (float)opt_num(L, 1, "rope_theta", 10000.0);
+    c.norm_eps = (float)opt_num(L, 1, "norm_eps", 1e-5);
     c.tied = opt_bool(L, 1, "tied", 1);
-    if (lua_getfield(L, 1, "pos") != LUA_TNIL) {
-        const char *p = luaL_checkstring(L, -1);
-        if (strcmp(p, "rope") == 0) c.pos = MP_POS_ROPE;
-        else if (strcmp(p, "none") == 0) c.pos = MP_POS_NONE;
-        else return luaL_error(L, "mp.model.new: pos must be \"rope\" or \"none\" (got \"%s\")", p);
-    }
-    lua_pop(L, 1);
     uint64_t seed = (uint64_t)opt_num(L, 1, "seed", 0);
     float std = (float)opt_num(L, 1, "init_std", 0.02);
     lmodel *lm = push_lmodel(L);
-    mp_status st = mp_model_new_random(&lm->m, &c, seed, std);
+    mp_status st = mp_model_new_init(&lm->m, &c, seed, std);
     if (st) return luaL_error(L, "mp.model.new: %s", mp_last_error());
     return 1;
 }
 
-/* m:save(path [, {version=0|1}]) — llama2.c checkpoint */
+/* m:save(path [, {version=0|1}]) — an HDF5 checkpoint (parameters, the
+ * model's optimizer state and loss curve) for a path ending in ".h5", else a
+ * llama2.c file (configs it can express only). */
 static int model_save(lua_State *L) {
     lmodel *lm = check_model(L, 1);
     const char *path = luaL_checkstring(L, 2);
-    int version = (int)opt_num(L, lua_istable(L, 3) ? 3 : 0, "version", 0);
-    mp_status st = mp_model_save_llama2c(lm->m, path, version);
+    size_t n = strlen(path);
+    mp_status st;
+    if (n >= 3 && strcmp(path + n - 3, ".h5") == 0) {
+        lua_getiuservalue(L, 1, 1);
+        const mp_adamw *o = luaL_testudata(L, -1, MP_OPTIM_MT);
+        st = mp_checkpoint_save(path, lm->m, o, lm->log.n ? &lm->log : NULL);
+    } else {
+        int version = (int)opt_num(L, lua_istable(L, 3) ? 3 : 0, "version", 0);
+        const mp_config *c = &lm->m->cfg;
+        if (c->norm != MP_NORM_RMS || c->mlp != MP_MLP_SWIGLU || c->pos != MP_POS_ROPE ||
+            c->d_head * c->n_head != c->d_model || c->rope_theta != 10000.0f)
+            return luaL_error(L, "%s: llama2.c files hold only RMSNorm/SwiGLU/RoPE (theta 10000) models with d_head = "
+                              "d_model / n_head; save this model as a .h5 checkpoint", path);
+        st = mp_model_save_llama2c(lm->m, path, version);
+    }
     if (st) return mp_lua_fail(L, st);
     return 0;
 }
@@ -938,12 +995,257 @@ static int model_index(lua_State *L) {
     if (strcmp(k, "config") == 0 || strcmp(k, "cfg") == 0) { push_config(L, lm->m); return 1; }
     if (strcmp(k, "tokenizer_path") == 0) { lua_pushstring(L, lm->tok ? lm->tok_path : NULL); return 1; }
     if (strcmp(k, "has_tokenizer") == 0) { lua_pushboolean(L, lm->tok != NULL); return 1; }
+    if (strcmp(k, "optimizer") == 0) { lua_getiuservalue(L, 1, 1); return 1; }
     luaL_getmetafield(L, 1, "__methods");
     lua_getfield(L, -1, k);
     return 1;
 }
 
 static int model_hook_names(lua_State *L) { return l_hook_names(L); }
+
+/* ---- training ---- */
+
+/* Reads tokens and targets (tables or Tensors of the same [B,T] shape) into
+ * the guards' buffers. */
+static void read_batch(lua_State *L, int ti, int gi, guard *gt, guard *gg, int *B, int *T) {
+    int B2, T2;
+    free(gt->ints);
+    free(gg->ints);
+    gt->ints = gg->ints = NULL;
+    read_tokens(L, ti, gt, B, T);
+    read_tokens(L, gi, gg, &B2, &T2);
+    if (B2 != *B || T2 != *T)
+        luaL_error(L, "targets: shape [%d,%d] differs from the tokens' [%d,%d]", B2, T2, *B, *T);
+}
+
+/* One step with the model's buffers; appends to the loss curve. */
+static mp_status lm_step(lmodel *lm, mp_adamw *o, const int *tok, const int *tgt, int B, int T, int accum,
+                         const mp_hooks *hooks, float *loss) {
+    double t0 = mp_now();
+    mp_status st = mp_train_step(lm->m, o, &lm->ws, tok, tgt, B, T, accum, hooks, loss);
+    if (st) return st;
+    double wall = (lm->log.n ? lm->log.wall[lm->log.n - 1] : 0.0) + (mp_now() - t0);
+    double tokens = (lm->log.n ? lm->log.tokens[lm->log.n - 1] : 0.0) + (double)B * T;
+    return mp_train_log_add(&lm->log, (int32_t)o->step, *loss, (float)lm->ws.lr, tokens, wall);
+}
+
+/* m:train_step(opt, tokens, targets [, {fwd_hooks=, accum=1}]) -> loss, grad_norm */
+static int model_train_step(lua_State *L) {
+    lmodel *lm = check_model(L, 1);
+    mp_adamw *o = mp_lua_optim_check(L, 2);
+    int opt = lua_istable(L, 5) ? 5 : 0;
+    guard *gt = push_guard(L), *gg = push_guard(L);
+    int B, T;
+    read_batch(L, 3, 4, gt, gg, &B, &T);
+    gt->hooks = mp_hooks_new(&lm->m->cfg);
+    if (!gt->hooks) return luaL_error(L, "out of memory");
+    add_fwd_hooks(L, opt, gt, lm);
+    int accum = (int)opt_num(L, opt, "accum", 1);
+    float loss;
+    mp_status st = lm_step(lm, o, gt->ints, gg->ints, B, T, accum, mp_hooks_count(gt->hooks) ? gt->hooks : NULL,
+                           &loss);
+    if (st) return mp_lua_fail(L, st);
+    lua_pushvalue(L, 2);
+    lua_setiuservalue(L, 1, 1);
+    lua_pushnumber(L, loss);
+    lua_pushnumber(L, lm->ws.grad_norm);
+    return 2;
+}
+
+static void fmt_time(char *buf, size_t n, double s) {
+    if (!(s >= 0) || s > 1e7) { snprintf(buf, n, "--:--"); return; }
+    long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+/* The progress line: step, bar, loss, tokens/s, ETA. */
+static void progress(int tty, int step, int total, float loss, double tps, double eta, double elapsed, int done) {
+    char e[32], el[32];
+    fmt_time(e, sizeof e, eta);
+    fmt_time(el, sizeof el, elapsed);
+    if (tty) {
+        char bar[31];
+        int fill = total ? (int)(30.0 * step / total) : 30;
+        for (int i = 0; i < 30; i++) bar[i] = i < fill ? '=' : i == fill ? '>' : ' ';
+        bar[30] = '\0';
+        fprintf(stderr, "\r%*d/%d [%s] loss %.4f | %.3g tok/s | %s %s\033[K", (int)snprintf(NULL, 0, "%d", total),
+                step, total, bar, (double)loss, tps, done ? "took" : "ETA", done ? el : e);
+        if (done) fputc('\n', stderr);
+    } else {
+        fprintf(stderr, "step %d/%d  loss %.4f  %.3g tok/s  %s %s\n", step, total, (double)loss, tps,
+                done ? "took" : "ETA", done ? el : e);
+    }
+    fflush(stderr);
+}
+
+/* Calls task:sample(B, T) (or task:eval_sample when eval and present),
+ * leaving tokens and targets on the stack. */
+static void sample_task(lua_State *L, int task, int B, int T, int eval) {
+    if (!eval || lua_getfield(L, task, "eval_sample") == LUA_TNIL) {
+        if (eval) lua_pop(L, 1);
+        if (lua_getfield(L, task, "sample") == LUA_TNIL) luaL_error(L, "train: the task has no sample(B, T) method");
+    }
+    lua_pushvalue(L, task);
+    lua_pushinteger(L, B);
+    lua_pushinteger(L, T);
+    lua_call(L, 3, 2);
+    if (lua_isnil(L, -1)) luaL_error(L, "train: task:sample(B, T) must return tokens and targets");
+}
+
+/* m:train{task=, steps=, batch=8, seq_len=ctx, lr=1e-3, warmup=0, min_lr=0.1 lr,
+ *         weight_decay=0.1, beta1=0.9, beta2=0.95, eps=1e-8, grad_clip=1.0,
+ *         accum=1, optimizer=, eval_every=0, eval_batches=4, checkpoint=PATH,
+ *         checkpoint_every=0, progress=true, log_every=, fwd_hooks=, on_step=fn}
+ * -> {step=, loss=, lr=, tokens=, time=, eval_step=, eval_loss=, final_loss=, tokens_per_s=}
+ * Continues the model's optimizer (from a loaded checkpoint or an earlier
+ * train) unless optimizer= or resume=false is given. */
+static int model_train(lua_State *L) {
+    lmodel *lm = check_model(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    if (lua_getfield(L, 2, "task") == LUA_TNIL) return luaL_error(L, "train: option 'task' is required");
+    int task = lua_gettop(L);
+    const int steps = (int)opt_num(L, 2, "steps", 0);
+    if (steps <= 0) return luaL_error(L, "train: option 'steps' (a positive integer) is required");
+    const int B = (int)opt_num(L, 2, "batch", 8), T = (int)opt_num(L, 2, "seq_len", lm->m->cfg.ctx);
+    const int accum = (int)opt_num(L, 2, "accum", 1), eval_every = (int)opt_num(L, 2, "eval_every", 0);
+    const int eval_batches = (int)opt_num(L, 2, "eval_batches", 4);
+    const int ck_every = (int)opt_num(L, 2, "checkpoint_every", 0);
+    const int show = opt_bool(L, 2, "progress", 1), tty = isatty(2);
+    const int log_every = (int)opt_num(L, 2, "log_every", steps >= 20 ? steps / 20 : 1);
+    if (B <= 0 || T <= 0) return luaL_error(L, "train: batch (%d) and seq_len (%d) must be positive", B, T);
+    lua_getfield(L, 2, "checkpoint");
+    const char *ckpt = lua_tostring(L, -1); /* stays on the stack */
+    /* the optimizer */
+    mp_adamw *o = NULL;
+    if (lua_getfield(L, 2, "optimizer") != LUA_TNIL) {
+        o = mp_lua_optim_check(L, -1);
+    } else {
+        lua_pop(L, 1);
+        lua_getiuservalue(L, 1, 1);
+        o = opt_bool(L, 2, "resume", 1) ? luaL_testudata(L, -1, MP_OPTIM_MT) : NULL;
+        if (!o) {
+            lua_pop(L, 1);
+            mp_adamw fresh;
+            memset(&fresh, 0, sizeof fresh);
+            fresh.hp = mp_adamw_params_default();
+            fresh.hp.weight_decay = 0.1f;
+            fresh.hp.beta2 = 0.95f;
+            fresh.hp.grad_clip = 1.0f;
+            fresh.hp.total_steps = steps;
+            mp_lua_adamw_params(L, 2, &fresh.hp);
+            if (mp_adamw_params_check(&fresh.hp)) return luaL_error(L, "train: %s", mp_last_error());
+            o = mp_lua_optim_push(L, &fresh);
+        }
+    }
+    int oi = lua_gettop(L);
+    lua_pushvalue(L, oi);
+    lua_setiuservalue(L, 1, 1);
+    lua_getfield(L, 2, "on_step");
+    int on_step = lua_isfunction(L, -1) ? lua_gettop(L) : 0;
+    guard *gt = push_guard(L), *gg = push_guard(L);
+    gt->hooks = mp_hooks_new(&lm->m->cfg);
+    if (!gt->hooks) return luaL_error(L, "out of memory");
+    add_fwd_hooks(L, 2, gt, lm);
+    const mp_hooks *hooks = mp_hooks_count(gt->hooks) ? gt->hooks : NULL;
+    const size_t first = lm->log.n, first_eval = lm->log.n_eval;
+    const double t_start = mp_now();
+    const int top = lua_gettop(L);
+    float loss = 0.0f;
+    mp_status st;
+    for (int i = 1; i <= steps; i++) {
+        int b, t;
+        sample_task(L, task, B, T, 0);
+        read_batch(L, top + 1, top + 2, gt, gg, &b, &t);
+        lua_settop(L, top);
+        if ((st = lm_step(lm, o, gt->ints, gg->ints, b, t, accum, hooks, &loss))) return mp_lua_fail(L, st);
+        const int gstep = (int)o->step;
+        if (eval_every > 0 && (i % eval_every == 0 || i == steps)) {
+            double sum = 0.0;
+            for (int e = 0; e < eval_batches; e++) {
+                float el;
+                sample_task(L, task, B, T, 1);
+                read_batch(L, top + 1, top + 2, gt, gg, &b, &t);
+                lua_settop(L, top);
+                if ((st = mp_model_loss(lm->m, gt->ints, gg->ints, b, t, hooks, &el))) return mp_lua_fail(L, st);
+                sum += el;
+            }
+            if ((st = mp_train_log_add_eval(&lm->log, gstep, (float)(sum / (eval_batches > 0 ? eval_batches : 1)))))
+                return mp_lua_fail(L, st);
+        }
+        if (ckpt && ck_every > 0 && i % ck_every == 0 && i != steps &&
+            (st = mp_checkpoint_save(ckpt, lm->m, o, &lm->log)))
+            return mp_lua_fail(L, st);
+        if (on_step) {
+            lua_pushvalue(L, on_step);
+            lua_pushinteger(L, gstep);
+            lua_pushnumber(L, loss);
+            lua_call(L, 2, 1);
+            int stop = lua_toboolean(L, -1);
+            lua_settop(L, top);
+            if (stop) break;
+        }
+        if (show && (tty || i % log_every == 0 || i == steps)) {
+            double el = mp_now() - t_start;
+            double tps = el > 0 ? (double)i * B * T / el : 0.0;
+            progress(tty, i, steps, loss, tps, el / i * (steps - i), el, 0);
+        }
+    }
+    double took = mp_now() - t_start;
+    size_t n_run = lm->log.n - first;
+    if (show && tty) progress(tty, (int)n_run, steps, loss, took > 0 ? (double)n_run * B * T / took : 0, 0, took, 1);
+    if (ckpt && (st = mp_checkpoint_save(ckpt, lm->m, o, &lm->log))) return mp_lua_fail(L, st);
+    /* result: this run's part of the curve */
+    lua_createtable(L, 0, 9);
+    const char *keys[] = {"step", "loss", "lr", "tokens", "time"};
+    for (int k = 0; k < 5; k++) {
+        lua_createtable(L, (int)n_run, 0);
+        for (size_t j = 0; j < n_run; j++) {
+            size_t at = first + j;
+            switch (k) {
+            case 0: lua_pushinteger(L, lm->log.step[at]); break;
+            case 1: lua_pushnumber(L, lm->log.loss[at]); break;
+            case 2: lua_pushnumber(L, lm->log.lr[at]); break;
+            case 3: lua_pushnumber(L, lm->log.tokens[at]); break;
+            default: lua_pushnumber(L, lm->log.wall[at]); break;
+            }
+            lua_rawseti(L, -2, (lua_Integer)j + 1);
+        }
+        lua_setfield(L, -2, keys[k]);
+    }
+    lua_createtable(L, 0, 0);
+    lua_createtable(L, 0, 0);
+    for (size_t j = first_eval; j < lm->log.n_eval; j++) {
+        lua_pushinteger(L, lm->log.eval_step[j]);
+        lua_rawseti(L, -3, (lua_Integer)(j - first_eval) + 1);
+        lua_pushnumber(L, lm->log.eval_loss[j]);
+        lua_rawseti(L, -2, (lua_Integer)(j - first_eval) + 1);
+    }
+    lua_setfield(L, -3, "eval_loss");
+    lua_setfield(L, -2, "eval_step");
+    lua_pushnumber(L, loss);
+    lua_setfield(L, -2, "final_loss");
+    lua_pushnumber(L, took > 0 ? (double)n_run * B * T / took : 0.0);
+    lua_setfield(L, -2, "tokens_per_s");
+    return 1;
+}
+
+/* m:loss(tokens, targets [, {fwd_hooks=}]) -> mean masked cross-entropy (no update) */
+static int model_loss(lua_State *L) {
+    lmodel *lm = check_model(L, 1);
+    int opt = lua_istable(L, 4) ? 4 : 0;
+    guard *gt = push_guard(L), *gg = push_guard(L);
+    int B, T;
+    read_batch(L, 2, 3, gt, gg, &B, &T);
+    gt->hooks = mp_hooks_new(&lm->m->cfg);
+    if (!gt->hooks) return luaL_error(L, "out of memory");
+    add_fwd_hooks(L, opt, gt, lm);
+    float loss;
+    mp_status st = mp_model_loss(lm->m, gt->ints, gg->ints, B, T, mp_hooks_count(gt->hooks) ? gt->hooks : NULL, &loss);
+    if (st) return mp_lua_fail(L, st);
+    lua_pushnumber(L, loss);
+    return 1;
+}
 
 static const luaL_Reg model_methods[] = {
     {"forward", model_forward},
@@ -956,6 +1258,9 @@ static const luaL_Reg model_methods[] = {
     {"to_str_tokens", model_to_str_tokens},
     {"hook_names", model_hook_names},
     {"save", model_save},
+    {"train_step", model_train_step},
+    {"train", model_train},
+    {"loss", model_loss},
     {"close", model_gc},
     {NULL, NULL}};
 
@@ -995,6 +1300,7 @@ void mp_lua_open_model(lua_State *L) {
     lua_pushcfunction(L, l_tok_save_bytelevel); lua_setfield(L, -2, "save_bytelevel");
     lua_setfield(L, -2, "tokenizer");
     lua_pushcfunction(L, l_patch); lua_setfield(L, -2, "patch");
+    mp_lua_open_train(L);
     lua_pushcfunction(L, l_steer); lua_setfield(L, -2, "steer");
     lua_pushcfunction(L, l_scale); lua_setfield(L, -2, "scale");
 }

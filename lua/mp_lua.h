@@ -61,6 +61,19 @@ void mp_lua_open_tasks(lua_State *L);
 void mp_lua_open_analyze(lua_State *L);
 void mp_lua_open_plot(lua_State *L);
 
+/* Training (lua/ltrain.c): mp.optim.adamw{...} -> Optimizer userdata
+ * ("mechprobe.Optimizer") wrapping an mp_adamw; registered into the `mp`
+ * table by mp_lua_open_model. */
+#define MP_OPTIM_MT "mechprobe.Optimizer"
+struct mp_adamw;
+void mp_lua_open_train(lua_State *L);
+struct mp_adamw *mp_lua_optim_check(lua_State *L, int idx);
+/* Pushes a new Optimizer taking over *state (moments, step, hyper-parameters). */
+struct mp_adamw *mp_lua_optim_push(lua_State *L, const struct mp_adamw *state);
+/* Reads lr, beta1, beta2, eps, weight_decay, min_lr, grad_clip, warmup,
+ * total_steps from the table at t over the values already in *hp. */
+void mp_lua_adamw_params(lua_State *L, int t, void *hp /* mp_adamw_params * */);
+
 /* luaopen for `require "mechprobe"` and the global `mp`. */
 int luaopen_mechprobe(lua_State *L);
 

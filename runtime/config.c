@@ -30,16 +30,21 @@ mp_config mp_config_default(void) {
 
 /* Sizes (in floats) of the mp_params fields, in struct order. Returns -1 on
  * overflow. Assumes the fields are positive (checked by the caller). */
-enum { P_EMBED, P_LN1, P_WQ, P_WK, P_WV, P_WO, P_LN2, P_W1, P_W3, P_W2, P_LNF, P_UNEMBED, P_COUNT };
+enum { P_EMBED, P_LN1, P_LN1B, P_WQ, P_WK, P_WV, P_WO, P_LN2, P_LN2B, P_W1, P_W3, P_W2, P_LNF, P_LNFB,
+       P_UNEMBED, P_COUNT };
 
 static int param_sizes(const mp_config *c, size_t n[P_COUNT]) {
     size_t D = (size_t)c->d_model, L = (size_t)c->n_layer, V = (size_t)c->vocab;
-    size_t q, kv, M = c->mlp == MP_MLP_NONE ? 0 : (size_t)c->d_mlp, LD;
+    int has_mlp = c->mlp != MP_MLP_NONE, ln = c->norm == MP_NORM_LAYER;
+    size_t q, kv, M = has_mlp ? (size_t)c->d_mlp : 0, LD;
     if (mp_mul_size((size_t)c->n_head, (size_t)c->d_head, &q) ||
         mp_mul_size((size_t)c->n_kv_head, (size_t)c->d_head, &kv) ||
         mp_mul_size(L, D, &LD)) return -1;
     if (mp_mul_size(V, D, &n[P_EMBED])) return -1;
-    n[P_LN1] = n[P_LN2] = LD;
+    n[P_LN1] = LD;
+    n[P_LN1B] = ln ? LD : 0;
+    n[P_LN2] = has_mlp ? LD : 0;
+    n[P_LN2B] = has_mlp && ln ? LD : 0;
     if (mp_mul_size(LD, q, &n[P_WQ]) || mp_mul_size(LD, kv, &n[P_WK])) return -1;
     n[P_WV] = n[P_WK];
     n[P_WO] = n[P_WQ];
@@ -47,8 +52,55 @@ static int param_sizes(const mp_config *c, size_t n[P_COUNT]) {
     n[P_W2] = n[P_W1];
     n[P_W3] = c->mlp == MP_MLP_SWIGLU ? n[P_W1] : 0;   /* GELU: w1 in, w2 out */
     n[P_LNF] = D;
+    n[P_LNFB] = ln ? D : 0;
     n[P_UNEMBED] = c->tied ? 0 : n[P_EMBED];
     return 0;
+}
+
+static float **param_field(mp_params *p, int i) {
+    float **f[P_COUNT] = {&p->embed, &p->ln1_w, &p->ln1_b, &p->wq, &p->wk, &p->wv, &p->wo, &p->ln2_w,
+                          &p->ln2_b, &p->w1, &p->w3, &p->w2, &p->lnf_w, &p->lnf_b, &p->unembed};
+    return f[i];
+}
+
+void mp_params_layout(const mp_config *c, float *base, mp_params *p) {
+    size_t n[P_COUNT];
+    memset(p, 0, sizeof *p);
+    if (param_sizes(c, n)) return;
+    for (int i = 0; i < P_COUNT; i++) {
+        *param_field(p, i) = n[i] ? base : NULL;
+        base += n[i];
+    }
+    if (c->tied) p->unembed = p->embed;
+}
+
+int mp_params_describe(const mp_config *c, const mp_params *p, mp_param_desc out[MP_PARAM_MAX]) {
+    static const char *names[P_COUNT] = {
+        "embed", "blocks.%d.ln1.weight", "blocks.%d.ln1.bias", "blocks.%d.attn.wq", "blocks.%d.attn.wk",
+        "blocks.%d.attn.wv", "blocks.%d.attn.wo", "blocks.%d.ln2.weight", "blocks.%d.ln2.bias",
+        "blocks.%d.mlp.w1", "blocks.%d.mlp.w3", "blocks.%d.mlp.w2", "ln_final.weight", "ln_final.bias",
+        "unembed"};
+    int64_t D = c->d_model, V = c->vocab, M = c->d_mlp, HD = (int64_t)c->n_head * c->d_head,
+            KD = (int64_t)c->n_kv_head * c->d_head;
+    int64_t shapes[P_COUNT][2] = {{V, D}, {D, 0}, {D, 0}, {HD, D}, {KD, D}, {KD, D}, {D, HD}, {D, 0}, {D, 0},
+                                  {M, D}, {M, D}, {D, M}, {D, 0}, {D, 0}, {V, D}};
+    size_t n[P_COUNT];
+    int k = 0;
+    if (param_sizes(c, n)) return 0;
+    mp_params tmp = *p;
+    for (int i = 0; i < P_COUNT; i++) {
+        if (!n[i]) continue;
+        mp_param_desc *d = &out[k++];
+        d->name = names[i];
+        d->p = *param_field(&tmp, i);
+        d->n = n[i];
+        d->per_layer = strstr(names[i], "%d") != NULL;
+        d->ndim = shapes[i][1] ? 2 : 1;
+        d->shape[0] = shapes[i][0];
+        d->shape[1] = shapes[i][1];
+        d->decay = d->ndim == 2;
+    }
+    return k;
 }
 
 static int sum_sizes(const size_t n[P_COUNT], size_t *total) {
@@ -144,15 +196,7 @@ mp_status mp_model_alloc(mp_model **out, const mp_config *cfg) {
         st = MP_ERR_NOMEM;
         goto cleanup;
     }
-    float *p = m->owned;
-    float **fields[P_COUNT] = {&m->p.embed, &m->p.ln1_w, &m->p.wq, &m->p.wk, &m->p.wv, &m->p.wo,
-                               &m->p.ln2_w, &m->p.w1, &m->p.w3, &m->p.w2, &m->p.lnf_w,
-                               &m->p.unembed};
-    for (int i = 0; i < P_COUNT; i++) {
-        *fields[i] = n[i] ? p : NULL;
-        p += n[i];
-    }
-    if (cfg->tied) m->p.unembed = m->p.embed;
+    mp_params_layout(cfg, m->owned, &m->p);
     *out = m;
     return MP_OK;
 cleanup:
@@ -165,4 +209,24 @@ void mp_model_free(mp_model *m) {
     if (m->map) munmap(m->map, m->map_len);
     free(m->owned);
     free(m);
+}
+
+mp_status mp_model_make_owned(mp_model *m) {
+    if (m->owned && !m->map) return MP_OK;
+    mp_model *fresh = NULL;
+    mp_status st = mp_model_alloc(&fresh, &m->cfg);
+    if (st) return mp_error_prefix(st, "copying the parameters for training");
+    mp_param_desc src[MP_PARAM_MAX], dst[MP_PARAM_MAX];
+    int n = mp_params_describe(&m->cfg, &m->p, src);
+    mp_params_describe(&m->cfg, &fresh->p, dst);
+    for (int i = 0; i < n; i++) memcpy(dst[i].p, src[i].p, src[i].n * sizeof(float));
+    if (m->map) munmap(m->map, m->map_len);
+    free(m->owned);
+    m->map = NULL;
+    m->map_len = 0;
+    m->owned = fresh->owned;
+    m->p = fresh->p;
+    fresh->owned = NULL;
+    mp_model_free(fresh);
+    return MP_OK;
 }

@@ -1,8 +1,10 @@
 /* model.c — the instrumented forward pass: batched prefill and incremental
  * decoding over a KV cache, with every DESIGN.md hook point fired (readable and
  * writable) and attention computed in blocks of query rows so that no T x T
- * matrix is ever held, whether or not the pattern is captured; and the KV
- * cache. (Random initialisation lives in model_init.c: GSL's cblas header
+ * matrix is ever held, whether or not the pattern is captured; the KV cache;
+ * the positional scheme (mp_pos_*); and the training mode of the same forward,
+ * which keeps every layer's activations (and the full pattern) in an mp_acts
+ * store for the backward pass (runtime/train.c). (Random initialisation lives in model_init.c: GSL's cblas header
  * clashes with OpenBLAS's, so no file includes both.) */
 #include "model.h"
 #include "ops.h"
@@ -39,7 +41,61 @@ void mp_kvcache_free(mp_kvcache *c) {
 }
 
 mp_forward_params mp_forward_params_default(void) {
-    return (mp_forward_params){NULL, NULL, MP_LOGITS_ALL, 64};
+    return (mp_forward_params){NULL, NULL, MP_LOGITS_ALL, 64, NULL};
+}
+
+mp_status mp_acts_init(mp_acts *a, const mp_config *c, int B, int T) {
+    memset(a, 0, sizeof *a);
+    if (B <= 0 || T <= 0) return mp_error(MP_ERR_ARG, "training buffers: batch (%d) and length (%d) must be positive", B, T);
+    const size_t L = (size_t)c->n_layer, N = (size_t)B * T, D = (size_t)c->d_model;
+    const size_t HD = (size_t)c->n_head * c->d_head, KD = (size_t)c->n_kv_head * c->d_head;
+    const size_t M = c->mlp == MP_MLP_NONE ? 0 : (size_t)c->d_mlp, H = (size_t)c->n_head;
+    const size_t up = c->mlp == MP_MLP_SWIGLU ? M : 0;
+    /* sizes in field order; an overflow anywhere fails the whole store */
+    size_t att, tt;
+    int bad = mp_mul_size((size_t)T, (size_t)T, &tt) || mp_mul_size(tt, (size_t)B * H, &att);
+    size_t sz[] = {
+        (L + 1) * N * D, L * N * D, L * N * D, L * N, L * N,          /* resid, resid_mid, ln1, mean, rstd */
+        L * N * HD, L * N * KD, L * N * KD, L * att, L * N * HD,        /* q, k, v, att, z */
+        L * N * D, L * N, L * N, L * N * M, L * N * up, L * N * M,     /* ln2, mean, rstd, pre, up, post */
+        N * D, N, N, N * (size_t)c->vocab,                             /* lnf, mean, rstd, logits */
+        N * D, N * D, N * HD, N * KD, N * KD, N * HD, att, N * M, N * up, N * M};
+    float **f[] = {&a->resid, &a->resid_mid, &a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->q, &a->k, &a->v, &a->att,
+                   &a->z, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->pre, &a->up, &a->post, &a->lnf, &a->lnf_mean,
+                   &a->lnf_rstd, &a->logits, &a->dresid, &a->dxn, &a->dq, &a->dk, &a->dv, &a->dz, &a->datt,
+                   &a->dpre, &a->dup, &a->dpost};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) bad |= mp_add_size(total, sz[i], &total);
+    if (bad || mp_mul_size(total, sizeof(float), &tt))
+        return mp_error(MP_ERR_NOMEM, "training buffers for batch %d x %d positions overflow", B, T);
+    if (!(a->mem = mp_malloc(total * sizeof(float), "training activations"))) return MP_ERR_NOMEM;
+    float *cur = a->mem;
+    for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) {
+        *f[i] = sz[i] ? cur : NULL;
+        cur += sz[i];
+    }
+    a->B = B;
+    a->T = T;
+    a->n_floats = total;
+    return MP_OK;
+}
+
+void mp_acts_free(mp_acts *a) {
+    free(a->mem);
+    memset(a, 0, sizeof *a);
+}
+
+/* ---- the positional scheme: the only place that knows it ---- */
+
+void mp_pos_tables(const mp_config *c, float *cos_t, float *sin_t, int pos0, int T) {
+    if (c->pos == MP_POS_ROPE) mp_rope_table(cos_t, sin_t, pos0, T, c->d_head, c->rope_theta);
+}
+
+void mp_pos_apply(const mp_config *c, const float *cos_t, const float *sin_t, float *x, int B, int T, int nh,
+                  int backward) {
+    if (c->pos != MP_POS_ROPE) return;
+    if (backward) mp_rope_backward(x, cos_t, sin_t, B, T, nh, c->d_head);
+    else mp_rope_forward(x, cos_t, sin_t, B, T, nh, c->d_head);
 }
 
 /* ---- the forward pass ---- */
@@ -155,8 +211,14 @@ static mp_status check_forward_args(const mp_model *m, const int *tokens, int B,
                                     const mp_forward_params *fp) {
     const mp_config *c = &m->cfg;
     if (B <= 0 || T <= 0) return mp_error(MP_ERR_ARG, "forward: batch (%d) and length (%d) must be positive", B, T);
-    if (c->norm != MP_NORM_RMS || c->mlp != MP_MLP_SWIGLU || (c->pos != MP_POS_ROPE && c->pos != MP_POS_NONE))
-        return mp_error(MP_ERR_ARG, "forward: this build runs Llama-style models (RMSNorm, SwiGLU, RoPE or no positions)");
+    if (c->pos != MP_POS_ROPE && c->pos != MP_POS_NONE)
+        return mp_error(MP_ERR_ARG, "forward: learned positions are not implemented (pos must be rope or none)");
+    if (fp->acts) {
+        if (fp->cache) return mp_error(MP_ERR_ARG, "forward: training mode (an activation store) takes no KV cache");
+        if (fp->acts->B != B || fp->acts->T != T)
+            return mp_error(MP_ERR_ARG, "forward: batch %d x %d does not match the activation store's %d x %d", B, T,
+                            fp->acts->B, fp->acts->T);
+    }
     for (size_t i = 0; i < (size_t)B * T; i++)
         if (tokens[i] < 0 || tokens[i] >= c->vocab)
             return mp_error(MP_ERR_ARG, "token id %d at [%zu,%zu] is outside the vocabulary (0..%d)", tokens[i],
@@ -171,6 +233,15 @@ static mp_status check_forward_args(const mp_model *m, const int *tokens, int B,
     return MP_OK;
 }
 
+/* Applies the configured norm (RMS or Layer) to N rows. */
+static void norm_fwd(const mp_config *c, float *out, float *mean, float *rstd, const float *x, const float *w,
+                     const float *b, int N) {
+    if (c->norm == MP_NORM_LAYER) mp_layernorm_forward(out, mean, rstd, x, w, b, N, c->d_model, c->norm_eps);
+    else mp_rmsnorm_forward(out, rstd, x, w, N, c->d_model, c->norm_eps);
+}
+
+static const float *layer_ptr(const float *p, int l, size_t n) { return p ? p + (size_t)l * n : NULL; }
+
 mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, const mp_forward_params *fp_in,
                            float *logits) {
     mp_forward_params fp = fp_in ? *fp_in : mp_forward_params_default();
@@ -178,40 +249,63 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
     if (st) return st;
     const mp_config *c = &m->cfg;
     const mp_params *p = &m->p;
-    const int D = c->d_model, H = c->n_head, K = c->n_kv_head, Dh = c->d_head, M = c->d_mlp;
+    mp_acts *A = fp.acts;
+    const int D = c->d_model, H = c->n_head, K = c->n_kv_head, Dh = c->d_head;
+    const int M = c->mlp == MP_MLP_NONE ? 0 : c->d_mlp;
     const int HD = H * Dh, KD = K * Dh, N = B * T;
     const int pos0 = fp.cache ? fp.cache->len : 0, S = pos0 + T;
-    const int qb = fp.q_block > 0 ? (fp.q_block < T ? fp.q_block : T) : (T < 64 ? T : 64);
+    /* training mode: one block of all T query rows, the full pattern kept */
+    const int qb = A ? T : fp.q_block > 0 ? (fp.q_block < T ? fp.q_block : T) : (T < 64 ? T : 64);
     fwd_ctx f = {c, fp.hooks, B, T, pos0};
 
-    /* one allocation for every buffer of one layer */
+    /* one allocation for the buffers of one layer (training mode: only the
+     * scratch output and the positional tables; the rest is in A) */
     size_t n_x = (size_t)N * D, n_q = (size_t)N * HD, n_k = (size_t)N * KD, n_h = (size_t)N * M;
     size_t n_att = (size_t)B * H * qb * S, n_rope = (size_t)T * (Dh / 2);
-    size_t total = 3 * n_x + 2 * n_q + 2 * n_k + 2 * n_h + n_att + 2 * n_rope;
-    float *mem = mp_malloc(total * sizeof(float), "forward-pass buffers");
+    size_t total = A ? n_x + 2 * n_rope : 3 * n_x + 2 * n_q + 2 * n_k + 2 * n_h + n_att + 2 * n_rope;
+    float *mem = mp_malloc((total ? total : 1) * sizeof(float), "forward-pass buffers");
     if (!mem) return MP_ERR_NOMEM;
     fwd_bufs b;
+    memset(&b, 0, sizeof b);
     float *cur = mem;
-    b.x = cur; cur += n_x;
-    b.xn = cur; cur += n_x;
     b.out = cur; cur += n_x;
-    b.q = cur; cur += n_q;
-    b.z = cur; cur += n_q;
-    b.k = cur; cur += n_k;
-    b.v = cur; cur += n_k;
-    b.h1 = cur; cur += n_h;
-    b.h3 = cur; cur += n_h;
-    b.att = cur; cur += n_att;
     b.cos_t = cur; cur += n_rope;
-    b.sin_t = cur;
-    if (c->pos == MP_POS_ROPE) mp_rope_table(b.cos_t, b.sin_t, pos0, T, Dh, c->rope_theta);
+    b.sin_t = cur; cur += n_rope;
+    if (!A) {
+        b.x = cur; cur += n_x;
+        b.xn = cur; cur += n_x;
+        b.q = cur; cur += n_q;
+        b.z = cur; cur += n_q;
+        b.k = cur; cur += n_k;
+        b.v = cur; cur += n_k;
+        b.h1 = cur; cur += n_h;
+        b.h3 = cur; cur += n_h;
+        b.att = cur;
+    }
+    mp_pos_tables(c, b.cos_t, b.sin_t, pos0, T);
+    float *x = A ? A->resid : b.x;   /* residual entering the current block */
+    float *no_stats = NULL;
 
 #define FIRE(id, l, ptr) do { if ((st = fire(&f, id, l, ptr))) goto cleanup; } while (0)
-    mp_embed_forward(b.x, tokens, p->embed, N, D);
-    FIRE(MP_HOOK_EMBED, -1, b.x);
+    mp_embed_forward(x, tokens, p->embed, N, D);
+    FIRE(MP_HOOK_EMBED, -1, x);
     for (int l = 0; l < c->n_layer; l++) {
-        FIRE(MP_HOOK_RESID_PRE, l, b.x);
-        mp_rmsnorm_forward(b.xn, NULL, b.x, p->ln1_w + (size_t)l * D, N, D, c->norm_eps);
+        float *xmid = x, *xpost = x, *mean1 = no_stats, *rstd1 = no_stats, *mean2 = no_stats, *rstd2 = no_stats;
+        float *post = b.h1;
+        if (A) { /* this layer's slots of the store */
+            xmid = A->resid_mid + (size_t)l * n_x;
+            xpost = A->resid + (size_t)(l + 1) * n_x;
+            b.xn = A->ln1 + (size_t)l * n_x;
+            mean1 = A->ln1_mean + (size_t)l * N;
+            rstd1 = A->ln1_rstd + (size_t)l * N;
+            b.q = A->q + (size_t)l * n_q;
+            b.k = A->k + (size_t)l * n_k;
+            b.v = A->v + (size_t)l * n_k;
+            b.att = A->att + (size_t)l * B * H * T * T;
+            b.z = A->z + (size_t)l * n_q;
+        }
+        FIRE(MP_HOOK_RESID_PRE, l, x);
+        norm_fwd(c, b.xn, mean1, rstd1, x, p->ln1_w + (size_t)l * D, layer_ptr(p->ln1_b, l, D), N);
         FIRE(MP_HOOK_LN1, l, b.xn);
         mp_matmul_forward(b.q, b.xn, p->wq + (size_t)l * HD * D, NULL, N, D, HD);
         mp_matmul_forward(b.k, b.xn, p->wk + (size_t)l * KD * D, NULL, N, D, KD);
@@ -219,10 +313,8 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
         FIRE(MP_HOOK_Q, l, b.q);
         FIRE(MP_HOOK_K, l, b.k);
         FIRE(MP_HOOK_V, l, b.v);
-        if (c->pos == MP_POS_ROPE) {
-            mp_rope_forward(b.q, b.cos_t, b.sin_t, B, T, H, Dh);
-            mp_rope_forward(b.k, b.cos_t, b.sin_t, B, T, K, Dh);
-        }
+        mp_pos_apply(c, b.cos_t, b.sin_t, b.q, B, T, H, 0);
+        mp_pos_apply(c, b.cos_t, b.sin_t, b.k, B, T, K, 0);
         FIRE(MP_HOOK_ROT_Q, l, b.q);
         FIRE(MP_HOOK_ROT_K, l, b.k);
         const float *kc = b.k, *vc = b.v;
@@ -242,31 +334,54 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
         FIRE(MP_HOOK_Z, l, b.z);
         mp_matmul_forward(b.out, b.z, p->wo + (size_t)l * D * HD, NULL, N, HD, D);
         FIRE(MP_HOOK_ATTN_OUT, l, b.out);
-        mp_residual_forward(b.x, b.out, n_x);
-        FIRE(MP_HOOK_RESID_MID, l, b.x);
-        mp_rmsnorm_forward(b.xn, NULL, b.x, p->ln2_w + (size_t)l * D, N, D, c->norm_eps);
-        FIRE(MP_HOOK_LN2, l, b.xn);
-        mp_matmul_forward(b.h1, b.xn, p->w1 + (size_t)l * M * D, NULL, N, D, M);
-        mp_matmul_forward(b.h3, b.xn, p->w3 + (size_t)l * M * D, NULL, N, D, M);
-        FIRE(MP_HOOK_MLP_PRE, l, b.h1);
-        FIRE(MP_HOOK_MLP_PRE_LINEAR, l, b.h3);
-        mp_swiglu_forward(b.h1, b.h1, b.h3, n_h);
-        FIRE(MP_HOOK_MLP_POST, l, b.h1);
-        mp_matmul_forward(b.out, b.h1, p->w2 + (size_t)l * D * M, NULL, N, M, D);
-        FIRE(MP_HOOK_MLP_OUT, l, b.out);
-        mp_residual_forward(b.x, b.out, n_x);
-        FIRE(MP_HOOK_RESID_POST, l, b.x);
+        if (xmid != x) memcpy(xmid, x, n_x * sizeof(float));
+        mp_residual_forward(xmid, b.out, n_x);
+        FIRE(MP_HOOK_RESID_MID, l, xmid);
+        if (xpost != xmid) memcpy(xpost, xmid, n_x * sizeof(float));
+        if (M) {
+            float *pre = b.h1, *upv = b.h3;
+            if (A) {
+                b.xn = A->ln2 + (size_t)l * n_x;
+                mean2 = A->ln2_mean + (size_t)l * N;
+                rstd2 = A->ln2_rstd + (size_t)l * N;
+                pre = A->pre + (size_t)l * n_h;
+                upv = A->up ? A->up + (size_t)l * n_h : NULL;
+                post = A->post + (size_t)l * n_h;
+            }
+            norm_fwd(c, b.xn, mean2, rstd2, xmid, p->ln2_w + (size_t)l * D, layer_ptr(p->ln2_b, l, D), N);
+            FIRE(MP_HOOK_LN2, l, b.xn);
+            mp_matmul_forward(pre, b.xn, p->w1 + (size_t)l * M * D, NULL, N, D, M);
+            FIRE(MP_HOOK_MLP_PRE, l, pre);
+            if (c->mlp == MP_MLP_SWIGLU) {
+                mp_matmul_forward(upv, b.xn, p->w3 + (size_t)l * M * D, NULL, N, D, M);
+                FIRE(MP_HOOK_MLP_PRE_LINEAR, l, upv);
+                mp_swiglu_forward(post, pre, upv, n_h);
+            } else {
+                mp_gelu_forward(post, pre, n_h);
+            }
+            FIRE(MP_HOOK_MLP_POST, l, post);
+            mp_matmul_forward(b.out, post, p->w2 + (size_t)l * D * M, NULL, N, M, D);
+            FIRE(MP_HOOK_MLP_OUT, l, b.out);
+            mp_residual_forward(xpost, b.out, n_x);
+        }
+        FIRE(MP_HOOK_RESID_POST, l, xpost);
+        x = xpost;
     }
-    mp_rmsnorm_forward(b.xn, NULL, b.x, p->lnf_w, N, D, c->norm_eps);
-    FIRE(MP_HOOK_LN_FINAL, -1, b.xn);
+    {
+        float *xn = A ? A->lnf : b.xn;
+        norm_fwd(c, xn, A ? A->lnf_mean : NULL, A ? A->lnf_rstd : NULL, x, p->lnf_w, p->lnf_b, N);
+        FIRE(MP_HOOK_LN_FINAL, -1, xn);
+        if (A) {
+            mp_matmul_forward(A->logits, xn, p->unembed, NULL, N, D, c->vocab);
+        } else if (fp.logits == MP_LOGITS_ALL) {
+            mp_matmul_forward(logits, xn, p->unembed, NULL, N, D, c->vocab);
+        } else if (fp.logits == MP_LOGITS_LAST) {
+            for (int bb = 0; bb < B; bb++) /* gather the last row of each sequence */
+                memmove(b.out + (size_t)bb * D, xn + ((size_t)bb * T + T - 1) * D, (size_t)D * sizeof(float));
+            mp_matmul_forward(logits, b.out, p->unembed, NULL, B, D, c->vocab);
+        }
+    }
 #undef FIRE
-    if (fp.logits == MP_LOGITS_ALL) {
-        mp_matmul_forward(logits, b.xn, p->unembed, NULL, N, D, c->vocab);
-    } else if (fp.logits == MP_LOGITS_LAST) {
-        for (int bb = 0; bb < B; bb++) /* gather the last row of each sequence */
-            memmove(b.out + (size_t)bb * D, b.xn + ((size_t)bb * T + T - 1) * D, (size_t)D * sizeof(float));
-        mp_matmul_forward(logits, b.out, p->unembed, NULL, B, D, c->vocab);
-    }
     if (fp.cache) fp.cache->len += T;
 cleanup:
     free(mem);

@@ -2,10 +2,13 @@
  * comments, llm.c style), per-layer activations, KV cache, the instrumented
  * forward pass and incremental decoding.
  *
- * Llama family: RMSNorm, RoPE on adjacent channel pairs (2i, 2i+1), grouped-query
- * attention, SwiGLU MLP, tied or untied classifier. The config already carries
- * the switches later architectures need (LayerNorm, GELU, learned positions);
- * the forward asserts on combinations it does not implement yet. */
+ * Architectures: RMSNorm or LayerNorm (weight and bias), RoPE on adjacent
+ * channel pairs (2i, 2i+1) or no positions, grouped-query causal attention,
+ * SwiGLU, GELU (exact erf) or no MLP (attention-only), tied or untied
+ * classifier. The same forward serves inference (one layer's buffers, blocked
+ * attention) and training (every layer's activations kept in an mp_acts store
+ * for the backward pass, runtime/train.h). Learned positions are not
+ * implemented yet (rejected by the forward). */
 #ifndef MP_MODEL_H
 #define MP_MODEL_H
 
@@ -44,17 +47,43 @@ size_t mp_config_n_params(const mp_config *c);
 typedef struct {
     float *embed;    /* [V, D] */
     float *ln1_w;    /* [L, D] */
+    float *ln1_b;    /* [L, D]  LayerNorm only, else NULL */
     float *wq;       /* [L, H*Dh, D] */
     float *wk;       /* [L, K*Dh, D] */
     float *wv;       /* [L, K*Dh, D] */
     float *wo;       /* [L, D, H*Dh] */
-    float *ln2_w;    /* [L, D] */
-    float *w1;       /* [L, M, D]  gate */
-    float *w3;       /* [L, M, D]  up */
+    float *ln2_w;    /* [L, D]  NULL without MLP */
+    float *ln2_b;    /* [L, D]  LayerNorm with MLP only */
+    float *w1;       /* [L, M, D]  gate (SwiGLU) / up (GELU); NULL without MLP */
+    float *w3;       /* [L, M, D]  up (SwiGLU only) */
     float *w2;       /* [L, D, M]  down */
     float *lnf_w;    /* [D] */
+    float *lnf_b;    /* [D]  LayerNorm only */
     float *unembed;  /* [V, D]  == embed when tied */
 } mp_params;
+
+/* The parameter tensors in mp_params order, with their DESIGN.md checkpoint
+ * names: per-layer tensors are named with a "%d" for the layer
+ * ("blocks.%d.attn.wq") and `shape` is one layer's shape. */
+#define MP_PARAM_MAX 15
+typedef struct {
+    const char *name;  /* printf pattern ("%d" = layer) or plain name */
+    float *p;          /* start (all layers) */
+    size_t n;          /* floats, all layers */
+    int per_layer;     /* 1: n = n_layer * (per-layer numel) */
+    int ndim;          /* of one layer: 1 or 2 */
+    int64_t shape[2];
+    int decay;         /* 2-D weight: AdamW applies weight decay */
+} mp_param_desc;
+
+/* Fills out[] with the tensors present in this config (absent ones, e.g. the
+ * biases of RMSNorm or a tied unembed, are skipped); returns their count. */
+int mp_params_describe(const mp_config *c, const mp_params *p, mp_param_desc out[MP_PARAM_MAX]);
+/* Points the fields of *p into `base` (mp_config_n_params(c) floats) in
+ * mp_params order, as mp_model_alloc lays out parameters; the same layout
+ * serves gradients and optimizer moments. Absent fields are NULL; a tied
+ * unembed aliases embed. */
+void mp_params_layout(const mp_config *c, float *base, mp_params *p);
 
 typedef struct mp_model {
     mp_config cfg;
@@ -69,9 +98,16 @@ typedef struct mp_model {
 /* Loads a llama2.c checkpoint (legacy v0 or v1 "ak42"), memory-mapped, after
  * validating every header field, size and offset against the file. */
 mp_status mp_model_load_llama2c(mp_model **out, const char *path);
-/* A model with normal(0, std) weights and unit norm weights (seeded), for tests,
- * benchmarks and as the start of training. */
+/* A model with normal(0, std) weights and unit norm weights, zero norm biases
+ * (seeded), for tests and benchmarks. */
 mp_status mp_model_new_random(mp_model **out, const mp_config *cfg, uint64_t seed, float std);
+/* The start of training (mp.model.new): weights ~ normal(0, std), the residual
+ * output projections (wo, w2) further scaled by 1/sqrt(2 n_layer), norm weights
+ * 1, norm biases 0. Seeded (GSL mt19937), so the same seed gives the same model. */
+mp_status mp_model_new_init(mp_model **out, const mp_config *cfg, uint64_t seed, float std);
+/* Copy-on-train: a model whose parameters are a read-only file mapping gets
+ * its own copy (m->owned) and drops the mapping; no-op for owned models. */
+mp_status mp_model_make_owned(mp_model *m);
 /* Writes a llama2.c checkpoint: version 0 (legacy) or 1 ("ak42"). Atomic. */
 mp_status mp_model_save_llama2c(const mp_model *m, const char *path, int version);
 /* A model with every parameter zeroed: validates cfg (mp_config_validate), then
@@ -97,11 +133,60 @@ void mp_kvcache_free(mp_kvcache *c);
 /* Options of one forward call. */
 typedef enum { MP_LOGITS_NONE = 0, MP_LOGITS_ALL, MP_LOGITS_LAST } mp_logits_mode;
 
+/* Training-mode activation store: every layer's activations for a forward of
+ * B x T tokens (N = B*T rows), kept for the backward pass (llm.c style: named
+ * pointers into one allocation), plus the backward's scratch buffers. The
+ * stored values are those after any hook edits (what the next op consumed). */
+typedef struct {
+    int B, T;
+    float *resid;      /* [L+1, N, D] residual entering block l; [L]: after the last block */
+    float *resid_mid;  /* [L, N, D] residual after attention */
+    float *ln1;        /* [L, N, D] attention-norm output */
+    float *ln1_mean;   /* [L, N] (LayerNorm) */
+    float *ln1_rstd;   /* [L, N] */
+    float *q;          /* [L, N, H*Dh] after the positional scheme */
+    float *k;          /* [L, N, K*Dh] after the positional scheme */
+    float *v;          /* [L, N, K*Dh] */
+    float *att;        /* [L, B, H, T, T] attention pattern */
+    float *z;          /* [L, N, H*Dh] */
+    float *ln2;        /* [L, N, D] MLP-norm output */
+    float *ln2_mean;   /* [L, N] */
+    float *ln2_rstd;   /* [L, N] */
+    float *pre;        /* [L, N, M] gate (SwiGLU) / pre-activation (GELU) */
+    float *up;         /* [L, N, M] up projection (SwiGLU) */
+    float *post;       /* [L, N, M] activation */
+    float *lnf;        /* [N, D] final-norm output */
+    float *lnf_mean;   /* [N] */
+    float *lnf_rstd;   /* [N] */
+    float *logits;     /* [N, V] (the backward turns them into dlogits) */
+    /* backward scratch */
+    float *dresid;     /* [N, D] */
+    float *dxn;        /* [N, D] */
+    float *dq;         /* [N, H*Dh] */
+    float *dk;         /* [N, K*Dh] */
+    float *dv;         /* [N, K*Dh] */
+    float *dz;         /* [N, H*Dh] */
+    float *datt;       /* [B, H, T, T] */
+    float *dpre;       /* [N, M] */
+    float *dup;        /* [N, M] */
+    float *dpost;      /* [N, M] */
+    float *mem;
+    size_t n_floats;
+} mp_acts;
+
+/* Allocates the store for B x T tokens (T may exceed ctx; the [L,B,H,T,T]
+ * pattern limits T to a few hundred in practice). */
+mp_status mp_acts_init(mp_acts *a, const mp_config *c, int B, int T);
+void mp_acts_free(mp_acts *a);
+
 typedef struct {
     const mp_hooks *hooks;   /* may be NULL */
     mp_kvcache *cache;       /* NULL: positions 0..T-1, no cache */
     mp_logits_mode logits;   /* what to write into `logits` */
     int q_block;             /* query rows per attention block (0: default 64) */
+    mp_acts *acts;           /* training mode: keep every activation here (B, T
+                              * must match it; no cache); all logits go to
+                              * acts->logits and `logits` is ignored */
 } mp_forward_params;
 
 mp_forward_params mp_forward_params_default(void);
@@ -113,6 +198,15 @@ mp_forward_params mp_forward_params_default(void);
  * callback aborts. */
 mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T,
                            const mp_forward_params *fp, float *logits);
+
+/* ---- positional scheme (the one place that knows it) ---- */
+/* Tables for positions pos0..pos0+T-1: cos/sin [T, Dh/2] for RoPE; nothing
+ * for pos "none". */
+void mp_pos_tables(const mp_config *c, float *cos_t, float *sin_t, int pos0, int T);
+/* Applies the scheme to x [B,T,nh,Dh] in place, forward, or its transpose to
+ * a gradient (backward != 0). No-op for pos "none". */
+void mp_pos_apply(const mp_config *c, const float *cos_t, const float *sin_t, float *x, int B, int T, int nh,
+                  int backward);
 
 /* ---- sampling ---- */
 typedef struct {

@@ -1,5 +1,6 @@
-/* ops.c — forward layer kernels (see ops.h): embedding, RMSNorm, linear layers
- * through sgemm, RoPE on adjacent pairs, SwiGLU, residual add, softmax rows. */
+/* ops.c — forward layer kernels (see ops.h): embedding, RMSNorm, LayerNorm,
+ * linear layers through sgemm, RoPE on adjacent pairs, SwiGLU, GELU, residual
+ * add, softmax rows, cross-entropy. */
 #include "ops.h"
 
 #include <cblas.h>
@@ -21,6 +22,23 @@ void mp_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w,
         float r = 1.0f / sqrtf(ss / (float)D + eps);
         if (rstd) rstd[n] = r;
         for (int i = 0; i < D; i++) o[i] = xr[i] * r * w[i];
+    }
+}
+
+void mp_layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w, const float *b,
+                          int N, int D, float eps) {
+#pragma omp parallel for schedule(static) if (N > 64)
+    for (int n = 0; n < N; n++) {
+        const float *xr = x + (size_t)n * D;
+        float *o = out + (size_t)n * D;
+        float s = 0.0f;
+        for (int i = 0; i < D; i++) s += xr[i];
+        float mu = s / (float)D, v = 0.0f;
+        for (int i = 0; i < D; i++) { float d = xr[i] - mu; v += d * d; }
+        float r = 1.0f / sqrtf(v / (float)D + eps);
+        if (mean) mean[n] = mu;
+        if (rstd) rstd[n] = r;
+        for (int i = 0; i < D; i++) o[i] = (xr[i] - mu) * r * w[i] + b[i];
     }
 }
 
@@ -68,6 +86,35 @@ void mp_swiglu_forward(float *out, const float *gate, const float *up, size_t n)
         float g = gate[i];
         out[i] = g / (1.0f + expf(-g)) * up[i];
     }
+}
+
+void mp_gelu_forward(float *out, const float *x, size_t n) {
+#pragma omp parallel for schedule(static) if (n > 16384)
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i];
+        out[i] = 0.5f * v * (1.0f + erff(v * (float)M_SQRT1_2));
+    }
+}
+
+int mp_crossentropy_forward(float *losses, float *probs, const float *logits, const int *targets, int N, int V) {
+    int count = 0;
+#pragma omp parallel for schedule(static) reduction(+ : count) if (N > 16)
+    for (int n = 0; n < N; n++) {
+        const float *l = logits + (size_t)n * V;
+        float *p = probs + (size_t)n * V;
+        float mx = -INFINITY;
+        for (int i = 0; i < V; i++) mx = l[i] > mx ? l[i] : mx;
+        int t = targets[n];
+        float lt = t >= 0 ? l[t] : 0.0f; /* read before p (which may alias l) is written */
+        double sum = 0.0;
+        for (int i = 0; i < V; i++) { p[i] = expf(l[i] - mx); sum += p[i]; }
+        float inv = (float)(1.0 / sum);
+        /* -log p[t] = log(sum) - (l[t] - mx) */
+        losses[n] = t >= 0 ? (float)(log(sum) - (double)(lt - mx)) : 0.0f;
+        count += t >= 0;
+        for (int i = 0; i < V; i++) p[i] *= inv;
+    }
+    return count;
 }
 
 void mp_residual_forward(float *x, const float *y, size_t n) {

@@ -14,6 +14,11 @@ void mp_embed_forward(float *out, const int *tokens, const float *embed, int N, 
  * rstd [N] (may be NULL) receives 1/sqrt(mean(x^2)+eps) for the backward. */
 void mp_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int D, float eps);
 
+/* LayerNorm: out = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + eps) with the
+ * biased variance (torch.nn.LayerNorm). mean, rstd [N] may be NULL. */
+void mp_layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w, const float *b,
+                          int N, int D, float eps);
+
 /* out = in @ w^T (+ bias)   out [N,OUT], in [N,IN], w [OUT,IN] (nn.Linear), bias [OUT] or NULL */
 void mp_matmul_forward(float *out, const float *in, const float *w, const float *bias, int N, int IN, int OUT);
 
@@ -28,10 +33,50 @@ void mp_rope_forward(float *x, const float *cos_t, const float *sin_t, int B, in
 /* out = silu(gate) * up   (elementwise, n values) */
 void mp_swiglu_forward(float *out, const float *gate, const float *up, size_t n);
 
+/* out = x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), exact GELU (torch.nn.GELU()). */
+void mp_gelu_forward(float *out, const float *x, size_t n);
+
+/* Cross-entropy per row: probs [N,V] receives softmax(logits) (may alias
+ * logits); losses [N] = -log probs[target] for target in [0,V), 0 where the
+ * target is negative (ignored). Returns the number of counted rows. */
+int mp_crossentropy_forward(float *losses, float *probs, const float *logits, const int *targets, int N, int V);
+
 /* x += y (n values) */
 void mp_residual_forward(float *x, const float *y, size_t n);
 
 /* Row-wise softmax of a [rows, n] block with leading dimension ld, in place. */
 void mp_softmax_rows(float *x, int rows, int n, int ld);
+
+/* ---- backward kernels (ops_backward.c) ----
+ * Each mirrors a forward kernel: d-prefixed arguments are gradients; every
+ * gradient output is ACCUMULATED (+=), so callers zero them first; pure, no
+ * allocation. */
+
+/* dembed[tokens[n],:] += dout[n,:] */
+void mp_embed_backward(float *dembed, const float *dout, const int *tokens, int N, int D);
+/* RMSNorm: dx += ..., dw += sum_n dout * x * rstd.  rstd from the forward. */
+void mp_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
+                         const float *rstd, int N, int D);
+/* LayerNorm: dx, dw, db accumulated. mean, rstd from the forward. */
+void mp_layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x, const float *w,
+                           const float *mean, const float *rstd, int N, int D);
+/* out = in @ w^T (+ b): din += dout @ w, dw += dout^T @ in, dbias += sum_n dout
+ * (din, dbias may be NULL). */
+void mp_matmul_backward(float *din, float *dw, float *dbias, const float *dout, const float *in, const float *w,
+                        int N, int IN, int OUT);
+/* RoPE: in place, dx <- R(-angle) dx (the transpose of the rotation). */
+void mp_rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T, int nh, int Dh);
+/* out = silu(gate) * up: dgate += ..., dup += ... */
+void mp_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
+/* exact GELU: dx += dout * (Phi(x) + x phi(x)) */
+void mp_gelu_backward(float *dx, const float *dout, const float *x, size_t n);
+/* Causal grouped-query attention with pattern att [B,H,T,T] (softmax of
+ * q k^T * scale, zero above the diagonal), q/z [B,T,H,Dh], k/v [B,T,K,Dh]:
+ * dq, dk, dv accumulated; datt [B,H,T,T] is scratch. */
+void mp_attention_backward(float *dq, float *dk, float *dv, float *datt, const float *dz, const float *q,
+                           const float *k, const float *v, const float *att, int B, int T, int H, int K, int Dh);
+/* Cross-entropy: dlogits = scale * (probs - onehot(target)) on counted rows,
+ * 0 on ignored rows (target < 0). Overwrites (may alias probs). */
+void mp_crossentropy_backward(float *dlogits, const float *probs, const int *targets, int N, int V, float scale);
 
 #endif

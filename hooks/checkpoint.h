@@ -1,0 +1,40 @@
+/* checkpoint.h — HDF5 training checkpoints in DESIGN.md's schema:
+ *   /         attrs format="mechprobe.checkpoint", version=1
+ *   /config   attrs: the model config (d_model, n_layer, n_head, n_kv_head,
+ *             d_head, d_mlp, vocab, ctx, tied, rope_theta, norm_eps, norm, mlp, pos)
+ *   /params/<name>   float32, DESIGN.md names, PyTorch [out,in] layout
+ *   /optim    attrs: step and the AdamW hyper-parameters (lr, beta1, beta2, eps,
+ *             weight_decay, min_lr, warmup, total_steps, grad_clip);
+ *             /optim/m/<name>, /optim/v/<name> float32, the parameter's shape
+ *   /train    datasets step (int32), loss, lr (float32), tokens, wall_s
+ *             (float64), eval_step, eval_loss; attrs n_steps, tokens
+ * Written atomically (temporary name, renamed on success); loading validates
+ * every shape against /config. And the format-detecting model loader. */
+#ifndef MP_CHECKPOINT_H
+#define MP_CHECKPOINT_H
+
+#include "model.h"
+#include "optim.h"
+#include "train.h"
+
+/* opt and log may be NULL (or an optimizer with n == 0: no /optim). */
+mp_status mp_checkpoint_save(const char *path, const mp_model *m, const mp_adamw *opt, const mp_train_log *log);
+
+/* Loads a checkpoint into a new owned model. With opt non-NULL, the optimizer
+ * state is loaded when /optim exists (*opt zeroed otherwise; free it with
+ * mp_adamw_free); with log non-NULL, the /train curve (empty when absent). */
+mp_status mp_checkpoint_load(const char *path, mp_model **out, mp_adamw *opt, mp_train_log *log);
+
+/* 1 when the file starts with the HDF5 signature, 0 otherwise (or unreadable). */
+int mp_file_is_hdf5(const char *path);
+
+/* Loads a model from a checkpoint (.h5, detected by content) or a llama2.c
+ * file (anything else). */
+mp_status mp_model_load(mp_model **out, const char *path);
+
+/* Saves params (checkpoint without optimizer) for a path ending in ".h5",
+ * llama2.c (version 0) otherwise — only for configs llama2.c can express
+ * (RMSNorm, SwiGLU, RoPE theta 10000, d_head = d_model / n_head): MP_ERR_ARG otherwise. */
+mp_status mp_model_save(const mp_model *m, const char *path);
+
+#endif

@@ -1,0 +1,177 @@
+/* ops_backward.c — backward layer kernels (see ops.h): each mirrors a forward
+ * kernel of ops.c, accumulates into its d-prefixed gradient outputs, and
+ * allocates nothing. Products through sgemm; rows, heads and columns in
+ * parallel with OpenMP (static schedules, so the same thread count gives the
+ * same bytes). */
+#include "ops.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+void mp_embed_backward(float *dembed, const float *dout, const int *tokens, int N, int D) {
+    /* rows of one token id collide: parallel over columns, serial over rows */
+#pragma omp parallel for schedule(static) if ((size_t)N * D > 65536)
+    for (int i = 0; i < D; i++)
+        for (int n = 0; n < N; n++) dembed[(size_t)tokens[n] * D + i] += dout[(size_t)n * D + i];
+}
+
+void mp_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
+                         const float *rstd, int N, int D) {
+#pragma omp parallel for schedule(static) if (N > 64)
+    for (int n = 0; n < N; n++) {
+        const float *xr = x + (size_t)n * D, *g = dout + (size_t)n * D;
+        float *d = dx + (size_t)n * D, r = rstd[n];
+        /* y = x r w;  dx = r (g w) - r^3 x mean(g w x) */
+        float dot = 0.0f;
+        for (int i = 0; i < D; i++) dot += g[i] * w[i] * xr[i];
+        float c = dot * r * r / (float)D;
+        for (int i = 0; i < D; i++) d[i] += r * (g[i] * w[i] - xr[i] * c);
+    }
+#pragma omp parallel for schedule(static) if ((size_t)N * D > 65536)
+    for (int i = 0; i < D; i++) {
+        float s = 0.0f;
+        for (int n = 0; n < N; n++) s += dout[(size_t)n * D + i] * x[(size_t)n * D + i] * rstd[n];
+        dw[i] += s;
+    }
+}
+
+void mp_layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x, const float *w,
+                           const float *mean, const float *rstd, int N, int D) {
+#pragma omp parallel for schedule(static) if (N > 64)
+    for (int n = 0; n < N; n++) {
+        const float *xr = x + (size_t)n * D, *g = dout + (size_t)n * D;
+        float *d = dx + (size_t)n * D, mu = mean[n], r = rstd[n];
+        /* xhat = (x - mu) r; gh = g w; dx = r (gh - mean(gh) - xhat mean(gh xhat)) */
+        float s1 = 0.0f, s2 = 0.0f;
+        for (int i = 0; i < D; i++) {
+            float gh = g[i] * w[i], xh = (xr[i] - mu) * r;
+            s1 += gh;
+            s2 += gh * xh;
+        }
+        s1 /= (float)D;
+        s2 /= (float)D;
+        for (int i = 0; i < D; i++) {
+            float xh = (xr[i] - mu) * r;
+            d[i] += r * (g[i] * w[i] - s1 - xh * s2);
+        }
+    }
+#pragma omp parallel for schedule(static) if ((size_t)N * D > 65536)
+    for (int i = 0; i < D; i++) {
+        float sw = 0.0f, sb = 0.0f;
+        for (int n = 0; n < N; n++) {
+            float g = dout[(size_t)n * D + i];
+            sw += g * (x[(size_t)n * D + i] - mean[n]) * rstd[n];
+            sb += g;
+        }
+        dw[i] += sw;
+        db[i] += sb;
+    }
+}
+
+void mp_matmul_backward(float *din, float *dw, float *dbias, const float *dout, const float *in, const float *w,
+                        int N, int IN, int OUT) {
+    /* din [N,IN] += dout [N,OUT] @ w [OUT,IN] */
+    if (din)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IN, OUT, 1.0f, dout, OUT, w, IN, 1.0f, din, IN);
+    /* dw [OUT,IN] += dout^T [OUT,N] @ in [N,IN] */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OUT, IN, N, 1.0f, dout, OUT, in, IN, 1.0f, dw, IN);
+    if (dbias) {
+#pragma omp parallel for schedule(static) if ((size_t)N * OUT > 65536)
+        for (int o = 0; o < OUT; o++) {
+            float s = 0.0f;
+            for (int n = 0; n < N; n++) s += dout[(size_t)n * OUT + o];
+            dbias[o] += s;
+        }
+    }
+}
+
+void mp_rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T, int nh, int Dh) {
+    int half = Dh / 2;
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * T > 64)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float *c = cos_t + (size_t)t * half, *s = sin_t + (size_t)t * half;
+            float *row = dx + ((size_t)b * T + t) * (size_t)nh * Dh;
+            for (int h = 0; h < nh; h++) {
+                float *v = row + (size_t)h * Dh;
+                for (int i = 0; i < half; i++) {
+                    float g0 = v[2 * i], g1 = v[2 * i + 1];
+                    v[2 * i] = g0 * c[i] + g1 * s[i];
+                    v[2 * i + 1] = -g0 * s[i] + g1 * c[i];
+                }
+            }
+        }
+}
+
+void mp_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n) {
+#pragma omp parallel for schedule(static) if (n > 16384)
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i], sg = 1.0f / (1.0f + expf(-g)), silu = g * sg;
+        dgate[i] += dout[i] * up[i] * sg * (1.0f + g * (1.0f - sg));
+        dup[i] += dout[i] * silu;
+    }
+}
+
+void mp_gelu_backward(float *dx, const float *dout, const float *x, size_t n) {
+    const float inv_sqrt_2pi = 0.39894228040143267794f;
+#pragma omp parallel for schedule(static) if (n > 16384)
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i];
+        float cdf = 0.5f * (1.0f + erff(v * (float)M_SQRT1_2));
+        float pdf = inv_sqrt_2pi * expf(-0.5f * v * v);
+        dx[i] += dout[i] * (cdf + v * pdf);
+    }
+}
+
+void mp_attention_backward(float *dq, float *dk, float *dv, float *datt, const float *dz, const float *q,
+                           const float *k, const float *v, const float *att, int B, int T, int H, int K, int Dh) {
+    const int HD = H * Dh, KD = K * Dh, group = H / K;
+    const float scale = 1.0f / sqrtf((float)Dh);
+    const size_t TT = (size_t)T * T;
+    /* one (batch, kv head) per task: the heads of a group write the same dk/dv */
+#pragma omp parallel for collapse(2) schedule(dynamic)
+    for (int b = 0; b < B; b++)
+        for (int kh = 0; kh < K; kh++) {
+            const float *kp = k + (size_t)b * T * KD + (size_t)kh * Dh;
+            const float *vp = v + (size_t)b * T * KD + (size_t)kh * Dh;
+            float *dkp = dk + (size_t)b * T * KD + (size_t)kh * Dh;
+            float *dvp = dv + (size_t)b * T * KD + (size_t)kh * Dh;
+            for (int h = kh * group; h < (kh + 1) * group; h++) {
+                const float *P = att + ((size_t)b * H + h) * TT;
+                float *dS = datt + ((size_t)b * H + h) * TT;
+                const float *dzp = dz + (size_t)b * T * HD + (size_t)h * Dh;
+                const float *qp = q + (size_t)b * T * HD + (size_t)h * Dh;
+                float *dqp = dq + (size_t)b * T * HD + (size_t)h * Dh;
+                /* dP = dz v^T;  dv += P^T dz */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, Dh, 1.0f, dzp, HD, vp, KD, 0.0f, dS, T);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, Dh, T, 1.0f, P, T, dzp, HD, 1.0f, dvp, KD);
+                /* dS = P * (dP - rowsum(dP * P)) * scale (zero where P is) */
+                for (int i = 0; i < T; i++) {
+                    const float *pr = P + (size_t)i * T;
+                    float *dr = dS + (size_t)i * T;
+                    float s = 0.0f;
+                    for (int j = 0; j < T; j++) s += dr[j] * pr[j];
+                    for (int j = 0; j < T; j++) dr[j] = pr[j] * (dr[j] - s) * scale;
+                }
+                /* dq += dS k;  dk += dS^T q */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, Dh, T, 1.0f, dS, T, kp, KD, 1.0f, dqp, HD);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, Dh, T, 1.0f, dS, T, qp, HD, 1.0f, dkp, KD);
+            }
+        }
+}
+
+void mp_crossentropy_backward(float *dlogits, const float *probs, const int *targets, int N, int V, float scale) {
+#pragma omp parallel for schedule(static) if ((size_t)N * V > 65536)
+    for (int n = 0; n < N; n++) {
+        float *d = dlogits + (size_t)n * V;
+        const float *p = probs + (size_t)n * V;
+        int t = targets[n];
+        if (t < 0) {
+            memset(d, 0, (size_t)V * sizeof(float));
+            continue;
+        }
+        for (int i = 0; i < V; i++) d[i] = scale * p[i];
+        d[t] -= scale;
+    }
+}

@@ -1,0 +1,253 @@
+/* train.c — backward pass of the whole model over the activations stored by
+ * the training-mode forward, the masked cross-entropy loss, gradient buffers,
+ * and the training step (accumulation, clipping, AdamW). See train.h. */
+#include "train.h"
+#include "ops.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+mp_status mp_grads_init(mp_grads *g, const mp_config *c) {
+    memset(g, 0, sizeof *g);
+    size_t n = mp_config_n_params(c);
+    if (!n) return mp_error(MP_ERR_ARG, "gradients: invalid config");
+    if (!(g->mem = mp_calloc(n, sizeof(float), "gradients"))) return MP_ERR_NOMEM;
+    g->n = n;
+    mp_params_layout(c, g->mem, &g->g);
+    return MP_OK;
+}
+
+void mp_grads_zero(mp_grads *g) {
+    if (g->mem) memset(g->mem, 0, g->n * sizeof(float));
+}
+
+void mp_grads_free(mp_grads *g) {
+    free(g->mem);
+    memset(g, 0, sizeof *g);
+}
+
+void mp_train_ws_free(mp_train_ws *ws) {
+    mp_grads_free(&ws->grads);
+    mp_acts_free(&ws->acts);
+}
+
+mp_status mp_targets_check(const mp_config *c, const int *targets, int B, int T) {
+    for (size_t i = 0; i < (size_t)B * T; i++)
+        if (targets[i] < -1 || targets[i] >= c->vocab)
+            return mp_error(MP_ERR_ARG, "target %d at [%zu,%zu] is neither -1 (ignored) nor a token id (0..%d)",
+                            targets[i], i / (size_t)T + 1, i % (size_t)T + 1, c->vocab - 1);
+    return MP_OK;
+}
+
+static void norm_bwd(const mp_config *c, float *dx, float *dw, float *db, const float *dout, const float *x,
+                     const float *w, const float *mean, const float *rstd, int N) {
+    if (c->norm == MP_NORM_LAYER) mp_layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, c->d_model);
+    else mp_rmsnorm_backward(dx, dw, dout, x, w, rstd, N, c->d_model);
+}
+
+static float *lp(float *p, int l, size_t n) { return p ? p + (size_t)l * n : NULL; }
+static const float *clp(const float *p, int l, size_t n) { return p ? p + (size_t)l * n : NULL; }
+
+/* Backward through everything after the loss gradient sits in A->logits. */
+static void backward(const mp_model *m, mp_acts *A, mp_grads *G, const int *tokens) {
+    const mp_config *c = &m->cfg;
+    const mp_params *p = &m->p;
+    mp_params *g = &G->g;
+    const int B = A->B, T = A->T, N = B * T, D = c->d_model, H = c->n_head, K = c->n_kv_head, Dh = c->d_head;
+    const int M = c->mlp == MP_MLP_NONE ? 0 : c->d_mlp, HD = H * Dh, KD = K * Dh;
+    const size_t nx = (size_t)N * D, nq = (size_t)N * HD, nk = (size_t)N * KD, nh = (size_t)N * M;
+    const int half = Dh / 2;
+    float *cos_t, *sin_t;
+    float *dres = A->dresid, *dxn = A->dxn;
+
+    /* classifier */
+    memset(dxn, 0, nx * sizeof(float));
+    memset(dres, 0, nx * sizeof(float));
+    mp_matmul_backward(dxn, g->unembed, NULL, A->logits, A->lnf, p->unembed, N, D, c->vocab);
+    norm_bwd(c, dres, g->lnf_w, g->lnf_b, dxn, A->resid + (size_t)c->n_layer * nx, p->lnf_w, A->lnf_mean,
+             A->lnf_rstd, N);
+    for (int l = c->n_layer - 1; l >= 0; l--) {
+        if (M) {
+            memset(A->dpost, 0, nh * sizeof(float));
+            mp_matmul_backward(A->dpost, g->w2 + (size_t)l * D * M, NULL, dres, A->post + (size_t)l * nh,
+                               p->w2 + (size_t)l * D * M, N, M, D);
+            memset(A->dpre, 0, nh * sizeof(float));
+            memset(dxn, 0, nx * sizeof(float));
+            const float *ln2 = A->ln2 + (size_t)l * nx;
+            if (c->mlp == MP_MLP_SWIGLU) {
+                memset(A->dup, 0, nh * sizeof(float));
+                mp_swiglu_backward(A->dpre, A->dup, A->dpost, A->pre + (size_t)l * nh, A->up + (size_t)l * nh, nh);
+                mp_matmul_backward(dxn, g->w3 + (size_t)l * M * D, NULL, A->dup, ln2, p->w3 + (size_t)l * M * D, N,
+                                   D, M);
+            } else {
+                mp_gelu_backward(A->dpre, A->dpost, A->pre + (size_t)l * nh, nh);
+            }
+            mp_matmul_backward(dxn, g->w1 + (size_t)l * M * D, NULL, A->dpre, ln2, p->w1 + (size_t)l * M * D, N, D,
+                               M);
+            norm_bwd(c, dres, g->ln2_w + (size_t)l * D, lp(g->ln2_b, l, D), dxn, A->resid_mid + (size_t)l * nx,
+                     p->ln2_w + (size_t)l * D, A->ln2_mean + (size_t)l * N, A->ln2_rstd + (size_t)l * N, N);
+        }
+        /* attention */
+        memset(A->dz, 0, nq * sizeof(float));
+        mp_matmul_backward(A->dz, g->wo + (size_t)l * D * HD, NULL, dres, A->z + (size_t)l * nq,
+                           p->wo + (size_t)l * D * HD, N, HD, D);
+        memset(A->dq, 0, nq * sizeof(float));
+        memset(A->dk, 0, nk * sizeof(float));
+        memset(A->dv, 0, nk * sizeof(float));
+        mp_attention_backward(A->dq, A->dk, A->dv, A->datt, A->dz, A->q + (size_t)l * nq, A->k + (size_t)l * nk,
+                               A->v + (size_t)l * nk, A->att + (size_t)l * B * H * T * T, B, T, H, K, Dh);
+        if (c->pos != MP_POS_NONE) {
+            /* tables in the dz buffer (no longer needed this layer): T*Dh <= N*HD */
+            cos_t = A->dz;
+            sin_t = A->dz + (size_t)T * half;
+            mp_pos_tables(c, cos_t, sin_t, 0, T);
+            mp_pos_apply(c, cos_t, sin_t, A->dq, B, T, H, 1);
+            mp_pos_apply(c, cos_t, sin_t, A->dk, B, T, K, 1);
+        }
+        memset(dxn, 0, nx * sizeof(float));
+        const float *ln1 = A->ln1 + (size_t)l * nx;
+        mp_matmul_backward(dxn, g->wq + (size_t)l * HD * D, NULL, A->dq, ln1, p->wq + (size_t)l * HD * D, N, D, HD);
+        mp_matmul_backward(dxn, g->wk + (size_t)l * KD * D, NULL, A->dk, ln1, p->wk + (size_t)l * KD * D, N, D, KD);
+        mp_matmul_backward(dxn, g->wv + (size_t)l * KD * D, NULL, A->dv, ln1, p->wv + (size_t)l * KD * D, N, D, KD);
+        norm_bwd(c, dres, g->ln1_w + (size_t)l * D, lp(g->ln1_b, l, D), dxn, A->resid + (size_t)l * nx,
+                 p->ln1_w + (size_t)l * D, clp(A->ln1_mean, l, N), A->ln1_rstd + (size_t)l * N, N);
+    }
+    mp_embed_backward(g->embed, dres, tokens, N, D);
+}
+
+mp_status mp_model_forward_backward(const mp_model *m, const int *tokens, const int *targets, int B, int T,
+                                    const mp_hooks *hooks, mp_acts *acts, mp_grads *g, float grad_scale,
+                                    float *loss, int *n_counted) {
+    mp_status st;
+    if ((st = mp_targets_check(&m->cfg, targets, B, T))) return st;
+    mp_forward_params fp = mp_forward_params_default();
+    fp.hooks = hooks;
+    fp.acts = acts;
+    if ((st = mp_model_forward(m, tokens, B, T, &fp, NULL))) return st;
+    const int N = B * T, V = m->cfg.vocab;
+    /* per-row losses in the dxn scratch ([N, D] >= N floats) */
+    float *losses = acts->dxn;
+    int count = mp_crossentropy_forward(losses, acts->logits, acts->logits, targets, N, V);
+    double sum = 0.0;
+    for (int n = 0; n < N; n++) sum += losses[n];
+    *loss = count ? (float)(sum / count) : 0.0f;
+    if (n_counted) *n_counted = count;
+    if (!count) return MP_OK;
+    mp_crossentropy_backward(acts->logits, acts->logits, targets, N, V, grad_scale / (float)count);
+    backward(m, acts, g, tokens);
+    return MP_OK;
+}
+
+mp_status mp_model_loss(const mp_model *m, const int *tokens, const int *targets, int B, int T,
+                        const mp_hooks *hooks, float *loss) {
+    mp_status st;
+    if ((st = mp_targets_check(&m->cfg, targets, B, T))) return st;
+    size_t N = (size_t)B * T, V = (size_t)m->cfg.vocab;
+    float *logits = mp_malloc((N * V + N) * sizeof(float), "logits for the loss");
+    if (!logits) return MP_ERR_NOMEM;
+    mp_forward_params fp = mp_forward_params_default();
+    fp.hooks = hooks;
+    if ((st = mp_model_forward(m, tokens, B, T, &fp, logits)) == MP_OK) {
+        float *losses = logits + N * V;
+        int count = mp_crossentropy_forward(losses, logits, logits, targets, (int)N, (int)V);
+        double sum = 0.0;
+        for (size_t n = 0; n < N; n++) sum += losses[n];
+        *loss = count ? (float)(sum / count) : 0.0f;
+    }
+    free(logits);
+    return st;
+}
+
+mp_status mp_train_step(mp_model *m, mp_adamw *opt, mp_train_ws *ws, const int *tokens, const int *targets,
+                        int B, int T, int accum, const mp_hooks *hooks, float *loss) {
+    mp_status st;
+    if (accum <= 0 || B % accum != 0)
+        return mp_error(MP_ERR_ARG, "train step: the batch (%d) must split into accum (%d) equal micro-batches", B,
+                        accum);
+    if ((st = mp_targets_check(&m->cfg, targets, B, T))) return st;
+    if ((st = mp_model_make_owned(m))) return st;
+    size_t n = mp_config_n_params(&m->cfg);
+    if (ws->grads.n != n) {
+        mp_grads_free(&ws->grads);
+        if ((st = mp_grads_init(&ws->grads, &m->cfg))) return st;
+    }
+    if (opt->n != n) {
+        if (opt->n != 0)
+            return mp_error(MP_ERR_ARG, "train step: this optimizer holds state for %zu parameters, the model has "
+                            "%zu (use a fresh optimizer per model)", opt->n, n);
+        mp_adamw_params hp = opt->hp;
+        if ((st = mp_adamw_init(opt, &hp, n))) return st;
+    }
+    const int mb = B / accum;
+    if (ws->acts.B != mb || ws->acts.T != T) {
+        mp_acts_free(&ws->acts);
+        if ((st = mp_acts_init(&ws->acts, &m->cfg, mb, T))) return st;
+    }
+    mp_grads_zero(&ws->grads);
+    double total = 0.0;
+    for (int a = 0; a < accum; a++) {
+        float l;
+        const size_t off = (size_t)a * mb * T;
+        if ((st = mp_model_forward_backward(m, tokens + off, targets + off, mb, T, hooks, &ws->acts, &ws->grads,
+                                            1.0f / (float)accum, &l, NULL)))
+            return st;
+        total += l;
+    }
+    *loss = (float)(total / accum);
+    ws->grad_norm = mp_grad_clip(ws->grads.mem, n, opt->hp.grad_clip);
+    ws->lr = mp_lr_at(&opt->hp, opt->step);
+    mp_adamw_update(opt, m, ws->grads.mem, ws->lr);
+    return MP_OK;
+}
+
+/* ---- loss curve ---- */
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    size_t nc = *cap ? *cap * 2 : 64;
+    while (nc < need) nc *= 2;
+    void *q = realloc(*p, nc * elem);
+    if (!q) return -1;
+    *p = q;
+    return 0;
+}
+
+mp_status mp_train_log_add(mp_train_log *log, int32_t step, float loss, float lr, double tokens, double wall) {
+    size_t need = log->n + 1, cap = log->cap;
+    size_t c1 = cap, c2 = cap, c3 = cap, c4 = cap, c5 = cap;
+    if (grow((void **)&log->step, &c1, need, sizeof(int32_t)) || grow((void **)&log->loss, &c2, need, sizeof(float)) ||
+        grow((void **)&log->lr, &c3, need, sizeof(float)) || grow((void **)&log->tokens, &c4, need, sizeof(double)) ||
+        grow((void **)&log->wall, &c5, need, sizeof(double)))
+        return mp_error(MP_ERR_NOMEM, "out of memory for the loss curve");
+    log->cap = c1;
+    log->step[log->n] = step;
+    log->loss[log->n] = loss;
+    log->lr[log->n] = lr;
+    log->tokens[log->n] = tokens;
+    log->wall[log->n] = wall;
+    log->n++;
+    return MP_OK;
+}
+
+mp_status mp_train_log_add_eval(mp_train_log *log, int32_t step, float loss) {
+    size_t need = log->n_eval + 1, c1 = log->cap_eval, c2 = log->cap_eval;
+    if (grow((void **)&log->eval_step, &c1, need, sizeof(int32_t)) ||
+        grow((void **)&log->eval_loss, &c2, need, sizeof(float)))
+        return mp_error(MP_ERR_NOMEM, "out of memory for the eval curve");
+    log->cap_eval = c1;
+    log->eval_step[log->n_eval] = step;
+    log->eval_loss[log->n_eval] = loss;
+    log->n_eval++;
+    return MP_OK;
+}
+
+void mp_train_log_free(mp_train_log *log) {
+    free(log->step);
+    free(log->loss);
+    free(log->lr);
+    free(log->tokens);
+    free(log->wall);
+    free(log->eval_step);
+    free(log->eval_loss);
+    memset(log, 0, sizeof *log);
+}

@@ -1,18 +1,13 @@
-/* lmodel.c — Lua bindings of the model: mp.load / mp.model.*, tokenization,
- * forward passes with captures (run_with_cache) and interventions
- * (run_with_hooks: Lua functions or the C interventions of mp.ablate / mp.patch
- * / mp.steer), generation, streaming capture to an HDF5 run file, and
- * training (m:train_step, m:train with its progress bar, checkpoints through
- * m:save / mp.model.load; the optimizer type lives in ltrain.c).
+/* lmodel.c — Lua bindings of the model (userdata "mechprobe.Model"):
+ * mp.load / mp.model.*, tokenization, forward passes with captures
+ * (run_with_cache) and interventions (run_with_hooks; the interventions
+ * themselves live in lintervene.c), generation, streaming capture to an HDF5
+ * run file, and saving (llama2.c or checkpoint). Training methods: ltrain.c.
  *
  * Numbering: layers, heads and token positions are 0-based, as in hook names
  * and TransformerLens; Tensor indices are 1-based, as everywhere in Lua. */
-#include "mp_lua.h"
-#include "model.h"
-#include "tokenizer.h"
-#include "h5run.h"
+#include "lmodel.h"
 #include "checkpoint.h"
-#include "train.h"
 
 #include <stdio.h>
 
@@ -21,21 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MODEL_MT "mechprobe.Model"
-#define IV_MT "mechprobe.Intervention"
-#define GUARD_MT "mechprobe.Guard"
-
-typedef struct {
-    mp_model *m;
-    mp_tokenizer *tok;
-    char tok_path[1024];
-    mp_train_ws ws;     /* training buffers (gradients, activations) */
-    mp_train_log log;   /* loss curve, saved in the checkpoint's /train */
-} lmodel;
-/* The model userdata's user value 1 is its optimizer (the last one used by
- * train_step / train, or the one loaded from a checkpoint). */
-
-static lmodel *check_model(lua_State *L, int idx) {
+lmodel *mp_lua_model_check(lua_State *L, int idx) {
     lmodel *lm = luaL_checkudata(L, idx, MODEL_MT);
     if (!lm->m) luaL_error(L, "Model is closed");
     return lm;
@@ -86,14 +67,8 @@ static void push_config(lua_State *L, const mp_model *m) {
 #undef SETI
 #undef SETS
 }
-
 /* ---- guards: userdata whose __gc frees C resources if a Lua error unwinds ---- */
 
-typedef struct {
-    mp_hooks *hooks;
-    int *ints;
-    mp_h5run *run;
-} guard;
 
 static int guard_gc(lua_State *L) {
     guard *g = luaL_checkudata(L, 1, GUARD_MT);
@@ -104,7 +79,7 @@ static int guard_gc(lua_State *L) {
     return 0;
 }
 
-static guard *push_guard(lua_State *L) {
+guard *mp_lua_guard_push(lua_State *L) {
     guard *g = lua_newuserdatauv(L, sizeof *g, 0);
     memset(g, 0, sizeof *g);
     luaL_setmetatable(L, GUARD_MT);
@@ -122,7 +97,7 @@ static int tok_value(lua_State *L, int idx, const char *what) {
 
 /* Reads tokens from a flat table (B = 1), a table of equal-length tables [B][T],
  * or a 1-D / 2-D Tensor, into g->ints. */
-static void read_tokens(lua_State *L, int idx, guard *g, int *B, int *T) {
+void mp_lua_read_tokens(lua_State *L, int idx, guard *g, int *B, int *T) {
     idx = lua_absindex(L, idx);
     mp_tensor *t = mp_lua_tensor_test(L, idx);
     if (t) {
@@ -173,265 +148,6 @@ static void read_tokens(lua_State *L, int idx, guard *g, int *B, int *T) {
         lua_pop(L, 1);
     }
 }
-
-/* ---- interventions (C hooks with their data) ---- */
-
-typedef enum { IV_ZERO, IV_MEAN, IV_PATCH, IV_STEER, IV_SCALE } iv_kind;
-
-typedef struct {
-    iv_kind kind;
-    int head;          /* -1: all heads */
-    int npos;          /* 0: all positions */
-    int pos[64];       /* absolute positions, 0-based */
-    float scale;
-    mp_tensor *data;   /* source (patch), reference run (mean), or steering vector; uservalue 1 */
-    float *mean;       /* mean of the reference over batch and positions, computed at first use */
-    size_t mean_n;
-} lintervention;
-
-static int iv_gc(lua_State *L) {
-    lintervention *iv = luaL_checkudata(L, 1, IV_MT);
-    free(iv->mean);
-    iv->mean = NULL;
-    return 0;
-}
-
-/* Mean of `ref` (the hook's full shape from another run, any batch/length)
- * over its batch axis and position axis pax: nfeat values. */
-static int iv_compute_mean(lintervention *iv, const mp_hook_info *info, int pax, size_t nfeat) {
-    const mp_tensor *ref = iv->data;
-    if (ref->ndim != info->ndim)
-        return mp_error(MP_ERR_ARG, "mean ablation at %s: the reference has %d dims, the activation %d", info->name,
-                        ref->ndim, info->ndim), 1;
-    size_t nf = 1, inner = 1;
-    for (int i = 1; i < ref->ndim; i++)
-        if (i != pax) nf *= (size_t)ref->shape[i];
-    for (int i = pax + 1; i < ref->ndim; i++) inner *= (size_t)ref->shape[i];
-    if (nf != nfeat)
-        return mp_error(MP_ERR_ARG, "mean ablation at %s: the reference has %zu features per position, expected %zu",
-                        info->name, nf, nfeat), 1;
-    iv->mean = calloc(nf, sizeof(float));
-    if (!iv->mean) return mp_error(MP_ERR_NOMEM, "out of memory for a mean ablation"), 1;
-    iv->mean_n = nf;
-    size_t count = (size_t)ref->shape[0] * (size_t)ref->shape[pax];
-    for (size_t e = 0; e < ref->numel; e++) {
-        size_t in = e % inner, rest = e / inner / (size_t)ref->shape[pax];
-        iv->mean[(rest % (nf / inner)) * inner + in] += ref->data[e];
-    }
-    for (size_t i = 0; i < nf; i++) iv->mean[i] /= (float)count;
-    return 0;
-}
-
-static const char *iv_names[] = {"zero ablation", "mean ablation", "patch", "steer", "scale"};
-
-static int iv_tostring(lua_State *L) {
-    lintervention *iv = luaL_checkudata(L, 1, IV_MT);
-    lua_pushfstring(L, "Intervention(%s%s)", iv_names[iv->kind], iv->head >= 0 ? " of one head" : "");
-    return 1;
-}
-
-/* Axis holding the head index / the query position for a hook's shape kind. */
-static int head_axis(mp_shape_kind k) {
-    return k == MP_SHAPE_BTHD || k == MP_SHAPE_BTKD ? 2 : k == MP_SHAPE_BHTS ? 1 : -1;
-}
-
-static int iv_apply(void *user, const mp_hook_info *info, float *data) {
-    lintervention *iv = user;
-    mp_shape_kind sk = mp_hook_shape_kind[info->id];
-    int hax = head_axis(sk), pax = sk == MP_SHAPE_BHTS ? 2 : 1;
-    int64_t s[4] = {1, 1, 1, 1}, f[4] = {1, 1, 1, 1};
-    for (int i = 0; i < info->ndim; i++) { s[i] = info->shape[i]; f[i] = info->full[i]; }
-    if (iv->head >= 0 && hax < 0)
-        return mp_error(MP_ERR_ARG, "%s: head=%d given, but %s has no head axis", iv_names[iv->kind], iv->head,
-                        info->name), 1;
-    if (iv->head >= 0 && iv->head >= f[hax])
-        return mp_error(MP_ERR_ARG, "%s: head=%d out of range (0..%d) at %s", iv_names[iv->kind], iv->head,
-                        (int)f[hax] - 1, info->name), 1;
-    /* feature size: everything but batch and position axes */
-    size_t nfeat = 1, nwithin = 1;
-    for (int i = 0; i < info->ndim; i++)
-        if (i != 0 && i != pax) nfeat *= (size_t)f[i];
-    for (int i = hax + 1; hax >= 0 && i < info->ndim; i++)
-        if (i != pax) nwithin *= (size_t)f[i];
-    size_t full_numel = (size_t)f[0] * f[1] * f[2] * f[3];
-    const float *src = iv->data ? iv->data->data : NULL;
-    size_t nsrc = iv->data ? iv->data->numel : 0;
-    if (iv->kind == IV_PATCH && nsrc != full_numel)
-        return mp_error(MP_ERR_ARG, "patch at %s: the source has %zu values but the activation has %zu "
-                        "(patch from a run with the same batch and length)", info->name, nsrc, full_numel), 1;
-    if (iv->kind == IV_MEAN) {
-        if (!iv->mean && iv_compute_mean(iv, info, pax, nfeat)) return 1;
-        if (iv->mean_n != nfeat)
-            return mp_error(MP_ERR_ARG, "mean ablation at %s: the mean has %zu values, expected %zu", info->name,
-                            iv->mean_n, nfeat), 1;
-        src = iv->mean;
-    }
-    int use_within = iv->kind == IV_STEER && iv->head >= 0;
-    if (iv->kind == IV_STEER && nsrc != (use_within ? nwithin : nfeat))
-        return mp_error(MP_ERR_ARG, "steer at %s: the vector has %zu values, expected %zu", info->name, nsrc,
-                        use_within ? nwithin : nfeat), 1;
-    size_t e = 0;
-    int64_t idx[4];
-    for (idx[0] = 0; idx[0] < s[0]; idx[0]++)
-        for (idx[1] = 0; idx[1] < s[1]; idx[1]++)
-            for (idx[2] = 0; idx[2] < s[2]; idx[2]++)
-                for (idx[3] = 0; idx[3] < s[3]; idx[3]++, e++) {
-                    int64_t g[4] = {idx[0], idx[1], idx[2], idx[3]};
-                    g[info->axis] += info->offset;
-                    if (iv->head >= 0 && g[hax] != iv->head) continue;
-                    if (iv->npos) {
-                        int p = info->pos0 + (int)g[pax], hit = 0;
-                        for (int k = 0; k < iv->npos && !hit; k++) hit = iv->pos[k] == p;
-                        if (!hit) continue;
-                    }
-                    size_t feat = 0, within = 0;
-                    for (int i = 1; i < info->ndim; i++) {
-                        if (i == pax) continue;
-                        feat = feat * (size_t)f[i] + (size_t)g[i];
-                        if (hax >= 0 && i > hax) within = within * (size_t)f[i] + (size_t)g[i];
-                    }
-                    switch (iv->kind) {
-                    case IV_ZERO: data[e] = 0.0f; break;
-                    case IV_MEAN: data[e] = src[feat]; break;
-                    case IV_PATCH:
-                        data[e] = src[((size_t)g[0] * f[1] * f[2] + (size_t)g[1] * f[2] + (size_t)g[2]) * f[3] + g[3]];
-                        break;
-                    case IV_STEER: data[e] += iv->scale * src[use_within ? within : feat]; break;
-                    case IV_SCALE: data[e] *= iv->scale; break;
-                    }
-                }
-    return 0;
-}
-
-/* Options common to every intervention: head=, positions= (0-based). */
-static lintervention *push_iv(lua_State *L, iv_kind kind, int opt) {
-    lintervention *iv = lua_newuserdatauv(L, sizeof *iv, 1);
-    memset(iv, 0, sizeof *iv);
-    iv->kind = kind;
-    iv->head = -1;
-    iv->scale = 1.0f;
-    luaL_setmetatable(L, IV_MT);
-    if (opt && lua_istable(L, opt)) {
-        if (lua_getfield(L, opt, "head") != LUA_TNIL) {
-            iv->head = (int)luaL_checkinteger(L, -1);
-            if (iv->head < 0) luaL_error(L, "head must be >= 0 (heads are numbered from 0, as in TransformerLens)");
-        }
-        lua_pop(L, 1);
-        if (lua_getfield(L, opt, "positions") != LUA_TNIL) {
-            int pi = lua_gettop(L);
-            if (lua_isinteger(L, pi)) {
-                iv->pos[iv->npos++] = (int)lua_tointeger(L, pi);
-            } else {
-                luaL_checktype(L, pi, LUA_TTABLE);
-                lua_Integer n = luaL_len(L, pi);
-                if (n > 64) luaL_error(L, "positions: at most 64 positions (got %d)", (int)n);
-                for (lua_Integer i = 1; i <= n; i++) {
-                    lua_geti(L, pi, i);
-                    iv->pos[iv->npos++] = (int)luaL_checkinteger(L, -1);
-                    lua_pop(L, 1);
-                }
-            }
-        }
-        lua_pop(L, 1);
-        if (lua_getfield(L, opt, "scale") != LUA_TNIL) iv->scale = (float)luaL_checknumber(L, -1);
-        lua_pop(L, 1);
-    }
-    return iv;
-}
-
-/* mp.ablate.zero([{head=, positions=}]) */
-static int l_ablate_zero(lua_State *L) {
-    push_iv(L, IV_ZERO, lua_istable(L, 1) ? 1 : 0);
-    return 1;
-}
-
-/* mp.ablate.mean(reference [, {head=, positions=}]): reference is the hook's
- * activation captured on other inputs ([B,T,...], or [B,H,T,S] for patterns);
- * its mean over batch and positions replaces the activation. */
-static int l_ablate_mean(lua_State *L) {
-    mp_tensor *ref = mp_lua_tensor_check(L, 1);
-    if (ref->ndim < 3) luaL_argerror(L, 1, "a captured activation [B,T,...] or pattern [B,H,T,S] expected");
-    lintervention *iv = push_iv(L, IV_MEAN, lua_istable(L, 2) ? 2 : 0);
-    iv->data = ref;
-    lua_pushvalue(L, 1);
-    lua_setiuservalue(L, -2, 1);
-    return 1;
-}
-
-/* mp.patch(source [, {head=, positions=}]): copy values from a cached run. */
-static int l_patch(lua_State *L) {
-    mp_lua_tensor_check(L, 1);
-    lintervention *iv = push_iv(L, IV_PATCH, lua_istable(L, 2) ? 2 : 0);
-    int ivi = lua_gettop(L);
-    iv->data = mp_lua_tensor_check(L, 1);
-    lua_pushvalue(L, 1);
-    lua_setiuservalue(L, ivi, 1);
-    return 1;
-}
-
-/* mp.steer(vector [, {scale=, head=, positions=}]): add scale * vector. */
-static int l_steer(lua_State *L) {
-    luaL_checkany(L, 1);
-    lintervention *iv = push_iv(L, IV_STEER, lua_istable(L, 2) ? 2 : 0);
-    int ivi = lua_gettop(L);
-    iv->data = mp_lua_tensor_arg(L, 1);
-    if (lua_gettop(L) == ivi) lua_pushvalue(L, 1); /* it was a Tensor already */
-    lua_setiuservalue(L, ivi, 1);
-    return 1;
-}
-
-/* mp.scale(factor [, {head=, positions=}]): multiply the activation. */
-static int l_scale(lua_State *L) {
-    float s = (float)luaL_checknumber(L, 1);
-    lintervention *iv = push_iv(L, IV_SCALE, lua_istable(L, 2) ? 2 : 0);
-    iv->scale = s;
-    return 1;
-}
-
-/* ---- Lua function hooks ---- */
-
-typedef struct {
-    lua_State *L;
-    int tbl;   /* absolute stack index of the table holding the functions */
-    int key;
-} lfnhook;
-
-static int lua_hook_cb(void *user, const mp_hook_info *info, float *data) {
-    lfnhook *h = user;
-    lua_State *L = h->L;
-    int top = lua_gettop(L);
-    lua_rawgeti(L, h->tbl, h->key);
-    mp_tensor *view = mp_lua_tensor_wrap(L, info->ndim, info->shape, data);
-    lua_createtable(L, 0, 6);
-    lua_pushstring(L, info->name); lua_setfield(L, -2, "name");
-    lua_pushinteger(L, info->layer); lua_setfield(L, -2, "layer");
-    lua_pushinteger(L, info->axis + 1); lua_setfield(L, -2, "axis");
-    lua_pushinteger(L, info->offset); lua_setfield(L, -2, "offset");
-    lua_pushinteger(L, info->pos0); lua_setfield(L, -2, "pos0");
-    lua_createtable(L, info->ndim, 0);
-    for (int i = 0; i < info->ndim; i++) { lua_pushinteger(L, info->full[i]); lua_rawseti(L, -2, i + 1); }
-    lua_setfield(L, -2, "full_shape");
-    int rc = 0;
-    if (lua_pcall(L, 2, 1, 0) != LUA_OK) {
-        mp_error(MP_ERR_HOOK, "%s", lua_tostring(L, -1));
-        rc = 1;
-    } else {
-        mp_tensor *ret = mp_lua_tensor_test(L, -1);
-        if (ret && ret != view) {
-            if (ret->numel != info->numel) {
-                mp_error(MP_ERR_HOOK, "the hook function returned a Tensor of %zu values for a view of %zu",
-                         ret->numel, info->numel);
-                rc = 1;
-            } else {
-                memmove(data, ret->data, info->numel * sizeof(float));
-            }
-        }
-    }
-    mp_lua_tensor_detach(view);
-    lua_settop(L, top);
-    return rc;
-}
-
 /* ---- in-memory capture ---- */
 
 static int cache_cb(void *user, const mp_hook_info *info, float *data) {
@@ -460,51 +176,7 @@ static void cache_visit(void *u, mp_hook_id id, int layer, const char *name) {
 }
 
 /* Reads opts.fwd_hooks = { {name_or_glob, function | Intervention}, ... } into
- * g->hooks; functions are stored in a table pushed on the stack. */
-static void add_fwd_hooks(lua_State *L, int opt, guard *g, lmodel *lm) {
-    lua_newtable(L); /* function table */
-    int ftbl = lua_gettop(L);
-    if (!opt || !lua_istable(L, opt)) return;
-    if (lua_getfield(L, opt, "fwd_hooks") == LUA_TNIL) { lua_pop(L, 1); return; }
-    int hl = lua_gettop(L);
-    luaL_checktype(L, hl, LUA_TTABLE);
-    lua_Integer n = luaL_len(L, hl);
-    for (lua_Integer i = 1; i <= n; i++) {
-        lua_geti(L, hl, i);
-        int e = lua_gettop(L);
-        if (!lua_istable(L, e)) luaL_error(L, "fwd_hooks[%d]: expected {name, function or intervention}", (int)i);
-        lua_geti(L, e, 1);
-        const char *name = lua_tostring(L, -1);
-        if (!name) luaL_error(L, "fwd_hooks[%d][1]: hook name (string) expected", (int)i);
-        lua_geti(L, e, 2);
-        mp_status st;
-        if (lua_isfunction(L, -1)) {
-            lua_pushvalue(L, -1);
-            int key = (int)luaL_len(L, ftbl) + 1;
-            lua_rawseti(L, ftbl, key);
-            lfnhook *h = lua_newuserdatauv(L, sizeof *h, 0);
-            h->L = L;
-            h->tbl = ftbl;
-            h->key = key;
-            lua_rawseti(L, ftbl, -key); /* keep the hook record alive beside its function */
-            st = mp_hooks_add(g->hooks, name, lua_hook_cb, h);
-        } else if (luaL_testudata(L, -1, IV_MT)) {
-            lintervention *iv = lua_touserdata(L, -1);
-            lua_pushvalue(L, -1);
-            lua_rawseti(L, ftbl, -(int)(1000000 + i)); /* keep it alive */
-            st = mp_hooks_add(g->hooks, name, iv_apply, iv);
-        } else {
-            return (void)luaL_error(L, "fwd_hooks[%d][2]: a function or an intervention (mp.ablate.zero(), "
-                                       "mp.patch(...), mp.steer(...)) expected, got %s", (int)i, luaL_typename(L, -1));
-        }
-        if (st) luaL_error(L, "fwd_hooks[%d]: %s", (int)i, mp_last_error());
-        lua_settop(L, e - 1);
-    }
-    lua_settop(L, ftbl);
-    (void)lm;
-}
-
-static int opt_bool(lua_State *L, int opt, const char *key, int def) {
+ * g->hooks; functions are stored in a table pushed on the stack. */int mp_lua_opt_bool(lua_State *L, int opt, const char *key, int def) {
     if (!opt || !lua_istable(L, opt)) return def;
     int t = lua_getfield(L, opt, key);
     int v = t == LUA_TNIL ? def : lua_toboolean(L, -1);
@@ -512,7 +184,7 @@ static int opt_bool(lua_State *L, int opt, const char *key, int def) {
     return v;
 }
 
-static lua_Number opt_num(lua_State *L, int opt, const char *key, lua_Number def) {
+lua_Number mp_lua_opt_num(lua_State *L, int opt, const char *key, lua_Number def) {
     if (!opt || !lua_istable(L, opt)) return def;
     int t = lua_getfield(L, opt, key);
     lua_Number v = def;
@@ -525,8 +197,7 @@ static lua_Number opt_num(lua_State *L, int opt, const char *key, lua_Number def
     return v;
 }
 
-/* Pushes the comma-joined globs of opts[key] (string or list of strings) or def. */
-static const char *opt_globs(lua_State *L, int opt, const char *key, const char *def) {
+const char *mp_lua_opt_globs(lua_State *L, int opt, const char *key, const char *def) {
     if (!opt || !lua_istable(L, opt) || lua_getfield(L, opt, key) == LUA_TNIL) {
         if (opt && lua_istable(L, opt)) lua_pop(L, 1);
         lua_pushstring(L, def);
@@ -552,18 +223,18 @@ static const char *opt_globs(lua_State *L, int opt, const char *key, const char 
 /* Shared body of forward / run_with_cache / run_with_hooks.
  * Returns logits (or nil) and, with want_cache, the cache table. */
 static int run_common(lua_State *L, int want_cache) {
-    lmodel *lm = check_model(L, 1);
+    lmodel *lm = mp_lua_model_check(L, 1);
     int opt = lua_istable(L, 3) ? 3 : 0;
     const mp_config *cfg = &lm->m->cfg;
-    guard *g = push_guard(L);
+    guard *g = mp_lua_guard_push(L);
     int B, T;
-    read_tokens(L, 2, g, &B, &T);
+    mp_lua_read_tokens(L, 2, g, &B, &T);
     g->hooks = mp_hooks_new(cfg);
     if (!g->hooks) return luaL_error(L, "out of memory");
-    add_fwd_hooks(L, opt, g, lm); /* leaves its function table on the stack */
+    mp_lua_add_fwd_hooks(L, opt, g); /* leaves its function table on the stack */
     int cache_idx = 0;
     if (want_cache) {
-        const char *globs = opt_globs(L, opt, "names", "*");
+        const char *globs = mp_lua_opt_globs(L, opt, "names", "*");
         char bad[256];
         mp_hook_select(cfg, globs, NULL, NULL, bad, sizeof bad);
         if (bad[0]) return luaL_error(L, "names: unknown hook name '%s' (see mp.hook_names(model))", bad);
@@ -620,10 +291,10 @@ static mp_tokenizer *need_tok(lua_State *L, lmodel *lm) {
 }
 
 static int model_to_tokens(lua_State *L) {
-    lmodel *lm = check_model(L, 1);
+    lmodel *lm = mp_lua_model_check(L, 1);
     const char *text = luaL_checkstring(L, 2);
     int opt = lua_istable(L, 3) ? 3 : 0;
-    int bos = opt_bool(L, opt, "bos", 1), eos = opt_bool(L, opt, "eos", 0);
+    int bos = mp_lua_opt_bool(L, opt, "bos", 1), eos = mp_lua_opt_bool(L, opt, "eos", 0);
     int *ids, n;
     mp_status st = mp_tokenizer_encode(need_tok(L, lm), text, bos, eos, &ids, &n);
     if (st) return mp_lua_fail(L, st);
@@ -634,11 +305,11 @@ static int model_to_tokens(lua_State *L) {
 }
 
 static int model_to_string(lua_State *L) {
-    lmodel *lm = check_model(L, 1);
+    lmodel *lm = mp_lua_model_check(L, 1);
     mp_tokenizer *tok = need_tok(L, lm);
-    guard *g = push_guard(L);
+    guard *g = mp_lua_guard_push(L);
     int B, T;
-    read_tokens(L, 2, g, &B, &T);
+    mp_lua_read_tokens(L, 2, g, &B, &T);
     for (int i = 0; i < B * T; i++)
         if (g->ints[i] < 0 || g->ints[i] >= mp_tokenizer_vocab(tok))
             return luaL_error(L, "to_string: token id %d is outside the vocabulary (0..%d)", g->ints[i],
@@ -654,7 +325,7 @@ static int model_to_string(lua_State *L) {
 }
 
 static int model_to_str_tokens(lua_State *L) {
-    lmodel *lm = check_model(L, 1);
+    lmodel *lm = mp_lua_model_check(L, 1);
     mp_tokenizer *tok = need_tok(L, lm);
     if (lua_isstring(L, 2) && !lua_isnumber(L, 2)) {
         lua_pushcfunction(L, model_to_tokens);
@@ -663,9 +334,9 @@ static int model_to_str_tokens(lua_State *L) {
         lua_call(L, 2, 1);
         lua_replace(L, 2);
     }
-    guard *g = push_guard(L);
+    guard *g = mp_lua_guard_push(L);
     int B, T;
-    read_tokens(L, 2, g, &B, &T);
+    mp_lua_read_tokens(L, 2, g, &B, &T);
     lua_createtable(L, T, 0);
     for (int i = 0; i < T; i++) {
         const char *p = mp_tokenizer_piece(tok, i ? g->ints[i - 1] : -1, g->ints[i]);
@@ -708,9 +379,9 @@ static int gen_on_token(void *user, int token) {
  *                     stop_at_eos=true, fwd_hooks=..., on_token=function(id, piece)})
  * -> text (prompt + continuation; nil without tokenizer), tokens table */
 static int model_generate(lua_State *L) {
-    lmodel *lm = check_model(L, 1);
+    lmodel *lm = mp_lua_model_check(L, 1);
     int opt = lua_istable(L, 3) ? 3 : 0;
-    guard *g = push_guard(L);
+    guard *g = mp_lua_guard_push(L);
     int n, Bq;
     if (lua_type(L, 2) == LUA_TSTRING) {
         int *ids;
@@ -718,16 +389,16 @@ static int model_generate(lua_State *L) {
         if (st) return mp_lua_fail(L, st);
         g->ints = ids;
     } else {
-        read_tokens(L, 2, g, &Bq, &n);
+        mp_lua_read_tokens(L, 2, g, &Bq, &n);
         if (Bq != 1) return luaL_error(L, "generate: one prompt at a time (got a batch of %d)", Bq);
     }
     g->hooks = mp_hooks_new(&lm->m->cfg);
     if (!g->hooks) return luaL_error(L, "out of memory");
-    add_fwd_hooks(L, opt, g, lm);
-    int max_new = (int)opt_num(L, opt, "max_new_tokens", 64);
-    mp_sampler_params sp = {(float)opt_num(L, opt, "temperature", 1.0), (float)opt_num(L, opt, "top_p", 0.9),
-                            (uint64_t)opt_num(L, opt, "seed", 1234)};
-    int stop = opt_bool(L, opt, "stop_at_eos", 1) && lm->tok ? mp_tokenizer_eos(lm->tok) : -1;
+    mp_lua_add_fwd_hooks(L, opt, g);
+    int max_new = (int)mp_lua_opt_num(L, opt, "max_new_tokens", 64);
+    mp_sampler_params sp = {(float)mp_lua_opt_num(L, opt, "temperature", 1.0), (float)mp_lua_opt_num(L, opt, "top_p", 0.9),
+                            (uint64_t)mp_lua_opt_num(L, opt, "seed", 1234)};
+    int stop = mp_lua_opt_bool(L, opt, "stop_at_eos", 1) && lm->tok ? mp_tokenizer_eos(lm->tok) : -1;
     gen_ctx gc = {L, 0, lm->tok, n ? g->ints[n - 1] : -1, 0};
     if (opt && lua_getfield(L, opt, "on_token") != LUA_TNIL) {
         luaL_checktype(L, -1, LUA_TFUNCTION);
@@ -760,23 +431,23 @@ static int model_generate(lua_State *L) {
 /* m:capture(tokens, {out=PATH, hooks="*", logits=false, compress=0, seed=})
  * Writes DESIGN.md's run file atomically; returns the number of datasets. */
 static int model_capture(lua_State *L) {
-    lmodel *lm = check_model(L, 1);
+    lmodel *lm = mp_lua_model_check(L, 1);
     luaL_checktype(L, 3, LUA_TTABLE);
     const mp_config *cfg = &lm->m->cfg;
-    guard *g = push_guard(L);
+    guard *g = mp_lua_guard_push(L);
     int B, T;
-    read_tokens(L, 2, g, &B, &T);
+    mp_lua_read_tokens(L, 2, g, &B, &T);
     lua_getfield(L, 3, "out");
     const char *out = lua_tostring(L, -1);
     if (!out) return luaL_error(L, "capture: option 'out' (output .h5 path) is required");
-    const char *globs = opt_globs(L, 3, "hooks", "*");
-    int want_logits = opt_bool(L, 3, "logits", 0);
+    const char *globs = mp_lua_opt_globs(L, 3, "hooks", "*");
+    int want_logits = mp_lua_opt_bool(L, 3, "logits", 0);
     mp_h5run_params rp = mp_h5run_params_default();
-    rp.compress = (int)opt_num(L, 3, "compress", 0);
+    rp.compress = (int)mp_lua_opt_num(L, 3, "compress", 0);
     if (rp.compress < 0 || rp.compress > 9) return luaL_error(L, "capture: compress must be 0..9");
     g->hooks = mp_hooks_new(cfg);
     if (!g->hooks) return luaL_error(L, "out of memory");
-    add_fwd_hooks(L, 3, g, lm); /* interventions apply before capture */
+    mp_lua_add_fwd_hooks(L, 3, g); /* interventions apply before capture */
     mp_status st;
     for (int i = 0; i < B * T; i++)
         if (g->ints[i] < 0 || g->ints[i] >= cfg->vocab)
@@ -928,11 +599,11 @@ static int l_model_new(lua_State *L) {
     c.d_mlp = cfg_int(L, 1, "d_mlp", c.mlp == MP_MLP_NONE ? 0 : 4 * c.d_model, 0);
     c.vocab = cfg_int(L, 1, "vocab", 0, 1);
     c.ctx = cfg_int(L, 1, "ctx", 0, 1);
-    c.rope_theta = (float)opt_num(L, 1, "rope_theta", 10000.0);
-    c.norm_eps = (float)opt_num(L, 1, "norm_eps", 1e-5);
-    c.tied = opt_bool(L, 1, "tied", 1);
-    uint64_t seed = (uint64_t)opt_num(L, 1, "seed", 0);
-    float std = (float)opt_num(L, 1, "init_std", 0.02);
+    c.rope_theta = (float)mp_lua_opt_num(L, 1, "rope_theta", 10000.0);
+    c.norm_eps = (float)mp_lua_opt_num(L, 1, "norm_eps", 1e-5);
+    c.tied = mp_lua_opt_bool(L, 1, "tied", 1);
+    uint64_t seed = (uint64_t)mp_lua_opt_num(L, 1, "seed", 0);
+    float std = (float)mp_lua_opt_num(L, 1, "init_std", 0.02);
     lmodel *lm = push_lmodel(L);
     mp_status st = mp_model_new_init(&lm->m, &c, seed, std);
     if (st) return luaL_error(L, "mp.model.new: %s", mp_last_error());
@@ -943,7 +614,7 @@ static int l_model_new(lua_State *L) {
  * model's optimizer state and loss curve) for a path ending in ".h5", else a
  * llama2.c file (configs it can express only). */
 static int model_save(lua_State *L) {
-    lmodel *lm = check_model(L, 1);
+    lmodel *lm = mp_lua_model_check(L, 1);
     const char *path = luaL_checkstring(L, 2);
     size_t n = strlen(path);
     mp_status st;
@@ -952,7 +623,7 @@ static int model_save(lua_State *L) {
         const mp_adamw *o = luaL_testudata(L, -1, MP_OPTIM_MT);
         st = mp_checkpoint_save(path, lm->m, o, lm->log.n ? &lm->log : NULL);
     } else {
-        int version = (int)opt_num(L, lua_istable(L, 3) ? 3 : 0, "version", 0);
+        int version = (int)mp_lua_opt_num(L, lua_istable(L, 3) ? 3 : 0, "version", 0);
         const mp_config *c = &lm->m->cfg;
         if (c->norm != MP_NORM_RMS || c->mlp != MP_MLP_SWIGLU || c->pos != MP_POS_ROPE ||
             c->d_head * c->n_head != c->d_model || c->rope_theta != 10000.0f)
@@ -982,7 +653,7 @@ static void names_visit(void *u, mp_hook_id id, int layer, const char *name) {
 }
 
 static int l_hook_names(lua_State *L) {
-    lmodel *lm = check_model(L, 1);
+    lmodel *lm = mp_lua_model_check(L, 1);
     const char *glob = luaL_optstring(L, 2, "*");
     lua_newtable(L);
     mp_hook_select(&lm->m->cfg, glob, names_visit, L, NULL, 0);
@@ -990,7 +661,7 @@ static int l_hook_names(lua_State *L) {
 }
 
 static int model_index(lua_State *L) {
-    lmodel *lm = check_model(L, 1);
+    lmodel *lm = mp_lua_model_check(L, 1);
     const char *k = luaL_checkstring(L, 2);
     if (strcmp(k, "config") == 0 || strcmp(k, "cfg") == 0) { push_config(L, lm->m); return 1; }
     if (strcmp(k, "tokenizer_path") == 0) { lua_pushstring(L, lm->tok ? lm->tok_path : NULL); return 1; }
@@ -1002,251 +673,6 @@ static int model_index(lua_State *L) {
 }
 
 static int model_hook_names(lua_State *L) { return l_hook_names(L); }
-
-/* ---- training ---- */
-
-/* Reads tokens and targets (tables or Tensors of the same [B,T] shape) into
- * the guards' buffers. */
-static void read_batch(lua_State *L, int ti, int gi, guard *gt, guard *gg, int *B, int *T) {
-    int B2, T2;
-    free(gt->ints);
-    free(gg->ints);
-    gt->ints = gg->ints = NULL;
-    read_tokens(L, ti, gt, B, T);
-    read_tokens(L, gi, gg, &B2, &T2);
-    if (B2 != *B || T2 != *T)
-        luaL_error(L, "targets: shape [%d,%d] differs from the tokens' [%d,%d]", B2, T2, *B, *T);
-}
-
-/* One step with the model's buffers; appends to the loss curve. */
-static mp_status lm_step(lmodel *lm, mp_adamw *o, const int *tok, const int *tgt, int B, int T, int accum,
-                         const mp_hooks *hooks, float *loss) {
-    double t0 = mp_now();
-    mp_status st = mp_train_step(lm->m, o, &lm->ws, tok, tgt, B, T, accum, hooks, loss);
-    if (st) return st;
-    double wall = (lm->log.n ? lm->log.wall[lm->log.n - 1] : 0.0) + (mp_now() - t0);
-    double tokens = (lm->log.n ? lm->log.tokens[lm->log.n - 1] : 0.0) + (double)B * T;
-    return mp_train_log_add(&lm->log, (int32_t)o->step, *loss, (float)lm->ws.lr, tokens, wall);
-}
-
-/* m:train_step(opt, tokens, targets [, {fwd_hooks=, accum=1}]) -> loss, grad_norm */
-static int model_train_step(lua_State *L) {
-    lmodel *lm = check_model(L, 1);
-    mp_adamw *o = mp_lua_optim_check(L, 2);
-    int opt = lua_istable(L, 5) ? 5 : 0;
-    guard *gt = push_guard(L), *gg = push_guard(L);
-    int B, T;
-    read_batch(L, 3, 4, gt, gg, &B, &T);
-    gt->hooks = mp_hooks_new(&lm->m->cfg);
-    if (!gt->hooks) return luaL_error(L, "out of memory");
-    add_fwd_hooks(L, opt, gt, lm);
-    int accum = (int)opt_num(L, opt, "accum", 1);
-    float loss;
-    mp_status st = lm_step(lm, o, gt->ints, gg->ints, B, T, accum, mp_hooks_count(gt->hooks) ? gt->hooks : NULL,
-                           &loss);
-    if (st) return mp_lua_fail(L, st);
-    lua_pushvalue(L, 2);
-    lua_setiuservalue(L, 1, 1);
-    lua_pushnumber(L, loss);
-    lua_pushnumber(L, lm->ws.grad_norm);
-    return 2;
-}
-
-static void fmt_time(char *buf, size_t n, double s) {
-    if (!(s >= 0) || s > 1e7) { snprintf(buf, n, "--:--"); return; }
-    long t = (long)(s + 0.5);
-    if (t >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
-    else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
-}
-
-/* The progress line: step, bar, loss, tokens/s, ETA. */
-static void progress(int tty, int step, int total, float loss, double tps, double eta, double elapsed, int done) {
-    char e[32], el[32];
-    fmt_time(e, sizeof e, eta);
-    fmt_time(el, sizeof el, elapsed);
-    if (tty) {
-        char bar[31];
-        int fill = total ? (int)(30.0 * step / total) : 30;
-        for (int i = 0; i < 30; i++) bar[i] = i < fill ? '=' : i == fill ? '>' : ' ';
-        bar[30] = '\0';
-        fprintf(stderr, "\r%*d/%d [%s] loss %.4f | %.3g tok/s | %s %s\033[K", (int)snprintf(NULL, 0, "%d", total),
-                step, total, bar, (double)loss, tps, done ? "took" : "ETA", done ? el : e);
-        if (done) fputc('\n', stderr);
-    } else {
-        fprintf(stderr, "step %d/%d  loss %.4f  %.3g tok/s  %s %s\n", step, total, (double)loss, tps,
-                done ? "took" : "ETA", done ? el : e);
-    }
-    fflush(stderr);
-}
-
-/* Calls task:sample(B, T) (or task:eval_sample when eval and present),
- * leaving tokens and targets on the stack. */
-static void sample_task(lua_State *L, int task, int B, int T, int eval) {
-    if (!eval || lua_getfield(L, task, "eval_sample") == LUA_TNIL) {
-        if (eval) lua_pop(L, 1);
-        if (lua_getfield(L, task, "sample") == LUA_TNIL) luaL_error(L, "train: the task has no sample(B, T) method");
-    }
-    lua_pushvalue(L, task);
-    lua_pushinteger(L, B);
-    lua_pushinteger(L, T);
-    lua_call(L, 3, 2);
-    if (lua_isnil(L, -1)) luaL_error(L, "train: task:sample(B, T) must return tokens and targets");
-}
-
-/* m:train{task=, steps=, batch=8, seq_len=ctx, lr=1e-3, warmup=0, min_lr=0.1 lr,
- *         weight_decay=0.1, beta1=0.9, beta2=0.95, eps=1e-8, grad_clip=1.0,
- *         accum=1, optimizer=, eval_every=0, eval_batches=4, checkpoint=PATH,
- *         checkpoint_every=0, progress=true, log_every=, fwd_hooks=, on_step=fn}
- * -> {step=, loss=, lr=, tokens=, time=, eval_step=, eval_loss=, final_loss=, tokens_per_s=}
- * Continues the model's optimizer (from a loaded checkpoint or an earlier
- * train) unless optimizer= or resume=false is given. */
-static int model_train(lua_State *L) {
-    lmodel *lm = check_model(L, 1);
-    luaL_checktype(L, 2, LUA_TTABLE);
-    if (lua_getfield(L, 2, "task") == LUA_TNIL) return luaL_error(L, "train: option 'task' is required");
-    int task = lua_gettop(L);
-    const int steps = (int)opt_num(L, 2, "steps", 0);
-    if (steps <= 0) return luaL_error(L, "train: option 'steps' (a positive integer) is required");
-    const int B = (int)opt_num(L, 2, "batch", 8), T = (int)opt_num(L, 2, "seq_len", lm->m->cfg.ctx);
-    const int accum = (int)opt_num(L, 2, "accum", 1), eval_every = (int)opt_num(L, 2, "eval_every", 0);
-    const int eval_batches = (int)opt_num(L, 2, "eval_batches", 4);
-    const int ck_every = (int)opt_num(L, 2, "checkpoint_every", 0);
-    const int show = opt_bool(L, 2, "progress", 1), tty = isatty(2);
-    const int log_every = (int)opt_num(L, 2, "log_every", steps >= 20 ? steps / 20 : 1);
-    if (B <= 0 || T <= 0) return luaL_error(L, "train: batch (%d) and seq_len (%d) must be positive", B, T);
-    lua_getfield(L, 2, "checkpoint");
-    const char *ckpt = lua_tostring(L, -1); /* stays on the stack */
-    /* the optimizer */
-    mp_adamw *o = NULL;
-    if (lua_getfield(L, 2, "optimizer") != LUA_TNIL) {
-        o = mp_lua_optim_check(L, -1);
-    } else {
-        lua_pop(L, 1);
-        lua_getiuservalue(L, 1, 1);
-        o = opt_bool(L, 2, "resume", 1) ? luaL_testudata(L, -1, MP_OPTIM_MT) : NULL;
-        if (!o) {
-            lua_pop(L, 1);
-            mp_adamw fresh;
-            memset(&fresh, 0, sizeof fresh);
-            fresh.hp = mp_adamw_params_default();
-            fresh.hp.weight_decay = 0.1f;
-            fresh.hp.beta2 = 0.95f;
-            fresh.hp.grad_clip = 1.0f;
-            fresh.hp.total_steps = steps;
-            mp_lua_adamw_params(L, 2, &fresh.hp);
-            if (mp_adamw_params_check(&fresh.hp)) return luaL_error(L, "train: %s", mp_last_error());
-            o = mp_lua_optim_push(L, &fresh);
-        }
-    }
-    int oi = lua_gettop(L);
-    lua_pushvalue(L, oi);
-    lua_setiuservalue(L, 1, 1);
-    lua_getfield(L, 2, "on_step");
-    int on_step = lua_isfunction(L, -1) ? lua_gettop(L) : 0;
-    guard *gt = push_guard(L), *gg = push_guard(L);
-    gt->hooks = mp_hooks_new(&lm->m->cfg);
-    if (!gt->hooks) return luaL_error(L, "out of memory");
-    add_fwd_hooks(L, 2, gt, lm);
-    const mp_hooks *hooks = mp_hooks_count(gt->hooks) ? gt->hooks : NULL;
-    const size_t first = lm->log.n, first_eval = lm->log.n_eval;
-    const double t_start = mp_now();
-    const int top = lua_gettop(L);
-    float loss = 0.0f;
-    mp_status st;
-    for (int i = 1; i <= steps; i++) {
-        int b, t;
-        sample_task(L, task, B, T, 0);
-        read_batch(L, top + 1, top + 2, gt, gg, &b, &t);
-        lua_settop(L, top);
-        if ((st = lm_step(lm, o, gt->ints, gg->ints, b, t, accum, hooks, &loss))) return mp_lua_fail(L, st);
-        const int gstep = (int)o->step;
-        if (eval_every > 0 && (i % eval_every == 0 || i == steps)) {
-            double sum = 0.0;
-            for (int e = 0; e < eval_batches; e++) {
-                float el;
-                sample_task(L, task, B, T, 1);
-                read_batch(L, top + 1, top + 2, gt, gg, &b, &t);
-                lua_settop(L, top);
-                if ((st = mp_model_loss(lm->m, gt->ints, gg->ints, b, t, hooks, &el))) return mp_lua_fail(L, st);
-                sum += el;
-            }
-            if ((st = mp_train_log_add_eval(&lm->log, gstep, (float)(sum / (eval_batches > 0 ? eval_batches : 1)))))
-                return mp_lua_fail(L, st);
-        }
-        if (ckpt && ck_every > 0 && i % ck_every == 0 && i != steps &&
-            (st = mp_checkpoint_save(ckpt, lm->m, o, &lm->log)))
-            return mp_lua_fail(L, st);
-        if (on_step) {
-            lua_pushvalue(L, on_step);
-            lua_pushinteger(L, gstep);
-            lua_pushnumber(L, loss);
-            lua_call(L, 2, 1);
-            int stop = lua_toboolean(L, -1);
-            lua_settop(L, top);
-            if (stop) break;
-        }
-        if (show && (tty || i % log_every == 0 || i == steps)) {
-            double el = mp_now() - t_start;
-            double tps = el > 0 ? (double)i * B * T / el : 0.0;
-            progress(tty, i, steps, loss, tps, el / i * (steps - i), el, 0);
-        }
-    }
-    double took = mp_now() - t_start;
-    size_t n_run = lm->log.n - first;
-    if (show && tty) progress(tty, (int)n_run, steps, loss, took > 0 ? (double)n_run * B * T / took : 0, 0, took, 1);
-    if (ckpt && (st = mp_checkpoint_save(ckpt, lm->m, o, &lm->log))) return mp_lua_fail(L, st);
-    /* result: this run's part of the curve */
-    lua_createtable(L, 0, 9);
-    const char *keys[] = {"step", "loss", "lr", "tokens", "time"};
-    for (int k = 0; k < 5; k++) {
-        lua_createtable(L, (int)n_run, 0);
-        for (size_t j = 0; j < n_run; j++) {
-            size_t at = first + j;
-            switch (k) {
-            case 0: lua_pushinteger(L, lm->log.step[at]); break;
-            case 1: lua_pushnumber(L, lm->log.loss[at]); break;
-            case 2: lua_pushnumber(L, lm->log.lr[at]); break;
-            case 3: lua_pushnumber(L, lm->log.tokens[at]); break;
-            default: lua_pushnumber(L, lm->log.wall[at]); break;
-            }
-            lua_rawseti(L, -2, (lua_Integer)j + 1);
-        }
-        lua_setfield(L, -2, keys[k]);
-    }
-    lua_createtable(L, 0, 0);
-    lua_createtable(L, 0, 0);
-    for (size_t j = first_eval; j < lm->log.n_eval; j++) {
-        lua_pushinteger(L, lm->log.eval_step[j]);
-        lua_rawseti(L, -3, (lua_Integer)(j - first_eval) + 1);
-        lua_pushnumber(L, lm->log.eval_loss[j]);
-        lua_rawseti(L, -2, (lua_Integer)(j - first_eval) + 1);
-    }
-    lua_setfield(L, -3, "eval_loss");
-    lua_setfield(L, -2, "eval_step");
-    lua_pushnumber(L, loss);
-    lua_setfield(L, -2, "final_loss");
-    lua_pushnumber(L, took > 0 ? (double)n_run * B * T / took : 0.0);
-    lua_setfield(L, -2, "tokens_per_s");
-    return 1;
-}
-
-/* m:loss(tokens, targets [, {fwd_hooks=}]) -> mean masked cross-entropy (no update) */
-static int model_loss(lua_State *L) {
-    lmodel *lm = check_model(L, 1);
-    int opt = lua_istable(L, 4) ? 4 : 0;
-    guard *gt = push_guard(L), *gg = push_guard(L);
-    int B, T;
-    read_batch(L, 2, 3, gt, gg, &B, &T);
-    gt->hooks = mp_hooks_new(&lm->m->cfg);
-    if (!gt->hooks) return luaL_error(L, "out of memory");
-    add_fwd_hooks(L, opt, gt, lm);
-    float loss;
-    mp_status st = mp_model_loss(lm->m, gt->ints, gg->ints, B, T, mp_hooks_count(gt->hooks) ? gt->hooks : NULL, &loss);
-    if (st) return mp_lua_fail(L, st);
-    lua_pushnumber(L, loss);
-    return 1;
-}
-
 static const luaL_Reg model_methods[] = {
     {"forward", model_forward},
     {"run_with_cache", model_run_with_cache},
@@ -1258,9 +684,6 @@ static const luaL_Reg model_methods[] = {
     {"to_str_tokens", model_to_str_tokens},
     {"hook_names", model_hook_names},
     {"save", model_save},
-    {"train_step", model_train_step},
-    {"train", model_train},
-    {"loss", model_loss},
     {"close", model_gc},
     {NULL, NULL}};
 
@@ -1274,13 +697,10 @@ void mp_lua_open_model(lua_State *L) {
     lua_pushcfunction(L, model_index); lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, model_call); lua_setfield(L, -2, "__call");
     luaL_newlib(L, model_methods);
+    luaL_setfuncs(L, mp_lua_train_methods, 0);
     lua_setfield(L, -2, "__methods");
     lua_pop(L, 1);
 
-    luaL_newmetatable(L, IV_MT);
-    lua_pushcfunction(L, iv_tostring); lua_setfield(L, -2, "__tostring");
-    lua_pushcfunction(L, iv_gc); lua_setfield(L, -2, "__gc");
-    lua_pop(L, 1);
     luaL_newmetatable(L, GUARD_MT);
     lua_pushcfunction(L, guard_gc); lua_setfield(L, -2, "__gc");
     lua_pushcfunction(L, guard_gc); lua_setfield(L, -2, "__close");
@@ -1293,14 +713,8 @@ void mp_lua_open_model(lua_State *L) {
     lua_pushcfunction(L, l_model_new); lua_setfield(L, -2, "new");
     lua_setfield(L, -2, "model");
     lua_newtable(L);
-    lua_pushcfunction(L, l_ablate_zero); lua_setfield(L, -2, "zero");
-    lua_pushcfunction(L, l_ablate_mean); lua_setfield(L, -2, "mean");
-    lua_setfield(L, -2, "ablate");
-    lua_newtable(L);
     lua_pushcfunction(L, l_tok_save_bytelevel); lua_setfield(L, -2, "save_bytelevel");
     lua_setfield(L, -2, "tokenizer");
-    lua_pushcfunction(L, l_patch); lua_setfield(L, -2, "patch");
     mp_lua_open_train(L);
-    lua_pushcfunction(L, l_steer); lua_setfield(L, -2, "steer");
-    lua_pushcfunction(L, l_scale); lua_setfield(L, -2, "scale");
+    mp_lua_open_interventions(L);
 }

@@ -1,11 +1,18 @@
-/* ltrain.c — Lua bindings of the optimizer: mp.optim.adamw{lr=, beta1=,
+/* ltrain.c — training from Lua: the Model's methods train_step, train (with
+ * its progress bar and checkpoints) and loss, and the optimizer type
+ * mp.optim.adamw{lr=, beta1=,
  * beta2=, eps=, weight_decay=, warmup=, total_steps=, min_lr=, grad_clip=}
  * returns an Optimizer (AdamW as torch.optim.AdamW, runtime/optim.h) whose
  * moments are sized by the first m:train_step that uses it. Fields readable
  * from Lua: lr, beta1, beta2, eps, weight_decay, warmup, total_steps, min_lr,
  * grad_clip, step; opt:lr_at(step) gives the scheduled rate (0-based step). */
-#include "mp_lua.h"
+#include "lmodel.h"
+#include "checkpoint.h"
 #include "optim.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <string.h>
 
@@ -107,3 +114,253 @@ void mp_lua_open_train(lua_State *L) {
     lua_pushcfunction(L, l_adamw); lua_setfield(L, -2, "adamw");
     lua_setfield(L, -2, "optim");
 }
+
+/* ---- training ---- */
+
+/* Reads tokens and targets (tables or Tensors of the same [B,T] shape) into
+ * the guards' buffers. */
+static void read_batch(lua_State *L, int ti, int gi, guard *gt, guard *gg, int *B, int *T) {
+    int B2, T2;
+    free(gt->ints);
+    free(gg->ints);
+    gt->ints = gg->ints = NULL;
+    mp_lua_read_tokens(L, ti, gt, B, T);
+    mp_lua_read_tokens(L, gi, gg, &B2, &T2);
+    if (B2 != *B || T2 != *T)
+        luaL_error(L, "targets: shape [%d,%d] differs from the tokens' [%d,%d]", B2, T2, *B, *T);
+}
+
+/* One step with the model's buffers; appends to the loss curve. */
+static mp_status lm_step(lmodel *lm, mp_adamw *o, const int *tok, const int *tgt, int B, int T, int accum,
+                         const mp_hooks *hooks, float *loss) {
+    double t0 = mp_now();
+    mp_status st = mp_train_step(lm->m, o, &lm->ws, tok, tgt, B, T, accum, hooks, loss);
+    if (st) return st;
+    double wall = (lm->log.n ? lm->log.wall[lm->log.n - 1] : 0.0) + (mp_now() - t0);
+    double tokens = (lm->log.n ? lm->log.tokens[lm->log.n - 1] : 0.0) + (double)B * T;
+    return mp_train_log_add(&lm->log, (int32_t)o->step, *loss, (float)lm->ws.lr, tokens, wall);
+}
+
+/* m:train_step(opt, tokens, targets [, {fwd_hooks=, accum=1}]) -> loss, grad_norm */
+static int model_train_step(lua_State *L) {
+    lmodel *lm = mp_lua_model_check(L, 1);
+    mp_adamw *o = mp_lua_optim_check(L, 2);
+    int opt = lua_istable(L, 5) ? 5 : 0;
+    guard *gt = mp_lua_guard_push(L), *gg = mp_lua_guard_push(L);
+    int B, T;
+    read_batch(L, 3, 4, gt, gg, &B, &T);
+    gt->hooks = mp_hooks_new(&lm->m->cfg);
+    if (!gt->hooks) return luaL_error(L, "out of memory");
+    mp_lua_add_fwd_hooks(L, opt, gt);
+    int accum = (int)mp_lua_opt_num(L, opt, "accum", 1);
+    float loss;
+    mp_status st = lm_step(lm, o, gt->ints, gg->ints, B, T, accum, mp_hooks_count(gt->hooks) ? gt->hooks : NULL,
+                           &loss);
+    if (st) return mp_lua_fail(L, st);
+    lua_pushvalue(L, 2);
+    lua_setiuservalue(L, 1, 1);
+    lua_pushnumber(L, loss);
+    lua_pushnumber(L, lm->ws.grad_norm);
+    return 2;
+}
+
+static void fmt_time(char *buf, size_t n, double s) {
+    if (!(s >= 0) || s > 1e7) { snprintf(buf, n, "--:--"); return; }
+    long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+/* The progress line: step, bar, loss, tokens/s, ETA. */
+static void progress(int tty, int step, int total, float loss, double tps, double eta, double elapsed, int done) {
+    char e[32], el[32];
+    fmt_time(e, sizeof e, eta);
+    fmt_time(el, sizeof el, elapsed);
+    if (tty) {
+        char bar[31];
+        int fill = total ? (int)(30.0 * step / total) : 30;
+        for (int i = 0; i < 30; i++) bar[i] = i < fill ? '=' : i == fill ? '>' : ' ';
+        bar[30] = '\0';
+        fprintf(stderr, "\r%*d/%d [%s] loss %.4f | %.3g tok/s | %s %s\033[K", (int)snprintf(NULL, 0, "%d", total),
+                step, total, bar, (double)loss, tps, done ? "took" : "ETA", done ? el : e);
+        if (done) fputc('\n', stderr);
+    } else {
+        fprintf(stderr, "step %d/%d  loss %.4f  %.3g tok/s  %s %s\n", step, total, (double)loss, tps,
+                done ? "took" : "ETA", done ? el : e);
+    }
+    fflush(stderr);
+}
+
+/* Calls task:sample(B, T) (or task:eval_sample when eval and present),
+ * leaving tokens and targets on the stack. */
+static void sample_task(lua_State *L, int task, int B, int T, int eval) {
+    if (!eval || lua_getfield(L, task, "eval_sample") == LUA_TNIL) {
+        if (eval) lua_pop(L, 1);
+        if (lua_getfield(L, task, "sample") == LUA_TNIL) luaL_error(L, "train: the task has no sample(B, T) method");
+    }
+    lua_pushvalue(L, task);
+    lua_pushinteger(L, B);
+    lua_pushinteger(L, T);
+    lua_call(L, 3, 2);
+    if (lua_isnil(L, -1)) luaL_error(L, "train: task:sample(B, T) must return tokens and targets");
+}
+
+/* m:train{task=, steps=, batch=8, seq_len=ctx, lr=1e-3, warmup=0, min_lr=0.1 lr,
+ *         weight_decay=0.1, beta1=0.9, beta2=0.95, eps=1e-8, grad_clip=1.0,
+ *         accum=1, optimizer=, eval_every=0, eval_batches=4, checkpoint=PATH,
+ *         checkpoint_every=0, progress=true, log_every=, fwd_hooks=, on_step=fn}
+ * -> {step=, loss=, lr=, tokens=, time=, eval_step=, eval_loss=, final_loss=, tokens_per_s=}
+ * Continues the model's optimizer (from a loaded checkpoint or an earlier
+ * train) unless optimizer= or resume=false is given. */
+static int model_train(lua_State *L) {
+    lmodel *lm = mp_lua_model_check(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    if (lua_getfield(L, 2, "task") == LUA_TNIL) return luaL_error(L, "train: option 'task' is required");
+    int task = lua_gettop(L);
+    const int steps = (int)mp_lua_opt_num(L, 2, "steps", 0);
+    if (steps <= 0) return luaL_error(L, "train: option 'steps' (a positive integer) is required");
+    const int B = (int)mp_lua_opt_num(L, 2, "batch", 8), T = (int)mp_lua_opt_num(L, 2, "seq_len", lm->m->cfg.ctx);
+    const int accum = (int)mp_lua_opt_num(L, 2, "accum", 1), eval_every = (int)mp_lua_opt_num(L, 2, "eval_every", 0);
+    const int eval_batches = (int)mp_lua_opt_num(L, 2, "eval_batches", 4);
+    const int ck_every = (int)mp_lua_opt_num(L, 2, "checkpoint_every", 0);
+    const int show = mp_lua_opt_bool(L, 2, "progress", 1), tty = isatty(2);
+    const int log_every = (int)mp_lua_opt_num(L, 2, "log_every", steps >= 20 ? steps / 20 : 1);
+    if (B <= 0 || T <= 0) return luaL_error(L, "train: batch (%d) and seq_len (%d) must be positive", B, T);
+    lua_getfield(L, 2, "checkpoint");
+    const char *ckpt = lua_tostring(L, -1); /* stays on the stack */
+    /* the optimizer */
+    mp_adamw *o = NULL;
+    if (lua_getfield(L, 2, "optimizer") != LUA_TNIL) {
+        o = mp_lua_optim_check(L, -1);
+    } else {
+        lua_pop(L, 1);
+        lua_getiuservalue(L, 1, 1);
+        o = mp_lua_opt_bool(L, 2, "resume", 1) ? luaL_testudata(L, -1, MP_OPTIM_MT) : NULL;
+        if (!o) {
+            lua_pop(L, 1);
+            mp_adamw fresh;
+            memset(&fresh, 0, sizeof fresh);
+            fresh.hp = mp_adamw_params_default();
+            fresh.hp.weight_decay = 0.1f;
+            fresh.hp.beta2 = 0.95f;
+            fresh.hp.grad_clip = 1.0f;
+            fresh.hp.total_steps = steps;
+            mp_lua_adamw_params(L, 2, &fresh.hp);
+            if (mp_adamw_params_check(&fresh.hp)) return luaL_error(L, "train: %s", mp_last_error());
+            o = mp_lua_optim_push(L, &fresh);
+        }
+    }
+    int oi = lua_gettop(L);
+    lua_pushvalue(L, oi);
+    lua_setiuservalue(L, 1, 1);
+    lua_getfield(L, 2, "on_step");
+    int on_step = lua_isfunction(L, -1) ? lua_gettop(L) : 0;
+    guard *gt = mp_lua_guard_push(L), *gg = mp_lua_guard_push(L);
+    gt->hooks = mp_hooks_new(&lm->m->cfg);
+    if (!gt->hooks) return luaL_error(L, "out of memory");
+    mp_lua_add_fwd_hooks(L, 2, gt);
+    const mp_hooks *hooks = mp_hooks_count(gt->hooks) ? gt->hooks : NULL;
+    const size_t first = lm->log.n, first_eval = lm->log.n_eval;
+    const double t_start = mp_now();
+    const int top = lua_gettop(L);
+    float loss = 0.0f;
+    mp_status st;
+    for (int i = 1; i <= steps; i++) {
+        int b, t;
+        sample_task(L, task, B, T, 0);
+        read_batch(L, top + 1, top + 2, gt, gg, &b, &t);
+        lua_settop(L, top);
+        if ((st = lm_step(lm, o, gt->ints, gg->ints, b, t, accum, hooks, &loss))) return mp_lua_fail(L, st);
+        const int gstep = (int)o->step;
+        if (eval_every > 0 && (i % eval_every == 0 || i == steps)) {
+            double sum = 0.0;
+            for (int e = 0; e < eval_batches; e++) {
+                float el;
+                sample_task(L, task, B, T, 1);
+                read_batch(L, top + 1, top + 2, gt, gg, &b, &t);
+                lua_settop(L, top);
+                if ((st = mp_model_loss(lm->m, gt->ints, gg->ints, b, t, hooks, &el))) return mp_lua_fail(L, st);
+                sum += el;
+            }
+            if ((st = mp_train_log_add_eval(&lm->log, gstep, (float)(sum / (eval_batches > 0 ? eval_batches : 1)))))
+                return mp_lua_fail(L, st);
+        }
+        if (ckpt && ck_every > 0 && i % ck_every == 0 && i != steps &&
+            (st = mp_checkpoint_save(ckpt, lm->m, o, &lm->log)))
+            return mp_lua_fail(L, st);
+        if (on_step) {
+            lua_pushvalue(L, on_step);
+            lua_pushinteger(L, gstep);
+            lua_pushnumber(L, loss);
+            lua_call(L, 2, 1);
+            int stop = lua_toboolean(L, -1);
+            lua_settop(L, top);
+            if (stop) break;
+        }
+        if (show && (tty || i % log_every == 0 || i == steps)) {
+            double el = mp_now() - t_start;
+            double tps = el > 0 ? (double)i * B * T / el : 0.0;
+            progress(tty, i, steps, loss, tps, el / i * (steps - i), el, 0);
+        }
+    }
+    double took = mp_now() - t_start;
+    size_t n_run = lm->log.n - first;
+    if (show && tty) progress(tty, (int)n_run, steps, loss, took > 0 ? (double)n_run * B * T / took : 0, 0, took, 1);
+    if (ckpt && (st = mp_checkpoint_save(ckpt, lm->m, o, &lm->log))) return mp_lua_fail(L, st);
+    /* result: this run's part of the curve */
+    lua_createtable(L, 0, 9);
+    const char *keys[] = {"step", "loss", "lr", "tokens", "time"};
+    for (int k = 0; k < 5; k++) {
+        lua_createtable(L, (int)n_run, 0);
+        for (size_t j = 0; j < n_run; j++) {
+            size_t at = first + j;
+            switch (k) {
+            case 0: lua_pushinteger(L, lm->log.step[at]); break;
+            case 1: lua_pushnumber(L, lm->log.loss[at]); break;
+            case 2: lua_pushnumber(L, lm->log.lr[at]); break;
+            case 3: lua_pushnumber(L, lm->log.tokens[at]); break;
+            default: lua_pushnumber(L, lm->log.wall[at]); break;
+            }
+            lua_rawseti(L, -2, (lua_Integer)j + 1);
+        }
+        lua_setfield(L, -2, keys[k]);
+    }
+    lua_createtable(L, 0, 0);
+    lua_createtable(L, 0, 0);
+    for (size_t j = first_eval; j < lm->log.n_eval; j++) {
+        lua_pushinteger(L, lm->log.eval_step[j]);
+        lua_rawseti(L, -3, (lua_Integer)(j - first_eval) + 1);
+        lua_pushnumber(L, lm->log.eval_loss[j]);
+        lua_rawseti(L, -2, (lua_Integer)(j - first_eval) + 1);
+    }
+    lua_setfield(L, -3, "eval_loss");
+    lua_setfield(L, -2, "eval_step");
+    lua_pushnumber(L, loss);
+    lua_setfield(L, -2, "final_loss");
+    lua_pushnumber(L, took > 0 ? (double)n_run * B * T / took : 0.0);
+    lua_setfield(L, -2, "tokens_per_s");
+    return 1;
+}
+
+/* m:loss(tokens, targets [, {fwd_hooks=}]) -> mean masked cross-entropy (no update) */
+static int model_loss(lua_State *L) {
+    lmodel *lm = mp_lua_model_check(L, 1);
+    int opt = lua_istable(L, 4) ? 4 : 0;
+    guard *gt = mp_lua_guard_push(L), *gg = mp_lua_guard_push(L);
+    int B, T;
+    read_batch(L, 2, 3, gt, gg, &B, &T);
+    gt->hooks = mp_hooks_new(&lm->m->cfg);
+    if (!gt->hooks) return luaL_error(L, "out of memory");
+    mp_lua_add_fwd_hooks(L, opt, gt);
+    float loss;
+    mp_status st = mp_model_loss(lm->m, gt->ints, gg->ints, B, T, mp_hooks_count(gt->hooks) ? gt->hooks : NULL, &loss);
+    if (st) return mp_lua_fail(L, st);
+    lua_pushnumber(L, loss);
+    return 1;
+}
+
+const luaL_Reg mp_lua_train_methods[] = {
+    {"train_step", model_train_step},
+    {"train", model_train},
+    {"loss", model_loss},
+    {NULL, NULL}};

@@ -1,0 +1,323 @@
+/* lintervene.c — interventions as hooks: the C interventions of mp.ablate /
+ * mp.patch / mp.steer / mp.scale (userdata "mechprobe.Intervention" holding
+ * their data), Lua functions called at hook points with a view of the
+ * activation, and the reading of a `fwd_hooks` list into a hook registry.
+ * Heads and positions are 0-based, as in hook names and TransformerLens. */
+#include "lmodel.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define IV_MT "mechprobe.Intervention"
+
+typedef enum { IV_ZERO, IV_MEAN, IV_PATCH, IV_STEER, IV_SCALE } iv_kind;
+
+typedef struct {
+    iv_kind kind;
+    int head;          /* -1: all heads */
+    int npos;          /* 0: all positions */
+    int pos[64];       /* absolute positions, 0-based */
+    float scale;
+    mp_tensor *data;   /* source (patch), reference run (mean), or steering vector; uservalue 1 */
+    float *mean;       /* mean of the reference over batch and positions, computed at first use */
+    size_t mean_n;
+} lintervention;
+
+static int iv_gc(lua_State *L) {
+    lintervention *iv = luaL_checkudata(L, 1, IV_MT);
+    free(iv->mean);
+    iv->mean = NULL;
+    return 0;
+}
+
+/* Mean of `ref` (the hook's full shape from another run, any batch/length)
+ * over its batch axis and position axis pax: nfeat values. */
+static int iv_compute_mean(lintervention *iv, const mp_hook_info *info, int pax, size_t nfeat) {
+    const mp_tensor *ref = iv->data;
+    if (ref->ndim != info->ndim)
+        return mp_error(MP_ERR_ARG, "mean ablation at %s: the reference has %d dims, the activation %d", info->name,
+                        ref->ndim, info->ndim), 1;
+    size_t nf = 1, inner = 1;
+    for (int i = 1; i < ref->ndim; i++)
+        if (i != pax) nf *= (size_t)ref->shape[i];
+    for (int i = pax + 1; i < ref->ndim; i++) inner *= (size_t)ref->shape[i];
+    if (nf != nfeat)
+        return mp_error(MP_ERR_ARG, "mean ablation at %s: the reference has %zu features per position, expected %zu",
+                        info->name, nf, nfeat), 1;
+    iv->mean = calloc(nf, sizeof(float));
+    if (!iv->mean) return mp_error(MP_ERR_NOMEM, "out of memory for a mean ablation"), 1;
+    iv->mean_n = nf;
+    size_t count = (size_t)ref->shape[0] * (size_t)ref->shape[pax];
+    for (size_t e = 0; e < ref->numel; e++) {
+        size_t in = e % inner, rest = e / inner / (size_t)ref->shape[pax];
+        iv->mean[(rest % (nf / inner)) * inner + in] += ref->data[e];
+    }
+    for (size_t i = 0; i < nf; i++) iv->mean[i] /= (float)count;
+    return 0;
+}
+
+static const char *iv_names[] = {"zero ablation", "mean ablation", "patch", "steer", "scale"};
+
+static int iv_tostring(lua_State *L) {
+    lintervention *iv = luaL_checkudata(L, 1, IV_MT);
+    lua_pushfstring(L, "Intervention(%s%s)", iv_names[iv->kind], iv->head >= 0 ? " of one head" : "");
+    return 1;
+}
+
+/* Axis holding the head index / the query position for a hook's shape kind. */
+static int head_axis(mp_shape_kind k) {
+    return k == MP_SHAPE_BTHD || k == MP_SHAPE_BTKD ? 2 : k == MP_SHAPE_BHTS ? 1 : -1;
+}
+
+static int iv_apply(void *user, const mp_hook_info *info, float *data) {
+    lintervention *iv = user;
+    mp_shape_kind sk = mp_hook_shape_kind[info->id];
+    int hax = head_axis(sk), pax = sk == MP_SHAPE_BHTS ? 2 : 1;
+    int64_t s[4] = {1, 1, 1, 1}, f[4] = {1, 1, 1, 1};
+    for (int i = 0; i < info->ndim; i++) { s[i] = info->shape[i]; f[i] = info->full[i]; }
+    if (iv->head >= 0 && hax < 0)
+        return mp_error(MP_ERR_ARG, "%s: head=%d given, but %s has no head axis", iv_names[iv->kind], iv->head,
+                        info->name), 1;
+    if (iv->head >= 0 && iv->head >= f[hax])
+        return mp_error(MP_ERR_ARG, "%s: head=%d out of range (0..%d) at %s", iv_names[iv->kind], iv->head,
+                        (int)f[hax] - 1, info->name), 1;
+    /* feature size: everything but batch and position axes */
+    size_t nfeat = 1, nwithin = 1;
+    for (int i = 0; i < info->ndim; i++)
+        if (i != 0 && i != pax) nfeat *= (size_t)f[i];
+    for (int i = hax + 1; hax >= 0 && i < info->ndim; i++)
+        if (i != pax) nwithin *= (size_t)f[i];
+    size_t full_numel = (size_t)f[0] * f[1] * f[2] * f[3];
+    const float *src = iv->data ? iv->data->data : NULL;
+    size_t nsrc = iv->data ? iv->data->numel : 0;
+    if (iv->kind == IV_PATCH && nsrc != full_numel)
+        return mp_error(MP_ERR_ARG, "patch at %s: the source has %zu values but the activation has %zu "
+                        "(patch from a run with the same batch and length)", info->name, nsrc, full_numel), 1;
+    if (iv->kind == IV_MEAN) {
+        if (!iv->mean && iv_compute_mean(iv, info, pax, nfeat)) return 1;
+        if (iv->mean_n != nfeat)
+            return mp_error(MP_ERR_ARG, "mean ablation at %s: the mean has %zu values, expected %zu", info->name,
+                            iv->mean_n, nfeat), 1;
+        src = iv->mean;
+    }
+    int use_within = iv->kind == IV_STEER && iv->head >= 0;
+    if (iv->kind == IV_STEER && nsrc != (use_within ? nwithin : nfeat))
+        return mp_error(MP_ERR_ARG, "steer at %s: the vector has %zu values, expected %zu", info->name, nsrc,
+                        use_within ? nwithin : nfeat), 1;
+    size_t e = 0;
+    int64_t idx[4];
+    for (idx[0] = 0; idx[0] < s[0]; idx[0]++)
+        for (idx[1] = 0; idx[1] < s[1]; idx[1]++)
+            for (idx[2] = 0; idx[2] < s[2]; idx[2]++)
+                for (idx[3] = 0; idx[3] < s[3]; idx[3]++, e++) {
+                    int64_t g[4] = {idx[0], idx[1], idx[2], idx[3]};
+                    g[info->axis] += info->offset;
+                    if (iv->head >= 0 && g[hax] != iv->head) continue;
+                    if (iv->npos) {
+                        int p = info->pos0 + (int)g[pax], hit = 0;
+                        for (int k = 0; k < iv->npos && !hit; k++) hit = iv->pos[k] == p;
+                        if (!hit) continue;
+                    }
+                    size_t feat = 0, within = 0;
+                    for (int i = 1; i < info->ndim; i++) {
+                        if (i == pax) continue;
+                        feat = feat * (size_t)f[i] + (size_t)g[i];
+                        if (hax >= 0 && i > hax) within = within * (size_t)f[i] + (size_t)g[i];
+                    }
+                    switch (iv->kind) {
+                    case IV_ZERO: data[e] = 0.0f; break;
+                    case IV_MEAN: data[e] = src[feat]; break;
+                    case IV_PATCH:
+                        data[e] = src[((size_t)g[0] * f[1] * f[2] + (size_t)g[1] * f[2] + (size_t)g[2]) * f[3] + g[3]];
+                        break;
+                    case IV_STEER: data[e] += iv->scale * src[use_within ? within : feat]; break;
+                    case IV_SCALE: data[e] *= iv->scale; break;
+                    }
+                }
+    return 0;
+}
+
+/* Options common to every intervention: head=, positions= (0-based). */
+static lintervention *push_iv(lua_State *L, iv_kind kind, int opt) {
+    lintervention *iv = lua_newuserdatauv(L, sizeof *iv, 1);
+    memset(iv, 0, sizeof *iv);
+    iv->kind = kind;
+    iv->head = -1;
+    iv->scale = 1.0f;
+    luaL_setmetatable(L, IV_MT);
+    if (opt && lua_istable(L, opt)) {
+        if (lua_getfield(L, opt, "head") != LUA_TNIL) {
+            iv->head = (int)luaL_checkinteger(L, -1);
+            if (iv->head < 0) luaL_error(L, "head must be >= 0 (heads are numbered from 0, as in TransformerLens)");
+        }
+        lua_pop(L, 1);
+        if (lua_getfield(L, opt, "positions") != LUA_TNIL) {
+            int pi = lua_gettop(L);
+            if (lua_isinteger(L, pi)) {
+                iv->pos[iv->npos++] = (int)lua_tointeger(L, pi);
+            } else {
+                luaL_checktype(L, pi, LUA_TTABLE);
+                lua_Integer n = luaL_len(L, pi);
+                if (n > 64) luaL_error(L, "positions: at most 64 positions (got %d)", (int)n);
+                for (lua_Integer i = 1; i <= n; i++) {
+                    lua_geti(L, pi, i);
+                    iv->pos[iv->npos++] = (int)luaL_checkinteger(L, -1);
+                    lua_pop(L, 1);
+                }
+            }
+        }
+        lua_pop(L, 1);
+        if (lua_getfield(L, opt, "scale") != LUA_TNIL) iv->scale = (float)luaL_checknumber(L, -1);
+        lua_pop(L, 1);
+    }
+    return iv;
+}
+
+/* mp.ablate.zero([{head=, positions=}]) */
+static int l_ablate_zero(lua_State *L) {
+    push_iv(L, IV_ZERO, lua_istable(L, 1) ? 1 : 0);
+    return 1;
+}
+
+/* mp.ablate.mean(reference [, {head=, positions=}]): reference is the hook's
+ * activation captured on other inputs ([B,T,...], or [B,H,T,S] for patterns);
+ * its mean over batch and positions replaces the activation. */
+static int l_ablate_mean(lua_State *L) {
+    mp_tensor *ref = mp_lua_tensor_check(L, 1);
+    if (ref->ndim < 3) luaL_argerror(L, 1, "a captured activation [B,T,...] or pattern [B,H,T,S] expected");
+    lintervention *iv = push_iv(L, IV_MEAN, lua_istable(L, 2) ? 2 : 0);
+    iv->data = ref;
+    lua_pushvalue(L, 1);
+    lua_setiuservalue(L, -2, 1);
+    return 1;
+}
+
+/* mp.patch(source [, {head=, positions=}]): copy values from a cached run. */
+static int l_patch(lua_State *L) {
+    mp_lua_tensor_check(L, 1);
+    lintervention *iv = push_iv(L, IV_PATCH, lua_istable(L, 2) ? 2 : 0);
+    int ivi = lua_gettop(L);
+    iv->data = mp_lua_tensor_check(L, 1);
+    lua_pushvalue(L, 1);
+    lua_setiuservalue(L, ivi, 1);
+    return 1;
+}
+
+/* mp.steer(vector [, {scale=, head=, positions=}]): add scale * vector. */
+static int l_steer(lua_State *L) {
+    luaL_checkany(L, 1);
+    lintervention *iv = push_iv(L, IV_STEER, lua_istable(L, 2) ? 2 : 0);
+    int ivi = lua_gettop(L);
+    iv->data = mp_lua_tensor_arg(L, 1);
+    if (lua_gettop(L) == ivi) lua_pushvalue(L, 1); /* it was a Tensor already */
+    lua_setiuservalue(L, ivi, 1);
+    return 1;
+}
+
+/* mp.scale(factor [, {head=, positions=}]): multiply the activation. */
+static int l_scale(lua_State *L) {
+    float s = (float)luaL_checknumber(L, 1);
+    lintervention *iv = push_iv(L, IV_SCALE, lua_istable(L, 2) ? 2 : 0);
+    iv->scale = s;
+    return 1;
+}
+
+/* ---- Lua function hooks ---- */
+
+typedef struct {
+    lua_State *L;
+    int tbl;   /* absolute stack index of the table holding the functions */
+    int key;
+} lfnhook;
+
+static int lua_hook_cb(void *user, const mp_hook_info *info, float *data) {
+    lfnhook *h = user;
+    lua_State *L = h->L;
+    int top = lua_gettop(L);
+    lua_rawgeti(L, h->tbl, h->key);
+    mp_tensor *view = mp_lua_tensor_wrap(L, info->ndim, info->shape, data);
+    lua_createtable(L, 0, 6);
+    lua_pushstring(L, info->name); lua_setfield(L, -2, "name");
+    lua_pushinteger(L, info->layer); lua_setfield(L, -2, "layer");
+    lua_pushinteger(L, info->axis + 1); lua_setfield(L, -2, "axis");
+    lua_pushinteger(L, info->offset); lua_setfield(L, -2, "offset");
+    lua_pushinteger(L, info->pos0); lua_setfield(L, -2, "pos0");
+    lua_createtable(L, info->ndim, 0);
+    for (int i = 0; i < info->ndim; i++) { lua_pushinteger(L, info->full[i]); lua_rawseti(L, -2, i + 1); }
+    lua_setfield(L, -2, "full_shape");
+    int rc = 0;
+    if (lua_pcall(L, 2, 1, 0) != LUA_OK) {
+        mp_error(MP_ERR_HOOK, "%s", lua_tostring(L, -1));
+        rc = 1;
+    } else {
+        mp_tensor *ret = mp_lua_tensor_test(L, -1);
+        if (ret && ret != view) {
+            if (ret->numel != info->numel) {
+                mp_error(MP_ERR_HOOK, "the hook function returned a Tensor of %zu values for a view of %zu",
+                         ret->numel, info->numel);
+                rc = 1;
+            } else {
+                memmove(data, ret->data, info->numel * sizeof(float));
+            }
+        }
+    }
+    mp_lua_tensor_detach(view);
+    lua_settop(L, top);
+    return rc;
+}
+
+void mp_lua_add_fwd_hooks(lua_State *L, int opt, guard *g) {
+    lua_newtable(L); /* function table */
+    int ftbl = lua_gettop(L);
+    if (!opt || !lua_istable(L, opt)) return;
+    if (lua_getfield(L, opt, "fwd_hooks") == LUA_TNIL) { lua_pop(L, 1); return; }
+    int hl = lua_gettop(L);
+    luaL_checktype(L, hl, LUA_TTABLE);
+    lua_Integer n = luaL_len(L, hl);
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_geti(L, hl, i);
+        int e = lua_gettop(L);
+        if (!lua_istable(L, e)) luaL_error(L, "fwd_hooks[%d]: expected {name, function or intervention}", (int)i);
+        lua_geti(L, e, 1);
+        const char *name = lua_tostring(L, -1);
+        if (!name) luaL_error(L, "fwd_hooks[%d][1]: hook name (string) expected", (int)i);
+        lua_geti(L, e, 2);
+        mp_status st;
+        if (lua_isfunction(L, -1)) {
+            lua_pushvalue(L, -1);
+            int key = (int)luaL_len(L, ftbl) + 1;
+            lua_rawseti(L, ftbl, key);
+            lfnhook *h = lua_newuserdatauv(L, sizeof *h, 0);
+            h->L = L;
+            h->tbl = ftbl;
+            h->key = key;
+            lua_rawseti(L, ftbl, -key); /* keep the hook record alive beside its function */
+            st = mp_hooks_add(g->hooks, name, lua_hook_cb, h);
+        } else if (luaL_testudata(L, -1, IV_MT)) {
+            lintervention *iv = lua_touserdata(L, -1);
+            lua_pushvalue(L, -1);
+            lua_rawseti(L, ftbl, -(int)(1000000 + i)); /* keep it alive */
+            st = mp_hooks_add(g->hooks, name, iv_apply, iv);
+        } else {
+            return (void)luaL_error(L, "fwd_hooks[%d][2]: a function or an intervention (mp.ablate.zero(), "
+                                       "mp.patch(...), mp.steer(...)) expected, got %s", (int)i, luaL_typename(L, -1));
+        }
+        if (st) luaL_error(L, "fwd_hooks[%d]: %s", (int)i, mp_last_error());
+        lua_settop(L, e - 1);
+    }
+    lua_settop(L, ftbl);
+}
+
+void mp_lua_open_interventions(lua_State *L) {
+    luaL_newmetatable(L, IV_MT);
+    lua_pushcfunction(L, iv_tostring); lua_setfield(L, -2, "__tostring");
+    lua_pushcfunction(L, iv_gc); lua_setfield(L, -2, "__gc");
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushcfunction(L, l_ablate_zero); lua_setfield(L, -2, "zero");
+    lua_pushcfunction(L, l_ablate_mean); lua_setfield(L, -2, "mean");
+    lua_setfield(L, -2, "ablate");
+    lua_pushcfunction(L, l_patch); lua_setfield(L, -2, "patch");
+    lua_pushcfunction(L, l_steer); lua_setfield(L, -2, "steer");
+    lua_pushcfunction(L, l_scale); lua_setfield(L, -2, "scale");
+}

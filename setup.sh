@@ -9,7 +9,7 @@ ROOT=$(pwd)
 JOBS=$(nproc 2>/dev/null || echo 2)
 
 # Debian packages the build and tests need (the benchmarks add PyTorch etc.).
-PKGS="build-essential cmake pkg-config libgsl-dev libhdf5-dev hdf5-tools libcairo2-dev liblua5.4-dev libopenblas-openmp-dev"
+PKGS="build-essential cmake pkg-config libgsl-dev libhdf5-dev hdf5-tools libcairo2-dev liblua5.4-dev libopenblas-openmp-dev libpcre2-dev"
 BENCH_PKGS="python3-torch python3-numpy python3-h5py python3-matplotlib"
 
 install_missing() {

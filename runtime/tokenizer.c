@@ -155,6 +155,56 @@ cleanup:
     return st;
 }
 
+/* The same tokenizer built from in-memory pieces (e.g. GGUF metadata), with the
+ * checks and layout of mp_tokenizer_load. */
+mp_status mp_tokenizer_from_pieces(mp_tokenizer **out, int vocab, const char *const *pieces,
+                                   const float *scores) {
+    mp_status st = MP_OK;
+    mp_tokenizer *t = NULL;
+    size_t text = 0, max_len = 1;
+    *out = NULL;
+    if (vocab <= 0 || vocab > MP_TOK_MAX_VOCAB)
+        return mp_error(MP_ERR_ARG, "tokenizer: vocabulary size %d is out of range", vocab);
+    if (!pieces) return mp_error(MP_ERR_ARG, "tokenizer: pieces is NULL");
+    for (int i = 0; i < vocab; i++) {
+        if (!pieces[i]) return mp_error(MP_ERR_ARG, "tokenizer: piece %d is NULL", i);
+        size_t l = strlen(pieces[i]);
+        if (l > MP_TOK_MAX_PIECE)
+            return mp_error(MP_ERR_FORMAT, "tokenizer: piece %d is %zu bytes long (at most %d)", i, l,
+                            MP_TOK_MAX_PIECE);
+        if (l > max_len) max_len = l;
+        text += l + 1;
+    }
+    if (!(t = mp_calloc(1, sizeof *t, "tokenizer")) ||
+        !(t->piece = mp_calloc((size_t)vocab, sizeof *t->piece, "tokenizer pieces")) ||
+        !(t->score = mp_calloc((size_t)vocab, sizeof *t->score, "tokenizer scores")) ||
+        !(t->sorted = mp_calloc((size_t)vocab, sizeof *t->sorted, "tokenizer index")) ||
+        !(t->blob = mp_malloc(text, "tokenizer text"))) {
+        st = MP_ERR_NOMEM;
+        goto cleanup;
+    }
+    t->vocab = vocab;
+    t->max_len = (int)max_len;
+    for (int b = 0; b < 256; b++) t->byte_piece[b][0] = (unsigned char)b;
+    char *w = t->blob;
+    for (int i = 0; i < vocab; i++) {
+        size_t l = strlen(pieces[i]);
+        memcpy(w, pieces[i], l + 1);
+        t->piece[i] = w;
+        w += l + 1;
+        t->score[i] = scores ? scores[i] : 0.0f;
+        t->sorted[i].str = t->piece[i];
+        t->sorted[i].id = i;
+    }
+    qsort(t->sorted, (size_t)vocab, sizeof *t->sorted, cmp_index);
+    t->space_id = lookup(t, " ");
+    *out = t;
+    t = NULL;
+cleanup:
+    mp_tokenizer_free(t);
+    return st;
+}
+
 int mp_tokenizer_vocab(const mp_tokenizer *t) { return t->vocab; }
 int mp_tokenizer_bos(const mp_tokenizer *t) { (void)t; return 1; }
 int mp_tokenizer_eos(const mp_tokenizer *t) { (void)t; return 2; }

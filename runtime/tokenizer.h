@@ -14,6 +14,11 @@ typedef struct mp_tokenizer mp_tokenizer;
  * negative/absurd piece length or trailing garbage is MP_ERR_FORMAT naming it. */
 mp_status mp_tokenizer_load(mp_tokenizer **out, const char *path, int vocab);
 void mp_tokenizer_free(mp_tokenizer *t);
+/* The same tokenizer from in-memory pieces (NUL-terminated, as llama2.c spells
+ * them: ' ' for SentencePiece's U+2581, <0xXX> byte pieces at ids 3..258) and
+ * scores (NULL: all 0), e.g. from GGUF metadata; copies both. */
+mp_status mp_tokenizer_from_pieces(mp_tokenizer **out, int vocab, const char *const *pieces,
+                                   const float *scores);
 
 int mp_tokenizer_vocab(const mp_tokenizer *t);
 int mp_tokenizer_bos(const mp_tokenizer *t);  /* 1 */

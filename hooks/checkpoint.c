@@ -91,6 +91,7 @@ mp_status mp_checkpoint_save(const char *path, const mp_model *m, const mp_adamw
     if (!st) st = mp_h5_attr_set_string(f, "/config", "norm", norm_name(c->norm));
     if (!st) st = mp_h5_attr_set_string(f, "/config", "mlp", mlp_name(c->mlp));
     if (!st) st = mp_h5_attr_set_string(f, "/config", "pos", pos_name(c->pos));
+    if (!st && m->tokenizer[0]) st = mp_h5_attr_set_string(f, "/config", "tokenizer", m->tokenizer);
     if (!st) st = make_group(f, "/params", path);
     if (!st) st = write_tensors(f, "/params", c, NULL, m);
     if (!st && opt && opt->n) {
@@ -285,6 +286,13 @@ mp_status mp_checkpoint_load(const char *path, mp_model **out, mp_adamw *opt, mp
     if ((st = read_config(f, &c, path))) goto cleanup;
     if ((st = mp_model_alloc(&m, &c))) goto cleanup;
     if ((st = read_tensors(f, "/params", m, m->owned, path))) goto cleanup;
+    {   /* optional vocabulary hint */
+        mp_h5_attr t;
+        if (mp_h5_attr_get(f, "/config", "tokenizer", &t) == MP_OK) {
+            if (t.kind == MP_H5_ATTR_STRING && strcmp(t.s, "bytes") == 0) snprintf(m->tokenizer, sizeof m->tokenizer, "bytes");
+            mp_h5_attr_clear(&t);
+        }
+    }
     if (opt && mp_h5_exists(f, "/optim", NULL)) {
         mp_adamw_params hp = mp_adamw_params_default();
         int step = 0;

@@ -282,12 +282,84 @@ static int model_forward(lua_State *L) { return run_common(L, 0); }
 static int model_run_with_hooks(lua_State *L) { return run_common(L, 0); }
 static int model_run_with_cache(lua_State *L) { return run_common(L, 1); }
 
-/* ---- tokenization ---- */
+/* ---- tokenization: a llama2.c tokenizer.bin, or raw bytes ----
+ * Byte-level models (e.g. trained on mp.tasks.text) use ids 0..255 for the
+ * bytes and 256 for BOS; the model's `tokenizer` hint says so and travels in
+ * its checkpoint. */
 
-static mp_tokenizer *need_tok(lua_State *L, lmodel *lm) {
-    if (!lm->tok)
-        luaL_error(L, "this model has no tokenizer: load it with mp.load(path, {tokenizer=\"tokenizer.bin\"})");
-    return lm->tok;
+#define BYTES_BOS 256
+
+static int is_bytes(const lmodel *lm) { return !lm->tok && strcmp(lm->m->tokenizer, "bytes") == 0; }
+
+static void need_tok(lua_State *L, lmodel *lm) {
+    if (!lm->tok && !is_bytes(lm))
+        luaL_error(L, "this model has no tokenizer: load it with mp.load(path, {tokenizer=\"tokenizer.bin\"}), or "
+                      "{tokenizer=\"bytes\"} for a byte-level model");
+}
+
+static int lm_vocab(const lmodel *lm) { return lm->tok ? mp_tokenizer_vocab(lm->tok) : BYTES_BOS + 1; }
+static int lm_eos(const lmodel *lm) { return lm->tok ? mp_tokenizer_eos(lm->tok) : -1; }
+
+static mp_status lm_encode(const lmodel *lm, const char *text, int bos, int eos, int **ids, int *n) {
+    if (lm->tok) return mp_tokenizer_encode(lm->tok, text, bos, eos, ids, n);
+    size_t len = strlen(text), k = 0;
+    int *out = mp_malloc((len + 1) * sizeof(int), "tokens");
+    if (!out) return MP_ERR_NOMEM;
+    if (bos) out[k++] = BYTES_BOS;
+    for (size_t i = 0; i < len; i++) out[k++] = (unsigned char)text[i];
+    *ids = out;
+    *n = (int)k;
+    return MP_OK;
+}
+
+static mp_status lm_decode(const lmodel *lm, const int *ids, int n, char **out) {
+    if (lm->tok) return mp_tokenizer_decode(lm->tok, ids, n, out);
+    char *s = mp_malloc((size_t)n + 1, "text");
+    if (!s) return MP_ERR_NOMEM;
+    size_t k = 0;
+    for (int i = 0; i < n; i++)
+        if (ids[i] >= 0 && ids[i] < BYTES_BOS) s[k++] = (char)ids[i];
+    s[k] = '\0';
+    *out = s;
+    return MP_OK;
+}
+
+/* The text of token `id` after `prev` (buf holds byte pieces); NULL if out of range. */
+static const char *lm_piece(const lmodel *lm, int prev, int id, char buf[2]) {
+    if (lm->tok) return mp_tokenizer_piece(lm->tok, prev, id);
+    if (id == BYTES_BOS) return "";
+    if (id < 0 || id > BYTES_BOS) return NULL;
+    buf[0] = (char)id;
+    buf[1] = '\0';
+    return buf;
+}
+
+/* Attaches a tokenizer: "bytes", or the path of a llama2.c tokenizer.bin. */
+static void set_tokenizer(lua_State *L, lmodel *lm, const char *spec) {
+    if (strcmp(spec, "bytes") == 0) {
+        if (lm->m->cfg.vocab < BYTES_BOS + 1)
+            luaL_error(L, "tokenizer \"bytes\" needs a vocabulary of at least 257 (ids 0..255 and BOS 256); "
+                          "this model has %d", lm->m->cfg.vocab);
+        mp_tokenizer_free(lm->tok);
+        lm->tok = NULL;
+        lm->tok_path[0] = '\0';
+        snprintf(lm->m->tokenizer, sizeof lm->m->tokenizer, "bytes");
+        return;
+    }
+    mp_tokenizer *t;
+    mp_status st = mp_tokenizer_load(&t, spec, lm->m->cfg.vocab);
+    if (st) mp_lua_fail(L, st);
+    mp_tokenizer_free(lm->tok);
+    lm->tok = t;
+    snprintf(lm->tok_path, sizeof lm->tok_path, "%s", spec);
+    lm->m->tokenizer[0] = '\0';
+}
+
+/* m:set_tokenizer("bytes" | path) */
+static int model_set_tokenizer(lua_State *L) {
+    set_tokenizer(L, mp_lua_model_check(L, 1), luaL_checkstring(L, 2));
+    lua_settop(L, 1);
+    return 1;
 }
 
 static int model_to_tokens(lua_State *L) {
@@ -296,7 +368,8 @@ static int model_to_tokens(lua_State *L) {
     int opt = lua_istable(L, 3) ? 3 : 0;
     int bos = mp_lua_opt_bool(L, opt, "bos", 1), eos = mp_lua_opt_bool(L, opt, "eos", 0);
     int *ids, n;
-    mp_status st = mp_tokenizer_encode(need_tok(L, lm), text, bos, eos, &ids, &n);
+    need_tok(L, lm);
+    mp_status st = lm_encode(lm, text, bos, eos, &ids, &n);
     if (st) return mp_lua_fail(L, st);
     lua_createtable(L, n, 0);
     for (int i = 0; i < n; i++) { lua_pushinteger(L, ids[i]); lua_rawseti(L, -2, i + 1); }
@@ -306,17 +379,17 @@ static int model_to_tokens(lua_State *L) {
 
 static int model_to_string(lua_State *L) {
     lmodel *lm = mp_lua_model_check(L, 1);
-    mp_tokenizer *tok = need_tok(L, lm);
+    need_tok(L, lm);
     guard *g = mp_lua_guard_push(L);
     int B, T;
     mp_lua_read_tokens(L, 2, g, &B, &T);
     for (int i = 0; i < B * T; i++)
-        if (g->ints[i] < 0 || g->ints[i] >= mp_tokenizer_vocab(tok))
+        if (g->ints[i] < 0 || g->ints[i] >= lm_vocab(lm))
             return luaL_error(L, "to_string: token id %d is outside the vocabulary (0..%d)", g->ints[i],
-                              mp_tokenizer_vocab(tok) - 1);
+                              lm_vocab(lm) - 1);
     for (int b = 0; b < B; b++) {
         char *s;
-        mp_status st = mp_tokenizer_decode(tok, g->ints + (size_t)b * T, T, &s);
+        mp_status st = lm_decode(lm, g->ints + (size_t)b * T, T, &s);
         if (st) return mp_lua_fail(L, st);
         lua_pushstring(L, s);
         free(s);
@@ -326,7 +399,7 @@ static int model_to_string(lua_State *L) {
 
 static int model_to_str_tokens(lua_State *L) {
     lmodel *lm = mp_lua_model_check(L, 1);
-    mp_tokenizer *tok = need_tok(L, lm);
+    need_tok(L, lm);
     if (lua_isstring(L, 2) && !lua_isnumber(L, 2)) {
         lua_pushcfunction(L, model_to_tokens);
         lua_pushvalue(L, 1);
@@ -339,7 +412,8 @@ static int model_to_str_tokens(lua_State *L) {
     mp_lua_read_tokens(L, 2, g, &B, &T);
     lua_createtable(L, T, 0);
     for (int i = 0; i < T; i++) {
-        const char *p = mp_tokenizer_piece(tok, i ? g->ints[i - 1] : -1, g->ints[i]);
+        char buf[2];
+        const char *p = lm_piece(lm, i ? g->ints[i - 1] : -1, g->ints[i], buf);
         if (!p) return luaL_error(L, "to_str_tokens: token id %d is outside the vocabulary", g->ints[i]);
         lua_pushstring(L, p);
         lua_rawseti(L, -2, i + 1);
@@ -352,7 +426,7 @@ static int model_to_str_tokens(lua_State *L) {
 typedef struct {
     lua_State *L;
     int fn;              /* stack index of on_token callback or 0 */
-    const mp_tokenizer *tok;
+    const lmodel *lm;    /* for pieces, when it has a tokenizer */
     int prev;
     int err;
 } gen_ctx;
@@ -362,7 +436,8 @@ static int gen_on_token(void *user, int token) {
     if (!c->fn) return 0;
     lua_pushvalue(c->L, c->fn);
     lua_pushinteger(c->L, token);
-    const char *piece = c->tok ? mp_tokenizer_piece(c->tok, c->prev, token) : NULL;
+    char buf[2];
+    const char *piece = c->lm ? lm_piece(c->lm, c->prev, token, buf) : NULL;
     if (piece) lua_pushstring(c->L, piece);
     else lua_pushnil(c->L);
     c->prev = token;
@@ -383,9 +458,11 @@ static int model_generate(lua_State *L) {
     int opt = lua_istable(L, 3) ? 3 : 0;
     guard *g = mp_lua_guard_push(L);
     int n, Bq;
+    int has_tok = lm->tok || is_bytes(lm);
     if (lua_type(L, 2) == LUA_TSTRING) {
         int *ids;
-        mp_status st = mp_tokenizer_encode(need_tok(L, lm), lua_tostring(L, 2), 1, 0, &ids, &n);
+        need_tok(L, lm);
+        mp_status st = lm_encode(lm, lua_tostring(L, 2), 1, 0, &ids, &n);
         if (st) return mp_lua_fail(L, st);
         g->ints = ids;
     } else {
@@ -398,8 +475,8 @@ static int model_generate(lua_State *L) {
     int max_new = (int)mp_lua_opt_num(L, opt, "max_new_tokens", 64);
     mp_sampler_params sp = {(float)mp_lua_opt_num(L, opt, "temperature", 1.0), (float)mp_lua_opt_num(L, opt, "top_p", 0.9),
                             (uint64_t)mp_lua_opt_num(L, opt, "seed", 1234)};
-    int stop = mp_lua_opt_bool(L, opt, "stop_at_eos", 1) && lm->tok ? mp_tokenizer_eos(lm->tok) : -1;
-    gen_ctx gc = {L, 0, lm->tok, n ? g->ints[n - 1] : -1, 0};
+    int stop = mp_lua_opt_bool(L, opt, "stop_at_eos", 1) && has_tok ? lm_eos(lm) : -1;
+    gen_ctx gc = {L, 0, has_tok ? lm : NULL, n ? g->ints[n - 1] : -1, 0};
     if (opt && lua_getfield(L, opt, "on_token") != LUA_TNIL) {
         luaL_checktype(L, -1, LUA_TFUNCTION);
         gc.fn = lua_gettop(L);
@@ -413,9 +490,9 @@ static int model_generate(lua_State *L) {
                                      stop, gen_on_token, &gc, out, &n_out);
     if (gc.err) return lua_error(L);
     if (st) return mp_lua_fail(L, st);
-    if (lm->tok) {
+    if (has_tok) {
         char *s;
-        if ((st = mp_tokenizer_decode(lm->tok, out, n_out, &s))) return mp_lua_fail(L, st);
+        if ((st = lm_decode(lm, out, n_out, &s))) return mp_lua_fail(L, st);
         lua_pushstring(L, s);
         free(s);
     } else {
@@ -516,7 +593,7 @@ static int find_tokenizer(const char *model_path, char *out, size_t n) {
     return 0;
 }
 
-/* mp.load(path [, {tokenizer=path}]) */
+/* mp.load(path [, {tokenizer=path | "bytes"}]) */
 static int l_load(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
     int opt = lua_istable(L, 2) ? 2 : 0;
@@ -535,11 +612,10 @@ static int l_load(lua_State *L) {
     const char *tp = NULL;
     if (opt && lua_getfield(L, opt, "tokenizer") != LUA_TNIL) tp = luaL_checkstring(L, -1);
     char found[1024];
-    if (!tp && find_tokenizer(path, found, sizeof found)) tp = found;
-    if (tp) {
-        if ((st = mp_tokenizer_load(&lm->tok, tp, lm->m->cfg.vocab))) return mp_lua_fail(L, st);
-        snprintf(lm->tok_path, sizeof lm->tok_path, "%s", tp);
-    }
+    /* a checkpoint that names its vocabulary ("bytes") is not second-guessed by
+     * a tokenizer file that happens to lie next to it */
+    if (!tp && !lm->m->tokenizer[0] && find_tokenizer(path, found, sizeof found)) tp = found;
+    if (tp) set_tokenizer(L, lm, tp);
     lua_settop(L, 3);
     lua_pushvalue(L, opt ? 3 : 2);
     return 1;
@@ -607,6 +683,8 @@ static int l_model_new(lua_State *L) {
     lmodel *lm = push_lmodel(L);
     mp_status st = mp_model_new_init(&lm->m, &c, seed, std);
     if (st) return luaL_error(L, "mp.model.new: %s", mp_last_error());
+    if (lua_getfield(L, 1, "tokenizer") != LUA_TNIL) set_tokenizer(L, lm, luaL_checkstring(L, -1));
+    lua_pop(L, 1);
     return 1;
 }
 
@@ -664,8 +742,12 @@ static int model_index(lua_State *L) {
     lmodel *lm = mp_lua_model_check(L, 1);
     const char *k = luaL_checkstring(L, 2);
     if (strcmp(k, "config") == 0 || strcmp(k, "cfg") == 0) { push_config(L, lm->m); return 1; }
+    if (strcmp(k, "tokenizer") == 0) {
+        lua_pushstring(L, lm->tok ? lm->tok_path : is_bytes(lm) ? "bytes" : NULL);
+        return 1;
+    }
     if (strcmp(k, "tokenizer_path") == 0) { lua_pushstring(L, lm->tok ? lm->tok_path : NULL); return 1; }
-    if (strcmp(k, "has_tokenizer") == 0) { lua_pushboolean(L, lm->tok != NULL); return 1; }
+    if (strcmp(k, "has_tokenizer") == 0) { lua_pushboolean(L, lm->tok != NULL || is_bytes(lm)); return 1; }
     if (strcmp(k, "optimizer") == 0) { lua_getiuservalue(L, 1, 1); return 1; }
     luaL_getmetafield(L, 1, "__methods");
     lua_getfield(L, -1, k);
@@ -682,6 +764,7 @@ static const luaL_Reg model_methods[] = {
     {"to_tokens", model_to_tokens},
     {"to_string", model_to_string},
     {"to_str_tokens", model_to_str_tokens},
+    {"set_tokenizer", model_set_tokenizer},
     {"hook_names", model_hook_names},
     {"save", model_save},
     {"close", model_gc},

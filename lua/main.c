@@ -97,7 +97,18 @@ static void setup_state(lua_State *L) {
     lua_pop(L, 2);
 }
 
+/* OpenMP threads that spin while waiting starve each other, and everything else,
+ * when the cores are shared (on 2 cores a busy neighbour made training 20x
+ * slower). libgomp reads OMP_WAIT_POLICY when it loads, before main, so unless
+ * the user chose a policy we set PASSIVE and re-execute ourselves once. */
+static void prefer_passive_waiting(char **argv) {
+    if (getenv("OMP_WAIT_POLICY")) return;
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    execv("/proc/self/exe", argv); /* on failure, carry on with the default policy */
+}
+
 int main(int argc, char **argv) {
+    prefer_passive_waiting(argv);
     if (argc < 2) {
         fputs(usage, stderr);
         return 2;

@@ -93,6 +93,8 @@ typedef struct mp_model {
     size_t map_len;
     char source[1024];  /* path it came from, or "" */
     const char *format; /* "llama2c-v0", "llama2c-v1", "random", ... */
+    char tokenizer[16]; /* vocabulary hint kept in checkpoints: "" (unknown or a
+                           tokenizer file) or "bytes" (ids 0..255 = bytes, 256 = BOS) */
 } mp_model;
 
 /* Loads a llama2.c checkpoint (legacy v0 or v1 "ak42"), memory-mapped, after

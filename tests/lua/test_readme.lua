@@ -2,7 +2,7 @@
 -- the quickstart (the README's main job) has made its demo model.
 local src = os.getenv("MP_SRC") or "."
 local exe = arg[-1]
-assert(os.execute(exe .. " quickstart --out out/quickstart > /dev/null"), "quickstart failed")
+assert(os.execute(exe .. " quickstart --steps 30 --out out/quickstart > /dev/null 2>&1"), "quickstart failed")
 local f = assert(io.open(src .. "/README.md"))
 local readme = f:read("a")
 f:close()

@@ -1,0 +1,66 @@
+-- sinks.lua — attention sinks and query/key clusters in every head.
+--
+--   mechprobe sinks --model FILE (--text STR | --text-file F | --tokens IDS) --out DIR
+--
+-- Captures q/k before and after the positional scheme, the attention patterns
+-- and the residual stream to DIR/sinks.h5; computes for each (layer, head): the
+-- attention each key receives (alpha_k, Gu et al.), whether the head sinks into
+-- the first token (alpha_0 > eps, with a bootstrap interval over queries), how
+-- separated its query and key clouds are (mean cosine, centroid distance over
+-- spread, Fisher accuracy), the keys' stable rank and first-singular-value share
+-- before and after RoPE, ||k_0|| over the mean key norm, the largest q.k per
+-- query and the attention entropy; and massive activations per layer. Writes
+-- every number under /stats in the run file, the figures, and a verdict table.
+local cli = require "cli"
+local sinks = require "sinks"
+local o = cli.parse(arg, {
+  name = "sinks",
+  summary = "Attention sinks and Q/K point-cloud geometry of every head, with figures and a verdict table.",
+  {"model", "FILE", "model checkpoint", required = true},
+  {"tokenizer", "FILE", "tokenizer (default: found next to the model)"},
+  {"text", "STR", "input text"},
+  {"text_file", "FILE", "input text from a file"},
+  {"tokens", "IDS", "comma-separated token ids"},
+  {"max_tokens", "N", "truncate the input to N tokens", default = 256, type = "int"},
+  {"eps", "X", "a head sinks when alpha_0 > X", default = 0.3, type = "number"},
+  {"window", "N", "position window for the stable-rank curve", default = 32, type = "int"},
+  {"boot", "N", "bootstrap resamples", default = 1000, type = "int"},
+  {"seed", "N", "bootstrap seed", default = 1, type = "int"},
+  {"format", "EXT", "figure format: png, svg or pdf", default = "png"},
+  {"out", "DIR", "output folder", required = true},
+})
+local given = (o.text and 1 or 0) + (o.text_file and 1 or 0) + (o.tokens and 1 or 0)
+if given ~= 1 then
+  io.stderr:write("mechprobe sinks: give exactly one of --text, --text-file and --tokens\n")
+  os.exit(2)
+end
+if not ({png = true, svg = true, pdf = true})[o.format] then
+  io.stderr:write(("mechprobe sinks: --format must be png, svg or pdf (got '%s')\n"):format(o.format))
+  os.exit(2)
+end
+
+local m = mp.load(o.model, {tokenizer = o.tokenizer})
+
+-- tokens
+local tokens
+if o.tokens then
+  tokens = cli.int_list(o.tokens, "--tokens")
+else
+  local text = o.text
+  if o.text_file then
+    local f = io.open(o.text_file, "rb")
+    if not f then io.stderr:write(("mechprobe sinks: %s: cannot open\n"):format(o.text_file)); os.exit(1) end
+    text = f:read("a")
+    f:close()
+  end
+  tokens = m:to_tokens(text)
+end
+while #tokens > o.max_tokens do table.remove(tokens) end
+local T = #tokens
+if T < 4 then
+  io.stderr:write(("mechprobe sinks: need at least 4 tokens, got %d\n"):format(T))
+  os.exit(2)
+end
+
+o.label = o.model
+sinks.run(m, tokens, o)

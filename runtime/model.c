@@ -247,6 +247,8 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
     mp_forward_params fp = fp_in ? *fp_in : mp_forward_params_default();
     mp_status st = check_forward_args(m, tokens, B, T, &fp);
     if (st) return st;
+    if (fp.logits != MP_LOGITS_NONE && !logits)
+        return mp_error(MP_ERR_ARG, "forward: logits requested (params.logits) but the logits buffer is NULL");
     const mp_config *c = &m->cfg;
     const mp_params *p = &m->p;
     mp_acts *A = fp.acts;

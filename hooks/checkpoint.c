@@ -3,11 +3,14 @@
  * and loss curve; format detection for mp_model_load / mp_model_save. */
 #include "checkpoint.h"
 #include "h5io.h"
+#include "quant.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define CKPT_FORMAT "mechprobe.checkpoint"
 #define CKPT_VERSION 1
@@ -92,6 +95,18 @@ mp_status mp_checkpoint_save(const char *path, const mp_model *m, const mp_adamw
     if (!st) st = mp_h5_attr_set_string(f, "/config", "mlp", mlp_name(c->mlp));
     if (!st) st = mp_h5_attr_set_string(f, "/config", "pos", pos_name(c->pos));
     if (!st && m->tokenizer[0]) st = mp_h5_attr_set_string(f, "/config", "tokenizer", m->tokenizer);
+    /* real-architecture settings: written only when used, so older readers
+     * still read plain models */
+    if (!st && c->qkv_bias) st = mp_h5_attr_set_int(f, "/config", "qkv_bias", 1);
+    if (!st && c->linear_bias) st = mp_h5_attr_set_int(f, "/config", "linear_bias", 1);
+    if (!st && c->gelu_tanh) st = mp_h5_attr_set_int(f, "/config", "gelu_tanh", 1);
+    if (!st && c->rope_scale > 0.0f && c->rope_scale != 1.0f)
+        st = mp_h5_attr_set_float(f, "/config", "rope_scale", f2d(c->rope_scale));
+    if (!st && c->n_rope_freqs) {
+        double fr[MP_ROPE_FREQS_MAX];
+        for (int i = 0; i < c->n_rope_freqs; i++) fr[i] = c->rope_freqs[i];
+        st = mp_h5_attr_set_floats(f, "/config", "rope_freqs", fr, (size_t)c->n_rope_freqs);
+    }
     if (!st) st = make_group(f, "/params", path);
     if (!st) st = write_tensors(f, "/params", c, NULL, m);
     if (!st && opt && opt->n) {
@@ -187,6 +202,26 @@ static mp_status read_config(hid_t f, mp_config *c, const char *path) {
     if (!st && !(st = get_kind(f, "norm", norms, 2, &k, path))) c->norm = (mp_norm_kind)k;
     if (!st && !(st = get_kind(f, "mlp", mlps, 3, &k, path))) c->mlp = (mp_mlp_kind)k;
     if (!st && !(st = get_kind(f, "pos", poss, 3, &k, path))) c->pos = (mp_pos_kind)k;
+    /* optional (absent in older checkpoints) */
+    struct { const char *k; int *v; } opt[] = {
+        {"qkv_bias", &c->qkv_bias}, {"linear_bias", &c->linear_bias}, {"gelu_tanh", &c->gelu_tanh}};
+    for (size_t i = 0; !st && i < sizeof opt / sizeof opt[0]; i++)
+        if (H5Aexists_by_name(f, "/config", opt[i].k, H5P_DEFAULT) > 0) st = get_int(f, "/config", opt[i].k, opt[i].v, path);
+    if (!st && H5Aexists_by_name(f, "/config", "rope_scale", H5P_DEFAULT) > 0)
+        st = get_float(f, "/config", "rope_scale", &c->rope_scale, path);
+    if (!st && H5Aexists_by_name(f, "/config", "rope_freqs", H5P_DEFAULT) > 0) {
+        mp_h5_attr a;
+        if (!(st = mp_h5_attr_get(f, "/config", "rope_freqs", &a))) {
+            if (a.kind != MP_H5_ATTR_FLOAT_ARRAY || a.n == 0 || a.n > MP_ROPE_FREQS_MAX)
+                st = mp_error(MP_ERR_FORMAT, "%s: /config attribute 'rope_freqs' must be 1..%d floats", path,
+                              MP_ROPE_FREQS_MAX);
+            else {
+                c->n_rope_freqs = (int)a.n;
+                for (size_t i = 0; i < a.n; i++) c->rope_freqs[i] = (float)a.fv[i];
+            }
+            mp_h5_attr_clear(&a);
+        }
+    }
     if (!st) st = mp_config_validate(c, path);
     return st;
 }
@@ -334,13 +369,22 @@ int mp_file_is_hdf5(const char *path) {
 }
 
 mp_status mp_model_load(mp_model **out, const char *path) {
-    if (mp_file_is_hdf5(path)) return mp_checkpoint_load(path, out, NULL, NULL);
-    return mp_model_load_llama2c(out, path);
+    switch (mp_model_detect(path)) {
+    case MP_FORMAT_CHECKPOINT: return mp_checkpoint_load(path, out, NULL, NULL);
+    case MP_FORMAT_GGUF: return mp_model_load_gguf(out, path);
+    case MP_FORMAT_HF: return mp_model_load_hf(out, path);
+    case MP_FORMAT_LLAMA2C: return mp_model_load_llama2c(out, path);
+    default: break;
+    }
+    struct stat sb;
+    if (stat(path, &sb) != 0) return mp_error(MP_ERR_IO, "%s: cannot open (no such file or folder)", path);
+    return mp_error(MP_ERR_FORMAT, "%s: a folder without config.json (not a Hugging Face model folder)", path);
 }
 
 mp_status mp_model_save(const mp_model *m, const char *path) {
     size_t n = strlen(path);
     if (n >= 3 && strcmp(path + n - 3, ".h5") == 0) return mp_checkpoint_save(path, m, NULL, NULL);
+    if (n >= 5 && strcmp(path + n - 5, ".gguf") == 0) return mp_model_save_gguf(m, NULL, path, MP_GGML_F32);
     const mp_config *c = &m->cfg;
     if (c->norm != MP_NORM_RMS || c->mlp != MP_MLP_SWIGLU || c->pos != MP_POS_ROPE ||
         c->d_head * c->n_head != c->d_model || c->rope_theta != 10000.0f)

@@ -28,11 +28,12 @@ mp_status mp_checkpoint_load(const char *path, mp_model **out, mp_adamw *opt, mp
 /* 1 when the file starts with the HDF5 signature, 0 otherwise (or unreadable). */
 int mp_file_is_hdf5(const char *path);
 
-/* Loads a model from a checkpoint (.h5, detected by content) or a llama2.c
- * file (anything else). */
+/* Loads a model, format detected by content (mp_model_detect): checkpoint,
+ * GGUF, Hugging Face folder, else llama2.c. */
 mp_status mp_model_load(mp_model **out, const char *path);
 
-/* Saves params (checkpoint without optimizer) for a path ending in ".h5",
+/* Saves params (checkpoint without optimizer) for a path ending in ".h5", GGUF
+ * (F32, no tokenizer but a byte vocabulary for "bytes" models) for ".gguf",
  * llama2.c (version 0) otherwise — only for configs llama2.c can express
  * (RMSNorm, SwiGLU, RoPE theta 10000, d_head = d_model / n_head): MP_ERR_ARG otherwise. */
 mp_status mp_model_save(const mp_model *m, const char *path);

@@ -8,6 +8,7 @@
  * and TransformerLens; Tensor indices are 1-based, as everywhere in Lua. */
 #include "lmodel.h"
 #include "checkpoint.h"
+#include "quant.h"
 
 #include <stdio.h>
 
@@ -25,7 +26,7 @@ lmodel *mp_lua_model_check(lua_State *L, int idx) {
 static int model_gc(lua_State *L) {
     lmodel *lm = luaL_checkudata(L, 1, MODEL_MT);
     mp_model_free(lm->m);
-    mp_tokenizer_free(lm->tok);
+    mp_tok_free(lm->tok);
     mp_train_ws_free(&lm->ws);
     mp_train_log_free(&lm->log);
     lm->m = NULL;
@@ -35,6 +36,7 @@ static int model_gc(lua_State *L) {
 
 static const char *norm_name(mp_norm_kind k) { return k == MP_NORM_LAYER ? "layer" : "rms"; }
 static const char *mlp_name(mp_mlp_kind k) { return k == MP_MLP_GELU ? "gelu" : k == MP_MLP_NONE ? "none" : "swiglu"; }
+static const char *mlp_name_cfg(const mp_config *c) { return c->mlp == MP_MLP_GELU && c->gelu_tanh ? "gelu_tanh" : mlp_name(c->mlp); }
 static const char *pos_name(mp_pos_kind k) { return k == MP_POS_NONE ? "none" : k == MP_POS_LEARNED ? "learned" : "rope"; }
 
 static int model_tostring(lua_State *L) {
@@ -46,7 +48,7 @@ static int model_tostring(lua_State *L) {
                     "pos=%s rope_theta=%f norm=%s mlp=%s %s)",
                     lm->m->format, lm->m->source[0] ? " " : "", lm->m->source, c->d_model, c->n_layer, c->n_head,
                     c->n_kv_head, c->d_head, c->d_mlp, c->vocab, c->ctx, pos_name(c->pos), (double)c->rope_theta,
-                    norm_name(c->norm), mlp_name(c->mlp), c->tied ? "tied" : "untied");
+                    norm_name(c->norm), mlp_name_cfg(c), c->tied ? "tied" : "untied");
     return 1;
 }
 
@@ -61,9 +63,14 @@ static void push_config(lua_State *L, const mp_model *m) {
     lua_pushnumber(L, c->rope_theta); lua_setfield(L, -2, "rope_theta");
     lua_pushnumber(L, c->norm_eps); lua_setfield(L, -2, "norm_eps");
     lua_pushboolean(L, c->tied); lua_setfield(L, -2, "tied");
-    SETS("norm", norm_name(c->norm)); SETS("mlp", mlp_name(c->mlp)); SETS("pos", pos_name(c->pos));
+    SETS("norm", norm_name(c->norm)); SETS("mlp", mlp_name_cfg(c)); SETS("pos", pos_name(c->pos));
     SETS("format", m->format); SETS("source", m->source);
     SETI("n_params", (lua_Integer)mp_config_n_params(c));
+    SETI("memory", (lua_Integer)(mp_config_n_params(c) * sizeof(float)));   /* bytes of float32 parameters */
+    lua_pushboolean(L, c->qkv_bias); lua_setfield(L, -2, "qkv_bias");
+    lua_pushboolean(L, c->linear_bias); lua_setfield(L, -2, "linear_bias");
+    lua_pushnumber(L, c->rope_scale > 0.0f ? c->rope_scale : 1.0f); lua_setfield(L, -2, "rope_scale");
+    SETI("n_rope_freqs", c->n_rope_freqs);
 #undef SETI
 #undef SETS
 }
@@ -297,12 +304,18 @@ static void need_tok(lua_State *L, lmodel *lm) {
                       "{tokenizer=\"bytes\"} for a byte-level model");
 }
 
-static int lm_vocab(const lmodel *lm) { return lm->tok ? mp_tokenizer_vocab(lm->tok) : BYTES_BOS + 1; }
-static int lm_eos(const lmodel *lm) { return lm->tok ? mp_tokenizer_eos(lm->tok) : -1; }
+static int lm_vocab(const lmodel *lm) { return lm->tok ? mp_tok_vocab(lm->tok) : BYTES_BOS + 1; }
+static int lm_eos(const lmodel *lm) { return lm->tok ? mp_tok_eos(lm->tok) : -1; }
+/* whether the model's tokenizer wants BOS prepended (llama2.c, SentencePiece, bytes: yes) */
+static int lm_add_bos(const lmodel *lm) { return lm->tok ? mp_tok_add_bos(lm->tok) && mp_tok_bos(lm->tok) >= 0 : 1; }
 
-static mp_status lm_encode(const lmodel *lm, const char *text, int bos, int eos, int **ids, int *n) {
-    if (lm->tok) return mp_tokenizer_encode(lm->tok, text, bos, eos, ids, n);
-    size_t len = strlen(text), k = 0;
+static mp_status lm_encode(const lmodel *lm, const char *text, size_t len, int bos, int eos, int **ids, int *n) {
+    if (lm->tok) {
+        mp_status st = mp_tok_encode(lm->tok, text, len, (bos ? MP_TOK_BOS : 0) | (eos ? MP_TOK_EOS : 0), ids, n);
+        if (!st && !*ids) *ids = mp_malloc(sizeof(int), "tokens"); /* empty text: callers free */
+        return st || *ids ? st : MP_ERR_NOMEM;
+    }
+    size_t k = 0;
     int *out = mp_malloc((len + 1) * sizeof(int), "tokens");
     if (!out) return MP_ERR_NOMEM;
     if (bos) out[k++] = BYTES_BOS;
@@ -312,8 +325,8 @@ static mp_status lm_encode(const lmodel *lm, const char *text, int bos, int eos,
     return MP_OK;
 }
 
-static mp_status lm_decode(const lmodel *lm, const int *ids, int n, char **out) {
-    if (lm->tok) return mp_tokenizer_decode(lm->tok, ids, n, out);
+static mp_status lm_decode(const lmodel *lm, const int *ids, int n, char **out, size_t *len) {
+    if (lm->tok) return mp_tok_decode(lm->tok, ids, n, out, len);
     char *s = mp_malloc((size_t)n + 1, "text");
     if (!s) return MP_ERR_NOMEM;
     size_t k = 0;
@@ -321,38 +334,69 @@ static mp_status lm_decode(const lmodel *lm, const int *ids, int n, char **out) 
         if (ids[i] >= 0 && ids[i] < BYTES_BOS) s[k++] = (char)ids[i];
     s[k] = '\0';
     *out = s;
+    *len = k;
     return MP_OK;
 }
 
-/* The text of token `id` after `prev` (buf holds byte pieces); NULL if out of range. */
-static const char *lm_piece(const lmodel *lm, int prev, int id, char buf[2]) {
-    if (lm->tok) return mp_tokenizer_piece(lm->tok, prev, id);
-    if (id == BYTES_BOS) return "";
+/* The bytes of token `id` after `prev` into buf (truncated to cap - 1 bytes),
+ * *len their count; NULL if out of range. */
+#define PIECE_CAP 512
+static const char *lm_piece(const lmodel *lm, int prev, int id, char *buf, size_t *len) {
+    if (lm->tok) {
+        int n = mp_tok_token_bytes(lm->tok, prev, id, buf, PIECE_CAP);
+        if (n < 0) return NULL;
+        *len = (size_t)n < PIECE_CAP ? (size_t)n : PIECE_CAP - 1;
+        return buf;
+    }
     if (id < 0 || id > BYTES_BOS) return NULL;
+    *len = id == BYTES_BOS ? 0 : 1;
     buf[0] = (char)id;
     buf[1] = '\0';
     return buf;
 }
 
-/* Attaches a tokenizer: "bytes", or the path of a llama2.c tokenizer.bin. */
+/* Loads the tokenizer at spec, by content: a GGUF file (tokenizer.ggml.*), a
+ * Hugging Face folder or tokenizer.json, else a llama2.c tokenizer.bin. */
+static mp_status load_tok(mp_tok **t, const char *spec, int vocab) {
+    size_t n = strlen(spec);
+    switch (mp_model_detect(spec)) {
+    case MP_FORMAT_GGUF: return mp_tok_load_gguf(t, spec);
+    case MP_FORMAT_HF: return mp_tok_load_hf_dir(t, spec);
+    default: break;
+    }
+    if (n >= 5 && strcmp(spec + n - 5, ".json") == 0) return mp_tok_load_hf(t, spec);
+    return mp_tok_load_llama2c(t, spec, vocab);
+}
+
+static void attach_tok(lmodel *lm, mp_tok *t, const char *spec) {
+    mp_tok_free(lm->tok);
+    lm->tok = t;
+    snprintf(lm->tok_path, sizeof lm->tok_path, "%s", spec);
+    lm->m->tokenizer[0] = '\0';
+}
+
+/* Attaches a tokenizer: "bytes", or a tokenizer source (load_tok). */
 static void set_tokenizer(lua_State *L, lmodel *lm, const char *spec) {
     if (strcmp(spec, "bytes") == 0) {
         if (lm->m->cfg.vocab < BYTES_BOS + 1)
             luaL_error(L, "tokenizer \"bytes\" needs a vocabulary of at least 257 (ids 0..255 and BOS 256); "
                           "this model has %d", lm->m->cfg.vocab);
-        mp_tokenizer_free(lm->tok);
+        mp_tok_free(lm->tok);
         lm->tok = NULL;
         lm->tok_path[0] = '\0';
         snprintf(lm->m->tokenizer, sizeof lm->m->tokenizer, "bytes");
         return;
     }
-    mp_tokenizer *t;
-    mp_status st = mp_tokenizer_load(&t, spec, lm->m->cfg.vocab);
+    mp_tok *t;
+    mp_status st = load_tok(&t, spec, lm->m->cfg.vocab);
     if (st) mp_lua_fail(L, st);
-    mp_tokenizer_free(lm->tok);
-    lm->tok = t;
-    snprintf(lm->tok_path, sizeof lm->tok_path, "%s", spec);
-    lm->m->tokenizer[0] = '\0';
+    if (mp_tok_vocab(t) > lm->m->cfg.vocab) {
+        int tv = mp_tok_vocab(t);
+        mp_tok_free(t);
+        luaL_error(L, "%s: the tokenizer has %d tokens, more than the model's vocabulary (%d)", spec, tv,
+                   lm->m->cfg.vocab);
+    }
+    attach_tok(lm, t, spec);
 }
 
 /* m:set_tokenizer("bytes" | path) */
@@ -364,12 +408,13 @@ static int model_set_tokenizer(lua_State *L) {
 
 static int model_to_tokens(lua_State *L) {
     lmodel *lm = mp_lua_model_check(L, 1);
-    const char *text = luaL_checkstring(L, 2);
+    size_t len;
+    const char *text = luaL_checklstring(L, 2, &len);
     int opt = lua_istable(L, 3) ? 3 : 0;
-    int bos = mp_lua_opt_bool(L, opt, "bos", 1), eos = mp_lua_opt_bool(L, opt, "eos", 0);
-    int *ids, n;
     need_tok(L, lm);
-    mp_status st = lm_encode(lm, text, bos, eos, &ids, &n);
+    int bos = mp_lua_opt_bool(L, opt, "bos", lm_add_bos(lm)), eos = mp_lua_opt_bool(L, opt, "eos", 0);
+    int *ids, n;
+    mp_status st = lm_encode(lm, text, len, bos, eos, &ids, &n);
     if (st) return mp_lua_fail(L, st);
     lua_createtable(L, n, 0);
     for (int i = 0; i < n; i++) { lua_pushinteger(L, ids[i]); lua_rawseti(L, -2, i + 1); }
@@ -389,9 +434,10 @@ static int model_to_string(lua_State *L) {
                               lm_vocab(lm) - 1);
     for (int b = 0; b < B; b++) {
         char *s;
-        mp_status st = lm_decode(lm, g->ints + (size_t)b * T, T, &s);
+        size_t len;
+        mp_status st = lm_decode(lm, g->ints + (size_t)b * T, T, &s, &len);
         if (st) return mp_lua_fail(L, st);
-        lua_pushstring(L, s);
+        lua_pushlstring(L, s, len);
         free(s);
     }
     return B;
@@ -412,10 +458,11 @@ static int model_to_str_tokens(lua_State *L) {
     mp_lua_read_tokens(L, 2, g, &B, &T);
     lua_createtable(L, T, 0);
     for (int i = 0; i < T; i++) {
-        char buf[2];
-        const char *p = lm_piece(lm, i ? g->ints[i - 1] : -1, g->ints[i], buf);
+        char buf[PIECE_CAP];
+        size_t len;
+        const char *p = lm_piece(lm, i ? g->ints[i - 1] : -1, g->ints[i], buf, &len);
         if (!p) return luaL_error(L, "to_str_tokens: token id %d is outside the vocabulary", g->ints[i]);
-        lua_pushstring(L, p);
+        lua_pushlstring(L, p, len);
         lua_rawseti(L, -2, i + 1);
     }
     return 1;
@@ -436,9 +483,10 @@ static int gen_on_token(void *user, int token) {
     if (!c->fn) return 0;
     lua_pushvalue(c->L, c->fn);
     lua_pushinteger(c->L, token);
-    char buf[2];
-    const char *piece = c->lm ? lm_piece(c->lm, c->prev, token, buf) : NULL;
-    if (piece) lua_pushstring(c->L, piece);
+    char buf[PIECE_CAP];
+    size_t len;
+    const char *piece = c->lm ? lm_piece(c->lm, c->prev, token, buf, &len) : NULL;
+    if (piece) lua_pushlstring(c->L, piece, len);
     else lua_pushnil(c->L);
     c->prev = token;
     if (lua_pcall(c->L, 2, 1, 0) != LUA_OK) {
@@ -462,7 +510,9 @@ static int model_generate(lua_State *L) {
     if (lua_type(L, 2) == LUA_TSTRING) {
         int *ids;
         need_tok(L, lm);
-        mp_status st = lm_encode(lm, lua_tostring(L, 2), 1, 0, &ids, &n);
+        size_t len;
+        const char *text = lua_tolstring(L, 2, &len);
+        mp_status st = lm_encode(lm, text, len, lm_add_bos(lm), 0, &ids, &n);
         if (st) return mp_lua_fail(L, st);
         g->ints = ids;
     } else {
@@ -492,8 +542,9 @@ static int model_generate(lua_State *L) {
     if (st) return mp_lua_fail(L, st);
     if (has_tok) {
         char *s;
-        if ((st = lm_decode(lm, out, n_out, &s))) return mp_lua_fail(L, st);
-        lua_pushstring(L, s);
+        size_t len;
+        if ((st = lm_decode(lm, out, n_out, &s, &len))) return mp_lua_fail(L, st);
+        lua_pushlstring(L, s, len);
         free(s);
     } else {
         lua_pushnil(L);
@@ -599,7 +650,20 @@ static int l_load(lua_State *L) {
     int opt = lua_istable(L, 2) ? 2 : 0;
     lmodel *lm = push_lmodel(L);
     mp_status st;
-    if (mp_file_is_hdf5(path)) { /* checkpoint: parameters, optimizer state, loss curve */
+    mp_model_format fmt = mp_model_detect(path);
+    const char *own_tok = NULL; /* the model file's own tokenizer source */
+    char hf_tok[1000];
+    if (fmt == MP_FORMAT_GGUF) {
+        if ((st = mp_model_load_gguf(&lm->m, path))) return mp_lua_fail(L, st);
+        own_tok = path;
+    } else if (fmt == MP_FORMAT_HF) {
+        if ((st = mp_model_load_hf(&lm->m, path))) return mp_lua_fail(L, st);
+        snprintf(hf_tok, sizeof hf_tok, "%s/tokenizer.json", path);
+        if (file_exists(hf_tok)) own_tok = path;
+        else if (snprintf(hf_tok, sizeof hf_tok, "%s/tokenizer.bin", path), file_exists(hf_tok)) own_tok = hf_tok;
+    } else if (fmt == MP_FORMAT_UNKNOWN && access(path, F_OK) == 0) {
+        return mp_lua_fail(L, mp_model_load(&lm->m, path)); /* a folder without config.json: the loader says so */
+    } else if (fmt == MP_FORMAT_CHECKPOINT) { /* checkpoint: parameters, optimizer state, loss curve */
         mp_adamw o;
         if ((st = mp_checkpoint_load(path, &lm->m, &o, &lm->log))) return mp_lua_fail(L, st);
         if (o.n) {
@@ -614,7 +678,13 @@ static int l_load(lua_State *L) {
     char found[1024];
     /* a checkpoint that names its vocabulary ("bytes") is not second-guessed by
      * a tokenizer file that happens to lie next to it */
-    if (!tp && !lm->m->tokenizer[0] && find_tokenizer(path, found, sizeof found)) tp = found;
+    if (!tp && own_tok) { /* GGUF metadata / HF tokenizer: a failure leaves the model without one */
+        mp_tok *t;
+        if ((st = load_tok(&t, own_tok, lm->m->cfg.vocab)) == MP_OK) attach_tok(lm, t, own_tok);
+        else if (fmt != MP_FORMAT_GGUF || !strstr(mp_last_error(), "no tokenizer"))
+            fprintf(stderr, "mechprobe: warning: %s: tokenizer not loaded: %s\n", path, mp_last_error());
+    }
+    if (!tp && !own_tok && !lm->m->tokenizer[0] && find_tokenizer(path, found, sizeof found)) tp = found;
     if (tp) set_tokenizer(L, lm, tp);
     lua_settop(L, 3);
     lua_pushvalue(L, opt ? 3 : 2);
@@ -637,7 +707,8 @@ static int cfg_int(lua_State *L, int t, const char *k, int def, int required) {
 
 /* mp.model.new{d_model=, n_layer=, n_head=, n_kv_head=, d_head=, d_mlp=, vocab=,
  *              ctx=, rope_theta=10000, norm_eps=1e-5, tied=true, seed=0, init_std=0.02,
- *              norm="rms"|"layer", mlp="swiglu"|"gelu"|"none", pos="rope"|"none"}
+ *              norm="rms"|"layer", mlp="swiglu"|"gelu"|"gelu_tanh"|"none",
+ *              pos="rope"|"none"|"learned", qkv_bias=false, linear_bias=false}
  * Weights ~ normal(0, init_std), wo/w2 scaled by 1/sqrt(2 n_layer). */
 static int kind_opt(lua_State *L, const char *key, const char *const *names, int n, int def) {
     int v = def;
@@ -662,11 +733,16 @@ static int kind_opt(lua_State *L, const char *key, const char *const *names, int
 
 static int l_model_new(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
-    static const char *norms[] = {"rms", "layer"}, *mlps[] = {"swiglu", "gelu", "none"}, *poss[] = {"rope", "none"};
+    static const char *norms[] = {"rms", "layer"}, *mlps[] = {"swiglu", "gelu", "none", "gelu_tanh"},
+                      *poss[] = {"rope", "none", "learned"};
     mp_config c = mp_config_default();
     c.norm = (mp_norm_kind)kind_opt(L, "norm", norms, 2, MP_NORM_RMS);
-    c.mlp = (mp_mlp_kind)kind_opt(L, "mlp", mlps, 3, MP_MLP_SWIGLU);
-    c.pos = (mp_pos_kind)kind_opt(L, "pos", poss, 2, MP_POS_ROPE);
+    int mlp = kind_opt(L, "mlp", mlps, 4, MP_MLP_SWIGLU);
+    c.gelu_tanh = mlp == 3;
+    c.mlp = mlp == 3 ? MP_MLP_GELU : (mp_mlp_kind)mlp;
+    c.pos = (mp_pos_kind)kind_opt(L, "pos", poss, 3, MP_POS_ROPE);
+    c.qkv_bias = mp_lua_opt_bool(L, 1, "qkv_bias", 0);
+    c.linear_bias = mp_lua_opt_bool(L, 1, "linear_bias", 0);
     c.d_model = cfg_int(L, 1, "d_model", 0, 1);
     c.n_layer = cfg_int(L, 1, "n_layer", 0, 1);
     c.n_head = cfg_int(L, 1, "n_head", 0, 1);
@@ -688,20 +764,36 @@ static int l_model_new(lua_State *L) {
     return 1;
 }
 
-/* m:save(path [, {version=0|1}]) — an HDF5 checkpoint (parameters, the
- * model's optimizer state and loss curve) for a path ending in ".h5", else a
+/* m:save(path [, {version=0|1, type="f32"|"f16"|"q8_0", format="hf"}]) — an
+ * HDF5 checkpoint (parameters, the model's optimizer state and loss curve) for
+ * a path ending in ".h5"; a GGUF file with the tokenizer for ".gguf"; a Hugging
+ * Face folder (config.json + model.safetensors) with format="hf"; else a
  * llama2.c file (configs it can express only). */
 static int model_save(lua_State *L) {
     lmodel *lm = mp_lua_model_check(L, 1);
     const char *path = luaL_checkstring(L, 2);
     size_t n = strlen(path);
     mp_status st;
-    if (n >= 3 && strcmp(path + n - 3, ".h5") == 0) {
+    int opt = lua_istable(L, 3) ? 3 : 0;
+    const char *format = NULL;
+    if (opt && lua_getfield(L, opt, "format") != LUA_TNIL) format = luaL_checkstring(L, -1);
+    if (format && strcmp(format, "hf") == 0) {
+        st = mp_model_save_hf(lm->m, path);
+    } else if (format && strcmp(format, "gguf") && strcmp(format, "h5") && strcmp(format, "llama2c")) {
+        return luaL_error(L, "save: format must be \"hf\", \"gguf\", \"h5\" or \"llama2c\" (got \"%s\")", format);
+    } else if ((format && strcmp(format, "gguf") == 0) || (n >= 5 && strcmp(path + n - 5, ".gguf") == 0)) {
+        const char *type = "f32";
+        if (opt && lua_getfield(L, opt, "type") != LUA_TNIL) type = luaL_checkstring(L, -1);
+        uint32_t t = strcmp(type, "f32") == 0 ? MP_GGML_F32 : strcmp(type, "f16") == 0 ? MP_GGML_F16
+                   : strcmp(type, "q8_0") == 0 ? MP_GGML_Q8_0 : 0xffffffffu;
+        if (t == 0xffffffffu) return luaL_error(L, "save: type must be \"f32\", \"f16\" or \"q8_0\" (got \"%s\")", type);
+        st = mp_model_save_gguf(lm->m, lm->tok ? lm->tok_path : NULL, path, t);
+    } else if (n >= 3 && strcmp(path + n - 3, ".h5") == 0) {
         lua_getiuservalue(L, 1, 1);
         const mp_adamw *o = luaL_testudata(L, -1, MP_OPTIM_MT);
         st = mp_checkpoint_save(path, lm->m, o, lm->log.n ? &lm->log : NULL);
     } else {
-        int version = (int)mp_lua_opt_num(L, lua_istable(L, 3) ? 3 : 0, "version", 0);
+        int version = (int)mp_lua_opt_num(L, opt, "version", 0);
         const mp_config *c = &lm->m->cfg;
         if (c->norm != MP_NORM_RMS || c->mlp != MP_MLP_SWIGLU || c->pos != MP_POS_ROPE ||
             c->d_head * c->n_head != c->d_model || c->rope_theta != 10000.0f)

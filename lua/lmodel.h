@@ -7,6 +7,7 @@
 #include "mp_lua.h"
 #include "model.h"
 #include "tokenizer.h"
+#include "bpe.h"
 #include "h5run.h"
 #include "train.h"
 
@@ -15,8 +16,8 @@
 
 typedef struct {
     mp_model *m;
-    mp_tokenizer *tok;
-    char tok_path[1024];
+    mp_tok *tok;        /* NULL: none, or the "bytes" hint (m->tokenizer) */
+    char tok_path[1024]; /* its source: tokenizer.bin, GGUF file, tokenizer.json or HF folder */
     mp_train_ws ws;     /* training buffers (gradients, activations) */
     mp_train_log log;   /* loss curve, saved in the checkpoint's /train */
 } lmodel;

@@ -31,7 +31,7 @@ mp_config mp_config_default(void) {
 /* Sizes (in floats) of the mp_params fields, in struct order. Returns -1 on
  * overflow. Assumes the fields are positive (checked by the caller). */
 enum { P_EMBED, P_LN1, P_LN1B, P_WQ, P_WK, P_WV, P_WO, P_LN2, P_LN2B, P_W1, P_W3, P_W2, P_LNF, P_LNFB,
-       P_UNEMBED, P_COUNT };
+       P_UNEMBED, P_POS, P_BQ, P_BK, P_BV, P_BO, P_B1, P_B3, P_B2, P_COUNT };
 
 static int param_sizes(const mp_config *c, size_t n[P_COUNT]) {
     size_t D = (size_t)c->d_model, L = (size_t)c->n_layer, V = (size_t)c->vocab;
@@ -54,12 +54,27 @@ static int param_sizes(const mp_config *c, size_t n[P_COUNT]) {
     n[P_LNF] = D;
     n[P_LNFB] = ln ? D : 0;
     n[P_UNEMBED] = c->tied ? 0 : n[P_EMBED];
+    /* parameters of real architectures (absent: size 0, so older models keep their layout) */
+    if (c->pos == MP_POS_LEARNED) {
+        if (mp_mul_size((size_t)c->ctx, D, &n[P_POS])) return -1;
+    } else {
+        n[P_POS] = 0;
+    }
+    if (mp_mul_size(L, q, &n[P_BQ]) || mp_mul_size(L, kv, &n[P_BK])) return -1;
+    if (!c->qkv_bias) n[P_BQ] = n[P_BK] = 0;
+    n[P_BV] = n[P_BK];
+    n[P_BO] = c->linear_bias ? LD : 0;
+    if (mp_mul_size(L, M, &n[P_B1])) return -1;
+    if (!c->linear_bias) n[P_B1] = 0;
+    n[P_B3] = c->mlp == MP_MLP_SWIGLU ? n[P_B1] : 0;
+    n[P_B2] = c->linear_bias && has_mlp ? LD : 0;
     return 0;
 }
 
 static float **param_field(mp_params *p, int i) {
     float **f[P_COUNT] = {&p->embed, &p->ln1_w, &p->ln1_b, &p->wq, &p->wk, &p->wv, &p->wo, &p->ln2_w,
-                          &p->ln2_b, &p->w1, &p->w3, &p->w2, &p->lnf_w, &p->lnf_b, &p->unembed};
+                          &p->ln2_b, &p->w1, &p->w3, &p->w2, &p->lnf_w, &p->lnf_b, &p->unembed,
+                          &p->pos_embed, &p->bq, &p->bk, &p->bv, &p->bo, &p->b1, &p->b3, &p->b2};
     return f[i];
 }
 
@@ -79,11 +94,13 @@ int mp_params_describe(const mp_config *c, const mp_params *p, mp_param_desc out
         "embed", "blocks.%d.ln1.weight", "blocks.%d.ln1.bias", "blocks.%d.attn.wq", "blocks.%d.attn.wk",
         "blocks.%d.attn.wv", "blocks.%d.attn.wo", "blocks.%d.ln2.weight", "blocks.%d.ln2.bias",
         "blocks.%d.mlp.w1", "blocks.%d.mlp.w3", "blocks.%d.mlp.w2", "ln_final.weight", "ln_final.bias",
-        "unembed"};
+        "unembed", "pos_embed", "blocks.%d.attn.bq", "blocks.%d.attn.bk", "blocks.%d.attn.bv",
+        "blocks.%d.attn.bo", "blocks.%d.mlp.b1", "blocks.%d.mlp.b3", "blocks.%d.mlp.b2"};
     int64_t D = c->d_model, V = c->vocab, M = c->d_mlp, HD = (int64_t)c->n_head * c->d_head,
             KD = (int64_t)c->n_kv_head * c->d_head;
     int64_t shapes[P_COUNT][2] = {{V, D}, {D, 0}, {D, 0}, {HD, D}, {KD, D}, {KD, D}, {D, HD}, {D, 0}, {D, 0},
-                                  {M, D}, {M, D}, {D, M}, {D, 0}, {D, 0}, {V, D}};
+                                  {M, D}, {M, D}, {D, M}, {D, 0}, {D, 0}, {V, D},
+                                  {c->ctx, D}, {HD, 0}, {KD, 0}, {KD, 0}, {D, 0}, {M, 0}, {M, 0}, {D, 0}};
     size_t n[P_COUNT];
     int k = 0;
     if (param_sizes(c, n)) return 0;
@@ -162,6 +179,21 @@ mp_status mp_config_validate(const mp_config *c, const char *what) {
                         what, (double)c->norm_eps);
     if (c->tied != 0 && c->tied != 1)
         return mp_error(MP_ERR_FORMAT, "%s: tied (%d) must be 0 or 1", what, c->tied);
+    if ((c->qkv_bias | c->linear_bias | c->gelu_tanh) & ~1)
+        return mp_error(MP_ERR_FORMAT, "%s: qkv_bias/linear_bias/gelu_tanh (%d/%d/%d) must be 0 or 1", what,
+                        c->qkv_bias, c->linear_bias, c->gelu_tanh);
+    if (!(c->rope_scale >= 0.0f) || !isfinite(c->rope_scale))
+        return mp_error(MP_ERR_FORMAT, "%s: rope_scale (%g) must be non-negative and finite", what,
+                        (double)c->rope_scale);
+    if (c->n_rope_freqs != 0) {
+        if (c->pos != MP_POS_ROPE || c->n_rope_freqs != c->d_head / 2 || c->n_rope_freqs > MP_ROPE_FREQS_MAX)
+            return mp_error(MP_ERR_FORMAT, "%s: %d RoPE frequency divisors for d_head %d (need d_head/2 <= %d, "
+                            "RoPE only)", what, c->n_rope_freqs, c->d_head, MP_ROPE_FREQS_MAX);
+        for (int i = 0; i < c->n_rope_freqs; i++)
+            if (!(c->rope_freqs[i] > 0.0f) || !isfinite(c->rope_freqs[i]))
+                return mp_error(MP_ERR_FORMAT, "%s: RoPE frequency divisor %d (%g) must be positive and finite",
+                                what, i, (double)c->rope_freqs[i]);
+    }
 
     size_t n[P_COUNT], total;
     if (param_sizes(c, n) || sum_sizes(n, &total) || mp_mul_size(total, sizeof(float), &total))

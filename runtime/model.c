@@ -88,7 +88,10 @@ void mp_acts_free(mp_acts *a) {
 /* ---- the positional scheme: the only place that knows it ---- */
 
 void mp_pos_tables(const mp_config *c, float *cos_t, float *sin_t, int pos0, int T) {
-    if (c->pos == MP_POS_ROPE) mp_rope_table(cos_t, sin_t, pos0, T, c->d_head, c->rope_theta);
+    if (c->pos != MP_POS_ROPE) return;
+    double scale = c->rope_scale > 0.0f && c->rope_scale != 1.0f ? 1.0 / (double)c->rope_scale : 1.0;
+    mp_rope_table_scaled(cos_t, sin_t, pos0, T, c->d_head, c->rope_theta, scale,
+                         c->n_rope_freqs ? c->rope_freqs : NULL);
 }
 
 void mp_pos_apply(const mp_config *c, const float *cos_t, const float *sin_t, float *x, int B, int T, int nh,
@@ -211,8 +214,12 @@ static mp_status check_forward_args(const mp_model *m, const int *tokens, int B,
                                     const mp_forward_params *fp) {
     const mp_config *c = &m->cfg;
     if (B <= 0 || T <= 0) return mp_error(MP_ERR_ARG, "forward: batch (%d) and length (%d) must be positive", B, T);
-    if (c->pos != MP_POS_ROPE && c->pos != MP_POS_NONE)
-        return mp_error(MP_ERR_ARG, "forward: learned positions are not implemented (pos must be rope or none)");
+    if (c->pos == MP_POS_LEARNED) {
+        int pos0 = fp->cache ? fp->cache->len : 0;
+        if (T > c->ctx - pos0)
+            return mp_error(MP_ERR_ARG, "forward: positions %d..%d exceed the learned position table (ctx %d)", pos0,
+                            pos0 + T - 1, c->ctx);
+    }
     if (fp->acts) {
         if (fp->cache) return mp_error(MP_ERR_ARG, "forward: training mode (an activation store) takes no KV cache");
         if (fp->acts->B != B || fp->acts->T != T)
@@ -247,7 +254,7 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
     mp_forward_params fp = fp_in ? *fp_in : mp_forward_params_default();
     mp_status st = check_forward_args(m, tokens, B, T, &fp);
     if (st) return st;
-    if (fp.logits != MP_LOGITS_NONE && !logits)
+    if (fp.logits != MP_LOGITS_NONE && !logits && !fp.acts)
         return mp_error(MP_ERR_ARG, "forward: logits requested (params.logits) but the logits buffer is NULL");
     const mp_config *c = &m->cfg;
     const mp_params *p = &m->p;
@@ -290,6 +297,10 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
 
 #define FIRE(id, l, ptr) do { if ((st = fire(&f, id, l, ptr))) goto cleanup; } while (0)
     mp_embed_forward(x, tokens, p->embed, N, D);
+    if (c->pos == MP_POS_LEARNED) /* hook_embed = token + position embedding */
+        for (int bb = 0; bb < B; bb++)
+            for (int t = 0; t < T; t++)
+                mp_residual_forward(x + ((size_t)bb * T + t) * D, p->pos_embed + (size_t)(pos0 + t) * D, (size_t)D);
     FIRE(MP_HOOK_EMBED, -1, x);
     for (int l = 0; l < c->n_layer; l++) {
         float *xmid = x, *xpost = x, *mean1 = no_stats, *rstd1 = no_stats, *mean2 = no_stats, *rstd2 = no_stats;
@@ -309,9 +320,9 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
         FIRE(MP_HOOK_RESID_PRE, l, x);
         norm_fwd(c, b.xn, mean1, rstd1, x, p->ln1_w + (size_t)l * D, layer_ptr(p->ln1_b, l, D), N);
         FIRE(MP_HOOK_LN1, l, b.xn);
-        mp_matmul_forward(b.q, b.xn, p->wq + (size_t)l * HD * D, NULL, N, D, HD);
-        mp_matmul_forward(b.k, b.xn, p->wk + (size_t)l * KD * D, NULL, N, D, KD);
-        mp_matmul_forward(b.v, b.xn, p->wv + (size_t)l * KD * D, NULL, N, D, KD);
+        mp_matmul_forward(b.q, b.xn, p->wq + (size_t)l * HD * D, layer_ptr(p->bq, l, HD), N, D, HD);
+        mp_matmul_forward(b.k, b.xn, p->wk + (size_t)l * KD * D, layer_ptr(p->bk, l, KD), N, D, KD);
+        mp_matmul_forward(b.v, b.xn, p->wv + (size_t)l * KD * D, layer_ptr(p->bv, l, KD), N, D, KD);
         FIRE(MP_HOOK_Q, l, b.q);
         FIRE(MP_HOOK_K, l, b.k);
         FIRE(MP_HOOK_V, l, b.v);
@@ -334,7 +345,7 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
         }
         if ((st = attention(&f, l, &b, kc, vc, bstride, qb))) goto cleanup;
         FIRE(MP_HOOK_Z, l, b.z);
-        mp_matmul_forward(b.out, b.z, p->wo + (size_t)l * D * HD, NULL, N, HD, D);
+        mp_matmul_forward(b.out, b.z, p->wo + (size_t)l * D * HD, layer_ptr(p->bo, l, D), N, HD, D);
         FIRE(MP_HOOK_ATTN_OUT, l, b.out);
         if (xmid != x) memcpy(xmid, x, n_x * sizeof(float));
         mp_residual_forward(xmid, b.out, n_x);
@@ -352,17 +363,19 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
             }
             norm_fwd(c, b.xn, mean2, rstd2, xmid, p->ln2_w + (size_t)l * D, layer_ptr(p->ln2_b, l, D), N);
             FIRE(MP_HOOK_LN2, l, b.xn);
-            mp_matmul_forward(pre, b.xn, p->w1 + (size_t)l * M * D, NULL, N, D, M);
+            mp_matmul_forward(pre, b.xn, p->w1 + (size_t)l * M * D, layer_ptr(p->b1, l, M), N, D, M);
             FIRE(MP_HOOK_MLP_PRE, l, pre);
             if (c->mlp == MP_MLP_SWIGLU) {
-                mp_matmul_forward(upv, b.xn, p->w3 + (size_t)l * M * D, NULL, N, D, M);
+                mp_matmul_forward(upv, b.xn, p->w3 + (size_t)l * M * D, layer_ptr(p->b3, l, M), N, D, M);
                 FIRE(MP_HOOK_MLP_PRE_LINEAR, l, upv);
                 mp_swiglu_forward(post, pre, upv, n_h);
+            } else if (c->gelu_tanh) {
+                mp_gelu_tanh_forward(post, pre, n_h);
             } else {
                 mp_gelu_forward(post, pre, n_h);
             }
             FIRE(MP_HOOK_MLP_POST, l, post);
-            mp_matmul_forward(b.out, post, p->w2 + (size_t)l * D * M, NULL, N, M, D);
+            mp_matmul_forward(b.out, post, p->w2 + (size_t)l * D * M, layer_ptr(p->b2, l, D), N, M, D);
             FIRE(MP_HOOK_MLP_OUT, l, b.out);
             mp_residual_forward(xpost, b.out, n_x);
         }

@@ -3,12 +3,22 @@
  * forward pass and incremental decoding.
  *
  * Architectures: RMSNorm or LayerNorm (weight and bias), RoPE on adjacent
- * channel pairs (2i, 2i+1) or no positions, grouped-query causal attention,
- * SwiGLU, GELU (exact erf) or no MLP (attention-only), tied or untied
- * classifier. The same forward serves inference (one layer's buffers, blocked
- * attention) and training (every layer's activations kept in an mp_acts store
- * for the backward pass, runtime/train.h). Learned positions are not
- * implemented yet (rejected by the forward). */
+ * channel pairs (2i, 2i+1) (with linear position scaling and per-frequency
+ * divisors: llama.cpp's rope_freqs / Llama 3 scaling), learned absolute
+ * positions (GPT-2) or no positions, grouped-query causal attention with
+ * optional q/k/v biases (Qwen2) and biases on every linear (GPT-2), SwiGLU,
+ * GELU (exact erf, or the tanh approximation of GPT-2) or no MLP
+ * (attention-only), tied or untied classifier. The same forward serves
+ * inference (one layer's buffers, blocked attention) and training (every
+ * layer's activations kept in an mp_acts store for the backward pass,
+ * runtime/train.h).
+ *
+ * Loaders (by content: mp_model_load in hooks/checkpoint.h): llama2.c
+ * (llama2c.c), GGUF llama / qwen2 / gpt2 (load_gguf.c), Hugging Face folders
+ * llama / qwen2 / gpt2 (load_hf.c); writers: llama2.c, GGUF (export_gguf.c),
+ * HF safetensors folders (load_hf.c). Half-split (NeoX / HF) q/k rows are
+ * permuted to adjacent pairs on load, so the runtime has one RoPE convention
+ * and hook_q / hook_k channels are in adjacent-pair order. */
 #ifndef MP_MODEL_H
 #define MP_MODEL_H
 
@@ -18,6 +28,8 @@
 typedef enum { MP_NORM_RMS = 0, MP_NORM_LAYER } mp_norm_kind;
 typedef enum { MP_MLP_SWIGLU = 0, MP_MLP_GELU, MP_MLP_NONE } mp_mlp_kind;
 typedef enum { MP_POS_ROPE = 0, MP_POS_NONE, MP_POS_LEARNED } mp_pos_kind;
+
+#define MP_ROPE_FREQS_MAX 256   /* d_head up to 512 with frequency divisors */
 
 typedef struct mp_config {
     int d_model;   /* D */
@@ -34,6 +46,13 @@ typedef struct mp_config {
     mp_norm_kind norm;
     mp_mlp_kind mlp;
     mp_pos_kind pos;
+    /* appended for real models (zero = the older behaviour) */
+    int qkv_bias;      /* q/k/v projections have biases bq, bk, bv (Qwen2, GPT-2) */
+    int linear_bias;   /* wo, w1, w3, w2 have biases bo, b1, b3, b2 (GPT-2) */
+    int gelu_tanh;     /* GELU MLP uses the tanh approximation (GPT-2 gelu_new) */
+    float rope_scale;  /* linear RoPE scaling: positions divided by it (0 or 1: off) */
+    int n_rope_freqs;  /* 0, or d_head/2: RoPE frequency i is divided by rope_freqs[i] */
+    float rope_freqs[MP_ROPE_FREQS_MAX];
 } mp_config;
 
 /* Checks every field (positive, divisible, no overflow of any buffer size);
@@ -60,12 +79,20 @@ typedef struct {
     float *lnf_w;    /* [D] */
     float *lnf_b;    /* [D]  LayerNorm only */
     float *unembed;  /* [V, D]  == embed when tied */
+    float *pos_embed;/* [ctx, D] learned positions only, else NULL */
+    float *bq;       /* [L, H*Dh] qkv_bias only, else NULL */
+    float *bk;       /* [L, K*Dh] */
+    float *bv;       /* [L, K*Dh] */
+    float *bo;       /* [L, D]    linear_bias only */
+    float *b1;       /* [L, M]    linear_bias with MLP */
+    float *b3;       /* [L, M]    linear_bias with SwiGLU */
+    float *b2;       /* [L, D]    linear_bias with MLP */
 } mp_params;
 
 /* The parameter tensors in mp_params order, with their DESIGN.md checkpoint
  * names: per-layer tensors are named with a "%d" for the layer
  * ("blocks.%d.attn.wq") and `shape` is one layer's shape. */
-#define MP_PARAM_MAX 15
+#define MP_PARAM_MAX 23
 typedef struct {
     const char *name;  /* printf pattern ("%d" = layer) or plain name */
     float *p;          /* start (all layers) */
@@ -116,6 +143,45 @@ mp_status mp_model_save_llama2c(const mp_model *m, const char *path, int version
  * allocates one float buffer (m->owned) laid out in mp_params order; unembed is
  * a separate block only when !cfg->tied, else it aliases embed. */
 mp_status mp_model_alloc(mp_model **out, const mp_config *cfg);
+/* ---- real-model formats (load_gguf.c, load_hf.c, export_gguf.c) ---- */
+typedef enum {
+    MP_FORMAT_UNKNOWN = 0, MP_FORMAT_LLAMA2C, MP_FORMAT_CHECKPOINT, MP_FORMAT_GGUF, MP_FORMAT_HF
+} mp_model_format;
+/* By content: a folder with config.json (HF), the HDF5 signature (checkpoint),
+ * the "GGUF" magic, else llama2.c; UNKNOWN when unreadable or a folder without
+ * config.json. (mp_model_load in hooks/checkpoint.h dispatches on it.) */
+mp_model_format mp_model_detect(const char *path);
+typedef struct mp_tok mp_tok;   /* bpe.h */
+/* A GGUF file of architecture llama, qwen2 or gpt2 (tensors F32, F16, BF16,
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K dequantised to float32). llama:
+ * adjacent-pair q/k rows as llama.cpp's converter writes them; qwen2: half-split
+ * rows (llama.cpp's NeoX RoPE), permuted here. Hyper-parameters from
+ * <arch>.* metadata; rope_freqs.weight and rope.scaling.type "linear" honoured. */
+mp_status mp_model_load_gguf(mp_model **out, const char *path);
+/* The tokenizer of a GGUF file (tokenizer.ggml.*: model "llama" or "gpt2"). */
+mp_status mp_tok_load_gguf(mp_tok **out, const char *path);
+/* A Hugging Face folder (config.json + *.safetensors, sharded or not):
+ * model_type llama, mistral, qwen2 or gpt2. */
+mp_status mp_model_load_hf(mp_model **out, const char *dir);
+/* The folder's tokenizer.json (mp_tok_load_hf), BOS/EOS overridden by
+ * config.json's bos_token_id / eos_token_id when present. */
+mp_status mp_tok_load_hf_dir(mp_tok **out, const char *dir);
+/* Writes a Hugging Face folder: config.json and model.safetensors (F32, q/k rows
+ * permuted to the half-split HF layout; GPT-2 as Conv1D weights). Creates dir. */
+mp_status mp_model_save_hf(const mp_model *m, const char *dir);
+/* Writes a GGUF readable by llama.cpp: general.architecture llama (RMSNorm/
+ * SwiGLU/RoPE models without biases: q/k rows in adjacent pairs, llama.cpp's
+ * "normal" RoPE), qwen2 (with q/k/v biases: rows permuted back to half-split,
+ * llama.cpp's NeoX RoPE) or gpt2 (LayerNorm, GELU-tanh, learned positions,
+ * biases: fused attn_qkv); the hyper-parameters; llama.cpp tensor names; and
+ * the tokenizer read from tok_source: a llama2.c tokenizer.bin (model "llama"),
+ * a GGUF file (its tokenizer.ggml.* copied) or a Hugging Face tokenizer.json or
+ * folder (model "gpt2"); with tok_source NULL, a "bytes" model (m->tokenizer)
+ * gets a byte-level vocabulary (ids 0..255 the bytes, 256 BOS, no merges), any
+ * other none. type: MP_GGML_F32, F16 or Q8_0 for 2-D weights (Q8_0 falls back to
+ * F16 for a tensor whose rows are not a multiple of 32); norms, biases and
+ * rope_freqs stay F32. MP_ERR_ARG for configs llama.cpp has no architecture for. */
+mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const char *path, uint32_t type);
 /* Frees the owned parameters, unmaps a mapped file; NULL-safe. */
 void mp_model_free(mp_model *m);
 /* Default config values (theta 10000, eps 1e-5, rms, swiglu, rope, tied). */

@@ -27,7 +27,7 @@ static mp_status init_model(mp_model **out, const mp_config *cfg, uint64_t seed,
      * (the order the generator is drawn in; biases stay 0) */
     for (int k = 0; k < n; k++) {
         const char *nm = d[k].name;
-        if (strstr(nm, ".bias")) continue;
+        if (strstr(nm, ".bias") || (d[k].ndim == 1 && !strstr(nm, ".weight"))) continue; /* biases (.bias, attn.bq, mlp.b1 ...) */
         if (d[k].ndim == 1) { /* norm weight */
             for (size_t i = 0; i < d[k].n; i++) d[k].p[i] = 1.0f;
             continue;

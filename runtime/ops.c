@@ -52,11 +52,17 @@ void mp_matmul_forward(float *out, const float *in, const float *w, const float 
 }
 
 void mp_rope_table(float *cos_t, float *sin_t, int pos0, int T, int Dh, double theta) {
+    mp_rope_table_scaled(cos_t, sin_t, pos0, T, Dh, theta, 1.0, NULL);
+}
+
+void mp_rope_table_scaled(float *cos_t, float *sin_t, int pos0, int T, int Dh, double theta, double pos_scale,
+                          const float *freq_div) {
     int half = Dh / 2;
     for (int t = 0; t < T; t++)
         for (int i = 0; i < half; i++) {
             double freq = 1.0 / pow(theta, (double)(2 * i) / (double)Dh);
-            double ang = (double)(pos0 + t) * freq;
+            if (freq_div) freq /= (double)freq_div[i];
+            double ang = pos_scale == 1.0 ? (double)(pos0 + t) * freq : (double)(pos0 + t) * pos_scale * freq;
             cos_t[(size_t)t * half + i] = (float)cos(ang);
             sin_t[(size_t)t * half + i] = (float)sin(ang);
         }
@@ -80,6 +86,21 @@ void mp_rope_forward(float *x, const float *cos_t, const float *sin_t, int B, in
         }
 }
 
+void mp_rope_permute_rows(float *w, float *tmp, int n_heads, int Dh, size_t cols, int to_adjacent) {
+    const int half = Dh / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *head = w + (size_t)h * Dh * cols;
+        memcpy(tmp, head, (size_t)Dh * cols * sizeof(float));
+        for (int i = 0; i < half; i++)
+            for (int j = 0; j < 2; j++) {
+                size_t adj = (size_t)(2 * i + j), hs = (size_t)(j * half + i);
+                const float *src = tmp + (to_adjacent ? hs : adj) * cols;
+                float *dst = head + (to_adjacent ? adj : hs) * cols;
+                memcpy(dst, src, cols * sizeof(float));
+            }
+    }
+}
+
 void mp_swiglu_forward(float *out, const float *gate, const float *up, size_t n) {
 #pragma omp parallel for schedule(static) if (n > 16384)
     for (size_t i = 0; i < n; i++) {
@@ -93,6 +114,15 @@ void mp_gelu_forward(float *out, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) {
         float v = x[i];
         out[i] = 0.5f * v * (1.0f + erff(v * (float)M_SQRT1_2));
+    }
+}
+
+void mp_gelu_tanh_forward(float *out, const float *x, size_t n) {
+    const float k0 = 0.7978845608028654f, k1 = 0.044715f;   /* sqrt(2/pi) */
+#pragma omp parallel for schedule(static) if (n > 16384)
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i];
+        out[i] = 0.5f * v * (1.0f + tanhf(k0 * (v + k1 * v * v * v)));
     }
 }
 

@@ -26,15 +26,33 @@ void mp_matmul_forward(float *out, const float *in, const float *w, const float 
  * (pos) * theta^(-2i/Dh) computed in double precision. */
 void mp_rope_table(float *cos_t, float *sin_t, int pos0, int T, int Dh, double theta);
 
+/* The same with linear position scaling (angle uses pos * pos_scale; 1 = off)
+ * and per-frequency divisors freq_div [Dh/2] (NULL = none; llama.cpp's
+ * rope_freqs: frequency i is divided by freq_div[i]). */
+void mp_rope_table_scaled(float *cos_t, float *sin_t, int pos0, int T, int Dh, double theta, double pos_scale,
+                          const float *freq_div);
+
 /* In-place rotation of adjacent channel pairs (2i, 2i+1) of x [B,T,nh,Dh] by
  * the table rows of each position t in [0,T). */
 void mp_rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int nh, int Dh);
+
+/* Permutes the rows of a q or k projection w [n_heads*Dh, cols] (or a bias,
+ * cols = 1) within each head between the half-split layout (Hugging Face /
+ * NeoX RoPE: channel i pairs with i + Dh/2) and adjacent pairs (2i, 2i+1:
+ * llama2.c, llama.cpp "normal" RoPE, mechprobe): to_adjacent != 0 maps row
+ * i -> 2i and i + Dh/2 -> 2i+1 (llama.cpp convert_hf_to_gguf's permute), 0 the
+ * inverse. tmp holds Dh*cols floats. */
+void mp_rope_permute_rows(float *w, float *tmp, int n_heads, int Dh, size_t cols, int to_adjacent);
 
 /* out = silu(gate) * up   (elementwise, n values) */
 void mp_swiglu_forward(float *out, const float *gate, const float *up, size_t n);
 
 /* out = x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), exact GELU (torch.nn.GELU()). */
 void mp_gelu_forward(float *out, const float *x, size_t n);
+
+/* out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), GPT-2's gelu_new
+ * (torch.nn.GELU(approximate="tanh")). */
+void mp_gelu_tanh_forward(float *out, const float *x, size_t n);
 
 /* Cross-entropy per row: probs [N,V] receives softmax(logits) (may alias
  * logits); losses [N] = -log probs[target] for target in [0,V), 0 where the
@@ -66,10 +84,20 @@ void mp_matmul_backward(float *din, float *dw, float *dbias, const float *dout, 
                         int N, int IN, int OUT);
 /* RoPE: in place, dx <- R(-angle) dx (the transpose of the rotation). */
 void mp_rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T, int nh, int Dh);
+/* Permutes the rows of a q or k projection w [n_heads*Dh, cols] (or a bias,
+ * cols = 1) within each head between the half-split layout (Hugging Face /
+ * NeoX RoPE: channel i pairs with i + Dh/2) and adjacent pairs (2i, 2i+1:
+ * llama2.c, llama.cpp "normal" RoPE, mechprobe): to_adjacent != 0 maps row
+ * i -> 2i and i + Dh/2 -> 2i+1 (llama.cpp convert_hf_to_gguf's permute), 0 the
+ * inverse. tmp holds Dh*cols floats. */
+void mp_rope_permute_rows(float *w, float *tmp, int n_heads, int Dh, size_t cols, int to_adjacent);
+
 /* out = silu(gate) * up: dgate += ..., dup += ... */
 void mp_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
 /* exact GELU: dx += dout * (Phi(x) + x phi(x)) */
 void mp_gelu_backward(float *dx, const float *dout, const float *x, size_t n);
+/* tanh-approximate GELU: dx += dout * d/dx gelu_tanh(x) */
+void mp_gelu_tanh_backward(float *dx, const float *dout, const float *x, size_t n);
 /* Causal grouped-query attention with pattern att [B,H,T,T] (softmax of
  * q k^T * scale, zero above the diagonal), q/z [B,T,H,Dh], k/v [B,T,K,Dh]:
  * dq, dk, dv accumulated; datt [B,H,T,T] is scratch. */

@@ -124,6 +124,17 @@ void mp_gelu_backward(float *dx, const float *dout, const float *x, size_t n) {
     }
 }
 
+void mp_gelu_tanh_backward(float *dx, const float *dout, const float *x, size_t n) {
+    const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+#pragma omp parallel for schedule(static) if (n > 16384)
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i];
+        float th = tanhf(k0 * (v + k1 * v * v * v));
+        float dth = (1.0f - th * th) * k0 * (1.0f + 3.0f * k1 * v * v);
+        dx[i] += dout[i] * (0.5f * (1.0f + th) + 0.5f * v * dth);
+    }
+}
+
 void mp_attention_backward(float *dq, float *dk, float *dv, float *datt, const float *dz, const float *q,
                            const float *k, const float *v, const float *att, int B, int T, int H, int K, int Dh) {
     const int HD = H * Dh, KD = K * Dh, group = H / K;

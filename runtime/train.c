@@ -69,7 +69,7 @@ static void backward(const mp_model *m, mp_acts *A, mp_grads *G, const int *toke
     for (int l = c->n_layer - 1; l >= 0; l--) {
         if (M) {
             memset(A->dpost, 0, nh * sizeof(float));
-            mp_matmul_backward(A->dpost, g->w2 + (size_t)l * D * M, NULL, dres, A->post + (size_t)l * nh,
+            mp_matmul_backward(A->dpost, g->w2 + (size_t)l * D * M, lp(g->b2, l, D), dres, A->post + (size_t)l * nh,
                                p->w2 + (size_t)l * D * M, N, M, D);
             memset(A->dpre, 0, nh * sizeof(float));
             memset(dxn, 0, nx * sizeof(float));
@@ -77,26 +77,28 @@ static void backward(const mp_model *m, mp_acts *A, mp_grads *G, const int *toke
             if (c->mlp == MP_MLP_SWIGLU) {
                 memset(A->dup, 0, nh * sizeof(float));
                 mp_swiglu_backward(A->dpre, A->dup, A->dpost, A->pre + (size_t)l * nh, A->up + (size_t)l * nh, nh);
-                mp_matmul_backward(dxn, g->w3 + (size_t)l * M * D, NULL, A->dup, ln2, p->w3 + (size_t)l * M * D, N,
+                mp_matmul_backward(dxn, g->w3 + (size_t)l * M * D, lp(g->b3, l, M), A->dup, ln2, p->w3 + (size_t)l * M * D, N,
                                    D, M);
+            } else if (c->gelu_tanh) {
+                mp_gelu_tanh_backward(A->dpre, A->dpost, A->pre + (size_t)l * nh, nh);
             } else {
                 mp_gelu_backward(A->dpre, A->dpost, A->pre + (size_t)l * nh, nh);
             }
-            mp_matmul_backward(dxn, g->w1 + (size_t)l * M * D, NULL, A->dpre, ln2, p->w1 + (size_t)l * M * D, N, D,
+            mp_matmul_backward(dxn, g->w1 + (size_t)l * M * D, lp(g->b1, l, M), A->dpre, ln2, p->w1 + (size_t)l * M * D, N, D,
                                M);
             norm_bwd(c, dres, g->ln2_w + (size_t)l * D, lp(g->ln2_b, l, D), dxn, A->resid_mid + (size_t)l * nx,
                      p->ln2_w + (size_t)l * D, A->ln2_mean + (size_t)l * N, A->ln2_rstd + (size_t)l * N, N);
         }
         /* attention */
         memset(A->dz, 0, nq * sizeof(float));
-        mp_matmul_backward(A->dz, g->wo + (size_t)l * D * HD, NULL, dres, A->z + (size_t)l * nq,
+        mp_matmul_backward(A->dz, g->wo + (size_t)l * D * HD, lp(g->bo, l, D), dres, A->z + (size_t)l * nq,
                            p->wo + (size_t)l * D * HD, N, HD, D);
         memset(A->dq, 0, nq * sizeof(float));
         memset(A->dk, 0, nk * sizeof(float));
         memset(A->dv, 0, nk * sizeof(float));
         mp_attention_backward(A->dq, A->dk, A->dv, A->datt, A->dz, A->q + (size_t)l * nq, A->k + (size_t)l * nk,
                                A->v + (size_t)l * nk, A->att + (size_t)l * B * H * T * T, B, T, H, K, Dh);
-        if (c->pos != MP_POS_NONE) {
+        if (c->pos == MP_POS_ROPE) {
             /* tables in the dz buffer (no longer needed this layer): T*Dh <= N*HD */
             cos_t = A->dz;
             sin_t = A->dz + (size_t)T * half;
@@ -106,13 +108,20 @@ static void backward(const mp_model *m, mp_acts *A, mp_grads *G, const int *toke
         }
         memset(dxn, 0, nx * sizeof(float));
         const float *ln1 = A->ln1 + (size_t)l * nx;
-        mp_matmul_backward(dxn, g->wq + (size_t)l * HD * D, NULL, A->dq, ln1, p->wq + (size_t)l * HD * D, N, D, HD);
-        mp_matmul_backward(dxn, g->wk + (size_t)l * KD * D, NULL, A->dk, ln1, p->wk + (size_t)l * KD * D, N, D, KD);
-        mp_matmul_backward(dxn, g->wv + (size_t)l * KD * D, NULL, A->dv, ln1, p->wv + (size_t)l * KD * D, N, D, KD);
+        mp_matmul_backward(dxn, g->wq + (size_t)l * HD * D, lp(g->bq, l, HD), A->dq, ln1, p->wq + (size_t)l * HD * D, N, D, HD);
+        mp_matmul_backward(dxn, g->wk + (size_t)l * KD * D, lp(g->bk, l, KD), A->dk, ln1, p->wk + (size_t)l * KD * D, N, D, KD);
+        mp_matmul_backward(dxn, g->wv + (size_t)l * KD * D, lp(g->bv, l, KD), A->dv, ln1, p->wv + (size_t)l * KD * D, N, D, KD);
         norm_bwd(c, dres, g->ln1_w + (size_t)l * D, lp(g->ln1_b, l, D), dxn, A->resid + (size_t)l * nx,
                  p->ln1_w + (size_t)l * D, clp(A->ln1_mean, l, N), A->ln1_rstd + (size_t)l * N, N);
     }
     mp_embed_backward(g->embed, dres, tokens, N, D);
+    if (g->pos_embed) /* learned positions: row t of every sequence */
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                float *dp = g->pos_embed + (size_t)t * D;
+                const float *dr = dres + ((size_t)b * T + t) * D;
+                for (int i = 0; i < D; i++) dp[i] += dr[i];
+            }
 }
 
 mp_status mp_model_forward_backward(const mp_model *m, const int *tokens, const int *targets, int B, int T,

@@ -1,0 +1,343 @@
+/* load_gguf.c — models and tokenizers from GGUF files (llama.cpp): the
+ * architectures llama, qwen2 and gpt2, hyper-parameters from <arch>.*
+ * metadata, llama.cpp tensor names mapped onto mp_params (ggml dims {in, out}
+ * = PyTorch [out, in]), every tensor's shape checked against the config and
+ * dequantised to float32 (gguf.h / quant.h).
+ *
+ * RoPE layouts: llama.cpp's convert_hf_to_gguf permutes the q/k rows of llama
+ * models into adjacent pairs (llama.cpp's "normal" RoPE, LLAMA_ROPE_TYPE_NORM,
+ * which rotates x[2i], x[2i+1]) — mechprobe's convention, loaded as is. qwen2
+ * keeps the Hugging Face half-split rows (LLAMA_ROPE_TYPE_NEOX: x[i] with
+ * x[i + n_rot/2]); they are permuted here (mp_rope_permute_rows), biases too.
+ * gpt2: fused attn_qkv split into wq/wk/wv, learned positions, biases,
+ * LayerNorm, GELU with the tanh approximation (ggml_gelu). */
+#include "bpe.h"
+#include "gguf.h"
+#include "model.h"
+#include "ops.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const mp_gguf *g;
+    const char *path;
+    const char *arch;
+} gctx;
+
+static mp_status meta_int(const gctx *x, const char *key, int required, int64_t def, int64_t lo, int64_t hi,
+                          int *out) {
+    char k[128];
+    int64_t v;
+    snprintf(k, sizeof k, "%s.%s", x->arch, key);
+    mp_gguf_lookup r = mp_gguf_get_int(x->g, k, &v);
+    if (r == MP_GGUF_WRONG_TYPE) return mp_error(MP_ERR_FORMAT, "%s: metadata %s is not an integer", x->path, k);
+    if (r == MP_GGUF_MISSING) {
+        if (required) return mp_error(MP_ERR_FORMAT, "%s: metadata %s is missing", x->path, k);
+        v = def;
+    }
+    if (v < lo || v > hi)
+        return mp_error(MP_ERR_FORMAT, "%s: metadata %s = %lld is out of range [%lld, %lld]", x->path, k,
+                        (long long)v, (long long)lo, (long long)hi);
+    *out = (int)v;
+    return MP_OK;
+}
+
+static mp_status meta_float(const gctx *x, const char *key, double def, float *out) {
+    char k[128];
+    double v;
+    snprintf(k, sizeof k, "%s.%s", x->arch, key);
+    mp_gguf_lookup r = mp_gguf_get_float(x->g, k, &v);
+    if (r == MP_GGUF_WRONG_TYPE) return mp_error(MP_ERR_FORMAT, "%s: metadata %s is not a float", x->path, k);
+    *out = (float)(r == MP_GGUF_MISSING ? def : v);
+    return MP_OK;
+}
+
+/* The tensor `name` with ggml dims {d0} (d1 == 0) or {d0, d1}; NULL with *st
+ * MP_OK when absent and optional. */
+static const mp_gguf_tensor *find_t(const gctx *x, const char *name, uint64_t d0, uint64_t d1, int required,
+                                    mp_status *st) {
+    *st = MP_OK;
+    const mp_gguf_tensor *t = mp_gguf_find_tensor(x->g, name);
+    if (!t) {
+        if (required) *st = mp_error(MP_ERR_FORMAT, "%s: tensor %s is missing", x->path, name);
+        return NULL;
+    }
+    int ok = t->dims[0] == d0 && t->dims[1] == (d1 ? d1 : 1) && t->dims[2] == 1 && t->dims[3] == 1;
+    if (!ok) {
+        char want[64];
+        if (d1) snprintf(want, sizeof want, "{%llu, %llu}", (unsigned long long)d0, (unsigned long long)d1);
+        else snprintf(want, sizeof want, "{%llu}", (unsigned long long)d0);
+        *st = mp_error(MP_ERR_FORMAT, "%s: tensor %s has dims {%llu, %llu, %llu, %llu}; the config needs %s",
+                       x->path, name, (unsigned long long)t->dims[0], (unsigned long long)t->dims[1],
+                       (unsigned long long)t->dims[2], (unsigned long long)t->dims[3], want);
+        return NULL;
+    }
+    return t;
+}
+
+/* Reads tensor (fmt, layer) into dst; *found (may be NULL: required) tells
+ * whether it existed. */
+static mp_status read_t(const gctx *x, float *dst, uint64_t d0, uint64_t d1, int *found, const char *fmt, int l) {
+    char name[160];
+    mp_status st;
+    snprintf(name, sizeof name, fmt, l);
+    const mp_gguf_tensor *t = find_t(x, name, d0, d1, found == NULL, &st);
+    if (found) *found = t != NULL;
+    if (!t) return st;
+    if ((st = mp_gguf_read_f32(x->g, t, dst, t->n_elements))) return mp_error_prefix(st, "%s", x->path);
+    return MP_OK;
+}
+
+static int has_t(const gctx *x, const char *fmt, int l) {
+    char name[160];
+    snprintf(name, sizeof name, fmt, l);
+    return mp_gguf_find_tensor(x->g, name) != NULL;
+}
+
+static mp_status read_config(const gctx *x, mp_config *c) {
+    mp_status st;
+    const int is_gpt2 = strcmp(x->arch, "gpt2") == 0, is_qwen2 = strcmp(x->arch, "qwen2") == 0;
+    const int BIG = 1 << 24;
+    *c = mp_config_default();
+    if ((st = meta_int(x, "embedding_length", 1, 0, 1, BIG, &c->d_model)) ||
+        (st = meta_int(x, "block_count", 1, 0, 1, 4096, &c->n_layer)) ||
+        (st = meta_int(x, "attention.head_count", 1, 0, 1, 65536, &c->n_head)) ||
+        (st = meta_int(x, "attention.head_count_kv", 0, c->n_head, 1, 65536, &c->n_kv_head)) ||
+        (st = meta_int(x, "feed_forward_length", 1, 0, 1, BIG, &c->d_mlp)) ||
+        (st = meta_int(x, "context_length", 1, 0, 1, BIG, &c->ctx)))
+        return st;
+    char kl[128];
+    snprintf(kl, sizeof kl, "%s.attention.key_length", x->arch);
+    if (c->d_model % c->n_head && !mp_gguf_get(x->g, kl))
+        return mp_error(MP_ERR_FORMAT, "%s: embedding_length %d is not divisible by head_count %d", x->path,
+                        c->d_model, c->n_head);
+    if ((st = meta_int(x, "attention.key_length", 0, c->d_model / c->n_head, 1, BIG, &c->d_head))) return st;
+    int vlen;
+    if ((st = meta_int(x, "attention.value_length", 0, c->d_head, 1, BIG, &vlen))) return st;
+    if (vlen != c->d_head)
+        return mp_error(MP_ERR_FORMAT, "%s: key_length %d != value_length %d is not supported", x->path, c->d_head,
+                        vlen);
+    const mp_gguf_tensor *emb = mp_gguf_find_tensor(x->g, "token_embd.weight");
+    if (!emb) return mp_error(MP_ERR_FORMAT, "%s: tensor token_embd.weight is missing", x->path);
+    if (emb->n_dims != 2 || emb->dims[0] != (uint64_t)c->d_model || emb->dims[1] == 0 || emb->dims[1] > (uint64_t)BIG)
+        return mp_error(MP_ERR_FORMAT, "%s: token_embd.weight has dims {%llu, %llu}; needs {%d, vocab}", x->path,
+                        (unsigned long long)emb->dims[0], (unsigned long long)emb->dims[1], c->d_model);
+    c->vocab = (int)emb->dims[1];
+    c->tied = mp_gguf_find_tensor(x->g, "output.weight") == NULL;
+    if (is_gpt2) {
+        c->norm = MP_NORM_LAYER;
+        c->mlp = MP_MLP_GELU;
+        c->gelu_tanh = 1;
+        c->pos = MP_POS_LEARNED;
+        c->qkv_bias = c->linear_bias = 1;
+        if ((st = meta_float(x, "attention.layer_norm_epsilon", 1e-5, &c->norm_eps))) return st;
+    } else {
+        if ((st = meta_float(x, "attention.layer_norm_rms_epsilon", is_qwen2 ? 1e-6 : 1e-5, &c->norm_eps)) ||
+            (st = meta_float(x, "rope.freq_base", 10000.0, &c->rope_theta)))
+            return st;
+        int rot;
+        if ((st = meta_int(x, "rope.dimension_count", 0, c->d_head, 0, BIG, &rot))) return st;
+        if (rot != c->d_head)
+            return mp_error(MP_ERR_FORMAT, "%s: partial RoPE (rope.dimension_count %d < head size %d) is not "
+                            "supported", x->path, rot, c->d_head);
+        c->qkv_bias = has_t(x, "blk.%d.attn_q.bias", 0);
+        if (has_t(x, "blk.%d.attn_output.bias", 0) || has_t(x, "blk.%d.ffn_up.bias", 0))
+            return mp_error(MP_ERR_FORMAT, "%s: %s with attention-output or MLP biases is not supported", x->path,
+                            x->arch);
+        /* rope scaling */
+        char k[128];
+        const char *type = NULL;
+        snprintf(k, sizeof k, "%s.rope.scaling.type", x->arch);
+        mp_gguf_get_str(x->g, k, &type);
+        float factor = 0.0f;
+        if ((st = meta_float(x, "rope.scaling.factor", 0.0, &factor))) return st;
+        if (factor == 0.0f && (st = meta_float(x, "rope.scale_linear", 0.0, &factor))) return st;
+        if (type && strcmp(type, "none") != 0 && strcmp(type, "linear") != 0)
+            return mp_error(MP_ERR_FORMAT, "%s: rope.scaling.type \"%s\" is not supported (none or linear)",
+                            x->path, type);
+        if ((!type || strcmp(type, "linear") == 0) && factor > 0.0f && factor != 1.0f) c->rope_scale = factor;
+        const mp_gguf_tensor *rf = mp_gguf_find_tensor(x->g, "rope_freqs.weight");
+        if (rf) {
+            if (rf->n_elements != (uint64_t)(c->d_head / 2) || c->d_head / 2 > MP_ROPE_FREQS_MAX)
+                return mp_error(MP_ERR_FORMAT, "%s: rope_freqs.weight has %llu values; needs head size / 2 = %d",
+                                x->path, (unsigned long long)rf->n_elements, c->d_head / 2);
+            if ((st = mp_gguf_read_f32(x->g, rf, c->rope_freqs, rf->n_elements))) return st;
+            c->n_rope_freqs = c->d_head / 2;
+        }
+    }
+    return mp_config_validate(c, x->path);
+}
+
+static mp_status read_weights(const gctx *x, mp_model *m) {
+    const mp_config *c = &m->cfg;
+    mp_params *p = &m->p;
+    const uint64_t D = (uint64_t)c->d_model, V = (uint64_t)c->vocab, M = (uint64_t)c->d_mlp;
+    const uint64_t HD = (uint64_t)c->n_head * c->d_head, KD = (uint64_t)c->n_kv_head * c->d_head;
+    const int is_gpt2 = strcmp(x->arch, "gpt2") == 0, is_qwen2 = strcmp(x->arch, "qwen2") == 0;
+    mp_status st;
+    float *tmp = NULL;
+    if ((st = read_t(x, p->embed, D, V, NULL, "token_embd.weight", 0))) goto cleanup;
+    if (!c->tied && (st = read_t(x, p->unembed, D, V, NULL, "output.weight", 0))) goto cleanup;
+    if ((st = read_t(x, p->lnf_w, D, 0, NULL, "output_norm.weight", 0))) goto cleanup;
+    if (p->lnf_b && (st = read_t(x, p->lnf_b, D, 0, NULL, "output_norm.bias", 0))) goto cleanup;
+    if (p->pos_embed && (st = read_t(x, p->pos_embed, D, (uint64_t)c->ctx, NULL, "position_embd.weight", 0)))
+        goto cleanup;
+    if (is_gpt2 && has_t(x, "blk.%d.attn_qkv.weight", 0)) {
+        size_t n3 = (size_t)(3 * D * D);
+        if (!(tmp = mp_malloc((n3 + 3 * D) * sizeof(float), "the fused QKV weights"))) { st = MP_ERR_NOMEM; goto cleanup; }
+    }
+    for (int l = 0; l < c->n_layer; l++) {
+        const size_t lD = (size_t)l * D;
+        if ((st = read_t(x, p->ln1_w + lD, D, 0, NULL, "blk.%d.attn_norm.weight", l))) goto cleanup;
+        if (p->ln1_b && (st = read_t(x, p->ln1_b + lD, D, 0, NULL, "blk.%d.attn_norm.bias", l))) goto cleanup;
+        float *wq = p->wq + (size_t)l * HD * D, *wk = p->wk + (size_t)l * KD * D, *wv = p->wv + (size_t)l * KD * D;
+        if (tmp) { /* gpt2: attn_qkv {D, 3D} = rows q | k | v, bias [3D] */
+            if ((st = read_t(x, tmp, D, 3 * D, NULL, "blk.%d.attn_qkv.weight", l)) ||
+                (st = read_t(x, tmp + 3 * D * D, 3 * D, 0, NULL, "blk.%d.attn_qkv.bias", l)))
+                goto cleanup;
+            memcpy(wq, tmp, D * D * sizeof(float));
+            memcpy(wk, tmp + D * D, D * D * sizeof(float));
+            memcpy(wv, tmp + 2 * D * D, D * D * sizeof(float));
+            memcpy(p->bq + (size_t)l * HD, tmp + 3 * D * D, D * sizeof(float));
+            memcpy(p->bk + (size_t)l * KD, tmp + 3 * D * D + D, D * sizeof(float));
+            memcpy(p->bv + (size_t)l * KD, tmp + 3 * D * D + 2 * D, D * sizeof(float));
+        } else {
+            if ((st = read_t(x, wq, D, HD, NULL, "blk.%d.attn_q.weight", l)) ||
+                (st = read_t(x, wk, D, KD, NULL, "blk.%d.attn_k.weight", l)) ||
+                (st = read_t(x, wv, D, KD, NULL, "blk.%d.attn_v.weight", l)))
+                goto cleanup;
+            if (c->qkv_bias &&
+                ((st = read_t(x, p->bq + (size_t)l * HD, HD, 0, NULL, "blk.%d.attn_q.bias", l)) ||
+                 (st = read_t(x, p->bk + (size_t)l * KD, KD, 0, NULL, "blk.%d.attn_k.bias", l)) ||
+                 (st = read_t(x, p->bv + (size_t)l * KD, KD, 0, NULL, "blk.%d.attn_v.bias", l))))
+                goto cleanup;
+        }
+        if ((st = read_t(x, p->wo + (size_t)l * D * HD, HD, D, NULL, "blk.%d.attn_output.weight", l))) goto cleanup;
+        if (p->bo && (st = read_t(x, p->bo + lD, D, 0, NULL, "blk.%d.attn_output.bias", l))) goto cleanup;
+        if ((st = read_t(x, p->ln2_w + lD, D, 0, NULL, "blk.%d.ffn_norm.weight", l))) goto cleanup;
+        if (p->ln2_b && (st = read_t(x, p->ln2_b + lD, D, 0, NULL, "blk.%d.ffn_norm.bias", l))) goto cleanup;
+        const size_t lM = (size_t)l * M;
+        if (c->mlp == MP_MLP_SWIGLU) {
+            if ((st = read_t(x, p->w1 + lM * D, D, M, NULL, "blk.%d.ffn_gate.weight", l)) ||
+                (st = read_t(x, p->w3 + lM * D, D, M, NULL, "blk.%d.ffn_up.weight", l)))
+                goto cleanup;
+        } else {
+            if ((st = read_t(x, p->w1 + lM * D, D, M, NULL, "blk.%d.ffn_up.weight", l))) goto cleanup;
+            if (p->b1 && (st = read_t(x, p->b1 + lM, M, 0, NULL, "blk.%d.ffn_up.bias", l))) goto cleanup;
+        }
+        if ((st = read_t(x, p->w2 + lM * D, M, D, NULL, "blk.%d.ffn_down.weight", l))) goto cleanup;
+        if (p->b2 && (st = read_t(x, p->b2 + lD, D, 0, NULL, "blk.%d.ffn_down.bias", l))) goto cleanup;
+        if (is_qwen2) { /* NeoX half-split rows -> adjacent pairs */
+            float *t2 = mp_malloc((size_t)c->d_head * D * sizeof(float), "a RoPE permutation");
+            if (!t2) { st = MP_ERR_NOMEM; goto cleanup; }
+            mp_rope_permute_rows(wq, t2, c->n_head, c->d_head, D, 1);
+            mp_rope_permute_rows(wk, t2, c->n_kv_head, c->d_head, D, 1);
+            if (p->bq) {
+                mp_rope_permute_rows(p->bq + (size_t)l * HD, t2, c->n_head, c->d_head, 1, 1);
+                mp_rope_permute_rows(p->bk + (size_t)l * KD, t2, c->n_kv_head, c->d_head, 1, 1);
+            }
+            free(t2);
+        }
+    }
+cleanup:
+    free(tmp);
+    return st;
+}
+
+mp_status mp_model_load_gguf(mp_model **out, const char *path) {
+    mp_gguf *g = NULL;
+    mp_model *m = NULL;
+    mp_config c;
+    *out = NULL;
+    mp_status st = mp_gguf_open(path, &g);
+    if (st) return st;
+    gctx x = {g, path, NULL};
+    if (mp_gguf_get_str(g, "general.architecture", &x.arch) != MP_GGUF_FOUND) {
+        st = mp_error(MP_ERR_FORMAT, "%s: general.architecture is missing or not a string", path);
+        goto cleanup;
+    }
+    if (strcmp(x.arch, "llama") && strcmp(x.arch, "qwen2") && strcmp(x.arch, "gpt2")) {
+        st = mp_error(MP_ERR_FORMAT, "%s: unknown architecture \"%s\" (mechprobe reads llama, qwen2 and gpt2)", path,
+                      x.arch);
+        goto cleanup;
+    }
+    if ((st = read_config(&x, &c))) goto cleanup;
+    if ((st = mp_model_alloc(&m, &c))) goto cleanup;
+    if ((st = read_weights(&x, m))) goto cleanup;
+    snprintf(m->source, sizeof m->source, "%s", path);
+    m->format = strcmp(x.arch, "llama") == 0 ? "gguf-llama" : strcmp(x.arch, "qwen2") == 0 ? "gguf-qwen2" : "gguf-gpt2";
+    {   /* report what dequantising cost when the file was not float32 */
+        int quant = 0;
+        for (size_t i = 0; i < mp_gguf_n_tensors(g); i++)
+            if (mp_gguf_tensor_at(g, i)->type != MP_GGML_F32) quant = 1;
+        if (quant)
+            fprintf(stderr, "mechprobe: %s: %.1f MiB of tensor data dequantised to %.1f MiB of float32\n", path,
+                    (double)mp_gguf_data_bytes(g) / 1048576.0,
+                    (double)mp_config_n_params(&c) * sizeof(float) / 1048576.0);
+    }
+    *out = m;
+    m = NULL;
+cleanup:
+    mp_model_free(m);
+    mp_gguf_close(g);
+    return st;
+}
+
+/* ---- tokenizer from tokenizer.ggml.* ---- */
+
+mp_status mp_tok_load_gguf(mp_tok **out, const char *path) {
+    mp_gguf *g = NULL;
+    const char **toks = NULL, **merges = NULL;
+    *out = NULL;
+    mp_status st = mp_gguf_open(path, &g);
+    if (st) return st;
+    mp_tok_params tp = mp_tok_params_default();
+    tp.source = path;
+    const mp_gguf_string *ts = NULL, *ms = NULL;
+    uint64_t nt = 0, nm = 0, n;
+    if (mp_gguf_get_str(g, "tokenizer.ggml.model", &tp.model) != MP_GGUF_FOUND) {
+        st = mp_error(MP_ERR_FORMAT, "%s: no tokenizer (tokenizer.ggml.model is missing)", path);
+        goto cleanup;
+    }
+    if (mp_gguf_get_str_array(g, "tokenizer.ggml.tokens", &ts, &nt) != MP_GGUF_FOUND || nt == 0 || nt > (1u << 24)) {
+        st = mp_error(MP_ERR_FORMAT, "%s: tokenizer.ggml.tokens is missing, empty or not a string array", path);
+        goto cleanup;
+    }
+    if (!(toks = mp_malloc(nt * sizeof *toks, "token strings"))) { st = MP_ERR_NOMEM; goto cleanup; }
+    for (uint64_t i = 0; i < nt; i++) toks[i] = ts[i].str;
+    tp.n_tokens = (int)nt;
+    tp.tokens = toks;
+    if (mp_gguf_get_f32_array(g, "tokenizer.ggml.scores", &tp.scores, &n) == MP_GGUF_FOUND && n != nt) {
+        st = mp_error(MP_ERR_FORMAT, "%s: tokenizer.ggml.scores has %llu entries for %llu tokens", path,
+                      (unsigned long long)n, (unsigned long long)nt);
+        goto cleanup;
+    }
+    if (mp_gguf_get_i32_array(g, "tokenizer.ggml.token_type", &tp.token_type, &n) == MP_GGUF_FOUND && n != nt) {
+        st = mp_error(MP_ERR_FORMAT, "%s: tokenizer.ggml.token_type has %llu entries for %llu tokens", path,
+                      (unsigned long long)n, (unsigned long long)nt);
+        goto cleanup;
+    }
+    if (mp_gguf_get_str_array(g, "tokenizer.ggml.merges", &ms, &nm) == MP_GGUF_FOUND && nm) {
+        if (nm > (1u << 24)) { st = mp_error(MP_ERR_FORMAT, "%s: too many merges", path); goto cleanup; }
+        if (!(merges = mp_malloc(nm * sizeof *merges, "merges"))) { st = MP_ERR_NOMEM; goto cleanup; }
+        for (uint64_t i = 0; i < nm; i++) merges[i] = ms[i].str;
+        tp.merges = merges;
+        tp.n_merges = (int)nm;
+    }
+    mp_gguf_get_str(g, "tokenizer.ggml.pre", &tp.pre);
+    int64_t v;
+    int b;
+    if (mp_gguf_get_int(g, "tokenizer.ggml.bos_token_id", &v) == MP_GGUF_FOUND) tp.bos = v >= 0 && v < (int64_t)nt ? (int)v : -1;
+    if (mp_gguf_get_int(g, "tokenizer.ggml.eos_token_id", &v) == MP_GGUF_FOUND) tp.eos = v >= 0 && v < (int64_t)nt ? (int)v : -1;
+    if (mp_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &b) == MP_GGUF_FOUND) tp.add_bos = b;
+    if (mp_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &b) == MP_GGUF_FOUND) tp.add_eos = b;
+    if (mp_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &b) == MP_GGUF_FOUND) tp.add_space_prefix = b;
+    st = mp_tok_create(out, &tp);
+cleanup:
+    free(toks);
+    free(merges);
+    mp_gguf_close(g);
+    return st;
+}

@@ -1,0 +1,530 @@
+/* load_hf.c — Hugging Face model folders: config.json + *.safetensors (F32 /
+ * F16 / BF16, sharded through model.safetensors.index.json; safetensors.h)
+ * for model_type llama, mistral, qwen2 and gpt2, and their tokenizer.json;
+ * and the writer of such folders (F32) used by round trips and exports.
+ *
+ * Hugging Face stores q/k rows half-split (rotate_half: channel i pairs with
+ * i + Dh/2); they are permuted to mechprobe's adjacent pairs on load
+ * (mp_rope_permute_rows) and back on save, biases too. GPT-2 stores Conv1D
+ * weights [in, out] and a fused c_attn [D, 3D]: transposed and split on load. */
+#include "bpe.h"
+#include "json.h"
+#include "model.h"
+#include "ops.h"
+#include "safetensors.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef struct {
+    const mp_safetensors *st;
+    const char *path;
+    const char *prefix;   /* "model." (llama), "" or "transformer." (gpt2) */
+} hctx;
+
+/* ---- config.json ---- */
+
+static mp_status cfg_int(const mp_json *cfg, const char *path, const char *key, int required, int def, int *out) {
+    const mp_json *v = mp_json_get(cfg, key);
+    int64_t x;
+    if (!v || mp_json_type_of(v) == MP_JSON_NULL) {
+        if (required) return mp_error(MP_ERR_FORMAT, "%s/config.json: \"%s\" is missing", path, key);
+        *out = def;
+        return MP_OK;
+    }
+    if (mp_json_int64(v, &x) || x < 0 || x > (1 << 24))
+        return mp_error(MP_ERR_FORMAT, "%s/config.json: \"%s\" must be an integer in [0, 2^24]", path, key);
+    *out = (int)x;
+    return MP_OK;
+}
+
+static mp_status cfg_num(const mp_json *cfg, const char *path, const char *key, double def, float *out) {
+    const mp_json *v = mp_json_get(cfg, key);
+    if (!v || mp_json_type_of(v) == MP_JSON_NULL) { *out = (float)def; return MP_OK; }
+    if (mp_json_type_of(v) != MP_JSON_NUMBER)
+        return mp_error(MP_ERR_FORMAT, "%s/config.json: \"%s\" must be a number", path, key);
+    *out = (float)mp_json_number(v);
+    return MP_OK;
+}
+
+static int cfg_bool(const mp_json *cfg, const char *key, int def) {
+    const mp_json *v = mp_json_get(cfg, key);
+    return mp_json_type_of(v) == MP_JSON_BOOL ? mp_json_bool(v) : def;
+}
+
+/* Llama 3 frequency divisors (transformers' _compute_llama3_parameters). */
+static void llama3_freqs(mp_config *c, double factor, double lo, double hi, double orig) {
+    int half = c->d_head / 2;
+    double lo_wl = orig / lo, hi_wl = orig / hi;
+    for (int i = 0; i < half; i++) {
+        double freq = 1.0 / pow(c->rope_theta, 2.0 * i / c->d_head), wl = 2.0 * M_PI / freq, div;
+        if (wl < hi_wl) div = 1.0;
+        else if (wl > lo_wl) div = factor;
+        else {
+            double smooth = (orig / wl - lo) / (hi - lo);
+            div = 1.0 / ((1.0 - smooth) / factor + smooth);
+        }
+        c->rope_freqs[i] = (float)div;
+    }
+    c->n_rope_freqs = half;
+}
+
+static mp_status rope_scaling(const mp_json *cfg, const char *path, mp_config *c) {
+    const mp_json *rs = mp_json_get(cfg, "rope_scaling");
+    if (!rs || mp_json_type_of(rs) == MP_JSON_NULL) return MP_OK;
+    const char *type = mp_json_string(mp_json_get(rs, "rope_type"), NULL);
+    if (!type) type = mp_json_string(mp_json_get(rs, "type"), NULL);
+    float factor = 1.0f;
+    mp_status st = cfg_num(rs, path, "factor", 1.0, &factor);
+    if (st) return st;
+    if (!type || strcmp(type, "default") == 0) return MP_OK;
+    if (strcmp(type, "linear") == 0) {
+        if (!(factor > 0.0f)) return mp_error(MP_ERR_FORMAT, "%s/config.json: rope_scaling factor must be positive", path);
+        c->rope_scale = factor;
+        return MP_OK;
+    }
+    if (strcmp(type, "llama3") == 0) {
+        float lo, hi, orig;
+        if ((st = cfg_num(rs, path, "low_freq_factor", 1.0, &lo)) || (st = cfg_num(rs, path, "high_freq_factor", 4.0, &hi)) ||
+            (st = cfg_num(rs, path, "original_max_position_embeddings", 8192, &orig)))
+            return st;
+        if (!(factor > 0.0f && lo > 0.0f && hi > lo && orig > 0.0f) || c->d_head / 2 > MP_ROPE_FREQS_MAX)
+            return mp_error(MP_ERR_FORMAT, "%s/config.json: bad llama3 rope_scaling parameters", path);
+        llama3_freqs(c, factor, lo, hi, orig);
+        return MP_OK;
+    }
+    return mp_error(MP_ERR_FORMAT, "%s/config.json: rope_scaling type \"%s\" is not supported (linear, llama3)", path,
+                    type);
+}
+
+static mp_status read_config(const mp_json *cfg, const char *path, const char *type, mp_config *c) {
+    mp_status st;
+    *c = mp_config_default();
+    if (strcmp(type, "gpt2") == 0) {
+        if ((st = cfg_int(cfg, path, "n_embd", 1, 0, &c->d_model)) || (st = cfg_int(cfg, path, "n_layer", 1, 0, &c->n_layer)) ||
+            (st = cfg_int(cfg, path, "n_head", 1, 0, &c->n_head)) || (st = cfg_int(cfg, path, "vocab_size", 1, 0, &c->vocab)) ||
+            (st = cfg_int(cfg, path, "n_positions", 1, 0, &c->ctx)) ||
+            (st = cfg_num(cfg, path, "layer_norm_epsilon", 1e-5, &c->norm_eps)))
+            return st;
+        if (c->n_head <= 0 || c->d_model % c->n_head)
+            return mp_error(MP_ERR_FORMAT, "%s/config.json: n_embd %d is not divisible by n_head %d", path, c->d_model,
+                            c->n_head);
+        if ((st = cfg_int(cfg, path, "n_inner", 0, 4 * c->d_model, &c->d_mlp))) return st;
+        const char *act = mp_json_string(mp_json_get(cfg, "activation_function"), NULL);
+        if (act && strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh") && strcmp(act, "gelu"))
+            return mp_error(MP_ERR_FORMAT, "%s/config.json: activation_function \"%s\" is not supported", path, act);
+        c->n_kv_head = c->n_head;
+        c->d_head = c->d_model / c->n_head;
+        c->norm = MP_NORM_LAYER;
+        c->mlp = MP_MLP_GELU;
+        c->gelu_tanh = !act || strcmp(act, "gelu") != 0;
+        c->pos = MP_POS_LEARNED;
+        c->qkv_bias = c->linear_bias = 1;
+        c->tied = cfg_bool(cfg, "tie_word_embeddings", 1);
+    } else {
+        if ((st = cfg_int(cfg, path, "hidden_size", 1, 0, &c->d_model)) ||
+            (st = cfg_int(cfg, path, "num_hidden_layers", 1, 0, &c->n_layer)) ||
+            (st = cfg_int(cfg, path, "num_attention_heads", 1, 0, &c->n_head)) ||
+            (st = cfg_int(cfg, path, "intermediate_size", 1, 0, &c->d_mlp)) ||
+            (st = cfg_int(cfg, path, "vocab_size", 1, 0, &c->vocab)) ||
+            (st = cfg_int(cfg, path, "max_position_embeddings", 0, 2048, &c->ctx)) ||
+            (st = cfg_num(cfg, path, "rms_norm_eps", 1e-6, &c->norm_eps)) ||
+            (st = cfg_num(cfg, path, "rope_theta", 10000.0, &c->rope_theta)))
+            return st;
+        if ((st = cfg_int(cfg, path, "num_key_value_heads", 0, c->n_head, &c->n_kv_head))) return st;
+        if (c->n_head <= 0) return mp_error(MP_ERR_FORMAT, "%s/config.json: num_attention_heads must be positive", path);
+        if ((st = cfg_int(cfg, path, "head_dim", 0, c->d_model / c->n_head, &c->d_head))) return st;
+        if (!mp_json_get(cfg, "head_dim") && c->d_model % c->n_head)
+            return mp_error(MP_ERR_FORMAT, "%s/config.json: hidden_size %d is not divisible by num_attention_heads %d",
+                            path, c->d_model, c->n_head);
+        const char *act = mp_json_string(mp_json_get(cfg, "hidden_act"), NULL);
+        if (act && strcmp(act, "silu"))
+            return mp_error(MP_ERR_FORMAT, "%s/config.json: hidden_act \"%s\" is not supported (silu)", path, act);
+        c->qkv_bias = strcmp(type, "qwen2") == 0 ? 1 : cfg_bool(cfg, "attention_bias", 0);
+        if (strcmp(type, "qwen2") != 0 && cfg_bool(cfg, "mlp_bias", 0))
+            return mp_error(MP_ERR_FORMAT, "%s/config.json: mlp_bias is not supported", path);
+        c->tied = cfg_bool(cfg, "tie_word_embeddings", 0);
+        if (c->d_head > 0 && (st = rope_scaling(cfg, path, c))) return st;
+    }
+    return mp_config_validate(c, path);
+}
+
+/* ---- tensors ---- */
+
+/* Reads prefix+name (layer l) with PyTorch shape [s0] (s1 == 0) or [s0, s1];
+ * *found (NULL = required). */
+static mp_status read_t(const hctx *x, float *dst, uint64_t s0, uint64_t s1, int *found, const char *fmt, int l) {
+    char name[200], full[240];
+    snprintf(name, sizeof name, fmt, l);
+    snprintf(full, sizeof full, "%s%s", x->prefix, name);
+    const mp_st_tensor *t = mp_safetensors_find(x->st, full);
+    if (found) *found = t != NULL;
+    if (!t) return found ? MP_OK : mp_error(MP_ERR_FORMAT, "%s: tensor %s is missing", x->path, full);
+    int ok = t->n_dims == (s1 ? 2u : 1u) && t->shape[0] == s0 && (!s1 || t->shape[1] == s1);
+    if (!ok) {
+        char want[64], got[96] = "";
+        if (s1) snprintf(want, sizeof want, "[%llu, %llu]", (unsigned long long)s0, (unsigned long long)s1);
+        else snprintf(want, sizeof want, "[%llu]", (unsigned long long)s0);
+        for (uint32_t i = 0; i < t->n_dims && i < 4; i++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%llu", i ? ", " : "", (unsigned long long)t->shape[i]);
+        return mp_error(MP_ERR_FORMAT, "%s: tensor %s has shape [%s]; the config needs %s", x->path, full, got, want);
+    }
+    mp_status st = mp_safetensors_read_f32(x->st, t, dst, t->n_elements);
+    return st ? mp_error_prefix(st, "%s", x->path) : MP_OK;
+}
+
+static void transpose(float *dst, const float *src, size_t rows, size_t cols) {
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < cols; c++) dst[c * rows + r] = src[r * cols + c];
+}
+
+static mp_status read_llama(const hctx *x, mp_model *m) {
+    const mp_config *c = &m->cfg;
+    mp_params *p = &m->p;
+    const uint64_t D = (uint64_t)c->d_model, V = (uint64_t)c->vocab, M = (uint64_t)c->d_mlp;
+    const uint64_t HD = (uint64_t)c->n_head * c->d_head, KD = (uint64_t)c->n_kv_head * c->d_head;
+    mp_status st;
+    float *tmp = mp_malloc((size_t)c->d_head * D * sizeof(float), "a RoPE permutation");
+    if (!tmp) return MP_ERR_NOMEM;
+    if ((st = read_t(x, p->embed, V, D, NULL, "model.embed_tokens.weight", 0))) goto cleanup;
+    if ((st = read_t(x, p->lnf_w, D, 0, NULL, "model.norm.weight", 0))) goto cleanup;
+    if (!c->tied && (st = read_t(x, p->unembed, V, D, NULL, "lm_head.weight", 0))) goto cleanup;
+    for (int l = 0; l < c->n_layer; l++) {
+        float *wq = p->wq + (size_t)l * HD * D, *wk = p->wk + (size_t)l * KD * D;
+        const size_t lM = (size_t)l * M * D;
+        if ((st = read_t(x, p->ln1_w + (size_t)l * D, D, 0, NULL, "model.layers.%d.input_layernorm.weight", l)) ||
+            (st = read_t(x, wq, HD, D, NULL, "model.layers.%d.self_attn.q_proj.weight", l)) ||
+            (st = read_t(x, wk, KD, D, NULL, "model.layers.%d.self_attn.k_proj.weight", l)) ||
+            (st = read_t(x, p->wv + (size_t)l * KD * D, KD, D, NULL, "model.layers.%d.self_attn.v_proj.weight", l)) ||
+            (st = read_t(x, p->wo + (size_t)l * D * HD, D, HD, NULL, "model.layers.%d.self_attn.o_proj.weight", l)) ||
+            (st = read_t(x, p->ln2_w + (size_t)l * D, D, 0, NULL, "model.layers.%d.post_attention_layernorm.weight", l)) ||
+            (st = read_t(x, p->w1 + lM, M, D, NULL, "model.layers.%d.mlp.gate_proj.weight", l)) ||
+            (st = read_t(x, p->w3 + lM, M, D, NULL, "model.layers.%d.mlp.up_proj.weight", l)) ||
+            (st = read_t(x, p->w2 + lM, D, M, NULL, "model.layers.%d.mlp.down_proj.weight", l)))
+            goto cleanup;
+        mp_rope_permute_rows(wq, tmp, c->n_head, c->d_head, D, 1);
+        mp_rope_permute_rows(wk, tmp, c->n_kv_head, c->d_head, D, 1);
+        if (c->qkv_bias) {
+            float *bq = p->bq + (size_t)l * HD, *bk = p->bk + (size_t)l * KD;
+            if ((st = read_t(x, bq, HD, 0, NULL, "model.layers.%d.self_attn.q_proj.bias", l)) ||
+                (st = read_t(x, bk, KD, 0, NULL, "model.layers.%d.self_attn.k_proj.bias", l)) ||
+                (st = read_t(x, p->bv + (size_t)l * KD, KD, 0, NULL, "model.layers.%d.self_attn.v_proj.bias", l)))
+                goto cleanup;
+            mp_rope_permute_rows(bq, tmp, c->n_head, c->d_head, 1, 1);
+            mp_rope_permute_rows(bk, tmp, c->n_kv_head, c->d_head, 1, 1);
+        }
+    }
+cleanup:
+    free(tmp);
+    return st;
+}
+
+static mp_status read_gpt2(const hctx *x, mp_model *m) {
+    const mp_config *c = &m->cfg;
+    mp_params *p = &m->p;
+    const uint64_t D = (uint64_t)c->d_model, V = (uint64_t)c->vocab, M = (uint64_t)c->d_mlp;
+    mp_status st;
+    size_t big = (size_t)(3 * D * D > 2 * D * M ? 3 * D * D : 2 * D * M);
+    float *tmp = mp_malloc((big + 3 * D) * sizeof(float), "GPT-2 Conv1D weights");
+    if (!tmp) return MP_ERR_NOMEM;
+    if ((st = read_t(x, p->embed, V, D, NULL, "wte.weight", 0)) ||
+        (st = read_t(x, p->pos_embed, (uint64_t)c->ctx, D, NULL, "wpe.weight", 0)) ||
+        (st = read_t(x, p->lnf_w, D, 0, NULL, "ln_f.weight", 0)) || (st = read_t(x, p->lnf_b, D, 0, NULL, "ln_f.bias", 0)))
+        goto cleanup;
+    if (!c->tied) {
+        hctx top = *x;
+        top.prefix = "";
+        if ((st = read_t(&top, p->unembed, V, D, NULL, "lm_head.weight", 0))) goto cleanup;
+    }
+    for (int l = 0; l < c->n_layer; l++) {
+        const size_t lD = (size_t)l * D, lDD = (size_t)l * D * D, lM = (size_t)l * M;
+        float *bias = tmp + big;
+        if ((st = read_t(x, p->ln1_w + lD, D, 0, NULL, "h.%d.ln_1.weight", l)) ||
+            (st = read_t(x, p->ln1_b + lD, D, 0, NULL, "h.%d.ln_1.bias", l)) ||
+            (st = read_t(x, tmp, D, 3 * D, NULL, "h.%d.attn.c_attn.weight", l)) ||
+            (st = read_t(x, bias, 3 * D, 0, NULL, "h.%d.attn.c_attn.bias", l)))
+            goto cleanup;
+        /* Conv1D [D, 3D] (in, out): column block j of the output is q | k | v */
+        for (int j = 0; j < 3; j++) {
+            float *w = j == 0 ? p->wq : j == 1 ? p->wk : p->wv;
+            float *b = j == 0 ? p->bq : j == 1 ? p->bk : p->bv;
+            for (uint64_t o = 0; o < D; o++)
+                for (uint64_t i = 0; i < D; i++) w[lDD + o * D + i] = tmp[i * 3 * D + j * D + o];
+            memcpy(b + lD, bias + j * D, D * sizeof(float));
+        }
+        if ((st = read_t(x, tmp, D, D, NULL, "h.%d.attn.c_proj.weight", l)) ||
+            (st = read_t(x, p->bo + lD, D, 0, NULL, "h.%d.attn.c_proj.bias", l)))
+            goto cleanup;
+        transpose(p->wo + lDD, tmp, D, D);
+        if ((st = read_t(x, p->ln2_w + lD, D, 0, NULL, "h.%d.ln_2.weight", l)) ||
+            (st = read_t(x, p->ln2_b + lD, D, 0, NULL, "h.%d.ln_2.bias", l)) ||
+            (st = read_t(x, tmp, D, M, NULL, "h.%d.mlp.c_fc.weight", l)) ||
+            (st = read_t(x, p->b1 + lM, M, 0, NULL, "h.%d.mlp.c_fc.bias", l)))
+            goto cleanup;
+        transpose(p->w1 + lM * D, tmp, D, M);
+        if ((st = read_t(x, tmp, M, D, NULL, "h.%d.mlp.c_proj.weight", l)) ||
+            (st = read_t(x, p->b2 + lD, D, 0, NULL, "h.%d.mlp.c_proj.bias", l)))
+            goto cleanup;
+        transpose(p->w2 + lM * D, tmp, M, D);
+    }
+cleanup:
+    free(tmp);
+    return st;
+}
+
+mp_status mp_model_load_hf(mp_model **out, const char *dir) {
+    mp_safetensors *st = NULL;
+    mp_json_doc *doc = NULL;
+    mp_model *m = NULL;
+    mp_config c;
+    char path[4096];
+    *out = NULL;
+    /* config.json first: an unknown architecture is reported before any weights are read */
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    mp_status s = mp_json_parse_file(path, &doc);
+    if (s) return s;
+    const mp_json *cfg = mp_json_root(doc);
+    if (mp_json_type_of(cfg) != MP_JSON_OBJECT) {
+        s = mp_error(MP_ERR_FORMAT, "%s: not a JSON object", path);
+        goto cleanup;
+    }
+    const char *type = mp_json_string(mp_json_get(cfg, "model_type"), NULL);
+    if (!type) { s = mp_error(MP_ERR_FORMAT, "%s/config.json: \"model_type\" is missing", dir); goto cleanup; }
+    int gpt2 = strcmp(type, "gpt2") == 0;
+    if (!gpt2 && strcmp(type, "llama") && strcmp(type, "mistral") && strcmp(type, "qwen2")) {
+        s = mp_error(MP_ERR_FORMAT, "%s/config.json: unknown model_type \"%s\" (mechprobe reads llama, mistral, qwen2, "
+                     "gpt2)", dir, type);
+        goto cleanup;
+    }
+    if ((s = read_config(cfg, dir, type, &c))) goto cleanup;
+    if ((s = mp_safetensors_open(dir, &st))) goto cleanup;
+    if ((s = mp_model_alloc(&m, &c))) goto cleanup;
+    hctx x = {st, dir, ""};
+    if (gpt2) {
+        if (mp_safetensors_find(st, "transformer.wte.weight")) x.prefix = "transformer.";
+        s = read_gpt2(&x, m);
+    } else {
+        s = read_llama(&x, m);
+    }
+    if (s) goto cleanup;
+    snprintf(m->source, sizeof m->source, "%s", dir);
+    m->format = gpt2 ? "hf-gpt2" : strcmp(type, "qwen2") == 0 ? "hf-qwen2" : "hf-llama";
+    *out = m;
+    m = NULL;
+cleanup:
+    mp_model_free(m);
+    mp_safetensors_close(st);
+    mp_json_free(doc);
+    return s;
+}
+
+mp_status mp_tok_load_hf_dir(mp_tok **out, const char *dir) {
+    char path[4096];
+    mp_json_doc *doc = NULL;
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    mp_status st = mp_tok_load_hf(out, path);
+    if (st) return st;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (mp_json_parse_file(path, &doc) == MP_OK) {
+        const mp_json *r = mp_json_root(doc);
+        int64_t b, e;
+        int bos = mp_tok_bos(*out), eos = mp_tok_eos(*out);
+        if (mp_json_int64(mp_json_get(r, "bos_token_id"), &b) == 0) bos = (int)b;
+        if (mp_json_int64(mp_json_get(r, "eos_token_id"), &e) == 0) eos = (int)e;
+        if ((st = mp_tok_set_bos_eos(*out, bos, eos))) {
+            st = mp_error_prefix(st, "%s", path);
+            mp_tok_free(*out);
+            *out = NULL;
+        }
+        mp_json_free(doc);
+    }
+    return st;
+}
+
+/* ---- format detection (declared in model.h) ---- */
+
+mp_model_format mp_model_detect(const char *path) {
+    static const unsigned char h5sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+    struct stat sb;
+    if (stat(path, &sb) != 0) return MP_FORMAT_UNKNOWN;
+    if (S_ISDIR(sb.st_mode)) {
+        char cfg[4096];
+        snprintf(cfg, sizeof cfg, "%s/config.json", path);
+        return stat(cfg, &sb) == 0 && S_ISREG(sb.st_mode) ? MP_FORMAT_HF : MP_FORMAT_UNKNOWN;
+    }
+    unsigned char buf[8];
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return MP_FORMAT_UNKNOWN;
+    size_t n = fread(buf, 1, 8, fp);
+    fclose(fp);
+    if (n == 8 && memcmp(buf, h5sig, 8) == 0) return MP_FORMAT_CHECKPOINT;
+    if (n >= 4 && memcmp(buf, "GGUF", 4) == 0) return MP_FORMAT_GGUF;
+    return MP_FORMAT_LLAMA2C;
+}
+
+/* ---- writer ---- */
+
+static int is_llama_like(const mp_config *c) {
+    return c->norm == MP_NORM_RMS && c->mlp == MP_MLP_SWIGLU && c->pos == MP_POS_ROPE && !c->linear_bias;
+}
+static int is_gpt2_like(const mp_config *c) {
+    return c->norm == MP_NORM_LAYER && c->mlp == MP_MLP_GELU && c->pos == MP_POS_LEARNED && c->qkv_bias &&
+           c->linear_bias && c->n_kv_head == c->n_head && c->d_head * c->n_head == c->d_model;
+}
+
+/* %.9g keeps every float exact */
+static mp_status write_config(const mp_model *m, const char *dir) {
+    const mp_config *c = &m->cfg;
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return mp_error(MP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    if (is_gpt2_like(c)) {
+        fprintf(f, "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+                   "  \"n_embd\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": %d,\n"
+                   "  \"n_positions\": %d,\n  \"vocab_size\": %d,\n  \"layer_norm_epsilon\": %.9g,\n"
+                   "  \"activation_function\": \"%s\",\n  \"tie_word_embeddings\": %s\n}\n",
+                c->d_model, c->n_layer, c->n_head, c->d_mlp, c->ctx, c->vocab, (double)c->norm_eps,
+                c->gelu_tanh ? "gelu_new" : "gelu", c->tied ? "true" : "false");
+    } else {
+        fprintf(f, "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n"
+                   "  \"hidden_size\": %d,\n  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
+                   "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n  \"intermediate_size\": %d,\n"
+                   "  \"vocab_size\": %d,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %.9g,\n"
+                   "  \"rope_theta\": %.9g,\n  \"hidden_act\": \"silu\",\n  \"tie_word_embeddings\": %s,\n",
+                c->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM", c->qkv_bias ? "qwen2" : "llama", c->d_model,
+                c->n_layer, c->n_head, c->n_kv_head, c->d_head, c->d_mlp, c->vocab, c->ctx, (double)c->norm_eps,
+                (double)c->rope_theta, c->tied ? "true" : "false");
+        if (c->rope_scale > 0.0f && c->rope_scale != 1.0f)
+            fprintf(f, "  \"rope_scaling\": {\"type\": \"linear\", \"factor\": %.9g},\n", (double)c->rope_scale);
+        fprintf(f, "  \"torch_dtype\": \"float32\"\n}\n");
+    }
+    int bad = ferror(f);
+    if (fclose(f) || bad) { remove(tmp); return mp_error(MP_ERR_IO, "%s: write failed", tmp); }
+    if (rename(tmp, path)) { remove(tmp); return mp_error(MP_ERR_IO, "%s: cannot rename: %s", path, strerror(errno)); }
+    return MP_OK;
+}
+
+
+mp_status mp_model_save_hf(const mp_model *m, const char *dir) {
+    const mp_config *c = &m->cfg;
+    const mp_params *p = &m->p;
+    int gpt2 = is_gpt2_like(c);
+    if (!gpt2 && !is_llama_like(c))
+        return mp_error(MP_ERR_ARG, "%s: only Llama/Qwen2-style (RMSNorm, SwiGLU, RoPE) and GPT-2-style models can "
+                        "be written as Hugging Face folders", dir);
+    if (c->n_rope_freqs)
+        return mp_error(MP_ERR_ARG, "%s: RoPE frequency divisors cannot be expressed in config.json", dir);
+    if (mkdir(dir, 0777) && errno != EEXIST) return mp_error(MP_ERR_IO, "%s: cannot create folder: %s", dir, strerror(errno));
+    const size_t D = (size_t)c->d_model, V = (size_t)c->vocab, M = (size_t)c->d_mlp, L = (size_t)c->n_layer;
+    const size_t HD = (size_t)c->n_head * c->d_head, KD = (size_t)c->n_kv_head * c->d_head;
+    size_t cap = 16 + L * 16;
+    mp_st_entry *e = mp_calloc(cap, sizeof *e, "tensor list");
+    char (*names)[96] = mp_calloc(cap, 96, "tensor names");
+    uint64_t (*shapes)[2] = mp_calloc(cap, sizeof *shapes, "tensor shapes");
+    float **owned = mp_calloc(cap, sizeof *owned, "tensor copies");
+    size_t n = 0;
+    mp_status st = MP_OK;
+    if (!e || !names || !shapes || !owned) { st = MP_ERR_NOMEM; goto cleanup; }
+#define ADD(nm_fmt, l, ptr, s0, s1) do { \
+        { const char *f_ = nm_fmt; snprintf(names[n], 96, f_, (int)(l)); } \
+        shapes[n][0] = (s0); shapes[n][1] = (s1); \
+        e[n].name = names[n]; e[n].n_dims = shapes[n][1] ? 2 : 1; e[n].shape = shapes[n]; e[n].data = (ptr); n++; \
+    } while (0)
+#define COPY(dst, cnt) do { if (!(dst = owned[n] = mp_malloc((cnt) * sizeof(float), "a tensor copy"))) { st = MP_ERR_NOMEM; goto cleanup; } } while (0)
+    if (!gpt2) {
+        ADD("model.embed_tokens.weight", 0, p->embed, V, D);
+        ADD("model.norm.weight", 0, p->lnf_w, D, 0);
+        if (!c->tied) ADD("lm_head.weight", 0, p->unembed, V, D);
+        float *tmp = mp_malloc((size_t)c->d_head * D * sizeof(float), "a RoPE permutation"), *w;
+        if (!tmp) { st = MP_ERR_NOMEM; goto cleanup; }
+        for (size_t l = 0; l < L; l++) {
+            ADD("model.layers.%d.input_layernorm.weight", l, p->ln1_w + l * D, D, 0);
+            COPY(w, HD * D);
+            memcpy(w, p->wq + l * HD * D, HD * D * sizeof(float));
+            mp_rope_permute_rows(w, tmp, c->n_head, c->d_head, D, 0);
+            ADD("model.layers.%d.self_attn.q_proj.weight", l, w, HD, D);
+            COPY(w, KD * D);
+            memcpy(w, p->wk + l * KD * D, KD * D * sizeof(float));
+            mp_rope_permute_rows(w, tmp, c->n_kv_head, c->d_head, D, 0);
+            ADD("model.layers.%d.self_attn.k_proj.weight", l, w, KD, D);
+            ADD("model.layers.%d.self_attn.v_proj.weight", l, p->wv + l * KD * D, KD, D);
+            if (c->qkv_bias) {
+                COPY(w, HD);
+                memcpy(w, p->bq + l * HD, HD * sizeof(float));
+                mp_rope_permute_rows(w, tmp, c->n_head, c->d_head, 1, 0);
+                ADD("model.layers.%d.self_attn.q_proj.bias", l, w, HD, 0);
+                COPY(w, KD);
+                memcpy(w, p->bk + l * KD, KD * sizeof(float));
+                mp_rope_permute_rows(w, tmp, c->n_kv_head, c->d_head, 1, 0);
+                ADD("model.layers.%d.self_attn.k_proj.bias", l, w, KD, 0);
+                ADD("model.layers.%d.self_attn.v_proj.bias", l, p->bv + l * KD, KD, 0);
+            }
+            ADD("model.layers.%d.self_attn.o_proj.weight", l, p->wo + l * D * HD, D, HD);
+            ADD("model.layers.%d.post_attention_layernorm.weight", l, p->ln2_w + l * D, D, 0);
+            ADD("model.layers.%d.mlp.gate_proj.weight", l, p->w1 + l * M * D, M, D);
+            ADD("model.layers.%d.mlp.up_proj.weight", l, p->w3 + l * M * D, M, D);
+            ADD("model.layers.%d.mlp.down_proj.weight", l, p->w2 + l * M * D, D, M);
+        }
+        free(tmp);
+    } else {
+        float *w;
+        ADD("wte.weight", 0, p->embed, V, D);
+        ADD("wpe.weight", 0, p->pos_embed, (size_t)c->ctx, D);
+        ADD("ln_f.weight", 0, p->lnf_w, D, 0);
+        ADD("ln_f.bias", 0, p->lnf_b, D, 0);
+        if (!c->tied) ADD("lm_head.weight", 0, p->unembed, V, D);
+        for (size_t l = 0; l < L; l++) {
+            ADD("h.%d.ln_1.weight", l, p->ln1_w + l * D, D, 0);
+            ADD("h.%d.ln_1.bias", l, p->ln1_b + l * D, D, 0);
+            COPY(w, 3 * D * D);
+            for (int j = 0; j < 3; j++) {
+                const float *src = (j == 0 ? p->wq : j == 1 ? p->wk : p->wv) + l * D * D;
+                for (size_t o = 0; o < D; o++)
+                    for (size_t i = 0; i < D; i++) w[i * 3 * D + j * D + o] = src[o * D + i];
+            }
+            ADD("h.%d.attn.c_attn.weight", l, w, D, 3 * D);
+            COPY(w, 3 * D);
+            memcpy(w, p->bq + l * D, D * sizeof(float));
+            memcpy(w + D, p->bk + l * D, D * sizeof(float));
+            memcpy(w + 2 * D, p->bv + l * D, D * sizeof(float));
+            ADD("h.%d.attn.c_attn.bias", l, w, 3 * D, 0);
+            COPY(w, D * D);
+            transpose(w, p->wo + l * D * D, D, D);
+            ADD("h.%d.attn.c_proj.weight", l, w, D, D);
+            ADD("h.%d.attn.c_proj.bias", l, p->bo + l * D, D, 0);
+            ADD("h.%d.ln_2.weight", l, p->ln2_w + l * D, D, 0);
+            ADD("h.%d.ln_2.bias", l, p->ln2_b + l * D, D, 0);
+            COPY(w, M * D);
+            transpose(w, p->w1 + l * M * D, M, D);
+            ADD("h.%d.mlp.c_fc.weight", l, w, D, M);
+            ADD("h.%d.mlp.c_fc.bias", l, p->b1 + l * M, M, 0);
+            COPY(w, M * D);
+            transpose(w, p->w2 + l * M * D, D, M);
+            ADD("h.%d.mlp.c_proj.weight", l, w, M, D);
+            ADD("h.%d.mlp.c_proj.bias", l, p->b2 + l * D, D, 0);
+        }
+    }
+#undef ADD
+#undef COPY
+    {
+        char path[4096];
+        static const char *meta[] = {"format", "pt", NULL};
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        if ((st = mp_safetensors_write(path, e, n, meta))) goto cleanup;
+    }
+    st = write_config(m, dir);
+cleanup:
+    if (owned)
+        for (size_t i = 0; i < cap; i++) free(owned[i]);
+    free(owned);
+    free(e);
+    free(names);
+    free(shapes);
+    return st;
+}

@@ -55,5 +55,6 @@ int luaopen_mechprobe(lua_State *L) {
     mp_lua_open_tasks(L);
     mp_lua_open_analyze(L);
     mp_lua_open_plot(L);
+    mp_lua_open_probe(L);
     return 1;
 }

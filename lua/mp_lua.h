@@ -60,6 +60,8 @@ void mp_lua_open_tasks(lua_State *L);
 /* mp.analyze (lua/lanalyze.c) and mp.plot (lua/lplot.c). */
 void mp_lua_open_analyze(lua_State *L);
 void mp_lua_open_plot(lua_State *L);
+/* mp.analyze.probe: linear / logistic probes (lua/lprobe.c); after mp_lua_open_analyze. */
+void mp_lua_open_probe(lua_State *L);
 
 /* Training (lua/ltrain.c): mp.optim.adamw{...} -> Optimizer userdata
  * ("mechprobe.Optimizer") wrapping an mp_adamw; registered into the `mp`

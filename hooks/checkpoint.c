@@ -17,7 +17,6 @@
 
 static const char *norm_name(mp_norm_kind k) { return k == MP_NORM_LAYER ? "layer" : "rms"; }
 static const char *mlp_name(mp_mlp_kind k) { return k == MP_MLP_GELU ? "gelu" : k == MP_MLP_NONE ? "none" : "swiglu"; }
-static const char *pos_name(mp_pos_kind k) { return k == MP_POS_NONE ? "none" : k == MP_POS_LEARNED ? "learned" : "rope"; }
 
 /* shortest decimal that round-trips to the float (so h5py shows 10000.0, 1e-05) */
 static double f2d(float f) {
@@ -93,7 +92,7 @@ mp_status mp_checkpoint_save(const char *path, const mp_model *m, const mp_adamw
     if (!st) st = mp_h5_attr_set_float(f, "/config", "norm_eps", f2d(c->norm_eps));
     if (!st) st = mp_h5_attr_set_string(f, "/config", "norm", norm_name(c->norm));
     if (!st) st = mp_h5_attr_set_string(f, "/config", "mlp", mlp_name(c->mlp));
-    if (!st) st = mp_h5_attr_set_string(f, "/config", "pos", pos_name(c->pos));
+    if (!st) st = mp_h5_attr_set_string(f, "/config", "pos", mp_pos_name(c->pos));
     if (!st && m->tokenizer[0]) st = mp_h5_attr_set_string(f, "/config", "tokenizer", m->tokenizer);
     /* real-architecture settings: written only when used, so older readers
      * still read plain models */
@@ -106,6 +105,16 @@ mp_status mp_checkpoint_save(const char *path, const mp_model *m, const mp_adamw
         double fr[MP_ROPE_FREQS_MAX];
         for (int i = 0; i < c->n_rope_freqs; i++) fr[i] = c->rope_freqs[i];
         st = mp_h5_attr_set_floats(f, "/config", "rope_freqs", fr, (size_t)c->n_rope_freqs);
+    }
+    /* positional-scheme settings: written only when used */
+    if (!st && c->rope_dims) st = mp_h5_attr_set_int(f, "/config", "rope_dims", c->rope_dims);
+    if (!st && c->pos_no_temp) st = mp_h5_attr_set_int(f, "/config", "pos_temp", 0);
+    if (!st && c->rope_scaling) {
+        st = mp_h5_attr_set_string(f, "/config", "rope_scaling", mp_rope_scaling_name(c->rope_scaling));
+        if (!st) st = mp_h5_attr_set_float(f, "/config", "rope_factor", f2d(c->rope_factor));
+        if (!st && c->rope_orig_ctx) st = mp_h5_attr_set_int(f, "/config", "rope_orig_ctx", c->rope_orig_ctx);
+        if (!st && c->yarn_beta_fast > 0.0f) st = mp_h5_attr_set_float(f, "/config", "yarn_beta_fast", f2d(c->yarn_beta_fast));
+        if (!st && c->yarn_beta_slow > 0.0f) st = mp_h5_attr_set_float(f, "/config", "yarn_beta_slow", f2d(c->yarn_beta_slow));
     }
     if (!st) st = make_group(f, "/params", path);
     if (!st) st = write_tensors(f, "/params", c, NULL, m);
@@ -188,7 +197,8 @@ static mp_status get_kind(hid_t f, const char *key, const char *const *names, in
 
 static mp_status read_config(hid_t f, mp_config *c, const char *path) {
     static const char *norms[] = {"rms", "layer"}, *mlps[] = {"swiglu", "gelu", "none"},
-                      *poss[] = {"rope", "none", "learned"};
+                      *poss[] = {"rope", "none", "learned", "half_rope", "high_freq", "rope_id"},
+                      *scalings[] = {"none", "pi", "ntk", "yarn"};
     *c = mp_config_default();
     mp_status st = MP_OK;
     struct { const char *k; int *v; } ints[] = {
@@ -201,12 +211,27 @@ static mp_status read_config(hid_t f, mp_config *c, const char *path) {
     int k = 0;
     if (!st && !(st = get_kind(f, "norm", norms, 2, &k, path))) c->norm = (mp_norm_kind)k;
     if (!st && !(st = get_kind(f, "mlp", mlps, 3, &k, path))) c->mlp = (mp_mlp_kind)k;
-    if (!st && !(st = get_kind(f, "pos", poss, 3, &k, path))) c->pos = (mp_pos_kind)k;
+    if (!st && !(st = get_kind(f, "pos", poss, MP_POS_COUNT, &k, path))) c->pos = (mp_pos_kind)k;
     /* optional (absent in older checkpoints) */
     struct { const char *k; int *v; } opt[] = {
         {"qkv_bias", &c->qkv_bias}, {"linear_bias", &c->linear_bias}, {"gelu_tanh", &c->gelu_tanh}};
     for (size_t i = 0; !st && i < sizeof opt / sizeof opt[0]; i++)
         if (H5Aexists_by_name(f, "/config", opt[i].k, H5P_DEFAULT) > 0) st = get_int(f, "/config", opt[i].k, opt[i].v, path);
+    int pos_temp = 1;
+    struct { const char *k; int *v; } opt2[] = {
+        {"rope_dims", &c->rope_dims}, {"pos_temp", &pos_temp}, {"rope_orig_ctx", &c->rope_orig_ctx}};
+    for (size_t i = 0; !st && i < sizeof opt2 / sizeof opt2[0]; i++)
+        if (H5Aexists_by_name(f, "/config", opt2[i].k, H5P_DEFAULT) > 0) st = get_int(f, "/config", opt2[i].k, opt2[i].v, path);
+    if (!st && pos_temp != 0 && pos_temp != 1)
+        st = mp_error(MP_ERR_FORMAT, "%s: /config attribute 'pos_temp' must be 0 or 1", path);
+    c->pos_no_temp = !pos_temp;
+    if (!st && H5Aexists_by_name(f, "/config", "rope_scaling", H5P_DEFAULT) > 0 &&
+        !(st = get_kind(f, "rope_scaling", scalings, 4, &k, path)))
+        c->rope_scaling = (mp_rope_scaling)k;
+    struct { const char *k; float *v; } optf[] = {
+        {"rope_factor", &c->rope_factor}, {"yarn_beta_fast", &c->yarn_beta_fast}, {"yarn_beta_slow", &c->yarn_beta_slow}};
+    for (size_t i = 0; !st && i < sizeof optf / sizeof optf[0]; i++)
+        if (H5Aexists_by_name(f, "/config", optf[i].k, H5P_DEFAULT) > 0) st = get_float(f, "/config", optf[i].k, optf[i].v, path);
     if (!st && H5Aexists_by_name(f, "/config", "rope_scale", H5P_DEFAULT) > 0)
         st = get_float(f, "/config", "rope_scale", &c->rope_scale, path);
     if (!st && H5Aexists_by_name(f, "/config", "rope_freqs", H5P_DEFAULT) > 0) {

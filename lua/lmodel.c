@@ -37,7 +37,7 @@ static int model_gc(lua_State *L) {
 static const char *norm_name(mp_norm_kind k) { return k == MP_NORM_LAYER ? "layer" : "rms"; }
 static const char *mlp_name(mp_mlp_kind k) { return k == MP_MLP_GELU ? "gelu" : k == MP_MLP_NONE ? "none" : "swiglu"; }
 static const char *mlp_name_cfg(const mp_config *c) { return c->mlp == MP_MLP_GELU && c->gelu_tanh ? "gelu_tanh" : mlp_name(c->mlp); }
-static const char *pos_name(mp_pos_kind k) { return k == MP_POS_NONE ? "none" : k == MP_POS_LEARNED ? "learned" : "rope"; }
+static const char *pos_name(mp_pos_kind k) { return mp_pos_name(k); }
 
 static int model_tostring(lua_State *L) {
     lmodel *lm = luaL_checkudata(L, 1, MODEL_MT);
@@ -71,6 +71,11 @@ static void push_config(lua_State *L, const mp_model *m) {
     lua_pushboolean(L, c->linear_bias); lua_setfield(L, -2, "linear_bias");
     lua_pushnumber(L, c->rope_scale > 0.0f ? c->rope_scale : 1.0f); lua_setfield(L, -2, "rope_scale");
     SETI("n_rope_freqs", c->n_rope_freqs);
+    if (c->pos == MP_POS_HALF_ROPE || c->pos == MP_POS_ROPE_ID) SETI("rope_dims", c->rope_dims ? c->rope_dims : 2 * (c->d_head / 4));
+    lua_pushboolean(L, c->pos == MP_POS_ROPE_ID && !c->pos_no_temp); lua_setfield(L, -2, "pos_temp");
+    SETS("rope_scaling", mp_rope_scaling_name(c->rope_scaling));
+    lua_pushnumber(L, c->rope_scaling ? c->rope_factor : 1.0f); lua_setfield(L, -2, "rope_factor");
+    SETI("rope_orig_ctx", c->rope_orig_ctx ? c->rope_orig_ctx : c->ctx);
 #undef SETI
 #undef SETS
 }
@@ -708,7 +713,9 @@ static int cfg_int(lua_State *L, int t, const char *k, int def, int required) {
 /* mp.model.new{d_model=, n_layer=, n_head=, n_kv_head=, d_head=, d_mlp=, vocab=,
  *              ctx=, rope_theta=10000, norm_eps=1e-5, tied=true, seed=0, init_std=0.02,
  *              norm="rms"|"layer", mlp="swiglu"|"gelu"|"gelu_tanh"|"none",
- *              pos="rope"|"none"|"learned", qkv_bias=false, linear_bias=false}
+ *              pos="rope"|"none"|"learned"|"half_rope"|"high_freq"|"rope_id", rope_dims=
+ *              (half_rope/rope_id: rotated channels, default half of d_head), pos_temp=true
+ *              (rope_id's length temperature), qkv_bias=false, linear_bias=false}
  * Weights ~ normal(0, init_std), wo/w2 scaled by 1/sqrt(2 n_layer). */
 static int kind_opt(lua_State *L, const char *key, const char *const *names, int n, int def) {
     int v = def;
@@ -734,13 +741,15 @@ static int kind_opt(lua_State *L, const char *key, const char *const *names, int
 static int l_model_new(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     static const char *norms[] = {"rms", "layer"}, *mlps[] = {"swiglu", "gelu", "none", "gelu_tanh"},
-                      *poss[] = {"rope", "none", "learned"};
+                      *poss[] = {"rope", "none", "learned", "half_rope", "high_freq", "rope_id"};
     mp_config c = mp_config_default();
     c.norm = (mp_norm_kind)kind_opt(L, "norm", norms, 2, MP_NORM_RMS);
     int mlp = kind_opt(L, "mlp", mlps, 4, MP_MLP_SWIGLU);
     c.gelu_tanh = mlp == 3;
     c.mlp = mlp == 3 ? MP_MLP_GELU : (mp_mlp_kind)mlp;
-    c.pos = (mp_pos_kind)kind_opt(L, "pos", poss, 3, MP_POS_ROPE);
+    c.pos = (mp_pos_kind)kind_opt(L, "pos", poss, MP_POS_COUNT, MP_POS_ROPE);
+    c.rope_dims = cfg_int(L, 1, "rope_dims", 0, 0);
+    c.pos_no_temp = !mp_lua_opt_bool(L, 1, "pos_temp", 1);
     c.qkv_bias = mp_lua_opt_bool(L, 1, "qkv_bias", 0);
     c.linear_bias = mp_lua_opt_bool(L, 1, "linear_bias", 0);
     c.d_model = cfg_int(L, 1, "d_model", 0, 1);
@@ -796,9 +805,9 @@ static int model_save(lua_State *L) {
         int version = (int)mp_lua_opt_num(L, opt, "version", 0);
         const mp_config *c = &lm->m->cfg;
         if (c->norm != MP_NORM_RMS || c->mlp != MP_MLP_SWIGLU || c->pos != MP_POS_ROPE ||
-            c->d_head * c->n_head != c->d_model || c->rope_theta != 10000.0f)
-            return luaL_error(L, "%s: llama2.c files hold only RMSNorm/SwiGLU/RoPE (theta 10000) models with d_head = "
-                              "d_model / n_head; save this model as a .h5 checkpoint", path);
+            c->d_head * c->n_head != c->d_model || c->rope_theta != 10000.0f || c->rope_scaling)
+            return luaL_error(L, "%s: llama2.c files hold only RMSNorm/SwiGLU/RoPE (theta 10000, unscaled) models with "
+                              "d_head = d_model / n_head; save this model as a .h5 checkpoint", path);
         st = mp_model_save_llama2c(lm->m, path, version);
     }
     if (st) return mp_lua_fail(L, st);
@@ -847,6 +856,58 @@ static int model_index(lua_State *L) {
 }
 
 static int model_hook_names(lua_State *L) { return l_hook_names(L); }
+
+/* m:set_rope_scaling{type="pi"|"ntk"|"yarn"|"none", factor=, original_ctx=ctx,
+ * beta_fast=32, beta_slow=1} — inference-time scaling of a rope / half_rope
+ * model's frequencies (and YaRN's attention temperature); "none" (or nil)
+ * switches it off. Returns the model. */
+static int model_set_rope_scaling(lua_State *L) {
+    lmodel *lm = mp_lua_model_check(L, 1);
+    mp_config c = lm->m->cfg;
+    const char *type = "none";
+    if (lua_istable(L, 2)) {
+        if (lua_getfield(L, 2, "type") != LUA_TNIL) type = luaL_checkstring(L, -1);
+        lua_pop(L, 1);
+    } else if (!lua_isnoneornil(L, 2)) {
+        return luaL_argerror(L, 2, "expected a table {type=, factor=, original_ctx=}");
+    }
+    int k = mp_rope_scaling_parse(type);
+    if (k < 0) return luaL_error(L, "set_rope_scaling: type must be \"pi\", \"ntk\", \"yarn\" or \"none\" (got \"%s\")", type);
+    c.rope_scaling = (mp_rope_scaling)k;
+    c.rope_factor = k ? (float)mp_lua_opt_num(L, 2, "factor", 1.0) : 0.0f;
+    c.rope_orig_ctx = k ? (int)mp_lua_opt_num(L, 2, "original_ctx", 0) : 0;
+    c.yarn_beta_fast = k ? (float)mp_lua_opt_num(L, 2, "beta_fast", 0) : 0.0f;
+    c.yarn_beta_slow = k ? (float)mp_lua_opt_num(L, 2, "beta_slow", 0) : 0.0f;
+    if (mp_config_validate(&c, "set_rope_scaling")) return luaL_error(L, "%s", mp_last_error());
+    lm->m->cfg = c;
+    lua_settop(L, 1);
+    return 1;
+}
+
+/* m:set_pos(name [, {rope_dims=, pos_temp=}]) — changes the positional scheme
+ * in place (schemes with the same parameters: not to or from "learned"); DroPE
+ * is m:set_pos("none") followed by a short recalibration. Returns the model. */
+static int model_set_pos(lua_State *L) {
+    lmodel *lm = mp_lua_model_check(L, 1);
+    const char *name = luaL_checkstring(L, 2);
+    int k = mp_pos_parse(name);
+    if (k < 0) return luaL_error(L, "set_pos: unknown positional scheme \"%s\"", name);
+    mp_config c = lm->m->cfg;
+    if ((k == MP_POS_LEARNED) != (c.pos == MP_POS_LEARNED))
+        return luaL_error(L, "set_pos: cannot switch to or from learned positions (the parameters differ)");
+    c.pos = (mp_pos_kind)k;
+    c.rope_dims = (int)mp_lua_opt_num(L, 3, "rope_dims", 0);
+    c.pos_no_temp = !mp_lua_opt_bool(L, 3, "pos_temp", 1);
+    if (c.pos != MP_POS_ROPE && c.pos != MP_POS_HALF_ROPE) {
+        c.rope_scaling = MP_ROPE_SCALING_NONE;
+        c.rope_factor = 0.0f;
+    }
+    if (c.pos != MP_POS_ROPE) c.n_rope_freqs = 0;
+    if (mp_config_validate(&c, "set_pos")) return luaL_error(L, "%s", mp_last_error());
+    lm->m->cfg = c;
+    lua_settop(L, 1);
+    return 1;
+}
 static const luaL_Reg model_methods[] = {
     {"forward", model_forward},
     {"run_with_cache", model_run_with_cache},
@@ -858,6 +919,8 @@ static const luaL_Reg model_methods[] = {
     {"to_str_tokens", model_to_str_tokens},
     {"set_tokenizer", model_set_tokenizer},
     {"hook_names", model_hook_names},
+    {"set_rope_scaling", model_set_rope_scaling},
+    {"set_pos", model_set_pos},
     {"save", model_save},
     {"close", model_gc},
     {NULL, NULL}};

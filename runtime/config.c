@@ -164,16 +164,46 @@ mp_status mp_config_validate(const mp_config *c, const char *what) {
         return mp_error(MP_ERR_FORMAT, "%s: n_head (%d) is not divisible by n_kv_head (%d)",
                         what, c->n_head, c->n_kv_head);
     if ((unsigned)c->norm > MP_NORM_LAYER || (unsigned)c->mlp > MP_MLP_NONE ||
-        (unsigned)c->pos > MP_POS_LEARNED)
+        (unsigned)c->pos >= MP_POS_COUNT)
         return mp_error(MP_ERR_FORMAT, "%s: unknown norm/mlp/pos kind (%d/%d/%d)", what,
                         (int)c->norm, (int)c->mlp, (int)c->pos);
-    if (c->pos == MP_POS_ROPE) {
-        if (c->d_head % 2 != 0)
-            return mp_error(MP_ERR_FORMAT, "%s: d_head (%d) must be even for RoPE", what, c->d_head);
-        if (!(c->rope_theta > 0.0f) || !isfinite(c->rope_theta))
-            return mp_error(MP_ERR_FORMAT, "%s: rope_theta (%g) must be positive and finite",
-                            what, (double)c->rope_theta);
+    if (mp_pos_rotates(c) && c->d_head % 2 != 0)
+        return mp_error(MP_ERR_FORMAT, "%s: d_head (%d) must be even for pos %s", what, c->d_head,
+                        mp_pos_name(c->pos));
+    if ((c->pos == MP_POS_ROPE || c->pos == MP_POS_HALF_ROPE) &&
+        (!(c->rope_theta > 0.0f) || !isfinite(c->rope_theta)))
+        return mp_error(MP_ERR_FORMAT, "%s: rope_theta (%g) must be positive and finite",
+                        what, (double)c->rope_theta);
+    if (c->rope_dims != 0) {
+        if (c->pos != MP_POS_HALF_ROPE && c->pos != MP_POS_ROPE_ID)
+            return mp_error(MP_ERR_FORMAT, "%s: rope_dims (%d) applies to pos half_rope and rope_id only (pos %s)",
+                            what, c->rope_dims, mp_pos_name(c->pos));
+        if (c->rope_dims < 2 || c->rope_dims % 2 || c->rope_dims > c->d_head)
+            return mp_error(MP_ERR_FORMAT, "%s: rope_dims (%d) must be even and in 2..d_head (%d)", what,
+                            c->rope_dims, c->d_head);
+    } else if ((c->pos == MP_POS_HALF_ROPE || c->pos == MP_POS_ROPE_ID) && c->d_head < 4) {
+        return mp_error(MP_ERR_FORMAT, "%s: pos %s rotates half of d_head (%d): d_head must be at least 4", what,
+                        mp_pos_name(c->pos), c->d_head);
     }
+    if (c->pos_no_temp != 0 && c->pos_no_temp != 1)
+        return mp_error(MP_ERR_FORMAT, "%s: pos_no_temp (%d) must be 0 or 1", what, c->pos_no_temp);
+    if ((unsigned)c->rope_scaling > MP_ROPE_SCALING_YARN)
+        return mp_error(MP_ERR_FORMAT, "%s: unknown RoPE scaling kind (%d)", what, (int)c->rope_scaling);
+    if (c->rope_scaling != MP_ROPE_SCALING_NONE) {
+        if (c->pos != MP_POS_ROPE && c->pos != MP_POS_HALF_ROPE)
+            return mp_error(MP_ERR_FORMAT, "%s: RoPE scaling %s applies to pos rope and half_rope only (pos %s)", what,
+                            mp_rope_scaling_name(c->rope_scaling), mp_pos_name(c->pos));
+        if (!(c->rope_factor > 0.0f) || !isfinite(c->rope_factor))
+            return mp_error(MP_ERR_FORMAT, "%s: RoPE scaling factor (%g) must be positive and finite", what,
+                            (double)c->rope_factor);
+    }
+    if (c->rope_orig_ctx < 0 || c->rope_orig_ctx > MP_MAX_CTX)
+        return mp_error(MP_ERR_FORMAT, "%s: rope_orig_ctx (%d) must be in 0..%d", what, c->rope_orig_ctx, MP_MAX_CTX);
+    if (!(c->yarn_beta_fast >= 0.0f) || !isfinite(c->yarn_beta_fast) || !(c->yarn_beta_slow >= 0.0f) ||
+        !isfinite(c->yarn_beta_slow) ||
+        (c->yarn_beta_fast > 0.0f ? c->yarn_beta_fast : 32.0f) <= (c->yarn_beta_slow > 0.0f ? c->yarn_beta_slow : 1.0f))
+        return mp_error(MP_ERR_FORMAT, "%s: YaRN beta_fast (%g) must exceed beta_slow (%g), both >= 0", what,
+                        (double)c->yarn_beta_fast, (double)c->yarn_beta_slow);
     if (!(c->norm_eps >= 0.0f) || !isfinite(c->norm_eps))
         return mp_error(MP_ERR_FORMAT, "%s: norm_eps (%g) must be non-negative and finite",
                         what, (double)c->norm_eps);

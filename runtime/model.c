@@ -2,9 +2,10 @@
  * decoding over a KV cache, with every DESIGN.md hook point fired (readable and
  * writable) and attention computed in blocks of query rows so that no T x T
  * matrix is ever held, whether or not the pattern is captured; the KV cache;
- * the positional scheme (mp_pos_*); and the training mode of the same forward,
+ * the activation store; and the training mode of the same forward,
  * which keeps every layer's activations (and the full pattern) in an mp_acts
- * store for the backward pass (runtime/train.c). (Random initialisation lives in model_init.c: GSL's cblas header
+ * store for the backward pass (runtime/train.c). The positional scheme lives in
+ * pos.c (mp_pos_*). (Random initialisation lives in model_init.c: GSL's cblas header
  * clashes with OpenBLAS's, so no file includes both.) */
 #include "model.h"
 #include "ops.h"
@@ -59,11 +60,12 @@ mp_status mp_acts_init(mp_acts *a, const mp_config *c, int B, int T) {
         L * N * HD, L * N * KD, L * N * KD, L * att, L * N * HD,        /* q, k, v, att, z */
         L * N * D, L * N, L * N, L * N * M, L * N * up, L * N * M,     /* ln2, mean, rstd, pre, up, post */
         N * D, N, N, N * (size_t)c->vocab,                             /* lnf, mean, rstd, logits */
-        N * D, N * D, N * HD, N * KD, N * KD, N * HD, att, N * M, N * up, N * M};
+        N * D, N * D, N * HD, N * KD, N * KD, N * HD, att, N * M, N * up, N * M,
+        (size_t)T * (2 * (size_t)(c->d_head / 2) + 1)};                 /* pos_tab */
     float **f[] = {&a->resid, &a->resid_mid, &a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->q, &a->k, &a->v, &a->att,
                    &a->z, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->pre, &a->up, &a->post, &a->lnf, &a->lnf_mean,
                    &a->lnf_rstd, &a->logits, &a->dresid, &a->dxn, &a->dq, &a->dk, &a->dv, &a->dz, &a->datt,
-                   &a->dpre, &a->dup, &a->dpost};
+                   &a->dpre, &a->dup, &a->dpost, &a->pos_tab};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) bad |= mp_add_size(total, sz[i], &total);
     if (bad || mp_mul_size(total, sizeof(float), &tt))
@@ -85,22 +87,6 @@ void mp_acts_free(mp_acts *a) {
     memset(a, 0, sizeof *a);
 }
 
-/* ---- the positional scheme: the only place that knows it ---- */
-
-void mp_pos_tables(const mp_config *c, float *cos_t, float *sin_t, int pos0, int T) {
-    if (c->pos != MP_POS_ROPE) return;
-    double scale = c->rope_scale > 0.0f && c->rope_scale != 1.0f ? 1.0 / (double)c->rope_scale : 1.0;
-    mp_rope_table_scaled(cos_t, sin_t, pos0, T, c->d_head, c->rope_theta, scale,
-                         c->n_rope_freqs ? c->rope_freqs : NULL);
-}
-
-void mp_pos_apply(const mp_config *c, const float *cos_t, const float *sin_t, float *x, int B, int T, int nh,
-                  int backward) {
-    if (c->pos != MP_POS_ROPE) return;
-    if (backward) mp_rope_backward(x, cos_t, sin_t, B, T, nh, c->d_head);
-    else mp_rope_forward(x, cos_t, sin_t, B, T, nh, c->d_head);
-}
-
 /* ---- the forward pass ---- */
 
 /* One layer's working buffers, N = B*T rows; reused by every layer. */
@@ -117,6 +103,7 @@ typedef struct {
     float *att;   /* [B, H, qb, S] one block of query rows */
     float *cos_t; /* [T, Dh/2] */
     float *sin_t; /* [T, Dh/2] */
+    float *q_scale; /* [T] per-query logit factor, or NULL */
 } fwd_bufs;
 
 typedef struct {
@@ -271,15 +258,23 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
      * scratch output and the positional tables; the rest is in A) */
     size_t n_x = (size_t)N * D, n_q = (size_t)N * HD, n_k = (size_t)N * KD, n_h = (size_t)N * M;
     size_t n_att = (size_t)B * H * qb * S, n_rope = (size_t)T * (Dh / 2);
-    size_t total = A ? n_x + 2 * n_rope : 3 * n_x + 2 * n_q + 2 * n_k + 2 * n_h + n_att + 2 * n_rope;
+    /* positional tables: cos, sin [T, Dh/2], q scale [T] (training mode: in A) */
+    size_t n_pos = 2 * n_rope + (size_t)T;
+    size_t total = A ? n_x : 3 * n_x + 2 * n_q + 2 * n_k + 2 * n_h + n_att + n_pos;
     float *mem = mp_malloc((total ? total : 1) * sizeof(float), "forward-pass buffers");
     if (!mem) return MP_ERR_NOMEM;
     fwd_bufs b;
     memset(&b, 0, sizeof b);
     float *cur = mem;
     b.out = cur; cur += n_x;
-    b.cos_t = cur; cur += n_rope;
-    b.sin_t = cur; cur += n_rope;
+    if (A) {
+        b.cos_t = A->pos_tab;
+    } else {
+        b.cos_t = cur;
+        cur += n_pos;
+    }
+    b.sin_t = b.cos_t + n_rope;
+    b.q_scale = b.sin_t + n_rope;
     if (!A) {
         b.x = cur; cur += n_x;
         b.xn = cur; cur += n_x;
@@ -291,7 +286,7 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
         b.h3 = cur; cur += n_h;
         b.att = cur;
     }
-    mp_pos_tables(c, b.cos_t, b.sin_t, pos0, T);
+    if (!mp_pos_tables(c, b.cos_t, b.sin_t, b.q_scale, pos0, T)) b.q_scale = NULL;
     float *x = A ? A->resid : b.x;   /* residual entering the current block */
     float *no_stats = NULL;
 
@@ -326,8 +321,8 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
         FIRE(MP_HOOK_Q, l, b.q);
         FIRE(MP_HOOK_K, l, b.k);
         FIRE(MP_HOOK_V, l, b.v);
-        mp_pos_apply(c, b.cos_t, b.sin_t, b.q, B, T, H, 0);
-        mp_pos_apply(c, b.cos_t, b.sin_t, b.k, B, T, K, 0);
+        mp_pos_apply(c, b.cos_t, b.sin_t, b.q_scale, b.q, B, T, H, 0);
+        mp_pos_apply(c, b.cos_t, b.sin_t, NULL, b.k, B, T, K, 0);
         FIRE(MP_HOOK_ROT_Q, l, b.q);
         FIRE(MP_HOOK_ROT_K, l, b.k);
         const float *kc = b.k, *vc = b.v;

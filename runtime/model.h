@@ -27,7 +27,27 @@
 
 typedef enum { MP_NORM_RMS = 0, MP_NORM_LAYER } mp_norm_kind;
 typedef enum { MP_MLP_SWIGLU = 0, MP_MLP_GELU, MP_MLP_NONE } mp_mlp_kind;
-typedef enum { MP_POS_ROPE = 0, MP_POS_NONE, MP_POS_LEARNED } mp_pos_kind;
+/* Positional schemes (runtime/pos.c; the values are stable: checkpoints store
+ * names, mp_pos_name / mp_pos_parse): rope (theta); none (NoPE); learned
+ * (GPT-2 table); half_rope (RoPE on the first rope_dims channels with
+ * frequencies theta^(-2i/rope_dims), the rest unrotated); high_freq (every
+ * pair at a high frequency, log-spaced from one turn per 32 tokens to two
+ * turns per ctx); rope_id (the high_freq band on the first rope_dims channels,
+ * the rest unrotated, and the logit temperature (1 + 0.1 ln(max(t,ctx)/ctx))^2
+ * for the query at 1-based position t, unless pos_no_temp). DroPE is a
+ * procedure on a rope model (set pos to none, recalibrate), not a scheme. */
+typedef enum {
+    MP_POS_ROPE = 0, MP_POS_NONE, MP_POS_LEARNED, MP_POS_HALF_ROPE, MP_POS_HIGH_FREQ, MP_POS_ROPE_ID
+} mp_pos_kind;
+#define MP_POS_COUNT 6
+/* Inference-time scaling of RoPE frequencies (rope and half_rope only):
+ * PI divides every frequency by rope_factor; NTK raises theta to
+ * theta * factor^(d/(d-2)) (d = rotated channels); YaRN (Peng et al. 2023,
+ * eq. 19-22) blends interpolated and original frequencies with the ramp
+ * gamma(r) = clamp((r - beta_slow) / (beta_fast - beta_slow), 0, 1) of
+ * r_i = orig_ctx / wavelength_i, and multiplies the logits by
+ * (0.1 ln(factor) + 1)^2. */
+typedef enum { MP_ROPE_SCALING_NONE = 0, MP_ROPE_SCALING_PI, MP_ROPE_SCALING_NTK, MP_ROPE_SCALING_YARN } mp_rope_scaling;
 
 #define MP_ROPE_FREQS_MAX 256   /* d_head up to 512 with frequency divisors */
 
@@ -53,6 +73,14 @@ typedef struct mp_config {
     float rope_scale;  /* linear RoPE scaling: positions divided by it (0 or 1: off) */
     int n_rope_freqs;  /* 0, or d_head/2: RoPE frequency i is divided by rope_freqs[i] */
     float rope_freqs[MP_ROPE_FREQS_MAX];
+    /* appended for the positional schemes (zero = the older behaviour / the default) */
+    int rope_dims;     /* half_rope, rope_id: rotated channels (even, 2..d_head); 0: 2*floor(d_head/4) */
+    int pos_no_temp;   /* rope_id: 1 switches the length-dependent logit temperature off */
+    mp_rope_scaling rope_scaling; /* inference-time scaling of rope / half_rope (0: none) */
+    float rope_factor;    /* its factor s (> 0; 1 = no change) */
+    int rope_orig_ctx;    /* YaRN: the original training length (0: ctx) */
+    float yarn_beta_fast; /* YaRN ramp ends in rotations per orig_ctx (0: 32) */
+    float yarn_beta_slow; /* (0: 1) */
 } mp_config;
 
 /* Checks every field (positive, divisible, no overflow of any buffer size);
@@ -238,6 +266,7 @@ typedef struct {
     float *dpre;       /* [N, M] */
     float *dup;        /* [N, M] */
     float *dpost;      /* [N, M] */
+    float *pos_tab;    /* positional tables of the T positions: cos [T, Dh/2], sin [T, Dh/2], q scale [T] */
     float *mem;
     size_t n_floats;
 } mp_acts;
@@ -267,14 +296,36 @@ mp_forward_params mp_forward_params_default(void);
 mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T,
                            const mp_forward_params *fp, float *logits);
 
-/* ---- positional scheme (the one place that knows it) ---- */
-/* Tables for positions pos0..pos0+T-1: cos/sin [T, Dh/2] for RoPE; nothing
- * for pos "none". */
-void mp_pos_tables(const mp_config *c, float *cos_t, float *sin_t, int pos0, int T);
-/* Applies the scheme to x [B,T,nh,Dh] in place, forward, or its transpose to
- * a gradient (backward != 0). No-op for pos "none". */
-void mp_pos_apply(const mp_config *c, const float *cos_t, const float *sin_t, float *x, int B, int T, int nh,
-                  int backward);
+/* ---- positional scheme (runtime/pos.c: the one place that knows it) ---- */
+/* "rope", "none", "learned", "half_rope", "high_freq", "rope_id". */
+const char *mp_pos_name(mp_pos_kind k);
+/* The kind of a name, or -1. */
+int mp_pos_parse(const char *name);
+/* "none", "pi", "ntk", "yarn"; mp_rope_scaling_parse: the kind, or -1. */
+const char *mp_rope_scaling_name(mp_rope_scaling k);
+int mp_rope_scaling_parse(const char *name);
+/* 1 when the scheme rotates q and k (every kind but none and learned). */
+int mp_pos_rotates(const mp_config *c);
+/* The angular frequency (radians per position) of each channel pair i in
+ * [0, d_head/2), after any inference-time scaling; 0 for unrotated pairs.
+ * Computed in double. Returns the number of rotated pairs (0: no rotation). */
+int mp_pos_freqs(const mp_config *c, double *freq);
+/* The factor on the logits of the query at 0-based position pos (rope_id's
+ * temperature times YaRN's (0.1 ln s + 1)^2; 1 for other schemes). */
+double mp_pos_logit_scale(const mp_config *c, int pos);
+/* 1 when some query may get a logit factor other than 1 (rope_id with its
+ * temperature, YaRN with factor > 1). */
+int mp_pos_has_logit_scale(const mp_config *c);
+/* Tables for positions pos0..pos0+T-1: cos/sin [T, Dh/2] (identity on
+ * unrotated pairs) and q_scale [T] (mp_pos_logit_scale; may be NULL). Returns
+ * 1 when q_scale is needed (some factor != 1 is possible for this config),
+ * else 0; nothing is written for schemes without rotation and scale. */
+int mp_pos_tables(const mp_config *c, float *cos_t, float *sin_t, float *q_scale, int pos0, int T);
+/* Applies the scheme to x [B,T,nh,Dh] in place: the rotation, then (q_scale
+ * non-NULL: queries) the per-position logit factor; or (backward != 0) the
+ * transpose of both to a gradient. No-op for none / learned. */
+void mp_pos_apply(const mp_config *c, const float *cos_t, const float *sin_t, const float *q_scale, float *x, int B,
+                  int T, int nh, int backward);
 
 /* ---- sampling ---- */
 typedef struct {

@@ -57,7 +57,6 @@ static void backward(const mp_model *m, mp_acts *A, mp_grads *G, const int *toke
     const int M = c->mlp == MP_MLP_NONE ? 0 : c->d_mlp, HD = H * Dh, KD = K * Dh;
     const size_t nx = (size_t)N * D, nq = (size_t)N * HD, nk = (size_t)N * KD, nh = (size_t)N * M;
     const int half = Dh / 2;
-    float *cos_t, *sin_t;
     float *dres = A->dresid, *dxn = A->dxn;
 
     /* classifier */
@@ -98,13 +97,11 @@ static void backward(const mp_model *m, mp_acts *A, mp_grads *G, const int *toke
         memset(A->dv, 0, nk * sizeof(float));
         mp_attention_backward(A->dq, A->dk, A->dv, A->datt, A->dz, A->q + (size_t)l * nq, A->k + (size_t)l * nk,
                                A->v + (size_t)l * nk, A->att + (size_t)l * B * H * T * T, B, T, H, K, Dh);
-        if (c->pos == MP_POS_ROPE) {
-            /* tables in the dz buffer (no longer needed this layer): T*Dh <= N*HD */
-            cos_t = A->dz;
-            sin_t = A->dz + (size_t)T * half;
-            mp_pos_tables(c, cos_t, sin_t, 0, T);
-            mp_pos_apply(c, cos_t, sin_t, A->dq, B, T, H, 1);
-            mp_pos_apply(c, cos_t, sin_t, A->dk, B, T, K, 1);
+        if (mp_pos_rotates(c)) { /* the forward's tables (A->pos_tab) */
+            const float *cos_t = A->pos_tab, *sin_t = cos_t + (size_t)T * half;
+            const float *q_scale = mp_pos_has_logit_scale(c) ? sin_t + (size_t)T * half : NULL;
+            mp_pos_apply(c, cos_t, sin_t, q_scale, A->dq, B, T, H, 1);
+            mp_pos_apply(c, cos_t, sin_t, NULL, A->dk, B, T, K, 1);
         }
         memset(dxn, 0, nx * sizeof(float));
         const float *ln1 = A->ln1 + (size_t)l * nx;

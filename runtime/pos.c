@@ -1,0 +1,141 @@
+/* pos.c — the positional schemes, the one place that knows them (model.h):
+ * the angular frequency of every channel pair for rope, half_rope, high_freq
+ * and rope_id, the inference-time scaling of RoPE frequencies (PI, NTK-aware,
+ * YaRN), the per-query logit factor (rope_id's length temperature, YaRN's
+ * attention temperature), the cos/sin tables and their application to q/k
+ * (forward, and the transpose for the backward pass). */
+#include "model.h"
+#include "ops.h"
+
+#include <math.h>
+#include <string.h>
+
+static const char *const pos_names[MP_POS_COUNT] = {"rope", "none", "learned", "half_rope", "high_freq", "rope_id"};
+static const char *const scaling_names[] = {"none", "pi", "ntk", "yarn"};
+
+const char *mp_pos_name(mp_pos_kind k) {
+    return (unsigned)k < MP_POS_COUNT ? pos_names[k] : "unknown";
+}
+
+int mp_pos_parse(const char *name) {
+    for (int i = 0; name && i < MP_POS_COUNT; i++)
+        if (strcmp(name, pos_names[i]) == 0) return i;
+    return -1;
+}
+
+const char *mp_rope_scaling_name(mp_rope_scaling k) {
+    return (unsigned)k <= MP_ROPE_SCALING_YARN ? scaling_names[k] : "unknown";
+}
+
+int mp_rope_scaling_parse(const char *name) {
+    for (int i = 0; name && i <= MP_ROPE_SCALING_YARN; i++)
+        if (strcmp(name, scaling_names[i]) == 0) return i;
+    return -1;
+}
+
+int mp_pos_rotates(const mp_config *c) { return c->pos != MP_POS_NONE && c->pos != MP_POS_LEARNED; }
+
+/* rotated channels of half_rope / rope_id */
+static int rot_dims(const mp_config *c) { return c->rope_dims > 0 ? c->rope_dims : 2 * (c->d_head / 4); }
+
+/* YaRN's effective scale factor s (1 when off or not above 1) */
+static double yarn_factor(const mp_config *c) {
+    return c->rope_scaling == MP_ROPE_SCALING_YARN && c->rope_factor > 1.0f ? (double)c->rope_factor : 1.0;
+}
+
+/* Number of rotated pairs and the channels d the theta exponent runs over. */
+static int rotated_pairs(const mp_config *c, int *d) {
+    if (!mp_pos_rotates(c)) return 0;
+    *d = c->d_head;
+    if (c->pos == MP_POS_HALF_ROPE || c->pos == MP_POS_ROPE_ID) *d = rot_dims(c);
+    return *d / 2;
+}
+
+/* The frequency of pair i (0 for unrotated pairs). */
+static double pair_freq(const mp_config *c, int i) {
+    int d = 0, n = rotated_pairs(c, &d);
+    if (i >= n) return 0.0;
+    if (c->pos == MP_POS_HIGH_FREQ || c->pos == MP_POS_ROPE_ID) {
+        /* log-spaced from one turn per 32 tokens to two turns per ctx */
+        const double hi = 2.0 * M_PI / 32.0, lo = 2.0 * 2.0 * M_PI / (double)c->ctx;
+        return n == 1 ? hi : hi * pow(lo / hi, (double)i / (double)(n - 1));
+    }
+    /* rope, half_rope: theta^(-2i/d), NTK-aware theta scaling first */
+    double theta = (double)c->rope_theta, s = c->rope_factor > 0.0f ? (double)c->rope_factor : 1.0;
+    if (c->rope_scaling == MP_ROPE_SCALING_NTK && d > 2) theta *= pow(s, (double)d / (double)(d - 2));
+    double f = 1.0 / pow(theta, (double)(2 * i) / (double)d);
+    if (c->n_rope_freqs) f /= (double)c->rope_freqs[i];
+    if (c->rope_scaling == MP_ROPE_SCALING_PI) {
+        f /= s;
+    } else if (c->rope_scaling == MP_ROPE_SCALING_YARN) {
+        const double L0 = c->rope_orig_ctx > 0 ? c->rope_orig_ctx : c->ctx;
+        const double bf = c->yarn_beta_fast > 0.0f ? c->yarn_beta_fast : 32.0;
+        const double bs = c->yarn_beta_slow > 0.0f ? c->yarn_beta_slow : 1.0;
+        double r = L0 * f / (2.0 * M_PI);   /* rotations over the original context */
+        double g = (r - bs) / (bf - bs);
+        g = g < 0.0 ? 0.0 : g > 1.0 ? 1.0 : g;
+        f = (1.0 - g) * f / s + g * f;
+    }
+    return f;
+}
+
+int mp_pos_freqs(const mp_config *c, double *freq) {
+    int d = 0, n = rotated_pairs(c, &d);
+    for (int i = 0; i < c->d_head / 2; i++) freq[i] = pair_freq(c, i);
+    return n;
+}
+
+/* 1 when some query may get a logit factor other than 1 */
+int mp_pos_has_logit_scale(const mp_config *c) {
+    return (c->pos == MP_POS_ROPE_ID && !c->pos_no_temp) || yarn_factor(c) > 1.0;
+}
+
+double mp_pos_logit_scale(const mp_config *c, int pos) {
+    double f = 1.0;
+    if (c->pos == MP_POS_ROPE_ID && !c->pos_no_temp) {
+        double t = (double)pos + 1.0, L = (double)c->ctx;
+        double a = 1.0 + 0.1 * log((t > L ? t : L) / L);
+        f *= a * a;
+    }
+    double s = yarn_factor(c);
+    if (s > 1.0) {
+        double m = 0.1 * log(s) + 1.0;
+        f *= m * m;
+    }
+    return f;
+}
+
+int mp_pos_tables(const mp_config *c, float *cos_t, float *sin_t, float *q_scale, int pos0, int T) {
+    if (!mp_pos_rotates(c)) return 0;
+    const int half = c->d_head / 2;
+    /* legacy linear scaling of loaded models: positions divided by rope_scale */
+    const double pos_scale = c->rope_scale > 0.0f && c->rope_scale != 1.0f ? 1.0 / (double)c->rope_scale : 1.0;
+    for (int i = 0; i < half; i++) {
+        const double f = pair_freq(c, i);
+        for (int t = 0; t < T; t++) {
+            const double p = (double)(pos0 + t);
+            double ang = pos_scale == 1.0 ? p * f : p * pos_scale * f;
+            cos_t[(size_t)t * half + i] = (float)cos(ang);
+            sin_t[(size_t)t * half + i] = (float)sin(ang);
+        }
+    }
+    if (q_scale)
+        for (int t = 0; t < T; t++) q_scale[t] = (float)mp_pos_logit_scale(c, pos0 + t);
+    return mp_pos_has_logit_scale(c);
+}
+
+void mp_pos_apply(const mp_config *c, const float *cos_t, const float *sin_t, const float *q_scale, float *x, int B,
+                  int T, int nh, int backward) {
+    if (!mp_pos_rotates(c)) return;
+    if (backward) mp_rope_backward(x, cos_t, sin_t, B, T, nh, c->d_head);
+    else mp_rope_forward(x, cos_t, sin_t, B, T, nh, c->d_head);
+    if (!q_scale) return;
+    const size_t row = (size_t)nh * c->d_head;
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * T > 64)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            float s = q_scale[t], *v = x + ((size_t)b * T + t) * row;
+            if (s != 1.0f)
+                for (size_t i = 0; i < row; i++) v[i] *= s;
+        }
+}

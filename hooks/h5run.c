@@ -103,11 +103,8 @@ static double float_as_decimal(float f) {
 }
 
 static const char *norm_name(mp_norm_kind k) { return k == MP_NORM_LAYER ? "layer" : "rms"; }
-static const char *mlp_name(mp_mlp_kind k) {
-    return k == MP_MLP_GELU ? "gelu" : k == MP_MLP_NONE ? "none" : "swiglu";
-}
-static const char *pos_name(mp_pos_kind k) {
-    return k == MP_POS_NONE ? "none" : k == MP_POS_LEARNED ? "learned" : "rope";
+static const char *mlp_name(const mp_config *c) {
+    return c->mlp == MP_MLP_GELU ? (c->gelu_tanh ? "gelu_tanh" : "gelu") : c->mlp == MP_MLP_NONE ? "none" : "swiglu";
 }
 
 mp_status mp_h5run_write_model(mp_h5run *run, const mp_config *c, const char *source) {
@@ -128,8 +125,12 @@ mp_status mp_h5run_write_model(mp_h5run *run, const mp_config *c, const char *so
     if (st == MP_OK) st = mp_h5_attr_set_float(f, "/model", "rope_theta", float_as_decimal(c->rope_theta));
     if (st == MP_OK) st = mp_h5_attr_set_float(f, "/model", "norm_eps", float_as_decimal(c->norm_eps));
     if (st == MP_OK) st = mp_h5_attr_set_string(f, "/model", "norm", norm_name(c->norm));
-    if (st == MP_OK) st = mp_h5_attr_set_string(f, "/model", "mlp", mlp_name(c->mlp));
-    if (st == MP_OK) st = mp_h5_attr_set_string(f, "/model", "pos", pos_name(c->pos));
+    if (st == MP_OK) st = mp_h5_attr_set_string(f, "/model", "mlp", mlp_name(c));
+    if (st == MP_OK) st = mp_h5_attr_set_string(f, "/model", "pos", mp_pos_name(c->pos));
+    if (st == MP_OK && c->rope_scaling != MP_ROPE_SCALING_NONE) {
+        st = mp_h5_attr_set_string(f, "/model", "rope_scaling", mp_rope_scaling_name(c->rope_scaling));
+        if (st == MP_OK) st = mp_h5_attr_set_float(f, "/model", "rope_factor", float_as_decimal(c->rope_factor));
+    }
     if (st == MP_OK) st = mp_h5_attr_set_string(f, "/model", "source", source ? source : "");
     return st;
 }

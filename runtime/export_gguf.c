@@ -255,6 +255,9 @@ mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const ch
     const mp_params *p = &m->p;
     if (type != MP_GGML_F32 && type != MP_GGML_F16 && type != MP_GGML_Q8_0)
         return mp_error(MP_ERR_ARG, "%s: GGUF export type must be f32, f16 or q8_0", path);
+    if (c->rope_scaling != MP_ROPE_SCALING_NONE || c->rope_dims)
+        return mp_error(MP_ERR_ARG, "%s: this model's inference-time RoPE scaling (PI/NTK/YaRN) or partial rotation "
+                        "is not written to GGUF; turn it off (m:set_rope_scaling(nil)) or save as .h5", path);
     const char *arch;
     if (c->norm == MP_NORM_RMS && c->mlp == MP_MLP_SWIGLU && c->pos == MP_POS_ROPE && !c->linear_bias)
         arch = c->qkv_bias ? "qwen2" : "llama";

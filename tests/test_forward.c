@@ -14,45 +14,9 @@
 
 #define TOL 1e-4
 
-/* in-memory capture of every hook into full-size buffers */
-typedef struct {
-    int n;
-    char name[512][96];
-    float *buf[512];
-    size_t numel[512];
-} capture;
-
-static int cap_cb(void *user, const mp_hook_info *info, float *data) {
-    capture *c = user;
-    int k;
-    for (k = 0; k < c->n; k++)
-        if (strcmp(c->name[k], info->name) == 0) break;
-    if (k == c->n) {
-        size_t n = 1;
-        for (int i = 0; i < info->ndim; i++) n *= (size_t)info->full[i];
-        snprintf(c->name[k], sizeof c->name[k], "%s", info->name);
-        c->buf[k] = calloc(n, sizeof(float));
-        c->numel[k] = n;
-        c->n++;
-    }
-    mp_hook_view_copy(info, c->buf[k], data, 1);
-    return 0;
-}
-
-static void capture_free(capture *c) {
-    for (int k = 0; k < c->n; k++) free(c->buf[k]);
-    c->n = 0;
-}
-
-static const float *cap_get(const capture *c, const char *name, size_t *n) {
-    for (int k = 0; k < c->n; k++)
-        if (strcmp(c->name[k], name) == 0) { *n = c->numel[k]; return c->buf[k]; }
-    return NULL;
-}
-
 /* Compares every /acts dataset and /logits of a golden file with batch row b
  * of a capture over a batch of B. */
-static void compare_golden(const char *golden, const capture *cap, const float *logits, int b, int B,
+static void compare_golden(const char *golden, const tu_capture *cap, const float *logits, int b, int B,
                            const char *label) {
     hid_t f;
     mp_status st = mp_h5_open(&f, golden, MP_H5_READ);
@@ -70,7 +34,7 @@ static void compare_golden(const char *golden, const capture *cap, const float *
         mp_h5_dsinfo info;
         CHECK(mp_h5_read_f32(f, path, &ref, &info) == MP_OK, "%s", mp_last_error());
         size_t got_n;
-        const float *got = cap_get(cap, e[i].name, &got_n);
+        const float *got = tu_capture_get(cap, e[i].name, &got_n);
         CHECK(got != NULL, "%s: hook %s was not fired", label, e[i].name);
         if (got) {
             CHECK(got_n == info.numel * (size_t)B, "%s: %s has %zu values, golden %zu x %d", label, e[i].name, got_n,
@@ -107,9 +71,9 @@ static int *golden_tokens(const char *path, int *T) {
     return (int *)t;
 }
 
-static void run_captured(const mp_model *m, const int *toks, int B, int T, int q_block, capture *cap, float **logits) {
+static void run_captured(const mp_model *m, const int *toks, int B, int T, int q_block, tu_capture *cap, float **logits) {
     mp_hooks *hs = mp_hooks_new(&m->cfg);
-    CHECK(mp_hooks_add(hs, "*", cap_cb, cap) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_hooks_add(hs, "*", tu_capture_cb, cap) == MP_OK, "%s", mp_last_error());
     *logits = malloc((size_t)B * T * m->cfg.vocab * sizeof(float));
     mp_forward_params fp = mp_forward_params_default();
     fp.hooks = hs;
@@ -127,11 +91,11 @@ static void test_model_golden(const char *model_path, const char *golden, int q_
     int T;
     int *toks = golden_tokens(golden, &T);
     if (!toks) { mp_model_free(m); return; }
-    capture cap = {0};
+    tu_capture cap = {0};
     float *logits;
     run_captured(m, toks, 1, T, q_block, &cap, &logits);
     compare_golden(golden, &cap, logits, 0, 1, label);
-    capture_free(&cap);
+    tu_capture_free(&cap);
     free(logits);
     free(toks);
     mp_model_free(m);
@@ -168,7 +132,7 @@ static void test_batch(const char *model_path, const char *ga, const char *gb, c
     int *toks = malloc(2 * (size_t)Ta * sizeof(int));
     memcpy(toks, a, (size_t)Ta * sizeof(int));
     memcpy(toks + Ta, b, (size_t)Ta * sizeof(int));
-    capture cap = {0};
+    tu_capture cap = {0};
     float *logits;
     run_captured(m, toks, 2, Ta, 5, &cap, &logits);
     char l[256];
@@ -176,7 +140,7 @@ static void test_batch(const char *model_path, const char *ga, const char *gb, c
     compare_golden(ga, &cap, logits, 0, 2, l);
     snprintf(l, sizeof l, "%s batch row 1", label);
     compare_golden(gb, &cap, logits, 1, 2, l);
-    capture_free(&cap);
+    tu_capture_free(&cap);
     free(logits);
     free(toks);
     free(a);

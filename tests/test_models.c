@@ -34,44 +34,9 @@
 #define TOL_F16 8e-2
 #define TOL_Q8 5e-1
 
-typedef struct {
-    int n;
-    char name[512][96];
-    float *buf[512];
-    size_t numel[512];
-} capture;
-
-static int cap_cb(void *user, const mp_hook_info *info, float *data) {
-    capture *c = user;
-    int k;
-    for (k = 0; k < c->n; k++)
-        if (strcmp(c->name[k], info->name) == 0) break;
-    if (k == c->n) {
-        size_t n = 1;
-        for (int i = 0; i < info->ndim; i++) n *= (size_t)info->full[i];
-        snprintf(c->name[k], sizeof c->name[k], "%s", info->name);
-        c->buf[k] = calloc(n, sizeof(float));
-        c->numel[k] = n;
-        c->n++;
-    }
-    mp_hook_view_copy(info, c->buf[k], data, 1);
-    return 0;
-}
-
-static void capture_free(capture *c) {
-    for (int k = 0; k < c->n; k++) free(c->buf[k]);
-    c->n = 0;
-}
-
-static const float *cap_get(const capture *c, const char *name, size_t *n) {
-    for (int k = 0; k < c->n; k++)
-        if (strcmp(c->name[k], name) == 0) { *n = c->numel[k]; return c->buf[k]; }
-    return NULL;
-}
-
-static float *run_captured(const mp_model *m, const int *toks, int T, capture *cap) {
+static float *run_captured(const mp_model *m, const int *toks, int T, tu_capture *cap) {
     mp_hooks *hs = mp_hooks_new(&m->cfg);
-    CHECK(mp_hooks_add(hs, "*", cap_cb, cap) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_hooks_add(hs, "*", tu_capture_cb, cap) == MP_OK, "%s", mp_last_error());
     float *logits = malloc((size_t)T * m->cfg.vocab * sizeof(float));
     mp_forward_params fp = mp_forward_params_default();
     fp.hooks = hs;
@@ -103,7 +68,7 @@ static void golden(const char *model_path, const char *golden_path, const char *
         return;
     }
     int T = (int)info.shape[1];
-    capture cap = {0};
+    tu_capture cap = {0};
     float *logits = run_captured(m, (int *)toks, T, &cap);
     mp_h5_entry *e;
     int n;
@@ -116,7 +81,7 @@ static void golden(const char *model_path, const char *golden_path, const char *
         size_t got_n;
         snprintf(path, sizeof path, "/acts/%s", e[i].name);
         CHECK(mp_h5_read_f32(f, path, &ref, &info) == MP_OK, "%s", mp_last_error());
-        const float *got = cap_get(&cap, e[i].name, &got_n);
+        const float *got = tu_capture_get(&cap, e[i].name, &got_n);
         CHECK(got && got_n == info.numel, "%s: hook %s missing or of the wrong size", label, e[i].name);
         if (got && got_n == info.numel) {
             double d = tu_max_abs_diff(got, ref, info.numel);
@@ -137,7 +102,7 @@ static void golden(const char *model_path, const char *golden_path, const char *
     free(ref);
     free(logits);
     free(toks);
-    capture_free(&cap);
+    tu_capture_free(&cap);
     mp_h5_close(&f);
     mp_model_free(m);
 }
@@ -162,13 +127,13 @@ static void rm_tree(const char *dir) {
 
 /* max |diff| over logits and every hook between two models on the same tokens */
 static double compare_models(const mp_model *a, const mp_model *b, const int *toks, int T, const char *label) {
-    capture ca = {0}, cb = {0};
+    tu_capture ca = {0}, cb = {0};
     float *la = run_captured(a, toks, T, &ca), *lb = run_captured(b, toks, T, &cb);
     double worst = tu_max_abs_diff(la, lb, (size_t)T * a->cfg.vocab);
     CHECK(ca.n == cb.n && ca.n > 0, "%s: %d vs %d hooks", label, ca.n, cb.n);
     for (int k = 0; k < ca.n && k < cb.n; k++) {
         size_t nb;
-        const float *gb = cap_get(&cb, ca.name[k], &nb);
+        const float *gb = tu_capture_get(&cb, ca.name[k], &nb);
         CHECK(gb && nb == ca.numel[k], "%s: hook %s missing", label, ca.name[k]);
         if (gb && nb == ca.numel[k]) {
             double d = tu_max_abs_diff(ca.buf[k], gb, nb);
@@ -177,8 +142,8 @@ static double compare_models(const mp_model *a, const mp_model *b, const int *to
     }
     free(la);
     free(lb);
-    capture_free(&ca);
-    capture_free(&cb);
+    tu_capture_free(&ca);
+    tu_capture_free(&cb);
     return worst;
 }
 

@@ -61,26 +61,6 @@ static int write_init(const char *dir) {
     return 0;
 }
 
-/* ---- hook capture into full tensors ---- */
-typedef struct { int n; char name[256][96]; float *buf[256]; size_t numel[256]; } capture;
-
-static int cap_cb(void *user, const mp_hook_info *info, float *data) {
-    capture *c = user;
-    int k;
-    for (k = 0; k < c->n; k++)
-        if (strcmp(c->name[k], info->name) == 0) break;
-    if (k == c->n) {
-        size_t n = 1;
-        for (int i = 0; i < info->ndim; i++) n *= (size_t)info->full[i];
-        snprintf(c->name[k], sizeof c->name[k], "%s", info->name);
-        c->buf[k] = calloc(n, sizeof(float));
-        c->numel[k] = n;
-        c->n++;
-    }
-    mp_hook_view_copy(info, c->buf[k], data, 1);
-    return 0;
-}
-
 static double cmp_inf(const float *a, const float *b, size_t n) {
     double m = 0;
     for (size_t i = 0; i < n; i++) {
@@ -95,9 +75,9 @@ static double cmp_inf(const float *a, const float *b, size_t n) {
 }
 
 static void check_golden(hid_t f, const mp_model *m, const int *tok, int B, int T, int training, const char *label) {
-    capture *cap = calloc(1, sizeof *cap);
+    tu_capture *cap = calloc(1, sizeof *cap);
     mp_hooks *hs = mp_hooks_new(&m->cfg);
-    CHECK(mp_hooks_add(hs, "*", cap_cb, cap) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_hooks_add(hs, "*", tu_capture_cb, cap) == MP_OK, "%s", mp_last_error());
     mp_forward_params fp = mp_forward_params_default();
     fp.hooks = hs;
     fp.q_block = 3; /* inference: several attention blocks */
@@ -144,7 +124,7 @@ static void check_golden(hid_t f, const mp_model *m, const int *tok, int B, int 
            training ? "training-mode forward" : "inference forward", found, worst, dl);
     free(rl);
     mp_h5_list_free(e, ne);
-    for (int k = 0; k < cap->n; k++) free(cap->buf[k]);
+    tu_capture_free(cap);
     free(cap);
     free(logits);
     mp_acts_free(&A);

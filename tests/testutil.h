@@ -24,4 +24,19 @@ const char *tu_data(const char *rel);
 /* Max |a-b| over n floats. */
 double tu_max_abs_diff(const float *a, const float *b, size_t n);
 int tu_finish(const char *name);
+
+/* In-memory capture of hook points into whole tensors (views of attention maps
+ * arrive in blocks of query rows and are put where they belong). Register
+ * tu_capture_cb with user = a zeroed tu_capture. */
+#include "mp_hooks.h"
+typedef struct {
+    int n;
+    char name[512][96];
+    float *buf[512];
+    size_t numel[512];
+} tu_capture;
+int tu_capture_cb(void *user, const mp_hook_info *info, float *data);
+/* The captured tensor named `name` (its size in *n), or NULL. */
+const float *tu_capture_get(const tu_capture *c, const char *name, size_t *n);
+void tu_capture_free(tu_capture *c);
 #endif

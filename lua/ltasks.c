@@ -12,7 +12,7 @@
  * rebuilds the same task), t:seed(s) (restart the sample stream) and t:close()
  * (also __close/__gc, idempotent). Bad options raise an error naming the
  * option, e.g. "mp.tasks.mtd: q must be >= 2 (got 1)". */
-#include "mp_lua.h"
+#include "ltasks.h"
 
 #include <limits.h>
 #include <math.h>
@@ -21,27 +21,13 @@
 #include <string.h>
 #include <strings.h>
 
-#include "algebra.h"
 #include "mtd.h"
 #include "retrieval.h"
 #include "textcorpus.h"
 
-/* ---- task types: one userdata layout, one metatable each ---- */
+/* ---- task types: one userdata layout (ltask), one metatable each ---- */
 
-typedef struct task_type task_type;
-struct task_type {
-    const char *mt;                               /* metatable name */
-    const char *name;                             /* "MTDTask" (in messages) */
-    void (*free_fn)(void *h);
-    int (*field)(lua_State *L, void *h, const char *key);   /* pushes a field: 1, or 0 */
-    void (*describe)(void *h, char *buf, size_t n);         /* __tostring text */
-};
-
-typedef struct {
-    void *h;   /* the C task; NULL once closed */
-} ltask;
-
-static void *check_task(lua_State *L, int idx, const task_type *tt) {
+void *lt_check_task(lua_State *L, int idx, const task_type *tt) {
     ltask *u = luaL_checkudata(L, idx, tt->mt);
     if (!u->h) luaL_error(L, "%s is closed", tt->name);
     return u->h;
@@ -49,27 +35,27 @@ static void *check_task(lua_State *L, int idx, const task_type *tt) {
 
 /* Pushes a new task userdata with h = NULL (the constructor fills it, so a
  * failed init leaves nothing to free). */
-static ltask *push_task(lua_State *L, const task_type *tt) {
+ltask *lt_push_task(lua_State *L, const task_type *tt) {
     ltask *u = lua_newuserdatauv(L, sizeof *u, 0);
     u->h = NULL;
     luaL_setmetatable(L, tt->mt);
     return u;
 }
 
-static const task_type *upvalue_type(lua_State *L) {
+const task_type *lt_upvalue_type(lua_State *L) {
     return lua_touserdata(L, lua_upvalueindex(1));
 }
 
-static int t_close(lua_State *L) {
-    const task_type *tt = upvalue_type(L);
+int lt_t_close(lua_State *L) {
+    const task_type *tt = lt_upvalue_type(L);
     ltask *u = luaL_checkudata(L, 1, tt->mt);
     if (u->h) tt->free_fn(u->h);
     u->h = NULL;
     return 0;
 }
 
-static int t_tostring(lua_State *L) {
-    const task_type *tt = upvalue_type(L);
+int lt_t_tostring(lua_State *L) {
+    const task_type *tt = lt_upvalue_type(L);
     ltask *u = luaL_checkudata(L, 1, tt->mt);
     if (!u->h) {
         lua_pushfstring(L, "%s(closed)", tt->name);
@@ -82,25 +68,25 @@ static int t_tostring(lua_State *L) {
 }
 
 /* __index: methods (upvalue 2) first, then the type's fields. */
-static int t_index(lua_State *L) {
-    const task_type *tt = upvalue_type(L);
+int lt_t_index(lua_State *L) {
+    const task_type *tt = lt_upvalue_type(L);
     lua_pushvalue(L, 2);
     lua_rawget(L, lua_upvalueindex(2));
     if (!lua_isnil(L, -1)) return 1;
     lua_pop(L, 1);
     if (lua_type(L, 2) != LUA_TSTRING) return 0;
-    void *h = check_task(L, 1, tt);
+    void *h = lt_check_task(L, 1, tt);
     return tt->field(L, h, lua_tostring(L, 2)) ? 1 : 0;
 }
 
 /* The type's metatable: __gc/__close (idempotent close), __tostring, and an
  * __index holding the methods plus close. Every closure gets tt as upvalue 1. */
-static void register_type(lua_State *L, const task_type *tt, const luaL_Reg *methods) {
+void lt_register_type(lua_State *L, const task_type *tt, const luaL_Reg *methods) {
     static const char *const metas[] = {"__gc", "__close", "__tostring"};
     luaL_newmetatable(L, tt->mt);
     for (int i = 0; i < 3; i++) {
         lua_pushlightuserdata(L, (void *)tt);
-        lua_pushcclosure(L, i < 2 ? t_close : t_tostring, 1);
+        lua_pushcclosure(L, i < 2 ? lt_t_close : lt_t_tostring, 1);
         lua_setfield(L, -2, metas[i]);
     }
     lua_pushlightuserdata(L, (void *)tt);
@@ -108,15 +94,15 @@ static void register_type(lua_State *L, const task_type *tt, const luaL_Reg *met
     lua_pushlightuserdata(L, (void *)tt);
     luaL_setfuncs(L, methods, 1);
     lua_pushlightuserdata(L, (void *)tt);
-    lua_pushcclosure(L, t_close, 1);
+    lua_pushcclosure(L, lt_t_close, 1);
     lua_setfield(L, -2, "close");
-    lua_pushcclosure(L, t_index, 2);
+    lua_pushcclosure(L, lt_t_index, 2);
     lua_setfield(L, -2, "__index");
     lua_pop(L, 1);
 }
 
 /* Raises "<where>: <message>", dropping the C layer's own "<cprefix>: ". */
-static int fail(lua_State *L, const char *where, const char *cprefix) {
+int lt_fail(lua_State *L, const char *where, const char *cprefix) {
     const char *msg = mp_last_error();
     size_t n = cprefix ? strlen(cprefix) : 0;
     if (n && strncmp(msg, cprefix, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ') msg += n + 2;
@@ -126,7 +112,7 @@ static int fail(lua_State *L, const char *where, const char *cprefix) {
 /* ---- options tables ---- */
 
 /* Rejects a non-table (nil is an empty table) and unknown keys. */
-static void opts_check(lua_State *L, int idx, const char *fn, const char *const *known) {
+void lt_opts_check(lua_State *L, int idx, const char *fn, const char *const *known) {
     if (lua_isnoneornil(L, idx)) return;
     if (!lua_istable(L, idx)) luaL_error(L, "%s: options must be a table (got %s)", fn, luaL_typename(L, idx));
     lua_pushnil(L);
@@ -151,7 +137,7 @@ static void opts_check(lua_State *L, int idx, const char *fn, const char *const 
 }
 
 /* Pushes opts[key] (nil when opts is absent); returns its type. */
-static int opt_get(lua_State *L, int idx, const char *key) {
+int lt_opt_get(lua_State *L, int idx, const char *key) {
     if (lua_isnoneornil(L, idx)) {
         lua_pushnil(L);
         return LUA_TNIL;
@@ -160,7 +146,7 @@ static int opt_get(lua_State *L, int idx, const char *key) {
 }
 
 /* The integer at the stack top (popped), checked against lo..hi; `what` names it. */
-static lua_Integer int_value(lua_State *L, const char *fn, const char *what, lua_Integer lo, lua_Integer hi) {
+lua_Integer lt_int_value(lua_State *L, const char *fn, const char *what, lua_Integer lo, lua_Integer hi) {
     int ok = 0;
     lua_Integer v = lua_type(L, -1) == LUA_TNUMBER ? lua_tointegerx(L, -1, &ok) : 0;
     if (!ok) {
@@ -173,16 +159,16 @@ static lua_Integer int_value(lua_State *L, const char *fn, const char *what, lua
     return v;
 }
 
-static int opt_int(lua_State *L, int idx, const char *fn, const char *key, int def, int lo, int hi) {
-    if (opt_get(L, idx, key) == LUA_TNIL) {
+int lt_opt_int(lua_State *L, int idx, const char *fn, const char *key, int def, int lo, int hi) {
+    if (lt_opt_get(L, idx, key) == LUA_TNIL) {
         lua_pop(L, 1);
         return def;
     }
-    return (int)int_value(L, fn, key, lo, hi);
+    return (int)lt_int_value(L, fn, key, lo, hi);
 }
 
-static double opt_num(lua_State *L, int idx, const char *fn, const char *key, double def) {
-    if (opt_get(L, idx, key) == LUA_TNIL) {
+double lt_opt_num(lua_State *L, int idx, const char *fn, const char *key, double def) {
+    if (lt_opt_get(L, idx, key) == LUA_TNIL) {
         lua_pop(L, 1);
         return def;
     }
@@ -194,8 +180,8 @@ static double opt_num(lua_State *L, int idx, const char *fn, const char *key, do
 }
 
 /* A boolean (0 and 1 also accepted). */
-static int opt_bool(lua_State *L, int idx, const char *fn, const char *key, int def) {
-    int t = opt_get(L, idx, key), v = def;
+int lt_opt_bool(lua_State *L, int idx, const char *fn, const char *key, int def) {
+    int t = lt_opt_get(L, idx, key), v = def;
     if (t == LUA_TBOOLEAN) {
         v = lua_toboolean(L, -1);
     } else if (t == LUA_TNUMBER && lua_isinteger(L, -1) && (lua_tointeger(L, -1) == 0 || lua_tointeger(L, -1) == 1)) {
@@ -208,8 +194,8 @@ static int opt_bool(lua_State *L, int idx, const char *fn, const char *key, int 
 }
 
 /* One of names[] (index returned); def when absent. */
-static int opt_enum(lua_State *L, int idx, const char *fn, const char *key, int def, const char *const *names) {
-    int t = opt_get(L, idx, key);
+int lt_opt_enum(lua_State *L, int idx, const char *fn, const char *key, int def, const char *const *names) {
+    int t = lt_opt_get(L, idx, key);
     if (t == LUA_TNIL) {
         lua_pop(L, 1);
         return def;
@@ -235,25 +221,25 @@ static int opt_enum(lua_State *L, int idx, const char *fn, const char *key, int 
     return def;
 }
 
-static uint64_t opt_seed(lua_State *L, int idx, const char *fn) {
-    if (opt_get(L, idx, "seed") == LUA_TNIL) {
+uint64_t lt_opt_seed(lua_State *L, int idx, const char *fn) {
+    if (lt_opt_get(L, idx, "seed") == LUA_TNIL) {
         lua_pop(L, 1);
         return 1;
     }
-    return (uint64_t)int_value(L, fn, "seed", 0, LUA_MAXINTEGER);
+    return (uint64_t)lt_int_value(L, fn, "seed", 0, LUA_MAXINTEGER);
 }
 
 /* A positional count argument (B, T) >= lo. */
-static int arg_count(lua_State *L, int arg, const char *fn, const char *what, int lo) {
+int lt_arg_count(lua_State *L, int arg, const char *fn, const char *what, int lo) {
     if (lua_isnoneornil(L, arg)) luaL_error(L, "%s: %s expected (an integer >= %d)", fn, what, lo);
     lua_pushvalue(L, arg);
-    return (int)int_value(L, fn, what, lo, INT_MAX);
+    return (int)lt_int_value(L, fn, what, lo, INT_MAX);
 }
 
-static int m_seed_common(lua_State *L, const char *fn, uint64_t *seed) {
+int lt_m_seed_common(lua_State *L, const char *fn, uint64_t *seed) {
     lua_pushvalue(L, 2);
     if (lua_isnil(L, -1)) luaL_error(L, "%s: seed expected (an integer >= 0)", fn);
-    *seed = (uint64_t)int_value(L, fn, "seed", 0, LUA_MAXINTEGER);
+    *seed = (uint64_t)lt_int_value(L, fn, "seed", 0, LUA_MAXINTEGER);
     lua_settop(L, 1);
     return 1;
 }
@@ -263,12 +249,8 @@ static int m_seed_common(lua_State *L, const char *fn, uint64_t *seed) {
 /* The two output Tensors [B,T] and the buffers the C samplers fill: int32
  * tokens and targets, and up to two more. The buffers are malloc'd after every
  * Lua object of the call is made and freed before any Lua error. */
-typedef struct {
-    mp_tensor *tok, *tgt;
-    void *p[4];
-} batch;
 
-static void batch_free(batch *bt) {
+void lt_batch_free(batch *bt) {
     for (int i = 0; i < 4; i++) {
         free(bt->p[i]);
         bt->p[i] = NULL;
@@ -276,18 +258,18 @@ static void batch_free(batch *bt) {
 }
 
 /* n * size bytes into slot i; on failure frees the batch and raises. */
-static void *batch_alloc(lua_State *L, batch *bt, int i, size_t n, size_t size, const char *fn) {
+void *lt_batch_alloc(lua_State *L, batch *bt, int i, size_t n, size_t size, const char *fn) {
     size_t bytes;
     if (mp_mul_size(n ? n : 1, size, &bytes) == 0) bt->p[i] = malloc(bytes);
     if (!bt->p[i]) {
-        batch_free(bt);
+        lt_batch_free(bt);
         luaL_error(L, "%s: out of memory for a batch of %I values", fn, (lua_Integer)n);
     }
     return bt->p[i];
 }
 
 /* Pushes the tokens and targets Tensors [B,T]. */
-static void batch_begin(lua_State *L, batch *bt, int B, int T) {
+void lt_batch_begin(lua_State *L, batch *bt, int B, int T) {
     int64_t sh[2] = {B, T};
     memset(bt, 0, sizeof *bt);
     bt->tok = mp_lua_tensor_new(L, 2, sh);
@@ -295,23 +277,23 @@ static void batch_begin(lua_State *L, batch *bt, int B, int T) {
 }
 
 /* The int32 buffers of tokens and targets (slots 0, 1). */
-static void batch_ids(lua_State *L, batch *bt, const char *fn) {
-    batch_alloc(L, bt, 0, bt->tok->numel, sizeof(int32_t), fn);
-    batch_alloc(L, bt, 1, bt->tok->numel, sizeof(int32_t), fn);
+void lt_batch_ids(lua_State *L, batch *bt, const char *fn) {
+    lt_batch_alloc(L, bt, 0, bt->tok->numel, sizeof(int32_t), fn);
+    lt_batch_alloc(L, bt, 1, bt->tok->numel, sizeof(int32_t), fn);
 }
 
 /* Copies the ids into the Tensors when the sampler succeeded; frees the buffers. */
-static void batch_end(batch *bt, mp_status st) {
+void lt_batch_end(batch *bt, mp_status st) {
     if (st == MP_OK)
         for (size_t i = 0; i < bt->tok->numel; i++) {
             bt->tok->data[i] = (float)((int32_t *)bt->p[0])[i];
             bt->tgt->data[i] = (float)((int32_t *)bt->p[1])[i];
         }
-    batch_free(bt);
+    lt_batch_free(bt);
 }
 
 /* Token ids of a Tensor / table argument into int32 (each an integer in 0..hi-1). */
-static int32_t *arg_ids(lua_State *L, int arg, const char *fn, const char *what, int hi, size_t *n) {
+int32_t *lt_arg_ids(lua_State *L, int arg, const char *fn, const char *what, int hi, size_t *n) {
     mp_tensor *t = mp_lua_tensor_arg(L, arg);
     *n = t->numel;
     int32_t *ids = lua_newuserdatauv(L, (t->numel ? t->numel : 1) * sizeof *ids, 0);
@@ -327,19 +309,19 @@ static int32_t *arg_ids(lua_State *L, int arg, const char *fn, const char *what,
     return ids;
 }
 
-static void set_int(lua_State *L, const char *k, lua_Integer v) {
+void lt_set_int(lua_State *L, const char *k, lua_Integer v) {
     lua_pushinteger(L, v);
     lua_setfield(L, -2, k);
 }
-static void set_num(lua_State *L, const char *k, lua_Number v) {
+void lt_set_num(lua_State *L, const char *k, lua_Number v) {
     lua_pushnumber(L, v);
     lua_setfield(L, -2, k);
 }
-static void set_str(lua_State *L, const char *k, const char *v) {
+void lt_set_str(lua_State *L, const char *k, const char *v) {
     lua_pushstring(L, v);
     lua_setfield(L, -2, k);
 }
-static void set_bool(lua_State *L, const char *k, int v) {
+void lt_set_bool(lua_State *L, const char *k, int v) {
     lua_pushboolean(L, v);
     lua_setfield(L, -2, k);
 }
@@ -352,11 +334,11 @@ static void mtd_free(void *h) { mp_mtd_free(h); }
 
 static void mtd_push_params(lua_State *L, const mp_mtd_params *p) {
     lua_createtable(L, 0, 5);
-    set_int(L, "q", p->q);
-    set_int(L, "m", p->m);
-    set_num(L, "concentration", p->c);
-    set_str(L, "targets", mtd_targets[p->target]);
-    set_int(L, "seed", (lua_Integer)p->seed);
+    lt_set_int(L, "q", p->q);
+    lt_set_int(L, "m", p->m);
+    lt_set_num(L, "concentration", p->c);
+    lt_set_str(L, "targets", mtd_targets[p->target]);
+    lt_set_int(L, "seed", (lua_Integer)p->seed);
 }
 
 static int mtd_field(lua_State *L, void *h, const char *k) {
@@ -380,17 +362,17 @@ static const task_type MTD_TYPE = {"mechprobe.MTDTask", "MTDTask", mtd_free, mtd
 static int l_mtd(lua_State *L) {
     static const char *const known[] = {"q", "m", "concentration", "targets", "seed", NULL};
     const char *fn = "mp.tasks.mtd";
-    opts_check(L, 1, fn, known);
+    lt_opts_check(L, 1, fn, known);
     mp_mtd_params p = mp_mtd_params_default();
-    p.q = opt_int(L, 1, fn, "q", p.q, 2, INT_MAX);
-    p.m = opt_int(L, 1, fn, "m", p.m, 1, INT_MAX);
-    p.c = opt_num(L, 1, fn, "concentration", p.c);
+    p.q = lt_opt_int(L, 1, fn, "q", p.q, 2, INT_MAX);
+    p.m = lt_opt_int(L, 1, fn, "m", p.m, 1, INT_MAX);
+    p.c = lt_opt_num(L, 1, fn, "concentration", p.c);
     if (!(p.c > 0) || !isfinite(p.c)) luaL_error(L, "%s: concentration must be finite and > 0 (got %f)", fn, p.c);
-    p.target = (mp_mtd_target)opt_enum(L, 1, fn, "targets", (int)p.target, mtd_targets);
-    p.seed = opt_seed(L, 1, fn);
-    ltask *u = push_task(L, &MTD_TYPE);
+    p.target = (mp_mtd_target)lt_opt_enum(L, 1, fn, "targets", (int)p.target, mtd_targets);
+    p.seed = lt_opt_seed(L, 1, fn);
+    ltask *u = lt_push_task(L, &MTD_TYPE);
     mp_mtd *t = NULL;
-    if (mp_mtd_init(&t, &p) != MP_OK) return fail(L, fn, "mtd");
+    if (mp_mtd_init(&t, &p) != MP_OK) return lt_fail(L, fn, "mtd");
     u->h = t;
     return 1;
 }
@@ -398,29 +380,29 @@ static int l_mtd(lua_State *L) {
 /* t:sample(B, T [, {truth = false}]) -> tokens, targets, {lambda = [B,m], next = [B,T,q]} */
 static int mtd_sample(lua_State *L) {
     const char *fn = "MTDTask:sample";
-    mp_mtd *t = check_task(L, 1, &MTD_TYPE);
-    int B = arg_count(L, 2, fn, "B", 1), T = arg_count(L, 3, fn, "T", 1);
+    mp_mtd *t = lt_check_task(L, 1, &MTD_TYPE);
+    int B = lt_arg_count(L, 2, fn, "B", 1), T = lt_arg_count(L, 3, fn, "T", 1);
     static const char *const known[] = {"truth", NULL};
-    opts_check(L, 4, fn, known);
-    int want = opt_bool(L, 4, fn, "truth", 1);
+    lt_opts_check(L, 4, fn, known);
+    int want = lt_opt_bool(L, 4, fn, "truth", 1);
     const mp_mtd_params *p = mp_mtd_get_params(t);
     if (T < p->m) luaL_error(L, "%s: T = %d is shorter than m = %d lags", fn, T, p->m);
     lua_settop(L, 3);
     batch bt;
-    batch_begin(L, &bt, B, T);
+    lt_batch_begin(L, &bt, B, T);
     int64_t sh[3] = {B, T, p->q}, shl[2] = {B, p->m};
     mp_tensor *lam = want ? mp_lua_tensor_new(L, 2, shl) : NULL;
     mp_tensor *nxt = want ? mp_lua_tensor_new(L, 3, sh) : NULL;
-    batch_ids(L, &bt, fn);
-    double *dl = want ? batch_alloc(L, &bt, 2, lam->numel, sizeof(double), fn) : NULL;
-    double *dn = want ? batch_alloc(L, &bt, 3, nxt->numel, sizeof(double), fn) : NULL;
+    lt_batch_ids(L, &bt, fn);
+    double *dl = want ? lt_batch_alloc(L, &bt, 2, lam->numel, sizeof(double), fn) : NULL;
+    double *dn = want ? lt_batch_alloc(L, &bt, 3, nxt->numel, sizeof(double), fn) : NULL;
     mp_status st = mp_mtd_sample(t, B, T, bt.p[0], bt.p[1], dl, dn);
     if (st == MP_OK && want) {
         for (size_t i = 0; i < lam->numel; i++) lam->data[i] = (float)dl[i];
         for (size_t i = 0; i < nxt->numel; i++) nxt->data[i] = (float)dn[i];
     }
-    batch_end(&bt, st);
-    if (st != MP_OK) return fail(L, fn, "mtd");
+    lt_batch_end(&bt, st);
+    if (st != MP_OK) return lt_fail(L, fn, "mtd");
     lua_createtable(L, 0, 2);
     if (want) {
         lua_pushvalue(L, 6);
@@ -436,7 +418,7 @@ static int mtd_sample(lua_State *L) {
 
 /* t:pi() -> Tensor [q,q], pi[u][v] = P(next = v | lagged token = u) */
 static int mtd_pi(lua_State *L) {
-    mp_mtd *t = check_task(L, 1, &MTD_TYPE);
+    mp_mtd *t = lt_check_task(L, 1, &MTD_TYPE);
     int q = mp_mtd_get_params(t)->q;
     int64_t sh[2] = {q, q};
     mp_tensor *r = mp_lua_tensor_new(L, 2, sh);
@@ -449,7 +431,7 @@ static int mtd_pi(lua_State *L) {
  * the token after history under mixture weights lambda. */
 static int mtd_mixture(lua_State *L) {
     const char *fn = "MTDTask:mixture";
-    mp_mtd *t = check_task(L, 1, &MTD_TYPE);
+    mp_mtd *t = lt_check_task(L, 1, &MTD_TYPE);
     const mp_mtd_params *p = mp_mtd_get_params(t);
     lua_settop(L, 3);
     mp_tensor *lam = mp_lua_tensor_arg(L, 2);
@@ -461,7 +443,7 @@ static int mtd_mixture(lua_State *L) {
         dl[g] = lam->data[g];
     }
     size_t len;
-    int32_t *hist = arg_ids(L, 3, fn, "history", p->q, &len);
+    int32_t *hist = lt_arg_ids(L, 3, fn, "history", p->q, &len);
     if (len < (size_t)p->m || len > INT_MAX)
         luaL_error(L, "%s: history has %I tokens, needs at least m = %d", fn, (lua_Integer)len, p->m);
     double *out = lua_newuserdatauv(L, (size_t)p->q * sizeof(double), 0);
@@ -473,9 +455,9 @@ static int mtd_mixture(lua_State *L) {
 }
 
 static int mtd_seed(lua_State *L) {
-    mp_mtd *t = check_task(L, 1, &MTD_TYPE);
+    mp_mtd *t = lt_check_task(L, 1, &MTD_TYPE);
     uint64_t seed;
-    m_seed_common(L, "MTDTask:seed", &seed);
+    lt_m_seed_common(L, "MTDTask:seed", &seed);
     mp_mtd_seed(t, seed);
     return 1;
 }
@@ -485,339 +467,6 @@ static const luaL_Reg mtd_methods[] = {
 };
 
 /* ==== in-context algebra ==== */
-
-static const char *const alg_holdouts[] = {"none", "pair", "commuted", NULL};
-static const char *const alg_targets[] = {"all", "answers", "last", NULL};
-
-static void alg_free(void *h) { mp_algebra_free(h); }
-
-/* "copy|identity" (or "none") into buf. */
-static void rules_str(uint32_t mask, char *buf, size_t n) {
-    size_t len = 0;
-    buf[0] = 0;
-    for (int r = 0; r < MP_ALGEBRA_N_RULES; r++)
-        if (mask & MP_ALGEBRA_BIT(r))
-            len += (size_t)snprintf(buf + len, n > len ? n - len : 0, "%s%s", len ? "|" : "",
-                                    mp_algebra_rule_name((mp_algebra_rule)r));
-    if (!len) snprintf(buf, n, "none");
-}
-
-static void push_rule_list(lua_State *L, uint32_t mask) {
-    lua_newtable(L);
-    int i = 0;
-    for (int r = 0; r < MP_ALGEBRA_N_RULES; r++)
-        if (mask & MP_ALGEBRA_BIT(r)) {
-            lua_pushstring(L, mp_algebra_rule_name((mp_algebra_rule)r));
-            lua_rawseti(L, -2, ++i);
-        }
-}
-
-static void alg_push_params(lua_State *L, const mp_algebra_params *p) {
-    char b[16];
-    lua_createtable(L, 0, 10);
-    set_int(L, "k", p->n_facts);
-    set_num(L, "mix", p->mix);
-    set_int(L, "max_order", p->max_order);
-    set_bool(L, "test_groups", p->test_groups);
-    if (p->n_fixed > 0) {
-        lua_createtable(L, p->n_fixed, 0);
-        for (int i = 0; i < p->n_fixed; i++) {
-            lua_pushstring(L, mp_algebra_group_name(p->fixed[i], b));
-            lua_rawseti(L, -2, i + 1);
-        }
-        lua_setfield(L, -2, "groups");
-    }
-    set_str(L, "hold_out", alg_holdouts[p->holdout]);
-    set_str(L, "targets", alg_targets[p->target]);
-    push_rule_list(L, p->require);
-    lua_setfield(L, -2, "require");
-    push_rule_list(L, p->exclude);
-    lua_setfield(L, -2, "exclude");
-    set_int(L, "max_attempts", p->max_attempts);
-    set_int(L, "seed", (lua_Integer)p->seed);
-}
-
-static int alg_field(lua_State *L, void *h, const char *k) {
-    const mp_algebra_params *p = mp_algebra_get_params(h);
-    if (!strcmp(k, "vocab")) lua_pushinteger(L, MP_ALGEBRA_VOCAB);
-    else if (!strcmp(k, "seq_len")) lua_pushinteger(L, mp_algebra_seq_len(p));
-    else if (!strcmp(k, "k")) lua_pushinteger(L, p->n_facts);
-    else if (!strcmp(k, "params")) alg_push_params(L, p);
-    else return 0;
-    return 1;
-}
-
-static void alg_describe(void *h, char *buf, size_t n) {
-    const mp_algebra_params *p = mp_algebra_get_params(h);
-    char groups[96], req[64], exc[64], b[16];
-    if (p->n_fixed > 0) {
-        size_t len = 0;
-        groups[0] = 0;
-        for (int i = 0; i < p->n_fixed; i++)
-            len += (size_t)snprintf(groups + len, sizeof groups > len ? sizeof groups - len : 0, "%s%s",
-                                    i ? "," : "", mp_algebra_group_name(p->fixed[i], b));
-    } else {
-        snprintf(groups, sizeof groups, "%s", p->test_groups ? "test" : "training");
-    }
-    rules_str(p->require, req, sizeof req);
-    rules_str(p->exclude, exc, sizeof exc);
-    snprintf(buf, n,
-             "AlgebraTask(k=%d, seq_len=%d, groups=%s, mix=%g, max_order=%d, hold_out=%s, targets=%s, "
-             "require=%s, exclude=%s, seed=%llu)",
-             p->n_facts, mp_algebra_seq_len(p), groups, p->mix, p->max_order, alg_holdouts[p->holdout],
-             alg_targets[p->target], req, exc, (unsigned long long)p->seed);
-}
-
-static const task_type ALG_TYPE = {"mechprobe.AlgebraTask", "AlgebraTask", alg_free, alg_field, alg_describe};
-
-/* A group name: "C5", "D4", "Q8", "C2xC4", "C2xC2xC2"; order 0 when unknown. */
-static mp_algebra_group parse_group(const char *s) {
-    mp_algebra_group g = {MP_ALGEBRA_CYCLIC, 0};
-    if (!strcasecmp(s, "Q8")) g.family = MP_ALGEBRA_Q8;
-    else if (!strcasecmp(s, "C2xC4")) g.family = MP_ALGEBRA_C2XC4;
-    else if (!strcasecmp(s, "C2xC2xC2")) g.family = MP_ALGEBRA_C2XC2XC2;
-    else if ((s[0] == 'C' || s[0] == 'c' || s[0] == 'D' || s[0] == 'd') && s[1] >= '1' && s[1] <= '9') {
-        char *end;
-        long n = strtol(s + 1, &end, 10);
-        if (*end || n > 16) return (mp_algebra_group){MP_ALGEBRA_CYCLIC, 0};
-        g.family = (s[0] == 'C' || s[0] == 'c') ? MP_ALGEBRA_CYCLIC : MP_ALGEBRA_DIHEDRAL;
-        g.n = (int)n;
-    } else {
-        return g;
-    }
-    if (mp_algebra_group_order(g) == 0) g.n = 0, g.family = MP_ALGEBRA_CYCLIC;
-    return g;
-}
-
-/* A rule set: one name, names separated by ',' or '|', or a list of names. */
-static uint32_t opt_rules(lua_State *L, int idx, const char *fn, const char *key) {
-    uint32_t mask = 0;
-    int t = opt_get(L, idx, key);
-    int top = lua_gettop(L);
-    if (t == LUA_TNIL) {
-        lua_pop(L, 1);
-        return 0;
-    }
-    if (t != LUA_TSTRING && t != LUA_TTABLE)
-        luaL_error(L, "%s: %s must be a rule name or a list of them (got %s)", fn, key, luaL_typename(L, -1));
-    lua_Integer n = t == LUA_TTABLE ? (lua_Integer)lua_rawlen(L, top) : 1;
-    for (lua_Integer i = 1; i <= n; i++) {
-        if (t == LUA_TTABLE) {
-            if (lua_rawgeti(L, top, i) != LUA_TSTRING)
-                luaL_error(L, "%s: %s[%I] must be a rule name (got %s)", fn, key, i, luaL_typename(L, -1));
-        } else {
-            lua_pushvalue(L, top);
-        }
-        char buf[128];
-        snprintf(buf, sizeof buf, "%s", lua_tostring(L, -1));
-        for (char *save = NULL, *tok = strtok_r(buf, ",| ", &save); tok; tok = strtok_r(NULL, ",| ", &save)) {
-            int r = mp_algebra_rule_parse(tok);
-            if (r < 0)
-                luaL_error(L, "%s: %s: unknown rule '%s' (rules: copy, commute, identity, cancel, associate)", fn,
-                           key, tok);
-            mask |= MP_ALGEBRA_BIT(r);
-        }
-        lua_pop(L, 1);
-    }
-    lua_settop(L, top - 1);
-    return mask;
-}
-
-/* mp.tasks.algebra{k=200, mix=0.7, max_order=10, test_groups=false, groups={"C5",...},
- *   hold_out="commuted", targets="all", require=..., exclude=..., max_attempts=10000, seed=1} */
-static int l_algebra(lua_State *L) {
-    static const char *const known[] = {"k", "mix", "max_order", "test_groups", "groups", "hold_out", "targets",
-                                        "require", "exclude", "max_attempts", "seed", NULL};
-    const char *fn = "mp.tasks.algebra";
-    opts_check(L, 1, fn, known);
-    mp_algebra_params p = mp_algebra_params_default();
-    p.n_facts = opt_int(L, 1, fn, "k", p.n_facts, 0, 100000);
-    p.mix = opt_num(L, 1, fn, "mix", p.mix);
-    if (!(p.mix >= 0 && p.mix <= 1)) luaL_error(L, "%s: mix must be a probability in [0, 1] (got %f)", fn, p.mix);
-    p.max_order = opt_int(L, 1, fn, "max_order", p.max_order, 3, MP_ALGEBRA_N_SYMBOLS);
-    p.test_groups = opt_bool(L, 1, fn, "test_groups", p.test_groups);
-    int t = opt_get(L, 1, "groups");
-    if (t != LUA_TNIL) {
-        int gi = lua_gettop(L), total = 0;
-        if (t == LUA_TSTRING) {  /* one name */
-            lua_createtable(L, 1, 0);
-            lua_pushvalue(L, gi);
-            lua_rawseti(L, -2, 1);
-            lua_replace(L, gi);
-        } else if (t != LUA_TTABLE) {
-            luaL_error(L, "%s: groups must be a list of group names such as {\"C5\", \"D3\"} (got %s)", fn,
-                       luaL_typename(L, gi));
-        }
-        lua_Integer n = (lua_Integer)lua_rawlen(L, gi);
-        if (n < 1 || n > MP_ALGEBRA_MAX_GROUPS)
-            luaL_error(L, "%s: groups must list 1..%d groups (got %I)", fn, MP_ALGEBRA_MAX_GROUPS, n);
-        for (lua_Integer i = 1; i <= n; i++) {
-            const char *s = lua_rawgeti(L, gi, i) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-            mp_algebra_group g = s ? parse_group(s) : (mp_algebra_group){MP_ALGEBRA_CYCLIC, 0};
-            int o = mp_algebra_group_order(g);
-            if (o < 2)
-                luaL_error(L, "%s: groups[%I] = %s is not a supported group (C1..C16, D1..D8, Q8, C2xC4, C2xC2xC2)",
-                           fn, i, s ? s : luaL_typename(L, -1));
-            total += o;
-            p.fixed[i - 1] = g;
-            lua_pop(L, 1);
-        }
-        if (total > MP_ALGEBRA_N_SYMBOLS)
-            luaL_error(L, "%s: groups have %d elements in all, more than the %d symbols", fn, total,
-                       MP_ALGEBRA_N_SYMBOLS);
-        p.n_fixed = (int)n;
-    }
-    lua_pop(L, 1);
-    p.holdout = (mp_algebra_holdout)opt_enum(L, 1, fn, "hold_out", (int)p.holdout, alg_holdouts);
-    p.target = (mp_algebra_target)opt_enum(L, 1, fn, "targets", (int)p.target, alg_targets);
-    p.require = opt_rules(L, 1, fn, "require");
-    p.exclude = opt_rules(L, 1, fn, "exclude");
-    p.max_attempts = opt_int(L, 1, fn, "max_attempts", p.max_attempts, 1, INT_MAX);
-    p.seed = opt_seed(L, 1, fn);
-    const uint32_t copy = MP_ALGEBRA_BIT(MP_ALGEBRA_RULE_COPY), commute = MP_ALGEBRA_BIT(MP_ALGEBRA_RULE_COMMUTE);
-    if ((p.require & copy) && p.holdout != MP_ALGEBRA_HOLDOUT_NONE)
-        luaL_error(L, "%s: require=copy needs hold_out=\"none\" (a held-out query pair is never in the context)", fn);
-    if ((p.require & commute) && p.holdout == MP_ALGEBRA_HOLDOUT_PAIR_COMMUTED)
-        luaL_error(L, "%s: require=commute needs hold_out=\"none\" or \"pair\" (\"commuted\" holds \"b a\" out)", fn);
-    ltask *u = push_task(L, &ALG_TYPE);
-    mp_algebra *a = NULL;
-    if (mp_algebra_init(&a, &p) != MP_OK) return fail(L, fn, "algebra");
-    u->h = a;
-    return 1;
-}
-
-static void push_rules_table(lua_State *L, uint32_t mask) {
-    lua_createtable(L, 0, MP_ALGEBRA_N_RULES);
-    for (int r = 0; r < MP_ALGEBRA_N_RULES; r++)
-        set_bool(L, mp_algebra_rule_name((mp_algebra_rule)r), (mask & MP_ALGEBRA_BIT(r)) != 0);
-}
-
-/* The truth table of one sample (layout in the README / test_tasks.lua). */
-static void alg_push_truth(lua_State *L, const mp_algebra_truth *tr) {
-    char b[16];
-    lua_createtable(L, 0, 7);
-    lua_createtable(L, tr->n_groups, 0);
-    for (int g = 0; g < tr->n_groups; g++) {
-        lua_pushstring(L, mp_algebra_group_name(tr->groups[g], b));
-        lua_rawseti(L, -2, g + 1);
-    }
-    lua_setfield(L, -2, "groups");
-    lua_createtable(L, tr->n_groups, 0);   /* assignment[g][e+1] = symbol of element e */
-    for (int g = 0; g < tr->n_groups; g++) {
-        int o = mp_algebra_group_order(tr->groups[g]);
-        lua_createtable(L, o, 0);
-        for (int e = 0; e < o; e++) {
-            lua_pushinteger(L, tr->symbol[g][e]);
-            lua_rawseti(L, -2, e + 1);
-        }
-        lua_rawseti(L, -2, g + 1);
-    }
-    lua_setfield(L, -2, "assignment");
-    lua_createtable(L, 0, MP_ALGEBRA_N_SYMBOLS);   /* symbols[s] = {group = g, element = e} */
-    for (int s = 0; s < MP_ALGEBRA_N_SYMBOLS; s++) {
-        if (tr->sym_group[s] < 0) continue;
-        lua_createtable(L, 0, 2);
-        set_int(L, "group", tr->sym_group[s] + 1);
-        set_int(L, "element", tr->sym_elem[s]);
-        lua_rawseti(L, -2, s);
-    }
-    lua_setfield(L, -2, "symbols");
-    lua_createtable(L, 0, 4);
-    set_int(L, "a", tr->query_a);
-    set_int(L, "b", tr->query_b);
-    set_int(L, "answer", tr->answer);
-    set_int(L, "group", tr->query_group + 1);
-    lua_setfield(L, -2, "query");
-    push_rules_table(L, tr->rules);
-    lua_setfield(L, -2, "rules");
-    lua_createtable(L, 0, MP_ALGEBRA_N_RULES);
-    for (int r = 0; r < MP_ALGEBRA_N_RULES; r++) set_int(L, mp_algebra_rule_name((mp_algebra_rule)r), tr->solved[r]);
-    lua_setfield(L, -2, "solved");
-    set_int(L, "attempts", tr->attempts);
-}
-
-/* t:sample(B [, T]) -> tokens, targets, truth (a list of B per-sample tables) */
-static int alg_sample(lua_State *L) {
-    const char *fn = "AlgebraTask:sample";
-    mp_algebra *a = check_task(L, 1, &ALG_TYPE);
-    const mp_algebra_params *p = mp_algebra_get_params(a);
-    int L0 = mp_algebra_seq_len(p);
-    int B = arg_count(L, 2, fn, "B", 1);
-    int T = lua_isnoneornil(L, 3) ? L0 : arg_count(L, 3, fn, "T", 1);
-    if (T != L0) luaL_error(L, "%s: T = %d but k = %d facts make sequences of T = 5*(k+1) = %d", fn, T, p->n_facts, L0);
-    lua_settop(L, 1);
-    batch bt;
-    batch_begin(L, &bt, B, T);
-    mp_algebra_truth *tr = lua_newuserdatauv(L, (size_t)B * sizeof *tr, 0);
-    batch_ids(L, &bt, fn);
-    mp_status st = mp_algebra_sample(a, B, T, bt.p[0], bt.p[1], tr);
-    batch_end(&bt, st);
-    if (st != MP_OK) return fail(L, fn, "algebra");
-    lua_createtable(L, B, 0);
-    for (int b = 0; b < B; b++) {
-        alg_push_truth(L, &tr[b]);
-        lua_rawseti(L, -2, b + 1);
-    }
-    lua_remove(L, 4);   /* the truth buffer */
-    return 3;
-}
-
-static int alg_seed(lua_State *L) {
-    mp_algebra *a = check_task(L, 1, &ALG_TYPE);
-    uint64_t seed;
-    m_seed_common(L, "AlgebraTask:seed", &seed);
-    mp_algebra_seed(a, seed);
-    return 1;
-}
-
-static const luaL_Reg alg_methods[] = {{"sample", alg_sample}, {"seed", alg_seed}, {NULL, NULL}};
-
-/* The context of a token row at arg (facts before the query) for the helpers. */
-static void row_context(lua_State *L, int arg, int nf_arg, const char *fn, mp_algebra_context *ctx) {
-    size_t len;
-    int32_t *row = arg_ids(L, arg, fn, "tokens", MP_ALGEBRA_VOCAB, &len);
-    lua_Integer nf = len >= 1 ? (lua_Integer)((len - 1) / 5) : 0;
-    if (!lua_isnoneornil(L, nf_arg)) {
-        lua_pushvalue(L, nf_arg);
-        nf = int_value(L, fn, "n_facts", 0, nf);
-    }
-    if (len == 0) luaL_error(L, "%s: tokens is empty", fn);
-    if (mp_algebra_context_from_tokens(ctx, row, (int)nf) != MP_OK) fail(L, fn, "algebra");
-}
-
-static int arg_symbol(lua_State *L, int arg, const char *fn, const char *what) {
-    lua_pushvalue(L, arg);
-    return (int)int_value(L, fn, what, 0, MP_ALGEBRA_N_SYMBOLS - 1);
-}
-
-/* mp.tasks.algebra_solve(rule, tokens_row, a, b [, n_facts]) -> symbol, or -1 when
- * the rule does not apply. The context is the first n_facts facts of the row
- * (default: every complete fact, i.e. k for a sampled row of T = 5(k+1)). */
-static int l_algebra_solve(lua_State *L) {
-    const char *fn = "mp.tasks.algebra_solve";
-    lua_settop(L, 5);
-    const char *name = luaL_checkstring(L, 1);
-    int rule = mp_algebra_rule_parse(name);
-    if (rule < 0) luaL_error(L, "%s: unknown rule '%s' (rules: copy, commute, identity, cancel, associate)", fn, name);
-    int a = arg_symbol(L, 3, fn, "a"), b = arg_symbol(L, 4, fn, "b");
-    mp_algebra_context ctx;
-    row_context(L, 2, 5, fn, &ctx);
-    lua_pushinteger(L, mp_algebra_solve((mp_algebra_rule)rule, &ctx, a, b));
-    return 1;
-}
-
-/* mp.tasks.algebra_rules(tokens_row, a, b, answer [, n_facts]) -> {copy = bool, ...} */
-static int l_algebra_rules(lua_State *L) {
-    const char *fn = "mp.tasks.algebra_rules";
-    lua_settop(L, 5);
-    int a = arg_symbol(L, 2, fn, "a"), b = arg_symbol(L, 3, fn, "b"), c = arg_symbol(L, 4, fn, "answer");
-    mp_algebra_context ctx;
-    row_context(L, 1, 5, fn, &ctx);
-    push_rules_table(L, mp_algebra_rules(&ctx, a, b, c));
-    return 1;
-}
-
-/* ==== text corpus ==== */
 
 static const char *const text_splits[] = {"train", "val", NULL};
 
@@ -851,11 +500,11 @@ static int text_field(lua_State *L, void *h, const char *k) {
     else if (!strcmp(k, "val_bytes")) lua_pushinteger(L, (lua_Integer)mp_text_split_len(x->t, MP_TEXT_VAL));
     else if (!strcmp(k, "params")) {
         lua_createtable(L, 0, 5);
-        set_str(L, "path", mp_text_path(x->t));
-        if (x->ctx) set_int(L, "ctx", x->ctx);
-        set_num(L, "val_fraction", x->val_fraction);
-        set_bool(L, "bos", x->bos);
-        set_int(L, "seed", (lua_Integer)x->seed);
+        lt_set_str(L, "path", mp_text_path(x->t));
+        if (x->ctx) lt_set_int(L, "ctx", x->ctx);
+        lt_set_num(L, "val_fraction", x->val_fraction);
+        lt_set_bool(L, "bos", x->bos);
+        lt_set_int(L, "seed", (lua_Integer)x->seed);
     } else return 0;
     return 1;
 }
@@ -882,22 +531,22 @@ static int l_text(lua_State *L) {
     if (lua_type(L, 1) == LUA_TSTRING) {
         oi = 2;
         lua_settop(L, 2);
-        opts_check(L, oi, fn, known + 1);
+        lt_opts_check(L, oi, fn, known + 1);
         lua_pushvalue(L, 1);
     } else {
-        opts_check(L, oi, fn, known);
-        if (opt_get(L, oi, "path") != LUA_TSTRING)
+        lt_opts_check(L, oi, fn, known);
+        if (lt_opt_get(L, oi, "path") != LUA_TSTRING)
             luaL_error(L, "%s: path (the text file) must be a string (got %s)", fn, luaL_typename(L, -1));
     }
     mp_text_params p = mp_text_params_default();
     p.path = lua_tostring(L, -1);   /* stays on the stack while used */
-    int ctx = opt_int(L, oi, fn, "ctx", 0, 1, INT_MAX);
-    p.val_fraction = opt_num(L, oi, fn, "val_fraction", p.val_fraction);
+    int ctx = lt_opt_int(L, oi, fn, "ctx", 0, 1, INT_MAX);
+    p.val_fraction = lt_opt_num(L, oi, fn, "val_fraction", p.val_fraction);
     if (!(p.val_fraction >= 0 && p.val_fraction < 1))
         luaL_error(L, "%s: val_fraction must be in [0, 1) (got %f)", fn, p.val_fraction);
-    p.bos = opt_bool(L, oi, fn, "bos", p.bos);
-    p.seed = opt_seed(L, oi, fn);
-    ltask *u = push_task(L, &TEXT_TYPE);
+    p.bos = lt_opt_bool(L, oi, fn, "bos", p.bos);
+    p.seed = lt_opt_seed(L, oi, fn);
+    ltask *u = lt_push_task(L, &TEXT_TYPE);
     ltext *x = calloc(1, sizeof *x);
     if (!x) return luaL_error(L, "%s: out of memory", fn);
     x->ctx = ctx;
@@ -906,7 +555,7 @@ static int l_text(lua_State *L) {
     x->seed = p.seed;
     if (mp_text_init(&x->t, &p) != MP_OK) {
         free(x);
-        return fail(L, fn, NULL);
+        return lt_fail(L, fn, NULL);
     }
     u->h = x;
     if (ctx) {  /* fail now, naming the file, when no training window of ctx fits */
@@ -922,24 +571,24 @@ static int l_text(lua_State *L) {
  * {starts = {0-based file offset of each window's first byte}, split = ...} */
 static int text_sample(lua_State *L) {
     const char *fn = "TextTask:sample";
-    ltext *x = check_task(L, 1, &TEXT_TYPE);
-    int B = arg_count(L, 2, fn, "B", 1);
+    ltext *x = lt_check_task(L, 1, &TEXT_TYPE);
+    int B = lt_arg_count(L, 2, fn, "B", 1);
     if (lua_type(L, 3) == LUA_TSTRING && lua_isnone(L, 4)) {  /* sample(B, split) */
         lua_pushnil(L);
         lua_insert(L, 3);
     }
     int T = x->ctx;
-    if (!lua_isnoneornil(L, 3)) T = arg_count(L, 3, fn, "T", 1);
+    if (!lua_isnoneornil(L, 3)) T = lt_arg_count(L, 3, fn, "T", 1);
     else if (!T) luaL_error(L, "%s: T expected (the task was made without ctx, the default window length)", fn);
     int split = luaL_checkoption(L, 4, "train", text_splits);
     lua_settop(L, 1);
     batch bt;
-    batch_begin(L, &bt, B, T);
+    lt_batch_begin(L, &bt, B, T);
     int64_t *starts = lua_newuserdatauv(L, (size_t)B * sizeof *starts, 0);
-    batch_ids(L, &bt, fn);
+    lt_batch_ids(L, &bt, fn);
     mp_status st = mp_text_sample(x->t, (mp_text_split)split, B, T, bt.p[0], bt.p[1], starts);
-    batch_end(&bt, st);
-    if (st != MP_OK) return fail(L, fn, NULL);
+    lt_batch_end(&bt, st);
+    if (st != MP_OK) return lt_fail(L, fn, NULL);
     lua_createtable(L, 0, 2);
     lua_createtable(L, B, 0);
     for (int b = 0; b < B; b++) {
@@ -947,15 +596,15 @@ static int text_sample(lua_State *L) {
         lua_rawseti(L, -2, b + 1);
     }
     lua_setfield(L, -2, "starts");
-    set_str(L, "split", text_splits[split]);
+    lt_set_str(L, "split", text_splits[split]);
     lua_remove(L, 4);   /* the starts buffer */
     return 3;
 }
 
 static int text_seed(lua_State *L) {
-    ltext *x = check_task(L, 1, &TEXT_TYPE);
+    ltext *x = lt_check_task(L, 1, &TEXT_TYPE);
     uint64_t seed;
-    m_seed_common(L, "TextTask:seed", &seed);
+    lt_m_seed_common(L, "TextTask:seed", &seed);
     mp_text_seed(x->t, seed);
     return 1;
 }
@@ -970,15 +619,15 @@ static void ret_free(void *h) { mp_retrieval_free(h); }
 
 static void ret_push_params(lua_State *L, const mp_retrieval_params *p) {
     lua_createtable(L, 0, 8);
-    set_int(L, "n_keys", p->n_keys);
-    set_int(L, "key_len", p->key_len);
-    set_int(L, "value_len", p->value_len);
-    set_int(L, "n_filler", p->n_filler);
-    set_str(L, "filler", ret_fillers[p->filler]);
-    if (p->depth < 0) set_str(L, "depth", "random");
-    else set_num(L, "depth", p->depth);
-    set_bool(L, "bos", p->bos);
-    set_int(L, "seed", (lua_Integer)p->seed);
+    lt_set_int(L, "n_keys", p->n_keys);
+    lt_set_int(L, "key_len", p->key_len);
+    lt_set_int(L, "value_len", p->value_len);
+    lt_set_int(L, "n_filler", p->n_filler);
+    lt_set_str(L, "filler", ret_fillers[p->filler]);
+    if (p->depth < 0) lt_set_str(L, "depth", "random");
+    else lt_set_num(L, "depth", p->depth);
+    lt_set_bool(L, "bos", p->bos);
+    lt_set_int(L, "seed", (lua_Integer)p->seed);
 }
 
 static int ret_field(lua_State *L, void *h, const char *k) {
@@ -1011,14 +660,14 @@ static int l_retrieval(lua_State *L) {
     static const char *const known[] = {"n_keys", "key_len", "value_len", "n_filler", "filler",
                                         "depth", "bos", "seed", NULL};
     const char *fn = "mp.tasks.retrieval";
-    opts_check(L, 1, fn, known);
+    lt_opts_check(L, 1, fn, known);
     mp_retrieval_params p = mp_retrieval_params_default();
-    p.n_keys = opt_int(L, 1, fn, "n_keys", p.n_keys, 1, MP_RETRIEVAL_MAX_KEYS);
-    p.key_len = opt_int(L, 1, fn, "key_len", p.key_len, 1, MP_RETRIEVAL_MAX_DIGITS);
-    p.value_len = opt_int(L, 1, fn, "value_len", p.value_len, 1, MP_RETRIEVAL_MAX_DIGITS);
-    p.n_filler = opt_int(L, 1, fn, "n_filler", p.n_filler, 1, 65536);
-    p.filler = (mp_retrieval_filler)opt_enum(L, 1, fn, "filler", (int)p.filler, ret_fillers);
-    int t = opt_get(L, 1, "depth");
+    p.n_keys = lt_opt_int(L, 1, fn, "n_keys", p.n_keys, 1, MP_RETRIEVAL_MAX_KEYS);
+    p.key_len = lt_opt_int(L, 1, fn, "key_len", p.key_len, 1, MP_RETRIEVAL_MAX_DIGITS);
+    p.value_len = lt_opt_int(L, 1, fn, "value_len", p.value_len, 1, MP_RETRIEVAL_MAX_DIGITS);
+    p.n_filler = lt_opt_int(L, 1, fn, "n_filler", p.n_filler, 1, 65536);
+    p.filler = (mp_retrieval_filler)lt_opt_enum(L, 1, fn, "filler", (int)p.filler, ret_fillers);
+    int t = lt_opt_get(L, 1, "depth");
     if (t == LUA_TSTRING && !strcmp(lua_tostring(L, -1), "random")) {
         p.depth = -1;
     } else if (t == LUA_TNUMBER) {
@@ -1029,11 +678,11 @@ static int l_retrieval(lua_State *L) {
         luaL_error(L, "%s: depth must be a number in [0, 1] or \"random\" (got %s)", fn, luaL_tolstring(L, -1, NULL));
     }
     lua_pop(L, 1);
-    p.bos = opt_bool(L, 1, fn, "bos", p.bos);
-    p.seed = opt_seed(L, 1, fn);
-    ltask *u = push_task(L, &RET_TYPE);
+    p.bos = lt_opt_bool(L, 1, fn, "bos", p.bos);
+    p.seed = lt_opt_seed(L, 1, fn);
+    ltask *u = lt_push_task(L, &RET_TYPE);
     mp_retrieval *r = NULL;
-    if (mp_retrieval_init(&r, &p) != MP_OK) return fail(L, fn, "retrieval");
+    if (mp_retrieval_init(&r, &p) != MP_OK) return lt_fail(L, fn, "retrieval");
     u->h = r;
     return 1;
 }
@@ -1050,21 +699,21 @@ static void push_digits(lua_State *L, const int32_t *d, int n) {
  * value_pos (1-based positions), depth, value (digit lists), key (key-value mode). */
 static int ret_sample(lua_State *L) {
     const char *fn = "RetrievalTask:sample";
-    mp_retrieval *r = check_task(L, 1, &RET_TYPE);
+    mp_retrieval *r = lt_check_task(L, 1, &RET_TYPE);
     const mp_retrieval_params *p = mp_retrieval_get_params(r);
-    int B = arg_count(L, 2, fn, "B", 1), T = arg_count(L, 3, fn, "T", 1);
+    int B = lt_arg_count(L, 2, fn, "B", 1), T = lt_arg_count(L, 3, fn, "T", 1);
     int min_len = mp_retrieval_min_len(p);
     if (T < min_len)
         luaL_error(L, "%s: T = %d is shorter than the %d tokens of BOS, needles and query (t.min_len)", fn, T,
                    min_len);
     lua_settop(L, 1);
     batch bt;
-    batch_begin(L, &bt, B, T);
+    lt_batch_begin(L, &bt, B, T);
     mp_retrieval_truth *tr = lua_newuserdatauv(L, (size_t)B * sizeof *tr, 0);
-    batch_ids(L, &bt, fn);
+    lt_batch_ids(L, &bt, fn);
     mp_status st = mp_retrieval_sample(r, B, T, bt.p[0], bt.p[1], tr);
-    batch_end(&bt, st);
-    if (st != MP_OK) return fail(L, fn, "retrieval");
+    lt_batch_end(&bt, st);
+    if (st != MP_OK) return lt_fail(L, fn, "retrieval");
     static const char *const pos_names[] = {"answer_pos", "needle_pos", "value_pos"};
     lua_createtable(L, 0, 6);
     for (int k = 0; k < 3; k++) {
@@ -1101,19 +750,19 @@ static int ret_sample(lua_State *L) {
 }
 
 static int ret_seed(lua_State *L) {
-    mp_retrieval *r = check_task(L, 1, &RET_TYPE);
+    mp_retrieval *r = lt_check_task(L, 1, &RET_TYPE);
     uint64_t seed;
-    m_seed_common(L, "RetrievalTask:seed", &seed);
+    lt_m_seed_common(L, "RetrievalTask:seed", &seed);
     mp_retrieval_seed(r, seed);
     return 1;
 }
 
 /* t:token_name(id) -> "7", "<bos>", "the", "f12" */
 static int ret_token_name(lua_State *L) {
-    mp_retrieval *r = check_task(L, 1, &RET_TYPE);
+    mp_retrieval *r = lt_check_task(L, 1, &RET_TYPE);
     int vocab = mp_retrieval_vocab(mp_retrieval_get_params(r));
     lua_pushvalue(L, 2);
-    int id = (int)int_value(L, "RetrievalTask:token_name", "id", 0, vocab - 1);
+    int id = (int)lt_int_value(L, "RetrievalTask:token_name", "id", 0, vocab - 1);
     char buf[32];
     lua_pushstring(L, mp_retrieval_token_name(id, buf));
     return 1;
@@ -1128,17 +777,17 @@ static const luaL_Reg ret_methods[] = {
 void mp_lua_open_tasks(lua_State *L) {
     static const luaL_Reg fns[] = {
         {"mtd", l_mtd},
-        {"algebra", l_algebra},
-        {"algebra_solve", l_algebra_solve},
-        {"algebra_rules", l_algebra_rules},
+        {"algebra", mp_lt_l_algebra},
+        {"algebra_solve", mp_lt_l_algebra_solve},
+        {"algebra_rules", mp_lt_l_algebra_rules},
         {"text", l_text},
         {"retrieval", l_retrieval},
         {NULL, NULL},
     };
-    register_type(L, &MTD_TYPE, mtd_methods);
-    register_type(L, &ALG_TYPE, alg_methods);
-    register_type(L, &TEXT_TYPE, text_methods);
-    register_type(L, &RET_TYPE, ret_methods);
+    lt_register_type(L, &MTD_TYPE, mtd_methods);
+    lt_register_type(L, &MP_LT_ALGEBRA_TYPE, mp_lt_algebra_methods);
+    lt_register_type(L, &TEXT_TYPE, text_methods);
+    lt_register_type(L, &RET_TYPE, ret_methods);
     lua_newtable(L);
     luaL_setfuncs(L, fns, 0);
     lua_setfield(L, -2, "tasks");

@@ -56,5 +56,6 @@ int luaopen_mechprobe(lua_State *L) {
     mp_lua_open_analyze(L);
     mp_lua_open_plot(L);
     mp_lua_open_probe(L);
+    mp_lua_open_mirror(L);
     return 1;
 }

@@ -1,0 +1,4 @@
+# mirror.cmake — the MTD in-context estimators (analyze/mirror) and the
+# mirror-descent probe (mechprobe mirror_descent --quick, end to end, ~5-10 s).
+mp_c_test(test_mirror "unit" test_mirror.c)
+mp_lua_test(test_mirror_probe "lua" lua/test_mirror_probe.lua)

@@ -116,6 +116,12 @@ mp_status mp_checkpoint_save(const char *path, const mp_model *m, const mp_adamw
         if (!st && c->yarn_beta_fast > 0.0f) st = mp_h5_attr_set_float(f, "/config", "yarn_beta_fast", f2d(c->yarn_beta_fast));
         if (!st && c->yarn_beta_slow > 0.0f) st = mp_h5_attr_set_float(f, "/config", "yarn_beta_slow", f2d(c->yarn_beta_slow));
     }
+    /* attention variant: written only when not softmax */
+    if (!st && c->attn != MP_ATTN_SOFTMAX) {
+        st = mp_h5_attr_set_string(f, "/config", "attn", mp_attn_name(c->attn));
+        if (!st && (c->attn == MP_ATTN_ENTMAX || c->attn == MP_ATTN_ASENTMAX))
+            st = mp_h5_attr_set_float(f, "/config", "attn_alpha", f2d((float)mp_attn_alpha(c)));
+    }
     if (!st) st = make_group(f, "/params", path);
     if (!st) st = write_tensors(f, "/params", c, NULL, m);
     if (!st && opt && opt->n) {
@@ -232,6 +238,12 @@ static mp_status read_config(hid_t f, mp_config *c, const char *path) {
         {"rope_factor", &c->rope_factor}, {"yarn_beta_fast", &c->yarn_beta_fast}, {"yarn_beta_slow", &c->yarn_beta_slow}};
     for (size_t i = 0; !st && i < sizeof optf / sizeof optf[0]; i++)
         if (H5Aexists_by_name(f, "/config", optf[i].k, H5P_DEFAULT) > 0) st = get_float(f, "/config", optf[i].k, optf[i].v, path);
+    if (!st && H5Aexists_by_name(f, "/config", "attn", H5P_DEFAULT) > 0) {
+        static const char *attns[MP_ATTN_COUNT] = {"softmax", "ssmax", "entmax15", "entmax", "asentmax"};
+        if (!(st = get_kind(f, "attn", attns, MP_ATTN_COUNT, &k, path))) c->attn = (mp_attn_kind)k;
+    }
+    if (!st && H5Aexists_by_name(f, "/config", "attn_alpha", H5P_DEFAULT) > 0)
+        st = get_float(f, "/config", "attn_alpha", &c->attn_alpha, path);
     if (!st && H5Aexists_by_name(f, "/config", "rope_scale", H5P_DEFAULT) > 0)
         st = get_float(f, "/config", "rope_scale", &c->rope_scale, path);
     if (!st && H5Aexists_by_name(f, "/config", "rope_freqs", H5P_DEFAULT) > 0) {
@@ -412,8 +424,8 @@ mp_status mp_model_save(const mp_model *m, const char *path) {
     if (n >= 5 && strcmp(path + n - 5, ".gguf") == 0) return mp_model_save_gguf(m, NULL, path, MP_GGML_F32);
     const mp_config *c = &m->cfg;
     if (c->norm != MP_NORM_RMS || c->mlp != MP_MLP_SWIGLU || c->pos != MP_POS_ROPE ||
-        c->d_head * c->n_head != c->d_model || c->rope_theta != 10000.0f)
-        return mp_error(MP_ERR_ARG, "%s: llama2.c files hold only RMSNorm/SwiGLU/RoPE (theta 10000) models with "
-                        "d_head = d_model / n_head; save this model as a .h5 checkpoint", path);
+        c->d_head * c->n_head != c->d_model || c->rope_theta != 10000.0f || c->attn != MP_ATTN_SOFTMAX)
+        return mp_error(MP_ERR_ARG, "%s: llama2.c files hold only RMSNorm/SwiGLU/RoPE (theta 10000) softmax-attention "
+                        "models with d_head = d_model / n_head; save this model as a .h5 checkpoint", path);
     return mp_model_save_llama2c(m, path, 0);
 }

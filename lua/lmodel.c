@@ -76,6 +76,8 @@ static void push_config(lua_State *L, const mp_model *m) {
     SETS("rope_scaling", mp_rope_scaling_name(c->rope_scaling));
     lua_pushnumber(L, c->rope_scaling ? c->rope_factor : 1.0f); lua_setfield(L, -2, "rope_factor");
     SETI("rope_orig_ctx", c->rope_orig_ctx ? c->rope_orig_ctx : c->ctx);
+    SETS("attn", mp_attn_name(c->attn));
+    lua_pushnumber(L, mp_attn_alpha(c)); lua_setfield(L, -2, "alpha");   /* 1 for softmax / ssmax */
 #undef SETI
 #undef SETS
 }
@@ -715,8 +717,11 @@ static int cfg_int(lua_State *L, int t, const char *k, int def, int required) {
  *              norm="rms"|"layer", mlp="swiglu"|"gelu"|"gelu_tanh"|"none",
  *              pos="rope"|"none"|"learned"|"half_rope"|"high_freq"|"rope_id", rope_dims=
  *              (half_rope/rope_id: rotated channels, default half of d_head), pos_temp=true
- *              (rope_id's length temperature), qkv_bias=false, linear_bias=false}
- * Weights ~ normal(0, init_std), wo/w2 scaled by 1/sqrt(2 n_layer). */
+ *              (rope_id's length temperature), qkv_bias=false, linear_bias=false,
+ *              attn="softmax"|"ssmax"|"entmax15"|"entmax"|"asentmax", alpha= (entmax/asentmax:
+ *              in (1, 8], default 1.5)}
+ * Weights ~ normal(0, init_std), wo/w2 scaled by 1/sqrt(2 n_layer); attention-
+ * variant parameters at their initial values (runtime/attn_variants.h). */
 static int kind_opt(lua_State *L, const char *key, const char *const *names, int n, int def) {
     int v = def;
     if (lua_getfield(L, 1, key) != LUA_TNIL) {
@@ -752,6 +757,9 @@ static int l_model_new(lua_State *L) {
     c.pos_no_temp = !mp_lua_opt_bool(L, 1, "pos_temp", 1);
     c.qkv_bias = mp_lua_opt_bool(L, 1, "qkv_bias", 0);
     c.linear_bias = mp_lua_opt_bool(L, 1, "linear_bias", 0);
+    static const char *attns[] = {"softmax", "ssmax", "entmax15", "entmax", "asentmax"};
+    c.attn = (mp_attn_kind)kind_opt(L, "attn", attns, MP_ATTN_COUNT, MP_ATTN_SOFTMAX);
+    c.attn_alpha = (float)mp_lua_opt_num(L, 1, "alpha", 0.0);
     c.d_model = cfg_int(L, 1, "d_model", 0, 1);
     c.n_layer = cfg_int(L, 1, "n_layer", 0, 1);
     c.n_head = cfg_int(L, 1, "n_head", 0, 1);
@@ -805,9 +813,11 @@ static int model_save(lua_State *L) {
         int version = (int)mp_lua_opt_num(L, opt, "version", 0);
         const mp_config *c = &lm->m->cfg;
         if (c->norm != MP_NORM_RMS || c->mlp != MP_MLP_SWIGLU || c->pos != MP_POS_ROPE ||
-            c->d_head * c->n_head != c->d_model || c->rope_theta != 10000.0f || c->rope_scaling)
-            return luaL_error(L, "%s: llama2.c files hold only RMSNorm/SwiGLU/RoPE (theta 10000, unscaled) models with "
-                              "d_head = d_model / n_head; save this model as a .h5 checkpoint", path);
+            c->d_head * c->n_head != c->d_model || c->rope_theta != 10000.0f || c->rope_scaling ||
+            c->attn != MP_ATTN_SOFTMAX)
+            return luaL_error(L, "%s: llama2.c files hold only RMSNorm/SwiGLU/RoPE (theta 10000, unscaled) softmax-"
+                              "attention models with d_head = d_model / n_head; save this model as a .h5 checkpoint",
+                              path);
         st = mp_model_save_llama2c(lm->m, path, version);
     }
     if (st) return mp_lua_fail(L, st);

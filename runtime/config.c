@@ -1,6 +1,7 @@
 /* config.c — the model config: defaults, validation (every field in range, every
  * buffer size free of size_t overflow), parameter counting, and allocation /
  * freeing of an mp_model whose parameters live in one zeroed float buffer. */
+#include "attn_variants.h"
 #include "model.h"
 
 #include <math.h>
@@ -31,7 +32,7 @@ mp_config mp_config_default(void) {
 /* Sizes (in floats) of the mp_params fields, in struct order. Returns -1 on
  * overflow. Assumes the fields are positive (checked by the caller). */
 enum { P_EMBED, P_LN1, P_LN1B, P_WQ, P_WK, P_WV, P_WO, P_LN2, P_LN2B, P_W1, P_W3, P_W2, P_LNF, P_LNFB,
-       P_UNEMBED, P_POS, P_BQ, P_BK, P_BV, P_BO, P_B1, P_B3, P_B2, P_COUNT };
+       P_UNEMBED, P_POS, P_BQ, P_BK, P_BV, P_BO, P_B1, P_B3, P_B2, P_SSMAX, P_ASD, P_ASB, P_ASG, P_COUNT };
 
 static int param_sizes(const mp_config *c, size_t n[P_COUNT]) {
     size_t D = (size_t)c->d_model, L = (size_t)c->n_layer, V = (size_t)c->vocab;
@@ -68,13 +69,19 @@ static int param_sizes(const mp_config *c, size_t n[P_COUNT]) {
     if (!c->linear_bias) n[P_B1] = 0;
     n[P_B3] = c->mlp == MP_MLP_SWIGLU ? n[P_B1] : 0;
     n[P_B2] = c->linear_bias && has_mlp ? LD : 0;
+    /* attention-variant parameters, [L, H] (absent for softmax and entmax) */
+    size_t LH;
+    if (mp_mul_size(L, (size_t)c->n_head, &LH)) return -1;
+    n[P_SSMAX] = c->attn == MP_ATTN_SSMAX ? LH : 0;
+    n[P_ASD] = n[P_ASB] = n[P_ASG] = c->attn == MP_ATTN_ASENTMAX ? LH : 0;
     return 0;
 }
 
 static float **param_field(mp_params *p, int i) {
     float **f[P_COUNT] = {&p->embed, &p->ln1_w, &p->ln1_b, &p->wq, &p->wk, &p->wv, &p->wo, &p->ln2_w,
                           &p->ln2_b, &p->w1, &p->w3, &p->w2, &p->lnf_w, &p->lnf_b, &p->unembed,
-                          &p->pos_embed, &p->bq, &p->bk, &p->bv, &p->bo, &p->b1, &p->b3, &p->b2};
+                          &p->pos_embed, &p->bq, &p->bk, &p->bv, &p->bo, &p->b1, &p->b3, &p->b2,
+                          &p->ssmax_s, &p->as_delta, &p->as_beta, &p->as_gamma};
     return f[i];
 }
 
@@ -95,12 +102,14 @@ int mp_params_describe(const mp_config *c, const mp_params *p, mp_param_desc out
         "blocks.%d.attn.wv", "blocks.%d.attn.wo", "blocks.%d.ln2.weight", "blocks.%d.ln2.bias",
         "blocks.%d.mlp.w1", "blocks.%d.mlp.w3", "blocks.%d.mlp.w2", "ln_final.weight", "ln_final.bias",
         "unembed", "pos_embed", "blocks.%d.attn.bq", "blocks.%d.attn.bk", "blocks.%d.attn.bv",
-        "blocks.%d.attn.bo", "blocks.%d.mlp.b1", "blocks.%d.mlp.b3", "blocks.%d.mlp.b2"};
+        "blocks.%d.attn.bo", "blocks.%d.mlp.b1", "blocks.%d.mlp.b3", "blocks.%d.mlp.b2",
+        "blocks.%d.attn.ssmax_s", "blocks.%d.attn.as_delta", "blocks.%d.attn.as_beta", "blocks.%d.attn.as_gamma"};
     int64_t D = c->d_model, V = c->vocab, M = c->d_mlp, HD = (int64_t)c->n_head * c->d_head,
             KD = (int64_t)c->n_kv_head * c->d_head;
     int64_t shapes[P_COUNT][2] = {{V, D}, {D, 0}, {D, 0}, {HD, D}, {KD, D}, {KD, D}, {D, HD}, {D, 0}, {D, 0},
                                   {M, D}, {M, D}, {D, M}, {D, 0}, {D, 0}, {V, D},
-                                  {c->ctx, D}, {HD, 0}, {KD, 0}, {KD, 0}, {D, 0}, {M, 0}, {M, 0}, {D, 0}};
+                                  {c->ctx, D}, {HD, 0}, {KD, 0}, {KD, 0}, {D, 0}, {M, 0}, {M, 0}, {D, 0},
+                                  {c->n_head, 0}, {c->n_head, 0}, {c->n_head, 0}, {c->n_head, 0}};
     size_t n[P_COUNT];
     int k = 0;
     if (param_sizes(c, n)) return 0;
@@ -204,6 +213,16 @@ mp_status mp_config_validate(const mp_config *c, const char *what) {
         (c->yarn_beta_fast > 0.0f ? c->yarn_beta_fast : 32.0f) <= (c->yarn_beta_slow > 0.0f ? c->yarn_beta_slow : 1.0f))
         return mp_error(MP_ERR_FORMAT, "%s: YaRN beta_fast (%g) must exceed beta_slow (%g), both >= 0", what,
                         (double)c->yarn_beta_fast, (double)c->yarn_beta_slow);
+    if ((unsigned)c->attn >= MP_ATTN_COUNT)
+        return mp_error(MP_ERR_FORMAT, "%s: unknown attention variant (%d)", what, (int)c->attn);
+    if (c->attn == MP_ATTN_ENTMAX || c->attn == MP_ATTN_ASENTMAX) {
+        if (c->attn_alpha != 0.0f && !(c->attn_alpha > 1.0f && c->attn_alpha <= 8.0f))
+            return mp_error(MP_ERR_FORMAT, "%s: attention alpha (%g) must be in (1, 8] (0: 1.5)", what,
+                            (double)c->attn_alpha);
+    } else if (c->attn_alpha != 0.0f && !(c->attn == MP_ATTN_ENTMAX15 && c->attn_alpha == 1.5f)) {
+        return mp_error(MP_ERR_FORMAT, "%s: attention alpha (%g) applies to attn entmax and asentmax only (attn %s)",
+                        what, (double)c->attn_alpha, mp_attn_name(c->attn));
+    }
     if (!(c->norm_eps >= 0.0f) || !isfinite(c->norm_eps))
         return mp_error(MP_ERR_FORMAT, "%s: norm_eps (%g) must be non-negative and finite",
                         what, (double)c->norm_eps);
@@ -259,6 +278,7 @@ mp_status mp_model_alloc(mp_model **out, const mp_config *cfg) {
         goto cleanup;
     }
     mp_params_layout(cfg, m->owned, &m->p);
+    mp_attn_params_init(cfg, &m->p);
     *out = m;
     return MP_OK;
 cleanup:

@@ -258,6 +258,9 @@ mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const ch
     if (c->rope_scaling != MP_ROPE_SCALING_NONE || c->rope_dims)
         return mp_error(MP_ERR_ARG, "%s: this model's inference-time RoPE scaling (PI/NTK/YaRN) or partial rotation "
                         "is not written to GGUF; turn it off (m:set_rope_scaling(nil)) or save as .h5", path);
+    if (c->attn != MP_ATTN_SOFTMAX)
+        return mp_error(MP_ERR_ARG, "%s: attention variant %s has no GGUF / llama.cpp form (softmax only); save as .h5",
+                        path, mp_attn_name(c->attn));
     const char *arch;
     if (c->norm == MP_NORM_RMS && c->mlp == MP_MLP_SWIGLU && c->pos == MP_POS_ROPE && !c->linear_bias)
         arch = c->qkv_bias ? "qwen2" : "llama";

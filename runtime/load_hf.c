@@ -423,6 +423,9 @@ mp_status mp_model_save_hf(const mp_model *m, const char *dir) {
     if (c->rope_scaling != MP_ROPE_SCALING_NONE || c->rope_dims)
         return mp_error(MP_ERR_ARG, "%s: this model's inference-time RoPE scaling (PI/NTK/YaRN) or partial rotation "
                         "is not written to config.json; turn it off or save as .h5", dir);
+    if (c->attn != MP_ATTN_SOFTMAX)
+        return mp_error(MP_ERR_ARG, "%s: attention variant %s has no Hugging Face form (softmax only); save as .h5", dir,
+                        mp_attn_name(c->attn));
     if (mkdir(dir, 0777) && errno != EEXIST) return mp_error(MP_ERR_IO, "%s: cannot create folder: %s", dir, strerror(errno));
     const size_t D = (size_t)c->d_model, V = (size_t)c->vocab, M = (size_t)c->d_mlp, L = (size_t)c->n_layer;
     const size_t HD = (size_t)c->n_head * c->d_head, KD = (size_t)c->n_kv_head * c->d_head;

@@ -5,8 +5,10 @@
  * the activation store; and the training mode of the same forward,
  * which keeps every layer's activations (and the full pattern) in an mp_acts
  * store for the backward pass (runtime/train.c). The positional scheme lives in
- * pos.c (mp_pos_*). (Random initialisation lives in model_init.c: GSL's cblas header
+ * pos.c (mp_pos_*), the attention variants (how scores become the pattern) in
+ * attn_variants.c. (Random initialisation lives in model_init.c: GSL's cblas header
  * clashes with OpenBLAS's, so no file includes both.) */
+#include "attn_variants.h"
 #include "model.h"
 #include "ops.h"
 
@@ -61,11 +63,12 @@ mp_status mp_acts_init(mp_acts *a, const mp_config *c, int B, int T) {
         L * N * D, L * N, L * N, L * N * M, L * N * up, L * N * M,     /* ln2, mean, rstd, pre, up, post */
         N * D, N, N, N * (size_t)c->vocab,                             /* lnf, mean, rstd, logits */
         N * D, N * D, N * HD, N * KD, N * KD, N * HD, att, N * M, N * up, N * M,
-        (size_t)T * (2 * (size_t)(c->d_head / 2) + 1)};                 /* pos_tab */
+        (size_t)T * (2 * (size_t)(c->d_head / 2) + 1),                  /* pos_tab */
+        (size_t)B * H * T};                                             /* dfac */
     float **f[] = {&a->resid, &a->resid_mid, &a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->q, &a->k, &a->v, &a->att,
                    &a->z, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->pre, &a->up, &a->post, &a->lnf, &a->lnf_mean,
                    &a->lnf_rstd, &a->logits, &a->dresid, &a->dxn, &a->dq, &a->dk, &a->dv, &a->dz, &a->datt,
-                   &a->dpre, &a->dup, &a->dpost, &a->pos_tab};
+                   &a->dpre, &a->dup, &a->dpost, &a->pos_tab, &a->dfac};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) bad |= mp_add_size(total, sz[i], &total);
     if (bad || mp_mul_size(total, sizeof(float), &tt))
@@ -147,15 +150,25 @@ static mp_status fire_block(const fwd_ctx *f, mp_hook_id id, int l, int q0, int 
 
 /* Causal grouped-query attention of one layer, by blocks of qb query rows.
  * q [B,T,H,Dh] (rotated), keys/values kc/vc with batch stride bstride and row
- * stride KD covering positions 0..pos0+T-1; z [B,T,H,Dh]. */
+ * stride KD covering positions 0..pos0+T-1; z [B,T,H,Dh]. The scores become
+ * the pattern through the layer's attention variant av. */
 static mp_status attention(const fwd_ctx *f, int l, fwd_bufs *b, const float *kc, const float *vc,
-                           size_t bstride, int qb) {
+                           size_t bstride, int qb, const mp_attn_layer *av) {
     const mp_config *c = f->c;
     const int B = f->B, T = f->T, H = c->n_head, Dh = c->d_head, KD = c->n_kv_head * Dh;
     const int S = f->pos0 + T, HD = H * Dh, group = H / c->n_kv_head;
     const float scale = 1.0f / sqrtf((float)Dh);
     const int show = mp_hooks_active(f->hs, MP_HOOK_ATTN_SCORES, l) || mp_hooks_active(f->hs, MP_HOOK_PATTERN, l);
-    mp_status st;
+    mp_status st = MP_OK;
+    /* the normalizer's scratch (entmax15's sort): S floats per thread */
+    const size_t nwork = mp_attn_work_floats(av, S);
+    int nthr = 1;
+#ifdef _OPENMP
+    nthr = omp_get_max_threads();
+#endif
+    float *work = NULL;
+    if (nwork && !(work = mp_malloc((size_t)nthr * nwork * sizeof(float), "attention-variant scratch")))
+        return MP_ERR_NOMEM;
     for (int q0 = 0; q0 < T; q0 += qb) {
         const int rows = T - q0 < qb ? T - q0 : qb;
         const int kmax = f->pos0 + q0 + rows; /* keys visible to the last row */
@@ -174,16 +187,22 @@ static mp_status attention(const fwd_ctx *f, int l, fwd_bufs *b, const float *kc
                     for (int j = first_masked; j < end; j++) a[(size_t)i * S + j] = -INFINITY;
                 }
             }
-        if ((st = fire_block(f, MP_HOOK_ATTN_SCORES, l, q0, rows, b->att))) return st;
+        if ((st = fire_block(f, MP_HOOK_ATTN_SCORES, l, q0, rows, b->att))) goto cleanup;
 #pragma omp parallel for schedule(static)
         for (int bh = 0; bh < B * H; bh++) {
-            float *a = b->att + (size_t)bh * blk;
-            mp_softmax_rows(a, rows, kmax, S);
+            float *a = b->att + (size_t)bh * blk, *w = NULL;
+#ifdef _OPENMP
+            if (work) w = work + (size_t)omp_get_thread_num() * nwork;
+#else
+            w = work;
+#endif
+            /* row i sees keys 0 .. pos0+q0+i */
+            mp_attn_normalize_rows(av, bh % H, a, rows, kmax, S, f->pos0 + q0 + 1, w);
             if (show)
                 for (int i = 0; i < rows; i++)
                     for (int j = kmax; j < S; j++) a[(size_t)i * S + j] = 0.0f;
         }
-        if ((st = fire_block(f, MP_HOOK_PATTERN, l, q0, rows, b->att))) return st;
+        if ((st = fire_block(f, MP_HOOK_PATTERN, l, q0, rows, b->att))) goto cleanup;
 #pragma omp parallel for collapse(2) schedule(dynamic)
         for (int bb = 0; bb < B; bb++)
             for (int h = 0; h < H; h++) {
@@ -194,7 +213,9 @@ static mp_status attention(const fwd_ctx *f, int l, fwd_bufs *b, const float *kc
                             0.0f, zp, HD);
             }
     }
-    return MP_OK;
+cleanup:
+    free(work);
+    return st;
 }
 
 static mp_status check_forward_args(const mp_model *m, const int *tokens, int B, int T,
@@ -338,7 +359,8 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
             kc = ck;
             vc = cv;
         }
-        if ((st = attention(&f, l, &b, kc, vc, bstride, qb))) goto cleanup;
+        const mp_attn_layer av = mp_attn_layer_of(c, p, l);
+        if ((st = attention(&f, l, &b, kc, vc, bstride, qb, &av))) goto cleanup;
         FIRE(MP_HOOK_Z, l, b.z);
         mp_matmul_forward(b.out, b.z, p->wo + (size_t)l * D * HD, layer_ptr(p->bo, l, D), N, HD, D);
         FIRE(MP_HOOK_ATTN_OUT, l, b.out);

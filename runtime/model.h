@@ -48,6 +48,17 @@ typedef enum {
  * r_i = orig_ctx / wavelength_i, and multiplies the logits by
  * (0.1 ln(factor) + 1)^2. */
 typedef enum { MP_ROPE_SCALING_NONE = 0, MP_ROPE_SCALING_PI, MP_ROPE_SCALING_NTK, MP_ROPE_SCALING_YARN } mp_rope_scaling;
+/* Attention variants (runtime/attn_variants.c; the values are stable:
+ * checkpoints store names, mp_attn_name / mp_attn_parse). Each maps a query's
+ * scores u over the n keys it sees to the pattern: softmax; ssmax (scalable
+ * softmax, Nakanishi 2025: softmax(s_h log(n) u), s_h learnable per head);
+ * entmax15 (1.5-entmax, the exact sort-based algorithm of Peters et al. 2019);
+ * entmax (alpha-entmax for any alpha > 1 by bisection); asentmax (adaptive-
+ * scalable entmax, Vasylenko et al. 2025: alpha-entmax of
+ * (delta_h + beta_h (log n)^gamma_h) u, delta/beta/gamma learnable per head).
+ * The entmax kinds give exact zeros. */
+typedef enum { MP_ATTN_SOFTMAX = 0, MP_ATTN_SSMAX, MP_ATTN_ENTMAX15, MP_ATTN_ENTMAX, MP_ATTN_ASENTMAX } mp_attn_kind;
+#define MP_ATTN_COUNT 5
 
 #define MP_ROPE_FREQS_MAX 256   /* d_head up to 512 with frequency divisors */
 
@@ -81,6 +92,9 @@ typedef struct mp_config {
     int rope_orig_ctx;    /* YaRN: the original training length (0: ctx) */
     float yarn_beta_fast; /* YaRN ramp ends in rotations per orig_ctx (0: 32) */
     float yarn_beta_slow; /* (0: 1) */
+    /* appended for the attention variants (zero = softmax, the older behaviour) */
+    mp_attn_kind attn;    /* how scores become the pattern */
+    float attn_alpha;     /* entmax / asentmax: alpha in (1, 8] (0: 1.5); 0 for the other kinds */
 } mp_config;
 
 /* Checks every field (positive, divisible, no overflow of any buffer size);
@@ -115,12 +129,17 @@ typedef struct {
     float *b1;       /* [L, M]    linear_bias with MLP */
     float *b3;       /* [L, M]    linear_bias with SwiGLU */
     float *b2;       /* [L, D]    linear_bias with MLP */
+    /* attention-variant parameters (absent: NULL; init in mp_model_alloc, see attn_variants.h) */
+    float *ssmax_s;  /* [L, H] ssmax: the scale s per head */
+    float *as_delta; /* [L, H] asentmax: delta, beta, gamma per head */
+    float *as_beta;  /* [L, H] */
+    float *as_gamma; /* [L, H] */
 } mp_params;
 
 /* The parameter tensors in mp_params order, with their DESIGN.md checkpoint
  * names: per-layer tensors are named with a "%d" for the layer
  * ("blocks.%d.attn.wq") and `shape` is one layer's shape. */
-#define MP_PARAM_MAX 23
+#define MP_PARAM_MAX 27
 typedef struct {
     const char *name;  /* printf pattern ("%d" = layer) or plain name */
     float *p;          /* start (all layers) */
@@ -167,7 +186,8 @@ mp_status mp_model_new_init(mp_model **out, const mp_config *cfg, uint64_t seed,
 mp_status mp_model_make_owned(mp_model *m);
 /* Writes a llama2.c checkpoint: version 0 (legacy) or 1 ("ak42"). Atomic. */
 mp_status mp_model_save_llama2c(const mp_model *m, const char *path, int version);
-/* A model with every parameter zeroed: validates cfg (mp_config_validate), then
+/* A model with every parameter zeroed (except the attention-variant ones, at
+ * their initial values: mp_attn_params_init): validates cfg, then
  * allocates one float buffer (m->owned) laid out in mp_params order; unembed is
  * a separate block only when !cfg->tied, else it aliases embed. */
 mp_status mp_model_alloc(mp_model **out, const mp_config *cfg);
@@ -267,6 +287,7 @@ typedef struct {
     float *dup;        /* [N, M] */
     float *dpost;      /* [N, M] */
     float *pos_tab;    /* positional tables of the T positions: cos [T, Dh/2], sin [T, Dh/2], q scale [T] */
+    float *dfac;       /* [B, H, T] backward scratch: gradient of each query row's attention-variant factor */
     float *mem;
     size_t n_floats;
 } mp_acts;
@@ -326,6 +347,14 @@ int mp_pos_tables(const mp_config *c, float *cos_t, float *sin_t, float *q_scale
  * transpose of both to a gradient. No-op for none / learned. */
 void mp_pos_apply(const mp_config *c, const float *cos_t, const float *sin_t, const float *q_scale, float *x, int B,
                   int T, int nh, int backward);
+
+/* ---- attention variant names (runtime/attn_variants.c) ---- */
+/* "softmax", "ssmax", "entmax15", "entmax", "asentmax"; mp_attn_parse: the kind, or -1. */
+const char *mp_attn_name(mp_attn_kind k);
+int mp_attn_parse(const char *name);
+/* The alpha the kind uses: 1 (softmax, ssmax), 1.5 (entmax15), attn_alpha or
+ * 1.5 when 0 (entmax, asentmax). */
+double mp_attn_alpha(const mp_config *c);
 
 /* ---- sampling ---- */
 typedef struct {

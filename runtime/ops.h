@@ -103,6 +103,16 @@ void mp_gelu_tanh_backward(float *dx, const float *dout, const float *x, size_t 
  * dq, dk, dv accumulated; datt [B,H,T,T] is scratch. */
 void mp_attention_backward(float *dq, float *dk, float *dv, float *datt, const float *dz, const float *q,
                            const float *k, const float *v, const float *att, int B, int T, int H, int K, int Dh);
+/* The same for any attention variant (attn_variants.h; NULL: softmax, exactly
+ * the function above): the pattern's backward through the variant's
+ * normalizer, and with a row factor f (ssmax, asentmax) dS = f dU and
+ * dfac [B,H,T] (written, not accumulated) = sum_j dU_ij * scores_ij, the
+ * gradient of each query row's factor (scores recomputed from q and k; dfac
+ * may be NULL for kinds without a factor). */
+struct mp_attn_layer;
+void mp_attention_backward_variant(float *dq, float *dk, float *dv, float *datt, float *dfac, const float *dz,
+                                   const float *q, const float *k, const float *v, const float *att, int B, int T,
+                                   int H, int K, int Dh, const struct mp_attn_layer *av);
 /* Cross-entropy: dlogits = scale * (probs - onehot(target)) on counted rows,
  * 0 on ignored rows (target < 0). Overwrites (may alias probs). */
 void mp_crossentropy_backward(float *dlogits, const float *probs, const int *targets, int N, int V, float scale);

@@ -3,6 +3,7 @@
  * allocates nothing. Products through sgemm; rows, heads and columns in
  * parallel with OpenMP (static schedules, so the same thread count gives the
  * same bytes). */
+#include "attn_variants.h"
 #include "ops.h"
 
 #include <cblas.h>
@@ -137,7 +138,14 @@ void mp_gelu_tanh_backward(float *dx, const float *dout, const float *x, size_t 
 
 void mp_attention_backward(float *dq, float *dk, float *dv, float *datt, const float *dz, const float *q,
                            const float *k, const float *v, const float *att, int B, int T, int H, int K, int Dh) {
+    mp_attention_backward_variant(dq, dk, dv, datt, NULL, dz, q, k, v, att, B, T, H, K, Dh, NULL);
+}
+
+void mp_attention_backward_variant(float *dq, float *dk, float *dv, float *datt, float *dfac, const float *dz,
+                                   const float *q, const float *k, const float *v, const float *att, int B, int T,
+                                   int H, int K, int Dh, const struct mp_attn_layer *av) {
     const int HD = H * Dh, KD = K * Dh, group = H / K;
+    const int variant = av && av->kind != MP_ATTN_SOFTMAX, factor = av && mp_attn_has_factor(av->kind);
     const float scale = 1.0f / sqrtf((float)Dh);
     const size_t TT = (size_t)T * T;
     /* one (batch, kv head) per task: the heads of a group write the same dk/dv */
@@ -158,12 +166,36 @@ void mp_attention_backward(float *dq, float *dk, float *dv, float *datt, const f
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, Dh, 1.0f, dzp, HD, vp, KD, 0.0f, dS, T);
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, Dh, T, 1.0f, P, T, dzp, HD, 1.0f, dvp, KD);
                 /* dS = P * (dP - rowsum(dP * P)) * scale (zero where P is) */
-                for (int i = 0; i < T; i++) {
+                for (int i = 0; i < T && !variant; i++) {
                     const float *pr = P + (size_t)i * T;
                     float *dr = dS + (size_t)i * T;
                     float s = 0.0f;
                     for (int j = 0; j < T; j++) s += dr[j] * pr[j];
                     for (int j = 0; j < T; j++) dr[j] = pr[j] * (dr[j] - s) * scale;
+                }
+                /* variants: dU through the normalizer; dS = f dU scale; the
+                 * factor's gradient sum_j dU_ij S_ij over the support */
+                for (int i = 0; i < T && variant; i++) {
+                    const float *pr = P + (size_t)i * T;
+                    float *dr = dS + (size_t)i * T;
+                    mp_attn_normalize_backward(av, dr, pr, i + 1);
+                    for (int j = i + 1; j < T; j++) dr[j] = 0.0f;
+                    double f = 1.0;
+                    if (factor) {
+                        double g = 0.0;
+                        const float *qi = qp + (size_t)i * HD;
+                        for (int j = 0; j <= i; j++) {
+                            if (!(pr[j] > 0.0f)) continue;
+                            const float *kj = kp + (size_t)j * KD;
+                            double dot = 0.0;
+                            for (int e = 0; e < Dh; e++) dot += (double)qi[e] * kj[e];
+                            g += (double)dr[j] * dot * scale;
+                        }
+                        if (dfac) dfac[((size_t)b * H + h) * T + i] = (float)g;
+                        f = mp_attn_row_factor(av, h, i + 1);
+                    }
+                    const float fs = (float)(f * scale);
+                    for (int j = 0; j <= i; j++) dr[j] *= fs;
                 }
                 /* dq += dS k;  dk += dS^T q */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, Dh, T, 1.0f, dS, T, kp, KD, 1.0f, dqp, HD);

@@ -2,6 +2,7 @@
  * the training-mode forward, the masked cross-entropy loss, gradient buffers,
  * and the training step (accumulation, clipping, AdamW). See train.h. */
 #include "train.h"
+#include "attn_variants.h"
 #include "ops.h"
 
 #include <stdlib.h>
@@ -95,8 +96,13 @@ static void backward(const mp_model *m, mp_acts *A, mp_grads *G, const int *toke
         memset(A->dq, 0, nq * sizeof(float));
         memset(A->dk, 0, nk * sizeof(float));
         memset(A->dv, 0, nk * sizeof(float));
-        mp_attention_backward(A->dq, A->dk, A->dv, A->datt, A->dz, A->q + (size_t)l * nq, A->k + (size_t)l * nk,
-                               A->v + (size_t)l * nk, A->att + (size_t)l * B * H * T * T, B, T, H, K, Dh);
+        const mp_attn_layer av = mp_attn_layer_of(c, p, l);
+        mp_attention_backward_variant(A->dq, A->dk, A->dv, A->datt, A->dfac, A->dz, A->q + (size_t)l * nq,
+                                      A->k + (size_t)l * nk, A->v + (size_t)l * nk,
+                                      A->att + (size_t)l * B * H * T * T, B, T, H, K, Dh, &av);
+        /* the variant's per-head parameters (ssmax s; asentmax delta, beta, gamma) */
+        mp_attn_factor_backward(&av, lp(g->ssmax_s, l, H), lp(g->as_delta, l, H), lp(g->as_beta, l, H),
+                                lp(g->as_gamma, l, H), A->dfac, B, H, T, 1);
         if (mp_pos_rotates(c)) { /* the forward's tables (A->pos_tab) */
             const float *cos_t = A->pos_tab, *sin_t = cos_t + (size_t)T * half;
             const float *q_scale = mp_pos_has_logit_scale(c) ? sin_t + (size_t)T * half : NULL;

@@ -127,6 +127,11 @@ mp_status mp_h5run_write_model(mp_h5run *run, const mp_config *c, const char *so
     if (st == MP_OK) st = mp_h5_attr_set_string(f, "/model", "norm", norm_name(c->norm));
     if (st == MP_OK) st = mp_h5_attr_set_string(f, "/model", "mlp", mlp_name(c));
     if (st == MP_OK) st = mp_h5_attr_set_string(f, "/model", "pos", mp_pos_name(c->pos));
+    if (st == MP_OK && c->attn != MP_ATTN_SOFTMAX) {
+        st = mp_h5_attr_set_string(f, "/model", "attn", mp_attn_name(c->attn));
+        if (st == MP_OK && (c->attn == MP_ATTN_ENTMAX || c->attn == MP_ATTN_ASENTMAX))
+            st = mp_h5_attr_set_float(f, "/model", "attn_alpha", mp_attn_alpha(c));
+    }
     if (st == MP_OK && c->rope_scaling != MP_ROPE_SCALING_NONE) {
         st = mp_h5_attr_set_string(f, "/model", "rope_scaling", mp_rope_scaling_name(c->rope_scaling));
         if (st == MP_OK) st = mp_h5_attr_set_float(f, "/model", "rope_factor", float_as_decimal(c->rope_factor));

@@ -1,0 +1,438 @@
+/* bench_forward.c — the foundation benchmark's measuring program: prefill
+ * throughput of mp_model_forward, the cost of capturing hooks to an HDF5 run
+ * file, the cost of hook dispatch, and the OpenBLAS sgemm ceiling it is judged
+ * against. One measurement per process (so each peak RSS is its own); bench/run.sh
+ * runs the modes beside the PyTorch peer and prints the table.
+ *
+ *   bench_forward --mode sgemm [--shapes MxNxK,...]
+ *   bench_forward --mode make-random --out FILE.bin        (the large random model)
+ *   bench_forward --mode forward  --model FILE -B 8 -T 128 [--dump PREFIX]
+ *   bench_forward --mode capture  --model FILE -B 1 -T 1024 --hooks GLOBS --out FILE.h5
+ *   bench_forward --mode dispatch --model FILE -B 8 -T 128
+ *   common: --reps R (timed repetitions, default 5) --warmup W (default 1) --seed S
+ *
+ * Output: one `key=value` per line (times in seconds, FLOP/s in GFLOP/s, peak
+ * RSS in MiB from getrusage; other_cores: CPU other processes used meanwhile),
+ * meant to be read by run.sh. FLOPs are counted
+ * analytically: 2 x the multiply-adds of every matmul (q, k, v, o, gate, up,
+ * down, classifier) plus causal attention 2*2*H*Dh*T*(T+1)/2 per sequence and
+ * layer (QK^T and PV on the lower triangle). */
+#include "h5run.h"
+#include "model.h"
+#include "mp_hooks.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+typedef struct {
+    const char *mode, *model, *out, *hooks, *dump, *shapes;
+    int B, T, reps, warmup;
+    long chunk_kib; /* capture: run-file chunk target (0: the library's default) */
+    uint64_t seed;
+} opts;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: bench_forward --mode sgemm|make-random|forward|capture|dispatch [options]\n"
+            "  --model FILE     llama2.c checkpoint (forward, capture, dispatch)\n"
+            "  -B N, -T N       batch and sequence length\n"
+            "  --hooks GLOBS    hook names to capture (capture)\n"
+            "  --out FILE       run file (capture) or checkpoint (make-random)\n"
+            "  --dump PREFIX    write PREFIX.tokens.i32 and PREFIX.logits.f32 (forward)\n"
+            "  --shapes LIST    sgemm shapes MxNxK,... (C[M,N] = A[M,K] B[K,N])\n"
+            "  --chunk-kib N    capture: HDF5 chunk target in KiB (default: the library's 1 MiB)\n"
+            "  --reps R --warmup W --seed S\n");
+}
+
+static double peak_rss_mib(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0; /* Linux: KiB */
+}
+
+/* CPU used by other processes during a measurement, in cores: the machine's busy
+ * time (/proc/stat: user, nice, system, irq, softirq, steal) minus our own
+ * (getrusage), over the wall time. Noise from other tenants shows here. */
+typedef struct { double wall, busy, own; } load_probe;
+
+static void load_sample(load_probe *p) {
+    unsigned long long v[8] = {0};
+    FILE *f = fopen("/proc/stat", "r");
+    p->busy = -1;
+    if (f) {
+        if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                   &v[6], &v[7]) == 8)
+            p->busy = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)sysconf(_SC_CLK_TCK);
+        fclose(f);
+    }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    p->own = (double)ru.ru_utime.tv_sec + 1e-6 * ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
+             1e-6 * ru.ru_stime.tv_usec;
+    p->wall = mp_now();
+}
+
+static void print_other_load(const load_probe *a) {
+    load_probe b;
+    load_sample(&b);
+    if (a->busy < 0 || b.busy < 0 || b.wall <= a->wall) return;
+    double other = ((b.busy - a->busy) - (b.own - a->own)) / (b.wall - a->wall);
+    printf("other_cores=%.2f\n", other < 0 ? 0.0 : other);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static int threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+/* Analytical FLOPs of one prefill over B x T tokens with all logits. */
+static double forward_flops(const mp_config *c, int B, int T) {
+    double D = c->d_model, HD = (double)c->n_head * c->d_head, KD = (double)c->n_kv_head * c->d_head;
+    double M = c->d_mlp, V = c->vocab, L = c->n_layer;
+    double per_tok_layer = D * HD + 2.0 * D * KD + HD * D + 3.0 * D * M; /* multiply-adds */
+    double mm = 2.0 * ((double)B * T) * (L * per_tok_layer + D * V);
+    double attn = (double)B * L * 2.0 * 2.0 * HD * (double)T * (T + 1.0) / 2.0;
+    return mm + attn;
+}
+
+/* Deterministic tokens in [0, V): splitmix64 of the seed. */
+static void make_tokens(int *tok, size_t n, int V, uint64_t seed) {
+    uint64_t s = seed;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        tok[i] = (int)(z % (uint64_t)V);
+    }
+}
+
+static mp_status write_raw(const char *path, const void *data, size_t bytes) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return mp_error(MP_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    size_t w = fwrite(data, 1, bytes, f);
+    int rc = fclose(f);
+    if (w != bytes || rc != 0) return mp_error(MP_ERR_IO, "%s: write failed", path);
+    return MP_OK;
+}
+
+static void print_common(const mp_model *m, const opts *o) {
+    const mp_config *c = &m->cfg;
+    printf("threads=%d\n", threads());
+    printf("openblas=%s\n", openblas_get_config());
+    printf("openblas_core=%s\n", openblas_get_corename());
+    printf("model=%s\nformat=%s\n", m->source, m->format);
+    printf("config=d_model %d, %d layers, %d heads (%d kv), d_head %d, d_mlp %d, vocab %d, ctx %d, %s\n",
+           c->d_model, c->n_layer, c->n_head, c->n_kv_head, c->d_head, c->d_mlp, c->vocab, c->ctx,
+           c->tied ? "tied classifier" : "untied classifier");
+    printf("B=%d\nT=%d\nreps=%d\nwarmup=%d\n", o->B, o->T, o->reps, o->warmup);
+}
+
+/* Prints the timing summary of `reps` runs of `flops` each over B*T tokens. */
+static void print_times(const char *prefix, double *t, int reps, double flops, double tokens) {
+    double mn = t[0];
+    for (int i = 1; i < reps; i++) mn = t[i] < mn ? t[i] : mn;
+    double med = median(t, reps);
+    printf("%smedian_s=%.6f\n%smin_s=%.6f\n%smax_s=%.6f\n", prefix, med, prefix, mn, prefix, t[reps - 1]);
+    printf("%stok_s=%.1f\n", prefix, tokens / med);
+    if (flops > 0) printf("%sgflops=%.2f\n", prefix, flops / med * 1e-9);
+}
+
+/* ---- sgemm ceiling ---- */
+static int mode_sgemm(const opts *o) {
+    const char *list = o->shapes ? o->shapes : "1024x1376x512,1024x512x1376,1024x512x512,1024x1024x1024";
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", list);
+    printf("threads=%d\nopenblas=%s\nopenblas_core=%s\n", threads(), openblas_get_config(), openblas_get_corename());
+    double best = 0;
+    char best_shape[64] = "";
+    load_probe lp;
+    load_sample(&lp);
+    for (char *save = NULL, *s = strtok_r(buf, ",", &save); s; s = strtok_r(NULL, ",", &save)) {
+        int M, N, K;
+        if (sscanf(s, "%dx%dx%d", &M, &N, &K) != 3 || M <= 0 || N <= 0 || K <= 0) {
+            fprintf(stderr, "bench_forward: --shapes: '%s' is not MxNxK\n", s);
+            return 2;
+        }
+        float *a = mp_malloc((size_t)M * K * sizeof(float), "sgemm A");
+        float *b = mp_malloc((size_t)N * K * sizeof(float), "sgemm B");
+        float *c = mp_malloc((size_t)M * N * sizeof(float), "sgemm C");
+        if (!a || !b || !c) {
+            fprintf(stderr, "bench_forward: %s\n", mp_last_error());
+            free(a); free(b); free(c);
+            return 1;
+        }
+        for (size_t i = 0; i < (size_t)M * K; i++) a[i] = (float)((i * 7919u) % 1000) * 1e-3f - 0.5f;
+        for (size_t i = 0; i < (size_t)N * K; i++) b[i] = (float)((i * 104729u) % 1000) * 1e-3f - 0.5f;
+        /* The layout of mp_matmul_forward: C[M,N] = A[M,K] W[N,K]^T. */
+        double flops = 2.0 * M * N * K, t[64];
+        int reps = o->reps > 64 ? 64 : o->reps;
+        /* enough calls per sample to last ~20 ms, so timer noise does not matter */
+        int inner = 1;
+        double t0 = mp_now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N);
+        double one = mp_now() - t0;
+        if (one < 0.02) inner = (int)(0.02 / (one > 1e-6 ? one : 1e-6)) + 1;
+        for (int w = 0; w < o->warmup; w++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N);
+        for (int r = 0; r < reps; r++) {
+            t0 = mp_now();
+            for (int i = 0; i < inner; i++)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N);
+            t[r] = (mp_now() - t0) / inner;
+        }
+        double g = flops / median(t, reps) * 1e-9;
+        printf("sgemm_%dx%dx%d_gflops=%.2f\n", M, N, K, g);
+        if (g > best) { best = g; snprintf(best_shape, sizeof best_shape, "%dx%dx%d", M, N, K); }
+        free(a); free(b); free(c);
+    }
+    print_other_load(&lp);
+    printf("sgemm_best_gflops=%.2f\nsgemm_best_shape=%s\n", best, best_shape);
+    return 0;
+}
+
+/* ---- the large random model, written once for both implementations ---- */
+static int mode_make_random(const opts *o) {
+    if (!o->out) { fprintf(stderr, "bench_forward: make-random needs --out FILE\n"); return 2; }
+    mp_config c = mp_config_default();
+    c.d_model = 512; c.n_layer = 8; c.n_head = 8; c.n_kv_head = 8; c.d_head = 64;
+    c.d_mlp = 1376; c.vocab = 512; c.ctx = 1024; c.tied = 0;
+    mp_model *m = NULL;
+    mp_status st = mp_model_new_random(&m, &c, o->seed, 0.02f);
+    if (!st) st = mp_model_save_llama2c(m, o->out, 0);
+    mp_model_free(m);
+    if (st) { fprintf(stderr, "bench_forward: %s\n", mp_last_error()); return 1; }
+    printf("wrote=%s\n", o->out);
+    return 0;
+}
+
+/* ---- plain forward ---- */
+static int mode_forward(const mp_model *m, const opts *o, const int *tok, float *logits) {
+    const mp_config *c = &m->cfg;
+    mp_forward_params fp = mp_forward_params_default();
+    mp_status st = MP_OK;
+    double *t = calloc((size_t)o->reps, sizeof *t);
+    if (!t) return 1;
+    for (int w = 0; w < o->warmup && !st; w++) st = mp_model_forward(m, tok, o->B, o->T, &fp, logits);
+    if (!st && o->dump) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s.tokens.i32", o->dump);
+        st = write_raw(path, tok, (size_t)o->B * o->T * sizeof(int));
+        snprintf(path, sizeof path, "%s.logits.f32", o->dump);
+        if (!st) st = write_raw(path, logits, (size_t)o->B * o->T * c->vocab * sizeof(float));
+    }
+    load_probe lp;
+    load_sample(&lp);
+    for (int r = 0; r < o->reps && !st; r++) {
+        double t0 = mp_now();
+        st = mp_model_forward(m, tok, o->B, o->T, &fp, logits);
+        t[r] = mp_now() - t0;
+    }
+    if (st) { fprintf(stderr, "bench_forward: forward: %s\n", mp_last_error()); free(t); return 1; }
+    print_other_load(&lp);
+    printf("flops=%.6g\n", forward_flops(c, o->B, o->T));
+    print_times("", t, o->reps, forward_flops(c, o->B, o->T), (double)o->B * o->T);
+    free(t);
+    return 0;
+}
+
+/* ---- forward with a capture to an HDF5 run file ---- */
+static mp_status capture_once(const mp_model *m, const opts *o, const int *tok, float *logits, double *t_fwd) {
+    const mp_config *c = &m->cfg;
+    mp_h5run *run = NULL;
+    mp_hooks *hooks = NULL;
+    mp_h5run_params hp = mp_h5run_params_default();
+    if (o->chunk_kib > 0) hp.chunk_bytes = (size_t)o->chunk_kib << 10;
+    mp_status st = mp_h5run_create(&run, o->out, &hp);
+    if (st) return st;
+    if ((st = mp_h5run_write_model(run, c, m->source))) goto cleanup;
+    if ((st = mp_h5run_write_tokens(run, tok, o->B, o->T))) goto cleanup;
+    if (!(hooks = mp_hooks_new(c))) { st = mp_error(MP_ERR_NOMEM, "out of memory for the hook registry"); goto cleanup; }
+    if ((st = mp_h5run_capture(run, hooks, c, o->hooks, o->B, o->T))) goto cleanup;
+    mp_forward_params fp = mp_forward_params_default();
+    fp.hooks = hooks;
+    double t0 = mp_now();
+    st = mp_model_forward(m, tok, o->B, o->T, &fp, logits);
+    *t_fwd = mp_now() - t0;
+    if (st) goto cleanup;
+    mp_hooks_free(hooks);   /* the callbacks point into run */
+    hooks = NULL;
+    st = mp_h5run_commit(run);
+    run = NULL;
+cleanup:
+    mp_hooks_free(hooks);
+    mp_h5run_abort(run);
+    return st;
+}
+
+static int mode_capture(const mp_model *m, const opts *o, const int *tok, float *logits) {
+    if (!o->out || !o->hooks) { fprintf(stderr, "bench_forward: capture needs --out FILE.h5 and --hooks GLOBS\n"); return 2; }
+    double *t = calloc((size_t)o->reps, sizeof *t), *tf = calloc((size_t)o->reps, sizeof *tf), dummy;
+    mp_status st = MP_OK;
+    if (!t || !tf) { free(t); free(tf); return 1; }
+    for (int w = 0; w < o->warmup && !st; w++) st = capture_once(m, o, tok, logits, &dummy);
+    load_probe lp;
+    load_sample(&lp);
+    for (int r = 0; r < o->reps && !st; r++) {
+        double t0 = mp_now();
+        st = capture_once(m, o, tok, logits, &tf[r]);
+        t[r] = mp_now() - t0;
+    }
+    if (st) { fprintf(stderr, "bench_forward: capture: %s\n", mp_last_error()); free(t); free(tf); return 1; }
+    print_other_load(&lp);
+    struct stat sb;
+    if (stat(o->out, &sb) == 0) printf("file_bytes=%lld\n", (long long)sb.st_size);
+    printf("hooks=%s\n", o->hooks);
+    printf("chunk_kib=%ld\n", o->chunk_kib > 0 ? o->chunk_kib : (long)(mp_h5run_params_default().chunk_bytes >> 10));
+    printf("flops=%.6g\n", forward_flops(&m->cfg, o->B, o->T));
+    /* total: create + capture + forward + commit (fsync); fwd_: the forward call alone */
+    print_times("", t, o->reps, forward_flops(&m->cfg, o->B, o->T), (double)o->B * o->T);
+    print_times("fwd_", tf, o->reps, 0, (double)o->B * o->T);
+    free(t);
+    free(tf);
+    return 0;
+}
+
+/* ---- hook dispatch cost ---- */
+static int noop_hook(void *user, const mp_hook_info *info, float *data) {
+    (void)info; (void)data;
+    ++*(long *)user;
+    return 0;
+}
+
+static int mode_dispatch(const mp_model *m, const opts *o, const int *tok, float *logits) {
+    const mp_config *c = &m->cfg;
+    mp_hooks *empty = mp_hooks_new(c), *one = mp_hooks_new(c);
+    long calls = 0;
+    mp_status st = MP_OK;
+    double *t[3] = {calloc((size_t)o->reps, sizeof(double)), calloc((size_t)o->reps, sizeof(double)),
+                    calloc((size_t)o->reps, sizeof(double))};
+    int rc = 1;
+    if (!empty || !one || !t[0] || !t[1] || !t[2]) { fprintf(stderr, "bench_forward: out of memory\n"); goto cleanup; }
+    if ((st = mp_hooks_add(one, "blocks.0.hook_resid_pre", noop_hook, &calls))) goto fail;
+    mp_forward_params fp[3];
+    for (int k = 0; k < 3; k++) fp[k] = mp_forward_params_default();
+    fp[0].hooks = NULL;
+    fp[1].hooks = empty;
+    fp[2].hooks = one;
+    for (int w = 0; w < o->warmup; w++)
+        for (int k = 0; k < 3 && !st; k++) st = mp_model_forward(m, tok, o->B, o->T, &fp[k], logits);
+    /* interleaved, rotating which variant goes first, so drift hits all three alike */
+    load_probe lp;
+    load_sample(&lp);
+    for (int r = 0; r < o->reps && !st; r++)
+        for (int j = 0; j < 3 && !st; j++) {
+            int k = (r + j) % 3;
+            double t0 = mp_now();
+            st = mp_model_forward(m, tok, o->B, o->T, &fp[k], logits);
+            t[k][r] = mp_now() - t0;
+        }
+    if (st) goto fail;
+    print_other_load(&lp);
+    const char *names[3] = {"null", "empty", "one"};
+    double med[3];
+    for (int k = 0; k < 3; k++) {
+        char pfx[16];
+        snprintf(pfx, sizeof pfx, "%s_", names[k]);
+        print_times(pfx, t[k], o->reps, forward_flops(c, o->B, o->T), (double)o->B * o->T);
+        med[k] = median(t[k], o->reps);
+    }
+    printf("empty_vs_null_pct=%+.2f\none_vs_null_pct=%+.2f\n", 100.0 * (med[1] / med[0] - 1.0),
+           100.0 * (med[2] / med[0] - 1.0));
+    printf("noop_calls=%ld\n", calls);
+    rc = 0;
+    goto cleanup;
+fail:
+    fprintf(stderr, "bench_forward: dispatch: %s\n", mp_last_error());
+cleanup:
+    for (int k = 0; k < 3; k++) free(t[k]);
+    mp_hooks_free(empty);
+    mp_hooks_free(one);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    opts o = {0};
+    o.B = 1;
+    o.T = 128;
+    o.reps = 5;
+    o.warmup = 1;
+    o.seed = 1234;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        if (!v) { fprintf(stderr, "bench_forward: %s needs a value\n", a); usage(stderr); return 2; }
+        i++;
+        if (!strcmp(a, "--mode")) o.mode = v;
+        else if (!strcmp(a, "--model")) o.model = v;
+        else if (!strcmp(a, "--out")) o.out = v;
+        else if (!strcmp(a, "--hooks")) o.hooks = v;
+        else if (!strcmp(a, "--dump")) o.dump = v;
+        else if (!strcmp(a, "--shapes")) o.shapes = v;
+        else if (!strcmp(a, "-B")) o.B = atoi(v);
+        else if (!strcmp(a, "-T")) o.T = atoi(v);
+        else if (!strcmp(a, "--reps")) o.reps = atoi(v);
+        else if (!strcmp(a, "--warmup")) o.warmup = atoi(v);
+        else if (!strcmp(a, "--chunk-kib")) o.chunk_kib = atol(v);
+        else if (!strcmp(a, "--seed")) o.seed = strtoull(v, NULL, 10);
+        else { fprintf(stderr, "bench_forward: unknown option %s\n", a); usage(stderr); return 2; }
+    }
+    if (!o.mode) { usage(stderr); return 2; }
+    if (o.B < 1 || o.T < 1 || o.reps < 1 || o.warmup < 0) {
+        fprintf(stderr, "bench_forward: -B, -T and --reps must be positive, --warmup non-negative\n");
+        return 2;
+    }
+    mp_init();
+    if (!strcmp(o.mode, "sgemm")) return mode_sgemm(&o);
+    if (!strcmp(o.mode, "make-random")) return mode_make_random(&o);
+    if (strcmp(o.mode, "forward") && strcmp(o.mode, "capture") && strcmp(o.mode, "dispatch")) {
+        fprintf(stderr, "bench_forward: unknown mode '%s'\n", o.mode);
+        return 2;
+    }
+    if (!o.model) { fprintf(stderr, "bench_forward: --mode %s needs --model FILE\n", o.mode); return 2; }
+
+    mp_model *m = NULL;
+    int *tok = NULL;
+    float *logits = NULL;
+    int rc = 1;
+    if (mp_model_load_llama2c(&m, o.model)) { fprintf(stderr, "bench_forward: %s\n", mp_last_error()); return 1; }
+    size_t n_tok = (size_t)o.B * o.T, n_logits;
+    if (mp_mul_size(n_tok, (size_t)m->cfg.vocab, &n_logits)) { fprintf(stderr, "bench_forward: B*T*V overflows\n"); goto done; }
+    tok = mp_malloc(n_tok * sizeof(int), "tokens");
+    logits = tok ? mp_malloc(n_logits * sizeof(float), "logits") : NULL;
+    if (!tok || !logits) { fprintf(stderr, "bench_forward: %s\n", mp_last_error()); goto done; }
+    make_tokens(tok, n_tok, m->cfg.vocab, o.seed);
+    print_common(m, &o);
+    if (!strcmp(o.mode, "forward")) rc = mode_forward(m, &o, tok, logits);
+    else if (!strcmp(o.mode, "capture")) rc = mode_capture(m, &o, tok, logits);
+    else rc = mode_dispatch(m, &o, tok, logits);
+    printf("maxrss_mib=%.1f\n", peak_rss_mib());
+done:
+    free(tok);
+    free(logits);
+    mp_model_free(m);
+    return rc;
+}

@@ -10,7 +10,7 @@ JOBS=$(nproc 2>/dev/null || echo 2)
 
 # Debian packages the build and tests need (the benchmarks add PyTorch etc.).
 PKGS="build-essential cmake pkg-config libgsl-dev libhdf5-dev hdf5-tools libcairo2-dev liblua5.4-dev libopenblas-openmp-dev libpcre2-dev"
-BENCH_PKGS="python3-torch python3-numpy python3-h5py python3-matplotlib"
+BENCH_PKGS="python3-torch python3-numpy python3-h5py python3-matplotlib bc"
 
 install_missing() {
   local missing=()
@@ -56,7 +56,9 @@ case "$mode" in
   bench)
     install_missing $PKGS $BENCH_PKGS
     mkdir -p build && build build
-    bash bench/run.sh "${@:2}"
+    bash bench/run.sh build                                        # forward: sgemm ceiling, PyTorch, capture
+    bash bench/train.sh build                                      # training: PyTorch
+    /usr/bin/python3 bench/peer_analyze.py --bench build/bench/bench_analyze   # PCA/scatter: numpy, matplotlib
     ;;
   *)
     echo "usage: ./setup.sh [run|test|build|asan|bench]" >&2

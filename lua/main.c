@@ -28,7 +28,8 @@ static const char *usage =
     "       mechprobe --help | --version\n"
     "\n"
     "Scripts see the module as the global `mp` (also require \"mechprobe\").\n"
-    "Shipped probes: capture, generate (run `mechprobe NAME --help`).\n"
+    "Shipped probes: quickstart, capture, generate, sinks, mirror_descent, group_arith,\n"
+    "rope_id (run `mechprobe NAME --help`).\n"
     "Probe directory: $MECHPROBE_PROBES, else " MP_PROBE_DIR "\n";
 
 static int msghandler(lua_State *L) {

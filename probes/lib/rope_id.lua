@@ -1,0 +1,802 @@
+-- rope_id.lua (library) — the experiments behind `mechprobe rope_id`: do the
+-- query/key clusters and the attention sink of a RoPE model survive past the
+-- training length L, and does RoPE-ID (the high_freq band on half the channels,
+-- the rest unrotated, plus a length-dependent logit temperature) keep them?
+-- (Wertheimer et al., "Frayed RoPE and long inputs", ICLR 2026.)
+--
+--   local rid = require "rope_id"
+--   local r = rid.run(rid.preset("quick"), {out = DIR})   -- or set p.out, p.format and call rid.run(p)
+--
+-- Steps (each a section of the printed report and of DIR/rope_id.h5):
+--   1. train one small model per positional scheme (rope, half_rope, high_freq,
+--      rope_id, none) at length L on (a) byte-level text (Debian's licence texts,
+--      plus fortunes when installed) and (b) passkey retrieval; DroPE (drop the
+--      rotation of the RoPE model, recalibrate at L) for both tasks
+--   2. evaluate every variant (the schemes; RoPE-ID without its temperature;
+--      the RoPE model with PI / NTK / YaRN scaling by T/L; DroPE) at 1x..8x L:
+--      text loss by eval length and by position window, retrieval accuracy
+--   3. geometry of every head of the text models at the longest length, per
+--      position window: attention to the first token, ||k_0|| over the mean key
+--      norm, the largest q.k per query over the keys after the first (share
+--      positive), stable rank and first
+--      singular value share of the keys, q/k centroid cosine; inside L vs past L
+-- then the figures and the verdict table (rows "VERDICT id | claim | paper | ours | verdict",
+-- each decided by the rule printed under it as "RULE id: ...").
+local M = {}
+
+-- ---------------------------------------------------------------- presets
+
+M.schemes = {"rope", "half_rope", "high_freq", "rope_id", "none"}
+
+local base = {
+  seed = 1, eps = 0.3, n_filler = 16, lr = 3e-3, ret_lr = 1e-2, batch = 16, d_head = 16,
+  drope_lr = 1e-3,
+}
+
+M.presets = {
+  quick = {
+    L = 64, mults = {1, 2, 4}, d_model = 64, n_layer = 2, n_head = 4, d_mlp = 128,
+    text_steps = 250, ret_steps = 200, drope_steps = 40, value_len = 1, lr = 1e-2,
+    B_text = 16, B_ret = 64, B_geo = 2, window = 16,
+  },
+  medium = {
+    L = 128, mults = {1, 2, 4, 8}, d_model = 64, n_layer = 2, n_head = 4, d_mlp = 128,
+    text_steps = 1000, ret_steps = 1000, drope_steps = 150, value_len = 2,
+    B_text = 8, B_ret = 128, B_geo = 2, window = 32,
+  },
+  full = {
+    L = 128, mults = {1, 2, 4, 8}, d_model = 128, n_layer = 4, n_head = 8, d_mlp = 256,
+    text_steps = 1800, ret_steps = 1800, drope_steps = 300, value_len = 2, lr = 2e-3, ret_lr = 5e-3,
+    B_text = 8, B_ret = 128, B_geo = 4, window = 32,
+  },
+}
+
+function M.preset(name)
+  local p = assert(M.presets[name], "unknown preset " .. tostring(name))
+  local o = {preset = name}
+  for k, v in pairs(base) do o[k] = v end
+  for k, v in pairs(p) do o[k] = v end
+  return o
+end
+
+-- The evaluated variants: a trained scheme, or the RoPE model changed at
+-- evaluation time (scaling by T/L, RoPE-ID without temperature), or DroPE.
+M.variants = {
+  {name = "rope", model = "rope"},
+  {name = "half_rope", model = "half_rope"},
+  {name = "high_freq", model = "high_freq"},
+  {name = "rope_id", model = "rope_id"},
+  {name = "none", model = "none"},
+  {name = "rope_id_notemp", model = "rope_id", pos_temp = false},
+  {name = "rope_pi", model = "rope", scaling = "pi"},
+  {name = "rope_ntk", model = "rope", scaling = "ntk"},
+  {name = "rope_yarn", model = "rope", scaling = "yarn"},
+  {name = "drope", model = "drope"},
+}
+
+-- ---------------------------------------------------------------- helpers
+
+local function log(fmt, ...) io.stderr:write(("[rope_id %s] " .. fmt .. "\n"):format(os.date("%H:%M:%S"), ...)); io.stderr:flush() end
+
+local LICENSES = {"GPL-3", "GPL-2", "GPL-1", "LGPL-3", "LGPL-2.1", "LGPL-2", "GFDL-1.3", "GFDL-1.2", "Apache-2.0",
+                  "Artistic", "BSD", "CC0-1.0", "MPL-1.1", "MPL-2.0"}
+local FORTUNES = {"fortunes", "literature", "riddles", "wisdom", "people", "science", "humorists", "computers", "art",
+                  "education", "food", "law", "linux", "love", "magic", "medicine", "men-women", "miscellaneous",
+                  "news", "pets", "platitudes", "politics", "songs-poems", "sports", "work", "zippy"}
+
+-- Writes the byte-level corpus to `path`: the Debian licence texts, then the
+-- fortunes (fortunes-min / fortunes) when installed. Returns bytes, sources.
+function M.build_corpus(path)
+  local parts, used = {}, {}
+  local function add(file)
+    local f = io.open(file, "rb")
+    if not f then return end
+    local s = f:read("a")
+    f:close()
+    if s and #s > 0 then parts[#parts + 1] = s; used[#used + 1] = file end
+  end
+  for _, n in ipairs(LICENSES) do add("/usr/share/common-licenses/" .. n) end
+  for _, n in ipairs(FORTUNES) do add("/usr/share/games/fortunes/" .. n) end
+  if #parts == 0 then error("rope_id: no text found in /usr/share/common-licenses or /usr/share/games/fortunes "
+                            .. "(give --corpus FILE)", 0) end
+  local text = table.concat(parts, "\n")
+  local f = assert(io.open(path, "wb"))
+  f:write(text)
+  f:close()
+  return #text, used
+end
+
+-- Mean cross-entropy over the targets at 0-based positions [s, s + n) of
+-- every sequence (the others masked to -1), one forward pass.
+function M.window_loss(m, tok, tgt, s, n)
+  local B, T = tgt:size(1), tgt:size(2)
+  local masked = mp.full({B, T}, -1)
+  for b = 1, B do masked[b]:narrow(s + 1, n):copy_(tgt[b]:narrow(s + 1, n)) end
+  return m:loss(tok, masked)
+end
+
+-- Passkey accuracy: greedy (teacher-forced) prediction of every answer digit.
+-- Returns the exact-match share (all digits right) and the digit share.
+function M.retrieval_accuracy(m, tok, truth)
+  local logits = m:forward(tok)
+  local B = tok:size(1)
+  local exact, digits, n_digits = 0, 0, 0
+  for b = 1, B do
+    local all, lb = true, logits[b]
+    for j, v in ipairs(truth.value[b]) do
+      local p = truth.answer_pos[b] + j - 1        -- 1-based position of the digit
+      if lb[p - 1]:argmax() - 1 == v then digits = digits + 1 else all = false end
+      n_digits = n_digits + 1
+    end
+    if all then exact = exact + 1 end
+  end
+  return exact / B, digits / n_digits
+end
+
+local function mean(t) local s = 0; for _, v in ipairs(t) do s = s + v end; return #t > 0 and s / #t or 0 / 0 end
+
+-- Configures variant v's model for evaluation at length T; returns the model.
+local function setup(v, models, L, T)
+  local m = models[v.model]
+  if v.scaling then
+    if T > L then m:set_rope_scaling{type = v.scaling, factor = T / L, original_ctx = L}
+    else m:set_rope_scaling(nil) end
+  end
+  if v.pos_temp ~= nil then m:set_pos("rope_id", {pos_temp = v.pos_temp}) end
+  return m
+end
+local function teardown(v, models)
+  local m = models[v.model]
+  if v.scaling then m:set_rope_scaling(nil) end
+  if v.pos_temp ~= nil then m:set_pos("rope_id", {pos_temp = true}) end
+end
+
+M.geo_stats = {"first", "k0_ratio", "maxqk_pos", "maxqk_mean", "srank_k", "sigma1_k", "cos_qk"}
+
+-- Per-head geometry of model m on the sequences toks (a list of token tables of
+-- length T), in position windows of W tokens ([wW, (w+1)W), 0-based; query and
+-- key 0 left out of the first). Returns G[stat][l][h][w] (means over sequences).
+function M.geometry(m, toks, W)
+  local cfg = m.config
+  local NL, H, K = cfg.n_layer, cfg.n_head, cfg.n_kv_head
+  local group = H // K
+  local T = #toks[1]
+  local nwin = T // W
+  local G = {}
+  for _, k in ipairs(M.geo_stats) do
+    G[k] = {}
+    for l = 1, NL do
+      G[k][l] = {}
+      for h = 1, H do G[k][l][h] = {}; for w = 1, nwin do G[k][l][h][w] = 0 end end
+    end
+  end
+  local names = "blocks.*.attn.hook_rot_q,blocks.*.attn.hook_rot_k,blocks.*.attn.hook_pattern"
+  local nseq = #toks
+  for _, tk in ipairs(toks) do
+    local _, cache = m:run_with_cache({tk}, {names = names, logits = "none"})
+    for l = 0, NL - 1 do
+      local q = cache[("blocks.%d.attn.hook_rot_q"):format(l)][1]:permute{2, 1, 3}   -- [H,T,Dh]
+      local k = cache[("blocks.%d.attn.hook_rot_k"):format(l)][1]:permute{2, 1, 3}   -- [K,T,Dh]
+      local pat = cache[("blocks.%d.attn.hook_pattern"):format(l)][1]                -- [H,T,T]
+      for h = 0, H - 1 do
+        local qh, kh = q[h + 1], k[h // group + 1]
+        local ph = pat[h + 1]
+        -- largest q.k over the keys after the first (query t sees keys 1..t):
+        -- when all are negative, a near-zero first key can win the softmax
+        local mx = mp.analyze.max_qk(qh:narrow(2, T - 1), kh:narrow(2, T - 1))
+        local knorm = {}
+        for t = 1, T do knorm[t] = kh[t]:norm() end
+        local k0 = knorm[1]
+        for w = 1, nwin do
+          local s = (w - 1) * W + 1                   -- 1-based first row of the window
+          if w == 1 then s = 2 end
+          local n = w * W - s + 1
+          local first, pos, mxs, nsum = 0, 0, 0, 0
+          for t = s, s + n - 1 do
+            first = first + ph:get(t, 1)
+            local v = mx:get(t - 1)
+            if v > 0 then pos = pos + 1 end
+            mxs = mxs + v
+            nsum = nsum + knorm[t]
+          end
+          local kw, qw = kh:narrow(s, n), qh:narrow(s, n)
+          local spec = mp.analyze.spectrum(kw)
+          local sep = mp.analyze.separation(qw, kw)
+          local a = {first = first / n, k0_ratio = k0 / (nsum / n), maxqk_pos = pos / n, maxqk_mean = mxs / n,
+                     srank_k = spec.stable_rank, sigma1_k = spec.sigma1_share, cos_qk = sep.cos}
+          for key, val in pairs(a) do
+            G[key][l + 1][h + 1][w] = G[key][l + 1][h + 1][w] + val / nseq
+          end
+        end
+      end
+    end
+  end
+  return G
+end
+
+-- Means over the windows inside L (w < L/W) and past L, per head: S[stat].inside[l][h], .past[l][h]
+local function split_windows(G, L, W)
+  local nin = L // W
+  local S = {}
+  for key, per in pairs(G) do
+    local ins, past = {}, {}
+    for l, hs in ipairs(per) do
+      ins[l], past[l] = {}, {}
+      for h, ws in ipairs(hs) do
+        local a, b = {}, {}
+        for w, v in ipairs(ws) do if w <= nin then a[#a + 1] = v else b[#b + 1] = v end end
+        ins[l][h], past[l][h] = mean(a), mean(b)
+      end
+    end
+    S[key] = {inside = ins, past = past}
+  end
+  return S
+end
+
+-- Mean over heads (all, or those for which sel(l, h) is true) of a per-head table.
+local function head_mean(t, sel)
+  local s, n = 0, 0
+  for l, hs in ipairs(t) do
+    for h, v in ipairs(hs) do if not sel or sel(l, h) then s, n = s + v, n + 1 end end
+  end
+  return n > 0 and s / n or 0 / 0, n
+end
+
+-- Mean over heads per window: a list indexed by window.
+local function window_curve(per)
+  local c, n = {}, 0
+  for _, hs in ipairs(per) do
+    for _, ws in ipairs(hs) do
+      n = n + 1
+      for w, v in ipairs(ws) do c[w] = (c[w] or 0) + v end
+    end
+  end
+  for w = 1, #c do c[w] = c[w] / n end
+  return c
+end
+
+-- PCA (2 components, fitted on the pooled q and k cloud of all positions) of
+-- head (l, h) (0-based) on one sequence; returns {qx, qy, kx, ky} lists by position.
+local function head_pca(m, tk, l, h)
+  local cfg = m.config
+  local group = cfg.n_head // cfg.n_kv_head
+  local _, cache = m:run_with_cache({tk}, {names = ("blocks.%d.attn.hook_rot_q,blocks.%d.attn.hook_rot_k"):format(l, l),
+                                           logits = "none"})
+  local qh = cache[("blocks.%d.attn.hook_rot_q"):format(l)][1]:permute{2, 1, 3}[h + 1]
+  local kh = cache[("blocks.%d.attn.hook_rot_k"):format(l)][1]:permute{2, 1, 3}[h // group + 1]
+  local T, Dh = qh:size(1), qh:size(2)
+  local pooled = mp.zeros{2 * T, Dh}
+  pooled:narrow(1, T):copy_(qh)
+  pooled:narrow(T + 1, T):copy_(kh)
+  local p = mp.analyze.pca(pooled, 2).proj
+  local r = {qx = {}, qy = {}, kx = {}, ky = {}}
+  for t = 1, T do
+    r.qx[t], r.qy[t] = p:get(t, 1), p:get(t, 2)
+    r.kx[t], r.ky[t] = p:get(T + t, 1), p:get(T + t, 2)
+  end
+  return r
+end
+
+local function tensor_of(t) return mp.tensor(t) end
+
+-- ---------------------------------------------------------------- run
+
+function M.run(o)
+  local t_start = os.time()
+  mp.mkdir(o.out)
+  o.format = o.format or "png"
+  local L, W = o.L, o.window
+  assert(L % W == 0, "rope_id: the window must divide L")
+  local lengths = {}
+  for i, k in ipairs(o.mults) do lengths[i] = k * L end
+  local Tmax = lengths[#lengths]
+  local nwin = Tmax // W
+  local nin = L // W
+  -- the text loss curve: 16 windows over Tmax (at least W positions each)
+  local WL = math.max(W, Tmax // 16)
+  assert(L % WL == 0, "rope_id: the loss window must divide L")
+  local nwl, ninl = Tmax // WL, L // WL
+
+  local lines = {}
+  local function out(fmt, ...)
+    local s = select("#", ...) > 0 and fmt:format(...) or fmt
+    lines[#lines + 1] = s
+    print(s)
+  end
+
+  -- data
+  local corpus, sources = o.corpus, nil
+  local corpus_bytes
+  if not corpus then
+    corpus = o.out .. "/corpus.txt"
+    corpus_bytes, sources = M.build_corpus(corpus)
+  end
+  local text = mp.tasks.text{path = corpus, ctx = L, seed = o.seed}
+  if not pcall(text.sample, text, 1, Tmax, "val") then   -- fail now, not after the training
+    error(("rope_id: %s: its validation part (the last 10%%) is shorter than the longest evaluation length %d; "
+           .. "give a larger --corpus"):format(corpus, Tmax), 0)
+  end
+  local ret = mp.tasks.retrieval{value_len = o.value_len, n_filler = o.n_filler, seed = o.seed + 1}
+
+  out("== mechprobe rope_id (%s) ==", o.preset)
+  out("text: %s%s; retrieval: passkey of %d digit(s) in random filler (%d words, vocab %d), needle at a random depth",
+      corpus, sources and (" (%d bytes from %d files)"):format(corpus_bytes, #sources) or "", o.value_len, o.n_filler,
+      ret.vocab)
+  out("models: d_model %d, %d layers x %d heads (d_head %d), d_mlp %d, RMSNorm, SwiGLU; training length L = %d;",
+      o.d_model, o.n_layer, o.n_head, o.d_head, o.d_mlp, L)
+  out("  text %d steps (lr %g), retrieval %d steps (lr %g), batch %d, warmup 10%%; DroPE: %d steps at L (lr %g)",
+      o.text_steps, o.lr, o.ret_steps, o.ret_lr, o.batch, o.drope_steps, o.drope_lr)
+  out("evaluation lengths: %s; text: %d validation windows of %d (prefixes for shorter lengths); retrieval: %d "
+      .. "sequences per length;", table.concat(lengths, ","), o.B_text, Tmax, o.B_ret)
+  out("  loss curve: windows of %d positions; geometry: text models, %d validation sequences of %d tokens, windows of "
+      .. "%d positions (inside L: %d windows)", WL, o.B_geo, Tmax, W, nin)
+
+  -- 1. training
+  local models = {text = {}, ret = {}}
+  local train_info = {text = {}, ret = {}}
+  local t1 = os.time()
+  local function new_model(pos, vocab)
+    return mp.model.new{d_model = o.d_model, n_layer = o.n_layer, n_head = o.n_head, d_head = o.d_head,
+      d_mlp = o.d_mlp, vocab = vocab, ctx = L, pos = pos, seed = o.seed}
+  end
+  local mdir = o.out .. "/models"
+  mp.mkdir(mdir)
+  for _, task in ipairs{"text", "ret"} do
+    local tk = task == "text" and text or ret
+    local steps = task == "text" and o.text_steps or o.ret_steps
+    local lr = task == "text" and o.lr or o.ret_lr
+    for _, pos in ipairs(M.schemes) do
+      local c0 = os.time()
+      tk:seed(o.seed * 100 + 7)           -- every scheme sees the same batches
+      local m = new_model(pos, tk.vocab)
+      log("training %s on %s (%d steps)", pos, task, steps)
+      local r = m:train{task = tk, steps = steps, batch = o.batch, lr = lr, warmup = steps // 10,
+                        progress = o.progress or false}
+      local path = ("%s/%s_%s.h5"):format(mdir, task, pos)
+      m:save(path)
+      models[task][pos] = m
+      train_info[task][pos] = {loss = r.final_loss, curve = r.loss, seconds = os.time() - c0,
+                               path = path}
+    end
+    -- DroPE: a copy of the RoPE model, rotation dropped, recalibrated at L
+    local c0 = os.time()
+    local dm = mp.load(train_info[task].rope.path)
+    log("DroPE on %s (%d steps)", task, o.drope_steps)
+    local drope = require "drope"
+    tk:seed(o.seed * 100 + 8)
+    local r = drope.apply(dm, {task = tk, steps = o.drope_steps, lr = o.drope_lr, batch = o.batch,
+                               progress = o.progress or false})
+    local path = ("%s/%s_drope.h5"):format(mdir, task)
+    dm:save(path)
+    models[task].drope = dm
+    train_info[task].drope = {loss = r.final_loss, loss_dropped = r.loss_dropped, curve = r.loss,
+                              seconds = os.time() - c0, path = path}
+  end
+  local s1 = os.time() - t1
+  out("")
+  out("-- 1. Training (final training loss; DroPE: loss right after dropping the rotation -> after recalibration)")
+  out("%-12s %10s %10s", "model", "text", "retrieval")
+  for _, pos in ipairs(M.schemes) do
+    out("%-12s %10.4f %10.4f", pos, train_info.text[pos].loss, train_info.ret[pos].loss)
+  end
+  out("%-12s %10s %10s", "drope",
+      ("%.2f>%.3f"):format(train_info.text.drope.loss_dropped, train_info.text.drope.loss),
+      ("%.2f>%.3f"):format(train_info.ret.drope.loss_dropped, train_info.ret.drope.loss))
+
+  -- 2. evaluation: text loss and retrieval accuracy
+  local t2 = os.time()
+  local E = {}
+  -- text: B_text validation windows of Tmax; length T evaluates their prefixes
+  -- (a causal model's loss at T is the mean of its Tmax curve over positions < T,
+  -- except under scaling by T/L), so lengths differ only in positions, not text
+  text:seed(o.seed * 100 + 11)
+  local text_eval = {}
+  do
+    local tok, tgt = text:sample(o.B_text, Tmax, "val")
+    for i, T in ipairs(lengths) do
+      local a, b = mp.zeros{o.B_text, T}, mp.zeros{o.B_text, T}
+      for r = 1, o.B_text do
+        a[r]:copy_(tok[r]:narrow(1, T))
+        b[r]:copy_(tgt[r]:narrow(1, T))
+      end
+      text_eval[i] = {a, b}
+    end
+  end
+  ret:seed(o.seed * 100 + 12)
+  local ret_eval = {}
+  for i, T in ipairs(lengths) do
+    local tok, _, truth = ret:sample(o.B_ret, T)
+    ret_eval[i] = {tok, truth}
+  end
+  for _, v in ipairs(M.variants) do
+    log("evaluating %s", v.name)
+    local e = {loss = {}, acc = {}, acc_digit = {}, loss_win = {}}
+    for i, T in ipairs(lengths) do
+      local m = setup(v, models.text, L, T)
+      e.loss[i] = m:loss(text_eval[i][1], text_eval[i][2])
+      if i == #lengths then
+        for w = 1, nwl do e.loss_win[w] = M.window_loss(m, text_eval[i][1], text_eval[i][2], (w - 1) * WL, WL) end
+      end
+      teardown(v, models.text)
+      local mr = setup(v, models.ret, L, T)
+      e.acc[i], e.acc_digit[i] = M.retrieval_accuracy(mr, ret_eval[i][1], ret_eval[i][2])
+      teardown(v, models.ret)
+    end
+    local a, b = {}, {}
+    for w = 1, nwl do if w <= ninl then a[#a + 1] = e.loss_win[w] else b[#b + 1] = e.loss_win[w] end end
+    e.loss_in, e.loss_past = mean(a), mean(b)
+    E[v.name] = e
+  end
+  local s2 = os.time() - t2
+
+  out("")
+  out("-- 2a. Text: validation loss (nats/byte) by evaluation length; at %d: mean over windows inside L / past L", Tmax)
+  out("   (PI/NTK/YaRN scale by T/L at every length T, so their 'in L' column is at the scaling for T = %d)", Tmax)
+  local hdr = ("%-15s"):format("variant")
+  for _, T in ipairs(lengths) do hdr = hdr .. ("%9s"):format("T=" .. T) end
+  out(hdr .. ("%9s %9s"):format("in L", "past L"))
+  for _, v in ipairs(M.variants) do
+    local e = E[v.name]
+    local row = ("%-15s"):format(v.name)
+    for i = 1, #lengths do row = row .. ("%9.4f"):format(e.loss[i]) end
+    out(row .. ("%9.4f %9.4f"):format(e.loss_in, e.loss_past))
+  end
+  out("")
+  out("-- 2b. Retrieval accuracy (passkey exact match, greedy; %d sequences per length; SE <= %.3f)", o.B_ret,
+      0.5 / math.sqrt(o.B_ret))
+  hdr = ("%-18s"):format("ACC variant")
+  for _, T in ipairs(lengths) do hdr = hdr .. ("%9s"):format("T=" .. T) end
+  out(hdr)
+  for _, v in ipairs(M.variants) do
+    local row = ("ACC %-14s"):format(v.name)
+    for i = 1, #lengths do row = row .. ("%9.3f"):format(E[v.name].acc[i]) end
+    out(row)
+  end
+
+  -- 3. geometry of the text models at Tmax
+  local t3 = os.time()
+  text:seed(o.seed * 100 + 13)
+  local gtok = text:sample(o.B_geo, Tmax, "val")
+  local toks = {}
+  for b = 1, o.B_geo do
+    local row = {}
+    for t = 1, Tmax do row[t] = math.tointeger(gtok:get(b, t)) end
+    toks[b] = row
+  end
+  local GEO, SPLIT, SINK, PCA = {}, {}, {}, {}
+  for _, v in ipairs(M.variants) do
+    log("geometry of %s", v.name)
+    local m = setup(v, models.text, L, Tmax)
+    local G = M.geometry(m, toks, W)
+    local S = split_windows(G, L, W)
+    -- sink heads: first-token attention inside L above eps; the sink head for
+    -- the PCA: the head with the most
+    local best, bl, bh = -1, 1, 1
+    for l, hs in ipairs(S.first.inside) do
+      for h, a in ipairs(hs) do if a > best then best, bl, bh = a, l, h end end
+    end
+    local function is_sink(l, h) return S.first.inside[l][h] > o.eps end
+    local _, nsink = head_mean(S.first.inside, is_sink)
+    local sel = nsink > 0 and is_sink or nil
+    local sink = {n = nsink, layer = bl - 1, head = bh - 1, first_best = best}
+    sink.first_in = head_mean(S.first.inside, sel)
+    sink.first_past = head_mean(S.first.past, sel)
+    sink.retention = sink.first_past / sink.first_in
+    sink.pos_in = head_mean(S.maxqk_pos.inside, sel)
+    sink.pos_past = head_mean(S.maxqk_pos.past, sel)
+    sink.k0_in = head_mean(S.k0_ratio.inside, sel)
+    sink.k0_past = head_mean(S.k0_ratio.past, sel)
+    PCA[v.name] = head_pca(m, toks[1], bl - 1, bh - 1)
+    teardown(v, models.text)
+    GEO[v.name], SPLIT[v.name], SINK[v.name] = G, S, sink
+  end
+  local s3 = os.time() - t3
+
+  out("")
+  out("-- 3. Geometry of the text models at T = %d (mean over all heads; inside L -> past L). sinks: heads with", Tmax)
+  out("   first-token attention > %.2f inside L; 1st tok / q.k>0 / |k0|: over the sink heads (all heads if none);", o.eps)
+  out("   q.k>0: share of queries t whose largest q_t.k_s over the keys s = 1..t (the first key left out) is positive;")
+  out("   srank/s1 share: stable rank / first-singular-value share of the keys in windows of %d positions", W)
+  out("%-15s %-13s %-13s %-13s %-13s %-13s %5s %-13s %s", "variant", "srank k", "s1 share k", "cos(q,k)", "1st tok attn",
+      "q.k>0 share", "sinks", "|k0|/mean|k|", "PCA head")
+  local summary = {}
+  for _, v in ipairs(M.variants) do
+    local S, sk = SPLIT[v.name], SINK[v.name]
+    local r = {
+      srank_in = head_mean(S.srank_k.inside), srank_past = head_mean(S.srank_k.past),
+      s1_in = head_mean(S.sigma1_k.inside), s1_past = head_mean(S.sigma1_k.past),
+      cos_in = head_mean(S.cos_qk.inside), cos_past = head_mean(S.cos_qk.past),
+      pos_all_in = head_mean(S.maxqk_pos.inside), pos_all_past = head_mean(S.maxqk_pos.past),
+    }
+    summary[v.name] = r
+    local function pair(a, b) return ("%5.2f->%-6.2f"):format(a, b) end
+    out("%-15s %-13s %-13s %-13s %-13s %-13s %5d %-13s L%dH%d", v.name, pair(r.srank_in, r.srank_past),
+        pair(r.s1_in, r.s1_past), pair(r.cos_in, r.cos_past), pair(sk.first_in, sk.first_past),
+        pair(sk.pos_in, sk.pos_past), sk.n, pair(sk.k0_in, sk.k0_past), sk.layer, sk.head)
+  end
+
+  -- 4. HDF5 (written to a temporary name, renamed when complete)
+  local h5 = o.out .. "/rope_id.h5"
+  local tmp = h5 .. ".tmp"
+  do
+    local f <close> = mp.h5.open(tmp, "w")
+    f:write("lengths", lengths)
+    local ws = {}
+    for w = 1, nwin do ws[w] = (w - 1) * W end
+    f:write("window_start", ws)
+    ws = {}
+    for w = 1, nwl do ws[w] = (w - 1) * WL end
+    f:write("loss_window_start", ws)
+    f:set_attr("/", "format", "mechprobe.rope_id")
+    f:set_attr("/", "preset", o.preset)
+    f:set_attr("/", "L", L)
+    f:set_attr("/", "window", W)
+    f:set_attr("/", "seed", o.seed)
+    f:set_attr("/", "eps", o.eps)
+    f:set_attr("/", "corpus", corpus)
+    local vn = {}
+    for i, v in ipairs(M.variants) do vn[i] = v.name end
+    f:set_attr("/", "variants", table.concat(vn, ","))
+    f:set_attr("/", "schemes", table.concat(M.schemes, ","))
+    -- retrieval accuracy table [variant, length] (rows in the order of the attribute "variants")
+    local acc, accd, loss = {}, {}, {}
+    for i, v in ipairs(M.variants) do acc[i], accd[i], loss[i] = E[v.name].acc, E[v.name].acc_digit, E[v.name].loss end
+    f:write("retrieval/acc", acc)
+    f:write("retrieval/acc_digit", accd)
+    f:write("text/loss", loss)
+    f:set_attr("retrieval/acc", "rows", table.concat(vn, ","))
+    f:set_attr("retrieval/acc", "n", o.B_ret)
+    for _, task in ipairs{"text", "ret"} do
+      for name, ti in pairs(train_info[task]) do
+        local g = ("train/%s/%s"):format(task == "ret" and "retrieval" or "text", name)
+        f:write(g .. "/loss_curve", ti.curve)
+        f:set_attr(g .. "/loss_curve", "final_loss", ti.loss)
+        f:set_attr(g .. "/loss_curve", "seconds", ti.seconds)
+        f:set_attr(g .. "/loss_curve", "checkpoint", ti.path)
+        if ti.loss_dropped then f:set_attr(g .. "/loss_curve", "loss_dropped", ti.loss_dropped) end
+      end
+    end
+    for _, v in ipairs(M.variants) do
+      local e, g = E[v.name], "variants/" .. v.name
+      f:write(g .. "/text_loss", e.loss)
+      f:write(g .. "/text_loss_window", e.loss_win)
+      f:set_attr(g .. "/text_loss_window", "inside", e.loss_in)
+      f:set_attr(g .. "/text_loss_window", "past", e.loss_past)
+      f:write(g .. "/retrieval_acc", e.acc)
+      f:write(g .. "/retrieval_acc_digit", e.acc_digit)
+      for _, k in ipairs(M.geo_stats) do
+        f:write(g .. "/geometry/" .. k, GEO[v.name][k])                      -- [n_layer, n_head, windows]
+        f:write(g .. "/geometry/" .. k .. "_inside", SPLIT[v.name][k].inside)  -- [n_layer, n_head]
+        f:write(g .. "/geometry/" .. k .. "_past", SPLIT[v.name][k].past)
+      end
+      local sk, r = SINK[v.name], summary[v.name]
+      for key, val in pairs(sk) do f:set_attr(g .. "/geometry/first", "sink_" .. key, val) end
+      for key, val in pairs(r) do f:set_attr(g .. "/geometry/srank_k", key, val) end
+      local p = PCA[v.name]
+      f:write(g .. "/pca_sink_head", {p.qx, p.qy, p.kx, p.ky})                -- [4, T]: q x, q y, k x, k y
+      f:set_attr(g .. "/pca_sink_head", "layer", sk.layer)
+      f:set_attr(g .. "/pca_sink_head", "head", sk.head)
+    end
+  end
+
+  -- 5. figures
+  local figs = {}
+  local function save(fig, name)
+    local path = ("%s/%s.%s"):format(o.out, name, o.format)
+    fig:save(path)
+    figs[#figs + 1] = path
+    return path
+  end
+  local function mark_L(ax, lo, hi)
+    ax:line({L, L}, {lo, hi}, {dashed = true, width = 1, label = ("L = %d"):format(L)})
+  end
+  local function range_of(lists)
+    local lo, hi = math.huge, -math.huge
+    for _, t in ipairs(lists) do
+      for _, x in ipairs(t) do if x == x then lo, hi = math.min(lo, x), math.max(hi, x) end end
+    end
+    if lo > hi then lo, hi = 0, 1 end
+    if hi - lo < 1e-9 then lo, hi = lo - 0.5, hi + 0.5 end
+    local pad = 0.04 * (hi - lo)
+    return lo - pad, hi + pad
+  end
+  local xw, xl = {}, {}
+  for w = 1, nwin do xw[w] = (w - 0.5) * W end
+  for w = 1, nwl do xl[w] = (w - 0.5) * WL end
+  local groups = {
+    {title = "positional schemes", names = {"rope", "half_rope", "high_freq", "rope_id", "none"}},
+    {title = "RoPE: scaling, DroPE; RoPE-ID", names = {"rope", "rope_pi", "rope_ntk", "rope_yarn", "drope", "rope_id",
+                                                        "rope_id_notemp"}},
+  }
+  do -- text loss by position and by length
+    local fig = mp.plot.figure{rows = 2, cols = 2, width = 900, height = 640,
+      title = ("Byte-level text: loss against position (T = %d) and against length; training length dashed"):format(Tmax)}
+    for gi, gr in ipairs(groups) do
+      local ax = fig:axes(1, gi)
+      local ys = {}
+      for _, n in ipairs(gr.names) do ys[#ys + 1] = E[n].loss_win end
+      local lo, hi = range_of(ys)
+      for _, n in ipairs(gr.names) do ax:line(xl, E[n].loss_win, {label = n, marker = true}) end
+      mark_L(ax, lo, hi)
+      ax:set{title = gr.title .. ", by position", xlabel = "position (window centre)", ylabel = "loss (nats/byte)"}
+      ax:legend()
+      ax = fig:axes(2, gi)
+      ys = {}
+      for _, n in ipairs(gr.names) do ys[#ys + 1] = E[n].loss end
+      lo, hi = range_of(ys)
+      for _, n in ipairs(gr.names) do ax:line(lengths, E[n].loss, {label = n, marker = true}) end
+      mark_L(ax, lo, hi)
+      ax:set{title = gr.title .. ", by length", xlabel = "evaluation length T (mean over positions < T)",
+             ylabel = "loss (nats/byte)", xlog = true}
+    end
+    save(fig, "text_loss")
+  end
+  do -- retrieval accuracy: curves and the table as bars
+    local fig = mp.plot.figure{rows = 2, cols = 2, width = 900, height = 640,
+      title = "Passkey retrieval: exact-match accuracy against length; training length dashed"}
+    for gi, gr in ipairs(groups) do
+      local ax = fig:axes(1, gi)
+      for _, n in ipairs(gr.names) do ax:line(lengths, E[n].acc, {label = n, marker = true}) end
+      mark_L(ax, 0, 1)
+      ax:set{title = gr.title, xlabel = "evaluation length T", ylabel = "accuracy", ylim = {0, 1.02}, xlog = true}
+      ax:legend()
+    end
+    local names, series, labels = {}, {}, {}
+    for i, v in ipairs(M.variants) do names[i] = v.name end
+    for j, T in ipairs(lengths) do
+      labels[j] = "T=" .. T
+      series[j] = {}
+      for i, v in ipairs(M.variants) do series[j][i] = E[v.name].acc[j] end
+    end
+    fig:axes(2, 1):bars(names, series, {labels = labels})
+      :set{title = "accuracy table (variant x length)", ylabel = "exact match", ylim = {0, 1.05}}:legend()
+    local dseries = {}
+    for j = 1, #lengths do
+      dseries[j] = {}
+      for i, v in ipairs(M.variants) do dseries[j][i] = E[v.name].acc_digit[j] end
+    end
+    fig:axes(2, 2):bars(names, dseries, {labels = labels})
+      :set{title = "per-digit accuracy (variant x length)", ylabel = "digits right", ylim = {0, 1.05}}
+    save(fig, "retrieval_accuracy")
+  end
+  do -- geometry against position, mean over heads
+    local stats = {{"first", "attention to the first token (each model's top head)"}, {"srank_k", "stable rank of keys"},
+                   {"sigma1_k", "sigma1 share of keys"}, {"maxqk_pos", "share of queries with max_(s>=1) q.k_s > 0"},
+                   {"cos_qk", "q/k centroid cosine"}, {"k0_ratio", "||k_0|| / mean ||k||"}}
+    for gi, gr in ipairs(groups) do
+      local fig = mp.plot.figure{rows = 2, cols = 3, width = 1200, height = 620,
+        title = ("Text models against position (mean over heads; windows of %d): %s"):format(W, gr.title)}
+      for si, st in ipairs(stats) do
+        local ax = fig:axes((si - 1) // 3 + 1, (si - 1) % 3 + 1)
+        local ys = {}
+        for _, n in ipairs(gr.names) do
+          local sk = SINK[n]
+          ys[#ys + 1] = st[1] == "first" and GEO[n].first[sk.layer + 1][sk.head + 1] or window_curve(GEO[n][st[1]])
+        end
+        local lo, hi = range_of(ys)
+        for i, n in ipairs(gr.names) do ax:line(xw, ys[i], {label = n}) end
+        mark_L(ax, lo, hi)
+        ax:set{title = st[2], xlabel = "position"}
+        if si == 1 then ax:legend() end
+      end
+      save(fig, gi == 1 and "geometry_schemes" or "geometry_rope_variants")
+    end
+  end
+  do -- PCA of q and k for the sink head, inside vs past L
+    local rows = {"rope", "rope_id", "half_rope", "high_freq", "none", "drope"}
+    local fig = mp.plot.figure{rows = #rows, cols = 2, width = 600, height = 250 * #rows + 30,
+      title = ("Top sink head's q and k (PCA): inside L = %d / past L"):format(L)}
+    for ri, n in ipairs(rows) do
+      local p, sk = PCA[n], SINK[n]
+      local xlo, xhi = range_of{p.qx, p.kx}
+      local ylo, yhi = range_of{p.qy, p.ky}
+      for ci = 1, 2 do
+        local a, b = ci == 1 and 2 or L + 1, ci == 1 and L or Tmax
+        local qx, qy, kx, ky = {}, {}, {}, {}
+        for t = a, b do
+          qx[#qx + 1], qy[#qy + 1], kx[#kx + 1], ky[#ky + 1] = p.qx[t], p.qy[t], p.kx[t], p.ky[t]
+        end
+        local ax = fig:axes(ri, ci)
+        ax:scatter(qx, qy, {label = "queries", size = 2.5, alpha = 0.6})
+        ax:scatter(kx, ky, {label = "keys", size = 2.5, alpha = 0.6})
+        ax:scatter({p.kx[1]}, {p.ky[1]}, {label = "first key", size = 7, alpha = 1})
+        ax:set{title = ("%s L%dH%d, %s"):format(n, sk.layer, sk.head,
+                 ci == 1 and ("positions 1..%d"):format(L - 1) or ("positions %d..%d"):format(L, Tmax - 1)),
+               xlim = {xlo, xhi}, ylim = {ylo, yhi}}
+        if ri == 1 and ci == 2 then ax:legend() end
+      end
+    end
+    save(fig, "pca_sink_head")
+  end
+
+  -- 6. verdicts
+  local V = {}
+  local function verdict(id, claim, paper, ours, word, rule)
+    local function clean(x) return (tostring(x):gsub("|", "/")) end   -- "|" separates the columns
+    V[#V + 1] = {id = id, claim = clean(claim), paper = clean(paper), ours = clean(ours), word = word, rule = rule}
+  end
+  local R, RI = summary.rope, summary.rope_id
+  local rk_rope = R.srank_past / R.srank_in
+  local rk_id = RI.srank_past / RI.srank_in
+  verdict("C1", "past L, RoPE's key clusters smear: stable rank rises", "stable rank of keys rises past L",
+          ("RoPE srank %.2f -> %.2f (x%.2f); RoPE-ID x%.2f"):format(R.srank_in, R.srank_past, rk_rope, rk_id),
+          rk_rope >= 1.10 and "SUPPORTED" or "NOT SUPPORTED",
+          "RoPE's mean stable rank of keys past L >= 1.10 x inside L (mean over heads and windows)")
+  local s1_rope = R.s1_past / R.s1_in
+  verdict("C2", "past L, RoPE keys' first singular value share falls", "sigma1 share falls past L",
+          ("RoPE s1 share %.3f -> %.3f (x%.2f); RoPE-ID x%.2f"):format(R.s1_in, R.s1_past, s1_rope,
+            RI.s1_past / RI.s1_in),
+          s1_rope <= 0.90 and "SUPPORTED" or "NOT SUPPORTED",
+          "RoPE's mean sigma1 share of keys past L <= 0.90 x inside L")
+  local SR, SI = SINK.rope, SINK.rope_id
+  local dpos = SR.pos_past - SR.pos_in
+  verdict("C3", "past L, some q.k turn positive under RoPE", "max q.k > 0 for some queries",
+          ("queries with max(s>=1) q.k_s > 0: %.2f -> %.2f (%s heads)"):format(SR.pos_in, SR.pos_past,
+            SR.n > 0 and ("%d sink"):format(SR.n) or "all"),
+          dpos >= 0.05 and "SUPPORTED" or "NOT SUPPORTED",
+          "RoPE's share of queries whose largest q.k is positive rises by >= 0.05 past L (sink heads; all if none)")
+  local word4
+  if SR.n == 0 then word4 = "INCONCLUSIVE" elseif SR.retention <= 0.67 then word4 = "SUPPORTED" else word4 = "NOT SUPPORTED" end
+  verdict("C4", "the sink fails past L under RoPE", "sink attention collapses past L",
+          SR.n == 0 and ("no RoPE head attends > %.2f to the first token inside L (best %.2f)"):format(o.eps, SR.first_best)
+            or ("%d sink heads: 1st-token attention %.2f -> %.2f (x%.2f)"):format(SR.n, SR.first_in, SR.first_past,
+              SR.retention),
+          word4, ("RoPE sink heads (1st-token attention > %.2f inside L) keep <= 0.67 of it past L; "
+                  .. "INCONCLUSIVE without sink heads"):format(o.eps))
+  local word5
+  if SI.n == 0 then word5 = "INCONCLUSIVE"
+  elseif SI.retention >= 0.8 and rk_id < math.min(1.10, rk_rope) then word5 = "SUPPORTED"
+  else word5 = "NOT SUPPORTED" end
+  verdict("C5", "RoPE-ID keeps the clusters and the sink past L", "clusters and sink intact",
+          (SI.n == 0 and ("no RoPE-ID sink head (best %.2f); "):format(SI.first_best)
+            or ("%d sink heads keep x%.2f; "):format(SI.n, SI.retention))
+            .. ("srank x%.2f (RoPE x%.2f)"):format(rk_id, rk_rope),
+          word5, "RoPE-ID sink heads keep >= 0.8 of their 1st-token attention past L and its key stable rank ratio "
+                 .. "is < min(1.10, RoPE's); INCONCLUSIVE without sink heads")
+  local i2 = 1
+  for i, k in ipairs(o.mults) do if k == 2 then i2 = i end end
+  local a, b = E.rope.acc[i2], E.rope_id.acc[i2]
+  local se = math.sqrt((a * (1 - a) + b * (1 - b)) / o.B_ret)
+  local word6
+  if b - a > math.max(2 * se, 0.05) then word6 = "SUPPORTED"
+  elseif a >= 0.95 and b >= 0.95 then word6 = "INCONCLUSIVE"
+  else word6 = "NOT SUPPORTED" end
+  verdict("C6", "RoPE-ID generalises better than RoPE on retrieval at 2x L", "1B RULER at 2x: RoPE 0.01, RoPE-ID 35.64",
+          ("passkey at %d: RoPE %.3f, RoPE-ID %.3f (+-%.3f); at %d: %.3f, %.3f"):format(lengths[i2], a, b, 2 * se, Tmax,
+            E.rope.acc[#lengths], E.rope_id.acc[#lengths]),
+          word6, "RoPE-ID's accuracy at 2L exceeds RoPE's by more than max(2 SE, 0.05); INCONCLUSIVE when both >= 0.95")
+  local dr, di = E.rope.loss_past - E.rope.loss_in, E.rope_id.loss_past - E.rope_id.loss_in
+  verdict("C7", "RoPE-ID's text loss past L degrades less than RoPE's", "(implied: RoPE-ID extrapolates)",
+          ("loss past L - inside L: RoPE %+.3f, RoPE-ID %+.3f (T = %d)"):format(dr, di, Tmax),
+          di < dr - 0.02 and "SUPPORTED" or "NOT SUPPORTED",
+          "RoPE-ID's rise of the loss past L (windows past L minus inside L) is smaller than RoPE's by > 0.02 nats")
+  out("")
+  out("-- Verdicts (rows: VERDICT id | claim | paper | ours | verdict; text models for C1-C5 and C7)")
+  for _, v in ipairs(V) do
+    out("VERDICT %s | %-58s | %-40s | %-62s | %s", v.id, v.claim, v.paper, v.ours, v.word)
+  end
+  for _, v in ipairs(V) do out("RULE %s: %s", v.id, v.rule) end
+  do
+    local f <close> = mp.h5.open(tmp, "r+")
+    for _, v in ipairs(V) do
+      local g = "verdicts/" .. v.id
+      f:write(g, {v.word == "SUPPORTED" and 1 or v.word == "NOT SUPPORTED" and 0 or -1})
+      f:set_attr(g, "claim", v.claim)
+      f:set_attr(g, "paper", v.paper)
+      f:set_attr(g, "ours", v.ours)
+      f:set_attr(g, "verdict", v.word)
+      f:set_attr(g, "rule", v.rule)
+    end
+  end
+  assert(os.rename(tmp, h5))
+  out("")
+  out("HDF5: %s", h5)
+  out("checkpoints: %s/{text,ret}_{%s,drope}.h5", mdir, table.concat(M.schemes, ","))
+  for _, p in ipairs(figs) do out("figure: %s", p) end
+  out("time: training %ds, evaluation %ds, geometry %ds, total %ds", s1, s2, s3, os.time() - t_start)
+  local rf = io.open(o.out .. "/report.txt", "w")
+  if rf then rf:write(table.concat(lines, "\n"), "\n"); rf:close() end
+  return {verdicts = V, h5 = h5, figures = figs, E = E, summary = summary, sinks = SINK}
+end
+
+return M

@@ -172,18 +172,13 @@ else
   io.write(("quick probe: %d s\n"):format(os.time() - t0))
 
   -- verdict table: VERDICT id | claim | paper | ours | verdict, and a RULE per row
-  local rows, ids = {}, {}
-  for line in report:gmatch("[^\n]+") do
-    if line:sub(1, 8) == "VERDICT " then
-      local fields = {}
-      for fl in (line:sub(9) .. " |"):gmatch("%s*(.-)%s+|") do fields[#fields + 1] = fl end
-      check(#fields == 5, "verdict row has 5 fields: " .. line)
-      local word = fields[5]
-      check(word == "SUPPORTED" or word == "NOT SUPPORTED" or word == "INCONCLUSIVE", "verdict word: " .. tostring(word))
-      check(fields[1]:match("^C%d$") and not ids[fields[1]], "claim id: " .. tostring(fields[1]))
-      ids[fields[1] or ""] = true
-      rows[#rows + 1] = fields
-    end
+  local rows, ids = require("verdicts").parse(report), {}
+  for _, fields in ipairs(rows) do
+    check(#fields == 5, "verdict row has 5 fields: " .. fields.line)
+    local word = fields[5]
+    check(word == "SUPPORTED" or word == "NOT SUPPORTED" or word == "INCONCLUSIVE", "verdict word: " .. tostring(word))
+    check(fields[1]:match("^C%d$") and not ids[fields[1]], "claim id: " .. tostring(fields[1]))
+    ids[fields[1] or ""] = true
   end
   check(#rows == 7, ("7 verdict rows, got %d:\n%s"):format(#rows, report))
   for id in pairs(ids) do check(report:find("\nRULE " .. id .. ": ", 1, true), "rule for " .. id) end

@@ -60,6 +60,7 @@ static void alg_push_params(lua_State *L, const mp_algebra_params *p) {
     push_rule_list(L, p->exclude);
     lua_setfield(L, -2, "exclude");
     lt_set_int(L, "max_attempts", p->max_attempts);
+    lt_set_int(L, "pool", p->pool);
     lt_set_int(L, "seed", (lua_Integer)p->seed);
 }
 
@@ -150,10 +151,10 @@ static uint32_t opt_rules(lua_State *L, int idx, const char *fn, const char *key
 }
 
 /* mp.tasks.algebra{k=200, mix=0.7, max_order=10, test_groups=false, groups={"C5",...},
- *   hold_out="commuted", targets="all", require=..., exclude=..., max_attempts=10000, seed=1} */
+ *   hold_out="commuted", targets="all", require=..., exclude=..., max_attempts=10000, pool=0, seed=1} */
 int mp_lt_l_algebra(lua_State *L) {
     static const char *const known[] = {"k", "mix", "max_order", "test_groups", "groups", "hold_out", "targets",
-                                        "require", "exclude", "max_attempts", "seed", NULL};
+                                        "require", "exclude", "max_attempts", "pool", "seed", NULL};
     const char *fn = "mp.tasks.algebra";
     lt_opts_check(L, 1, fn, known);
     mp_algebra_params p = mp_algebra_params_default();
@@ -199,6 +200,7 @@ int mp_lt_l_algebra(lua_State *L) {
     p.require = opt_rules(L, 1, fn, "require");
     p.exclude = opt_rules(L, 1, fn, "exclude");
     p.max_attempts = lt_opt_int(L, 1, fn, "max_attempts", p.max_attempts, 1, INT_MAX);
+    p.pool = lt_opt_int(L, 1, fn, "pool", p.pool, 0, 100000);
     p.seed = lt_opt_seed(L, 1, fn);
     const uint32_t copy = MP_ALGEBRA_BIT(MP_ALGEBRA_RULE_COPY), commute = MP_ALGEBRA_BIT(MP_ALGEBRA_RULE_COMMUTE);
     if ((p.require & copy) && p.holdout != MP_ALGEBRA_HOLDOUT_NONE)

@@ -57,6 +57,8 @@ static mp_status validate(const mp_algebra_params *p) {
     char b1[64];
     if (p->n_facts < 0 || p->n_facts > MAX_FACTS)
         return mp_error(MP_ERR_ARG, "algebra: n_facts = %d is out of range (0..%d)", p->n_facts, MAX_FACTS);
+    if (p->pool < 0)
+        return mp_error(MP_ERR_ARG, "algebra: pool = %d must be >= 0 (0: no pool)", p->pool);
     if (!(p->mix >= 0 && p->mix <= 1))
         return mp_error(MP_ERR_ARG, "algebra: mix = %g is not a probability", p->mix);
     if (p->max_order < 3 || p->max_order > NS)
@@ -216,6 +218,13 @@ static mp_status draw_sequence(const mp_algebra_params *p, gsl_rng *r, int32_t *
         all[n_ctx++] = f;
     }
     assert(n_ctx > 0);
+    if (p->pool > 0 && p->pool < n_ctx) {
+        /* a random subset of `pool` distinct facts, kept in table order */
+        fact chosen[MAX_FACT_TABLE];
+        gsl_ran_choose(r, chosen, (size_t)p->pool, all, (size_t)n_ctx, sizeof(fact));
+        memcpy(all, chosen, sizeof(fact) * (size_t)p->pool);
+        n_ctx = p->pool;
+    }
     tok[0] = MP_ALGEBRA_TOK_BOS;
     for (int i = 0; i <= k; i++) {
         fact f = i < k ? all[gsl_rng_uniform_int(r, (unsigned long)n_ctx)] : q;

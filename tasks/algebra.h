@@ -138,6 +138,9 @@ typedef struct {
     mp_algebra_target target;
     uint32_t require, exclude;    /* MP_ALGEBRA_BIT masks of the final query's rules */
     int max_attempts;             /* bound on resampling for require/exclude */
+    int pool;                     /* > 0: the context facts are drawn from `pool` distinct
+                                   * facts (a random subset), so that facts repeat often;
+                                   * 0: from all of them. A training curriculum for copying. */
     uint64_t seed;
 } mp_algebra_params;
 

@@ -295,7 +295,7 @@ static void test_embed(void) {
 }
 
 /* ---- whole model ---- */
-static void test_model(const char *label, mp_config c) {
+static void test_model(const char *label, mp_config c, int T) {
     mp_model *m = NULL;
     mp_status st = mp_model_new_random(&m, &c, 5, 0.3f);
     CHECK(st == MP_OK, "%s: %s", label, mp_last_error());
@@ -306,8 +306,10 @@ static void test_model(const char *label, mp_config c) {
     for (int k = 0; k < nd; k++)
         if (d[k].ndim == 1)
             for (size_t i = 0; i < d[k].n; i++) d[k].p[i] += (float)(0.3 * urand());
-    enum { B = 2, T = 7 };
-    int tok[B * T], tgt[B * T];
+    enum { B = 2 };
+    int *tok = malloc(sizeof(int) * B * T), *tgt = malloc(sizeof(int) * B * T);
+    CHECK(tok && tgt, "alloc");
+    if (!tok || !tgt) return;
     for (int i = 0; i < B * T; i++) {
         tok[i] = (int)((urand() + 1) / 2 * c.vocab) % c.vocab;
         tgt[i] = i % 5 == 2 ? -1 : (int)((urand() + 1) / 2 * c.vocab) % c.vocab;
@@ -345,6 +347,8 @@ static void test_model(const char *label, mp_config c) {
     mp_acts_free(&A);
     mp_grads_free(&G);
     mp_model_free(m);
+    free(tok);
+    free(tgt);
 }
 
 int main(void) {
@@ -362,15 +366,19 @@ int main(void) {
     mp_config c = mp_config_default();
     c.d_model = 16; c.n_layer = 2; c.n_head = 4; c.n_kv_head = 2; c.d_head = 4; c.d_mlp = 24; c.vocab = 11;
     c.ctx = 8; c.rope_theta = 100.0f;
-    test_model("rms/swiglu/rope/gqa/tied", c);
+    test_model("rms/swiglu/rope/gqa/tied", c, 7);
     mp_config c2 = c;
     c2.norm = MP_NORM_LAYER; c2.mlp = MP_MLP_GELU; c2.pos = MP_POS_NONE; c2.tied = 0; c2.d_head = 6;
-    test_model("layer/gelu/nopos/untied", c2);
+    test_model("layer/gelu/nopos/untied", c2, 7);
     mp_config c3 = c;
     c3.mlp = MP_MLP_NONE; c3.d_mlp = 0; c3.tied = 0;
-    test_model("attention-only", c3);
+    test_model("attention-only", c3, 7);
     mp_config c4 = c2;
     c4.n_kv_head = 4; c4.pos = MP_POS_ROPE; c4.d_head = 4; c4.n_layer = 3;
-    test_model("layer/gelu/rope/mha/3L", c4);
+    test_model("layer/gelu/rope/mha/3L", c4, 7);
+    /* several 64-row query blocks of the blocked attention */
+    mp_config c5 = c;
+    c5.ctx = 160;
+    test_model("rms/swiglu/rope/gqa T=150", c5, 150);
     return tu_finish("test_grad");
 }

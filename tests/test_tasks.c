@@ -491,6 +491,48 @@ static void test_algebra_mix(void) {
     mp_algebra_free(a);
 }
 
+/* pool = P: every sequence's context shows at most P distinct facts, and with
+ * k >> P all P (coupon collector: P = 4, k = 40 leaves one unseen with
+ * probability < 4 (3/4)^40 = 4e-5); the facts are still true products and the
+ * rule labels still hold (check_algebra_batch). Without a pool, k = 40 facts of
+ * groups with at least 9 facts show more than 4 distinct ones. */
+static void test_algebra_pool(void) {
+    mp_algebra_params p = mp_algebra_params_default();
+    p.n_facts = 40; p.pool = 4; p.holdout = MP_ALGEBRA_HOLDOUT_NONE; p.target = MP_ALGEBRA_TARGET_ANSWERS; p.seed = 31;
+    enum { B = 200 };
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) p.pool = 0;
+        mp_algebra *a = NULL;
+        CHECK(mp_algebra_init(&a, &p) == MP_OK, "%s", mp_last_error());
+        if (!a) return;
+        int T = mp_algebra_seq_len(&p);
+        int32_t *tok = malloc(sizeof *tok * B * T), *tgt = malloc(sizeof *tgt * B * T);
+        mp_algebra_truth *tr = malloc(sizeof *tr * B);
+        CHECK(mp_algebra_sample(a, B, T, tok, tgt, tr) == MP_OK, "%s", mp_last_error());
+        rule_stats rs = {0};
+        check_algebra_batch(&p, B, tok, tgt, tr, &rs);
+        int exact = 0, over = 0;
+        for (int s = 0; s < B; s++) {
+            uint8_t seen[MP_ALGEBRA_N_SYMBOLS][MP_ALGEBRA_N_SYMBOLS] = {{0}};
+            int distinct = 0;
+            for (int i = 0; i < p.n_facts; i++) {
+                const int32_t *f = tok + (size_t)s * T + 1 + 5 * i;
+                if (!seen[f[1]][f[2]]) { seen[f[1]][f[2]] = 1; distinct++; }
+            }
+            exact += distinct == 4;
+            over += distinct > 4;
+        }
+        if (pass == 0) CHECK(exact == B && over == 0, "pool 4: %d of %d sequences show exactly 4 distinct facts", exact, B);
+        else CHECK(over == B, "no pool: %d of %d sequences show more than 4 distinct facts", over, B);
+        free(tok); free(tgt); free(tr);
+        mp_algebra_free(a);
+    }
+    mp_algebra *a = NULL;
+    p.pool = -1;
+    CHECK(mp_algebra_init(&a, &p) == MP_ERR_ARG && strstr(mp_last_error(), "pool"), "pool < 0 rejected: %s",
+          mp_last_error());
+}
+
 static void test_algebra_targeted(void) {
     struct { mp_algebra_holdout h; uint32_t req, exc; } cases[] = {
         {MP_ALGEBRA_HOLDOUT_NONE, MP_ALGEBRA_BIT(MP_ALGEBRA_RULE_COPY), 0},
@@ -772,6 +814,7 @@ int main(void) {
     test_algebra_sequences();
     test_algebra_mix();
     test_algebra_targeted();
+    test_algebra_pool();
     test_algebra_determinism();
     test_text();
     test_retrieval();

@@ -34,15 +34,18 @@ M.DIST = {
 }
 
 -- Presets: model, training and evaluation sizes for --quick / --medium / full.
+-- curriculum: the context shows only `pool` distinct facts until that fraction
+-- of the steps (facts repeat, so copying pays off early), then the natural
+-- distribution (see M.train).
 M.PRESETS = {
   quick  = {d_model = 32, n_layer = 2, n_head = 2, d_mlp = 96, train_k = 20, steps = 150, batch = 8, lr = 3e-3,
-            warmup = 10, n_ckpt = 3, n_eval = 24, n_cov = 48, n_patch = 16, n_ident = 16, n_probe = 72,
+            warmup = 10, curriculum = {{["until"] = 0.3, pool = 4}}, n_ckpt = 3, n_eval = 24, n_cov = 48, n_patch = 16, n_ident = 16, n_probe = 72,
             n_phase = 12, k_list = {50, 100}, k_mech = 50, boot = 200},
-  medium = {d_model = 64, n_layer = 3, n_head = 4, d_mlp = 256, train_k = 50, steps = 900, batch = 16, lr = 2e-3,
-            warmup = 50, n_ckpt = 8, n_eval = 128, n_cov = 256, n_patch = 48, n_ident = 64, n_probe = 384,
+  medium = {d_model = 64, n_layer = 3, n_head = 4, d_mlp = 256, train_k = 50, steps = 900, batch = 16, lr = 3e-3,
+            warmup = 50, curriculum = {{["until"] = 0.4, pool = 4}, {["until"] = 0.6, pool = 8}}, n_ckpt = 8, n_eval = 128, n_cov = 256, n_patch = 48, n_ident = 64, n_probe = 384,
             n_phase = 48, k_list = {50, 100}, k_mech = 50, boot = 1000},
-  full   = {d_model = 64, n_layer = 4, n_head = 4, d_mlp = 256, train_k = 50, steps = 8000, batch = 16, lr = 2e-3,
-            warmup = 200, n_ckpt = 16, n_eval = 256, n_cov = 512, n_patch = 64, n_ident = 128, n_probe = 768,
+  full   = {d_model = 64, n_layer = 4, n_head = 4, d_mlp = 256, train_k = 50, steps = 8000, batch = 16, lr = 3e-3,
+            warmup = 200, curriculum = {{["until"] = 0.3, pool = 4}, {["until"] = 0.45, pool = 8}, {["until"] = 0.6, pool = 16}}, n_ckpt = 16, n_eval = 256, n_cov = 512, n_patch = 64, n_ident = 128, n_probe = 768,
             n_phase = 96, k_list = {50, 100}, k_mech = 50, boot = 2000},
 }
 
@@ -160,22 +163,48 @@ function M.train(o)
   end
   save(0)
   -- next-token prediction of every answer "c" of "a b = c" (the rest of the
-  -- stream is random by construction); the context varies from 0 to k facts
-  local task = mp.tasks.algebra{k = o.train_k, targets = "answers", seed = o.seed + 1000}
+  -- stream is random by construction); the context varies from 0 to k facts.
+  -- Curriculum (o.curriculum = {{until = fraction of the steps, pool = P}, ...}):
+  -- the context first shows only P distinct facts, so facts repeat and copying
+  -- pays off early; then the natural distribution. One optimizer (warmup +
+  -- cosine over all the steps) runs through the stages.
+  local stages, from = {}, 0
+  for _, c in ipairs(o.curriculum or {}) do
+    local to = math.min(o.steps, math.floor(c["until"] * o.steps + 0.5))
+    if to > from then stages[#stages + 1] = {steps = to - from, pool = c.pool}; from = to end
+  end
+  if from < o.steps then stages[#stages + 1] = {steps = o.steps - from, pool = 0} end
+  local seq_len = 5 * (o.train_k + 1)
   log(o, "training d_model=%d n_layer=%d n_head=%d for %d steps (batch %d, k = %d facts, %d tokens a sequence)",
-      o.d_model, o.n_layer, o.n_head, o.steps, o.batch, o.train_k, task.seq_len)
+      o.d_model, o.n_layer, o.n_head, o.steps, o.batch, o.train_k, seq_len)
+  local opt = mp.optim.adamw{lr = o.lr, warmup = o.warmup, total_steps = o.steps, weight_decay = 0.1, beta2 = 0.95,
+                             grad_clip = 1.0}
   local wall0 = os.time()
-  local r = m:train{task = task, steps = o.steps, batch = o.batch, seq_len = task.seq_len, lr = o.lr,
-                    warmup = o.warmup, progress = o.progress, log_every = math.max(1, o.steps // 20),
-                    on_step = function(step)
-                      if want[step] and step ~= o.steps then save(step) end
-                    end}
+  local r = {loss = {}, step = {}, tokens = 0, seconds = 0, pool = {}}
+  for si, st in ipairs(stages) do
+    local task = mp.tasks.algebra{k = o.train_k, targets = "answers", seed = o.seed + 1000 + si,
+                                  pool = st.pool > 0 and st.pool or nil}
+    if #stages > 1 then
+      log(o, "stage %d: %d steps, %s", si, st.steps,
+          st.pool > 0 and ("context from %d distinct facts"):format(st.pool) or "the natural distribution")
+    end
+    local ri = m:train{task = task, steps = st.steps, batch = o.batch, seq_len = seq_len, optimizer = opt,
+                       progress = o.progress, log_every = math.max(1, st.steps // 10),
+                       on_step = function(step)
+                         if want[step] and step ~= o.steps then save(step) end
+                       end}
+    for i, l in ipairs(ri.loss) do r.loss[#r.loss + 1] = l; r.step[#r.step + 1] = ri.step[i]; r.pool[#r.pool + 1] = st.pool end
+    r.seconds = ri.time[#ri.time] or r.seconds   -- the model's cumulative training time
+    r.tokens = r.tokens + st.steps * o.batch * seq_len
+    r.final_loss = ri.final_loss
+  end
+  r.tokens_per_s = r.seconds > 0 and r.tokens / r.seconds or 0
   save(o.steps)
   local model_path = o.out .. "/model.h5"
   m:save(model_path)
-  local seconds = r.time[#r.time] or 0
+  local seconds = r.seconds
   log(o, "trained in %.0f s (%.0f tokens/s), final loss %.3f", seconds, r.tokens_per_s, r.final_loss)
-  return m, {loss = r.loss, step = r.step, seconds = seconds, wall = os.time() - wall0, tokens_per_s = r.tokens_per_s,
+  return m, {loss = r.loss, step = r.step, pool = r.pool, seconds = seconds, curriculum = stages, wall = os.time() - wall0, tokens_per_s = r.tokens_per_s,
              final_loss = r.final_loss, checkpoints = saved, model = model_path}
 end
 

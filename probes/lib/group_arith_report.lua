@@ -40,6 +40,7 @@ function M.write_h5(path, o, R)
   if tr and tr.loss then
     f:write("train/loss", tensor1(tr.loss))
     f:write("train/step", tensor1(tr.step))
+    if tr.pool and #tr.pool == #tr.step then f:write("train/pool", tensor1(tr.pool)) end
     local cs = {}
     for i, c in ipairs(tr.checkpoints) do cs[i] = c.step end
     f:write("train/checkpoint_steps", tensor1(cs))

@@ -132,6 +132,13 @@ if which ~= "unit" then
                         "train/loss"} do
     check(h5:has(name), "HDF5 has " .. name)
   end
+  -- the quick preset's curriculum: 30% of the 150 steps from 4 distinct facts, then natural
+  local pool, step = h5:read("train/pool"):totable(), h5:read("train/step"):totable()
+  local stages_ok = #pool == #step and #pool == 150
+  for i = 1, #pool do
+    if pool[i] ~= (step[i] <= 45 and 4 or 0) then stages_ok = false end
+  end
+  check(stages_ok, "train/pool: 4 distinct facts for steps 1..45, then the natural distribution")
   local acc = h5:read("accuracy/acc")
   check(acc:size(1) == 2 and acc:size(2) == 5, "accuracy is [k, rule]")
   local lo, hi = h5:read("accuracy/lo"), h5:read("accuracy/hi")

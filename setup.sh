@@ -8,8 +8,9 @@ cd "$(dirname "$0")"
 ROOT=$(pwd)
 JOBS=$(nproc 2>/dev/null || echo 2)
 
-# Debian packages the build and tests need (the benchmarks add PyTorch etc.).
-PKGS="build-essential cmake pkg-config libgsl-dev libhdf5-dev hdf5-tools libcairo2-dev liblua5.4-dev libopenblas-openmp-dev libpcre2-dev"
+# Debian packages the build and tests need (the benchmarks add PyTorch etc.);
+# fortunes is text (2 MB) for the rope_id probe's byte-level corpus.
+PKGS="build-essential cmake pkg-config libgsl-dev libhdf5-dev hdf5-tools libcairo2-dev liblua5.4-dev libopenblas-openmp-dev libpcre2-dev fortunes"
 BENCH_PKGS="python3-torch python3-numpy python3-h5py python3-matplotlib bc"
 
 install_missing() {

@@ -198,6 +198,27 @@ void mp_axis_ticks(mp_axis *a, size_t target, const char *const *cat, size_t nca
                 }
         return;
     }
-    /* Less than two decades in view: plain 1-2-5 ticks on the values. */
+    /* Less than two decades in view: ticks at 1, 2, 5 x 10^e (then 1..9 x 10^e)
+     * when at least three fall inside, since evenly spaced values crowd at the
+     * top of a log axis; else plain 1-2-5 ticks on the values. */
+    static const int sets[2][9] = {{1, 2, 5}, {1, 2, 3, 4, 5, 6, 7, 8, 9}};
+    static const int nset[2] = {3, 9};
+    for (int si = 0; si < 2; si++) {
+        double v[MP_MAX_TICKS];
+        size_t n = 0;
+        for (double e = floor(a->lo) - 1; e <= ceil(a->hi) && n < MP_MAX_TICKS; e += 1)
+            for (int j = 0; j < nset[si] && n < MP_MAX_TICKS; j++) {
+                double p = e + log10((double)sets[si][j]);
+                if (p >= a->lo - 1e-9 && p <= a->hi + 1e-9) v[n++] = p;
+            }
+        if (n < 3 || n > target + 2) continue;
+        for (size_t i = 0; i < n; i++) {
+            double val = pow(10.0, v[i]), q = pow(10.0, floor(v[0] + 1e-9));
+            a->t[a->nt] = v[i];
+            mp_format_tick(val, q, pow(10.0, a->hi), &a->lab[a->nt]);
+            a->nt++;
+        }
+        return;
+    }
     linear_ticks(a, target, pow(10.0, a->lo), pow(10.0, a->hi), 1);
 }

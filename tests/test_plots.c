@@ -16,6 +16,7 @@
 #include <cairo.h>
 
 #include "figure.h"
+#include "plot_internal.h"
 #include "testutil.h"
 
 static char dir[64];
@@ -73,6 +74,23 @@ static void test_ticks(void) {
             }
         }
     CHECK(mp_plot_nice_ticks(1, 1, 5, t, 64, &step) == 0, "empty range gives no ticks");
+
+    /* A log axis within one decade boundary: ticks at 1-2-5 x 10^k, not 100
+     * apart (which crowd at the top: 800 900 1000 1100 ran into each other). */
+    mp_axis ax;
+    memset(&ax, 0, sizeof ax);
+    ax.log = 1; ax.lo = log10(120.0); ax.hi = log10(1100.0);
+    mp_axis_ticks(&ax, 6, NULL, 0);
+    const char *want[] = {"200", "500", "1000"};
+    int same = ax.nt == 3;
+    for (size_t i = 0; same && i < 3; i++)
+        same = strcmp(ax.lab[i].base, want[i]) == 0 && fabs(pow(10, ax.t[i]) - atof(want[i])) < 1e-6;
+    CHECK(same, "log axis 120..1100: %zu ticks, first '%s'", ax.nt, ax.nt ? ax.lab[0].base : "");
+    /* a narrow log range falls back to evenly spaced values */
+    ax.lo = log10(100.0); ax.hi = log10(180.0);
+    mp_axis_ticks(&ax, 6, NULL, 0);
+    CHECK(ax.nt >= 3 && strcmp(ax.lab[0].base, "100") == 0, "log axis 100..180: %zu ticks from '%s'", ax.nt,
+          ax.nt ? ax.lab[0].base : "");
 }
 
 static void test_colormaps(void) {

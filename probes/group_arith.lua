@@ -30,6 +30,7 @@ local o = cli.parse(arg, {
   {"medium", nil, "a medium run (about 10 minutes)"},
   {"model", "FILE", "test this trained model (.h5) instead of training (phases use DIR/checkpoints if present)"},
   {"steps", "N", "training steps (default: by size)", type = "int"},
+  {"curriculum", nil, "train first on contexts of 4, 8, then 16 distinct facts (to 30/45/60% of the steps)"},
   {"seed", "N", "seed of the model, the data and the bootstrap", default = 1, type = "int"},
   {"eval_groups", "WHICH", "evaluation groups: held-out or training", default = "held-out"},
   {"format", "EXT", "figure format: png, svg or pdf", default = "png"},
@@ -51,6 +52,7 @@ end
 o.mode = o.quick and "quick" or o.medium and "medium" or "full"
 for key, v in pairs(ga.PRESETS[o.mode]) do if o[key] == nil then o[key] = v end end
 o.progress = not o.quick
+if o.curriculum then o.curriculum = ga.CURRICULUM end
 o.t0 = os.time()
 mp.mkdir(o.out)
 

@@ -105,7 +105,7 @@ end
 if which ~= "unit" then
   -- (5) the quick probe end to end
   local dir = os.tmpname(); os.remove(dir)
-  local p = io.popen(("%s group_arith --quick --out %s 2>&1"):format(exe, dir))
+  local p = io.popen(("%s group_arith --quick --curriculum --out %s 2>&1"):format(exe, dir))
   local out = p:read("a")
   local ok = p:close()
   check(ok, "group_arith --quick exited non-zero:\n" .. out)
@@ -132,13 +132,15 @@ if which ~= "unit" then
                         "train/loss"} do
     check(h5:has(name), "HDF5 has " .. name)
   end
-  -- the quick preset's curriculum: 30% of the 150 steps from 4 distinct facts, then natural
+  -- --curriculum on the quick preset: steps 1..45 (30%) from 4 distinct facts, 46..68 from 8, 69..90 from 16, then natural
   local pool, step = h5:read("train/pool"):totable(), h5:read("train/step"):totable()
   local stages_ok = #pool == #step and #pool == 150
   for i = 1, #pool do
-    if pool[i] ~= (step[i] <= 45 and 4 or 0) then stages_ok = false end
+    local s = step[i]
+    local want = s <= 45 and 4 or s <= 68 and 8 or s <= 90 and 16 or 0
+    if pool[i] ~= want then stages_ok = false end
   end
-  check(stages_ok, "train/pool: 4 distinct facts for steps 1..45, then the natural distribution")
+  check(stages_ok, "train/pool: 4, 8, 16 distinct facts to steps 45, 68, 90, then the natural distribution")
   local acc = h5:read("accuracy/acc")
   check(acc:size(1) == 2 and acc:size(2) == 5, "accuracy is [k, rule]")
   local lo, hi = h5:read("accuracy/lo"), h5:read("accuracy/hi")

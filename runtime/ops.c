@@ -7,6 +7,14 @@
 #include <math.h>
 #include <string.h>
 
+/* glibc's libmvec has vector versions of expf (_ZGVdN8v_expf for AVX2,
+ * _ZGVeN16v_expf for AVX-512). Declaring expf a SIMD function lets GCC call
+ * them in the `omp simd` loops below instead of the scalar expf, which was 18%
+ * of a T = 1024 forward and 59% at T = 8k. libm.so pulls libmvec in as needed. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__)
+extern float expf(float) __attribute__((simd("notinbranch")));
+#endif
+
 void mp_embed_forward(float *out, const int *tokens, const float *embed, int N, int D) {
     for (int n = 0; n < N; n++)
         memcpy(out + (size_t)n * D, embed + (size_t)tokens[n] * D, (size_t)D * sizeof(float));
@@ -102,7 +110,7 @@ void mp_rope_permute_rows(float *w, float *tmp, int n_heads, int Dh, size_t cols
 }
 
 void mp_swiglu_forward(float *out, const float *gate, const float *up, size_t n) {
-#pragma omp parallel for schedule(static) if (n > 16384)
+#pragma omp parallel for simd schedule(static) if (n > 16384)
     for (size_t i = 0; i < n; i++) {
         float g = gate[i];
         out[i] = g / (1.0f + expf(-g)) * up[i];
@@ -162,6 +170,7 @@ void mp_softmax_rows(float *x, int rows, int n, int ld) {
             continue;
         }
         float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
         for (int i = 0; i < n; i++) { row[i] = expf(row[i] - mx); sum += row[i]; }
         float inv = 1.0f / sum;
         for (int i = 0; i < n; i++) row[i] *= inv;

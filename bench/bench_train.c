@@ -80,6 +80,7 @@ int main(int argc, char **argv) {
     hp.weight_decay = 0.1f;
     hp.grad_clip = 1.0f;
     mp_adamw opt;
+    memset(&opt, 0, sizeof opt);   /* mp_adamw_init frees old moments: never hand it garbage */
     mp_adamw_init(&opt, &hp, 0);
     mp_train_ws ws;
     memset(&ws, 0, sizeof ws);

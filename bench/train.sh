@@ -29,6 +29,7 @@ run() { # name d layers heads mlp seq batch steps
     theirs=$(LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp $PY "$ROOT/bench/peer_torch_train.py" \
            "$TMP/$name.h5" "$TMP/$name.i32" --batch "$B" --seq "$T" --steps "$S" --warmup-steps 1 --threads "$N" | grep RESULT)
     local a b ra rb l0a l0b
+    [[ -n $ours && -n $theirs ]] || { echo "train.sh: $name: no RESULT line from $([[ -z $ours ]] && echo bench_train || echo the PyTorch peer)" >&2; exit 1; }
     a=$(echo "$ours" | field tokens_per_s); b=$(echo "$theirs" | field tokens_per_s)
     ra=$(echo "$ours" | field peak_rss_mb); rb=$(echo "$theirs" | field peak_rss_mb)
     l0a=$(echo "$ours" | field loss0); l0b=$(echo "$theirs" | field loss0)

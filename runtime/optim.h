@@ -32,7 +32,8 @@ typedef struct mp_adamw {
     long step;          /* updates taken so far */
 } mp_adamw;
 
-/* Sizes (allocates zeroed moments for) n floats, or re-zeroes; step = 0. */
+/* Sizes (allocates zeroed moments for) n floats, or re-zeroes; step = 0.
+ * *o must be zeroed (or initialised) before its first use: old moments are freed. */
 mp_status mp_adamw_init(mp_adamw *o, const mp_adamw_params *hp, size_t n);
 void mp_adamw_free(mp_adamw *o);
 

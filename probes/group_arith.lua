@@ -30,6 +30,11 @@ local o = cli.parse(arg, {
   {"medium", nil, "a medium run (about 10 minutes)"},
   {"model", "FILE", "test this trained model (.h5) instead of training (phases use DIR/checkpoints if present)"},
   {"steps", "N", "training steps (default: by size)", type = "int"},
+  {"layers", "N", "layers (default: by size)", type = "int"},
+  {"d_model", "N", "model width; heads of 16 channels (default: by size)", type = "int"},
+  {"batch", "N", "sequences per step (default: by size)", type = "int"},
+  {"lr", "X", "peak learning rate (default: by size)", type = "number"},
+  {"init_std", "X", "standard deviation of the initial weights (default 0.02)", type = "number"},
   {"curriculum", nil, "train first on contexts of 4, 8, then 16 distinct facts (to 30/45/60% of the steps)"},
   {"seed", "N", "seed of the model, the data and the bootstrap", default = 1, type = "int"},
   {"eval_groups", "WHICH", "evaluation groups: held-out or training", default = "held-out"},
@@ -50,7 +55,16 @@ if o.eval_groups ~= "held-out" and o.eval_groups ~= "training" then
 end
 
 o.mode = o.quick and "quick" or o.medium and "medium" or "full"
+o.n_layer = o.layers
+if o.d_model then o.n_head, o.d_mlp = math.max(1, o.d_model // 16), 4 * o.d_model end
 for key, v in pairs(ga.PRESETS[o.mode]) do if o[key] == nil then o[key] = v end end
+for _, key in ipairs{"n_layer", "d_model", "batch", "steps"} do
+  if o[key] < 1 then io.stderr:write(("mechprobe group_arith: --%s must be >= 1\n"):format(key:gsub("n_layer", "layers"):gsub("_", "-"))); os.exit(2) end
+end
+if not (o.lr > 0) or (o.init_std and not (o.init_std > 0)) then
+  io.stderr:write("mechprobe group_arith: --lr and --init-std must be > 0\n")
+  os.exit(2)
+end
 o.progress = not o.quick
 if o.curriculum then o.curriculum = ga.CURRICULUM end
 o.t0 = os.time()

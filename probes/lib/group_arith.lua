@@ -154,7 +154,8 @@ function M.train(o)
   local kmax = 0
   for _, k in ipairs(o.k_list) do kmax = math.max(kmax, k) end
   local m = mp.model.new{d_model = o.d_model, n_layer = o.n_layer, n_head = o.n_head, d_mlp = o.d_mlp,
-                         vocab = 19, ctx = 5 * (math.max(kmax, o.train_k) + 1), seed = o.seed}
+                         vocab = 19, ctx = 5 * (math.max(kmax, o.train_k) + 1), seed = o.seed,
+                         init_std = o.init_std}
   local dir = o.out .. "/checkpoints"
   mp.mkdir(dir)
   local want, saved = {}, {}

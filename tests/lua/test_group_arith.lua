@@ -103,6 +103,16 @@ if which ~= "quick" then
 end
 
 if which ~= "unit" then
+  -- bad sizes: exit 2, a message naming the option, no output folder
+  for _, c in ipairs{{"--layers 0", "--layers"}, {"--d-model 0", "--d-model"}, {"--lr -1", "--lr"},
+                     {"--init-std 0", "--init-std"}, {"--batch 0", "--batch"}} do
+    local bad = os.tmpname(); os.remove(bad)
+    local p = io.popen(("%s group_arith --quick %s --out %s 2>&1"):format(exe, c[1], bad))
+    local out = p:read("a")
+    local _, _, code = p:close()
+    check(code == 2 and out:find(c[2], 1, true) ~= nil, ("%s: exit %s, message %q"):format(c[1], tostring(code), out))
+    check(io.open(bad) == nil, c[1] .. ": no output folder")
+  end
   -- (5) the quick probe end to end
   local dir = os.tmpname(); os.remove(dir)
   local p = io.popen(("%s group_arith --quick --curriculum --out %s 2>&1"):format(exe, dir))

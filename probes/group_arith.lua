@@ -36,6 +36,7 @@ local o = cli.parse(arg, {
   {"lr", "X", "peak learning rate (default: by size)", type = "number"},
   {"init_std", "X", "standard deviation of the initial weights (default 0.02)", type = "number"},
   {"curriculum", nil, "train first on contexts of 4, 8, then 16 distinct facts (to 30/45/60% of the steps)"},
+  {"pools", "SPEC", "a curriculum of your own: P:F,... = contexts of P distinct facts until fraction F of the steps"},
   {"seed", "N", "seed of the model, the data and the bootstrap", default = 1, type = "int"},
   {"eval_groups", "WHICH", "evaluation groups: held-out or training", default = "held-out"},
   {"format", "EXT", "figure format: png, svg or pdf", default = "png"},
@@ -66,7 +67,23 @@ if not (o.lr > 0) or (o.init_std and not (o.init_std > 0)) then
   os.exit(2)
 end
 o.progress = not o.quick
-if o.curriculum then o.curriculum = ga.CURRICULUM end
+if o.pools then
+  local c, last = {}, 0
+  for item in o.pools:gmatch("[^,]+") do
+    local pool, frac = item:match("^%s*(%d+)%s*:%s*([%d.]+)%s*$")
+    pool, frac = tonumber(pool), tonumber(frac)
+    if not pool or not frac or pool < 1 or frac <= last or frac > 1 then
+      io.stderr:write(("mechprobe group_arith: --pools: bad stage '%s' (want P:F with P >= 1 and F rising in (0, 1])\n"):format(item))
+      os.exit(2)
+    end
+    c[#c + 1] = {["until"] = frac, pool = pool}
+    last = frac
+  end
+  if #c == 0 then io.stderr:write("mechprobe group_arith: --pools: no stages\n"); os.exit(2) end
+  o.curriculum = c
+elseif o.curriculum then
+  o.curriculum = ga.CURRICULUM
+end
 o.t0 = os.time()
 mp.mkdir(o.out)
 

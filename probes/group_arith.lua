@@ -36,6 +36,7 @@ local o = cli.parse(arg, {
   {"lr", "X", "peak learning rate (default: by size)", type = "number"},
   {"init_std", "X", "standard deviation of the initial weights (default 0.02)", type = "number"},
   {"curriculum", nil, "train first on contexts of 4, 8, then 16 distinct facts (to 30/45/60% of the steps)"},
+  {"no_curriculum", nil, "train on the natural distribution from the start (the full preset has a curriculum)"},
   {"pools", "SPEC", "a curriculum of your own: P:F,... = contexts of P distinct facts until fraction F of the steps"},
   {"seed", "N", "seed of the model, the data and the bootstrap", default = 1, type = "int"},
   {"eval_groups", "WHICH", "evaluation groups: held-out or training", default = "held-out"},
@@ -56,6 +57,10 @@ if o.eval_groups ~= "held-out" and o.eval_groups ~= "training" then
 end
 
 o.mode = o.quick and "quick" or o.medium and "medium" or "full"
+if o.no_curriculum and (o.curriculum or o.pools) then
+  io.stderr:write("mechprobe group_arith: --no-curriculum cannot go with --curriculum or --pools\n")
+  os.exit(2)
+end
 o.n_layer = o.layers
 if o.d_model then o.n_head, o.d_mlp = math.max(1, o.d_model // 16), 4 * o.d_model end
 for key, v in pairs(ga.PRESETS[o.mode]) do if o[key] == nil then o[key] = v end end
@@ -81,7 +86,9 @@ if o.pools then
   end
   if #c == 0 then io.stderr:write("mechprobe group_arith: --pools: no stages\n"); os.exit(2) end
   o.curriculum = c
-elseif o.curriculum then
+elseif o.no_curriculum then
+  o.curriculum = nil
+elseif o.curriculum == true then
   o.curriculum = ga.CURRICULUM
 end
 o.t0 = os.time()

@@ -34,10 +34,10 @@ M.DIST = {
 }
 
 -- Presets: model, training and evaluation sizes for --quick / --medium / full.
--- M.CURRICULUM (opt-in, --curriculum): the context shows only `pool` distinct
--- facts until that fraction of the steps (facts repeat, so copying pays off
--- early), then the natural distribution (see M.train). It did not make the
--- full-size model copy within 2400 steps (see the README).
+-- curriculum: the context shows only `pool` distinct facts until that fraction
+-- of the steps (facts repeat, so copying pays off early), then the natural
+-- distribution (see M.train). The full preset has one (--no-curriculum drops
+-- it); M.CURRICULUM is what --curriculum gives the other sizes.
 M.PRESETS = {
   quick  = {d_model = 32, n_layer = 2, n_head = 2, d_mlp = 96, train_k = 20, steps = 150, batch = 8, lr = 3e-3,
             warmup = 10, n_ckpt = 3, n_eval = 24, n_cov = 48, n_patch = 16, n_ident = 16, n_probe = 72,
@@ -45,8 +45,11 @@ M.PRESETS = {
   medium = {d_model = 64, n_layer = 3, n_head = 4, d_mlp = 256, train_k = 50, steps = 900, batch = 16, lr = 2e-3,
             warmup = 50, n_ckpt = 8, n_eval = 128, n_cov = 256, n_patch = 48, n_ident = 64, n_probe = 384,
             n_phase = 48, k_list = {50, 100}, k_mech = 50, boot = 1000},
-  full   = {d_model = 64, n_layer = 4, n_head = 4, d_mlp = 256, train_k = 50, steps = 8000, batch = 16, lr = 2e-3,
-            warmup = 200, n_ckpt = 16, n_eval = 256, n_cov = 512, n_patch = 64, n_ident = 128, n_probe = 768,
+  full   = {d_model = 64, n_layer = 3, n_head = 4, d_mlp = 256, train_k = 50, steps = 9000, batch = 32, lr = 3e-3,
+            warmup = 200, init_std = 0.1,
+            curriculum = {{["until"] = 0.3, pool = 4}, {["until"] = 0.45, pool = 8}, {["until"] = 0.6, pool = 16},
+                          {["until"] = 0.8, pool = 32}},
+            n_ckpt = 16, n_eval = 256, n_cov = 512, n_patch = 64, n_ident = 128, n_probe = 768,
             n_phase = 96, k_list = {50, 100}, k_mech = 50, boot = 2000},
 }
 

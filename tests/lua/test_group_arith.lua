@@ -106,7 +106,8 @@ if which ~= "unit" then
   -- bad sizes: exit 2, a message naming the option, no output folder
   for _, c in ipairs{{"--layers 0", "--layers"}, {"--d-model 0", "--d-model"}, {"--lr -1", "--lr"},
                      {"--init-std 0", "--init-std"}, {"--batch 0", "--batch"}, {"--pools 4:0.5,8:0.4", "--pools"},
-                     {"--pools 0:0.5", "--pools"}, {"--pools 4:1.5", "--pools"}} do
+                     {"--pools 0:0.5", "--pools"}, {"--pools 4:1.5", "--pools"},
+                     {"--no-curriculum --curriculum", "--no-curriculum"}} do
     local bad = os.tmpname(); os.remove(bad)
     local p = io.popen(("%s group_arith --quick %s --out %s 2>&1"):format(exe, c[1], bad))
     local out = p:read("a")

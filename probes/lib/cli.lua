@@ -11,7 +11,17 @@
 -- Options are written --name VALUE or --name=VALUE (dashes and underscores are
 -- interchangeable in names); flags take no value. --help prints the usage.
 -- Mistakes print a clear message and the usage on stderr and exit with 2.
+-- cli.preset(base, presets, name) gives a probe's settings: base, then the
+-- named preset over it, plus preset = name.
 local cli = {}
+
+function cli.preset(base, presets, name)
+  local p = assert(presets[name], "unknown preset " .. tostring(name))
+  local o = {preset = name}
+  for k, v in pairs(base) do o[k] = v end
+  for k, v in pairs(p) do o[k] = v end
+  return o
+end
 
 local function usage(spec)
   local lines = {("usage: mechprobe %s [options]"):format(spec.name)}

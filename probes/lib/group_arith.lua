@@ -209,9 +209,8 @@ function M.train(o)
   save(o.steps)
   local model_path = o.out .. "/model.h5"
   m:save(model_path)
-  local seconds = r.seconds
-  log(o, "trained in %.0f s (%.0f tokens/s), final loss %.3f", seconds, r.tokens_per_s, r.final_loss)
-  return m, {loss = r.loss, step = r.step, pool = r.pool, seconds = seconds, curriculum = stages, wall = os.time() - wall0, tokens_per_s = r.tokens_per_s,
+  log(o, "trained in %.0f s (%.0f tokens/s), final loss %.3f", r.seconds, r.tokens_per_s, r.final_loss)
+  return m, {loss = r.loss, step = r.step, pool = r.pool, seconds = r.seconds, wall = os.time() - wall0, tokens_per_s = r.tokens_per_s,
              final_loss = r.final_loss, checkpoints = saved, model = model_path}
 end
 

@@ -54,13 +54,7 @@ M.presets = {
   },
 }
 
-function M.preset(name)
-  local p = assert(M.presets[name], "unknown preset " .. tostring(name))
-  local o = {preset = name}
-  for k, v in pairs(base) do o[k] = v end
-  for k, v in pairs(p) do o[k] = v end
-  return o
-end
+function M.preset(name) return require("cli").preset(base, M.presets, name) end
 
 -- ---------------------------------------------------------------- helpers
 

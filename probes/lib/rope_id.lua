@@ -51,13 +51,7 @@ M.presets = {
   },
 }
 
-function M.preset(name)
-  local p = assert(M.presets[name], "unknown preset " .. tostring(name))
-  local o = {preset = name}
-  for k, v in pairs(base) do o[k] = v end
-  for k, v in pairs(p) do o[k] = v end
-  return o
-end
+function M.preset(name) return require("cli").preset(base, M.presets, name) end
 
 -- The evaluated variants: a trained scheme, or the RoPE model changed at
 -- evaluation time (scaling by T/L, RoPE-ID without temperature), or DroPE.

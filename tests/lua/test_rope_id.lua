@@ -172,14 +172,10 @@ else
   io.write(("quick probe: %d s\n"):format(os.time() - t0))
 
   -- verdict table: VERDICT id | claim | paper | ours | verdict, and a RULE per row
-  local rows, ids = require("verdicts").parse(report), {}
-  for _, fields in ipairs(rows) do
-    check(#fields == 5, "verdict row has 5 fields: " .. fields.line)
-    local word = fields[5]
-    check(word == "SUPPORTED" or word == "NOT SUPPORTED" or word == "INCONCLUSIVE", "verdict word: " .. tostring(word))
-    check(fields[1]:match("^C%d$") and not ids[fields[1]], "claim id: " .. tostring(fields[1]))
-    ids[fields[1] or ""] = true
-  end
+  local verdicts = require "verdicts"
+  local rows = verdicts.parse(report)
+  local bad, ids = verdicts.problems(rows)
+  check(#bad == 0, "verdict rows well formed:\n" .. table.concat(bad, "\n"))
   check(#rows == 7, ("7 verdict rows, got %d:\n%s"):format(#rows, report))
   for id in pairs(ids) do check(report:find("\nRULE " .. id .. ": ", 1, true), "rule for " .. id) end
 

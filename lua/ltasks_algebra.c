@@ -61,6 +61,8 @@ static void alg_push_params(lua_State *L, const mp_algebra_params *p) {
     lua_setfield(L, -2, "exclude");
     lt_set_int(L, "max_attempts", p->max_attempts);
     lt_set_int(L, "pool", p->pool);
+    lua_pushnumber(L, p->pool_share);
+    lua_setfield(L, -2, "pool_share");
     lt_set_int(L, "seed", (lua_Integer)p->seed);
 }
 
@@ -151,10 +153,11 @@ static uint32_t opt_rules(lua_State *L, int idx, const char *fn, const char *key
 }
 
 /* mp.tasks.algebra{k=200, mix=0.7, max_order=10, test_groups=false, groups={"C5",...},
- *   hold_out="commuted", targets="all", require=..., exclude=..., max_attempts=10000, pool=0, seed=1} */
+ *   hold_out="commuted", targets="all", require=..., exclude=..., max_attempts=10000, pool=0, pool_share=1,
+ *   seed=1} */
 int mp_lt_l_algebra(lua_State *L) {
     static const char *const known[] = {"k", "mix", "max_order", "test_groups", "groups", "hold_out", "targets",
-                                        "require", "exclude", "max_attempts", "pool", "seed", NULL};
+                                        "require", "exclude", "max_attempts", "pool", "pool_share", "seed", NULL};
     const char *fn = "mp.tasks.algebra";
     lt_opts_check(L, 1, fn, known);
     mp_algebra_params p = mp_algebra_params_default();
@@ -201,6 +204,9 @@ int mp_lt_l_algebra(lua_State *L) {
     p.exclude = opt_rules(L, 1, fn, "exclude");
     p.max_attempts = lt_opt_int(L, 1, fn, "max_attempts", p.max_attempts, 1, INT_MAX);
     p.pool = lt_opt_int(L, 1, fn, "pool", p.pool, 0, 100000);
+    p.pool_share = lt_opt_num(L, 1, fn, "pool_share", p.pool_share);
+    if (!(p.pool_share >= 0 && p.pool_share <= 1))
+        luaL_error(L, "%s: pool_share must be a probability in [0, 1] (got %f)", fn, p.pool_share);
     p.seed = lt_opt_seed(L, 1, fn);
     const uint32_t copy = MP_ALGEBRA_BIT(MP_ALGEBRA_RULE_COPY), commute = MP_ALGEBRA_BIT(MP_ALGEBRA_RULE_COMMUTE);
     if ((p.require & copy) && p.holdout != MP_ALGEBRA_HOLDOUT_NONE)

@@ -30,6 +30,7 @@ mp_algebra_params mp_algebra_params_default(void) {
     p.n_facts = 200;
     p.mix = 0.7;
     p.max_order = 10;
+    p.pool_share = 1.0;
     p.test_groups = 0;
     p.n_fixed = 0;
     p.holdout = MP_ALGEBRA_HOLDOUT_PAIR_COMMUTED;
@@ -59,6 +60,8 @@ static mp_status validate(const mp_algebra_params *p) {
         return mp_error(MP_ERR_ARG, "algebra: n_facts = %d is out of range (0..%d)", p->n_facts, MAX_FACTS);
     if (p->pool < 0)
         return mp_error(MP_ERR_ARG, "algebra: pool = %d must be >= 0 (0: no pool)", p->pool);
+    if (!(p->pool_share >= 0 && p->pool_share <= 1))
+        return mp_error(MP_ERR_ARG, "algebra: pool_share = %g is not a probability", p->pool_share);
     if (!(p->mix >= 0 && p->mix <= 1))
         return mp_error(MP_ERR_ARG, "algebra: mix = %g is not a probability", p->mix);
     if (p->max_order < 3 || p->max_order > NS)
@@ -218,7 +221,9 @@ static mp_status draw_sequence(const mp_algebra_params *p, gsl_rng *r, int32_t *
         all[n_ctx++] = f;
     }
     assert(n_ctx > 0);
-    if (p->pool > 0 && p->pool < n_ctx) {
+    /* with pool_share < 1 a uniform draw decides (no draw at 1: the stream stays as before) */
+    int use_pool = p->pool > 0 && (p->pool_share >= 1 || gsl_rng_uniform(r) < p->pool_share);
+    if (use_pool && p->pool < n_ctx) {
         /* a random subset of `pool` distinct facts, kept in table order */
         fact chosen[MAX_FACT_TABLE];
         gsl_ran_choose(r, chosen, (size_t)p->pool, all, (size_t)n_ctx, sizeof(fact));

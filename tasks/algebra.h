@@ -141,6 +141,9 @@ typedef struct {
     int pool;                     /* > 0: the context facts are drawn from `pool` distinct
                                    * facts (a random subset), so that facts repeat often;
                                    * 0: from all of them. A training curriculum for copying. */
+    double pool_share;            /* share of the sequences that use the pool (default 1);
+                                   * the others draw from all facts, so a last stage can keep
+                                   * some repeated contexts next to the natural ones */
     uint64_t seed;
 } mp_algebra_params;
 

@@ -495,13 +495,16 @@ static void test_algebra_mix(void) {
  * k >> P all P (coupon collector: P = 4, k = 40 leaves one unseen with
  * probability < 4 (3/4)^40 = 4e-5); the facts are still true products and the
  * rule labels still hold (check_algebra_batch). Without a pool, k = 40 facts of
- * groups with at least 9 facts show more than 4 distinct ones. */
+ * groups with at least 9 facts show more than 4 distinct ones. With
+ * pool_share = 0.3 the count of pooled sequences among B = 200 is
+ * Binomial(200, 0.3): mean 60, sd 6.5; [30, 90] is about +-4.6 sd. */
 static void test_algebra_pool(void) {
     mp_algebra_params p = mp_algebra_params_default();
     p.n_facts = 40; p.pool = 4; p.holdout = MP_ALGEBRA_HOLDOUT_NONE; p.target = MP_ALGEBRA_TARGET_ANSWERS; p.seed = 31;
     enum { B = 200 };
-    for (int pass = 0; pass < 2; pass++) {
+    for (int pass = 0; pass < 3; pass++) {
         if (pass == 1) p.pool = 0;
+        if (pass == 2) { p.pool = 4; p.pool_share = 0.3; }
         mp_algebra *a = NULL;
         CHECK(mp_algebra_init(&a, &p) == MP_OK, "%s", mp_last_error());
         if (!a) return;
@@ -523,11 +526,17 @@ static void test_algebra_pool(void) {
             over += distinct > 4;
         }
         if (pass == 0) CHECK(exact == B && over == 0, "pool 4: %d of %d sequences show exactly 4 distinct facts", exact, B);
-        else CHECK(over == B, "no pool: %d of %d sequences show more than 4 distinct facts", over, B);
+        else if (pass == 1) CHECK(over == B, "no pool: %d of %d sequences show more than 4 distinct facts", over, B);
+        else CHECK(exact >= 30 && exact <= 90 && exact + over == B,
+                   "pool_share 0.3: %d of %d sequences pooled (expect 60 +- 30), %d not", exact, B, over);
         free(tok); free(tgt); free(tr);
         mp_algebra_free(a);
     }
     mp_algebra *a = NULL;
+    p.pool_share = 1.5;
+    CHECK(mp_algebra_init(&a, &p) == MP_ERR_ARG && strstr(mp_last_error(), "pool_share"),
+          "pool_share > 1 rejected: %s", mp_last_error());
+    p.pool_share = 1;
     p.pool = -1;
     CHECK(mp_algebra_init(&a, &p) == MP_ERR_ARG && strstr(mp_last_error(), "pool"), "pool < 0 rejected: %s",
           mp_last_error());

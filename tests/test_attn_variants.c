@@ -280,42 +280,11 @@ static void fd_model(const variant *v) {
         tok[i] = (i * 5 + 1) % c.vocab;
         tgt[i] = i % 4 == 3 ? -1 : (i * 3 + 2) % c.vocab;
     }
-    mp_acts A;
-    mp_grads G;
-    float loss;
-    CHECK(mp_acts_init(&A, &c, B, T) == MP_OK && mp_grads_init(&G, &c) == MP_OK, "alloc");
-    CHECK(mp_model_forward_backward(m, tok, tgt, B, T, NULL, &A, &G, 1.0f, &loss, NULL) == MP_OK, "fb");
-    mp_param_desc d[MP_PARAM_MAX], gd[MP_PARAM_MAX];
-    int nd = mp_params_describe(&c, &m->p, d);
-    mp_params_describe(&c, &G.g, gd);
-    double worst = 0;
-    int checked = 0, skipped = 0;
-    unsigned r = 12345;
-    for (int k = 0; k < nd; k++)
-        for (int s = 0; s < 6; s++) {
-            r = r * 1103515245u + 12345u;
-            size_t i = (r >> 8) % d[k].n;
-            float save = d[k].p[i], lp, lm, l0;
-            const float eps = 3e-3f;
-            mp_model_loss(m, tok, tgt, B, T, NULL, &l0);
-            d[k].p[i] = save + eps;
-            mp_model_loss(m, tok, tgt, B, T, NULL, &lp);
-            d[k].p[i] = save - eps;
-            mp_model_loss(m, tok, tgt, B, T, NULL, &lm);
-            d[k].p[i] = save;
-            double fd = ((double)lp - lm) / (2.0 * eps), an = gd[k].p[i];
-            double sp = ((double)lp - l0) / eps, sm = ((double)l0 - lm) / eps;
-            if (fabs(sp - sm) > 2e-3 + 5e-2 * fabs(fd)) { skipped++; continue; }   /* a kink of entmax */
-            checked++;
-            worst = fmax(worst, fabs(an - fd) / (2e-3 + 5e-2 * fabs(fd)));
-            CHECK(fabs(an - fd) <= 2e-3 + 5e-2 * fabs(fd), "%s: %s[%zu]: analytic %.6g vs fd %.6g", v->name,
-                  d[k].name, i, an, fd);
-        }
-    CHECK(checked >= 4 * skipped, "%s: %d checked, %d at kinks", v->name, checked, skipped);
+    /* eps 3e-3: entmax's kinks are closer together than softmax's curvature scale */
+    tu_fd_result r = tu_fd_model(v->name, m, tok, tgt, B, T, 3e-3f, 6, 1, 12345);
+    CHECK(r.checked >= 4 * r.kinks, "%s: %d checked, %d at kinks", v->name, r.checked, r.kinks);
     printf("  model finite differences %-10s loss %.4f, %d checked (%d kinks), worst error / tolerance %.3f\n",
-           v->name, loss, checked, skipped, worst);
-    mp_acts_free(&A);
-    mp_grads_free(&G);
+           v->name, r.loss, r.checked, r.kinks, r.worst);
     mp_model_free(m);
 }
 

@@ -314,38 +314,11 @@ static void test_model(const char *label, mp_config c, int T) {
         tok[i] = (int)((urand() + 1) / 2 * c.vocab) % c.vocab;
         tgt[i] = i % 5 == 2 ? -1 : (int)((urand() + 1) / 2 * c.vocab) % c.vocab;
     }
-    mp_acts A;
-    mp_grads G;
-    float loss, l2;
-    CHECK(mp_acts_init(&A, &c, B, T) == MP_OK && mp_grads_init(&G, &c) == MP_OK, "alloc");
-    CHECK(mp_model_forward_backward(m, tok, tgt, B, T, NULL, &A, &G, 1.0f, &loss, NULL) == MP_OK, "%s",
-          mp_last_error());
+    tu_fd_result r = tu_fd_model(label, m, tok, tgt, B, T, 1e-2f, 6, 0, 12345);
+    float l2;
     CHECK(mp_model_loss(m, tok, tgt, B, T, NULL, &l2) == MP_OK, "loss");
-    CHECK_NEAR(loss, l2, 1e-6, "%s: training and inference forward give the same loss", label);
-    mp_param_desc gd[MP_PARAM_MAX];
-    mp_params_describe(&c, &G.g, gd);
-    double worst = 0;
-    for (int k = 0; k < nd; k++) {
-        for (int s = 0; s < 6; s++) {
-            size_t i = (size_t)((urand() + 1) / 2 * d[k].n) % d[k].n;
-            float save = d[k].p[i];
-            const float eps = 1e-2f;
-            float lp, lm;
-            d[k].p[i] = save + eps;
-            mp_model_loss(m, tok, tgt, B, T, NULL, &lp);
-            d[k].p[i] = save - eps;
-            mp_model_loss(m, tok, tgt, B, T, NULL, &lm);
-            d[k].p[i] = save;
-            double fd = ((double)lp - lm) / (2.0 * eps), an = gd[k].p[i];
-            double err = fabs(an - fd) / (2e-3 + 5e-2 * fabs(fd));
-            if (err > worst) worst = err;
-            CHECK(fabs(an - fd) <= 2e-3 + 5e-2 * fabs(fd), "%s: %s[%zu]: analytic %.6g vs fd %.6g", label, d[k].name,
-                  i, an, fd);
-        }
-    }
-    printf("  model %-22s loss %.4f, %d tensors, worst error / tolerance %.3f\n", label, loss, nd, worst);
-    mp_acts_free(&A);
-    mp_grads_free(&G);
+    CHECK_NEAR(r.loss, l2, 1e-6, "%s: training and inference forward give the same loss", label);
+    printf("  model %-22s loss %.4f, %d tensors, worst error / tolerance %.3f\n", label, r.loss, nd, r.worst);
     mp_model_free(m);
     free(tok);
     free(tgt);

@@ -355,7 +355,7 @@ static void test_golden(void) {
     mp_model_free(m);
 }
 
-/* ---- finite differences of the float loss (test_grad's whole-model check) ---- */
+/* ---- finite differences of the float loss (testutil's whole-model check) ---- */
 static void fd_model(const char *label, mp_config c) {
     mp_model *m = NULL;
     CHECK(mp_model_new_random(&m, &c, 9, 0.3f) == MP_OK, "%s: %s", label, mp_last_error());
@@ -366,35 +366,8 @@ static void fd_model(const char *label, mp_config c) {
         tok[i] = (i * 5 + 1) % c.vocab;
         tgt[i] = i % 4 == 3 ? -1 : (i * 3 + 2) % c.vocab;
     }
-    mp_acts A;
-    mp_grads G;
-    float loss;
-    CHECK(mp_acts_init(&A, &c, B, T) == MP_OK && mp_grads_init(&G, &c) == MP_OK, "alloc");
-    CHECK(mp_model_forward_backward(m, tok, tgt, B, T, NULL, &A, &G, 1.0f, &loss, NULL) == MP_OK, "fb");
-    mp_param_desc d[MP_PARAM_MAX], gd[MP_PARAM_MAX];
-    int nd = mp_params_describe(&c, &m->p, d);
-    mp_params_describe(&c, &G.g, gd);
-    double worst = 0;
-    unsigned r = 12345;
-    for (int k = 0; k < nd; k++)
-        for (int s = 0; s < 6; s++) {
-            r = r * 1103515245u + 12345u;
-            size_t i = (r >> 8) % d[k].n;
-            float save = d[k].p[i], lp, lm;
-            const float eps = 1e-2f;
-            d[k].p[i] = save + eps;
-            mp_model_loss(m, tok, tgt, B, T, NULL, &lp);
-            d[k].p[i] = save - eps;
-            mp_model_loss(m, tok, tgt, B, T, NULL, &lm);
-            d[k].p[i] = save;
-            double fd = ((double)lp - lm) / (2.0 * eps), an = gd[k].p[i];
-            worst = fmax(worst, fabs(an - fd) / (2e-3 + 5e-2 * fabs(fd)));
-            CHECK(fabs(an - fd) <= 2e-3 + 5e-2 * fabs(fd), "%s: %s[%zu]: analytic %.6g vs fd %.6g", label, d[k].name, i,
-                  an, fd);
-        }
-    printf("  finite differences %-18s loss %.4f, worst error / tolerance %.3f\n", label, loss, worst);
-    mp_acts_free(&A);
-    mp_grads_free(&G);
+    tu_fd_result r = tu_fd_model(label, m, tok, tgt, B, T, 1e-2f, 6, 0, 12345);
+    printf("  finite differences %-18s loss %.4f, worst error / tolerance %.3f\n", label, r.loss, r.worst);
     mp_model_free(m);
 }
 

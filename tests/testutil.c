@@ -1,6 +1,8 @@
 /* testutil.c — helpers for mechprobe's C tests: shared-data paths with SKIP,
- * comparisons, and the closing summary line. */
+ * comparisons, hook captures, the whole-model finite-difference check, and the
+ * closing summary line. */
 #include "testutil.h"
+#include "train.h"
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -80,4 +82,45 @@ const float *tu_capture_get(const tu_capture *c, const char *name, size_t *n) {
 void tu_capture_free(tu_capture *c) {
     for (int k = 0; k < c->n; k++) free(c->buf[k]);
     c->n = 0;
+}
+
+tu_fd_result tu_fd_model(const char *label, mp_model *m, const int *tok, const int *tgt, int B, int T,
+                         float eps, int per_tensor, int skip_kinks, unsigned seed) {
+    tu_fd_result res = {0};
+    const mp_config *c = &m->cfg;
+    mp_acts A;
+    mp_grads G;
+    int ok = mp_acts_init(&A, c, B, T) == MP_OK;
+    ok = ok && mp_grads_init(&G, c) == MP_OK;
+    CHECK(ok, "%s: alloc: %s", label, mp_last_error());
+    if (!ok) return res;
+    mp_status st = mp_model_forward_backward(m, tok, tgt, B, T, NULL, &A, &G, 1.0f, &res.loss, NULL);
+    CHECK(st == MP_OK, "%s: forward-backward: %s", label, mp_last_error());
+    mp_param_desc d[MP_PARAM_MAX], gd[MP_PARAM_MAX];
+    int nd = st == MP_OK ? mp_params_describe(c, &m->p, d) : 0;
+    mp_params_describe(c, &G.g, gd);
+    unsigned r = seed;
+    for (int k = 0; k < nd; k++)
+        for (int s = 0; s < per_tensor; s++) {
+            r = r * 1103515245u + 12345u;
+            size_t i = (r >> 8) % d[k].n;
+            float save = d[k].p[i], lp, lm, l0 = 0;
+            if (skip_kinks) mp_model_loss(m, tok, tgt, B, T, NULL, &l0);
+            d[k].p[i] = save + eps;   /* the parameters are the model's own buffers */
+            mp_model_loss(m, tok, tgt, B, T, NULL, &lp);
+            d[k].p[i] = save - eps;
+            mp_model_loss(m, tok, tgt, B, T, NULL, &lm);
+            d[k].p[i] = save;
+            double fd = ((double)lp - lm) / (2.0 * eps), an = gd[k].p[i], tol = 2e-3 + 5e-2 * fabs(fd);
+            if (skip_kinks && fabs(((double)lp - l0) / eps - ((double)l0 - lm) / eps) > tol) {
+                res.kinks++;
+                continue;
+            }
+            res.checked++;
+            if (fabs(an - fd) / tol > res.worst) res.worst = fabs(an - fd) / tol;
+            CHECK(fabs(an - fd) <= tol, "%s: %s[%zu]: analytic %.6g vs fd %.6g", label, d[k].name, i, an, fd);
+        }
+    mp_acts_free(&A);
+    mp_grads_free(&G);
+    return res;
 }

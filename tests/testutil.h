@@ -39,4 +39,21 @@ int tu_capture_cb(void *user, const mp_hook_info *info, float *data);
 /* The captured tensor named `name` (its size in *n), or NULL. */
 const float *tu_capture_get(const tu_capture *c, const char *name, size_t *n);
 void tu_capture_free(tu_capture *c);
+
+/* Whole-model gradient check: the parameter gradients of
+ * mp_model_forward_backward against central finite differences (step eps) of
+ * the float32 loss of mp_model_loss, at `per_tensor` entries of every parameter
+ * tensor picked by an LCG from `seed`. Tolerance |analytic - fd| <= 2e-3 +
+ * 5e-2 |fd| (the loss is float32, so the difference quotient carries ~1e-3
+ * noise at eps 1e-2). With skip_kinks, an entry whose one-sided slopes differ
+ * by more than that tolerance sits on a kink (entmax's support changes) and is
+ * counted, not checked. Each failing entry is a CHECK failure naming `label`. */
+#include "model.h"
+typedef struct {
+    float loss;      /* the loss of the forward-backward pass */
+    double worst;    /* largest |analytic - fd| / tolerance over the checked entries */
+    int checked, kinks;
+} tu_fd_result;
+tu_fd_result tu_fd_model(const char *label, mp_model *m, const int *tok, const int *tgt, int B, int T,
+                         float eps, int per_tensor, int skip_kinks, unsigned seed);
 #endif

@@ -7,7 +7,7 @@ local data = os.getenv("MP_TESTDATA") or "tests/data"
 local dir = os.tmpname()
 os.remove(dir)
 assert(os.execute("mkdir -p " .. dir))
-local passed, failed = 0, 0
+local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
 
 local function slurp(p) local f = assert(io.open(p, "rb")); local s = f:read("a"); f:close(); return s end
 local function spit(p, s) local f = assert(io.open(p, "wb")); f:write(s); f:close() end
@@ -35,10 +35,7 @@ local function expect_fail(label, args, must_contain, out)
   end
   if err:find("AddressSanitizer") or err:find("runtime error:") then good = false; msg = msg .. " sanitizer report" end
   if out and not no_output(out) then good = false; msg = msg .. " output file left behind" end
-  if good then passed = passed + 1 else
-    failed = failed + 1
-    io.stderr:write(("FAIL %s: %s\n  stderr: %s\n"):format(label, msg, err))
-  end
+  t.ok(good, ("%s: %s\n  stderr: %s"):format(label, msg, err))
 end
 
 local good_model = data .. "/ref_tied.bin"
@@ -93,5 +90,4 @@ spit(script, ("local m = mp.load(%q)\nm:run_with_cache({1,2}, {names='blocks.0.h
 expect_fail("API misuse", q(script), {"blocks.0.hook_nope", "bad_script.lua:2"})
 
 os.execute("rm -rf " .. dir)
-print(("%d passed, %d failed"):format(passed, failed))
-if failed > 0 then os.exit(1) end
+t.finish("test_faults")

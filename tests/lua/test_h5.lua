@@ -2,36 +2,12 @@
 -- write/read round trips, attributes, listing, modes and errors, and reading
 -- a run file written by an independent writer (h5py: tests/data/ref_tied.h5).
 -- Values are float32 copies, so round trips compare exactly.
-local passed, failed = 0, 0
+local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
+local check, expect_error, deep_eq = t.case, t.expect_error, t.deep_eq
 local data = os.getenv("MP_TESTDATA") or "tests/data"
 local dir = os.tmpname()
 os.remove(dir)
 assert(os.execute("mkdir -p " .. dir))
-
-local function check(name, fn)
-  local ok, err = pcall(fn)
-  if ok then passed = passed + 1 else
-    failed = failed + 1
-    io.stderr:write(("FAIL %s: %s\n"):format(name, tostring(err)))
-  end
-end
-
-local function expect_error(fn, pattern, what)
-  local ok, err = pcall(fn)
-  assert(not ok, (what or "call") .. " should have failed")
-  assert(tostring(err):find(pattern, 1, true),
-         ("%s: error '%s' lacks '%s'"):format(what or "call", tostring(err), pattern))
-end
-
-local function deep_eq(a, b, path)
-  path = path or "t"
-  if type(a) ~= "table" then
-    assert(a == b, ("%s: %s ~= %s"):format(path, tostring(a), tostring(b)))
-    return
-  end
-  assert(type(b) == "table" and #a == #b, path .. ": lengths differ")
-  for i = 1, #a do deep_eq(a[i], b[i], path .. "[" .. i .. "]") end
-end
 
 local path = dir .. "/t.h5"
 
@@ -161,5 +137,4 @@ check("read an h5py-written run file", function()
 end)
 
 os.execute("rm -rf " .. dir)
-print(("%d passed, %d failed"):format(passed, failed))
-if failed > 0 then os.exit(1) end
+t.finish("test_h5")

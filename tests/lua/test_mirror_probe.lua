@@ -4,9 +4,8 @@
 -- the HDF5 file exist, and the file's numbers agree with the printed report and
 -- with the definitions (oracle KL ~ 0, means of the per-sequence KLs).
 local exe = arg[-1]
-local passed, failed = 0, 0
-local function check(c, msg) if c then passed = passed + 1 else failed = failed + 1; io.stderr:write("FAIL: " .. msg .. "\n") end end
-local function near(a, b, tol, msg) check(math.abs(a - b) <= tol, ("%s: %.9g vs %.9g (tol %g)"):format(msg, a, b, tol)) end
+local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
+local check, near = t.ok, t.ok_near
 
 -- ---- bindings on the hand case of tests/test_mirror.c: q = 2, m = 2,
 -- pi = [[.9,.1],[.2,.8]], y = 0 1 1 0; gamma = (8/9, 1/9), (1/2, 1/2)
@@ -112,6 +111,5 @@ for _, name in ipairs(models) do
   check(f:has("models/" .. name .. "/kl_mean") and f:has("models/" .. name .. "/attn_kl"), "model datasets " .. name)
 end
 
-print(("test_mirror_probe: %d checks, %d failed"):format(passed + failed, failed))
 os.execute("rm -rf " .. dir)
-os.exit(failed == 0 and 0 or 1)
+t.finish("test_mirror_probe")

@@ -3,11 +3,9 @@
 -- the golden activations, streaming capture against run_with_cache, every
 -- intervention kind against its definition, Lua function hooks, generation
 -- determinism, and clear errors for misuse.
+local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
+local check = t.ok
 local data = os.getenv("MP_TESTDATA") or "tests/data"
-local passed, failed = 0, 0
-local function check(cond, msg)
-  if cond then passed = passed + 1 else failed = failed + 1; io.stderr:write("FAIL: " .. msg .. "\n") end
-end
 local function maxdiff(a, b)
   local d = a:sub(b)
   return math.max(math.abs(d:max()), math.abs(d:min()))
@@ -158,5 +156,4 @@ ok, err = pcall(mp.load, data .. "/nope.bin")
 check(not ok and err:find("nope.bin", 1, true), "missing file: " .. tostring(err))
 
 os.execute("rm -rf " .. dir)
-print(("%d passed, %d failed"):format(passed, failed))
-if failed > 0 then os.exit(1) end
+t.finish("test_model")

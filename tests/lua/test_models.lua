@@ -5,14 +5,12 @@
 -- the model (a "bytes" model's byte vocabulary; aidreams260K's SentencePiece
 -- vocabulary exported from tokenizer.bin to GGUF when ../shared is present),
 -- and clear errors for malformed inputs.
+local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
+local check = t.ok
 local data = os.getenv("MP_TESTDATA") or "tests/data"
 local shared = os.getenv("MP_SHARED_DIR") or "../shared"
 local tmp = os.tmpname()
 os.remove(tmp)
-local passed, failed = 0, 0
-local function check(cond, msg)
-  if cond then passed = passed + 1 else failed = failed + 1; io.stderr:write("FAIL: " .. msg .. "\n") end
-end
 local function maxdiff(a, b)
   local d = a:sub(b)
   return math.max(math.abs(d:max()), math.abs(d:min()))
@@ -113,5 +111,4 @@ local nope = mp.model.new{d_model = 16, n_layer = 1, n_head = 2, vocab = 20, ctx
 e = err_of(function() nope:save(tmp .. ".gguf") end)
 check(e and e:find("no architecture", 1, true), "NoPE model export: " .. tostring(e))
 
-print(("%d passed, %d failed"):format(passed, failed))
-if failed > 0 then os.exit(1) end
+t.finish("test_models")

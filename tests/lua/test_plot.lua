@@ -2,27 +2,13 @@
 -- figures of every series kind saved as PNG (size read from the IHDR chunk), SVG
 -- and PDF; misuse and bad paths raise errors naming the argument or file; the
 -- analyses on constructed inputs with closed-form answers (tolerances stated).
+local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
+local check, near, expect_error = t.case, t.near, t.expect_error
 if not (mp.plot and mp.analyze) then
   print("SKIP: mp.plot / mp.analyze are not registered in this build")
   os.exit(77)
 end
 
-local passed, failed = 0, 0
-local function check(name, fn)
-  local ok, err = pcall(fn)
-  if ok then passed = passed + 1 else
-    failed = failed + 1
-    io.stderr:write(("FAIL %s: %s\n"):format(name, tostring(err)))
-  end
-end
-local function near(a, b, tol, what)
-  assert(math.abs(a - b) <= tol, ("%s: %.9g vs %.9g (tol %g)"):format(what or "value", a, b, tol))
-end
-local function expect_error(fn, pattern, what)
-  local ok, err = pcall(fn)
-  assert(not ok, (what or "call") .. " should have failed")
-  assert(tostring(err):find(pattern, 1, true), ("%s: error '%s' lacks '%s'"):format(what or "call", tostring(err), pattern))
-end
 local function slurp(p) local f = assert(io.open(p, "rb")); local s = f:read("a"); f:close(); return s end
 local function exists(p) local f = io.open(p, "rb"); if f then f:close() end; return f ~= nil end
 
@@ -218,5 +204,4 @@ check("bootstrap", function()
 end)
 
 os.execute("rm -rf '" .. dir .. "'")
-print(("test_plot.lua: %d passed, %d failed"):format(passed, failed))
-os.exit(failed == 0 and 0 or 1)
+t.finish("test_plot")

@@ -6,7 +6,7 @@ assert(os.execute(exe .. " quickstart --steps 30 --out out/quickstart > /dev/nul
 local f = assert(io.open(src .. "/README.md"))
 local readme = f:read("a")
 f:close()
-local passed, failed = 0, 0
+local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
 for block in readme:gmatch("```lua\n(.-)```") do
   local chunk, err = load(block, "=README example", "t")
   local ok, msg = chunk ~= nil, err
@@ -14,11 +14,7 @@ for block in readme:gmatch("```lua\n(.-)```") do
     io.write("-- running README example: ", block:match("^[^\n]*"), "\n")
     ok, msg = pcall(chunk)
   end
-  if ok then passed = passed + 1 else
-    failed = failed + 1
-    io.stderr:write("FAIL README example:\n", block, "\nerror: ", tostring(msg), "\n")
-  end
+  t.ok(ok, "README example:\n" .. block .. "\nerror: " .. tostring(msg))
 end
-assert(passed + failed >= 4, "README has fewer lua examples than expected")
-print(("%d passed, %d failed"):format(passed, failed))
-if failed > 0 then os.exit(1) end
+assert(t.passed + t.failed >= 4, "README has fewer lua examples than expected")
+t.finish("test_readme")

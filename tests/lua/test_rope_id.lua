@@ -10,9 +10,8 @@
 --          agree with the printed tables and with each other.
 local exe = arg[-1]
 local mode = arg[1] or "unit"
-local passed, failed = 0, 0
-local function check(c, msg) if c then passed = passed + 1 else failed = failed + 1; io.stderr:write("FAIL: " .. msg .. "\n") end end
-local function near(a, b, tol, msg) check(math.abs(a - b) <= tol, ("%s: %.9g vs %.9g (tol %g)"):format(msg, a, b, tol)) end
+local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
+local check, near = t.ok, t.ok_near
 
 local src = os.getenv("MP_SRC")
 if src then package.path = src .. "/probes/lib/?.lua;" .. package.path end
@@ -248,5 +247,4 @@ else
   os.execute("rm -rf " .. dir)
 end
 
-print(("test_rope_id (%s): %d checks, %d failed"):format(mode, passed + failed, failed))
-os.exit(failed == 0 and 0 or 1)
+t.finish(("test_rope_id (%s)"):format(mode))

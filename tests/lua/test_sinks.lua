@@ -4,12 +4,12 @@
 -- every figure and the run file exist, and /stats agree with values recomputed
 -- here from the captured activations (alpha_0 = mean attention to token 0;
 -- ||k_0|| over the mean key norm).
+local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
+local check = t.ok
 local exe = arg[-1]
 local which = arg[1] or "trained"
 local shared = os.getenv("MP_SHARED_DIR") or "../shared"
 local dir = os.tmpname(); os.remove(dir); mp.mkdir(dir)
-local passed, failed = 0, 0
-local function check(c, msg) if c then passed = passed + 1 else failed = failed + 1; io.stderr:write("FAIL: " .. msg .. "\n") end end
 
 local model, text
 if which == "shared" then
@@ -84,5 +84,4 @@ check(fa:min() >= 0 and fa:max() <= 1, "fisher accuracy in [0,1]")
 check(f:read("stats/srank_k"):min() >= 1 - 1e-5, "stable rank >= 1")
 
 os.execute("rm -rf " .. dir)
-print(("%d passed, %d failed"):format(passed, failed))
-if failed > 0 then os.exit(1) end
+t.finish("test_sinks")

@@ -5,27 +5,8 @@
 -- recomputed with C_n / D_n multiplication written out below (exact), text
 -- windows compared byte by byte with a file written here (exact), retrieval
 -- layouts compared token by token (exact). Then errors and handle life cycle.
-local passed, failed = 0, 0
-
-local function check(name, fn)
-  local ok, err = pcall(fn)
-  if ok then passed = passed + 1 else
-    failed = failed + 1
-    io.stderr:write(("FAIL %s: %s\n"):format(name, tostring(err)))
-  end
-end
-
-local function near(a, b, tol, what)
-  assert(math.abs(a - b) <= tol, ("%s: %.9g vs %.9g (tol %g)"):format(what or "value", a, b, tol))
-end
-
-local function expect_error(fn, pattern, what)
-  local ok, err = pcall(fn)
-  assert(not ok, (what or "call") .. " should have failed")
-  assert(tostring(err):find(pattern, 1, true),
-         ("%s: error '%s' lacks '%s'"):format(what or "call", tostring(err), pattern))
-end
-
+local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
+local check, near, expect_error = t.case, t.near, t.expect_error
 local function same_tensor(a, b, what)
   local sa, sb = a:shape(), b:shape()
   assert(#sa == #sb, (what or "tensor") .. ": ranks differ")
@@ -501,5 +482,4 @@ check("retrieval errors", function()
 end)
 
 os.execute("rm -rf " .. tmpdir)
-print(("%d passed, %d failed"):format(passed, failed))
-if failed > 0 then os.exit(1) end
+t.finish("test_tasks")

@@ -3,37 +3,8 @@
 -- References are computed here in plain Lua (double precision); values pass
 -- through float32, so comparisons use a tolerance of 1e-6 relative (stated per
 -- check), exact where no rounding can happen (small integers).
-local passed, failed = 0, 0
-
-local function check(name, fn)
-  local ok, err = pcall(fn)
-  if ok then passed = passed + 1 else
-    failed = failed + 1
-    io.stderr:write(("FAIL %s: %s\n"):format(name, tostring(err)))
-  end
-end
-
-local function near(a, b, tol, what)
-  assert(math.abs(a - b) <= tol, ("%s: %.9g vs %.9g (tol %g)"):format(what or "value", a, b, tol))
-end
-
-local function expect_error(fn, pattern, what)
-  local ok, err = pcall(fn)
-  assert(not ok, (what or "call") .. " should have failed")
-  assert(tostring(err):find(pattern, 1, true),
-         ("%s: error '%s' lacks '%s'"):format(what or "call", tostring(err), pattern))
-end
-
-local function deep_eq(a, b, path)
-  path = path or "t"
-  if type(a) ~= "table" then
-    assert(a == b, ("%s: %s ~= %s"):format(path, tostring(a), tostring(b)))
-    return
-  end
-  assert(type(b) == "table" and #a == #b, path .. ": lengths differ")
-  for i = 1, #a do deep_eq(a[i], b[i], path .. "[" .. i .. "]") end
-end
-
+local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
+local check, near, expect_error, deep_eq = t.case, t.near, t.expect_error, t.deep_eq
 check("construct from nested table", function()
   local t = mp.tensor{{1, 2, 3}, {4, 5, 6}}
   deep_eq(t:shape(), {2, 3})
@@ -242,5 +213,4 @@ check("permute copies with the dims reordered", function()
   expect_error(function() t:permute{1, 2} end, "2 dims given", "wrong count")
 end)
 
-print(("%d passed, %d failed"):format(passed, failed))
-if failed > 0 then os.exit(1) end
+t.finish("test_tensor")

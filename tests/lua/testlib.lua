@@ -1,0 +1,62 @@
+-- testlib.lua — what the Lua tests share: counted checks (a condition with a
+-- message, or a named case run under pcall), tolerance and error assertions,
+-- deep equality, and the closing line with the exit status.
+--
+--   local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
+--   t.ok(x == 1, "x is 1")                    -- counts; prints FAIL: msg when false
+--   t.case("sum", function() t.near(s, 3, 1e-6, "sum") end)  -- counts; an error fails it
+--   t.finish("test_x")                        -- "test_x: N passed, M failed"; exit 1 on failures
+local M = {passed = 0, failed = 0}
+
+-- A condition: counted, and reported on stderr when false.
+function M.ok(cond, msg)
+  if cond then M.passed = M.passed + 1 else
+    M.failed = M.failed + 1
+    io.stderr:write("FAIL: " .. tostring(msg) .. "\n")
+  end
+  return cond
+end
+
+-- |a - b| <= tol as a counted check.
+function M.ok_near(a, b, tol, msg)
+  return M.ok(math.abs(a - b) <= tol, ("%s: %.9g vs %.9g (tol %g)"):format(msg, a, b, tol))
+end
+
+-- A named case: fn's assertions (plain assert or the raising helpers below) decide it.
+function M.case(name, fn)
+  local ok, err = pcall(fn)
+  if ok then M.passed = M.passed + 1 else
+    M.failed = M.failed + 1
+    io.stderr:write(("FAIL %s: %s\n"):format(name, tostring(err)))
+  end
+end
+
+-- Raising assertions, for use inside a case.
+function M.near(a, b, tol, what)
+  assert(math.abs(a - b) <= tol, ("%s: %.9g vs %.9g (tol %g)"):format(what or "value", a, b, tol))
+end
+
+function M.expect_error(fn, pattern, what)
+  local ok, err = pcall(fn)
+  assert(not ok, (what or "call") .. " should have failed")
+  assert(tostring(err):find(pattern, 1, true),
+         ("%s: error '%s' lacks '%s'"):format(what or "call", tostring(err), pattern))
+end
+
+function M.deep_eq(a, b, path)
+  path = path or "t"
+  if type(a) ~= "table" then
+    assert(a == b, ("%s: %s ~= %s"):format(path, tostring(a), tostring(b)))
+    return
+  end
+  assert(type(b) == "table" and #a == #b, path .. ": lengths differ")
+  for i = 1, #a do M.deep_eq(a[i], b[i], path .. "[" .. i .. "]") end
+end
+
+-- The closing line; a non-zero exit when anything failed.
+function M.finish(name)
+  print(("%s: %d passed, %d failed"):format(name, M.passed, M.failed))
+  if M.failed > 0 then os.exit(1) end
+end
+
+return M

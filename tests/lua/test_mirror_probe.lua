@@ -3,7 +3,6 @@
 -- its verdict table parses (one row per claim, fixed columns), every figure and
 -- the HDF5 file exist, and the file's numbers agree with the printed report and
 -- with the definitions (oracle KL ~ 0, means of the per-sequence KLs).
-local exe = arg[-1]
 local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
 local check, near = t.ok, t.ok_near
 
@@ -55,14 +54,8 @@ err(function() mp.mtd.responsibilities(mtd, {0}) end, "shorter than m", "T < m")
 err(function() mp.mtd.predict(mtd, {y, y}, {0.5, 0.5}) end, "lambda must be [B, 2]", "lambda shape")
 
 -- ---- the quick probe end to end
-local dir = os.tmpname(); os.remove(dir); mp.mkdir(dir)
-local out = dir .. "/mirror"
-local t0 = os.time()
-local p = io.popen(("%s mirror_descent --quick --format svg --out %s 2>&1"):format(exe, out))
-local report = p:read("a")
-local ok = p:close()
+local report, ok, out, dir = t.run_probe("mirror_descent", "--quick --format svg")
 check(ok, "mirror_descent --quick exited non-zero:\n" .. report)
-io.write(("quick probe: %d s\n"):format(os.time() - t0))
 
 -- verdict table: VERDICT id | claim | paper | ours | verdict
 local verdicts = require "verdicts"

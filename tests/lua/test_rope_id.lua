@@ -8,7 +8,6 @@
 --          verdict table parses (7 rows, fixed columns, a rule for each), every
 --          figure, report.txt and the HDF5 file exist, and the file's numbers
 --          agree with the printed tables and with each other.
-local exe = arg[-1]
 local mode = arg[1] or "unit"
 local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
 local check, near = t.ok, t.ok_near
@@ -161,14 +160,8 @@ if mode == "unit" then
   os.execute("rm -rf " .. dir)
 else
   -- ---- the quick probe end to end
-  local dir = os.tmpname(); os.remove(dir); mp.mkdir(dir)
-  local out = dir .. "/rope_id"
-  local t0 = os.time()
-  local p = io.popen(("%s rope_id --quick --format svg --out %s 2>&1"):format(exe, out))
-  local report = p:read("a")
-  local ok = p:close()
+  local report, ok, out, dir = t.run_probe("rope_id", "--quick --format svg")
   check(ok, "rope_id --quick exited non-zero:\n" .. report)
-  io.write(("quick probe: %d s\n"):format(os.time() - t0))
 
   -- verdict table: VERDICT id | claim | paper | ours | verdict, and a RULE per row
   local verdicts = require "verdicts"

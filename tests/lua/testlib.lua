@@ -53,6 +53,20 @@ function M.deep_eq(a, b, path)
   for i = 1, #a do M.deep_eq(a[i], b[i], path .. "[" .. i .. "]") end
 end
 
+-- Runs the shipped probe `mechprobe NAME ARGS --out DIR/NAME` (DIR a fresh
+-- temporary folder; remove it when done) and prints how long it took. Returns
+-- its stdout and stderr together, whether it exited 0, the output folder and DIR.
+function M.run_probe(name, args)
+  local root = os.tmpname(); os.remove(root); mp.mkdir(root)
+  local out = root .. "/" .. name
+  local t0 = os.time()
+  local p = io.popen(("%s %s %s --out %s 2>&1"):format(arg[-1], name, args, out))
+  local report = p:read("a")
+  local ok = p:close()
+  io.write(("%s %s: %d s\n"):format(name, args, os.time() - t0))
+  return report, ok, out, root
+end
+
 -- The closing line; a non-zero exit when anything failed.
 function M.finish(name)
   print(("%s: %d passed, %d failed"):format(name, M.passed, M.failed))

@@ -31,13 +31,15 @@ local o = cli.parse(arg, {
   {"model", "FILE", "test this trained model (.h5) instead of training (phases use DIR/checkpoints if present)"},
   {"steps", "N", "training steps (default: by size)", type = "int"},
   {"layers", "N", "layers (default: by size)", type = "int"},
-  {"d_model", "N", "model width; heads of 16 channels (default: by size)", type = "int"},
+  {"d_model", "N", "model width; heads of 16 channels unless --heads (default: by size)", type = "int"},
+  {"heads", "N", "attention heads a layer; must divide the width (default: by size)", type = "int"},
   {"batch", "N", "sequences per step (default: by size)", type = "int"},
   {"lr", "X", "peak learning rate (default: by size)", type = "number"},
   {"init_std", "X", "standard deviation of the initial weights (default 0.02)", type = "number"},
-  {"curriculum", nil, "train first on contexts of 4, 8, then 16 distinct facts (to 30/45/60% of the steps)"},
+  {"curriculum", nil, "train on contexts of 4, 8, 16, 32 distinct facts (to 30/45/60/80% of the steps), then a quarter at 16, k = 100"},
   {"no_curriculum", nil, "train on the natural distribution from the start (the full preset has a curriculum)"},
-  {"pools", "SPEC", "a curriculum of your own: P:F,... = contexts of P distinct facts until fraction F of the steps"},
+  {"pools", "SPEC", "a curriculum of your own: P:F[:S[:K]],... = contexts of P distinct facts until fraction F of the steps, in a share S of the sequences (default 1), K facts a sequence (default --train-k)"},
+  {"train_k", "N", "facts in a training sequence (default: by size; evaluation at k past it is a length test)", type = "int"},
   {"seed", "N", "seed of the model, the data and the bootstrap", default = 1, type = "int"},
   {"eval_groups", "WHICH", "evaluation groups: held-out or training", default = "held-out"},
   {"format", "EXT", "figure format: png, svg or pdf", default = "png"},
@@ -63,9 +65,14 @@ if o.no_curriculum and (o.curriculum or o.pools) then
 end
 o.n_layer = o.layers
 if o.d_model then o.n_head, o.d_mlp = math.max(1, o.d_model // 16), 4 * o.d_model end
+if o.heads then o.n_head = o.heads end
 for key, v in pairs(ga.PRESETS[o.mode]) do if o[key] == nil then o[key] = v end end
-for _, key in ipairs{"n_layer", "d_model", "batch", "steps"} do
-  if o[key] < 1 then io.stderr:write(("mechprobe group_arith: --%s must be >= 1\n"):format(key:gsub("n_layer", "layers"):gsub("_", "-"))); os.exit(2) end
+for _, key in ipairs{"n_layer", "d_model", "n_head", "batch", "steps", "train_k"} do
+  local flag = ({n_layer = "layers", n_head = "heads"})[key] or key:gsub("_", "-")
+  if o[key] < 1 then io.stderr:write(("mechprobe group_arith: --%s must be >= 1\n"):format(flag)); os.exit(2) end
+end
+if o.d_model % o.n_head ~= 0 then
+  io.stderr:write(("mechprobe group_arith: --heads %d does not divide d_model %d\n"):format(o.n_head, o.d_model)); os.exit(2)
 end
 if not (o.lr > 0) or (o.init_std and not (o.init_std > 0)) then
   io.stderr:write("mechprobe group_arith: --lr and --init-std must be > 0\n")
@@ -75,13 +82,15 @@ o.progress = not o.quick
 if o.pools then
   local c, last = {}, 0
   for item in o.pools:gmatch("[^,]+") do
-    local pool, frac = item:match("^%s*(%d+)%s*:%s*([%d.]+)%s*$")
-    pool, frac = tonumber(pool), tonumber(frac)
-    if not pool or not frac or pool < 1 or frac <= last or frac > 1 then
-      io.stderr:write(("mechprobe group_arith: --pools: bad stage '%s' (want P:F with P >= 1 and F rising in (0, 1])\n"):format(item))
+    local f = {}
+    for v in (item .. ":"):gmatch("%s*([^:]-)%s*:") do f[#f + 1] = tonumber(v) or false end
+    local pool, frac, share, k = f[1], f[2], f[3] == nil and 1 or f[3], f[4]
+    if #f < 2 or #f > 4 or not pool or not frac or not share or k == false or pool < 1 or pool % 1 ~= 0
+       or frac <= last or frac > 1 or not (share > 0 and share <= 1) or (k and (k < 1 or k % 1 ~= 0)) then
+      io.stderr:write(("mechprobe group_arith: --pools: bad stage '%s' (want P:F[:S[:K]] with P >= 1, F rising in (0, 1], S in (0, 1], K >= 1 facts)\n"):format(item))
       os.exit(2)
     end
-    c[#c + 1] = {["until"] = frac, pool = pool}
+    c[#c + 1] = {["until"] = frac, pool = pool, share = share, k = k and math.tointeger(k)}
     last = frac
   end
   if #c == 0 then io.stderr:write("mechprobe group_arith: --pools: no stages\n"); os.exit(2) end

@@ -33,11 +33,18 @@ M.DIST = {
   associate = {hold_out = "commuted", require = "associate", exclude = "identity,cancel"},
 }
 
+-- The copying curriculum (see M.train): the context shows only `pool` distinct
+-- facts until that fraction of the steps (facts repeat, so copying pays off
+-- early), 4, 8, 16, 32; the last fifth keeps a quarter of its contexts at 16
+-- distinct facts, draws the rest from the natural distribution, and trains on
+-- sequences of 100 facts, so that the k = 100 evaluation is inside the
+-- training length.
+M.CURRICULUM = {{["until"] = 0.3, pool = 4}, {["until"] = 0.45, pool = 8}, {["until"] = 0.6, pool = 16},
+                {["until"] = 0.8, pool = 32}, {["until"] = 1.0, pool = 16, share = 0.25, k = 100}}
+
 -- Presets: model, training and evaluation sizes for --quick / --medium / full.
--- curriculum: the context shows only `pool` distinct facts until that fraction
--- of the steps (facts repeat, so copying pays off early), then the natural
--- distribution (see M.train). The full preset has one (--no-curriculum drops
--- it); M.CURRICULUM is what --curriculum gives the other sizes.
+-- The full preset trains on M.CURRICULUM (--no-curriculum drops it);
+-- --curriculum gives it to the other sizes.
 M.PRESETS = {
   quick  = {d_model = 32, n_layer = 2, n_head = 2, d_mlp = 96, train_k = 20, steps = 150, batch = 8, lr = 3e-3,
             warmup = 10, n_ckpt = 3, n_eval = 24, n_cov = 48, n_patch = 16, n_ident = 16, n_probe = 72,
@@ -46,14 +53,10 @@ M.PRESETS = {
             warmup = 50, n_ckpt = 8, n_eval = 128, n_cov = 256, n_patch = 48, n_ident = 64, n_probe = 384,
             n_phase = 48, k_list = {50, 100}, k_mech = 50, boot = 1000},
   full   = {d_model = 64, n_layer = 3, n_head = 4, d_mlp = 256, train_k = 50, steps = 9000, batch = 32, lr = 3e-3,
-            warmup = 200, init_std = 0.1,
-            curriculum = {{["until"] = 0.3, pool = 4}, {["until"] = 0.45, pool = 8}, {["until"] = 0.6, pool = 16},
-                          {["until"] = 0.8, pool = 32}},
+            warmup = 200, init_std = 0.1, curriculum = M.CURRICULUM,
             n_ckpt = 16, n_eval = 256, n_cov = 512, n_patch = 64, n_ident = 128, n_probe = 768,
             n_phase = 96, k_list = {50, 100}, k_mech = 50, boot = 2000},
 }
-
-M.CURRICULUM = {{["until"] = 0.3, pool = 4}, {["until"] = 0.45, pool = 8}, {["until"] = 0.6, pool = 16}}
 
 local CHUNK = 64   -- sequences per forward pass in evaluations
 
@@ -154,10 +157,11 @@ function M.checkpoint_steps(steps, n)
 end
 
 function M.train(o)
-  local kmax = 0
+  local kmax = o.train_k
   for _, k in ipairs(o.k_list) do kmax = math.max(kmax, k) end
+  for _, c in ipairs(o.curriculum or {}) do kmax = math.max(kmax, c.k or 0) end
   local m = mp.model.new{d_model = o.d_model, n_layer = o.n_layer, n_head = o.n_head, d_mlp = o.d_mlp,
-                         vocab = 19, ctx = 5 * (math.max(kmax, o.train_k) + 1), seed = o.seed,
+                         vocab = 19, ctx = 5 * (kmax + 1), seed = o.seed,
                          init_std = o.init_std}
   local dir = o.out .. "/checkpoints"
   mp.mkdir(dir)
@@ -171,38 +175,52 @@ function M.train(o)
   save(0)
   -- next-token prediction of every answer "c" of "a b = c" (the rest of the
   -- stream is random by construction); the context varies from 0 to k facts.
-  -- Curriculum (o.curriculum = {{until = fraction of the steps, pool = P}, ...}):
+  -- Curriculum (o.curriculum = {{until = fraction of the steps, pool = P, share = S, k = K}, ...}):
   -- the context first shows only P distinct facts, so facts repeat and copying
-  -- pays off early; then the natural distribution. One optimizer (warmup +
-  -- cosine over all the steps) runs through the stages.
+  -- pays off early; then the natural distribution. share < 1 (default 1) pools
+  -- only that share of a stage's sequences, the rest natural: a last stage that
+  -- keeps some repeated contexts stops copying from eroding. k (default
+  -- o.train_k) sets a stage's facts a sequence, with the batch scaled to keep
+  -- the tokens a step: a last stage at the longest evaluated k puts that
+  -- evaluation inside the training length. One optimizer (warmup + cosine over
+  -- all the steps) runs through the stages.
   local stages, from = {}, 0
   for _, c in ipairs(o.curriculum or {}) do
     local to = math.min(o.steps, math.floor(c["until"] * o.steps + 0.5))
-    if to > from then stages[#stages + 1] = {steps = to - from, pool = c.pool}; from = to end
+    if to > from then stages[#stages + 1] = {steps = to - from, pool = c.pool, share = c.share or 1, k = c.k}; from = to end
   end
-  if from < o.steps then stages[#stages + 1] = {steps = o.steps - from, pool = 0} end
+  if from < o.steps then stages[#stages + 1] = {steps = o.steps - from, pool = 0, share = 0} end
+  for _, st in ipairs(stages) do
+    st.k = st.k or o.train_k
+    st.batch = math.max(1, math.floor(o.batch * (o.train_k + 1) / (st.k + 1) + 0.5))
+  end
   local seq_len = 5 * (o.train_k + 1)
   log(o, "training d_model=%d n_layer=%d n_head=%d for %d steps (batch %d, k = %d facts, %d tokens a sequence)",
       o.d_model, o.n_layer, o.n_head, o.steps, o.batch, o.train_k, seq_len)
   local opt = mp.optim.adamw{lr = o.lr, warmup = o.warmup, total_steps = o.steps, weight_decay = 0.1, beta2 = 0.95,
                              grad_clip = 1.0}
   local wall0 = os.time()
-  local r = {loss = {}, step = {}, tokens = 0, seconds = 0, pool = {}}
+  local r = {loss = {}, step = {}, tokens = 0, seconds = 0, pool = {}, pool_share = {}, k = {}}
   for si, st in ipairs(stages) do
-    local task = mp.tasks.algebra{k = o.train_k, targets = "answers", seed = o.seed + 1000 + si,
-                                  pool = st.pool > 0 and st.pool or nil}
+    local task = mp.tasks.algebra{k = st.k, targets = "answers", seed = o.seed + 1000 + si,
+                                  pool = st.pool > 0 and st.pool or nil, pool_share = st.pool > 0 and st.share or nil}
     if #stages > 1 then
-      log(o, "stage %d: %d steps, %s", si, st.steps,
-          st.pool > 0 and ("context from %d distinct facts"):format(st.pool) or "the natural distribution")
+      local what = st.pool == 0 and "the natural distribution"
+                   or st.share >= 1 and ("context from %d distinct facts"):format(st.pool)
+                   or ("%.0f%% of the contexts from %d distinct facts, the rest natural"):format(100 * st.share, st.pool)
+      if st.k ~= o.train_k then what = what .. (", %d facts a sequence, batch %d"):format(st.k, st.batch) end
+      log(o, "stage %d: %d steps, %s", si, st.steps, what)
     end
-    local ri = m:train{task = task, steps = st.steps, batch = o.batch, seq_len = seq_len, optimizer = opt,
+    local ri = m:train{task = task, steps = st.steps, batch = st.batch, seq_len = task.seq_len, optimizer = opt,
                        progress = o.progress, log_every = math.max(1, st.steps // 10),
                        on_step = function(step)
                          if want[step] and step ~= o.steps then save(step) end
                        end}
-    for i, l in ipairs(ri.loss) do r.loss[#r.loss + 1] = l; r.step[#r.step + 1] = ri.step[i]; r.pool[#r.pool + 1] = st.pool end
+    for i, l in ipairs(ri.loss) do r.loss[#r.loss + 1] = l; r.step[#r.step + 1] = ri.step[i]; r.pool[#r.pool + 1] = st.pool
+                                    r.pool_share[#r.pool_share + 1] = st.pool > 0 and st.share or 0
+                                    r.k[#r.k + 1] = st.k end
     r.seconds = ri.time[#ri.time] or r.seconds   -- the model's cumulative training time
-    r.tokens = r.tokens + st.steps * o.batch * seq_len
+    r.tokens = r.tokens + st.steps * st.batch * task.seq_len
     r.final_loss = ri.final_loss
   end
   r.tokens_per_s = r.seconds > 0 and r.tokens / r.seconds or 0
@@ -210,7 +228,7 @@ function M.train(o)
   local model_path = o.out .. "/model.h5"
   m:save(model_path)
   log(o, "trained in %.0f s (%.0f tokens/s), final loss %.3f", r.seconds, r.tokens_per_s, r.final_loss)
-  return m, {loss = r.loss, step = r.step, pool = r.pool, seconds = r.seconds, wall = os.time() - wall0, tokens_per_s = r.tokens_per_s,
+  return m, {loss = r.loss, step = r.step, pool = r.pool, pool_share = r.pool_share, k = r.k, seconds = r.seconds, wall = os.time() - wall0, tokens_per_s = r.tokens_per_s,
              final_loss = r.final_loss, checkpoints = saved, model = model_path}
 end
 

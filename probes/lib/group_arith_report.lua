@@ -41,6 +41,8 @@ function M.write_h5(path, o, R)
     f:write("train/loss", tensor1(tr.loss))
     f:write("train/step", tensor1(tr.step))
     if tr.pool and #tr.pool == #tr.step then f:write("train/pool", tensor1(tr.pool)) end
+    if tr.pool_share and #tr.pool_share == #tr.step then f:write("train/pool_share", tensor1(tr.pool_share)) end
+    if tr.k and #tr.k == #tr.step then f:write("train/k", tensor1(tr.k)) end
     local cs = {}
     for i, c in ipairs(tr.checkpoints) do cs[i] = c.step end
     f:write("train/checkpoint_steps", tensor1(cs))

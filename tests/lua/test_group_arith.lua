@@ -7,12 +7,12 @@
 -- hand-computed values; (5) `mechprobe group_arith --quick` runs end to end,
 -- its verdict table parses and agrees with verdicts.tsv, and the HDF5 file
 -- and the figures exist. Argument "quick" runs only (5), "unit" all but (5).
+local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
+local check = t.ok
 local which = arg[1] or "all"
 local exe = arg[-1]
 local ga = require "group_arith"
 local report = require "group_arith_report"
-local passed, failed = 0, 0
-local function check(c, msg) if c then passed = passed + 1 else failed = failed + 1; io.stderr:write("FAIL: " .. msg .. "\n") end end
 
 if which ~= "quick" then
   -- (1) self-patching on a random model and real algebra sequences
@@ -106,7 +106,9 @@ if which ~= "unit" then
   -- bad sizes: exit 2, a message naming the option, no output folder
   for _, c in ipairs{{"--layers 0", "--layers"}, {"--d-model 0", "--d-model"}, {"--lr -1", "--lr"},
                      {"--init-std 0", "--init-std"}, {"--batch 0", "--batch"}, {"--pools 4:0.5,8:0.4", "--pools"},
-                     {"--pools 0:0.5", "--pools"}, {"--pools 4:1.5", "--pools"},
+                     {"--pools 0:0.5", "--pools"}, {"--pools 4:1.5", "--pools"}, {"--pools 4:0.5:0", "--pools"},
+                     {"--pools 4:0.5:1.2", "--pools"}, {"--train-k 0", "--train-k"},
+                     {"--heads 0", "--heads"}, {"--heads 3", "--heads"}, {"--pools 4:0.5:1:0", "--pools"}, {"--pools 4:0.5:1:2.5", "--pools"},
                      {"--no-curriculum --curriculum", "--no-curriculum"}} do
     local bad = os.tmpname(); os.remove(bad)
     local p = io.popen(("%s group_arith --quick %s --out %s 2>&1"):format(exe, c[1], bad))
@@ -116,10 +118,7 @@ if which ~= "unit" then
     check(io.open(bad) == nil, c[1] .. ": no output folder")
   end
   -- (5) the quick probe end to end
-  local dir = os.tmpname(); os.remove(dir)
-  local p = io.popen(("%s group_arith --quick --curriculum --out %s 2>&1"):format(exe, dir))
-  local out = p:read("a")
-  local ok = p:close()
+  local out, ok, dir, root = t.run_probe("group_arith", "--quick --curriculum")
   check(ok, "group_arith --quick exited non-zero:\n" .. out)
   local rows, err = report.parse_verdicts(out)
   check(rows ~= nil, "verdict table parses: " .. tostring(err) .. "\n" .. out)
@@ -144,15 +143,19 @@ if which ~= "unit" then
                         "train/loss"} do
     check(h5:has(name), "HDF5 has " .. name)
   end
-  -- --curriculum on the quick preset: steps 1..45 (30%) from 4 distinct facts, 46..68 from 8, 69..90 from 16, then natural
+  -- --curriculum on the quick preset (150 steps, k = 20): 4 distinct facts to step 45 (30%), 8 to 68 (45%,
+  -- rounded), 16 to 90, 32 to 120, then a quarter of the contexts from 16 on sequences of 100 facts
   local pool, step = h5:read("train/pool"):totable(), h5:read("train/step"):totable()
-  local stages_ok = #pool == #step and #pool == 150
+  local share, tk = h5:read("train/pool_share"):totable(), h5:read("train/k"):totable()
+  local stages_ok = #pool == #step and #pool == 150 and #share == 150 and #tk == 150
   for i = 1, #pool do
     local s = step[i]
-    local want = s <= 45 and 4 or s <= 68 and 8 or s <= 90 and 16 or 0
-    if pool[i] ~= want then stages_ok = false end
+    local want = s <= 45 and 4 or s <= 68 and 8 or s <= 90 and 16 or s <= 120 and 32 or 16
+    if pool[i] ~= want or math.abs(share[i] - (s <= 120 and 1 or 0.25)) > 1e-6 or tk[i] ~= (s <= 120 and 20 or 100) then
+      stages_ok = false
+    end
   end
-  check(stages_ok, "train/pool: 4, 8, 16 distinct facts to steps 45, 68, 90, then the natural distribution")
+  check(stages_ok, "train/pool, pool_share, k: 4, 8, 16, 32 distinct facts to steps 45, 68, 90, 120, then 16 in a quarter of the contexts at k = 100")
   local acc = h5:read("accuracy/acc")
   check(acc:size(1) == 2 and acc:size(2) == 5, "accuracy is [k, rule]")
   local lo, hi = h5:read("accuracy/lo"), h5:read("accuracy/hi")
@@ -172,8 +175,7 @@ if which ~= "unit" then
     check(g ~= nil and g:read(8) == "\137PNG\r\n\26\n", "figure " .. fig .. ".png")
     if g then g:close() end
   end
-  os.execute(("rm -rf '%s'"):format(dir))
+  os.execute(("rm -rf '%s'"):format(root))
 end
 
-print(("test_group_arith: %d passed, %d failed"):format(passed, failed))
-os.exit(failed == 0 and 0 or 1)
+t.finish("test_group_arith")

@@ -238,6 +238,19 @@ end
 
 -- Each claim of the paper (the issue's figures) against ours, with the rule
 -- that decides "supported" written next to it.
+-- The identity-recognition verdict, selective as in the paper: the promoting
+-- head raises the query variables more than the identity, the suppressing head
+-- lowers the identity more than the query variables, and they are two heads (a
+-- head that moves both alike only marks "in the context"). I is ga.identity's
+-- result (promote, suppress: {l, h} 0-based; dla_query, dla_identity: [L, H]).
+function M.identity_verdict(I)
+  local pq, pe = I.dla_query:get(I.promote.l + 1, I.promote.h + 1), I.dla_identity:get(I.promote.l + 1, I.promote.h + 1)
+  local sq, se = I.dla_query:get(I.suppress.l + 1, I.suppress.h + 1), I.dla_identity:get(I.suppress.l + 1, I.suppress.h + 1)
+  local text = ("promote L%dH%d a,b %+.2f (e %+.2f), lower L%dH%d e %+.2f (a,b %+.2f)"):format(I.promote.l, I.promote.h,
+    pq, pe, I.suppress.l, I.suppress.h, se, sq)
+  return pq > 0 and pq > pe and se < 0 and se < sq and (I.promote.l ~= I.suppress.l or I.promote.h ~= I.suppress.h), text
+end
+
 function M.verdicts(o, R)
   local rows = {}
   local function add(claim, paper, ours, ok) rows[#rows + 1] = {claim = claim, paper = paper, ours = ours,
@@ -272,10 +285,9 @@ function M.verdicts(o, R)
       ("largest drop: %s %.1f points (copy %.1f)"):format(worst, 100 * wd, 100 * C.drop.copy),
       worst == "copy" and wd >= 0.2)
   local I = R.identity
-  add("identity: one head promotes the query variables, another lowers the identity", "two heads",
-      ("promote L%dH%d %+.2f, lower L%dH%d %+.2f"):format(I.promote.l, I.promote.h, I.promote.value, I.suppress.l,
-        I.suppress.h, I.suppress.value),
-      I.promote.value > 0 and I.suppress.value < 0 and (I.promote.l ~= I.suppress.l or I.promote.h ~= I.suppress.h))
+  local ok, text = M.identity_verdict(I)
+  add("identity: one head promotes the query variables, another lowers the identity (each more than the other kind)",
+      "two heads", text, ok)
   add("PC1 of the last attention output separates identity facts (>= 90%)", "separated",
       fmt_pct(I.pc1_separation), I.pc1_separation >= 0.9)
   add("closure: query-group membership linearly decodable (balanced acc >= 80%)", "closure-based",

@@ -100,6 +100,16 @@ if which ~= "quick" then
   local parsed = report.parse_verdicts("x\nVERDICTS\n" .. report.HEADER .. "\na | b | c | yes\nEND VERDICTS\n")
   check(parsed and #parsed == 1 and parsed[1].supported == "yes", "parse_verdicts on a hand-made table")
   check(report.parse_verdicts("VERDICTS\nbad\nEND VERDICTS") == nil, "parse_verdicts rejects a bad header")
+  -- identity verdict: L0H0 raises a,b by 0.3 and e by 0.1, L1H1 lowers e by 0.2 and a,b by 0.05: selective;
+  -- raising e by 0.4 at L0H0 (more than a,b) or choosing one head for both is not
+  local function ident(e00, sl, sh)
+    return {dla_query = mp.tensor{{0.3, 0}, {0, -0.05}}, dla_identity = mp.tensor{{e00, 0}, {0, -0.2}},
+            promote = {l = 0, h = 0}, suppress = {l = sl, h = sh}}
+  end
+  local okv, text = report.identity_verdict(ident(0.1, 1, 1))
+  check(okv and text == "promote L0H0 a,b +0.30 (e +0.10), lower L1H1 e -0.20 (a,b -0.05)", "selective heads: " .. text)
+  check(not report.identity_verdict(ident(0.4, 1, 1)), "a promoter that raises the identity more is not selective")
+  check(not report.identity_verdict(ident(0.1, 0, 0)), "one head for both is not two heads")
 end
 
 if which ~= "unit" then

@@ -204,9 +204,7 @@ int mp_lt_l_algebra(lua_State *L) {
     p.exclude = opt_rules(L, 1, fn, "exclude");
     p.max_attempts = lt_opt_int(L, 1, fn, "max_attempts", p.max_attempts, 1, INT_MAX);
     p.pool = lt_opt_int(L, 1, fn, "pool", p.pool, 0, 100000);
-    p.pool_share = lt_opt_num(L, 1, fn, "pool_share", p.pool_share);
-    if (!(p.pool_share >= 0 && p.pool_share <= 1))
-        luaL_error(L, "%s: pool_share must be a probability in [0, 1] (got %f)", fn, p.pool_share);
+    p.pool_share = lt_opt_num(L, 1, fn, "pool_share", p.pool_share);   /* range: mp_algebra_init */
     p.seed = lt_opt_seed(L, 1, fn);
     const uint32_t copy = MP_ALGEBRA_BIT(MP_ALGEBRA_RULE_COPY), commute = MP_ALGEBRA_BIT(MP_ALGEBRA_RULE_COMMUTE);
     if ((p.require & copy) && p.holdout != MP_ALGEBRA_HOLDOUT_NONE)

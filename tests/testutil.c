@@ -99,13 +99,14 @@ tu_fd_result tu_fd_model(const char *label, mp_model *m, const int *tok, const i
     mp_param_desc d[MP_PARAM_MAX], gd[MP_PARAM_MAX];
     int nd = st == MP_OK ? mp_params_describe(c, &m->p, d) : 0;
     mp_params_describe(c, &G.g, gd);
+    float l0 = 0;   /* the unperturbed loss, for the kink test (each entry is restored exactly) */
+    if (skip_kinks && nd > 0) mp_model_loss(m, tok, tgt, B, T, NULL, &l0);
     unsigned r = seed;
     for (int k = 0; k < nd; k++)
         for (int s = 0; s < per_tensor; s++) {
             r = r * 1103515245u + 12345u;
             size_t i = (r >> 8) % d[k].n;
-            float save = d[k].p[i], lp, lm, l0 = 0;
-            if (skip_kinks) mp_model_loss(m, tok, tgt, B, T, NULL, &l0);
+            float save = d[k].p[i], lp, lm;
             d[k].p[i] = save + eps;   /* the parameters are the model's own buffers */
             mp_model_loss(m, tok, tgt, B, T, NULL, &lp);
             d[k].p[i] = save - eps;

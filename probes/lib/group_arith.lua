@@ -217,7 +217,7 @@ function M.train(o)
                          if want[step] and step ~= o.steps then save(step) end
                        end}
     for i, l in ipairs(ri.loss) do r.loss[#r.loss + 1] = l; r.step[#r.step + 1] = ri.step[i]; r.pool[#r.pool + 1] = st.pool
-                                    r.pool_share[#r.pool_share + 1] = st.pool > 0 and st.share or 0
+                                    r.pool_share[#r.pool_share + 1] = st.share
                                     r.k[#r.k + 1] = st.k end
     r.seconds = ri.time[#ri.time] or r.seconds   -- the model's cumulative training time
     r.tokens = r.tokens + st.steps * st.batch * task.seq_len

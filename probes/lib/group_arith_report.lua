@@ -236,8 +236,6 @@ end
 
 -- ---------------------------------------------------------------- verdicts
 
--- Each claim of the paper (the issue's figures) against ours, with the rule
--- that decides "supported" written next to it.
 -- The identity-recognition verdict, selective as in the paper: the promoting
 -- head raises the query variables more than the identity, the suppressing head
 -- lowers the identity more than the query variables, and they are two heads (a
@@ -251,6 +249,8 @@ function M.identity_verdict(I)
   return pq > 0 and pq > pe and se < 0 and se < sq and (I.promote.l ~= I.suppress.l or I.promote.h ~= I.suppress.h), text
 end
 
+-- Each claim of the paper (the issue's figures) against ours, with the rule
+-- that decides "supported" written next to it.
 function M.verdicts(o, R)
   local rows = {}
   local function add(claim, paper, ours, ok) rows[#rows + 1] = {claim = claim, paper = paper, ours = ours,

@@ -343,8 +343,9 @@ mp_status mp_checkpoint_load(const char *path, mp_model **out, mp_adamw *opt, mp
     *out = NULL;
     if (opt) memset(opt, 0, sizeof *opt);
     if (log) memset(log, 0, sizeof *log);
-    mp_status st = mp_h5_open(&f, path, MP_H5_READ);
+    mp_status st = mp_check_regular_file(path); /* a FIFO would block the open */
     if (st) return st;
+    if ((st = mp_h5_open(&f, path, MP_H5_READ))) return st;
     if ((st = mp_h5_attr_get(f, "/", "format", &a))) {
         st = mp_error(MP_ERR_FORMAT, "%s: not a mechprobe checkpoint (no 'format' attribute on /)", path);
         goto cleanup;
@@ -398,6 +399,8 @@ cleanup:
 int mp_file_is_hdf5(const char *path) {
     static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
     unsigned char buf[8];
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return 0; /* never open a FIFO to sniff it */
     FILE *fp = fopen(path, "rb");
     if (!fp) return 0;
     size_t n = fread(buf, 1, 8, fp);

@@ -175,77 +175,37 @@ mp_status mp_h5_atomic_create(mp_h5_atomic *a, const char *path) {
     mp_h5_init();
     mp_status st = MP_OK;
     hid_t fapl = H5I_INVALID_HID;
-    int fd = -1;
     memset(a, 0, sizeof *a);
+    mp_out_init(&a->out);
     a->file = H5I_INVALID_HID;
     if (!path || !*path) return mp_error(MP_ERR_ARG, "HDF5 file name is empty");
-    size_t len = strlen(path);
-    a->path = mp_malloc(len + 1, "a file name");
-    a->tmp = mp_malloc(len + 16, "a file name");
-    if (!a->path || !a->tmp) { st = MP_ERR_NOMEM; goto cleanup; }
-    memcpy(a->path, path, len + 1);
-    snprintf(a->tmp, len + 16, "%s.tmp.XXXXXX", path);
-    fd = mkstemp(a->tmp);
-    if (fd < 0) {
-        st = mp_error(MP_ERR_IO, "%s: cannot create (a temporary file in its directory): %s", path, strerror(errno));
-        free(a->tmp);
-        a->tmp = NULL;
-        goto cleanup;
-    }
-    /* mkstemp makes 0600; give the result the permissions of a plain create.
-     * (umask can only be read by setting it; done once, briefly.) */
-    mode_t mask = umask(0);
-    umask(mask);
-    if (fchmod(fd, 0666 & ~mask) != 0) {
-        st = mp_error(MP_ERR_IO, "%s: cannot set permissions of %s: %s", path, a->tmp, strerror(errno));
-        goto cleanup;
-    }
-    close(fd);
-    fd = -1;
+    /* checks the destination, creates the temporary (0666 & ~umask) and
+     * registers it for removal on SIGINT/SIGTERM/SIGHUP/SIGXFSZ */
+    if ((st = mp_out_begin(&a->out, path)) != MP_OK) return st;
+    mp_out_close_fd(&a->out);   /* HDF5 reopens it by name */
+    a->path = a->out.path;
     fapl = strong_fapl();
     if (fapl < 0) { st = mp_h5_error(MP_ERR_HDF5, "%s: cannot create", path); goto cleanup; }
-    a->file = H5Fcreate(a->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-    if (a->file < 0) st = mp_h5_error(MP_ERR_IO, "%s: cannot create %s", path, a->tmp);
+    a->file = H5Fcreate(a->out.tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    if (a->file < 0) st = mp_h5_error(MP_ERR_IO, "%s: cannot create %s", path, a->out.tmp);
 cleanup:
-    if (fd >= 0) close(fd);
     if (fapl >= 0) H5Pclose(fapl);
     if (st != MP_OK) mp_h5_atomic_abort(a);
     return st;
 }
 
-/* fsync of a file or directory by name; returns errno or 0. */
-static int sync_path(const char *p, int dir) {
-    int fd = open(p, dir ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
-    if (fd < 0) return errno;
-    int r = fsync(fd) == 0 ? 0 : errno;
-    close(fd);
-    return r;
-}
-
 mp_status mp_h5_atomic_commit(mp_h5_atomic *a) {
     mp_status st = MP_OK;
-    int e;
     mp_h5_init();
-    if (!a->tmp || a->file < 0) {
+    if (!a->out.tmp || a->file < 0) {
         st = mp_error(MP_ERR_ARG, "%s: atomic commit of a file that is not open", a->path ? a->path : "?");
         goto cleanup;
     }
     herr_t r = H5Fclose(a->file);
     a->file = H5I_INVALID_HID;
-    if (r < 0) { st = mp_h5_error(MP_ERR_HDF5, "%s: cannot write (closing %s)", a->path, a->tmp); goto cleanup; }
-    if ((e = sync_path(a->tmp, 0)) != 0) {
-        st = mp_error(MP_ERR_IO, "%s: cannot sync %s: %s", a->path, a->tmp, strerror(e));
-        goto cleanup;
-    }
-    if (rename(a->tmp, a->path) != 0) {
-        st = mp_error(MP_ERR_IO, "%s: cannot rename %s to it: %s", a->path, a->tmp, strerror(errno));
-        goto cleanup;
-    }
-    free(a->tmp);
-    a->tmp = NULL;
-    /* Make the rename itself durable (best effort: some filesystems refuse). */
-    char *d = strdup(a->path);
-    if (d) { sync_path(dirname(d), 1); free(d); }
+    if (r < 0) { st = mp_h5_error(MP_ERR_HDF5, "%s: cannot write (closing %s)", a->path, a->out.tmp); goto cleanup; }
+    /* fsync by name, rename over the destination, sync the directory */
+    st = mp_out_commit(&a->out, 1);
 cleanup:
     mp_h5_atomic_abort(a);
     return st;
@@ -259,10 +219,8 @@ void mp_h5_atomic_abort(mp_h5_atomic *a) {
         H5Eclear2(H5E_DEFAULT);
     }
     a->file = H5I_INVALID_HID;
-    if (a->tmp) unlink(a->tmp);
-    free(a->tmp);
-    free(a->path);
-    a->tmp = a->path = NULL;
+    mp_out_abort(&a->out);
+    a->path = NULL;
 }
 
 /* ---- groups ---- */

@@ -49,13 +49,14 @@ mp_status mp_h5_open(hid_t *out, const char *path, mp_h5_mode mode);
  * status (MP_ERR_HDF5 if flushing failed). */
 mp_status mp_h5_close(hid_t *f);
 
-/* Atomic creation: the file is written under "<path>.tmp.XXXXXX" in the same
- * directory and renamed to `path` by commit, so a crash never leaves a file
- * that looks complete. */
+/* Atomic creation through mp_out (mp_common.h): the file is written under
+ * "<path>.tmp.<pid>.<n>" in the same directory and renamed to `path` by
+ * commit, so a crash never leaves a file that looks complete; a destination
+ * that is not a regular file (or is a symbolic link) is refused. */
 typedef struct {
     hid_t file;          /* H5I_INVALID_HID when not open */
-    char *path;          /* final name */
-    char *tmp;           /* temporary name, NULL once renamed or unlinked */
+    char *path;          /* final name (owned by out), NULL when released */
+    mp_out out;          /* the temporary and its signal registration */
 } mp_h5_atomic;
 
 /* Creates the temporary file (mode 0666 & ~umask). An unwritable or missing

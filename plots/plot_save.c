@@ -1,19 +1,16 @@
 /* plot_save.c — writes a figure to PNG, SVG or PDF chosen by the file
- * extension, atomically: cairo streams into a temporary file in the target's
- * directory, which is renamed over the target only when everything succeeded. */
+ * extension, atomically (mp_out): cairo streams into a temporary file in the
+ * target's directory, which is renamed over the target only when everything
+ * succeeded; a target that is not a regular file is refused. */
 #include "plot_internal.h"
 
 #include <cairo-pdf.h>
 #include <cairo-svg.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
 
 typedef enum { FMT_PNG, FMT_SVG, FMT_PDF } fmt_t;
 
@@ -32,40 +29,10 @@ static mp_status parse_ext(const char *path, fmt_t *fmt) {
     return MP_OK;
 }
 
-/* Creates a fresh temporary file next to path; returns its FILE and name. */
-static mp_status open_temp(const char *path, char **tmp_out, FILE **fp_out) {
-    static atomic_uint counter;
-    size_t n = strlen(path) + 48;
-    char *tmp = mp_malloc(n, "temporary file name");
-    if (!tmp) return MP_ERR_NOMEM;
-    int fd = -1;
-    for (int tries = 0; tries < 100 && fd < 0; tries++) {
-        snprintf(tmp, n, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&counter, 1u));
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
-        if (fd < 0 && errno != EEXIST) break;
-    }
-    if (fd < 0) {
-        mp_status st = mp_error(MP_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-        free(tmp);
-        return st;
-    }
-    FILE *fp = fdopen(fd, "wb");
-    if (!fp) {
-        mp_status st = mp_error(MP_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-        close(fd);
-        unlink(tmp);
-        free(tmp);
-        return st;
-    }
-    *tmp_out = tmp;
-    *fp_out = fp;
-    return MP_OK;
-}
-
 mp_status mp_figure_save(mp_figure *f, const char *path, double w, double h, double dpi) {
     mp_status st;
     fmt_t fmt = FMT_PNG;
-    char *tmp = NULL;
+    mp_out out;
     FILE *fp = NULL;
     cairo_surface_t *sf = NULL;
     cairo_t *cr = NULL;
@@ -81,7 +48,8 @@ mp_status mp_figure_save(mp_figure *f, const char *path, double w, double h, dou
             return mp_error(MP_ERR_ARG, "%s: %g x %g pixels is outside cairo's 1..32767 range", path, fx, fy);
         px = (int)fx; py = (int)fy;
     }
-    if ((st = open_temp(path, &tmp, &fp)) != MP_OK) return st;
+    if ((st = mp_out_begin(&out, path)) != MP_OK) return st;
+    if (!(fp = mp_out_fdopen(&out))) { mp_out_abort(&out); return MP_ERR_IO; }
     switch (fmt) {
     case FMT_PNG: sf = cairo_image_surface_create(CAIRO_FORMAT_RGB24, px, py); break;
     case FMT_SVG: sf = cairo_svg_surface_create_for_stream(write_fn, fp, w, h); break;
@@ -110,15 +78,13 @@ mp_status mp_figure_save(mp_figure *f, const char *path, double w, double h, dou
         st = mp_error(MP_ERR_IO, "%s: writing failed: %s", path, cairo_status_to_string(cs));
         goto cleanup;
     }
-    int rc = fclose(fp);
+    cairo_surface_destroy(sf);
+    sf = NULL;
+    st = mp_out_commit(&out, 0);   /* closes fp */
     fp = NULL;
-    if (rc != 0) { st = mp_error(MP_ERR_IO, "%s: writing failed: %s", path, strerror(errno)); goto cleanup; }
-    if (rename(tmp, path) != 0) { st = mp_error(MP_ERR_IO, "%s: cannot rename the finished file: %s", path, strerror(errno)); goto cleanup; }
 cleanup:
     if (cr) cairo_destroy(cr);
     if (sf) cairo_surface_destroy(sf);
-    if (fp) fclose(fp);
-    if (st != MP_OK && tmp) unlink(tmp);
-    free(tmp);
+    if (fp) mp_out_abort(&out);
     return st;
 }

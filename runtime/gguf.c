@@ -473,6 +473,7 @@ mp_status mp_gguf_open(const char *path, mp_gguf **out) {
     struct stat sb;
     mp_gguf *g = NULL;
     *out = NULL;
+    if ((st = mp_check_regular_file(path)) != MP_OK) return st; /* a FIFO would block the open */
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {

@@ -372,24 +372,11 @@ static int put_tensor(FILE *f, const wtensor *t) {
 }
 
 mp_status mp_gguf_writer_write(const mp_gguf_writer *w, const char *path) {
-    mp_status st = MP_OK;
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 16);
-    FILE *f = NULL;
-    int fd = -1;
-    if (!tmp) return mp_error(MP_ERR_NOMEM, "%s: out of memory", path);
-    snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
-    if ((fd = mkstemp(tmp)) < 0) {
-        st = mp_error(MP_ERR_IO, "%s: cannot create a temporary file: %s", path, strerror(errno));
-        goto cleanup;
-    }
-    if (!(f = fdopen(fd, "wb"))) {
-        st = mp_error(MP_ERR_IO, "%s: fdopen failed: %s", path, strerror(errno));
-        close(fd);
-        unlink(tmp);
-        goto cleanup;
-    }
-    fchmod(fd, 0644);
+    mp_out out;
+    mp_status st = mp_out_begin(&out, path);
+    if (st != MP_OK) return st;
+    FILE *f = mp_out_fdopen(&out);
+    if (!f) { mp_out_abort(&out); return MP_ERR_IO; }
     int bad = put(f, "GGUF", 4) || put_u32(f, 3) || put_u64(f, w->n_t) || put_u64(f, w->n_kv);
     for (size_t i = 0; i < w->n_kv && !bad; i++)
         bad = put_str(f, w->kv[i].key, strlen(w->kv[i].key)) || put_u32(f, (uint32_t)w->kv[i].val.type) ||
@@ -405,22 +392,10 @@ mp_status mp_gguf_writer_write(const mp_gguf_writer *w, const char *path) {
     long pos = bad ? 0 : ftell(f);
     bad = bad || pos < 0 || put_pad(f, (uint64_t)pos);
     for (size_t i = 0; i < w->n_t && !bad; i++) bad = put_tensor(f, &w->t[i]) || put_pad(f, w->t[i].n_bytes);
-    if (bad || fflush(f) || fsync(fileno(f))) {
+    if (bad) {
         st = mp_error(MP_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-        fclose(f);
-        unlink(tmp);
-        goto cleanup;
+        mp_out_abort(&out);
+        return st;
     }
-    if (fclose(f)) {
-        st = mp_error(MP_ERR_IO, "%s: close failed: %s", path, strerror(errno));
-        unlink(tmp);
-        goto cleanup;
-    }
-    if (rename(tmp, path)) {
-        st = mp_error(MP_ERR_IO, "%s: cannot rename the temporary file: %s", path, strerror(errno));
-        unlink(tmp);
-    }
-cleanup:
-    free(tmp);
-    return st;
+    return mp_out_commit(&out, 1);   /* fflush, fsync, close, rename */
 }

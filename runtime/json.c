@@ -422,6 +422,7 @@ mp_status mp_json_parse_file(const char *path, mp_json_doc **out) {
     char *buf = NULL;
     struct stat sb;
     *out = NULL;
+    if ((st = mp_check_regular_file(path)) != MP_OK) return st; /* a FIFO would block the open */
     FILE *f = fopen(path, "rb");
     if (!f) return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) {

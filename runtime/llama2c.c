@@ -2,7 +2,7 @@
  * vocab = untied classifier, freq_cis tables) and v1 ("ak42" magic, 256-byte
  * header, export.py's version1_export order). Loading memory-maps the file and
  * points mp_params into it after validating every header field and the exact
- * file size; saving writes either version atomically (temp file + rename). */
+ * file size; saving writes either version atomically (mp_out: temp file + rename). */
 #include "model.h"
 
 #include <errno.h>
@@ -114,6 +114,7 @@ mp_status mp_model_load_llama2c(mp_model **out, const char *path) {
     l2c_array arr[16];
     *out = NULL;
 
+    if ((st = mp_check_regular_file(path)) != MP_OK) return st; /* a FIFO would block the open */
     if ((fd = open(path, O_RDONLY)) < 0)
         return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
@@ -188,8 +189,7 @@ static mp_status write_freq_cis(FILE *f, const mp_config *c) {
 mp_status mp_model_save_llama2c(const mp_model *m, const char *path, int version) {
     const mp_config *c = &m->cfg;
     mp_status st = MP_OK;
-    char tmp[4096];
-    int fd = -1;
+    mp_out out;
     FILE *f = NULL;
     l2c_array arr[16];
     mp_params p = m->p;
@@ -204,15 +204,8 @@ mp_status mp_model_save_llama2c(const mp_model *m, const char *path, int version
         return mp_error(MP_ERR_ARG, "%s: this model cannot be written as llama2.c (which fixes RMSNorm eps 1e-5, "
                         "SwiGLU, unscaled RoPE theta 10000, softmax attention, no biases, n_head*d_head == d_model)",
                         path);
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= (int)sizeof tmp)
-        return mp_error(MP_ERR_ARG, "%s: path too long", path);
-    if ((fd = mkstemp(tmp)) < 0)
-        return mp_error(MP_ERR_IO, "%s: cannot create a temporary file: %s", path, strerror(errno));
-    if (fchmod(fd, 0644) != 0 || !(f = fdopen(fd, "wb"))) {
-        st = mp_error(MP_ERR_IO, "%s: cannot open %s: %s", path, tmp, strerror(errno));
-        goto cleanup;
-    }
-    fd = -1;   /* owned by f now */
+    if ((st = mp_out_begin(&out, path)) != MP_OK) return st;
+    if (!(f = mp_out_fdopen(&out))) { st = MP_ERR_IO; goto cleanup; }
 
     unsigned char h[L2C_V1_HEADER] = {0};
     int32_t fields[7] = {c->d_model, c->d_mlp, c->n_layer, c->n_head, c->n_kv_head,
@@ -240,21 +233,11 @@ mp_status mp_model_save_llama2c(const mp_model *m, const char *path, int version
             goto write_error;
         }
     }
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0) goto write_error;
-    int rc = fclose(f);
-    f = NULL;
-    if (rc != 0) goto write_error;
-    if (rename(tmp, path) != 0) {
-        st = mp_error(MP_ERR_IO, "%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
-        goto cleanup;
-    }
-    return MP_OK;
+    return mp_out_commit(&out, 1);   /* fflush, fsync, close, rename */
 
 write_error:
     st = mp_error(MP_ERR_IO, "%s: write failed: %s", path, strerror(errno));
 cleanup:
-    if (f) fclose(f);
-    if (fd >= 0) close(fd);
-    unlink(tmp);
+    mp_out_abort(&out);
     return st;
 }

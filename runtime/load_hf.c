@@ -356,6 +356,7 @@ mp_model_format mp_model_detect(const char *path) {
         snprintf(cfg, sizeof cfg, "%s/config.json", path);
         return stat(cfg, &sb) == 0 && S_ISREG(sb.st_mode) ? MP_FORMAT_HF : MP_FORMAT_UNKNOWN;
     }
+    if (!S_ISREG(sb.st_mode)) return MP_FORMAT_UNKNOWN; /* never open a FIFO or device to sniff it */
     unsigned char buf[8];
     FILE *fp = fopen(path, "rb");
     if (!fp) return MP_FORMAT_UNKNOWN;
@@ -379,11 +380,14 @@ static int is_gpt2_like(const mp_config *c) {
 /* %.9g keeps every float exact */
 static mp_status write_config(const mp_model *m, const char *dir) {
     const mp_config *c = &m->cfg;
-    char path[4096], tmp[4200];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return mp_error(MP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    char path[4096];
+    mp_out out;
+    mp_status st;
+    if (snprintf(path, sizeof path, "%s/config.json", dir) >= (int)sizeof path)
+        return mp_error(MP_ERR_ARG, "%s: path too long", dir);
+    if ((st = mp_out_begin(&out, path)) != MP_OK) return st;
+    FILE *f = mp_out_fdopen(&out);
+    if (!f) { mp_out_abort(&out); return MP_ERR_IO; }
     if (is_gpt2_like(c)) {
         fprintf(f, "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
                    "  \"n_embd\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": %d,\n"
@@ -404,10 +408,11 @@ static mp_status write_config(const mp_model *m, const char *dir) {
             fprintf(f, "  \"rope_scaling\": {\"type\": \"linear\", \"factor\": %.9g},\n", (double)c->rope_scale);
         fprintf(f, "  \"torch_dtype\": \"float32\"\n}\n");
     }
-    int bad = ferror(f);
-    if (fclose(f) || bad) { remove(tmp); return mp_error(MP_ERR_IO, "%s: write failed", tmp); }
-    if (rename(tmp, path)) { remove(tmp); return mp_error(MP_ERR_IO, "%s: cannot rename: %s", path, strerror(errno)); }
-    return MP_OK;
+    if (ferror(f)) {
+        mp_out_abort(&out);
+        return mp_error(MP_ERR_IO, "%s: write failed", path);
+    }
+    return mp_out_commit(&out, 0);
 }
 
 

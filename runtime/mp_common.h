@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define MP_VERSION "0.1.0"
 
@@ -55,5 +56,53 @@ const char *mp_fmt_bytes(double bytes, char *buf);
 
 /* Wall-clock seconds (monotonic), for progress reports and benchmarks. */
 double mp_now(void);
+
+/* ---- atomic outputs (runtime/mp_out.c) ----
+ * Every file mechprobe writes goes through this: the content is written to a
+ * temporary "<path>.tmp.<pid>.<n>" in the destination's directory and renamed
+ * over `path` only by mp_out_commit, so a reader sees the old file or the new
+ * one, never a partial one.
+ *
+ * mp_out_begin refuses a destination that exists and is not a regular file
+ * ("is a character device", "is a FIFO", "is a directory", "is a socket"), and
+ * a symbolic link (it never writes through a link, nor replaces one). It first
+ * removes stale temporaries of the same destination left by processes that no
+ * longer exist (the pid in the name; kill(pid, 0) says ESRCH), creates the
+ * temporary with the permissions of a plain create (0666 & ~umask) and
+ * registers it so that SIGINT, SIGTERM, SIGHUP and SIGXFSZ remove it before
+ * the process dies of the signal (handlers are installed only for signals
+ * whose disposition is the default). */
+typedef struct {
+    char *path;   /* destination */
+    char *tmp;    /* temporary name; NULL once renamed or removed */
+    int fd;       /* open for writing on tmp; -1 once closed or handed to fp */
+    FILE *fp;     /* set by mp_out_fdopen */
+    int slot;     /* signal-cleanup slot, -1 when none */
+} mp_out;
+
+mp_status mp_out_begin(mp_out *o, const char *path);
+/* A stdio stream on the temporary file ("wb"), owned by o (commit/abort close it). */
+FILE *mp_out_fdopen(mp_out *o);
+/* Closes the descriptor (the caller writes through the temporary's name, as
+ * HDF5 does); commit and abort still rename or remove the file. */
+void mp_out_close_fd(mp_out *o);
+/* Flushes and closes what is open, fsyncs the file when `sync` (by name when
+ * it was closed already), checks the destination once more, renames the
+ * temporary over it and syncs the directory (best effort). On failure the
+ * temporary is removed. Always releases o. */
+mp_status mp_out_commit(mp_out *o, int sync);
+/* Closes and removes the temporary; safe on a zeroed struct and after commit. */
+void mp_out_abort(mp_out *o);
+/* Zeroes o so that mp_out_abort on it is a no-op (for cleanup paths that run
+ * before mp_out_begin). */
+void mp_out_init(mp_out *o);
+
+/* Inputs: MP_OK when `path` is a regular file (symbolic links followed) or does
+ * not exist (the caller's open reports that); otherwise MP_ERR_IO "path: is a
+ * FIFO, not a regular file" etc. Call before opening a file whose open could
+ * block (a FIFO) or never end (a device). */
+mp_status mp_check_regular_file(const char *path);
+/* "a FIFO", "a directory", ... for a stat mode (for messages). */
+const char *mp_file_kind(unsigned mode);
 
 #endif

@@ -55,6 +55,7 @@ const char *mp_safetensors_dtype_name(mp_st_dtype t) {
 static mp_status map_file(const char *path, shard *s) {
     mp_status st = MP_OK;
     struct stat sb;
+    if ((st = mp_check_regular_file(path)) != MP_OK) return st; /* a FIFO would block the open */
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
@@ -532,9 +533,11 @@ mp_status mp_safetensors_write(const char *path, const mp_st_entry *tensors, siz
                                const char *const *metadata) {
     sbuf h = {0};
     mp_status rc = MP_OK;
-    char num[64], *tmp = NULL;
+    char num[64];
+    mp_out out;
     FILE *f = NULL;
     uint64_t off = 0;
+    mp_out_init(&out);
     sb_str(&h, "{");
     int first = 1;
     if (metadata && metadata[0]) {
@@ -590,22 +593,8 @@ mp_status mp_safetensors_write(const char *path, const mp_st_entry *tensors, siz
     sb_str(&h, "}");
     while (!h.oom && h.len % 8) sb_str(&h, " ");   /* data section 8-byte aligned, as the reference does */
     if (h.oom) { rc = mp_error(MP_ERR_NOMEM, "%s: out of memory building the header", path); goto cleanup; }
-    size_t plen = strlen(path);
-    if (!(tmp = malloc(plen + 16))) { rc = mp_error(MP_ERR_NOMEM, "out of memory"); goto cleanup; }
-    snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        rc = mp_error(MP_ERR_IO, "%s: cannot create a temporary file: %s", path, strerror(errno));
-        free(tmp);
-        tmp = NULL;
-        goto cleanup;
-    }
-    fchmod(fd, 0644);
-    if (!(f = fdopen(fd, "wb"))) {
-        close(fd);
-        rc = mp_error(MP_ERR_IO, "%s: fdopen failed: %s", path, strerror(errno));
-        goto cleanup;
-    }
+    if ((rc = mp_out_begin(&out, path)) != MP_OK) goto cleanup;
+    if (!(f = mp_out_fdopen(&out))) { rc = MP_ERR_IO; goto cleanup; }
     uint64_t hl = h.len;
     int bad = fwrite(&hl, 8, 1, f) != 1 || fwrite(h.s, 1, h.len, f) != h.len;
     for (size_t i = 0; i < n && !bad; i++) {
@@ -613,18 +602,13 @@ mp_status mp_safetensors_write(const char *path, const mp_st_entry *tensors, siz
         for (uint32_t d = 0; d < tensors[i].n_dims; d++) numel *= tensors[i].shape[d];
         if (numel && fwrite(tensors[i].data, 4, (size_t)numel, f) != numel) bad = 1;
     }
-    if (bad || fflush(f) || fsync(fileno(f))) {
+    if (bad) {
         rc = mp_error(MP_ERR_IO, "%s: write failed: %s", path, strerror(errno));
         goto cleanup;
     }
-    int cr = fclose(f);
-    f = NULL;
-    if (cr) { rc = mp_error(MP_ERR_IO, "%s: close failed: %s", path, strerror(errno)); goto cleanup; }
-    if (rename(tmp, path)) rc = mp_error(MP_ERR_IO, "%s: cannot rename the temporary file: %s", path, strerror(errno));
+    rc = mp_out_commit(&out, 1);   /* fflush, fsync, close, rename */
 cleanup:
-    if (f) fclose(f);
-    if (rc && tmp) unlink(tmp);
-    free(tmp);
+    mp_out_abort(&out);
     free(h.s);
     return rc;
 }

@@ -67,6 +67,7 @@ mp_status mp_tokenizer_load(mp_tokenizer **out, const char *path, int vocab) {
 
     if (vocab <= 0 || vocab > MP_TOK_MAX_VOCAB)
         return mp_error(MP_ERR_ARG, "%s: vocabulary size %d is out of range", path, vocab);
+    if ((st = mp_check_regular_file(path)) != MP_OK) return st; /* a FIFO would block the open */
     if (!(f = fopen(path, "rb")))
         return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {

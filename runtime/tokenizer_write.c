@@ -1,14 +1,14 @@
 /* tokenizer_write.c — writes a minimal llama2.c tokenizer.bin for models made
  * from scratch: <unk>, BOS, EOS, the 256 byte-fallback pieces <0x00>..<0xFF>
  * (ids 3..258, as llama2.c expects) and the 95 printable ASCII characters
- * (ids 259..353), so text round-trips byte for byte. */
+ * (ids 259..353), so text round-trips byte for byte. Written atomically
+ * through mp_out (mp_common.h). */
 #include "tokenizer.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define BYTELEVEL_VOCAB (3 + 256 + 95)
 
@@ -20,13 +20,11 @@ static int put_piece(FILE *f, const char *s, int len, float score) {
 }
 
 mp_status mp_tokenizer_save_bytelevel(const char *path) {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= (int)sizeof tmp)
-        return mp_error(MP_ERR_ARG, "%s: path too long", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) return mp_error(MP_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-    FILE *f = fdopen(fd, "wb");
-    if (!f) { close(fd); unlink(tmp); return mp_error(MP_ERR_IO, "%s: cannot write: %s", path, strerror(errno)); }
+    mp_out out;
+    mp_status st = mp_out_begin(&out, path);
+    if (st != MP_OK) return st;
+    FILE *f = mp_out_fdopen(&out);
+    if (!f) { mp_out_abort(&out); return MP_ERR_IO; }
     int max_len = 6, ok = fwrite(&max_len, sizeof max_len, 1, f) == 1;
     ok = ok && put_piece(f, "<unk>", 5, 0.0f) && put_piece(f, "\n<s>\n", 5, 0.0f) && put_piece(f, "\n</s>\n", 6, 0.0f);
     for (int b = 0; b < 256 && ok; b++) {
@@ -38,11 +36,10 @@ mp_status mp_tokenizer_save_bytelevel(const char *path) {
         char s = (char)c;
         ok = put_piece(f, &s, 1, 0.0f);
     }
-    if (fclose(f) != 0) ok = 0;
-    if (!ok || rename(tmp, path) != 0) {
+    if (!ok) {
         int e = errno;
-        unlink(tmp);
+        mp_out_abort(&out);
         return mp_error(MP_ERR_IO, "%s: cannot write: %s", path, strerror(e));
     }
-    return MP_OK;
+    return mp_out_commit(&out, 0);
 }

@@ -418,6 +418,8 @@ mp_status mp_model_load(mp_model **out, const char *path) {
     }
     struct stat sb;
     if (stat(path, &sb) != 0) return mp_error(MP_ERR_IO, "%s: cannot open (no such file or folder)", path);
+    if (!S_ISDIR(sb.st_mode))
+        return mp_error(MP_ERR_IO, "%s: is %s, not a model file or folder", path, mp_file_kind(sb.st_mode));
     return mp_error(MP_ERR_FORMAT, "%s: a folder without config.json (not a Hugging Face model folder)", path);
 }
 

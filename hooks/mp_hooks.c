@@ -77,29 +77,32 @@ int mp_hook_shape(const mp_config *cfg, mp_hook_id id, int B, int T, int pos0, i
     return 0;
 }
 
-int mp_glob_match(const char *p, const char *s) {
-    /* iterative matcher with single backtrack point: '*' matches any run. */
-    const char *star = NULL, *ss = NULL;
+/* Matches the pattern p[0..n) (not NUL-terminated: a glob inside a list) against
+ * s; an iterative matcher with a single backtrack point: '*' matches any run. */
+static int glob_match_n(const char *p, size_t n, const char *s) {
+    const char *end = p + n, *star = NULL, *ss = NULL;
     while (*s) {
-        if (*p == '?' || *p == *s) { p++; s++; }
-        else if (*p == '*') { star = p++; ss = s; }
+        if (p < end && (*p == '?' || *p == *s)) { p++; s++; }
+        else if (p < end && *p == '*') { star = p++; ss = s; }
         else if (star) { p = star + 1; s = ++ss; }
         else return 0;
     }
-    while (*p == '*') p++;
-    return *p == '\0';
+    while (p < end && *p == '*') p++;
+    return p == end;
 }
 
-/* Copies the next comma-separated glob (spaces trimmed) into pat; returns the
- * rest of the list, or NULL after the last one. */
-static const char *next_glob(const char *g, char *pat, size_t n) {
+int mp_glob_match(const char *p, const char *s) { return glob_match_n(p, strlen(p), s); }
+
+/* Finds the next comma-separated glob of the list (spaces trimmed) without
+ * copying it, so that a glob of any length is matched whole; returns the rest
+ * of the list, or NULL after the last one. */
+static const char *next_glob(const char *g, const char **pat, size_t *len) {
     const char *comma = strchr(g, ',');
-    size_t len = comma ? (size_t)(comma - g) : strlen(g);
-    while (len && *g == ' ') { g++; len--; }
-    while (len && g[len - 1] == ' ') len--;
-    if (len >= n) len = n - 1;
-    memcpy(pat, g, len);
-    pat[len] = '\0';
+    size_t n = comma ? (size_t)(comma - g) : strlen(g);
+    while (n && *g == ' ') { g++; n--; }
+    while (n && g[n - 1] == ' ') n--;
+    *pat = g;
+    *len = n;
     return comma ? comma + 1 : NULL;
 }
 
@@ -115,25 +118,28 @@ static int point_at(const mp_config *cfg, int k, mp_hook_id *id, int *layer) {
 
 int mp_hook_select(const mp_config *cfg, const char *globs, mp_hook_visit_fn fn, void *user,
                    char *unmatched, size_t unmatched_len) {
-    char name[128], pat[256];
+    char name[128];
+    const char *pat;
+    size_t plen;
     mp_hook_id id;
     int layer, total = 0;
     if (unmatched && unmatched_len) unmatched[0] = '\0';
     for (const char *g = globs; g;) {
-        g = next_glob(g, pat, sizeof pat);
-        if (!pat[0]) continue;
+        g = next_glob(g, &pat, &plen);
+        if (!plen) continue;
         int hit = 0;
         for (int k = 0; !hit && point_at(cfg, k, &id, &layer); k++)
-            hit = mp_hook_exists(cfg, id) && mp_glob_match(pat, mp_hook_name(id, layer, name, sizeof name));
-        if (!hit && unmatched && unmatched_len && !unmatched[0]) snprintf(unmatched, unmatched_len, "%s", pat);
+            hit = mp_hook_exists(cfg, id) && glob_match_n(pat, plen, mp_hook_name(id, layer, name, sizeof name));
+        if (!hit && unmatched && unmatched_len && !unmatched[0])
+            snprintf(unmatched, unmatched_len, "%.*s", plen > 100000 ? 100000 : (int)plen, pat);
     }
     for (int k = 0; point_at(cfg, k, &id, &layer); k++) {
         if (!mp_hook_exists(cfg, id)) continue;
         mp_hook_name(id, layer, name, sizeof name);
         int match = 0;
         for (const char *g = globs; g && !match;) {
-            g = next_glob(g, pat, sizeof pat);
-            match = pat[0] && mp_glob_match(pat, name);
+            g = next_glob(g, &pat, &plen);
+            match = plen && glob_match_n(pat, plen, name);
         }
         if (match) {
             total++;

@@ -51,6 +51,7 @@ int luaopen_mechprobe(lua_State *L) {
     lua_setfield(L, -2, "mkdir");
     mp_lua_open_tensor(L);
     mp_lua_open_h5(L);
+    mp_lua_open_output(L);
     mp_lua_open_model(L);
     mp_lua_open_tasks(L);
     mp_lua_open_analyze(L);

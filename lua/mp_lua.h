@@ -53,6 +53,8 @@ int mp_lua_fail(lua_State *L, mp_status s);
 /* Registration of each part of the module into the table at the stack top. */
 void mp_lua_open_tensor(lua_State *L);
 void mp_lua_open_h5(lua_State *L);
+/* mp.output(path): atomic multi-step outputs (lua/lout.c). */
+void mp_lua_open_output(lua_State *L);
 void mp_lua_open_model(lua_State *L);
 /* mp.tasks: the synthetic task generators (lua/ltasks.c). */
 void mp_lua_open_tasks(lua_State *L);

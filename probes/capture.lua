@@ -20,6 +20,11 @@ if (o.text == nil) == (o.tokens == nil) then
   io.stderr:write("mechprobe capture: give exactly one of --text and --tokens\n")
   os.exit(2)
 end
+if not o.hooks:find("[^%s,]") then
+  io.stderr:write(("mechprobe capture: --hooks '%s' names no hook point (give names or globs such as "
+    .. "'blocks.*.hook_resid_post', or '*' for every hook)\n"):format(o.hooks))
+  os.exit(2)
+end
 
 local t0 = os.clock()
 local model = mp.load(o.model, {tokenizer = o.tokenizer})

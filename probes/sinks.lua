@@ -34,6 +34,10 @@ if given ~= 1 then
   io.stderr:write("mechprobe sinks: give exactly one of --text, --text-file and --tokens\n")
   os.exit(2)
 end
+if o.window < 1 then
+  io.stderr:write(("mechprobe sinks: --window must be a positive number of positions (got %d)\n"):format(o.window))
+  os.exit(2)
+end
 if not ({png = true, svg = true, pdf = true})[o.format] then
   io.stderr:write(("mechprobe sinks: --format must be png, svg or pdf (got '%s')\n"):format(o.format))
   os.exit(2)

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <gsl/gsl_rng.h>
 
@@ -41,22 +42,43 @@ void mp_text_free(mp_text *t) {
     free(t);
 }
 
-/* Reads the whole stream (works for pipes too) into *out, *n bytes. */
+/* Reads the whole file into *out, *n bytes. Only a regular file of at most
+ * MP_TEXT_MAX_BYTES: a device (/dev/zero) or a FIFO could be read until memory
+ * runs out or block forever. The bound also holds while reading, for files
+ * whose size stat does not tell (/proc) or that grow meanwhile. */
 static mp_status read_all(const char *path, uint8_t **out, size_t *n) {
     mp_status st = MP_OK;
-    FILE *f = fopen(path, "rb");
+    struct stat sb;
     uint8_t *buf = NULL;
     size_t cap = 0, len = 0;
+    char b1[32], b2[32];
     *out = NULL;
     *n = 0;
+    if ((st = mp_check_regular_file(path)) != MP_OK) return st;
+    FILE *f = fopen(path, "rb");
     if (!f) return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        st = mp_error(MP_ERR_IO, "%s: not a regular file", path);
+        goto cleanup;
+    }
+    if ((uint64_t)sb.st_size > MP_TEXT_MAX_BYTES) {
+        st = mp_error(MP_ERR_ARG, "%s: %s is larger than the %s a text corpus may have (it is held in memory)", path,
+                      mp_fmt_bytes((double)sb.st_size, b1), mp_fmt_bytes((double)MP_TEXT_MAX_BYTES, b2));
+        goto cleanup;
+    }
     for (;;) {
+        if (len > MP_TEXT_MAX_BYTES) {
+            st = mp_error(MP_ERR_ARG, "%s: more than the %s a text corpus may have (it is held in memory)", path,
+                          mp_fmt_bytes((double)MP_TEXT_MAX_BYTES, b2));
+            goto cleanup;
+        }
         if (len == cap) {
             size_t nc = cap ? cap : 1 << 16;
             if (cap && mp_mul_size(cap, 2, &nc)) {
                 st = mp_error(MP_ERR_NOMEM, "%s: file too large", path);
                 goto cleanup;
             }
+            if (nc > MP_TEXT_MAX_BYTES + 1) nc = MP_TEXT_MAX_BYTES + 1; /* one byte past tells "too large" */
             uint8_t *nb = realloc(buf, nc);
             if (!nb) {
                 char b[32];

@@ -21,6 +21,8 @@
 
 #define MP_TEXT_VOCAB 257
 #define MP_TEXT_BOS 256
+/* The largest corpus file accepted (it is read whole into memory). */
+#define MP_TEXT_MAX_BYTES ((size_t)1 << 32)
 
 typedef enum { MP_TEXT_TRAIN = 0, MP_TEXT_VAL = 1 } mp_text_split;
 

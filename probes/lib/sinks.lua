@@ -12,17 +12,24 @@ M.defaults = {eps = 0.3, window = 32, boot = 1000, seed = 1, format = "png"}
 
 function M.run(m, tokens, o)
   for k, v in pairs(M.defaults) do if o[k] == nil then o[k] = v end end
+  if math.type(o.window) ~= "integer" or o.window < 1 then
+    error(("sinks: window must be a positive integer number of positions (got %s)"):format(tostring(o.window)), 2)
+  end
   mp.mkdir(o.out)
   local cfg = m.config
   local L, H, K, Dh = cfg.n_layer, cfg.n_head, cfg.n_kv_head, cfg.d_head
   local group = H // K
   local T = #tokens
   assert(T >= 4, ("sinks: need at least 4 tokens, got %d"):format(T))
-  -- 1. capture to the run file, then read back from it (the file is the record)
+  -- 1. capture to the run file, then read back from it (the file is the record).
+  -- The whole file (captures and /stats) is written under a temporary name and
+  -- renamed to DIR/sinks.h5 only once complete: an error or a signal on the way
+  -- leaves no sinks.h5 without /stats.
   local run = o.out .. "/sinks.h5"
-  m:capture(tokens, {out = run, compress = 4, hooks = "blocks.*.attn.hook_q,blocks.*.attn.hook_k,"
+  local out <close> = mp.output(run)
+  m:capture(tokens, {out = out.tmp, compress = 4, hooks = "blocks.*.attn.hook_q,blocks.*.attn.hook_k,"
     .. "blocks.*.attn.hook_rot_q,blocks.*.attn.hook_rot_k,blocks.*.attn.hook_pattern,blocks.*.hook_resid_post"})
-  local f = mp.h5.open(run, "r+")
+  local f <close> = mp.h5.open(out.tmp, "r+")
   local function act(l, name) return f:read(("acts/blocks.%d.%s"):format(l, name)) end
 
   -- per-head clouds: [1,T,n,Dh] -> [n,T,Dh] so that [h] is head h's [T,Dh] cloud
@@ -107,6 +114,8 @@ function M.run(m, tokens, o)
   f:set_attr("stats", "eps", o.eps)
   f:set_attr("stats", "window", o.window)
   f:set_attr("stats", "massive_hits", massive.n_hits_total)
+  f:close()
+  out:commit()
 
   -- 3. figures
   local function save(fig, name)
@@ -203,7 +212,6 @@ function M.run(m, tokens, o)
   print(("massive activations (|h| > 100 and >= 1000x the layer median): %d"):format(massive.n_hits_total))
   print("run file: " .. run .. " (/acts, /stats)")
   for _, p in ipairs(figs) do print("figure: " .. p) end
-  f:close()
   return {run = run, figures = figs, sink_rate = sinks.sink_rate, n_sink = n_sink, alpha0 = S.alpha0,
           fisher_acc = S.fisher_acc, cos_qk = S.cos_qk, massive_hits = massive.n_hits_total}
 

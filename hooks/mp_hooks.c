@@ -130,8 +130,13 @@ int mp_hook_select(const mp_config *cfg, const char *globs, mp_hook_visit_fn fn,
         int hit = 0;
         for (int k = 0; !hit && point_at(cfg, k, &id, &layer); k++)
             hit = mp_hook_exists(cfg, id) && glob_match_n(pat, plen, mp_hook_name(id, layer, name, sizeof name));
-        if (!hit && unmatched && unmatched_len && !unmatched[0])
-            snprintf(unmatched, unmatched_len, "%.*s", plen > 100000 ? 100000 : (int)plen, pat);
+        if (!hit && unmatched && unmatched_len && !unmatched[0]) {
+            if (plen < unmatched_len) snprintf(unmatched, unmatched_len, "%.*s", (int)plen, pat);
+            else if (unmatched_len > 16) { /* too long for the buffer: keep both ends, elide the middle */
+                int half = (int)(unmatched_len - 4) / 2;
+                snprintf(unmatched, unmatched_len, "%.*s...%.*s", half, pat, half, pat + plen - (size_t)half);
+            } else snprintf(unmatched, unmatched_len, "?");
+        }
     }
     for (int k = 0; point_at(cfg, k, &id, &layer); k++) {
         if (!mp_hook_exists(cfg, id)) continue;

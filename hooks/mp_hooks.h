@@ -95,7 +95,8 @@ int mp_glob_match(const char *pattern, const char *name);
 /* Calls fn(user, id, layer, name) for every hook point of the model whose name
  * matches one of the comma-separated globs, in firing order. Returns the
  * number of matches; with `unmatched` non-NULL, the first glob that matched
- * nothing is copied there (so callers can report it). */
+ * nothing is copied there (so callers can report it; a glob longer than the
+ * buffer keeps its two ends around "..."). Globs may have any length. */
 typedef void (*mp_hook_visit_fn)(void *user, mp_hook_id id, int layer, const char *name);
 int mp_hook_select(const struct mp_config *cfg, const char *globs, mp_hook_visit_fn fn,
                    void *user, char *unmatched, size_t unmatched_len);

@@ -19,7 +19,7 @@ local function spit(p, s) local f = assert(io.open(p, "wb")); f:write(s); f:clos
 -- the CLI under a time limit (a FIFO used to block forever): ok, exit code, stderr
 local function run(args)
   local errf = dir .. "/stderr.txt"
-  local ok, how, code = os.execute(("timeout 60 %s %s >/dev/null 2>%s"):format(exe, args, errf))
+  local ok, how, code = os.execute(("timeout 20 %s %s >/dev/null 2>%s"):format(exe, args, errf))
   return ok, how, code, slurp(errf)
 end
 local function kind(p) -- the file type letter of ls -ld (or nil when absent)

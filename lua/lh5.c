@@ -44,7 +44,8 @@ static int l_open(lua_State *L) {
     luaL_setmetatable(L, H5_MT);
     h->path = strdup(path);
     if (!h->path) return luaL_error(L, "out of memory");
-    mp_status st = mp_h5_open(&h->f, path, mv[m]);
+    mp_status st = mp_check_regular_file(path); /* a FIFO would block, a device is no HDF5 file */
+    if (st == MP_OK) st = mp_h5_open(&h->f, path, mv[m]);
     if (st != MP_OK) return mp_lua_fail(L, st);
     return 1;
 }

@@ -709,8 +709,9 @@ static int m_save(lua_State *L) {
         lua_pop(L, 1);
     }
     hid_t f;
-    mp_status st = mp_h5_open(&f, path, MP_H5_APPEND);
-    if (st != MP_OK) return mp_lua_fail(L, st);
+    /* updated in place (not atomic): never a FIFO or a device */
+    mp_status st = mp_check_regular_file(path);
+    if (st != MP_OK || (st = mp_h5_open(&f, path, MP_H5_APPEND)) != MP_OK) return mp_lua_fail(L, st);
     st = mp_h5_write_f32(f, name, t->ndim, t->shape, t->data, compress);
     mp_status st2 = mp_h5_close(&f);
     if (st == MP_OK) st = st2;

@@ -145,5 +145,12 @@ t.case("mp.output", function()
   t.expect_error(function() mp.output(dir .. "/link.h5") end, "is a symbolic link")
 end)
 
+-- files updated in place (mp.h5.open, t:save) refuse a FIFO instead of blocking on it
+t.case("h5 in place on a FIFO", function()
+  t.expect_error(function() mp.h5.open(dir .. "/fifo.h5", "a") end, "is a FIFO")
+  t.expect_error(function() mp.h5.open(dir .. "/fifo.h5") end, "is a FIFO")
+  t.expect_error(function() mp.zeros{2}:save(dir .. "/fifo.h5", "x") end, "is a FIFO")
+end)
+
 os.execute("rm -rf " .. q(dir))
 t.finish("test_outputs_lua")

@@ -168,7 +168,7 @@ static void test_destinations(void) {
                 const char *kind = w == N_WRITERS ? "HF folder" : writers[w].kind;
                 if (make_dest((dest_kind)k, path, target, sizeof target) != 0) {
                     if (k == D_CHAR) { /* no CAP_MKNOD: /dev/null itself is safe only when refused */
-                        if (geteuid() != 0 && w == 0) printf("SKIP part: no device node (%s)\n", strerror(errno));
+                        if (w == 0) printf("note: no device node here (%s); that case is skipped\n", strerror(errno));
                         continue;
                     }
                     CHECK(0, "%s: cannot make %s: %s", kind, path, strerror(errno));

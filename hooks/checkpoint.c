@@ -300,7 +300,11 @@ typedef struct {
 static mp_status checked_info(hid_t f, const char *ds, mp_h5_dsinfo *info, const ckpt_ctx *cx) {
     mp_status st = mp_h5_check_links(f, ds);
     if (!st) st = mp_h5_dataset_info(f, ds, info);
-    if (st) return st;
+    if (st) {
+        if (strstr(mp_last_error(), "no such object"))
+            st = mp_error(MP_ERR_FORMAT, "%s: %s is missing", cx->path, ds);
+        return st;
+    }
     uint64_t want = (uint64_t)info->numel * (info->elem_size ? info->elem_size : 1);
     if (info->numel == 0) return MP_OK;
     if (!info->allocated || info->storage == 0)
@@ -336,8 +340,7 @@ static mp_status read_tensors(hid_t f, const char *prefix, const mp_config *c, f
                 if ((st = mp_h5_read_f32_into(f, ds, d[k].p + (size_t)l * per, per))) return st;
                 continue;
             }
-            if (!mp_h5_exists(f, ds, NULL)) return mp_error(MP_ERR_FORMAT, "%s: missing %s", cx->path, ds);
-            if ((st = checked_info(f, ds, &info, cx))) return mp_error_prefix(st, "%s: unreadable %s", cx->path, ds);
+            if ((st = checked_info(f, ds, &info, cx))) return st; /* the message names file and dataset */
             int ok = info.ndim == d[k].ndim && info.is_float;
             for (int i = 0; ok && i < info.ndim; i++) ok = info.shape[i] == d[k].shape[i];
             if (!ok) {

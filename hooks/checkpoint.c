@@ -563,8 +563,10 @@ static void wr_u64(int fd, uint64_t v) { wr(fd, &v, sizeof v); }
 
 static _Noreturn void child_main(int fd, const char *path, uint64_t fsize, int want_opt, int want_log,
                                  unsigned timeout, const mp_checkpoint_guard *g) {
-    /* the parent's handlers (temporary-file cleanup...) are not the child's */
-    int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGPIPE, SIGXFSZ, SIGUSR1, SIGUSR2};
+    /* the parent's handlers (temporary-file cleanup...) are not the child's, and
+     * a fault must end the child by its signal (also under sanitizers) */
+    int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGPIPE, SIGXFSZ, SIGUSR1, SIGUSR2,
+                  SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) signal(sigs[i], SIG_DFL);
     alarm(timeout + 5); /* ends the child even if the parent is gone */
     child_reserve(NULL, 0);

@@ -205,15 +205,16 @@ static void discard_close(hid_t f) {
 /* Closes file f whose contents must reach the disk. HDF5 1.10 cannot recover
  * from a failed metadata flush (even the discarding close then fails), so
  * the space the flush writes into (up to the end of allocated addresses) is
- * reserved first with posix_fallocate: a full disk or a file-size limit is
+ * reserved first with fallocate: a full disk or a file-size limit is
  * met here, by us, and the file is discarded (discard_close). Returns MP_OK
  * or sets the error "<what>: <reason>". */
 static mp_status close_checked(hid_t f, const char *what) {
     int fd = file_fd(f);
     haddr_t eoa = 0;
     if (fd >= 0 && H5Fget_eoa(f, &eoa) >= 0 && eoa > 0) {
-        int e = posix_fallocate(fd, 0, (off_t)eoa);
-        if (e != 0 && e != EOPNOTSUPP && e != EINVAL) {
+        /* fallocate, not posix_fallocate: no slow emulation where unsupported */
+        int e = fallocate(fd, 0, 0, (off_t)eoa) == 0 ? 0 : errno;
+        if (e != 0 && e != EOPNOTSUPP && e != ENOSYS && e != EINVAL && e != ENODEV) {
             const char *w = mp_h5_errno_words(e);
             discard_close(f);
             return mp_error(MP_ERR_IO, "%s: %s", what, w ? w : strerror(e));

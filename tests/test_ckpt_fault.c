@@ -4,7 +4,8 @@
  * 2^31 entries, external storage, external/soft links, a virtual dataset,
  * truncated and bit-flipped files — must each be refused with an error naming
  * the file (never loaded, never a crash), with peak RSS bounded; the guarded
- * loader must turn a crashing or hanging parse into a clean error; and files
+ * loader must turn a crashing or hanging parse into a clean error (simulated,
+ * and two real fuzzing finds in tests/data); and files
  * we write must carry checksummed metadata and fixed-length string attributes,
  * while old files (variable-length strings) still load. */
 #include "checkpoint.h"
@@ -406,6 +407,23 @@ int main(void) {
         printf("  simulated hang: %s\n", mp_last_error());
         CHECK(mp_checkpoint_load(dir, &m, NULL, NULL) == MP_ERR_IO && strstr(mp_last_error(), "not a regular file"),
               "a folder: %s", mp_last_error());
+    }
+    /* 10. real findings of fuzz_checkpoint (mutations of train_ref_c.h5): with
+     * libhdf5 1.10.8 the first crashes the library (SIGSEGV), the second makes
+     * it loop forever; in-process, they killed or hung mechprobe. Whatever the
+     * library version does with them, the load ends in an error naming the file. */
+    {
+        const char *files[] = {"ckpt_hostile_crash.h5", "ckpt_hostile_hang.h5"};
+        for (int i = 0; i < 2; i++) {
+            mp_model *m = NULL;
+            mp_adamw opt;
+            mp_train_log log;
+            mp_checkpoint_guard g = {2.0, NULL};
+            const char *p = tu_data(files[i]);
+            mp_status st = mp_checkpoint_load_guarded(p, &m, &opt, &log, &g);
+            CHECK(st != MP_OK && !m && strstr(mp_last_error(), p), "%s: refused: %s", files[i], mp_last_error());
+            printf("  %s: %s\n", files[i], mp_last_error());
+        }
     }
     mp_model_free(base_model);
     char cmd[600];

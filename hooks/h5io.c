@@ -614,6 +614,13 @@ static mp_status read_alloc(hid_t loc, const char *name, hid_t mtype, size_t ele
     *data = NULL;
     mp_status st = mp_h5_dataset_info(loc, name, in);
     if (st != MP_OK) return st;
+    /* allocate by the data present, not by a declared size: beyond 64 MiB,
+     * the file must hold the data (compressed at most 1100:1) */
+    double want = (double)in->numel * (double)elem, held = (double)in->storage * (in->filtered ? 1100.0 : 1.0);
+    if (want > (double)(64u << 20) && want > held * 1.01 + 65536.0)
+        return fail_plain(MP_ERR_FORMAT, loc, name, "declares %zu values but the file holds only %llu bytes of them "
+                          "(refused: not allocating what the file does not contain)", in->numel,
+                          (unsigned long long)in->storage);
     void *buf = mp_calloc(in->numel, elem, name);
     if (!buf) return MP_ERR_NOMEM;
     st = read_into(loc, name, mtype, buf, in->numel, in);

@@ -175,30 +175,37 @@ static int file_fd(hid_t f) {
     return fd;
 }
 
-/* Closes a file whose remaining writes are to be thrown away, so that the
+/* Closing a file whose remaining writes are to be thrown away, so that the
  * close cannot fail. HDF5 1.10 frees a file whose close failed (a write error
  * while flushing: a full disk) but keeps its id, and the library's exit handler
  * then closes it again: SIGSEGV at exit. So the file's descriptor is first
  * replaced by an anonymous in-memory file (the pending writes land there), and
- * a soft file-size limit is lifted to the hard one while closing. */
-static void discard_close(hid_t f) {
+ * a soft file-size limit is lifted to the hard one until the file is closed. */
+static _Thread_local struct { int raised; struct rlimit old; } fsize_saved;
+
+void mp_h5_discard_writes(hid_t f) {
+    if (f < 0) return;
+    mp_h5_init();
     int fd = file_fd(f);
-    if (fd >= 0) {
-        int nfd = memfd_create("mechprobe-discard", MFD_CLOEXEC);
-        if (nfd >= 0) {
-            if (dup2(nfd, fd) < 0) { /* keep the original: the close may fail as before */ }
-            close(nfd);
-        }
+    int nfd = fd >= 0 ? memfd_create("mechprobe-discard", MFD_CLOEXEC) : -1;
+    if (nfd >= 0) {
+        if (dup2(nfd, fd) < 0) { /* keep the original: closing may fail as before */ }
+        close(nfd);
     }
-    struct rlimit old, up;
-    int raised = 0;
-    if (getrlimit(RLIMIT_FSIZE, &old) == 0 && old.rlim_cur != old.rlim_max) {
-        up = old;
+    struct rlimit up;
+    if (!fsize_saved.raised && getrlimit(RLIMIT_FSIZE, &fsize_saved.old) == 0 &&
+        fsize_saved.old.rlim_cur != fsize_saved.old.rlim_max) {
+        up = fsize_saved.old;
         up.rlim_cur = up.rlim_max;
-        raised = setrlimit(RLIMIT_FSIZE, &up) == 0;
+        fsize_saved.raised = setrlimit(RLIMIT_FSIZE, &up) == 0;
     }
+}
+
+static void discard_close(hid_t f) {
+    mp_h5_discard_writes(f);
     H5Fclose(f);
-    if (raised) setrlimit(RLIMIT_FSIZE, &old);
+    if (fsize_saved.raised) setrlimit(RLIMIT_FSIZE, &fsize_saved.old);
+    fsize_saved.raised = 0;
     H5Eclear2(H5E_DEFAULT);
 }
 

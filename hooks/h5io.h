@@ -70,8 +70,14 @@ mp_status mp_h5_atomic_create(mp_h5_atomic *a, const char *path);
  * On failure the temporary file is removed. Always releases `a`. */
 mp_status mp_h5_atomic_commit(mp_h5_atomic *a);
 /* Closes and unlinks the temporary file; safe on a zeroed struct, after a
- * failed create and after commit. Always releases `a`. */
+ * failed create and after commit. Always releases `a`. Pending writes are
+ * discarded (mp_h5_discard_writes), so the close cannot fail. */
 void mp_h5_atomic_abort(mp_h5_atomic *a);
+/* File f is being thrown away: every later write to it goes to memory and
+ * cannot fail (a full disk, a soft file-size limit), so its objects and then
+ * the file close cleanly. Call before closing the objects of a file that
+ * mp_h5_atomic_abort will close. Only for sec2 (default driver) files. */
+void mp_h5_discard_writes(hid_t f);
 
 /* ---- groups ---- */
 typedef enum { MP_H5_GROUP = 0, MP_H5_DATASET, MP_H5_OTHER } mp_h5_kind;

@@ -55,6 +55,9 @@ static int free_datasets(mp_h5run *run) {
 
 void mp_h5run_abort(mp_h5run *run) {
     if (!run) return;
+    /* closing a dataset writes its cached chunks: into memory from here on, so
+     * no close fails (libhdf5 leaks the chunks of a close that failed) */
+    mp_h5_discard_writes(run->at.file);
     free_datasets(run);
     mp_h5_atomic_abort(&run->at);
     free(run);
@@ -62,6 +65,14 @@ void mp_h5run_abort(mp_h5run *run) {
 
 mp_status mp_h5run_commit(mp_h5run *run) {
     if (!run) return mp_error(MP_ERR_ARG, "mp_h5run_commit: no run");
+    /* write the cached chunks while a failure (full disk) can still be undone */
+    for (mp_h5ds *d = run->ds; d; d = d->next) {
+        if (d->id >= 0 && H5Dflush(d->id) < 0) {
+            mp_status st = mp_h5_error(MP_ERR_IO, "%s: cannot write (%s)", mp_h5run_path(run), d->path);
+            mp_h5run_abort(run);
+            return st;
+        }
+    }
     if (free_datasets(run) < 0) {
         mp_status st = mp_h5_error(MP_ERR_IO, "%s: cannot write (closing its datasets)", mp_h5run_path(run));
         mp_h5run_abort(run);

@@ -29,7 +29,7 @@ LUA
 
 check() { # label, expected words, output dir
   label=$1; words=$2; dir=$3
-  if [ "$status" -ne 0 ]; then echo "FAIL $label: exit status $status (expected 0)"; fail=1; fi
+  if [ "$status" -ne 0 ]; then echo "FAIL $label: exit status $status (expected 0)"; cat "$work/err.txt"; fail=1; fi
   for what in save capture; do
     if ! grep -q "^$what:	false	.*$words" "$work/out.txt"; then
       echo "FAIL $label: $what did not fail with '$words'"; fail=1

@@ -1,15 +1,26 @@
 /* checkpoint.c — HDF5 training checkpoints (see checkpoint.h): save (atomic),
  * load with validation of every dataset shape against /config, optimizer state
- * and loss curve; format detection for mp_model_load / mp_model_save. */
+ * and loss curve; format detection for mp_model_load / mp_model_save.
+ * Checkpoints are untrusted input: they are parsed in a child process with a
+ * time and memory limit, and every declared size is checked against the data
+ * the file really holds before anything is allocated. */
+#define _GNU_SOURCE /* pipe2, strsignal */
 #include "checkpoint.h"
 #include "h5io.h"
 #include "quant.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CKPT_FORMAT "mechprobe.checkpoint"
@@ -263,9 +274,55 @@ static mp_status read_config(hid_t f, mp_config *c, const char *path) {
     return st;
 }
 
-/* Reads every tensor under prefix into base (parameter layout), checking shapes. */
-static mp_status read_tensors(hid_t f, const char *prefix, const mp_model *m, float *base, const char *path) {
-    const mp_config *c = &m->cfg;
+/* ---- loading (untrusted files) ----
+ * The loader reads only the objects the schema names, through hard links
+ * only, and checks every dataset's declared size against the storage the
+ * file really holds before anything is allocated. It runs in a child process
+ * (see the supervisor below): whatever the HDF5 library does with a hostile
+ * file (crash, endless loop, huge allocation) stays in the child. */
+
+/* Longest /train curve accepted (entries): far above any run's step count,
+ * and it bounds what a curve can make us allocate (28 bytes an entry). */
+#define CKPT_CURVE_MAX ((size_t)1 << 22)
+/* Densest compression accepted for a filtered dataset (deflate's limit is
+ * about 1032:1): a few hundred bytes cannot declare gigabytes. */
+#define CKPT_MAX_RATIO 1100u
+
+typedef struct {
+    const char *path;
+    uint64_t fsize;                           /* bytes of the file */
+    void (*reserve)(void *ctx, size_t bytes); /* told what the load will allocate, before it does */
+    void *ctx;
+} ckpt_ctx;
+
+/* Opens nothing: checks that dataset ds exists through hard links, is
+ * numeric, and that its storage in the file holds every declared element. */
+static mp_status checked_info(hid_t f, const char *ds, mp_h5_dsinfo *info, const ckpt_ctx *cx) {
+    mp_status st = mp_h5_check_links(f, ds);
+    if (!st) st = mp_h5_dataset_info(f, ds, info);
+    if (st) {
+        if (strstr(mp_last_error(), "no such object"))
+            st = mp_error(MP_ERR_FORMAT, "%s: %s is missing", cx->path, ds);
+        return st;
+    }
+    uint64_t want = (uint64_t)info->numel * (info->elem_size ? info->elem_size : 1);
+    if (info->numel == 0) return MP_OK;
+    if (!info->allocated || info->storage == 0)
+        return mp_error(MP_ERR_FORMAT, "%s: %s was never written (no storage for its %zu values; refused)", cx->path,
+                        ds, info->numel);
+    if (info->storage > cx->fsize)
+        return mp_error(MP_ERR_FORMAT, "%s: %s claims %llu bytes of storage in a file of %llu bytes", cx->path, ds,
+                        (unsigned long long)info->storage, (unsigned long long)cx->fsize);
+    if (!info->filtered ? info->storage < want : want / CKPT_MAX_RATIO > info->storage)
+        return mp_error(MP_ERR_FORMAT, "%s: %s declares %zu values (%llu bytes) but the file holds only %llu bytes of it",
+                        cx->path, ds, info->numel, (unsigned long long)want, (unsigned long long)info->storage);
+    return MP_OK;
+}
+
+/* Checks (pass 0) or reads (pass 1) every tensor under prefix into base,
+ * the parameter layout of config c. */
+static mp_status read_tensors(hid_t f, const char *prefix, const mp_config *c, float *base, int pass,
+                              const ckpt_ctx *cx) {
     mp_params lay;
     mp_params_layout(c, base, &lay);
     mp_param_desc d[MP_PARAM_MAX];
@@ -278,71 +335,105 @@ static mp_status read_tensors(hid_t f, const char *prefix, const mp_model *m, fl
             snprintf(name, sizeof name, d[k].name, l);
             snprintf(ds, sizeof ds, "%s/%s", prefix, name);
             mp_h5_dsinfo info;
-            mp_status st = mp_h5_dataset_info(f, ds, &info);
-            if (st) return mp_error_prefix(st, "%s: missing or unreadable %s", path, ds);
+            mp_status st;
+            if (pass == 1) {
+                if ((st = mp_h5_read_f32_into(f, ds, d[k].p + (size_t)l * per, per))) return st;
+                continue;
+            }
+            if ((st = checked_info(f, ds, &info, cx))) return st; /* the message names file and dataset */
             int ok = info.ndim == d[k].ndim && info.is_float;
             for (int i = 0; ok && i < info.ndim; i++) ok = info.shape[i] == d[k].shape[i];
             if (!ok) {
                 char want[64];
                 if (d[k].ndim == 2) snprintf(want, sizeof want, "[%lld,%lld]", (long long)d[k].shape[0], (long long)d[k].shape[1]);
                 else snprintf(want, sizeof want, "[%lld]", (long long)d[k].shape[0]);
-                return mp_error(MP_ERR_FORMAT, "%s: %s has the wrong shape or type (the config needs float %s)", path,
-                                ds, want);
+                return mp_error(MP_ERR_FORMAT, "%s: %s has the wrong shape or type (the config needs float %s)",
+                                cx->path, ds, want);
             }
-            if ((st = mp_h5_read_f32_into(f, ds, d[k].p + (size_t)l * per, per))) return st;
         }
     }
     return MP_OK;
 }
 
-static mp_status read_curve_i32(hid_t f, const char *ds, int32_t **out, size_t *n) {
+/* Length of curve ds (1-D, at most CKPT_CURVE_MAX, stored in full). */
+static mp_status curve_len(hid_t f, const char *ds, size_t *n, const ckpt_ctx *cx) {
     mp_h5_dsinfo info;
-    mp_status st = mp_h5_read_i32(f, ds, out, &info);
-    if (!st) *n = info.ndim == 0 ? 1 : info.numel;
+    mp_status st = checked_info(f, ds, &info, cx);
+    if (st) return st;
+    if (info.ndim > 1) return mp_error(MP_ERR_FORMAT, "%s: %s must be 1-D", cx->path, ds);
+    if (info.numel > CKPT_CURVE_MAX)
+        return mp_error(MP_ERR_FORMAT, "%s: %s has %zu entries (more than the %zu a checkpoint may hold)", cx->path,
+                        ds, info.numel, CKPT_CURVE_MAX);
+    *n = info.numel;
+    return MP_OK;
+}
+
+/* Reads curve ds of n entries (the length of curve `ref`) into a new *out. */
+static mp_status read_curve(hid_t f, const char *ds, const char *ref, hid_t mtype, size_t elem, size_t n,
+                            void **out, const ckpt_ctx *cx) {
+    size_t len = 0;
+    mp_status st = curve_len(f, ds, &len, cx);
+    if (st) return st;
+    if (len != n) return mp_error(MP_ERR_FORMAT, "%s: %s has %zu entries, %s %zu", cx->path, ds, len, ref, n);
+    if (!(*out = mp_calloc(n ? n : 1, elem, "the loss curve"))) return MP_ERR_NOMEM;
+    if (!n) return MP_OK;
+    if (H5Tequal(mtype, H5T_NATIVE_FLOAT) > 0) return mp_h5_read_f32_into(f, ds, *out, n);
+    if (H5Tequal(mtype, H5T_NATIVE_INT32) > 0) return mp_h5_read_i32_into(f, ds, *out, n);
+    hid_t d = H5Dopen2(f, ds, H5P_DEFAULT);
+    if (d < 0 || H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, *out) < 0)
+        st = mp_h5_error(MP_ERR_HDF5, "%s: %s: cannot read", cx->path, ds);
+    if (d >= 0) H5Dclose(d);
     return st;
 }
 
-static mp_status read_log(hid_t f, mp_train_log *log, const char *path) {
+static mp_status read_log(hid_t f, mp_train_log *log, const ckpt_ctx *cx) {
     memset(log, 0, sizeof *log);
     if (!mp_h5_exists(f, "/train/step", NULL)) return MP_OK;
     size_t n = 0, ne = 0;
-    mp_h5_dsinfo info;
-    mp_status st = read_curve_i32(f, "/train/step", &log->step, &n);
+    mp_status st = curve_len(f, "/train/step", &n, cx);
+    if (!st && mp_h5_exists(f, "/train/eval_step", NULL)) st = curve_len(f, "/train/eval_step", &ne, cx);
+    if (st) return st;
+    if (cx->reserve) cx->reserve(cx->ctx, n * 28 + ne * 8);
     log->n = log->cap = n;
-    struct { const char *name; float **dst; } fl[] = {{"/train/loss", &log->loss}, {"/train/lr", &log->lr}};
-    for (size_t i = 0; !st && i < 2; i++) {
-        st = mp_h5_read_f32(f, fl[i].name, fl[i].dst, &info);
-        if (!st && info.numel != n) st = mp_error(MP_ERR_FORMAT, "%s: %s has %zu entries, /train/step %zu", path, fl[i].name, info.numel, n);
-    }
-    double **dd[2] = {&log->tokens, &log->wall};
-    const char *dn[2] = {"/train/tokens", "/train/wall_s"};
-    for (int i = 0; !st && i < 2; i++) {
-        if (!(*dd[i] = mp_calloc(n ? n : 1, sizeof(double), "the loss curve"))) { st = MP_ERR_NOMEM; break; }
-        if ((st = mp_h5_dataset_info(f, dn[i], &info))) break;
-        if (info.numel != n) { st = mp_error(MP_ERR_FORMAT, "%s: %s has %zu entries, /train/step %zu", path, dn[i], info.numel, n); break; }
-        hid_t ds = H5Dopen2(f, dn[i], H5P_DEFAULT);
-        if (ds < 0 || (n && H5Dread(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, *dd[i]) < 0))
-            st = mp_h5_error(MP_ERR_HDF5, "%s: %s: cannot read", path, dn[i]);
-        if (ds >= 0) H5Dclose(ds);
-    }
+    if (!st) st = read_curve(f, "/train/step", "/train/step", H5T_NATIVE_INT32, 4, n, (void **)&log->step, cx);
+    if (!st) st = read_curve(f, "/train/loss", "/train/step", H5T_NATIVE_FLOAT, 4, n, (void **)&log->loss, cx);
+    if (!st) st = read_curve(f, "/train/lr", "/train/step", H5T_NATIVE_FLOAT, 4, n, (void **)&log->lr, cx);
+    if (!st) st = read_curve(f, "/train/tokens", "/train/step", H5T_NATIVE_DOUBLE, 8, n, (void **)&log->tokens, cx);
+    if (!st) st = read_curve(f, "/train/wall_s", "/train/step", H5T_NATIVE_DOUBLE, 8, n, (void **)&log->wall, cx);
     if (!st && mp_h5_exists(f, "/train/eval_step", NULL)) {
-        st = read_curve_i32(f, "/train/eval_step", &log->eval_step, &ne);
-        if (!st) st = mp_h5_read_f32(f, "/train/eval_loss", &log->eval_loss, &info);
-        if (!st && info.numel != ne) st = mp_error(MP_ERR_FORMAT, "%s: /train/eval_loss and eval_step differ in length", path);
         log->n_eval = log->cap_eval = ne;
+        st = read_curve(f, "/train/eval_step", "/train/eval_step", H5T_NATIVE_INT32, 4, ne, (void **)&log->eval_step, cx);
+        if (!st) st = read_curve(f, "/train/eval_loss", "/train/eval_step", H5T_NATIVE_FLOAT, 4, ne, (void **)&log->eval_loss, cx);
     }
     if (st) mp_train_log_free(log);
     return st;
 }
 
-mp_status mp_checkpoint_load(const char *path, mp_model **out, mp_adamw *opt, mp_train_log *log) {
+/* What a load produces: config, parameters (and optimizer state, curve). */
+typedef struct {
+    mp_config cfg;
+    char tokenizer[16];
+    size_t n;              /* floats in params (and in opt.m, opt.v) */
+    float *params;
+    int has_opt;
+    mp_adamw opt;
+    int has_log;
+    mp_train_log log;
+} ckpt_data;
+
+static void ckpt_data_free(ckpt_data *d) {
+    free(d->params);
+    mp_adamw_free(&d->opt);
+    mp_train_log_free(&d->log);
+    memset(d, 0, sizeof *d);
+}
+
+/* The whole load from HDF5 (in the child): want_opt / want_log say what to read. */
+static mp_status load_hdf5(const ckpt_ctx *cx, int want_opt, int want_log, ckpt_data *d) {
+    const char *path = cx->path;
     hid_t f = H5I_INVALID_HID;
-    mp_model *m = NULL;
-    mp_config c;
     mp_h5_attr a;
-    *out = NULL;
-    if (opt) memset(opt, 0, sizeof *opt);
-    if (log) memset(log, 0, sizeof *log);
+    memset(d, 0, sizeof *d);
     mp_status st = mp_check_regular_file(path); /* a FIFO would block the open */
     if (st) return st;
     if ((st = mp_h5_open(&f, path, MP_H5_READ))) return st;
@@ -356,17 +447,31 @@ mp_status mp_checkpoint_load(const char *path, mp_model **out, mp_adamw *opt, mp
     int version = 0;
     if ((st = get_int(f, "/", "version", &version, path))) goto cleanup;
     if (version != CKPT_VERSION) { st = mp_error(MP_ERR_FORMAT, "%s: unsupported checkpoint version %d (this build reads %d)", path, version, CKPT_VERSION); goto cleanup; }
-    if ((st = read_config(f, &c, path))) goto cleanup;
-    if ((st = mp_model_alloc(&m, &c))) goto cleanup;
-    if ((st = read_tensors(f, "/params", m, m->owned, path))) goto cleanup;
+    if ((st = mp_h5_check_links(f, "/config")) || (st = read_config(f, &d->cfg, path))) goto cleanup;
+    const mp_config *c = &d->cfg;
+    d->n = mp_config_n_params(c);
+    /* every dataset checked against the file before anything is allocated */
+    if ((st = read_tensors(f, "/params", c, NULL, 0, cx))) goto cleanup;
+    d->has_opt = want_opt && mp_h5_exists(f, "/optim", NULL);
+    if (d->has_opt && ((st = mp_h5_check_links(f, "/optim")) || (st = read_tensors(f, "/optim/m", c, NULL, 0, cx)) ||
+                       (st = read_tensors(f, "/optim/v", c, NULL, 0, cx))))
+        goto cleanup;
+    size_t bytes;
+    if (mp_mul_size(d->n, sizeof(float) * (d->has_opt ? 3 : 1), &bytes)) {
+        st = mp_error(MP_ERR_FORMAT, "%s: the config's parameter count overflows", path);
+        goto cleanup;
+    }
+    if (cx->reserve) cx->reserve(cx->ctx, bytes);
+    if (!(d->params = mp_calloc(d->n, sizeof(float), path))) { st = MP_ERR_NOMEM; goto cleanup; }
+    if ((st = read_tensors(f, "/params", c, d->params, 1, cx))) goto cleanup;
     {   /* optional vocabulary hint */
         mp_h5_attr t;
         if (mp_h5_attr_get(f, "/config", "tokenizer", &t) == MP_OK) {
-            if (t.kind == MP_H5_ATTR_STRING && strcmp(t.s, "bytes") == 0) snprintf(m->tokenizer, sizeof m->tokenizer, "bytes");
+            if (t.kind == MP_H5_ATTR_STRING && strcmp(t.s, "bytes") == 0) snprintf(d->tokenizer, sizeof d->tokenizer, "bytes");
             mp_h5_attr_clear(&t);
         }
     }
-    if (opt && mp_h5_exists(f, "/optim", NULL)) {
+    if (d->has_opt) {
         mp_adamw_params hp = mp_adamw_params_default();
         int step = 0;
         struct { const char *k; float *v; } fl[] = {{"lr", &hp.lr}, {"beta1", &hp.beta1}, {"beta2", &hp.beta2},
@@ -378,22 +483,309 @@ mp_status mp_checkpoint_load(const char *path, mp_model **out, mp_adamw *opt, mp
         if (!st) st = get_int(f, "/optim", "step", &step, path);
         if (!st && step < 0) st = mp_error(MP_ERR_FORMAT, "%s: /optim step (%d) is negative", path, step);
         if (!st && (st = mp_adamw_params_check(&hp))) st = mp_error_prefix(st, "%s: /optim", path);
-        if (!st) st = mp_adamw_init(opt, &hp, mp_config_n_params(&c));
-        if (!st) st = read_tensors(f, "/optim/m", m, opt->m, path);
-        if (!st) st = read_tensors(f, "/optim/v", m, opt->v, path);
-        if (!st) opt->step = step;
+        if (!st) st = mp_adamw_init(&d->opt, &hp, d->n);
+        if (!st) st = read_tensors(f, "/optim/m", c, d->opt.m, 1, cx);
+        if (!st) st = read_tensors(f, "/optim/v", c, d->opt.v, 1, cx);
+        if (!st) d->opt.step = step;
         if (st) goto cleanup;
     }
-    if (log && (st = read_log(f, log, path))) goto cleanup;
-    snprintf(m->source, sizeof m->source, "%s", path);
-    m->format = "checkpoint";
-    *out = m;
-    m = NULL;
+    if (want_log) {
+        if (mp_h5_exists(f, "/train", NULL) && (st = mp_h5_check_links(f, "/train"))) goto cleanup;
+        if ((st = read_log(f, &d->log, cx))) goto cleanup;
+        d->has_log = 1;
+    }
 cleanup:
-    if (st && opt) mp_adamw_free(opt);
-    mp_model_free(m);
     mp_h5_close(&f);
+    if (st) ckpt_data_free(d);
     return st;
+}
+
+/* ---- the supervisor: the load runs in a child process ----
+ * The child parses the file (time limit, address-space limit, no HDF5
+ * plugins) and streams the result through a pipe: a header (magic, status),
+ * then an error message, or the config, parameters, optimizer state and curve.
+ * The parent never calls HDF5 on the file; it validates what it receives
+ * (config, sizes) before allocating, and turns a child that crashed, ran out
+ * of time or stopped mid-answer into an error naming the file. */
+
+#define CKPT_MAGIC 0x4b43504du        /* "MPCK" */
+#define CKPT_HEADROOM ((size_t)512 << 20) /* address space for the HDF5 library itself */
+
+#if defined(__SANITIZE_ADDRESS__)
+#define CKPT_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer)
+#define CKPT_SANITIZED 1
+#endif
+#endif
+#ifndef CKPT_SANITIZED
+#define CKPT_SANITIZED 0
+#endif
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Child: limits the address space to what it maps now + bytes + headroom
+ * (not under sanitizers, whose shadow memory needs terabytes of it). */
+static void child_reserve(void *ctx, size_t bytes) {
+    (void)ctx;
+    if (CKPT_SANITIZED) return;
+    FILE *fp = fopen("/proc/self/statm", "r");
+    unsigned long pages = 0;
+    int ok = fp && fscanf(fp, "%lu", &pages) == 1;
+    if (fp) fclose(fp);
+    if (!ok) return;
+    long psz = sysconf(_SC_PAGESIZE);
+    rlim_t lim = (rlim_t)pages * (rlim_t)(psz > 0 ? psz : 4096);
+    if (bytes > RLIM_INFINITY / 4 || lim > RLIM_INFINITY / 4) return;
+    lim += (rlim_t)bytes + CKPT_HEADROOM;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) != 0) return;
+    if (rl.rlim_max != RLIM_INFINITY && lim > rl.rlim_max) lim = rl.rlim_max;
+    rl.rlim_cur = lim;
+    setrlimit(RLIMIT_AS, &rl);
+}
+
+static void wr(int fd, const void *buf, size_t n) {
+    const char *p = buf;
+    while (n) {
+        ssize_t k = write(fd, p, n > ((size_t)1 << 30) ? (size_t)1 << 30 : n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) _exit(3);
+        p += k;
+        n -= (size_t)k;
+    }
+}
+
+static void wr_u64(int fd, uint64_t v) { wr(fd, &v, sizeof v); }
+
+static _Noreturn void child_main(int fd, const char *path, uint64_t fsize, int want_opt, int want_log,
+                                 unsigned timeout, const mp_checkpoint_guard *g) {
+    /* the parent's handlers (temporary-file cleanup...) are not the child's, and
+     * a fault must end the child by its signal (also under sanitizers) */
+    int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGPIPE, SIGXFSZ, SIGUSR1, SIGUSR2,
+                  SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) signal(sigs[i], SIG_DFL);
+    alarm(timeout + 5); /* ends the child even if the parent is gone */
+    child_reserve(NULL, 0);
+    H5PLset_loading_state(0); /* a file cannot make us load filter plugins */
+    if (g && g->child_fault) g->child_fault();
+    ckpt_ctx cx = {path, fsize, child_reserve, NULL};
+    ckpt_data d;
+    mp_status st = load_hdf5(&cx, want_opt, want_log, &d);
+    uint32_t hdr[2] = {CKPT_MAGIC, (uint32_t)st};
+    wr(fd, hdr, sizeof hdr);
+    if (st) {
+        const char *msg = mp_last_error();
+        size_t len = strlen(msg);
+        if (len > 4000) len = 4000;
+        wr_u64(fd, len);
+        wr(fd, msg, len);
+        _exit(0);
+    }
+    wr(fd, &d.cfg, sizeof d.cfg);
+    wr(fd, d.tokenizer, sizeof d.tokenizer);
+    wr_u64(fd, d.n);
+    wr(fd, d.params, d.n * sizeof(float));
+    wr_u64(fd, (uint64_t)d.has_opt);
+    if (d.has_opt) {
+        wr(fd, &d.opt.hp, sizeof d.opt.hp);
+        wr_u64(fd, (uint64_t)d.opt.step);
+        wr(fd, d.opt.m, d.n * sizeof(float));
+        wr(fd, d.opt.v, d.n * sizeof(float));
+    }
+    wr_u64(fd, (uint64_t)d.has_log);
+    if (d.has_log) {
+        const mp_train_log *l = &d.log;
+        wr_u64(fd, l->n);
+        wr_u64(fd, l->n_eval);
+        if (l->n) {
+            wr(fd, l->step, l->n * 4);
+            wr(fd, l->loss, l->n * 4);
+            wr(fd, l->lr, l->n * 4);
+            wr(fd, l->tokens, l->n * 8);
+            wr(fd, l->wall, l->n * 8);
+        }
+        if (l->n_eval) {
+            wr(fd, l->eval_step, l->n_eval * 4);
+            wr(fd, l->eval_loss, l->n_eval * 4);
+        }
+    }
+    wr_u64(fd, CKPT_MAGIC);
+    _exit(0);
+}
+
+typedef struct {
+    int fd;
+    double deadline;
+    int timed_out, eof;
+} reader;
+
+/* Reads exactly n bytes before the deadline; 0, or -1 (timed_out or eof set). */
+static int rd(reader *r, void *buf, size_t n) {
+    char *p = buf;
+    while (n) {
+        double left = r->deadline - now_s();
+        if (left <= 0) { r->timed_out = 1; return -1; }
+        struct pollfd pfd = {r->fd, POLLIN, 0};
+        int k = poll(&pfd, 1, left > 1e6 ? 1000000000 : (int)(left * 1000) + 1);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) { r->eof = 1; return -1; }
+        if (k == 0) continue; /* the deadline check above decides */
+        ssize_t got = read(r->fd, p, n);
+        if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (got <= 0) { r->eof = 1; return -1; }
+        p += got;
+        n -= (size_t)got;
+    }
+    return 0;
+}
+
+static int rd_u64(reader *r, uint64_t *v) { return rd(r, v, sizeof *v); }
+
+/* Parent: receives the child's answer into a model (and opt, log). Returns
+ * MP_OK, the child's own error, or -1 when the stream broke off (the caller
+ * then says why from the child's exit status). */
+static int receive(reader *r, const char *path, uint64_t fsize, mp_model **out, mp_adamw *opt, mp_train_log *log) {
+    uint32_t hdr[2];
+    uint64_t v, n;
+    mp_model *m = NULL;
+    mp_config c;
+    char tok[16];
+    if (rd(r, hdr, sizeof hdr) || hdr[0] != CKPT_MAGIC) return -1;
+    if (hdr[1] != MP_OK) {
+        char msg[4001];
+        if (rd_u64(r, &v) || v > 4000 || rd(r, msg, v)) return -1;
+        msg[v] = '\0';
+        return (int)mp_error((mp_status)hdr[1], "%s", msg);
+    }
+    int st = -1;
+    if (rd(r, &c, sizeof c) || rd(r, tok, sizeof tok) || rd_u64(r, &n)) goto fail;
+    tok[sizeof tok - 1] = '\0';
+    /* nothing from the child is trusted: the same checks as for a file */
+    if ((st = mp_config_validate(&c, path))) goto fail;
+    st = -1;
+    if (n != mp_config_n_params(&c) || n / CKPT_MAX_RATIO > fsize) goto fail;
+    if ((st = mp_model_alloc(&m, &c))) goto fail;
+    st = -1;
+    if (rd(r, m->owned, n * sizeof(float)) || rd_u64(r, &v) || v > 1) goto fail;
+    if (v) {
+        mp_adamw_params hp;
+        uint64_t step;
+        if (rd(r, &hp, sizeof hp) || rd_u64(r, &step) || step > (uint64_t)INT32_MAX) goto fail;
+        if (!opt) goto fail;
+        if ((st = mp_adamw_params_check(&hp)) || (st = mp_adamw_init(opt, &hp, n))) goto fail;
+        st = -1;
+        opt->step = (long)step;
+        if (rd(r, opt->m, n * sizeof(float)) || rd(r, opt->v, n * sizeof(float))) goto fail;
+    }
+    if (rd_u64(r, &v) || v > 1 || (v && !log)) goto fail;
+    if (v) {
+        uint64_t nl, ne;
+        if (rd_u64(r, &nl) || rd_u64(r, &ne) || nl > CKPT_CURVE_MAX || ne > CKPT_CURVE_MAX) goto fail;
+        log->n = log->cap = nl;
+        log->n_eval = log->cap_eval = ne;
+        if (!(log->step = mp_calloc(nl ? nl : 1, 4, "the loss curve")) || !(log->loss = mp_calloc(nl ? nl : 1, 4, "the loss curve")) ||
+            !(log->lr = mp_calloc(nl ? nl : 1, 4, "the loss curve")) || !(log->tokens = mp_calloc(nl ? nl : 1, 8, "the loss curve")) ||
+            !(log->wall = mp_calloc(nl ? nl : 1, 8, "the loss curve"))) { st = MP_ERR_NOMEM; goto fail; }
+        if (ne && (!(log->eval_step = mp_calloc(ne, 4, "the loss curve")) || !(log->eval_loss = mp_calloc(ne, 4, "the loss curve")))) {
+            st = MP_ERR_NOMEM;
+            goto fail;
+        }
+        if (nl && (rd(r, log->step, nl * 4) || rd(r, log->loss, nl * 4) || rd(r, log->lr, nl * 4) ||
+                   rd(r, log->tokens, nl * 8) || rd(r, log->wall, nl * 8)))
+            goto fail;
+        if (ne && (rd(r, log->eval_step, ne * 4) || rd(r, log->eval_loss, ne * 4))) goto fail;
+    }
+    if (rd_u64(r, &v) || v != CKPT_MAGIC) goto fail;
+    if (!strcmp(tok, "bytes")) snprintf(m->tokenizer, sizeof m->tokenizer, "bytes");
+    *out = m;
+    return MP_OK;
+fail:
+    mp_model_free(m);
+    if (opt) mp_adamw_free(opt);
+    if (log) mp_train_log_free(log);
+    return st;
+}
+
+/* Seconds the child may take: g->timeout_s, else MECHPROBE_LOAD_TIMEOUT,
+ * else 30 s plus 1 s per 32 MiB of file. */
+static double load_timeout(const mp_checkpoint_guard *g, uint64_t fsize) {
+    if (g && g->timeout_s > 0) return g->timeout_s;
+    const char *e = getenv("MECHPROBE_LOAD_TIMEOUT");
+    if (e && *e) {
+        char *end;
+        double t = strtod(e, &end);
+        if (*end == '\0' && t > 0 && t < 1e6) return t;
+    }
+    return 30.0 + (double)(fsize >> 25);
+}
+
+mp_status mp_checkpoint_load_guarded(const char *path, mp_model **out, mp_adamw *opt, mp_train_log *log,
+                                     const mp_checkpoint_guard *g) {
+    *out = NULL;
+    if (opt) memset(opt, 0, sizeof *opt);
+    if (log) memset(log, 0, sizeof *log);
+    mp_h5_init();
+    struct stat sb;
+    if (!path || !*path) return mp_error(MP_ERR_ARG, "checkpoint file name is empty");
+    if (stat(path, &sb) != 0) return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode)) return mp_error(MP_ERR_IO, "%s: cannot open: not a regular file", path);
+    if (access(path, R_OK) != 0) return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    uint64_t fsize = (uint64_t)sb.st_size;
+    double timeout = load_timeout(g, fsize);
+    int pfd[2];
+    if (pipe2(pfd, O_CLOEXEC) != 0) return mp_error(MP_ERR_IO, "%s: cannot load (pipe: %s)", path, strerror(errno));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(pfd[0]);
+        close(pfd[1]);
+        return mp_error(MP_ERR_NOMEM, "%s: cannot load (fork: %s)", path, strerror(e));
+    }
+    if (pid == 0) {
+        close(pfd[0]);
+        child_main(pfd[1], path, fsize, opt != NULL, log != NULL, (unsigned)timeout + 1, g);
+    }
+    close(pfd[1]);
+    reader r = {pfd[0], now_s() + timeout, 0, 0};
+    int st = receive(&r, path, fsize, out, opt, log);
+    if (st != MP_OK) kill(pid, SIGKILL); /* a child stuck or mid-answer ends here */
+    close(pfd[0]);
+    int ws = 0;
+    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
+    if (st == MP_OK && !(WIFEXITED(ws) && WEXITSTATUS(ws) == 0)) {
+        mp_model_free(*out);
+        *out = NULL;
+        if (opt) mp_adamw_free(opt);
+        if (log) mp_train_log_free(log);
+        st = -1;
+    }
+    if (st >= 0) {
+        if (st == MP_OK) {
+            snprintf((*out)->source, sizeof (*out)->source, "%s", path);
+            (*out)->format = "checkpoint";
+        }
+        return (mp_status)st;
+    }
+    if (r.timed_out)
+        return mp_error(MP_ERR_FORMAT, "%s: corrupt HDF5 checkpoint: reading it timed out after %g s", path, timeout);
+    if (WIFSIGNALED(ws) && WTERMSIG(ws) != SIGKILL)
+        return mp_error(MP_ERR_FORMAT, "%s: corrupt HDF5 checkpoint: the HDF5 library crashed reading it (signal %d, %s)",
+                        path, WTERMSIG(ws), strsignal(WTERMSIG(ws)));
+    if (WIFSIGNALED(ws))
+        return mp_error(MP_ERR_FORMAT, "%s: corrupt HDF5 checkpoint: the loader was killed (signal %d; out of memory?)",
+                        path, WTERMSIG(ws));
+    return mp_error(MP_ERR_FORMAT, "%s: corrupt HDF5 checkpoint: the loader stopped without an answer (exit status %d)",
+                    path, WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
+}
+
+mp_status mp_checkpoint_load(const char *path, mp_model **out, mp_adamw *opt, mp_train_log *log) {
+    return mp_checkpoint_load_guarded(path, out, opt, log, NULL);
 }
 
 int mp_file_is_hdf5(const char *path) {

@@ -9,7 +9,8 @@
  *   /train    datasets step (int32), loss, lr (float32), tokens, wall_s
  *             (float64), eval_step, eval_loss; attrs n_steps, tokens
  * Written atomically (temporary name, renamed on success); loading validates
- * every shape against /config. And the format-detecting model loader. */
+ * every shape against /config and every size against the data in the file,
+ * in a child process (untrusted input). And the format-detecting model loader. */
 #ifndef MP_CHECKPOINT_H
 #define MP_CHECKPOINT_H
 
@@ -24,6 +25,20 @@ mp_status mp_checkpoint_save(const char *path, const mp_model *m, const mp_adamw
  * state is loaded when /optim exists (*opt zeroed otherwise; free it with
  * mp_adamw_free); with log non-NULL, the /train curve (empty when absent). */
 mp_status mp_checkpoint_load(const char *path, mp_model **out, mp_adamw *opt, mp_train_log *log);
+
+/* Limits of the child process a checkpoint is parsed in (see the README's
+ * "Trust" section): the file is read by a forked child (address space limited
+ * to what the declared, verified sizes need plus 512 MiB; no HDF5 plugins),
+ * which streams the result back; a child that crashes, or outlives the time
+ * limit, becomes MP_ERR_FORMAT "PATH: corrupt HDF5 checkpoint: ...". */
+typedef struct {
+    double timeout_s;          /* 0: MECHPROBE_LOAD_TIMEOUT, else 30 s + 1 s per 32 MiB of file */
+    void (*child_fault)(void); /* tests: run in the child before it parses (simulates a library fault) */
+} mp_checkpoint_guard;
+
+/* mp_checkpoint_load with explicit limits (g may be NULL). */
+mp_status mp_checkpoint_load_guarded(const char *path, mp_model **out, mp_adamw *opt, mp_train_log *log,
+                                     const mp_checkpoint_guard *g);
 
 /* 1 when the file starts with the HDF5 signature, 0 otherwise (or unreadable). */
 int mp_file_is_hdf5(const char *path);

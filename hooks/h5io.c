@@ -1,7 +1,10 @@
 /* h5io.c — the small HDF5 layer of mechprobe: files (plain and atomic), group
  * listing, numeric dataset reading as float32/int32, attributes as tagged
  * values, dataset writing. HDF5 failures become mp_status messages that name
- * the file and object and end with the innermost HDF5 error description. */
+ * the file and object and end with the innermost HDF5 error description.
+ * Reading never leaves the file: external links, external storage and
+ * virtual datasets are refused. */
+#define _GNU_SOURCE /* memfd_create */
 #include "h5io.h"
 
 #include <errno.h>
@@ -11,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -32,11 +37,15 @@ __attribute__((constructor)) static void h5io_register(void) { mp_init_hdf5_hook
 
 typedef struct {
     char desc[320];
+    int err;       /* an errno named by some entry of the stack (the I/O drivers do), or 0 */
 } walk_ctx;
 
+/* The driver messages carry the system error as "errno = N, error message = ...". */
 static herr_t walk_cb(unsigned n, const H5E_error2_t *e, void *u) {
     (void)n;
     walk_ctx *c = u;
+    const char *en = e->desc ? strstr(e->desc, "errno = ") : NULL;
+    if (en && !c->err) c->err = atoi(en + 8);
     if (c->desc[0]) return 0;
     if (e->desc && e->desc[0]) {
         snprintf(c->desc, sizeof c->desc, "%s", e->desc);
@@ -47,14 +56,31 @@ static herr_t walk_cb(unsigned n, const H5E_error2_t *e, void *u) {
     return 0;
 }
 
+const char *mp_h5_errno_words(int e) {
+    switch (e) {
+    case ENOSPC: return "no space left on device";
+    case EDQUOT: return "disk quota exceeded";
+    case EFBIG: return "file too large (over the file-size limit)";
+    case EIO: return "input/output error";
+    case EROFS: return "read-only file system";
+    case EACCES: return "permission denied";
+    default: return NULL;
+    }
+}
+
 /* Innermost description on the current error stack (walked upward: the first
- * entry is where the error was detected), then clears the stack. */
+ * entry is where the error was detected), then clears the stack. A system
+ * error reported by the I/O driver is said in words instead of the driver's
+ * raw "file write failed: time = ..., errno = 28, ..." line. */
 static void h5_innermost(char *buf, size_t n) {
     walk_ctx c;
     c.desc[0] = '\0';
+    c.err = 0;
     H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk_cb, &c);
     H5Eclear2(H5E_DEFAULT);
-    snprintf(buf, n, "%s", c.desc);
+    const char *w = mp_h5_errno_words(c.err);
+    if (c.err) snprintf(buf, n, "%s", w ? w : strerror(c.err));
+    else snprintf(buf, n, "%s", c.desc);
 }
 
 mp_status mp_h5_error(mp_status s, const char *fmt, ...) {
@@ -124,6 +150,93 @@ static hid_t strong_fapl(void) {
     return fapl;
 }
 
+/* The same for files we create: file-format objects of HDF5 1.8 and later,
+ * whose superblock and object headers carry checksums, so a corrupted file is
+ * refused on open instead of being decoded (h5py and HDF5 >= 1.8 read them). */
+static hid_t create_fapl(void) {
+    hid_t fapl = strong_fapl();
+    if (fapl >= 0 && H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST) < 0) {
+        H5Pclose(fapl);
+        return H5I_INVALID_HID;
+    }
+    return fapl;
+}
+
+/* The sec2 driver's descriptor of open file f, or -1. */
+static int file_fd(hid_t f) {
+    hid_t fapl = H5Fget_access_plist(f);
+    int fd = -1;
+    if (fapl >= 0) {
+        int *fdp = NULL;
+        if (H5Pget_driver(fapl) == H5FD_SEC2 && H5Fget_vfd_handle(f, fapl, (void **)&fdp) >= 0 && fdp) fd = *fdp;
+        H5Pclose(fapl);
+    }
+    H5Eclear2(H5E_DEFAULT);
+    return fd;
+}
+
+/* Closing a file whose remaining writes are to be thrown away, so that the
+ * close cannot fail. HDF5 1.10 frees a file whose close failed (a write error
+ * while flushing: a full disk) but keeps its id, and the library's exit handler
+ * then closes it again: SIGSEGV at exit. So the file's descriptor is first
+ * replaced by an anonymous in-memory file (the pending writes land there), and
+ * a soft file-size limit is lifted to the hard one until the file is closed. */
+static _Thread_local struct { int raised; struct rlimit old; } fsize_saved;
+
+void mp_h5_discard_writes(hid_t f) {
+    if (f < 0) return;
+    mp_h5_init();
+    int fd = file_fd(f);
+    int nfd = fd >= 0 ? memfd_create("mechprobe-discard", MFD_CLOEXEC) : -1;
+    if (nfd >= 0) {
+        if (dup2(nfd, fd) < 0) { /* keep the original: closing may fail as before */ }
+        close(nfd);
+    }
+    struct rlimit up;
+    if (!fsize_saved.raised && getrlimit(RLIMIT_FSIZE, &fsize_saved.old) == 0 &&
+        fsize_saved.old.rlim_cur != fsize_saved.old.rlim_max) {
+        up = fsize_saved.old;
+        up.rlim_cur = up.rlim_max;
+        fsize_saved.raised = setrlimit(RLIMIT_FSIZE, &up) == 0;
+    }
+}
+
+static void discard_close(hid_t f) {
+    mp_h5_discard_writes(f);
+    H5Fclose(f);
+    if (fsize_saved.raised) setrlimit(RLIMIT_FSIZE, &fsize_saved.old);
+    fsize_saved.raised = 0;
+    H5Eclear2(H5E_DEFAULT);
+}
+
+/* Closes file f whose contents must reach the disk. HDF5 1.10 cannot recover
+ * from a failed metadata flush (even the discarding close then fails), so
+ * the space the flush writes into (up to the end of allocated addresses) is
+ * reserved first with fallocate: a full disk or a file-size limit is
+ * met here, by us, and the file is discarded (discard_close). Returns MP_OK
+ * or sets the error "<what>: <reason>". */
+static mp_status close_checked(hid_t f, const char *what) {
+    int fd = file_fd(f);
+    haddr_t eoa = 0;
+    if (fd >= 0 && H5Fget_eoa(f, &eoa) >= 0 && eoa > 0) {
+        /* fallocate, not posix_fallocate: no slow emulation where unsupported */
+        int e = fallocate(fd, 0, 0, (off_t)eoa) == 0 ? 0 : errno;
+        if (e != 0 && e != EOPNOTSUPP && e != ENOSYS && e != EINVAL && e != ENODEV) {
+            const char *w = mp_h5_errno_words(e);
+            discard_close(f);
+            return mp_error(MP_ERR_IO, "%s: %s", what, w ? w : strerror(e));
+        }
+    }
+    H5Eclear2(H5E_DEFAULT);
+    if (H5Fflush(f, H5F_SCOPE_LOCAL) < 0) {
+        mp_status st = mp_h5_error(MP_ERR_IO, "%s", what);
+        discard_close(f);
+        return st;
+    }
+    if (H5Fclose(f) < 0) return mp_h5_error(MP_ERR_HDF5, "%s", what);
+    return MP_OK;
+}
+
 mp_status mp_h5_open(hid_t *out, const char *path, mp_h5_mode mode) {
     mp_h5_init();
     *out = H5I_INVALID_HID;
@@ -134,6 +247,9 @@ mp_status mp_h5_open(hid_t *out, const char *path, mp_h5_mode mode) {
     int exists = access(path, F_OK) == 0;
     int err = errno;
     if (mode == MP_H5_TRUNC || (mode == MP_H5_APPEND && !exists)) {
+        H5Pclose(fapl);
+        fapl = create_fapl();
+        if (fapl < 0) return mp_h5_error(MP_ERR_HDF5, "%s: cannot create", path);
         *out = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
         if (*out < 0) st = mp_h5_error(MP_ERR_IO, "%s: cannot create", path);
         goto cleanup;
@@ -163,12 +279,19 @@ cleanup:
 mp_status mp_h5_close(hid_t *f) {
     if (!f || *f < 0) return MP_OK;
     mp_h5_init();
-    char file[512];
+    char file[512], what[600];
     mp_h5_filename(*f, file, sizeof file);
-    herr_t r = H5Fclose(*f);
+    unsigned intent = 0;
+    int writable = H5Fget_intent(*f, &intent) >= 0 && (intent & H5F_ACC_RDWR);
+    H5Eclear2(H5E_DEFAULT);
+    hid_t id = *f;
     *f = H5I_INVALID_HID;
-    if (r < 0) return mp_h5_error(MP_ERR_HDF5, "%s: cannot close (data may be incomplete)", file);
-    return MP_OK;
+    if (!writable) {
+        if (H5Fclose(id) < 0) return mp_h5_error(MP_ERR_HDF5, "%s: cannot close", file);
+        return MP_OK;
+    }
+    snprintf(what, sizeof what, "%s: cannot close (data may be incomplete)", file);
+    return close_checked(id, what);
 }
 
 mp_status mp_h5_atomic_create(mp_h5_atomic *a, const char *path) {
@@ -184,7 +307,7 @@ mp_status mp_h5_atomic_create(mp_h5_atomic *a, const char *path) {
     if ((st = mp_out_begin(&a->out, path)) != MP_OK) return st;
     mp_out_close_fd(&a->out);   /* HDF5 reopens it by name */
     a->path = a->out.path;
-    fapl = strong_fapl();
+    fapl = create_fapl();
     if (fapl < 0) { st = mp_h5_error(MP_ERR_HDF5, "%s: cannot create", path); goto cleanup; }
     a->file = H5Fcreate(a->out.tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (a->file < 0) st = mp_h5_error(MP_ERR_IO, "%s: cannot create %s", path, a->out.tmp);
@@ -201,9 +324,11 @@ mp_status mp_h5_atomic_commit(mp_h5_atomic *a) {
         st = mp_error(MP_ERR_ARG, "%s: atomic commit of a file that is not open", a->path ? a->path : "?");
         goto cleanup;
     }
-    herr_t r = H5Fclose(a->file);
+    char what[1024];
+    snprintf(what, sizeof what, "%s: cannot write (closing %s)", a->path, a->out.tmp);
+    hid_t f = a->file;
     a->file = H5I_INVALID_HID;
-    if (r < 0) { st = mp_h5_error(MP_ERR_HDF5, "%s: cannot write (closing %s)", a->path, a->out.tmp); goto cleanup; }
+    if ((st = close_checked(f, what)) != MP_OK) goto cleanup;
     /* fsync by name, rename over the destination, sync the directory */
     st = mp_out_commit(&a->out, 1);
 cleanup:
@@ -215,8 +340,7 @@ void mp_h5_atomic_abort(mp_h5_atomic *a) {
     if (!a) return;
     if (a->file >= 0) {
         mp_h5_init();
-        H5Fclose(a->file);
-        H5Eclear2(H5E_DEFAULT);
+        discard_close(a->file); /* the file is deleted: its pending writes do not matter */
     }
     a->file = H5I_INVALID_HID;
     mp_out_abort(&a->out);
@@ -227,26 +351,46 @@ void mp_h5_atomic_abort(mp_h5_atomic *a) {
 
 static int is_self(const char *p) { return !p || !*p || strcmp(p, ".") == 0 || strspn(p, "/") == strlen(p); }
 
-/* Does every link along `path` exist? (H5Lexists fails, rather than answering
- * 0, when an intermediate group is missing, so walk the prefixes.) */
-static int link_exists(hid_t loc, const char *path) {
+/* Walks the links along `path` prefix by prefix (H5Lexists fails, rather
+ * than answering 0, when an intermediate group is missing). 1: every link
+ * exists and stays inside the file (hard links; soft links too unless
+ * hard_only); 0: some link is missing; -1: a link leaves the file (external
+ * or user-defined) or, with hard_only, is a soft link — never followed. */
+static int link_walk(hid_t loc, const char *path, int hard_only) {
     if (is_self(path)) return 1;
     size_t n = strlen(path);
     char *buf = malloc(n + 1);
     if (!buf) return 0;
     memcpy(buf, path, n + 1);
     int ok = 1;
-    for (size_t i = 1; ok && i <= n; i++) {
+    for (size_t i = 1; ok == 1 && i <= n; i++) {
         if (i < n && buf[i] != '/') continue;
         if (buf[i - 1] == '/') continue; /* "//" or leading "/" */
         char c = buf[i];
         buf[i] = '\0';
         ok = H5Lexists(loc, buf, H5P_DEFAULT) > 0;
+        H5L_info_t li;
+        if (ok && H5Lget_info(loc, buf, &li, H5P_DEFAULT) >= 0 && li.type != H5L_TYPE_HARD &&
+            (hard_only || li.type != H5L_TYPE_SOFT))
+            ok = -1;
         buf[i] = c;
     }
     free(buf);
     H5Eclear2(H5E_DEFAULT);
     return ok;
+}
+
+static int link_exists(hid_t loc, const char *path) { return link_walk(loc, path, 0) == 1; }
+
+mp_status mp_h5_check_links(hid_t loc, const char *path) {
+    mp_h5_init();
+    int r = link_walk(loc, path, 1);
+    if (r < 0)
+        return fail_plain(MP_ERR_FORMAT, loc, objname(path),
+                          "is reached through a soft, external or user-defined link (refused: only hard links "
+                          "inside the file are followed)");
+    if (r == 0) return fail_plain(MP_ERR_FORMAT, loc, objname(path), "no such object");
+    return MP_OK;
 }
 
 static mp_h5_kind kind_of(hid_t obj) {
@@ -327,14 +471,40 @@ static mp_status open_dataset(hid_t loc, const char *name, mp_h5_dsinfo *info, h
     *ds = H5I_INVALID_HID;
     memset(info, 0, sizeof *info);
     if (!name || !*name) return fail_plain(MP_ERR_ARG, loc, "?", "empty dataset name");
+    if (link_walk(loc, name, 0) < 0)
+        return fail_plain(MP_ERR_FORMAT, loc, name, "is reached through an external link (refused: only objects "
+                          "inside the file are read)");
     if (!mp_h5_exists(loc, name, &kind)) return fail_plain(MP_ERR_FORMAT, loc, name, "no such dataset");
     if (kind != MP_H5_DATASET) return fail_plain(MP_ERR_FORMAT, loc, name, "is a group, not a dataset");
     *ds = H5Dopen2(loc, name, H5P_DEFAULT);
     if (*ds < 0) { st = fail_h5(MP_ERR_HDF5, loc, name, "cannot open dataset"); goto cleanup; }
+    {   /* data stored outside the file is never read */
+        hid_t dcpl = H5Dget_create_plist(*ds);
+        if (dcpl < 0) { st = fail_h5(MP_ERR_HDF5, loc, name, "cannot read the dataset's storage properties"); goto cleanup; }
+        H5D_layout_t layout = H5Pget_layout(dcpl);
+        int n_ext = H5Pget_external_count(dcpl);
+        int n_filt = H5Pget_nfilters(dcpl);
+        H5Pclose(dcpl);
+        if (layout == H5D_VIRTUAL) {
+            st = fail_plain(MP_ERR_FORMAT, loc, name, "is a virtual dataset (its data lives in other files; refused)");
+            goto cleanup;
+        }
+        if (layout < 0 || n_ext != 0 || n_filt < 0) {
+            st = fail_plain(MP_ERR_FORMAT, loc, name, "%s", n_ext > 0 ? "stores its data in external files (refused: "
+                            "only data inside the file is read)" : "unreadable storage layout");
+            goto cleanup;
+        }
+        info->filtered = n_filt > 0;
+        H5D_space_status_t ss;
+        info->allocated = H5Dget_space_status(*ds, &ss) >= 0 && ss == H5D_SPACE_STATUS_ALLOCATED;
+        info->storage = H5Dget_storage_size(*ds);
+        H5Eclear2(H5E_DEFAULT);
+    }
     type = H5Dget_type(*ds);
     space = H5Dget_space(*ds);
     if (type < 0 || space < 0) { st = fail_h5(MP_ERR_HDF5, loc, name, "cannot read dataset header"); goto cleanup; }
     H5T_class_t cls = H5Tget_class(type);
+    info->elem_size = H5Tget_size(type);
     info->is_int = cls == H5T_INTEGER;
     info->is_float = cls == H5T_FLOAT;
     if (!info->is_int && !info->is_float) {
@@ -409,6 +579,13 @@ static mp_status read_alloc(hid_t loc, const char *name, hid_t mtype, size_t ele
     *data = NULL;
     mp_status st = mp_h5_dataset_info(loc, name, in);
     if (st != MP_OK) return st;
+    /* allocate by the data present, not by a declared size: beyond 64 MiB,
+     * the file must hold the data (compressed at most 1100:1) */
+    double want = (double)in->numel * (double)elem, held = (double)in->storage * (in->filtered ? 1100.0 : 1.0);
+    if (want > (double)(64u << 20) && want > held * 1.01 + 65536.0)
+        return fail_plain(MP_ERR_FORMAT, loc, name, "declares %zu values but the file holds only %llu bytes of them "
+                          "(refused: not allocating what the file does not contain)", in->numel,
+                          (unsigned long long)in->storage);
     void *buf = mp_calloc(in->numel, elem, name);
     if (!buf) return MP_ERR_NOMEM;
     st = read_into(loc, name, mtype, buf, in->numel, in);
@@ -522,7 +699,8 @@ static mp_status write_whole(hid_t loc, const char *path, hid_t type, size_t ele
     for (int i = 0; i < ndim; i++) numel *= shape[i];
     if (numel > 0 && H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
         st = fail_h5(MP_ERR_HDF5, loc, path, "cannot write");
-    H5Dclose(ds);
+    /* closing writes what HDF5 still buffers: its failure is a write failure */
+    if (H5Dclose(ds) < 0 && st == MP_OK) st = fail_h5(MP_ERR_HDF5, loc, path, "cannot write");
     return st;
 }
 
@@ -781,13 +959,22 @@ mp_status mp_h5_attr_set_floats(hid_t loc, const char *obj, const char *key, con
 
 mp_status mp_h5_attr_set_string(hid_t loc, const char *obj, const char *key, const char *v) {
     mp_h5_init();
+    /* Fixed-length (the length of the string, NUL-padded), not variable-length:
+     * reading a variable-length string goes through the global heap, the part
+     * of the HDF5 library most fragile against a corrupted file. */
+    const char *p = v ? v : "";
+    size_t len = strlen(p);
     hid_t t = H5Tcopy(H5T_C_S1);
-    if (t < 0 || H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0) {
+    if (t < 0 || H5Tset_size(t, len ? len : 1) < 0 || H5Tset_strpad(t, H5T_STR_NULLPAD) < 0 ||
+        H5Tset_cset(t, H5T_CSET_UTF8) < 0) {
         if (t >= 0) H5Tclose(t);
         return fail_h5(MP_ERR_HDF5, loc, objname(obj), "cannot write attribute '%s'", key);
     }
-    const char *p = v ? v : "";
-    mp_status st = attr_write_n(loc, obj, key, t, t, &p, 1, 1);
+    char *buf = calloc(len + 1, 1);
+    if (!buf) { H5Tclose(t); return mp_error(MP_ERR_NOMEM, "out of memory writing attribute '%s'", key); }
+    memcpy(buf, p, len);
+    mp_status st = attr_write_n(loc, obj, key, t, t, buf, 1, 1);
+    free(buf);
     H5Tclose(t);
     return st;
 }

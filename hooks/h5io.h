@@ -29,6 +29,11 @@ void mp_h5_init(void);
  * clears the error stack). For other modules that call HDF5 directly. */
 mp_status mp_h5_error(mp_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Words for a system error met while writing ("no space left on device"), or
+ * NULL for errors without such words (use strerror). HDF5 driver errors that
+ * carry an errno are reported with these words by every function below. */
+const char *mp_h5_errno_words(int err);
+
 /* Name of the file holding object `loc` into buf (or "?" when unknown). */
 const char *mp_h5_filename(hid_t loc, char *buf, size_t n);
 
@@ -66,8 +71,14 @@ mp_status mp_h5_atomic_create(mp_h5_atomic *a, const char *path);
  * On failure the temporary file is removed. Always releases `a`. */
 mp_status mp_h5_atomic_commit(mp_h5_atomic *a);
 /* Closes and unlinks the temporary file; safe on a zeroed struct, after a
- * failed create and after commit. Always releases `a`. */
+ * failed create and after commit. Always releases `a`. Pending writes are
+ * discarded (mp_h5_discard_writes), so the close cannot fail. */
 void mp_h5_atomic_abort(mp_h5_atomic *a);
+/* File f is being thrown away: every later write to it goes to memory and
+ * cannot fail (a full disk, a soft file-size limit), so its objects and then
+ * the file close cleanly. Call before closing the objects of a file that
+ * mp_h5_atomic_abort will close. Only for sec2 (default driver) files. */
+void mp_h5_discard_writes(hid_t f);
 
 /* ---- groups ---- */
 typedef enum { MP_H5_GROUP = 0, MP_H5_DATASET, MP_H5_OTHER } mp_h5_kind;
@@ -84,8 +95,13 @@ mp_status mp_h5_list(hid_t loc, const char *group, mp_h5_entry **out, int *n);
 void mp_h5_list_free(mp_h5_entry *e, int n);
 
 /* Does every component of `path` exist (a link to an object)? 1 / 0. With
- * kind non-NULL, the kind of the object is stored there. */
+ * kind non-NULL, the kind of the object is stored there. Links that leave the
+ * file (external, user-defined) count as missing: they are never followed. */
 int mp_h5_exists(hid_t loc, const char *path, mp_h5_kind *kind);
+/* MP_OK when every link along `path` is a hard link (no soft, external or
+ * user-defined link on the way), else MP_ERR_FORMAT naming the object. For
+ * readers of untrusted files that read only the objects their schema names. */
+mp_status mp_h5_check_links(hid_t loc, const char *path);
 
 /* ---- datasets ---- */
 typedef struct {
@@ -94,10 +110,16 @@ typedef struct {
     size_t numel;                /* product of shape (1 for a scalar) */
     int is_int;                  /* stored as an integer type */
     int is_float;                /* stored as a floating-point type */
+    size_t elem_size;            /* bytes per element in the file */
+    int filtered;                /* stored through filters (compression...) */
+    int allocated;               /* storage allocated for every element (written) */
+    uint64_t storage;            /* bytes of storage in the file (H5Dget_storage_size) */
 } mp_h5_dsinfo;
 
 /* Shape and type class of dataset `name`. A missing name, a non-numeric type
- * or a rank above MP_H5_MAXDIM is an error naming file and dataset. */
+ * or a rank above MP_H5_MAXDIM is an error naming file and dataset; so is a
+ * dataset whose data would come from outside the file (external storage,
+ * a virtual dataset, an external link on the way): every reader refuses those. */
 mp_status mp_h5_dataset_info(hid_t loc, const char *name, mp_h5_dsinfo *info);
 /* Reads the whole dataset converted to float32 / int32 into buf, which holds
  * `cap` elements (must equal the dataset's numel). Conversion is HDF5's: out-
@@ -163,8 +185,10 @@ mp_status mp_h5_attr_get(hid_t loc, const char *obj, const char *key, mp_h5_attr
 void mp_h5_attr_clear(mp_h5_attr *a);
 
 /* Writers (replace an existing attribute of that name). Integers are stored
- * as int64, floats as float64, strings as variable-length UTF-8 (h5py reads
- * them as str). */
+ * as int64, floats as float64, strings as fixed-length UTF-8 of their length
+ * (h5py reads them as bytes: .decode()). Files are created with HDF5 1.8+
+ * format objects (checksummed metadata). Reading accepts fixed- and
+ * variable-length strings. */
 mp_status mp_h5_attr_set_int(hid_t loc, const char *obj, const char *key, int64_t v);
 mp_status mp_h5_attr_set_float(hid_t loc, const char *obj, const char *key, double v);
 mp_status mp_h5_attr_set_string(hid_t loc, const char *obj, const char *key, const char *v);

@@ -38,19 +38,26 @@ mp_h5run_params mp_h5run_params_default(void) {
 hid_t mp_h5run_file(mp_h5run *run) { return run ? run->at.file : H5I_INVALID_HID; }
 const char *mp_h5run_path(const mp_h5run *run) { return run && run->at.path ? run->at.path : "?"; }
 
-static void free_datasets(mp_h5run *run) {
+/* Closes every dataset; returns 0, or -1 when a close failed (closing
+ * writes the chunks HDF5 still caches: a full disk shows up here). */
+static int free_datasets(mp_h5run *run) {
+    int bad = 0;
     for (mp_h5ds *d = run->ds, *next; d; d = next) {
         next = d->next;
         if (d->fspace >= 0) H5Sclose(d->fspace);
-        if (d->id >= 0) H5Dclose(d->id);
+        if (d->id >= 0 && H5Dclose(d->id) < 0 && !bad) bad = -1;
         free(d->path);
         free(d);
     }
     run->ds = NULL;
+    return bad;
 }
 
 void mp_h5run_abort(mp_h5run *run) {
     if (!run) return;
+    /* closing a dataset writes its cached chunks: into memory from here on, so
+     * no close fails (libhdf5 leaks the chunks of a close that failed) */
+    mp_h5_discard_writes(run->at.file);
     free_datasets(run);
     mp_h5_atomic_abort(&run->at);
     free(run);
@@ -58,7 +65,19 @@ void mp_h5run_abort(mp_h5run *run) {
 
 mp_status mp_h5run_commit(mp_h5run *run) {
     if (!run) return mp_error(MP_ERR_ARG, "mp_h5run_commit: no run");
-    free_datasets(run);
+    /* write the cached chunks while a failure (full disk) can still be undone */
+    for (mp_h5ds *d = run->ds; d; d = d->next) {
+        if (d->id >= 0 && H5Dflush(d->id) < 0) {
+            mp_status st = mp_h5_error(MP_ERR_IO, "%s: cannot write (%s)", mp_h5run_path(run), d->path);
+            mp_h5run_abort(run);
+            return st;
+        }
+    }
+    if (free_datasets(run) < 0) {
+        mp_status st = mp_h5_error(MP_ERR_IO, "%s: cannot write (closing its datasets)", mp_h5run_path(run));
+        mp_h5run_abort(run);
+        return st;
+    }
     mp_status st = mp_h5_atomic_commit(&run->at);
     free(run);
     return st;
@@ -148,7 +167,7 @@ mp_status mp_h5run_write_tokens(mp_h5run *run, const int *tokens, int B, int T) 
     if (st != MP_OK) return st;
     if ((int64_t)B * T > 0 && H5Dwrite(ds, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens) < 0)
         st = mp_h5_error(MP_ERR_HDF5, "%s: /tokens: cannot write", run->at.path);
-    H5Dclose(ds);
+    if (H5Dclose(ds) < 0 && st == MP_OK) st = mp_h5_error(MP_ERR_HDF5, "%s: /tokens: cannot write", run->at.path);
     return st;
 }
 

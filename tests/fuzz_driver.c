@@ -1,5 +1,5 @@
 /* fuzz_driver.c — a plain-executable driver for the libFuzzer targets
- * (fuzz_gguf.c, fuzz_safetensors.c) for machines without clang/libFuzzer:
+ * (fuzz_gguf.c, fuzz_safetensors.c, fuzz_checkpoint.c) for machines without clang/libFuzzer:
  * a bounded, deterministic mutation loop over seed files (seeded xorshift
  * RNG; bit flips, byte sets, 32/64-bit length-field overwrites with boundary
  * values, truncations, chunk insertions/deletions, structural characters),
@@ -111,7 +111,7 @@ int main(int argc, char **argv) {
         memcpy(exact, work, n);
         LLVMFuzzerTestOneInput(exact, n);
         free(exact);
-        if (limit > 0 && done % 256 == 0) {
+        if (limit > 0 && done % 16 == 0) {
             clock_gettime(CLOCK_MONOTONIC, &t1);
             if ((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec) > limit) { done++; break; }
         }

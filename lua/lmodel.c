@@ -485,8 +485,8 @@ static void set_tokenizer(lua_State *L, lmodel *lm, const char *spec) {
     if (mp_tok_vocab(t) > lm->m->cfg.vocab) {
         int tv = mp_tok_vocab(t);
         mp_tok_free(t);
-        luaL_error(L, "%s: the tokenizer has %d tokens, more than the model's vocabulary (%d)", spec, tv,
-                   lm->m->cfg.vocab);
+        mp_lua_fail(L, mp_error(MP_ERR_ARG, "%s: the tokenizer has %d tokens, more than the model's vocabulary (%d)",
+                                spec, tv, lm->m->cfg.vocab));
     }
     attach_tok(lm, t, spec);
 }

@@ -10,7 +10,14 @@
 
 int mp_lua_fail(lua_State *L, mp_status s) {
     (void)s;
-    return luaL_error(L, "%s", mp_last_error());
+    luaL_where(L, 1);
+    lua_pushstring(L, mp_last_error());
+    lua_concat(L, 2);
+    /* an input or environment error, not a bug in the script: the CLI prints
+     * it without a traceback when it reaches the top unchanged */
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, MP_LUA_INPUT_ERROR);
+    return lua_error(L);
 }
 
 lua_Integer mp_lua_checkint(lua_State *L, int idx, const char *what, lua_Integer lo, lua_Integer hi) {

@@ -57,7 +57,11 @@ lua_Integer mp_lua_checkint(lua_State *L, int idx, const char *what, lua_Integer
 lua_Integer mp_lua_opt_int(lua_State *L, int opt, const char *prefix, const char *key, lua_Integer def,
                            lua_Integer lo, lua_Integer hi);
 
-/* Raises a Lua error carrying mp_last_error() (for a failed mp_status). */
+/* Raises a Lua error carrying mp_last_error() (for a failed mp_status): a
+ * string, also kept in the registry under MP_LUA_INPUT_ERROR so that the CLI
+ * can tell a bad file or argument (printed without a traceback) from an error
+ * in the script. */
+#define MP_LUA_INPUT_ERROR "mechprobe.input_error"
 int mp_lua_fail(lua_State *L, mp_status s);
 
 /* Registration of each part of the module into the table at the stack top. */

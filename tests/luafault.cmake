@@ -2,3 +2,4 @@
 # messages (issue 17 part C): closing a model from its own callbacks, hook
 # errors without leaks, integer arguments, hostile loader inputs.
 mp_lua_test(test_lua_faults "fault;lua" lua/test_lua_faults.lua)
+mp_c_test(test_h5filter "unit;fault" test_h5filter.c)

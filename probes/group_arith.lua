@@ -101,7 +101,6 @@ elseif o.curriculum == true then
   o.curriculum = ga.CURRICULUM
 end
 o.t0 = os.time()
-mp.mkdir(o.out)
 
 local R = {}
 local m, model_path
@@ -125,6 +124,7 @@ if o.model then                                  -- 1. (given) a trained model
   end
   o.d_model, o.n_layer, o.n_head, o.d_mlp = cfg.d_model, cfg.n_layer, cfg.n_head, cfg.d_mlp
   o.steps = 0
+  mp.mkdir(o.out)
   -- checkpoints saved next to the model by an earlier run
   local dir = o.model:match("^(.*)/[^/]*$") or "."
   local cks = {}
@@ -137,6 +137,7 @@ if o.model then                                  -- 1. (given) a trained model
   table.sort(cks, function(a, b) return a.step < b.step end)
   R.train = {checkpoints = cks}
 else                                             -- 1. training with checkpoints
+  mp.mkdir(o.out)
   m, R.train = ga.train(o)
   model_path = R.train.model
 end

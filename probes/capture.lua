@@ -28,7 +28,7 @@ if o.tokens then  -- ids the model cannot embed: say which, before anything is w
   local V = model.config.vocab
   for i, id in ipairs(tokens) do
     if id < 0 or id >= V then
-      io.stderr:write(("mechprobe capture: --tokens: item %d, %d, is outside the model's vocabulary (0..%d; %s has %d "
+      io.stderr:write(("mechprobe capture: --tokens: item %d, %d, is outside the vocabulary (0..%d; the model %s has %d "
                        .. "tokens)\n"):format(i, id, V - 1, o.model, V))
       os.exit(2)
     end

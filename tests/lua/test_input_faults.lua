@@ -27,6 +27,8 @@ local function expect_fail(label, args, words)
   local out = dir .. "/o.h5"
   os.remove(out)
   local ok, how, code, err = run(args)
+  -- ASan's note on a refused huge allocation (the loader then reports it) is not a fault
+  err = err:gsub("==%d+==WARNING: AddressSanitizer failed to allocate[^\n]*\n", "")
   local bad = {}
   if ok or how ~= "exit" or code >= 126 then bad[#bad + 1] = ("exit %s %s"):format(how, tostring(code)) end
   for _, w in ipairs(type(words) == "table" and words or {words}) do
@@ -44,9 +46,9 @@ local function capture(model, tokens) return ("capture --model %s --tokens %s --
 
 -- item 8: token ids on the command line
 expect_fail("--tokens 2^32+1", capture(good, "1,4294967297"),
-  {"--tokens: item 2, 4294967297, is outside the model's vocabulary (0..39", "has 40 tokens"})
-expect_fail("--tokens -1", capture(good, "1,-1"), "item 2, -1, is outside the model's vocabulary")
-expect_fail("--tokens 40", capture(good, "40"), "item 1, 40, is outside the model's vocabulary (0..39")
+  {"--tokens: item 2, 4294967297, is outside the vocabulary (0..39; the model", "has 40 tokens"})
+expect_fail("--tokens -1", capture(good, "1,-1"), "item 2, -1, is outside the vocabulary")
+expect_fail("--tokens 40", capture(good, "40"), "item 1, 40, is outside the vocabulary (0..39")
 expect_fail("--tokens 1.7", capture(good, "1.7"), "--tokens: '1.7' is not an integer")
 expect_fail("--tokens 1e10", capture(good, "1e10"), "--tokens: '1e10' is not an integer")
 expect_fail("--tokens nan", capture(good, "nan"), "--tokens: 'nan' is not an integer")

@@ -449,7 +449,7 @@ static const char *lm_piece(const lmodel *lm, int prev, int id, char *buf, size_
 
 /* Loads the tokenizer at spec, by content: a GGUF file (tokenizer.ggml.*), a
  * Hugging Face folder or tokenizer.json, else a llama2.c tokenizer.bin. */
-static mp_status load_tok(mp_tok **t, const char *spec, int vocab) {
+static mp_status load_tok_any(mp_tok **t, const char *spec, int vocab) {
     size_t n = strlen(spec);
     switch (mp_model_detect(spec)) {
     case MP_FORMAT_GGUF: return mp_tok_load_gguf(t, spec);
@@ -458,6 +458,11 @@ static mp_status load_tok(mp_tok **t, const char *spec, int vocab) {
     }
     if (n >= 5 && strcmp(spec + n - 5, ".json") == 0) return mp_tok_load_hf(t, spec);
     return mp_tok_load_llama2c(t, spec, vocab);
+}
+
+/* ... with the source named in every error (out of memory included) */
+static mp_status load_tok(mp_tok **t, const char *spec, int vocab) {
+    return mp_error_name_path(load_tok_any(t, spec, vocab), spec);
 }
 
 static void attach_tok(lmodel *lm, mp_tok *t, const char *spec) {

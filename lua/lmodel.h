@@ -1,6 +1,7 @@
 /* lmodel.h — internals shared by the model's binding files: the Model
  * userdata (lmodel.c), interventions and Lua hooks (lintervene.c) and the
- * training methods (ltrain.c). Not part of the public C API. */
+ * training methods (ltrain.c); token arguments are read by ltokarg.c. Not part
+ * of the public C API. */
 #ifndef MP_LMODEL_H
 #define MP_LMODEL_H
 

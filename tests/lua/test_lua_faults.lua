@@ -82,6 +82,12 @@ t.case("a forward inside another model's hook, and the other model closed there"
   m:forward({1, 2}, {fwd_hooks = {{"hook_embed", function() m2:forward({3}); m2:close() end}}})
   t.expect_error(function() m2:forward({1}) end, "Model is closed", "m2 closed")
 end)
+t.case("close from an option table's metamethod during save", function()
+  local path = os.tmpname()
+  local opts = setmetatable({}, {__index = function() m:close() end})
+  t.expect_error(function() m:save(path .. ".h5", opts) end, IN_USE, "close in save's options")
+  os.remove(path)
+end)
 still_works("after the close attempts")
 
 -- item 7: errors from hook functions stop the forward without leaking

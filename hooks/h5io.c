@@ -547,6 +547,31 @@ mp_status mp_h5_dataset_info(hid_t loc, const char *name, mp_h5_dsinfo *info) {
     return st;
 }
 
+/* The first filter in ds's pipeline that this libhdf5 cannot apply (h5py's
+ * LZF, say) as "HDF5 filter LZF (id 32000) is not available ..." in what;
+ * returns 0 when every filter is there. Without this a read of such a
+ * dataset fails with a plugin loader's "can't open directory". */
+static int missing_filter(hid_t ds, char *what, size_t n) {
+    hid_t dcpl = H5Dget_create_plist(ds);
+    int found = 0;
+    int nf = dcpl < 0 ? 0 : H5Pget_nfilters(dcpl);
+    for (int i = 0; i < nf && !found; i++) {
+        unsigned flags = 0;
+        size_t nel = 0;
+        char fname[64] = "";
+        H5Z_filter_t id = H5Pget_filter2(dcpl, (unsigned)i, &flags, &nel, NULL, sizeof fname, fname, NULL);
+        if (id < 0 || H5Zfilter_avail(id) > 0) continue;
+        const char *label = id == 32000 ? "LZF" : id == 32001 ? "BLOSC" : id == 32004 ? "LZ4" : id == 307 ? "BZIP2"
+                          : id == 32015 ? "Zstandard" : fname[0] ? fname : "unknown";
+        snprintf(what, n, "HDF5 filter %s (id %d) is not available in this libhdf5, so the dataset cannot be read "
+                 "(re-save it uncompressed or with gzip)", label, (int)id);
+        found = 1;
+    }
+    if (dcpl >= 0) H5Pclose(dcpl);
+    H5Eclear2(H5E_DEFAULT);
+    return found;
+}
+
 static mp_status read_into(hid_t loc, const char *name, hid_t mtype, void *buf, size_t cap, mp_h5_dsinfo *out) {
     mp_h5_init();
     mp_h5_dsinfo info;
@@ -557,8 +582,10 @@ static mp_status read_into(hid_t loc, const char *name, hid_t mtype, void *buf, 
         st = fail_plain(MP_ERR_ARG, loc, name, "dataset has %zu elements, the buffer %zu", info.numel, cap);
         goto cleanup;
     }
+    char nofilter[256];
+    int lacks = info.numel > 0 && missing_filter(ds, nofilter, sizeof nofilter); /* before the read's error stack */
     if (info.numel > 0 && H5Dread(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
-        st = fail_h5(MP_ERR_HDF5, loc, name, "cannot read");
+        st = lacks ? fail_plain(MP_ERR_FORMAT, loc, name, "%s", nofilter) : fail_h5(MP_ERR_HDF5, loc, name, "cannot read");
 cleanup:
     H5Dclose(ds);
     if (st == MP_OK && out) *out = info;

@@ -5,6 +5,7 @@
  * Heads and positions are 0-based, as in hook names and TransformerLens. */
 #include "lmodel.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -146,23 +147,20 @@ static lintervention *push_iv(lua_State *L, iv_kind kind, int opt) {
     iv->scale = 1.0f;
     luaL_setmetatable(L, IV_MT);
     if (opt && lua_istable(L, opt)) {
-        if (lua_getfield(L, opt, "head") != LUA_TNIL) {
-            iv->head = (int)luaL_checkinteger(L, -1);
-            if (iv->head < 0) luaL_error(L, "head must be >= 0 (heads are numbered from 0, as in TransformerLens)");
-        }
-        lua_pop(L, 1);
+        iv->head = (int)mp_lua_opt_int(L, opt, NULL, "head", -1, 0, INT_MAX);
         if (lua_getfield(L, opt, "positions") != LUA_TNIL) {
             int pi = lua_gettop(L);
-            if (lua_isinteger(L, pi)) {
-                iv->pos[iv->npos++] = (int)lua_tointeger(L, pi);
+            if (lua_type(L, pi) == LUA_TNUMBER) {
+                iv->pos[iv->npos++] = (int)mp_lua_checkint(L, pi, "positions", 0, INT_MAX);
             } else {
                 luaL_checktype(L, pi, LUA_TTABLE);
                 lua_Integer n = luaL_len(L, pi);
                 if (n > 64) luaL_error(L, "positions: at most 64 positions (got %d)", (int)n);
                 for (lua_Integer i = 1; i <= n; i++) {
                     lua_geti(L, pi, i);
-                    iv->pos[iv->npos++] = (int)luaL_checkinteger(L, -1);
-                    lua_pop(L, 1);
+                    const char *what = lua_pushfstring(L, "positions[%I]", i);
+                    iv->pos[iv->npos++] = (int)mp_lua_checkint(L, -2, what, 0, INT_MAX);
+                    lua_pop(L, 2);
                 }
             }
         }
@@ -222,7 +220,12 @@ static int l_scale(lua_State *L) {
     return 1;
 }
 
-/* ---- Lua function hooks ---- */
+/* ---- Lua function hooks ----
+ * A Lua error must never longjmp through the C forward pass (it would skip the
+ * forward's cleanup and leak its workspace): everything a hook does in Lua runs
+ * under lua_pcall; a failure is recorded in the hook table (field "error") and
+ * the C callback returns non-zero, which stops the forward through its normal
+ * cleanup path; mp_lua_hooks_rethrow raises the recorded error afterwards. */
 
 typedef struct {
     lua_State *L;
@@ -230,12 +233,22 @@ typedef struct {
     int key;
 } lfnhook;
 
-static int lua_hook_cb(void *user, const mp_hook_info *info, float *data) {
-    lfnhook *h = user;
-    lua_State *L = h->L;
-    int top = lua_gettop(L);
-    lua_rawgeti(L, h->tbl, h->key);
-    mp_tensor *view = mp_lua_tensor_wrap(L, info->ndim, info->shape, data);
+typedef struct {
+    lfnhook *h;
+    const mp_hook_info *info;
+    float *data;
+    mp_tensor *view; /* set once the view exists: detached whatever happens */
+} hook_call;
+
+/* Runs under lua_pcall with (call record, function): calls the Lua function
+ * with a view of the activation and its info table, and copies a returned
+ * Tensor into the activation. (Stack indices of the caller's frame, such as
+ * the hook table's, are not valid here.) */
+static int hook_call_body(lua_State *L) {
+    hook_call *c = lua_touserdata(L, 1);
+    const mp_hook_info *info = c->info;
+    lua_settop(L, 2);
+    c->view = mp_lua_tensor_wrap(L, info->ndim, info->shape, c->data);
     lua_createtable(L, 0, 6);
     lua_pushstring(L, info->name); lua_setfield(L, -2, "name");
     lua_pushinteger(L, info->layer); lua_setfield(L, -2, "layer");
@@ -245,32 +258,59 @@ static int lua_hook_cb(void *user, const mp_hook_info *info, float *data) {
     lua_createtable(L, info->ndim, 0);
     for (int i = 0; i < info->ndim; i++) { lua_pushinteger(L, info->full[i]); lua_rawseti(L, -2, i + 1); }
     lua_setfield(L, -2, "full_shape");
-    int rc = 0;
-    if (lua_pcall(L, 2, 1, 0) != LUA_OK) {
-        mp_error(MP_ERR_HOOK, "%s", lua_tostring(L, -1));
-        rc = 1;
-    } else {
-        mp_tensor *ret = mp_lua_tensor_test(L, -1);
-        if (ret && ret != view) {
-            if (ret->numel != info->numel) {
-                mp_error(MP_ERR_HOOK, "the hook function returned a Tensor of %zu values for a view of %zu",
-                         ret->numel, info->numel);
-                rc = 1;
-            } else {
-                memmove(data, ret->data, info->numel * sizeof(float));
-            }
-        }
+    lua_call(L, 2, 1);
+    mp_tensor *ret = mp_lua_tensor_test(L, -1); /* raises for a released or detached Tensor */
+    if (ret && ret != c->view) {
+        if (ret->numel != info->numel)
+            return luaL_error(L, "the hook function returned a Tensor of %I values for a view of %I",
+                              (lua_Integer)ret->numel, (lua_Integer)info->numel);
+        memmove(c->data, ret->data, info->numel * sizeof(float));
     }
-    mp_lua_tensor_detach(view);
+    return 0;
+}
+
+static int lua_hook_cb(void *user, const mp_hook_info *info, float *data) {
+    lfnhook *h = user;
+    lua_State *L = h->L;
+    int top = lua_gettop(L);
+    hook_call c = {h, info, data, NULL};
+    lua_pushcfunction(L, hook_call_body);
+    lua_pushlightuserdata(L, &c);
+    lua_rawgeti(L, h->tbl, h->key);
+    int rc = 0;
+    if (lua_pcall(L, 2, 0, 0) != LUA_OK) {
+        /* keep the first error: a string gets the hook's name in front, any
+         * other error object is raised as it is */
+        const char *msg = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+        if (msg) lua_pushfstring(L, "hook at %s: %s", info->name, msg);
+        else lua_pushvalue(L, -1);
+        mp_error(MP_ERR_HOOK, "%s", msg ? msg : "the Lua hook function raised an error");
+        if (lua_getfield(L, h->tbl, "error") == LUA_TNIL) {
+            lua_pop(L, 1);
+            lua_setfield(L, h->tbl, "error");
+        }
+        rc = 1;
+    }
+    mp_lua_tensor_detach(c.view);
     lua_settop(L, top);
     return rc;
 }
 
-void mp_lua_add_fwd_hooks(lua_State *L, int opt, guard *g) {
+void mp_lua_hooks_rethrow(lua_State *L, int ftbl) {
+    if (!ftbl) return;
+    if (lua_getfield(L, ftbl, "error") != LUA_TNIL) {
+        lua_pushnil(L);
+        lua_setfield(L, ftbl, "error");
+        lua_error(L);
+    }
+    lua_pop(L, 1);
+}
+
+int mp_lua_add_fwd_hooks(lua_State *L, int opt, guard *g, int n_pos) {
     lua_newtable(L); /* function table */
     int ftbl = lua_gettop(L);
-    if (!opt || !lua_istable(L, opt)) return;
-    if (lua_getfield(L, opt, "fwd_hooks") == LUA_TNIL) { lua_pop(L, 1); return; }
+    if (!opt || !lua_istable(L, opt)) return ftbl;
+    if (lua_getfield(L, opt, "fwd_hooks") == LUA_TNIL) { lua_pop(L, 1); return ftbl; }
     int hl = lua_gettop(L);
     luaL_checktype(L, hl, LUA_TTABLE);
     lua_Integer n = luaL_len(L, hl);
@@ -295,17 +335,23 @@ void mp_lua_add_fwd_hooks(lua_State *L, int opt, guard *g) {
             st = mp_hooks_add(g->hooks, name, lua_hook_cb, h);
         } else if (luaL_testudata(L, -1, IV_MT)) {
             lintervention *iv = lua_touserdata(L, -1);
+            for (int k = 0; n_pos > 0 && k < iv->npos; k++)
+                if (iv->pos[k] >= n_pos)
+                    return luaL_error(L, "fwd_hooks[%d]: %s at position %d, but the input has T = %d positions "
+                                         "(0..%d; positions are 0-based)", (int)i, iv_names[iv->kind], iv->pos[k],
+                                      n_pos, n_pos - 1);
             lua_pushvalue(L, -1);
             lua_rawseti(L, ftbl, -(int)(1000000 + i)); /* keep it alive */
             st = mp_hooks_add(g->hooks, name, iv_apply, iv);
         } else {
-            return (void)luaL_error(L, "fwd_hooks[%d][2]: a function or an intervention (mp.ablate.zero(), "
+            return luaL_error(L, "fwd_hooks[%d][2]: a function or an intervention (mp.ablate.zero(), "
                                        "mp.patch(...), mp.steer(...)) expected, got %s", (int)i, luaL_typename(L, -1));
         }
         if (st) luaL_error(L, "fwd_hooks[%d]: %s", (int)i, mp_last_error());
         lua_settop(L, e - 1);
     }
     lua_settop(L, ftbl);
+    return ftbl;
 }
 
 void mp_lua_open_interventions(lua_State *L) {

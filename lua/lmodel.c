@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include <libgen.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -23,6 +24,8 @@ lmodel *mp_lua_model_check(lua_State *L, int idx) {
     return lm;
 }
 
+/* __gc: frees everything (idempotent). A model cannot be collected while one
+ * of its methods runs: the method's busy mark holds a reference to it. */
 static int model_gc(lua_State *L) {
     lmodel *lm = luaL_checkudata(L, 1, MODEL_MT);
     mp_model_free(lm->m);
@@ -32,6 +35,47 @@ static int model_gc(lua_State *L) {
     lm->m = NULL;
     lm->tok = NULL;
     return 0;
+}
+
+/* m:close() and __close: as __gc, but refused while the model is in use (from
+ * inside its own forward hook, on_token or on_step callback, or a task's
+ * sample called by m:train): the running method still holds its weights. */
+static int model_close(lua_State *L) {
+    lmodel *lm = luaL_checkudata(L, 1, MODEL_MT);
+    if (lm->busy > 0)
+        return luaL_error(L, "mp.Model:close: the model is in use (called from inside its own forward/generate/train "
+                             "callback)");
+    return model_gc(L);
+}
+
+#define BUSY_MT "mechprobe.ModelBusy"
+
+typedef struct {
+    lmodel *lm; /* NULL once released */
+} busy_mark;
+
+static int busy_release(lua_State *L) {
+    busy_mark *b = luaL_checkudata(L, 1, BUSY_MT);
+    if (b->lm) b->lm->busy--;
+    b->lm = NULL;
+    return 0;
+}
+
+lmodel *mp_lua_model_busy(lua_State *L, int idx, const char *method, int exclusive) {
+    idx = lua_absindex(L, idx);
+    lmodel *lm = mp_lua_model_check(L, idx);
+    if (exclusive && lm->busy > 0)
+        luaL_error(L, "mp.Model:%s: the model is in use (called from inside its own forward/generate/train "
+                      "callback); training reuses the model's buffers", method);
+    busy_mark *b = lua_newuserdatauv(L, sizeof *b, 1);
+    b->lm = NULL;
+    luaL_setmetatable(L, BUSY_MT);
+    lua_pushvalue(L, idx);
+    lua_setiuservalue(L, -2, 1); /* keeps the model alive while marked */
+    b->lm = lm;
+    lm->busy++;
+    lua_toclose(L, -1); /* released when the method returns or an error unwinds it */
+    return lm;
 }
 
 static const char *norm_name(mp_norm_kind k) { return k == MP_NORM_LAYER ? "layer" : "rms"; }
@@ -100,68 +144,6 @@ guard *mp_lua_guard_push(lua_State *L) {
     return g;
 }
 
-/* ---- token arguments ---- */
-
-static int tok_value(lua_State *L, int idx, const char *what) {
-    int isnum;
-    lua_Integer v = lua_tointegerx(L, idx, &isnum);
-    if (!isnum) luaL_error(L, "%s: token ids must be integers (got %s)", what, luaL_typename(L, idx));
-    return (int)v;
-}
-
-/* Reads tokens from a flat table (B = 1), a table of equal-length tables [B][T],
- * or a 1-D / 2-D Tensor, into g->ints. */
-void mp_lua_read_tokens(lua_State *L, int idx, guard *g, int *B, int *T) {
-    idx = lua_absindex(L, idx);
-    mp_tensor *t = mp_lua_tensor_test(L, idx);
-    if (t) {
-        if (t->ndim != 1 && t->ndim != 2) luaL_argerror(L, idx, "tokens: a Tensor of shape [T] or [B,T] expected");
-        *B = t->ndim == 2 ? (int)t->shape[0] : 1;
-        *T = (int)t->shape[t->ndim - 1];
-        if (*B <= 0 || *T <= 0) luaL_argerror(L, idx, "tokens: empty");
-        g->ints = malloc(t->numel * sizeof(int));
-        if (!g->ints) luaL_error(L, "out of memory reading tokens");
-        for (size_t i = 0; i < t->numel; i++) g->ints[i] = (int)t->data[i];
-        return;
-    }
-    luaL_argexpected(L, lua_istable(L, idx), idx, "token table or Tensor");
-    lua_Integer n = luaL_len(L, idx);
-    if (n <= 0) luaL_argerror(L, idx, "tokens: empty table");
-    lua_geti(L, idx, 1);
-    int nested = lua_istable(L, -1);
-    lua_pop(L, 1);
-    if (!nested) {
-        *B = 1;
-        *T = (int)n;
-        g->ints = malloc((size_t)n * sizeof(int));
-        if (!g->ints) luaL_error(L, "out of memory reading tokens");
-        for (lua_Integer i = 1; i <= n; i++) {
-            lua_geti(L, idx, i);
-            g->ints[i - 1] = tok_value(L, -1, "tokens");
-            lua_pop(L, 1);
-        }
-        return;
-    }
-    *B = (int)n;
-    lua_geti(L, idx, 1);
-    *T = (int)luaL_len(L, -1);
-    lua_pop(L, 1);
-    if (*T <= 0) luaL_argerror(L, idx, "tokens: empty sequence");
-    g->ints = malloc((size_t)*B * (size_t)*T * sizeof(int));
-    if (!g->ints) luaL_error(L, "out of memory reading tokens");
-    for (int b = 1; b <= *B; b++) {
-        lua_geti(L, idx, b);
-        if (!lua_istable(L, -1) || luaL_len(L, -1) != *T)
-            luaL_error(L, "tokens: sequence %d has a different length from sequence 1 (%d); batches must be rectangular",
-                       b, *T);
-        for (int t2 = 1; t2 <= *T; t2++) {
-            lua_geti(L, -1, t2);
-            g->ints[(size_t)(b - 1) * *T + t2 - 1] = tok_value(L, -1, "tokens");
-            lua_pop(L, 1);
-        }
-        lua_pop(L, 1);
-    }
-}
 /* ---- in-memory capture ---- */
 
 static int cache_cb(void *user, const mp_hook_info *info, float *data) {
@@ -237,15 +219,16 @@ const char *mp_lua_opt_globs(lua_State *L, int opt, const char *key, const char 
 /* Shared body of forward / run_with_cache / run_with_hooks.
  * Returns logits (or nil) and, with want_cache, the cache table. */
 static int run_common(lua_State *L, int want_cache) {
-    lmodel *lm = mp_lua_model_check(L, 1);
+    lua_settop(L, 3);
+    lmodel *lm = mp_lua_model_busy(L, 1, want_cache ? "run_with_cache" : "forward", 0);
     int opt = lua_istable(L, 3) ? 3 : 0;
     const mp_config *cfg = &lm->m->cfg;
     guard *g = mp_lua_guard_push(L);
     int B, T;
-    mp_lua_read_tokens(L, 2, g, &B, &T);
+    mp_lua_read_tokens(L, 2, g, &B, &T, "tokens", cfg->vocab, 0);
     g->hooks = mp_hooks_new(cfg);
     if (!g->hooks) return luaL_error(L, "out of memory");
-    mp_lua_add_fwd_hooks(L, opt, g); /* leaves its function table on the stack */
+    int ftbl = mp_lua_add_fwd_hooks(L, opt, g, T); /* leaves its function table on the stack */
     int cache_idx = 0;
     if (want_cache) {
         const char *globs = mp_lua_opt_globs(L, opt, "names", "*");
@@ -283,7 +266,10 @@ static int run_common(lua_State *L, int want_cache) {
     }
     int li = lua_gettop(L);
     mp_status st = mp_model_forward(lm->m, g->ints, B, T, &fp, logits ? logits->data : NULL);
-    if (st) return mp_lua_fail(L, st);
+    if (st) {
+        mp_lua_hooks_rethrow(L, ftbl);
+        return mp_lua_fail(L, st);
+    }
     lua_pushvalue(L, li);
     if (want_cache) {
         lua_pushvalue(L, cache_idx);
@@ -364,7 +350,7 @@ static const char *lm_piece(const lmodel *lm, int prev, int id, char *buf, size_
 
 /* Loads the tokenizer at spec, by content: a GGUF file (tokenizer.ggml.*), a
  * Hugging Face folder or tokenizer.json, else a llama2.c tokenizer.bin. */
-static mp_status load_tok(mp_tok **t, const char *spec, int vocab) {
+static mp_status load_tok_any(mp_tok **t, const char *spec, int vocab) {
     size_t n = strlen(spec);
     switch (mp_model_detect(spec)) {
     case MP_FORMAT_GGUF: return mp_tok_load_gguf(t, spec);
@@ -373,6 +359,11 @@ static mp_status load_tok(mp_tok **t, const char *spec, int vocab) {
     }
     if (n >= 5 && strcmp(spec + n - 5, ".json") == 0) return mp_tok_load_hf(t, spec);
     return mp_tok_load_llama2c(t, spec, vocab);
+}
+
+/* ... with the source named in every error (out of memory included) */
+static mp_status load_tok(mp_tok **t, const char *spec, int vocab) {
+    return mp_error_name_path(load_tok_any(t, spec, vocab), spec);
 }
 
 static void attach_tok(lmodel *lm, mp_tok *t, const char *spec) {
@@ -400,8 +391,8 @@ static void set_tokenizer(lua_State *L, lmodel *lm, const char *spec) {
     if (mp_tok_vocab(t) > lm->m->cfg.vocab) {
         int tv = mp_tok_vocab(t);
         mp_tok_free(t);
-        luaL_error(L, "%s: the tokenizer has %d tokens, more than the model's vocabulary (%d)", spec, tv,
-                   lm->m->cfg.vocab);
+        mp_lua_fail(L, mp_error(MP_ERR_ARG, "%s: the tokenizer has %d tokens, more than the model's vocabulary (%d)",
+                                spec, tv, lm->m->cfg.vocab));
     }
     attach_tok(lm, t, spec);
 }
@@ -414,7 +405,8 @@ static int model_set_tokenizer(lua_State *L) {
 }
 
 static int model_to_tokens(lua_State *L) {
-    lmodel *lm = mp_lua_model_check(L, 1);
+    lua_settop(L, 3);
+    lmodel *lm = mp_lua_model_busy(L, 1, "to_tokens", 0);
     size_t len;
     const char *text = luaL_checklstring(L, 2, &len);
     int opt = lua_istable(L, 3) ? 3 : 0;
@@ -434,7 +426,7 @@ static int model_to_string(lua_State *L) {
     need_tok(L, lm);
     guard *g = mp_lua_guard_push(L);
     int B, T;
-    mp_lua_read_tokens(L, 2, g, &B, &T);
+    mp_lua_read_tokens(L, 2, g, &B, &T, "tokens", 0, 0);
     for (int i = 0; i < B * T; i++)
         if (g->ints[i] < 0 || g->ints[i] >= lm_vocab(lm))
             return luaL_error(L, "to_string: token id %d is outside the vocabulary (0..%d)", g->ints[i],
@@ -462,7 +454,7 @@ static int model_to_str_tokens(lua_State *L) {
     }
     guard *g = mp_lua_guard_push(L);
     int B, T;
-    mp_lua_read_tokens(L, 2, g, &B, &T);
+    mp_lua_read_tokens(L, 2, g, &B, &T, "tokens", 0, 0);
     lua_createtable(L, T, 0);
     for (int i = 0; i < T; i++) {
         char buf[PIECE_CAP];
@@ -509,7 +501,8 @@ static int gen_on_token(void *user, int token) {
  *                     stop_at_eos=true, fwd_hooks=..., on_token=function(id, piece)})
  * -> text (prompt + continuation; nil without tokenizer), tokens table */
 static int model_generate(lua_State *L) {
-    lmodel *lm = mp_lua_model_check(L, 1);
+    lua_settop(L, 3);
+    lmodel *lm = mp_lua_model_busy(L, 1, "generate", 0);
     int opt = lua_istable(L, 3) ? 3 : 0;
     guard *g = mp_lua_guard_push(L);
     int n, Bq;
@@ -523,15 +516,15 @@ static int model_generate(lua_State *L) {
         if (st) return mp_lua_fail(L, st);
         g->ints = ids;
     } else {
-        mp_lua_read_tokens(L, 2, g, &Bq, &n);
+        mp_lua_read_tokens(L, 2, g, &Bq, &n, "prompt", lm->m->cfg.vocab, 0);
         if (Bq != 1) return luaL_error(L, "generate: one prompt at a time (got a batch of %d)", Bq);
     }
+    int max_new = (int)mp_lua_opt_int(L, opt, "generate", "max_new_tokens", 64, 0, INT_MAX - n);
     g->hooks = mp_hooks_new(&lm->m->cfg);
     if (!g->hooks) return luaL_error(L, "out of memory");
-    mp_lua_add_fwd_hooks(L, opt, g);
-    int max_new = (int)mp_lua_opt_num(L, opt, "max_new_tokens", 64);
+    int ftbl = mp_lua_add_fwd_hooks(L, opt, g, n + max_new);
     mp_sampler_params sp = {(float)mp_lua_opt_num(L, opt, "temperature", 1.0), (float)mp_lua_opt_num(L, opt, "top_p", 0.9),
-                            (uint64_t)mp_lua_opt_num(L, opt, "seed", 1234)};
+                            (uint64_t)mp_lua_opt_int(L, opt, "generate", "seed", 1234, 0, LUA_MAXINTEGER)};
     int stop = mp_lua_opt_bool(L, opt, "stop_at_eos", 1) && has_tok ? lm_eos(lm) : -1;
     gen_ctx gc = {L, 0, has_tok ? lm : NULL, n ? g->ints[n - 1] : -1, 0};
     if (opt && lua_getfield(L, opt, "on_token") != LUA_TNIL) {
@@ -540,13 +533,15 @@ static int model_generate(lua_State *L) {
     } else if (opt) {
         lua_pop(L, 1);
     }
-    if (max_new < 0) return luaL_error(L, "max_new_tokens must be >= 0");
     int *out = lua_newuserdatauv(L, ((size_t)n + (size_t)max_new) * sizeof(int), 0);
     int n_out = 0;
     mp_status st = mp_model_generate(lm->m, g->ints, n, max_new, &sp, mp_hooks_count(g->hooks) ? g->hooks : NULL,
                                      stop, gen_on_token, &gc, out, &n_out);
     if (gc.err) return lua_error(L);
-    if (st) return mp_lua_fail(L, st);
+    if (st) {
+        mp_lua_hooks_rethrow(L, ftbl);
+        return mp_lua_fail(L, st);
+    }
     if (has_tok) {
         char *s;
         size_t len;
@@ -566,23 +561,23 @@ static int model_generate(lua_State *L) {
 /* m:capture(tokens, {out=PATH, hooks="*", logits=false, compress=0, seed=})
  * Writes DESIGN.md's run file atomically; returns the number of datasets. */
 static int model_capture(lua_State *L) {
-    lmodel *lm = mp_lua_model_check(L, 1);
+    lua_settop(L, 3);
+    lmodel *lm = mp_lua_model_busy(L, 1, "capture", 0);
     luaL_checktype(L, 3, LUA_TTABLE);
     const mp_config *cfg = &lm->m->cfg;
     guard *g = mp_lua_guard_push(L);
     int B, T;
-    mp_lua_read_tokens(L, 2, g, &B, &T);
+    mp_lua_read_tokens(L, 2, g, &B, &T, "tokens", cfg->vocab, 0);
     lua_getfield(L, 3, "out");
     const char *out = lua_tostring(L, -1);
     if (!out) return luaL_error(L, "capture: option 'out' (output .h5 path) is required");
     const char *globs = mp_lua_opt_globs(L, 3, "hooks", "*");
     int want_logits = mp_lua_opt_bool(L, 3, "logits", 0);
     mp_h5run_params rp = mp_h5run_params_default();
-    rp.compress = (int)mp_lua_opt_num(L, 3, "compress", 0);
-    if (rp.compress < 0 || rp.compress > 9) return luaL_error(L, "capture: compress must be 0..9");
+    rp.compress = (int)mp_lua_opt_int(L, 3, "capture", "compress", 0, 0, 9);
     g->hooks = mp_hooks_new(cfg);
     if (!g->hooks) return luaL_error(L, "out of memory");
-    mp_lua_add_fwd_hooks(L, 3, g); /* interventions apply before capture */
+    int ftbl = mp_lua_add_fwd_hooks(L, 3, g, T); /* interventions apply before capture */
     mp_status st;
     for (int i = 0; i < B * T; i++)
         if (g->ints[i] < 0 || g->ints[i] >= cfg->vocab)
@@ -603,7 +598,10 @@ static int model_capture(lua_State *L) {
     mp_forward_params fp = mp_forward_params_default();
     fp.hooks = mp_hooks_count(g->hooks) ? g->hooks : NULL;
     fp.logits = want_logits ? MP_LOGITS_ALL : MP_LOGITS_NONE;
-    if ((st = mp_model_forward(lm->m, g->ints, B, T, &fp, logits))) return mp_lua_fail(L, st);
+    if ((st = mp_model_forward(lm->m, g->ints, B, T, &fp, logits))) {
+        mp_lua_hooks_rethrow(L, ftbl);
+        return mp_lua_fail(L, st);
+    }
     if (want_logits) {
         int64_t shape[3] = {B, T, cfg->vocab}, off[3] = {0, 0, 0};
         mp_h5ds *ds;
@@ -705,11 +703,10 @@ static int cfg_int(lua_State *L, int t, const char *k, int def, int required) {
         if (required) luaL_error(L, "mp.model.new: '%s' is required", k);
         return def;
     }
-    int ok;
-    lua_Integer v = lua_tointegerx(L, -1, &ok);
-    if (!ok) luaL_error(L, "mp.model.new: '%s' must be an integer", k);
-    lua_pop(L, 1);
-    return (int)v;
+    const char *what = lua_pushfstring(L, "mp.model.new: %s", k);
+    int v = (int)mp_lua_checkint(L, -2, what, 0, INT_MAX); /* range checked before the cast */
+    lua_pop(L, 2);
+    return v;
 }
 
 /* mp.model.new{d_model=, n_layer=, n_head=, n_kv_head=, d_head=, d_mlp=, vocab=,
@@ -771,7 +768,7 @@ static int l_model_new(lua_State *L) {
     c.rope_theta = (float)mp_lua_opt_num(L, 1, "rope_theta", 10000.0);
     c.norm_eps = (float)mp_lua_opt_num(L, 1, "norm_eps", 1e-5);
     c.tied = mp_lua_opt_bool(L, 1, "tied", 1);
-    uint64_t seed = (uint64_t)mp_lua_opt_num(L, 1, "seed", 0);
+    uint64_t seed = (uint64_t)mp_lua_opt_int(L, 1, "mp.model.new", "seed", 0, 0, LUA_MAXINTEGER);
     float std = (float)mp_lua_opt_num(L, 1, "init_std", 0.02);
     lmodel *lm = push_lmodel(L);
     mp_status st = mp_model_new_init(&lm->m, &c, seed, std);
@@ -787,7 +784,8 @@ static int l_model_new(lua_State *L) {
  * Face folder (config.json + model.safetensors) with format="hf"; else a
  * llama2.c file (configs it can express only). */
 static int model_save(lua_State *L) {
-    lmodel *lm = mp_lua_model_check(L, 1);
+    lua_settop(L, 3);
+    lmodel *lm = mp_lua_model_busy(L, 1, "save", 0); /* option tables may run metamethods */
     const char *path = luaL_checkstring(L, 2);
     size_t n = strlen(path);
     mp_status st;
@@ -810,7 +808,7 @@ static int model_save(lua_State *L) {
         const mp_adamw *o = luaL_testudata(L, -1, MP_OPTIM_MT);
         st = mp_checkpoint_save(path, lm->m, o, lm->log.n ? &lm->log : NULL);
     } else {
-        int version = (int)mp_lua_opt_num(L, opt, "version", 0);
+        int version = (int)mp_lua_opt_int(L, opt, "save", "version", 0, 0, 1);
         const mp_config *c = &lm->m->cfg;
         if (c->norm != MP_NORM_RMS || c->mlp != MP_MLP_SWIGLU || c->pos != MP_POS_ROPE ||
             c->d_head * c->n_head != c->d_model || c->rope_theta != 10000.0f || c->rope_scaling ||
@@ -872,7 +870,8 @@ static int model_hook_names(lua_State *L) { return l_hook_names(L); }
  * model's frequencies (and YaRN's attention temperature); "none" (or nil)
  * switches it off. Returns the model. */
 static int model_set_rope_scaling(lua_State *L) {
-    lmodel *lm = mp_lua_model_check(L, 1);
+    lua_settop(L, 2);
+    lmodel *lm = mp_lua_model_busy(L, 1, "set_rope_scaling", 0);
     mp_config c = lm->m->cfg;
     const char *type = "none";
     if (lua_istable(L, 2)) {
@@ -885,7 +884,7 @@ static int model_set_rope_scaling(lua_State *L) {
     if (k < 0) return luaL_error(L, "set_rope_scaling: type must be \"pi\", \"ntk\", \"yarn\" or \"none\" (got \"%s\")", type);
     c.rope_scaling = (mp_rope_scaling)k;
     c.rope_factor = k ? (float)mp_lua_opt_num(L, 2, "factor", 1.0) : 0.0f;
-    c.rope_orig_ctx = k ? (int)mp_lua_opt_num(L, 2, "original_ctx", 0) : 0;
+    c.rope_orig_ctx = k ? (int)mp_lua_opt_int(L, 2, "set_rope_scaling", "original_ctx", 0, 0, INT_MAX) : 0;
     c.yarn_beta_fast = k ? (float)mp_lua_opt_num(L, 2, "beta_fast", 0) : 0.0f;
     c.yarn_beta_slow = k ? (float)mp_lua_opt_num(L, 2, "beta_slow", 0) : 0.0f;
     if (mp_config_validate(&c, "set_rope_scaling")) return luaL_error(L, "%s", mp_last_error());
@@ -898,7 +897,8 @@ static int model_set_rope_scaling(lua_State *L) {
  * in place (schemes with the same parameters: not to or from "learned"); DroPE
  * is m:set_pos("none") followed by a short recalibration. Returns the model. */
 static int model_set_pos(lua_State *L) {
-    lmodel *lm = mp_lua_model_check(L, 1);
+    lua_settop(L, 3);
+    lmodel *lm = mp_lua_model_busy(L, 1, "set_pos", 0);
     const char *name = luaL_checkstring(L, 2);
     int k = mp_pos_parse(name);
     if (k < 0) return luaL_error(L, "set_pos: unknown positional scheme \"%s\"", name);
@@ -906,7 +906,7 @@ static int model_set_pos(lua_State *L) {
     if ((k == MP_POS_LEARNED) != (c.pos == MP_POS_LEARNED))
         return luaL_error(L, "set_pos: cannot switch to or from learned positions (the parameters differ)");
     c.pos = (mp_pos_kind)k;
-    c.rope_dims = (int)mp_lua_opt_num(L, 3, "rope_dims", 0);
+    c.rope_dims = (int)mp_lua_opt_int(L, 3, "set_pos", "rope_dims", 0, 0, INT_MAX);
     c.pos_no_temp = !mp_lua_opt_bool(L, 3, "pos_temp", 1);
     if (c.pos != MP_POS_ROPE && c.pos != MP_POS_HALF_ROPE) {
         c.rope_scaling = MP_ROPE_SCALING_NONE;
@@ -932,7 +932,7 @@ static const luaL_Reg model_methods[] = {
     {"set_rope_scaling", model_set_rope_scaling},
     {"set_pos", model_set_pos},
     {"save", model_save},
-    {"close", model_gc},
+    {"close", model_close},
     {NULL, NULL}};
 
 static int model_call(lua_State *L) { return run_common(L, 0); }
@@ -940,13 +940,17 @@ static int model_call(lua_State *L) { return run_common(L, 0); }
 void mp_lua_open_model(lua_State *L) {
     luaL_newmetatable(L, MODEL_MT);
     lua_pushcfunction(L, model_gc); lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, model_gc); lua_setfield(L, -2, "__close");
+    lua_pushcfunction(L, model_close); lua_setfield(L, -2, "__close");
     lua_pushcfunction(L, model_tostring); lua_setfield(L, -2, "__tostring");
     lua_pushcfunction(L, model_index); lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, model_call); lua_setfield(L, -2, "__call");
     luaL_newlib(L, model_methods);
     luaL_setfuncs(L, mp_lua_train_methods, 0);
     lua_setfield(L, -2, "__methods");
+    lua_pop(L, 1);
+
+    luaL_newmetatable(L, BUSY_MT);
+    lua_pushcfunction(L, busy_release); lua_setfield(L, -2, "__close");
     lua_pop(L, 1);
 
     luaL_newmetatable(L, GUARD_MT);

@@ -1,6 +1,7 @@
 /* lmodel.h — internals shared by the model's binding files: the Model
  * userdata (lmodel.c), interventions and Lua hooks (lintervene.c) and the
- * training methods (ltrain.c). Not part of the public C API. */
+ * training methods (ltrain.c); token arguments are read by ltokarg.c. Not part
+ * of the public C API. */
 #ifndef MP_LMODEL_H
 #define MP_LMODEL_H
 
@@ -20,6 +21,7 @@ typedef struct {
     char tok_path[1024]; /* its source: tokenizer.bin, GGUF file, tokenizer.json or HF folder */
     mp_train_ws ws;     /* training buffers (gradients, activations) */
     mp_train_log log;   /* loss curve, saved in the checkpoint's /train */
+    int busy;           /* > 0 while a method that can call back into Lua runs (mp_lua_model_busy) */
 } lmodel;
 /* The model userdata's user value 1 is its optimizer (the last one used by
  * train_step / train, or the one loaded from a checkpoint). */
@@ -32,10 +34,18 @@ typedef struct {
 } guard;
 
 lmodel *mp_lua_model_check(lua_State *L, int idx);
+/* Marks the model at idx in use until the calling C function returns or
+ * unwinds (a to-be-closed slot pushed on the stack: call it before pushing
+ * anything that must be removed later). m:close() refuses while it is in use;
+ * with `exclusive` (training, which reuses the model's buffers) the method
+ * itself refuses to run from inside one of the model's callbacks. */
+lmodel *mp_lua_model_busy(lua_State *L, int idx, const char *method, int exclusive);
 guard *mp_lua_guard_push(lua_State *L);
 /* Tokens from a flat table (B = 1), a table of equal-length tables [B][T], or a
- * 1-D / 2-D Tensor, into g->ints. */
-void mp_lua_read_tokens(lua_State *L, int idx, guard *g, int *B, int *T);
+ * 1-D / 2-D Tensor, into g->ints. Every value must be an integer that fits an
+ * int (errors name `what`, the position and the value); with vocab > 0 also in
+ * 0..vocab-1, or -1 with `ignore` (targets). */
+void mp_lua_read_tokens(lua_State *L, int idx, guard *g, int *B, int *T, const char *what, int vocab, int ignore);
 /* Options table helpers (opt = stack index of the table, or 0). */
 int mp_lua_opt_bool(lua_State *L, int opt, const char *key, int def);
 lua_Number mp_lua_opt_num(lua_State *L, int opt, const char *key, lua_Number def);
@@ -44,8 +54,14 @@ const char *mp_lua_opt_globs(lua_State *L, int opt, const char *key, const char 
 
 /* lintervene.c: registers opts.fwd_hooks = { {name_or_glob, function | Intervention}, ... }
  * into g->hooks (pushes one table that keeps the functions alive: leave it on the
- * stack while the hooks can fire), and mp.ablate / mp.patch / mp.steer / mp.scale. */
-void mp_lua_add_fwd_hooks(lua_State *L, int opt, guard *g);
+ * stack while the hooks can fire; returns its index), and mp.ablate / mp.patch /
+ * mp.steer / mp.scale. Interventions' positions= must be < n_pos (the positions
+ * the call will run; 0: unchecked). A Lua hook function never raises through
+ * the forward pass: its error is recorded in that table and makes the forward
+ * fail; after a failed forward call mp_lua_hooks_rethrow(L, ftbl), which raises
+ * the recorded error object (if any), then report the mp_status. */
+int mp_lua_add_fwd_hooks(lua_State *L, int opt, guard *g, int n_pos);
+void mp_lua_hooks_rethrow(lua_State *L, int ftbl);
 void mp_lua_open_interventions(lua_State *L);
 
 /* ltrain.c: the Model's training methods (train_step, train, loss). */

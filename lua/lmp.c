@@ -3,13 +3,53 @@
 #include "mp_lua.h"
 
 #include <errno.h>
+#include <math.h>
 #include <lualib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 int mp_lua_fail(lua_State *L, mp_status s) {
     (void)s;
-    return luaL_error(L, "%s", mp_last_error());
+    luaL_where(L, 1);
+    lua_pushstring(L, mp_last_error());
+    lua_concat(L, 2);
+    /* an input or environment error, not a bug in the script: the CLI prints
+     * it without a traceback when it reaches the top unchanged */
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, MP_LUA_INPUT_ERROR);
+    return lua_error(L);
+}
+
+lua_Integer mp_lua_checkint(lua_State *L, int idx, const char *what, lua_Integer lo, lua_Integer hi) {
+    idx = lua_absindex(L, idx);
+    int isint;
+    lua_Integer v = lua_tointegerx(L, idx, &isint);
+    if (!isint) {
+        int isnum;
+        lua_Number n = lua_tonumberx(L, idx, &isnum);
+        if (!isnum) return luaL_error(L, "%s must be an integer (got %s)", what, luaL_typename(L, idx));
+        lua_pushvalue(L, idx);
+        const char *s = luaL_tolstring(L, -1, NULL); /* as Lua prints it: 1.7, 1e+10, nan, inf */
+        if (n == floor(n)) /* integral but beyond the 64-bit integers */
+            return luaL_error(L, "%s = %s is out of range (%I..%I)", what, s, lo, hi);
+        return luaL_error(L, "%s must be an integer (got %s)", what, s);
+    }
+    if (v < lo || v > hi) return luaL_error(L, "%s = %I is out of range (%I..%I)", what, v, lo, hi);
+    return v;
+}
+
+lua_Integer mp_lua_opt_int(lua_State *L, int opt, const char *prefix, const char *key, lua_Integer def,
+                           lua_Integer lo, lua_Integer hi) {
+    if (!opt || !lua_istable(L, opt)) return def;
+    opt = lua_absindex(L, opt);
+    if (lua_getfield(L, opt, key) == LUA_TNIL) {
+        lua_pop(L, 1);
+        return def;
+    }
+    const char *what = prefix ? lua_pushfstring(L, "%s: %s", prefix, key) : lua_pushfstring(L, "option '%s'", key);
+    lua_Integer v = mp_lua_checkint(L, -2, what, lo, hi);
+    lua_pop(L, 2);
+    return v;
 }
 
 static int l_version(lua_State *L) {

@@ -10,6 +10,7 @@
 #include "checkpoint.h"
 #include "optim.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -50,8 +51,8 @@ void mp_lua_adamw_params(lua_State *L, int t, void *hpv) {
     hp->weight_decay = num_opt(L, t, "weight_decay", hp->weight_decay);
     hp->min_lr = num_opt(L, t, "min_lr", hp->min_lr);
     hp->grad_clip = num_opt(L, t, "grad_clip", hp->grad_clip);
-    hp->warmup = (int)num_opt(L, t, "warmup", (float)hp->warmup);
-    hp->total_steps = (int)num_opt(L, t, "total_steps", (float)hp->total_steps);
+    hp->warmup = (int)mp_lua_opt_int(L, t, "mp.optim.adamw", "warmup", hp->warmup, 0, INT_MAX);
+    hp->total_steps = (int)mp_lua_opt_int(L, t, "mp.optim.adamw", "total_steps", hp->total_steps, 0, INT_MAX);
 }
 
 static int l_adamw(lua_State *L) {
@@ -119,13 +120,13 @@ void mp_lua_open_train(lua_State *L) {
 
 /* Reads tokens and targets (tables or Tensors of the same [B,T] shape) into
  * the guards' buffers. */
-static void read_batch(lua_State *L, int ti, int gi, guard *gt, guard *gg, int *B, int *T) {
+static void read_batch(lua_State *L, int vocab, int ti, int gi, guard *gt, guard *gg, int *B, int *T) {
     int B2, T2;
     free(gt->ints);
     free(gg->ints);
     gt->ints = gg->ints = NULL;
-    mp_lua_read_tokens(L, ti, gt, B, T);
-    mp_lua_read_tokens(L, gi, gg, &B2, &T2);
+    mp_lua_read_tokens(L, ti, gt, B, T, "tokens", vocab, 0);
+    mp_lua_read_tokens(L, gi, gg, &B2, &T2, "targets", vocab, 1);
     if (B2 != *B || T2 != *T)
         luaL_error(L, "targets: shape [%d,%d] differs from the tokens' [%d,%d]", B2, T2, *B, *T);
 }
@@ -143,20 +144,24 @@ static mp_status lm_step(lmodel *lm, mp_adamw *o, const int *tok, const int *tgt
 
 /* m:train_step(opt, tokens, targets [, {fwd_hooks=, accum=1}]) -> loss, grad_norm */
 static int model_train_step(lua_State *L) {
-    lmodel *lm = mp_lua_model_check(L, 1);
+    lua_settop(L, 5);
+    lmodel *lm = mp_lua_model_busy(L, 1, "train_step", 1);
     mp_adamw *o = mp_lua_optim_check(L, 2);
     int opt = lua_istable(L, 5) ? 5 : 0;
     guard *gt = mp_lua_guard_push(L), *gg = mp_lua_guard_push(L);
     int B, T;
-    read_batch(L, 3, 4, gt, gg, &B, &T);
+    read_batch(L, lm->m->cfg.vocab, 3, 4, gt, gg, &B, &T);
     gt->hooks = mp_hooks_new(&lm->m->cfg);
     if (!gt->hooks) return luaL_error(L, "out of memory");
-    mp_lua_add_fwd_hooks(L, opt, gt);
-    int accum = (int)mp_lua_opt_num(L, opt, "accum", 1);
+    int ftbl = mp_lua_add_fwd_hooks(L, opt, gt, T);
+    int accum = (int)mp_lua_opt_int(L, opt, "train_step", "accum", 1, 1, INT_MAX);
     float loss;
     mp_status st = lm_step(lm, o, gt->ints, gg->ints, B, T, accum, mp_hooks_count(gt->hooks) ? gt->hooks : NULL,
                            &loss);
-    if (st) return mp_lua_fail(L, st);
+    if (st) {
+        mp_lua_hooks_rethrow(L, ftbl);
+        return mp_lua_fail(L, st);
+    }
     lua_pushvalue(L, 2);
     lua_setiuservalue(L, 1, 1);
     lua_pushnumber(L, loss);
@@ -213,19 +218,22 @@ static void sample_task(lua_State *L, int task, int B, int T, int eval) {
  * Continues the model's optimizer (from a loaded checkpoint or an earlier
  * train) unless optimizer= or resume=false is given. */
 static int model_train(lua_State *L) {
-    lmodel *lm = mp_lua_model_check(L, 1);
+    lua_settop(L, 2);
+    lmodel *lm = mp_lua_model_busy(L, 1, "train", 1);
     luaL_checktype(L, 2, LUA_TTABLE);
     if (lua_getfield(L, 2, "task") == LUA_TNIL) return luaL_error(L, "train: option 'task' is required");
     int task = lua_gettop(L);
-    const int steps = (int)mp_lua_opt_num(L, 2, "steps", 0);
-    if (steps <= 0) return luaL_error(L, "train: option 'steps' (a positive integer) is required");
-    const int B = (int)mp_lua_opt_num(L, 2, "batch", 8), T = (int)mp_lua_opt_num(L, 2, "seq_len", lm->m->cfg.ctx);
-    const int accum = (int)mp_lua_opt_num(L, 2, "accum", 1), eval_every = (int)mp_lua_opt_num(L, 2, "eval_every", 0);
-    const int eval_batches = (int)mp_lua_opt_num(L, 2, "eval_batches", 4);
-    const int ck_every = (int)mp_lua_opt_num(L, 2, "checkpoint_every", 0);
+    if (mp_lua_opt_int(L, 2, "train", "steps", 0, 0, INT_MAX) == 0)
+        return luaL_error(L, "train: option 'steps' (a positive integer) is required");
+    const int steps = (int)mp_lua_opt_int(L, 2, "train", "steps", 0, 1, INT_MAX);
+    const int B = (int)mp_lua_opt_int(L, 2, "train", "batch", 8, 1, INT_MAX);
+    const int T = (int)mp_lua_opt_int(L, 2, "train", "seq_len", lm->m->cfg.ctx, 1, INT_MAX);
+    const int accum = (int)mp_lua_opt_int(L, 2, "train", "accum", 1, 1, INT_MAX);
+    const int eval_every = (int)mp_lua_opt_int(L, 2, "train", "eval_every", 0, 0, INT_MAX);
+    const int eval_batches = (int)mp_lua_opt_int(L, 2, "train", "eval_batches", 4, 1, INT_MAX);
+    const int ck_every = (int)mp_lua_opt_int(L, 2, "train", "checkpoint_every", 0, 0, INT_MAX);
     const int show = mp_lua_opt_bool(L, 2, "progress", 1), tty = isatty(2);
-    const int log_every = (int)mp_lua_opt_num(L, 2, "log_every", steps >= 20 ? steps / 20 : 1);
-    if (B <= 0 || T <= 0) return luaL_error(L, "train: batch (%d) and seq_len (%d) must be positive", B, T);
+    const int log_every = (int)mp_lua_opt_int(L, 2, "train", "log_every", steps >= 20 ? steps / 20 : 1, 1, INT_MAX);
     lua_getfield(L, 2, "checkpoint");
     const char *ckpt = lua_tostring(L, -1); /* stays on the stack */
     /* the optimizer */
@@ -258,7 +266,7 @@ static int model_train(lua_State *L) {
     guard *gt = mp_lua_guard_push(L), *gg = mp_lua_guard_push(L);
     gt->hooks = mp_hooks_new(&lm->m->cfg);
     if (!gt->hooks) return luaL_error(L, "out of memory");
-    mp_lua_add_fwd_hooks(L, 2, gt);
+    const int ftbl = mp_lua_add_fwd_hooks(L, 2, gt, T);
     const mp_hooks *hooks = mp_hooks_count(gt->hooks) ? gt->hooks : NULL;
     const size_t first = lm->log.n, first_eval = lm->log.n_eval;
     const double t_start = mp_now();
@@ -268,18 +276,24 @@ static int model_train(lua_State *L) {
     for (int i = 1; i <= steps; i++) {
         int b, t;
         sample_task(L, task, B, T, 0);
-        read_batch(L, top + 1, top + 2, gt, gg, &b, &t);
+        read_batch(L, lm->m->cfg.vocab, top + 1, top + 2, gt, gg, &b, &t);
         lua_settop(L, top);
-        if ((st = lm_step(lm, o, gt->ints, gg->ints, b, t, accum, hooks, &loss))) return mp_lua_fail(L, st);
+        if ((st = lm_step(lm, o, gt->ints, gg->ints, b, t, accum, hooks, &loss))) {
+            mp_lua_hooks_rethrow(L, ftbl);
+            return mp_lua_fail(L, st);
+        }
         const int gstep = (int)o->step;
         if (eval_every > 0 && (i % eval_every == 0 || i == steps)) {
             double sum = 0.0;
             for (int e = 0; e < eval_batches; e++) {
                 float el;
                 sample_task(L, task, B, T, 1);
-                read_batch(L, top + 1, top + 2, gt, gg, &b, &t);
+                read_batch(L, lm->m->cfg.vocab, top + 1, top + 2, gt, gg, &b, &t);
                 lua_settop(L, top);
-                if ((st = mp_model_loss(lm->m, gt->ints, gg->ints, b, t, hooks, &el))) return mp_lua_fail(L, st);
+                if ((st = mp_model_loss(lm->m, gt->ints, gg->ints, b, t, hooks, &el))) {
+                    mp_lua_hooks_rethrow(L, ftbl);
+                    return mp_lua_fail(L, st);
+                }
                 sum += el;
             }
             if ((st = mp_train_log_add_eval(&lm->log, gstep, (float)(sum / (eval_batches > 0 ? eval_batches : 1)))))
@@ -344,17 +358,21 @@ static int model_train(lua_State *L) {
 
 /* m:loss(tokens, targets [, {fwd_hooks=}]) -> mean masked cross-entropy (no update) */
 static int model_loss(lua_State *L) {
-    lmodel *lm = mp_lua_model_check(L, 1);
+    lua_settop(L, 4);
+    lmodel *lm = mp_lua_model_busy(L, 1, "loss", 0);
     int opt = lua_istable(L, 4) ? 4 : 0;
     guard *gt = mp_lua_guard_push(L), *gg = mp_lua_guard_push(L);
     int B, T;
-    read_batch(L, 2, 3, gt, gg, &B, &T);
+    read_batch(L, lm->m->cfg.vocab, 2, 3, gt, gg, &B, &T);
     gt->hooks = mp_hooks_new(&lm->m->cfg);
     if (!gt->hooks) return luaL_error(L, "out of memory");
-    mp_lua_add_fwd_hooks(L, opt, gt);
+    int ftbl = mp_lua_add_fwd_hooks(L, opt, gt, T);
     float loss;
     mp_status st = mp_model_loss(lm->m, gt->ints, gg->ints, B, T, mp_hooks_count(gt->hooks) ? gt->hooks : NULL, &loss);
-    if (st) return mp_lua_fail(L, st);
+    if (st) {
+        mp_lua_hooks_rethrow(L, ftbl);
+        return mp_lua_fail(L, st);
+    }
     lua_pushnumber(L, loss);
     return 1;
 }

@@ -7,7 +7,9 @@
  *   mechprobe --help | --version
  *
  * A script error prints "file:line: message" and a traceback on stderr and the
- * exit status is 1. */
+ * exit status is 1. A bad input file or argument reported by the library
+ * (mp_lua_fail) prints just "mechprobe: message" (the traceback only with
+ * MECHPROBE_TRACEBACK=1). */
 #include "mp_lua.h"
 
 #include <lualib.h>
@@ -32,7 +34,32 @@ static const char *usage =
     "rope_id (run `mechprobe NAME --help`).\n"
     "Probe directory: $MECHPROBE_PROBES, else " MP_PROBE_DIR "\n";
 
+static int shipped_probe; /* the script is one of probes/NAME.lua */
+
+/* "chunk.lua:12: message" -> "message" */
+static void strip_where(lua_State *L) {
+    const char *s = lua_tostring(L, -1), *p = strstr(s, ".lua:");
+    if (!p || memchr(s, ' ', (size_t)(p - s))) return;
+    p += 5;
+    if (*p < '0' || *p > '9') return;
+    while (*p >= '0' && *p <= '9') p++;
+    if (p[0] != ':' || p[1] != ' ') return;
+    lua_pushstring(L, p + 2);
+    lua_replace(L, -2);
+}
+
 static int msghandler(lua_State *L) {
+    const char *tb = getenv("MECHPROBE_TRACEBACK");
+    if (lua_type(L, 1) == LUA_TSTRING && !(tb && *tb && strcmp(tb, "0"))) {
+        lua_getfield(L, LUA_REGISTRYINDEX, MP_LUA_INPUT_ERROR);
+        int input = lua_rawequal(L, 1, -1);
+        lua_pop(L, 1);
+        if (input) { /* the message alone (what in a shipped probe raised it is of no use to its user) */
+            lua_settop(L, 1);
+            if (shipped_probe) strip_where(L);
+            return 1;
+        }
+    }
     const char *msg = lua_tostring(L, 1);
     if (!msg) {
         if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
@@ -54,7 +81,10 @@ static const char *resolve_script(const char *name, char *buf, size_t n) {
     if (len > 4 && strcmp(name + len - 4, ".lua") == 0) return name; /* let loadfile report it */
     if (strchr(name, '/')) return name;
     snprintf(buf, n, "%s/%s.lua", probe_dir(), name);
-    if (access(buf, F_OK) == 0) return buf;
+    if (access(buf, F_OK) == 0) {
+        shipped_probe = 1;
+        return buf;
+    }
     return NULL;
 }
 

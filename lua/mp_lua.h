@@ -47,7 +47,21 @@ mp_tensor *mp_lua_tensor_test(lua_State *L, int idx);
  * tensor (pushing a new one onto the stack if it had to convert). */
 mp_tensor *mp_lua_tensor_arg(lua_State *L, int idx);
 
-/* Raises a Lua error carrying mp_last_error() (for a failed mp_status). */
+/* The integer at idx, checked before any cast: a number (or numeric string)
+ * with an integral value in lo..hi; otherwise an error naming `what` and the
+ * value ("d_model = 1099511627776 is out of range (0..2147483647)", "tokens[2]
+ * must be an integer (got 1.7)"). */
+lua_Integer mp_lua_checkint(lua_State *L, int idx, const char *what, lua_Integer lo, lua_Integer hi);
+/* opt[key] (opt a stack index of a table, or 0) checked as mp_lua_checkint,
+ * def when absent; the message names `prefix` (may be NULL) and the key. */
+lua_Integer mp_lua_opt_int(lua_State *L, int opt, const char *prefix, const char *key, lua_Integer def,
+                           lua_Integer lo, lua_Integer hi);
+
+/* Raises a Lua error carrying mp_last_error() (for a failed mp_status): a
+ * string, also kept in the registry under MP_LUA_INPUT_ERROR so that the CLI
+ * can tell a bad file or argument (printed without a traceback) from an error
+ * in the script. */
+#define MP_LUA_INPUT_ERROR "mechprobe.input_error"
 int mp_lua_fail(lua_State *L, mp_status s);
 
 /* Registration of each part of the module into the table at the stack top. */

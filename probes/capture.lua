@@ -29,6 +29,16 @@ end
 local t0 = os.clock()
 local model = mp.load(o.model, {tokenizer = o.tokenizer})
 local tokens = o.tokens and cli.int_list(o.tokens, "--tokens") or model:to_tokens(o.text)
+if o.tokens then  -- ids the model cannot embed: say which, before anything is written
+  local V = model.config.vocab
+  for i, id in ipairs(tokens) do
+    if id < 0 or id >= V then
+      io.stderr:write(("mechprobe capture: --tokens: item %d, %d, is outside the vocabulary (0..%d; the model %s has %d "
+                       .. "tokens)\n"):format(i, id, V - 1, o.model, V))
+      os.exit(2)
+    end
+  end
+end
 local n = model:capture(tokens, {out = o.out, hooks = o.hooks, logits = o.logits, compress = o.compress})
 print(("wrote %s: %d datasets, tokens [1,%d], model %s (%.2f s CPU)"):format(
   o.out, n, #tokens, o.model, os.clock() - t0))

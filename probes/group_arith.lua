@@ -101,15 +101,30 @@ elseif o.curriculum == true then
   o.curriculum = ga.CURRICULUM
 end
 o.t0 = os.time()
-mp.mkdir(o.out)
 
 local R = {}
 local m, model_path
 if o.model then                                  -- 1. (given) a trained model
   m, model_path = mp.load(o.model), o.model
   local cfg = m.config
+  -- an unrelated model would run to a report of zeros: check that it fits the task
+  local kmax = o.train_k
+  for _, k in ipairs(o.k_list) do kmax = math.max(kmax, k) end
+  for _, c in ipairs(o.curriculum or {}) do kmax = math.max(kmax, c.k or 0) end
+  local V, need_ctx = mp.tasks.algebra{k = 1}.vocab, 5 * (kmax + 1)
+  if cfg.vocab ~= V then
+    io.stderr:write(("mechprobe group_arith: --model %s has a vocabulary of %d tokens; the algebra task's models have %d "
+                     .. "(train one with this probe)\n"):format(o.model, cfg.vocab, V))
+    os.exit(2)
+  end
+  if cfg.pos == "learned" and cfg.ctx < need_ctx then
+    io.stderr:write(("mechprobe group_arith: --model %s has learned positions for %d tokens; evaluating k = %d facts "
+                     .. "needs %d\n"):format(o.model, cfg.ctx, kmax, need_ctx))
+    os.exit(2)
+  end
   o.d_model, o.n_layer, o.n_head, o.d_mlp = cfg.d_model, cfg.n_layer, cfg.n_head, cfg.d_mlp
   o.steps = 0
+  mp.mkdir(o.out)
   -- checkpoints saved next to the model by an earlier run
   local dir = o.model:match("^(.*)/[^/]*$") or "."
   local cks = {}
@@ -122,6 +137,7 @@ if o.model then                                  -- 1. (given) a trained model
   table.sort(cks, function(a, b) return a.step < b.step end)
   R.train = {checkpoints = cks}
 else                                             -- 1. training with checkpoints
+  mp.mkdir(o.out)
   m, R.train = ga.train(o)
   model_path = R.train.model
 end

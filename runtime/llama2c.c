@@ -47,6 +47,32 @@ static int l2c_layout(const mp_config *c, mp_params *p, int v, l2c_array a[16]) 
 }
 
 static int32_t rd_i32(const unsigned char *p) { int32_t v; memcpy(&v, p, 4); return v; }
+static uint64_t rd_u64le(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+/* What a file that failed as a llama2.c header looks like, when it plainly is
+ * something else: text (a script, JSON, a tokenizer list), a safetensors file
+ * given instead of its folder, or an HDF5 file without its signature at 0.
+ * Fills `seen` and returns 1, or 0 when it may be a damaged llama2.c file. */
+static int not_a_model(const unsigned char *h, size_t n, char *seen, size_t cap) {
+    if (n >= 9 && h[8] == '{' && rd_u64le(h) > 1 && rd_u64le(h) < ((uint64_t)1 << 32)) {
+        snprintf(seen, cap, "a safetensors file: pass the folder that holds it and its config.json");
+        return 1;
+    }
+    size_t text = 0;
+    for (size_t i = 0; i < n; i++)
+        if ((h[i] >= 0x20 && h[i] < 0x7f) || h[i] == '\n' || h[i] == '\r' || h[i] == '\t' || h[i] >= 0x80) text++;
+    if (n < 2 || text < n) return 0;
+    char start[40];
+    size_t k = 0;
+    for (size_t i = 0; i < n && k < 24; i++) start[k++] = h[i] >= 0x20 && h[i] < 0x7f ? (char)h[i] : ' ';
+    start[k] = '\0';
+    snprintf(seen, cap, "it is text, starting \"%s\"", start);
+    return 1;
+}
 
 /* Header -> config, with the checks that must precede any division. */
 static mp_status parse_header(const unsigned char *h, size_t size, const char *path,
@@ -128,7 +154,13 @@ mp_status mp_model_load_llama2c(mp_model **out, const char *path) {
         st = mp_error(MP_ERR_IO, "%s: cannot read the header: %s", path, strerror(errno));
         goto cleanup;
     }
-    if ((st = parse_header(h, size, path, &cfg, &version, &header)) != MP_OK) goto cleanup;
+    if ((st = parse_header(h, size, path, &cfg, &version, &header)) != MP_OK) {
+        char seen[128];
+        if (not_a_model(h, hn, seen, sizeof seen))
+            st = mp_error(MP_ERR_FORMAT, "%s: not a model file: not HDF5, GGUF, safetensors or llama2.c (%s)", path,
+                          seen);
+        goto cleanup;
+    }
 
     if (!(m = mp_calloc(1, sizeof *m, "model"))) { st = MP_ERR_NOMEM; goto cleanup; }
     m->cfg = cfg;
@@ -170,7 +202,7 @@ mp_status mp_model_load_llama2c(mp_model **out, const char *path) {
 cleanup:
     if (fd >= 0) close(fd);
     mp_model_free(m);
-    return st;
+    return mp_error_name_path(st, path); /* e.g. out of memory for the parameters */
 }
 
 /* llama2.c's freq_cis tables: cos / sin of pos * theta^(-2i/Dh), [ctx, Dh/2] each. */

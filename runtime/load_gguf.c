@@ -125,6 +125,16 @@ static mp_status read_config(const gctx *x, mp_config *c) {
         return mp_error(MP_ERR_FORMAT, "%s: token_embd.weight has dims {%llu, %llu}; needs {%d, vocab}", x->path,
                         (unsigned long long)emb->dims[0], (unsigned long long)emb->dims[1], c->d_model);
     c->vocab = (int)emb->dims[1];
+    {   /* a declared vocabulary size must agree with the embedding's rows */
+        char kv[128];
+        int64_t vs;
+        snprintf(kv, sizeof kv, "%s.vocab_size", x->arch);
+        mp_gguf_lookup r = mp_gguf_get_int(x->g, kv, &vs);
+        if (r == MP_GGUF_WRONG_TYPE) return mp_error(MP_ERR_FORMAT, "%s: metadata %s is not an integer", x->path, kv);
+        if (r == MP_GGUF_FOUND && vs != (int64_t)c->vocab)
+            return mp_error(MP_ERR_FORMAT, "%s: metadata %s = %lld but token_embd.weight has %d rows (one per token); "
+                            "the file is inconsistent", x->path, kv, (long long)vs, c->vocab);
+    }
     c->tied = mp_gguf_find_tensor(x->g, "output.weight") == NULL;
     if (is_gpt2) {
         c->norm = MP_NORM_LAYER;
@@ -282,7 +292,7 @@ mp_status mp_model_load_gguf(mp_model **out, const char *path) {
 cleanup:
     mp_model_free(m);
     mp_gguf_close(g);
-    return st;
+    return mp_error_name_path(st, path); /* e.g. out of memory for the parameters */
 }
 
 /* ---- tokenizer from tokenizer.ggml.* ---- */

@@ -76,8 +76,17 @@ static void llama3_freqs(mp_config *c, double factor, double lo, double hi, doub
 static mp_status rope_scaling(const mp_json *cfg, const char *path, mp_config *c) {
     const mp_json *rs = mp_json_get(cfg, "rope_scaling");
     if (!rs || mp_json_type_of(rs) == MP_JSON_NULL) return MP_OK;
-    const char *type = mp_json_string(mp_json_get(rs, "rope_type"), NULL);
-    if (!type) type = mp_json_string(mp_json_get(rs, "type"), NULL);
+    static const char *const json_names[] = {"null", "a boolean", "a number", "a string", "an array", "an object"};
+    if (mp_json_type_of(rs) != MP_JSON_OBJECT)
+        return mp_error(MP_ERR_FORMAT, "%s/config.json: rope_scaling must be null or an object such as "
+                        "{\"type\": \"linear\", \"factor\": 2.0} (got %s)", path, json_names[mp_json_type_of(rs)]);
+    const mp_json *tj = mp_json_get(rs, "rope_type");
+    const char *tkey = "rope_type";
+    if (!tj) tj = mp_json_get(rs, tkey = "type");
+    const char *type = mp_json_string(tj, NULL);
+    if (tj && !type)
+        return mp_error(MP_ERR_FORMAT, "%s/config.json: rope_scaling.%s must be a string such as \"linear\" (got %s)",
+                        path, tkey, json_names[mp_json_type_of(tj)]);
     float factor = 1.0f;
     mp_status st = cfg_num(rs, path, "factor", 1.0, &factor);
     if (st) return st;
@@ -319,7 +328,7 @@ cleanup:
     mp_model_free(m);
     mp_safetensors_close(st);
     mp_json_free(doc);
-    return s;
+    return mp_error_name_path(s, dir); /* e.g. out of memory for the parameters */
 }
 
 mp_status mp_tok_load_hf_dir(mp_tok **out, const char *dir) {

@@ -31,6 +31,11 @@ mp_status mp_error_prefix(mp_status s, const char *fmt, ...) {
     return s;
 }
 
+mp_status mp_error_name_path(mp_status s, const char *path) {
+    if (s != MP_OK && path && path[0] && !strstr(err_buf, path)) mp_error_prefix(s, "%s", path);
+    return s;
+}
+
 const char *mp_last_error(void) { return err_buf; }
 
 const char *mp_status_name(mp_status s) {

@@ -35,6 +35,9 @@ mp_status mp_error(mp_status s, const char *fmt, ...)
 /* Prefixes the current message with "prefix: " (to add context on the way up). */
 mp_status mp_error_prefix(mp_status s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* For a failed s whose message does not name `path` yet (an out-of-memory
+ * report from a shared allocator, say), puts "path: " in front; returns s. */
+mp_status mp_error_name_path(mp_status s, const char *path);
 
 const char *mp_last_error(void);
 const char *mp_status_name(mp_status s);

@@ -26,24 +26,70 @@
 /* ---- encoding ---- */
 
 #define ENC_MAX_DEPTH 64
+#define WBUF_MT "mechprobe.mpi.buffer"
 
-static void put(luaL_Buffer *b, const void *p, size_t n) { luaL_addlstring(b, p, n); }
+/* A growable byte buffer owned by a userdata (freed by __gc even when the
+ * encoding raises an error half-way; luaL_Buffer cannot be used because the
+ * encoder walks tables on the stack). */
+typedef struct {
+    char *p;
+    size_t n, cap;
+    lua_State *L;
+} wbuf;
 
-static void encode(lua_State *L, luaL_Buffer *b, int idx, int depth, const char *what) {
+static int wbuf_gc(lua_State *L) {
+    wbuf *b = luaL_checkudata(L, 1, WBUF_MT);
+    free(b->p);
+    b->p = NULL;
+    b->n = b->cap = 0;
+    return 0;
+}
+
+static wbuf *wbuf_push(lua_State *L) {
+    wbuf *b = lua_newuserdatauv(L, sizeof *b, 0);
+    memset(b, 0, sizeof *b);
+    b->L = L;
+    if (luaL_newmetatable(L, WBUF_MT)) {
+        lua_pushcfunction(L, wbuf_gc);
+        lua_setfield(L, -2, "__gc");
+    }
+    lua_setmetatable(L, -2);
+    return b;
+}
+
+static void put(wbuf *b, const void *p, size_t n) {
+    if (b->cap - b->n < n) {
+        size_t nc = b->cap ? b->cap : 256;
+        while (nc - b->n < n) {
+            if (nc > SIZE_MAX / 2) luaL_error(b->L, "mp.mpi: message too large");
+            nc *= 2;
+        }
+        char *q = realloc(b->p, nc);
+        if (!q) luaL_error(b->L, "mp.mpi: out of memory for a message of %zu bytes", nc);
+        b->p = q;
+        b->cap = nc;
+    }
+    memcpy(b->p + b->n, p, n);
+    b->n += n;
+}
+
+static void put_char(wbuf *b, char c) { put(b, &c, 1); }
+
+static void encode(lua_State *L, wbuf *b, int idx, int depth, const char *what) {
     idx = lua_absindex(L, idx);
     if (depth > ENC_MAX_DEPTH) luaL_error(L, "%s: the value is nested deeper than %d (a cycle?)", what, ENC_MAX_DEPTH);
     luaL_checkstack(L, 4, "mp.mpi encoding");
     switch (lua_type(L, idx)) {
-    case LUA_TNIL: luaL_addchar(b, 'n'); break;
-    case LUA_TBOOLEAN: luaL_addchar(b, lua_toboolean(L, idx) ? 't' : 'f'); break;
+    case LUA_TNIL: put_char(b, 'n'); break;
+    case LUA_TBOOLEAN: put_char(b, lua_toboolean(L, idx) ? 't' : 'f'); break;
     case LUA_TNUMBER:
         if (lua_isinteger(L, idx)) {
             int64_t v = (int64_t)lua_tointeger(L, idx);
-            luaL_addchar(b, 'i');
+            put_char(b, 'i');
             put(b, &v, sizeof v);
         } else {
             double v = (double)lua_tonumber(L, idx);
-            luaL_addchar(b, 'd');
+            put_char(b, 'd');
             put(b, &v, sizeof v);
         }
         break;
@@ -51,7 +97,7 @@ static void encode(lua_State *L, luaL_Buffer *b, int idx, int depth, const char 
         size_t n;
         const char *s = lua_tolstring(L, idx, &n);
         uint64_t len = n;
-        luaL_addchar(b, 's');
+        put_char(b, 's');
         put(b, &len, sizeof len);
         put(b, s, n);
         break;
@@ -60,7 +106,7 @@ static void encode(lua_State *L, luaL_Buffer *b, int idx, int depth, const char 
         uint64_t count = 0;
         lua_pushnil(L);
         while (lua_next(L, idx)) { count++; lua_pop(L, 1); }
-        luaL_addchar(b, 'T');
+        put_char(b, 'T');
         put(b, &count, sizeof count);
         lua_pushnil(L);
         while (lua_next(L, idx)) {
@@ -74,7 +120,7 @@ static void encode(lua_State *L, luaL_Buffer *b, int idx, int depth, const char 
         mp_tensor *t = mp_lua_tensor_test(L, idx);
         if (t) {
             uint8_t nd = (uint8_t)t->ndim;
-            luaL_addchar(b, 'X');
+            put_char(b, 'X');
             put(b, &nd, 1);
             put(b, t->shape, (size_t)t->ndim * sizeof t->shape[0]);
             put(b, t->data, t->numel * sizeof(float));
@@ -157,10 +203,10 @@ static void decode(lua_State *L, reader *r, int depth) {
 /* Pushes the encoding of the value at idx as a string. */
 static void push_encoded(lua_State *L, int idx, const char *what) {
     idx = lua_absindex(L, idx);
-    luaL_Buffer b;
-    luaL_buffinit(L, &b);
-    encode(L, &b, idx, 0, what);
-    luaL_pushresult(&b);
+    wbuf *b = wbuf_push(L);
+    encode(L, b, idx, 0, what);
+    lua_pushlstring(L, b->p ? b->p : "", b->n);
+    lua_replace(L, -2); /* the buffer is freed by its __gc */
 }
 
 /* Gathers the value at idx on root: pushes {v0, v1, ...} there, nil elsewhere. */

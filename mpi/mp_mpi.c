@@ -126,6 +126,28 @@ mp_status mp_mpi_bcast(void *buf, size_t n, int root) {
     return rc == MPI_SUCCESS ? MP_OK : mpi_fail(rc, "broadcast");
 }
 
+mp_status mp_mpi_allgatherv_i32(const int32_t *mine, int n_mine, int32_t *all, const int64_t *counts) {
+    if (!active()) {
+        if (n_mine) memcpy(all, mine, (size_t)n_mine * sizeof *all);
+        return MP_OK;
+    }
+    int *c = mp_malloc((size_t)g_wsize * 2 * sizeof *c, "gathered counts");
+    if (!c) return MP_ERR_NOMEM;
+    int64_t off = 0;
+    for (int r = 0; r < g_wsize; r++) {
+        if (counts[r] < 0 || counts[r] > INT32_MAX || off > INT32_MAX) {
+            free(c);
+            return mp_error(MP_ERR_ARG, "MPI: too many values to gather (%lld from rank %d)", (long long)counts[r], r);
+        }
+        c[r] = (int)counts[r];
+        c[g_wsize + r] = (int)off;
+        off += counts[r];
+    }
+    int rc = MPI_Allgatherv(mine, n_mine, MPI_INT32_T, all, c, c + g_wsize, MPI_INT32_T, comm());
+    free(c);
+    return rc == MPI_SUCCESS ? MP_OK : mpi_fail(rc, "allgather");
+}
+
 mp_status mp_mpi_gather_bytes(const void *buf, size_t n, int root, char **out, size_t *lens) {
     *out = NULL;
     if (!active()) {
@@ -305,6 +327,11 @@ mp_status mp_mpi_sum_f32(float *v, size_t n) { (void)v; (void)n; return MP_OK; }
 mp_status mp_mpi_max_i64(int64_t *v, int n) { (void)v; (void)n; return MP_OK; }
 mp_status mp_mpi_allgather_i64(int64_t v, int64_t *all) { all[0] = v; return MP_OK; }
 mp_status mp_mpi_bcast(void *buf, size_t n, int root) { (void)buf; (void)n; (void)root; return MP_OK; }
+mp_status mp_mpi_allgatherv_i32(const int32_t *mine, int n_mine, int32_t *all, const int64_t *counts) {
+    (void)counts;
+    if (n_mine) memcpy(all, mine, (size_t)n_mine * sizeof *all);
+    return MP_OK;
+}
 mp_status mp_mpi_gather_bytes(const void *buf, size_t n, int root, char **out, size_t *lens) {
     (void)root;
     lens[0] = n;

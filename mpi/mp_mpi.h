@@ -56,6 +56,9 @@ mp_status mp_mpi_max_i64(int64_t *v, int n);
 /* all[r] = v of rank r (all has mp_mpi_size() entries). */
 mp_status mp_mpi_allgather_i64(int64_t v, int64_t *all);
 mp_status mp_mpi_bcast(void *buf, size_t n, int root);
+/* Every rank's `n_mine` ints concatenated in rank order into all (which holds
+ * the sum of counts[]; counts[r] = rank r's n, from mp_mpi_allgather_i64). */
+mp_status mp_mpi_allgatherv_i32(const int32_t *mine, int n_mine, int32_t *all, const int64_t *counts);
 /* Root receives the byte strings of every rank concatenated in rank order:
  * *out (free()) and lens[size]; other ranks get *out = NULL. */
 mp_status mp_mpi_gather_bytes(const void *buf, size_t n, int root, char **out, size_t *lens);

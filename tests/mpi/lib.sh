@@ -22,8 +22,11 @@ mpi() {
 
 "$MP" -e 'os.exit(mp.mpi.built() and 0 or 77)' || { echo "SKIP: mechprobe is built without MPI (MP_MPI=OFF, or Open MPI / parallel HDF5 not found)"; exit 77; }
 command -v mpirun > /dev/null || { echo "SKIP: mpirun not found"; exit 77; }
-if ! mpi 2 "$MP" -e 'assert(mp.mpi.size() == 2)' > "$OUT/start.log" 2>&1; then
+if ! mpi 2 true > "$OUT/start.log" 2>&1; then
   echo "SKIP: mpirun -np 2 cannot start here:"; cat "$OUT/start.log"; exit 77
 fi
+# Under AddressSanitizer: whole stacks, so that tests/lsan_openmpi.supp can
+# recognise what Open MPI's plugins keep until exit.
+export LSAN_OPTIONS="${LSAN_OPTIONS:-}${LSAN_OPTIONS:+:}fast_unwind_on_malloc=0"
 
 fail() { echo "FAIL: $*"; exit 1; }

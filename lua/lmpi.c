@@ -4,6 +4,7 @@
  *   mp.mpi.built() -> bool          built with MPI
  *   mp.mpi.rank(), mp.mpi.size()    this process in the current group (0 of 1
  *                                   without mpirun, and inside a sweep item)
+ *   mp.mpi.world_rank(), world_size()  in the whole job (for logging)
  *   mp.mpi.barrier()
  *   mp.mpi.split(n) -> first, count this rank's contiguous share of 1..n
  *   mp.mpi.sum(x)                   a number, or a Tensor summed in place
@@ -255,6 +256,8 @@ static int check_root(lua_State *L, int idx) {
 static int l_built(lua_State *L) { lua_pushboolean(L, mp_mpi_built()); return 1; }
 static int l_rank(lua_State *L) { lua_pushinteger(L, mp_mpi_rank()); return 1; }
 static int l_size(lua_State *L) { lua_pushinteger(L, mp_mpi_size()); return 1; }
+static int l_world_rank(lua_State *L) { lua_pushinteger(L, mp_mpi_world_rank()); return 1; }
+static int l_world_size(lua_State *L) { lua_pushinteger(L, mp_mpi_world_size()); return 1; }
 
 static int l_barrier(lua_State *L) {
     if (mp_mpi_barrier()) return luaL_error(L, "mp.mpi.barrier: %s", mp_last_error());
@@ -378,6 +381,7 @@ static int l_exit(lua_State *L) {
 
 void mp_lua_open_mpi(lua_State *L) {
     static const luaL_Reg fns[] = {{"built", l_built},   {"rank", l_rank},     {"size", l_size},
+                                   {"world_rank", l_world_rank}, {"world_size", l_world_size},
                                    {"barrier", l_barrier}, {"split", l_split}, {"sum", l_sum},
                                    {"gather", l_gather}, {"bcast", l_bcast},   {"sweep", l_sweep},
                                    {NULL, NULL}};

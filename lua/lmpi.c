@@ -387,7 +387,8 @@ void mp_lua_open_mpi(lua_State *L) {
                                    {NULL, NULL}};
     luaL_newlib(L, fns);
     lua_setfield(L, -2, "mpi");
-    if (mp_mpi_built() && lua_getglobal(L, "os") == LUA_TTABLE) {
+    if (!mp_mpi_built()) return;
+    if (lua_getglobal(L, "os") == LUA_TTABLE) {
         if (lua_getfield(L, -1, "exit") == LUA_TFUNCTION) {
             lua_pushcclosure(L, l_exit, 1);
             lua_setfield(L, -2, "exit");

@@ -13,3 +13,6 @@ mp_mpi_test(test_mpi_capture test_capture.sh)
 mp_mpi_test(test_mpi_faults test_faults.sh)
 mp_mpi_test(test_mpi_sweep test_sweep.sh)
 mp_mpi_test(test_mpi_probe_sweep test_probe_sweep.sh)
+# The dataset capture without mpirun runs in every build (label lua).
+add_test(NAME test_capture_serial COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_capture_serial.sh $<TARGET_FILE:mechprobe>)
+set_tests_properties(test_capture_serial PROPERTIES LABELS "lua;fault" WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})

@@ -1,8 +1,9 @@
--- capture_check.lua MODEL PROMPTS SERIAL.h5 SPLIT.h5 — checks a dataset capture
--- (run serially): the serial file against an independent reference (each
--- prompt's run_with_cache and logits, the prompt's length in /lengths, the
--- padding), then the split file against the serial one dataset by dataset
--- (same names, shapes and values within 1e-6, same /model attributes).
+-- capture_check.lua MODEL PROMPTS SERIAL.h5 [SPLIT.h5] — checks a dataset
+-- capture (run serially): the serial file against an independent reference
+-- (each prompt's run_with_cache and logits, the prompt's length in /lengths,
+-- the padding), then, when given, the split file against the serial one
+-- dataset by dataset (same names, shapes and values within 1e-6, same /model
+-- attributes).
 local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "../lua/testlib.lua")
 local model_path, prompts_path, serial, split = arg[1], arg[2], arg[3], arg[4]
 local m = mp.load(model_path)
@@ -45,7 +46,7 @@ do -- the serial file against run_with_cache
   end
 end
 
-do -- split against serial, dataset by dataset
+if split then -- split against serial, dataset by dataset
   local a <close> = mp.h5.open(serial)
   local b <close> = mp.h5.open(split)
   local function walk(group, fn)

@@ -77,4 +77,4 @@ if split then -- split against serial, dataset by dataset
   local ma, mb = a:attrs("model"), b:attrs("model")
   for k, v in pairs(ma) do t.ok(mb[k] == v, "/model attribute " .. k) end
 end
-t.finish("test_mpi_capture")
+t.finish("capture_check")

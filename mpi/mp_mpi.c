@@ -188,9 +188,8 @@ mp_status mp_mpi_gather_bytes(const void *buf, size_t n, int root, char **out, s
         }
         if (!(*out = mp_malloc(total ? (size_t)total : 1, "gathered results"))) { st = MP_ERR_NOMEM; goto cleanup; }
     }
-    /* a root that failed to allocate still takes part (receives into nothing is not allowed, so it aborts the
-       job through the caller's error path after this call returns) */
-    if (me == root && !*out) goto cleanup;
+    /* (a root that could not allocate has left above with MP_ERR_NOMEM: its caller raises the error, which
+       ends the job, the other ranks included) */
     if ((rc = MPI_Gatherv(buf, (int)n, MPI_BYTE, *out, counts, displs, MPI_BYTE, root, comm())) != MPI_SUCCESS)
         st = mpi_fail(rc, "gather");
 cleanup:

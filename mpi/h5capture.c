@@ -219,6 +219,12 @@ mp_status mp_h5cap_create(mp_h5cap **out, const mp_h5cap_params *p, const mp_con
                       "GZIP=%d", p->out, p->compress);
         goto cleanup;
     }
+    if (p->globs && *p->globs) { /* every rank finds the same mistake: no file is made */
+        char bad[256];
+        int n = mp_hook_select(cfg, p->globs, NULL, NULL, bad, sizeof bad);
+        if (bad[0]) { st = mp_error(MP_ERR_ARG, "capture: hook name '%s' matches no hook point of this model", bad); goto cleanup; }
+        if (n == 0) { st = mp_error(MP_ERR_ARG, "capture: hook names '%s' match no hook point", p->globs); goto cleanup; }
+    }
     /* the file: rank 0 names it, every rank opens it (MPI-IO when several) */
     if ((st = make_tmp(c, p->out))) goto cleanup;
     if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0) { st = mp_h5_error(MP_ERR_HDF5, "%s: cannot create", p->out); goto cleanup; }
@@ -248,10 +254,6 @@ mp_status mp_h5cap_create(mp_h5cap **out, const mp_h5cap_params *p, const mp_con
     if ((st = add_ds(c, "/tokens", H5T_NATIVE_INT32, 2, tshape, 1, p->compress, &pad, &c->tokens))) goto cleanup;
     visit_ctx v = {c, cfg, hooks, p->compress, 0, MP_OK};
     if (p->globs && *p->globs) {
-        char bad[256];
-        int n = mp_hook_select(cfg, p->globs, NULL, NULL, bad, sizeof bad);
-        if (bad[0]) { st = mp_error(MP_ERR_ARG, "capture: hook name '%s' matches no hook point of this model", bad); goto cleanup; }
-        if (n == 0) { st = mp_error(MP_ERR_ARG, "capture: hook names '%s' match no hook point", p->globs); goto cleanup; }
         mp_hook_select(cfg, p->globs, visit, &v, NULL, 0);
         if ((st = v.st)) goto cleanup;
     }

@@ -7,13 +7,16 @@
 # steps of each sweep model; BENCH_BIND (none) is mpirun's --bind-to (core pins
 # each rank to a core: right on a dedicated node, but on a shared machine a
 # pinned rank cannot leave a busy core). The analysis for clusters is in
-# bench/README.md.
+# bench/README.md. BENCH_YIELD (1) sets Open MPI's mpi_yield_when_idle: a rank
+# waiting in a reduction yields the core instead of busy-polling it (on a shared
+# machine polling takes CPU from the other rank; 0 for a dedicated node).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${1:-$ROOT/build}"
 MP="$BUILD/mechprobe"
 STEPS="${BENCH_STEPS:-20}"
 BIND="${BENCH_BIND:-none}"
+export OMPI_MCA_mpi_yield_when_idle="${BENCH_YIELD:-1}"
 CORES=$(env -u OMP_NUM_THREADS nproc)
 SWEEP_STEPS="${BENCH_SWEEP_STEPS:-60}"
 [[ -x "$MP" ]] || { echo "mpi.sh: build $MP first" >&2; exit 1; }
@@ -25,7 +28,7 @@ MPIRUN=(mpirun --oversubscribe --bind-to "$BIND" --mca btl self,vader)
 field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p"; }
 cd "$ROOT"
 
-echo "mechprobe MPI benchmark: $CORES cores, load average $(cut -d' ' -f1-3 /proc/loadavg), OMP_NUM_THREADS=1 per rank, --bind-to $BIND"
+echo "mechprobe MPI benchmark: $CORES cores, load average $(cut -d' ' -f1-3 /proc/loadavg), OMP_NUM_THREADS=1 per rank, --bind-to $BIND, yield_when_idle $OMPI_MCA_mpi_yield_when_idle"
 t1=$("$MP" bench/mpi_bench.lua train "$STEPS" | grep RESULT)
 t2=$("${MPIRUN[@]}" -np 2 "$MP" bench/mpi_bench.lua train "$STEPS" | grep RESULT)
 s1=$("$MP" bench/mpi_bench.lua sweep "$SWEEP_STEPS" | grep RESULT)

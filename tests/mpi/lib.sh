@@ -14,6 +14,8 @@ export MP_TEST_OUT=$OUT
 # (no single-copy mechanism: containers usually forbid ptrace-based CMA).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
+# a waiting rank yields its core instead of polling (ctest -j2 runs two jobs on 2 cores)
+export OMPI_MCA_mpi_yield_when_idle=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mpi() {
   local n=$1; shift

@@ -127,11 +127,14 @@ static const char *mlp_name(const mp_config *c) {
 }
 
 mp_status mp_h5run_write_model(mp_h5run *run, const mp_config *c, const char *source) {
-    hid_t f = run->at.file;
+    return mp_h5_write_model_attrs(run->at.file, run->at.path, c, source);
+}
+
+mp_status mp_h5_write_model_attrs(hid_t f, const char *what, const mp_config *c, const char *source) {
     mp_status st = MP_OK;
     if (!mp_h5_exists(f, "/model", NULL)) {
         hid_t g = H5Gcreate2(f, "/model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-        if (g < 0) return mp_h5_error(MP_ERR_HDF5, "%s: /model: cannot create group", run->at.path);
+        if (g < 0) return mp_h5_error(MP_ERR_HDF5, "%s: /model: cannot create group", what);
         H5Gclose(g);
     }
     struct { const char *k; int v; } ints[] = {

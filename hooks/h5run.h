@@ -52,6 +52,9 @@ mp_status mp_h5run_create(mp_h5run **out, const char *path, const mp_h5run_param
  * d_head, d_mlp, vocab, ctx, rope_theta, norm_eps, tied, norm, mlp, pos) and
  * `source` (may be NULL: ""). */
 mp_status mp_h5run_write_model(mp_h5run *run, const struct mp_config *cfg, const char *source);
+/* The same /model group in any open file (`what` names it in messages): the
+ * parallel capture writer (mpi/h5capture.c) shares it. */
+mp_status mp_h5_write_model_attrs(hid_t f, const char *what, const struct mp_config *cfg, const char *source);
 /* /tokens int32 [B,T]. */
 mp_status mp_h5run_write_tokens(mp_h5run *run, const int *tokens, int B, int T);
 /* Creates float32 dataset `path` (e.g. "/logits", "/stats/sink/frac") of the

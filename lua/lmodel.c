@@ -946,6 +946,7 @@ void mp_lua_open_model(lua_State *L) {
     lua_pushcfunction(L, model_call); lua_setfield(L, -2, "__call");
     luaL_newlib(L, model_methods);
     luaL_setfuncs(L, mp_lua_train_methods, 0);
+    luaL_setfuncs(L, mp_lua_capture_methods, 0);
     lua_setfield(L, -2, "__methods");
     lua_pop(L, 1);
 

@@ -66,5 +66,7 @@ void mp_lua_open_interventions(lua_State *L);
 
 /* ltrain.c: the Model's training methods (train_step, train, loss). */
 extern const luaL_Reg mp_lua_train_methods[];
+/* lcapture.c: m:capture_prompts (dataset captures, split across MPI ranks). */
+extern const luaL_Reg mp_lua_capture_methods[];
 
 #endif

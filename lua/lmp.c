@@ -98,5 +98,6 @@ int luaopen_mechprobe(lua_State *L) {
     mp_lua_open_plot(L);
     mp_lua_open_probe(L);
     mp_lua_open_mirror(L);
+    mp_lua_open_mpi(L);
     return 1;
 }

@@ -5,9 +5,15 @@
  * returns an Optimizer (AdamW as torch.optim.AdamW, runtime/optim.h) whose
  * moments are sized by the first m:train_step that uses it. Fields readable
  * from Lua: lr, beta1, beta2, eps, weight_decay, warmup, total_steps, min_lr,
- * grad_clip, step; opt:lr_at(step) gives the scheduled rate (0-based step). */
+ * grad_clip, step; opt:lr_at(step) gives the scheduled rate (0-based step).
+ *
+ * Under mpirun (mpi/mp_mpi.h) train_step and train are data parallel: every
+ * rank gets the same global batch, keeps its contiguous share of the rows and
+ * the gradients are summed across ranks, so the parameters stay identical;
+ * rank 0 alone draws the progress line and writes checkpoints. */
 #include "lmodel.h"
 #include "checkpoint.h"
+#include "mp_mpi.h"
 #include "optim.h"
 
 #include <limits.h>
@@ -131,18 +137,41 @@ static void read_batch(lua_State *L, int vocab, int ti, int gi, guard *gt, guard
         luaL_error(L, "targets: shape [%d,%d] differs from the tokens' [%d,%d]", B2, T2, *B, *T);
 }
 
-/* One step with the model's buffers; appends to the loss curve. */
+/* This rank's rows of a global batch of B rows under data parallelism
+ * (sync != NULL: mp_mpi_grad_sync()); the whole batch otherwise. */
+typedef struct {
+    const mp_grad_sync *sync;
+    int first, rows;
+} shard;
+
+static shard shard_of(lua_State *L, int B, int accum, int dp, const char *what) {
+    shard s = {dp ? mp_mpi_grad_sync() : NULL, 0, B};
+    if (!s.sync) return s;
+    int size = mp_mpi_size();
+    if (accum < 1 || B % (size * accum) != 0)
+        luaL_error(L, "%s: the global batch (%d) must split evenly over the %d ranks and accum (%d) micro-batches "
+                      "(a multiple of %d)", what, B, size, accum, size * (accum < 1 ? 1 : accum));
+    s.rows = B / size;
+    s.first = mp_mpi_rank() * s.rows;
+    return s;
+}
+
+/* One step with the model's buffers on this rank's shard of tok/tgt [B, T];
+ * appends to the loss curve (tokens counted over the global batch). */
 static mp_status lm_step(lmodel *lm, mp_adamw *o, const int *tok, const int *tgt, int B, int T, int accum,
-                         const mp_hooks *hooks, float *loss) {
+                         const mp_hooks *hooks, shard sh, float *loss) {
     double t0 = mp_now();
-    mp_status st = mp_train_step(lm->m, o, &lm->ws, tok, tgt, B, T, accum, hooks, loss);
+    const size_t off = (size_t)sh.first * T;
+    lm->ws.sync = sh.sync;
+    mp_status st = mp_train_step(lm->m, o, &lm->ws, tok + off, tgt + off, sh.rows, T, accum, hooks, loss);
+    lm->ws.sync = NULL;
     if (st) return st;
     double wall = (lm->log.n ? lm->log.wall[lm->log.n - 1] : 0.0) + (mp_now() - t0);
     double tokens = (lm->log.n ? lm->log.tokens[lm->log.n - 1] : 0.0) + (double)B * T;
     return mp_train_log_add(&lm->log, (int32_t)o->step, *loss, (float)lm->ws.lr, tokens, wall);
 }
 
-/* m:train_step(opt, tokens, targets [, {fwd_hooks=, accum=1}]) -> loss, grad_norm */
+/* m:train_step(opt, tokens, targets [, {fwd_hooks=, accum=1, data_parallel=true}]) -> loss, grad_norm */
 static int model_train_step(lua_State *L) {
     lua_settop(L, 5);
     lmodel *lm = mp_lua_model_busy(L, 1, "train_step", 1);
@@ -155,9 +184,10 @@ static int model_train_step(lua_State *L) {
     if (!gt->hooks) return luaL_error(L, "out of memory");
     int ftbl = mp_lua_add_fwd_hooks(L, opt, gt, T);
     int accum = (int)mp_lua_opt_int(L, opt, "train_step", "accum", 1, 1, INT_MAX);
+    shard sh = shard_of(L, B, accum, mp_lua_opt_bool(L, opt, "data_parallel", 1), "train_step");
     float loss;
     mp_status st = lm_step(lm, o, gt->ints, gg->ints, B, T, accum, mp_hooks_count(gt->hooks) ? gt->hooks : NULL,
-                           &loss);
+                           sh, &loss);
     if (st) {
         mp_lua_hooks_rethrow(L, ftbl);
         return mp_lua_fail(L, st);
@@ -213,7 +243,8 @@ static void sample_task(lua_State *L, int task, int B, int T, int eval) {
 /* m:train{task=, steps=, batch=8, seq_len=ctx, lr=1e-3, warmup=0, min_lr=0.1 lr,
  *         weight_decay=0.1, beta1=0.9, beta2=0.95, eps=1e-8, grad_clip=1.0,
  *         accum=1, optimizer=, eval_every=0, eval_batches=4, checkpoint=PATH,
- *         checkpoint_every=0, progress=true, log_every=, fwd_hooks=, on_step=fn}
+ *         checkpoint_every=0, progress=true, log_every=, fwd_hooks=, on_step=fn,
+ *         data_parallel=true}
  * -> {step=, loss=, lr=, tokens=, time=, eval_step=, eval_loss=, final_loss=, tokens_per_s=}
  * Continues the model's optimizer (from a loaded checkpoint or an earlier
  * train) unless optimizer= or resume=false is given. */
@@ -232,7 +263,8 @@ static int model_train(lua_State *L) {
     const int eval_every = (int)mp_lua_opt_int(L, 2, "train", "eval_every", 0, 0, INT_MAX);
     const int eval_batches = (int)mp_lua_opt_int(L, 2, "train", "eval_batches", 4, 1, INT_MAX);
     const int ck_every = (int)mp_lua_opt_int(L, 2, "train", "checkpoint_every", 0, 0, INT_MAX);
-    const int show = mp_lua_opt_bool(L, 2, "progress", 1), tty = isatty(2);
+    const int dp = mp_lua_opt_bool(L, 2, "data_parallel", 1), root = mp_mpi_rank() == 0;
+    const int show = mp_lua_opt_bool(L, 2, "progress", 1) && root, tty = isatty(2);
     const int log_every = (int)mp_lua_opt_int(L, 2, "train", "log_every", steps >= 20 ? steps / 20 : 1, 1, INT_MAX);
     lua_getfield(L, 2, "checkpoint");
     const char *ckpt = lua_tostring(L, -1); /* stays on the stack */
@@ -278,7 +310,8 @@ static int model_train(lua_State *L) {
         sample_task(L, task, B, T, 0);
         read_batch(L, lm->m->cfg.vocab, top + 1, top + 2, gt, gg, &b, &t);
         lua_settop(L, top);
-        if ((st = lm_step(lm, o, gt->ints, gg->ints, b, t, accum, hooks, &loss))) {
+        shard sh = shard_of(L, b, accum, dp, "train");
+        if ((st = lm_step(lm, o, gt->ints, gg->ints, b, t, accum, hooks, sh, &loss))) {
             mp_lua_hooks_rethrow(L, ftbl);
             return mp_lua_fail(L, st);
         }
@@ -290,16 +323,26 @@ static int model_train(lua_State *L) {
                 sample_task(L, task, B, T, 1);
                 read_batch(L, lm->m->cfg.vocab, top + 1, top + 2, gt, gg, &b, &t);
                 lua_settop(L, top);
-                if ((st = mp_model_loss(lm->m, gt->ints, gg->ints, b, t, hooks, &el))) {
+                /* data parallel: each rank its rows, weighted by their counted targets */
+                shard sh = shard_of(L, b, 1, dp, "train (evaluation)");
+                const size_t off = (size_t)sh.first * t;
+                if ((st = mp_model_loss(lm->m, gt->ints + off, gg->ints + off, sh.rows, t, hooks, &el))) {
                     mp_lua_hooks_rethrow(L, ftbl);
                     return mp_lua_fail(L, st);
+                }
+                if (sh.sync) {
+                    double part[2] = {0.0, 0.0};
+                    for (size_t k = 0; k < (size_t)sh.rows * t; k++) part[1] += gg->ints[off + k] >= 0;
+                    part[0] = (double)el * part[1];
+                    if ((st = mp_mpi_sum_f64(part, 2))) return mp_lua_fail(L, st);
+                    el = part[1] > 0 ? (float)(part[0] / part[1]) : 0.0f;
                 }
                 sum += el;
             }
             if ((st = mp_train_log_add_eval(&lm->log, gstep, (float)(sum / (eval_batches > 0 ? eval_batches : 1)))))
                 return mp_lua_fail(L, st);
         }
-        if (ckpt && ck_every > 0 && i % ck_every == 0 && i != steps &&
+        if (ckpt && root && ck_every > 0 && i % ck_every == 0 && i != steps &&
             (st = mp_checkpoint_save(ckpt, lm->m, o, &lm->log)))
             return mp_lua_fail(L, st);
         if (on_step) {
@@ -320,7 +363,7 @@ static int model_train(lua_State *L) {
     double took = mp_now() - t_start;
     size_t n_run = lm->log.n - first;
     if (show && tty) progress(tty, (int)n_run, steps, loss, took > 0 ? (double)n_run * B * T / took : 0, 0, took, 1);
-    if (ckpt && (st = mp_checkpoint_save(ckpt, lm->m, o, &lm->log))) return mp_lua_fail(L, st);
+    if (ckpt && root && (st = mp_checkpoint_save(ckpt, lm->m, o, &lm->log))) return mp_lua_fail(L, st);
     /* result: this run's part of the curve */
     lua_createtable(L, 0, 9);
     const char *keys[] = {"step", "loss", "lr", "tokens", "time"};

@@ -9,8 +9,11 @@
  * A script error prints "file:line: message" and a traceback on stderr and the
  * exit status is 1. A bad input file or argument reported by the library
  * (mp_lua_fail) prints just "mechprobe: message" (the traceback only with
- * MECHPROBE_TRACEBACK=1). */
+ * MECHPROBE_TRACEBACK=1). Started by mpirun / srun, each rank runs the script;
+ * an error on one rank prints "rank R of N: ..." and ends the job on every rank
+ * (mpi/mp_mpi.h). */
 #include "mp_lua.h"
+#include "mp_mpi.h"
 
 #include <lualib.h>
 #include <limits.h>
@@ -91,7 +94,11 @@ static const char *resolve_script(const char *name, char *buf, size_t n) {
 static int report(lua_State *L, int status) {
     if (status != LUA_OK) {
         const char *msg = lua_tostring(L, -1);
-        fprintf(stderr, "mechprobe: %s\n", msg ? msg : "(error object is not a string)");
+        if (mp_mpi_world_size() > 1)
+            fprintf(stderr, "mechprobe: rank %d of %d: %s\n", mp_mpi_world_rank(), mp_mpi_world_size(),
+                    msg ? msg : "(error object is not a string)");
+        else
+            fprintf(stderr, "mechprobe: %s\n", msg ? msg : "(error object is not a string)");
         fflush(stderr);
         lua_pop(L, 1);
     }
@@ -138,8 +145,26 @@ static void prefer_passive_waiting(char **argv) {
     execv("/proc/self/exe", argv); /* on failure, carry on with the default policy */
 }
 
+/* The process exit: under MPI, a failure ends every rank (MPI_Abort), success
+ * waits for the others in MPI_Finalize. */
+static int finish(int code) {
+    if (code != 0) mp_mpi_abort(code);
+    mp_mpi_finalize();
+    return code;
+}
+
+static int run(int argc, char **argv);
+
 int main(int argc, char **argv) {
     prefer_passive_waiting(argv);
+    if (mp_mpi_init(&argc, &argv)) {
+        fprintf(stderr, "mechprobe: %s\n", mp_last_error());
+        return 1;
+    }
+    return finish(run(argc, argv));
+}
+
+static int run(int argc, char **argv) {
     if (argc < 2) {
         fputs(usage, stderr);
         return 2;

@@ -78,6 +78,8 @@ void mp_lua_open_analyze(lua_State *L);
 void mp_lua_open_plot(lua_State *L);
 /* mp.analyze.probe: linear / logistic probes (lua/lprobe.c); after mp_lua_open_analyze. */
 void mp_lua_open_probe(lua_State *L);
+/* mp.mpi: ranks, collectives and sweeps under mpirun (lua/lmpi.c). */
+void mp_lua_open_mpi(lua_State *L);
 /* mp.mtd: in-context estimators of MTD mixture weights (lua/lmirror.c). */
 void mp_lua_open_mirror(lua_State *L);
 

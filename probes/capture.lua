@@ -3,21 +3,30 @@
 --
 --   mechprobe capture --model FILE [--tokenizer FILE] (--text STR | --tokens 1,2,3)
 --                     [--hooks GLOB[,GLOB...]] [--logits] [--compress N] --out FILE.h5
+--
+-- Dataset captures, one prompt per line (rows of /acts/<hook> [N, Tmax, ...],
+-- ragged lengths in /lengths); under `mpirun -np R` the lines are split across
+-- the ranks, which write their rows into the one file:
+--
+--   [mpirun -np R] mechprobe capture --model FILE (--text-file F | --tokens-file F) ... --out FILE.h5
 local cli = require "cli"
 local o = cli.parse(arg, {
   name = "capture",
   summary = "Capture activations at hook points into an HDF5 run file (h5py: f['acts/blocks.0.hook_resid_pre']).",
-  {"model", "FILE", "llama2.c checkpoint", required = true},
+  {"model", "FILE", "model file (checkpoint .h5, llama2.c .bin, GGUF, HF folder)", required = true},
   {"tokenizer", "FILE", "tokenizer.bin (default: found next to the model)"},
   {"text", "STR", "text to tokenize (BOS prepended)"},
   {"tokens", "IDS", "comma-separated token ids instead of --text"},
+  {"text_file", "FILE", "one prompt per line: a dataset capture [N, Tmax, ...] with /lengths (split over MPI ranks)"},
+  {"tokens_file", "FILE", "like --text-file, each line comma-separated token ids"},
   {"hooks", "GLOBS", "hook names, '*' also matches dots", default = "*"},
   {"logits", nil, "also store /logits [B,T,V]"},
   {"compress", "N", "deflate level 0-9 (with shuffle)", default = 0, type = "int"},
   {"out", "FILE.h5", "output run file (written atomically)", required = true},
 })
-if (o.text == nil) == (o.tokens == nil) then
-  io.stderr:write("mechprobe capture: give exactly one of --text and --tokens\n")
+local given = (o.text and 1 or 0) + (o.tokens and 1 or 0) + (o.text_file and 1 or 0) + (o.tokens_file and 1 or 0)
+if given ~= 1 then
+  io.stderr:write("mechprobe capture: give exactly one of --text, --tokens, --text-file and --tokens-file\n")
   os.exit(2)
 end
 if not o.hooks:find("[^%s,]") then
@@ -28,6 +37,50 @@ end
 
 local t0 = os.clock()
 local model = mp.load(o.model, {tokenizer = o.tokenizer})
+
+if o.text_file or o.tokens_file then
+  local path = o.text_file or o.tokens_file
+  local f, err = io.open(path, "rb")
+  if not f then error(("capture: %s"):format(err), 0) end
+  local lines = {}
+  for line in f:lines() do lines[#lines + 1] = line:gsub("\r$", "") end
+  f:close()
+  if #lines == 0 then error(("capture: %s: no prompts (the file is empty)"):format(path), 0) end
+  -- this rank's lines; each rank reads and checks only its own
+  local first, count = mp.mpi.split(#lines)
+  local prompts = {}
+  for i = first, first + count - 1 do
+    local line = lines[i]
+    local toks
+    if o.tokens_file then
+      toks = {}
+      for field in (line .. ","):gmatch("([^,]*),") do
+        local v = tonumber(field:match("^%s*(.-)%s*$"))
+        if not v or v ~= math.floor(v) then
+          error(("capture: %s:%d: '%s' is not a token id"):format(path, i, field), 0)
+        end
+        if v < 0 or v >= model.config.vocab then
+          error(("capture: %s:%d: token id %d is outside the vocabulary (0..%d)"):format(path, i, v,
+                model.config.vocab - 1), 0)
+        end
+        toks[#toks + 1] = math.tointeger(v)
+      end
+    else
+      toks = model:to_tokens(line)
+    end
+    if #toks == 0 then error(("capture: %s:%d: the prompt is empty (no tokens)"):format(path, i), 0) end
+    prompts[#prompts + 1] = toks
+  end
+  local n, total = model:capture_prompts(prompts, {out = o.out, hooks = o.hooks, logits = o.logits,
+                                                   compress = o.compress})
+  if mp.mpi.rank() == 0 then
+    print(("wrote %s: %d datasets, %d prompts from %s, model %s, %d rank%s (%.2f s CPU on rank 0)"):format(
+      o.out, n, total, path, o.model, mp.mpi.size(), mp.mpi.size() > 1 and "s" or "", os.clock() - t0))
+  end
+  return
+end
+
+if mp.mpi.rank() ~= 0 then return end   -- one prompt: rank 0 alone writes it under mpirun
 local tokens = o.tokens and cli.int_list(o.tokens, "--tokens") or model:to_tokens(o.text)
 if o.tokens then  -- ids the model cannot embed: say which, before anything is written
   local V = model.config.vocab

@@ -41,6 +41,7 @@ local o = cli.parse(arg, {
   {"pools", "SPEC", "a curriculum of your own: P:F[:S[:K]],... = contexts of P distinct facts until fraction F of the steps, in a share S of the sequences (default 1), K facts a sequence (default --train-k)"},
   {"train_k", "N", "facts in a training sequence (default: by size; evaluation at k past it is a length test)", type = "int"},
   {"seed", "N", "seed of the model, the data and the bootstrap", default = 1, type = "int"},
+  {"seeds", "LIST", "several runs, one per seed (e.g. 1,2,3) into DIR/seed_S, spread over the ranks under mpirun; then the verdicts by seed"},
   {"eval_groups", "WHICH", "evaluation groups: held-out or training", default = "held-out"},
   {"format", "EXT", "figure format: png, svg or pdf", default = "png"},
   {"out", "DIR", "output folder", required = true},
@@ -101,13 +102,13 @@ elseif o.curriculum == true then
   o.curriculum = ga.CURRICULUM
 end
 o.t0 = os.time()
-
-local R = {}
-local m, model_path
-if o.model then                                  -- 1. (given) a trained model
-  m, model_path = mp.load(o.model), o.model
-  local cfg = m.config
-  -- an unrelated model would run to a report of zeros: check that it fits the task
+-- A given model must fit the task: an unrelated one would run to a report of zeros.
+-- Checked before the output folder is made.
+local given_model
+if o.model and o.seeds then io.stderr:write("mechprobe group_arith: --seeds trains; it cannot go with --model\n"); os.exit(2) end
+if o.model then
+  given_model = mp.load(o.model)
+  local cfg = given_model.config
   local kmax = o.train_k
   for _, k in ipairs(o.k_list) do kmax = math.max(kmax, k) end
   for _, c in ipairs(o.curriculum or {}) do kmax = math.max(kmax, c.k or 0) end
@@ -122,46 +123,92 @@ if o.model then                                  -- 1. (given) a trained model
                      .. "needs %d\n"):format(o.model, cfg.ctx, kmax, need_ctx))
     os.exit(2)
   end
-  o.d_model, o.n_layer, o.n_head, o.d_mlp = cfg.d_model, cfg.n_layer, cfg.n_head, cfg.d_mlp
-  o.steps = 0
-  mp.mkdir(o.out)
-  -- checkpoints saved next to the model by an earlier run
-  local dir = o.model:match("^(.*)/[^/]*$") or "."
-  local cks = {}
-  local p = io.popen(("ls '%s/checkpoints' 2>/dev/null"):format(dir))
-  for name in p:lines() do
-    local s = name:match("^step_(%d+)%.h5$")
-    if s then cks[#cks + 1] = {step = tonumber(s), path = dir .. "/checkpoints/" .. name} end
+end
+mp.mkdir(o.out)
+
+-- The whole pipeline for o.seed into o.out; the report's lines go to say().
+local function run_one(o, say)
+  local R = {}
+  local m, model_path
+  if o.model then                                  -- 1. (given) a trained model
+    m, model_path = given_model, o.model
+    local cfg = m.config
+    o.d_model, o.n_layer, o.n_head, o.d_mlp = cfg.d_model, cfg.n_layer, cfg.n_head, cfg.d_mlp
+    o.steps = 0
+    -- checkpoints saved next to the model by an earlier run
+    local dir = o.model:match("^(.*)/[^/]*$") or "."
+    local cks = {}
+    local p = io.popen(("ls '%s/checkpoints' 2>/dev/null"):format(dir))
+    for name in p:lines() do
+      local s = name:match("^step_(%d+)%.h5$")
+      if s then cks[#cks + 1] = {step = tonumber(s), path = dir .. "/checkpoints/" .. name} end
+    end
+    p:close()
+    table.sort(cks, function(a, b) return a.step < b.step end)
+    R.train = {checkpoints = cks}
+  else                                             -- 1. training with checkpoints
+    m, R.train = ga.train(o)
+    model_path = R.train.model
   end
-  p:close()
-  table.sort(cks, function(a, b) return a.step < b.step end)
-  R.train = {checkpoints = cks}
-else                                             -- 1. training with checkpoints
-  mp.mkdir(o.out)
-  m, R.train = ga.train(o)
-  model_path = R.train.model
-end
-R.accuracy = ga.accuracy(m, o)                   -- 2. accuracy per distribution
-R.coverage = ga.coverage(m, o)                   -- 3. coverage of the solvers
-R.copying = ga.copying(m, o, R.accuracy)         -- 4. copying head
-R.identity = ga.identity(m, o, model_path)       -- 5. identity recognition
-R.probes = ga.probes(m, o)                       -- 6. closure / cancellation probes
-if #R.train.checkpoints > 1 then                 -- 7. phases
-  R.phases = ga.phases(o, R.train.checkpoints)
+  R.accuracy = ga.accuracy(m, o)                   -- 2. accuracy per distribution
+  R.coverage = ga.coverage(m, o)                   -- 3. coverage of the solvers
+  R.copying = ga.copying(m, o, R.accuracy)         -- 4. copying head
+  R.identity = ga.identity(m, o, model_path)       -- 5. identity recognition
+  R.probes = ga.probes(m, o)                       -- 6. closure / cancellation probes
+  if #R.train.checkpoints > 1 then                 -- 7. phases
+    R.phases = ga.phases(o, R.train.checkpoints)
+  end
+
+  local h5 = o.out .. "/group_arith.h5"
+  report.write_h5(h5, o, R)
+  local figs = report.figures(o, R)
+  local rows = report.verdicts(o, R)
+
+  say(("group_arith (%s): d_model=%d n_layer=%d n_head=%d, %d training steps%s; evaluation on %s groups"):format(
+    o.mode, o.d_model, o.n_layer, o.n_head, o.steps,
+    R.train.seconds and (" in %.0f s"):format(R.train.seconds) or "", o.eval_groups))
+  say(("self-patching check (a head patched with its own clean output): max |logit change| = %g"):format(
+    R.copying.self_patch_diff))
+  report.print_verdicts(rows, o.out .. "/verdicts.tsv", say)
+  say("results: " .. h5)
+  say("verdicts: " .. o.out .. "/verdicts.tsv")
+  for _, p in ipairs(figs) do say("figure: " .. p) end
+  say(("took %d s"):format(os.time() - o.t0))
+  return rows
 end
 
-local h5 = o.out .. "/group_arith.h5"
-report.write_h5(h5, o, R)
-local figs = report.figures(o, R)
-local rows = report.verdicts(o, R)
-
-print(("group_arith (%s): d_model=%d n_layer=%d n_head=%d, %d training steps%s; evaluation on %s groups"):format(
-  o.mode, o.d_model, o.n_layer, o.n_head, o.steps,
-  R.train.seconds and (" in %.0f s"):format(R.train.seconds) or "", o.eval_groups))
-print(("self-patching check (a head patched with its own clean output): max |logit change| = %g"):format(
-  R.copying.self_patch_diff))
-report.print_verdicts(rows, o.out .. "/verdicts.tsv")
-print("results: " .. h5)
-print("verdicts: " .. o.out .. "/verdicts.tsv")
-for _, p in ipairs(figs) do print("figure: " .. p) end
-print(("took %d s"):format(os.time() - o.t0))
+if not o.seeds then
+  mp.mpi.sweep({o.seed}, function() run_one(o, print) end)   -- under mpirun: one run, on rank 0 alone
+  return
+end
+-- several seeds: independent runs, spread over the ranks (mp.mpi.sweep); rank 0
+-- prints each run's report in seed order, then the verdicts side by side
+local seeds = cli.int_list(o.seeds, "--seeds")
+local runs = mp.mpi.sweep(seeds, function(seed)
+  local oo = {}
+  for k, v in pairs(o) do oo[k] = v end
+  oo.seed, oo.out, oo.t0 = seed, ("%s/seed_%d"):format(o.out, seed), os.time()
+  mp.mkdir(oo.out)
+  local lines = {}
+  local rows = run_one(oo, function(line) lines[#lines + 1] = line end)
+  return {lines = lines, rows = rows}
+end)
+if not runs then return end
+for i, seed in ipairs(seeds) do
+  print(("== seed %d (%s/seed_%d)"):format(seed, o.out, seed))
+  print(table.concat(runs[i].lines, "\n"))
+end
+local tsv = assert(io.open(o.out .. "/verdicts_by_seed.tsv", "w"))
+tsv:write("claim")
+for _, seed in ipairs(seeds) do tsv:write(("\tseed %d"):format(seed)) end
+tsv:write("\n")
+print("VERDICTS BY SEED")
+for j, r in ipairs(runs[1].rows) do
+  local cells = {}
+  for i = 1, #seeds do cells[i] = runs[i].rows[j].supported end
+  print(("%s | %s"):format(r.claim, table.concat(cells, " | ")))
+  tsv:write(r.claim, "\t", table.concat(cells, "\t"), "\n")
+end
+print("END VERDICTS BY SEED")
+tsv:close()
+print("verdicts by seed: " .. o.out .. "/verdicts_by_seed.tsv")

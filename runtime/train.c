@@ -49,8 +49,9 @@ static void norm_bwd(const mp_config *c, float *dx, float *dw, float *db, const 
 static float *lp(float *p, int l, size_t n) { return p ? p + (size_t)l * n : NULL; }
 static const float *clp(const float *p, int l, size_t n) { return p ? p + (size_t)l * n : NULL; }
 
-/* Backward through everything after the loss gradient sits in A->logits. */
-static void backward(const mp_model *m, mp_acts *A, mp_grads *G, const int *tokens) {
+/* Backward through everything after the loss gradient sits in A->logits.
+ * With sync, each block's gradients are handed to sync->ready once final. */
+static mp_status backward(const mp_model *m, mp_acts *A, mp_grads *G, const int *tokens, const mp_grad_sync *sync) {
     const mp_config *c = &m->cfg;
     const mp_params *p = &m->p;
     mp_params *g = &G->g;
@@ -116,6 +117,8 @@ static void backward(const mp_model *m, mp_acts *A, mp_grads *G, const int *toke
         mp_matmul_backward(dxn, g->wv + (size_t)l * KD * D, lp(g->bv, l, KD), A->dv, ln1, p->wv + (size_t)l * KD * D, N, D, KD);
         norm_bwd(c, dres, g->ln1_w + (size_t)l * D, lp(g->ln1_b, l, D), dxn, A->resid + (size_t)l * nx,
                  p->ln1_w + (size_t)l * D, clp(A->ln1_mean, l, N), A->ln1_rstd + (size_t)l * N, N);
+        mp_status st;
+        if (sync && (st = sync->ready(sync->user, G, c, l))) return st;
     }
     mp_embed_backward(g->embed, dres, tokens, N, D);
     if (g->pos_embed) /* learned positions: row t of every sequence */
@@ -125,11 +128,20 @@ static void backward(const mp_model *m, mp_acts *A, mp_grads *G, const int *toke
                 const float *dr = dres + ((size_t)b * T + t) * D;
                 for (int i = 0; i < D; i++) dp[i] += dr[i];
             }
+    return sync ? sync->ready(sync->user, G, c, -1) : MP_OK;
 }
 
-mp_status mp_model_forward_backward(const mp_model *m, const int *tokens, const int *targets, int B, int T,
-                                    const mp_hooks *hooks, mp_acts *acts, mp_grads *g, float grad_scale,
-                                    float *loss, int *n_counted) {
+/* Hands every bucket to sync->ready unchanged (a rank with nothing counted
+ * still takes part in the reduction). */
+static mp_status sync_all(const mp_grad_sync *sync, mp_grads *g, const mp_config *c) {
+    mp_status st = MP_OK;
+    for (int l = c->n_layer - 1; l >= -1 && st == MP_OK; l--) st = sync->ready(sync->user, g, c, l);
+    return st;
+}
+
+static mp_status forward_backward(const mp_model *m, const int *tokens, const int *targets, int B, int T,
+                                  const mp_hooks *hooks, mp_acts *acts, mp_grads *g, float grad_scale, float *loss,
+                                  int *n_counted, const mp_grad_sync *sync) {
     mp_status st;
     if ((st = mp_targets_check(&m->cfg, targets, B, T))) return st;
     mp_forward_params fp = mp_forward_params_default();
@@ -144,10 +156,21 @@ mp_status mp_model_forward_backward(const mp_model *m, const int *tokens, const 
     for (int n = 0; n < N; n++) sum += losses[n];
     *loss = count ? (float)(sum / count) : 0.0f;
     if (n_counted) *n_counted = count;
-    if (!count) return MP_OK;
+    if (!count || grad_scale == 0.0f) return sync ? sync_all(sync, g, &m->cfg) : MP_OK;
     mp_crossentropy_backward(acts->logits, acts->logits, targets, N, V, grad_scale / (float)count);
-    backward(m, acts, g, tokens);
-    return MP_OK;
+    return backward(m, acts, g, tokens, sync);
+}
+
+mp_status mp_model_forward_backward(const mp_model *m, const int *tokens, const int *targets, int B, int T,
+                                    const mp_hooks *hooks, mp_acts *acts, mp_grads *g, float grad_scale,
+                                    float *loss, int *n_counted) {
+    return forward_backward(m, tokens, targets, B, T, hooks, acts, g, grad_scale, loss, n_counted, NULL);
+}
+
+static int64_t count_targets(const int *targets, size_t n) {
+    int64_t k = 0;
+    for (size_t i = 0; i < n; i++) k += targets[i] >= 0;
+    return k;
 }
 
 mp_status mp_model_loss(const mp_model *m, const int *tokens, const int *targets, int B, int T,
@@ -196,16 +219,32 @@ mp_status mp_train_step(mp_model *m, mp_adamw *opt, mp_train_ws *ws, const int *
         if ((st = mp_acts_init(&ws->acts, &m->cfg, mb, T))) return st;
     }
     mp_grads_zero(&ws->grads);
+    const mp_grad_sync *sync = ws->sync;
+    /* data parallel: this rank's share of each micro-batch's global count */
+    enum { MAX_ACCUM_SYNC = 64 };
+    int64_t local[MAX_ACCUM_SYNC], global[MAX_ACCUM_SYNC];
+    if (sync) {
+        if (accum > MAX_ACCUM_SYNC)
+            return mp_error(MP_ERR_ARG, "train step: accum %d is above %d with data parallelism", accum,
+                            MAX_ACCUM_SYNC);
+        for (int a = 0; a < accum; a++)
+            local[a] = global[a] = count_targets(targets + (size_t)a * mb * T, (size_t)mb * T);
+        if ((st = sync->counts(sync->user, global, accum))) return st;
+    }
     double total = 0.0;
     for (int a = 0; a < accum; a++) {
         float l;
         const size_t off = (size_t)a * mb * T;
-        if ((st = mp_model_forward_backward(m, tokens + off, targets + off, mb, T, hooks, &ws->acts, &ws->grads,
-                                            1.0f / (float)accum, &l, NULL)))
+        const double share = !sync ? 1.0 : global[a] ? (double)local[a] / (double)global[a] : 0.0;
+        if ((st = forward_backward(m, tokens + off, targets + off, mb, T, hooks, &ws->acts, &ws->grads,
+                                   sync ? (float)(share / accum) : 1.0f / (float)accum, &l, NULL,
+                                   sync && a == accum - 1 ? sync : NULL)))
             return st;
-        total += l;
+        total += share * l;
     }
-    *loss = (float)(total / accum);
+    total /= accum;
+    if (sync && (st = sync->finish(sync->user, &ws->grads, &total))) return st;
+    *loss = (float)total;
     ws->grad_norm = mp_grad_clip(ws->grads.mem, n, opt->hp.grad_clip);
     ws->lr = mp_lr_at(&opt->hp, opt->step);
     mp_adamw_update(opt, m, ws->grads.mem, ws->lr);

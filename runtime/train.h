@@ -42,12 +42,31 @@ mp_status mp_model_forward_backward(const mp_model *m, const int *tokens, const 
 mp_status mp_model_loss(const mp_model *m, const int *tokens, const int *targets, int B, int T,
                         const mp_hooks *hooks, float *loss);
 
+/* Data-parallel gradient reduction, implemented outside the runtime (mpi/):
+ * every rank runs mp_train_step on its shard of the global batch with the
+ * same sync. Before the forward, `counts` sums the per-micro-batch target
+ * counts over the ranks (in place), so each rank scales its gradient by its
+ * share of the global count. On the last micro-batch `ready` is called as the
+ * backward finishes each block's gradients (layer n_layer-1 .. 0), then with
+ * layer -1 when the rest (embeddings, final norm, unembed) is final, so the
+ * reduction of a block can overlap the backward of the blocks below it.
+ * `finish` completes the reduction: g holds the sum over the ranks and *loss
+ * (this rank's share of the step loss on entry) the global step loss. Every
+ * rank then clips and updates identically. */
+typedef struct mp_grad_sync {
+    void *user;
+    mp_status (*counts)(void *user, int64_t *counts, int n);
+    mp_status (*ready)(void *user, mp_grads *g, const mp_config *c, int layer);
+    mp_status (*finish)(void *user, mp_grads *g, double *loss);
+} mp_grad_sync;
+
 /* Workspace of mp_train_step, reusable across steps (resized as needed). */
 typedef struct {
     mp_grads grads;
     mp_acts acts;
     double grad_norm;   /* last step, before clipping */
     double lr;          /* last step */
+    const mp_grad_sync *sync; /* NULL: one process; set by the caller per step */
 } mp_train_ws;
 
 void mp_train_ws_free(mp_train_ws *ws);
@@ -56,7 +75,11 @@ void mp_train_ws_free(mp_train_ws *ws);
  * `accum` micro-batches (B % accum == 0), gradients averaged, clipped to
  * opt->hp.grad_clip, and AdamW applied at mp_lr_at(&opt->hp, opt->step).
  * Copies mapped parameters first (mp_model_make_owned) and sizes the
- * optimizer's moments on first use. *loss: the step's mean loss. */
+ * optimizer's moments on first use. *loss: the step's mean loss.
+ * With ws->sync, tokens/targets are this rank's shard and the step is the
+ * global one: micro-batch a is the union of every rank's a-th micro-batch, its
+ * loss the mean over all of its counted targets (with accum 1 exactly the
+ * single-process step on the whole global batch). */
 mp_status mp_train_step(mp_model *m, mp_adamw *opt, mp_train_ws *ws, const int *tokens, const int *targets,
                         int B, int T, int accum, const mp_hooks *hooks, float *loss);
 

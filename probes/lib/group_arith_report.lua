@@ -8,7 +8,7 @@
 --   report.write_h5(path, o, R)       -- R = {train=, accuracy=, coverage=, copying=, identity=, probes=, phases=}
 --   local figs = report.figures(o, R)
 --   local rows = report.verdicts(o, R) -- {{claim=, paper=, ours=, supported="yes"|"no"|"n/a"}, ...}
---   report.print_verdicts(rows, path)
+--   report.print_verdicts(rows, path [, out])   -- out: the print function (default print)
 --   report.parse_verdicts(text)       -- the inverse of the printed table (tests use it)
 local ga = require "group_arith"
 local M = {}
@@ -314,13 +314,13 @@ end
 
 M.HEADER = "claim | paper | ours | supported"
 
-function M.print_verdicts(rows, path)
+function M.print_verdicts(rows, path, out)
   local lines = {"VERDICTS", M.HEADER}
   for _, r in ipairs(rows) do
     lines[#lines + 1] = ("%s | %s | %s | %s"):format(r.claim, r.paper, r.ours, r.supported)
   end
   lines[#lines + 1] = "END VERDICTS"
-  print(table.concat(lines, "\n"))
+  ;(out or print)(table.concat(lines, "\n"))
   if path then
     local f = assert(io.open(path, "w"))
     f:write("claim\tpaper\tours\tsupported\n")

@@ -58,7 +58,12 @@ function M.preset(name) return require("cli").preset(base, M.presets, name) end
 
 -- ---------------------------------------------------------------- helpers
 
-local function log(fmt, ...) io.stderr:write(("[mirror %s] " .. fmt .. "\n"):format(os.date("%H:%M:%S"), ...)); io.stderr:flush() end
+local function log(fmt, ...)
+  -- under mpirun: rank 0's lines, and every rank's inside its sweep items
+  if mp.mpi.size() > 1 and mp.mpi.rank() ~= 0 then return end
+  local who = mp.mpi.world_size() > 1 and (" rank %d"):format(mp.mpi.world_rank()) or ""
+  io.stderr:write(("[mirror%s %s] " .. fmt .. "\n"):format(who, os.date("%H:%M:%S"), ...)); io.stderr:flush()
+end
 
 -- tokens [B, Tmax] -> [B, T] (a copy)
 local function prefix(tok, T)
@@ -377,9 +382,8 @@ local function section_models(o, task, D, S)
       end
     end
   end
-  local models = {}
   local mech_tok = D.eval_tok:narrow(1, o.B_mech)
-  for si, spec in ipairs(specs) do
+  local function train_one(spec, si)
     local w0 = os.time()
     local model = mp.model.new{d_model = o.d_model, n_layer = spec.depth, n_head = o.n_head, vocab = o.q,
                                ctx = o.T[nT], mlp = spec.arch == "standard" and "swiglu" or "none", norm = "rms",
@@ -432,14 +436,16 @@ local function section_models(o, task, D, S)
     if av.worst ~= av.best then res.ablate_control = ablated_kl(av.worst) end
     if res.any.layer ~= 0 then res.ablate_any = ablated_kl(res.any.head, res.any.layer) else res.ablate_any = res.ablate_best end
     res.seconds = os.time() - w0
-    models[#models + 1] = res
     log("section 2/3: %s (%d/%d): loss %.3f -> %.3f, KL@T=%d %.4f (bayes %.4f, md1 %.4f), closest %s, "
         .. "L0H%d attn KL %.3f, ablation KL %.4f -> %.4f, %ds", res.name, si, #specs, r.loss[1], r.final_loss,
         o.T[nT], res.mean:get(nT), S.mean.bayes:get(nT), S.mean.md1:get(nT), res.closest, av.best - 1,
         av.kl[av.best], res.kl_avg, res.ablate_best, res.seconds)
-    res.model = model
+    return res
   end
-  return models
+  -- The models are independent (each reseeds the task and its own weights):
+  -- under mpirun they spread over the ranks, and rank 0 gets them all in
+  -- order, as the serial loop makes them (nil on the other ranks).
+  return mp.mpi.sweep(specs, train_one)
 end
 
 -- ---------------------------------------------------------------- output
@@ -687,10 +693,11 @@ function M.run(o)
   D.tune_tok, D.tune_next = tok2, tr2.next
 
   local lines = {}
+  local root = mp.mpi.rank() == 0     -- under mpirun, rank 0 alone reports and writes
   local function out(fmt, ...)
     local s = select("#", ...) > 0 and fmt:format(...) or fmt
     lines[#lines + 1] = s
-    print(s)
+    if root then print(s) end
   end
 
   out("== mechprobe mirror_descent (%s) ==", o.preset)
@@ -755,6 +762,7 @@ function M.run(o)
     log("section 2: training models")
     models = section_models(o, task, D, S)
   end
+  if not root then return nil end
   local s2 = os.time() - t2
   out("")
   out("-- 2. Trained transformers (verdict uses the models trained with the loss on all tokens)")
@@ -874,7 +882,6 @@ function M.run(o)
   out("time: estimators %ds, models %ds, total %ds", s1, s2, os.time() - t_start)
   local rf = io.open(o.out .. "/report.txt", "w")
   if rf then rf:write(table.concat(lines, "\n"), "\n"); rf:close() end
-  for _, r in ipairs(models) do r.model = nil end
   return {verdicts = V, h5 = h5, figures = figs, S = S, models = models}
 end
 

@@ -70,7 +70,12 @@ M.variants = {
 
 -- ---------------------------------------------------------------- helpers
 
-local function log(fmt, ...) io.stderr:write(("[rope_id %s] " .. fmt .. "\n"):format(os.date("%H:%M:%S"), ...)); io.stderr:flush() end
+local function log(fmt, ...)
+  -- under mpirun: rank 0's lines, and every rank's inside its sweep items
+  if mp.mpi.size() > 1 and mp.mpi.rank() ~= 0 then return end
+  local who = mp.mpi.world_size() > 1 and (" rank %d"):format(mp.mpi.world_rank()) or ""
+  io.stderr:write(("[rope_id%s %s] " .. fmt .. "\n"):format(who, os.date("%H:%M:%S"), ...)); io.stderr:flush()
+end
 
 local LICENSES = {"GPL-3", "GPL-2", "GPL-1", "LGPL-3", "LGPL-2.1", "LGPL-2", "GFDL-1.3", "GFDL-1.2", "Apache-2.0",
                   "Artistic", "BSD", "CC0-1.0", "MPL-1.1", "MPL-2.0"}
@@ -292,10 +297,11 @@ function M.run(o)
   local nwl, ninl = Tmax // WL, L // WL
 
   local lines = {}
+  local root = mp.mpi.rank() == 0     -- under mpirun, rank 0 alone reports and writes
   local function out(fmt, ...)
     local s = select("#", ...) > 0 and fmt:format(...) or fmt
     lines[#lines + 1] = s
-    print(s)
+    if root then print(s) end
   end
 
   -- data
@@ -303,7 +309,8 @@ function M.run(o)
   local corpus_bytes
   if not corpus then
     corpus = o.out .. "/corpus.txt"
-    corpus_bytes, sources = M.build_corpus(corpus)
+    if root then corpus_bytes, sources = M.build_corpus(corpus) end
+    mp.mpi.barrier()                  -- the other ranks read it
   end
   local text = mp.tasks.text{path = corpus, ctx = L, seed = o.seed}
   if not pcall(text.sample, text, 1, Tmax, "val") then   -- fail now, not after the training
@@ -335,26 +342,36 @@ function M.run(o)
   end
   local mdir = o.out .. "/models"
   mp.mkdir(mdir)
+  local function task_of(task) return task == "text" and text or ret end
+  -- The ten models are independent (each reseeds its task, same initial
+  -- weights): under mpirun they spread over the ranks (mp.mpi.sweep), each saved
+  -- to its file; then DroPE on each RoPE model, the same way. Rank 0 gets the
+  -- results in the serial order, loads the models from their files (exactly
+  -- the trained weights) and goes on alone.
+  local jobs = {}
   for _, task in ipairs{"text", "ret"} do
-    local tk = task == "text" and text or ret
+    for _, pos in ipairs(M.schemes) do jobs[#jobs + 1] = {task = task, pos = pos} end
+  end
+  local trained = mp.mpi.sweep(jobs, function(job)
+    local task, pos = job.task, job.pos
+    local tk = task_of(task)
     local steps = task == "text" and o.text_steps or o.ret_steps
     local lr = task == "text" and o.lr or o.ret_lr
-    for _, pos in ipairs(M.schemes) do
-      local c0 = os.time()
-      tk:seed(o.seed * 100 + 7)           -- every scheme sees the same batches
-      local m = new_model(pos, tk.vocab)
-      log("training %s on %s (%d steps)", pos, task, steps)
-      local r = m:train{task = tk, steps = steps, batch = o.batch, lr = lr, warmup = steps // 10,
-                        progress = o.progress or false}
-      local path = ("%s/%s_%s.h5"):format(mdir, task, pos)
-      m:save(path)
-      models[task][pos] = m
-      train_info[task][pos] = {loss = r.final_loss, curve = r.loss, seconds = os.time() - c0,
-                               path = path}
-    end
-    -- DroPE: a copy of the RoPE model, rotation dropped, recalibrated at L
     local c0 = os.time()
-    local dm = mp.load(train_info[task].rope.path)
+    tk:seed(o.seed * 100 + 7)           -- every scheme sees the same batches
+    local m = new_model(pos, tk.vocab)
+    log("training %s on %s (%d steps)", pos, task, steps)
+    local r = m:train{task = tk, steps = steps, batch = o.batch, lr = lr, warmup = steps // 10,
+                      progress = o.progress or false}
+    local path = ("%s/%s_%s.h5"):format(mdir, task, pos)
+    m:save(path)
+    return {loss = r.final_loss, curve = r.loss, seconds = os.time() - c0, path = path}
+  end)
+  -- DroPE: a copy of the RoPE model, rotation dropped, recalibrated at L
+  local dropes = mp.mpi.sweep({"text", "ret"}, function(task)
+    local tk = task_of(task)
+    local c0 = os.time()
+    local dm = mp.load(("%s/%s_rope.h5"):format(mdir, task))
     log("DroPE on %s (%d steps)", task, o.drope_steps)
     local drope = require "drope"
     tk:seed(o.seed * 100 + 8)
@@ -362,9 +379,14 @@ function M.run(o)
                                progress = o.progress or false})
     local path = ("%s/%s_drope.h5"):format(mdir, task)
     dm:save(path)
-    models[task].drope = dm
-    train_info[task].drope = {loss = r.final_loss, loss_dropped = r.loss_dropped, curve = r.loss,
-                              seconds = os.time() - c0, path = path}
+    return {loss = r.final_loss, loss_dropped = r.loss_dropped, curve = r.loss, seconds = os.time() - c0,
+            path = path}
+  end)
+  if not trained then return nil end    -- other ranks: their share is done
+  for i, job in ipairs(jobs) do train_info[job.task][job.pos] = trained[i] end
+  for i, task in ipairs{"text", "ret"} do train_info[task].drope = dropes[i] end
+  for _, task in ipairs{"text", "ret"} do
+    for name, ti in pairs(train_info[task]) do models[task][name] = mp.load(ti.path) end
   end
   local s1 = os.time() - t1
   out("")

@@ -1,0 +1,347 @@
+/* h5capture.c — the dataset capture writer (see h5capture.h): prompts split
+ * across ranks, ragged lengths, one HDF5 file written with collective
+ * parallel HDF5 (the MPI-IO driver) when several ranks share it, committed
+ * atomically by rank 0 after every rank agreed. */
+#include "h5capture.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <hdf5.h>
+
+#include "h5io.h"
+#include "h5run.h"
+#include "model.h"
+#include "mp_mpi.h"
+
+#ifdef MP_HAVE_MPI
+#include <mpi.h>
+#endif
+
+typedef struct cap_ds {
+    struct mp_h5cap *cap;
+    hid_t id, fspace;
+    char path[200];
+    int ndim, t_axis;
+    struct cap_ds *next;
+} cap_ds;
+
+struct mp_h5cap {
+    char tmp[PATH_MAX], out[PATH_MAX];
+    hid_t file;
+    int rank, size;
+    int n_mine;
+    int64_t row0, n_total, tmax;
+    int32_t *len_mine;  /* this rank's lengths */
+    int64_t row;        /* row of the prompt running now */
+    int64_t vocab;
+    cap_ds *ds;         /* every dataset (newest first) */
+    cap_ds *tokens, *logits;
+    mp_status hook_st;
+};
+
+static void close_datasets(mp_h5cap *c) {
+    for (cap_ds *d = c->ds, *n; d; d = n) {
+        n = d->next;
+        if (d->fspace >= 0) H5Sclose(d->fspace);
+        if (d->id >= 0) H5Dclose(d->id);
+        free(d);
+    }
+    c->ds = c->tokens = c->logits = NULL;
+}
+
+static void free_cap(mp_h5cap *c) {
+    if (!c) return;
+    close_datasets(c);
+    if (c->file >= 0) H5Fclose(c->file);
+    free(c->len_mine);
+    free(c);
+}
+
+/* Creates a dataset on every rank (collective) and keeps it open. */
+static mp_status add_ds(mp_h5cap *c, const char *path, hid_t type, int ndim, const int64_t *shape, int t_axis,
+                        int compress, const void *fill, cap_ds **out) {
+    int64_t chunk[MP_H5_MAXDIM];
+    int chunked = mp_h5_chunk_dims(ndim, shape, t_axis, 4, (size_t)1 << 20, chunk) == 0;
+    cap_ds *d = mp_calloc(1, sizeof *d, "a capture dataset");
+    if (!d) return MP_ERR_NOMEM;
+    d->cap = c;
+    d->id = d->fspace = H5I_INVALID_HID;
+    d->ndim = ndim;
+    d->t_axis = t_axis;
+    snprintf(d->path, sizeof d->path, "%s", path);
+    d->next = c->ds;
+    c->ds = d;
+    mp_status st = mp_h5_create_dataset(c->file, path, type, ndim, shape, chunked ? chunk : NULL,
+                                        chunked ? compress : 0, fill, &d->id);
+    if (st) return mp_error_prefix(st, "%s", c->out);
+    if ((d->fspace = H5Dget_space(d->id)) < 0) return mp_h5_error(MP_ERR_HDF5, "%s: %s: no dataspace", c->out, path);
+    if (out) *out = d;
+    return MP_OK;
+}
+
+static mp_status write_block(cap_ds *d, hid_t type, const int64_t *off, const int64_t *cnt, const void *data) {
+    hsize_t start[MP_H5_MAXDIM], count[MP_H5_MAXDIM];
+    size_t numel = 1;
+    for (int i = 0; i < d->ndim; i++) {
+        start[i] = (hsize_t)off[i];
+        count[i] = (hsize_t)cnt[i];
+        numel *= (size_t)cnt[i];
+    }
+    if (!numel) return MP_OK;
+    mp_status st = MP_OK;
+    hid_t ms = H5Screate_simple(d->ndim, count, NULL);
+    if (ms < 0 || H5Sselect_hyperslab(d->fspace, H5S_SELECT_SET, start, NULL, count, NULL) < 0 ||
+        H5Dwrite(d->id, type, ms, d->fspace, H5P_DEFAULT, data) < 0)
+        st = mp_h5_error(MP_ERR_HDF5, "%s: %s: cannot write row %lld", d->cap->out, d->path, (long long)off[0]);
+    if (ms >= 0) H5Sclose(ms);
+    return st;
+}
+
+/* A hook view of the running prompt (B = 1) at its place in /acts/<name>. */
+static int hook_cb(void *user, const mp_hook_info *info, float *data) {
+    cap_ds *d = user;
+    int64_t off[MP_H5_MAXDIM] = {0};
+    if (info->ndim != d->ndim) {
+        mp_error(MP_ERR_ARG, "%s: %s: view of rank %d for a dataset of rank %d", d->cap->out, d->path, info->ndim,
+                 d->ndim);
+        return 1;
+    }
+    off[d->t_axis] = info->pos0;
+    if (info->axis >= 0 && info->axis < d->ndim) off[info->axis] += info->offset;
+    off[0] += d->cap->row;
+    return write_block(d, H5T_NATIVE_FLOAT, off, info->shape, data) != MP_OK;
+}
+
+typedef struct {
+    mp_h5cap *c;
+    const mp_config *cfg;
+    mp_hooks *hooks;
+    int compress, n;
+    mp_status st;
+} visit_ctx;
+
+static void visit(void *u, mp_hook_id id, int layer, const char *name) {
+    visit_ctx *v = u;
+    if (v->st) return;
+    char path[200];
+    int64_t shape[4];
+    static const float neg_inf = -INFINITY;
+    snprintf(path, sizeof path, "/acts/%s", name);
+    int ndim = mp_hook_shape(v->cfg, id, (int)v->c->n_total, (int)v->c->tmax, 0, shape);
+    int t_axis = mp_hook_shape_kind[id] == MP_SHAPE_BHTS ? 2 : 1;
+    cap_ds *d;
+    v->st = add_ds(v->c, path, H5T_NATIVE_FLOAT, ndim, shape, t_axis, v->compress,
+                   id == MP_HOOK_ATTN_SCORES ? &neg_inf : NULL, &d);
+    if (!v->st) v->st = mp_hooks_add_at(v->hooks, id, layer, hook_cb, d);
+    v->n++;
+}
+
+/* Rank 0 makes the temporary name (mkstemp) and tells the others. */
+static mp_status make_tmp(mp_h5cap *c, const char *out) {
+    int err = 0;
+    if (c->rank == 0) {
+        snprintf(c->tmp, sizeof c->tmp, "%s.tmp.XXXXXX", out);
+        int fd = mkstemp(c->tmp);
+        if (fd < 0) {
+            err = errno;
+        } else {
+            mode_t mask = umask(0);
+            umask(mask);
+            if (fchmod(fd, 0666 & ~mask) != 0) err = errno;
+            close(fd);
+            if (err) unlink(c->tmp);
+        }
+        if (err) c->tmp[0] = '\0';
+    }
+    mp_status st = mp_mpi_bcast(c->tmp, sizeof c->tmp, 0);
+    if (st) return st;
+    if (c->rank == 0 && err)
+        return mp_error(MP_ERR_IO, "%s: cannot create (a temporary file in its directory): %s", out, strerror(err));
+    if (!c->tmp[0]) return mp_error(MP_ERR_IO, "%s: rank 0 could not create the file", out);
+    return MP_OK;
+}
+
+mp_status mp_h5cap_create(mp_h5cap **out, const mp_h5cap_params *p, const mp_config *cfg, const int32_t *lengths,
+                          int n_mine, mp_hooks *hooks, int64_t *n_total, int *n_datasets) {
+    mp_status st = MP_OK;
+    hid_t fapl = H5I_INVALID_HID;
+    int64_t *counts = NULL;
+    int32_t *all = NULL;
+    *out = NULL;
+    mp_h5_init();
+    if (!p->out || !*p->out) return mp_error(MP_ERR_ARG, "capture: no output file name");
+    if (strlen(p->out) + 16 > PATH_MAX) return mp_error(MP_ERR_ARG, "%s: file name too long", p->out);
+    mp_h5cap *c = mp_calloc(1, sizeof *c, "a capture");
+    if (!c) return MP_ERR_NOMEM;
+    c->file = H5I_INVALID_HID;
+    c->rank = mp_mpi_rank();
+    c->size = mp_mpi_size();
+    c->n_mine = n_mine;
+    c->vocab = cfg->vocab;
+    snprintf(c->out, sizeof c->out, "%s", p->out);
+    counts = mp_malloc((size_t)c->size * sizeof *counts, "prompt counts");
+    c->len_mine = mp_malloc((size_t)(n_mine > 0 ? n_mine : 1) * sizeof *c->len_mine, "prompt lengths");
+    if (!counts || !c->len_mine) { st = MP_ERR_NOMEM; goto cleanup; }
+    if (n_mine) memcpy(c->len_mine, lengths, (size_t)n_mine * sizeof *lengths);
+    /* who has which rows */
+    if ((st = mp_mpi_allgather_i64(n_mine, counts))) goto cleanup;
+    for (int r = 0; r < c->size; r++) {
+        if (r < c->rank) c->row0 += counts[r];
+        c->n_total += counts[r];
+    }
+    if (c->n_total < 1) { st = mp_error(MP_ERR_ARG, "%s: no prompts to capture", p->out); goto cleanup; }
+    if (c->n_total > INT32_MAX) { st = mp_error(MP_ERR_ARG, "%s: too many prompts", p->out); goto cleanup; }
+    if (!(all = mp_malloc((size_t)c->n_total * sizeof *all, "prompt lengths"))) { st = MP_ERR_NOMEM; goto cleanup; }
+    if ((st = mp_mpi_allgatherv_i32(lengths, n_mine, all, counts))) goto cleanup;
+    for (int64_t i = 0; i < c->n_total; i++) {
+        if (all[i] < 1) {
+            st = mp_error(MP_ERR_ARG, "%s: prompt %lld is empty", p->out, (long long)i + 1);
+            goto cleanup;
+        }
+        if (all[i] > c->tmax) c->tmax = all[i];
+    }
+    if (p->compress < 0 || p->compress > 9) {
+        st = mp_error(MP_ERR_ARG, "%s: compression level %d outside 0..9", p->out, p->compress);
+        goto cleanup;
+    }
+    if (p->compress && c->size > 1) {
+        st = mp_error(MP_ERR_ARG, "%s: compression needs every rank to write every chunk together, which ragged "
+                      "prompts do not allow: capture with several ranks uncompressed, then h5repack -f SHUF -f "
+                      "GZIP=%d", p->out, p->compress);
+        goto cleanup;
+    }
+    if (p->globs && *p->globs) { /* every rank finds the same mistake: no file is made */
+        char bad[256];
+        int n = mp_hook_select(cfg, p->globs, NULL, NULL, bad, sizeof bad);
+        if (bad[0]) { st = mp_error(MP_ERR_ARG, "capture: hook name '%s' matches no hook point of this model", bad); goto cleanup; }
+        if (n == 0) { st = mp_error(MP_ERR_ARG, "capture: hook names '%s' match no hook point", p->globs); goto cleanup; }
+    }
+    /* the file: rank 0 names it, every rank opens it (MPI-IO when several) */
+    if ((st = make_tmp(c, p->out))) goto cleanup;
+    if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0) { st = mp_h5_error(MP_ERR_HDF5, "%s: cannot create", p->out); goto cleanup; }
+#if defined(MP_HAVE_MPI) && defined(H5_HAVE_PARALLEL)
+    if (c->size > 1 && H5Pset_fapl_mpio(fapl, *(MPI_Comm *)mp_mpi_comm_ptr(), MPI_INFO_NULL) < 0) {
+        st = mp_h5_error(MP_ERR_HDF5, "%s: cannot use MPI-IO", p->out);
+        goto cleanup;
+    }
+#else
+    if (c->size > 1) { st = mp_error(MP_ERR_ARG, "%s: HDF5 without parallel support", p->out); goto cleanup; }
+#endif
+    c->file = H5Fcreate(c->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    if (c->file < 0) { st = mp_h5_error(MP_ERR_IO, "%s: cannot create %s", p->out, c->tmp); goto cleanup; }
+    if ((st = mp_h5_attr_set_string(c->file, "/", "format", "mechprobe.run")) ||
+        (st = mp_h5_attr_set_int(c->file, "/", "version", 1)) ||
+        (st = mp_h5_attr_set_string(c->file, "/", "mechprobe_version", MP_VERSION)) ||
+        (st = mp_h5_write_model_attrs(c->file, p->out, cfg, p->source)))
+        goto cleanup;
+    int64_t nshape[1] = {c->n_total}, tshape[2] = {c->n_total, c->tmax};
+    static const int32_t pad = -1;
+    cap_ds *lens;
+    if ((st = add_ds(c, "/lengths", H5T_NATIVE_INT32, 1, nshape, 0, 0, NULL, &lens))) goto cleanup;
+    if (c->rank == 0) {
+        int64_t off[1] = {0};
+        if ((st = write_block(lens, H5T_NATIVE_INT32, off, nshape, all))) goto cleanup;
+    }
+    if ((st = add_ds(c, "/tokens", H5T_NATIVE_INT32, 2, tshape, 1, p->compress, &pad, &c->tokens))) goto cleanup;
+    visit_ctx v = {c, cfg, hooks, p->compress, 0, MP_OK};
+    if (p->globs && *p->globs) {
+        mp_hook_select(cfg, p->globs, visit, &v, NULL, 0);
+        if ((st = v.st)) goto cleanup;
+    }
+    if (p->logits) {
+        int64_t lshape[3] = {c->n_total, c->tmax, cfg->vocab};
+        if ((st = add_ds(c, "/logits", H5T_NATIVE_FLOAT, 3, lshape, 1, p->compress, NULL, &c->logits))) goto cleanup;
+        v.n++;
+    }
+    *n_total = c->n_total;
+    *n_datasets = v.n;
+cleanup:
+    if (fapl >= 0) H5Pclose(fapl);
+    free(counts);
+    free(all);
+    if (st) {
+        if (c->file >= 0) {
+            close_datasets(c);
+            H5Fclose(c->file);
+            c->file = H5I_INVALID_HID;
+        }
+        if (c->rank == 0 && c->tmp[0]) unlink(c->tmp);
+        free_cap(c);
+        return st;
+    }
+    *out = c;
+    return MP_OK;
+}
+
+mp_status mp_h5cap_begin(mp_h5cap *c, int i, const int *tokens) {
+    if (i < 0 || i >= c->n_mine) return mp_error(MP_ERR_ARG, "%s: prompt %d of %d", c->out, i + 1, c->n_mine);
+    c->row = c->row0 + i;
+    int64_t off[2] = {c->row, 0}, cnt[2] = {1, c->len_mine[i]};
+    return write_block(c->tokens, H5T_NATIVE_INT, off, cnt, tokens);
+}
+
+mp_status mp_h5cap_write_logits(mp_h5cap *c, int i, const float *logits) {
+    if (!c->logits) return mp_error(MP_ERR_ARG, "%s: logits were not asked for", c->out);
+    int64_t off[3] = {c->row0 + i, 0, 0}, cnt[3] = {1, c->len_mine[i], c->vocab};
+    return write_block(c->logits, H5T_NATIVE_FLOAT, off, cnt, logits);
+}
+
+static int sync_path(const char *p, int dir) {
+    int fd = open(p, dir ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+    if (fd < 0) return errno;
+    int r = fsync(fd) == 0 ? 0 : errno;
+    close(fd);
+    return r;
+}
+
+mp_status mp_h5cap_finish(mp_h5cap *c, mp_status failed) {
+    if (!c) return MP_OK;
+    char msg[1024] = "";
+    mp_status st = MP_OK;
+    if (failed) snprintf(msg, sizeof msg, "%s", mp_last_error());
+    int first = mp_mpi_first_failed(failed);
+    /* close on every rank (collective under MPI-IO) */
+    close_datasets(c);
+    herr_t r = H5Fclose(c->file);
+    c->file = H5I_INVALID_HID;
+    int close_failed = r < 0;
+    if (close_failed && !failed) snprintf(msg, sizeof msg, "%.480s: cannot write (closing %.480s)", c->out, c->tmp);
+    int first_close = mp_mpi_first_failed(close_failed);
+    /* rank 0 commits or removes, then says how it went */
+    int commit_err = 0;
+    if (c->rank == 0) {
+        if (first < 0 && first_close < 0) {
+            if ((commit_err = sync_path(c->tmp, 0)) == 0 && rename(c->tmp, c->out) != 0) commit_err = errno;
+            if (commit_err) unlink(c->tmp);
+            else {
+                char d[PATH_MAX];
+                snprintf(d, sizeof d, "%s", c->out);
+                sync_path(dirname(d), 1);
+            }
+        } else {
+            unlink(c->tmp);
+        }
+    }
+    int32_t ce = commit_err;
+    if (mp_mpi_bcast(&ce, sizeof ce, 0) != MP_OK && !ce) ce = EIO;
+    if (failed || close_failed) {
+        st = failed ? (mp_status)failed : MP_ERR_HDF5;
+        mp_error(st, "%s", msg);
+    } else if (first >= 0 || first_close >= 0) {
+        st = mp_error(MP_ERR_IO, "%s: not written: rank %d of %d failed (its message says why)", c->out,
+                      first >= 0 ? first : first_close, c->size);
+    } else if (ce) {
+        st = mp_error(MP_ERR_IO, "%s: cannot rename %s to it: %s", c->out, c->tmp, strerror(ce));
+    }
+    free_cap(c);
+    return st;
+}

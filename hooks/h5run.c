@@ -535,7 +535,6 @@ static mp_status wq_write(mp_h5ds *ds, const int64_t *offset, const int64_t *cou
     mp_h5run *run = ds->run;
     wqueue *w = run->wq;
     if (!w) return ds_write(ds, offset, count, data);
-    if (w->err != MP_OK) return wq_error(w);
     size_t n = 1;
     for (int i = 0; i < ds->ndim; i++) n *= (size_t)count[i];
     if (n == 0) return MP_OK;

@@ -319,22 +319,34 @@ static mp_status check_block(const mp_h5ds *ds, const int64_t *offset, const int
     return MP_OK;
 }
 
-/* Key columns [0, n) of a tiled block [.., rows, S] that must be written: up
- * to the last value (of any row) whose bits differ from the fill, rounded up
- * to whole tiles. Tiles past it hold only the fill, which HDF5 returns for
- * chunks never written: the file reads back the same values either way. */
+/* Key columns [0, n) of a tiled block [.., rows, S] that must be written:
+ * every tile (of any row) that holds a value whose bits differ from the fill,
+ * i.e. up to the last such tile. Tiles past it hold only the fill, which HDF5
+ * returns for chunks never written: the file reads back the same values
+ * either way. Tiles are compared with memcmp against a row of fill values
+ * (vectorised in glibc; this runs on the writer thread, beside the forward). */
 static int64_t tiled_cols(const mp_h5ds *ds, const int64_t *count, const float *data) {
-    const int64_t S = count[3], rows = count[0] * count[1] * count[2];
-    int64_t n = 0;
-    for (int64_t r = 0; r < rows && n < S; r++) {
-        const uint32_t *row = (const uint32_t *)(const void *)(data + r * S);
-        int64_t j = S;
-        while (j > n && row[j - 1] == ds->fill_bits) j--;
-        if (j > n) n = j;
+    enum { FILL_N = 1024 };
+    uint32_t fillrow[FILL_N];
+    for (int i = 0; i < FILL_N; i++) fillrow[i] = ds->fill_bits;
+    const int64_t S = count[3], rows = count[0] * count[1] * count[2], tc = ds->tile_cols;
+    const int64_t ntiles = (S + tc - 1) / tc;
+    int64_t need = 0; /* tiles needed so far (by any row) */
+    for (int64_t r = 0; r < rows && need < ntiles; r++) {
+        const float *row = data + r * S;
+        for (int64_t t = ntiles - 1; t >= need; t--) {
+            int64_t c0 = t * tc, c1 = c0 + tc < S ? c0 + tc : S, differs = 0;
+            for (int64_t c = c0; c < c1 && !differs; c += FILL_N) {
+                int64_t len = c1 - c < FILL_N ? c1 - c : FILL_N;
+                differs = memcmp(row + c, fillrow, (size_t)len * sizeof(float)) != 0;
+            }
+            if (differs) {
+                need = t + 1;
+                break;
+            }
+        }
     }
-    if (n == 0) return 0;
-    n = (n + ds->tile_cols - 1) / ds->tile_cols * ds->tile_cols;
-    return n < S ? n : S;
+    return need * tc < S ? need * tc : S;
 }
 
 /* Writes a checked block (on the writer thread while one runs). */

@@ -38,5 +38,5 @@ run() { # name d layers heads mlp seq batch steps
 }
 echo "threads: $N (OMP_NUM_THREADS for us, torch.set_num_threads for the peer); median of timed steps after 1 warm-up"
 run "(a) L4 d128 T256 B16" 128 4 4 344 256 16 8
-run "(b) L8 d512 T512 B4" 512 8 8 1376 512 4 4
+run "(b) L8 d512 T512 B4" 512 8 8 1376 512 4 20
 echo "ratio = mechprobe / PyTorch tokens per second (> 1: faster); loss0 d = |initial loss difference| (same model)"

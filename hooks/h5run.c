@@ -1,9 +1,14 @@
 /* h5run.c — the HDF5 run-file writer: atomic creation, root and /model
  * attributes, /tokens, float32 datasets chunked along T and written in blocks,
- * and the capture adapter that streams hook views into /acts/<hook name>. */
+ * and the capture adapter that streams hook views into /acts/<hook name>
+ * through a writer thread (so the forward computes while HDF5 writes), leaving
+ * unwritten the attention-map tiles that hold only the fill value. */
+#define _GNU_SOURCE /* sync_file_range */
 #include "h5run.h"
 
+#include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,14 +24,50 @@ struct mp_h5ds {
     int ndim;
     int64_t shape[MP_H5_MAXDIM];
     int t_axis;    /* axis chunked along / placed at pos0 by the capture */
+    int tiled;     /* attention map [B,H,T,S] chunked in tiles: a block's key
+                      columns past its last non-fill value are not written */
+    uint32_t fill_bits; /* the fill value's bits (tiled datasets) */
+    int64_t tile_cols;  /* chunk width along S (tiled datasets) */
     mp_h5ds *next;
 };
+
+/* The capture's writer thread: a bounded queue of copied hook views. Every
+ * HDF5 call of a write happens on that thread while it runs (the library is
+ * thread-safe in Debian's build, which serialises it against any HDF5 call of
+ * other threads; without that the writes stay on the caller's thread). */
+#define WQ_SLOTS 4                       /* views queued or being written */
+#define WQ_BYTES ((size_t)64 << 20)      /* their buffers together, unless one view is larger */
+typedef struct {
+    mp_h5ds *ds;
+    int64_t off[MP_H5_MAXDIM], cnt[MP_H5_MAXDIM];
+    float *data;
+    size_t cap;  /* floats allocated behind data */
+    int busy;    /* queued or being written */
+} wq_slot;
+
+typedef struct {
+    pthread_t thread;
+    int started, stop;
+    pthread_mutex_t mu;
+    pthread_cond_t job, freed;
+    wq_slot slot[WQ_SLOTS];
+    int order[WQ_SLOTS], head, n;  /* FIFO of queued slot indices */
+    int busy;                      /* slots queued or being written */
+    size_t cap_total;              /* floats allocated in all slots */
+    mp_status err;                 /* the first failed write, kept for the caller */
+    char msg[1024];
+} wqueue;
 
 struct mp_h5run {
     mp_h5_atomic at;
     mp_h5run_params p;
     mp_h5ds *ds;   /* every dataset created, newest first */
+    wqueue *wq;    /* NULL: writes happen on the calling thread */
 };
+
+static mp_status ds_write(mp_h5ds *ds, const int64_t *offset, const int64_t *count, const float *data);
+static mp_status wq_drain(mp_h5run *run);
+static void wq_stop(mp_h5run *run);
 
 mp_h5run_params mp_h5run_params_default(void) {
     mp_h5run_params p;
@@ -35,7 +76,11 @@ mp_h5run_params mp_h5run_params_default(void) {
     return p;
 }
 
-hid_t mp_h5run_file(mp_h5run *run) { return run ? run->at.file : H5I_INVALID_HID; }
+hid_t mp_h5run_file(mp_h5run *run) {
+    if (!run) return H5I_INVALID_HID;
+    wq_drain(run); /* the caller's writes follow every queued one (an error stays for commit) */
+    return run->at.file;
+}
 const char *mp_h5run_path(const mp_h5run *run) { return run && run->at.path ? run->at.path : "?"; }
 
 /* Closes every dataset; returns 0, or -1 when a close failed (closing
@@ -55,6 +100,7 @@ static int free_datasets(mp_h5run *run) {
 
 void mp_h5run_abort(mp_h5run *run) {
     if (!run) return;
+    wq_stop(run);
     /* closing a dataset writes its cached chunks: into memory from here on, so
      * no close fails (libhdf5 leaks the chunks of a close that failed) */
     mp_h5_discard_writes(run->at.file);
@@ -65,20 +111,26 @@ void mp_h5run_abort(mp_h5run *run) {
 
 mp_status mp_h5run_commit(mp_h5run *run) {
     if (!run) return mp_error(MP_ERR_ARG, "mp_h5run_commit: no run");
+    mp_status st = wq_drain(run);
+    wq_stop(run);
+    if (st != MP_OK) { /* a captured view was not written: no final file */
+        mp_h5run_abort(run);
+        return st;
+    }
     /* write the cached chunks while a failure (full disk) can still be undone */
     for (mp_h5ds *d = run->ds; d; d = d->next) {
         if (d->id >= 0 && H5Dflush(d->id) < 0) {
-            mp_status st = mp_h5_error(MP_ERR_IO, "%s: cannot write (%s)", mp_h5run_path(run), d->path);
+            st = mp_h5_error(MP_ERR_IO, "%s: cannot write (%s)", mp_h5run_path(run), d->path);
             mp_h5run_abort(run);
             return st;
         }
     }
     if (free_datasets(run) < 0) {
-        mp_status st = mp_h5_error(MP_ERR_IO, "%s: cannot write (closing its datasets)", mp_h5run_path(run));
+        st = mp_h5_error(MP_ERR_IO, "%s: cannot write (closing its datasets)", mp_h5run_path(run));
         mp_h5run_abort(run);
         return st;
     }
-    mp_status st = mp_h5_atomic_commit(&run->at);
+    st = mp_h5_atomic_commit(&run->at);
     free(run);
     return st;
 }
@@ -127,6 +179,8 @@ static const char *mlp_name(const mp_config *c) {
 }
 
 mp_status mp_h5run_write_model(mp_h5run *run, const mp_config *c, const char *source) {
+    mp_status st = wq_drain(run);
+    if (st != MP_OK) return st;
     return mp_h5_write_model_attrs(run->at.file, run->at.path, c, source);
 }
 
@@ -166,7 +220,9 @@ mp_status mp_h5run_write_tokens(mp_h5run *run, const int *tokens, int B, int T) 
     if (B < 0 || T < 0) return mp_error(MP_ERR_ARG, "%s: /tokens: bad shape [%d,%d]", run->at.path, B, T);
     int64_t shape[2] = {B, T};
     hid_t ds;
-    mp_status st = mp_h5_create_dataset(run->at.file, "/tokens", H5T_NATIVE_INT, 2, shape, NULL, 0, NULL, &ds);
+    mp_status st = wq_drain(run);
+    if (st != MP_OK) return st;
+    st = mp_h5_create_dataset(run->at.file, "/tokens", H5T_NATIVE_INT, 2, shape, NULL, 0, NULL, &ds);
     if (st != MP_OK) return st;
     if ((int64_t)B * T > 0 && H5Dwrite(ds, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens) < 0)
         st = mp_h5_error(MP_ERR_HDF5, "%s: /tokens: cannot write", run->at.path);
@@ -174,16 +230,41 @@ mp_status mp_h5run_write_tokens(mp_h5run *run, const int *tokens, int B, int T) 
     return st;
 }
 
-/* mp_h5run_dataset with an optional fill value for never-written elements. */
+/* Tiles of an attention map [B,H,T,S]: 64 query rows (the forward's default
+ * block, so a block fills whole tiles) by at most 256 key columns (64 KiB),
+ * the columns split evenly (S = 300: two tiles of 150, not 256 + 44 stored
+ * as 256), so that the masked upper triangle falls into tiles never written.
+ * A smaller chunk target narrows the tiles (tests use a few bytes). */
+#define TILE_ROWS 64
+#define TILE_COLS 256
+static void tile_dims(const int64_t *shape, size_t target, int64_t *chunk) {
+    int64_t rows = shape[2] < TILE_ROWS ? shape[2] : TILE_ROWS;
+    int64_t most = (int64_t)(target / sizeof(float)) / (rows > 0 ? rows : 1);
+    if (most > TILE_COLS) most = TILE_COLS;
+    if (most < 1) most = 1;
+    int64_t n = (shape[3] + most - 1) / most; /* tiles per row */
+    int64_t cols = n > 0 ? (shape[3] + n - 1) / n : 1;
+    chunk[0] = chunk[1] = 1;
+    chunk[2] = rows;
+    chunk[3] = cols > 0 ? cols : 1;
+}
+
+/* mp_h5run_dataset with an optional fill value for never-written elements;
+ * tiled: an attention map chunked by tile_dims, blocks written up to their
+ * last non-fill column (needs fill). */
 static mp_status run_dataset(mp_h5run *run, const char *path, int ndim, const int64_t *shape, int t_axis,
-                             const float *fill, mp_h5ds **out) {
+                             const float *fill, int tiled, mp_h5ds **out) {
     mp_status st = MP_OK;
     int64_t chunk[MP_H5_MAXDIM];
     *out = NULL;
     if (ndim < 0 || ndim > MP_H5_MAXDIM || t_axis < -1 || t_axis >= (ndim ? ndim : 1))
         return mp_error(MP_ERR_ARG, "%s: %s: bad rank %d or T axis %d", run->at.path, path, ndim, t_axis);
+    if ((st = wq_drain(run)) != MP_OK) return st; /* queued writes may still use a dataset replaced here */
+    tiled = tiled && fill && ndim == 4 && t_axis == 2;
     int chunked = ndim > 0 &&
                   mp_h5_chunk_dims(ndim, shape, t_axis, sizeof(float), run->p.chunk_bytes, chunk) == 0;
+    if (chunked && tiled) tile_dims(shape, run->p.chunk_bytes, chunk);
+    tiled = tiled && chunked;
     mp_h5ds *d = mp_calloc(1, sizeof *d, "a run dataset");
     if (!d) return MP_ERR_NOMEM;
     d->id = d->fspace = H5I_INVALID_HID;
@@ -191,6 +272,11 @@ static mp_status run_dataset(mp_h5run *run, const char *path, int ndim, const in
     d->ndim = ndim;
     d->t_axis = t_axis < 0 ? 0 : t_axis;
     memcpy(d->shape, shape, (size_t)ndim * sizeof *shape);
+    if (tiled) {
+        d->tiled = 1;
+        memcpy(&d->fill_bits, fill, sizeof d->fill_bits);
+        d->tile_cols = chunk[3];
+    }
     d->path = strdup(path);
     if (!d->path) { st = mp_error(MP_ERR_NOMEM, "out of memory"); goto cleanup; }
     /* Replacing a dataset this run created: drop our handle on the old one. */
@@ -227,7 +313,7 @@ cleanup:
 
 mp_status mp_h5run_dataset(mp_h5run *run, const char *path, int ndim, const int64_t *shape, int t_axis,
                            mp_h5ds **ds) {
-    return run_dataset(run, path, ndim, shape, t_axis, NULL, ds);
+    return run_dataset(run, path, ndim, shape, t_axis, NULL, 0, ds);
 }
 
 static void fmt_block(char *buf, size_t n, int ndim, const int64_t *off, const int64_t *cnt) {
@@ -239,10 +325,8 @@ static void fmt_block(char *buf, size_t n, int ndim, const int64_t *off, const i
     if (k < n) snprintf(buf + k, n - k, "]");
 }
 
-mp_status mp_h5ds_write(mp_h5ds *ds, const int64_t *offset, const int64_t *count, const float *data) {
-    hsize_t start[MP_H5_MAXDIM], cnt[MP_H5_MAXDIM];
-    int64_t numel = 1;
-    mp_h5_init();
+/* The bounds check of a block against the dataset: MP_OK or MP_ERR_ARG. */
+static mp_status check_block(const mp_h5ds *ds, const int64_t *offset, const int64_t *count) {
     for (int i = 0; i < ds->ndim; i++) {
         if (offset[i] < 0 || count[i] < 0 || offset[i] > ds->shape[i] || count[i] > ds->shape[i] - offset[i]) {
             char blk[256], shp[160];
@@ -252,18 +336,72 @@ mp_status mp_h5ds_write(mp_h5ds *ds, const int64_t *offset, const int64_t *count
             return mp_error(MP_ERR_ARG, "%s: %s: block %s lies outside the dataset %s", ds->run->at.path, ds->path,
                             blk, shp);
         }
+    }
+    return MP_OK;
+}
+
+/* Key columns [0, n) of a tiled block [.., rows, S] that must be written:
+ * every tile (of any row) that holds a value whose bits differ from the fill,
+ * i.e. up to the last such tile. Tiles past it hold only the fill, which HDF5
+ * returns for chunks never written: the file reads back the same values
+ * either way. Tiles are compared with memcmp against a row of fill values
+ * (vectorised in glibc; this runs on the writer thread, beside the forward). */
+static int64_t tiled_cols(const mp_h5ds *ds, const int64_t *count, const float *data) {
+    enum { FILL_N = 1024 };
+    uint32_t fillrow[FILL_N];
+    for (int i = 0; i < FILL_N; i++) fillrow[i] = ds->fill_bits;
+    const int64_t S = count[3], rows = count[0] * count[1] * count[2], tc = ds->tile_cols;
+    const int64_t ntiles = (S + tc - 1) / tc;
+    int64_t need = 0; /* tiles needed so far (by any row) */
+    for (int64_t r = 0; r < rows && need < ntiles; r++) {
+        const float *row = data + r * S;
+        for (int64_t t = ntiles - 1; t >= need; t--) {
+            int64_t c0 = t * tc, c1 = c0 + tc < S ? c0 + tc : S, differs = 0;
+            for (int64_t c = c0; c < c1 && !differs; c += FILL_N) {
+                int64_t len = c1 - c < FILL_N ? c1 - c : FILL_N;
+                differs = memcmp(row + c, fillrow, (size_t)len * sizeof(float)) != 0;
+            }
+            if (differs) {
+                need = t + 1;
+                break;
+            }
+        }
+    }
+    return need * tc < S ? need * tc : S;
+}
+
+/* Writes a checked block (on the writer thread while one runs). */
+static mp_status ds_write(mp_h5ds *ds, const int64_t *offset, const int64_t *count, const float *data) {
+    hsize_t start[MP_H5_MAXDIM], cnt[MP_H5_MAXDIM], fcnt[MP_H5_MAXDIM], zero[MP_H5_MAXDIM] = {0};
+    int64_t numel = 1;
+    mp_h5_init();
+    for (int i = 0; i < ds->ndim; i++) {
         start[i] = (hsize_t)offset[i];
-        cnt[i] = (hsize_t)count[i];
+        fcnt[i] = cnt[i] = (hsize_t)count[i];
         numel *= count[i];
     }
     if (numel == 0) return MP_OK;
+    if (ds->tiled && offset[3] == 0) {
+        int64_t cols = tiled_cols(ds, count, data);
+        if (cols == 0) return MP_OK;
+        fcnt[3] = (hsize_t)cols;
+    }
     mp_status st = MP_OK;
     hid_t mspace = ds->ndim ? H5Screate_simple(ds->ndim, cnt, NULL) : H5Screate(H5S_SCALAR);
-    if (mspace < 0 || (ds->ndim && H5Sselect_hyperslab(ds->fspace, H5S_SELECT_SET, start, NULL, cnt, NULL) < 0) ||
+    if (mspace < 0 || (ds->ndim && H5Sselect_hyperslab(ds->fspace, H5S_SELECT_SET, start, NULL, fcnt, NULL) < 0) ||
+        (ds->ndim && fcnt[ds->ndim - 1] != cnt[ds->ndim - 1] &&
+         H5Sselect_hyperslab(mspace, H5S_SELECT_SET, zero, NULL, fcnt, NULL) < 0) ||
         (!ds->ndim && H5Sselect_all(ds->fspace) < 0) ||
         H5Dwrite(ds->id, H5T_NATIVE_FLOAT, mspace, ds->fspace, H5P_DEFAULT, data) < 0)
         st = mp_h5_error(MP_ERR_HDF5, "%s: %s: cannot write", ds->run->at.path, ds->path);
     if (mspace >= 0) H5Sclose(mspace);
+    return st;
+}
+
+mp_status mp_h5ds_write(mp_h5ds *ds, const int64_t *offset, const int64_t *count, const float *data) {
+    mp_status st = check_block(ds, offset, count);
+    if (st == MP_OK) st = wq_drain(ds->run); /* keep the order of writes the caller sees */
+    if (st == MP_OK) st = ds_write(ds, offset, count, data);
     return st;
 }
 
@@ -274,6 +412,190 @@ mp_status mp_h5run_write_f32(mp_h5run *run, const char *path, int ndim, const in
     mp_status st = mp_h5run_dataset(run, path, ndim, shape, t_axis, &ds);
     if (st != MP_OK) return st;
     return mp_h5ds_write(ds, zero, shape, data);
+}
+
+/* ---- the writer thread ---- */
+
+/* Starts the kernel's write-back of what the file has so far (not waiting for
+ * it), so that commit's fsync finds little left to write: the disk works
+ * while the forward computes. Only for HDF5's POSIX driver; best effort. */
+static void start_writeback(hid_t file) {
+#if defined(__linux__) && defined(SYNC_FILE_RANGE_WRITE)
+    hid_t fapl = H5Fget_access_plist(file);
+    int sec2 = fapl >= 0 && H5Pget_driver(fapl) == H5FD_SEC2;
+    if (fapl >= 0) H5Pclose(fapl);
+    void *h = NULL;
+    if (sec2 && H5Fget_vfd_handle(file, H5P_DEFAULT, &h) >= 0 && h) sync_file_range(*(int *)h, 0, 0, SYNC_FILE_RANGE_WRITE);
+    H5Eclear2(H5E_DEFAULT);
+#else
+    (void)file;
+#endif
+}
+
+#define WQ_WRITEBACK ((size_t)16 << 20) /* bytes written between two write-back starts */
+
+static void *wq_main(void *u) {
+    mp_h5run *run = u;
+    wqueue *w = run->wq;
+    size_t since = 0; /* bytes since the last write-back start */
+    mp_h5_init();
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (w->n == 0 && !w->stop) pthread_cond_wait(&w->job, &w->mu);
+        if (w->n == 0) break;
+        wq_slot *s = &w->slot[w->order[w->head]];
+        w->head = (w->head + 1) % WQ_SLOTS;
+        w->n--;
+        int failed = w->err != MP_OK; /* after a failure the rest is dropped */
+        pthread_mutex_unlock(&w->mu);
+        mp_status st = failed ? MP_OK : ds_write(s->ds, s->off, s->cnt, s->data);
+        if (!failed && st == MP_OK) {
+            size_t n = sizeof(float);
+            for (int i = 0; i < s->ds->ndim; i++) n *= (size_t)s->cnt[i];
+            if ((since += n) >= WQ_WRITEBACK) {
+                start_writeback(run->at.file);
+                since = 0;
+            }
+        }
+        char msg[sizeof w->msg];
+        if (st != MP_OK) snprintf(msg, sizeof msg, "%s", mp_last_error());
+        pthread_mutex_lock(&w->mu);
+        if (st != MP_OK && w->err == MP_OK) {
+            w->err = st;
+            memcpy(w->msg, msg, sizeof msg);
+        }
+        s->busy = 0;
+        w->busy--;
+        pthread_cond_broadcast(&w->freed);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* Sets the writer's first error as the calling thread's message. */
+static mp_status wq_error(wqueue *w) { return mp_error(w->err, "%s", w->msg); }
+
+/* Waits until every queued view is written; returns the writer's error, if
+ * any (it stays, so that commit fails too). */
+static mp_status wq_drain(mp_h5run *run) {
+    wqueue *w = run->wq;
+    if (!w || !w->started) return w && w->err ? wq_error(w) : MP_OK;
+    pthread_mutex_lock(&w->mu);
+    while (w->busy > 0) pthread_cond_wait(&w->freed, &w->mu);
+    mp_status st = w->err;
+    pthread_mutex_unlock(&w->mu);
+    return st != MP_OK ? wq_error(w) : MP_OK;
+}
+
+/* Drains, joins and frees the writer (its error is dropped: drain first). */
+static void wq_stop(mp_h5run *run) {
+    wqueue *w = run->wq;
+    if (!w) return;
+    if (w->started) {
+        pthread_mutex_lock(&w->mu);
+        w->stop = 1;
+        pthread_cond_broadcast(&w->job);
+        pthread_mutex_unlock(&w->mu);
+        pthread_join(w->thread, NULL);
+    }
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->job);
+    pthread_cond_destroy(&w->freed);
+    for (int i = 0; i < WQ_SLOTS; i++) free(w->slot[i].data);
+    free(w);
+    run->wq = NULL;
+}
+
+/* A free slot with room for n floats into *out (waits while the queue is full
+ * or the buffers would pass WQ_BYTES); the writer's error when it failed. */
+static mp_status wq_acquire(mp_h5run *run, size_t n, wq_slot **out) {
+    wqueue *w = run->wq;
+    wq_slot *s = NULL;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        if (w->err != MP_OK) break;
+        for (int i = 0; i < WQ_SLOTS && !s; i++) /* a free slot whose buffer fits */
+            if (!w->slot[i].busy && w->slot[i].cap >= n) s = &w->slot[i];
+        for (int i = 0; i < WQ_SLOTS && !s; i++)
+            if (!w->slot[i].busy) s = &w->slot[i];
+        if (s) {
+            size_t grow = s->cap < n ? n - s->cap : 0;
+            if (grow == 0 || (w->cap_total + grow) * sizeof(float) <= WQ_BYTES) break;
+            if (w->busy == 0) { /* one view larger than the budget: it alone */
+                for (int i = 0; i < WQ_SLOTS; i++)
+                    if (&w->slot[i] != s) {
+                        w->cap_total -= w->slot[i].cap;
+                        free(w->slot[i].data);
+                        w->slot[i].data = NULL;
+                        w->slot[i].cap = 0;
+                    }
+                break;
+            }
+            s = NULL;
+        }
+        pthread_cond_wait(&w->freed, &w->mu);
+    }
+    if (s) {
+        s->busy = 1;
+        w->busy++;
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (!s) return wq_error(w);
+    if (s->cap < n) {
+        float *p = realloc(s->data, n * sizeof(float));
+        pthread_mutex_lock(&w->mu);
+        if (p) {
+            w->cap_total += n - s->cap;
+            s->data = p;
+            s->cap = n;
+        } else {
+            s->busy = 0;
+            w->busy--;
+            pthread_cond_broadcast(&w->freed);
+        }
+        pthread_mutex_unlock(&w->mu);
+        if (!p)
+            return mp_error(MP_ERR_NOMEM, "%s: out of memory for the capture's write queue (%zu MiB)", run->at.path,
+                            n * sizeof(float) >> 20);
+    }
+    *out = s;
+    return MP_OK;
+}
+
+/* Queues a copy of a checked block for the writer thread (started on the
+ * first one); writes it here when the run has no writer. */
+static mp_status wq_write(mp_h5ds *ds, const int64_t *offset, const int64_t *count, const float *data) {
+    mp_h5run *run = ds->run;
+    wqueue *w = run->wq;
+    if (!w) return ds_write(ds, offset, count, data);
+    size_t n = 1;
+    for (int i = 0; i < ds->ndim; i++) n *= (size_t)count[i];
+    if (n == 0) return MP_OK;
+    if (!w->started) {
+        if (pthread_create(&w->thread, NULL, wq_main, run) != 0) { /* no thread: write here */
+            wq_stop(run);
+            return ds_write(ds, offset, count, data);
+        }
+        w->started = 1;
+    }
+    wq_slot *s = NULL;
+    mp_status st = wq_acquire(run, n, &s);
+    if (st != MP_OK) return st;
+    memcpy(s->data, data, n * sizeof(float));
+    s->ds = ds;
+    memcpy(s->off, offset, (size_t)ds->ndim * sizeof *offset);
+    memcpy(s->cnt, count, (size_t)ds->ndim * sizeof *count);
+    pthread_mutex_lock(&w->mu);
+    w->order[(w->head + w->n) % WQ_SLOTS] = (int)(s - w->slot);
+    w->n++;
+    pthread_cond_signal(&w->job);
+    pthread_mutex_unlock(&w->mu);
+    return MP_OK;
+}
+
+mp_status mp_h5run_flush(mp_h5run *run) {
+    if (!run) return mp_error(MP_ERR_ARG, "mp_h5run_flush: no run");
+    return wq_drain(run);
 }
 
 /* ---- capture adapter ---- */
@@ -289,7 +611,8 @@ static int capture_cb(void *user, const mp_hook_info *info, float *data) {
     }
     off[ds->t_axis] = info->pos0;
     if (info->axis >= 0 && info->axis < ds->ndim) off[info->axis] += info->offset;
-    return mp_h5ds_write(ds, off, info->shape, data) != MP_OK;
+    if (check_block(ds, off, info->shape) != MP_OK) return 1;
+    return wq_write(ds, off, info->shape, data) != MP_OK;
 }
 
 typedef struct {
@@ -306,13 +629,15 @@ static void capture_visit(void *u, mp_hook_id id, int layer, const char *name) {
     char path[192];
     int64_t shape[4];
     mp_h5ds *ds;
-    static const float neg_inf = -INFINITY;
+    static const float neg_inf = -INFINITY, zero = 0.0f;
     snprintf(path, sizeof path, "/acts/%s", name);
     int ndim = mp_hook_shape(c->cfg, id, c->B, c->T, 0, shape);
-    int t_axis = mp_hook_shape_kind[id] == MP_SHAPE_BHTS ? 2 : 1;
-    /* Scores are -inf where masked: unwritten (decode-time) cells read alike. */
-    const float *fill = id == MP_HOOK_ATTN_SCORES ? &neg_inf : NULL;
-    c->st = run_dataset(c->run, path, ndim, shape, t_axis, fill, &ds);
+    int bhts = mp_hook_shape_kind[id] == MP_SHAPE_BHTS;
+    int t_axis = bhts ? 2 : 1;
+    /* Masked cells: scores -inf, pattern 0. Unwritten cells (tiles past the
+     * causal diagonal, decode-time cells) read back alike. */
+    const float *fill = id == MP_HOOK_ATTN_SCORES ? &neg_inf : id == MP_HOOK_PATTERN ? &zero : NULL;
+    c->st = run_dataset(c->run, path, ndim, shape, t_axis, fill, bhts, &ds);
     if (c->st == MP_OK) c->st = mp_hooks_add_at(c->hooks, id, layer, capture_cb, ds);
 }
 
@@ -325,5 +650,26 @@ mp_status mp_h5run_capture(mp_h5run *run, mp_hooks *hooks, const mp_config *cfg,
     if (n == 0) return mp_error(MP_ERR_ARG, "capture: hook names '%s' match no hook point", globs);
     capture_ctx c = {run, hooks, cfg, B, T, MP_OK};
     mp_hook_select(cfg, globs, capture_visit, &c, NULL, 0);
+    if (c.st == MP_OK && !run->wq && !run->p.sync_writes) {
+        hbool_t ts = 0;
+        /* HDF5 calls may move to another thread only when the library serialises them */
+        if (H5is_library_threadsafe(&ts) >= 0 && ts) {
+            wqueue *w = calloc(1, sizeof *w);
+            if (w && pthread_mutex_init(&w->mu, NULL) == 0) {
+                if (pthread_cond_init(&w->job, NULL) == 0) {
+                    if (pthread_cond_init(&w->freed, NULL) == 0) {
+                        run->wq = w;
+                        w = NULL;
+                    } else {
+                        pthread_cond_destroy(&w->job);
+                        pthread_mutex_destroy(&w->mu);
+                    }
+                } else {
+                    pthread_mutex_destroy(&w->mu);
+                }
+            }
+            free(w); /* none: the writes stay on this thread */
+        }
+    }
     return c.st;
 }

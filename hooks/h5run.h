@@ -36,6 +36,7 @@ typedef struct {
     int has_seed;       /* write the root attribute `seed` */
     int64_t seed;
     size_t chunk_bytes; /* target chunk size; 0: 1 MiB */
+    int sync_writes;    /* 1: the capture writes on the forward's thread (no writer thread) */
 } mp_h5run_params;
 
 mp_h5run_params mp_h5run_params_default(void);
@@ -84,10 +85,27 @@ const char *mp_h5run_path(const mp_h5run *run);
  * see mp_hook_select) creates /acts/<name> with the full shape of a forward
  * over B x T tokens and registers a callback on `hooks` that writes each view
  * it receives at its place: info->axis/offset locate blocks of query rows of
- * scores/patterns; info->pos0 places incremental-decoding steps along T. No
- * view is buffered. A glob matching nothing is MP_ERR_ARG naming it. The
- * callbacks point into `run`: clear or free `hooks` before commit/abort. */
+ * scores/patterns; info->pos0 places incremental-decoding steps along T.
+ * A glob matching nothing is MP_ERR_ARG naming it. The callbacks point into
+ * `run`: clear or free `hooks` before commit/abort.
+ *
+ * Attention maps ([B,H,T,S]) are chunked in tiles of 64 query rows x up to 256
+ * keys, with fill value 0 (hook_pattern) or -inf (hook_attn_scores); a block's
+ * tiles that hold nothing but the fill (the causal upper triangle) are not
+ * written, and read back as the fill.
+ *
+ * Writer thread: when HDF5 is thread-safe (H5is_library_threadsafe) and
+ * params.sync_writes is 0, each callback copies its view into a bounded queue
+ * (at most 4 views and 64 MiB of copies, or one view when a single view is
+ * larger) and returns; one writer thread makes the HDF5 writes while the
+ * forward computes. A failed write (ENOSPC, EFBIG...) fails the next callback
+ * (the forward then returns MP_ERR_HOOK with the writer's message) and, in any
+ * case, mp_h5run_flush and mp_h5run_commit (which then removes the temporary
+ * file). Every other mp_h5run / mp_h5ds call waits for the queue first. */
 mp_status mp_h5run_capture(mp_h5run *run, mp_hooks *hooks, const struct mp_config *cfg, const char *globs,
                            int B, int T);
+/* Waits until every captured view is written; returns the first write error
+ * of the writer thread (it also stays for commit). */
+mp_status mp_h5run_flush(mp_h5run *run);
 
 #endif

@@ -148,6 +148,11 @@ static mp_status fire_block(const fwd_ctx *f, mp_hook_id id, int l, int q0, int 
     return mp_hooks_fire(f->hs, &info, data);
 }
 
+/* Query rows per product inside an attention block: a block of more rows
+ * (training keeps all T in one) is computed in sub-blocks this tall, each only
+ * up to the last key its rows see. */
+#define CAUSAL_SUB 64
+
 /* Causal grouped-query attention of one layer, by blocks of qb query rows.
  * q [B,T,H,Dh] (rotated), keys/values kc/vc with batch stride bstride and row
  * stride KD covering positions 0..pos0+T-1; z [B,T,H,Dh]. The scores become
@@ -179,8 +184,13 @@ static mp_status attention(const fwd_ctx *f, int l, fwd_bufs *b, const float *kc
                 float *a = b->att + ((size_t)bb * H + h) * blk;
                 const float *qp = b->q + ((size_t)bb * T + q0) * HD + (size_t)h * Dh;
                 const float *kp = kc + bb * bstride + (size_t)(h / group) * Dh;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kmax, Dh, scale, qp, HD, kp, KD,
-                            0.0f, a, S);
+                /* in sub-blocks of CAUSAL_SUB rows, each up to the keys its last row sees:
+                 * a block of all T rows (training) skips the masked upper triangle */
+                for (int r0 = 0; r0 < rows; r0 += CAUSAL_SUB) {
+                    const int rr = rows - r0 < CAUSAL_SUB ? rows - r0 : CAUSAL_SUB, kk = f->pos0 + q0 + r0 + rr;
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rr, kk, Dh, scale, qp + (size_t)r0 * HD, HD,
+                                kp, KD, 0.0f, a + (size_t)r0 * S, S);
+                }
                 for (int i = 0; i < rows; i++) {
                     int first_masked = f->pos0 + q0 + i + 1;
                     int end = show ? S : kmax;
@@ -209,8 +219,11 @@ static mp_status attention(const fwd_ctx *f, int l, fwd_bufs *b, const float *kc
                 const float *a = b->att + ((size_t)bb * H + h) * blk;
                 const float *vp = vc + bb * bstride + (size_t)(h / group) * Dh;
                 float *zp = b->z + ((size_t)bb * T + q0) * HD + (size_t)h * Dh;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, Dh, kmax, 1.0f, a, S, vp, KD,
-                            0.0f, zp, HD);
+                for (int r0 = 0; r0 < rows; r0 += CAUSAL_SUB) { /* masked weights are 0: skipped */
+                    const int rr = rows - r0 < CAUSAL_SUB ? rows - r0 : CAUSAL_SUB, kk = f->pos0 + q0 + r0 + rr;
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rr, Dh, kk, 1.0f, a + (size_t)r0 * S, S,
+                                vp, KD, 0.0f, zp + (size_t)r0 * HD, HD);
+                }
             }
     }
 cleanup:

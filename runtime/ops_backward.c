@@ -10,6 +10,14 @@
 #include <math.h>
 #include <string.h>
 
+/* glibc's vector expf in `omp simd` loops (see ops.c). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__)
+extern float expf(float) __attribute__((simd("notinbranch")));
+#endif
+
+/* Columns per pass of the norms' weight-gradient sums. */
+#define NORM_COLS 64
+
 void mp_embed_backward(float *dembed, const float *dout, const int *tokens, int N, int D) {
     /* rows of one token id collide: parallel over columns, serial over rows */
 #pragma omp parallel for schedule(static) if ((size_t)N * D > 65536)
@@ -29,11 +37,18 @@ void mp_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x
         float c = dot * r * r / (float)D;
         for (int i = 0; i < D; i++) d[i] += r * (g[i] * w[i] - xr[i] * c);
     }
+    /* dw: per column, the rows in order (as a column loop would), but a block of
+     * NORM_COLS columns per pass, so every row is read contiguously */
 #pragma omp parallel for schedule(static) if ((size_t)N * D > 65536)
-    for (int i = 0; i < D; i++) {
-        float s = 0.0f;
-        for (int n = 0; n < N; n++) s += dout[(size_t)n * D + i] * x[(size_t)n * D + i] * rstd[n];
-        dw[i] += s;
+    for (int i0 = 0; i0 < D; i0 += NORM_COLS) {
+        const int ni = D - i0 < NORM_COLS ? D - i0 : NORM_COLS;
+        float s[NORM_COLS] = {0};
+        for (int n = 0; n < N; n++) {
+            const float *g = dout + (size_t)n * D + i0, *xr = x + (size_t)n * D + i0;
+            const float r = rstd[n];
+            for (int i = 0; i < ni; i++) s[i] += g[i] * xr[i] * r;
+        }
+        for (int i = 0; i < ni; i++) dw[i0 + i] += s[i];
     }
 }
 
@@ -58,15 +73,21 @@ void mp_layernorm_backward(float *dx, float *dw, float *db, const float *dout, c
         }
     }
 #pragma omp parallel for schedule(static) if ((size_t)N * D > 65536)
-    for (int i = 0; i < D; i++) {
-        float sw = 0.0f, sb = 0.0f;
+    for (int i0 = 0; i0 < D; i0 += NORM_COLS) { /* as in mp_rmsnorm_backward */
+        const int ni = D - i0 < NORM_COLS ? D - i0 : NORM_COLS;
+        float sw[NORM_COLS] = {0}, sb[NORM_COLS] = {0};
         for (int n = 0; n < N; n++) {
-            float g = dout[(size_t)n * D + i];
-            sw += g * (x[(size_t)n * D + i] - mean[n]) * rstd[n];
-            sb += g;
+            const float *g = dout + (size_t)n * D + i0, *xr = x + (size_t)n * D + i0;
+            const float mu = mean[n], r = rstd[n];
+            for (int i = 0; i < ni; i++) {
+                sw[i] += g[i] * (xr[i] - mu) * r;
+                sb[i] += g[i];
+            }
         }
-        dw[i] += sw;
-        db[i] += sb;
+        for (int i = 0; i < ni; i++) {
+            dw[i0 + i] += sw[i];
+            db[i0 + i] += sb[i];
+        }
     }
 }
 
@@ -106,7 +127,7 @@ void mp_rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, 
 }
 
 void mp_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n) {
-#pragma omp parallel for schedule(static) if (n > 16384)
+#pragma omp parallel for simd schedule(static) if (n > 16384)
     for (size_t i = 0; i < n; i++) {
         float g = gate[i], sg = 1.0f / (1.0f + expf(-g)), silu = g * sg;
         dgate[i] += dout[i] * up[i] * sg * (1.0f + g * (1.0f - sg));
@@ -141,6 +162,9 @@ void mp_attention_backward(float *dq, float *dk, float *dv, float *datt, const f
     mp_attention_backward_variant(dq, dk, dv, datt, NULL, dz, q, k, v, att, B, T, H, K, Dh, NULL);
 }
 
+/* Query rows per block of the attention backward (see below). */
+#define ATT_SUB 64
+
 void mp_attention_backward_variant(float *dq, float *dk, float *dv, float *datt, float *dfac, const float *dz,
                                    const float *q, const float *k, const float *v, const float *att, int B, int T,
                                    int H, int K, int Dh, const struct mp_attn_layer *av) {
@@ -162,44 +186,54 @@ void mp_attention_backward_variant(float *dq, float *dk, float *dv, float *datt,
                 const float *dzp = dz + (size_t)b * T * HD + (size_t)h * Dh;
                 const float *qp = q + (size_t)b * T * HD + (size_t)h * Dh;
                 float *dqp = dq + (size_t)b * T * HD + (size_t)h * Dh;
-                /* dP = dz v^T;  dv += P^T dz */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, Dh, 1.0f, dzp, HD, vp, KD, 0.0f, dS, T);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, Dh, T, 1.0f, P, T, dzp, HD, 1.0f, dvp, KD);
-                /* dS = P * (dP - rowsum(dP * P)) * scale (zero where P is) */
-                for (int i = 0; i < T && !variant; i++) {
-                    const float *pr = P + (size_t)i * T;
-                    float *dr = dS + (size_t)i * T;
-                    float s = 0.0f;
-                    for (int j = 0; j < T; j++) s += dr[j] * pr[j];
-                    for (int j = 0; j < T; j++) dr[j] = pr[j] * (dr[j] - s) * scale;
-                }
-                /* variants: dU through the normalizer; dS = f dU scale; the
-                 * factor's gradient sum_j dU_ij S_ij over the support */
-                for (int i = 0; i < T && variant; i++) {
-                    const float *pr = P + (size_t)i * T;
-                    float *dr = dS + (size_t)i * T;
-                    mp_attn_normalize_backward(av, dr, pr, i + 1);
-                    for (int j = i + 1; j < T; j++) dr[j] = 0.0f;
-                    double f = 1.0;
-                    if (factor) {
-                        double g = 0.0;
-                        const float *qi = qp + (size_t)i * HD;
-                        for (int j = 0; j <= i; j++) {
-                            if (!(pr[j] > 0.0f)) continue;
-                            const float *kj = kp + (size_t)j * KD;
-                            double dot = 0.0;
-                            for (int e = 0; e < Dh; e++) dot += (double)qi[e] * kj[e];
-                            g += (double)dr[j] * dot * scale;
+                /* Causal: P is 0 above the diagonal, so rows r0..r0+rr-1 need keys 0..r0+rr-1
+                 * only (kk); the products below skip the upper triangle. */
+                for (int r0 = 0; r0 < T; r0 += ATT_SUB) {
+                    const int rr = T - r0 < ATT_SUB ? T - r0 : ATT_SUB, kk = r0 + rr;
+                    const float *Pb = P + (size_t)r0 * T, *dzb = dzp + (size_t)r0 * HD;
+                    float *dSb = dS + (size_t)r0 * T;
+                    /* dP = dz v^T;  dv += P^T dz */
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rr, kk, Dh, 1.0f, dzb, HD, vp, KD, 0.0f, dSb,
+                                T);
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kk, Dh, rr, 1.0f, Pb, T, dzb, HD, 1.0f, dvp,
+                                KD);
+                    for (int i = r0; i < r0 + rr; i++) {
+                        const float *pr = P + (size_t)i * T;
+                        float *dr = dS + (size_t)i * T;
+                        if (!variant) {
+                            /* dS = P * (dP - rowsum(dP * P)) * scale (zero where P is) */
+                            float s = 0.0f;
+                            for (int j = 0; j <= i; j++) s += dr[j] * pr[j];
+                            for (int j = 0; j <= i; j++) dr[j] = pr[j] * (dr[j] - s) * scale;
+                        } else {
+                            /* variants: dU through the normalizer; dS = f dU scale; the
+                             * factor's gradient sum_j dU_ij S_ij over the support */
+                            mp_attn_normalize_backward(av, dr, pr, i + 1);
+                            double f = 1.0;
+                            if (factor) {
+                                double g = 0.0;
+                                const float *qi = qp + (size_t)i * HD;
+                                for (int j = 0; j <= i; j++) {
+                                    if (!(pr[j] > 0.0f)) continue;
+                                    const float *kj = kp + (size_t)j * KD;
+                                    double dot = 0.0;
+                                    for (int e = 0; e < Dh; e++) dot += (double)qi[e] * kj[e];
+                                    g += (double)dr[j] * dot * scale;
+                                }
+                                if (dfac) dfac[((size_t)b * H + h) * T + i] = (float)g;
+                                f = mp_attn_row_factor(av, h, i + 1);
+                            }
+                            const float fs = (float)(f * scale);
+                            for (int j = 0; j <= i; j++) dr[j] *= fs;
                         }
-                        if (dfac) dfac[((size_t)b * H + h) * T + i] = (float)g;
-                        f = mp_attn_row_factor(av, h, i + 1);
+                        for (int j = i + 1; j < kk; j++) dr[j] = 0.0f;
                     }
-                    const float fs = (float)(f * scale);
-                    for (int j = 0; j <= i; j++) dr[j] *= fs;
+                    /* dq += dS k;  dk += dS^T q */
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rr, Dh, kk, 1.0f, dSb, T, kp, KD, 1.0f,
+                                dqp + (size_t)r0 * HD, HD);
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kk, Dh, rr, 1.0f, dSb, T, qp + (size_t)r0 * HD,
+                                HD, 1.0f, dkp, KD);
                 }
-                /* dq += dS k;  dk += dS^T q */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, Dh, T, 1.0f, dS, T, kp, KD, 1.0f, dqp, HD);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, Dh, T, 1.0f, dS, T, qp, HD, 1.0f, dkp, KD);
             }
         }
 }

@@ -40,6 +40,7 @@ mp_status mp_kvcache_init(mp_kvcache *c, const mp_config *cfg, int B, int cap) {
 void mp_kvcache_free(mp_kvcache *c) {
     free(c->k);
     free(c->v);
+    free(c->scratch);
     memset(c, 0, sizeof *c);
 }
 
@@ -179,8 +180,11 @@ static mp_status attention(const fwd_ctx *f, int l, fwd_bufs *b, const float *kc
                 float *a = b->att + ((size_t)bb * H + h) * blk;
                 const float *qp = b->q + ((size_t)bb * T + q0) * HD + (size_t)h * Dh;
                 const float *kp = kc + bb * bstride + (size_t)(h / group) * Dh;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kmax, Dh, scale, qp, HD, kp, KD,
-                            0.0f, a, S);
+                if (rows == 1) /* a decoding step: sgemm would re-pack the keys for one row */
+                    cblas_sgemv(CblasRowMajor, CblasNoTrans, kmax, Dh, scale, kp, KD, qp, 1, 0.0f, a, 1);
+                else
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, kmax, Dh, scale, qp, HD, kp, KD,
+                                0.0f, a, S);
                 for (int i = 0; i < rows; i++) {
                     int first_masked = f->pos0 + q0 + i + 1;
                     int end = show ? S : kmax;
@@ -209,8 +213,11 @@ static mp_status attention(const fwd_ctx *f, int l, fwd_bufs *b, const float *kc
                 const float *a = b->att + ((size_t)bb * H + h) * blk;
                 const float *vp = vc + bb * bstride + (size_t)(h / group) * Dh;
                 float *zp = b->z + ((size_t)bb * T + q0) * HD + (size_t)h * Dh;
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, Dh, kmax, 1.0f, a, S, vp, KD,
-                            0.0f, zp, HD);
+                if (rows == 1)
+                    cblas_sgemv(CblasRowMajor, CblasTrans, kmax, Dh, 1.0f, vp, KD, a, 1, 0.0f, zp, 1);
+                else
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, Dh, kmax, 1.0f, a, S, vp, KD,
+                                0.0f, zp, HD);
             }
     }
 cleanup:
@@ -282,8 +289,18 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
     /* positional tables: cos, sin [T, Dh/2], q scale [T] (training mode: in A) */
     size_t n_pos = 2 * n_rope + (size_t)T;
     size_t total = A ? n_x : 3 * n_x + 2 * n_q + 2 * n_k + 2 * n_h + n_att + n_pos;
-    float *mem = mp_malloc((total ? total : 1) * sizeof(float), "forward-pass buffers");
-    if (!mem) return MP_ERR_NOMEM;
+    float *mem = NULL, *own = NULL;
+    if (fp.cache && fp.cache->scratch_n >= total) { /* decoding: the cache's buffers, no allocation per token */
+        mem = fp.cache->scratch;
+    } else if (fp.cache && total <= MP_KV_SCRATCH_KEEP) {
+        float *grown = realloc(fp.cache->scratch, total * sizeof(float));
+        if (!grown) return mp_error(MP_ERR_NOMEM, "out of memory for the forward-pass buffers (%zu floats)", total);
+        fp.cache->scratch = mem = grown;
+        fp.cache->scratch_n = total;
+    } else {
+        mem = own = mp_malloc((total ? total : 1) * sizeof(float), "forward-pass buffers");
+        if (!mem) return MP_ERR_NOMEM;
+    }
     fwd_bufs b;
     memset(&b, 0, sizeof b);
     float *cur = mem;
@@ -416,6 +433,6 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
 #undef FIRE
     if (fp.cache) fp.cache->len += T;
 cleanup:
-    free(mem);
+    free(own);
     return st;
 }

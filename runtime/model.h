@@ -236,11 +236,17 @@ void mp_model_free(mp_model *m);
 mp_config mp_config_default(void);
 
 /* KV cache for incremental decoding: post-positional keys and values of every
- * layer for B sequences of up to `cap` positions. */
+ * layer for B sequences of up to `cap` positions, and the forward pass's
+ * working buffers of its calls (kept between decoding steps, so a step
+ * allocates nothing; a call needing more than MP_KV_SCRATCH_KEEP floats, a
+ * long prefill, allocates its own). */
+#define MP_KV_SCRATCH_KEEP ((size_t)1 << 22)
 typedef struct {
     int B, cap, len;   /* len: positions filled */
     float *k;          /* [L, B, cap, K*Dh] */
     float *v;          /* [L, B, cap, K*Dh] */
+    float *scratch;    /* forward-pass buffers reused across calls (owned) */
+    size_t scratch_n;  /* floats in scratch */
 } mp_kvcache;
 
 mp_status mp_kvcache_init(mp_kvcache *c, const mp_config *cfg, int B, int cap);

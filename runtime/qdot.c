@@ -175,6 +175,13 @@ static float dot_q6_k_scalar(const void *w, const void *xq, size_t n) {
 /* ---- AVX2 ---- */
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 
+/* f16 scale through F16C (the portable mp_quant_f16_to_f32 is a call per block) */
+AVX2 static inline float h16(const unsigned char *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
 AVX2 static inline float hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -195,7 +202,7 @@ AVX2 static float dot_q8_0_avx2(const void *w, const void *xq, size_t n) {
     for (size_t i = 0; i < n / 32; i++, a += 34, b += 34) {
         const __m256i qa = _mm256_loadu_si256((const __m256i *)(a + 2));
         const __m256i qb = _mm256_loadu_si256((const __m256i *)(b + 2));
-        const __m256 d = _mm256_set1_ps(f16(a) * f16(b));
+        const __m256 d = _mm256_set1_ps(h16(a) * h16(b));
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot32_s8(qa, qb)), acc);
     }
     return hsum256(acc);
@@ -213,7 +220,7 @@ AVX2 static float dot_q4_0_avx2(const void *w, const void *xq, size_t n) {
     __m256 acc = _mm256_setzero_ps();
     for (size_t i = 0; i < n / 32; i++, a += 18, b += 34) {
         const __m256i qb = _mm256_loadu_si256((const __m256i *)(b + 2));
-        const __m256 d = _mm256_set1_ps(f16(a) * f16(b));
+        const __m256 d = _mm256_set1_ps(h16(a) * h16(b));
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot32_s8(q4_0_bytes(a + 2), qb)), acc);
     }
     return hsum256(acc);
@@ -241,8 +248,8 @@ AVX2 static float dot_q4_k_avx2(const void *w, const void *xq, size_t n) {
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
         }
         const float xd = q8k_d(b);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(a) * xd), _mm256_cvtepi32_ps(sumi), acc);
-        mins += f16(a + 2) * xd * (float)q4k_minsum(b, mn);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h16(a) * xd), _mm256_cvtepi32_ps(sumi), acc);
+        mins += h16(a + 2) * xd * (float)q4k_minsum(b, mn);
     }
     return hsum256(acc) - mins;
 }
@@ -288,7 +295,7 @@ AVX2 static float dot_q6_k_avx2(const void *w, const void *xq, size_t n) {
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(v[k], xx), scv));
             }
         }
-        const float d = f16(a + 208) * q8k_d(b);
+        const float d = h16(a + 208) * q8k_d(b);
         const int off = 32 * q6k_offset(a, b);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi, _mm256_setr_epi32(off, 0, 0, 0, 0, 0, 0, 0))), acc);
     }
@@ -321,7 +328,7 @@ AVX512 static float dot_q8_0_avx512(const void *w, const void *xq, size_t n) {
     size_t i = 0;
     for (; i + 1 < nb; i += 2, a += 68, b += 68) {
         const __m512i qa = load2x32(a + 2, a + 36), qb = load2x32(b + 2, b + 36);
-        const __m512 d = scale2(f16(a) * f16(b), f16(a + 34) * f16(b + 34));
+        const __m512 d = scale2(h16(a) * h16(b), h16(a + 34) * h16(b + 34));
         acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot64_s8(qa, qb)), acc);
     }
     float sum = _mm512_reduce_add_ps(acc);
@@ -337,7 +344,7 @@ AVX512 static float dot_q4_0_avx512(const void *w, const void *xq, size_t n) {
     for (; i + 1 < nb; i += 2, a += 36, b += 68) {
         const __m512i qa = _mm512_inserti64x4(_mm512_castsi256_si512(q4_0_bytes(a + 2)), q4_0_bytes(a + 20), 1);
         const __m512i qb = load2x32(b + 2, b + 36);
-        const __m512 d = scale2(f16(a) * f16(b), f16(a + 18) * f16(b + 34));
+        const __m512 d = scale2(h16(a) * h16(b), h16(a + 18) * h16(b + 34));
         acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot64_s8(qa, qb)), acc);
     }
     float sum = _mm512_reduce_add_ps(acc);
@@ -368,8 +375,8 @@ AVX512 static float dot_q4_k_avx512(const void *w, const void *xq, size_t n) {
             sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(hi, x1), s1));
         }
         const float xd = q8k_d(b);
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(f16(a) * xd), _mm512_cvtepi32_ps(sumi), acc);
-        mins += f16(a + 2) * xd * (float)q4k_minsum(b, mn);
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(h16(a) * xd), _mm512_cvtepi32_ps(sumi), acc);
+        mins += h16(a + 2) * xd * (float)q4k_minsum(b, mn);
     }
     return _mm512_reduce_add_ps(acc) - mins;
 }
@@ -395,7 +402,7 @@ AVX512 static float dot_q6_k_avx512(const void *w, const void *xq, size_t n) {
                 sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(vv, xx), scv));
             }
         }
-        const float d = f16(a + 208) * q8k_d(b);
+        const float d = h16(a + 208) * q8k_d(b);
         acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
         offs += d * (float)(32 * q6k_offset(a, b));
     }

@@ -13,6 +13,8 @@
  *   - ISA paths agree with the scalar reference to (1)'s tolerance;
  *   - mp_qdot_matmul for few rows (quantized kernel) and many rows
  *     (dequantized panels + sgemm), with a bias, against the same references;
+ *   - the relative rms error of a one-row product with Gaussian activations
+ *     (the error model of 8-bit activations, test_rms_error);
  *   - the Q8_K quantizer matches ggml's reference rules (d = -max/127, the
  *     largest-magnitude value maps to -127, bsums are sums of 16 codes). */
 #include "qdot.h"
@@ -188,11 +190,47 @@ static void test_matmul(void) {
     }
 }
 
+/* The error model the whole-model test (test_qmodel) relies on: with
+ * Gaussian activations, a block's scale is max|x|/127 (~2.1 sigma / 127 for 32
+ * values, ~3 sigma / 127 for 256), the rounding error is uniform in +-d/2, so a
+ * product's relative rms error is ~0.5% (Q8_0 activations) to ~0.7% (Q8_K),
+ * more when the weights' mean is not 0 (Q4_K's mins): bound 1.5%. */
+static void test_rms_error(void) {
+    const uint32_t types[] = {MP_GGML_Q8_0, MP_GGML_Q4_0, MP_GGML_Q4_K, MP_GGML_Q6_K};
+    const int IN = 512, OUT = 256;
+    for (int ti = 0; ti < 4; ti++) {
+        const uint32_t t = types[ti];
+        size_t bv, bb;
+        mp_quant_block(t, &bv, &bb);
+        const size_t rb = IN / bv * bb;
+        unsigned char *w = malloc(rb * OUT);
+        float *wf = malloc((size_t)IN * OUT * sizeof(float)), x[512], o[256];
+        random_blocks(t, w, (size_t)IN * OUT);
+        mp_quant_dequantize(t, w, wf, (size_t)IN * OUT);
+        for (int i = 0; i < IN; i++) x[i] = sqrtf(-2.0f * logf(1.0f - unif())) * cosf(6.2831853f * unif());
+        CHECK(mp_qdot_matmul(o, x, t, w, rb, NULL, 1, IN, OUT) == MP_OK, "%s", mp_last_error());
+        double e = 0, r = 0;
+        for (int j = 0; j < OUT; j++) {
+            double s = 0;
+            for (int i = 0; i < IN; i++) s += (double)wf[(size_t)j * IN + i] * x[i];
+            e += (o[j] - s) * (o[j] - s);
+            r += s * s;
+        }
+        const double rel = sqrt(e / r);
+        CHECK(rel <= 0.015, "%s: relative rms error of a product %.3g%% > 1.5%%", mp_quant_type_name(t), 100 * rel);
+        printf("%-5s one-row product, Gaussian activations: relative rms error %.2f%%\n", mp_quant_type_name(t),
+               100 * rel);
+        free(w);
+        free(wf);
+    }
+}
+
 int main(void) {
     mp_init();
     printf("active ISA: %s\n", mp_qdot_isa_name(mp_qdot_isa_active()));
     test_q8_k_quantizer();
     test_kernels();
     test_matmul();
+    test_rms_error();
     return tu_finish("test_qdot");
 }

@@ -66,7 +66,7 @@ static void push_config(lua_State *L, const mp_model *m) {
     SETS("norm", norm_name(c->norm)); SETS("mlp", mlp_name_cfg(c)); SETS("pos", pos_name(c->pos));
     SETS("format", m->format); SETS("source", m->source);
     SETI("n_params", (lua_Integer)mp_config_n_params(c));
-    SETI("memory", (lua_Integer)(mp_config_n_params(c) * sizeof(float)));   /* bytes of float32 parameters */
+    SETI("memory", (lua_Integer)mp_model_param_bytes(m));   /* bytes of the parameters as held */
     lua_pushboolean(L, c->qkv_bias); lua_setfield(L, -2, "qkv_bias");
     lua_pushboolean(L, c->linear_bias); lua_setfield(L, -2, "linear_bias");
     lua_pushnumber(L, c->rope_scale > 0.0f ? c->rope_scale : 1.0f); lua_setfield(L, -2, "rope_scale");

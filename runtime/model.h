@@ -203,6 +203,9 @@ typedef struct mp_model {
  * in place first. */
 /* 1 when the model keeps quantized weights. */
 int mp_model_is_quantized(const mp_model *m);
+/* Bytes the parameters take in memory (float32, or the quantized weights' bytes
+ * plus the float32 norms, biases and positions). */
+size_t mp_model_param_bytes(const mp_model *m);
 /* The weight encoding for messages: "F32", "Q8_0", or "Q4_K+Q6_K" (every type used). */
 void mp_model_weight_types(const mp_model *m, char *buf, size_t n);
 /* Replaces the quantized weights by float32 ones (no-op for a float32 model). */

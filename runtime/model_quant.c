@@ -12,6 +12,17 @@
 
 int mp_model_is_quantized(const mp_model *m) { return m && m->q != NULL; }
 
+size_t mp_model_param_bytes(const mp_model *m) {
+    const mp_config *c = &m->cfg;
+    const size_t all = mp_config_n_params(c) * sizeof(float);
+    if (!m->q) return all;
+    const size_t D = (size_t)c->d_model, V = (size_t)c->vocab, L = (size_t)c->n_layer;
+    const size_t HD = (size_t)c->n_head * c->d_head, KD = (size_t)c->n_kv_head * c->d_head;
+    const size_t M = c->mlp == MP_MLP_NONE ? 0 : (size_t)c->d_mlp, nmlp = c->mlp == MP_MLP_SWIGLU ? 3 : 2;
+    const size_t linear = V * D * (c->tied ? 1 : 2) + L * (2 * HD * D + 2 * KD * D + nmlp * M * D);
+    return all - linear * sizeof(float) + m->q->bytes;
+}
+
 /* The layer arrays and the two vocabulary matrices, in one list. */
 static int qmats_of(const mp_model *m, const mp_qmat **out, int max) {
     const mp_qparams *q = m->q;

@@ -23,33 +23,26 @@ size_t mp_model_param_bytes(const mp_model *m) {
     return all - linear * sizeof(float) + m->q->bytes;
 }
 
-/* The layer arrays and the two vocabulary matrices, in one list. */
-static int qmats_of(const mp_model *m, const mp_qmat **out, int max) {
-    const mp_qparams *q = m->q;
-    int n = 0;
-    out[n++] = &q->embed;
-    if (!m->cfg.tied) out[n++] = &q->unembed;
-    const mp_qmat *fam[] = {q->wq, q->wk, q->wv, q->wo, q->w1, q->w3, q->w2};
-    for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++)
-        for (int l = 0; fam[f] && l < m->cfg.n_layer && n < max; l++) out[n++] = &fam[f][l];
-    return n;
+/* Adds type t to the "+"-separated list in buf unless it is there. */
+static void add_type(char *buf, size_t n, uint32_t t) {
+    const char *name = mp_quant_type_name(t);
+    const size_t k = strlen(name);
+    for (const char *p = buf; (p = strstr(p, name)); p += k)
+        if ((p == buf || p[-1] == '+') && (p[k] == 0 || p[k] == '+')) return;
+    size_t len = strlen(buf);
+    snprintf(buf + len, n - len, "%s%s", len ? "+" : "", name);
 }
 
 void mp_model_weight_types(const mp_model *m, char *buf, size_t n) {
-    if (!m->q) { snprintf(buf, n, "F32"); return; }
-    const mp_qmat *all[2 + 7 * 4096];
-    int k = qmats_of(m, all, (int)(sizeof all / sizeof all[0]));
-    uint32_t seen[16];
-    int ns = 0;
+    if (!n) return;
     buf[0] = 0;
-    for (int i = 0; i < k; i++) {
-        int dup = 0;
-        for (int j = 0; j < ns; j++) dup |= seen[j] == all[i]->type;
-        if (dup || ns == 16) continue;
-        seen[ns++] = all[i]->type;
-        size_t len = strlen(buf);
-        snprintf(buf + len, n - len, "%s%s", ns > 1 ? "+" : "", mp_quant_type_name(all[i]->type));
-    }
+    if (!m->q) { snprintf(buf, n, "F32"); return; }
+    const mp_qparams *q = m->q;
+    add_type(buf, n, q->embed.type);
+    if (!m->cfg.tied) add_type(buf, n, q->unembed.type);
+    const mp_qmat *fam[] = {q->wq, q->wk, q->wv, q->wo, q->w1, q->w3, q->w2};
+    for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++)
+        for (int l = 0; fam[f] && l < m->cfg.n_layer; l++) add_type(buf, n, fam[f][l].type);
 }
 
 void mp_model_embed_rows(const mp_model *m, float *out, const int *tokens, int N) {

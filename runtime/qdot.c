@@ -313,7 +313,8 @@ AVX512 static inline __m512i dot64_s8(__m512i a, __m512i b) {
 }
 
 AVX512 static inline __m512 scale2(float d0, float d1) {
-    return _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1);
+    return _mm512_castsi512_ps(_mm512_inserti64x4(_mm512_castps_si512(_mm512_set1_ps(d0)),
+                                                  _mm256_castps_si256(_mm256_set1_ps(d1)), 1));
 }
 
 AVX512 static inline __m512i load2x32(const unsigned char *p0, const unsigned char *p1) {

@@ -66,9 +66,29 @@ size_t mp_qdot_act_bytes(uint32_t t, size_t n) {
     return mp_qdot_act_type(t) == MP_GGML_Q8_K ? n / 256 * MP_Q8K_BYTES : n / 32 * 34;
 }
 
+/* Q8_0 activations as ggml's quantize_row_q8_0 (d = max|x| / 127 stored as
+ * f16, q = x / d rounded), vectorizable: rounding to nearest even (what ggml's
+ * SIMD quantizers do; the reference rounds halves away from zero). */
+static void quantize_act_q8_0(const float *x, unsigned char *out, size_t n) {
+    for (size_t b = 0; b < n / 32; b++, x += 32, out += 34) {
+        float amax = 0.0f;
+#pragma omp simd reduction(max : amax)
+        for (int j = 0; j < 32; j++) {
+            const float a = fabsf(x[j]);
+            amax = a > amax ? a : amax;
+        }
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        const uint16_t h = mp_quant_f32_to_f16(d);
+        memcpy(out, &h, 2);
+        int8_t *q = (int8_t *)(out + 2);
+#pragma omp simd
+        for (int j = 0; j < 32; j++) q[j] = (int8_t)nearbyintf(x[j] * id);
+    }
+}
+
 void mp_qdot_quantize_act(uint32_t t, const float *x, void *dst, size_t n) {
     if (mp_qdot_act_type(t) == MP_GGML_Q8_K) mp_qdot_quantize_q8_k(x, dst, n);
-    else mp_quant_quantize_q8_0(x, dst, n);
+    else quantize_act_q8_0(x, dst, n);
 }
 
 /* ---- scalar reference kernels ---- */

@@ -9,8 +9,9 @@
  *
  * Q8_K block (ggml's block_q8_K, 292 bytes): float d, int8 qs[256], int16
  * bsums[16] (sums of 16 consecutive qs); values x = d * qs, d = -max/127 with
- * max the value of largest magnitude (quantize_row_q8_K_ref). Q8_0 is
- * mp_quant_quantize_q8_0. */
+ * max the value of largest magnitude (quantize_row_q8_K_ref). Q8_0 activations
+ * as mp_quant_quantize_q8_0 but rounded to nearest even (as ggml's SIMD
+ * quantizers round; the reference rounds halves away from zero). */
 #ifndef MP_QDOT_H
 #define MP_QDOT_H
 

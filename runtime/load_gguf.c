@@ -1,8 +1,11 @@
 /* load_gguf.c — models and tokenizers from GGUF files (llama.cpp): the
  * architectures llama, qwen2 and gpt2, hyper-parameters from <arch>.*
  * metadata, llama.cpp tensor names mapped onto mp_params (ggml dims {in, out}
- * = PyTorch [out, in]), every tensor's shape checked against the config and
- * dequantised to float32 (gguf.h / quant.h).
+ * = PyTorch [out, in]), every tensor's shape checked against the config. A file
+ * with Q8_0 / Q4_0 / Q4_K / Q6_K weights keeps its linear weights in the
+ * file's encoding (views of the mapping, which the model keeps open: m->q,
+ * computed with qdot.h), decoding to float32 only tensors of other types;
+ * any other file is dequantised to float32 (gguf.h / quant.h).
  *
  * RoPE layouts: llama.cpp's convert_hf_to_gguf permutes the q/k rows of llama
  * models into adjacent pairs (llama.cpp's "normal" RoPE, LLAMA_ROPE_TYPE_NORM,

@@ -255,7 +255,9 @@ typedef enum {
 mp_model_format mp_model_detect(const char *path);
 typedef struct mp_tok mp_tok;   /* bpe.h */
 /* A GGUF file of architecture llama, qwen2 or gpt2 (tensors F32, F16, BF16,
- * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K dequantised to float32). llama:
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K; when some 2-D weight is Q8_0,
+ * Q4_0, Q4_K or Q6_K the linear weights stay quantized (m->q, views of the
+ * file's mapping), else everything is dequantised to float32). llama:
  * adjacent-pair q/k rows as llama.cpp's converter writes them; qwen2: half-split
  * rows (llama.cpp's NeoX RoPE), permuted here. Hyper-parameters from
  * <arch>.* metadata; rope_freqs.weight and rope.scaling.type "linear" honoured. */

@@ -7,7 +7,8 @@
  * llama_decode, logits of the last only (llama-bench's pp T). Prints
  * key=value lines like bench_gen.
  *
- *   peer_llama --mode decode|prefill --model F.gguf [-n 128] [-T 1024] [--reps R] [--threads N] [--dump FILE] */
+ *   peer_llama --mode decode|prefill --model F.gguf [-n 128] [-T 1024] [--reps R] [--threads N] [--dump FILE]
+ *              [--kv-f32 1]   (the KV cache in F32 instead of llama.cpp's default F16: for the equality check) */
 #include "bench_load.h"
 #include "llama.h"
 
@@ -29,7 +30,7 @@ static int argmax(const float *x, int n) {
 
 int main(int argc, char **argv) {
     const char *mode = NULL, *path = NULL, *dump = NULL;
-    int n = 128, T = 1024, reps = 5, threads = 2;
+    int n = 128, T = 1024, reps = 5, threads = 2, kv_f32 = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *a = argv[i], *v = argv[i + 1];
         if (!strcmp(a, "--mode")) mode = v;
@@ -39,6 +40,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "-T")) T = atoi(v);
         else if (!strcmp(a, "--reps")) reps = atoi(v);
         else if (!strcmp(a, "--threads")) threads = atoi(v);
+        else if (!strcmp(a, "--kv-f32")) kv_f32 = atoi(v);
         else { fprintf(stderr, "peer_llama: unknown option %s\n", a); return 2; }
     }
     if (!mode || !path || n < 1 || T < 1 || reps < 1 || threads < 1) {
@@ -57,6 +59,7 @@ int main(int argc, char **argv) {
     cp.n_batch = cp.n_ubatch = (uint32_t)(decode ? 1 : T);
     cp.n_threads = cp.n_threads_batch = threads;
     cp.no_perf = true;
+    if (kv_f32) cp.type_k = cp.type_v = GGML_TYPE_F32;
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "peer_llama: cannot create a context\n"); return 1; }
     printf("threads=%d\nload_rss_mib=%.1f\n", threads, bl_peak_rss_mib());

@@ -84,6 +84,13 @@ static mp_status write_f64(hid_t f, const char *path, const double *v, size_t n,
 }
 
 mp_status mp_checkpoint_save(const char *path, const mp_model *m, const mp_adamw *opt, const mp_train_log *log) {
+    if (m->q) { /* quantized weights: save a float32 copy (decoded on demand) */
+        mp_model *f32 = NULL;
+        mp_status qs = mp_model_dequantized_copy(m, &f32);
+        if (!qs) qs = mp_checkpoint_save(path, f32, opt, log);
+        mp_model_free(f32);
+        return qs;
+    }
     mp_h5_atomic at;
     memset(&at, 0, sizeof at);
     mp_status st = mp_h5_atomic_create(&at, path);

@@ -110,7 +110,7 @@ static void push_config(lua_State *L, const mp_model *m) {
     SETS("norm", norm_name(c->norm)); SETS("mlp", mlp_name_cfg(c)); SETS("pos", pos_name(c->pos));
     SETS("format", m->format); SETS("source", m->source);
     SETI("n_params", (lua_Integer)mp_config_n_params(c));
-    SETI("memory", (lua_Integer)(mp_config_n_params(c) * sizeof(float)));   /* bytes of float32 parameters */
+    SETI("memory", (lua_Integer)mp_model_param_bytes(m));   /* bytes of the parameters as held */
     lua_pushboolean(L, c->qkv_bias); lua_setfield(L, -2, "qkv_bias");
     lua_pushboolean(L, c->linear_bias); lua_setfield(L, -2, "linear_bias");
     lua_pushnumber(L, c->rope_scale > 0.0f ? c->rope_scale : 1.0f); lua_setfield(L, -2, "rope_scale");
@@ -858,6 +858,12 @@ static int model_index(lua_State *L) {
     if (strcmp(k, "tokenizer_path") == 0) { lua_pushstring(L, lm->tok ? lm->tok_path : NULL); return 1; }
     if (strcmp(k, "has_tokenizer") == 0) { lua_pushboolean(L, lm->tok != NULL || is_bytes(lm)); return 1; }
     if (strcmp(k, "optimizer") == 0) { lua_getiuservalue(L, 1, 1); return 1; }
+    if (strcmp(k, "weights") == 0) { /* "F32", "Q8_0", "Q4_K+Q6_K", ... */
+        char t[64];
+        mp_model_weight_types(lm->m, t, sizeof t);
+        lua_pushstring(L, t);
+        return 1;
+    }
     luaL_getmetafield(L, 1, "__methods");
     lua_getfield(L, -1, k);
     return 1;
@@ -918,6 +924,17 @@ static int model_set_pos(lua_State *L) {
     lua_settop(L, 1);
     return 1;
 }
+/* m:dequantize(): quantized GGUF weights -> float32 in place; returns m */
+static int model_dequantize(lua_State *L) {
+    lmodel *lm = mp_lua_model_check(L, 1);
+    if (lm->busy > 0) /* the running method reads the quantized weights this replaces */
+        return luaL_error(L, "mp.Model:dequantize: the model is in use (called from inside its own "
+                             "forward/generate/train callback)");
+    mp_status st = mp_model_dequantize(lm->m);
+    if (st) return mp_lua_fail(L, st);
+    lua_settop(L, 1);
+    return 1;
+}
 static const luaL_Reg model_methods[] = {
     {"forward", model_forward},
     {"run_with_cache", model_run_with_cache},
@@ -932,6 +949,7 @@ static const luaL_Reg model_methods[] = {
     {"set_rope_scaling", model_set_rope_scaling},
     {"set_pos", model_set_pos},
     {"save", model_save},
+    {"dequantize", model_dequantize},
     {"close", model_close},
     {NULL, NULL}};
 

@@ -286,14 +286,43 @@ cleanup:
     return st;
 }
 
+mp_status mp_model_alloc_unweighted(mp_model **out, const mp_config *cfg) {
+    mp_status st;
+    mp_model *m = NULL;
+    size_t n[P_COUNT], total = 0;
+    *out = NULL;
+    if ((st = mp_config_validate(cfg, "mp_model_alloc_unweighted")) != MP_OK) return st;
+    param_sizes(cfg, n);
+    const int linear[] = {P_EMBED, P_WQ, P_WK, P_WV, P_WO, P_W1, P_W3, P_W2, P_UNEMBED};
+    for (size_t i = 0; i < sizeof linear / sizeof linear[0]; i++) n[linear[i]] = 0;
+    sum_sizes(n, &total);
+    if (!(m = mp_calloc(1, sizeof *m, "model"))) return MP_ERR_NOMEM;
+    m->cfg = *cfg;
+    m->format = "alloc";
+    if (!(m->owned = mp_calloc(total ? total : 1, sizeof(float), "model parameters"))) {
+        mp_model_free(m);
+        return MP_ERR_NOMEM;
+    }
+    float *base = m->owned;
+    for (int i = 0; i < P_COUNT; i++) {
+        *param_field(&m->p, i) = n[i] ? base : NULL;
+        base += n[i];
+    }
+    mp_attn_params_init(cfg, &m->p);
+    *out = m;
+    return MP_OK;
+}
+
 void mp_model_free(mp_model *m) {
     if (!m) return;
     if (m->map) munmap(m->map, m->map_len);
+    mp_qparams_free(m->q);
     free(m->owned);
     free(m);
 }
 
 mp_status mp_model_make_owned(mp_model *m) {
+    if (m->q) return mp_model_dequantize(m); /* training reads and writes float32 weights */
     if (m->owned && !m->map) return MP_OK;
     mp_model *fresh = NULL;
     mp_status st = mp_model_alloc(&fresh, &m->cfg);

@@ -251,6 +251,13 @@ static mp_status write_tokenizer(ex *x, const mp_model *m, const char *src) {
 }
 
 mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const char *path, uint32_t type) {
+    if (m->q) { /* quantized weights: save a float32 copy (decoded on demand) */
+        mp_model *f32 = NULL;
+        mp_status qs = mp_model_dequantized_copy(m, &f32);
+        if (!qs) qs = mp_model_save_gguf(f32, tok_source, path, type);
+        mp_model_free(f32);
+        return qs;
+    }
     const mp_config *c = &m->cfg;
     const mp_params *p = &m->p;
     if (type != MP_GGML_F32 && type != MP_GGML_F16 && type != MP_GGML_Q8_0)

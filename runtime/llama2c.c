@@ -219,6 +219,13 @@ static mp_status write_freq_cis(FILE *f, const mp_config *c) {
 }
 
 mp_status mp_model_save_llama2c(const mp_model *m, const char *path, int version) {
+    if (m->q) { /* quantized weights: save a float32 copy (decoded on demand) */
+        mp_model *f32 = NULL;
+        mp_status qs = mp_model_dequantized_copy(m, &f32);
+        if (!qs) qs = mp_model_save_llama2c(f32, path, version);
+        mp_model_free(f32);
+        return qs;
+    }
     const mp_config *c = &m->cfg;
     mp_status st = MP_OK;
     mp_out out;

@@ -1,8 +1,11 @@
 /* load_gguf.c — models and tokenizers from GGUF files (llama.cpp): the
  * architectures llama, qwen2 and gpt2, hyper-parameters from <arch>.*
  * metadata, llama.cpp tensor names mapped onto mp_params (ggml dims {in, out}
- * = PyTorch [out, in]), every tensor's shape checked against the config and
- * dequantised to float32 (gguf.h / quant.h).
+ * = PyTorch [out, in]), every tensor's shape checked against the config. A file
+ * with Q8_0 / Q4_0 / Q4_K / Q6_K weights keeps its linear weights in the
+ * file's encoding (views of the mapping, which the model keeps open: m->q,
+ * computed with qdot.h), decoding to float32 only tensors of other types;
+ * any other file is dequantised to float32 (gguf.h / quant.h).
  *
  * RoPE layouts: llama.cpp's convert_hf_to_gguf permutes the q/k rows of llama
  * models into adjacent pairs (llama.cpp's "normal" RoPE, LLAMA_ROPE_TYPE_NORM,
@@ -15,6 +18,7 @@
 #include "gguf.h"
 #include "model.h"
 #include "ops.h"
+#include "qdot.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +28,7 @@ typedef struct {
     const mp_gguf *g;
     const char *path;
     const char *arch;
+    mp_qparams *q;   /* quantized mode: linear weights stay in the file's encoding */
 } gctx;
 
 static mp_status meta_int(const gctx *x, const char *key, int required, int64_t def, int64_t lo, int64_t hi,
@@ -87,6 +92,60 @@ static mp_status read_t(const gctx *x, float *dst, uint64_t d0, uint64_t d1, int
     if (found) *found = t != NULL;
     if (!t) return st;
     if ((st = mp_gguf_read_f32(x->g, t, dst, t->n_elements))) return mp_error_prefix(st, "%s", x->path);
+    return MP_OK;
+}
+
+/* Rows x cols of the row-major matrix w (rows of rb bytes), heads of Dh rows:
+ * half-split rows -> adjacent pairs (mp_rope_permute_rows on encoded rows). */
+static mp_status permute_rows_bytes(unsigned char *w, int n_heads, int Dh, size_t rb) {
+    unsigned char *tmp = mp_malloc((size_t)Dh * rb, "a RoPE permutation");
+    if (!tmp) return MP_ERR_NOMEM;
+    const int half = Dh / 2;
+    for (int h = 0; h < n_heads; h++) {
+        unsigned char *head = w + (size_t)h * Dh * rb;
+        memcpy(tmp, head, (size_t)Dh * rb);
+        for (int i = 0; i < half; i++)
+            for (int j = 0; j < 2; j++) memcpy(head + (size_t)(2 * i + j) * rb, tmp + (size_t)(j * half + i) * rb, rb);
+    }
+    free(tmp);
+    return MP_OK;
+}
+
+/* A linear weight {d0 = in, d1 = out}: float32 mode reads it into dst;
+ * quantized mode points *qm at the file's rows when their type has a
+ * quantized kernel (or is F32), else decodes it to owned float32 rows; with
+ * permute_heads > 0 (qwen2 q/k) the rows are copied and permuted. */
+static mp_status read_w(const gctx *x, float *dst, mp_qmat *qm, uint64_t d0, uint64_t d1, int permute_heads,
+                        const char *fmt, int l) {
+    if (!x->q) return read_t(x, dst, d0, d1, NULL, fmt, l);
+    char name[160];
+    mp_status st;
+    snprintf(name, sizeof name, fmt, l);
+    const mp_gguf_tensor *t = find_t(x, name, d0, d1, 1, &st);
+    if (!t) return st;
+    if (mp_qdot_supported(t->type) || t->type == MP_GGML_F32) {
+        qm->type = t->type;
+        qm->row_bytes = (size_t)(t->n_bytes / d1);
+        qm->data = t->data;
+        if (permute_heads > 0) {
+            unsigned char *own = mp_qparams_alloc(x->q, (size_t)t->n_bytes);
+            if (!own) return MP_ERR_NOMEM;
+            memcpy(own, t->data, (size_t)t->n_bytes);
+            qm->data = own;
+        }
+    } else {
+        float *f = mp_qparams_alloc(x->q, (size_t)(d0 * d1) * sizeof(float));
+        if (!f) return MP_ERR_NOMEM;
+        if ((st = mp_gguf_read_f32(x->g, t, f, t->n_elements))) return mp_error_prefix(st, "%s", x->path);
+        qm->type = MP_GGML_F32;
+        qm->row_bytes = (size_t)d0 * sizeof(float);
+        qm->data = (const unsigned char *)f;
+    }
+    x->q->bytes += qm->row_bytes * (size_t)d1;
+    if (permute_heads > 0) {
+        const int Dh = (int)(d1 / (uint64_t)permute_heads);
+        return permute_rows_bytes((unsigned char *)qm->data, permute_heads, Dh, qm->row_bytes);
+    }
     return MP_OK;
 }
 
@@ -186,24 +245,40 @@ static mp_status read_weights(const gctx *x, mp_model *m) {
     const uint64_t D = (uint64_t)c->d_model, V = (uint64_t)c->vocab, M = (uint64_t)c->d_mlp;
     const uint64_t HD = (uint64_t)c->n_head * c->d_head, KD = (uint64_t)c->n_kv_head * c->d_head;
     const int is_gpt2 = strcmp(x->arch, "gpt2") == 0, is_qwen2 = strcmp(x->arch, "qwen2") == 0;
+    mp_qparams *Q = x->q;
     mp_status st;
     float *tmp = NULL;
-    if ((st = read_t(x, p->embed, D, V, NULL, "token_embd.weight", 0))) goto cleanup;
-    if (!c->tied && (st = read_t(x, p->unembed, D, V, NULL, "output.weight", 0))) goto cleanup;
+#define QM(field) (Q ? &Q->field : NULL)
+#define LP(field, n) (p->field ? p->field + (size_t)l * (n) : NULL) /* float32 mode: layer l's slot */
+    if ((st = read_w(x, p->embed, QM(embed), D, V, 0, "token_embd.weight", 0))) goto cleanup;
+    if (!c->tied && (st = read_w(x, p->unembed, QM(unembed), D, V, 0, "output.weight", 0))) goto cleanup;
+    if (Q && c->tied) Q->unembed = Q->embed;
     if ((st = read_t(x, p->lnf_w, D, 0, NULL, "output_norm.weight", 0))) goto cleanup;
     if (p->lnf_b && (st = read_t(x, p->lnf_b, D, 0, NULL, "output_norm.bias", 0))) goto cleanup;
     if (p->pos_embed && (st = read_t(x, p->pos_embed, D, (uint64_t)c->ctx, NULL, "position_embd.weight", 0)))
         goto cleanup;
-    if (is_gpt2 && has_t(x, "blk.%d.attn_qkv.weight", 0)) {
-        size_t n3 = (size_t)(3 * D * D);
+    const int fused = is_gpt2 && has_t(x, "blk.%d.attn_qkv.weight", 0);
+    if (fused) { /* float32 mode: weights then bias; quantized mode: the bias only */
+        size_t n3 = Q ? 0 : (size_t)(3 * D * D);
         if (!(tmp = mp_malloc((n3 + 3 * D) * sizeof(float), "the fused QKV weights"))) { st = MP_ERR_NOMEM; goto cleanup; }
     }
     for (int l = 0; l < c->n_layer; l++) {
         const size_t lD = (size_t)l * D;
         if ((st = read_t(x, p->ln1_w + lD, D, 0, NULL, "blk.%d.attn_norm.weight", l))) goto cleanup;
         if (p->ln1_b && (st = read_t(x, p->ln1_b + lD, D, 0, NULL, "blk.%d.attn_norm.bias", l))) goto cleanup;
-        float *wq = p->wq + (size_t)l * HD * D, *wk = p->wk + (size_t)l * KD * D, *wv = p->wv + (size_t)l * KD * D;
-        if (tmp) { /* gpt2: attn_qkv {D, 3D} = rows q | k | v, bias [3D] */
+        float *wq = LP(wq, HD * D), *wk = LP(wk, KD * D), *wv = LP(wv, KD * D);
+        if (fused && Q) { /* gpt2, quantized: views of the fused rows q | k | v */
+            mp_qmat f;
+            if ((st = read_w(x, NULL, &f, D, 3 * D, 0, "blk.%d.attn_qkv.weight", l)) ||
+                (st = read_t(x, tmp, 3 * D, 0, NULL, "blk.%d.attn_qkv.bias", l)))
+                goto cleanup;
+            Q->wq[l] = Q->wk[l] = Q->wv[l] = f;
+            Q->wk[l].data = f.data + (size_t)D * f.row_bytes;
+            Q->wv[l].data = f.data + 2 * (size_t)D * f.row_bytes;
+            memcpy(p->bq + (size_t)l * HD, tmp, D * sizeof(float));
+            memcpy(p->bk + (size_t)l * KD, tmp + D, D * sizeof(float));
+            memcpy(p->bv + (size_t)l * KD, tmp + 2 * D, D * sizeof(float));
+        } else if (fused) { /* gpt2: attn_qkv {D, 3D} = rows q | k | v, bias [3D] */
             if ((st = read_t(x, tmp, D, 3 * D, NULL, "blk.%d.attn_qkv.weight", l)) ||
                 (st = read_t(x, tmp + 3 * D * D, 3 * D, 0, NULL, "blk.%d.attn_qkv.bias", l)))
                 goto cleanup;
@@ -214,9 +289,10 @@ static mp_status read_weights(const gctx *x, mp_model *m) {
             memcpy(p->bk + (size_t)l * KD, tmp + 3 * D * D + D, D * sizeof(float));
             memcpy(p->bv + (size_t)l * KD, tmp + 3 * D * D + 2 * D, D * sizeof(float));
         } else {
-            if ((st = read_t(x, wq, D, HD, NULL, "blk.%d.attn_q.weight", l)) ||
-                (st = read_t(x, wk, D, KD, NULL, "blk.%d.attn_k.weight", l)) ||
-                (st = read_t(x, wv, D, KD, NULL, "blk.%d.attn_v.weight", l)))
+            const int ph = is_qwen2 && Q; /* quantized qwen2: rows permuted as they are copied */
+            if ((st = read_w(x, wq, QM(wq[l]), D, HD, ph ? c->n_head : 0, "blk.%d.attn_q.weight", l)) ||
+                (st = read_w(x, wk, QM(wk[l]), D, KD, ph ? c->n_kv_head : 0, "blk.%d.attn_k.weight", l)) ||
+                (st = read_w(x, wv, QM(wv[l]), D, KD, 0, "blk.%d.attn_v.weight", l)))
                 goto cleanup;
             if (c->qkv_bias &&
                 ((st = read_t(x, p->bq + (size_t)l * HD, HD, 0, NULL, "blk.%d.attn_q.bias", l)) ||
@@ -224,26 +300,28 @@ static mp_status read_weights(const gctx *x, mp_model *m) {
                  (st = read_t(x, p->bv + (size_t)l * KD, KD, 0, NULL, "blk.%d.attn_v.bias", l))))
                 goto cleanup;
         }
-        if ((st = read_t(x, p->wo + (size_t)l * D * HD, HD, D, NULL, "blk.%d.attn_output.weight", l))) goto cleanup;
+        if ((st = read_w(x, LP(wo, D * HD), QM(wo[l]), HD, D, 0, "blk.%d.attn_output.weight", l))) goto cleanup;
         if (p->bo && (st = read_t(x, p->bo + lD, D, 0, NULL, "blk.%d.attn_output.bias", l))) goto cleanup;
         if ((st = read_t(x, p->ln2_w + lD, D, 0, NULL, "blk.%d.ffn_norm.weight", l))) goto cleanup;
         if (p->ln2_b && (st = read_t(x, p->ln2_b + lD, D, 0, NULL, "blk.%d.ffn_norm.bias", l))) goto cleanup;
         const size_t lM = (size_t)l * M;
         if (c->mlp == MP_MLP_SWIGLU) {
-            if ((st = read_t(x, p->w1 + lM * D, D, M, NULL, "blk.%d.ffn_gate.weight", l)) ||
-                (st = read_t(x, p->w3 + lM * D, D, M, NULL, "blk.%d.ffn_up.weight", l)))
+            if ((st = read_w(x, LP(w1, M * D), QM(w1[l]), D, M, 0, "blk.%d.ffn_gate.weight", l)) ||
+                (st = read_w(x, LP(w3, M * D), QM(w3[l]), D, M, 0, "blk.%d.ffn_up.weight", l)))
                 goto cleanup;
         } else {
-            if ((st = read_t(x, p->w1 + lM * D, D, M, NULL, "blk.%d.ffn_up.weight", l))) goto cleanup;
+            if ((st = read_w(x, LP(w1, M * D), QM(w1[l]), D, M, 0, "blk.%d.ffn_up.weight", l))) goto cleanup;
             if (p->b1 && (st = read_t(x, p->b1 + lM, M, 0, NULL, "blk.%d.ffn_up.bias", l))) goto cleanup;
         }
-        if ((st = read_t(x, p->w2 + lM * D, M, D, NULL, "blk.%d.ffn_down.weight", l))) goto cleanup;
+        if ((st = read_w(x, LP(w2, D * M), QM(w2[l]), M, D, 0, "blk.%d.ffn_down.weight", l))) goto cleanup;
         if (p->b2 && (st = read_t(x, p->b2 + lD, D, 0, NULL, "blk.%d.ffn_down.bias", l))) goto cleanup;
-        if (is_qwen2) { /* NeoX half-split rows -> adjacent pairs */
+        if (is_qwen2) { /* NeoX half-split rows -> adjacent pairs (quantized weights: done by read_w) */
             float *t2 = mp_malloc((size_t)c->d_head * D * sizeof(float), "a RoPE permutation");
             if (!t2) { st = MP_ERR_NOMEM; goto cleanup; }
-            mp_rope_permute_rows(wq, t2, c->n_head, c->d_head, D, 1);
-            mp_rope_permute_rows(wk, t2, c->n_kv_head, c->d_head, D, 1);
+            if (!Q) {
+                mp_rope_permute_rows(wq, t2, c->n_head, c->d_head, D, 1);
+                mp_rope_permute_rows(wk, t2, c->n_kv_head, c->d_head, D, 1);
+            }
             if (p->bq) {
                 mp_rope_permute_rows(p->bq + (size_t)l * HD, t2, c->n_head, c->d_head, 1, 1);
                 mp_rope_permute_rows(p->bk + (size_t)l * KD, t2, c->n_kv_head, c->d_head, 1, 1);
@@ -251,6 +329,8 @@ static mp_status read_weights(const gctx *x, mp_model *m) {
             free(t2);
         }
     }
+#undef QM
+#undef LP
 cleanup:
     free(tmp);
     return st;
@@ -263,7 +343,7 @@ mp_status mp_model_load_gguf(mp_model **out, const char *path) {
     *out = NULL;
     mp_status st = mp_gguf_open(path, &g);
     if (st) return st;
-    gctx x = {g, path, NULL};
+    gctx x = {g, path, NULL, NULL};
     if (mp_gguf_get_str(g, "general.architecture", &x.arch) != MP_GGUF_FOUND) {
         st = mp_error(MP_ERR_FORMAT, "%s: general.architecture is missing or not a string", path);
         goto cleanup;
@@ -274,18 +354,45 @@ mp_status mp_model_load_gguf(mp_model **out, const char *path) {
         goto cleanup;
     }
     if ((st = read_config(&x, &c))) goto cleanup;
-    if ((st = mp_model_alloc(&m, &c))) goto cleanup;
+    /* quantized weights stay quantized when there is a kernel for them */
+    int quant = 0, other = 0;
+    for (size_t i = 0; i < mp_gguf_n_tensors(g); i++) {
+        const mp_gguf_tensor *t = mp_gguf_tensor_at(g, i);
+        if (t->n_dims == 2 && mp_qdot_supported(t->type)) quant = 1;
+        else if (t->type != MP_GGML_F32) other = 1;
+    }
+    if (quant) {
+        const size_t L = (size_t)c.n_layer;
+        if ((st = mp_model_alloc_unweighted(&m, &c))) goto cleanup;
+        if (!(m->q = mp_calloc(1, sizeof *m->q, "quantized weights")) ||
+            !(m->q->mats = mp_calloc(7 * L, sizeof(mp_qmat), "quantized weights"))) {
+            st = MP_ERR_NOMEM;
+            goto cleanup;
+        }
+        mp_qparams *q = m->q;
+        q->wq = q->mats;
+        q->wk = q->wq + L;
+        q->wv = q->wk + L;
+        q->wo = q->wv + L;
+        if (c.mlp != MP_MLP_NONE) {
+            q->w1 = q->wo + L;
+            q->w2 = q->w1 + L;
+            if (c.mlp == MP_MLP_SWIGLU) q->w3 = q->w2 + L;
+        }
+        x.q = q;
+    } else if ((st = mp_model_alloc(&m, &c))) {
+        goto cleanup;
+    }
     if ((st = read_weights(&x, m))) goto cleanup;
     snprintf(m->source, sizeof m->source, "%s", path);
     m->format = strcmp(x.arch, "llama") == 0 ? "gguf-llama" : strcmp(x.arch, "qwen2") == 0 ? "gguf-qwen2" : "gguf-gpt2";
-    {   /* report what dequantising cost when the file was not float32 */
-        int quant = 0;
-        for (size_t i = 0; i < mp_gguf_n_tensors(g); i++)
-            if (mp_gguf_tensor_at(g, i)->type != MP_GGML_F32) quant = 1;
-        if (quant)
-            fprintf(stderr, "mechprobe: %s: %.1f MiB of tensor data dequantised to %.1f MiB of float32\n", path,
-                    (double)mp_gguf_data_bytes(g) / 1048576.0,
-                    (double)mp_config_n_params(&c) * sizeof(float) / 1048576.0);
+    if (quant) {
+        m->q->file = g; /* the weights point into its mapping: closed with the model */
+        g = NULL;
+    } else if (other) { /* report what dequantising cost when the file was not float32 */
+        fprintf(stderr, "mechprobe: %s: %.1f MiB of tensor data dequantised to %.1f MiB of float32\n", path,
+                (double)mp_gguf_data_bytes(g) / 1048576.0,
+                (double)mp_config_n_params(&c) * sizeof(float) / 1048576.0);
     }
     *out = m;
     m = NULL;

@@ -426,6 +426,13 @@ static mp_status write_config(const mp_model *m, const char *dir) {
 
 
 mp_status mp_model_save_hf(const mp_model *m, const char *dir) {
+    if (m->q) { /* quantized weights: save a float32 copy (decoded on demand) */
+        mp_model *f32 = NULL;
+        mp_status qs = mp_model_dequantized_copy(m, &f32);
+        if (!qs) qs = mp_model_save_hf(f32, dir);
+        mp_model_free(f32);
+        return qs;
+    }
     const mp_config *c = &m->cfg;
     const mp_params *p = &m->p;
     int gpt2 = is_gpt2_like(c);

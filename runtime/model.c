@@ -11,6 +11,8 @@
 #include "attn_variants.h"
 #include "model.h"
 #include "ops.h"
+#include "qdot.h"
+#include "quant.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -40,6 +42,7 @@ mp_status mp_kvcache_init(mp_kvcache *c, const mp_config *cfg, int B, int cap) {
 void mp_kvcache_free(mp_kvcache *c) {
     free(c->k);
     free(c->v);
+    free(c->scratch);
     memset(c, 0, sizeof *c);
 }
 
@@ -184,13 +187,15 @@ static mp_status attention(const fwd_ctx *f, int l, fwd_bufs *b, const float *kc
                 float *a = b->att + ((size_t)bb * H + h) * blk;
                 const float *qp = b->q + ((size_t)bb * T + q0) * HD + (size_t)h * Dh;
                 const float *kp = kc + bb * bstride + (size_t)(h / group) * Dh;
-                /* in sub-blocks of CAUSAL_SUB rows, each up to the keys its last row sees:
-                 * a block of all T rows (training) skips the masked upper triangle */
-                for (int r0 = 0; r0 < rows; r0 += CAUSAL_SUB) {
-                    const int rr = rows - r0 < CAUSAL_SUB ? rows - r0 : CAUSAL_SUB, kk = f->pos0 + q0 + r0 + rr;
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rr, kk, Dh, scale, qp + (size_t)r0 * HD, HD,
-                                kp, KD, 0.0f, a + (size_t)r0 * S, S);
-                }
+                if (rows == 1) /* a decoding step: sgemm would re-pack the keys for one row */
+                    cblas_sgemv(CblasRowMajor, CblasNoTrans, kmax, Dh, scale, kp, KD, qp, 1, 0.0f, a, 1);
+                else /* in sub-blocks of CAUSAL_SUB rows, each up to the keys its last row sees:
+                      * a block of all T rows (training) skips the masked upper triangle */
+                    for (int r0 = 0; r0 < rows; r0 += CAUSAL_SUB) {
+                        const int rr = rows - r0 < CAUSAL_SUB ? rows - r0 : CAUSAL_SUB, kk = f->pos0 + q0 + r0 + rr;
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rr, kk, Dh, scale, qp + (size_t)r0 * HD,
+                                    HD, kp, KD, 0.0f, a + (size_t)r0 * S, S);
+                    }
                 for (int i = 0; i < rows; i++) {
                     int first_masked = f->pos0 + q0 + i + 1;
                     int end = show ? S : kmax;
@@ -219,11 +224,14 @@ static mp_status attention(const fwd_ctx *f, int l, fwd_bufs *b, const float *kc
                 const float *a = b->att + ((size_t)bb * H + h) * blk;
                 const float *vp = vc + bb * bstride + (size_t)(h / group) * Dh;
                 float *zp = b->z + ((size_t)bb * T + q0) * HD + (size_t)h * Dh;
-                for (int r0 = 0; r0 < rows; r0 += CAUSAL_SUB) { /* masked weights are 0: skipped */
-                    const int rr = rows - r0 < CAUSAL_SUB ? rows - r0 : CAUSAL_SUB, kk = f->pos0 + q0 + r0 + rr;
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rr, Dh, kk, 1.0f, a + (size_t)r0 * S, S,
-                                vp, KD, 0.0f, zp + (size_t)r0 * HD, HD);
-                }
+                if (rows == 1)
+                    cblas_sgemv(CblasRowMajor, CblasTrans, kmax, Dh, 1.0f, vp, KD, a, 1, 0.0f, zp, 1);
+                else /* masked weights are 0: skipped */
+                    for (int r0 = 0; r0 < rows; r0 += CAUSAL_SUB) {
+                        const int rr = rows - r0 < CAUSAL_SUB ? rows - r0 : CAUSAL_SUB, kk = f->pos0 + q0 + r0 + rr;
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rr, Dh, kk, 1.0f, a + (size_t)r0 * S,
+                                    S, vp, KD, 0.0f, zp + (size_t)r0 * HD, HD);
+                    }
             }
     }
 cleanup:
@@ -242,6 +250,10 @@ static mp_status check_forward_args(const mp_model *m, const int *tokens, int B,
                             pos0 + T - 1, c->ctx);
     }
     if (fp->acts) {
+        if (m->q)
+            return mp_error(MP_ERR_ARG, "forward: training mode needs float32 weights; %s keeps them quantized "
+                            "(dequantize it first: mp_model_make_owned, or model:dequantize() in Lua)",
+                            m->source[0] ? m->source : "this model");
         if (fp->cache) return mp_error(MP_ERR_ARG, "forward: training mode (an activation store) takes no KV cache");
         if (fp->acts->B != B || fp->acts->T != T)
             return mp_error(MP_ERR_ARG, "forward: batch %d x %d does not match the activation store's %d x %d", B, T,
@@ -270,6 +282,22 @@ static void norm_fwd(const mp_config *c, float *out, float *mean, float *rstd, c
 
 static const float *layer_ptr(const float *p, int l, size_t n) { return p ? p + (size_t)l * n : NULL; }
 
+/* A linear layer out = in @ W^T + bias with W float32 (w) or quantized (qm, non-NULL). */
+static mp_status linear(float *out, const float *in, const float *w, const mp_qmat *qm, const float *bias, int N,
+                        int IN, int OUT) {
+    if (!qm) {
+        mp_matmul_forward(out, in, w, bias, N, IN, OUT);
+        return MP_OK;
+    }
+    if (qm->type == MP_GGML_F32) {
+        mp_matmul_forward(out, in, (const float *)(const void *)qm->data, bias, N, IN, OUT);
+        return MP_OK;
+    }
+    return mp_qdot_matmul(out, in, qm->type, qm->data, qm->row_bytes, bias, N, IN, OUT);
+}
+/* float32 weight w of layer l (n floats per layer) or the quantized one */
+#define W(field, n) (Q ? NULL : p->field + (size_t)l * (n)), (Q ? &Q->field[l] : NULL)
+
 mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, const mp_forward_params *fp_in,
                            float *logits) {
     mp_forward_params fp = fp_in ? *fp_in : mp_forward_params_default();
@@ -279,6 +307,7 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
         return mp_error(MP_ERR_ARG, "forward: logits requested (params.logits) but the logits buffer is NULL");
     const mp_config *c = &m->cfg;
     const mp_params *p = &m->p;
+    const mp_qparams *Q = m->q;
     mp_acts *A = fp.acts;
     const int D = c->d_model, H = c->n_head, K = c->n_kv_head, Dh = c->d_head;
     const int M = c->mlp == MP_MLP_NONE ? 0 : c->d_mlp;
@@ -295,8 +324,18 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
     /* positional tables: cos, sin [T, Dh/2], q scale [T] (training mode: in A) */
     size_t n_pos = 2 * n_rope + (size_t)T;
     size_t total = A ? n_x : 3 * n_x + 2 * n_q + 2 * n_k + 2 * n_h + n_att + n_pos;
-    float *mem = mp_malloc((total ? total : 1) * sizeof(float), "forward-pass buffers");
-    if (!mem) return MP_ERR_NOMEM;
+    float *mem = NULL, *own = NULL;
+    if (fp.cache && fp.cache->scratch_n >= total) { /* decoding: the cache's buffers, no allocation per token */
+        mem = fp.cache->scratch;
+    } else if (fp.cache && total <= MP_KV_SCRATCH_KEEP) {
+        float *grown = realloc(fp.cache->scratch, total * sizeof(float));
+        if (!grown) return mp_error(MP_ERR_NOMEM, "out of memory for the forward-pass buffers (%zu floats)", total);
+        fp.cache->scratch = mem = grown;
+        fp.cache->scratch_n = total;
+    } else {
+        mem = own = mp_malloc((total ? total : 1) * sizeof(float), "forward-pass buffers");
+        if (!mem) return MP_ERR_NOMEM;
+    }
     fwd_bufs b;
     memset(&b, 0, sizeof b);
     float *cur = mem;
@@ -325,7 +364,7 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
     float *no_stats = NULL;
 
 #define FIRE(id, l, ptr) do { if ((st = fire(&f, id, l, ptr))) goto cleanup; } while (0)
-    mp_embed_forward(x, tokens, p->embed, N, D);
+    mp_model_embed_rows(m, x, tokens, N);
     if (c->pos == MP_POS_LEARNED) /* hook_embed = token + position embedding */
         for (int bb = 0; bb < B; bb++)
             for (int t = 0; t < T; t++)
@@ -349,9 +388,10 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
         FIRE(MP_HOOK_RESID_PRE, l, x);
         norm_fwd(c, b.xn, mean1, rstd1, x, p->ln1_w + (size_t)l * D, layer_ptr(p->ln1_b, l, D), N);
         FIRE(MP_HOOK_LN1, l, b.xn);
-        mp_matmul_forward(b.q, b.xn, p->wq + (size_t)l * HD * D, layer_ptr(p->bq, l, HD), N, D, HD);
-        mp_matmul_forward(b.k, b.xn, p->wk + (size_t)l * KD * D, layer_ptr(p->bk, l, KD), N, D, KD);
-        mp_matmul_forward(b.v, b.xn, p->wv + (size_t)l * KD * D, layer_ptr(p->bv, l, KD), N, D, KD);
+        if ((st = linear(b.q, b.xn, W(wq, (size_t)HD * D), layer_ptr(p->bq, l, HD), N, D, HD)) ||
+            (st = linear(b.k, b.xn, W(wk, (size_t)KD * D), layer_ptr(p->bk, l, KD), N, D, KD)) ||
+            (st = linear(b.v, b.xn, W(wv, (size_t)KD * D), layer_ptr(p->bv, l, KD), N, D, KD)))
+            goto cleanup;
         FIRE(MP_HOOK_Q, l, b.q);
         FIRE(MP_HOOK_K, l, b.k);
         FIRE(MP_HOOK_V, l, b.v);
@@ -375,7 +415,7 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
         const mp_attn_layer av = mp_attn_layer_of(c, p, l);
         if ((st = attention(&f, l, &b, kc, vc, bstride, qb, &av))) goto cleanup;
         FIRE(MP_HOOK_Z, l, b.z);
-        mp_matmul_forward(b.out, b.z, p->wo + (size_t)l * D * HD, layer_ptr(p->bo, l, D), N, HD, D);
+        if ((st = linear(b.out, b.z, W(wo, (size_t)D * HD), layer_ptr(p->bo, l, D), N, HD, D))) goto cleanup;
         FIRE(MP_HOOK_ATTN_OUT, l, b.out);
         if (xmid != x) memcpy(xmid, x, n_x * sizeof(float));
         mp_residual_forward(xmid, b.out, n_x);
@@ -393,10 +433,10 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
             }
             norm_fwd(c, b.xn, mean2, rstd2, xmid, p->ln2_w + (size_t)l * D, layer_ptr(p->ln2_b, l, D), N);
             FIRE(MP_HOOK_LN2, l, b.xn);
-            mp_matmul_forward(pre, b.xn, p->w1 + (size_t)l * M * D, layer_ptr(p->b1, l, M), N, D, M);
+            if ((st = linear(pre, b.xn, W(w1, (size_t)M * D), layer_ptr(p->b1, l, M), N, D, M))) goto cleanup;
             FIRE(MP_HOOK_MLP_PRE, l, pre);
             if (c->mlp == MP_MLP_SWIGLU) {
-                mp_matmul_forward(upv, b.xn, p->w3 + (size_t)l * M * D, layer_ptr(p->b3, l, M), N, D, M);
+                if ((st = linear(upv, b.xn, W(w3, (size_t)M * D), layer_ptr(p->b3, l, M), N, D, M))) goto cleanup;
                 FIRE(MP_HOOK_MLP_PRE_LINEAR, l, upv);
                 mp_swiglu_forward(post, pre, upv, n_h);
             } else if (c->gelu_tanh) {
@@ -405,7 +445,7 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
                 mp_gelu_forward(post, pre, n_h);
             }
             FIRE(MP_HOOK_MLP_POST, l, post);
-            mp_matmul_forward(b.out, post, p->w2 + (size_t)l * D * M, layer_ptr(p->b2, l, D), N, M, D);
+            if ((st = linear(b.out, post, W(w2, (size_t)D * M), layer_ptr(p->b2, l, D), N, M, D))) goto cleanup;
             FIRE(MP_HOOK_MLP_OUT, l, b.out);
             mp_residual_forward(xpost, b.out, n_x);
         }
@@ -419,16 +459,17 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
         if (A) {
             mp_matmul_forward(A->logits, xn, p->unembed, NULL, N, D, c->vocab);
         } else if (fp.logits == MP_LOGITS_ALL) {
-            mp_matmul_forward(logits, xn, p->unembed, NULL, N, D, c->vocab);
+            if ((st = linear(logits, xn, p->unembed, Q ? &Q->unembed : NULL, NULL, N, D, c->vocab))) goto cleanup;
         } else if (fp.logits == MP_LOGITS_LAST) {
             for (int bb = 0; bb < B; bb++) /* gather the last row of each sequence */
                 memmove(b.out + (size_t)bb * D, xn + ((size_t)bb * T + T - 1) * D, (size_t)D * sizeof(float));
-            mp_matmul_forward(logits, b.out, p->unembed, NULL, B, D, c->vocab);
+            if ((st = linear(logits, b.out, p->unembed, Q ? &Q->unembed : NULL, NULL, B, D, c->vocab))) goto cleanup;
         }
     }
 #undef FIRE
+#undef W
     if (fp.cache) fp.cache->len += T;
 cleanup:
-    free(mem);
+    free(own);
     return st;
 }

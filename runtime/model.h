@@ -159,6 +159,29 @@ int mp_params_describe(const mp_config *c, const mp_params *p, mp_param_desc out
  * unembed aliases embed. */
 void mp_params_layout(const mp_config *c, float *base, mp_params *p);
 
+/* A weight matrix kept in its file encoding (quantized GGUF models): OUT rows
+ * of row_bytes, each IN values of ggml type `type` (Q8_0, Q4_0, Q4_K, Q6_K:
+ * computed with runtime/qdot.h; F32: plain floats, for a tensor of another
+ * type, decoded at load). */
+typedef struct {
+    uint32_t type;
+    const unsigned char *data;
+    size_t row_bytes;
+} mp_qmat;
+
+/* The linear weights of a quantized model, one mp_qmat per layer (files mix
+ * types across layers, e.g. Q4_K_M). Their mp_params fields (embed, unembed,
+ * wq, wk, wv, wo, w1, w3, w2) are NULL; norms, biases and positions stay
+ * float32 in mp_params. */
+typedef struct mp_qparams {
+    mp_qmat embed, unembed;                  /* [V, D]; unembed = embed when tied */
+    mp_qmat *wq, *wk, *wv, *wo, *w1, *w3, *w2; /* [L] each; w1, w2 NULL without MLP, w3 without SwiGLU */
+    mp_qmat *mats;                           /* storage of the [L] arrays */
+    void *file;                              /* the mp_gguf whose mapping most data points into */
+    void *chunks;                            /* tensors decoded or permuted at load (a list) */
+    size_t bytes;                            /* bytes of weight data */
+} mp_qparams;
+
 typedef struct mp_model {
     mp_config cfg;
     mp_params p;
@@ -169,7 +192,37 @@ typedef struct mp_model {
     const char *format; /* "llama2c-v0", "llama2c-v1", "random", ... */
     char tokenizer[16]; /* vocabulary hint kept in checkpoints: "" (unknown or a
                            tokenizer file) or "bytes" (ids 0..255 = bytes, 256 = BOS) */
+    mp_qparams *q;      /* quantized linear weights (GGUF Q8_0/Q4_0/Q4_K/Q6_K), or NULL */
 } mp_model;
+
+/* ---- quantized models (model_quant.c) ----
+ * The forward pass computes with the quantized weights (hooks see float32
+ * activations as always). Everything that reads weights as float32 decodes
+ * them on demand: the writers (checkpoint, llama2.c, GGUF, HF) save a
+ * dequantized copy, and training (mp_model_make_owned) dequantizes the model
+ * in place first. */
+/* 1 when the model keeps quantized weights. */
+int mp_model_is_quantized(const mp_model *m);
+/* Bytes the parameters take in memory (float32, or the quantized weights' bytes
+ * plus the float32 norms, biases and positions). */
+size_t mp_model_param_bytes(const mp_model *m);
+/* The weight encoding for messages: "F32", "Q8_0", or "Q4_K+Q6_K" (every type used). */
+void mp_model_weight_types(const mp_model *m, char *buf, size_t n);
+/* Replaces the quantized weights by float32 ones (no-op for a float32 model). */
+mp_status mp_model_dequantize(mp_model *m);
+/* A float32 copy of a model (quantized or not): caller frees it. */
+mp_status mp_model_dequantized_copy(const mp_model *m, mp_model **out);
+/* A model with every parameter but the linear weights (embed, unembed, wq, wk,
+ * wv, wo, w1, w3, w2: NULL) allocated and zeroed (attention-variant ones at
+ * their initial values), for loaders that fill m->q. */
+mp_status mp_model_alloc_unweighted(mp_model **out, const mp_config *cfg);
+/* Owned storage of `bytes` for a quantized model's tensors (decoded or
+ * permuted at load), freed with q; 64-byte aligned; NULL when out of memory. */
+void *mp_qparams_alloc(mp_qparams *q, size_t bytes);
+/* Frees q (closes the file it maps); NULL-safe. */
+void mp_qparams_free(mp_qparams *q);
+/* Token embedding rows of either kind: out[n] = embed[tokens[n]]. */
+void mp_model_embed_rows(const mp_model *m, float *out, const int *tokens, int N);
 
 /* Loads a llama2.c checkpoint (legacy v0 or v1 "ak42"), memory-mapped, after
  * validating every header field, size and offset against the file. */
@@ -182,7 +235,8 @@ mp_status mp_model_new_random(mp_model **out, const mp_config *cfg, uint64_t see
  * 1, norm biases 0. Seeded (GSL mt19937), so the same seed gives the same model. */
 mp_status mp_model_new_init(mp_model **out, const mp_config *cfg, uint64_t seed, float std);
 /* Copy-on-train: a model whose parameters are a read-only file mapping gets
- * its own copy (m->owned) and drops the mapping; no-op for owned models. */
+ * its own copy (m->owned) and drops the mapping; a quantized model is
+ * dequantized to float32; no-op for owned float32 models. */
 mp_status mp_model_make_owned(mp_model *m);
 /* Writes a llama2.c checkpoint: version 0 (legacy) or 1 ("ak42"). Atomic. */
 mp_status mp_model_save_llama2c(const mp_model *m, const char *path, int version);
@@ -201,7 +255,9 @@ typedef enum {
 mp_model_format mp_model_detect(const char *path);
 typedef struct mp_tok mp_tok;   /* bpe.h */
 /* A GGUF file of architecture llama, qwen2 or gpt2 (tensors F32, F16, BF16,
- * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K dequantised to float32). llama:
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K; when some 2-D weight is Q8_0,
+ * Q4_0, Q4_K or Q6_K the linear weights stay quantized (m->q, views of the
+ * file's mapping), else everything is dequantised to float32). llama:
  * adjacent-pair q/k rows as llama.cpp's converter writes them; qwen2: half-split
  * rows (llama.cpp's NeoX RoPE), permuted here. Hyper-parameters from
  * <arch>.* metadata; rope_freqs.weight and rope.scaling.type "linear" honoured. */
@@ -236,11 +292,17 @@ void mp_model_free(mp_model *m);
 mp_config mp_config_default(void);
 
 /* KV cache for incremental decoding: post-positional keys and values of every
- * layer for B sequences of up to `cap` positions. */
+ * layer for B sequences of up to `cap` positions, and the forward pass's
+ * working buffers of its calls (kept between decoding steps, so a step
+ * allocates nothing; a call needing more than MP_KV_SCRATCH_KEEP floats, a
+ * long prefill, allocates its own). */
+#define MP_KV_SCRATCH_KEEP ((size_t)1 << 22)
 typedef struct {
     int B, cap, len;   /* len: positions filled */
     float *k;          /* [L, B, cap, K*Dh] */
     float *v;          /* [L, B, cap, K*Dh] */
+    float *scratch;    /* forward-pass buffers reused across calls (owned) */
+    size_t scratch_n;  /* floats in scratch */
 } mp_kvcache;
 
 mp_status mp_kvcache_init(mp_kvcache *c, const mp_config *cfg, int B, int cap);

@@ -1,5 +1,6 @@
 /* ops.c — forward layer kernels (see ops.h): embedding, RMSNorm, LayerNorm,
- * linear layers through sgemm, RoPE on adjacent pairs, SwiGLU, GELU, residual
+ * linear layers (sgemv for one row, a weight-streaming kernel for a few
+ * rows, sgemm above), RoPE on adjacent pairs, SwiGLU, GELU, residual
  * add, softmax rows, cross-entropy. */
 #include "ops.h"
 
@@ -50,8 +51,41 @@ void mp_layernorm_forward(float *out, float *mean, float *rstd, const float *x, 
     }
 }
 
+/* Few-row product (decoding: N = the batch): sgemm re-packs the whole weight
+ * matrix on every call, which for N of a few rows costs more than the product.
+ * Here each thread streams its share of weight rows once, four at a time, and
+ * dots them with every input row while they are in L1. */
+static void matmul_few_rows(float *out, const float *in, const float *w, int N, int IN, int OUT) {
+#pragma omp parallel for schedule(static) if ((size_t)OUT * IN > 32768)
+    for (int o = 0; o < OUT; o += 4) {
+        const int nr = OUT - o < 4 ? OUT - o : 4;
+        const float *w0 = w + (size_t)o * IN;
+        const float *w1 = nr > 1 ? w0 + IN : w0, *w2 = nr > 2 ? w0 + 2 * (size_t)IN : w0;
+        const float *w3 = nr > 3 ? w0 + 3 * (size_t)IN : w0;
+        for (int n = 0; n < N; n++) {
+            const float *x = in + (size_t)n * IN;
+            float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+            for (int i = 0; i < IN; i++) {
+                const float xv = x[i];
+                s0 += w0[i] * xv;
+                s1 += w1[i] * xv;
+                s2 += w2[i] * xv;
+                s3 += w3[i] * xv;
+            }
+            float *op = out + (size_t)n * OUT + o, s[4] = {s0, s1, s2, s3};
+            for (int r = 0; r < nr; r++) op[r] = s[r];
+        }
+    }
+}
+
 void mp_matmul_forward(float *out, const float *in, const float *w, const float *bias, int N, int IN, int OUT) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OUT, IN, 1.0f, in, IN, w, IN, 0.0f, out, OUT);
+    if (N == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, OUT, IN, 1.0f, w, IN, in, 1, 0.0f, out, 1);
+    else if (N <= MP_MATMUL_FEW_ROWS)
+        matmul_few_rows(out, in, w, N, IN, OUT);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OUT, IN, 1.0f, in, IN, w, IN, 0.0f, out, OUT);
     if (bias) {
 #pragma omp parallel for schedule(static) if (N > 64)
         for (int n = 0; n < N; n++)

@@ -19,7 +19,10 @@ void mp_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w,
 void mp_layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w, const float *b,
                           int N, int D, float eps);
 
-/* out = in @ w^T (+ bias)   out [N,OUT], in [N,IN], w [OUT,IN] (nn.Linear), bias [OUT] or NULL */
+/* out = in @ w^T (+ bias)   out [N,OUT], in [N,IN], w [OUT,IN] (nn.Linear), bias [OUT] or NULL.
+ * N = 1: cblas_sgemv; N <= MP_MATMUL_FEW_ROWS: one pass over the weights (OpenMP
+ * over output rows); larger N: cblas_sgemm (which re-packs w on every call). */
+#define MP_MATMUL_FEW_ROWS 8
 void mp_matmul_forward(float *out, const float *in, const float *w, const float *bias, int N, int IN, int OUT);
 
 /* RoPE tables for positions pos0..pos0+T-1: cos/sin [T, Dh/2], angle

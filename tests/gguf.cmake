@@ -5,6 +5,8 @@
 # deterministic mutation loop; see the headers of fuzz_gguf.c and
 # fuzz_safetensors.c for the libFuzzer build with clang).
 mp_c_test(test_quant "unit" test_quant.c)
+mp_c_test(test_qdot "unit;golden" test_qdot.c)
+mp_c_test(test_qmodel "unit;golden" test_qmodel.c)
 mp_c_test(test_gguf "unit;fault" test_gguf.c)
 mp_c_test(test_safetensors "unit;fault" test_safetensors.c)
 

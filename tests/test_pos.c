@@ -218,11 +218,14 @@ static void test_identities(void) {
         fp.cache = &kv;
         fp.logits = MP_LOGITS_LAST;
         for (int t = 0; t < T; t++) CHECK(mp_model_forward(m, tok + t, 1, 1, &fp, b + (size_t)t * c.vocab) == MP_OK, "step");
-        double e = 0;
-        for (size_t i = 0; i < n; i++) e = fmax(e, fabs(a[i] - b[i]));
-        CHECK(e < 2e-5, "%s: cached decoding differs by %.3g", mp_pos_name(kinds[k]), e);
-        printf("  %s%s: token-by-token decoding vs batched forward: max |diff| %.3g\n", mp_pos_name(kinds[k]),
-               kinds[k] == MP_POS_ROPE ? "+yarn" : "", e);
+        /* decoding takes sgemv, the batched forward sgemm: float32 sums in
+         * another order, so the difference is rounding: <= 1e-5 of the largest
+         * logit (~80 float32 ulps; a wrong position or cache row gives ~0.1-1) */
+        double e = 0, big = 0;
+        for (size_t i = 0; i < n; i++) e = fmax(e, fabs(a[i] - b[i])), big = fmax(big, fabs(a[i]));
+        CHECK(e < 1e-5 * big, "%s: cached decoding differs by %.3g (largest |logit| %.3g)", mp_pos_name(kinds[k]), e, big);
+        printf("  %s%s: token-by-token decoding vs batched forward: max |diff| %.3g (largest |logit| %.3g)\n",
+               mp_pos_name(kinds[k]), kinds[k] == MP_POS_ROPE ? "+yarn" : "", e, big);
         mp_kvcache_free(&kv);
     }
     free(a);

@@ -1,0 +1,527 @@
+/* qdot.c — quantized-weight products (see qdot.h): Q8_K activation quantizer,
+ * the scalar reference dot kernels (written from the block layouts in quant.h
+ * and ggml's dequantize_row_* / vec_dot_*_ref), their AVX2 and AVX-512 forms,
+ * run-time ISA choice, and the matmul that uses them. Blocks are read through
+ * byte pointers (memcpy for the scales), so rows need no alignment. */
+#include "qdot.h"
+#include "quant.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define MP_QDOT_X86 1
+#include <immintrin.h>
+#endif
+
+static inline float f16(const unsigned char *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return mp_quant_f16_to_f32(h);
+}
+
+/* ---- activations ---- */
+
+void mp_qdot_quantize_q8_k(const float *x, void *dst, size_t n) {
+    unsigned char *out = dst;
+    for (size_t b = 0; b < n / 256; b++, x += 256, out += MP_Q8K_BYTES) {
+        float mx = 0.0f, amax = 0.0f;
+        for (int j = 0; j < 256; j++) {
+            float ax = fabsf(x[j]);
+            if (ax > amax) { amax = ax; mx = x[j]; }
+        }
+        int8_t *qs = (int8_t *)(out + 4);
+        int16_t bs[16];
+        float d = 0.0f;
+        if (amax == 0.0f) {
+            memset(qs, 0, 256);
+            memset(bs, 0, sizeof bs);
+        } else {
+            const float iscale = -127.0f / mx;
+            for (int j = 0; j < 256; j++) {
+                int v = (int)lrintf(iscale * x[j]);
+                qs[j] = (int8_t)(v > 127 ? 127 : v);
+            }
+            for (int j = 0; j < 16; j++) {
+                int s = 0;
+                for (int i = 0; i < 16; i++) s += qs[16 * j + i];
+                bs[j] = (int16_t)s;
+            }
+            d = 1.0f / iscale;
+        }
+        memcpy(out, &d, 4);
+        memcpy(out + 260, bs, sizeof bs);
+    }
+}
+
+int mp_qdot_supported(uint32_t t) {
+    return t == MP_GGML_Q8_0 || t == MP_GGML_Q4_0 || t == MP_GGML_Q4_K || t == MP_GGML_Q6_K;
+}
+
+uint32_t mp_qdot_act_type(uint32_t t) { return t == MP_GGML_Q4_K || t == MP_GGML_Q6_K ? MP_GGML_Q8_K : MP_GGML_Q8_0; }
+
+size_t mp_qdot_act_bytes(uint32_t t, size_t n) {
+    return mp_qdot_act_type(t) == MP_GGML_Q8_K ? n / 256 * MP_Q8K_BYTES : n / 32 * 34;
+}
+
+/* Q8_0 activations as ggml's quantize_row_q8_0 (d = max|x| / 127 stored as
+ * f16, q = x / d rounded), vectorizable: rounding to nearest even (what ggml's
+ * SIMD quantizers do; the reference rounds halves away from zero). */
+static void quantize_act_q8_0(const float *x, unsigned char *out, size_t n) {
+    for (size_t b = 0; b < n / 32; b++, x += 32, out += 34) {
+        float amax = 0.0f;
+#pragma omp simd reduction(max : amax)
+        for (int j = 0; j < 32; j++) {
+            const float a = fabsf(x[j]);
+            amax = a > amax ? a : amax;
+        }
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        const uint16_t h = mp_quant_f32_to_f16(d);
+        memcpy(out, &h, 2);
+        int8_t *q = (int8_t *)(out + 2);
+#pragma omp simd
+        for (int j = 0; j < 32; j++) q[j] = (int8_t)nearbyintf(x[j] * id);
+    }
+}
+
+void mp_qdot_quantize_act(uint32_t t, const float *x, void *dst, size_t n) {
+    if (mp_qdot_act_type(t) == MP_GGML_Q8_K) mp_qdot_quantize_q8_k(x, dst, n);
+    else quantize_act_q8_0(x, dst, n);
+}
+
+/* ---- scalar reference kernels ---- */
+
+static float dot_q8_0_scalar(const void *w, const void *xq, size_t n) {
+    const unsigned char *a = w, *b = xq;
+    float sum = 0.0f;
+    for (size_t i = 0; i < n / 32; i++, a += 34, b += 34) {
+        const int8_t *qa = (const int8_t *)(a + 2), *qb = (const int8_t *)(b + 2);
+        int s = 0;
+        for (int j = 0; j < 32; j++) s += qa[j] * qb[j];
+        sum += (float)s * (f16(a) * f16(b));
+    }
+    return sum;
+}
+
+static float dot_q4_0_scalar(const void *w, const void *xq, size_t n) {
+    const unsigned char *a = w, *b = xq;
+    float sum = 0.0f;
+    for (size_t i = 0; i < n / 32; i++, a += 18, b += 34) {
+        const int8_t *qb = (const int8_t *)(b + 2);
+        int s = 0;
+        for (int j = 0; j < 16; j++) s += ((a[2 + j] & 0xF) - 8) * qb[j] + ((a[2 + j] >> 4) - 8) * qb[j + 16];
+        sum += (float)s * (f16(a) * f16(b));
+    }
+    return sum;
+}
+
+/* The 6-bit scales and mins of the eight 32-value sub-blocks of a Q4_K block
+ * (ggml's get_scale_min_k4). */
+static void q4k_scales(const unsigned char *q, uint8_t sc[8], uint8_t mn[8]) {
+    for (int j = 0; j < 8; j++) {
+        if (j < 4) {
+            sc[j] = q[j] & 63;
+            mn[j] = q[j + 4] & 63;
+        } else {
+            sc[j] = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+            mn[j] = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+        }
+    }
+}
+
+static inline float q8k_d(const unsigned char *b) { float d; memcpy(&d, b, 4); return d; }
+
+/* sum_s mins[s] * (bsums of sub-block s) for Q4_K's 8 sub-blocks of 32 */
+static inline int q4k_minsum(const unsigned char *b, const uint8_t mn[8]) {
+    int16_t bs[16];
+    memcpy(bs, b + 260, sizeof bs);
+    int s = 0;
+    for (int j = 0; j < 8; j++) s += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
+    return s;
+}
+
+static float dot_q4_k_scalar(const void *w, const void *xq, size_t n) {
+    const unsigned char *a = w, *b = xq;
+    float sum = 0.0f;
+    for (size_t i = 0; i < n / 256; i++, a += 144, b += MP_Q8K_BYTES) {
+        uint8_t sc[8], mn[8];
+        q4k_scales(a + 4, sc, mn);
+        const unsigned char *qs = a + 16;
+        const int8_t *x = (const int8_t *)(b + 4);
+        int sumi = 0;
+        for (int j = 0; j < 4; j++) {
+            int s0 = 0, s1 = 0;
+            for (int l = 0; l < 32; l++) {
+                s0 += (qs[32 * j + l] & 0xF) * x[64 * j + l];
+                s1 += (qs[32 * j + l] >> 4) * x[64 * j + 32 + l];
+            }
+            sumi += sc[2 * j] * s0 + sc[2 * j + 1] * s1;
+        }
+        const float xd = q8k_d(b);
+        sum += f16(a) * xd * (float)sumi - f16(a + 2) * xd * (float)q4k_minsum(b, mn);
+    }
+    return sum;
+}
+
+static float dot_q6_k_scalar(const void *w, const void *xq, size_t n) {
+    const unsigned char *a = w, *b = xq;
+    float sum = 0.0f;
+    for (size_t i = 0; i < n / 256; i++, a += 210, b += MP_Q8K_BYTES) {
+        const unsigned char *ql = a, *qh = a + 128;
+        const int8_t *sc = (const int8_t *)(a + 192);
+        const int8_t *x = (const int8_t *)(b + 4);
+        int sumi = 0;
+        for (int h = 0; h < 2; h++) {
+            const unsigned char *l0 = ql + 64 * h, *hh = qh + 32 * h;
+            const int8_t *xx = x + 128 * h, *s = sc + 8 * h;
+            for (int l = 0; l < 32; l++) {
+                const int is = l / 16;
+                int q1 = ((l0[l] & 0xF) | (((hh[l] >> 0) & 3) << 4)) - 32;
+                int q2 = ((l0[l + 32] & 0xF) | (((hh[l] >> 2) & 3) << 4)) - 32;
+                int q3 = ((l0[l] >> 4) | (((hh[l] >> 4) & 3) << 4)) - 32;
+                int q4 = ((l0[l + 32] >> 4) | (((hh[l] >> 6) & 3) << 4)) - 32;
+                sumi += s[is] * q1 * xx[l] + s[is + 2] * q2 * xx[l + 32] + s[is + 4] * q3 * xx[l + 64] +
+                        s[is + 6] * q4 * xx[l + 96];
+            }
+        }
+        sum += f16(a + 208) * q8k_d(b) * (float)sumi;
+    }
+    return sum;
+}
+
+#ifdef MP_QDOT_X86
+/* ---- AVX2 ---- */
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+/* f16 scale through F16C (the portable mp_quant_f16_to_f32 is a call per block) */
+AVX2 static inline float h16(const unsigned char *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+AVX2 static inline float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 8 int32 partial sums of 32 products a (signed) x b (signed), via the
+ * sign trick: |a| (unsigned) times b with a's sign. */
+AVX2 static inline __m256i dot32_s8(__m256i a, __m256i b) {
+    const __m256i ax = _mm256_sign_epi8(a, a), sb = _mm256_sign_epi8(b, a);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sb), _mm256_set1_epi16(1));
+}
+
+AVX2 static float dot_q8_0_avx2(const void *w, const void *xq, size_t n) {
+    const unsigned char *a = w, *b = xq;
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t i = 0; i < n / 32; i++, a += 34, b += 34) {
+        const __m256i qa = _mm256_loadu_si256((const __m256i *)(a + 2));
+        const __m256i qb = _mm256_loadu_si256((const __m256i *)(b + 2));
+        const __m256 d = _mm256_set1_ps(h16(a) * h16(b));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot32_s8(qa, qb)), acc);
+    }
+    return hsum256(acc);
+}
+
+/* 32 Q4_0 nibbles as signed bytes in value order: low nibbles then high, minus 8 */
+AVX2 static inline __m256i q4_0_bytes(const unsigned char *q) {
+    const __m128i x = _mm_loadu_si128((const __m128i *)q), m = _mm_set1_epi8(0xF);
+    const __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m), _mm_and_si128(x, m));
+    return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+}
+
+AVX2 static float dot_q4_0_avx2(const void *w, const void *xq, size_t n) {
+    const unsigned char *a = w, *b = xq;
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t i = 0; i < n / 32; i++, a += 18, b += 34) {
+        const __m256i qb = _mm256_loadu_si256((const __m256i *)(b + 2));
+        const __m256 d = _mm256_set1_ps(h16(a) * h16(b));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot32_s8(q4_0_bytes(a + 2), qb)), acc);
+    }
+    return hsum256(acc);
+}
+
+AVX2 static float dot_q4_k_avx2(const void *w, const void *xq, size_t n) {
+    const unsigned char *a = w, *b = xq;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0.0f;
+    for (size_t i = 0; i < n / 256; i++, a += 144, b += MP_Q8K_BYTES) {
+        uint8_t sc[8], mn[8];
+        q4k_scales(a + 4, sc, mn);
+        const unsigned char *qs = a + 16;
+        const int8_t *x = (const int8_t *)(b + 4);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+            const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            const __m256i x0 = _mm256_loadu_si256((const __m256i *)(x + 64 * j));
+            const __m256i x1 = _mm256_loadu_si256((const __m256i *)(x + 64 * j + 32));
+            /* unsigned nibbles x signed activations: no sign trick needed */
+            const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), _mm256_set1_epi16(sc[2 * j]));
+            const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), _mm256_set1_epi16(sc[2 * j + 1]));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+        }
+        const float xd = q8k_d(b);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h16(a) * xd), _mm256_cvtepi32_ps(sumi), acc);
+        mins += h16(a + 2) * xd * (float)q4k_minsum(b, mn);
+    }
+    return hsum256(acc) - mins;
+}
+
+/* Q6_K: the four 32-value chunks of one 128-value half as unsigned 6-bit codes */
+#define Q6K_CHUNKS(ql, qh, v0, v1, v2, v3)                                                           \
+    do {                                                                                             \
+        const __m256i L0 = _mm256_loadu_si256((const __m256i *)(ql));                                \
+        const __m256i L1 = _mm256_loadu_si256((const __m256i *)((ql) + 32));                         \
+        const __m256i H = _mm256_loadu_si256((const __m256i *)(qh));                                 \
+        const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);                     \
+        v0 = _mm256_or_si256(_mm256_and_si256(L0, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30)); \
+        v1 = _mm256_or_si256(_mm256_and_si256(L1, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30)); \
+        v2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L0, 4), m4), _mm256_and_si256(H, m30)); \
+        v3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), m4),                         \
+                             _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));                        \
+    } while (0)
+
+/* sum_s sc[s] * bsums[s] over the 16 sub-blocks (the -32 offset of Q6_K codes) */
+static inline int q6k_offset(const unsigned char *a, const unsigned char *b) {
+    const int8_t *sc = (const int8_t *)(a + 192);
+    int16_t bs[16];
+    memcpy(bs, b + 260, sizeof bs);
+    int s = 0;
+    for (int j = 0; j < 16; j++) s += sc[j] * bs[j];
+    return s;
+}
+
+AVX2 static float dot_q6_k_avx2(const void *w, const void *xq, size_t n) {
+    const unsigned char *a = w, *b = xq;
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t i = 0; i < n / 256; i++, a += 210, b += MP_Q8K_BYTES) {
+        const int8_t *sc = (const int8_t *)(a + 192);
+        const int8_t *x = (const int8_t *)(b + 4);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i v[4];
+            Q6K_CHUNKS(a + 64 * h, a + 128 + 32 * h, v[0], v[1], v[2], v[3]);
+            for (int k = 0; k < 4; k++) {
+                const __m256i xx = _mm256_loadu_si256((const __m256i *)(x + 128 * h + 32 * k));
+                const int s = 8 * h + 2 * k;
+                const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[s + 1]), _mm_set1_epi16(sc[s]));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(v[k], xx), scv));
+            }
+        }
+        const float d = h16(a + 208) * q8k_d(b);
+        const int off = 32 * q6k_offset(a, b);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi, _mm256_setr_epi32(off, 0, 0, 0, 0, 0, 0, 0))), acc);
+    }
+    return hsum256(acc);
+}
+
+/* ---- AVX-512 (BW, VL): two 32-value blocks per 512-bit register ---- */
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+
+/* 16 int32 partial sums (8 per 32-value half) of signed a x signed b */
+AVX512 static inline __m512i dot64_s8(__m512i a, __m512i b) {
+    const __m512i ax = _mm512_abs_epi8(a);
+    const __m512i sb = _mm512_mask_sub_epi8(b, _mm512_movepi8_mask(a), _mm512_setzero_si512(), b);
+    return _mm512_madd_epi16(_mm512_maddubs_epi16(ax, sb), _mm512_set1_epi16(1));
+}
+
+AVX512 static inline __m512 scale2(float d0, float d1) {
+    return _mm512_castsi512_ps(_mm512_inserti64x4(_mm512_castps_si512(_mm512_set1_ps(d0)),
+                                                  _mm256_castps_si256(_mm256_set1_ps(d1)), 1));
+}
+
+AVX512 static inline __m512i load2x32(const unsigned char *p0, const unsigned char *p1) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p0)),
+                              _mm256_loadu_si256((const __m256i *)p1), 1);
+}
+
+AVX512 static float dot_q8_0_avx512(const void *w, const void *xq, size_t n) {
+    const unsigned char *a = w, *b = xq;
+    const size_t nb = n / 32;
+    __m512 acc = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 1 < nb; i += 2, a += 68, b += 68) {
+        const __m512i qa = load2x32(a + 2, a + 36), qb = load2x32(b + 2, b + 36);
+        const __m512 d = scale2(h16(a) * h16(b), h16(a + 34) * h16(b + 34));
+        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot64_s8(qa, qb)), acc);
+    }
+    float sum = _mm512_reduce_add_ps(acc);
+    if (i < nb) sum += dot_q8_0_avx2(a, b, 32);
+    return sum;
+}
+
+AVX512 static float dot_q4_0_avx512(const void *w, const void *xq, size_t n) {
+    const unsigned char *a = w, *b = xq;
+    const size_t nb = n / 32;
+    __m512 acc = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 1 < nb; i += 2, a += 36, b += 68) {
+        const __m512i qa = _mm512_inserti64x4(_mm512_castsi256_si512(q4_0_bytes(a + 2)), q4_0_bytes(a + 20), 1);
+        const __m512i qb = load2x32(b + 2, b + 36);
+        const __m512 d = scale2(h16(a) * h16(b), h16(a + 18) * h16(b + 34));
+        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot64_s8(qa, qb)), acc);
+    }
+    float sum = _mm512_reduce_add_ps(acc);
+    if (i < nb) sum += dot_q4_0_avx2(a, b, 32);
+    return sum;
+}
+
+AVX512 static float dot_q4_k_avx512(const void *w, const void *xq, size_t n) {
+    const unsigned char *a = w, *b = xq;
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    __m512 acc = _mm512_setzero_ps();
+    float mins = 0.0f;
+    for (size_t i = 0; i < n / 256; i++, a += 144, b += MP_Q8K_BYTES) {
+        uint8_t sc[8], mn[8];
+        q4k_scales(a + 4, sc, mn);
+        const unsigned char *qs = a + 16;
+        const unsigned char *x = b + 4;
+        __m512i sumi = _mm512_setzero_si512();
+        for (int j = 0; j < 4; j += 2) { /* two 64-value groups: 128 codes = 64 bytes */
+            const __m512i q = _mm512_loadu_si512((const void *)(qs + 32 * j));
+            const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+            /* lo holds sub-blocks 2j (bytes 0-31) and 2j+2 (32-63); hi 2j+1 and 2j+3 */
+            const __m512i x0 = load2x32(x + 64 * j, x + 64 * (j + 1));
+            const __m512i x1 = load2x32(x + 64 * j + 32, x + 64 * (j + 1) + 32);
+            const __m512i s0 = _mm512_inserti64x4(_mm512_set1_epi16(sc[2 * j]), _mm256_set1_epi16(sc[2 * j + 2]), 1);
+            const __m512i s1 = _mm512_inserti64x4(_mm512_set1_epi16(sc[2 * j + 1]), _mm256_set1_epi16(sc[2 * j + 3]), 1);
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(lo, x0), s0));
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(hi, x1), s1));
+        }
+        const float xd = q8k_d(b);
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(h16(a) * xd), _mm512_cvtepi32_ps(sumi), acc);
+        mins += h16(a + 2) * xd * (float)q4k_minsum(b, mn);
+    }
+    return _mm512_reduce_add_ps(acc) - mins;
+}
+
+AVX512 static float dot_q6_k_avx512(const void *w, const void *xq, size_t n) {
+    const unsigned char *a = w, *b = xq;
+    __m512 acc = _mm512_setzero_ps();
+    float offs = 0.0f;
+    for (size_t i = 0; i < n / 256; i++, a += 210, b += MP_Q8K_BYTES) {
+        const int8_t *sc = (const int8_t *)(a + 192);
+        const unsigned char *x = b + 4;
+        __m512i sumi = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            __m256i v[4];
+            Q6K_CHUNKS(a + 64 * h, a + 128 + 32 * h, v[0], v[1], v[2], v[3]);
+            for (int k = 0; k < 4; k += 2) {
+                const __m512i vv = _mm512_inserti64x4(_mm512_castsi256_si512(v[k]), v[k + 1], 1);
+                const __m512i xx = _mm512_loadu_si512((const void *)(x + 128 * h + 32 * k));
+                const int s = 8 * h + 2 * k;
+                const __m512i scv = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi16(sc[s + 1]), _mm_set1_epi16(sc[s]))),
+                    _mm256_set_m128i(_mm_set1_epi16(sc[s + 3]), _mm_set1_epi16(sc[s + 2])), 1);
+                sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(vv, xx), scv));
+            }
+        }
+        const float d = h16(a + 208) * q8k_d(b);
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+        offs += d * (float)(32 * q6k_offset(a, b));
+    }
+    return _mm512_reduce_add_ps(acc) - offs;
+}
+#endif /* MP_QDOT_X86 */
+
+/* ---- dispatch ---- */
+
+static int isa_available(mp_qdot_isa isa) {
+    if (isa == MP_QDOT_SCALAR) return 1;
+#ifdef MP_QDOT_X86
+    __builtin_cpu_init();
+    const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    if (isa == MP_QDOT_AVX2) return avx2;
+    if (isa == MP_QDOT_AVX512)
+        return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl");
+#endif
+    return 0;
+}
+
+mp_qdot_fn mp_qdot_kernel(uint32_t t, mp_qdot_isa isa) {
+    if (!mp_qdot_supported(t) || !isa_available(isa)) return NULL;
+    switch (isa) {
+    case MP_QDOT_SCALAR:
+        return t == MP_GGML_Q8_0 ? dot_q8_0_scalar : t == MP_GGML_Q4_0 ? dot_q4_0_scalar
+             : t == MP_GGML_Q4_K ? dot_q4_k_scalar : dot_q6_k_scalar;
+#ifdef MP_QDOT_X86
+    case MP_QDOT_AVX2:
+        return t == MP_GGML_Q8_0 ? dot_q8_0_avx2 : t == MP_GGML_Q4_0 ? dot_q4_0_avx2
+             : t == MP_GGML_Q4_K ? dot_q4_k_avx2 : dot_q6_k_avx2;
+    case MP_QDOT_AVX512:
+        return t == MP_GGML_Q8_0 ? dot_q8_0_avx512 : t == MP_GGML_Q4_0 ? dot_q4_0_avx512
+             : t == MP_GGML_Q4_K ? dot_q4_k_avx512 : dot_q6_k_avx512;
+#endif
+    default:
+        return NULL;
+    }
+}
+
+mp_qdot_isa mp_qdot_isa_active(void) {
+    static int cached = -1;
+    int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (c >= 0) return (mp_qdot_isa)c;
+    mp_qdot_isa cap = MP_QDOT_AVX512;
+    const char *e = getenv("MP_QDOT_ISA");
+    if (e && !strcmp(e, "scalar")) cap = MP_QDOT_SCALAR;
+    else if (e && !strcmp(e, "avx2")) cap = MP_QDOT_AVX2;
+    c = (int)cap;
+    while (c > 0 && !isa_available((mp_qdot_isa)c)) c--;
+    __atomic_store_n(&cached, c, __ATOMIC_RELAXED);
+    return (mp_qdot_isa)c;
+}
+
+const char *mp_qdot_isa_name(mp_qdot_isa isa) {
+    return isa == MP_QDOT_AVX512 ? "avx512" : isa == MP_QDOT_AVX2 ? "avx2" : "scalar";
+}
+
+/* ---- matmul ---- */
+
+#define QDOT_FEW_ROWS 32
+#define QDOT_PANEL 256 /* weight rows dequantized per sgemm panel */
+
+mp_status mp_qdot_matmul(float *out, const float *in, uint32_t t, const void *w, size_t row_bytes,
+                         const float *bias, int N, int IN, int OUT) {
+    const unsigned char *wb = w;
+    if (N <= QDOT_FEW_ROWS) {
+        const size_t ab = mp_qdot_act_bytes(t, (size_t)IN);
+        unsigned char stack[16384], *xq = stack;
+        if ((size_t)N * ab > sizeof stack &&
+            !(xq = mp_malloc((size_t)N * ab, "quantized activations")))
+            return MP_ERR_NOMEM;
+        for (int n = 0; n < N; n++) mp_qdot_quantize_act(t, in + (size_t)n * IN, xq + (size_t)n * ab, (size_t)IN);
+        const mp_qdot_fn dot = mp_qdot_kernel(t, mp_qdot_isa_active());
+#pragma omp parallel for schedule(static) if ((size_t)OUT * row_bytes > 65536)
+        for (int o = 0; o < OUT; o++) {
+            const unsigned char *row = wb + (size_t)o * row_bytes;
+            const float bo = bias ? bias[o] : 0.0f;
+            for (int n = 0; n < N; n++) out[(size_t)n * OUT + o] = dot(row, xq + (size_t)n * ab, (size_t)IN) + bo;
+        }
+        if (xq != stack) free(xq);
+        return MP_OK;
+    }
+    const int P = OUT < QDOT_PANEL ? OUT : QDOT_PANEL;
+    float *panel = mp_malloc((size_t)P * IN * sizeof(float), "a dequantized weight panel");
+    if (!panel) return MP_ERR_NOMEM;
+    for (int o0 = 0; o0 < OUT; o0 += P) {
+        const int rows = OUT - o0 < P ? OUT - o0 : P;
+        mp_quant_dequantize(t, wb + (size_t)o0 * row_bytes, panel, (size_t)rows * IN);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, rows, IN, 1.0f, in, IN, panel, IN, 0.0f, out + o0,
+                    OUT);
+    }
+    free(panel);
+    if (bias) {
+#pragma omp parallel for schedule(static) if (N > 64)
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OUT; o++) out[(size_t)n * OUT + o] += bias[o];
+    }
+    return MP_OK;
+}

@@ -1,0 +1,57 @@
+/* qdot.h — products with weights kept quantized in memory (GGUF Q8_0, Q4_0,
+ * Q4_K, Q6_K), as llama.cpp computes them: the activations are quantized per
+ * block to 8 bits (Q8_0 blocks of 32 for Q8_0 / Q4_0 weights, Q8_K blocks of
+ * 256 for the K-quants), and each output is a sum of integer block dot
+ * products times the block scales. Kernels: a scalar reference and AVX2 and
+ * AVX-512 (BW/VL) paths, compiled with target attributes and chosen at run time
+ * (__builtin_cpu_supports), so one binary runs on any x86-64. The environment
+ * variable MP_QDOT_ISA=scalar|avx2|avx512 caps the choice (benchmarks, tests).
+ *
+ * Q8_K block (ggml's block_q8_K, 292 bytes): float d, int8 qs[256], int16
+ * bsums[16] (sums of 16 consecutive qs); values x = d * qs, d = -max/127 with
+ * max the value of largest magnitude (quantize_row_q8_K_ref). Q8_0 activations
+ * as mp_quant_quantize_q8_0 but rounded to nearest even (as ggml's SIMD
+ * quantizers round; the reference rounds halves away from zero). */
+#ifndef MP_QDOT_H
+#define MP_QDOT_H
+
+#include "mp_common.h"
+
+typedef enum { MP_QDOT_SCALAR = 0, MP_QDOT_AVX2, MP_QDOT_AVX512 } mp_qdot_isa;
+
+#define MP_Q8K_BYTES 292
+
+/* 1 when weights of this ggml type can be kept quantized (Q8_0, Q4_0, Q4_K, Q6_K). */
+int mp_qdot_supported(uint32_t wtype);
+/* The activation block type of a weight type (MP_GGML_Q8_0 or MP_GGML_Q8_K),
+ * and the bytes that n activations quantize to (n a multiple of its block). */
+uint32_t mp_qdot_act_type(uint32_t wtype);
+size_t mp_qdot_act_bytes(uint32_t wtype, size_t n);
+/* Quantizes n activations (a multiple of the weight type's block: 32 or 256)
+ * for products with weights of type wtype; dst holds mp_qdot_act_bytes. */
+void mp_qdot_quantize_act(uint32_t wtype, const float *x, void *dst, size_t n);
+/* Quantizes to Q8_K as ggml's quantize_row_q8_K_ref (n a multiple of 256). */
+void mp_qdot_quantize_q8_k(const float *x, void *dst, size_t n);
+
+/* One dot product: a weight row of n values (type wtype) with activations
+ * quantized by mp_qdot_quantize_act. */
+typedef float (*mp_qdot_fn)(const void *w, const void *xq, size_t n);
+/* The kernel of (wtype, isa), or NULL when the machine (or this build) lacks
+ * the ISA or the type is not supported. */
+mp_qdot_fn mp_qdot_kernel(uint32_t wtype, mp_qdot_isa isa);
+/* The ISA the products use on this machine (the best available, capped by
+ * MP_QDOT_ISA), and its name ("scalar", "avx2", "avx512"). */
+mp_qdot_isa mp_qdot_isa_active(void);
+const char *mp_qdot_isa_name(mp_qdot_isa isa);
+
+/* out[N,OUT] = in[N,IN] @ W^T (+ bias), W [OUT,IN] stored as rows of type
+ * wtype (row_bytes apart). Few rows (N <= 32): the inputs are quantized once
+ * and every weight row is streamed once through the quantized dot kernel,
+ * OpenMP over output rows. More rows (prefill): row panels of W are
+ * dequantized to float32 and multiplied with sgemm (the integer path has no
+ * advantage once the product is compute-bound). Allocates only scratch
+ * (freed before return); MP_ERR_NOMEM when that fails. */
+mp_status mp_qdot_matmul(float *out, const float *in, uint32_t wtype, const void *w, size_t row_bytes,
+                         const float *bias, int N, int IN, int OUT);
+
+#endif

@@ -1,0 +1,274 @@
+/* test_qmodel.c — whole models with quantized weights (load_gguf.c keeps
+ * Q8_0/Q4_0/Q4_K/Q6_K weights quantized; model_quant.c; qdot.c) against the
+ * same models in float32. For llama (untied, GQA), qwen2 (q/k/v biases, rows
+ * permuted from the half-split layout, tied) and gpt2 (fused attn_qkv,
+ * LayerNorm, biases, learned positions), a GGUF is written with random
+ * blocks, the types mixed across tensors and layers, and a second GGUF with
+ * the same weights decoded to F32 here (mp_quant_dequantize), which loads the
+ * float32 way (an independent path: float rows permuted by
+ * mp_rope_permute_rows, fused QKV copied):
+ *   - a 40-token prefill (> 32 rows: dequantized weight panels + sgemm) gives
+ *     the float32 logits to float32 rounding: <= 1e-4 of the largest |logit|;
+ *   - token-by-token decoding (one row: the quantized dot kernels, 8-bit
+ *     activations) gives them within what the activation quantization
+ *     allows: each product has a relative rms error of 0.5-1% (test_qdot
+ *     states and checks it), which these random models (2 layers, 15
+ *     products per token, softmax) amplify to a few percent of the logits:
+ *     bound: mean |diff| <= 10% of the mean |logit|, max <= 30% of the
+ *     largest. The kernels themselves are checked tightly in test_qdot; this
+ *     checks the wiring (a wrong layer, row, bias or type gives ~100%);
+ *   - mp_model_dequantized_copy has bit-identical float32 weights, and saving
+ *     the quantized model (.h5: dequantized on demand) and reloading it gives
+ *     the float32 logits exactly; mp_model_make_owned (training) dequantizes
+ *     in place;
+ *   - memory: the quantized model's weights are the file's bytes (m->q->bytes
+ *     equals the sum of the tensors' bytes: nothing decoded but the F32 ones). */
+#include "checkpoint.h"
+#include "gguf.h"
+#include "model.h"
+#include "qdot.h"
+#include "quant.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static uint32_t rs = 88172645u;
+static uint32_t rnd(void) { rs ^= rs << 13; rs ^= rs >> 17; rs ^= rs << 5; return rs; }
+static float unif(void) { return (float)(rnd() >> 8) / 16777216.0f; }
+
+enum { D = 256, H = 4, DH = 64, M = 512, V = 300, L = 2, CTX = 64 };
+
+typedef struct {
+    mp_gguf_writer *wq, *wf; /* quantized file, float32 file */
+    void *keep[128];         /* data the writers borrow */
+    int nkeep;
+    uint64_t qbytes;         /* bytes of the quantized file's 2-D weights */
+} files;
+
+static void put_f16(unsigned char *p, float f) {
+    uint16_t h = mp_quant_f32_to_f16(f);
+    memcpy(p, &h, 2);
+}
+
+/* A 2-D weight {in, out} of type t (random blocks, scales ~ 0.03 / sqrt(in)) in
+ * both files. */
+static void weight(files *f, const char *name, uint32_t t, uint64_t in, uint64_t out) {
+    size_t bv, bb;
+    mp_quant_block(t, &bv, &bb);
+    const size_t n = (size_t)(in * out), bytes = n / bv * bb;
+    unsigned char *q = malloc(bytes);
+    const float s = 1.0f / sqrtf((float)in);
+    for (size_t b = 0; b < n / bv; b++) {
+        unsigned char *p = q + b * bb;
+        for (size_t i = 0; i < bb; i++) p[i] = (unsigned char)rnd();
+        const float d = (0.5f + unif()) * s;
+        if (t == MP_GGML_Q8_0) put_f16(p, d / 64.0f);
+        if (t == MP_GGML_Q4_0) put_f16(p, d / 4.0f);
+        if (t == MP_GGML_Q4_K) { put_f16(p, d / 40.0f); put_f16(p + 2, d / 40.0f); }
+        if (t == MP_GGML_Q6_K) put_f16(p + 208, d / 1024.0f);
+    }
+    float *x = malloc(n * sizeof(float));
+    mp_quant_dequantize(t, q, x, n);
+    const uint64_t dims[2] = {in, out};
+    CHECK(mp_gguf_writer_add_raw(f->wq, name, t, 2, dims, q, bytes) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_gguf_writer_add_tensor(f->wf, name, MP_GGML_F32, 2, dims, x) == MP_OK, "%s", mp_last_error());
+    f->qbytes += bytes;
+    f->keep[f->nkeep++] = q; /* both writers borrow their data until written */
+    f->keep[f->nkeep++] = x;
+}
+
+/* A float tensor {n, n1} (n1 = 1: 1-D; norm weight ~ 1, bias ~ 0) in both files. */
+static void vec2(files *f, const char *name, uint64_t n, uint64_t n1, float base) {
+    float *x = malloc(n * n1 * sizeof(float));
+    for (uint64_t i = 0; i < n * n1; i++) x[i] = base + 0.1f * (unif() - 0.5f);
+    const uint64_t dims[2] = {n, n1};
+    CHECK(mp_gguf_writer_add_tensor(f->wq, name, MP_GGML_F32, n1 > 1 ? 2 : 1, dims, x) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_gguf_writer_add_tensor(f->wf, name, MP_GGML_F32, n1 > 1 ? 2 : 1, dims, x) == MP_OK, "%s", mp_last_error());
+    f->keep[f->nkeep++] = x;
+}
+static void vec(files *f, const char *name, uint64_t n, float base) { vec2(f, name, n, 1, base); }
+
+static void meta(mp_gguf_writer *w, const char *arch, int kv) {
+    char k[128];
+#define U32(key, v) (snprintf(k, sizeof k, "%s." key, arch), mp_gguf_writer_set_u32(w, k, (v)))
+    mp_gguf_writer_set_str(w, "general.architecture", arch);
+    U32("embedding_length", D);
+    U32("block_count", L);
+    U32("attention.head_count", H);
+    U32("attention.head_count_kv", kv);
+    U32("feed_forward_length", M);
+    U32("context_length", CTX);
+#undef U32
+}
+
+static const uint32_t TYPES[4] = {MP_GGML_Q8_0, MP_GGML_Q4_0, MP_GGML_Q4_K, MP_GGML_Q6_K};
+static uint32_t pick(int i) { return TYPES[i % 4]; }
+
+/* Writes PREFIX.q.gguf and PREFIX.f.gguf for arch "llama", "qwen2" or "gpt2". */
+static uint64_t write_pair(const char *arch, const char *qpath, const char *fpath) {
+    files f;
+    memset(&f, 0, sizeof f);
+    mp_gguf_writer_init(&f.wq);
+    mp_gguf_writer_init(&f.wf);
+    const int gpt2 = !strcmp(arch, "gpt2"), qwen2 = !strcmp(arch, "qwen2");
+    const int KV = gpt2 ? H : 2, KD = KV * DH;
+    meta(f.wq, arch, KV);
+    meta(f.wf, arch, KV);
+    int ti = (int)(rnd() % 4);
+    weight(&f, "token_embd.weight", pick(ti++), D, V);
+    if (!qwen2) weight(&f, "output.weight", pick(ti++), D, V);
+    vec(&f, "output_norm.weight", D, 1.0f);
+    if (gpt2) {
+        vec(&f, "output_norm.bias", D, 0.0f);
+        vec2(&f, "position_embd.weight", D, CTX, 0.0f);
+    }
+    char n[128];
+    for (int l = 0; l < L; l++) {
+#define NM(s) (snprintf(n, sizeof n, "blk.%d." s, l), n)
+        vec(&f, NM("attn_norm.weight"), D, 1.0f);
+        vec(&f, NM("ffn_norm.weight"), D, 1.0f);
+        if (gpt2) {
+            vec(&f, NM("attn_norm.bias"), D, 0.0f);
+            vec(&f, NM("ffn_norm.bias"), D, 0.0f);
+            weight(&f, NM("attn_qkv.weight"), pick(ti++), D, 3 * D);
+            vec(&f, NM("attn_qkv.bias"), 3 * D, 0.0f);
+            vec(&f, NM("attn_output.bias"), D, 0.0f);
+            weight(&f, NM("ffn_up.weight"), pick(ti++), D, M);
+            vec(&f, NM("ffn_up.bias"), M, 0.0f);
+            vec(&f, NM("ffn_down.bias"), D, 0.0f);
+        } else {
+            weight(&f, NM("attn_q.weight"), pick(ti++), D, H * DH);
+            weight(&f, NM("attn_k.weight"), pick(ti++), D, KD);
+            weight(&f, NM("attn_v.weight"), pick(ti++), D, KD);
+            if (qwen2) {
+                vec(&f, NM("attn_q.bias"), H * DH, 0.0f);
+                vec(&f, NM("attn_k.bias"), KD, 0.0f);
+                vec(&f, NM("attn_v.bias"), KD, 0.0f);
+            }
+            weight(&f, NM("ffn_gate.weight"), pick(ti++), D, M);
+            weight(&f, NM("ffn_up.weight"), pick(ti++), D, M);
+        }
+        weight(&f, NM("attn_output.weight"), pick(ti++), H * DH, D);
+        weight(&f, NM("ffn_down.weight"), pick(ti++), M, D);
+#undef NM
+    }
+    CHECK(mp_gguf_writer_write(f.wq, qpath) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_gguf_writer_write(f.wf, fpath) == MP_OK, "%s", mp_last_error());
+    mp_gguf_writer_free(f.wq);
+    mp_gguf_writer_free(f.wf);
+    for (int i = 0; i < f.nkeep; i++) free(f.keep[i]);
+    return f.qbytes;
+}
+
+static void logits_all(const mp_model *m, const int *tok, int T, float *out) {
+    mp_forward_params fp = mp_forward_params_default();
+    CHECK(mp_model_forward(m, tok, 1, T, &fp, out) == MP_OK, "%s", mp_last_error());
+}
+
+static void logits_steps(const mp_model *m, const int *tok, int T, float *out) {
+    mp_kvcache kc;
+    CHECK(mp_kvcache_init(&kc, &m->cfg, 1, T) == MP_OK, "%s", mp_last_error());
+    mp_forward_params fp = mp_forward_params_default();
+    fp.cache = &kc;
+    fp.logits = MP_LOGITS_LAST;
+    for (int t = 0; t < T; t++) CHECK(mp_model_forward(m, tok + t, 1, 1, &fp, out + (size_t)t * V) == MP_OK, "%s", mp_last_error());
+    mp_kvcache_free(&kc);
+}
+
+static void stats(const float *a, const float *b, size_t n, double *maxd, double *meand, double *big, double *meanabs) {
+    *maxd = *meand = *big = *meanabs = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        *maxd = fmax(*maxd, d);
+        *meand += d / (double)n;
+        *big = fmax(*big, fabs(b[i]));
+        *meanabs += fabs(b[i]) / (double)n;
+    }
+}
+
+static void test_arch(const char *arch) {
+    char qp[256], fp[256], hp[256];
+    snprintf(qp, sizeof qp, "/tmp/mp_test_qmodel_%d_%s.q.gguf", (int)getpid(), arch);
+    snprintf(fp, sizeof fp, "/tmp/mp_test_qmodel_%d_%s.f.gguf", (int)getpid(), arch);
+    snprintf(hp, sizeof hp, "/tmp/mp_test_qmodel_%d_%s.h5", (int)getpid(), arch);
+    const uint64_t qbytes = write_pair(arch, qp, fp);
+    mp_model *mq = NULL, *mf = NULL, *mc = NULL, *mh = NULL;
+    if (mp_model_load_gguf(&mq, qp) || mp_model_load_gguf(&mf, fp)) {
+        CHECK(0, "%s: %s", arch, mp_last_error());
+        goto done;
+    }
+    char types[64];
+    mp_model_weight_types(mq, types, sizeof types);
+    CHECK(mp_model_is_quantized(mq) && !mp_model_is_quantized(mf), "%s: the quantized file loads quantized (%s)", arch, types);
+    CHECK(mq->q->bytes == qbytes, "%s: quantized weights take the file's %llu bytes (got %zu)", arch,
+          (unsigned long long)qbytes, mq->q->bytes);
+    enum { T = 40 };
+    int tok[T];
+    for (int i = 0; i < T; i++) tok[i] = (int)(rnd() % V);
+    float *a = malloc((size_t)T * V * sizeof(float)), *b = malloc((size_t)T * V * sizeof(float));
+    double maxd, meand, big, meanabs;
+    /* prefill: panels + sgemm */
+    logits_all(mq, tok, T, a);
+    logits_all(mf, tok, T, b);
+    stats(a, b, (size_t)T * V, &maxd, &meand, &big, &meanabs);
+    CHECK(maxd <= 1e-4 * big, "%s prefill: quantized vs float32 logits differ by %.3g (largest %.3g)", arch, maxd, big);
+    printf("%-5s [%s] prefill T %d: max |diff| %.2e (largest |logit| %.3g)\n", arch, types, T, maxd, big);
+    /* decoding: quantized kernels with 8-bit activations */
+    logits_steps(mq, tok, T, a);
+    stats(a, b, (size_t)T * V, &maxd, &meand, &big, &meanabs);
+    CHECK(maxd <= 0.3 * big && meand <= 0.1 * meanabs,
+          "%s decode: quantized vs float32 logits: max |diff| %.3g (bound %.3g), mean %.3g (bound %.3g)", arch, maxd,
+          0.3 * big, meand, 0.1 * meanabs);
+    printf("%-5s decode (%s kernels): max |diff| %.2e = %.2f%% of the largest |logit|, mean %.2e = %.2f%% of the mean\n",
+           arch, mp_qdot_isa_name(mp_qdot_isa_active()), maxd, 100 * maxd / big, meand, 100 * meand / meanabs);
+    /* decoded copy = the float32 file's weights, bit for bit */
+    CHECK(mp_model_dequantized_copy(mq, &mc) == MP_OK, "%s", mp_last_error());
+    if (mc) {
+        mp_param_desc dc[MP_PARAM_MAX], df[MP_PARAM_MAX];
+        int nc = mp_params_describe(&mc->cfg, &mc->p, dc), nf = mp_params_describe(&mf->cfg, &mf->p, df), same = nc == nf;
+        for (int i = 0; same && i < nc; i++) same = dc[i].n == df[i].n && !memcmp(dc[i].p, df[i].p, dc[i].n * sizeof(float));
+        CHECK(same, "%s: the dequantized copy's parameters equal the float32 file's", arch);
+    }
+    /* writers dequantize on demand */
+    CHECK(mp_checkpoint_save(hp, mq, NULL, NULL) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_model_load(&mh, hp) == MP_OK, "%s", mp_last_error());
+    if (mh) {
+        logits_all(mh, tok, T, a);
+        logits_all(mf, tok, T, b);
+        CHECK(tu_max_abs_diff(a, b, (size_t)T * V) == 0.0, "%s: the saved (dequantized) model computes the float32 logits", arch);
+    }
+    /* training dequantizes in place */
+    mp_acts acts;
+    CHECK(mp_acts_init(&acts, &mq->cfg, 1, 4) == MP_OK, "%s", mp_last_error());
+    mp_forward_params tp = mp_forward_params_default();
+    tp.acts = &acts;
+    CHECK(mp_model_forward(mq, tok, 1, 4, &tp, NULL) == MP_ERR_ARG && strstr(mp_last_error(), "quantized"),
+          "%s: training mode on quantized weights is refused with a message: %s", arch, mp_last_error());
+    CHECK(mp_model_make_owned(mq) == MP_OK && !mp_model_is_quantized(mq), "%s: make_owned dequantizes", arch);
+    CHECK(mp_model_forward(mq, tok, 1, 4, &tp, NULL) == MP_OK, "%s", mp_last_error());
+    mp_acts_free(&acts);
+    logits_all(mq, tok, T, a);
+    logits_all(mf, tok, T, b);
+    CHECK(tu_max_abs_diff(a, b, (size_t)T * V) == 0.0, "%s: the dequantized model computes the float32 logits", arch);
+    free(a);
+    free(b);
+done:
+    mp_model_free(mq);
+    mp_model_free(mf);
+    mp_model_free(mc);
+    mp_model_free(mh);
+    unlink(qp);
+    unlink(fp);
+    unlink(hp);
+}
+
+int main(void) {
+    mp_init();
+    test_arch("llama");
+    test_arch("qwen2");
+    test_arch("gpt2");
+    return tu_finish("test_qmodel");
+}

@@ -61,6 +61,16 @@ static int busy_release(lua_State *L) {
     return 0;
 }
 
+/* Refuses a method that changes what a running forward reads (the
+ * positional scheme, the weights) while the model is in use. */
+static lmodel *model_idle(lua_State *L, const char *method) {
+    lmodel *lm = mp_lua_model_check(L, 1);
+    if (lm->busy > 0)
+        luaL_error(L, "mp.Model:%s: the model is in use (called from inside its own forward/generate/train "
+                      "callback)", method);
+    return lm;
+}
+
 lmodel *mp_lua_model_busy(lua_State *L, int idx, const char *method, int exclusive) {
     idx = lua_absindex(L, idx);
     lmodel *lm = mp_lua_model_check(L, idx);
@@ -877,6 +887,7 @@ static int model_hook_names(lua_State *L) { return l_hook_names(L); }
  * switches it off. Returns the model. */
 static int model_set_rope_scaling(lua_State *L) {
     lua_settop(L, 2);
+    model_idle(L, "set_rope_scaling"); /* the running pass and its KV cache read m->cfg */
     lmodel *lm = mp_lua_model_busy(L, 1, "set_rope_scaling", 0);
     mp_config c = lm->m->cfg;
     const char *type = "none";
@@ -904,6 +915,7 @@ static int model_set_rope_scaling(lua_State *L) {
  * is m:set_pos("none") followed by a short recalibration. Returns the model. */
 static int model_set_pos(lua_State *L) {
     lua_settop(L, 3);
+    model_idle(L, "set_pos"); /* the running pass and its KV cache read m->cfg */
     lmodel *lm = mp_lua_model_busy(L, 1, "set_pos", 0);
     const char *name = luaL_checkstring(L, 2);
     int k = mp_pos_parse(name);
@@ -926,10 +938,7 @@ static int model_set_pos(lua_State *L) {
 }
 /* m:dequantize(): quantized GGUF weights -> float32 in place; returns m */
 static int model_dequantize(lua_State *L) {
-    lmodel *lm = mp_lua_model_check(L, 1);
-    if (lm->busy > 0) /* the running method reads the quantized weights this replaces */
-        return luaL_error(L, "mp.Model:dequantize: the model is in use (called from inside its own "
-                             "forward/generate/train callback)");
+    lmodel *lm = model_idle(L, "dequantize"); /* the running method reads the weights this replaces */
     mp_status st = mp_model_dequantize(lm->m);
     if (st) return mp_lua_fail(L, st);
     lua_settop(L, 1);

@@ -77,6 +77,26 @@ t.case("training from inside the model's own hook is refused", function()
     m:forward({1, 2}, {fwd_hooks = {{"hook_embed", function() m:train_step(mp.optim.adamw{}, x, y) end}}})
   end, "mp.Model:train_step: the model is in use", "train_step in hook")
 end)
+-- review finding 5: set_pos / set_rope_scaling rewrite the config the running
+-- pass (and generate's KV cache) reads: refused inside the model's callbacks
+for _, c in ipairs{
+  {"set_pos", function() m:set_pos("none") end},
+  {"set_rope_scaling", function() m:set_rope_scaling{type = "pi", factor = 2} end},
+} do
+  local name, change = c[1], c[2]
+  t.case(name .. " inside the model's own callbacks is refused", function()
+    local msg = "mp.Model:" .. name .. ": the model is in use"
+    t.expect_error(function() m:forward({1, 2, 3}, {fwd_hooks = {{"blocks.0.hook_resid_pre", change}}}) end,
+      msg, name .. " in a forward hook")
+    t.expect_error(function() m:generate({1, 2}, {max_new_tokens = 3, on_token = change}) end,
+      msg, name .. " in on_token")
+    t.expect_error(function()
+      m:generate({1, 2}, {max_new_tokens = 3, fwd_hooks = {{"hook_embed", change}}})
+    end, msg, name .. " in a hook during generate")
+  end)
+  still_works(name .. " refused in callbacks")
+end
+
 t.case("a forward inside another model's hook, and the other model closed there", function()
   local m2 = mp.model.new{d_model = 8, n_layer = 1, n_head = 1, vocab = 20, ctx = 8}
   m:forward({1, 2}, {fwd_hooks = {{"hook_embed", function() m2:forward({3}); m2:close() end}}})

@@ -181,51 +181,6 @@ static void cache_visit(void *u, mp_hook_id id, int layer, const char *name) {
     c->st = mp_hooks_add_at(c->hooks, id, layer, cache_cb, t);
 }
 
-/* Reads opts.fwd_hooks = { {name_or_glob, function | Intervention}, ... } into
- * g->hooks; functions are stored in a table pushed on the stack. */int mp_lua_opt_bool(lua_State *L, int opt, const char *key, int def) {
-    if (!opt || !lua_istable(L, opt)) return def;
-    int t = lua_getfield(L, opt, key);
-    int v = t == LUA_TNIL ? def : lua_toboolean(L, -1);
-    lua_pop(L, 1);
-    return v;
-}
-
-lua_Number mp_lua_opt_num(lua_State *L, int opt, const char *key, lua_Number def) {
-    if (!opt || !lua_istable(L, opt)) return def;
-    int t = lua_getfield(L, opt, key);
-    lua_Number v = def;
-    if (t != LUA_TNIL) {
-        int ok;
-        v = lua_tonumberx(L, -1, &ok);
-        if (!ok) luaL_error(L, "option '%s': number expected, got %s", key, luaL_typename(L, -1));
-    }
-    lua_pop(L, 1);
-    return v;
-}
-
-const char *mp_lua_opt_globs(lua_State *L, int opt, const char *key, const char *def) {
-    if (!opt || !lua_istable(L, opt) || lua_getfield(L, opt, key) == LUA_TNIL) {
-        if (opt && lua_istable(L, opt)) lua_pop(L, 1);
-        lua_pushstring(L, def);
-        return lua_tostring(L, -1);
-    }
-    if (lua_isstring(L, -1)) return lua_tostring(L, -1);
-    luaL_checktype(L, -1, LUA_TTABLE);
-    luaL_Buffer b;
-    int t = lua_gettop(L);
-    luaL_buffinit(L, &b);
-    lua_Integer n = luaL_len(L, t);
-    for (lua_Integer i = 1; i <= n; i++) {
-        lua_geti(L, t, i);
-        if (!lua_isstring(L, -1)) luaL_error(L, "option '%s': list of hook names expected", key);
-        if (i > 1) luaL_addchar(&b, ',');
-        luaL_addvalue(&b);
-    }
-    luaL_pushresult(&b);
-    lua_remove(L, t);
-    return lua_tostring(L, -1);
-}
-
 /* Shared body of forward / run_with_cache / run_with_hooks.
  * Returns logits (or nil) and, with want_cache, the cache table. */
 static int run_common(lua_State *L, int want_cache) {
@@ -251,12 +206,11 @@ static int run_common(lua_State *L, int want_cache) {
         mp_hook_select(cfg, globs, cache_visit, &cc, NULL, 0);
         if (cc.st) return mp_lua_fail(L, cc.st);
     }
-    const char *lmode = "all";
+    const char *lmode = "all"; /* a string option stays on the stack while used (GC) */
     if (opt && lua_getfield(L, opt, "logits") != LUA_TNIL) {
         if (lua_isboolean(L, -1)) lmode = lua_toboolean(L, -1) ? "all" : "none";
         else lmode = luaL_checkstring(L, -1);
     }
-    if (opt) lua_pop(L, 1);
     mp_forward_params fp = mp_forward_params_default();
     fp.hooks = mp_hooks_count(g->hooks) ? g->hooks : NULL;
     mp_tensor *logits = NULL;
@@ -892,8 +846,7 @@ static int model_set_rope_scaling(lua_State *L) {
     mp_config c = lm->m->cfg;
     const char *type = "none";
     if (lua_istable(L, 2)) {
-        if (lua_getfield(L, 2, "type") != LUA_TNIL) type = luaL_checkstring(L, -1);
-        lua_pop(L, 1);
+        if (lua_getfield(L, 2, "type") != LUA_TNIL) type = luaL_checkstring(L, -1); /* kept on the stack */
     } else if (!lua_isnoneornil(L, 2)) {
         return luaL_argerror(L, 2, "expected a table {type=, factor=, original_ctx=}");
     }

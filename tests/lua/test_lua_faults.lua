@@ -233,6 +233,38 @@ t.case("ablation positions beyond T", function()
   t.expect_error(function() m:generate({1, 2}, {max_new_tokens = 3, fwd_hooks = {{"hook_embed", mp.ablate.zero{positions = 5}}}}) end,
     "at position 5, but the input has T = 5", "generate")
 end)
+-- review finding 6a: a string option read through a C pointer must stay
+-- anchored while C uses it. An options table whose __index returns a fresh
+-- long string (never interned) and runs a full collection when a later option
+-- is read: a string popped too early is freed there, and ASan reports its use.
+local function gc_opts(strings, gc_key)
+  local n = 0
+  return setmetatable({}, {__index = function(_, k)
+    if k == gc_key then collectgarbage("collect") end
+    if strings[k] then n = n + 1; return strings[k] .. string.rep(" ", 48 - #strings[k]) .. n end
+  end})
+end
+t.case("option strings stay valid while used (fresh strings from __index, collections between)", function()
+  for _ = 1, 10 do
+    local f = mp.plot.figure(gc_opts({title = "title"}, "width"))
+    local ax = f:axes()
+    ax:line(nil, {1, 2, 3}, gc_opts({label = "label"}, "width"))
+    ax:scatter({1, 2}, {3, 4}, gc_opts({label = "a", colorbar_label = "b"}, "colorbar_label"))
+    f:close()
+  end
+  -- lmodel.c: the logits mode and set_rope_scaling's type (no collection can
+  -- run in their windows today; kept on the stack all the same)
+  local lopt = setmetatable({}, {__index = function(_, k) if k == "logits" then return ("lAst"):lower() end end})
+  for _ = 1, 10 do
+    collectgarbage("collect")
+    t.ok(#m:forward({1, 2}, lopt)[1] == 20, "logits = \"last\" from __index")
+  end
+  t.expect_error(function() m:set_rope_scaling(gc_opts({type = "bogus"}, "factor")) end,
+    "set_rope_scaling: type must be", "a bad fresh type")
+  m:set_rope_scaling(nil)
+end)
+still_works("after option strings from __index")
+
 still_works("at the end")
 m:close()
 t.ok(tostring(m) == "Model(closed)", "closed")

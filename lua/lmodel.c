@@ -441,18 +441,36 @@ typedef struct {
     int err;
 } gen_ctx;
 
-static int gen_on_token(void *user, int token) {
-    gen_ctx *c = user;
-    if (!c->fn) return 0;
-    lua_pushvalue(c->L, c->fn);
-    lua_pushinteger(c->L, token);
+/* Runs under lua_pcall with (context, on_token function, token): the piece's
+ * string allocates, so it is made inside the protected call too. */
+static int gen_call_body(lua_State *L) {
+    gen_ctx *c = lua_touserdata(L, 1);
+    int token = (int)lua_tointeger(L, 3);
     char buf[PIECE_CAP];
     size_t len;
     const char *piece = c->lm ? lm_piece(c->lm, c->prev, token, buf, &len) : NULL;
-    if (piece) lua_pushlstring(c->L, piece, len);
-    else lua_pushnil(c->L);
+    if (piece) lua_pushlstring(L, piece, len);
+    else lua_pushnil(L);
     c->prev = token;
-    if (lua_pcall(c->L, 2, 1, 0) != LUA_OK) {
+    lua_call(L, 2, 1);
+    return 1;
+}
+
+/* A Lua error never longjmps through the C generation loop: err = 1 with the
+ * error object left on the stack, 2 with only mp_last_error. */
+static int gen_on_token(void *user, int token) {
+    gen_ctx *c = user;
+    if (!c->fn) return 0;
+    if (!lua_checkstack(c->L, 4)) {
+        mp_error(MP_ERR_NOMEM, "generate: out of memory for the Lua stack");
+        c->err = 2;
+        return 1;
+    }
+    lua_pushcfunction(c->L, gen_call_body);
+    lua_pushlightuserdata(c->L, c);
+    lua_pushvalue(c->L, c->fn);
+    lua_pushinteger(c->L, token);
+    if (lua_pcall(c->L, 3, 1, 0) != LUA_OK) {
         c->err = 1;
         return 1; /* error message stays on the stack */
     }
@@ -501,6 +519,7 @@ static int model_generate(lua_State *L) {
     int n_out = 0;
     mp_status st = mp_model_generate(lm->m, g->ints, n, max_new, &sp, mp_hooks_count(g->hooks) ? g->hooks : NULL,
                                      stop, gen_on_token, &gc, out, &n_out);
+    if (gc.err == 2) return luaL_error(L, "%s", mp_last_error());
     if (gc.err) return lua_error(L);
     if (st) {
         mp_lua_hooks_rethrow(L, ftbl);

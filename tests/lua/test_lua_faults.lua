@@ -124,6 +124,13 @@ t.case("an error object that is not a string arrives unchanged", function()
   ok, e = pcall(m.generate, m, {1}, {max_new_tokens = 2, on_token = function() error(obj) end})
   t.ok(not ok and e == obj, "the table raised in on_token is the error of generate")
 end)
+t.case("on_token runs in a protected call: its arguments and a string error arrive unchanged", function()
+  local seen = {}
+  local _, ids = m:generate({1, 2}, {max_new_tokens = 3, on_token = function(id, piece) seen[#seen + 1] = {id, piece} end})
+  t.ok(#seen == 3 and seen[3][1] == ids[5] and seen[3][2] == nil, "on_token(id, nil) for each new token")
+  local ok, e = pcall(m.generate, m, {1}, {max_new_tokens = 2, on_token = function() error("stop here", 0) end})
+  t.ok(not ok and e == "stop here", "the string raised in on_token is the error of generate: " .. tostring(e))
+end)
 t.case("a view kept by a failing hook is invalid afterwards", function()
   local kept
   pcall(m.forward, m, {1, 2}, {fwd_hooks = {{"hook_embed", function(x) kept = x; error("boom") end}}})

@@ -269,26 +269,48 @@ static int hook_call_body(lua_State *L) {
     return 0;
 }
 
+/* Runs under lua_pcall with (error object, hook table, hook name as a light
+ * userdata): records the first error of a forward in the table's "error"
+ * field, a string with the hook's name in front. It allocates, so a memory
+ * error here must not escape into the C forward pass either. */
+static int hook_record_error(lua_State *L) {
+    if (lua_type(L, 1) == LUA_TSTRING) {
+        lua_pushfstring(L, "hook at %s: %s", (const char *)lua_touserdata(L, 3), lua_tostring(L, 1));
+        lua_replace(L, 1);
+    }
+    if (lua_getfield(L, 2, "error") == LUA_TNIL) {
+        lua_pushvalue(L, 1);
+        lua_setfield(L, 2, "error");
+    }
+    return 0;
+}
+
 static int lua_hook_cb(void *user, const mp_hook_info *info, float *data) {
     lfnhook *h = user;
     lua_State *L = h->L;
     int top = lua_gettop(L);
+    /* nothing below may raise outside a protected call: not even the pushes */
+    if (!lua_checkstack(L, 8)) {
+        mp_error(MP_ERR_NOMEM, "hook at %s: out of memory for the Lua stack", info->name);
+        return 1;
+    }
     hook_call c = {h, info, data, NULL};
     lua_pushcfunction(L, hook_call_body);
     lua_pushlightuserdata(L, &c);
     lua_rawgeti(L, h->tbl, h->key);
     int rc = 0;
     if (lua_pcall(L, 2, 0, 0) != LUA_OK) {
-        /* keep the first error: a string gets the hook's name in front, any
-         * other error object is raised as it is */
+        /* the status carries the message; the error object itself (the first
+         * one, a string with the hook's name in front, any other object as it
+         * is) is raised by mp_lua_hooks_rethrow when it could be recorded */
         const char *msg = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-        if (msg) lua_pushfstring(L, "hook at %s: %s", info->name, msg);
-        else lua_pushvalue(L, -1);
-        mp_error(MP_ERR_HOOK, "%s", msg ? msg : "the Lua hook function raised an error");
-        if (lua_getfield(L, h->tbl, "error") == LUA_TNIL) {
-            lua_pop(L, 1);
-            lua_setfield(L, h->tbl, "error");
-        }
+        mp_error(MP_ERR_HOOK, "%s", msg ? msg : "the Lua hook function raised an error"); /* mp_hooks adds the name */
+        int e = lua_gettop(L);
+        lua_pushcfunction(L, hook_record_error);
+        lua_pushvalue(L, e);
+        lua_pushvalue(L, h->tbl);
+        lua_pushlightuserdata(L, (void *)info->name);
+        lua_pcall(L, 3, 0, 0); /* a failure (out of memory) leaves the status alone to report it */
         rc = 1;
     }
     mp_lua_tensor_detach(c.view);

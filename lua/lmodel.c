@@ -61,6 +61,16 @@ static int busy_release(lua_State *L) {
     return 0;
 }
 
+/* Refuses a method that changes what a running forward reads (the
+ * positional scheme, the weights) while the model is in use. */
+static lmodel *model_idle(lua_State *L, const char *method) {
+    lmodel *lm = mp_lua_model_check(L, 1);
+    if (lm->busy > 0)
+        luaL_error(L, "mp.Model:%s: the model is in use (called from inside its own forward/generate/train "
+                      "callback)", method);
+    return lm;
+}
+
 lmodel *mp_lua_model_busy(lua_State *L, int idx, const char *method, int exclusive) {
     idx = lua_absindex(L, idx);
     lmodel *lm = mp_lua_model_check(L, idx);
@@ -171,51 +181,6 @@ static void cache_visit(void *u, mp_hook_id id, int layer, const char *name) {
     c->st = mp_hooks_add_at(c->hooks, id, layer, cache_cb, t);
 }
 
-/* Reads opts.fwd_hooks = { {name_or_glob, function | Intervention}, ... } into
- * g->hooks; functions are stored in a table pushed on the stack. */int mp_lua_opt_bool(lua_State *L, int opt, const char *key, int def) {
-    if (!opt || !lua_istable(L, opt)) return def;
-    int t = lua_getfield(L, opt, key);
-    int v = t == LUA_TNIL ? def : lua_toboolean(L, -1);
-    lua_pop(L, 1);
-    return v;
-}
-
-lua_Number mp_lua_opt_num(lua_State *L, int opt, const char *key, lua_Number def) {
-    if (!opt || !lua_istable(L, opt)) return def;
-    int t = lua_getfield(L, opt, key);
-    lua_Number v = def;
-    if (t != LUA_TNIL) {
-        int ok;
-        v = lua_tonumberx(L, -1, &ok);
-        if (!ok) luaL_error(L, "option '%s': number expected, got %s", key, luaL_typename(L, -1));
-    }
-    lua_pop(L, 1);
-    return v;
-}
-
-const char *mp_lua_opt_globs(lua_State *L, int opt, const char *key, const char *def) {
-    if (!opt || !lua_istable(L, opt) || lua_getfield(L, opt, key) == LUA_TNIL) {
-        if (opt && lua_istable(L, opt)) lua_pop(L, 1);
-        lua_pushstring(L, def);
-        return lua_tostring(L, -1);
-    }
-    if (lua_isstring(L, -1)) return lua_tostring(L, -1);
-    luaL_checktype(L, -1, LUA_TTABLE);
-    luaL_Buffer b;
-    int t = lua_gettop(L);
-    luaL_buffinit(L, &b);
-    lua_Integer n = luaL_len(L, t);
-    for (lua_Integer i = 1; i <= n; i++) {
-        lua_geti(L, t, i);
-        if (!lua_isstring(L, -1)) luaL_error(L, "option '%s': list of hook names expected", key);
-        if (i > 1) luaL_addchar(&b, ',');
-        luaL_addvalue(&b);
-    }
-    luaL_pushresult(&b);
-    lua_remove(L, t);
-    return lua_tostring(L, -1);
-}
-
 /* Shared body of forward / run_with_cache / run_with_hooks.
  * Returns logits (or nil) and, with want_cache, the cache table. */
 static int run_common(lua_State *L, int want_cache) {
@@ -241,12 +206,11 @@ static int run_common(lua_State *L, int want_cache) {
         mp_hook_select(cfg, globs, cache_visit, &cc, NULL, 0);
         if (cc.st) return mp_lua_fail(L, cc.st);
     }
-    const char *lmode = "all";
+    const char *lmode = "all"; /* a string option stays on the stack while used (GC) */
     if (opt && lua_getfield(L, opt, "logits") != LUA_TNIL) {
         if (lua_isboolean(L, -1)) lmode = lua_toboolean(L, -1) ? "all" : "none";
         else lmode = luaL_checkstring(L, -1);
     }
-    if (opt) lua_pop(L, 1);
     mp_forward_params fp = mp_forward_params_default();
     fp.hooks = mp_hooks_count(g->hooks) ? g->hooks : NULL;
     mp_tensor *logits = NULL;
@@ -477,18 +441,36 @@ typedef struct {
     int err;
 } gen_ctx;
 
-static int gen_on_token(void *user, int token) {
-    gen_ctx *c = user;
-    if (!c->fn) return 0;
-    lua_pushvalue(c->L, c->fn);
-    lua_pushinteger(c->L, token);
+/* Runs under lua_pcall with (context, on_token function, token): the piece's
+ * string allocates, so it is made inside the protected call too. */
+static int gen_call_body(lua_State *L) {
+    gen_ctx *c = lua_touserdata(L, 1);
+    int token = (int)lua_tointeger(L, 3);
     char buf[PIECE_CAP];
     size_t len;
     const char *piece = c->lm ? lm_piece(c->lm, c->prev, token, buf, &len) : NULL;
-    if (piece) lua_pushlstring(c->L, piece, len);
-    else lua_pushnil(c->L);
+    if (piece) lua_pushlstring(L, piece, len);
+    else lua_pushnil(L);
     c->prev = token;
-    if (lua_pcall(c->L, 2, 1, 0) != LUA_OK) {
+    lua_call(L, 2, 1);
+    return 1;
+}
+
+/* A Lua error never longjmps through the C generation loop: err = 1 with the
+ * error object left on the stack, 2 with only mp_last_error. */
+static int gen_on_token(void *user, int token) {
+    gen_ctx *c = user;
+    if (!c->fn) return 0;
+    if (!lua_checkstack(c->L, 4)) {
+        mp_error(MP_ERR_NOMEM, "generate: out of memory for the Lua stack");
+        c->err = 2;
+        return 1;
+    }
+    lua_pushcfunction(c->L, gen_call_body);
+    lua_pushlightuserdata(c->L, c);
+    lua_pushvalue(c->L, c->fn);
+    lua_pushinteger(c->L, token);
+    if (lua_pcall(c->L, 3, 1, 0) != LUA_OK) {
         c->err = 1;
         return 1; /* error message stays on the stack */
     }
@@ -537,6 +519,7 @@ static int model_generate(lua_State *L) {
     int n_out = 0;
     mp_status st = mp_model_generate(lm->m, g->ints, n, max_new, &sp, mp_hooks_count(g->hooks) ? g->hooks : NULL,
                                      stop, gen_on_token, &gc, out, &n_out);
+    if (gc.err == 2) return luaL_error(L, "%s", mp_last_error());
     if (gc.err) return lua_error(L);
     if (st) {
         mp_lua_hooks_rethrow(L, ftbl);
@@ -877,12 +860,12 @@ static int model_hook_names(lua_State *L) { return l_hook_names(L); }
  * switches it off. Returns the model. */
 static int model_set_rope_scaling(lua_State *L) {
     lua_settop(L, 2);
+    model_idle(L, "set_rope_scaling"); /* the running pass and its KV cache read m->cfg */
     lmodel *lm = mp_lua_model_busy(L, 1, "set_rope_scaling", 0);
     mp_config c = lm->m->cfg;
     const char *type = "none";
     if (lua_istable(L, 2)) {
-        if (lua_getfield(L, 2, "type") != LUA_TNIL) type = luaL_checkstring(L, -1);
-        lua_pop(L, 1);
+        if (lua_getfield(L, 2, "type") != LUA_TNIL) type = luaL_checkstring(L, -1); /* kept on the stack */
     } else if (!lua_isnoneornil(L, 2)) {
         return luaL_argerror(L, 2, "expected a table {type=, factor=, original_ctx=}");
     }
@@ -904,6 +887,7 @@ static int model_set_rope_scaling(lua_State *L) {
  * is m:set_pos("none") followed by a short recalibration. Returns the model. */
 static int model_set_pos(lua_State *L) {
     lua_settop(L, 3);
+    model_idle(L, "set_pos"); /* the running pass and its KV cache read m->cfg */
     lmodel *lm = mp_lua_model_busy(L, 1, "set_pos", 0);
     const char *name = luaL_checkstring(L, 2);
     int k = mp_pos_parse(name);
@@ -926,10 +910,7 @@ static int model_set_pos(lua_State *L) {
 }
 /* m:dequantize(): quantized GGUF weights -> float32 in place; returns m */
 static int model_dequantize(lua_State *L) {
-    lmodel *lm = mp_lua_model_check(L, 1);
-    if (lm->busy > 0) /* the running method reads the quantized weights this replaces */
-        return luaL_error(L, "mp.Model:dequantize: the model is in use (called from inside its own "
-                             "forward/generate/train callback)");
+    lmodel *lm = model_idle(L, "dequantize"); /* the running method reads the weights this replaces */
     mp_status st = mp_model_dequantize(lm->m);
     if (st) return mp_lua_fail(L, st);
     lua_settop(L, 1);

@@ -93,16 +93,17 @@ static int opt_bool(lua_State *L, int opts, const char *key, int def) {
     return v;
 }
 
-/* String option; the string stays valid while the options table is on the stack. */
+/* String option, or NULL. The value is left on the stack (the caller's frame
+ * is cleared when it returns): popped, a string made by __index or converted
+ * from a number would be garbage the next option read could collect. */
 static const char *opt_str(lua_State *L, int opts, const char *key) {
     int t = opt_field(L, opts, key);
-    const char *s = NULL;
-    if (t != LUA_TNIL) {
-        if (t != LUA_TSTRING && t != LUA_TNUMBER) luaL_error(L, "option '%s' must be a string", key);
-        s = lua_tostring(L, -1);
+    if (t == LUA_TNIL) {
+        lua_pop(L, 1);
+        return NULL;
     }
-    lua_pop(L, 1);
-    return s;
+    if (t != LUA_TSTRING && t != LUA_TNUMBER) luaL_error(L, "option '%s' must be a string", key);
+    return lua_tostring(L, -1);
 }
 
 static mp_cmap opt_cmap(lua_State *L, int opts) {

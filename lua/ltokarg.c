@@ -1,8 +1,8 @@
-/* ltokarg.c — token arguments of the Model's methods (lmodel.c, ltrain.c):
- * a flat table, a table of equal-length tables or a 1-D / 2-D Tensor read into
- * a guard's int buffer, every value checked before any cast (integer-ness,
- * range, the vocabulary) with a message naming the argument, the position and
- * the value. */
+/* ltokarg.c — arguments of the Model's methods (lmodel.c, ltrain.c): token
+ * arguments (a flat table, a table of equal-length tables or a 1-D / 2-D
+ * Tensor read into a guard's int buffer, every value checked before any cast
+ * (integer-ness, range, the vocabulary) with a message naming the argument,
+ * the position and the value), and the readers of option-table fields. */
 #include "lmodel.h"
 
 #include <limits.h>
@@ -105,4 +105,50 @@ void mp_lua_read_tokens(lua_State *L, int idx, guard *g, int *B, int *T, const c
         }
         lua_pop(L, 1);
     }
+}
+
+/* ---- option readers of the Model's methods (a string stays on the stack while the caller uses it) ---- */
+
+int mp_lua_opt_bool(lua_State *L, int opt, const char *key, int def) {
+    if (!opt || !lua_istable(L, opt)) return def;
+    int t = lua_getfield(L, opt, key);
+    int v = t == LUA_TNIL ? def : lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
+lua_Number mp_lua_opt_num(lua_State *L, int opt, const char *key, lua_Number def) {
+    if (!opt || !lua_istable(L, opt)) return def;
+    int t = lua_getfield(L, opt, key);
+    lua_Number v = def;
+    if (t != LUA_TNIL) {
+        int ok;
+        v = lua_tonumberx(L, -1, &ok);
+        if (!ok) luaL_error(L, "option '%s': number expected, got %s", key, luaL_typename(L, -1));
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+const char *mp_lua_opt_globs(lua_State *L, int opt, const char *key, const char *def) {
+    if (!opt || !lua_istable(L, opt) || lua_getfield(L, opt, key) == LUA_TNIL) {
+        if (opt && lua_istable(L, opt)) lua_pop(L, 1);
+        lua_pushstring(L, def);
+        return lua_tostring(L, -1);
+    }
+    if (lua_isstring(L, -1)) return lua_tostring(L, -1);
+    luaL_checktype(L, -1, LUA_TTABLE);
+    luaL_Buffer b;
+    int t = lua_gettop(L);
+    luaL_buffinit(L, &b);
+    lua_Integer n = luaL_len(L, t);
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_geti(L, t, i);
+        if (!lua_isstring(L, -1)) luaL_error(L, "option '%s': list of hook names expected", key);
+        if (i > 1) luaL_addchar(&b, ',');
+        luaL_addvalue(&b);
+    }
+    luaL_pushresult(&b);
+    lua_remove(L, t);
+    return lua_tostring(L, -1);
 }

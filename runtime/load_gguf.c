@@ -20,6 +20,7 @@
 #include "ops.h"
 #include "qdot.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,8 +114,9 @@ static mp_status permute_rows_bytes(unsigned char *w, int n_heads, int Dh, size_
 
 /* A linear weight {d0 = in, d1 = out}: float32 mode reads it into dst;
  * quantized mode points *qm at the file's rows when their type has a
- * quantized kernel (or is F32), else decodes it to owned float32 rows; with
- * permute_heads > 0 (qwen2 q/k) the rows are copied and permuted. */
+ * quantized kernel (or is F32, when aligned for float), else decodes it to
+ * owned float32 rows; with permute_heads > 0 (qwen2 q/k) the rows are copied
+ * and permuted. */
 static mp_status read_w(const gctx *x, float *dst, mp_qmat *qm, uint64_t d0, uint64_t d1, int permute_heads,
                         const char *fmt, int l) {
     if (!x->q) return read_t(x, dst, d0, d1, NULL, fmt, l);
@@ -127,7 +129,11 @@ static mp_status read_w(const gctx *x, float *dst, mp_qmat *qm, uint64_t d0, uin
         qm->type = t->type;
         qm->row_bytes = (size_t)(t->n_bytes / d1);
         qm->data = t->data;
-        if (permute_heads > 0) {
+        /* float rows are read as float*: a file with general.alignment 1 or 2
+         * may place them at any byte; such a tensor is copied (the quantized
+         * kernels read through byte pointers and need no alignment) */
+        const int misaligned = t->type == MP_GGML_F32 && (uintptr_t)t->data % _Alignof(float) != 0;
+        if (permute_heads > 0 || misaligned) {
             unsigned char *own = mp_qparams_alloc(x->q, (size_t)t->n_bytes);
             if (!own) return MP_ERR_NOMEM;
             memcpy(own, t->data, (size_t)t->n_bytes);

@@ -62,15 +62,16 @@ double mp_now(void);
 
 /* ---- atomic outputs (runtime/mp_out.c) ----
  * Every file mechprobe writes goes through this: the content is written to a
- * temporary "<path>.tmp.<pid>.<n>" in the destination's directory and renamed
+ * temporary "<path>.tmp.<host>.<pid>.<n>" in the destination's directory and renamed
  * over `path` only by mp_out_commit, so a reader sees the old file or the new
  * one, never a partial one.
  *
  * mp_out_begin refuses a destination that exists and is not a regular file
  * ("is a character device", "is a FIFO", "is a directory", "is a socket"), and
  * a symbolic link (it never writes through a link, nor replaces one). It first
- * removes stale temporaries of the same destination left by processes that no
- * longer exist (the pid in the name; kill(pid, 0) says ESRCH), creates the
+ * removes stale temporaries of the same destination left by processes of this
+ * host that no longer exist (the host name and pid in the name; kill(pid, 0)
+ * says ESRCH; another host's temporaries are never removed), creates the
  * temporary with the permissions of a plain create (0666 & ~umask) and
  * registers it so that SIGINT, SIGTERM, SIGHUP and SIGXFSZ remove it before
  * the process dies of the signal (handlers are installed only for signals

@@ -1,11 +1,11 @@
 /* mp_out.c — the one atomic-output facility of mechprobe (declared in
  * mp_common.h): every writer (run files, checkpoints, llama2.c .bin, GGUF,
  * safetensors and config.json, tokenizers, figures) writes a temporary
- * "<path>.tmp.<pid>.<n>" next to its destination and renames it over the
- * destination on success. This file also holds the destination checks (never
+ * "<path>.tmp.<host>.<pid>.<n>" next to its destination and renames it over
+ * the destination on success. This file also holds the destination checks (never
  * replace a device, FIFO, socket, directory or symbolic link), the signal
  * cleanup of registered temporaries, the removal of stale temporaries left by
- * dead processes, and the regular-file check for inputs. */
+ * dead processes of this host, and the regular-file check for inputs. */
 #define _GNU_SOURCE
 #include "mp_common.h"
 
@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -127,11 +128,35 @@ static int split_path(const char *path, char **dir, const char **base) {
     return *dir ? 0 : -1;
 }
 
-/* Parses "<pid>.<n>" at s, followed by the end or by ".tmp." (a temporary of
- * a temporary, e.g. a run file captured into an output that is itself being
- * written). Returns the pid, or -1. */
-static long stale_pid(const char *s) {
+/* This host's name as it appears in temporaries: gethostname() with every
+ * character other than [A-Za-z0-9-] replaced by '_' (so no '.'), at most 64
+ * characters; "localhost" when it has none. A pid names a process of one host
+ * only: on a filesystem shared between hosts (or containers with their own
+ * host names) a pid that this host cannot see may be another host's live
+ * writer, so only temporaries carrying this name are judged by pid. */
+#define HOST_LEN 64
+static void host_token(char out[HOST_LEN + 1]) {
+    char h[256];
+    if (gethostname(h, sizeof h) != 0 || !h[0]) snprintf(h, sizeof h, "localhost");
+    h[sizeof h - 1] = '\0';
+    size_t i = 0;
+    for (; h[i] && i < HOST_LEN; i++) {
+        char c = h[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-';
+        out[i] = ok ? c : '_';
+    }
+    out[i] = '\0';
+}
+
+/* Parses "<host>.<pid>.<n>" at s, with <host> this host's token, followed by
+ * the end or by ".tmp." (a temporary of a temporary, e.g. a run file captured
+ * into an output that is itself being written). Returns the pid, or -1 (not a
+ * temporary of this host: another host's, or a foreign name). */
+static long stale_pid(const char *s, const char *host) {
     char *end;
+    size_t hl = strlen(host);
+    if (strncmp(s, host, hl) != 0 || s[hl] != '.') return -1;
+    s += hl + 1;
     if (*s < '0' || *s > '9') return -1;
     long pid = strtol(s, &end, 10);
     if (*end != '.' || pid <= 0) return -1;
@@ -142,8 +167,9 @@ static long stale_pid(const char *s) {
     return pid;
 }
 
-/* Removes "<path>.tmp.<pid>.<n>..." files whose pid is not a live process. */
-static void remove_stale(const char *path) {
+/* Removes "<path>.tmp.<host>.<pid>.<n>..." files of this host whose pid is
+ * not a live process. */
+static void remove_stale(const char *path, const char *host) {
     char *dir;
     const char *base;
     if (split_path(path, &dir, &base) != 0) return;
@@ -153,7 +179,7 @@ static void remove_stale(const char *path) {
         struct dirent *e;
         while ((e = readdir(d))) {
             if (strncmp(e->d_name, base, bl) != 0 || strncmp(e->d_name + bl, ".tmp.", 5) != 0) continue;
-            long pid = stale_pid(e->d_name + bl + 5);
+            long pid = stale_pid(e->d_name + bl + 5, host);
             if (pid < 0 || pid == (long)getpid()) continue;
             if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */
             struct stat sb;
@@ -179,9 +205,11 @@ mp_status mp_out_begin(mp_out *o, const char *path) {
     mp_out_init(o);
     if (!path || !*path) return mp_error(MP_ERR_ARG, "output file name is empty");
     if ((st = check_dest(path)) != MP_OK) return st;
-    remove_stale(path);
+    char host[HOST_LEN + 1];
+    host_token(host);
+    remove_stale(path, host);
     install_handlers();
-    size_t n = strlen(path) + 48;
+    size_t n = strlen(path) + strlen(host) + 48;
     o->path = strdup(path);
     o->tmp = malloc(n);
     if (!o->path || !o->tmp) {
@@ -190,7 +218,7 @@ mp_status mp_out_begin(mp_out *o, const char *path) {
     }
     int err = 0;
     for (int tries = 0; tries < 1000; tries++) {
-        snprintf(o->tmp, n, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&counter, 1u));
+        snprintf(o->tmp, n, "%s.tmp.%s.%ld.%u", path, host, (long)getpid(), atomic_fetch_add(&counter, 1u));
         /* register first, so that a signal arriving right after the create
          * still finds the name (unlinking a name not yet created is harmless) */
         o->slot = slot_register(o->tmp);

@@ -3,7 +3,8 @@
  * tokenizer, figure) refuses a destination that is a character device, a FIFO,
  * a directory or a symbolic link, leaving it as it was and no temporary
  * behind; writes with the permissions of a plain create (0666 & ~umask);
- * removes stale temporaries of dead processes and keeps those of live ones;
+ * removes stale temporaries of dead processes of this host and keeps those of
+ * live ones and of other hosts (the host name in the temporary's name);
  * and a temporary is removed when the process dies of SIGINT, SIGTERM, SIGHUP
  * or SIGXFSZ (exit status: the signal), both for mp_out directly and for a
  * capture run by the mechprobe binary, killed while it writes. */
@@ -23,6 +24,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -215,22 +217,86 @@ static void test_modes(void) {
 
 /* ---- item 10: stale temporaries ---- */
 
+/* The host part of a temporary's name, as README states it: the host name with
+ * characters other than [A-Za-z0-9-] replaced by '_' (at most 64). */
+static void host_part(char *out, size_t n) {
+    char h[256] = "";
+    if (gethostname(h, sizeof h) != 0 || !h[0]) snprintf(h, sizeof h, "localhost");
+    h[sizeof h - 1] = '\0';
+    size_t i = 0;
+    for (; h[i] && i < 64 && i + 1 < n; i++)
+        out[i] = (h[i] >= 'a' && h[i] <= 'z') || (h[i] >= 'A' && h[i] <= 'Z') || (h[i] >= '0' && h[i] <= '9') ||
+                         h[i] == '-' ? h[i] : '_';
+    out[i] = '\0';
+}
+
 static void test_stale(void) {
-    char out[600], p[5][700];
+    char out[600], p[8][800], host[80];
     pid_t dead = dead_pid(), live = getppid();
     CHECK(kill(dead, 0) != 0 && errno == ESRCH, "pid %d should be dead", (int)dead);
+    host_part(host, sizeof host);
     snprintf(out, sizeof out, "%s/stale.bin", dir);
-    snprintf(p[0], sizeof p[0], "%s.tmp.%d.0", out, (int)dead);                     /* removed */
-    snprintf(p[1], sizeof p[1], "%s.tmp.%d.1.tmp.%d.2", out, (int)dead, (int)dead); /* removed (nested) */
-    snprintf(p[2], sizeof p[2], "%s.tmp.%d.3", out, (int)live);                     /* kept: alive */
-    snprintf(p[3], sizeof p[3], "%s.tmp.%d.4", out, (int)getpid());                  /* kept: ours */
-    snprintf(p[4], sizeof p[4], "%s.tmp.%d.5.notes", out, (int)dead);               /* kept: not our name */
-    for (int i = 0; i < 5; i++) spit(p[i], "x");
+    /* the temporary carries this host's name and this process's pid */
+    mp_out o;
+    char want[800];
+    snprintf(want, sizeof want, "%s.tmp.%s.%d.", out, host, (int)getpid());
+    CHECK(mp_out_begin(&o, out) == MP_OK, "%s", mp_last_error());
+    CHECK(o.tmp && strncmp(o.tmp, want, strlen(want)) == 0, "temporary %s, expected %s<n>", o.tmp ? o.tmp : "(none)",
+          want);
+    mp_out_abort(&o);
+    snprintf(p[0], sizeof p[0], "%s.tmp.%s.%d.0", out, host, (int)dead);                              /* removed */
+    snprintf(p[1], sizeof p[1], "%s.tmp.%s.%d.1.tmp.%s.%d.2", out, host, (int)dead, host, (int)dead); /* removed (nested) */
+    snprintf(p[2], sizeof p[2], "%s.tmp.%s.%d.3", out, host, (int)live);                     /* kept: alive */
+    snprintf(p[3], sizeof p[3], "%s.tmp.%s.%d.4", out, host, (int)getpid());                  /* kept: ours */
+    snprintf(p[4], sizeof p[4], "%s.tmp.%s.%d.5.notes", out, host, (int)dead);               /* kept: not our name */
+    snprintf(p[5], sizeof p[5], "%s.tmp.other-host.%d.6", out, (int)dead);                   /* kept: another host */
+    snprintf(p[6], sizeof p[6], "%s.tmp.%d.7", out, (int)dead);           /* kept: no host (another host's, maybe) */
+    snprintf(p[7], sizeof p[7], "%s.tmp.%sx.%d.8", out, host, (int)dead); /* kept: a host whose name extends ours */
+    for (int i = 0; i < 8; i++) spit(p[i], "x");
     CHECK(w_bin(out) == MP_OK, "writing %s: %s", out, mp_last_error());
     CHECK(!exists(p[0]) && !exists(p[1]), "stale temporaries of dead pid %d were not removed", (int)dead);
     CHECK(exists(p[2]), "the temporary of live pid %d was removed", (int)live);
     CHECK(exists(p[3]) && exists(p[4]), "a temporary of this process or a foreign name was removed");
-    for (int i = 2; i < 5; i++) unlink(p[i]);
+    CHECK(exists(p[5]) && exists(p[6]) && exists(p[7]),
+          "a temporary of another host (pid %d is dead only here) was removed", (int)dead);
+    for (int i = 2; i < 8; i++) unlink(p[i]);
+}
+
+/* With its own host name (a UTS namespace, where the test may make one): a
+ * name with dots is written with '_', and the temporaries of the machine's
+ * real host name count as another host's. */
+static void test_stale_other_host(void) {
+    char real[80], out[600], mine[800], theirs[800];
+    host_part(real, sizeof real);
+    snprintf(out, sizeof out, "%s/hosts.bin", dir);
+    pid_t dead = dead_pid();
+    snprintf(mine, sizeof mine, "%s.tmp.node-1_example_org.%d.0", out, (int)dead);
+    snprintf(theirs, sizeof theirs, "%s.tmp.%s.%d.1", out, real, (int)dead);
+    spit(mine, "x");
+    spit(theirs, "x");
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (unshare(CLONE_NEWUTS) != 0 || sethostname("node-1.example.org", 18) != 0) _exit(77);
+        mp_out o;
+        if (mp_out_begin(&o, out) != MP_OK) _exit(3);
+        char want[800];
+        snprintf(want, sizeof want, "%s.tmp.node-1_example_org.%d.", out, (int)getpid());
+        int ok = strncmp(o.tmp, want, strlen(want)) == 0;
+        mp_out_abort(&o);
+        _exit(ok ? 0 : 4);
+    }
+    int status = -1;
+    waitpid(pid, &status, 0);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 77) {
+        printf("SKIP other host name: no UTS namespace here (%s)\n", "unshare/sethostname refused");
+    } else {
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "host node-1.example.org: temporary name (status %d)",
+              status);
+        CHECK(!exists(mine), "host node-1.example.org: its stale temporary was not removed");
+        CHECK(exists(theirs), "host node-1.example.org removed the temporary of host %s", real);
+    }
+    unlink(mine);
+    unlink(theirs);
 }
 
 /* ---- item 10: signals ---- */
@@ -369,6 +435,7 @@ int main(void) {
     test_destinations();
     test_modes();
     test_stale();
+    test_stale_other_host();
     test_signals();
     test_cli_signals();
     mp_model_free(model);

@@ -22,7 +22,10 @@
  *     the float32 logits exactly; mp_model_make_owned (training) dequantizes
  *     in place;
  *   - memory: the quantized model's weights are the file's bytes (m->q->bytes
- *     equals the sum of the tensors' bytes: nothing decoded but the F32 ones). */
+ *     equals the sum of the tensors' bytes: nothing decoded but the F32 ones);
+ *   - a file with general.alignment 1 or 2 whose F32 weights lie at addresses
+ *     that are not multiples of 4 loads them aligned (copied) and computes the
+ *     aligned file's logits exactly (no misaligned float* under UBSan). */
 #include "checkpoint.h"
 #include "gguf.h"
 #include "model.h"
@@ -31,6 +34,8 @@
 #include "testutil.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -61,7 +66,11 @@ static void weight(files *f, const char *name, uint32_t t, uint64_t in, uint64_t
     const size_t n = (size_t)(in * out), bytes = n / bv * bb;
     unsigned char *q = malloc(bytes);
     const float s = 1.0f / sqrtf((float)in);
-    for (size_t b = 0; b < n / bv; b++) {
+    for (size_t b = 0; t == MP_GGML_F32 && b < n; b++) {
+        const float v = 0.05f * s * (unif() - 0.5f);
+        memcpy(q + b * 4, &v, 4);
+    }
+    for (size_t b = 0; t != MP_GGML_F32 && b < n / bv; b++) {
         unsigned char *p = q + b * bb;
         for (size_t i = 0; i < bb; i++) p[i] = (unsigned char)rnd();
         const float d = (0.5f + unif()) * s;
@@ -105,7 +114,8 @@ static void meta(mp_gguf_writer *w, const char *arch, int kv) {
 }
 
 static const uint32_t TYPES[4] = {MP_GGML_Q8_0, MP_GGML_Q4_0, MP_GGML_Q4_K, MP_GGML_Q6_K};
-static uint32_t pick(int i) { return TYPES[i % 4]; }
+static int with_f32; /* every other linear weight F32 (kept as a view in quantized mode) */
+static uint32_t pick(int i) { return with_f32 && i % 2 ? MP_GGML_F32 : TYPES[i % 4]; }
 
 /* Writes PREFIX.q.gguf and PREFIX.f.gguf for arch "llama", "qwen2" or "gpt2". */
 static uint64_t write_pair(const char *arch, const char *qpath, const char *fpath) {
@@ -265,10 +275,142 @@ done:
     unlink(hp);
 }
 
+/* ---- general.alignment 1 and 2 (review finding 7) ----
+ * The writer always aligns to 32, so the file is laid out again here, by hand
+ * (GGUF v3: header, key/values, tensor infos, data), with general.alignment
+ * `align` and every tensor's data at an address that is 1 (align 1) or 2
+ * (align 2) mod 4. */
+
+static void put(FILE *f, const void *p, size_t n) { CHECK(fwrite(p, 1, n, f) == n, "short write"); }
+static void put_u32(FILE *f, uint32_t v) { put(f, &v, 4); }
+static void put_u64(FILE *f, uint64_t v) { put(f, &v, 8); }
+static void put_str(FILE *f, const char *s) { put_u64(f, strlen(s)); put(f, s, strlen(s)); }
+static void kv_u32(FILE *f, const char *k, uint32_t v) { put_str(f, k); put_u32(f, MP_GGUF_UINT32); put_u32(f, v); }
+
+static void relayout(const char *src, const char *dst, uint32_t align, int kv_heads) {
+    mp_gguf *g = NULL;
+    CHECK(mp_gguf_open(src, &g) == MP_OK, "%s", mp_last_error());
+    if (!g) return;
+    const size_t nt = mp_gguf_n_tensors(g);
+    uint64_t *off = calloc(nt, sizeof *off);
+    for (int pass = 0; pass < 2; pass++) { /* 1: sizes (offsets do not change them); 2: the file */
+        FILE *f = pass ? fopen(dst, "wb") : tmpfile();
+        CHECK(f != NULL, "%s", dst);
+        put(f, "GGUF", 4);
+        put_u32(f, 3);
+        put_u64(f, nt);
+        put_u64(f, 8);
+        put_str(f, "general.architecture");
+        put_u32(f, MP_GGUF_STRING);
+        put_str(f, "llama");
+        kv_u32(f, "general.alignment", align);
+        kv_u32(f, "llama.embedding_length", D);
+        kv_u32(f, "llama.block_count", L);
+        kv_u32(f, "llama.attention.head_count", H);
+        kv_u32(f, "llama.attention.head_count_kv", (uint32_t)kv_heads);
+        kv_u32(f, "llama.feed_forward_length", M);
+        kv_u32(f, "llama.context_length", CTX);
+        for (size_t i = 0; i < nt; i++) {
+            const mp_gguf_tensor *t = mp_gguf_tensor_at(g, i);
+            put_str(f, t->name);
+            put_u32(f, t->n_dims);
+            for (uint32_t d = 0; d < t->n_dims; d++) put_u64(f, t->dims[d]);
+            put_u32(f, t->type);
+            put_u64(f, off[i]);
+        }
+        const uint64_t start = ((uint64_t)ftell(f) + align - 1) / align * align; /* the data section */
+        if (!pass) { /* each tensor at an address = align (mod 4): never a multiple of 4 */
+            uint64_t end = 0;
+            for (size_t i = 0; i < nt; i++) {
+                uint64_t o = end + 1;
+                while ((start + o) % 4 != align % 4) o++;
+                off[i] = o;
+                end = o + mp_gguf_tensor_at(g, i)->n_bytes;
+            }
+        } else {
+            for (uint64_t p = (uint64_t)ftell(f); p < start; p++) fputc(0, f);
+            uint64_t pos = 0;
+            for (size_t i = 0; i < nt; i++) {
+                const mp_gguf_tensor *t = mp_gguf_tensor_at(g, i);
+                for (; pos < off[i]; pos++) fputc(0, f);
+                put(f, t->data, t->n_bytes);
+                pos += t->n_bytes;
+            }
+        }
+        CHECK(fclose(f) == 0, "%s", dst);
+    }
+    free(off);
+    mp_gguf_close(g);
+}
+
+static void test_alignment(void) {
+    char qp[256], fp[256], ap[256];
+    snprintf(qp, sizeof qp, "/tmp/mp_test_qmodel_%d_al.q.gguf", (int)getpid());
+    snprintf(fp, sizeof fp, "/tmp/mp_test_qmodel_%d_al.f.gguf", (int)getpid());
+    snprintf(ap, sizeof ap, "/tmp/mp_test_qmodel_%d_al.a.gguf", (int)getpid());
+    with_f32 = 1;
+    write_pair("llama", qp, fp);
+    with_f32 = 0;
+    mp_model *mq = NULL;
+    CHECK(mp_model_load_gguf(&mq, qp) == MP_OK, "%s", mp_last_error());
+    enum { T = 40 };
+    int tok[T];
+    for (int i = 0; i < T; i++) tok[i] = (int)(rnd() % V);
+    float *a = malloc((size_t)T * V * sizeof(float)), *b = malloc((size_t)T * V * sizeof(float));
+    float *a1 = malloc((size_t)T * V * sizeof(float)), *b1 = malloc((size_t)T * V * sizeof(float));
+    if (mq) {
+        logits_all(mq, tok, T, a);
+        logits_steps(mq, tok, T, b);
+    }
+    for (uint32_t align = 1; mq && align <= 2; align++) {
+        relayout(qp, ap, align, 2);
+        mp_gguf *g = NULL;
+        int odd_f32 = 0;
+        CHECK(mp_gguf_open(ap, &g) == MP_OK && mp_gguf_alignment(g) == align, "%s", mp_last_error());
+        for (size_t i = 0; g && i < mp_gguf_n_tensors(g); i++) {
+            const mp_gguf_tensor *t = mp_gguf_tensor_at(g, i);
+            odd_f32 += t->type == MP_GGML_F32 && t->n_dims == 2 && (uintptr_t)t->data % 4 != 0;
+        }
+        mp_gguf_close(g);
+        CHECK(odd_f32 >= 4, "align %u: the file has F32 weights at addresses that are not multiples of 4 (%d)", align,
+              odd_f32);
+        mp_model *mm = NULL;
+        CHECK(mp_model_load_gguf(&mm, ap) == MP_OK, "align %u: %s", align, mp_last_error());
+        if (!mm) continue;
+        int f32 = 0, misaligned = 0;
+        for (size_t i = 0; i < 7 * (size_t)L; i++) {
+            const mp_qmat *qm = &mm->q->mats[i];
+            if (qm->data && qm->type == MP_GGML_F32) f32++, misaligned += (uintptr_t)qm->data % _Alignof(float) != 0;
+        }
+        const mp_qmat *ends[2] = {&mm->q->embed, &mm->q->unembed};
+        for (int i = 0; i < 2; i++)
+            if (ends[i]->type == MP_GGML_F32) f32++, misaligned += (uintptr_t)ends[i]->data % _Alignof(float) != 0;
+        CHECK(f32 >= 4 && misaligned == 0, "align %u: %d F32 weights held, %d of them at misaligned addresses", align,
+              f32, misaligned);
+        logits_all(mm, tok, T, a1);
+        logits_steps(mm, tok, T, b1);
+        CHECK(tu_max_abs_diff(a, a1, (size_t)T * V) == 0.0 && tu_max_abs_diff(b, b1, (size_t)T * V) == 0.0,
+              "align %u: the logits equal the aligned file's (prefill %.3g, decode %.3g)", align,
+              tu_max_abs_diff(a, a1, (size_t)T * V), tu_max_abs_diff(b, b1, (size_t)T * V));
+        printf("alignment %u: %d F32 weights (at addresses %u mod 4 in the file) held aligned; logits as the aligned file's\n",
+               align, f32, align);
+        mp_model_free(mm);
+    }
+    free(a);
+    free(b);
+    free(a1);
+    free(b1);
+    mp_model_free(mq);
+    unlink(qp);
+    unlink(fp);
+    unlink(ap);
+}
+
 int main(void) {
     mp_init();
     test_arch("llama");
     test_arch("qwen2");
     test_arch("gpt2");
+    test_alignment();
     return tu_finish("test_qmodel");
 }

@@ -77,6 +77,26 @@ t.case("training from inside the model's own hook is refused", function()
     m:forward({1, 2}, {fwd_hooks = {{"hook_embed", function() m:train_step(mp.optim.adamw{}, x, y) end}}})
   end, "mp.Model:train_step: the model is in use", "train_step in hook")
 end)
+-- review finding 5: set_pos / set_rope_scaling rewrite the config the running
+-- pass (and generate's KV cache) reads: refused inside the model's callbacks
+for _, c in ipairs{
+  {"set_pos", function() m:set_pos("none") end},
+  {"set_rope_scaling", function() m:set_rope_scaling{type = "pi", factor = 2} end},
+} do
+  local name, change = c[1], c[2]
+  t.case(name .. " inside the model's own callbacks is refused", function()
+    local msg = "mp.Model:" .. name .. ": the model is in use"
+    t.expect_error(function() m:forward({1, 2, 3}, {fwd_hooks = {{"blocks.0.hook_resid_pre", change}}}) end,
+      msg, name .. " in a forward hook")
+    t.expect_error(function() m:generate({1, 2}, {max_new_tokens = 3, on_token = change}) end,
+      msg, name .. " in on_token")
+    t.expect_error(function()
+      m:generate({1, 2}, {max_new_tokens = 3, fwd_hooks = {{"hook_embed", change}}})
+    end, msg, name .. " in a hook during generate")
+  end)
+  still_works(name .. " refused in callbacks")
+end
+
 t.case("a forward inside another model's hook, and the other model closed there", function()
   local m2 = mp.model.new{d_model = 8, n_layer = 1, n_head = 1, vocab = 20, ctx = 8}
   m:forward({1, 2}, {fwd_hooks = {{"hook_embed", function() m2:forward({3}); m2:close() end}}})
@@ -103,6 +123,13 @@ t.case("an error object that is not a string arrives unchanged", function()
   t.ok(not ok and e == obj, "the table raised in the hook is the error of forward")
   ok, e = pcall(m.generate, m, {1}, {max_new_tokens = 2, on_token = function() error(obj) end})
   t.ok(not ok and e == obj, "the table raised in on_token is the error of generate")
+end)
+t.case("on_token runs in a protected call: its arguments and a string error arrive unchanged", function()
+  local seen = {}
+  local _, ids = m:generate({1, 2}, {max_new_tokens = 3, on_token = function(id, piece) seen[#seen + 1] = {id, piece} end})
+  t.ok(#seen == 3 and seen[3][1] == ids[5] and seen[3][2] == nil, "on_token(id, nil) for each new token")
+  local ok, e = pcall(m.generate, m, {1}, {max_new_tokens = 2, on_token = function() error("stop here", 0) end})
+  t.ok(not ok and e == "stop here", "the string raised in on_token is the error of generate: " .. tostring(e))
 end)
 t.case("a view kept by a failing hook is invalid afterwards", function()
   local kept
@@ -213,6 +240,38 @@ t.case("ablation positions beyond T", function()
   t.expect_error(function() m:generate({1, 2}, {max_new_tokens = 3, fwd_hooks = {{"hook_embed", mp.ablate.zero{positions = 5}}}}) end,
     "at position 5, but the input has T = 5", "generate")
 end)
+-- review finding 6a: a string option read through a C pointer must stay
+-- anchored while C uses it. An options table whose __index returns a fresh
+-- long string (never interned) and runs a full collection when a later option
+-- is read: a string popped too early is freed there, and ASan reports its use.
+local function gc_opts(strings, gc_key)
+  local n = 0
+  return setmetatable({}, {__index = function(_, k)
+    if k == gc_key then collectgarbage("collect") end
+    if strings[k] then n = n + 1; return strings[k] .. string.rep(" ", 48 - #strings[k]) .. n end
+  end})
+end
+t.case("option strings stay valid while used (fresh strings from __index, collections between)", function()
+  for _ = 1, 10 do
+    local f = mp.plot.figure(gc_opts({title = "title"}, "width"))
+    local ax = f:axes()
+    ax:line(nil, {1, 2, 3}, gc_opts({label = "label"}, "width"))
+    ax:scatter({1, 2}, {3, 4}, gc_opts({label = "a", colorbar_label = "b"}, "colorbar_label"))
+    f:close()
+  end
+  -- lmodel.c: the logits mode and set_rope_scaling's type (no collection can
+  -- run in their windows today; kept on the stack all the same)
+  local lopt = setmetatable({}, {__index = function(_, k) if k == "logits" then return ("lAst"):lower() end end})
+  for _ = 1, 10 do
+    collectgarbage("collect")
+    t.ok(#m:forward({1, 2}, lopt)[1] == 20, "logits = \"last\" from __index")
+  end
+  t.expect_error(function() m:set_rope_scaling(gc_opts({type = "bogus"}, "factor")) end,
+    "set_rope_scaling: type must be", "a bad fresh type")
+  m:set_rope_scaling(nil)
+end)
+still_works("after option strings from __index")
+
 still_works("at the end")
 m:close()
 t.ok(tostring(m) == "Model(closed)", "closed")

@@ -79,6 +79,16 @@ void mp_h5_atomic_abort(mp_h5_atomic *a);
  * the file close cleanly. Call before closing the objects of a file that
  * mp_h5_atomic_abort will close. Only for sec2 (default driver) files. */
 void mp_h5_discard_writes(hid_t f);
+/* mp_h5_discard_writes, then closes f (its objects first when the file was
+ * opened with the strong close degree); cannot fail. For writers that own a
+ * file outside mp_h5_atomic (the dataset capture). f < 0: no-op. */
+void mp_h5_discard_close(hid_t f);
+/* Closes f, whose content must reach the disk: reserves the space the final
+ * flush writes into (fallocate, sec2 files), flushes, closes. A full disk or a
+ * file-size limit met there is MP_ERR_IO "<what>: no space left on device"
+ * and the file is closed discarding its writes (HDF5 1.10 cannot recover from
+ * a failed close). Close the file's datasets first. */
+mp_status mp_h5_close_checked(hid_t f, const char *what);
 
 /* ---- groups ---- */
 typedef enum { MP_H5_GROUP = 0, MP_H5_DATASET, MP_H5_OTHER } mp_h5_kind;

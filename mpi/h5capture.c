@@ -81,7 +81,6 @@ static void free_cap(mp_h5cap *c) {
     free(c);
 }
 
-/* Creates a dataset on every rank (collective) and keeps it open. */
 /* Test hook: MP_TEST_H5CAP_FAIL="<rank>:<step>" makes that rank fail at that
  * step of mp_h5cap_create (a dataset path, or "write:/lengths" for rank 0's
  * write of the lengths), to test that the other ranks do not wait for it. */
@@ -96,12 +95,29 @@ static mp_status test_fail(const mp_h5cap *c, const char *step) {
     return MP_OK;
 }
 
+/* Before a collective HDF5 call: st if this rank failed, else the error of the
+ * lowest rank that did (every rank gets a status, none enters the call alone
+ * or waits in it for a rank that gave up). */
+static mp_status agree(const mp_h5cap *c, mp_status st) {
+    int first = mp_mpi_first_failed(st != MP_OK);
+    if (st || first < 0) return st;
+    return mp_error(MP_ERR_IO, "%s: not written: rank %d of %d failed (its message says why)", c->out, first, c->size);
+}
+
+/* Creates a dataset on every rank (collective) and keeps it open. Every rank
+ * calls it for every dataset, also after a failure (prev, this rank's status
+ * so far): the ranks agree first, so a failure on one rank, here or since the
+ * last dataset, stops them all before the same dataset, and all of them go on
+ * passing the same agreement points to the end. */
 static mp_status add_ds(mp_h5cap *c, const char *path, hid_t type, int ndim, const int64_t *shape, int t_axis,
-                        int compress, const void *fill, cap_ds **out) {
+                        int compress, const void *fill, mp_status prev, cap_ds **out) {
     int64_t chunk[MP_H5_MAXDIM];
     int chunked = mp_h5_chunk_dims(ndim, shape, t_axis, 4, (size_t)1 << 20, chunk) == 0;
-    cap_ds *d = mp_calloc(1, sizeof *d, "a capture dataset");
-    if (!d) return MP_ERR_NOMEM;
+    cap_ds *d = prev ? NULL : mp_calloc(1, sizeof *d, "a capture dataset");
+    if ((prev = agree(c, prev ? prev : d ? test_fail(c, path) : MP_ERR_NOMEM))) {
+        free(d);
+        return prev;
+    }
     d->cap = c;
     d->id = d->fspace = H5I_INVALID_HID;
     d->ndim = ndim;
@@ -109,8 +125,6 @@ static mp_status add_ds(mp_h5cap *c, const char *path, hid_t type, int ndim, con
     snprintf(d->path, sizeof d->path, "%s", path);
     d->next = c->ds;
     c->ds = d;
-    mp_status ts = test_fail(c, path);
-    if (ts) return ts;
     mp_status st = mp_h5_create_dataset(c->file, path, type, ndim, shape, chunked ? chunk : NULL,
                                         chunked ? compress : 0, fill, &d->id);
     if (st) return mp_error_prefix(st, "%s", c->out);
@@ -162,7 +176,6 @@ typedef struct {
 
 static void visit(void *u, mp_hook_id id, int layer, const char *name) {
     visit_ctx *v = u;
-    if (v->st) return;
     char path[200];
     int64_t shape[4];
     static const float neg_inf = -INFINITY;
@@ -171,7 +184,7 @@ static void visit(void *u, mp_hook_id id, int layer, const char *name) {
     int t_axis = mp_hook_shape_kind[id] == MP_SHAPE_BHTS ? 2 : 1;
     cap_ds *d;
     v->st = add_ds(v->c, path, H5T_NATIVE_FLOAT, ndim, shape, t_axis, v->compress,
-                   id == MP_HOOK_ATTN_SCORES ? &neg_inf : NULL, &d);
+                   id == MP_HOOK_ATTN_SCORES ? &neg_inf : NULL, v->st, &d);
     if (!v->st) v->st = mp_hooks_add_at(v->hooks, id, layer, hook_cb, d);
     v->n++;
 }
@@ -293,25 +306,23 @@ mp_status mp_h5cap_create(mp_h5cap **out, const mp_h5cap_params *p, const mp_con
     int64_t nshape[1] = {c->n_total}, tshape[2] = {c->n_total, c->tmax};
     static const int32_t pad = -1;
     cap_ds *lens = NULL;
-    if (!st) st = add_ds(c, "/lengths", H5T_NATIVE_INT32, 1, nshape, 0, 0, NULL, &lens);
+    /* every rank passes every add_ds (its agreement point), failed or not */
+    st = add_ds(c, "/lengths", H5T_NATIVE_INT32, 1, nshape, 0, 0, NULL, st, &lens);
     if (!st && c->rank == 0) {
         int64_t off[1] = {0};
         if (!(st = test_fail(c, "write:/lengths"))) st = write_block(lens, H5T_NATIVE_INT32, off, nshape, all);
     }
-    if (!st) st = add_ds(c, "/tokens", H5T_NATIVE_INT32, 2, tshape, 1, p->compress, &pad, &c->tokens);
-    visit_ctx v = {c, cfg, hooks, p->compress, 0, MP_OK};
-    if (!st && p->globs && *p->globs) {
+    st = add_ds(c, "/tokens", H5T_NATIVE_INT32, 2, tshape, 1, p->compress, &pad, st, &c->tokens);
+    visit_ctx v = {c, cfg, hooks, p->compress, 0, st};
+    if (p->globs && *p->globs) {
         mp_hook_select(cfg, p->globs, visit, &v, NULL, 0);
         st = v.st;
     }
-    if (!st && p->logits) {
+    if (p->logits) {
         int64_t lshape[3] = {c->n_total, c->tmax, cfg->vocab};
-        if (!(st = add_ds(c, "/logits", H5T_NATIVE_FLOAT, 3, lshape, 1, p->compress, NULL, &c->logits))) v.n++;
+        if (!(st = add_ds(c, "/logits", H5T_NATIVE_FLOAT, 3, lshape, 1, p->compress, NULL, st, &c->logits))) v.n++;
     }
-    int first = mp_mpi_first_failed(st != MP_OK);
-    if (first >= 0 && !st)
-        st = mp_error(MP_ERR_IO, "%s: not written: rank %d of %d failed (its message says why)", p->out, first,
-                      c->size);
+    st = agree(c, st); /* the last point: the ranks leave together, the file open on all or closed on all */
     if (!st) {
         *n_total = c->n_total;
         *n_datasets = v.n;

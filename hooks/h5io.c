@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <libgen.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -136,6 +137,24 @@ static mp_status fail_plain(mp_status s, hid_t loc, const char *obj, const char 
 }
 
 static const char *objname(const char *p) { return (p && *p) ? p : "."; }
+
+/* ---- background writer threads and fork ---- */
+
+/* Writer-preferring: a fork waiting for the lock is not starved by a writer
+ * thread that takes it again for its next view. */
+static pthread_rwlock_t bg_lock = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
+static pthread_once_t bg_once = PTHREAD_ONCE_INIT;
+
+static void bg_prepare(void) { pthread_rwlock_wrlock(&bg_lock); }
+static void bg_release(void) { pthread_rwlock_unlock(&bg_lock); }
+static void bg_register(void) { pthread_atfork(bg_prepare, bg_release, bg_release); }
+
+void mp_h5_bg_lock(void) {
+    pthread_once(&bg_once, bg_register);
+    pthread_rwlock_rdlock(&bg_lock);
+}
+
+void mp_h5_bg_unlock(void) { pthread_rwlock_unlock(&bg_lock); }
 
 /* ---- files ---- */
 

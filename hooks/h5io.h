@@ -90,6 +90,17 @@ void mp_h5_discard_close(hid_t f);
  * a failed close). Close the file's datasets first. */
 mp_status mp_h5_close_checked(hid_t f, const char *what);
 
+/* ---- background writer threads and fork ----
+ * A thread that calls HDF5 in the background (the capture's writer thread)
+ * holds this process-wide lock for reading around each of its HDF5 calls. A
+ * fork() (pthread_atfork, registered on first use) takes it for writing first:
+ * it waits until no background thread is inside HDF5, so the child never
+ * inherits the thread-safe library's global lock held by a thread that does not
+ * exist in the child (its first HDF5 call, e.g. the checkpoint loader's, would
+ * block for ever). */
+void mp_h5_bg_lock(void);
+void mp_h5_bg_unlock(void);
+
 /* ---- groups ---- */
 typedef enum { MP_H5_GROUP = 0, MP_H5_DATASET, MP_H5_OTHER } mp_h5_kind;
 

@@ -438,7 +438,9 @@ static void *wq_main(void *u) {
     mp_h5run *run = u;
     wqueue *w = run->wq;
     size_t since = 0; /* bytes since the last write-back start */
+    mp_h5_bg_lock(); /* every HDF5 call of this thread holds it (a fork waits for it) */
     mp_h5_init();
+    mp_h5_bg_unlock();
     pthread_mutex_lock(&w->mu);
     for (;;) {
         while (w->n == 0 && !w->stop) pthread_cond_wait(&w->job, &w->mu);
@@ -448,14 +450,19 @@ static void *wq_main(void *u) {
         w->n--;
         int failed = w->err != MP_OK; /* after a failure the rest is dropped */
         pthread_mutex_unlock(&w->mu);
-        mp_status st = failed ? MP_OK : ds_write(s->ds, s->off, s->cnt, s->data);
-        if (!failed && st == MP_OK) {
-            size_t n = sizeof(float);
-            for (int i = 0; i < s->ds->ndim; i++) n *= (size_t)s->cnt[i];
-            if ((since += n) >= WQ_WRITEBACK) {
-                start_writeback(run->at.file);
-                since = 0;
+        mp_status st = MP_OK;
+        if (!failed) {
+            mp_h5_bg_lock();
+            st = ds_write(s->ds, s->off, s->cnt, s->data);
+            if (st == MP_OK) {
+                size_t n = sizeof(float);
+                for (int i = 0; i < s->ds->ndim; i++) n *= (size_t)s->cnt[i];
+                if ((since += n) >= WQ_WRITEBACK) {
+                    start_writeback(run->at.file);
+                    since = 0;
+                }
             }
+            mp_h5_bg_unlock();
         }
         char msg[sizeof w->msg];
         if (st != MP_OK) snprintf(msg, sizeof msg, "%s", mp_last_error());

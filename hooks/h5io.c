@@ -146,8 +146,12 @@ static pthread_rwlock_t bg_lock = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER
 static pthread_once_t bg_once = PTHREAD_ONCE_INIT;
 
 static void bg_prepare(void) { pthread_rwlock_wrlock(&bg_lock); }
-static void bg_release(void) { pthread_rwlock_unlock(&bg_lock); }
-static void bg_register(void) { pthread_atfork(bg_prepare, bg_release, bg_release); }
+static void bg_parent(void) { pthread_rwlock_unlock(&bg_lock); }
+/* The child runs with another thread id than the one that write-locked the
+ * lock (glibc's unlock would then take it for a reader's), and it is the only
+ * thread there: the lock starts afresh. */
+static void bg_child(void) { bg_lock = (pthread_rwlock_t)PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP; }
+static void bg_register(void) { pthread_atfork(bg_prepare, bg_parent, bg_child); }
 
 void mp_h5_bg_lock(void) {
     pthread_once(&bg_once, bg_register);

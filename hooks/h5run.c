@@ -48,6 +48,7 @@ typedef struct {
 typedef struct {
     pthread_t thread;
     int started, stop;
+    int drop;    /* the file is being thrown away: queued views are not written */
     pthread_mutex_t mu;
     pthread_cond_t job, freed;
     wq_slot slot[WQ_SLOTS];
@@ -100,6 +101,12 @@ static int free_datasets(mp_h5run *run) {
 
 void mp_h5run_abort(mp_h5run *run) {
     if (!run) return;
+    if (run->wq && run->wq->started) { /* the queued views would go into a file about to be deleted (and past a
+                                        * file-size limit, SIGXFSZ would kill the process): dropped */
+        pthread_mutex_lock(&run->wq->mu);
+        run->wq->drop = 1;
+        pthread_mutex_unlock(&run->wq->mu);
+    }
     wq_stop(run);
     /* closing a dataset writes its cached chunks: into memory from here on, so
      * no close fails (libhdf5 leaks the chunks of a close that failed) */
@@ -448,7 +455,7 @@ static void *wq_main(void *u) {
         wq_slot *s = &w->slot[w->order[w->head]];
         w->head = (w->head + 1) % WQ_SLOTS;
         w->n--;
-        int failed = w->err != MP_OK; /* after a failure the rest is dropped */
+        int failed = w->err != MP_OK || w->drop; /* after a failure or an abort the rest is dropped */
         pthread_mutex_unlock(&w->mu);
         mp_status st = MP_OK;
         if (!failed) {

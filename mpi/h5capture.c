@@ -279,9 +279,12 @@ mp_status mp_h5cap_create(mp_h5cap **out, const mp_h5cap_params *p, const mp_con
     /* the file: rank 0 names it, every rank opens it (MPI-IO when several) */
     if ((st = make_tmp(c, p->out))) goto cleanup;
     /* From here a step may fail on one rank only (a write, an allocation):
-     * each rank keeps its status and skips its remaining steps, and the ranks
-     * agree (mp_mpi_first_failed) before any collective close, so none is
-     * left waiting in a call the failed rank never makes. */
+     * each rank keeps its status and skips its own work, but passes every
+     * agreement point (mp_mpi_first_failed: before H5Fcreate, before each
+     * collective dataset create in add_ds, at the end), so the ranks stop
+     * before the same collective call and none waits in a call that a failed
+     * rank never makes. (A collective HDF5 call that itself fails on one rank
+     * only is beyond this: HDF5 keeps such calls consistent.) */
     if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0) st = mp_h5_error(MP_ERR_HDF5, "%s: cannot create", p->out);
 #if defined(MP_HAVE_MPI) && defined(H5_HAVE_PARALLEL)
     if (!st && c->size > 1 && H5Pset_fapl_mpio(fapl, *(MPI_Comm *)mp_mpi_comm_ptr(), MPI_INFO_NULL) < 0)

@@ -780,7 +780,8 @@ mp_status mp_checkpoint_load_guarded(const char *path, mp_model **out, mp_adamw 
         return (mp_status)st;
     }
     if (r.timed_out)
-        return mp_error(MP_ERR_FORMAT, "%s: corrupt HDF5 checkpoint: reading it timed out after %g s", path, timeout);
+        return mp_error(MP_ERR_FORMAT, "%s: reading the HDF5 checkpoint timed out after %g s (a corrupt file, or "
+                        "a file too large for the limit: MECHPROBE_LOAD_TIMEOUT=SECONDS)", path, timeout);
     if (WIFSIGNALED(ws) && WTERMSIG(ws) != SIGKILL)
         return mp_error(MP_ERR_FORMAT, "%s: corrupt HDF5 checkpoint: the HDF5 library crashed reading it (signal %d, %s)",
                         path, WTERMSIG(ws), strsignal(WTERMSIG(ws)));

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <libgen.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -137,6 +138,28 @@ static mp_status fail_plain(mp_status s, hid_t loc, const char *obj, const char 
 
 static const char *objname(const char *p) { return (p && *p) ? p : "."; }
 
+/* ---- background writer threads and fork ---- */
+
+/* Writer-preferring: a fork waiting for the lock is not starved by a writer
+ * thread that takes it again for its next view. */
+static pthread_rwlock_t bg_lock = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
+static pthread_once_t bg_once = PTHREAD_ONCE_INIT;
+
+static void bg_prepare(void) { pthread_rwlock_wrlock(&bg_lock); }
+static void bg_parent(void) { pthread_rwlock_unlock(&bg_lock); }
+/* The child runs with another thread id than the one that write-locked the
+ * lock (glibc's unlock would then take it for a reader's), and it is the only
+ * thread there: the lock starts afresh. */
+static void bg_child(void) { bg_lock = (pthread_rwlock_t)PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP; }
+static void bg_register(void) { pthread_atfork(bg_prepare, bg_parent, bg_child); }
+
+void mp_h5_bg_lock(void) {
+    pthread_once(&bg_once, bg_register);
+    pthread_rwlock_rdlock(&bg_lock);
+}
+
+void mp_h5_bg_unlock(void) { pthread_rwlock_unlock(&bg_lock); }
+
 /* ---- files ---- */
 
 /* File access properties: closing the file closes every object still open in
@@ -201,7 +224,8 @@ void mp_h5_discard_writes(hid_t f) {
     }
 }
 
-static void discard_close(hid_t f) {
+void mp_h5_discard_close(hid_t f) {
+    if (f < 0) return;
     mp_h5_discard_writes(f);
     H5Fclose(f);
     if (fsize_saved.raised) setrlimit(RLIMIT_FSIZE, &fsize_saved.old);
@@ -215,7 +239,7 @@ static void discard_close(hid_t f) {
  * reserved first with fallocate: a full disk or a file-size limit is
  * met here, by us, and the file is discarded (discard_close). Returns MP_OK
  * or sets the error "<what>: <reason>". */
-static mp_status close_checked(hid_t f, const char *what) {
+mp_status mp_h5_close_checked(hid_t f, const char *what) {
     int fd = file_fd(f);
     haddr_t eoa = 0;
     if (fd >= 0 && H5Fget_eoa(f, &eoa) >= 0 && eoa > 0) {
@@ -223,14 +247,14 @@ static mp_status close_checked(hid_t f, const char *what) {
         int e = fallocate(fd, 0, 0, (off_t)eoa) == 0 ? 0 : errno;
         if (e != 0 && e != EOPNOTSUPP && e != ENOSYS && e != EINVAL && e != ENODEV) {
             const char *w = mp_h5_errno_words(e);
-            discard_close(f);
+            mp_h5_discard_close(f);
             return mp_error(MP_ERR_IO, "%s: %s", what, w ? w : strerror(e));
         }
     }
     H5Eclear2(H5E_DEFAULT);
     if (H5Fflush(f, H5F_SCOPE_LOCAL) < 0) {
         mp_status st = mp_h5_error(MP_ERR_IO, "%s", what);
-        discard_close(f);
+        mp_h5_discard_close(f);
         return st;
     }
     if (H5Fclose(f) < 0) return mp_h5_error(MP_ERR_HDF5, "%s", what);
@@ -291,7 +315,7 @@ mp_status mp_h5_close(hid_t *f) {
         return MP_OK;
     }
     snprintf(what, sizeof what, "%s: cannot close (data may be incomplete)", file);
-    return close_checked(id, what);
+    return mp_h5_close_checked(id, what);
 }
 
 mp_status mp_h5_atomic_create(mp_h5_atomic *a, const char *path) {
@@ -328,7 +352,7 @@ mp_status mp_h5_atomic_commit(mp_h5_atomic *a) {
     snprintf(what, sizeof what, "%s: cannot write (closing %s)", a->path, a->out.tmp);
     hid_t f = a->file;
     a->file = H5I_INVALID_HID;
-    if ((st = close_checked(f, what)) != MP_OK) goto cleanup;
+    if ((st = mp_h5_close_checked(f, what)) != MP_OK) goto cleanup;
     /* fsync by name, rename over the destination, sync the directory */
     st = mp_out_commit(&a->out, 1);
 cleanup:
@@ -340,7 +364,7 @@ void mp_h5_atomic_abort(mp_h5_atomic *a) {
     if (!a) return;
     if (a->file >= 0) {
         mp_h5_init();
-        discard_close(a->file); /* the file is deleted: its pending writes do not matter */
+        mp_h5_discard_close(a->file); /* the file is deleted: its pending writes do not matter */
     }
     a->file = H5I_INVALID_HID;
     mp_out_abort(&a->out);

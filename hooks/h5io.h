@@ -79,6 +79,27 @@ void mp_h5_atomic_abort(mp_h5_atomic *a);
  * the file close cleanly. Call before closing the objects of a file that
  * mp_h5_atomic_abort will close. Only for sec2 (default driver) files. */
 void mp_h5_discard_writes(hid_t f);
+/* mp_h5_discard_writes, then closes f (its objects first when the file was
+ * opened with the strong close degree); cannot fail. For writers that own a
+ * file outside mp_h5_atomic (the dataset capture). f < 0: no-op. */
+void mp_h5_discard_close(hid_t f);
+/* Closes f, whose content must reach the disk: reserves the space the final
+ * flush writes into (fallocate, sec2 files), flushes, closes. A full disk or a
+ * file-size limit met there is MP_ERR_IO "<what>: no space left on device"
+ * and the file is closed discarding its writes (HDF5 1.10 cannot recover from
+ * a failed close). Close the file's datasets first. */
+mp_status mp_h5_close_checked(hid_t f, const char *what);
+
+/* ---- background writer threads and fork ----
+ * A thread that calls HDF5 in the background (the capture's writer thread)
+ * holds this process-wide lock for reading around each of its HDF5 calls. A
+ * fork() (pthread_atfork, registered on first use) takes it for writing first:
+ * it waits until no background thread is inside HDF5, so the child never
+ * inherits the thread-safe library's global lock held by a thread that does not
+ * exist in the child (its first HDF5 call, e.g. the checkpoint loader's, would
+ * block for ever). */
+void mp_h5_bg_lock(void);
+void mp_h5_bg_unlock(void);
 
 /* ---- groups ---- */
 typedef enum { MP_H5_GROUP = 0, MP_H5_DATASET, MP_H5_OTHER } mp_h5_kind;

@@ -48,6 +48,7 @@ typedef struct {
 typedef struct {
     pthread_t thread;
     int started, stop;
+    int drop;    /* the file is being thrown away: queued views are not written */
     pthread_mutex_t mu;
     pthread_cond_t job, freed;
     wq_slot slot[WQ_SLOTS];
@@ -100,6 +101,12 @@ static int free_datasets(mp_h5run *run) {
 
 void mp_h5run_abort(mp_h5run *run) {
     if (!run) return;
+    if (run->wq && run->wq->started) { /* the queued views would go into a file about to be deleted (and past a
+                                        * file-size limit, SIGXFSZ would kill the process): dropped */
+        pthread_mutex_lock(&run->wq->mu);
+        run->wq->drop = 1;
+        pthread_mutex_unlock(&run->wq->mu);
+    }
     wq_stop(run);
     /* closing a dataset writes its cached chunks: into memory from here on, so
      * no close fails (libhdf5 leaks the chunks of a close that failed) */
@@ -438,7 +445,9 @@ static void *wq_main(void *u) {
     mp_h5run *run = u;
     wqueue *w = run->wq;
     size_t since = 0; /* bytes since the last write-back start */
+    mp_h5_bg_lock(); /* every HDF5 call of this thread holds it (a fork waits for it) */
     mp_h5_init();
+    mp_h5_bg_unlock();
     pthread_mutex_lock(&w->mu);
     for (;;) {
         while (w->n == 0 && !w->stop) pthread_cond_wait(&w->job, &w->mu);
@@ -446,16 +455,21 @@ static void *wq_main(void *u) {
         wq_slot *s = &w->slot[w->order[w->head]];
         w->head = (w->head + 1) % WQ_SLOTS;
         w->n--;
-        int failed = w->err != MP_OK; /* after a failure the rest is dropped */
+        int failed = w->err != MP_OK || w->drop; /* after a failure or an abort the rest is dropped */
         pthread_mutex_unlock(&w->mu);
-        mp_status st = failed ? MP_OK : ds_write(s->ds, s->off, s->cnt, s->data);
-        if (!failed && st == MP_OK) {
-            size_t n = sizeof(float);
-            for (int i = 0; i < s->ds->ndim; i++) n *= (size_t)s->cnt[i];
-            if ((since += n) >= WQ_WRITEBACK) {
-                start_writeback(run->at.file);
-                since = 0;
+        mp_status st = MP_OK;
+        if (!failed) {
+            mp_h5_bg_lock();
+            st = ds_write(s->ds, s->off, s->cnt, s->data);
+            if (st == MP_OK) {
+                size_t n = sizeof(float);
+                for (int i = 0; i < s->ds->ndim; i++) n *= (size_t)s->cnt[i];
+                if ((since += n) >= WQ_WRITEBACK) {
+                    start_writeback(run->at.file);
+                    since = 0;
+                }
             }
+            mp_h5_bg_unlock();
         }
         char msg[sizeof w->msg];
         if (st != MP_OK) snprintf(msg, sizeof msg, "%s", mp_last_error());

@@ -1,12 +1,15 @@
 /* h5capture.c — the dataset capture writer (see h5capture.h): prompts split
  * across ranks, ragged lengths, one HDF5 file written with collective
  * parallel HDF5 (the MPI-IO driver) when several ranks share it, committed
- * atomically by rank 0 after every rank agreed. */
+ * atomically by rank 0 after every rank agreed. Rank 0 names the temporary
+ * through mp_out (destination checks, "<out>.tmp.<pid>.<n>" name, signal and
+ * stale-temporary cleanup); the file is closed with h5io's checked close and,
+ * when it is thrown away, with its writes discarded (a full disk). A step that
+ * fails on one rank only never leaves the others waiting in a collective call:
+ * every rank carries its status to the next point where all agree. */
 #include "h5capture.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <libgen.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -36,6 +39,8 @@ typedef struct cap_ds {
 
 struct mp_h5cap {
     char tmp[PATH_MAX], out[PATH_MAX];
+    mp_out o;           /* rank 0: the temporary, its checks and cleanup */
+    char fail_at[200];  /* test hook (MP_TEST_HOOKS): the step this rank fails at */
     hid_t file;
     int rank, size;
     int n_mine;
@@ -58,21 +63,61 @@ static void close_datasets(mp_h5cap *c) {
     c->ds = c->tokens = c->logits = NULL;
 }
 
+/* The file is thrown away: its pending writes go nowhere, so the closes
+ * cannot fail (collective under MPI-IO: every rank calls it together). */
+static void discard_file(mp_h5cap *c) {
+    if (c->file < 0) return;
+    mp_h5_discard_writes(c->file);
+    close_datasets(c);
+    mp_h5_discard_close(c->file);
+    c->file = H5I_INVALID_HID;
+}
+
 static void free_cap(mp_h5cap *c) {
     if (!c) return;
-    close_datasets(c);
-    if (c->file >= 0) H5Fclose(c->file);
+    discard_file(c);
+    mp_out_abort(&c->o); /* rank 0: removes the temporary; others: no-op */
     free(c->len_mine);
     free(c);
 }
 
-/* Creates a dataset on every rank (collective) and keeps it open. */
+/* Test hook: MP_TEST_H5CAP_FAIL="<rank>:<step>" makes that rank fail at that
+ * step of mp_h5cap_create (a dataset path, or "write:/lengths" for rank 0's
+ * write of the lengths), to test that the other ranks do not wait for it. */
+static mp_status test_fail(const mp_h5cap *c, const char *step) {
+#ifdef MP_TEST_HOOKS
+    if (c->fail_at[0] && strcmp(c->fail_at, step) == 0)
+        return mp_error(MP_ERR_IO, "%s: %s: injected failure (MP_TEST_H5CAP_FAIL)", c->out, step);
+#else
+    (void)c;
+    (void)step;
+#endif
+    return MP_OK;
+}
+
+/* Before a collective HDF5 call: st if this rank failed, else the error of the
+ * lowest rank that did (every rank gets a status, none enters the call alone
+ * or waits in it for a rank that gave up). */
+static mp_status agree(const mp_h5cap *c, mp_status st) {
+    int first = mp_mpi_first_failed(st != MP_OK);
+    if (st || first < 0) return st;
+    return mp_error(MP_ERR_IO, "%s: not written: rank %d of %d failed (its message says why)", c->out, first, c->size);
+}
+
+/* Creates a dataset on every rank (collective) and keeps it open. Every rank
+ * calls it for every dataset, also after a failure (prev, this rank's status
+ * so far): the ranks agree first, so a failure on one rank, here or since the
+ * last dataset, stops them all before the same dataset, and all of them go on
+ * passing the same agreement points to the end. */
 static mp_status add_ds(mp_h5cap *c, const char *path, hid_t type, int ndim, const int64_t *shape, int t_axis,
-                        int compress, const void *fill, cap_ds **out) {
+                        int compress, const void *fill, mp_status prev, cap_ds **out) {
     int64_t chunk[MP_H5_MAXDIM];
     int chunked = mp_h5_chunk_dims(ndim, shape, t_axis, 4, (size_t)1 << 20, chunk) == 0;
-    cap_ds *d = mp_calloc(1, sizeof *d, "a capture dataset");
-    if (!d) return MP_ERR_NOMEM;
+    cap_ds *d = prev ? NULL : mp_calloc(1, sizeof *d, "a capture dataset");
+    if ((prev = agree(c, prev ? prev : d ? test_fail(c, path) : MP_ERR_NOMEM))) {
+        free(d);
+        return prev;
+    }
     d->cap = c;
     d->id = d->fspace = H5I_INVALID_HID;
     d->ndim = ndim;
@@ -131,7 +176,6 @@ typedef struct {
 
 static void visit(void *u, mp_hook_id id, int layer, const char *name) {
     visit_ctx *v = u;
-    if (v->st) return;
     char path[200];
     int64_t shape[4];
     static const float neg_inf = -INFINITY;
@@ -140,33 +184,34 @@ static void visit(void *u, mp_hook_id id, int layer, const char *name) {
     int t_axis = mp_hook_shape_kind[id] == MP_SHAPE_BHTS ? 2 : 1;
     cap_ds *d;
     v->st = add_ds(v->c, path, H5T_NATIVE_FLOAT, ndim, shape, t_axis, v->compress,
-                   id == MP_HOOK_ATTN_SCORES ? &neg_inf : NULL, &d);
+                   id == MP_HOOK_ATTN_SCORES ? &neg_inf : NULL, v->st, &d);
     if (!v->st) v->st = mp_hooks_add_at(v->hooks, id, layer, hook_cb, d);
     v->n++;
 }
 
-/* Rank 0 makes the temporary name (mkstemp) and tells the others. */
+/* Rank 0 checks the destination and creates the temporary (mp_out: a
+ * device, FIFO, directory or symbolic link is refused before anything runs;
+ * the name is registered for removal on a signal, and stale temporaries of
+ * dead processes are removed), then tells the others its name. */
 static mp_status make_tmp(mp_h5cap *c, const char *out) {
-    int err = 0;
+    mp_status st0 = MP_OK;
+    c->tmp[0] = '\0';
     if (c->rank == 0) {
-        snprintf(c->tmp, sizeof c->tmp, "%s.tmp.XXXXXX", out);
-        int fd = mkstemp(c->tmp);
-        if (fd < 0) {
-            err = errno;
-        } else {
-            mode_t mask = umask(0);
-            umask(mask);
-            if (fchmod(fd, 0666 & ~mask) != 0) err = errno;
-            close(fd);
-            if (err) unlink(c->tmp);
+        st0 = mp_out_begin(&c->o, out);
+        if (!st0) {
+            mp_out_close_fd(&c->o); /* HDF5 opens it by name */
+            if (strlen(c->o.tmp) >= sizeof c->tmp) {
+                st0 = mp_error(MP_ERR_ARG, "%s: file name too long", out);
+                mp_out_abort(&c->o);
+            } else {
+                snprintf(c->tmp, sizeof c->tmp, "%s", c->o.tmp);
+            }
         }
-        if (err) c->tmp[0] = '\0';
     }
     mp_status st = mp_mpi_bcast(c->tmp, sizeof c->tmp, 0);
+    if (st0) return st0;
     if (st) return st;
-    if (c->rank == 0 && err)
-        return mp_error(MP_ERR_IO, "%s: cannot create (a temporary file in its directory): %s", out, strerror(err));
-    if (!c->tmp[0]) return mp_error(MP_ERR_IO, "%s: rank 0 could not create the file", out);
+    if (!c->tmp[0]) return mp_error(MP_ERR_IO, "%s: rank 0 could not create the file (its message says why)", out);
     return MP_OK;
 }
 
@@ -183,11 +228,17 @@ mp_status mp_h5cap_create(mp_h5cap **out, const mp_h5cap_params *p, const mp_con
     mp_h5cap *c = mp_calloc(1, sizeof *c, "a capture");
     if (!c) return MP_ERR_NOMEM;
     c->file = H5I_INVALID_HID;
+    mp_out_init(&c->o);
     c->rank = mp_mpi_rank();
     c->size = mp_mpi_size();
     c->n_mine = n_mine;
     c->vocab = cfg->vocab;
     snprintf(c->out, sizeof c->out, "%s", p->out);
+#ifdef MP_TEST_HOOKS
+    const char *fe = getenv("MP_TEST_H5CAP_FAIL");
+    char *colon = fe ? strchr(fe, ':') : NULL;
+    if (colon && atoi(fe) == c->rank) snprintf(c->fail_at, sizeof c->fail_at, "%s", colon + 1);
+#endif
     counts = mp_malloc((size_t)c->size * sizeof *counts, "prompt counts");
     c->len_mine = mp_malloc((size_t)(n_mine > 0 ? n_mine : 1) * sizeof *c->len_mine, "prompt lengths");
     if (!counts || !c->len_mine) { st = MP_ERR_NOMEM; goto cleanup; }
@@ -227,55 +278,64 @@ mp_status mp_h5cap_create(mp_h5cap **out, const mp_h5cap_params *p, const mp_con
     }
     /* the file: rank 0 names it, every rank opens it (MPI-IO when several) */
     if ((st = make_tmp(c, p->out))) goto cleanup;
-    if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0) { st = mp_h5_error(MP_ERR_HDF5, "%s: cannot create", p->out); goto cleanup; }
+    /* From here a step may fail on one rank only (a write, an allocation):
+     * each rank keeps its status and skips its own work, but passes every
+     * agreement point (mp_mpi_first_failed: before H5Fcreate, before each
+     * collective dataset create in add_ds, at the end), so the ranks stop
+     * before the same collective call and none waits in a call that a failed
+     * rank never makes. (A collective HDF5 call that itself fails on one rank
+     * only is beyond this: HDF5 keeps such calls consistent.) */
+    if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0) st = mp_h5_error(MP_ERR_HDF5, "%s: cannot create", p->out);
 #if defined(MP_HAVE_MPI) && defined(H5_HAVE_PARALLEL)
-    if (c->size > 1 && H5Pset_fapl_mpio(fapl, *(MPI_Comm *)mp_mpi_comm_ptr(), MPI_INFO_NULL) < 0) {
+    if (!st && c->size > 1 && H5Pset_fapl_mpio(fapl, *(MPI_Comm *)mp_mpi_comm_ptr(), MPI_INFO_NULL) < 0)
         st = mp_h5_error(MP_ERR_HDF5, "%s: cannot use MPI-IO", p->out);
+#else
+    if (!st && c->size > 1) st = mp_error(MP_ERR_ARG, "%s: HDF5 without parallel support", p->out);
+#endif
+    if (!st && c->size == 1 && (H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0 ||
+                                H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST) < 0))
+        st = mp_h5_error(MP_ERR_HDF5, "%s: cannot create", p->out);
+    if (mp_mpi_first_failed(st != MP_OK) >= 0) { /* H5Fcreate is collective */
+        if (!st) st = mp_error(MP_ERR_IO, "%s: not written: another rank could not open it", p->out);
         goto cleanup;
     }
-#else
-    if (c->size > 1) { st = mp_error(MP_ERR_ARG, "%s: HDF5 without parallel support", p->out); goto cleanup; }
-#endif
     c->file = H5Fcreate(c->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-    if (c->file < 0) { st = mp_h5_error(MP_ERR_IO, "%s: cannot create %s", p->out, c->tmp); goto cleanup; }
-    if ((st = mp_h5_attr_set_string(c->file, "/", "format", "mechprobe.run")) ||
-        (st = mp_h5_attr_set_int(c->file, "/", "version", 1)) ||
-        (st = mp_h5_attr_set_string(c->file, "/", "mechprobe_version", MP_VERSION)) ||
-        (st = mp_h5_write_model_attrs(c->file, p->out, cfg, p->source)))
-        goto cleanup;
+    if (c->file < 0) st = mp_h5_error(MP_ERR_IO, "%s: cannot create %s", p->out, c->tmp);
+    if (!st && ((st = mp_h5_attr_set_string(c->file, "/", "format", "mechprobe.run")) ||
+                (st = mp_h5_attr_set_int(c->file, "/", "version", 1)) ||
+                (st = mp_h5_attr_set_string(c->file, "/", "mechprobe_version", MP_VERSION)) ||
+                (st = mp_h5_write_model_attrs(c->file, p->out, cfg, p->source))))
+        { /* st says why */ }
     int64_t nshape[1] = {c->n_total}, tshape[2] = {c->n_total, c->tmax};
     static const int32_t pad = -1;
-    cap_ds *lens;
-    if ((st = add_ds(c, "/lengths", H5T_NATIVE_INT32, 1, nshape, 0, 0, NULL, &lens))) goto cleanup;
-    if (c->rank == 0) {
+    cap_ds *lens = NULL;
+    /* every rank passes every add_ds (its agreement point), failed or not */
+    st = add_ds(c, "/lengths", H5T_NATIVE_INT32, 1, nshape, 0, 0, NULL, st, &lens);
+    if (!st && c->rank == 0) {
         int64_t off[1] = {0};
-        if ((st = write_block(lens, H5T_NATIVE_INT32, off, nshape, all))) goto cleanup;
+        if (!(st = test_fail(c, "write:/lengths"))) st = write_block(lens, H5T_NATIVE_INT32, off, nshape, all);
     }
-    if ((st = add_ds(c, "/tokens", H5T_NATIVE_INT32, 2, tshape, 1, p->compress, &pad, &c->tokens))) goto cleanup;
-    visit_ctx v = {c, cfg, hooks, p->compress, 0, MP_OK};
+    st = add_ds(c, "/tokens", H5T_NATIVE_INT32, 2, tshape, 1, p->compress, &pad, st, &c->tokens);
+    visit_ctx v = {c, cfg, hooks, p->compress, 0, st};
     if (p->globs && *p->globs) {
         mp_hook_select(cfg, p->globs, visit, &v, NULL, 0);
-        if ((st = v.st)) goto cleanup;
+        st = v.st;
     }
     if (p->logits) {
         int64_t lshape[3] = {c->n_total, c->tmax, cfg->vocab};
-        if ((st = add_ds(c, "/logits", H5T_NATIVE_FLOAT, 3, lshape, 1, p->compress, NULL, &c->logits))) goto cleanup;
-        v.n++;
+        if (!(st = add_ds(c, "/logits", H5T_NATIVE_FLOAT, 3, lshape, 1, p->compress, NULL, st, &c->logits))) v.n++;
     }
-    *n_total = c->n_total;
-    *n_datasets = v.n;
+    st = agree(c, st); /* the last point: the ranks leave together, the file open on all or closed on all */
+    if (!st) {
+        *n_total = c->n_total;
+        *n_datasets = v.n;
+    }
 cleanup:
     if (fapl >= 0) H5Pclose(fapl);
     free(counts);
     free(all);
     if (st) {
-        if (c->file >= 0) {
-            close_datasets(c);
-            H5Fclose(c->file);
-            c->file = H5I_INVALID_HID;
-        }
-        if (c->rank == 0 && c->tmp[0]) unlink(c->tmp);
-        free_cap(c);
+        free_cap(c); /* every rank gets here together once the file exists */
         return st;
     }
     *out = c;
@@ -295,52 +355,56 @@ mp_status mp_h5cap_write_logits(mp_h5cap *c, int i, const float *logits) {
     return write_block(c->logits, H5T_NATIVE_FLOAT, off, cnt, logits);
 }
 
-static int sync_path(const char *p, int dir) {
-    int fd = open(p, dir ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
-    if (fd < 0) return errno;
-    int r = fsync(fd) == 0 ? 0 : errno;
-    close(fd);
-    return r;
-}
-
 mp_status mp_h5cap_finish(mp_h5cap *c, mp_status failed) {
     if (!c) return MP_OK;
     char msg[1024] = "";
-    mp_status st = MP_OK;
+    mp_status st = MP_OK, cst = MP_OK;
     if (failed) snprintf(msg, sizeof msg, "%s", mp_last_error());
-    int first = mp_mpi_first_failed(failed);
-    /* close on every rank (collective under MPI-IO) */
-    close_datasets(c);
-    herr_t r = H5Fclose(c->file);
-    c->file = H5I_INVALID_HID;
-    int close_failed = r < 0;
-    if (close_failed && !failed) snprintf(msg, sizeof msg, "%.480s: cannot write (closing %.480s)", c->out, c->tmp);
-    int first_close = mp_mpi_first_failed(close_failed);
-    /* rank 0 commits or removes, then says how it went */
-    int commit_err = 0;
+    /* one process: write what HDF5 still caches while a failure (a full disk)
+     * can still be undone (MPI-IO writes through) */
+    if (!failed && c->size == 1) {
+        for (cap_ds *d = c->ds; d && !cst; d = d->next)
+            if (d->id >= 0 && H5Dflush(d->id) < 0) {
+                cst = mp_h5_error(MP_ERR_IO, "%s: cannot write (%s)", c->out, d->path);
+                snprintf(msg, sizeof msg, "%s", mp_last_error());
+            }
+    }
+    int first = mp_mpi_first_failed(failed || cst);
+    /* close on every rank together (collective under MPI-IO) */
+    if (first >= 0) {
+        discard_file(c);
+    } else {
+        char what[PATH_MAX * 2 + 32];
+        snprintf(what, sizeof what, "%s: cannot write (closing %s)", c->out, c->tmp);
+        close_datasets(c);
+        cst = mp_h5_close_checked(c->file, what);
+        c->file = H5I_INVALID_HID;
+        if (cst) snprintf(msg, sizeof msg, "%s", mp_last_error());
+    }
+    int first_close = first >= 0 ? -1 : mp_mpi_first_failed(cst != MP_OK);
+    /* rank 0 commits (fsync, destination checked again, rename, directory
+     * sync) or removes, then says how it went */
+    int32_t ce = 0;
     if (c->rank == 0) {
         if (first < 0 && first_close < 0) {
-            if ((commit_err = sync_path(c->tmp, 0)) == 0 && rename(c->tmp, c->out) != 0) commit_err = errno;
-            if (commit_err) unlink(c->tmp);
-            else {
-                char d[PATH_MAX];
-                snprintf(d, sizeof d, "%s", c->out);
-                sync_path(dirname(d), 1);
+            if (mp_out_commit(&c->o, 1) != MP_OK) {
+                ce = 1;
+                snprintf(msg, sizeof msg, "%s", mp_last_error());
             }
         } else {
-            unlink(c->tmp);
+            mp_out_abort(&c->o);
         }
     }
-    int32_t ce = commit_err;
-    if (mp_mpi_bcast(&ce, sizeof ce, 0) != MP_OK && !ce) ce = EIO;
-    if (failed || close_failed) {
-        st = failed ? (mp_status)failed : MP_ERR_HDF5;
+    if (mp_mpi_bcast(&ce, sizeof ce, 0) != MP_OK) ce = 1;
+    if (failed || cst) {
+        st = failed ? failed : cst;
         mp_error(st, "%s", msg);
     } else if (first >= 0 || first_close >= 0) {
         st = mp_error(MP_ERR_IO, "%s: not written: rank %d of %d failed (its message says why)", c->out,
                       first >= 0 ? first : first_close, c->size);
     } else if (ce) {
-        st = mp_error(MP_ERR_IO, "%s: cannot rename %s to it: %s", c->out, c->tmp, strerror(ce));
+        st = c->rank == 0 ? mp_error(MP_ERR_IO, "%s", msg)
+                          : mp_error(MP_ERR_IO, "%s: not written: rank 0 could not commit it", c->out);
     }
     free_cap(c);
     return st;

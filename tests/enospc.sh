@@ -1,7 +1,8 @@
 #!/bin/sh
 # enospc.sh — a full disk and a file-size limit while writing HDF5 files
 # (issue 17, item 3). A Lua script pcall()s a checkpoint save, a run-file
-# capture and an mp.h5 write + close that cannot fit (the mp.h5 file is then
+# capture, a dataset capture (m:capture_prompts, the writer of capture
+# --text-file/--tokens-file) and an mp.h5 write + close that cannot fit (the mp.h5 file is then
 # removed by the script, it is the user's), prints the errors and exits normally: mechprobe must
 # exit 0 (never SIGSEGV at exit, status 139), the errors must say "no space
 # left on device" / "file too large" in words (no raw HDF5 driver text), and
@@ -27,6 +28,10 @@ ok, err = pcall(function()
 end)
 print("capture:", ok, err)
 ok, err = pcall(function()
+  m:capture_prompts({{1, 2, 3, 4, 5, 6, 7, 8}, {9, 10, 11}}, {out = out .. "/ds.h5", hooks = "*", logits = true})
+end)
+print("dscapture:", ok, err)
+ok, err = pcall(function()
   local f = mp.h5.open(out .. "/plain.h5", "w")
   local wok, werr = pcall(function() f:write("big", mp.zeros{64, 1024}) end)
   local cok, cerr = pcall(function() f:close() end)
@@ -39,7 +44,7 @@ LUA
 check() { # label, expected words, output dir
   label=$1; words=$2; dir=$3
   if [ "$status" -ne 0 ]; then echo "FAIL $label: exit status $status (expected 0)"; cat "$work/err.txt"; fail=1; fi
-  for what in save capture h5; do
+  for what in save capture dscapture h5; do
     if ! grep -q "^$what:	false	.*$words" "$work/out.txt"; then
       echo "FAIL $label: $what did not fail with '$words'"; fail=1
     fi

@@ -11,6 +11,7 @@ endfunction()
 mp_mpi_test(test_mpi_dp test_dp.sh)
 mp_mpi_test(test_mpi_capture test_capture.sh)
 mp_mpi_test(test_mpi_faults test_faults.sh)
+mp_mpi_test(test_mpi_create_fault test_create_fault.sh)
 mp_mpi_test(test_mpi_sweep test_sweep.sh)
 mp_mpi_test(test_mpi_probe_sweep test_probe_sweep.sh)
 # The dataset capture without mpirun runs in every build (label lua).

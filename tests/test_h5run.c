@@ -5,6 +5,11 @@
  * copied, never computed, so the tolerance is 0. */
 #include <dirent.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -553,6 +558,119 @@ static void h5io_misc(void) {
     unlink(path);
 }
 
+/* ---- review finding 4: an aborted capture does not write its queued views ----
+ * A thread stays inside HDF5 (an iteration callback holds the thread-safe
+ * library's lock) for 300 ms, so the capture's writer thread is stuck in its
+ * first view while three more are queued; then the run is aborted in a child
+ * with a 3 MiB file-size limit. The views are 2 MiB chunks (written straight
+ * to the file, past HDF5's 1 MiB chunk cache): writing the queued ones into
+ * the file about to be deleted passes the limit and SIGXFSZ kills the child. */
+typedef struct {
+    const char *path;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int inside;
+} hold_ctx;
+
+static void hold_say(hold_ctx *c, int v) {
+    pthread_mutex_lock(&c->mu);
+    c->inside = v;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static herr_t hold_cb(hid_t g, const char *name, const H5L_info_t *info, void *u) {
+    (void)g;
+    (void)name;
+    (void)info;
+    hold_say(u, 1);
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    return 1;
+}
+
+static void *hold_main(void *u) {
+    hold_ctx *c = u;
+    mp_h5_init();
+    hid_t f = H5Fcreate(c->path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), g = H5I_INVALID_HID;
+    if (f >= 0 && (g = H5Gcreate2(f, "/g", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) >= 0) {
+        H5Gclose(g);
+        H5Literate(f, H5_INDEX_NAME, H5_ITER_INC, NULL, hold_cb, c);
+    }
+    if (f >= 0) H5Fclose(f);
+    if (g < 0) hold_say(c, -1);
+    return NULL;
+}
+
+static void abort_drops_queue(void) {
+    hbool_t ts = 0;
+    if (H5is_library_threadsafe(&ts) < 0 || !ts) {
+        printf("abort drops the queue: not tried (HDF5 not thread-safe: captures have no writer thread)\n");
+        return;
+    }
+    const char *path = tmp_path("dropped.h5");
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        mp_config cfg = fake_config();
+        cfg.d_model = 512;
+        const int Tv = 1024, T = 4 * Tv, D = cfg.d_model; /* views of 2 MiB */
+        mp_h5run_params p = mp_h5run_params_default();
+        p.chunk_bytes = (size_t)Tv * D * sizeof(float);
+        mp_h5run *run = NULL;
+        mp_hooks *hooks = mp_hooks_new(&cfg);
+        float *buf = calloc((size_t)Tv * D, sizeof *buf);
+        if (!hooks || !buf || mp_h5run_create(&run, path, &p) != MP_OK ||
+            mp_h5run_capture(run, hooks, &cfg, "hook_embed", 1, T) != MP_OK)
+            _exit(3);
+        hold_ctx c = {tmp_path("hold.h5"), PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+        pthread_t t;
+        if (pthread_create(&t, NULL, hold_main, &c) != 0) _exit(4);
+        pthread_mutex_lock(&c.mu);
+        while (c.inside == 0) pthread_cond_wait(&c.cv, &c.mu);
+        pthread_mutex_unlock(&c.mu);
+        if (c.inside != 1) _exit(5);
+        struct rlimit rl;
+        getrlimit(RLIMIT_FSIZE, &rl);
+        rl.rlim_cur = (rlim_t)3 << 20;
+        if (setrlimit(RLIMIT_FSIZE, &rl) != 0) _exit(6);
+        for (int k = 0; k < 4; k++) {
+            mp_hook_info info = {0};
+            info.id = MP_HOOK_EMBED;
+            info.layer = -1;
+            info.ndim = 3;
+            info.shape[0] = info.full[0] = 1;
+            info.shape[1] = Tv;
+            info.full[1] = T;
+            info.shape[2] = info.full[2] = D;
+            info.axis = 1;
+            info.offset = (int64_t)k * Tv;
+            info.numel = (size_t)Tv * D;
+            for (size_t i = 0; i < info.numel; i++) buf[i] = (float)(k + 1);
+            if (mp_hooks_fire(hooks, &info, buf) != MP_OK) _exit(7);
+        }
+        mp_h5run_abort(run); /* the first view may still be written; the three queued ones not */
+        pthread_join(t, NULL);
+        mp_hooks_free(hooks);
+        free(buf);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "abort with three views queued under a 3 MiB file-size limit: child %s %d%s",
+          WIFSIGNALED(status) ? "killed by signal" : "exit", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
+          WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ ? " (SIGXFSZ: the queued views were written)" : "");
+    DIR *d = opendir(dir);
+    int left = 0;
+    for (struct dirent *e; d && (e = readdir(d));) left += strncmp(e->d_name, "dropped.h5", 10) == 0;
+    if (d) closedir(d);
+    CHECK(left == 0, "the aborted run left %d files", left);
+    unlink(tmp_path("hold.h5"));
+    printf("abort with three views queued under a file-size limit: %s\n",
+           WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "dropped, no SIGXFSZ" : "FAILED");
+}
+
 int main(void) {
     mp_init();
     snprintf(dir, sizeof dir, "/tmp/mp_h5run_XXXXXX");
@@ -562,6 +680,7 @@ int main(void) {
     decode_capture();
     capture_forward();
     abort_and_failures();
+    abort_drops_queue();
     h5io_misc();
     if (tu_failures == 0) {
         unlink(tmp_path("run.h5"));

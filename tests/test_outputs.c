@@ -367,13 +367,15 @@ static void test_signals(void) {
 }
 
 /* A capture by the mechprobe binary killed while its forward hook runs (the
- * run file is being written): no temporary left, the exit status is the signal. */
+ * run file is being written): no temporary left, the exit status is the signal.
+ * The fourth run is a dataset capture (m:capture_prompts, the writer of
+ * capture --text-file/--tokens-file), whose temporary used to be left. */
 static void test_cli_signals(void) {
     /* the third run starts with SIGHUP ignored (nohup): a SIGHUP must not stop
      * it, then SIGTERM does */
-    const int sigs[] = {SIGINT, SIGTERM, SIGTERM};
+    const int sigs[] = {SIGINT, SIGTERM, SIGTERM, SIGINT};
     char sub[512], script[600], ready[600], out[600];
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         snprintf(sub, sizeof sub, "%s/cli%d", dir, i);
         mkdir(sub, 0777);
         snprintf(script, sizeof script, "%s/busy.lua", sub);
@@ -382,9 +384,10 @@ static void test_cli_signals(void) {
         FILE *f = fopen(script, "w");
         if (!f) { CHECK(0, "cannot write %s", script); return; }
         fprintf(f, "local m = mp.load(%s%s%s)\n", "[[", tu_data("ref_tied.bin"), "]]");
-        fprintf(f, "m:capture({1, 2, 3}, {out = [[%s]], hooks = '*', fwd_hooks = {{'blocks.1.hook_resid_pre',\n"
+        fprintf(f, "m:%s, {out = [[%s]], hooks = '*', fwd_hooks = {{'blocks.1.hook_resid_pre',\n"
                    "  function() local r = io.open([[%s]], 'w'); r:close()\n"
-                   "    local t = os.clock(); while os.clock() - t < 60 do end end}}})\n", out, ready);
+                   "    local t = os.clock(); while os.clock() - t < 60 do end end}}})\n",
+                i == 3 ? "capture_prompts({{1, 2, 3}, {4, 5}}" : "capture({1, 2, 3}", out, ready);
         fclose(f);
         pid_t pid = fork();
         if (pid == 0) {

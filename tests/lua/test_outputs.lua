@@ -1,6 +1,8 @@
 -- test_outputs.lua — issue #17 (outputs) through the CLI and the Lua API:
 -- capture refuses a FIFO, a directory, a symbolic link and a device node as
--- --out (the destination stays as it was); sinks writes DIR/sinks.h5 only when
+-- --out (the destination stays as it was), with --tokens too and with
+-- --tokens-file (the dataset-capture writer), which also removes a stale
+-- temporary of its output left by a dead process; sinks writes DIR/sinks.h5 only when
 -- complete (an error injected between the captures and /stats leaves neither
 -- sinks.h5 nor a temporary); mp.output commits and aborts; and the smaller
 -- cases: --hooks '' and sinks --window 0 are errors naming the option, a hook
@@ -54,14 +56,32 @@ if root and os.execute("mknod " .. q(dir .. "/null.h5") .. " c 1 3 2>/dev/null")
 else
   print("note: no device node here (not root or no CAP_MKNOD); /dev/null itself is not tried")
 end
-for _, d in ipairs(dests) do
-  local p = dir .. "/" .. d[1]
-  expect_cli_fail("capture --out " .. d[1], ("capture --model %s --tokens 1,2,3 --out %s"):format(model, q(p)),
-    {p, d[2]})
-  t.ok(kind(p) == d[3], ("%s is still a %s (now %s)"):format(d[1], d[3], tostring(kind(p))))
+spit(dir .. "/prompts.txt", "1,2,3\n4,5\n")
+for _, input in ipairs{"--tokens 1,2,3", "--tokens-file " .. q(dir .. "/prompts.txt")} do
+  for _, d in ipairs(dests) do
+    local p = dir .. "/" .. d[1]
+    expect_cli_fail(("capture %s --out %s"):format(input, d[1]), ("capture --model %s %s --out %s"):format(model,
+      input, q(p)), {p, d[2]})
+    t.ok(kind(p) == d[3], ("%s is still a %s (now %s)"):format(d[1], d[3], tostring(kind(p))))
+  end
 end
 t.ok(slurp(dir .. "/target.h5") == "keep", "the symbolic link's target is untouched")
 t.ok(tmp_count(dir) == 0, "no temporary left by the refused captures")
+-- a stale temporary of a dead process (pid of a reaped child) is removed by the
+-- dataset capture, like by every other writer; the capture is complete
+do
+  local dead = tonumber(io.popen("sh -c 'echo $$'"):read("l"))
+  local stale = ("%s/ds.h5.tmp.%d.0"):format(dir, dead)
+  spit(stale, "partial")
+  local ok, how, code, err = run(("capture --model %s --tokens-file %s --out %s"):format(model,
+    q(dir .. "/prompts.txt"), q(dir .. "/ds.h5")))
+  t.ok(ok, ("capture --tokens-file: exit %s %s: %s"):format(how, tostring(code), err))
+  t.ok(not kind(stale), "the stale temporary " .. stale .. " was removed")
+  local f <close> = mp.h5.open(dir .. "/ds.h5")
+  local lens = f:read_int("lengths")
+  t.ok(lens[1] == 3 and lens[2] == 2, "the dataset capture's /lengths are 3, 2")
+  t.ok(tmp_count(dir) == 0, "no temporary left by the dataset capture")
+end
 
 -- 11. --hooks '' and sinks --window 0 name the option; nothing is written
 expect_cli_fail("--hooks ''", ("capture --model %s --tokens 1,2 --hooks '' --out %s"):format(model, dir .. "/e.h5"),

@@ -2,7 +2,8 @@
 # setup.sh — the two commands of the README:
 #   ./setup.sh          install what is missing (Debian packages), build, run the quickstart
 #   ./setup.sh test     install what is missing, build if needed, run the whole test suite (ctest)
-# Also: ./setup.sh build | bench | asan (the suite under AddressSanitizer + UBSan).
+# Also: ./setup.sh build | bench | asan (the suite under AddressSanitizer + UBSan)
+#       | serial (the suite on a build without MPI: serial HDF5, the capture writer thread).
 set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$(pwd)
@@ -55,6 +56,11 @@ case "$mode" in
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       ctest --test-dir build-asan --output-on-failure -j"$JOBS" "${@:2}"
     ;;
+  serial)
+    install_missing $PKGS
+    mkdir -p build-serial && build build-serial -DMP_MPI=OFF
+    ctest --test-dir build-serial --output-on-failure -j"$JOBS" "${@:2}"
+    ;;
   bench)
     install_missing $PKGS $BENCH_PKGS
     mkdir -p build && build build
@@ -63,7 +69,7 @@ case "$mode" in
     /usr/bin/python3 bench/peer_analyze.py --bench build/bench/bench_analyze   # PCA/scatter: numpy, matplotlib
     ;;
   *)
-    echo "usage: ./setup.sh [run|test|build|asan|bench]" >&2
+    echo "usage: ./setup.sh [run|test|build|asan|serial|bench]" >&2
     exit 2
     ;;
 esac

@@ -71,7 +71,10 @@ t.ok(tmp_count(dir) == 0, "no temporary left by the refused captures")
 -- dataset capture, like by every other writer; the capture is complete
 do
   local dead = tonumber(io.popen("sh -c 'echo $$'"):read("l"))
-  local stale = ("%s/ds.h5.tmp.%d.0"):format(dir, dead)
+  -- temporaries are <path>.tmp.<host>.<pid>.<n>, host: [A-Za-z0-9-] kept, others '_', at most 64
+  local hn = io.popen("uname -n"); local host = hn:read("l"); hn:close()
+  host = ((host ~= nil and host ~= "") and host or "localhost"):sub(1, 64):gsub("[^%w%-]", "_")
+  local stale = ("%s/ds.h5.tmp.%s.%d.0"):format(dir, host, dead)
   spit(stale, "partial")
   local ok, how, code, err = run(("capture --model %s --tokens-file %s --out %s"):format(model,
     q(dir .. "/prompts.txt"), q(dir .. "/ds.h5")))

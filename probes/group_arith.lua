@@ -198,17 +198,16 @@ for i, seed in ipairs(seeds) do
   print(("== seed %d (%s/seed_%d)"):format(seed, o.out, seed))
   print(table.concat(runs[i].lines, "\n"))
 end
-local tsv = assert(io.open(o.out .. "/verdicts_by_seed.tsv", "w"))
-tsv:write("claim")
-for _, seed in ipairs(seeds) do tsv:write(("\tseed %d"):format(seed)) end
-tsv:write("\n")
+local tsv = {"claim"}
+for _, seed in ipairs(seeds) do tsv[#tsv + 1] = ("\tseed %d"):format(seed) end
+tsv[#tsv + 1] = "\n"
 print("VERDICTS BY SEED")
 for j, r in ipairs(runs[1].rows) do
   local cells = {}
   for i = 1, #seeds do cells[i] = runs[i].rows[j].supported end
   print(("%s | %s"):format(r.claim, table.concat(cells, " | ")))
-  tsv:write(r.claim, "\t", table.concat(cells, "\t"), "\n")
+  tsv[#tsv + 1] = r.claim .. "\t" .. table.concat(cells, "\t") .. "\n"
 end
 print("END VERDICTS BY SEED")
-tsv:close()
+cli.write_text(o.out .. "/verdicts_by_seed.tsv", table.concat(tsv))
 print("verdicts by seed: " .. o.out .. "/verdicts_by_seed.tsv")

@@ -12,7 +12,9 @@
 -- interchangeable in names); flags take no value. --help prints the usage.
 -- Mistakes print a clear message and the usage on stderr and exit with 2.
 -- cli.preset(base, presets, name) gives a probe's settings: base, then the
--- named preset over it, plus preset = name.
+-- named preset over it, plus preset = name. cli.write_text(path, text) writes a
+-- probe's text output (report.txt, a .tsv) atomically through mp.output, like
+-- every other file mechprobe writes.
 local cli = {}
 
 function cli.preset(base, presets, name)
@@ -98,6 +100,15 @@ function cli.int_list(s, what)
   end
   if #t == 0 then io.stderr:write(("mechprobe: %s: empty list\n"):format(what)); os.exit(2) end
   return t
+end
+
+function cli.write_text(path, text)
+  local out <close> = mp.output(path)   -- refuses non-regular destinations; temporary removed on error
+  local f = assert(io.open(out.tmp, "w"))
+  local ok, err = f:write(text)
+  local closed, cerr = f:close()
+  if not ok or not closed then error(("%s: cannot write: %s"):format(path, tostring(err or cerr)), 2) end
+  out:commit()
 end
 
 return cli

@@ -322,10 +322,9 @@ function M.print_verdicts(rows, path, out)
   lines[#lines + 1] = "END VERDICTS"
   ;(out or print)(table.concat(lines, "\n"))
   if path then
-    local f = assert(io.open(path, "w"))
-    f:write("claim\tpaper\tours\tsupported\n")
-    for _, r in ipairs(rows) do f:write(("%s\t%s\t%s\t%s\n"):format(r.claim, r.paper, r.ours, r.supported)) end
-    f:close()
+    local tsv = {"claim\tpaper\tours\tsupported\n"}
+    for _, r in ipairs(rows) do tsv[#tsv + 1] = ("%s\t%s\t%s\t%s\n"):format(r.claim, r.paper, r.ours, r.supported) end
+    require("cli").write_text(path, table.concat(tsv))
   end
 end
 

@@ -880,8 +880,7 @@ function M.run(o)
   out("HDF5: %s", h5)
   for _, p in ipairs(figs) do out("figure: %s", p) end
   out("time: estimators %ds, models %ds, total %ds", s1, s2, os.time() - t_start)
-  local rf = io.open(o.out .. "/report.txt", "w")
-  if rf then rf:write(table.concat(lines, "\n"), "\n"); rf:close() end
+  require("cli").write_text(o.out .. "/report.txt", table.concat(lines, "\n") .. "\n")
   return {verdicts = V, h5 = h5, figures = figs, S = S, models = models}
 end
 

@@ -810,8 +810,7 @@ function M.run(o)
   out("checkpoints: %s/{text,ret}_{%s,drope}.h5", mdir, table.concat(M.schemes, ","))
   for _, p in ipairs(figs) do out("figure: %s", p) end
   out("time: training %ds, evaluation %ds, geometry %ds, total %ds", s1, s2, s3, os.time() - t_start)
-  local rf = io.open(o.out .. "/report.txt", "w")
-  if rf then rf:write(table.concat(lines, "\n"), "\n"); rf:close() end
+  require("cli").write_text(o.out .. "/report.txt", table.concat(lines, "\n") .. "\n")
   return {verdicts = V, h5 = h5, figures = figs, E = E, summary = summary, sinks = SINK}
 end
 

@@ -168,6 +168,20 @@ t.case("mp.output", function()
   t.expect_error(function() mp.output(dir .. "/link.h5") end, "is a symbolic link")
 end)
 
+-- probes' text outputs (report.txt, verdicts .tsv) go through cli.write_text: atomic,
+-- and a FIFO, a device or a link is refused like by every other writer (they were io.open)
+t.case("probe text outputs", function()
+  local cli = require "cli"
+  local p = dir .. "/report.txt"
+  cli.write_text(p, "first\n")
+  cli.write_text(p, "second\n")
+  assert(slurp(p) == "second\n", "report.txt replaced whole")
+  t.expect_error(function() cli.write_text(dir .. "/fifo.h5", "x") end, "is a FIFO")
+  t.expect_error(function() cli.write_text(dir .. "/link.h5", "x") end, "is a symbolic link")
+  assert(kind(dir .. "/fifo.h5") == "p" and kind(dir .. "/link.h5") == "l", "the FIFO and the link are untouched")
+  assert(tmp_count(dir) == 0, "no temporary left")
+end)
+
 -- files updated in place (mp.h5.open, t:save) refuse a FIFO instead of blocking on it
 t.case("h5 in place on a FIFO", function()
   t.expect_error(function() mp.h5.open(dir .. "/fifo.h5", "a") end, "is a FIFO")

@@ -17,6 +17,7 @@
  * analytically: 2 x the multiply-adds of every matmul (q, k, v, o, gate, up,
  * down, classifier) plus causal attention 2*2*H*Dh*T*(T+1)/2 per sequence and
  * layer (QK^T and PV on the lower triangle). */
+#include "bench_load.h"
 #include "h5run.h"
 #include "model.h"
 #include "mp_hooks.h"
@@ -54,50 +55,14 @@ static void usage(FILE *f) {
             "  --reps R --warmup W --seed S\n");
 }
 
-static double peak_rss_mib(void) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_maxrss / 1024.0; /* Linux: KiB */
-}
-
 /* CPU used by other processes during a measurement, in cores: the machine's busy
  * time (/proc/stat: user, nice, system, irq, softirq, steal) minus our own
- * (getrusage), over the wall time. Noise from other tenants shows here. */
-typedef struct { double wall, busy, own; } load_probe;
-
-static void load_sample(load_probe *p) {
-    unsigned long long v[8] = {0};
-    FILE *f = fopen("/proc/stat", "r");
-    p->busy = -1;
-    if (f) {
-        if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
-                   &v[6], &v[7]) == 8)
-            p->busy = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)sysconf(_SC_CLK_TCK);
-        fclose(f);
-    }
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    p->own = (double)ru.ru_utime.tv_sec + 1e-6 * ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
-             1e-6 * ru.ru_stime.tv_usec;
-    p->wall = mp_now();
-}
-
-static void print_other_load(const load_probe *a) {
-    load_probe b;
-    load_sample(&b);
-    if (a->busy < 0 || b.busy < 0 || b.wall <= a->wall) return;
-    double other = ((b.busy - a->busy) - (b.own - a->own)) / (b.wall - a->wall);
-    printf("other_cores=%.2f\n", other < 0 ? 0.0 : other);
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+ * (getrusage), over the wall time (bench_load.h). Noise from other tenants shows here. */
+static void print_other_load(const bl_probe *a) {
+    bl_probe b;
+    bl_sample(&b);
+    if (a->busy < 0 || b.busy < 0 || b.wall <= a->wall) return; /* unknown: no line */
+    printf("other_cores=%.2f\n", bl_other(a));
 }
 
 static int threads(void) {
@@ -155,7 +120,7 @@ static void print_common(const mp_model *m, const opts *o) {
 static void print_times(const char *prefix, double *t, int reps, double flops, double tokens) {
     double mn = t[0];
     for (int i = 1; i < reps; i++) mn = t[i] < mn ? t[i] : mn;
-    double med = median(t, reps);
+    double med = bl_median(t, reps);
     printf("%smedian_s=%.6f\n%smin_s=%.6f\n%smax_s=%.6f\n", prefix, med, prefix, mn, prefix, t[reps - 1]);
     printf("%stok_s=%.1f\n", prefix, tokens / med);
     if (flops > 0) printf("%sgflops=%.2f\n", prefix, flops / med * 1e-9);
@@ -169,8 +134,8 @@ static int mode_sgemm(const opts *o) {
     printf("threads=%d\nopenblas=%s\nopenblas_core=%s\n", threads(), openblas_get_config(), openblas_get_corename());
     double best = 0;
     char best_shape[64] = "";
-    load_probe lp;
-    load_sample(&lp);
+    bl_probe lp;
+    bl_sample(&lp);
     for (char *save = NULL, *s = strtok_r(buf, ",", &save); s; s = strtok_r(NULL, ",", &save)) {
         int M, N, K;
         if (sscanf(s, "%dx%dx%d", &M, &N, &K) != 3 || M <= 0 || N <= 0 || K <= 0) {
@@ -204,7 +169,7 @@ static int mode_sgemm(const opts *o) {
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N);
             t[r] = (mp_now() - t0) / inner;
         }
-        double g = flops / median(t, reps) * 1e-9;
+        double g = flops / bl_median(t, reps) * 1e-9;
         printf("sgemm_%dx%dx%d_gflops=%.2f\n", M, N, K, g);
         if (g > best) { best = g; snprintf(best_shape, sizeof best_shape, "%dx%dx%d", M, N, K); }
         free(a); free(b); free(c);
@@ -244,8 +209,8 @@ static int mode_forward(const mp_model *m, const opts *o, const int *tok, float 
         snprintf(path, sizeof path, "%s.logits.f32", o->dump);
         if (!st) st = write_raw(path, logits, (size_t)o->B * o->T * c->vocab * sizeof(float));
     }
-    load_probe lp;
-    load_sample(&lp);
+    bl_probe lp;
+    bl_sample(&lp);
     for (int r = 0; r < o->reps && !st; r++) {
         double t0 = mp_now();
         st = mp_model_forward(m, tok, o->B, o->T, &fp, logits);
@@ -294,8 +259,8 @@ static int mode_capture(const mp_model *m, const opts *o, const int *tok, float 
     mp_status st = MP_OK;
     if (!t || !tf) { free(t); free(tf); return 1; }
     for (int w = 0; w < o->warmup && !st; w++) st = capture_once(m, o, tok, logits, &dummy);
-    load_probe lp;
-    load_sample(&lp);
+    bl_probe lp;
+    bl_sample(&lp);
     for (int r = 0; r < o->reps && !st; r++) {
         double t0 = mp_now();
         st = capture_once(m, o, tok, logits, &tf[r]);
@@ -341,8 +306,8 @@ static int mode_dispatch(const mp_model *m, const opts *o, const int *tok, float
     for (int w = 0; w < o->warmup; w++)
         for (int k = 0; k < 3 && !st; k++) st = mp_model_forward(m, tok, o->B, o->T, &fp[k], logits);
     /* interleaved, rotating which variant goes first, so drift hits all three alike */
-    load_probe lp;
-    load_sample(&lp);
+    bl_probe lp;
+    bl_sample(&lp);
     for (int r = 0; r < o->reps && !st; r++)
         for (int j = 0; j < 3 && !st; j++) {
             int k = (r + j) % 3;
@@ -358,7 +323,7 @@ static int mode_dispatch(const mp_model *m, const opts *o, const int *tok, float
         char pfx[16];
         snprintf(pfx, sizeof pfx, "%s_", names[k]);
         print_times(pfx, t[k], o->reps, forward_flops(c, o->B, o->T), (double)o->B * o->T);
-        med[k] = median(t[k], o->reps);
+        med[k] = bl_median(t[k], o->reps);
     }
     printf("empty_vs_null_pct=%+.2f\none_vs_null_pct=%+.2f\n", 100.0 * (med[1] / med[0] - 1.0),
            100.0 * (med[2] / med[0] - 1.0));
@@ -429,7 +394,7 @@ int main(int argc, char **argv) {
     if (!strcmp(o.mode, "forward")) rc = mode_forward(m, &o, tok, logits);
     else if (!strcmp(o.mode, "capture")) rc = mode_capture(m, &o, tok, logits);
     else rc = mode_dispatch(m, &o, tok, logits);
-    printf("maxrss_mib=%.1f\n", peak_rss_mib());
+    printf("maxrss_mib=%.1f\n", bl_peak_rss_mib());
 done:
     free(tok);
     free(logits);

@@ -1,11 +1,12 @@
 /* h5io.c — the small HDF5 layer of mechprobe: files (plain and atomic), group
- * listing, numeric dataset reading as float32/int32, attributes as tagged
- * values, dataset writing. HDF5 failures become mp_status messages that name
+ * listing, numeric dataset reading as float32/int32, dataset writing
+ * (attributes: h5attr.c). HDF5 failures become mp_status messages that name
  * the file and object and end with the innermost HDF5 error description.
  * Reading never leaves the file: external links, external storage and
  * virtual datasets are refused. */
 #define _GNU_SOURCE /* memfd_create */
 #include "h5io.h"
+#include "h5io_priv.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -118,8 +119,7 @@ static mp_status vfail(mp_status s, int with_desc, hid_t loc, const char *obj, c
     return mp_error(s, "%s: %s: %s", file, obj, what);
 }
 
-__attribute__((format(printf, 4, 5)))
-static mp_status fail_h5(mp_status s, hid_t loc, const char *obj, const char *fmt, ...) {
+mp_status mp_h5_fail(mp_status s, hid_t loc, const char *obj, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     mp_status r = vfail(s, 1, loc, obj, fmt, ap);
@@ -127,8 +127,7 @@ static mp_status fail_h5(mp_status s, hid_t loc, const char *obj, const char *fm
     return r;
 }
 
-__attribute__((format(printf, 4, 5)))
-static mp_status fail_plain(mp_status s, hid_t loc, const char *obj, const char *fmt, ...) {
+mp_status mp_h5_fail_plain(mp_status s, hid_t loc, const char *obj, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     mp_status r = vfail(s, 0, loc, obj, fmt, ap);
@@ -136,7 +135,6 @@ static mp_status fail_plain(mp_status s, hid_t loc, const char *obj, const char 
     return r;
 }
 
-static const char *objname(const char *p) { return (p && *p) ? p : "."; }
 
 /* ---- background writer threads and fork ---- */
 
@@ -373,7 +371,6 @@ void mp_h5_atomic_abort(mp_h5_atomic *a) {
 
 /* ---- groups ---- */
 
-static int is_self(const char *p) { return !p || !*p || strcmp(p, ".") == 0 || strspn(p, "/") == strlen(p); }
 
 /* Walks the links along `path` prefix by prefix (H5Lexists fails, rather
  * than answering 0, when an intermediate group is missing). 1: every link
@@ -381,7 +378,7 @@ static int is_self(const char *p) { return !p || !*p || strcmp(p, ".") == 0 || s
  * hard_only); 0: some link is missing; -1: a link leaves the file (external
  * or user-defined) or, with hard_only, is a soft link — never followed. */
 static int link_walk(hid_t loc, const char *path, int hard_only) {
-    if (is_self(path)) return 1;
+    if (mp_h5_is_self(path)) return 1;
     size_t n = strlen(path);
     char *buf = malloc(n + 1);
     if (!buf) return 0;
@@ -410,10 +407,10 @@ mp_status mp_h5_check_links(hid_t loc, const char *path) {
     mp_h5_init();
     int r = link_walk(loc, path, 1);
     if (r < 0)
-        return fail_plain(MP_ERR_FORMAT, loc, objname(path),
+        return mp_h5_fail_plain(MP_ERR_FORMAT, loc, mp_h5_objname(path),
                           "is reached through a soft, external or user-defined link (refused: only hard links "
                           "inside the file are followed)");
-    if (r == 0) return fail_plain(MP_ERR_FORMAT, loc, objname(path), "no such object");
+    if (r == 0) return mp_h5_fail_plain(MP_ERR_FORMAT, loc, mp_h5_objname(path), "no such object");
     return MP_OK;
 }
 
@@ -429,7 +426,7 @@ static mp_h5_kind kind_of(hid_t obj) {
 int mp_h5_exists(hid_t loc, const char *path, mp_h5_kind *kind) {
     mp_h5_init();
     if (!link_exists(loc, path)) return 0;
-    hid_t o = H5Oopen(loc, is_self(path) ? "." : path, H5P_DEFAULT);
+    hid_t o = H5Oopen(loc, mp_h5_is_self(path) ? "." : path, H5P_DEFAULT);
     if (o < 0) { H5Eclear2(H5E_DEFAULT); return 0; }
     if (kind) *kind = kind_of(o);
     H5Oclose(o);
@@ -448,26 +445,26 @@ mp_status mp_h5_list(hid_t loc, const char *group, mp_h5_entry **out, int *n) {
     mp_h5_entry *e = NULL;
     int count = 0;
     hid_t g = H5I_INVALID_HID;
-    const char *gname = is_self(group) ? "." : group;
+    const char *gname = mp_h5_is_self(group) ? "." : group;
     mp_h5_kind kind;
     *out = NULL;
     *n = 0;
-    if (!mp_h5_exists(loc, gname, &kind)) return fail_plain(MP_ERR_ARG, loc, objname(group), "no such group");
-    if (kind != MP_H5_GROUP) return fail_plain(MP_ERR_ARG, loc, objname(group), "not a group");
+    if (!mp_h5_exists(loc, gname, &kind)) return mp_h5_fail_plain(MP_ERR_ARG, loc, mp_h5_objname(group), "no such group");
+    if (kind != MP_H5_GROUP) return mp_h5_fail_plain(MP_ERR_ARG, loc, mp_h5_objname(group), "not a group");
     g = H5Oopen(loc, gname, H5P_DEFAULT);
     H5G_info_t gi;
-    if (g < 0 || H5Gget_info(g, &gi) < 0) { st = fail_h5(MP_ERR_HDF5, loc, gname, "cannot open group"); goto cleanup; }
-    if (gi.nlinks > (hsize_t)(1 << 30)) { st = fail_plain(MP_ERR_FORMAT, loc, gname, "too many links"); goto cleanup; }
+    if (g < 0 || H5Gget_info(g, &gi) < 0) { st = mp_h5_fail(MP_ERR_HDF5, loc, gname, "cannot open group"); goto cleanup; }
+    if (gi.nlinks > (hsize_t)(1 << 30)) { st = mp_h5_fail_plain(MP_ERR_FORMAT, loc, gname, "too many links"); goto cleanup; }
     e = mp_calloc((size_t)gi.nlinks, sizeof *e, "a group listing");
     if (!e) { st = MP_ERR_NOMEM; goto cleanup; }
     for (hsize_t i = 0; i < gi.nlinks; i++) {
         ssize_t len = H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, NULL, 0, H5P_DEFAULT);
-        if (len < 0) { st = fail_h5(MP_ERR_HDF5, loc, gname, "cannot list link %llu", (unsigned long long)i); goto cleanup; }
+        if (len < 0) { st = mp_h5_fail(MP_ERR_HDF5, loc, gname, "cannot list link %llu", (unsigned long long)i); goto cleanup; }
         char *name = mp_malloc((size_t)len + 1, "a link name");
         if (!name) { st = MP_ERR_NOMEM; goto cleanup; }
         if (H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, (size_t)len + 1, H5P_DEFAULT) < 0) {
             free(name);
-            st = fail_h5(MP_ERR_HDF5, loc, gname, "cannot list link %llu", (unsigned long long)i);
+            st = mp_h5_fail(MP_ERR_HDF5, loc, gname, "cannot list link %llu", (unsigned long long)i);
             goto cleanup;
         }
         e[count].name = name;
@@ -494,27 +491,27 @@ static mp_status open_dataset(hid_t loc, const char *name, mp_h5_dsinfo *info, h
     mp_h5_kind kind;
     *ds = H5I_INVALID_HID;
     memset(info, 0, sizeof *info);
-    if (!name || !*name) return fail_plain(MP_ERR_ARG, loc, "?", "empty dataset name");
+    if (!name || !*name) return mp_h5_fail_plain(MP_ERR_ARG, loc, "?", "empty dataset name");
     if (link_walk(loc, name, 0) < 0)
-        return fail_plain(MP_ERR_FORMAT, loc, name, "is reached through an external link (refused: only objects "
+        return mp_h5_fail_plain(MP_ERR_FORMAT, loc, name, "is reached through an external link (refused: only objects "
                           "inside the file are read)");
-    if (!mp_h5_exists(loc, name, &kind)) return fail_plain(MP_ERR_FORMAT, loc, name, "no such dataset");
-    if (kind != MP_H5_DATASET) return fail_plain(MP_ERR_FORMAT, loc, name, "is a group, not a dataset");
+    if (!mp_h5_exists(loc, name, &kind)) return mp_h5_fail_plain(MP_ERR_FORMAT, loc, name, "no such dataset");
+    if (kind != MP_H5_DATASET) return mp_h5_fail_plain(MP_ERR_FORMAT, loc, name, "is a group, not a dataset");
     *ds = H5Dopen2(loc, name, H5P_DEFAULT);
-    if (*ds < 0) { st = fail_h5(MP_ERR_HDF5, loc, name, "cannot open dataset"); goto cleanup; }
+    if (*ds < 0) { st = mp_h5_fail(MP_ERR_HDF5, loc, name, "cannot open dataset"); goto cleanup; }
     {   /* data stored outside the file is never read */
         hid_t dcpl = H5Dget_create_plist(*ds);
-        if (dcpl < 0) { st = fail_h5(MP_ERR_HDF5, loc, name, "cannot read the dataset's storage properties"); goto cleanup; }
+        if (dcpl < 0) { st = mp_h5_fail(MP_ERR_HDF5, loc, name, "cannot read the dataset's storage properties"); goto cleanup; }
         H5D_layout_t layout = H5Pget_layout(dcpl);
         int n_ext = H5Pget_external_count(dcpl);
         int n_filt = H5Pget_nfilters(dcpl);
         H5Pclose(dcpl);
         if (layout == H5D_VIRTUAL) {
-            st = fail_plain(MP_ERR_FORMAT, loc, name, "is a virtual dataset (its data lives in other files; refused)");
+            st = mp_h5_fail_plain(MP_ERR_FORMAT, loc, name, "is a virtual dataset (its data lives in other files; refused)");
             goto cleanup;
         }
         if (layout < 0 || n_ext != 0 || n_filt < 0) {
-            st = fail_plain(MP_ERR_FORMAT, loc, name, "%s", n_ext > 0 ? "stores its data in external files (refused: "
+            st = mp_h5_fail_plain(MP_ERR_FORMAT, loc, name, "%s", n_ext > 0 ? "stores its data in external files (refused: "
                             "only data inside the file is read)" : "unreadable storage layout");
             goto cleanup;
         }
@@ -526,31 +523,31 @@ static mp_status open_dataset(hid_t loc, const char *name, mp_h5_dsinfo *info, h
     }
     type = H5Dget_type(*ds);
     space = H5Dget_space(*ds);
-    if (type < 0 || space < 0) { st = fail_h5(MP_ERR_HDF5, loc, name, "cannot read dataset header"); goto cleanup; }
+    if (type < 0 || space < 0) { st = mp_h5_fail(MP_ERR_HDF5, loc, name, "cannot read dataset header"); goto cleanup; }
     H5T_class_t cls = H5Tget_class(type);
     info->elem_size = H5Tget_size(type);
     info->is_int = cls == H5T_INTEGER;
     info->is_float = cls == H5T_FLOAT;
     if (!info->is_int && !info->is_float) {
-        st = fail_plain(MP_ERR_FORMAT, loc, name, "not a numeric dataset (HDF5 type class %d)", (int)cls);
+        st = mp_h5_fail_plain(MP_ERR_FORMAT, loc, name, "not a numeric dataset (HDF5 type class %d)", (int)cls);
         goto cleanup;
     }
     H5S_class_t sc = H5Sget_simple_extent_type(space);
-    if (sc == H5S_NULL) { st = fail_plain(MP_ERR_FORMAT, loc, name, "dataset has no data (null dataspace)"); goto cleanup; }
+    if (sc == H5S_NULL) { st = mp_h5_fail_plain(MP_ERR_FORMAT, loc, name, "dataset has no data (null dataspace)"); goto cleanup; }
     int nd = H5Sget_simple_extent_ndims(space);
-    if (nd < 0) { st = fail_h5(MP_ERR_HDF5, loc, name, "cannot read dataset shape"); goto cleanup; }
+    if (nd < 0) { st = mp_h5_fail(MP_ERR_HDF5, loc, name, "cannot read dataset shape"); goto cleanup; }
     if (nd > MP_H5_MAXDIM) {
-        st = fail_plain(MP_ERR_FORMAT, loc, name, "rank %d exceeds the maximum of %d", nd, MP_H5_MAXDIM);
+        st = mp_h5_fail_plain(MP_ERR_FORMAT, loc, name, "rank %d exceeds the maximum of %d", nd, MP_H5_MAXDIM);
         goto cleanup;
     }
     hsize_t dims[MP_H5_MAXDIM];
-    if (H5Sget_simple_extent_dims(space, dims, NULL) < 0) { st = fail_h5(MP_ERR_HDF5, loc, name, "cannot read dataset shape"); goto cleanup; }
+    if (H5Sget_simple_extent_dims(space, dims, NULL) < 0) { st = mp_h5_fail(MP_ERR_HDF5, loc, name, "cannot read dataset shape"); goto cleanup; }
     size_t numel = 1;
     info->ndim = nd;
     for (int i = 0; i < nd; i++) {
         if (dims[i] > (hsize_t)INT64_MAX || mp_mul_size(numel, (size_t)dims[i], &numel) ||
             mp_mul_size(numel, sizeof(double), &(size_t){0})) {
-            st = fail_plain(MP_ERR_FORMAT, loc, name, "dataset size overflows");
+            st = mp_h5_fail_plain(MP_ERR_FORMAT, loc, name, "dataset size overflows");
             goto cleanup;
         }
         info->shape[i] = (int64_t)dims[i];
@@ -603,13 +600,13 @@ static mp_status read_into(hid_t loc, const char *name, hid_t mtype, void *buf, 
     mp_status st = open_dataset(loc, name, &info, &ds);
     if (st != MP_OK) return st;
     if (info.numel != cap) {
-        st = fail_plain(MP_ERR_ARG, loc, name, "dataset has %zu elements, the buffer %zu", info.numel, cap);
+        st = mp_h5_fail_plain(MP_ERR_ARG, loc, name, "dataset has %zu elements, the buffer %zu", info.numel, cap);
         goto cleanup;
     }
     char nofilter[256];
     int lacks = info.numel > 0 && missing_filter(ds, nofilter, sizeof nofilter); /* before the read's error stack */
     if (info.numel > 0 && H5Dread(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
-        st = lacks ? fail_plain(MP_ERR_FORMAT, loc, name, "%s", nofilter) : fail_h5(MP_ERR_HDF5, loc, name, "cannot read");
+        st = lacks ? mp_h5_fail_plain(MP_ERR_FORMAT, loc, name, "%s", nofilter) : mp_h5_fail(MP_ERR_HDF5, loc, name, "cannot read");
 cleanup:
     H5Dclose(ds);
     if (st == MP_OK && out) *out = info;
@@ -634,7 +631,7 @@ static mp_status read_alloc(hid_t loc, const char *name, hid_t mtype, size_t ele
      * the file must hold the data (compressed at most 1100:1) */
     double want = (double)in->numel * (double)elem, held = (double)in->storage * (in->filtered ? 1100.0 : 1.0);
     if (want > (double)(64u << 20) && want > held * 1.01 + 65536.0)
-        return fail_plain(MP_ERR_FORMAT, loc, name, "declares %zu values but the file holds only %llu bytes of them "
+        return mp_h5_fail_plain(MP_ERR_FORMAT, loc, name, "declares %zu values but the file holds only %llu bytes of them "
                           "(refused: not allocating what the file does not contain)", in->numel,
                           (unsigned long long)in->storage);
     void *buf = mp_calloc(in->numel, elem, name);
@@ -685,52 +682,52 @@ mp_status mp_h5_create_dataset(hid_t loc, const char *path, hid_t type, int ndim
     hid_t space = H5I_INVALID_HID, dcpl = H5I_INVALID_HID, lcpl = H5I_INVALID_HID;
     hsize_t dims[MP_H5_MAXDIM], cdims[MP_H5_MAXDIM];
     *ds = H5I_INVALID_HID;
-    if (!path || !*path || is_self(path)) return fail_plain(MP_ERR_ARG, loc, objname(path), "bad dataset name");
+    if (!path || !*path || mp_h5_is_self(path)) return mp_h5_fail_plain(MP_ERR_ARG, loc, mp_h5_objname(path), "bad dataset name");
     if (ndim < 0 || ndim > MP_H5_MAXDIM)
-        return fail_plain(MP_ERR_ARG, loc, path, "rank %d outside 0..%d", ndim, MP_H5_MAXDIM);
+        return mp_h5_fail_plain(MP_ERR_ARG, loc, path, "rank %d outside 0..%d", ndim, MP_H5_MAXDIM);
     if (compress < 0 || compress > 9)
-        return fail_plain(MP_ERR_ARG, loc, path, "compression level %d outside 0..9", compress);
+        return mp_h5_fail_plain(MP_ERR_ARG, loc, path, "compression level %d outside 0..9", compress);
     size_t esize = H5Tget_size(type), cbytes = esize;
     for (int i = 0; i < ndim; i++) {
-        if (shape[i] < 0) return fail_plain(MP_ERR_ARG, loc, path, "negative extent %lld in dim %d", (long long)shape[i], i + 1);
+        if (shape[i] < 0) return mp_h5_fail_plain(MP_ERR_ARG, loc, path, "negative extent %lld in dim %d", (long long)shape[i], i + 1);
         dims[i] = (hsize_t)shape[i];
         if (chunk) {
             if (chunk[i] < 1 || chunk[i] > shape[i])
-                return fail_plain(MP_ERR_ARG, loc, path, "chunk extent %lld outside 1..%lld in dim %d",
+                return mp_h5_fail_plain(MP_ERR_ARG, loc, path, "chunk extent %lld outside 1..%lld in dim %d",
                                   (long long)chunk[i], (long long)shape[i], i + 1);
             cdims[i] = (hsize_t)chunk[i];
             if (mp_mul_size(cbytes, (size_t)chunk[i], &cbytes)) cbytes = SIZE_MAX;
         }
     }
     if (chunk && (ndim == 0 || cbytes >= ((size_t)1 << 32)))
-        return fail_plain(MP_ERR_ARG, loc, path, "cannot chunk this dataset (chunks must be non-scalar and under 4 GiB)");
+        return mp_h5_fail_plain(MP_ERR_ARG, loc, path, "cannot chunk this dataset (chunks must be non-scalar and under 4 GiB)");
 
     /* Replace: unlink an existing object of that name first (HDF5 does not
      * reclaim its space; files are written once in practice). */
     if (link_exists(loc, path) && H5Ldelete(loc, path, H5P_DEFAULT) < 0) {
-        st = fail_h5(MP_ERR_HDF5, loc, path, "cannot replace the existing object");
+        st = mp_h5_fail(MP_ERR_HDF5, loc, path, "cannot replace the existing object");
         goto cleanup;
     }
     lcpl = H5Pcreate(H5P_LINK_CREATE);
     dcpl = H5Pcreate(H5P_DATASET_CREATE);
     space = ndim ? H5Screate_simple(ndim, dims, NULL) : H5Screate(H5S_SCALAR);
     if (lcpl < 0 || dcpl < 0 || space < 0 || H5Pset_create_intermediate_group(lcpl, 1) < 0) {
-        st = fail_h5(MP_ERR_HDF5, loc, path, "cannot create dataset");
+        st = mp_h5_fail(MP_ERR_HDF5, loc, path, "cannot create dataset");
         goto cleanup;
     }
     if (chunk) {
         if (H5Pset_chunk(dcpl, ndim, cdims) < 0 ||
             (compress > 0 && (H5Pset_shuffle(dcpl) < 0 || H5Pset_deflate(dcpl, (unsigned)compress) < 0))) {
-            st = fail_h5(MP_ERR_HDF5, loc, path, "cannot set chunking/compression");
+            st = mp_h5_fail(MP_ERR_HDF5, loc, path, "cannot set chunking/compression");
             goto cleanup;
         }
     }
     if (fill && H5Pset_fill_value(dcpl, type, fill) < 0) {
-        st = fail_h5(MP_ERR_HDF5, loc, path, "cannot set the fill value");
+        st = mp_h5_fail(MP_ERR_HDF5, loc, path, "cannot set the fill value");
         goto cleanup;
     }
     *ds = H5Dcreate2(loc, path, file_type_for(type), space, lcpl, dcpl, H5P_DEFAULT);
-    if (*ds < 0) st = fail_h5(MP_ERR_HDF5, loc, path, "cannot create dataset");
+    if (*ds < 0) st = mp_h5_fail(MP_ERR_HDF5, loc, path, "cannot create dataset");
 cleanup:
     if (space >= 0) H5Sclose(space);
     if (dcpl >= 0) H5Pclose(dcpl);
@@ -749,9 +746,9 @@ static mp_status write_whole(hid_t loc, const char *path, hid_t type, size_t ele
     int64_t numel = 1;
     for (int i = 0; i < ndim; i++) numel *= shape[i];
     if (numel > 0 && H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
-        st = fail_h5(MP_ERR_HDF5, loc, path, "cannot write");
+        st = mp_h5_fail(MP_ERR_HDF5, loc, path, "cannot write");
     /* closing writes what HDF5 still buffers: its failure is a write failure */
-    if (H5Dclose(ds) < 0 && st == MP_OK) st = fail_h5(MP_ERR_HDF5, loc, path, "cannot write");
+    if (H5Dclose(ds) < 0 && st == MP_OK) st = mp_h5_fail(MP_ERR_HDF5, loc, path, "cannot write");
     return st;
 }
 
@@ -761,271 +758,4 @@ mp_status mp_h5_write_f32(hid_t loc, const char *path, int ndim, const int64_t *
 
 mp_status mp_h5_write_i32(hid_t loc, const char *path, int ndim, const int64_t *shape, const int32_t *data, int compress) {
     return write_whole(loc, path, H5T_NATIVE_INT32, sizeof(int32_t), ndim, shape, data, compress);
-}
-
-/* ---- attributes ---- */
-
-void mp_h5_attr_clear(mp_h5_attr *a) {
-    if (!a) return;
-    free(a->name);
-    free(a->s);
-    free(a->iv);
-    free(a->fv);
-    memset(a, 0, sizeof *a);
-}
-
-void mp_h5_attrs_free(mp_h5_attr *a, int n) {
-    if (!a) return;
-    for (int i = 0; i < n; i++) mp_h5_attr_clear(&a[i]);
-    free(a);
-}
-
-/* Integer value of `size` bytes (signed or not) at p. */
-static int64_t int_at(const unsigned char *p, size_t size, int sgn) {
-    switch (size) {
-    case 1: return sgn ? (int64_t)*(const int8_t *)p : (int64_t)*(const uint8_t *)p;
-    case 2: { int16_t s; uint16_t u; memcpy(&s, p, 2); memcpy(&u, p, 2); return sgn ? (int64_t)s : (int64_t)u; }
-    case 4: { int32_t s; uint32_t u; memcpy(&s, p, 4); memcpy(&u, p, 4); return sgn ? (int64_t)s : (int64_t)u; }
-    default: { int64_t s; memcpy(&s, p, 8); return s; }
-    }
-}
-
-/* Reads the open attribute `aid` (named key, on object obj) into *out. */
-static mp_status read_attr(hid_t loc, const char *obj, hid_t aid, const char *key, mp_h5_attr *out) {
-    mp_status st = MP_OK;
-    hid_t type = H5Aget_type(aid), space = H5Aget_space(aid), mtype = H5I_INVALID_HID;
-    void *buf = NULL;
-    memset(out, 0, sizeof *out);
-    out->kind = MP_H5_ATTR_UNSUPPORTED;
-    out->name = strdup(key);
-    if (!out->name) { st = mp_error(MP_ERR_NOMEM, "out of memory reading attributes"); goto cleanup; }
-    if (type < 0 || space < 0) { st = fail_h5(MP_ERR_HDF5, loc, obj, "cannot read attribute '%s'", key); goto cleanup; }
-    H5S_class_t sc = H5Sget_simple_extent_type(space);
-    hssize_t np = H5Sget_simple_extent_npoints(space);
-    if (sc == H5S_NULL || np < 0) goto cleanup; /* unsupported: no value */
-    int scalar = sc == H5S_SCALAR;
-    H5T_class_t cls = H5Tget_class(type);
-    if ((cls == H5T_INTEGER || cls == H5T_FLOAT || cls == H5T_ENUM) && (size_t)np > MP_H5_ATTR_MAXN) {
-        st = fail_plain(MP_ERR_FORMAT, loc, obj, "attribute '%s' has %lld values (more than %u)", key, (long long)np,
-                        MP_H5_ATTR_MAXN);
-        goto cleanup;
-    }
-    size_t n = (size_t)np;
-    if (cls == H5T_INTEGER || cls == H5T_FLOAT) {
-        int isint = cls == H5T_INTEGER;
-        void *dst;
-        if (isint) dst = out->iv = mp_calloc(n, sizeof(int64_t), key);
-        else dst = out->fv = mp_calloc(n, sizeof(double), key);
-        if (!dst) { st = MP_ERR_NOMEM; goto cleanup; }
-        if (n && H5Aread(aid, isint ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE, dst) < 0) {
-            st = fail_h5(MP_ERR_HDF5, loc, obj, "cannot read attribute '%s'", key);
-            goto cleanup;
-        }
-        out->n = n;
-        if (scalar) {
-            if (isint) { out->kind = MP_H5_ATTR_INT; out->i = out->iv[0]; out->f = (double)out->i; }
-            else { out->kind = MP_H5_ATTR_FLOAT; out->f = out->fv[0]; }
-        } else {
-            out->kind = isint ? MP_H5_ATTR_INT_ARRAY : MP_H5_ATTR_FLOAT_ARRAY;
-        }
-    } else if (cls == H5T_ENUM) {
-        /* Booleans written by h5py/numpy are enums over int8: read the raw
-         * native integers behind the enum. */
-        hid_t base = H5Tget_super(type);
-        H5T_sign_t sg = base >= 0 ? H5Tget_sign(base) : H5T_SGN_ERROR;
-        if (base >= 0) H5Tclose(base);
-        mtype = H5Tget_native_type(type, H5T_DIR_ASCEND);
-        size_t sz = mtype >= 0 ? H5Tget_size(mtype) : 0;
-        if (sg == H5T_SGN_ERROR || (sz != 1 && sz != 2 && sz != 4 && sz != 8)) goto cleanup;
-        buf = mp_calloc(n, sz, key);
-        out->iv = mp_calloc(n, sizeof(int64_t), key);
-        if (!buf || !out->iv) { st = MP_ERR_NOMEM; goto cleanup; }
-        if (n && H5Aread(aid, mtype, buf) < 0) { st = fail_h5(MP_ERR_HDF5, loc, obj, "cannot read attribute '%s'", key); goto cleanup; }
-        for (size_t i = 0; i < n; i++) out->iv[i] = int_at((unsigned char *)buf + i * sz, sz, sg == H5T_SGN_2);
-        out->n = n;
-        if (scalar) { out->kind = MP_H5_ATTR_INT; out->i = out->iv[0]; out->f = (double)out->i; }
-        else out->kind = MP_H5_ATTR_INT_ARRAY;
-    } else if (cls == H5T_STRING && n == 1) {
-        mtype = H5Tcopy(H5T_C_S1);
-        if (mtype < 0) { st = fail_h5(MP_ERR_HDF5, loc, obj, "cannot read attribute '%s'", key); goto cleanup; }
-        H5Tset_cset(mtype, H5Tget_cset(type));
-        if (H5Tis_variable_str(type) > 0) {
-            char *p = NULL;
-            if (H5Tset_size(mtype, H5T_VARIABLE) < 0 || H5Aread(aid, mtype, &p) < 0) {
-                st = fail_h5(MP_ERR_HDF5, loc, obj, "cannot read attribute '%s'", key);
-                goto cleanup;
-            }
-            out->s = strdup(p ? p : "");
-            if (p) H5free_memory(p);
-        } else {
-            size_t sz = H5Tget_size(type);
-            if (sz == 0 || sz > MP_H5_ATTR_MAXN) goto cleanup;
-            out->s = calloc(sz + 1, 1);
-            if (!out->s) { st = mp_error(MP_ERR_NOMEM, "out of memory reading attributes"); goto cleanup; }
-            if (H5Tset_size(mtype, sz + 1) < 0 || H5Tset_strpad(mtype, H5T_STR_NULLTERM) < 0 ||
-                H5Aread(aid, mtype, out->s) < 0) {
-                st = fail_h5(MP_ERR_HDF5, loc, obj, "cannot read attribute '%s'", key);
-                goto cleanup;
-            }
-            out->s[sz] = '\0';
-            if (H5Tget_strpad(type) == H5T_STR_SPACEPAD) {
-                size_t l = strlen(out->s);
-                while (l && out->s[l - 1] == ' ') out->s[--l] = '\0';
-            }
-        }
-        if (!out->s) { st = mp_error(MP_ERR_NOMEM, "out of memory reading attributes"); goto cleanup; }
-        out->kind = MP_H5_ATTR_STRING;
-    }
-cleanup:
-    free(buf);
-    if (mtype >= 0) H5Tclose(mtype);
-    if (type >= 0) H5Tclose(type);
-    if (space >= 0) H5Sclose(space);
-    if (st != MP_OK) mp_h5_attr_clear(out);
-    return st;
-}
-
-typedef struct {
-    hid_t loc;
-    const char *obj;
-    mp_h5_attr *a;
-    int n, cap;
-    mp_status st;
-} attr_ctx;
-
-static herr_t attr_cb(hid_t o, const char *name, const H5A_info_t *ai, void *u) {
-    (void)ai;
-    attr_ctx *c = u;
-    if (c->n == c->cap) {
-        int cap = c->cap ? 2 * c->cap : 16;
-        mp_h5_attr *a = realloc(c->a, (size_t)cap * sizeof *a);
-        if (!a) { c->st = mp_error(MP_ERR_NOMEM, "out of memory reading attributes"); return -1; }
-        c->a = a;
-        c->cap = cap;
-    }
-    hid_t aid = H5Aopen(o, name, H5P_DEFAULT);
-    if (aid < 0) { c->st = fail_h5(MP_ERR_HDF5, c->loc, c->obj, "cannot open attribute '%s'", name); return -1; }
-    c->st = read_attr(c->loc, c->obj, aid, name, &c->a[c->n]);
-    H5Aclose(aid);
-    if (c->st != MP_OK) return -1;
-    c->n++;
-    return 0;
-}
-
-static mp_status open_object(hid_t loc, const char *obj, hid_t *o) {
-    const char *name = is_self(obj) ? "." : obj;
-    *o = H5I_INVALID_HID;
-    if (!mp_h5_exists(loc, name, NULL)) return fail_plain(MP_ERR_FORMAT, loc, objname(obj), "no such object");
-    *o = H5Oopen(loc, name, H5P_DEFAULT);
-    if (*o < 0) return fail_h5(MP_ERR_HDF5, loc, objname(obj), "cannot open");
-    return MP_OK;
-}
-
-mp_status mp_h5_attrs_read(hid_t loc, const char *obj, mp_h5_attr **out, int *n) {
-    mp_h5_init();
-    hid_t o;
-    *out = NULL;
-    *n = 0;
-    mp_status st = open_object(loc, obj, &o);
-    if (st != MP_OK) return st;
-    attr_ctx c = {loc, objname(obj), NULL, 0, 0, MP_OK};
-    herr_t r = H5Aiterate2(o, H5_INDEX_NAME, H5_ITER_INC, NULL, attr_cb, &c);
-    if (c.st == MP_OK && r < 0) c.st = fail_h5(MP_ERR_HDF5, loc, objname(obj), "cannot list attributes");
-    H5Oclose(o);
-    if (c.st != MP_OK) { mp_h5_attrs_free(c.a, c.n); return c.st; }
-    *out = c.a;
-    *n = c.n;
-    return MP_OK;
-}
-
-mp_status mp_h5_attr_get(hid_t loc, const char *obj, const char *key, mp_h5_attr *out) {
-    mp_h5_init();
-    hid_t o, aid = H5I_INVALID_HID;
-    memset(out, 0, sizeof *out);
-    mp_status st = open_object(loc, obj, &o);
-    if (st != MP_OK) return st;
-    htri_t ex = H5Aexists(o, key);
-    if (ex <= 0) {
-        st = ex < 0 ? fail_h5(MP_ERR_HDF5, loc, objname(obj), "cannot look up attribute '%s'", key)
-                    : fail_plain(MP_ERR_FORMAT, loc, objname(obj), "missing attribute '%s'", key);
-        goto cleanup;
-    }
-    aid = H5Aopen(o, key, H5P_DEFAULT);
-    if (aid < 0) { st = fail_h5(MP_ERR_HDF5, loc, objname(obj), "cannot open attribute '%s'", key); goto cleanup; }
-    st = read_attr(loc, objname(obj), aid, key, out);
-cleanup:
-    if (aid >= 0) H5Aclose(aid);
-    H5Oclose(o);
-    return st;
-}
-
-/* Creates (replacing) attribute key on obj and writes buf. */
-static mp_status attr_write(hid_t loc, const char *obj, const char *key, hid_t ftype, hid_t mtype,
-                            hid_t space, const void *buf) {
-    mp_h5_init();
-    hid_t o, aid = H5I_INVALID_HID;
-    if (!key || !*key) return fail_plain(MP_ERR_ARG, loc, objname(obj), "empty attribute name");
-    mp_status st = open_object(loc, obj, &o);
-    if (st != MP_OK) return st;
-    htri_t ex = H5Aexists(o, key);
-    if (ex < 0 || (ex > 0 && H5Adelete(o, key) < 0)) {
-        st = fail_h5(MP_ERR_HDF5, loc, objname(obj), "cannot replace attribute '%s'", key);
-        goto cleanup;
-    }
-    aid = H5Acreate2(o, key, ftype, space, H5P_DEFAULT, H5P_DEFAULT);
-    if (aid < 0 || H5Awrite(aid, mtype, buf) < 0)
-        st = fail_h5(MP_ERR_HDF5, loc, objname(obj), "cannot write attribute '%s'", key);
-cleanup:
-    if (aid >= 0) H5Aclose(aid);
-    H5Oclose(o);
-    return st;
-}
-
-static mp_status attr_write_n(hid_t loc, const char *obj, const char *key, hid_t ftype, hid_t mtype,
-                              const void *buf, size_t n, int scalar) {
-    mp_h5_init();
-    hsize_t d = (hsize_t)n;
-    hid_t space = scalar ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &d, NULL);
-    if (space < 0) return fail_h5(MP_ERR_HDF5, loc, objname(obj), "cannot write attribute '%s'", key);
-    mp_status st = attr_write(loc, obj, key, ftype, mtype, space, buf);
-    H5Sclose(space);
-    return st;
-}
-
-mp_status mp_h5_attr_set_int(hid_t loc, const char *obj, const char *key, int64_t v) {
-    return attr_write_n(loc, obj, key, H5T_STD_I64LE, H5T_NATIVE_INT64, &v, 1, 1);
-}
-
-mp_status mp_h5_attr_set_float(hid_t loc, const char *obj, const char *key, double v) {
-    return attr_write_n(loc, obj, key, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v, 1, 1);
-}
-
-mp_status mp_h5_attr_set_ints(hid_t loc, const char *obj, const char *key, const int64_t *v, size_t n) {
-    return attr_write_n(loc, obj, key, H5T_STD_I64LE, H5T_NATIVE_INT64, v, n, 0);
-}
-
-mp_status mp_h5_attr_set_floats(hid_t loc, const char *obj, const char *key, const double *v, size_t n) {
-    return attr_write_n(loc, obj, key, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, v, n, 0);
-}
-
-mp_status mp_h5_attr_set_string(hid_t loc, const char *obj, const char *key, const char *v) {
-    mp_h5_init();
-    /* Fixed-length (the length of the string, NUL-padded), not variable-length:
-     * reading a variable-length string goes through the global heap, the part
-     * of the HDF5 library most fragile against a corrupted file. */
-    const char *p = v ? v : "";
-    size_t len = strlen(p);
-    hid_t t = H5Tcopy(H5T_C_S1);
-    if (t < 0 || H5Tset_size(t, len ? len : 1) < 0 || H5Tset_strpad(t, H5T_STR_NULLPAD) < 0 ||
-        H5Tset_cset(t, H5T_CSET_UTF8) < 0) {
-        if (t >= 0) H5Tclose(t);
-        return fail_h5(MP_ERR_HDF5, loc, objname(obj), "cannot write attribute '%s'", key);
-    }
-    char *buf = calloc(len + 1, 1);
-    if (!buf) { H5Tclose(t); return mp_error(MP_ERR_NOMEM, "out of memory writing attribute '%s'", key); }
-    memcpy(buf, p, len);
-    mp_status st = attr_write_n(loc, obj, key, t, t, buf, 1, 1);
-    free(buf);
-    H5Tclose(t);
-    return st;
 }

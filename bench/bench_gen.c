@@ -182,16 +182,7 @@ static int do_train_gpt2(const opts *o) {
     const int B = o->B, T = o->T;
     const size_t n = (size_t)B * (T + 1);
     int *seq = malloc(n * sizeof(int)), *tok = malloc((size_t)B * T * sizeof(int)), *tgt = malloc((size_t)B * T * sizeof(int));
-    uint64_t s = 42;
-    for (size_t i = 0; i < n; i++) {
-        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-        seq[i] = (int)((s >> 33) % (uint64_t)c.vocab);
-    }
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
-            tok[b * T + t] = seq[b * (T + 1) + t];
-            tgt[b * T + t] = seq[b * (T + 1) + t + 1];
-        }
+    bl_fixed_batch(B, T, c.vocab, seq, tok, tgt);
     snprintf(path, sizeof path, "%s.tokens.i32", o->out);
     FILE *f = fopen(path, "wb");
     if (!f || fwrite(seq, sizeof(int), n, f) != n || fclose(f)) { fprintf(stderr, "bench_gen: cannot write %s\n", path); return 1; }

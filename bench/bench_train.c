@@ -8,6 +8,7 @@
  *   bench_train --d-model 128 --layers 4 --heads 4 --d-mlp 344 --vocab 512
  *               --seq 256 --batch 16 --steps 8 --warmup-steps 2 [--init FILE.h5]
  *               [--tokens FILE.i32] */
+#include "bench_load.h"
 #include "checkpoint.h"
 #include "model.h"
 #include "optim.h"
@@ -59,16 +60,7 @@ int main(int argc, char **argv) {
     /* fixed random batches: tokens[t], targets = tokens shifted by one */
     size_t n = (size_t)B * (T + 1);
     int *seq = malloc(n * sizeof(int)), *tok = malloc((size_t)B * T * sizeof(int)), *tgt = malloc((size_t)B * T * sizeof(int));
-    uint64_t s = 42;
-    for (size_t i = 0; i < n; i++) {
-        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-        seq[i] = (int)((s >> 33) % (uint64_t)c.vocab);
-    }
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
-            tok[b * T + t] = seq[b * (T + 1) + t];
-            tgt[b * T + t] = seq[b * (T + 1) + t + 1];
-        }
+    bl_fixed_batch(B, T, c.vocab, seq, tok, tgt);
     if (tok_path) { /* the peer reads the same batch */
         FILE *f = fopen(tok_path, "wb");
         if (!f || fwrite(seq, sizeof(int), n, f) != n) { fprintf(stderr, "bench_train: cannot write %s\n", tok_path); return 1; }

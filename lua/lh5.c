@@ -1,6 +1,6 @@
 /* lh5.c — HDF5 files from Lua: mp.h5.open(path [, mode]) returns a
  * "mechprobe.H5" handle with read/read_int/shape/attrs/list/has/write/
- * set_attr/close, built on hooks/h5io. Modes: "r" (default), "r+" (read-write),
+ * set_attr/close, built on io/h5io. Modes: "r" (default), "r+" (read-write),
  * "w" (create or truncate; not atomic), "a" (read-write, created if missing).
  * Every dataset comes back as a float32 Tensor (integers converted); read_int
  * gives small integer data such as /tokens as nested Lua tables. */

@@ -2,7 +2,7 @@
  * float32, row-major, up to MP_MAXDIM dims, reference-counted storage shared by
  * views along leading dims, 1-based indices (negative ones count from the end).
  * Constructors mp.tensor/zeros/ones/full, element access, views, in-place and
- * new-tensor arithmetic, reductions, and t:save() through hooks/h5io.
+ * new-tensor arithmetic, reductions, and t:save() through io/h5io.
  * Every tensor is contiguous: views only select or narrow leading dims. */
 #include "mp_lua.h"
 

@@ -4,7 +4,7 @@
  * same file).
  *
  *   /                 attrs format="mechprobe.run", version=1, mechprobe_version
- *   /model            attrs: the config (as hooks/h5run.h)
+ *   /model            attrs: the config (as io/h5run.h)
  *   /lengths          int32 [N]            tokens of each prompt
  *   /tokens           int32 [N, Tmax]      padded with -1
  *   /acts/<hook>      float32 [N, Tmax, ...] (hook shapes with B = N, T = Tmax);

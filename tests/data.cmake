@@ -1,4 +1,4 @@
-# tests/data.cmake — the data plane: HDF5 run files (hooks/h5io.c, hooks/h5run.c)
+# tests/data.cmake — the data plane: HDF5 run files (io/h5io.c, io/h5run.c)
 # and the Lua Tensor / H5 bindings (lua/ltensor.c, lua/lh5.c); the capture's write path
 # (tiles, writer thread, write errors).
 mp_c_test(test_h5run "unit" test_h5run.c)

@@ -1,5 +1,5 @@
 /* fuzz_checkpoint.c — fuzz target for the checkpoint loader
- * (hooks/checkpoint.c): each input is written to a file and loaded with
+ * (io/checkpoint.c): each input is written to a file and loaded with
  * optimizer state and loss curve through the guarded loader, as `mp.load`
  * does. Every input must end in a model whose config validates and whose
  * sizes match, or in an error naming the file; a parse that crashes or hangs

@@ -3,7 +3,7 @@
  * invariants the reader promises (every tensor inside the buffer, lookups
  * consistent) and dequantises every tensor. Built two ways:
  *   libFuzzer: clang -g -O1 -fsanitize=fuzzer,address,undefined \
- *              -Iruntime tests/fuzz_gguf.c runtime/gguf.c runtime/quant.c runtime/mp_common.c -lgsl -lm
+ *              -Ibase -Iruntime tests/fuzz_gguf.c runtime/gguf.c runtime/quant.c base/mp_common.c -lgsl -lm
  *   plain:     with tests/fuzz_driver.c (a bounded mutation loop, run by ctest). */
 #include "gguf.h"
 

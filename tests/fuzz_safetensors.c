@@ -3,9 +3,9 @@
  * a safetensors file (accepted tensors must lie inside the buffer and are
  * decoded) and, independently, as a JSON document whose whole tree is walked.
  * Built two ways:
- *   libFuzzer: clang -g -O1 -fsanitize=fuzzer,address,undefined -Iruntime \
+ *   libFuzzer: clang -g -O1 -fsanitize=fuzzer,address,undefined -Ibase -Iruntime \
  *              tests/fuzz_safetensors.c runtime/safetensors.c runtime/json.c runtime/quant.c \
- *              runtime/mp_common.c -lgsl -lm
+ *              base/mp_common.c -lgsl -lm
  *   plain:     with tests/fuzz_driver.c (a bounded mutation loop, run by ctest). */
 #include "json.h"
 #include "safetensors.h"

@@ -1,4 +1,4 @@
-/* test_capture_io.c — the capture's write path (hooks/h5run.c): attention-map
+/* test_capture_io.c — the capture's write path (io/h5run.c): attention-map
  * tiles that hold only the fill value are not written yet read back as it
  * (0 for hook_pattern, -inf for hook_attn_scores), the writer thread gives the
  * same bytes as writing on the forward's thread, and a write that fails on

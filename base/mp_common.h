@@ -60,7 +60,7 @@ const char *mp_fmt_bytes(double bytes, char *buf);
 /* Wall-clock seconds (monotonic), for progress reports and benchmarks. */
 double mp_now(void);
 
-/* ---- atomic outputs (runtime/mp_out.c) ----
+/* ---- atomic outputs (base/mp_out.c) ----
  * Every file mechprobe writes goes through this: the content is written to a
  * temporary "<path>.tmp.<host>.<pid>.<n>" in the destination's directory and renamed
  * over `path` only by mp_out_commit, so a reader sees the old file or the new

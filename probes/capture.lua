@@ -14,7 +14,7 @@ local o = cli.parse(arg, {
   name = "capture",
   summary = "Capture activations at hook points into an HDF5 run file (h5py: f['acts/blocks.0.hook_resid_pre']).",
   {"model", "FILE", "model file (checkpoint .h5, llama2.c .bin, GGUF, HF folder)", required = true},
-  {"tokenizer", "FILE", "tokenizer.bin (default: found next to the model)"},
+  {"tokenizer", "FILE", "tokenizer file (default: found next to the model)"},
   {"text", "STR", "text to tokenize (BOS prepended)"},
   {"tokens", "IDS", "comma-separated token ids instead of --text"},
   {"text_file", "FILE", "one prompt per line: a dataset capture [N, Tmax, ...] with /lengths (split over MPI ranks)"},

@@ -6,8 +6,8 @@ local cli = require "cli"
 local o = cli.parse(arg, {
   name = "generate",
   summary = "Generate text (greedy with --temperature 0; nucleus sampling otherwise).",
-  {"model", "FILE", "llama2.c checkpoint", required = true},
-  {"tokenizer", "FILE", "tokenizer.bin (default: found next to the model)"},
+  {"model", "FILE", "model file (checkpoint .h5, llama2.c .bin, GGUF, HF folder)", required = true},
+  {"tokenizer", "FILE", "tokenizer file (default: found next to the model)"},
   {"prompt", "STR", "prompt text (default: start from BOS)", default = ""},
   {"steps", "N", "new tokens at most", default = 64, type = "int"},
   {"temperature", "T", "0 = greedy", default = 1.0, type = "number"},

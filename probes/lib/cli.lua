@@ -33,7 +33,11 @@ local function usage(spec)
     local left = "--" .. o[1]:gsub("_", "-") .. (o[2] and (" " .. o[2]) or "")
     local right = o[3] or ""
     if o.required then right = right .. " (required)" end
-    if o.default ~= nil then right = right .. (" (default %s)"):format(tostring(o.default)) end
+    -- an empty default, or help text that already says what the default means,
+    -- gets no "(default ...)" of its own
+    if o.default ~= nil and o.default ~= "" and not right:find("(default", 1, true) then
+      right = right .. (" (default %s)"):format(tostring(o.default))
+    end
     lines[#lines + 1] = ("  %-26s %s"):format(left, right)
   end
   lines[#lines + 1] = ("  %-26s %s"):format("--help", "show this help")

@@ -89,5 +89,16 @@ expect_fail("script error", q(script), {"bad_script.lua:2: boom", "stack traceba
 spit(script, ("local m = mp.load(%q)\nm:run_with_cache({1,2}, {names='blocks.0.hook_nope'})\n"):format(good_model))
 expect_fail("API misuse", q(script), {"blocks.0.hook_nope", "bad_script.lua:2"})
 
+-- --help of every shipped command: every format loads, so no help may say a
+-- model is a llama2.c checkpoint, and no option prints an empty "(default )"
+for _, cmd in ipairs({"capture", "generate", "sinks", "quickstart", "rope_id", "mirror_descent", "group_arith"}) do
+  local p = io.popen(exe .. " " .. cmd .. " --help 2>&1")
+  local help = p:read("a"); p:close()
+  t.ok(help:find("usage: mechprobe " .. cmd, 1, true), cmd .. " --help prints its usage")
+  t.ok(not help:find("(default )", 1, true), cmd .. " --help has an empty (default ): " .. help)
+  t.ok(not help:find("(default: [^)]*%) %(default"), cmd .. " --help gives a default twice: " .. help)
+  t.ok(not help:find("llama2.c checkpoint", 1, true), cmd .. " --help says llama2.c checkpoint: " .. help)
+end
+
 os.execute("rm -rf " .. dir)
 t.finish("test_faults")

@@ -862,7 +862,6 @@ static int model_set_rope_scaling(lua_State *L) {
     lua_settop(L, 2);
     model_idle(L, "set_rope_scaling"); /* the running pass and its KV cache read m->cfg */
     lmodel *lm = mp_lua_model_busy(L, 1, "set_rope_scaling", 0);
-    mp_config c = lm->m->cfg;
     const char *type = "none";
     if (lua_istable(L, 2)) {
         if (lua_getfield(L, 2, "type") != LUA_TNIL) type = luaL_checkstring(L, -1); /* kept on the stack */
@@ -871,13 +870,13 @@ static int model_set_rope_scaling(lua_State *L) {
     }
     int k = mp_rope_scaling_parse(type);
     if (k < 0) return luaL_error(L, "set_rope_scaling: type must be \"pi\", \"ntk\", \"yarn\" or \"none\" (got \"%s\")", type);
-    c.rope_scaling = (mp_rope_scaling)k;
-    c.rope_factor = k ? (float)mp_lua_opt_num(L, 2, "factor", 1.0) : 0.0f;
-    c.rope_orig_ctx = k ? (int)mp_lua_opt_int(L, 2, "set_rope_scaling", "original_ctx", 0, 0, INT_MAX) : 0;
-    c.yarn_beta_fast = k ? (float)mp_lua_opt_num(L, 2, "beta_fast", 0) : 0.0f;
-    c.yarn_beta_slow = k ? (float)mp_lua_opt_num(L, 2, "beta_slow", 0) : 0.0f;
-    if (mp_config_validate(&c, "set_rope_scaling")) return luaL_error(L, "%s", mp_last_error());
-    lm->m->cfg = c;
+    mp_rope_scaling_params p = mp_rope_scaling_params_default();
+    p.type = (mp_rope_scaling)k;
+    p.factor = k ? (float)mp_lua_opt_num(L, 2, "factor", 1.0) : 0.0f;
+    p.original_ctx = k ? (int)mp_lua_opt_int(L, 2, "set_rope_scaling", "original_ctx", 0, 0, INT_MAX) : 0;
+    p.beta_fast = k ? (float)mp_lua_opt_num(L, 2, "beta_fast", 0) : 0.0f;
+    p.beta_slow = k ? (float)mp_lua_opt_num(L, 2, "beta_slow", 0) : 0.0f;
+    if (mp_model_set_rope_scaling(lm->m, &p)) return luaL_error(L, "%s", mp_last_error());
     lua_settop(L, 1);
     return 1;
 }
@@ -892,19 +891,9 @@ static int model_set_pos(lua_State *L) {
     const char *name = luaL_checkstring(L, 2);
     int k = mp_pos_parse(name);
     if (k < 0) return luaL_error(L, "set_pos: unknown positional scheme \"%s\"", name);
-    mp_config c = lm->m->cfg;
-    if ((k == MP_POS_LEARNED) != (c.pos == MP_POS_LEARNED))
-        return luaL_error(L, "set_pos: cannot switch to or from learned positions (the parameters differ)");
-    c.pos = (mp_pos_kind)k;
-    c.rope_dims = (int)mp_lua_opt_int(L, 3, "set_pos", "rope_dims", 0, 0, INT_MAX);
-    c.pos_no_temp = !mp_lua_opt_bool(L, 3, "pos_temp", 1);
-    if (c.pos != MP_POS_ROPE && c.pos != MP_POS_HALF_ROPE) {
-        c.rope_scaling = MP_ROPE_SCALING_NONE;
-        c.rope_factor = 0.0f;
-    }
-    if (c.pos != MP_POS_ROPE) c.n_rope_freqs = 0;
-    if (mp_config_validate(&c, "set_pos")) return luaL_error(L, "%s", mp_last_error());
-    lm->m->cfg = c;
+    int rope_dims = (int)mp_lua_opt_int(L, 3, "set_pos", "rope_dims", 0, 0, INT_MAX);
+    int pos_temp = mp_lua_opt_bool(L, 3, "pos_temp", 1);
+    if (mp_model_set_pos(lm->m, (mp_pos_kind)k, rope_dims, pos_temp)) return luaL_error(L, "%s", mp_last_error());
     lua_settop(L, 1);
     return 1;
 }

@@ -246,69 +246,43 @@ static int model_forward(lua_State *L) { return run_common(L, 0); }
 static int model_run_with_hooks(lua_State *L) { return run_common(L, 0); }
 static int model_run_with_cache(lua_State *L) { return run_common(L, 1); }
 
-/* ---- tokenization: a llama2.c tokenizer.bin, or raw bytes ----
- * Byte-level models (e.g. trained on mp.tasks.text) use ids 0..255 for the
- * bytes and 256 for BOS; the model's `tokenizer` hint says so and travels in
- * its checkpoint. */
+/* ---- tokenization: the model's mp_tok (a tokenizer file, or raw bytes) ----
+ * Byte-level models (e.g. trained on mp.tasks.text) use the runtime's bytes
+ * kind (ids 0..255 for the bytes and 256 for BOS, bpe.h); the model's
+ * `tokenizer` hint says so and travels in its checkpoint. */
 
-#define BYTES_BOS 256
-
-static int is_bytes(const lmodel *lm) { return !lm->tok && strcmp(lm->m->tokenizer, "bytes") == 0; }
+static int is_bytes(const lmodel *lm) { return lm->tok && mp_tok_get_kind(lm->tok) == MP_TOK_KIND_BYTES; }
 
 static void need_tok(lua_State *L, lmodel *lm) {
-    if (!lm->tok && !is_bytes(lm))
+    if (!lm->tok)
         luaL_error(L, "this model has no tokenizer: load it with mp.load(path, {tokenizer=\"tokenizer.bin\"}), or "
                       "{tokenizer=\"bytes\"} for a byte-level model");
 }
 
-static int lm_vocab(const lmodel *lm) { return lm->tok ? mp_tok_vocab(lm->tok) : BYTES_BOS + 1; }
-static int lm_eos(const lmodel *lm) { return lm->tok ? mp_tok_eos(lm->tok) : -1; }
+static int lm_vocab(const lmodel *lm) { return mp_tok_vocab(lm->tok); }
+static int lm_eos(const lmodel *lm) { return mp_tok_eos(lm->tok); }
 /* whether the model's tokenizer wants BOS prepended (llama2.c, SentencePiece, bytes: yes) */
-static int lm_add_bos(const lmodel *lm) { return lm->tok ? mp_tok_add_bos(lm->tok) && mp_tok_bos(lm->tok) >= 0 : 1; }
+static int lm_add_bos(const lmodel *lm) { return mp_tok_add_bos(lm->tok) && mp_tok_bos(lm->tok) >= 0; }
 
 static mp_status lm_encode(const lmodel *lm, const char *text, size_t len, int bos, int eos, int **ids, int *n) {
-    if (lm->tok) {
-        mp_status st = mp_tok_encode(lm->tok, text, len, (bos ? MP_TOK_BOS : 0) | (eos ? MP_TOK_EOS : 0), ids, n);
-        if (!st && !*ids) *ids = mp_malloc(sizeof(int), "tokens"); /* empty text: callers free */
-        return st || *ids ? st : MP_ERR_NOMEM;
-    }
-    size_t k = 0;
-    int *out = mp_malloc((len + 1) * sizeof(int), "tokens");
-    if (!out) return MP_ERR_NOMEM;
-    if (bos) out[k++] = BYTES_BOS;
-    for (size_t i = 0; i < len; i++) out[k++] = (unsigned char)text[i];
-    *ids = out;
-    *n = (int)k;
-    return MP_OK;
+    /* bytes have no EOS: asking for one has always appended nothing */
+    int flags = (bos ? MP_TOK_BOS : 0) | (eos && !is_bytes(lm) ? MP_TOK_EOS : 0);
+    mp_status st = mp_tok_encode(lm->tok, text, len, flags, ids, n);
+    if (!st && !*ids) *ids = mp_malloc(sizeof(int), "tokens"); /* empty text: callers free */
+    return st || *ids ? st : MP_ERR_NOMEM;
 }
 
 static mp_status lm_decode(const lmodel *lm, const int *ids, int n, char **out, size_t *len) {
-    if (lm->tok) return mp_tok_decode(lm->tok, ids, n, out, len);
-    char *s = mp_malloc((size_t)n + 1, "text");
-    if (!s) return MP_ERR_NOMEM;
-    size_t k = 0;
-    for (int i = 0; i < n; i++)
-        if (ids[i] >= 0 && ids[i] < BYTES_BOS) s[k++] = (char)ids[i];
-    s[k] = '\0';
-    *out = s;
-    *len = k;
-    return MP_OK;
+    return mp_tok_decode(lm->tok, ids, n, out, len);
 }
 
 /* The bytes of token `id` after `prev` into buf (truncated to cap - 1 bytes),
  * *len their count; NULL if out of range. */
 #define PIECE_CAP 512
 static const char *lm_piece(const lmodel *lm, int prev, int id, char *buf, size_t *len) {
-    if (lm->tok) {
-        int n = mp_tok_token_bytes(lm->tok, prev, id, buf, PIECE_CAP);
-        if (n < 0) return NULL;
-        *len = (size_t)n < PIECE_CAP ? (size_t)n : PIECE_CAP - 1;
-        return buf;
-    }
-    if (id < 0 || id > BYTES_BOS) return NULL;
-    *len = id == BYTES_BOS ? 0 : 1;
-    buf[0] = (char)id;
-    buf[1] = '\0';
+    int n = mp_tok_token_bytes(lm->tok, prev, id, buf, PIECE_CAP);
+    if (n < 0) return NULL;
+    *len = (size_t)n < PIECE_CAP ? (size_t)n : PIECE_CAP - 1;
     return buf;
 }
 
@@ -337,16 +311,24 @@ static void attach_tok(lmodel *lm, mp_tok *t, const char *spec) {
     lm->m->tokenizer[0] = '\0';
 }
 
+/* Attaches the bytes kind; the model's hint says "bytes" (kept in checkpoints). */
+static void attach_bytes(lua_State *L, lmodel *lm) {
+    mp_tok *t;
+    mp_status st = mp_tok_create_bytes(&t);
+    if (st) mp_lua_fail(L, st);
+    mp_tok_free(lm->tok);
+    lm->tok = t;
+    lm->tok_path[0] = '\0';
+    snprintf(lm->m->tokenizer, sizeof lm->m->tokenizer, "bytes");
+}
+
 /* Attaches a tokenizer: "bytes", or a tokenizer source (load_tok). */
 static void set_tokenizer(lua_State *L, lmodel *lm, const char *spec) {
     if (strcmp(spec, "bytes") == 0) {
-        if (lm->m->cfg.vocab < BYTES_BOS + 1)
+        if (lm->m->cfg.vocab < MP_TOK_BYTES_BOS + 1)
             luaL_error(L, "tokenizer \"bytes\" needs a vocabulary of at least 257 (ids 0..255 and BOS 256); "
                           "this model has %d", lm->m->cfg.vocab);
-        mp_tok_free(lm->tok);
-        lm->tok = NULL;
-        lm->tok_path[0] = '\0';
-        snprintf(lm->m->tokenizer, sizeof lm->m->tokenizer, "bytes");
+        attach_bytes(L, lm);
         return;
     }
     mp_tok *t;
@@ -488,7 +470,7 @@ static int model_generate(lua_State *L) {
     int opt = lua_istable(L, 3) ? 3 : 0;
     guard *g = mp_lua_guard_push(L);
     int n, Bq;
-    int has_tok = lm->tok || is_bytes(lm);
+    int has_tok = lm->tok != NULL;
     if (lua_type(L, 2) == LUA_TSTRING) {
         int *ids;
         need_tok(L, lm);
@@ -674,6 +656,7 @@ static int l_load(lua_State *L) {
     }
     if (!tp && !own_tok && !lm->m->tokenizer[0] && find_tokenizer(path, found, sizeof found)) tp = found;
     if (tp) set_tokenizer(L, lm, tp);
+    else if (!lm->tok && strcmp(lm->m->tokenizer, "bytes") == 0) attach_bytes(L, lm); /* a byte-level checkpoint */
     lua_settop(L, 3);
     lua_pushvalue(L, opt ? 3 : 2);
     return 1;
@@ -785,7 +768,7 @@ static int model_save(lua_State *L) {
         uint32_t t = strcmp(type, "f32") == 0 ? MP_GGML_F32 : strcmp(type, "f16") == 0 ? MP_GGML_F16
                    : strcmp(type, "q8_0") == 0 ? MP_GGML_Q8_0 : 0xffffffffu;
         if (t == 0xffffffffu) return luaL_error(L, "save: type must be \"f32\", \"f16\" or \"q8_0\" (got \"%s\")", type);
-        st = mp_model_save_gguf(lm->m, lm->tok ? lm->tok_path : NULL, path, t);
+        st = mp_model_save_gguf(lm->m, lm->tok && !is_bytes(lm) ? lm->tok_path : NULL, path, t);
     } else if (n >= 3 && strcmp(path + n - 3, ".h5") == 0) {
         lua_getiuservalue(L, 1, 1);
         const mp_adamw *o = luaL_testudata(L, -1, MP_OPTIM_MT);
@@ -835,11 +818,11 @@ static int model_index(lua_State *L) {
     const char *k = luaL_checkstring(L, 2);
     if (strcmp(k, "config") == 0 || strcmp(k, "cfg") == 0) { push_config(L, lm->m); return 1; }
     if (strcmp(k, "tokenizer") == 0) {
-        lua_pushstring(L, lm->tok ? lm->tok_path : is_bytes(lm) ? "bytes" : NULL);
+        lua_pushstring(L, is_bytes(lm) ? "bytes" : lm->tok ? lm->tok_path : NULL);
         return 1;
     }
-    if (strcmp(k, "tokenizer_path") == 0) { lua_pushstring(L, lm->tok ? lm->tok_path : NULL); return 1; }
-    if (strcmp(k, "has_tokenizer") == 0) { lua_pushboolean(L, lm->tok != NULL || is_bytes(lm)); return 1; }
+    if (strcmp(k, "tokenizer_path") == 0) { lua_pushstring(L, lm->tok && !is_bytes(lm) ? lm->tok_path : NULL); return 1; }
+    if (strcmp(k, "has_tokenizer") == 0) { lua_pushboolean(L, lm->tok != NULL); return 1; }
     if (strcmp(k, "optimizer") == 0) { lua_getiuservalue(L, 1, 1); return 1; }
     if (strcmp(k, "weights") == 0) { /* "F32", "Q8_0", "Q4_K+Q6_K", ... */
         char t[64];

@@ -8,6 +8,7 @@
  * and TransformerLens; Tensor indices are 1-based, as everywhere in Lua. */
 #include "lmodel.h"
 #include "checkpoint.h"
+#include "model_io.h"
 #include "quant.h"
 
 #include <stdio.h>
@@ -620,29 +621,17 @@ static int l_load(lua_State *L) {
     int opt = lua_istable(L, 2) ? 2 : 0;
     lmodel *lm = push_lmodel(L);
     mp_status st;
-    mp_model_format fmt = mp_model_detect(path);
-    const char *own_tok = NULL; /* the model file's own tokenizer source */
-    char hf_tok[1000];
-    if (fmt == MP_FORMAT_GGUF) {
-        if ((st = mp_model_load_gguf(&lm->m, path))) return mp_lua_fail(L, st);
-        own_tok = path;
-    } else if (fmt == MP_FORMAT_HF) {
-        if ((st = mp_model_load_hf(&lm->m, path))) return mp_lua_fail(L, st);
-        snprintf(hf_tok, sizeof hf_tok, "%s/tokenizer.json", path);
-        if (file_exists(hf_tok)) own_tok = path;
-        else if (snprintf(hf_tok, sizeof hf_tok, "%s/tokenizer.bin", path), file_exists(hf_tok)) own_tok = hf_tok;
-    } else if (fmt == MP_FORMAT_UNKNOWN && access(path, F_OK) == 0) {
-        return mp_lua_fail(L, mp_model_load(&lm->m, path)); /* a folder without config.json: the loader says so */
-    } else if (fmt == MP_FORMAT_CHECKPOINT) { /* checkpoint: parameters, optimizer state, loss curve */
-        mp_adamw o;
-        if ((st = mp_checkpoint_load(path, &lm->m, &o, &lm->log))) return mp_lua_fail(L, st);
-        if (o.n) {
-            mp_lua_optim_push(L, &o);
-            lua_setiuservalue(L, -2, 1);
-        }
-    } else if ((st = mp_model_load_llama2c(&lm->m, path))) {
-        return mp_lua_fail(L, st);
+    mp_adamw o; /* a checkpoint's optimizer state, its loss curve into lm->log */
+    mp_model_load_params lp = mp_model_load_params_default();
+    lp.opt = &o;
+    lp.log = &lm->log;
+    if ((st = mp_model_load_with(&lm->m, path, &lp))) return mp_lua_fail(L, st);
+    if (o.n) {
+        mp_lua_optim_push(L, &o);
+        lua_setiuservalue(L, -2, 1);
     }
+    mp_model_format fmt = lp.format;
+    const char *own_tok = lp.tok_source[0] ? lp.tok_source : NULL; /* the model file's own tokenizer source */
     const char *tp = NULL;
     if (opt && lua_getfield(L, opt, "tokenizer") != LUA_TNIL) tp = luaL_checkstring(L, -1);
     char found[1024];
@@ -753,37 +742,34 @@ static int model_save(lua_State *L) {
     lua_settop(L, 3);
     lmodel *lm = mp_lua_model_busy(L, 1, "save", 0); /* option tables may run metamethods */
     const char *path = luaL_checkstring(L, 2);
-    size_t n = strlen(path);
-    mp_status st;
     int opt = lua_istable(L, 3) ? 3 : 0;
     const char *format = NULL;
+    mp_model_save_params sp = mp_model_save_params_default();
     if (opt && lua_getfield(L, opt, "format") != LUA_TNIL) format = luaL_checkstring(L, -1);
-    if (format && strcmp(format, "hf") == 0) {
-        st = mp_model_save_hf(lm->m, path);
-    } else if (format && strcmp(format, "gguf") && strcmp(format, "h5") && strcmp(format, "llama2c")) {
-        return luaL_error(L, "save: format must be \"hf\", \"gguf\", \"h5\" or \"llama2c\" (got \"%s\")", format);
-    } else if ((format && strcmp(format, "gguf") == 0) || (n >= 5 && strcmp(path + n - 5, ".gguf") == 0)) {
+    if (format) {
+        sp.format = strcmp(format, "hf") == 0 ? MP_FORMAT_HF : strcmp(format, "gguf") == 0 ? MP_FORMAT_GGUF
+                  : strcmp(format, "h5") == 0 ? MP_FORMAT_CHECKPOINT : strcmp(format, "llama2c") == 0 ? MP_FORMAT_LLAMA2C
+                  : MP_FORMAT_UNKNOWN;
+        if (sp.format == MP_FORMAT_UNKNOWN)
+            return luaL_error(L, "save: format must be \"hf\", \"gguf\", \"h5\" or \"llama2c\" (got \"%s\")", format);
+    }
+    sp.format = mp_model_save_format(path, sp.format);
+    if (sp.format == MP_FORMAT_GGUF) {
         const char *type = "f32";
         if (opt && lua_getfield(L, opt, "type") != LUA_TNIL) type = luaL_checkstring(L, -1);
         uint32_t t = strcmp(type, "f32") == 0 ? MP_GGML_F32 : strcmp(type, "f16") == 0 ? MP_GGML_F16
                    : strcmp(type, "q8_0") == 0 ? MP_GGML_Q8_0 : 0xffffffffu;
         if (t == 0xffffffffu) return luaL_error(L, "save: type must be \"f32\", \"f16\" or \"q8_0\" (got \"%s\")", type);
-        st = mp_model_save_gguf(lm->m, lm->tok && !is_bytes(lm) ? lm->tok_path : NULL, path, t);
-    } else if (n >= 3 && strcmp(path + n - 3, ".h5") == 0) {
+        sp.gguf_type = t;
+        sp.tok_source = lm->tok && !is_bytes(lm) ? lm->tok_path : NULL;
+    } else if (sp.format == MP_FORMAT_CHECKPOINT) {
         lua_getiuservalue(L, 1, 1);
-        const mp_adamw *o = luaL_testudata(L, -1, MP_OPTIM_MT);
-        st = mp_checkpoint_save(path, lm->m, o, lm->log.n ? &lm->log : NULL);
-    } else {
-        int version = (int)mp_lua_opt_int(L, opt, "save", "version", 0, 0, 1);
-        const mp_config *c = &lm->m->cfg;
-        if (c->norm != MP_NORM_RMS || c->mlp != MP_MLP_SWIGLU || c->pos != MP_POS_ROPE ||
-            c->d_head * c->n_head != c->d_model || c->rope_theta != 10000.0f || c->rope_scaling ||
-            c->attn != MP_ATTN_SOFTMAX)
-            return luaL_error(L, "%s: llama2.c files hold only RMSNorm/SwiGLU/RoPE (theta 10000, unscaled) softmax-"
-                              "attention models with d_head = d_model / n_head; save this model as a .h5 checkpoint",
-                              path);
-        st = mp_model_save_llama2c(lm->m, path, version);
+        sp.opt = luaL_testudata(L, -1, MP_OPTIM_MT);
+        sp.log = lm->log.n ? &lm->log : NULL;
+    } else if (sp.format == MP_FORMAT_LLAMA2C) {
+        sp.llama2c_version = (int)mp_lua_opt_int(L, opt, "save", "version", 0, 0, 1);
     }
+    mp_status st = mp_model_save_with(lm->m, path, &sp);
     if (st) return mp_lua_fail(L, st);
     return 0;
 }

@@ -13,7 +13,7 @@
  * layer's activations kept in an mp_acts store for the backward pass,
  * runtime/train.h).
  *
- * Loaders (by content: mp_model_load in io/checkpoint.h): llama2.c
+ * Loaders (by content: mp_model_load in io/model_io.h): llama2.c
  * (llama2c.c), GGUF llama / qwen2 / gpt2 (load_gguf.c), Hugging Face folders
  * llama / qwen2 / gpt2 (load_hf.c); writers: llama2.c, GGUF (export_gguf.c),
  * HF safetensors folders (load_hf.c). Half-split (NeoX / HF) q/k rows are
@@ -251,7 +251,7 @@ typedef enum {
 } mp_model_format;
 /* By content: a folder with config.json (HF), the HDF5 signature (checkpoint),
  * the "GGUF" magic, else llama2.c; UNKNOWN when unreadable or a folder without
- * config.json. (mp_model_load in io/checkpoint.h dispatches on it.) */
+ * config.json. (mp_model_load in io/model_io.h dispatches on it.) */
 mp_model_format mp_model_detect(const char *path);
 typedef struct mp_tok mp_tok;   /* bpe.h */
 /* A GGUF file of architecture llama, qwen2 or gpt2 (tensors F32, F16, BF16,

@@ -737,7 +737,8 @@ static int l_model_new(lua_State *L) {
  * HDF5 checkpoint (parameters, the model's optimizer state and loss curve) for
  * a path ending in ".h5"; a GGUF file with the tokenizer for ".gguf"; a Hugging
  * Face folder (config.json + model.safetensors) with format="hf"; else a
- * llama2.c file (configs it can express only). */
+ * llama2.c file (configs it can express only). An explicit format= ("hf",
+ * "gguf", "h5", "llama2c") wins over the path; io/model_io.c decides. */
 static int model_save(lua_State *L) {
     lua_settop(L, 3);
     lmodel *lm = mp_lua_model_busy(L, 1, "save", 0); /* option tables may run metamethods */

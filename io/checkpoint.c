@@ -1,6 +1,6 @@
 /* checkpoint.c — HDF5 training checkpoints (see checkpoint.h): save (atomic),
  * load with validation of every dataset shape against /config, optimizer state
- * and loss curve; format detection for mp_model_load / mp_model_save.
+ * and loss curve. (Format detection and dispatch: model_io.c.)
  * Checkpoints are untrusted input: they are parsed in a child process with a
  * time and memory limit, and every declared size is checked against the data
  * the file really holds before anything is allocated. */
@@ -806,31 +806,4 @@ int mp_file_is_hdf5(const char *path) {
     size_t n = fread(buf, 1, 8, fp);
     fclose(fp);
     return n == 8 && memcmp(buf, sig, 8) == 0;
-}
-
-mp_status mp_model_load(mp_model **out, const char *path) {
-    switch (mp_model_detect(path)) {
-    case MP_FORMAT_CHECKPOINT: return mp_checkpoint_load(path, out, NULL, NULL);
-    case MP_FORMAT_GGUF: return mp_model_load_gguf(out, path);
-    case MP_FORMAT_HF: return mp_model_load_hf(out, path);
-    case MP_FORMAT_LLAMA2C: return mp_model_load_llama2c(out, path);
-    default: break;
-    }
-    struct stat sb;
-    if (stat(path, &sb) != 0) return mp_error(MP_ERR_IO, "%s: cannot open (no such file or folder)", path);
-    if (!S_ISDIR(sb.st_mode))
-        return mp_error(MP_ERR_IO, "%s: is %s, not a model file or folder", path, mp_file_kind(sb.st_mode));
-    return mp_error(MP_ERR_FORMAT, "%s: a folder without config.json (not a Hugging Face model folder)", path);
-}
-
-mp_status mp_model_save(const mp_model *m, const char *path) {
-    size_t n = strlen(path);
-    if (n >= 3 && strcmp(path + n - 3, ".h5") == 0) return mp_checkpoint_save(path, m, NULL, NULL);
-    if (n >= 5 && strcmp(path + n - 5, ".gguf") == 0) return mp_model_save_gguf(m, NULL, path, MP_GGML_F32);
-    const mp_config *c = &m->cfg;
-    if (c->norm != MP_NORM_RMS || c->mlp != MP_MLP_SWIGLU || c->pos != MP_POS_ROPE ||
-        c->d_head * c->n_head != c->d_model || c->rope_theta != 10000.0f || c->attn != MP_ATTN_SOFTMAX)
-        return mp_error(MP_ERR_ARG, "%s: llama2.c files hold only RMSNorm/SwiGLU/RoPE (theta 10000) softmax-attention "
-                        "models with d_head = d_model / n_head; save this model as a .h5 checkpoint", path);
-    return mp_model_save_llama2c(m, path, 0);
 }

@@ -10,7 +10,7 @@
  *             (float64), eval_step, eval_loss; attrs n_steps, tokens
  * Written atomically (temporary name, renamed on success); loading validates
  * every shape against /config and every size against the data in the file,
- * in a child process (untrusted input). And the format-detecting model loader. */
+ * in a child process (untrusted input). */
 #ifndef MP_CHECKPOINT_H
 #define MP_CHECKPOINT_H
 
@@ -43,14 +43,7 @@ mp_status mp_checkpoint_load_guarded(const char *path, mp_model **out, mp_adamw 
 /* 1 when the file starts with the HDF5 signature, 0 otherwise (or unreadable). */
 int mp_file_is_hdf5(const char *path);
 
-/* Loads a model, format detected by content (mp_model_detect): checkpoint,
- * GGUF, Hugging Face folder, else llama2.c. */
-mp_status mp_model_load(mp_model **out, const char *path);
-
-/* Saves params (checkpoint without optimizer) for a path ending in ".h5", GGUF
- * (F32, no tokenizer but a byte vocabulary for "bytes" models) for ".gguf",
- * llama2.c (version 0) otherwise — only for configs llama2.c can express
- * (RMSNorm, SwiGLU, RoPE theta 10000, d_head = d_model / n_head): MP_ERR_ARG otherwise. */
-mp_status mp_model_save(const mp_model *m, const char *path);
+/* mp_model_load / mp_model_save and their options: model_io.h. */
+#include "model_io.h"
 
 #endif

@@ -1,9 +1,11 @@
-/* lintervene.c — interventions as hooks: the C interventions of mp.ablate /
- * mp.patch / mp.steer / mp.scale (userdata "mechprobe.Intervention" holding
- * their data), Lua functions called at hook points with a view of the
- * activation, and the reading of a `fwd_hooks` list into a hook registry.
+/* lintervene.c — interventions as hooks: mp.ablate / mp.patch / mp.steer /
+ * mp.scale build the C descriptors of hooks/intervene.h (userdata
+ * "mechprobe.Intervention" holding one, and the Tensor it points to), Lua
+ * functions called at hook points with a view of the activation, and the
+ * reading of a `fwd_hooks` list into a hook registry.
  * Heads and positions are 0-based, as in hook names and TransformerLens. */
 #include "lmodel.h"
+#include "intervene.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -11,135 +13,33 @@
 
 #define IV_MT "mechprobe.Intervention"
 
-typedef enum { IV_ZERO, IV_MEAN, IV_PATCH, IV_STEER, IV_SCALE } iv_kind;
-
-typedef struct {
-    iv_kind kind;
-    int head;          /* -1: all heads */
-    int npos;          /* 0: all positions */
-    int pos[64];       /* absolute positions, 0-based */
-    float scale;
-    mp_tensor *data;   /* source (patch), reference run (mean), or steering vector; uservalue 1 */
-    float *mean;       /* mean of the reference over batch and positions, computed at first use */
-    size_t mean_n;
-} lintervention;
+/* The userdata holds the C descriptor (hooks/intervene.h); its user value 1 is
+ * the Tensor behind iv->data (patch source, mean reference, steering vector),
+ * which keeps that memory alive. */
+typedef mp_intervention lintervention;
 
 static int iv_gc(lua_State *L) {
     lintervention *iv = luaL_checkudata(L, 1, IV_MT);
-    free(iv->mean);
-    iv->mean = NULL;
+    mp_intervention_free(iv);
     return 0;
 }
-
-/* Mean of `ref` (the hook's full shape from another run, any batch/length)
- * over its batch axis and position axis pax: nfeat values. */
-static int iv_compute_mean(lintervention *iv, const mp_hook_info *info, int pax, size_t nfeat) {
-    const mp_tensor *ref = iv->data;
-    if (ref->ndim != info->ndim)
-        return mp_error(MP_ERR_ARG, "mean ablation at %s: the reference has %d dims, the activation %d", info->name,
-                        ref->ndim, info->ndim), 1;
-    size_t nf = 1, inner = 1;
-    for (int i = 1; i < ref->ndim; i++)
-        if (i != pax) nf *= (size_t)ref->shape[i];
-    for (int i = pax + 1; i < ref->ndim; i++) inner *= (size_t)ref->shape[i];
-    if (nf != nfeat)
-        return mp_error(MP_ERR_ARG, "mean ablation at %s: the reference has %zu features per position, expected %zu",
-                        info->name, nf, nfeat), 1;
-    iv->mean = calloc(nf, sizeof(float));
-    if (!iv->mean) return mp_error(MP_ERR_NOMEM, "out of memory for a mean ablation"), 1;
-    iv->mean_n = nf;
-    size_t count = (size_t)ref->shape[0] * (size_t)ref->shape[pax];
-    for (size_t e = 0; e < ref->numel; e++) {
-        size_t in = e % inner, rest = e / inner / (size_t)ref->shape[pax];
-        iv->mean[(rest % (nf / inner)) * inner + in] += ref->data[e];
-    }
-    for (size_t i = 0; i < nf; i++) iv->mean[i] /= (float)count;
-    return 0;
-}
-
-static const char *iv_names[] = {"zero ablation", "mean ablation", "patch", "steer", "scale"};
 
 static int iv_tostring(lua_State *L) {
     lintervention *iv = luaL_checkudata(L, 1, IV_MT);
-    lua_pushfstring(L, "Intervention(%s%s)", iv_names[iv->kind], iv->head >= 0 ? " of one head" : "");
+    lua_pushfstring(L, "Intervention(%s%s)", mp_intervention_name(iv->kind), iv->head >= 0 ? " of one head" : "");
     return 1;
 }
 
-/* Axis holding the head index / the query position for a hook's shape kind. */
-static int head_axis(mp_shape_kind k) {
-    return k == MP_SHAPE_BTHD || k == MP_SHAPE_BTKD ? 2 : k == MP_SHAPE_BHTS ? 1 : -1;
-}
-
-static int iv_apply(void *user, const mp_hook_info *info, float *data) {
-    lintervention *iv = user;
-    mp_shape_kind sk = mp_hook_shape_kind[info->id];
-    int hax = head_axis(sk), pax = sk == MP_SHAPE_BHTS ? 2 : 1;
-    int64_t s[4] = {1, 1, 1, 1}, f[4] = {1, 1, 1, 1};
-    for (int i = 0; i < info->ndim; i++) { s[i] = info->shape[i]; f[i] = info->full[i]; }
-    if (iv->head >= 0 && hax < 0)
-        return mp_error(MP_ERR_ARG, "%s: head=%d given, but %s has no head axis", iv_names[iv->kind], iv->head,
-                        info->name), 1;
-    if (iv->head >= 0 && iv->head >= f[hax])
-        return mp_error(MP_ERR_ARG, "%s: head=%d out of range (0..%d) at %s", iv_names[iv->kind], iv->head,
-                        (int)f[hax] - 1, info->name), 1;
-    /* feature size: everything but batch and position axes */
-    size_t nfeat = 1, nwithin = 1;
-    for (int i = 0; i < info->ndim; i++)
-        if (i != 0 && i != pax) nfeat *= (size_t)f[i];
-    for (int i = hax + 1; hax >= 0 && i < info->ndim; i++)
-        if (i != pax) nwithin *= (size_t)f[i];
-    size_t full_numel = (size_t)f[0] * f[1] * f[2] * f[3];
-    const float *src = iv->data ? iv->data->data : NULL;
-    size_t nsrc = iv->data ? iv->data->numel : 0;
-    if (iv->kind == IV_PATCH && nsrc != full_numel)
-        return mp_error(MP_ERR_ARG, "patch at %s: the source has %zu values but the activation has %zu "
-                        "(patch from a run with the same batch and length)", info->name, nsrc, full_numel), 1;
-    if (iv->kind == IV_MEAN) {
-        if (!iv->mean && iv_compute_mean(iv, info, pax, nfeat)) return 1;
-        if (iv->mean_n != nfeat)
-            return mp_error(MP_ERR_ARG, "mean ablation at %s: the mean has %zu values, expected %zu", info->name,
-                            iv->mean_n, nfeat), 1;
-        src = iv->mean;
-    }
-    int use_within = iv->kind == IV_STEER && iv->head >= 0;
-    if (iv->kind == IV_STEER && nsrc != (use_within ? nwithin : nfeat))
-        return mp_error(MP_ERR_ARG, "steer at %s: the vector has %zu values, expected %zu", info->name, nsrc,
-                        use_within ? nwithin : nfeat), 1;
-    size_t e = 0;
-    int64_t idx[4];
-    for (idx[0] = 0; idx[0] < s[0]; idx[0]++)
-        for (idx[1] = 0; idx[1] < s[1]; idx[1]++)
-            for (idx[2] = 0; idx[2] < s[2]; idx[2]++)
-                for (idx[3] = 0; idx[3] < s[3]; idx[3]++, e++) {
-                    int64_t g[4] = {idx[0], idx[1], idx[2], idx[3]};
-                    g[info->axis] += info->offset;
-                    if (iv->head >= 0 && g[hax] != iv->head) continue;
-                    if (iv->npos) {
-                        int p = info->pos0 + (int)g[pax], hit = 0;
-                        for (int k = 0; k < iv->npos && !hit; k++) hit = iv->pos[k] == p;
-                        if (!hit) continue;
-                    }
-                    size_t feat = 0, within = 0;
-                    for (int i = 1; i < info->ndim; i++) {
-                        if (i == pax) continue;
-                        feat = feat * (size_t)f[i] + (size_t)g[i];
-                        if (hax >= 0 && i > hax) within = within * (size_t)f[i] + (size_t)g[i];
-                    }
-                    switch (iv->kind) {
-                    case IV_ZERO: data[e] = 0.0f; break;
-                    case IV_MEAN: data[e] = src[feat]; break;
-                    case IV_PATCH:
-                        data[e] = src[((size_t)g[0] * f[1] * f[2] + (size_t)g[1] * f[2] + (size_t)g[2]) * f[3] + g[3]];
-                        break;
-                    case IV_STEER: data[e] += iv->scale * src[use_within ? within : feat]; break;
-                    case IV_SCALE: data[e] *= iv->scale; break;
-                    }
-                }
-    return 0;
+/* Points the descriptor at the Tensor t (kept alive as user value 1 by the caller). */
+static void iv_set_data(lintervention *iv, const mp_tensor *t) {
+    iv->data = t->data;
+    iv->n_data = t->numel;
+    iv->data_ndim = t->ndim;
+    for (int i = 0; i < t->ndim && i < MP_INTERVENTION_MAX_DIM; i++) iv->data_shape[i] = t->shape[i];
 }
 
 /* Options common to every intervention: head=, positions= (0-based). */
-static lintervention *push_iv(lua_State *L, iv_kind kind, int opt) {
+static lintervention *push_iv(lua_State *L, mp_intervention_kind kind, int opt) {
     lintervention *iv = lua_newuserdatauv(L, sizeof *iv, 1);
     memset(iv, 0, sizeof *iv);
     iv->kind = kind;
@@ -173,7 +73,7 @@ static lintervention *push_iv(lua_State *L, iv_kind kind, int opt) {
 
 /* mp.ablate.zero([{head=, positions=}]) */
 static int l_ablate_zero(lua_State *L) {
-    push_iv(L, IV_ZERO, lua_istable(L, 1) ? 1 : 0);
+    push_iv(L, MP_INTERVENTION_ZERO, lua_istable(L, 1) ? 1 : 0);
     return 1;
 }
 
@@ -183,8 +83,8 @@ static int l_ablate_zero(lua_State *L) {
 static int l_ablate_mean(lua_State *L) {
     mp_tensor *ref = mp_lua_tensor_check(L, 1);
     if (ref->ndim < 3) luaL_argerror(L, 1, "a captured activation [B,T,...] or pattern [B,H,T,S] expected");
-    lintervention *iv = push_iv(L, IV_MEAN, lua_istable(L, 2) ? 2 : 0);
-    iv->data = ref;
+    lintervention *iv = push_iv(L, MP_INTERVENTION_MEAN, lua_istable(L, 2) ? 2 : 0);
+    iv_set_data(iv, ref);
     lua_pushvalue(L, 1);
     lua_setiuservalue(L, -2, 1);
     return 1;
@@ -193,9 +93,9 @@ static int l_ablate_mean(lua_State *L) {
 /* mp.patch(source [, {head=, positions=}]): copy values from a cached run. */
 static int l_patch(lua_State *L) {
     mp_lua_tensor_check(L, 1);
-    lintervention *iv = push_iv(L, IV_PATCH, lua_istable(L, 2) ? 2 : 0);
+    lintervention *iv = push_iv(L, MP_INTERVENTION_PATCH, lua_istable(L, 2) ? 2 : 0);
     int ivi = lua_gettop(L);
-    iv->data = mp_lua_tensor_check(L, 1);
+    iv_set_data(iv, mp_lua_tensor_check(L, 1));
     lua_pushvalue(L, 1);
     lua_setiuservalue(L, ivi, 1);
     return 1;
@@ -204,9 +104,9 @@ static int l_patch(lua_State *L) {
 /* mp.steer(vector [, {scale=, head=, positions=}]): add scale * vector. */
 static int l_steer(lua_State *L) {
     luaL_checkany(L, 1);
-    lintervention *iv = push_iv(L, IV_STEER, lua_istable(L, 2) ? 2 : 0);
+    lintervention *iv = push_iv(L, MP_INTERVENTION_STEER, lua_istable(L, 2) ? 2 : 0);
     int ivi = lua_gettop(L);
-    iv->data = mp_lua_tensor_arg(L, 1);
+    iv_set_data(iv, mp_lua_tensor_arg(L, 1));
     if (lua_gettop(L) == ivi) lua_pushvalue(L, 1); /* it was a Tensor already */
     lua_setiuservalue(L, ivi, 1);
     return 1;
@@ -215,7 +115,7 @@ static int l_steer(lua_State *L) {
 /* mp.scale(factor [, {head=, positions=}]): multiply the activation. */
 static int l_scale(lua_State *L) {
     float s = (float)luaL_checknumber(L, 1);
-    lintervention *iv = push_iv(L, IV_SCALE, lua_istable(L, 2) ? 2 : 0);
+    lintervention *iv = push_iv(L, MP_INTERVENTION_SCALE, lua_istable(L, 2) ? 2 : 0);
     iv->scale = s;
     return 1;
 }
@@ -360,11 +260,15 @@ int mp_lua_add_fwd_hooks(lua_State *L, int opt, guard *g, int n_pos) {
             for (int k = 0; n_pos > 0 && k < iv->npos; k++)
                 if (iv->pos[k] >= n_pos)
                     return luaL_error(L, "fwd_hooks[%d]: %s at position %d, but the input has T = %d positions "
-                                         "(0..%d; positions are 0-based)", (int)i, iv_names[iv->kind], iv->pos[k],
-                                      n_pos, n_pos - 1);
+                                         "(0..%d; positions are 0-based)", (int)i, mp_intervention_name(iv->kind),
+                                      iv->pos[k], n_pos, n_pos - 1);
+            /* its Tensor must still be valid (a hook view made into a source is
+             * detached when its callback returns): raises if it is not */
+            if (lua_getiuservalue(L, -1, 1) != LUA_TNIL) iv_set_data(iv, mp_lua_tensor_test(L, -1));
+            lua_pop(L, 1);
             lua_pushvalue(L, -1);
             lua_rawseti(L, ftbl, -(int)(1000000 + i)); /* keep it alive */
-            st = mp_hooks_add(g->hooks, name, iv_apply, iv);
+            st = mp_hooks_add(g->hooks, name, mp_intervention_apply, iv);
         } else {
             return luaL_error(L, "fwd_hooks[%d][2]: a function or an intervention (mp.ablate.zero(), "
                                        "mp.patch(...), mp.steer(...)) expected, got %s", (int)i, luaL_typename(L, -1));

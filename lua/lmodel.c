@@ -8,6 +8,7 @@
  * and TransformerLens; Tensor indices are 1-based, as everywhere in Lua. */
 #include "lmodel.h"
 #include "checkpoint.h"
+#include "model_io.h"
 #include "quant.h"
 
 #include <stdio.h>
@@ -246,69 +247,43 @@ static int model_forward(lua_State *L) { return run_common(L, 0); }
 static int model_run_with_hooks(lua_State *L) { return run_common(L, 0); }
 static int model_run_with_cache(lua_State *L) { return run_common(L, 1); }
 
-/* ---- tokenization: a llama2.c tokenizer.bin, or raw bytes ----
- * Byte-level models (e.g. trained on mp.tasks.text) use ids 0..255 for the
- * bytes and 256 for BOS; the model's `tokenizer` hint says so and travels in
- * its checkpoint. */
+/* ---- tokenization: the model's mp_tok (a tokenizer file, or raw bytes) ----
+ * Byte-level models (e.g. trained on mp.tasks.text) use the runtime's bytes
+ * kind (ids 0..255 for the bytes and 256 for BOS, bpe.h); the model's
+ * `tokenizer` hint says so and travels in its checkpoint. */
 
-#define BYTES_BOS 256
-
-static int is_bytes(const lmodel *lm) { return !lm->tok && strcmp(lm->m->tokenizer, "bytes") == 0; }
+static int is_bytes(const lmodel *lm) { return lm->tok && mp_tok_get_kind(lm->tok) == MP_TOK_KIND_BYTES; }
 
 static void need_tok(lua_State *L, lmodel *lm) {
-    if (!lm->tok && !is_bytes(lm))
+    if (!lm->tok)
         luaL_error(L, "this model has no tokenizer: load it with mp.load(path, {tokenizer=\"tokenizer.bin\"}), or "
                       "{tokenizer=\"bytes\"} for a byte-level model");
 }
 
-static int lm_vocab(const lmodel *lm) { return lm->tok ? mp_tok_vocab(lm->tok) : BYTES_BOS + 1; }
-static int lm_eos(const lmodel *lm) { return lm->tok ? mp_tok_eos(lm->tok) : -1; }
+static int lm_vocab(const lmodel *lm) { return mp_tok_vocab(lm->tok); }
+static int lm_eos(const lmodel *lm) { return mp_tok_eos(lm->tok); }
 /* whether the model's tokenizer wants BOS prepended (llama2.c, SentencePiece, bytes: yes) */
-static int lm_add_bos(const lmodel *lm) { return lm->tok ? mp_tok_add_bos(lm->tok) && mp_tok_bos(lm->tok) >= 0 : 1; }
+static int lm_add_bos(const lmodel *lm) { return mp_tok_add_bos(lm->tok) && mp_tok_bos(lm->tok) >= 0; }
 
 static mp_status lm_encode(const lmodel *lm, const char *text, size_t len, int bos, int eos, int **ids, int *n) {
-    if (lm->tok) {
-        mp_status st = mp_tok_encode(lm->tok, text, len, (bos ? MP_TOK_BOS : 0) | (eos ? MP_TOK_EOS : 0), ids, n);
-        if (!st && !*ids) *ids = mp_malloc(sizeof(int), "tokens"); /* empty text: callers free */
-        return st || *ids ? st : MP_ERR_NOMEM;
-    }
-    size_t k = 0;
-    int *out = mp_malloc((len + 1) * sizeof(int), "tokens");
-    if (!out) return MP_ERR_NOMEM;
-    if (bos) out[k++] = BYTES_BOS;
-    for (size_t i = 0; i < len; i++) out[k++] = (unsigned char)text[i];
-    *ids = out;
-    *n = (int)k;
-    return MP_OK;
+    /* bytes have no EOS: asking for one has always appended nothing */
+    int flags = (bos ? MP_TOK_BOS : 0) | (eos && !is_bytes(lm) ? MP_TOK_EOS : 0);
+    mp_status st = mp_tok_encode(lm->tok, text, len, flags, ids, n);
+    if (!st && !*ids) *ids = mp_malloc(sizeof(int), "tokens"); /* empty text: callers free */
+    return st || *ids ? st : MP_ERR_NOMEM;
 }
 
 static mp_status lm_decode(const lmodel *lm, const int *ids, int n, char **out, size_t *len) {
-    if (lm->tok) return mp_tok_decode(lm->tok, ids, n, out, len);
-    char *s = mp_malloc((size_t)n + 1, "text");
-    if (!s) return MP_ERR_NOMEM;
-    size_t k = 0;
-    for (int i = 0; i < n; i++)
-        if (ids[i] >= 0 && ids[i] < BYTES_BOS) s[k++] = (char)ids[i];
-    s[k] = '\0';
-    *out = s;
-    *len = k;
-    return MP_OK;
+    return mp_tok_decode(lm->tok, ids, n, out, len);
 }
 
 /* The bytes of token `id` after `prev` into buf (truncated to cap - 1 bytes),
  * *len their count; NULL if out of range. */
 #define PIECE_CAP 512
 static const char *lm_piece(const lmodel *lm, int prev, int id, char *buf, size_t *len) {
-    if (lm->tok) {
-        int n = mp_tok_token_bytes(lm->tok, prev, id, buf, PIECE_CAP);
-        if (n < 0) return NULL;
-        *len = (size_t)n < PIECE_CAP ? (size_t)n : PIECE_CAP - 1;
-        return buf;
-    }
-    if (id < 0 || id > BYTES_BOS) return NULL;
-    *len = id == BYTES_BOS ? 0 : 1;
-    buf[0] = (char)id;
-    buf[1] = '\0';
+    int n = mp_tok_token_bytes(lm->tok, prev, id, buf, PIECE_CAP);
+    if (n < 0) return NULL;
+    *len = (size_t)n < PIECE_CAP ? (size_t)n : PIECE_CAP - 1;
     return buf;
 }
 
@@ -337,16 +312,24 @@ static void attach_tok(lmodel *lm, mp_tok *t, const char *spec) {
     lm->m->tokenizer[0] = '\0';
 }
 
+/* Attaches the bytes kind; the model's hint says "bytes" (kept in checkpoints). */
+static void attach_bytes(lua_State *L, lmodel *lm) {
+    mp_tok *t;
+    mp_status st = mp_tok_create_bytes(&t);
+    if (st) mp_lua_fail(L, st);
+    mp_tok_free(lm->tok);
+    lm->tok = t;
+    lm->tok_path[0] = '\0';
+    snprintf(lm->m->tokenizer, sizeof lm->m->tokenizer, "bytes");
+}
+
 /* Attaches a tokenizer: "bytes", or a tokenizer source (load_tok). */
 static void set_tokenizer(lua_State *L, lmodel *lm, const char *spec) {
     if (strcmp(spec, "bytes") == 0) {
-        if (lm->m->cfg.vocab < BYTES_BOS + 1)
+        if (lm->m->cfg.vocab < MP_TOK_BYTES_BOS + 1)
             luaL_error(L, "tokenizer \"bytes\" needs a vocabulary of at least 257 (ids 0..255 and BOS 256); "
                           "this model has %d", lm->m->cfg.vocab);
-        mp_tok_free(lm->tok);
-        lm->tok = NULL;
-        lm->tok_path[0] = '\0';
-        snprintf(lm->m->tokenizer, sizeof lm->m->tokenizer, "bytes");
+        attach_bytes(L, lm);
         return;
     }
     mp_tok *t;
@@ -488,7 +471,7 @@ static int model_generate(lua_State *L) {
     int opt = lua_istable(L, 3) ? 3 : 0;
     guard *g = mp_lua_guard_push(L);
     int n, Bq;
-    int has_tok = lm->tok || is_bytes(lm);
+    int has_tok = lm->tok != NULL;
     if (lua_type(L, 2) == LUA_TSTRING) {
         int *ids;
         need_tok(L, lm);
@@ -638,29 +621,17 @@ static int l_load(lua_State *L) {
     int opt = lua_istable(L, 2) ? 2 : 0;
     lmodel *lm = push_lmodel(L);
     mp_status st;
-    mp_model_format fmt = mp_model_detect(path);
-    const char *own_tok = NULL; /* the model file's own tokenizer source */
-    char hf_tok[1000];
-    if (fmt == MP_FORMAT_GGUF) {
-        if ((st = mp_model_load_gguf(&lm->m, path))) return mp_lua_fail(L, st);
-        own_tok = path;
-    } else if (fmt == MP_FORMAT_HF) {
-        if ((st = mp_model_load_hf(&lm->m, path))) return mp_lua_fail(L, st);
-        snprintf(hf_tok, sizeof hf_tok, "%s/tokenizer.json", path);
-        if (file_exists(hf_tok)) own_tok = path;
-        else if (snprintf(hf_tok, sizeof hf_tok, "%s/tokenizer.bin", path), file_exists(hf_tok)) own_tok = hf_tok;
-    } else if (fmt == MP_FORMAT_UNKNOWN && access(path, F_OK) == 0) {
-        return mp_lua_fail(L, mp_model_load(&lm->m, path)); /* a folder without config.json: the loader says so */
-    } else if (fmt == MP_FORMAT_CHECKPOINT) { /* checkpoint: parameters, optimizer state, loss curve */
-        mp_adamw o;
-        if ((st = mp_checkpoint_load(path, &lm->m, &o, &lm->log))) return mp_lua_fail(L, st);
-        if (o.n) {
-            mp_lua_optim_push(L, &o);
-            lua_setiuservalue(L, -2, 1);
-        }
-    } else if ((st = mp_model_load_llama2c(&lm->m, path))) {
-        return mp_lua_fail(L, st);
+    mp_adamw o; /* a checkpoint's optimizer state, its loss curve into lm->log */
+    mp_model_load_params lp = mp_model_load_params_default();
+    lp.opt = &o;
+    lp.log = &lm->log;
+    if ((st = mp_model_load_with(&lm->m, path, &lp))) return mp_lua_fail(L, st);
+    if (o.n) {
+        mp_lua_optim_push(L, &o);
+        lua_setiuservalue(L, -2, 1);
     }
+    mp_model_format fmt = lp.format;
+    const char *own_tok = lp.tok_source[0] ? lp.tok_source : NULL; /* the model file's own tokenizer source */
     const char *tp = NULL;
     if (opt && lua_getfield(L, opt, "tokenizer") != LUA_TNIL) tp = luaL_checkstring(L, -1);
     char found[1024];
@@ -674,6 +645,7 @@ static int l_load(lua_State *L) {
     }
     if (!tp && !own_tok && !lm->m->tokenizer[0] && find_tokenizer(path, found, sizeof found)) tp = found;
     if (tp) set_tokenizer(L, lm, tp);
+    else if (!lm->tok && strcmp(lm->m->tokenizer, "bytes") == 0) attach_bytes(L, lm); /* a byte-level checkpoint */
     lua_settop(L, 3);
     lua_pushvalue(L, opt ? 3 : 2);
     return 1;
@@ -765,42 +737,40 @@ static int l_model_new(lua_State *L) {
  * HDF5 checkpoint (parameters, the model's optimizer state and loss curve) for
  * a path ending in ".h5"; a GGUF file with the tokenizer for ".gguf"; a Hugging
  * Face folder (config.json + model.safetensors) with format="hf"; else a
- * llama2.c file (configs it can express only). */
+ * llama2.c file (configs it can express only). An explicit format= ("hf",
+ * "gguf", "h5", "llama2c") wins over the path; io/model_io.c decides. */
 static int model_save(lua_State *L) {
     lua_settop(L, 3);
     lmodel *lm = mp_lua_model_busy(L, 1, "save", 0); /* option tables may run metamethods */
     const char *path = luaL_checkstring(L, 2);
-    size_t n = strlen(path);
-    mp_status st;
     int opt = lua_istable(L, 3) ? 3 : 0;
     const char *format = NULL;
+    mp_model_save_params sp = mp_model_save_params_default();
     if (opt && lua_getfield(L, opt, "format") != LUA_TNIL) format = luaL_checkstring(L, -1);
-    if (format && strcmp(format, "hf") == 0) {
-        st = mp_model_save_hf(lm->m, path);
-    } else if (format && strcmp(format, "gguf") && strcmp(format, "h5") && strcmp(format, "llama2c")) {
-        return luaL_error(L, "save: format must be \"hf\", \"gguf\", \"h5\" or \"llama2c\" (got \"%s\")", format);
-    } else if ((format && strcmp(format, "gguf") == 0) || (n >= 5 && strcmp(path + n - 5, ".gguf") == 0)) {
+    if (format) {
+        sp.format = strcmp(format, "hf") == 0 ? MP_FORMAT_HF : strcmp(format, "gguf") == 0 ? MP_FORMAT_GGUF
+                  : strcmp(format, "h5") == 0 ? MP_FORMAT_CHECKPOINT : strcmp(format, "llama2c") == 0 ? MP_FORMAT_LLAMA2C
+                  : MP_FORMAT_UNKNOWN;
+        if (sp.format == MP_FORMAT_UNKNOWN)
+            return luaL_error(L, "save: format must be \"hf\", \"gguf\", \"h5\" or \"llama2c\" (got \"%s\")", format);
+    }
+    sp.format = mp_model_save_format(path, sp.format);
+    if (sp.format == MP_FORMAT_GGUF) {
         const char *type = "f32";
         if (opt && lua_getfield(L, opt, "type") != LUA_TNIL) type = luaL_checkstring(L, -1);
         uint32_t t = strcmp(type, "f32") == 0 ? MP_GGML_F32 : strcmp(type, "f16") == 0 ? MP_GGML_F16
                    : strcmp(type, "q8_0") == 0 ? MP_GGML_Q8_0 : 0xffffffffu;
         if (t == 0xffffffffu) return luaL_error(L, "save: type must be \"f32\", \"f16\" or \"q8_0\" (got \"%s\")", type);
-        st = mp_model_save_gguf(lm->m, lm->tok ? lm->tok_path : NULL, path, t);
-    } else if (n >= 3 && strcmp(path + n - 3, ".h5") == 0) {
+        sp.gguf_type = t;
+        sp.tok_source = lm->tok && !is_bytes(lm) ? lm->tok_path : NULL;
+    } else if (sp.format == MP_FORMAT_CHECKPOINT) {
         lua_getiuservalue(L, 1, 1);
-        const mp_adamw *o = luaL_testudata(L, -1, MP_OPTIM_MT);
-        st = mp_checkpoint_save(path, lm->m, o, lm->log.n ? &lm->log : NULL);
-    } else {
-        int version = (int)mp_lua_opt_int(L, opt, "save", "version", 0, 0, 1);
-        const mp_config *c = &lm->m->cfg;
-        if (c->norm != MP_NORM_RMS || c->mlp != MP_MLP_SWIGLU || c->pos != MP_POS_ROPE ||
-            c->d_head * c->n_head != c->d_model || c->rope_theta != 10000.0f || c->rope_scaling ||
-            c->attn != MP_ATTN_SOFTMAX)
-            return luaL_error(L, "%s: llama2.c files hold only RMSNorm/SwiGLU/RoPE (theta 10000, unscaled) softmax-"
-                              "attention models with d_head = d_model / n_head; save this model as a .h5 checkpoint",
-                              path);
-        st = mp_model_save_llama2c(lm->m, path, version);
+        sp.opt = luaL_testudata(L, -1, MP_OPTIM_MT);
+        sp.log = lm->log.n ? &lm->log : NULL;
+    } else if (sp.format == MP_FORMAT_LLAMA2C) {
+        sp.llama2c_version = (int)mp_lua_opt_int(L, opt, "save", "version", 0, 0, 1);
     }
+    mp_status st = mp_model_save_with(lm->m, path, &sp);
     if (st) return mp_lua_fail(L, st);
     return 0;
 }
@@ -835,11 +805,11 @@ static int model_index(lua_State *L) {
     const char *k = luaL_checkstring(L, 2);
     if (strcmp(k, "config") == 0 || strcmp(k, "cfg") == 0) { push_config(L, lm->m); return 1; }
     if (strcmp(k, "tokenizer") == 0) {
-        lua_pushstring(L, lm->tok ? lm->tok_path : is_bytes(lm) ? "bytes" : NULL);
+        lua_pushstring(L, is_bytes(lm) ? "bytes" : lm->tok ? lm->tok_path : NULL);
         return 1;
     }
-    if (strcmp(k, "tokenizer_path") == 0) { lua_pushstring(L, lm->tok ? lm->tok_path : NULL); return 1; }
-    if (strcmp(k, "has_tokenizer") == 0) { lua_pushboolean(L, lm->tok != NULL || is_bytes(lm)); return 1; }
+    if (strcmp(k, "tokenizer_path") == 0) { lua_pushstring(L, lm->tok && !is_bytes(lm) ? lm->tok_path : NULL); return 1; }
+    if (strcmp(k, "has_tokenizer") == 0) { lua_pushboolean(L, lm->tok != NULL); return 1; }
     if (strcmp(k, "optimizer") == 0) { lua_getiuservalue(L, 1, 1); return 1; }
     if (strcmp(k, "weights") == 0) { /* "F32", "Q8_0", "Q4_K+Q6_K", ... */
         char t[64];
@@ -862,7 +832,6 @@ static int model_set_rope_scaling(lua_State *L) {
     lua_settop(L, 2);
     model_idle(L, "set_rope_scaling"); /* the running pass and its KV cache read m->cfg */
     lmodel *lm = mp_lua_model_busy(L, 1, "set_rope_scaling", 0);
-    mp_config c = lm->m->cfg;
     const char *type = "none";
     if (lua_istable(L, 2)) {
         if (lua_getfield(L, 2, "type") != LUA_TNIL) type = luaL_checkstring(L, -1); /* kept on the stack */
@@ -871,13 +840,13 @@ static int model_set_rope_scaling(lua_State *L) {
     }
     int k = mp_rope_scaling_parse(type);
     if (k < 0) return luaL_error(L, "set_rope_scaling: type must be \"pi\", \"ntk\", \"yarn\" or \"none\" (got \"%s\")", type);
-    c.rope_scaling = (mp_rope_scaling)k;
-    c.rope_factor = k ? (float)mp_lua_opt_num(L, 2, "factor", 1.0) : 0.0f;
-    c.rope_orig_ctx = k ? (int)mp_lua_opt_int(L, 2, "set_rope_scaling", "original_ctx", 0, 0, INT_MAX) : 0;
-    c.yarn_beta_fast = k ? (float)mp_lua_opt_num(L, 2, "beta_fast", 0) : 0.0f;
-    c.yarn_beta_slow = k ? (float)mp_lua_opt_num(L, 2, "beta_slow", 0) : 0.0f;
-    if (mp_config_validate(&c, "set_rope_scaling")) return luaL_error(L, "%s", mp_last_error());
-    lm->m->cfg = c;
+    mp_rope_scaling_params p = mp_rope_scaling_params_default();
+    p.type = (mp_rope_scaling)k;
+    p.factor = k ? (float)mp_lua_opt_num(L, 2, "factor", 1.0) : 0.0f;
+    p.original_ctx = k ? (int)mp_lua_opt_int(L, 2, "set_rope_scaling", "original_ctx", 0, 0, INT_MAX) : 0;
+    p.beta_fast = k ? (float)mp_lua_opt_num(L, 2, "beta_fast", 0) : 0.0f;
+    p.beta_slow = k ? (float)mp_lua_opt_num(L, 2, "beta_slow", 0) : 0.0f;
+    if (mp_model_set_rope_scaling(lm->m, &p)) return luaL_error(L, "%s", mp_last_error());
     lua_settop(L, 1);
     return 1;
 }
@@ -892,19 +861,9 @@ static int model_set_pos(lua_State *L) {
     const char *name = luaL_checkstring(L, 2);
     int k = mp_pos_parse(name);
     if (k < 0) return luaL_error(L, "set_pos: unknown positional scheme \"%s\"", name);
-    mp_config c = lm->m->cfg;
-    if ((k == MP_POS_LEARNED) != (c.pos == MP_POS_LEARNED))
-        return luaL_error(L, "set_pos: cannot switch to or from learned positions (the parameters differ)");
-    c.pos = (mp_pos_kind)k;
-    c.rope_dims = (int)mp_lua_opt_int(L, 3, "set_pos", "rope_dims", 0, 0, INT_MAX);
-    c.pos_no_temp = !mp_lua_opt_bool(L, 3, "pos_temp", 1);
-    if (c.pos != MP_POS_ROPE && c.pos != MP_POS_HALF_ROPE) {
-        c.rope_scaling = MP_ROPE_SCALING_NONE;
-        c.rope_factor = 0.0f;
-    }
-    if (c.pos != MP_POS_ROPE) c.n_rope_freqs = 0;
-    if (mp_config_validate(&c, "set_pos")) return luaL_error(L, "%s", mp_last_error());
-    lm->m->cfg = c;
+    int rope_dims = (int)mp_lua_opt_int(L, 3, "set_pos", "rope_dims", 0, 0, INT_MAX);
+    int pos_temp = mp_lua_opt_bool(L, 3, "pos_temp", 1);
+    if (mp_model_set_pos(lm->m, (mp_pos_kind)k, rope_dims, pos_temp)) return luaL_error(L, "%s", mp_last_error());
     lua_settop(L, 1);
     return 1;
 }

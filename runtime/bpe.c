@@ -2,8 +2,9 @@
  * every count, id and merge validated; SentencePiece-style vocabularies through
  * the llama2.c algorithm of tokenizer.c; byte-level BPE (GPT-2's byte map,
  * ranked merges run with a heap per pre-token, a per-call pre-token cache,
- * special/added tokens split out first); decoding back to bytes. The
- * tokenizer.json reader is in bpe_hf.c. */
+ * special/added tokens split out first); the raw-bytes vocabulary (one token
+ * per byte, BOS 256); decoding back to bytes. The tokenizer.json reader is in
+ * bpe_hf.c. */
 #include "bpe.h"
 #include "pretok.h"
 
@@ -424,6 +425,47 @@ mp_status mp_tok_load_llama2c(mp_tok **out, const char *path, int vocab) {
     return mp_tok_from_llama2c(out, spm);
 }
 
+/* The byte-level vocabulary of models trained on raw bytes: ids 0..255 the
+ * bytes (spelled as GPT-2's byte-to-unicode map, as the GGUF writer spells
+ * them), 256 BOS ("<s>", CONTROL), no EOS. */
+mp_status mp_tok_create_bytes(mp_tok **out) {
+    mp_tok *t;
+    mp_status st = MP_OK;
+    *out = NULL;
+    if (!(t = mp_calloc(1, sizeof *t, "tokenizer"))) return MP_ERR_NOMEM;
+    t->kind = MP_TOK_KIND_BYTES;
+    t->n_vocab = MP_TOK_BYTES_BOS + 1;
+    t->bos = MP_TOK_BYTES_BOS;
+    t->eos = -1;
+    t->add_bos = 1;
+    if (!(t->piece = mp_calloc((size_t)t->n_vocab, sizeof *t->piece, "tokenizer pieces")) ||
+        !(t->plen = mp_calloc((size_t)t->n_vocab, sizeof *t->plen, "tokenizer pieces")) ||
+        !(t->blob = mp_malloc(256 * 3 + 4, "tokenizer text")) ||
+        !(t->type = mp_calloc((size_t)t->n_vocab, 1, "token types"))) {
+        st = MP_ERR_NOMEM;
+        goto cleanup;
+    }
+    char *w = t->blob;
+    for (int b = 0; b < 256; b++) {
+        t->piece[b] = w;
+        t->plen[b] = (size_t)put_cp(w, mp_bpe_byte_to_cp((unsigned char)b));
+        w += t->plen[b];
+        *w++ = '\0';
+        t->type[b] = MP_TOK_TYPE_NORMAL;
+        t->byte_tok[b] = b;
+    }
+    t->piece[MP_TOK_BYTES_BOS] = w;
+    t->plen[MP_TOK_BYTES_BOS] = 3;
+    memcpy(w, "<s>", 4);
+    t->type[MP_TOK_BYTES_BOS] = MP_TOK_TYPE_CONTROL;
+    if ((st = tab_build(t)) != MP_OK) goto cleanup;
+    *out = t;
+    t = NULL;
+cleanup:
+    mp_tok_free(t);
+    return st;
+}
+
 mp_tok_kind mp_tok_get_kind(const mp_tok *t) { return t->kind; }
 int mp_tok_vocab(const mp_tok *t) { return t->n_vocab; }
 int mp_tok_bos(const mp_tok *t) { return t->bos; }
@@ -698,7 +740,13 @@ mp_status mp_tok_encode(const mp_tok *t, const char *text, size_t len, int flags
     if (len > (size_t)INT_MAX / 4 - 8)
         return mp_error(MP_ERR_ARG, "tokenizer encode: text too long (%zu bytes)", len);
 
-    if (t->kind != MP_TOK_KIND_BPE) {   /* llama2.c's algorithm: NUL-terminated text, own BOS/EOS */
+    if (t->kind == MP_TOK_KIND_BYTES) {   /* one token per byte */
+        e.cap = (int)len + 2;
+        if (!(e.out = mp_calloc((size_t)e.cap, sizeof *e.out, "tokens"))) return MP_ERR_NOMEM;
+        if (flags & MP_TOK_BOS) e.out[e.n++] = t->bos;
+        for (size_t i = 0; i < len; i++) e.out[e.n++] = (unsigned char)text[i];
+        if (flags & MP_TOK_EOS) e.out[e.n++] = t->eos;
+    } else if (t->kind != MP_TOK_KIND_BPE) {   /* llama2.c's algorithm: NUL-terminated text, own BOS/EOS */
         char *z = NULL;
         int *body = NULL, nb = 0;
         if (memchr(text, 0, len))
@@ -745,6 +793,10 @@ mp_status mp_tok_encode_str(const mp_tok *t, const char *text, int flags, int **
 static size_t tok_bytes(const mp_tok *t, int prev, int id, char *dst, size_t cap) {
     size_t k = 0;
     if (id == t->bos || id == t->eos || (t->type && t->type[id] == MP_TOK_TYPE_CONTROL)) return 0;
+    if (t->kind == MP_TOK_KIND_BYTES) {   /* ids 0..255: that byte */
+        if (cap) dst[0] = (char)id;
+        return 1;
+    }
     if (t->kind != MP_TOK_KIND_BPE) {
         /* tokenizer.c strips the space after its BOS id 1: map our BOS onto it */
         int p = prev >= 0 && prev == t->bos ? 1 : (prev == 1 ? -1 : prev);
@@ -789,15 +841,21 @@ mp_status mp_tok_decode(const mp_tok *t, const int *ids, int n, char **out, size
     *out = NULL;
     if (len) *len = 0;
     if (n < 0 || (n > 0 && !ids)) return mp_error(MP_ERR_ARG, "tokenizer decode: %d ids", n);
+    /* the bytes kind decodes any other id to nothing (a byte-level model's
+     * vocabulary may extend past BOS with ids no text maps to) */
+    int skip = t->kind == MP_TOK_KIND_BYTES;
     for (int i = 0; i < n; i++) {
-        if (ids[i] < 0 || ids[i] >= t->n_vocab)
+        if (ids[i] < 0 || ids[i] >= t->n_vocab) {
+            if (skip) continue;
             return mp_error(MP_ERR_ARG, "tokenizer decode: token %d at position %d is out of range [0, %d)",
                             ids[i], i, t->n_vocab);
+        }
         if (mp_add_size(total, tok_bytes(t, i ? ids[i - 1] : -1, ids[i], NULL, 0), &total))
             return mp_error(MP_ERR_NOMEM, "tokenizer decode: output too large");
     }
     if (!(s = mp_malloc(total + 1, "decoded text"))) return MP_ERR_NOMEM;
-    for (int i = 0; i < n; i++) used += tok_bytes(t, i ? ids[i - 1] : -1, ids[i], s + used, total - used);
+    for (int i = 0; i < n; i++)
+        if (ids[i] >= 0 && ids[i] < t->n_vocab) used += tok_bytes(t, i ? ids[i - 1] : -1, ids[i], s + used, total - used);
     s[used] = '\0';
     *out = s;
     if (len) *len = used;

@@ -22,7 +22,8 @@ typedef struct mp_tok mp_tok;
 typedef enum {
     MP_TOK_KIND_LLAMA2C = 0,   /* tokenizer.bin */
     MP_TOK_KIND_SPM,           /* SentencePiece-style from arrays */
-    MP_TOK_KIND_BPE            /* byte-level BPE */
+    MP_TOK_KIND_BPE,           /* byte-level BPE */
+    MP_TOK_KIND_BYTES          /* raw bytes: ids 0..255 the bytes, 256 BOS (mp_tok_create_bytes) */
 } mp_tok_kind;
 
 /* GGUF tokenizer.ggml.token_type values (llama.cpp's llama_token_type). */
@@ -77,6 +78,17 @@ mp_tok_params mp_tok_params_default(void);
  * llama2.c layout) when the vocabulary has byte pieces at all. */
 mp_status mp_tok_create(mp_tok **out, const mp_tok_params *p);
 
+/* The vocabulary of byte-level models (trained on raw bytes, e.g. on
+ * mp.tasks.text; checkpoints say tokenizer "bytes"): ids 0..255 are the bytes,
+ * 256 is BOS (added by default), no EOS; vocab 257, so a model using it needs
+ * a vocabulary of at least 257. Encoding is lossless for any bytes, NUL
+ * included. Decoding emits nothing for BOS and, unlike the other kinds, for
+ * any id outside 0..255 (out-of-range ids are not an error: a byte-level
+ * model's vocabulary may extend past 256 with ids no text maps to); pieces
+ * (mp_tok_piece) are spelled with GPT-2's byte-to-unicode map, BOS "<s>". */
+#define MP_TOK_BYTES_BOS 256
+mp_status mp_tok_create_bytes(mp_tok **out);
+
 /* Wraps a loaded llama2.c tokenizer (takes ownership; freed by mp_tok_free,
  * also on failure). BOS 1, EOS 2, add_bos 1. */
 mp_status mp_tok_from_llama2c(mp_tok **out, mp_tokenizer *t);
@@ -106,7 +118,7 @@ int mp_tok_eos(const mp_tok *t);
 int mp_tok_add_bos(const mp_tok *t);   /* 1 if the model expects BOS prepended */
 int mp_tok_add_eos(const mp_tok *t);
 /* The pre-tokenizer preset in use ("gpt2", "llama3", ..., "custom"), or NULL
- * for SentencePiece kinds. */
+ * for SentencePiece kinds and bytes. */
 const char *mp_tok_pre(const mp_tok *t);
 
 /* Encodes text[0, len) (any bytes; SentencePiece kinds reject NUL bytes).

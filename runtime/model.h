@@ -13,7 +13,7 @@
  * layer's activations kept in an mp_acts store for the backward pass,
  * runtime/train.h).
  *
- * Loaders (by content: mp_model_load in io/checkpoint.h): llama2.c
+ * Loaders (by content: mp_model_load in io/model_io.h): llama2.c
  * (llama2c.c), GGUF llama / qwen2 / gpt2 (load_gguf.c), Hugging Face folders
  * llama / qwen2 / gpt2 (load_hf.c); writers: llama2.c, GGUF (export_gguf.c),
  * HF safetensors folders (load_hf.c). Half-split (NeoX / HF) q/k rows are
@@ -251,7 +251,7 @@ typedef enum {
 } mp_model_format;
 /* By content: a folder with config.json (HF), the HDF5 signature (checkpoint),
  * the "GGUF" magic, else llama2.c; UNKNOWN when unreadable or a folder without
- * config.json. (mp_model_load in io/checkpoint.h dispatches on it.) */
+ * config.json. (mp_model_load in io/model_io.h dispatches on it.) */
 mp_model_format mp_model_detect(const char *path);
 typedef struct mp_tok mp_tok;   /* bpe.h */
 /* A GGUF file of architecture llama, qwen2 or gpt2 (tensors F32, F16, BF16,
@@ -387,6 +387,30 @@ int mp_pos_parse(const char *name);
 /* "none", "pi", "ntk", "yarn"; mp_rope_scaling_parse: the kind, or -1. */
 const char *mp_rope_scaling_name(mp_rope_scaling k);
 int mp_rope_scaling_parse(const char *name);
+/* Changes the positional scheme of a model in place, as m:set_pos does:
+ * schemes with the same parameters only (not to or from learned); rope_dims
+ * (half_rope / rope_id: rotated channels, 0 = default) and pos_temp (rope_id's
+ * length temperature, 1 = on); leaving rope / half_rope drops any RoPE
+ * scaling, leaving rope its frequency divisors. DroPE is set_pos(none) and a
+ * short recalibration. MP_ERR_ARG (the config unchanged) when the result does
+ * not validate; the message starts with "set_pos: ". Not while a forward pass
+ * or a KV cache of the model is in use. */
+mp_status mp_model_set_pos(mp_model *m, mp_pos_kind pos, int rope_dims, int pos_temp);
+/* Inference-time RoPE scaling (rope and half_rope models). */
+typedef struct {
+    mp_rope_scaling type;  /* NONE switches scaling off (the other fields are ignored) */
+    float factor;          /* s > 0 (1: no change) */
+    int original_ctx;      /* YaRN: the training length (0: ctx) */
+    float beta_fast;       /* YaRN ramp ends in rotations per original_ctx (0: 32) */
+    float beta_slow;       /* (0: 1) */
+} mp_rope_scaling_params;
+/* type NONE, factor 1, the rest 0 (defaults). */
+mp_rope_scaling_params mp_rope_scaling_params_default(void);
+/* Sets (or with NONE clears) the scaling of m in place, as m:set_rope_scaling
+ * does: MP_ERR_ARG (the config unchanged) when it does not validate (a scheme
+ * without RoPE, factor <= 0, beta_fast <= beta_slow, ...); the message starts
+ * with "set_rope_scaling: ". Not while a forward pass of the model runs. */
+mp_status mp_model_set_rope_scaling(mp_model *m, const mp_rope_scaling_params *p);
 /* 1 when the scheme rotates q and k (every kind but none and learned). */
 int mp_pos_rotates(const mp_config *c);
 /* The angular frequency (radians per position) of each channel pair i in

@@ -8,6 +8,7 @@
 #include "ops.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 static const char *const pos_names[MP_POS_COUNT] = {"rope", "none", "learned", "half_rope", "high_freq", "rope_id"};
@@ -138,4 +139,52 @@ void mp_pos_apply(const mp_config *c, const float *cos_t, const float *sin_t, co
             if (s != 1.0f)
                 for (size_t i = 0; i < row; i++) v[i] *= s;
         }
+}
+
+/* ---- changing a model's scheme in place (mp_model_set_pos, mp_model_set_rope_scaling) ---- */
+
+/* Installs c as m's config when it validates; the status of a failure is
+ * MP_ERR_ARG (the caller's request), its message the validation's. */
+static mp_status set_cfg(mp_model *m, const mp_config *c, const char *what) {
+    if (mp_config_validate(c, what) != MP_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", mp_last_error());
+        return mp_error(MP_ERR_ARG, "%s", msg);
+    }
+    m->cfg = *c;
+    return MP_OK;
+}
+
+mp_status mp_model_set_pos(mp_model *m, mp_pos_kind pos, int rope_dims, int pos_temp) {
+    if ((unsigned)pos >= MP_POS_COUNT) return mp_error(MP_ERR_ARG, "set_pos: unknown positional scheme (%d)", (int)pos);
+    mp_config c = m->cfg;
+    if ((pos == MP_POS_LEARNED) != (c.pos == MP_POS_LEARNED))
+        return mp_error(MP_ERR_ARG, "set_pos: cannot switch to or from learned positions (the parameters differ)");
+    c.pos = pos;
+    c.rope_dims = rope_dims;
+    c.pos_no_temp = !pos_temp;
+    if (c.pos != MP_POS_ROPE && c.pos != MP_POS_HALF_ROPE) {
+        c.rope_scaling = MP_ROPE_SCALING_NONE;
+        c.rope_factor = 0.0f;
+    }
+    if (c.pos != MP_POS_ROPE) c.n_rope_freqs = 0;
+    return set_cfg(m, &c, "set_pos");
+}
+
+mp_rope_scaling_params mp_rope_scaling_params_default(void) {
+    mp_rope_scaling_params p = {MP_ROPE_SCALING_NONE, 1.0f, 0, 0.0f, 0.0f};
+    return p;
+}
+
+mp_status mp_model_set_rope_scaling(mp_model *m, const mp_rope_scaling_params *p) {
+    if ((unsigned)p->type > MP_ROPE_SCALING_YARN)
+        return mp_error(MP_ERR_ARG, "set_rope_scaling: unknown RoPE scaling kind (%d)", (int)p->type);
+    mp_config c = m->cfg;
+    int on = p->type != MP_ROPE_SCALING_NONE;
+    c.rope_scaling = p->type;
+    c.rope_factor = on ? p->factor : 0.0f;
+    c.rope_orig_ctx = on ? p->original_ctx : 0;
+    c.yarn_beta_fast = on ? p->beta_fast : 0.0f;
+    c.yarn_beta_slow = on ? p->beta_slow : 0.0f;
+    return set_cfg(m, &c, "set_rope_scaling");
 }

@@ -1,0 +1,102 @@
+/* model_io.c — the one place that decides a model file's format (model_io.h):
+ * detection and dispatch on load (checkpoint, GGUF, Hugging Face folder,
+ * llama2.c) with the model's own tokenizer source, and the choice of writer on
+ * save with the llama2.c expressibility check. */
+#include "model_io.h"
+#include "checkpoint.h"
+#include "quant.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+mp_model_load_params mp_model_load_params_default(void) {
+    mp_model_load_params p;
+    memset(&p, 0, sizeof p);
+    return p;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+static int readable(const char *p) { return access(p, R_OK) == 0; }
+
+mp_status mp_model_load_with(mp_model **out, const char *path, mp_model_load_params *p) {
+    mp_model_format f = mp_model_detect(path);
+    *out = NULL;
+    if (p) {
+        p->format = f;
+        p->tok_source[0] = '\0';
+        if (p->opt) memset(p->opt, 0, sizeof *p->opt);
+    }
+    switch (f) {
+    case MP_FORMAT_CHECKPOINT: return mp_checkpoint_load(path, out, p ? p->opt : NULL, p ? p->log : NULL);
+    case MP_FORMAT_GGUF: {
+        mp_status st = mp_model_load_gguf(out, path);
+        if (!st && p) snprintf(p->tok_source, sizeof p->tok_source, "%s", path);
+        return st;
+    }
+    case MP_FORMAT_HF: {
+        mp_status st = mp_model_load_hf(out, path);
+        if (st || !p) return st;
+        char t[sizeof p->tok_source];
+        snprintf(t, sizeof t, "%s/tokenizer.json", path);
+        if (readable(t)) snprintf(p->tok_source, sizeof p->tok_source, "%s", path);
+        else if (snprintf(t, sizeof t, "%s/tokenizer.bin", path), readable(t))
+            snprintf(p->tok_source, sizeof p->tok_source, "%s", t);
+        return MP_OK;
+    }
+    case MP_FORMAT_LLAMA2C: return mp_model_load_llama2c(out, path);
+    default: break;
+    }
+    struct stat sb;
+    /* missing (or not even stat-able): the llama2.c loader's open names the reason */
+    if (stat(path, &sb) != 0) return mp_model_load_llama2c(out, path);
+    if (!S_ISDIR(sb.st_mode))
+        return mp_error(MP_ERR_IO, "%s: is %s, not a model file or folder", path, mp_file_kind(sb.st_mode));
+    return mp_error(MP_ERR_FORMAT, "%s: a folder without config.json (not a Hugging Face model folder)", path);
+}
+
+mp_status mp_model_load(mp_model **out, const char *path) { return mp_model_load_with(out, path, NULL); }
+
+mp_model_save_params mp_model_save_params_default(void) {
+    mp_model_save_params p;
+    memset(&p, 0, sizeof p);
+    p.format = MP_FORMAT_UNKNOWN;
+    p.gguf_type = MP_GGML_F32;
+    return p;
+}
+
+mp_model_format mp_model_save_format(const char *path, mp_model_format requested) {
+    if (requested != MP_FORMAT_UNKNOWN) return requested;
+    if (ends_with(path, ".h5")) return MP_FORMAT_CHECKPOINT;
+    if (ends_with(path, ".gguf")) return MP_FORMAT_GGUF;
+    return MP_FORMAT_LLAMA2C;
+}
+
+mp_status mp_model_save_with(const mp_model *m, const char *path, const mp_model_save_params *p) {
+    mp_model_save_params d = mp_model_save_params_default();
+    if (!p) p = &d;
+    if (!path) return mp_error(MP_ERR_ARG, "save: no path given");
+    switch (mp_model_save_format(path, p->format)) {
+    case MP_FORMAT_HF: return mp_model_save_hf(m, path);
+    case MP_FORMAT_GGUF: return mp_model_save_gguf(m, p->tok_source, path, p->gguf_type);
+    case MP_FORMAT_CHECKPOINT: return mp_checkpoint_save(path, m, p->opt, p->log);
+    case MP_FORMAT_LLAMA2C: {
+        const mp_config *c = &m->cfg;
+        if (c->norm != MP_NORM_RMS || c->mlp != MP_MLP_SWIGLU || c->pos != MP_POS_ROPE ||
+            c->d_head * c->n_head != c->d_model || c->rope_theta != 10000.0f || c->rope_scaling ||
+            c->attn != MP_ATTN_SOFTMAX)
+            return mp_error(MP_ERR_ARG, "%s: llama2.c files hold only RMSNorm/SwiGLU/RoPE (theta 10000, unscaled) "
+                            "softmax-attention models with d_head = d_model / n_head; save this model as a .h5 "
+                            "checkpoint", path);
+        return mp_model_save_llama2c(m, path, p->llama2c_version);
+    }
+    default: return mp_error(MP_ERR_ARG, "%s: cannot save in format %d", path, (int)p->format);
+    }
+}
+
+mp_status mp_model_save(const mp_model *m, const char *path) { return mp_model_save_with(m, path, NULL); }

@@ -159,6 +159,21 @@ int mp_params_describe(const mp_config *c, const mp_params *p, mp_param_desc out
  * unembed aliases embed. */
 void mp_params_layout(const mp_config *c, float *base, mp_params *p);
 
+/* One layer's slice of the parameters, or of anything laid out like them
+ * (gradients, optimizer moments): the per-layer fields of mp_params at layer l,
+ * NULL where the field is absent (or, for a quantized model's linear weights,
+ * NULL in mp_params). The forward and the backward read a layer through it. */
+typedef struct {
+    float *ln1_w, *ln1_b;                 /* [D] */
+    float *wq, *wk, *wv, *wo;             /* [H*Dh, D], [K*Dh, D], [K*Dh, D], [D, H*Dh] */
+    float *bq, *bk, *bv, *bo;             /* [H*Dh], [K*Dh], [K*Dh], [D] */
+    float *ln2_w, *ln2_b;                 /* [D] */
+    float *w1, *w3, *w2;                  /* [M, D], [M, D], [D, M] */
+    float *b1, *b3, *b2;                  /* [M], [M], [D] */
+    float *ssmax_s, *as_delta, *as_beta, *as_gamma; /* [H] */
+} mp_layer_params;
+mp_layer_params mp_params_layer(const mp_config *c, const mp_params *p, int l);
+
 /* A weight matrix kept in its file encoding (quantized GGUF models): OUT rows
  * of row_bytes, each IN values of ggml type `type` (Q8_0, Q4_0, Q4_K, Q6_K:
  * computed with runtime/qdot.h; F32: plain floats, for a tensor of another
@@ -353,6 +368,22 @@ typedef struct {
     float *mem;
     size_t n_floats;
 } mp_acts;
+
+/* One layer's slots of the activation store (N = B*T rows; NULL where the
+ * store has no such field, e.g. up without SwiGLU): what the training forward
+ * writes and the backward reads. The forward in inference mode uses the same
+ * struct over its one layer's scratch buffers. */
+typedef struct {
+    float *resid_in;   /* [N, D] residual entering the block */
+    float *resid_mid;  /* [N, D] after attention */
+    float *resid_out;  /* [N, D] after the MLP (the next block's resid_in) */
+    float *ln1, *ln1_mean, *ln1_rstd;     /* [N, D], [N], [N] */
+    float *q, *k, *v, *z;                 /* [N, H*Dh], [N, K*Dh], [N, K*Dh], [N, H*Dh] */
+    float *att;                           /* [B, H, T, T] */
+    float *ln2, *ln2_mean, *ln2_rstd;     /* [N, D], [N], [N] */
+    float *pre, *up, *post;               /* [N, M] */
+} mp_layer_acts;
+mp_layer_acts mp_acts_layer(const mp_config *c, const mp_acts *a, int l);
 
 /* Allocates the store for B x T tokens (T may exceed ctx; the [L,B,H,T,T]
  * pattern limits T to a few hundred in practice). */

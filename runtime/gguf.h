@@ -119,7 +119,7 @@ uint64_t mp_gguf_f32_bytes(const mp_gguf *g);
 
 typedef struct mp_gguf_writer mp_gguf_writer;
 
-mp_status mp_gguf_writer_init(mp_gguf_writer **out);
+mp_status mp_gguf_writer_new(mp_gguf_writer **out);
 void mp_gguf_writer_free(mp_gguf_writer *w);
 
 /* Sets key (replacing an earlier value of the same key) to a deep copy of v.

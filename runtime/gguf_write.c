@@ -33,7 +33,7 @@ struct mp_gguf_writer {
     size_t n_t, cap_t;
 };
 
-mp_status mp_gguf_writer_init(mp_gguf_writer **out) {
+mp_status mp_gguf_writer_new(mp_gguf_writer **out) {
     *out = calloc(1, sizeof **out);
     return *out ? MP_OK : mp_error(MP_ERR_NOMEM, "out of memory creating a GGUF writer");
 }

@@ -129,7 +129,7 @@ typedef struct {
     float *b1;       /* [L, M]    linear_bias with MLP */
     float *b3;       /* [L, M]    linear_bias with SwiGLU */
     float *b2;       /* [L, D]    linear_bias with MLP */
-    /* attention-variant parameters (absent: NULL; init in mp_model_alloc, see attn_variants.h) */
+    /* attention-variant parameters (absent: NULL; init in mp_model_new, see attn_variants.h) */
     float *ssmax_s;  /* [L, H] ssmax: the scale s per head */
     float *as_delta; /* [L, H] asentmax: delta, beta, gamma per head */
     float *as_beta;  /* [L, H] */
@@ -154,7 +154,7 @@ typedef struct {
  * biases of RMSNorm or a tied unembed, are skipped); returns their count. */
 int mp_params_describe(const mp_config *c, const mp_params *p, mp_param_desc out[MP_PARAM_MAX]);
 /* Points the fields of *p into `base` (mp_config_n_params(c) floats) in
- * mp_params order, as mp_model_alloc lays out parameters; the same layout
+ * mp_params order, as mp_model_new lays out parameters; the same layout
  * serves gradients and optimizer moments. Absent fields are NULL; a tied
  * unembed aliases embed. */
 void mp_params_layout(const mp_config *c, float *base, mp_params *p);
@@ -230,7 +230,7 @@ mp_status mp_model_dequantized_copy(const mp_model *m, mp_model **out);
 /* A model with every parameter but the linear weights (embed, unembed, wq, wk,
  * wv, wo, w1, w3, w2: NULL) allocated and zeroed (attention-variant ones at
  * their initial values), for loaders that fill m->q. */
-mp_status mp_model_alloc_unweighted(mp_model **out, const mp_config *cfg);
+mp_status mp_model_new_unweighted(mp_model **out, const mp_config *cfg);
 /* Owned storage of `bytes` for a quantized model's tensors (decoded or
  * permuted at load), freed with q; 64-byte aligned; NULL when out of memory. */
 void *mp_qparams_alloc(mp_qparams *q, size_t bytes);
@@ -259,7 +259,7 @@ mp_status mp_model_save_llama2c(const mp_model *m, const char *path, int version
  * their initial values: mp_attn_params_init): validates cfg, then
  * allocates one float buffer (m->owned) laid out in mp_params order; unembed is
  * a separate block only when !cfg->tied, else it aliases embed. */
-mp_status mp_model_alloc(mp_model **out, const mp_config *cfg);
+mp_status mp_model_new(mp_model **out, const mp_config *cfg);
 /* ---- real-model formats (load_gguf.c, load_hf.c, export_gguf.c) ---- */
 typedef enum {
     MP_FORMAT_UNKNOWN = 0, MP_FORMAT_LLAMA2C, MP_FORMAT_CHECKPOINT, MP_FORMAT_GGUF, MP_FORMAT_HF
@@ -268,7 +268,7 @@ typedef enum {
  * the "GGUF" magic, else llama2.c; UNKNOWN when unreadable or a folder without
  * config.json. (mp_model_load in io/checkpoint.h dispatches on it.) */
 mp_model_format mp_model_detect(const char *path);
-typedef struct mp_tok mp_tok;   /* bpe.h */
+typedef struct mp_tok mp_tok;   /* tok.h */
 /* A GGUF file of architecture llama, qwen2 or gpt2 (tensors F32, F16, BF16,
  * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K; when some 2-D weight is Q8_0,
  * Q4_0, Q4_K or Q6_K the linear weights stay quantized (m->q, views of the

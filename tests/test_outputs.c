@@ -16,7 +16,7 @@
 #include "model.h"
 #include "safetensors.h"
 #include "testutil.h"
-#include "tokenizer.h"
+#include "tok_llama2c.h"
 
 #include <dirent.h>
 #include <errno.h>

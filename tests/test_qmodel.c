@@ -121,8 +121,8 @@ static uint32_t pick(int i) { return with_f32 && i % 2 ? MP_GGML_F32 : TYPES[i %
 static uint64_t write_pair(const char *arch, const char *qpath, const char *fpath) {
     files f;
     memset(&f, 0, sizeof f);
-    mp_gguf_writer_init(&f.wq);
-    mp_gguf_writer_init(&f.wf);
+    mp_gguf_writer_new(&f.wq);
+    mp_gguf_writer_new(&f.wf);
     const int gpt2 = !strcmp(arch, "gpt2"), qwen2 = !strcmp(arch, "qwen2");
     const int KV = gpt2 ? H : 2, KD = KV * DH;
     meta(f.wq, arch, KV);

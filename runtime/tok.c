@@ -1,10 +1,10 @@
-/* bpe.c — the mp_tok tokenizer interface (bpe.h): construction from arrays with
+/* tok.c — the mp_tok tokenizer interface (tok.h): construction from arrays with
  * every count, id and merge validated; SentencePiece-style vocabularies through
- * the llama2.c algorithm of tokenizer.c; byte-level BPE (GPT-2's byte map,
+ * the llama2.c algorithm of tok_llama2c.c; byte-level BPE (GPT-2's byte map,
  * ranked merges run with a heap per pre-token, a per-call pre-token cache,
  * special/added tokens split out first); decoding back to bytes. The
- * tokenizer.json reader is in bpe_hf.c. */
-#include "bpe.h"
+ * tokenizer.json reader is in tok_hf.c. */
+#include "tok.h"
 #include "pretok.h"
 
 #include <limits.h>
@@ -198,7 +198,7 @@ static int type_of(const mp_tok *t, int id) { return t->type ? t->type[id] : MP_
 
 /* SentencePiece from arrays: llama2.c's pieces (U+2581 -> ' '; CONTROL and
  * UNKNOWN pieces blanked so that text never merges into them, as SentencePiece
- * never produces them), then tokenizer.c's algorithm. */
+ * never produces them), then tok_llama2c.c's algorithm. */
 static mp_status build_spm(mp_tok *t, const mp_tok_params *p, const char *src) {
     mp_status st = MP_OK;
     char **conv = NULL, *cblob = NULL;
@@ -240,7 +240,7 @@ static mp_status build_spm(mp_tok *t, const mp_tok_params *p, const char *src) {
         }
         *w++ = '\0';
     }
-    if ((st = mp_tokenizer_from_pieces(&t->spm, t->n_vocab, (const char *const *)conv, p->scores)) != MP_OK)
+    if ((st = mp_tokenizer_new(&t->spm, t->n_vocab, (const char *const *)conv, p->scores)) != MP_OK)
         mp_error_prefix(st, "%s", src);
 cleanup:
     free(conv);
@@ -260,11 +260,11 @@ static mp_status build_bpe(mp_tok *t, const mp_tok_params *p, const char *src) {
     mp_status st;
     int preset_ignore = 0;
     if (p->n_pre_regex > 0) {
-        if ((st = mp_pretok_create(&t->pre, p->pre_regex, p->n_pre_regex)) != MP_OK)
+        if ((st = mp_pretok_new(&t->pre, p->pre_regex, p->n_pre_regex)) != MP_OK)
             return mp_error_prefix(st, "%s", src);
         t->pre_name = "custom";
     } else {
-        if ((st = mp_pretok_create_named(&t->pre, p->pre, &preset_ignore)) != MP_OK)
+        if ((st = mp_pretok_new_named(&t->pre, p->pre, &preset_ignore)) != MP_OK)
             return mp_error_prefix(st, "%s", src);
         t->pre_name = mp_pretok_preset(p->pre);
     }
@@ -360,7 +360,7 @@ static mp_status build_bpe(mp_tok *t, const mp_tok_params *p, const char *src) {
     return MP_OK;
 }
 
-mp_status mp_tok_create(mp_tok **out, const mp_tok_params *p) {
+mp_status mp_tok_new(mp_tok **out, const mp_tok_params *p) {
     mp_status st = MP_OK;
     mp_tok *t = NULL;
     const char *src;
@@ -746,7 +746,7 @@ static size_t tok_bytes(const mp_tok *t, int prev, int id, char *dst, size_t cap
     size_t k = 0;
     if (id == t->bos || id == t->eos || (t->type && t->type[id] == MP_TOK_TYPE_CONTROL)) return 0;
     if (t->kind != MP_TOK_KIND_BPE) {
-        /* tokenizer.c strips the space after its BOS id 1: map our BOS onto it */
+        /* tok_llama2c.c strips the space after its BOS id 1: map our BOS onto it */
         int p = prev >= 0 && prev == t->bos ? 1 : (prev == 1 ? -1 : prev);
         const char *s = mp_tokenizer_piece(t->spm, p, id);
         size_t l = strlen(s);

@@ -1,5 +1,5 @@
-/* bpe.h — mp_tok, one tokenizer interface over every vocabulary mechprobe reads:
- *   - llama2.c tokenizer.bin (wraps mp_tokenizer, tokenizer.h);
+/* tok.h — mp_tok, one tokenizer interface over every vocabulary mechprobe reads:
+ *   - llama2.c tokenizer.bin (wraps mp_tokenizer, tok_llama2c.h);
  *   - SentencePiece-style vocabularies given as arrays (GGUF tokenizer.ggml.model
  *     "llama": pieces with U+2581 for spaces, scores, token types): the same
  *     llama2.c algorithm (score-ordered merges, byte fallback, dummy prefix);
@@ -11,11 +11,11 @@
  * Built from in-memory arrays, so the GGUF loader and a tokenizer.json reader
  * only gather the arrays. Byte-level BPE is lossless: decode(encode(x)) == x for
  * any bytes, invalid UTF-8 and NUL included. */
-#ifndef MP_BPE_H
-#define MP_BPE_H
+#ifndef MP_TOK_H
+#define MP_TOK_H
 
 #include "mp_common.h"
-#include "tokenizer.h"
+#include "tok_llama2c.h"
 
 typedef struct mp_tok mp_tok;
 
@@ -43,7 +43,7 @@ enum {
 };
 
 /* What the GGUF loader or a tokenizer.json reader passes. Arrays are read
- * during mp_tok_create only (copied). */
+ * during mp_tok_new only (copied). */
 typedef struct {
     const char *source;          /* names the origin in error messages (file path) */
     const char *model;           /* "llama" (SentencePiece) or "gpt2" (byte-level BPE) */
@@ -75,7 +75,7 @@ mp_tok_params mp_tok_params_default(void);
  * and ab in the vocabulary (MP_ERR_FORMAT naming the merge, its rank and the
  * source); llama: byte pieces <0x00>..<0xFF> must sit at ids 3..258 (the
  * llama2.c layout) when the vocabulary has byte pieces at all. */
-mp_status mp_tok_create(mp_tok **out, const mp_tok_params *p);
+mp_status mp_tok_new(mp_tok **out, const mp_tok_params *p);
 
 /* Wraps a loaded llama2.c tokenizer (takes ownership; freed by mp_tok_free,
  * also on failure). BOS 1, EOS 2, add_bos 1. */

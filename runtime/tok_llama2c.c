@@ -1,8 +1,8 @@
-/* tokenizer.c — llama2.c's tokenizer.bin: loading with every length validated,
+/* tok_llama2c.c — llama2.c's tokenizer.bin: loading with every length validated,
  * BPE encoding and decoding that reproduce llama2.c run.c's encode()/decode()
  * (code points looked up as pieces, byte fallback to ids 3..258, greedy merges
  * of the best-scoring adjacent pair, dummy-prefix space, <0xXX> byte pieces). */
-#include "tokenizer.h"
+#include "tok_llama2c.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -158,7 +158,7 @@ cleanup:
 
 /* The same tokenizer built from in-memory pieces (e.g. GGUF metadata), with the
  * checks and layout of mp_tokenizer_load. */
-mp_status mp_tokenizer_from_pieces(mp_tokenizer **out, int vocab, const char *const *pieces,
+mp_status mp_tokenizer_new(mp_tokenizer **out, int vocab, const char *const *pieces,
                                    const float *scores) {
     mp_status st = MP_OK;
     mp_tokenizer *t = NULL;

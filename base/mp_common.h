@@ -58,8 +58,9 @@ mp_status mp_error_name_path(mp_status s, const char *path);
 const char *mp_last_error(void);
 const char *mp_status_name(mp_status s);
 
-/* Library initialisation: turns off GSL's abort handler and HDF5's automatic
- * error printing so that their failures surface as mp_status. Idempotent. */
+/* Library initialisation: turns off GSL's abort handler so that its failures
+ * surface as mp_status. Idempotent. Programs that use the io layer call
+ * mp_io_init (io/h5io.h) instead, which also silences HDF5. */
 void mp_init(void);
 
 /* Overflow-checked size arithmetic: return 0 on success, -1 on overflow. */

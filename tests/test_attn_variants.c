@@ -539,7 +539,7 @@ static void test_checkpoint(void) {
 }
 
 int main(void) {
-    mp_init();
+    mp_io_init();
     test_closed_forms();
     test_rows_fd();
     for (int k = 0; k < NV; k++) fd_model(&VARS[k]);

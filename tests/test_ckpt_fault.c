@@ -193,7 +193,7 @@ static void *bg_main(void *u) {
 }
 
 int main(void) {
-    mp_init();
+    mp_io_init();
     snprintf(dir, sizeof dir, "/tmp/mp_ckpt_fault.XXXXXX");
     if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
     static char base[512];

@@ -438,7 +438,7 @@ static void malformed(void) {
 }
 
 int main(int argc, char **argv) {
-    mp_init();
+    mp_io_init();
     if (argc > 1 && strcmp(argv[1], "shared") == 0) {
         const char *model = tu_shared("models/aidreams260K.bin"), *tok = tu_shared("models/aidreams260K.tok512.bin");
         round_trip(model, tok, "aidreams260K");

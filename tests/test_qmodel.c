@@ -27,6 +27,7 @@
  *     that are not multiples of 4 loads them aligned (copied) and computes the
  *     aligned file's logits exactly (no misaligned float* under UBSan). */
 #include "checkpoint.h"
+#include "h5io.h"
 #include "gguf.h"
 #include "model.h"
 #include "qdot.h"
@@ -407,7 +408,7 @@ static void test_alignment(void) {
 }
 
 int main(void) {
-    mp_init();
+    mp_io_init();
     test_arch("llama");
     test_arch("qwen2");
     test_arch("gpt2");

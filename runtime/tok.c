@@ -5,6 +5,7 @@
  * special/added tokens split out first); decoding back to bytes. The
  * tokenizer.json reader is in tok_hf.c. */
 #include "tok.h"
+#include "merge_heap.h"
 #include "pretok.h"
 
 #include <limits.h>
@@ -450,34 +451,6 @@ int mp_tok_find(const mp_tok *t, const char *piece) {
 
 /* ---- encoding ---- */
 
-/* A candidate merge of the symbols at l and r, valid while both versions hold. */
-typedef struct { int rank, l, r, id; unsigned vl, vr; } cand;
-
-static int cand_first(const cand *a, const cand *b) {
-    return a->rank < b->rank || (a->rank == b->rank && a->l < b->l);
-}
-
-static void heap_push(cand *h, int *n, cand c) {
-    int i = (*n)++;
-    while (i > 0 && cand_first(&c, &h[(i - 1) / 2])) { h[i] = h[(i - 1) / 2]; i = (i - 1) / 2; }
-    h[i] = c;
-}
-
-static cand heap_pop(cand *h, int *n) {
-    cand top = h[0], last = h[--(*n)];
-    int i = 0;
-    for (;;) {
-        int c = 2 * i + 1;
-        if (c >= *n) break;
-        if (c + 1 < *n && cand_first(&h[c + 1], &h[c])) c++;
-        if (!cand_first(&h[c], &last)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (*n) h[i] = last;
-    return top;
-}
-
 /* Per-call state: output, scratch sized for the longest pre-token, cache. */
 typedef struct {
     const mp_tok *t;
@@ -487,7 +460,7 @@ typedef struct {
     size_t scap;         /* scratch capacity in symbols */
     int *sym, *prev, *next;
     unsigned *ver;
-    cand *heap;
+    mp_merge_cand *heap;
     char *word;          /* [2 * scap] the mapped pre-token */
     struct cache_slot { size_t off, len; int start, count; } *cache;
     size_t cache_mask, cache_used;
@@ -550,8 +523,8 @@ static void consider(enc *e, int l, int r) {
     if (l < 0 || r < 0) return;
     const merge_slot *m = merge_find(e->t, e->sym[l], e->sym[r]);
     if (m) {
-        cand c = {m->rank, l, r, m->id, e->ver[l], e->ver[r]};
-        heap_push(e->heap, &e->nheap, c);
+        mp_merge_cand c = {(double)m->rank, l, r, m->id, e->ver[l], e->ver[r]};   /* lowest rank first */
+        mp_merge_push(e->heap, &e->nheap, c);
     }
 }
 
@@ -584,7 +557,7 @@ static mp_status bpe_word(enc *e, const unsigned char *s, size_t n) {
     e->nheap = 0;
     for (size_t i = 0; i + 1 < n; i++) consider(e, (int)i, (int)i + 1);
     while (e->nheap > 0) {
-        cand c = heap_pop(e->heap, &e->nheap);
+        mp_merge_cand c = mp_merge_pop(e->heap, &e->nheap);
         if (e->ver[c.l] != c.vl || e->ver[c.r] != c.vr) continue;   /* stale */
         e->sym[c.l] = c.id;
         e->ver[c.l]++;

@@ -53,16 +53,11 @@ const char *mp_status_name(mp_status s) {
     return "unknown error";
 }
 
-/* HDF5's error-stack silencing lives in hooks/ (the only layer that links HDF5);
- * it registers itself through this pointer so runtime stays HDF5-free. */
-void (*mp_init_hdf5_hook)(void) = NULL;
-
 void mp_init(void) {
     static int done = 0;
     if (done) return;
     done = 1;
     gsl_set_error_handler_off();
-    if (mp_init_hdf5_hook) mp_init_hdf5_hook();
 }
 
 int mp_mul_size(size_t a, size_t b, size_t *out) {

@@ -4,7 +4,23 @@
  * Runtime failures return an mp_status and leave a human-readable message in a
  * thread-local buffer (mp_last_error). The message names the file or argument
  * and what is wrong, e.g. "model.bin: truncated: header says 4 layers (1.2 MB)
- * but the file has 900 KB". Programmer errors assert. Library code never exits. */
+ * but the file has 900 KB". Programmer errors assert. Library code never exits.
+ *
+ * Constructor verbs: one per kind of object, so a name says who owns what.
+ *   mp_X_new(&out, ...)     a heap object built from values in memory, released
+ *                           with mp_X_free (mp_model_new, mp_model_new_random,
+ *                           mp_tok_new, mp_tokenizer_new, mp_pretok_new,
+ *                           mp_sampler_new, mp_hooks_new, mp_gguf_writer_new);
+ *   mp_X_load(&out, path)   the same kind of object read from a file, which is
+ *                           not kept open (mp_model_load, mp_tok_load_hf);
+ *   mp_X_open(&out, path)   a handle that keeps a file open or mapped
+ *                           (mp_gguf_open, mp_safetensors_open, mp_h5_open);
+ *   mp_X_create(...)        a new file or dataset on disk (mp_h5run_create,
+ *                           mp_h5_create_dataset, mp_h5cap_create);
+ *   mp_X_init(&x, ...)      fills a caller-owned struct (and allocates its
+ *                           buffers, released with mp_X_free): mp_kvcache_init,
+ *                           mp_acts_init, mp_grads_init, mp_adamw_init;
+ *   mp_X_alloc(...)         raw storage, not an object (mp_qparams_alloc). */
 #ifndef MP_COMMON_H
 #define MP_COMMON_H
 
@@ -42,8 +58,9 @@ mp_status mp_error_name_path(mp_status s, const char *path);
 const char *mp_last_error(void);
 const char *mp_status_name(mp_status s);
 
-/* Library initialisation: turns off GSL's abort handler and HDF5's automatic
- * error printing so that their failures surface as mp_status. Idempotent. */
+/* Library initialisation: turns off GSL's abort handler so that its failures
+ * surface as mp_status. Idempotent. Programs that use the io layer call
+ * mp_io_init (io/h5io.h) instead, which also silences HDF5. */
 void mp_init(void);
 
 /* Overflow-checked size arithmetic: return 0 on success, -1 on overflow. */

@@ -18,6 +18,7 @@
  * down, classifier) plus causal attention 2*2*H*Dh*T*(T+1)/2 per sequence and
  * layer (QK^T and PV on the lower triangle). */
 #include "bench_load.h"
+#include "h5io.h"
 #include "h5run.h"
 #include "model.h"
 #include "mp_hooks.h"
@@ -370,7 +371,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_forward: -B, -T and --reps must be positive, --warmup non-negative\n");
         return 2;
     }
-    mp_init();
+    mp_io_init();
     if (!strcmp(o.mode, "sgemm")) return mode_sgemm(&o);
     if (!strcmp(o.mode, "make-random")) return mode_make_random(&o);
     if (strcmp(o.mode, "forward") && strcmp(o.mode, "capture") && strcmp(o.mode, "dispatch")) {

@@ -10,6 +10,7 @@
  *               [--tokens FILE.i32] */
 #include "bench_load.h"
 #include "checkpoint.h"
+#include "h5io.h"
 #include "model.h"
 #include "optim.h"
 #include "train.h"
@@ -37,7 +38,7 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-    mp_init();
+    mp_io_init();
     mp_config c = mp_config_default();
     c.d_model = arg_int(argc, argv, "--d-model", 128);
     c.n_layer = arg_int(argc, argv, "--layers", 4);

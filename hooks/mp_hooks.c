@@ -3,6 +3,7 @@
 #include "mp_hooks.h"
 #include "model.h"
 
+#include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,17 +79,17 @@ int mp_hook_shape(const mp_config *cfg, mp_hook_id id, int B, int T, int pos0, i
 }
 
 /* Matches the pattern p[0..n) (not NUL-terminated: a glob inside a list) against
- * s; an iterative matcher with a single backtrack point: '*' matches any run. */
+ * s with fnmatch(3): no FNM_PATHNAME or FNM_PERIOD, so '*' runs across dots;
+ * FNM_NOESCAPE keeps '\\' literal. A pattern that does not fit the stack buffer
+ * is copied to the heap (if that fails, it matches nothing). */
 static int glob_match_n(const char *p, size_t n, const char *s) {
-    const char *end = p + n, *star = NULL, *ss = NULL;
-    while (*s) {
-        if (p < end && (*p == '?' || *p == *s)) { p++; s++; }
-        else if (p < end && *p == '*') { star = p++; ss = s; }
-        else if (star) { p = star + 1; s = ++ss; }
-        else return 0;
-    }
-    while (p < end && *p == '*') p++;
-    return p == end;
+    char buf[256], *pat = n < sizeof buf ? buf : malloc(n + 1);
+    if (!pat) return 0;
+    memcpy(pat, p, n);
+    pat[n] = '\0';
+    int hit = fnmatch(pat, s, FNM_NOESCAPE) == 0;
+    if (pat != buf) free(pat);
+    return hit;
 }
 
 int mp_glob_match(const char *p, const char *s) { return glob_match_n(p, strlen(p), s); }

@@ -89,7 +89,8 @@ int mp_hook_parse(const struct mp_config *cfg, const char *name, mp_hook_id *id,
 /* Full shape of hook (id) for a forward over B x T tokens at pos0. */
 int mp_hook_shape(const struct mp_config *cfg, mp_hook_id id, int B, int T, int pos0, int64_t shape[4]);
 
-/* Shell-style glob where '*' also matches dots and '?' one character. */
+/* Shell glob (fnmatch(3)): '*' any run of characters, dots included, '?' one
+ * character, [...] one of a set ("blocks.[0-3].hook_z"); '\\' is literal. */
 int mp_glob_match(const char *pattern, const char *name);
 
 /* Calls fn(user, id, layer, name) for every hook point of the model whose name

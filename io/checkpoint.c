@@ -676,7 +676,7 @@ static int receive(reader *r, const char *path, uint64_t fsize, mp_model **out, 
     if ((st = mp_config_validate(&c, path))) goto fail;
     st = -1;
     if (n != mp_config_n_params(&c) || n / CKPT_MAX_RATIO > fsize) goto fail;
-    if ((st = mp_model_alloc(&m, &c))) goto fail;
+    if ((st = mp_model_new(&m, &c))) goto fail;
     st = -1;
     if (rd(r, m->owned, n * sizeof(float)) || rd_u64(r, &v) || v > 1) goto fail;
     if (v) {

@@ -23,9 +23,6 @@
 
 /* ---- errors ---- */
 
-/* mp_common.c calls this from mp_init() when set (runtime stays HDF5-free). */
-extern void (*mp_init_hdf5_hook)(void);
-
 void mp_h5_init(void) {
     /* The automatic-printing setting belongs to the per-thread error stack in
      * thread-safe builds, so remember it per thread. */
@@ -35,7 +32,10 @@ void mp_h5_init(void) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
 }
 
-__attribute__((constructor)) static void h5io_register(void) { mp_init_hdf5_hook = mp_h5_init; }
+void mp_io_init(void) {
+    mp_init();
+    mp_h5_init();
+}
 
 typedef struct {
     char desc[320];

@@ -21,8 +21,13 @@
 #define MP_H5_MAXDIM 8
 
 /* Turns off HDF5's automatic error printing for the calling thread. Called by
- * every function below; idempotent and cheap. mp_init() also reaches it. */
+ * every function below (and by the io layer's other entry points before their
+ * first HDF5 call); idempotent and cheap. */
 void mp_h5_init(void);
+/* The io layer's initialisation, for programs: mp_init() and mp_h5_init() on
+ * the calling thread, so that HDF5 called directly before any io function
+ * prints nothing either. The CLI and the tests that use HDF5 call it first. */
+void mp_io_init(void);
 
 /* Sets an mp_error message "<what>: <innermost HDF5 error description>" and
  * returns s. Call it right after the failing HDF5 call (any other HDF5 call

@@ -249,7 +249,7 @@ static int model_run_with_cache(lua_State *L) { return run_common(L, 1); }
 
 /* ---- tokenization: the model's mp_tok (a tokenizer file, or raw bytes) ----
  * Byte-level models (e.g. trained on mp.tasks.text) use the runtime's bytes
- * kind (ids 0..255 for the bytes and 256 for BOS, bpe.h); the model's
+ * kind (ids 0..255 for the bytes and 256 for BOS, tok.h); the model's
  * `tokenizer` hint says so and travels in its checkpoint. */
 
 static int is_bytes(const lmodel *lm) { return lm->tok && mp_tok_get_kind(lm->tok) == MP_TOK_KIND_BYTES; }
@@ -315,7 +315,7 @@ static void attach_tok(lmodel *lm, mp_tok *t, const char *spec) {
 /* Attaches the bytes kind; the model's hint says "bytes" (kept in checkpoints). */
 static void attach_bytes(lua_State *L, lmodel *lm) {
     mp_tok *t;
-    mp_status st = mp_tok_create_bytes(&t);
+    mp_status st = mp_tok_new_bytes(&t);
     if (st) mp_lua_fail(L, st);
     mp_tok_free(lm->tok);
     lm->tok = t;

@@ -7,8 +7,8 @@
 
 #include "mp_lua.h"
 #include "model.h"
-#include "tokenizer.h"
-#include "bpe.h"
+#include "tok_llama2c.h"
+#include "tok.h"
 #include "h5run.h"
 #include "train.h"
 

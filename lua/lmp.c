@@ -1,6 +1,7 @@
 /* lmp.c — the Lua module `mp` (also `require "mechprobe"`): assembles the parts
  * registered by the other binding files and holds the shared helpers. */
 #include "mp_lua.h"
+#include "h5io.h"
 
 #include <errno.h>
 #include <math.h>
@@ -81,7 +82,7 @@ static int l_mkdir(lua_State *L) {
 }
 
 int luaopen_mechprobe(lua_State *L) {
-    mp_init();
+    mp_io_init();
     lua_newtable(L);
     lua_pushstring(L, MP_VERSION);
     lua_setfield(L, -2, "VERSION");

@@ -28,12 +28,10 @@ local o = cli.parse(arg, {
   {"format", "EXT", "figure format: png, svg or pdf", default = "png"},
   {"progress", nil, "show training progress on stderr (default for --medium and the full run)"},
 })
-local function fail(msg) io.stderr:write("mechprobe rope_id: " .. msg .. "\n"); os.exit(2) end
-if o.quick and o.medium then fail("give at most one of --quick and --medium") end
-if not ({png = true, svg = true, pdf = true})[o.format] then
-  fail(("--format must be png, svg or pdf (got '%s')"):format(o.format))
-end
-local p = rid.preset(o.quick and "quick" or o.medium and "medium" or "full")
+local function fail(msg) cli.fail("rope_id", msg) end
+local budget = cli.budget("rope_id", o)
+cli.check_format("rope_id", o.format)
+local p = rid.preset(budget)
 p.out, p.format, p.seed = o.out, o.format, o.seed
 p.progress = o.progress or not o.quick
 if o.steps then

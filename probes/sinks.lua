@@ -29,19 +29,9 @@ local o = cli.parse(arg, {
   {"format", "EXT", "figure format: png, svg or pdf", default = "png"},
   {"out", "DIR", "output folder", required = true},
 })
-local given = (o.text and 1 or 0) + (o.text_file and 1 or 0) + (o.tokens and 1 or 0)
-if given ~= 1 then
-  io.stderr:write("mechprobe sinks: give exactly one of --text, --text-file and --tokens\n")
-  os.exit(2)
-end
-if o.window < 1 then
-  io.stderr:write(("mechprobe sinks: --window must be a positive number of positions (got %d)\n"):format(o.window))
-  os.exit(2)
-end
-if not ({png = true, svg = true, pdf = true})[o.format] then
-  io.stderr:write(("mechprobe sinks: --format must be png, svg or pdf (got '%s')\n"):format(o.format))
-  os.exit(2)
-end
+cli.check_choice("sinks", o, {"text", "text_file", "tokens"}, "exactly")
+if o.window < 1 then cli.fail("sinks", ("--window must be a positive number of positions (got %d)"):format(o.window)) end
+cli.check_format("sinks", o.format)
 
 local m = mp.load(o.model, {tokenizer = o.tokenizer})
 
@@ -53,7 +43,7 @@ else
   local text = o.text
   if o.text_file then
     local f = io.open(o.text_file, "rb")
-    if not f then io.stderr:write(("mechprobe sinks: %s: cannot open\n"):format(o.text_file)); os.exit(1) end
+    if not f then cli.fail("sinks", ("%s: cannot open"):format(o.text_file), 1) end
     text = f:read("a")
     f:close()
   end
@@ -61,10 +51,7 @@ else
 end
 while #tokens > o.max_tokens do table.remove(tokens) end
 local T = #tokens
-if T < 4 then
-  io.stderr:write(("mechprobe sinks: need at least 4 tokens, got %d\n"):format(T))
-  os.exit(2)
-end
+if T < 4 then cli.fail("sinks", ("need at least 4 tokens, got %d"):format(T)) end
 
 o.label = o.model
 sinks.run(m, tokens, o)

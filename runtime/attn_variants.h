@@ -19,7 +19,7 @@
  * Scores of -inf (the causal mask, or a hook's edit) are keys the query does
  * not see.
  *
- * Initial values (mp_model_alloc, so every new model starts there; loaders
+ * Initial values (mp_model_new, so every new model starts there; loaders
  * overwrite them): s = 1 / log(ctx) (ctx >= 2; else 1), so that ssmax equals
  * softmax for a query seeing exactly ctx keys; delta = 1, beta = 0,
  * gamma = 1, so that asentmax starts as plain alpha-entmax at every length.

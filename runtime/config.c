@@ -262,12 +262,12 @@ mp_status mp_config_validate(const mp_config *c, const char *what) {
     return MP_OK;
 }
 
-mp_status mp_model_alloc(mp_model **out, const mp_config *cfg) {
+mp_status mp_model_new(mp_model **out, const mp_config *cfg) {
     mp_status st;
     mp_model *m = NULL;
     size_t n[P_COUNT], total = 0;
     *out = NULL;
-    if ((st = mp_config_validate(cfg, "mp_model_alloc")) != MP_OK) return st;
+    if ((st = mp_config_validate(cfg, "mp_model_new")) != MP_OK) return st;
     param_sizes(cfg, n);   /* cannot fail after validation */
     sum_sizes(n, &total);
     if (!(m = mp_calloc(1, sizeof *m, "model"))) { st = MP_ERR_NOMEM; goto cleanup; }
@@ -286,12 +286,12 @@ cleanup:
     return st;
 }
 
-mp_status mp_model_alloc_unweighted(mp_model **out, const mp_config *cfg) {
+mp_status mp_model_new_unweighted(mp_model **out, const mp_config *cfg) {
     mp_status st;
     mp_model *m = NULL;
     size_t n[P_COUNT], total = 0;
     *out = NULL;
-    if ((st = mp_config_validate(cfg, "mp_model_alloc_unweighted")) != MP_OK) return st;
+    if ((st = mp_config_validate(cfg, "mp_model_new_unweighted")) != MP_OK) return st;
     param_sizes(cfg, n);
     const int linear[] = {P_EMBED, P_WQ, P_WK, P_WV, P_WO, P_W1, P_W3, P_W2, P_UNEMBED};
     for (size_t i = 0; i < sizeof linear / sizeof linear[0]; i++) n[linear[i]] = 0;
@@ -325,7 +325,7 @@ mp_status mp_model_make_owned(mp_model *m) {
     if (m->q) return mp_model_dequantize(m); /* training reads and writes float32 weights */
     if (m->owned && !m->map) return MP_OK;
     mp_model *fresh = NULL;
-    mp_status st = mp_model_alloc(&fresh, &m->cfg);
+    mp_status st = mp_model_new(&fresh, &m->cfg);
     if (st) return mp_error_prefix(st, "copying the parameters for training");
     mp_param_desc src[MP_PARAM_MAX], dst[MP_PARAM_MAX];
     int n = mp_params_describe(&m->cfg, &m->p, src);

@@ -8,7 +8,7 @@
  * RoPE), mechprobe's layout: q/k rows are written as they are. qwen2 uses the
  * NeoX (half-split) RoPE, so q/k rows and biases are permuted back to
  * half-split. gpt2 has no RoPE; its q/k/v are fused into attn_qkv. */
-#include "bpe.h"
+#include "tok.h"
 #include "gguf.h"
 #include "json.h"
 #include "model.h"
@@ -281,7 +281,7 @@ mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const ch
     ex x;
     memset(&x, 0, sizeof x);
     x.type = type;
-    mp_status st = mp_gguf_writer_init(&x.w);
+    mp_status st = mp_gguf_writer_new(&x.w);
     if (st) return st;
     mp_gguf_writer *w = x.w;
     char k[128];

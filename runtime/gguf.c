@@ -102,7 +102,7 @@ static mp_status rd_string(mp_gguf *g, cursor *c, mp_gguf_string *s, const char 
     return MP_OK;
 }
 
-static size_t scalar_size(mp_gguf_vtype t) {
+size_t mp_gguf_vtype_size(mp_gguf_vtype t) {
     switch (t) {
     case MP_GGUF_UINT8: case MP_GGUF_INT8: case MP_GGUF_BOOL: return 1;
     case MP_GGUF_UINT16: case MP_GGUF_INT16: return 2;
@@ -161,7 +161,7 @@ static mp_status rd_array(mp_gguf *g, cursor *c, mp_gguf_value *v, const char *k
                         c->path, key, GGUF_MAX_NESTING);
     /* Smallest encoding of one element: a scalar's size, 8 for a string's
      * length, 12 for a nested array's type and count. */
-    size_t min = scalar_size((mp_gguf_vtype)et);
+    size_t min = mp_gguf_vtype_size((mp_gguf_vtype)et);
     if (!min) min = et == MP_GGUF_STRING ? 8 : 12;
     if (n > (c->size - c->pos) / min)
         return mp_error(MP_ERR_FORMAT, "%s: metadata '%s': array of %llu %s at offset %zu cannot fit in "
@@ -171,7 +171,7 @@ static mp_status rd_array(mp_gguf *g, cursor *c, mp_gguf_value *v, const char *k
     v->v.arr.elem_type = (mp_gguf_vtype)et;
     v->v.arr.n = n;
     v->v.arr.data = NULL;
-    if (scalar_size((mp_gguf_vtype)et)) {
+    if (mp_gguf_vtype_size((mp_gguf_vtype)et)) {
         size_t bytes = (size_t)n * min;    /* <= bytes left in the file */
         unsigned char *d = g_alloc(g, bytes ? bytes : 1);
         if (!d) return mp_error(MP_ERR_NOMEM, "%s: out of memory reading metadata '%s'", c->path, key);
@@ -213,7 +213,7 @@ static mp_status rd_value(mp_gguf *g, cursor *c, mp_gguf_vtype type, mp_gguf_val
         return rd_string(g, c, &v->v.s, what);
     }
     if (type == MP_GGUF_ARRAY) return rd_array(g, c, v, key, depth);
-    size_t n = scalar_size(type);
+    size_t n = mp_gguf_vtype_size(type);
     if (!n)
         return mp_error(MP_ERR_FORMAT, "%s: metadata '%s': unknown value type %u at offset %zu",
                         c->path, key, (unsigned)type, c->pos - 4);

@@ -98,6 +98,8 @@ mp_gguf_lookup mp_gguf_get_str_array(const mp_gguf *g, const char *key,
 mp_gguf_lookup mp_gguf_get_f32_array(const mp_gguf *g, const char *key, const float **out, uint64_t *n);
 mp_gguf_lookup mp_gguf_get_i32_array(const mp_gguf *g, const char *key, const int32_t **out, uint64_t *n);
 const char *mp_gguf_vtype_name(mp_gguf_vtype t);
+/* Bytes of one scalar of the type (1, 2, 4 or 8); 0 for STRING, ARRAY and unknown types. */
+size_t mp_gguf_vtype_size(mp_gguf_vtype t);
 
 /* Tensors in file order, and by name (binary search). */
 size_t mp_gguf_n_tensors(const mp_gguf *g);
@@ -119,7 +121,7 @@ uint64_t mp_gguf_f32_bytes(const mp_gguf *g);
 
 typedef struct mp_gguf_writer mp_gguf_writer;
 
-mp_status mp_gguf_writer_init(mp_gguf_writer **out);
+mp_status mp_gguf_writer_new(mp_gguf_writer **out);
 void mp_gguf_writer_free(mp_gguf_writer *w);
 
 /* Sets key (replacing an earlier value of the same key) to a deep copy of v.

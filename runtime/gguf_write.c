@@ -33,7 +33,7 @@ struct mp_gguf_writer {
     size_t n_t, cap_t;
 };
 
-mp_status mp_gguf_writer_init(mp_gguf_writer **out) {
+mp_status mp_gguf_writer_new(mp_gguf_writer **out) {
     *out = calloc(1, sizeof **out);
     return *out ? MP_OK : mp_error(MP_ERR_NOMEM, "out of memory creating a GGUF writer");
 }
@@ -58,16 +58,6 @@ void mp_gguf_writer_free(mp_gguf_writer *w) {
     free(w->kv);
     free(w->t);
     free(w);
-}
-
-static size_t elem_size(mp_gguf_vtype t) {
-    switch (t) {
-    case MP_GGUF_UINT8: case MP_GGUF_INT8: case MP_GGUF_BOOL: return 1;
-    case MP_GGUF_UINT16: case MP_GGUF_INT16: return 2;
-    case MP_GGUF_UINT32: case MP_GGUF_INT32: case MP_GGUF_FLOAT32: return 4;
-    case MP_GGUF_UINT64: case MP_GGUF_INT64: case MP_GGUF_FLOAT64: return 8;
-    default: return 0;
-    }
 }
 
 static char *dup_bytes(const char *s, uint64_t len) {
@@ -104,7 +94,7 @@ static mp_status copy_value(mp_gguf_value *dst, const mp_gguf_value *src, const 
     if (et == MP_GGUF_ARRAY && depth >= 7)
         return mp_error(MP_ERR_ARG, "GGUF metadata '%s': arrays nested too deeply", key);
     if (n && !src->v.arr.data) return mp_error(MP_ERR_ARG, "GGUF metadata '%s': NULL array data", key);
-    size_t es = elem_size(et);
+    size_t es = mp_gguf_vtype_size(et);
     size_t unit = es ? es : et == MP_GGUF_STRING ? sizeof(mp_gguf_string) : sizeof(mp_gguf_value), bytes;
     if (n > SIZE_MAX || mp_mul_size((size_t)n, unit, &bytes))
         return mp_error(MP_ERR_NOMEM, "GGUF metadata '%s': array too large", key);
@@ -211,7 +201,7 @@ mp_status mp_gguf_writer_set_str(mp_gguf_writer *w, const char *key, const char 
 
 mp_status mp_gguf_writer_set_array(mp_gguf_writer *w, const char *key, mp_gguf_vtype elem_type,
                                    const void *data, uint64_t n) {
-    if (!elem_size(elem_type))
+    if (!mp_gguf_vtype_size(elem_type))
         return mp_error(MP_ERR_ARG, "GGUF metadata '%s': set_array takes a scalar element type, not %s",
                         key ? key : "?", mp_gguf_vtype_name(elem_type));
     mp_gguf_value v = {.type = MP_GGUF_ARRAY};
@@ -336,7 +326,7 @@ static int put_value(FILE *f, const mp_gguf_value *v) {
     mp_gguf_vtype et = v->v.arr.elem_type;
     uint64_t n = v->v.arr.n;
     if (put_u32(f, (uint32_t)et) || put_u64(f, n)) return -1;
-    size_t es = elem_size(et);
+    size_t es = mp_gguf_vtype_size(et);
     if (es) return put(f, v->v.arr.data, (size_t)n * es);
     for (uint64_t i = 0; i < n; i++) {
         int r = et == MP_GGUF_STRING

@@ -1,12 +1,13 @@
-/* json.h — a small strict JSON (RFC 8259) parser for the files of Hugging Face
+/* json.h — strict JSON (RFC 8259) documents for the files of Hugging Face
  * model folders: safetensors headers, config.json, tokenizer.json and
- * model.safetensors.index.json.
+ * model.safetensors.index.json. Parsed by jansson (json.c).
  *
  * Strict: one value with optional whitespace around it; no comments, trailing
  * commas, NaN/Infinity, leading zeros or '+'; strings must be valid UTF-8
  * without raw control characters, escapes are decoded (surrogate pairs joined,
- * lone surrogates refused); duplicate object keys are refused; nesting is
- * limited to MP_JSON_MAX_DEPTH. Errors name the input and give line:column.
+ * lone surrogates refused); duplicate object keys, object keys containing
+ * \u0000 and integer literals beyond int64 are refused; nesting is limited to
+ * MP_JSON_MAX_DEPTH. Errors name the input and give line and column.
  *
  * The whole tree lives in one document (an arena freed by mp_json_free).
  * Accessors accept NULL and nodes of the wrong kind and then return

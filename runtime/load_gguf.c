@@ -14,7 +14,7 @@
  * x[i + n_rot/2]); they are permuted here (mp_rope_permute_rows), biases too.
  * gpt2: fused attn_qkv split into wq/wk/wv, learned positions, biases,
  * LayerNorm, GELU with the tanh approximation (ggml_gelu). */
-#include "bpe.h"
+#include "tok.h"
 #include "gguf.h"
 #include "model.h"
 #include "ops.h"
@@ -369,7 +369,7 @@ mp_status mp_model_load_gguf(mp_model **out, const char *path) {
     }
     if (quant) {
         const size_t L = (size_t)c.n_layer;
-        if ((st = mp_model_alloc_unweighted(&m, &c))) goto cleanup;
+        if ((st = mp_model_new_unweighted(&m, &c))) goto cleanup;
         if (!(m->q = mp_calloc(1, sizeof *m->q, "quantized weights")) ||
             !(m->q->mats = mp_calloc(7 * L, sizeof(mp_qmat), "quantized weights"))) {
             st = MP_ERR_NOMEM;
@@ -386,7 +386,7 @@ mp_status mp_model_load_gguf(mp_model **out, const char *path) {
             if (c.mlp == MP_MLP_SWIGLU) q->w3 = q->w2 + L;
         }
         x.q = q;
-    } else if ((st = mp_model_alloc(&m, &c))) {
+    } else if ((st = mp_model_new(&m, &c))) {
         goto cleanup;
     }
     if ((st = read_weights(&x, m))) goto cleanup;
@@ -457,7 +457,7 @@ mp_status mp_tok_load_gguf(mp_tok **out, const char *path) {
     if (mp_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &b) == MP_GGUF_FOUND) tp.add_bos = b;
     if (mp_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &b) == MP_GGUF_FOUND) tp.add_eos = b;
     if (mp_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &b) == MP_GGUF_FOUND) tp.add_space_prefix = b;
-    st = mp_tok_create(out, &tp);
+    st = mp_tok_new(out, &tp);
 cleanup:
     free(toks);
     free(merges);

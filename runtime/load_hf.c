@@ -7,7 +7,7 @@
  * i + Dh/2); they are permuted to mechprobe's adjacent pairs on load
  * (mp_rope_permute_rows) and back on save, biases too. GPT-2 stores Conv1D
  * weights [in, out] and a fused c_attn [D, 3D]: transposed and split on load. */
-#include "bpe.h"
+#include "tok.h"
 #include "json.h"
 #include "model.h"
 #include "ops.h"
@@ -311,7 +311,7 @@ mp_status mp_model_load_hf(mp_model **out, const char *dir) {
     }
     if ((s = read_config(cfg, dir, type, &c))) goto cleanup;
     if ((s = mp_safetensors_open(dir, &st))) goto cleanup;
-    if ((s = mp_model_alloc(&m, &c))) goto cleanup;
+    if ((s = mp_model_new(&m, &c))) goto cleanup;
     hctx x = {st, dir, ""};
     if (gpt2) {
         if (mp_safetensors_find(st, "transformer.wte.weight")) x.prefix = "transformer.";

@@ -93,22 +93,44 @@ void mp_acts_free(mp_acts *a) {
     memset(a, 0, sizeof *a);
 }
 
+/* p + l*n, or NULL for an absent field */
+static float *at(float *p, int l, size_t n) { return p ? p + (size_t)l * n : NULL; }
+
+mp_layer_params mp_params_layer(const mp_config *c, const mp_params *p, int l) {
+    const size_t D = (size_t)c->d_model, HD = (size_t)c->n_head * c->d_head, KD = (size_t)c->n_kv_head * c->d_head;
+    const size_t M = c->mlp == MP_MLP_NONE ? 0 : (size_t)c->d_mlp, H = (size_t)c->n_head;
+    return (mp_layer_params){
+        .ln1_w = at(p->ln1_w, l, D), .ln1_b = at(p->ln1_b, l, D),
+        .wq = at(p->wq, l, HD * D), .wk = at(p->wk, l, KD * D), .wv = at(p->wv, l, KD * D), .wo = at(p->wo, l, D * HD),
+        .bq = at(p->bq, l, HD), .bk = at(p->bk, l, KD), .bv = at(p->bv, l, KD), .bo = at(p->bo, l, D),
+        .ln2_w = at(p->ln2_w, l, D), .ln2_b = at(p->ln2_b, l, D),
+        .w1 = at(p->w1, l, M * D), .w3 = at(p->w3, l, M * D), .w2 = at(p->w2, l, D * M),
+        .b1 = at(p->b1, l, M), .b3 = at(p->b3, l, M), .b2 = at(p->b2, l, D),
+        .ssmax_s = at(p->ssmax_s, l, H), .as_delta = at(p->as_delta, l, H), .as_beta = at(p->as_beta, l, H),
+        .as_gamma = at(p->as_gamma, l, H)};
+}
+
+mp_layer_acts mp_acts_layer(const mp_config *c, const mp_acts *a, int l) {
+    const size_t N = (size_t)a->B * a->T, T = (size_t)a->T, H = (size_t)c->n_head;
+    const size_t nx = N * c->d_model, nq = N * H * c->d_head, nk = N * (size_t)c->n_kv_head * c->d_head;
+    const size_t nh = N * (c->mlp == MP_MLP_NONE ? 0 : (size_t)c->d_mlp);
+    return (mp_layer_acts){
+        .resid_in = at(a->resid, l, nx), .resid_mid = at(a->resid_mid, l, nx), .resid_out = at(a->resid, l + 1, nx),
+        .ln1 = at(a->ln1, l, nx), .ln1_mean = at(a->ln1_mean, l, N), .ln1_rstd = at(a->ln1_rstd, l, N),
+        .q = at(a->q, l, nq), .k = at(a->k, l, nk), .v = at(a->v, l, nk), .z = at(a->z, l, nq),
+        .att = at(a->att, l, (size_t)a->B * H * T * T),
+        .ln2 = at(a->ln2, l, nx), .ln2_mean = at(a->ln2_mean, l, N), .ln2_rstd = at(a->ln2_rstd, l, N),
+        .pre = at(a->pre, l, nh), .up = at(a->up, l, nh), .post = at(a->post, l, nh)};
+}
+
 /* ---- the forward pass ---- */
 
-/* One layer's working buffers, N = B*T rows; reused by every layer. */
+/* The forward's buffers besides the layer's activations: the attention or MLP
+ * output and the positional tables. */
 typedef struct {
-    float *x;     /* [N, D]  residual stream */
-    float *xn;    /* [N, D]  normalised */
-    float *q;     /* [N, H*Dh] */
-    float *k;     /* [N, K*Dh] */
-    float *v;     /* [N, K*Dh] */
-    float *z;     /* [N, H*Dh] */
-    float *out;   /* [N, D]  attention / MLP output */
-    float *h1;    /* [N, M]  gate pre-activation, then activation */
-    float *h3;    /* [N, M]  up projection */
-    float *att;   /* [B, H, qb, S] one block of query rows */
-    float *cos_t; /* [T, Dh/2] */
-    float *sin_t; /* [T, Dh/2] */
+    float *out;     /* [N, D]  attention / MLP output */
+    float *cos_t;   /* [T, Dh/2] */
+    float *sin_t;   /* [T, Dh/2] */
     float *q_scale; /* [T] per-query logit factor, or NULL */
 } fwd_bufs;
 
@@ -156,11 +178,12 @@ static mp_status fire_block(const fwd_ctx *f, mp_hook_id id, int l, int q0, int 
  * up to the last key its rows see. */
 #define CAUSAL_SUB 64
 
-/* Causal grouped-query attention of one layer, by blocks of qb query rows.
- * q [B,T,H,Dh] (rotated), keys/values kc/vc with batch stride bstride and row
- * stride KD covering positions 0..pos0+T-1; z [B,T,H,Dh]. The scores become
+/* Causal grouped-query attention of one layer, by blocks of qb query rows:
+ * a->q [B,T,H,Dh] (rotated) into a->z [B,T,H,Dh] through the pattern block
+ * a->att [B,H,qb,S]; keys/values kc/vc with batch stride bstride and row
+ * stride KD covering positions 0..pos0+T-1. The scores become
  * the pattern through the layer's attention variant av. */
-static mp_status attention(const fwd_ctx *f, int l, fwd_bufs *b, const float *kc, const float *vc,
+static mp_status attention(const fwd_ctx *f, int l, const mp_layer_acts *b, const float *kc, const float *vc,
                            size_t bstride, int qb, const mp_attn_layer *av) {
     const mp_config *c = f->c;
     const int B = f->B, T = f->T, H = c->n_head, Dh = c->d_head, KD = c->n_kv_head * Dh;
@@ -280,8 +303,6 @@ static void norm_fwd(const mp_config *c, float *out, float *mean, float *rstd, c
     else mp_rmsnorm_forward(out, rstd, x, w, N, c->d_model, c->norm_eps);
 }
 
-static const float *layer_ptr(const float *p, int l, size_t n) { return p ? p + (size_t)l * n : NULL; }
-
 /* A linear layer out = in @ W^T + bias with W float32 (w) or quantized (qm, non-NULL). */
 static mp_status linear(float *out, const float *in, const float *w, const mp_qmat *qm, const float *bias, int N,
                         int IN, int OUT) {
@@ -295,8 +316,8 @@ static mp_status linear(float *out, const float *in, const float *w, const mp_qm
     }
     return mp_qdot_matmul(out, in, qm->type, qm->data, qm->row_bytes, bias, N, IN, OUT);
 }
-/* float32 weight w of layer l (n floats per layer) or the quantized one */
-#define W(field, n) (Q ? NULL : p->field + (size_t)l * (n)), (Q ? &Q->field[l] : NULL)
+/* The quantized matrix of linear weight `field` of layer l, or NULL (float32) */
+#define QM(field) (Q ? &Q->field[l] : NULL)
 
 mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, const mp_forward_params *fp_in,
                            float *logits) {
@@ -318,10 +339,10 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
     fwd_ctx f = {c, fp.hooks, B, T, pos0};
 
     /* one allocation for the buffers of one layer (training mode: only the
-     * scratch output and the positional tables; the rest is in A) */
+     * scratch output; the activations and positional tables are in A) */
     size_t n_x = (size_t)N * D, n_q = (size_t)N * HD, n_k = (size_t)N * KD, n_h = (size_t)N * M;
     size_t n_att = (size_t)B * H * qb * S, n_rope = (size_t)T * (Dh / 2);
-    /* positional tables: cos, sin [T, Dh/2], q scale [T] (training mode: in A) */
+    /* positional tables: cos, sin [T, Dh/2], q scale [T] */
     size_t n_pos = 2 * n_rope + (size_t)T;
     size_t total = A ? n_x : 3 * n_x + 2 * n_q + 2 * n_k + 2 * n_h + n_att + n_pos;
     float *mem = NULL, *own = NULL;
@@ -336,34 +357,33 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
         mem = own = mp_malloc((total ? total : 1) * sizeof(float), "forward-pass buffers");
         if (!mem) return MP_ERR_NOMEM;
     }
-    fwd_bufs b;
-    memset(&b, 0, sizeof b);
+    /* inference: every layer runs in the same scratch (the residual updated in
+     * place, one norm output, the activation written over the gate) */
     float *cur = mem;
-    b.out = cur; cur += n_x;
+    fwd_bufs b = {.out = cur};
+    cur += n_x;
+    mp_layer_acts scratch;
+    memset(&scratch, 0, sizeof scratch);
     if (A) {
         b.cos_t = A->pos_tab;
     } else {
-        b.cos_t = cur;
-        cur += n_pos;
+        b.cos_t = cur; cur += n_pos;
+        scratch.resid_in = scratch.resid_mid = scratch.resid_out = cur; cur += n_x;
+        scratch.ln1 = scratch.ln2 = cur; cur += n_x;
+        scratch.q = cur; cur += n_q;
+        scratch.z = cur; cur += n_q;
+        scratch.k = cur; cur += n_k;
+        scratch.v = cur; cur += n_k;
+        scratch.pre = scratch.post = cur; cur += n_h;
+        scratch.up = cur; cur += n_h;
+        scratch.att = cur;
     }
     b.sin_t = b.cos_t + n_rope;
     b.q_scale = b.sin_t + n_rope;
-    if (!A) {
-        b.x = cur; cur += n_x;
-        b.xn = cur; cur += n_x;
-        b.q = cur; cur += n_q;
-        b.z = cur; cur += n_q;
-        b.k = cur; cur += n_k;
-        b.v = cur; cur += n_k;
-        b.h1 = cur; cur += n_h;
-        b.h3 = cur; cur += n_h;
-        b.att = cur;
-    }
     if (!mp_pos_tables(c, b.cos_t, b.sin_t, b.q_scale, pos0, T)) b.q_scale = NULL;
-    float *x = A ? A->resid : b.x;   /* residual entering the current block */
-    float *no_stats = NULL;
 
 #define FIRE(id, l, ptr) do { if ((st = fire(&f, id, l, ptr))) goto cleanup; } while (0)
+    float *x = A ? A->resid : scratch.resid_in; /* the embedding, then the residual after the last block */
     mp_model_embed_rows(m, x, tokens, N);
     if (c->pos == MP_POS_LEARNED) /* hook_embed = token + position embedding */
         for (int bb = 0; bb < B; bb++)
@@ -371,89 +391,69 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
                 mp_residual_forward(x + ((size_t)bb * T + t) * D, p->pos_embed + (size_t)(pos0 + t) * D, (size_t)D);
     FIRE(MP_HOOK_EMBED, -1, x);
     for (int l = 0; l < c->n_layer; l++) {
-        float *xmid = x, *xpost = x, *mean1 = no_stats, *rstd1 = no_stats, *mean2 = no_stats, *rstd2 = no_stats;
-        float *post = b.h1;
-        if (A) { /* this layer's slots of the store */
-            xmid = A->resid_mid + (size_t)l * n_x;
-            xpost = A->resid + (size_t)(l + 1) * n_x;
-            b.xn = A->ln1 + (size_t)l * n_x;
-            mean1 = A->ln1_mean + (size_t)l * N;
-            rstd1 = A->ln1_rstd + (size_t)l * N;
-            b.q = A->q + (size_t)l * n_q;
-            b.k = A->k + (size_t)l * n_k;
-            b.v = A->v + (size_t)l * n_k;
-            b.att = A->att + (size_t)l * B * H * T * T;
-            b.z = A->z + (size_t)l * n_q;
-        }
-        FIRE(MP_HOOK_RESID_PRE, l, x);
-        norm_fwd(c, b.xn, mean1, rstd1, x, p->ln1_w + (size_t)l * D, layer_ptr(p->ln1_b, l, D), N);
-        FIRE(MP_HOOK_LN1, l, b.xn);
-        if ((st = linear(b.q, b.xn, W(wq, (size_t)HD * D), layer_ptr(p->bq, l, HD), N, D, HD)) ||
-            (st = linear(b.k, b.xn, W(wk, (size_t)KD * D), layer_ptr(p->bk, l, KD), N, D, KD)) ||
-            (st = linear(b.v, b.xn, W(wv, (size_t)KD * D), layer_ptr(p->bv, l, KD), N, D, KD)))
+        const mp_layer_params w = mp_params_layer(c, p, l);
+        const mp_layer_acts a = A ? mp_acts_layer(c, A, l) : scratch;
+        FIRE(MP_HOOK_RESID_PRE, l, a.resid_in);
+        norm_fwd(c, a.ln1, a.ln1_mean, a.ln1_rstd, a.resid_in, w.ln1_w, w.ln1_b, N);
+        FIRE(MP_HOOK_LN1, l, a.ln1);
+        if ((st = linear(a.q, a.ln1, w.wq, QM(wq), w.bq, N, D, HD)) ||
+            (st = linear(a.k, a.ln1, w.wk, QM(wk), w.bk, N, D, KD)) ||
+            (st = linear(a.v, a.ln1, w.wv, QM(wv), w.bv, N, D, KD)))
             goto cleanup;
-        FIRE(MP_HOOK_Q, l, b.q);
-        FIRE(MP_HOOK_K, l, b.k);
-        FIRE(MP_HOOK_V, l, b.v);
-        mp_pos_apply(c, b.cos_t, b.sin_t, b.q_scale, b.q, B, T, H, 0);
-        mp_pos_apply(c, b.cos_t, b.sin_t, NULL, b.k, B, T, K, 0);
-        FIRE(MP_HOOK_ROT_Q, l, b.q);
-        FIRE(MP_HOOK_ROT_K, l, b.k);
-        const float *kc = b.k, *vc = b.v;
+        FIRE(MP_HOOK_Q, l, a.q);
+        FIRE(MP_HOOK_K, l, a.k);
+        FIRE(MP_HOOK_V, l, a.v);
+        mp_pos_apply(c, b.cos_t, b.sin_t, b.q_scale, a.q, B, T, H, 0);
+        mp_pos_apply(c, b.cos_t, b.sin_t, NULL, a.k, B, T, K, 0);
+        FIRE(MP_HOOK_ROT_Q, l, a.q);
+        FIRE(MP_HOOK_ROT_K, l, a.k);
+        const float *kc = a.k, *vc = a.v;
         size_t bstride = (size_t)T * KD;
         if (fp.cache) {
             mp_kvcache *cache = fp.cache;
             bstride = (size_t)cache->cap * KD;
             float *ck = cache->k + (size_t)l * B * bstride, *cv = cache->v + (size_t)l * B * bstride;
             for (int bb = 0; bb < B; bb++) {
-                memcpy(ck + bb * bstride + (size_t)pos0 * KD, b.k + (size_t)bb * T * KD, (size_t)T * KD * sizeof(float));
-                memcpy(cv + bb * bstride + (size_t)pos0 * KD, b.v + (size_t)bb * T * KD, (size_t)T * KD * sizeof(float));
+                memcpy(ck + bb * bstride + (size_t)pos0 * KD, a.k + (size_t)bb * T * KD, (size_t)T * KD * sizeof(float));
+                memcpy(cv + bb * bstride + (size_t)pos0 * KD, a.v + (size_t)bb * T * KD, (size_t)T * KD * sizeof(float));
             }
             kc = ck;
             vc = cv;
         }
         const mp_attn_layer av = mp_attn_layer_of(c, p, l);
-        if ((st = attention(&f, l, &b, kc, vc, bstride, qb, &av))) goto cleanup;
-        FIRE(MP_HOOK_Z, l, b.z);
-        if ((st = linear(b.out, b.z, W(wo, (size_t)D * HD), layer_ptr(p->bo, l, D), N, HD, D))) goto cleanup;
+        if ((st = attention(&f, l, &a, kc, vc, bstride, qb, &av))) goto cleanup;
+        FIRE(MP_HOOK_Z, l, a.z);
+        if ((st = linear(b.out, a.z, w.wo, QM(wo), w.bo, N, HD, D))) goto cleanup;
         FIRE(MP_HOOK_ATTN_OUT, l, b.out);
-        if (xmid != x) memcpy(xmid, x, n_x * sizeof(float));
-        mp_residual_forward(xmid, b.out, n_x);
-        FIRE(MP_HOOK_RESID_MID, l, xmid);
-        if (xpost != xmid) memcpy(xpost, xmid, n_x * sizeof(float));
+        /* the store keeps each residual: copy, then add in place */
+        if (a.resid_mid != a.resid_in) memcpy(a.resid_mid, a.resid_in, n_x * sizeof(float));
+        mp_residual_forward(a.resid_mid, b.out, n_x);
+        FIRE(MP_HOOK_RESID_MID, l, a.resid_mid);
+        if (a.resid_out != a.resid_mid) memcpy(a.resid_out, a.resid_mid, n_x * sizeof(float));
         if (M) {
-            float *pre = b.h1, *upv = b.h3;
-            if (A) {
-                b.xn = A->ln2 + (size_t)l * n_x;
-                mean2 = A->ln2_mean + (size_t)l * N;
-                rstd2 = A->ln2_rstd + (size_t)l * N;
-                pre = A->pre + (size_t)l * n_h;
-                upv = A->up ? A->up + (size_t)l * n_h : NULL;
-                post = A->post + (size_t)l * n_h;
-            }
-            norm_fwd(c, b.xn, mean2, rstd2, xmid, p->ln2_w + (size_t)l * D, layer_ptr(p->ln2_b, l, D), N);
-            FIRE(MP_HOOK_LN2, l, b.xn);
-            if ((st = linear(pre, b.xn, W(w1, (size_t)M * D), layer_ptr(p->b1, l, M), N, D, M))) goto cleanup;
-            FIRE(MP_HOOK_MLP_PRE, l, pre);
+            norm_fwd(c, a.ln2, a.ln2_mean, a.ln2_rstd, a.resid_mid, w.ln2_w, w.ln2_b, N);
+            FIRE(MP_HOOK_LN2, l, a.ln2);
+            if ((st = linear(a.pre, a.ln2, w.w1, QM(w1), w.b1, N, D, M))) goto cleanup;
+            FIRE(MP_HOOK_MLP_PRE, l, a.pre);
             if (c->mlp == MP_MLP_SWIGLU) {
-                if ((st = linear(upv, b.xn, W(w3, (size_t)M * D), layer_ptr(p->b3, l, M), N, D, M))) goto cleanup;
-                FIRE(MP_HOOK_MLP_PRE_LINEAR, l, upv);
-                mp_swiglu_forward(post, pre, upv, n_h);
+                if ((st = linear(a.up, a.ln2, w.w3, QM(w3), w.b3, N, D, M))) goto cleanup;
+                FIRE(MP_HOOK_MLP_PRE_LINEAR, l, a.up);
+                mp_swiglu_forward(a.post, a.pre, a.up, n_h);
             } else if (c->gelu_tanh) {
-                mp_gelu_tanh_forward(post, pre, n_h);
+                mp_gelu_tanh_forward(a.post, a.pre, n_h);
             } else {
-                mp_gelu_forward(post, pre, n_h);
+                mp_gelu_forward(a.post, a.pre, n_h);
             }
-            FIRE(MP_HOOK_MLP_POST, l, post);
-            if ((st = linear(b.out, post, W(w2, (size_t)D * M), layer_ptr(p->b2, l, D), N, M, D))) goto cleanup;
+            FIRE(MP_HOOK_MLP_POST, l, a.post);
+            if ((st = linear(b.out, a.post, w.w2, QM(w2), w.b2, N, M, D))) goto cleanup;
             FIRE(MP_HOOK_MLP_OUT, l, b.out);
-            mp_residual_forward(xpost, b.out, n_x);
+            mp_residual_forward(a.resid_out, b.out, n_x);
         }
-        FIRE(MP_HOOK_RESID_POST, l, xpost);
-        x = xpost;
+        FIRE(MP_HOOK_RESID_POST, l, a.resid_out);
+        x = a.resid_out;
     }
     {
-        float *xn = A ? A->lnf : b.xn;
+        float *xn = A ? A->lnf : scratch.ln1;
         norm_fwd(c, xn, A ? A->lnf_mean : NULL, A ? A->lnf_rstd : NULL, x, p->lnf_w, p->lnf_b, N);
         FIRE(MP_HOOK_LN_FINAL, -1, xn);
         if (A) {
@@ -467,7 +467,7 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
         }
     }
 #undef FIRE
-#undef W
+#undef QM
     if (fp.cache) fp.cache->len += T;
 cleanup:
     free(own);

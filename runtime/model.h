@@ -129,7 +129,7 @@ typedef struct {
     float *b1;       /* [L, M]    linear_bias with MLP */
     float *b3;       /* [L, M]    linear_bias with SwiGLU */
     float *b2;       /* [L, D]    linear_bias with MLP */
-    /* attention-variant parameters (absent: NULL; init in mp_model_alloc, see attn_variants.h) */
+    /* attention-variant parameters (absent: NULL; init in mp_model_new, see attn_variants.h) */
     float *ssmax_s;  /* [L, H] ssmax: the scale s per head */
     float *as_delta; /* [L, H] asentmax: delta, beta, gamma per head */
     float *as_beta;  /* [L, H] */
@@ -154,10 +154,25 @@ typedef struct {
  * biases of RMSNorm or a tied unembed, are skipped); returns their count. */
 int mp_params_describe(const mp_config *c, const mp_params *p, mp_param_desc out[MP_PARAM_MAX]);
 /* Points the fields of *p into `base` (mp_config_n_params(c) floats) in
- * mp_params order, as mp_model_alloc lays out parameters; the same layout
+ * mp_params order, as mp_model_new lays out parameters; the same layout
  * serves gradients and optimizer moments. Absent fields are NULL; a tied
  * unembed aliases embed. */
 void mp_params_layout(const mp_config *c, float *base, mp_params *p);
+
+/* One layer's slice of the parameters, or of anything laid out like them
+ * (gradients, optimizer moments): the per-layer fields of mp_params at layer l,
+ * NULL where the field is absent (or, for a quantized model's linear weights,
+ * NULL in mp_params). The forward and the backward read a layer through it. */
+typedef struct {
+    float *ln1_w, *ln1_b;                 /* [D] */
+    float *wq, *wk, *wv, *wo;             /* [H*Dh, D], [K*Dh, D], [K*Dh, D], [D, H*Dh] */
+    float *bq, *bk, *bv, *bo;             /* [H*Dh], [K*Dh], [K*Dh], [D] */
+    float *ln2_w, *ln2_b;                 /* [D] */
+    float *w1, *w3, *w2;                  /* [M, D], [M, D], [D, M] */
+    float *b1, *b3, *b2;                  /* [M], [M], [D] */
+    float *ssmax_s, *as_delta, *as_beta, *as_gamma; /* [H] */
+} mp_layer_params;
+mp_layer_params mp_params_layer(const mp_config *c, const mp_params *p, int l);
 
 /* A weight matrix kept in its file encoding (quantized GGUF models): OUT rows
  * of row_bytes, each IN values of ggml type `type` (Q8_0, Q4_0, Q4_K, Q6_K:
@@ -215,7 +230,7 @@ mp_status mp_model_dequantized_copy(const mp_model *m, mp_model **out);
 /* A model with every parameter but the linear weights (embed, unembed, wq, wk,
  * wv, wo, w1, w3, w2: NULL) allocated and zeroed (attention-variant ones at
  * their initial values), for loaders that fill m->q. */
-mp_status mp_model_alloc_unweighted(mp_model **out, const mp_config *cfg);
+mp_status mp_model_new_unweighted(mp_model **out, const mp_config *cfg);
 /* Owned storage of `bytes` for a quantized model's tensors (decoded or
  * permuted at load), freed with q; 64-byte aligned; NULL when out of memory. */
 void *mp_qparams_alloc(mp_qparams *q, size_t bytes);
@@ -244,7 +259,7 @@ mp_status mp_model_save_llama2c(const mp_model *m, const char *path, int version
  * their initial values: mp_attn_params_init): validates cfg, then
  * allocates one float buffer (m->owned) laid out in mp_params order; unembed is
  * a separate block only when !cfg->tied, else it aliases embed. */
-mp_status mp_model_alloc(mp_model **out, const mp_config *cfg);
+mp_status mp_model_new(mp_model **out, const mp_config *cfg);
 /* ---- real-model formats (load_gguf.c, load_hf.c, export_gguf.c) ---- */
 typedef enum {
     MP_FORMAT_UNKNOWN = 0, MP_FORMAT_LLAMA2C, MP_FORMAT_CHECKPOINT, MP_FORMAT_GGUF, MP_FORMAT_HF
@@ -253,7 +268,7 @@ typedef enum {
  * the "GGUF" magic, else llama2.c; UNKNOWN when unreadable or a folder without
  * config.json. (mp_model_load in io/model_io.h dispatches on it.) */
 mp_model_format mp_model_detect(const char *path);
-typedef struct mp_tok mp_tok;   /* bpe.h */
+typedef struct mp_tok mp_tok;   /* tok.h */
 /* A GGUF file of architecture llama, qwen2 or gpt2 (tensors F32, F16, BF16,
  * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K; when some 2-D weight is Q8_0,
  * Q4_0, Q4_K or Q6_K the linear weights stay quantized (m->q, views of the
@@ -353,6 +368,22 @@ typedef struct {
     float *mem;
     size_t n_floats;
 } mp_acts;
+
+/* One layer's slots of the activation store (N = B*T rows; NULL where the
+ * store has no such field, e.g. up without SwiGLU): what the training forward
+ * writes and the backward reads. The forward in inference mode uses the same
+ * struct over its one layer's scratch buffers. */
+typedef struct {
+    float *resid_in;   /* [N, D] residual entering the block */
+    float *resid_mid;  /* [N, D] after attention */
+    float *resid_out;  /* [N, D] after the MLP (the next block's resid_in) */
+    float *ln1, *ln1_mean, *ln1_rstd;     /* [N, D], [N], [N] */
+    float *q, *k, *v, *z;                 /* [N, H*Dh], [N, K*Dh], [N, K*Dh], [N, H*Dh] */
+    float *att;                           /* [B, H, T, T] */
+    float *ln2, *ln2_mean, *ln2_rstd;     /* [N, D], [N], [N] */
+    float *pre, *up, *post;               /* [N, M] */
+} mp_layer_acts;
+mp_layer_acts mp_acts_layer(const mp_config *c, const mp_acts *a, int l);
 
 /* Allocates the store for B x T tokens (T may exceed ctx; the [L,B,H,T,T]
  * pattern limits T to a few hundred in practice). */

@@ -14,7 +14,7 @@
 static mp_status init_model(mp_model **out, const mp_config *cfg, uint64_t seed, float std, int scale_resid,
                             const char *format) {
     mp_model *m = NULL;
-    mp_status st = mp_model_alloc(&m, cfg);
+    mp_status st = mp_model_new(&m, cfg);
     if (st) return st;
     gsl_rng *r = gsl_rng_alloc(gsl_rng_mt19937);
     if (!r) { mp_model_free(m); return mp_error(MP_ERR_NOMEM, "out of memory for the random generator"); }

@@ -92,7 +92,7 @@ static void decode(const mp_qmat *qm, float *dst, size_t rows, size_t cols) {
 }
 
 /* Writes every quantized matrix of m, decoded, into the float32 params p
- * (laid out for m->cfg by mp_model_alloc). */
+ * (laid out for m->cfg by mp_model_new). */
 static void decode_all(const mp_model *m, const mp_params *p) {
     const mp_config *c = &m->cfg;
     const mp_qparams *q = m->q;
@@ -115,7 +115,7 @@ static void decode_all(const mp_model *m, const mp_params *p) {
  * the matrices decoded. */
 static mp_status f32_params(const mp_model *m, mp_model **out) {
     mp_model *f = NULL;
-    mp_status st = mp_model_alloc(&f, &m->cfg);
+    mp_status st = mp_model_new(&f, &m->cfg);
     if (st) return mp_error_prefix(st, "dequantizing %s", m->source[0] ? m->source : "a quantized model");
     mp_param_desc src[MP_PARAM_MAX], dst[MP_PARAM_MAX];
     int n = mp_params_describe(&m->cfg, &m->p, src);
@@ -149,7 +149,7 @@ mp_status mp_model_dequantized_copy(const mp_model *m, mp_model **out) {
     if (m->q) {
         if ((st = f32_params(m, &f))) return st;
     } else {
-        if ((st = mp_model_alloc(&f, &m->cfg))) return st;
+        if ((st = mp_model_new(&f, &m->cfg))) return st;
         mp_param_desc src[MP_PARAM_MAX], dst[MP_PARAM_MAX];
         int n = mp_params_describe(&m->cfg, &m->p, src);
         mp_params_describe(&m->cfg, &f->p, dst);

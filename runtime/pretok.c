@@ -85,7 +85,7 @@ void mp_pretok_free(mp_pretok *p) {
     free(p);
 }
 
-mp_status mp_pretok_create(mp_pretok **out, const char *const *patterns, int n) {
+mp_status mp_pretok_new(mp_pretok **out, const char *const *patterns, int n) {
     mp_status st = MP_OK;
     mp_pretok *p = NULL;
     *out = NULL;
@@ -122,7 +122,7 @@ cleanup:
     return st;
 }
 
-mp_status mp_pretok_create_named(mp_pretok **out, const char *name, int *ignore_merges) {
+mp_status mp_pretok_new_named(mp_pretok **out, const char *name, int *ignore_merges) {
     const preset *ps = find_preset(name);
     *out = NULL;
     if (!ps) {
@@ -134,7 +134,7 @@ mp_status mp_pretok_create_named(mp_pretok **out, const char *name, int *ignore_
         return mp_error(MP_ERR_FORMAT, "pre-tokenizer '%s' is not supported (known: %s)", name, known);
     }
     if (ignore_merges) *ignore_merges = ps->ignore_merges;
-    return mp_pretok_create(out, ps->pat, ps->n);
+    return mp_pretok_new(out, ps->pat, ps->n);
 }
 
 /* A growing span array. */

@@ -32,13 +32,13 @@ typedef struct { size_t off, len; } mp_pretok_span;
 /* A named preset (above); NULL or "" mean "default". *ignore_merges (may be
  * NULL) receives the preset's rule: 1 for the llama3 family, else 0. An unknown
  * name is MP_ERR_FORMAT naming it and listing the known ones. */
-mp_status mp_pretok_create_named(mp_pretok **out, const char *name, int *ignore_merges);
+mp_status mp_pretok_new_named(mp_pretok **out, const char *name, int *ignore_merges);
 
 /* A custom sequence of n >= 1 PCRE2 patterns (e.g. the Split regex of a
  * tokenizer.json). A pattern that does not compile is MP_ERR_FORMAT with
  * PCRE2's message and the offset. n == 0 gives a pre-tokenizer that returns the
  * whole text as one piece. */
-mp_status mp_pretok_create(mp_pretok **out, const char *const *patterns, int n);
+mp_status mp_pretok_new(mp_pretok **out, const char *const *patterns, int n);
 
 void mp_pretok_free(mp_pretok *p);
 

@@ -1,6 +1,7 @@
 /* sample.c — next-token sampling (greedy, temperature, nucleus/top-p) through a
  * seeded GSL generator, and text generation over the KV cache with hooks live
  * on every step. */
+#define _GNU_SOURCE /* qsort_r */
 #include "model.h"
 
 #include <math.h>
@@ -47,9 +48,11 @@ static int argmax(const float *x, int n) {
     return best;
 }
 
-static const float *sort_probs;
-static int cmp_desc(const void *a, const void *b) {
-    float pa = sort_probs[*(const int *)a], pb = sort_probs[*(const int *)b];
+/* Token ids by descending probability; probs is qsort_r's context (no global
+ * state, so samplers on different threads do not interfere). */
+static int cmp_desc(const void *a, const void *b, void *probs) {
+    const float *p = probs;
+    float pa = p[*(const int *)a], pb = p[*(const int *)b];
     return (pa < pb) - (pa > pb);
 }
 
@@ -77,8 +80,7 @@ int mp_sampler_sample(mp_sampler *s, float *logits) {
     const float cut = (1.0f - s->p.top_p) / (float)(V > 1 ? V - 1 : 1);
     for (int i = 0; i < V; i++)
         if (logits[i] >= cut) s->idx[n++] = i;
-    sort_probs = logits;
-    qsort(s->idx, (size_t)n, sizeof(int), cmp_desc);
+    qsort_r(s->idx, (size_t)n, sizeof(int), cmp_desc, logits);
     double mass = 0;
     int last = n - 1;
     for (int i = 0; i < n; i++) {

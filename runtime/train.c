@@ -46,9 +46,6 @@ static void norm_bwd(const mp_config *c, float *dx, float *dw, float *db, const 
     else mp_rmsnorm_backward(dx, dw, dout, x, w, rstd, N, c->d_model);
 }
 
-static float *lp(float *p, int l, size_t n) { return p ? p + (size_t)l * n : NULL; }
-static const float *clp(const float *p, int l, size_t n) { return p ? p + (size_t)l * n : NULL; }
-
 /* Backward through everything after the loss gradient sits in A->logits.
  * With sync, each block's gradients are handed to sync->ready once final. */
 static mp_status backward(const mp_model *m, mp_acts *A, mp_grads *G, const int *tokens, const mp_grad_sync *sync) {
@@ -68,42 +65,37 @@ static mp_status backward(const mp_model *m, mp_acts *A, mp_grads *G, const int 
     norm_bwd(c, dres, g->lnf_w, g->lnf_b, dxn, A->resid + (size_t)c->n_layer * nx, p->lnf_w, A->lnf_mean,
              A->lnf_rstd, N);
     for (int l = c->n_layer - 1; l >= 0; l--) {
+        /* this layer's weights, their gradients, and its stored activations */
+        const mp_layer_params w = mp_params_layer(c, p, l), dw = mp_params_layer(c, g, l);
+        const mp_layer_acts a = mp_acts_layer(c, A, l);
         if (M) {
             memset(A->dpost, 0, nh * sizeof(float));
-            mp_matmul_backward(A->dpost, g->w2 + (size_t)l * D * M, lp(g->b2, l, D), dres, A->post + (size_t)l * nh,
-                               p->w2 + (size_t)l * D * M, N, M, D);
+            mp_matmul_backward(A->dpost, dw.w2, dw.b2, dres, a.post, w.w2, N, M, D);
             memset(A->dpre, 0, nh * sizeof(float));
             memset(dxn, 0, nx * sizeof(float));
-            const float *ln2 = A->ln2 + (size_t)l * nx;
             if (c->mlp == MP_MLP_SWIGLU) {
                 memset(A->dup, 0, nh * sizeof(float));
-                mp_swiglu_backward(A->dpre, A->dup, A->dpost, A->pre + (size_t)l * nh, A->up + (size_t)l * nh, nh);
-                mp_matmul_backward(dxn, g->w3 + (size_t)l * M * D, lp(g->b3, l, M), A->dup, ln2, p->w3 + (size_t)l * M * D, N,
-                                   D, M);
+                mp_swiglu_backward(A->dpre, A->dup, A->dpost, a.pre, a.up, nh);
+                mp_matmul_backward(dxn, dw.w3, dw.b3, A->dup, a.ln2, w.w3, N, D, M);
             } else if (c->gelu_tanh) {
-                mp_gelu_tanh_backward(A->dpre, A->dpost, A->pre + (size_t)l * nh, nh);
+                mp_gelu_tanh_backward(A->dpre, A->dpost, a.pre, nh);
             } else {
-                mp_gelu_backward(A->dpre, A->dpost, A->pre + (size_t)l * nh, nh);
+                mp_gelu_backward(A->dpre, A->dpost, a.pre, nh);
             }
-            mp_matmul_backward(dxn, g->w1 + (size_t)l * M * D, lp(g->b1, l, M), A->dpre, ln2, p->w1 + (size_t)l * M * D, N, D,
-                               M);
-            norm_bwd(c, dres, g->ln2_w + (size_t)l * D, lp(g->ln2_b, l, D), dxn, A->resid_mid + (size_t)l * nx,
-                     p->ln2_w + (size_t)l * D, A->ln2_mean + (size_t)l * N, A->ln2_rstd + (size_t)l * N, N);
+            mp_matmul_backward(dxn, dw.w1, dw.b1, A->dpre, a.ln2, w.w1, N, D, M);
+            norm_bwd(c, dres, dw.ln2_w, dw.ln2_b, dxn, a.resid_mid, w.ln2_w, a.ln2_mean, a.ln2_rstd, N);
         }
         /* attention */
         memset(A->dz, 0, nq * sizeof(float));
-        mp_matmul_backward(A->dz, g->wo + (size_t)l * D * HD, lp(g->bo, l, D), dres, A->z + (size_t)l * nq,
-                           p->wo + (size_t)l * D * HD, N, HD, D);
+        mp_matmul_backward(A->dz, dw.wo, dw.bo, dres, a.z, w.wo, N, HD, D);
         memset(A->dq, 0, nq * sizeof(float));
         memset(A->dk, 0, nk * sizeof(float));
         memset(A->dv, 0, nk * sizeof(float));
         const mp_attn_layer av = mp_attn_layer_of(c, p, l);
-        mp_attention_backward_variant(A->dq, A->dk, A->dv, A->datt, A->dfac, A->dz, A->q + (size_t)l * nq,
-                                      A->k + (size_t)l * nk, A->v + (size_t)l * nk,
-                                      A->att + (size_t)l * B * H * T * T, B, T, H, K, Dh, &av);
+        mp_attention_backward_variant(A->dq, A->dk, A->dv, A->datt, A->dfac, A->dz, a.q, a.k, a.v, a.att, B, T, H, K,
+                                      Dh, &av);
         /* the variant's per-head parameters (ssmax s; asentmax delta, beta, gamma) */
-        mp_attn_factor_backward(&av, lp(g->ssmax_s, l, H), lp(g->as_delta, l, H), lp(g->as_beta, l, H),
-                                lp(g->as_gamma, l, H), A->dfac, B, H, T, 1);
+        mp_attn_factor_backward(&av, dw.ssmax_s, dw.as_delta, dw.as_beta, dw.as_gamma, A->dfac, B, H, T, 1);
         if (mp_pos_rotates(c)) { /* the forward's tables (A->pos_tab) */
             const float *cos_t = A->pos_tab, *sin_t = cos_t + (size_t)T * half;
             const float *q_scale = mp_pos_has_logit_scale(c) ? sin_t + (size_t)T * half : NULL;
@@ -111,12 +103,10 @@ static mp_status backward(const mp_model *m, mp_acts *A, mp_grads *G, const int 
             mp_pos_apply(c, cos_t, sin_t, NULL, A->dk, B, T, K, 1);
         }
         memset(dxn, 0, nx * sizeof(float));
-        const float *ln1 = A->ln1 + (size_t)l * nx;
-        mp_matmul_backward(dxn, g->wq + (size_t)l * HD * D, lp(g->bq, l, HD), A->dq, ln1, p->wq + (size_t)l * HD * D, N, D, HD);
-        mp_matmul_backward(dxn, g->wk + (size_t)l * KD * D, lp(g->bk, l, KD), A->dk, ln1, p->wk + (size_t)l * KD * D, N, D, KD);
-        mp_matmul_backward(dxn, g->wv + (size_t)l * KD * D, lp(g->bv, l, KD), A->dv, ln1, p->wv + (size_t)l * KD * D, N, D, KD);
-        norm_bwd(c, dres, g->ln1_w + (size_t)l * D, lp(g->ln1_b, l, D), dxn, A->resid + (size_t)l * nx,
-                 p->ln1_w + (size_t)l * D, clp(A->ln1_mean, l, N), A->ln1_rstd + (size_t)l * N, N);
+        mp_matmul_backward(dxn, dw.wq, dw.bq, A->dq, a.ln1, w.wq, N, D, HD);
+        mp_matmul_backward(dxn, dw.wk, dw.bk, A->dk, a.ln1, w.wk, N, D, KD);
+        mp_matmul_backward(dxn, dw.wv, dw.bv, A->dv, a.ln1, w.wv, N, D, KD);
+        norm_bwd(c, dres, dw.ln1_w, dw.ln1_b, dxn, a.resid_in, w.ln1_w, a.ln1_mean, a.ln1_rstd, N);
         mp_status st;
         if (sync && (st = sync->ready(sync->user, G, c, l))) return st;
     }

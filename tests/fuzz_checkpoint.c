@@ -8,6 +8,7 @@
  * Built with tests/fuzz_driver.c (a bounded mutation loop run by ctest);
  * with libFuzzer: clang -fsanitize=fuzzer,address ... and link mechprobe_core. */
 #include "checkpoint.h"
+#include "h5io.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +27,7 @@ static void report(void) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!path[0]) {
-        mp_init();
+        mp_io_init();
         const char *t = getenv("TMPDIR");
         snprintf(path, sizeof path, "%s/mp_fuzz_ckpt.%ld.h5", t && *t ? t : "/tmp", (long)getpid());
         atexit(report);

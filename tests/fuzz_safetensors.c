@@ -5,7 +5,7 @@
  * Built two ways:
  *   libFuzzer: clang -g -O1 -fsanitize=fuzzer,address,undefined -Ibase -Iruntime \
  *              tests/fuzz_safetensors.c runtime/safetensors.c runtime/json.c runtime/quant.c \
- *              base/mp_common.c -lgsl -lm
+ *              base/mp_common.c base/mp_out.c -ljansson -lgsl -lm
  *   plain:     with tests/fuzz_driver.c (a bounded mutation loop, run by ctest). */
 #include "json.h"
 #include "safetensors.h"

@@ -331,7 +331,7 @@ static void test_golden(void) {
         c.attn = v->kind;
         c.attn_alpha = v->alpha;
         mp_model *m = NULL;
-        CHECK(mp_model_alloc(&m, &c) == MP_OK, "%s: %s", v->name, mp_last_error());
+        CHECK(mp_model_new(&m, &c) == MP_OK, "%s: %s", v->name, mp_last_error());
         if (!m) continue;
         mp_param_desc sd[MP_PARAM_MAX], dd[MP_PARAM_MAX];
         int ns = mp_params_describe(&base->cfg, &base->p, sd), ndd = mp_params_describe(&c, &m->p, dd);
@@ -539,7 +539,7 @@ static void test_checkpoint(void) {
 }
 
 int main(void) {
-    mp_init();
+    mp_io_init();
     test_closed_forms();
     test_rows_fd();
     for (int k = 0; k < NV; k++) fd_model(&VARS[k]);

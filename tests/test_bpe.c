@@ -1,4 +1,4 @@
-/* test_bpe.c — the mp_tok tokenizers (runtime/bpe.c, runtime/pretok.c):
+/* test_bpe.c — the mp_tok tokenizers (runtime/tok.c, runtime/pretok.c):
  *   - GPT-2 byte-level BPE with GPT-2's real vocabulary and merges against
  *     tests/data/bpe_gpt2_golden.tsv (ids from the npm packages gpt-3-encoder and
  *     gpt-tokenizer, which agree; see tests/tools/make_bpe_golden.js);
@@ -16,7 +16,7 @@
  *   - with argument "shared": SentencePiece from arrays (the pieces and scores of
  *     ../shared/models/aidreams260K.tok512.bin) against
  *     ../shared/golden/aidreams260K_tokenizer.tsv (SKIP when absent). */
-#include "bpe.h"
+#include "tok.h"
 #include "pretok.h"
 #include "testutil.h"
 
@@ -222,7 +222,7 @@ static mp_tok *make_bpe(const vocab_data *v, const char *pre, int bos, int eos, 
     p.bos = bos;
     p.eos = eos;
     mp_tok *t = NULL;
-    CHECK(mp_tok_create(&t, &p) == MP_OK, "%s: %s", src, mp_last_error());
+    CHECK(mp_tok_new(&t, &p) == MP_OK, "%s: %s", src, mp_last_error());
     return t;
 }
 
@@ -397,7 +397,7 @@ static void check_split(const char *preset, const char *text, const char *const 
     mp_pretok *p = NULL;
     mp_pretok_span *sp = NULL;
     size_t n = 0;
-    CHECK(mp_pretok_create_named(&p, preset, NULL) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_pretok_new_named(&p, preset, NULL) == MP_OK, "%s", mp_last_error());
     if (!p) return;
     CHECK(mp_pretok_split(p, text, strlen(text), &sp, &n) == MP_OK, "split");
     int ok = n == (size_t)nwant;
@@ -427,7 +427,7 @@ static void test_pretok(void) {
         mp_pretok_span *sp = NULL;
         size_t n = 0;
         total++;
-        CHECK(mp_pretok_create_named(&pt, lines[i], NULL) == MP_OK, "%s", mp_last_error());
+        CHECK(mp_pretok_new_named(&pt, lines[i], NULL) == MP_OK, "%s", mp_last_error());
         CHECK(pt && mp_pretok_split(pt, text, len, &sp, &n) == MP_OK, "split");
         /* p -> "\t[...]" */
         int ok = p[0] == '\t' && p[1] == '[';
@@ -478,14 +478,14 @@ static void test_pretok(void) {
     CHECK(mp_pretok_preset("llama-bpe") && strcmp(mp_pretok_preset("llama-bpe"), "llama3") == 0, "alias");
     CHECK(strcmp(mp_pretok_preset(NULL), "default") == 0 && mp_pretok_preset("nonesuch") == NULL, "preset names");
     mp_pretok *p = (mp_pretok *)1;
-    CHECK(mp_pretok_create_named(&p, "nonesuch", NULL) == MP_ERR_FORMAT && p == NULL, "unknown preset");
+    CHECK(mp_pretok_new_named(&p, "nonesuch", NULL) == MP_ERR_FORMAT && p == NULL, "unknown preset");
     CHECK(strstr(mp_last_error(), "nonesuch") && strstr(mp_last_error(), "qwen2"), "%s", mp_last_error());
     const char *badre[] = {"(unclosed"};
-    CHECK(mp_pretok_create(&p, badre, 1) == MP_ERR_FORMAT && p == NULL, "bad regex");
+    CHECK(mp_pretok_new(&p, badre, 1) == MP_ERR_FORMAT && p == NULL, "bad regex");
     CHECK(strstr(mp_last_error(), "does not compile"), "%s", mp_last_error());
     /* invalid UTF-8 never matches: it stays in the gaps, and the pieces still tile */
     const char *emptyre[] = {"x*"};   /* matches empty everywhere */
-    CHECK(mp_pretok_create(&p, emptyre, 1) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_pretok_new(&p, emptyre, 1) == MP_OK, "%s", mp_last_error());
     mp_pretok_span *sp = NULL;
     size_t n = 0;
     const char *txt = "axx\xff\xc3\xa9xb";
@@ -530,7 +530,7 @@ static mp_status hand_make(mp_tok **t, hand_vocab *h, const char *const *merges,
     p.n_merges = nm;
     p.ignore_merges = ignore;
     p.add_prefix_space = prefix;
-    return mp_tok_create(t, &p);
+    return mp_tok_new(t, &p);
 }
 
 static void expect_ids(const mp_tok *t, const char *text, int flags, const int *want, int nw) {
@@ -636,32 +636,32 @@ static void test_hand(void) {
     p.model = "gpt2";
     p.tokens = (const char *const *)h.tok;
     p.n_tokens = 0;
-    CHECK(mp_tok_create(&t, &p) == MP_ERR_FORMAT, "0 tokens");
+    CHECK(mp_tok_new(&t, &p) == MP_ERR_FORMAT, "0 tokens");
     p.n_tokens = h.n;
     p.bos = h.n;
-    CHECK(mp_tok_create(&t, &p) == MP_ERR_FORMAT && strstr(mp_last_error(), "BOS"), "BOS out of range");
+    CHECK(mp_tok_new(&t, &p) == MP_ERR_FORMAT && strstr(mp_last_error(), "BOS"), "BOS out of range");
     p.bos = -1;
     p.model = "wordpiece";
-    CHECK(mp_tok_create(&t, &p) == MP_ERR_FORMAT && strstr(mp_last_error(), "wordpiece"), "unknown model");
+    CHECK(mp_tok_new(&t, &p) == MP_ERR_FORMAT && strstr(mp_last_error(), "wordpiece"), "unknown model");
     p.model = NULL;
-    CHECK(mp_tok_create(&t, &p) == MP_ERR_FORMAT, "no model");
+    CHECK(mp_tok_new(&t, &p) == MP_ERR_FORMAT, "no model");
     p.model = "gpt2";
     p.add_bos = 1;
-    CHECK(mp_tok_create(&t, &p) == MP_ERR_FORMAT && strstr(mp_last_error(), "BOS"), "add_bos without BOS");
+    CHECK(mp_tok_new(&t, &p) == MP_ERR_FORMAT && strstr(mp_last_error(), "BOS"), "add_bos without BOS");
     p.add_bos = -1;
     char *saved = h.tok[5];
     h.tok[5] = NULL;
-    CHECK(mp_tok_create(&t, &p) == MP_ERR_FORMAT && strstr(mp_last_error(), "token 5"), "NULL token");
+    CHECK(mp_tok_new(&t, &p) == MP_ERR_FORMAT && strstr(mp_last_error(), "token 5"), "NULL token");
     h.tok[5] = saved;
     const char *re[] = {"[a-"};
     p.pre_regex = re;
     p.n_pre_regex = 1;
-    CHECK(mp_tok_create(&t, &p) == MP_ERR_FORMAT && strstr(mp_last_error(), "params"), "bad custom regex: %s",
+    CHECK(mp_tok_new(&t, &p) == MP_ERR_FORMAT && strstr(mp_last_error(), "params"), "bad custom regex: %s",
           mp_last_error());
     const char *re2[] = {"\\p{L}+|\\p{N}|\\s+|[^\\s\\p{L}\\p{N}]+"};
     p.pre_regex = re2;
     t = NULL;
-    CHECK(mp_tok_create(&t, &p) == MP_OK && t && strcmp(mp_tok_pre(t), "custom") == 0, "custom regex");
+    CHECK(mp_tok_new(&t, &p) == MP_OK && t && strcmp(mp_tok_pre(t), "custom") == 0, "custom regex");
     if (t) CHECK(round_trip(t, "ab 12 \xff!", 8, 0), "custom round trip");
     mp_tok_free(t);
     hand_free(&h);
@@ -810,7 +810,7 @@ static void test_spm_small(void) {
     p.bos = 1;
     p.eos = 2;
     mp_tok *t = NULL;
-    CHECK(mp_tok_create(&t, &p) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_tok_new(&t, &p) == MP_OK, "%s", mp_last_error());
     if (t) {
         CHECK(mp_tok_get_kind(t) == MP_TOK_KIND_SPM && mp_tok_add_bos(t) == 1 && mp_tok_pre(t) == NULL, "spm");
         expect_ids(t, "ab", MP_TOK_BOS | MP_TOK_EOS, (int[]){1, 267, 2}, 3);
@@ -837,19 +837,19 @@ static void test_spm_small(void) {
     /* unsupported layouts */
     p.add_space_prefix = 0;
     t = (mp_tok *)1;
-    CHECK(mp_tok_create(&t, &p) == MP_ERR_FORMAT && t == NULL && strstr(mp_last_error(), "add_space_prefix"),
+    CHECK(mp_tok_new(&t, &p) == MP_ERR_FORMAT && t == NULL && strstr(mp_last_error(), "add_space_prefix"),
           "add_space_prefix=false: %s", mp_last_error());
     p.add_space_prefix = -1;
     char *swap = tok[3];
     tok[3] = tok[4];
     tok[4] = swap;
-    CHECK(mp_tok_create(&t, &p) == MP_ERR_FORMAT && strstr(mp_last_error(), "<0x00>"), "byte layout: %s",
+    CHECK(mp_tok_new(&t, &p) == MP_ERR_FORMAT && strstr(mp_last_error(), "<0x00>"), "byte layout: %s",
           mp_last_error());
     tok[4] = tok[3];
     tok[3] = swap;
     free(tok[4]);
     tok[4] = strdup("q");
-    CHECK(mp_tok_create(&t, &p) == MP_ERR_FORMAT && strstr(mp_last_error(), "byte pieces"), "missing byte: %s",
+    CHECK(mp_tok_new(&t, &p) == MP_ERR_FORMAT && strstr(mp_last_error(), "byte pieces"), "missing byte: %s",
           mp_last_error());
     for (int i = 0; i < 268; i++) free(tok[i]);
 }
@@ -889,7 +889,7 @@ static void test_shared(void) {
     p.bos = 1;
     p.eos = 2;
     mp_tok *t = NULL, *ref = NULL;
-    CHECK(mp_tok_create(&t, &p) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_tok_new(&t, &p) == MP_OK, "%s", mp_last_error());
     CHECK(mp_tok_load_llama2c(&ref, bin, 512) == MP_OK, "%s", mp_last_error());
     if (!t || !ref) goto done;
     CHECK(mp_tok_get_kind(ref) == MP_TOK_KIND_LLAMA2C && mp_tok_bos(ref) == 1 && mp_tok_eos(ref) == 2, "wrap");

@@ -237,7 +237,7 @@ static void write_error(void) {
 }
 
 int main(int argc, char **argv) {
-    mp_init();
+    mp_io_init();
     if (argc == 4 && strcmp(argv[1], "--limited") == 0) {
         snprintf(dir, sizeof dir, "%s", argv[2]);
         int rc = limited_child(atoi(argv[3]));

@@ -67,7 +67,7 @@ static mp_config small_config(void) {
 static mp_model *base_model;
 static void make_base(const char *path) {
     mp_config c = small_config();
-    CHECK(mp_model_alloc(&base_model, &c) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_model_new(&base_model, &c) == MP_OK, "%s", mp_last_error());
     size_t n = mp_config_n_params(&c);
     for (size_t i = 0; i < n; i++) base_model->owned[i] = (float)((double)(i % 997) * 1e-3);
     mp_train_log log;
@@ -193,7 +193,7 @@ static void *bg_main(void *u) {
 }
 
 int main(void) {
-    mp_init();
+    mp_io_init();
     snprintf(dir, sizeof dir, "/tmp/mp_ckpt_fault.XXXXXX");
     if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
     static char base[512];
@@ -278,7 +278,7 @@ int main(void) {
         mp_model *tmpm = NULL;
         c = small_config();
         c.d_model = (int)d; c.n_layer = (int)L; c.n_head = 16; c.n_kv_head = 16; c.d_head = 64; c.d_mlp = (int)M; c.vocab = (int)V;
-        CHECK(mp_model_alloc(&tmpm, &c) == MP_OK, "describe the declared model");
+        CHECK(mp_model_new(&tmpm, &c) == MP_OK, "describe the declared model");
         mp_param_desc ds[MP_PARAM_MAX];
         int nd = tmpm ? mp_params_describe(&c, &tmpm->p, ds) : 0;
         for (int k = 0; k < nd; k++)

@@ -203,7 +203,7 @@ static void test_kvcache(const char *model_path, int B, int P) {
 }
 
 int main(int argc, char **argv) {
-    mp_init();
+    mp_io_init();
     if (argc > 1 && strcmp(argv[1], "shared") == 0) {
         /* the real third-party model in ../shared (skips when absent) */
         const char *model = tu_shared("models/aidreams260K.bin");

@@ -225,7 +225,7 @@ static void test_round_trip(const char *dir) {
     char path[512];
     snprintf(path, sizeof path, "%s/rt.gguf", dir);
     mp_gguf_writer *w = NULL;
-    CHECK(mp_gguf_writer_init(&w) == MP_OK, "writer init");
+    CHECK(mp_gguf_writer_new(&w) == MP_OK, "writer init");
     mp_gguf_value v;
     /* every scalar type */
     v = (mp_gguf_value){.type = MP_GGUF_UINT8, .v.u = 250}; mp_gguf_writer_set(w, "t.u8", &v);

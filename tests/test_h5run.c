@@ -672,7 +672,7 @@ static void abort_drops_queue(void) {
 }
 
 int main(void) {
-    mp_init();
+    mp_io_init();
     snprintf(dir, sizeof dir, "/tmp/mp_h5run_XXXXXX");
     if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
     run_roundtrip(0);

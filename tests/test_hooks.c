@@ -37,6 +37,9 @@ static void test_names(const mp_config *c) {
     CHECK(mp_hook_parse(c, "blocks.0.hook_embed", &id, &layer) != 0, "embed is not per-layer");
     CHECK(mp_hook_parse(c, "blocks.x.hook_z", &id, &layer) != 0, "bad layer number");
     CHECK(mp_glob_match("a*b?d", "aXXbcd") && !mp_glob_match("a*b?d", "aXXbd"), "glob ? and *");
+    CHECK(mp_glob_match("a*d", "a.b.d") && mp_glob_match("a\\*", "a\\x") && !mp_glob_match("a\\*", "a*"), "'*' crosses dots, '\\' is literal");
+    CHECK(mp_hook_select(c, "blocks.[01].hook_resid_pre", NULL, NULL, NULL, 0) == 2 &&
+              mp_hook_select(c, "blocks.[!0].attn.hook_z", NULL, NULL, NULL, 0) == 1, "bracket sets");
     mp_hooks *hs = mp_hooks_new(c);
     mp_status st = mp_hooks_add(hs, "blocks.0.attn.hook_patern", NULL, NULL);
     CHECK(st == MP_ERR_ARG && strstr(mp_last_error(), "blocks.0.attn.hook_patern"), "unknown name: %s",

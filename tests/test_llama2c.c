@@ -1,5 +1,5 @@
 /* test_llama2c.c — llama2.c checkpoint loading and saving (v0 and v1), config
- * validation and mp_model_alloc, and the fault cases: every malformed file must
+ * validation and mp_model_new, and the fault cases: every malformed file must
  * fail with the right mp_status and a message naming the file, without a crash.
  * References: tests/data/ref_*.bin written by tests/tools/make_ref_models.py
  * (numpy, independent of this code) and ../shared/models/aidreams260K.bin. */
@@ -151,7 +151,7 @@ static void test_config(void) {
     CHECK(mp_config_n_params(&c) == 2 * 64 * 48 + 2 * per_layer + 48, "n_params untied");
 
     mp_model *m = NULL;
-    CHECK(mp_model_alloc(&m, &c) == MP_OK, "alloc: %s", mp_last_error());
+    CHECK(mp_model_new(&m, &c) == MP_OK, "alloc: %s", mp_last_error());
     if (m) {
         const char *nm[12]; const float *p[12]; size_t n[12];
         param_list(m, nm, p, n);
@@ -168,12 +168,12 @@ static void test_config(void) {
     }
     c.tied = 1;
     m = NULL;
-    CHECK(mp_model_alloc(&m, &c) == MP_OK, "alloc tied");
+    CHECK(mp_model_new(&m, &c) == MP_OK, "alloc tied");
     if (m) CHECK(m->p.unembed == m->p.embed, "tied: unembed aliases embed");
     mp_model_free(m);
     c.n_kv_head = 4;
     m = (mp_model *)1;
-    CHECK(mp_model_alloc(&m, &c) == MP_ERR_FORMAT && m == NULL, "alloc validates");
+    CHECK(mp_model_new(&m, &c) == MP_ERR_FORMAT && m == NULL, "alloc validates");
     mp_model_free(NULL);
 }
 
@@ -232,7 +232,7 @@ static void test_load_save(void) {
     /* an allocated model saves too */
     mp_model *a = NULL;
     mp_config ac = v0->cfg;
-    CHECK(mp_model_alloc(&a, &ac) == MP_OK, "alloc");
+    CHECK(mp_model_new(&a, &ac) == MP_OK, "alloc");
     if (a) {
         memcpy(a->owned, v0->p.embed, 100 * sizeof(float));
         CHECK(mp_model_save_llama2c(a, tpath("a.bin"), 1) == MP_OK, "save alloc'ed: %s", mp_last_error());

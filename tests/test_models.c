@@ -13,7 +13,7 @@
  *  - training mode: finite-difference checks of the new parameters (biases,
  *    learned positions, GELU-tanh);
  *  - malformed files and folders give clear errors. */
-#include "bpe.h"
+#include "tok.h"
 #include "checkpoint.h"
 #include "gguf.h"
 #include "h5io.h"
@@ -380,7 +380,7 @@ static void write_file(const char *path, const char *text) {
 static void gguf_variant(const char *src, const char *out, const char *drop, const char *reshape, const char *arch) {
     mp_gguf *g;
     mp_gguf_writer *w;
-    CHECK(mp_gguf_open(src, &g) == MP_OK && mp_gguf_writer_init(&w) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_gguf_open(src, &g) == MP_OK && mp_gguf_writer_new(&w) == MP_OK, "%s", mp_last_error());
     for (size_t i = 0; i < mp_gguf_n_kv(g); i++) {
         const char *k = mp_gguf_kv_key(g, i);
         if (arch && strcmp(k, "general.architecture") == 0) mp_gguf_writer_set_str(w, k, arch);
@@ -438,7 +438,7 @@ static void malformed(void) {
 }
 
 int main(int argc, char **argv) {
-    mp_init();
+    mp_io_init();
     if (argc > 1 && strcmp(argv[1], "shared") == 0) {
         const char *model = tu_shared("models/aidreams260K.bin"), *tok = tu_shared("models/aidreams260K.tok512.bin");
         round_trip(model, tok, "aidreams260K");

@@ -10,13 +10,14 @@
  * capture run by the mechprobe binary, killed while it writes. */
 #define _GNU_SOURCE
 #include "checkpoint.h"
+#include "h5io.h"
 #include "figure.h"
 #include "gguf.h"
 #include "h5run.h"
 #include "model.h"
 #include "safetensors.h"
 #include "testutil.h"
-#include "tokenizer.h"
+#include "tok_llama2c.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -426,7 +427,7 @@ static void test_cli_signals(void) {
 }
 
 int main(void) {
-    mp_init();
+    mp_io_init();
     snprintf(dir, sizeof dir, "/tmp/mp_outputs.XXXXXX");
     if (!mkdtemp(dir)) { fprintf(stderr, "mkdtemp: %s\n", strerror(errno)); return 1; }
     if (mp_model_load_llama2c(&model, tu_data("ref_tied.bin")) != MP_OK) {

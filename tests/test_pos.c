@@ -426,7 +426,7 @@ static void test_checkpoint(void) {
 }
 
 int main(void) {
-    mp_init();
+    mp_io_init();
     printf("closed forms:\n");
     test_freqs();
     test_scaling();

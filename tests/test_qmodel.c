@@ -27,6 +27,7 @@
  *     that are not multiples of 4 loads them aligned (copied) and computes the
  *     aligned file's logits exactly (no misaligned float* under UBSan). */
 #include "checkpoint.h"
+#include "h5io.h"
 #include "gguf.h"
 #include "model.h"
 #include "qdot.h"
@@ -121,8 +122,8 @@ static uint32_t pick(int i) { return with_f32 && i % 2 ? MP_GGML_F32 : TYPES[i %
 static uint64_t write_pair(const char *arch, const char *qpath, const char *fpath) {
     files f;
     memset(&f, 0, sizeof f);
-    mp_gguf_writer_init(&f.wq);
-    mp_gguf_writer_init(&f.wf);
+    mp_gguf_writer_new(&f.wq);
+    mp_gguf_writer_new(&f.wf);
     const int gpt2 = !strcmp(arch, "gpt2"), qwen2 = !strcmp(arch, "qwen2");
     const int KV = gpt2 ? H : 2, KD = KV * DH;
     meta(f.wq, arch, KV);
@@ -407,7 +408,7 @@ static void test_alignment(void) {
 }
 
 int main(void) {
-    mp_init();
+    mp_io_init();
     test_arch("llama");
     test_arch("qwen2");
     test_arch("gpt2");

@@ -1,11 +1,11 @@
-/* test_tok_bytes.c — the raw-bytes tokenizer kind (mp_tok_create_bytes): ids
+/* test_tok_bytes.c — the raw-bytes tokenizer kind (mp_tok_new_bytes): ids
  * 0..255 are the bytes and 256 BOS; encoding every byte value (NUL included)
  * and decoding it back is exact; no EOS (asking for one is refused); decoding
  * skips ids outside 0..255; streaming pieces; vocabulary spellings (GPT-2's
  * byte map) and lookups; and the same ids as the independent path through the
  * byte vocabulary a "bytes" model's GGUF export carries (read back as a
  * byte-level BPE tokenizer). */
-#include "bpe.h"
+#include "tok.h"
 #include "model.h"
 #include "quant.h"
 #include "testutil.h"
@@ -17,7 +17,7 @@
 int main(void) {
     mp_init();
     mp_tok *t = NULL;
-    CHECK(mp_tok_create_bytes(&t) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_tok_new_bytes(&t) == MP_OK, "%s", mp_last_error());
     if (!t) return tu_finish("test_tok_bytes");
     CHECK(mp_tok_get_kind(t) == MP_TOK_KIND_BYTES && mp_tok_vocab(t) == 257 && mp_tok_bos(t) == 256 &&
               mp_tok_eos(t) == -1 && mp_tok_add_bos(t) == 1 && mp_tok_add_eos(t) == 0 && mp_tok_pre(t) == NULL,

@@ -3,7 +3,7 @@
  * lengths, garbage), and the golden encodings of ../shared/golden/
  * aidreams260K_tokenizer.tsv (ids produced by llama2.c's own encoder), with
  * decode(encode(text)) == text for each line. */
-#include "tokenizer.h"
+#include "tok_llama2c.h"
 #include "testutil.h"
 
 #include <stdlib.h>

@@ -360,7 +360,7 @@ static void test_llama2c_train(void) {
 }
 
 int main(int argc, char **argv) {
-    mp_init();
+    mp_io_init();
     if (argc == 3 && strcmp(argv[1], "--write-init") == 0) return write_init(argv[2]);
     test_ref('a');
     test_ref('b');

@@ -15,7 +15,44 @@
 -- named preset over it, plus preset = name. cli.write_text(path, text) writes a
 -- probe's text output (report.txt, a .tsv) atomically through mp.output, like
 -- every other file mechprobe writes.
+--
+-- The checks every probe's preamble makes, each printing "mechprobe NAME: ..."
+-- on stderr and exiting with 2 (code for cli.fail):
+--   cli.fail(name, msg [, code])         any message
+--   cli.check_format(name, fmt)          --format is png, svg or pdf
+--   cli.check_choice(name, o, keys, n)   at most (n = "at most") or exactly
+--                                        (n = "exactly") one of the flags
+--   cli.budget(name, o)                  "quick", "medium" or "full" from
+--                                        --quick / --medium (at most one)
 local cli = {}
+
+function cli.fail(name, msg, code)
+  io.stderr:write(("mechprobe %s: %s\n"):format(name, msg))
+  os.exit(code or 2)
+end
+
+function cli.check_format(name, fmt)
+  if not ({png = true, svg = true, pdf = true})[fmt] then
+    cli.fail(name, ("--format must be png, svg or pdf (got '%s')"):format(tostring(fmt)))
+  end
+end
+
+function cli.check_choice(name, o, keys, how)
+  local given, flags = 0, {}
+  for i, k in ipairs(keys) do
+    if o[k] ~= nil and o[k] ~= false then given = given + 1 end
+    flags[i] = "--" .. k:gsub("_", "-")
+  end
+  if given > 1 or (how == "exactly" and given == 0) then
+    local list = #flags > 1 and table.concat(flags, ", ", 1, #flags - 1) .. " and " .. flags[#flags] or flags[1]
+    cli.fail(name, ("give %s one of %s"):format(how, list))
+  end
+end
+
+function cli.budget(name, o)
+  cli.check_choice(name, o, {"quick", "medium"}, "at most")
+  return o.quick and "quick" or o.medium and "medium" or "full"
+end
 
 function cli.preset(base, presets, name)
   local p = assert(presets[name], "unknown preset " .. tostring(name))

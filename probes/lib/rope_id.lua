@@ -23,6 +23,7 @@
 -- then the figures and the verdict table (rows "VERDICT id | claim | paper | ours | verdict",
 -- each decided by the rule printed under it as "RULE id: ...").
 local M = {}
+local report = require "report"
 
 -- ---------------------------------------------------------------- presets
 
@@ -279,37 +280,35 @@ end
 local function tensor_of(t) return mp.tensor(t) end
 
 -- ---------------------------------------------------------------- run
+--
+-- M.run is a pipeline of named stages over one table c, the run's state: each
+-- stage reads what earlier ones put in c and adds its own results; the report
+-- lines go to r (report.lua).
 
-function M.run(o)
-  local t_start = os.time()
-  mp.mkdir(o.out)
-  o.format = o.format or "png"
+-- The lengths and windows of a run: evaluation lengths k*L, the geometry
+-- windows of W positions and the loss windows of WL.
+local function plan(o)
   local L, W = o.L, o.window
   assert(L % W == 0, "rope_id: the window must divide L")
   local lengths = {}
   for i, k in ipairs(o.mults) do lengths[i] = k * L end
   local Tmax = lengths[#lengths]
-  local nwin = Tmax // W
-  local nin = L // W
   -- the text loss curve: 16 windows over Tmax (at least W positions each)
   local WL = math.max(W, Tmax // 16)
   assert(L % WL == 0, "rope_id: the loss window must divide L")
-  local nwl, ninl = Tmax // WL, L // WL
+  return {o = o, L = L, W = W, lengths = lengths, Tmax = Tmax, nwin = Tmax // W, nin = L // W, WL = WL,
+          nwl = Tmax // WL, ninl = L // WL, t_start = os.time()}
+end
 
-  local lines = {}
-  local root = mp.mpi.rank() == 0     -- under mpirun, rank 0 alone reports and writes
-  local function out(fmt, ...)
-    local s = select("#", ...) > 0 and fmt:format(...) or fmt
-    lines[#lines + 1] = s
-    if root then print(s) end
-  end
-
-  -- data
+-- The text corpus (built from the system's texts unless --corpus), the text
+-- and retrieval tasks, and the report's header.
+local function prepare_data(c, r)
+  local o, L, Tmax, lengths = c.o, c.L, c.Tmax, c.lengths
   local corpus, sources = o.corpus, nil
   local corpus_bytes
   if not corpus then
     corpus = o.out .. "/corpus.txt"
-    if root then corpus_bytes, sources = M.build_corpus(corpus) end
+    if r.root then corpus_bytes, sources = M.build_corpus(corpus) end
     mp.mpi.barrier()                  -- the other ranks read it
   end
   local text = mp.tasks.text{path = corpus, ctx = L, seed = o.seed}
@@ -318,21 +317,26 @@ function M.run(o)
            .. "give a larger --corpus"):format(corpus, Tmax), 0)
   end
   local ret = mp.tasks.retrieval{value_len = o.value_len, n_filler = o.n_filler, seed = o.seed + 1}
+  c.corpus, c.text, c.ret = corpus, text, ret
 
-  out("== mechprobe rope_id (%s) ==", o.preset)
-  out("text: %s%s; retrieval: passkey of %d digit(s) in random filler (%d words, vocab %d), needle at a random depth",
+  r:out("== mechprobe rope_id (%s) ==", o.preset)
+  r:out("text: %s%s; retrieval: passkey of %d digit(s) in random filler (%d words, vocab %d), needle at a random depth",
       corpus, sources and (" (%d bytes from %d files)"):format(corpus_bytes, #sources) or "", o.value_len, o.n_filler,
       ret.vocab)
-  out("models: d_model %d, %d layers x %d heads (d_head %d), d_mlp %d, RMSNorm, SwiGLU; training length L = %d;",
+  r:out("models: d_model %d, %d layers x %d heads (d_head %d), d_mlp %d, RMSNorm, SwiGLU; training length L = %d;",
       o.d_model, o.n_layer, o.n_head, o.d_head, o.d_mlp, L)
-  out("  text %d steps (lr %g), retrieval %d steps (lr %g), batch %d, warmup 10%%; DroPE: %d steps at L (lr %g)",
+  r:out("  text %d steps (lr %g), retrieval %d steps (lr %g), batch %d, warmup 10%%; DroPE: %d steps at L (lr %g)",
       o.text_steps, o.lr, o.ret_steps, o.ret_lr, o.batch, o.drope_steps, o.drope_lr)
-  out("evaluation lengths: %s; text: %d validation windows of %d (prefixes for shorter lengths); retrieval: %d "
+  r:out("evaluation lengths: %s; text: %d validation windows of %d (prefixes for shorter lengths); retrieval: %d "
       .. "sequences per length;", table.concat(lengths, ","), o.B_text, Tmax, o.B_ret)
-  out("  loss curve: windows of %d positions; geometry: text models, %d validation sequences of %d tokens, windows of "
-      .. "%d positions (inside L: %d windows)", WL, o.B_geo, Tmax, W, nin)
+  r:out("  loss curve: windows of %d positions; geometry: text models, %d validation sequences of %d tokens, windows of "
+      .. "%d positions (inside L: %d windows)", c.WL, o.B_geo, Tmax, c.W, c.nin)
+end
 
-  -- 1. training
+-- 1. Training: one model per scheme and task, then DroPE on each RoPE model.
+-- Returns false on the MPI ranks other than 0 (their share is done).
+local function train(c, r)
+  local o, L, text, ret = c.o, c.L, c.text, c.ret
   local models = {text = {}, ret = {}}
   local train_info = {text = {}, ret = {}}
   local t1 = os.time()
@@ -361,11 +365,11 @@ function M.run(o)
     tk:seed(o.seed * 100 + 7)           -- every scheme sees the same batches
     local m = new_model(pos, tk.vocab)
     log("training %s on %s (%d steps)", pos, task, steps)
-    local r = m:train{task = tk, steps = steps, batch = o.batch, lr = lr, warmup = steps // 10,
-                      progress = o.progress or false}
+    local res = m:train{task = tk, steps = steps, batch = o.batch, lr = lr, warmup = steps // 10,
+                        progress = o.progress or false}
     local path = ("%s/%s_%s.h5"):format(mdir, task, pos)
     m:save(path)
-    return {loss = r.final_loss, curve = r.loss, seconds = os.time() - c0, path = path}
+    return {loss = res.final_loss, curve = res.loss, seconds = os.time() - c0, path = path}
   end)
   -- DroPE: a copy of the RoPE model, rotation dropped, recalibrated at L
   local dropes = mp.mpi.sweep({"text", "ret"}, function(task)
@@ -375,31 +379,37 @@ function M.run(o)
     log("DroPE on %s (%d steps)", task, o.drope_steps)
     local drope = require "drope"
     tk:seed(o.seed * 100 + 8)
-    local r = drope.apply(dm, {task = tk, steps = o.drope_steps, lr = o.drope_lr, batch = o.batch,
-                               progress = o.progress or false})
+    local res = drope.apply(dm, {task = tk, steps = o.drope_steps, lr = o.drope_lr, batch = o.batch,
+                                 progress = o.progress or false})
     local path = ("%s/%s_drope.h5"):format(mdir, task)
     dm:save(path)
-    return {loss = r.final_loss, loss_dropped = r.loss_dropped, curve = r.loss, seconds = os.time() - c0,
+    return {loss = res.final_loss, loss_dropped = res.loss_dropped, curve = res.loss, seconds = os.time() - c0,
             path = path}
   end)
-  if not trained then return nil end    -- other ranks: their share is done
+  if not trained then return false end
   for i, job in ipairs(jobs) do train_info[job.task][job.pos] = trained[i] end
   for i, task in ipairs{"text", "ret"} do train_info[task].drope = dropes[i] end
   for _, task in ipairs{"text", "ret"} do
     for name, ti in pairs(train_info[task]) do models[task][name] = mp.load(ti.path) end
   end
-  local s1 = os.time() - t1
-  out("")
-  out("-- 1. Training (final training loss; DroPE: loss right after dropping the rotation -> after recalibration)")
-  out("%-12s %10s %10s", "model", "text", "retrieval")
+  c.models, c.train_info, c.mdir, c.s1 = models, train_info, mdir, os.time() - t1
+  r:out("")
+  r:out("-- 1. Training (final training loss; DroPE: loss right after dropping the rotation -> after recalibration)")
+  r:out("%-12s %10s %10s", "model", "text", "retrieval")
   for _, pos in ipairs(M.schemes) do
-    out("%-12s %10.4f %10.4f", pos, train_info.text[pos].loss, train_info.ret[pos].loss)
+    r:out("%-12s %10.4f %10.4f", pos, train_info.text[pos].loss, train_info.ret[pos].loss)
   end
-  out("%-12s %10s %10s", "drope",
+  r:out("%-12s %10s %10s", "drope",
       ("%.2f>%.3f"):format(train_info.text.drope.loss_dropped, train_info.text.drope.loss),
       ("%.2f>%.3f"):format(train_info.ret.drope.loss_dropped, train_info.ret.drope.loss))
+  return true
+end
 
-  -- 2. evaluation: text loss and retrieval accuracy
+-- 2. Evaluation of every variant at every length: text loss (whole and by
+-- position window) and retrieval accuracy.
+local function evaluate(c, r)
+  local o, L, lengths, Tmax, text, ret, models = c.o, c.L, c.lengths, c.Tmax, c.text, c.ret, c.models
+  local WL, nwl, ninl = c.WL, c.nwl, c.ninl
   local t2 = os.time()
   local E = {}
   -- text: B_text validation windows of Tmax; length T evaluates their prefixes
@@ -411,9 +421,9 @@ function M.run(o)
     local tok, tgt = text:sample(o.B_text, Tmax, "val")
     for i, T in ipairs(lengths) do
       local a, b = mp.zeros{o.B_text, T}, mp.zeros{o.B_text, T}
-      for r = 1, o.B_text do
-        a[r]:copy_(tok[r]:narrow(1, T))
-        b[r]:copy_(tgt[r]:narrow(1, T))
+      for row = 1, o.B_text do
+        a[row]:copy_(tok[row]:narrow(1, T))
+        b[row]:copy_(tgt[row]:narrow(1, T))
       end
       text_eval[i] = {a, b}
     end
@@ -443,33 +453,37 @@ function M.run(o)
     e.loss_in, e.loss_past = mean(a), mean(b)
     E[v.name] = e
   end
-  local s2 = os.time() - t2
+  c.E, c.s2 = E, os.time() - t2
 
-  out("")
-  out("-- 2a. Text: validation loss (nats/byte) by evaluation length; at %d: mean over windows inside L / past L", Tmax)
-  out("   (PI/NTK/YaRN scale by T/L at every length T, so their 'in L' column is at the scaling for T = %d)", Tmax)
+  r:out("")
+  r:out("-- 2a. Text: validation loss (nats/byte) by evaluation length; at %d: mean over windows inside L / past L", Tmax)
+  r:out("   (PI/NTK/YaRN scale by T/L at every length T, so their 'in L' column is at the scaling for T = %d)", Tmax)
   local hdr = ("%-15s"):format("variant")
   for _, T in ipairs(lengths) do hdr = hdr .. ("%9s"):format("T=" .. T) end
-  out(hdr .. ("%9s %9s"):format("in L", "past L"))
+  r:out(hdr .. ("%9s %9s"):format("in L", "past L"))
   for _, v in ipairs(M.variants) do
     local e = E[v.name]
     local row = ("%-15s"):format(v.name)
     for i = 1, #lengths do row = row .. ("%9.4f"):format(e.loss[i]) end
-    out(row .. ("%9.4f %9.4f"):format(e.loss_in, e.loss_past))
+    r:out(row .. ("%9.4f %9.4f"):format(e.loss_in, e.loss_past))
   end
-  out("")
-  out("-- 2b. Retrieval accuracy (passkey exact match, greedy; %d sequences per length; SE <= %.3f)", o.B_ret,
+  r:out("")
+  r:out("-- 2b. Retrieval accuracy (passkey exact match, greedy; %d sequences per length; SE <= %.3f)", o.B_ret,
       0.5 / math.sqrt(o.B_ret))
   hdr = ("%-18s"):format("ACC variant")
   for _, T in ipairs(lengths) do hdr = hdr .. ("%9s"):format("T=" .. T) end
-  out(hdr)
+  r:out(hdr)
   for _, v in ipairs(M.variants) do
     local row = ("ACC %-14s"):format(v.name)
     for i = 1, #lengths do row = row .. ("%9.3f"):format(E[v.name].acc[i]) end
-    out(row)
+    r:out(row)
   end
+end
 
-  -- 3. geometry of the text models at Tmax
+-- 3. Geometry of the text models at Tmax: per head and window, split inside /
+-- past L; the sink heads and the PCA of the top sink head; the summary rows.
+local function geometry(c, r)
+  local o, L, W, Tmax, text, models = c.o, c.L, c.W, c.Tmax, c.text, c.models
   local t3 = os.time()
   text:seed(o.seed * 100 + 13)
   local gtok = text:sample(o.B_geo, Tmax, "val")
@@ -506,231 +520,262 @@ function M.run(o)
     teardown(v, models.text)
     GEO[v.name], SPLIT[v.name], SINK[v.name] = G, S, sink
   end
-  local s3 = os.time() - t3
+  c.GEO, c.SPLIT, c.SINK, c.PCA, c.s3 = GEO, SPLIT, SINK, PCA, os.time() - t3
 
-  out("")
-  out("-- 3. Geometry of the text models at T = %d (mean over all heads; inside L -> past L). sinks: heads with", Tmax)
-  out("   first-token attention > %.2f inside L; 1st tok / q.k>0 / |k0|: over the sink heads (all heads if none);", o.eps)
-  out("   q.k>0: share of queries t whose largest q_t.k_s over the keys s = 1..t (the first key left out) is positive;")
-  out("   srank/s1 share: stable rank / first-singular-value share of the keys in windows of %d positions", W)
-  out("%-15s %-13s %-13s %-13s %-13s %-13s %5s %-13s %s", "variant", "srank k", "s1 share k", "cos(q,k)", "1st tok attn",
+  r:out("")
+  r:out("-- 3. Geometry of the text models at T = %d (mean over all heads; inside L -> past L). sinks: heads with", Tmax)
+  r:out("   first-token attention > %.2f inside L; 1st tok / q.k>0 / |k0|: over the sink heads (all heads if none);", o.eps)
+  r:out("   q.k>0: share of queries t whose largest q_t.k_s over the keys s = 1..t (the first key left out) is positive;")
+  r:out("   srank/s1 share: stable rank / first-singular-value share of the keys in windows of %d positions", W)
+  r:out("%-15s %-13s %-13s %-13s %-13s %-13s %5s %-13s %s", "variant", "srank k", "s1 share k", "cos(q,k)", "1st tok attn",
       "q.k>0 share", "sinks", "|k0|/mean|k|", "PCA head")
   local summary = {}
   for _, v in ipairs(M.variants) do
     local S, sk = SPLIT[v.name], SINK[v.name]
-    local r = {
+    local row = {
       srank_in = head_mean(S.srank_k.inside), srank_past = head_mean(S.srank_k.past),
       s1_in = head_mean(S.sigma1_k.inside), s1_past = head_mean(S.sigma1_k.past),
       cos_in = head_mean(S.cos_qk.inside), cos_past = head_mean(S.cos_qk.past),
       pos_all_in = head_mean(S.maxqk_pos.inside), pos_all_past = head_mean(S.maxqk_pos.past),
     }
-    summary[v.name] = r
+    summary[v.name] = row
     local function pair(a, b) return ("%5.2f->%-6.2f"):format(a, b) end
-    out("%-15s %-13s %-13s %-13s %-13s %-13s %5d %-13s L%dH%d", v.name, pair(r.srank_in, r.srank_past),
-        pair(r.s1_in, r.s1_past), pair(r.cos_in, r.cos_past), pair(sk.first_in, sk.first_past),
+    r:out("%-15s %-13s %-13s %-13s %-13s %-13s %5d %-13s L%dH%d", v.name, pair(row.srank_in, row.srank_past),
+        pair(row.s1_in, row.s1_past), pair(row.cos_in, row.cos_past), pair(sk.first_in, sk.first_past),
         pair(sk.pos_in, sk.pos_past), sk.n, pair(sk.k0_in, sk.k0_past), sk.layer, sk.head)
   end
+  c.summary = summary
+end
 
-  -- 4. HDF5 (written to a temporary name, renamed when complete)
-  local h5 = o.out .. "/rope_id.h5"
-  local tmp = h5 .. ".tmp"
-  do
-    local f <close> = mp.h5.open(tmp, "w")
-    f:write("lengths", lengths)
-    local ws = {}
-    for w = 1, nwin do ws[w] = (w - 1) * W end
-    f:write("window_start", ws)
-    ws = {}
-    for w = 1, nwl do ws[w] = (w - 1) * WL end
-    f:write("loss_window_start", ws)
-    f:set_attr("/", "format", "mechprobe.rope_id")
-    f:set_attr("/", "preset", o.preset)
-    f:set_attr("/", "L", L)
-    f:set_attr("/", "window", W)
-    f:set_attr("/", "seed", o.seed)
-    f:set_attr("/", "eps", o.eps)
-    f:set_attr("/", "corpus", corpus)
-    local vn = {}
-    for i, v in ipairs(M.variants) do vn[i] = v.name end
-    f:set_attr("/", "variants", table.concat(vn, ","))
-    f:set_attr("/", "schemes", table.concat(M.schemes, ","))
-    -- retrieval accuracy table [variant, length] (rows in the order of the attribute "variants")
-    local acc, accd, loss = {}, {}, {}
-    for i, v in ipairs(M.variants) do acc[i], accd[i], loss[i] = E[v.name].acc, E[v.name].acc_digit, E[v.name].loss end
-    f:write("retrieval/acc", acc)
-    f:write("retrieval/acc_digit", accd)
-    f:write("text/loss", loss)
-    f:set_attr("retrieval/acc", "rows", table.concat(vn, ","))
-    f:set_attr("retrieval/acc", "n", o.B_ret)
-    for _, task in ipairs{"text", "ret"} do
-      for name, ti in pairs(train_info[task]) do
-        local g = ("train/%s/%s"):format(task == "ret" and "retrieval" or "text", name)
-        f:write(g .. "/loss_curve", ti.curve)
-        f:set_attr(g .. "/loss_curve", "final_loss", ti.loss)
-        f:set_attr(g .. "/loss_curve", "seconds", ti.seconds)
-        f:set_attr(g .. "/loss_curve", "checkpoint", ti.path)
-        if ti.loss_dropped then f:set_attr(g .. "/loss_curve", "loss_dropped", ti.loss_dropped) end
-      end
-    end
-    for _, v in ipairs(M.variants) do
-      local e, g = E[v.name], "variants/" .. v.name
-      f:write(g .. "/text_loss", e.loss)
-      f:write(g .. "/text_loss_window", e.loss_win)
-      f:set_attr(g .. "/text_loss_window", "inside", e.loss_in)
-      f:set_attr(g .. "/text_loss_window", "past", e.loss_past)
-      f:write(g .. "/retrieval_acc", e.acc)
-      f:write(g .. "/retrieval_acc_digit", e.acc_digit)
-      for _, k in ipairs(M.geo_stats) do
-        f:write(g .. "/geometry/" .. k, GEO[v.name][k])                      -- [n_layer, n_head, windows]
-        f:write(g .. "/geometry/" .. k .. "_inside", SPLIT[v.name][k].inside)  -- [n_layer, n_head]
-        f:write(g .. "/geometry/" .. k .. "_past", SPLIT[v.name][k].past)
-      end
-      local sk, r = SINK[v.name], summary[v.name]
-      for key, val in pairs(sk) do f:set_attr(g .. "/geometry/first", "sink_" .. key, val) end
-      for key, val in pairs(r) do f:set_attr(g .. "/geometry/srank_k", key, val) end
-      local p = PCA[v.name]
-      f:write(g .. "/pca_sink_head", {p.qx, p.qy, p.kx, p.ky})                -- [4, T]: q x, q y, k x, k y
-      f:set_attr(g .. "/pca_sink_head", "layer", sk.layer)
-      f:set_attr(g .. "/pca_sink_head", "head", sk.head)
+-- 4. Every number into DIR/rope_id.h5, written under a temporary name
+-- (c.tmp; renamed by finish once the verdicts are in).
+local function write_h5(c)
+  local o, L, W, lengths, E = c.o, c.L, c.W, c.lengths, c.E
+  local GEO, SPLIT, SINK, PCA, summary = c.GEO, c.SPLIT, c.SINK, c.PCA, c.summary
+  c.h5 = o.out .. "/rope_id.h5"
+  c.tmp = c.h5 .. ".tmp"
+  local f <close> = mp.h5.open(c.tmp, "w")
+  f:write("lengths", lengths)
+  local ws = {}
+  for w = 1, c.nwin do ws[w] = (w - 1) * W end
+  f:write("window_start", ws)
+  ws = {}
+  for w = 1, c.nwl do ws[w] = (w - 1) * c.WL end
+  f:write("loss_window_start", ws)
+  f:set_attr("/", "format", "mechprobe.rope_id")
+  f:set_attr("/", "preset", o.preset)
+  f:set_attr("/", "L", L)
+  f:set_attr("/", "window", W)
+  f:set_attr("/", "seed", o.seed)
+  f:set_attr("/", "eps", o.eps)
+  f:set_attr("/", "corpus", c.corpus)
+  local vn = {}
+  for i, v in ipairs(M.variants) do vn[i] = v.name end
+  f:set_attr("/", "variants", table.concat(vn, ","))
+  f:set_attr("/", "schemes", table.concat(M.schemes, ","))
+  -- retrieval accuracy table [variant, length] (rows in the order of the attribute "variants")
+  local acc, accd, loss = {}, {}, {}
+  for i, v in ipairs(M.variants) do acc[i], accd[i], loss[i] = E[v.name].acc, E[v.name].acc_digit, E[v.name].loss end
+  f:write("retrieval/acc", acc)
+  f:write("retrieval/acc_digit", accd)
+  f:write("text/loss", loss)
+  f:set_attr("retrieval/acc", "rows", table.concat(vn, ","))
+  f:set_attr("retrieval/acc", "n", o.B_ret)
+  for _, task in ipairs{"text", "ret"} do
+    for name, ti in pairs(c.train_info[task]) do
+      local g = ("train/%s/%s"):format(task == "ret" and "retrieval" or "text", name)
+      f:write(g .. "/loss_curve", ti.curve)
+      f:set_attr(g .. "/loss_curve", "final_loss", ti.loss)
+      f:set_attr(g .. "/loss_curve", "seconds", ti.seconds)
+      f:set_attr(g .. "/loss_curve", "checkpoint", ti.path)
+      if ti.loss_dropped then f:set_attr(g .. "/loss_curve", "loss_dropped", ti.loss_dropped) end
     end
   end
+  for _, v in ipairs(M.variants) do
+    local e, g = E[v.name], "variants/" .. v.name
+    f:write(g .. "/text_loss", e.loss)
+    f:write(g .. "/text_loss_window", e.loss_win)
+    f:set_attr(g .. "/text_loss_window", "inside", e.loss_in)
+    f:set_attr(g .. "/text_loss_window", "past", e.loss_past)
+    f:write(g .. "/retrieval_acc", e.acc)
+    f:write(g .. "/retrieval_acc_digit", e.acc_digit)
+    for _, k in ipairs(M.geo_stats) do
+      f:write(g .. "/geometry/" .. k, GEO[v.name][k])                      -- [n_layer, n_head, windows]
+      f:write(g .. "/geometry/" .. k .. "_inside", SPLIT[v.name][k].inside)  -- [n_layer, n_head]
+      f:write(g .. "/geometry/" .. k .. "_past", SPLIT[v.name][k].past)
+    end
+    local sk, row = SINK[v.name], summary[v.name]
+    for key, val in pairs(sk) do f:set_attr(g .. "/geometry/first", "sink_" .. key, val) end
+    for key, val in pairs(row) do f:set_attr(g .. "/geometry/srank_k", key, val) end
+    local p = PCA[v.name]
+    f:write(g .. "/pca_sink_head", {p.qx, p.qy, p.kx, p.ky})                -- [4, T]: q x, q y, k x, k y
+    f:set_attr(g .. "/pca_sink_head", "layer", sk.layer)
+    f:set_attr(g .. "/pca_sink_head", "head", sk.head)
+  end
+end
 
-  -- 5. figures
-  local figs = {}
-  local function save(fig, name)
-    local path = ("%s/%s.%s"):format(o.out, name, o.format)
-    fig:save(path)
-    figs[#figs + 1] = path
-    return path
+-- ---- 5. figures (each adds its path to c.figs)
+
+-- lo, hi over the non-NaN values of some lists, padded by 4 %
+local function range_of(lists)
+  local lo, hi = math.huge, -math.huge
+  for _, t in ipairs(lists) do
+    for _, x in ipairs(t) do if x == x then lo, hi = math.min(lo, x), math.max(hi, x) end end
   end
-  local function mark_L(ax, lo, hi)
-    ax:line({L, L}, {lo, hi}, {dashed = true, width = 1, label = ("L = %d"):format(L)})
+  if lo > hi then lo, hi = 0, 1 end
+  if hi - lo < 1e-9 then lo, hi = lo - 0.5, hi + 0.5 end
+  local pad = 0.04 * (hi - lo)
+  return lo - pad, hi + pad
+end
+
+local function save_fig(c, fig, name)
+  local path = ("%s/%s.%s"):format(c.o.out, name, c.o.format)
+  fig:save(path)
+  c.figs[#c.figs + 1] = path
+  return path
+end
+
+-- the training length as a dashed vertical line from lo to hi
+local function mark_L(c, ax, lo, hi)
+  ax:line({c.L, c.L}, {lo, hi}, {dashed = true, width = 1, label = ("L = %d"):format(c.L)})
+end
+
+-- the two families of variants the figures compare side by side
+local groups = {
+  {title = "positional schemes", names = {"rope", "half_rope", "high_freq", "rope_id", "none"}},
+  {title = "RoPE: scaling, DroPE; RoPE-ID", names = {"rope", "rope_pi", "rope_ntk", "rope_yarn", "drope", "rope_id",
+                                                      "rope_id_notemp"}},
+}
+
+-- text loss by position and by length
+local function fig_text_loss(c)
+  local E, lengths, WL = c.E, c.lengths, c.WL
+  local xl = {}
+  for w = 1, c.nwl do xl[w] = (w - 0.5) * WL end
+  local fig = mp.plot.figure{rows = 2, cols = 2, width = 900, height = 640,
+    title = ("Byte-level text: loss against position (T = %d) and against length; training length dashed"):format(c.Tmax)}
+  for gi, gr in ipairs(groups) do
+    local ax = fig:axes(1, gi)
+    local ys = {}
+    for _, n in ipairs(gr.names) do ys[#ys + 1] = E[n].loss_win end
+    local lo, hi = range_of(ys)
+    for _, n in ipairs(gr.names) do ax:line(xl, E[n].loss_win, {label = n, marker = true}) end
+    mark_L(c, ax, lo, hi)
+    ax:set{title = gr.title .. ", by position", xlabel = "position (window centre)", ylabel = "loss (nats/byte)"}
+    ax:legend()
+    ax = fig:axes(2, gi)
+    ys = {}
+    for _, n in ipairs(gr.names) do ys[#ys + 1] = E[n].loss end
+    lo, hi = range_of(ys)
+    for _, n in ipairs(gr.names) do ax:line(lengths, E[n].loss, {label = n, marker = true}) end
+    mark_L(c, ax, lo, hi)
+    ax:set{title = gr.title .. ", by length", xlabel = "evaluation length T (mean over positions < T)",
+           ylabel = "loss (nats/byte)", xlog = true}
   end
-  local function range_of(lists)
-    local lo, hi = math.huge, -math.huge
-    for _, t in ipairs(lists) do
-      for _, x in ipairs(t) do if x == x then lo, hi = math.min(lo, x), math.max(hi, x) end end
-    end
-    if lo > hi then lo, hi = 0, 1 end
-    if hi - lo < 1e-9 then lo, hi = lo - 0.5, hi + 0.5 end
-    local pad = 0.04 * (hi - lo)
-    return lo - pad, hi + pad
+  save_fig(c, fig, "text_loss")
+end
+
+-- retrieval accuracy: curves and the table as bars
+local function fig_retrieval(c)
+  local E, lengths = c.E, c.lengths
+  local fig = mp.plot.figure{rows = 2, cols = 2, width = 900, height = 640,
+    title = "Passkey retrieval: exact-match accuracy against length; training length dashed"}
+  for gi, gr in ipairs(groups) do
+    local ax = fig:axes(1, gi)
+    for _, n in ipairs(gr.names) do ax:line(lengths, E[n].acc, {label = n, marker = true}) end
+    mark_L(c, ax, 0, 1)
+    ax:set{title = gr.title, xlabel = "evaluation length T", ylabel = "accuracy", ylim = {0, 1.02}, xlog = true}
+    ax:legend()
   end
-  local xw, xl = {}, {}
-  for w = 1, nwin do xw[w] = (w - 0.5) * W end
-  for w = 1, nwl do xl[w] = (w - 0.5) * WL end
-  local groups = {
-    {title = "positional schemes", names = {"rope", "half_rope", "high_freq", "rope_id", "none"}},
-    {title = "RoPE: scaling, DroPE; RoPE-ID", names = {"rope", "rope_pi", "rope_ntk", "rope_yarn", "drope", "rope_id",
-                                                        "rope_id_notemp"}},
-  }
-  do -- text loss by position and by length
-    local fig = mp.plot.figure{rows = 2, cols = 2, width = 900, height = 640,
-      title = ("Byte-level text: loss against position (T = %d) and against length; training length dashed"):format(Tmax)}
-    for gi, gr in ipairs(groups) do
-      local ax = fig:axes(1, gi)
+  local names, series, labels = {}, {}, {}
+  for i, v in ipairs(M.variants) do names[i] = v.name end
+  for j, T in ipairs(lengths) do
+    labels[j] = "T=" .. T
+    series[j] = {}
+    for i, v in ipairs(M.variants) do series[j][i] = E[v.name].acc[j] end
+  end
+  fig:axes(2, 1):bars(names, series, {labels = labels})
+    :set{title = "accuracy table (variant x length)", ylabel = "exact match", ylim = {0, 1.05}}:legend()
+  local dseries = {}
+  for j = 1, #lengths do
+    dseries[j] = {}
+    for i, v in ipairs(M.variants) do dseries[j][i] = E[v.name].acc_digit[j] end
+  end
+  fig:axes(2, 2):bars(names, dseries, {labels = labels})
+    :set{title = "per-digit accuracy (variant x length)", ylabel = "digits right", ylim = {0, 1.05}}
+  save_fig(c, fig, "retrieval_accuracy")
+end
+
+-- geometry against position, mean over heads
+local function fig_geometry(c)
+  local GEO, SINK, W = c.GEO, c.SINK, c.W
+  local xw = {}
+  for w = 1, c.nwin do xw[w] = (w - 0.5) * W end
+  local stats = {{"first", "attention to the first token (each model's top head)"}, {"srank_k", "stable rank of keys"},
+                 {"sigma1_k", "sigma1 share of keys"}, {"maxqk_pos", "share of queries with max_(s>=1) q.k_s > 0"},
+                 {"cos_qk", "q/k centroid cosine"}, {"k0_ratio", "||k_0|| / mean ||k||"}}
+  for gi, gr in ipairs(groups) do
+    local fig = mp.plot.figure{rows = 2, cols = 3, width = 1200, height = 620,
+      title = ("Text models against position (mean over heads; windows of %d): %s"):format(W, gr.title)}
+    for si, st in ipairs(stats) do
+      local ax = fig:axes((si - 1) // 3 + 1, (si - 1) % 3 + 1)
       local ys = {}
-      for _, n in ipairs(gr.names) do ys[#ys + 1] = E[n].loss_win end
+      for _, n in ipairs(gr.names) do
+        local sk = SINK[n]
+        ys[#ys + 1] = st[1] == "first" and GEO[n].first[sk.layer + 1][sk.head + 1] or window_curve(GEO[n][st[1]])
+      end
       local lo, hi = range_of(ys)
-      for _, n in ipairs(gr.names) do ax:line(xl, E[n].loss_win, {label = n, marker = true}) end
-      mark_L(ax, lo, hi)
-      ax:set{title = gr.title .. ", by position", xlabel = "position (window centre)", ylabel = "loss (nats/byte)"}
-      ax:legend()
-      ax = fig:axes(2, gi)
-      ys = {}
-      for _, n in ipairs(gr.names) do ys[#ys + 1] = E[n].loss end
-      lo, hi = range_of(ys)
-      for _, n in ipairs(gr.names) do ax:line(lengths, E[n].loss, {label = n, marker = true}) end
-      mark_L(ax, lo, hi)
-      ax:set{title = gr.title .. ", by length", xlabel = "evaluation length T (mean over positions < T)",
-             ylabel = "loss (nats/byte)", xlog = true}
+      for i, n in ipairs(gr.names) do ax:line(xw, ys[i], {label = n}) end
+      mark_L(c, ax, lo, hi)
+      ax:set{title = st[2], xlabel = "position"}
+      if si == 1 then ax:legend() end
     end
-    save(fig, "text_loss")
+    save_fig(c, fig, gi == 1 and "geometry_schemes" or "geometry_rope_variants")
   end
-  do -- retrieval accuracy: curves and the table as bars
-    local fig = mp.plot.figure{rows = 2, cols = 2, width = 900, height = 640,
-      title = "Passkey retrieval: exact-match accuracy against length; training length dashed"}
-    for gi, gr in ipairs(groups) do
-      local ax = fig:axes(1, gi)
-      for _, n in ipairs(gr.names) do ax:line(lengths, E[n].acc, {label = n, marker = true}) end
-      mark_L(ax, 0, 1)
-      ax:set{title = gr.title, xlabel = "evaluation length T", ylabel = "accuracy", ylim = {0, 1.02}, xlog = true}
-      ax:legend()
-    end
-    local names, series, labels = {}, {}, {}
-    for i, v in ipairs(M.variants) do names[i] = v.name end
-    for j, T in ipairs(lengths) do
-      labels[j] = "T=" .. T
-      series[j] = {}
-      for i, v in ipairs(M.variants) do series[j][i] = E[v.name].acc[j] end
-    end
-    fig:axes(2, 1):bars(names, series, {labels = labels})
-      :set{title = "accuracy table (variant x length)", ylabel = "exact match", ylim = {0, 1.05}}:legend()
-    local dseries = {}
-    for j = 1, #lengths do
-      dseries[j] = {}
-      for i, v in ipairs(M.variants) do dseries[j][i] = E[v.name].acc_digit[j] end
-    end
-    fig:axes(2, 2):bars(names, dseries, {labels = labels})
-      :set{title = "per-digit accuracy (variant x length)", ylabel = "digits right", ylim = {0, 1.05}}
-    save(fig, "retrieval_accuracy")
-  end
-  do -- geometry against position, mean over heads
-    local stats = {{"first", "attention to the first token (each model's top head)"}, {"srank_k", "stable rank of keys"},
-                   {"sigma1_k", "sigma1 share of keys"}, {"maxqk_pos", "share of queries with max_(s>=1) q.k_s > 0"},
-                   {"cos_qk", "q/k centroid cosine"}, {"k0_ratio", "||k_0|| / mean ||k||"}}
-    for gi, gr in ipairs(groups) do
-      local fig = mp.plot.figure{rows = 2, cols = 3, width = 1200, height = 620,
-        title = ("Text models against position (mean over heads; windows of %d): %s"):format(W, gr.title)}
-      for si, st in ipairs(stats) do
-        local ax = fig:axes((si - 1) // 3 + 1, (si - 1) % 3 + 1)
-        local ys = {}
-        for _, n in ipairs(gr.names) do
-          local sk = SINK[n]
-          ys[#ys + 1] = st[1] == "first" and GEO[n].first[sk.layer + 1][sk.head + 1] or window_curve(GEO[n][st[1]])
-        end
-        local lo, hi = range_of(ys)
-        for i, n in ipairs(gr.names) do ax:line(xw, ys[i], {label = n}) end
-        mark_L(ax, lo, hi)
-        ax:set{title = st[2], xlabel = "position"}
-        if si == 1 then ax:legend() end
-      end
-      save(fig, gi == 1 and "geometry_schemes" or "geometry_rope_variants")
-    end
-  end
-  do -- PCA of q and k for the sink head, inside vs past L
-    local rows = {"rope", "rope_id", "half_rope", "high_freq", "none", "drope"}
-    local fig = mp.plot.figure{rows = #rows, cols = 2, width = 600, height = 250 * #rows + 30,
-      title = ("Top sink head's q and k (PCA): inside L = %d / past L"):format(L)}
-    for ri, n in ipairs(rows) do
-      local p, sk = PCA[n], SINK[n]
-      local xlo, xhi = range_of{p.qx, p.kx}
-      local ylo, yhi = range_of{p.qy, p.ky}
-      for ci = 1, 2 do
-        local a, b = ci == 1 and 2 or L + 1, ci == 1 and L or Tmax
-        local qx, qy, kx, ky = {}, {}, {}, {}
-        for t = a, b do
-          qx[#qx + 1], qy[#qy + 1], kx[#kx + 1], ky[#ky + 1] = p.qx[t], p.qy[t], p.kx[t], p.ky[t]
-        end
-        local ax = fig:axes(ri, ci)
-        ax:scatter(qx, qy, {label = "queries", size = 2.5, alpha = 0.6})
-        ax:scatter(kx, ky, {label = "keys", size = 2.5, alpha = 0.6})
-        ax:scatter({p.kx[1]}, {p.ky[1]}, {label = "first key", size = 7, alpha = 1})
-        ax:set{title = ("%s L%dH%d, %s"):format(n, sk.layer, sk.head,
-                 ci == 1 and ("positions 1..%d"):format(L - 1) or ("positions %d..%d"):format(L, Tmax - 1)),
-               xlim = {xlo, xhi}, ylim = {ylo, yhi}}
-        if ri == 1 and ci == 2 then ax:legend() end
-      end
-    end
-    save(fig, "pca_sink_head")
-  end
+end
 
-  -- 6. verdicts
-  local V = {}
-  local function verdict(id, claim, paper, ours, word, rule)
-    local function clean(x) return (tostring(x):gsub("|", "/")) end   -- "|" separates the columns
-    V[#V + 1] = {id = id, claim = clean(claim), paper = clean(paper), ours = clean(ours), word = word, rule = rule}
+-- PCA of q and k for the sink head, inside vs past L
+local function fig_pca(c)
+  local PCA, SINK, L, Tmax = c.PCA, c.SINK, c.L, c.Tmax
+  local rows = {"rope", "rope_id", "half_rope", "high_freq", "none", "drope"}
+  local fig = mp.plot.figure{rows = #rows, cols = 2, width = 600, height = 250 * #rows + 30,
+    title = ("Top sink head's q and k (PCA): inside L = %d / past L"):format(L)}
+  for ri, n in ipairs(rows) do
+    local p, sk = PCA[n], SINK[n]
+    local xlo, xhi = range_of{p.qx, p.kx}
+    local ylo, yhi = range_of{p.qy, p.ky}
+    for ci = 1, 2 do
+      local a, b = ci == 1 and 2 or L + 1, ci == 1 and L or Tmax
+      local qx, qy, kx, ky = {}, {}, {}, {}
+      for t = a, b do
+        qx[#qx + 1], qy[#qy + 1], kx[#kx + 1], ky[#ky + 1] = p.qx[t], p.qy[t], p.kx[t], p.ky[t]
+      end
+      local ax = fig:axes(ri, ci)
+      ax:scatter(qx, qy, {label = "queries", size = 2.5, alpha = 0.6})
+      ax:scatter(kx, ky, {label = "keys", size = 2.5, alpha = 0.6})
+      ax:scatter({p.kx[1]}, {p.ky[1]}, {label = "first key", size = 7, alpha = 1})
+      ax:set{title = ("%s L%dH%d, %s"):format(n, sk.layer, sk.head,
+               ci == 1 and ("positions 1..%d"):format(L - 1) or ("positions %d..%d"):format(L, Tmax - 1)),
+             xlim = {xlo, xhi}, ylim = {ylo, yhi}}
+      if ri == 1 and ci == 2 then ax:legend() end
+    end
   end
+  save_fig(c, fig, "pca_sink_head")
+end
+
+local function figures(c)
+  c.figs = {}
+  fig_text_loss(c)
+  fig_retrieval(c)
+  fig_geometry(c)
+  fig_pca(c)
+end
+
+-- 6. The verdicts, each decided by its printed rule; returns them in order.
+local function judge(c)
+  local o, E, summary, SINK, lengths, Tmax = c.o, c.E, c.summary, c.SINK, c.lengths, c.Tmax
+  local V = {}
+  local function verdict(...) V[#V + 1] = report.verdict(...) end
   local R, RI = summary.rope, summary.rope_id
   local rk_rope = R.srank_past / R.srank_in
   local rk_id = RI.srank_past / RI.srank_in
@@ -786,14 +831,19 @@ function M.run(o)
           ("loss past L - inside L: RoPE %+.3f, RoPE-ID %+.3f (T = %d)"):format(dr, di, Tmax),
           di < dr - 0.02 and "SUPPORTED" or "NOT SUPPORTED",
           "RoPE-ID's rise of the loss past L (windows past L minus inside L) is smaller than RoPE's by > 0.02 nats")
-  out("")
-  out("-- Verdicts (rows: VERDICT id | claim | paper | ours | verdict; text models for C1-C5 and C7)")
-  for _, v in ipairs(V) do
-    out("VERDICT %s | %-58s | %-40s | %-62s | %s", v.id, v.claim, v.paper, v.ours, v.word)
-  end
-  for _, v in ipairs(V) do out("RULE %s: %s", v.id, v.rule) end
+  c.V = V
+end
+
+-- The verdict table and its rules into the report and the run file, which
+-- then takes its final name; the closing lines and DIR/report.txt.
+local function finish(c, r)
+  local V = c.V
+  r:out("")
+  r:out("-- Verdicts (rows: VERDICT id | claim | paper | ours | verdict; text models for C1-C5 and C7)")
+  r:verdicts(V, {58, 40, 62})
+  r:rules(V)
   do
-    local f <close> = mp.h5.open(tmp, "r+")
+    local f <close> = mp.h5.open(c.tmp, "r+")
     for _, v in ipairs(V) do
       local g = "verdicts/" .. v.id
       f:write(g, {v.word == "SUPPORTED" and 1 or v.word == "NOT SUPPORTED" and 0 or -1})
@@ -804,14 +854,29 @@ function M.run(o)
       f:set_attr(g, "rule", v.rule)
     end
   end
-  assert(os.rename(tmp, h5))
-  out("")
-  out("HDF5: %s", h5)
-  out("checkpoints: %s/{text,ret}_{%s,drope}.h5", mdir, table.concat(M.schemes, ","))
-  for _, p in ipairs(figs) do out("figure: %s", p) end
-  out("time: training %ds, evaluation %ds, geometry %ds, total %ds", s1, s2, s3, os.time() - t_start)
-  require("cli").write_text(o.out .. "/report.txt", table.concat(lines, "\n") .. "\n")
-  return {verdicts = V, h5 = h5, figures = figs, E = E, summary = summary, sinks = SINK}
+  assert(os.rename(c.tmp, c.h5))
+  r:out("")
+  r:out("HDF5: %s", c.h5)
+  r:out("checkpoints: %s/{text,ret}_{%s,drope}.h5", c.mdir, table.concat(M.schemes, ","))
+  for _, p in ipairs(c.figs) do r:out("figure: %s", p) end
+  r:out("time: training %ds, evaluation %ds, geometry %ds, total %ds", c.s1, c.s2, c.s3, os.time() - c.t_start)
+  r:save(c.o.out .. "/report.txt")
+end
+
+function M.run(o)
+  local c = plan(o)
+  mp.mkdir(o.out)
+  o.format = o.format or "png"
+  local r = report.new()   -- under mpirun, rank 0 alone prints and writes
+  prepare_data(c, r)
+  if not train(c, r) then return nil end   -- other ranks: their share is done
+  evaluate(c, r)
+  geometry(c, r)
+  write_h5(c)
+  figures(c)
+  judge(c)
+  finish(c, r)
+  return {verdicts = c.V, h5 = c.h5, figures = c.figs, E = c.E, summary = c.summary, sinks = c.SINK}
 end
 
 return M

@@ -191,9 +191,10 @@ function M.run(m, tokens, o)
   end
 
   -- 4. verdict table
-  print(("%s: %d tokens, %d layers x %d heads, eps = %.2f, %d bootstrap resamples"):format(
+  local r = require("report").new()
+  r:out(("%s: %d tokens, %d layers x %d heads, eps = %.2f, %d bootstrap resamples"):format(
     o.label or "model", T, L, H, o.eps, o.boot))
-  print(("%-6s %-18s %-5s %8s %7s %9s %8s %7s %7s"):format(
+  r:out(("%-6s %-18s %-5s %8s %7s %9s %8s %7s %7s"):format(
     "head", "alpha_0 [95% CI]", "sink", "|k0|/|k|", "cos q,k", "dist/sprd", "fisher", "srank k", "srk pre"))
   local n_sink = 0
   for l = 1, L do
@@ -201,17 +202,17 @@ function M.run(m, tokens, o)
       local a = S.alpha0:get(l, h)
       local sink = S.alpha0_lo:get(l, h) > o.eps
       if a > o.eps then n_sink = n_sink + 1 end
-      print(("L%-2dH%-2d %.3f [%.3f,%.3f] %-5s %8.3f %7.3f %9.2f %8.3f %7.2f %7.2f"):format(
+      r:out(("L%-2dH%-2d %.3f [%.3f,%.3f] %-5s %8.3f %7.3f %9.2f %8.3f %7.2f %7.2f"):format(
         l - 1, h - 1, a, S.alpha0_lo:get(l, h), S.alpha0_hi:get(l, h),
         sink and "yes" or (a > o.eps and "weak" or "no"), S.k0_norm_ratio:get(l, h), S.cos_qk:get(l, h),
         S.dist_over_spread:get(l, h), S.fisher_acc:get(l, h), S.srank_k:get(l, h), S.srank_k_pre:get(l, h)))
     end
   end
-  print(("sink rate (alpha_0 > %.2f): %d of %d heads (%.0f%%); 'yes' = the whole 95%% interval is above eps"):format(
+  r:out(("sink rate (alpha_0 > %.2f): %d of %d heads (%.0f%%); 'yes' = the whole 95%% interval is above eps"):format(
     o.eps, n_sink, L * H, 100 * sinks.sink_rate))
-  print(("massive activations (|h| > 100 and >= 1000x the layer median): %d"):format(massive.n_hits_total))
-  print("run file: " .. run .. " (/acts, /stats)")
-  for _, p in ipairs(figs) do print("figure: " .. p) end
+  r:out(("massive activations (|h| > 100 and >= 1000x the layer median): %d"):format(massive.n_hits_total))
+  r:out("run file: " .. run .. " (/acts, /stats)")
+  for _, p in ipairs(figs) do r:out("figure: " .. p) end
   return {run = run, figures = figs, sink_rate = sinks.sink_rate, n_sink = n_sink, alpha0 = S.alpha0,
           fisher_acc = S.fisher_acc, cos_qk = S.cos_qk, massive_hits = massive.n_hits_total}
 

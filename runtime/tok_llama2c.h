@@ -1,9 +1,9 @@
-/* tokenizer.h — llama2.c tokenizer.bin (SentencePiece-style pieces with scores):
+/* tok_llama2c.h — llama2.c tokenizer.bin (SentencePiece-style pieces with scores):
  * encode and decode exactly as llama2.c's run.c does (UTF-8 code points looked up
  * as pieces, byte fallback to <0xXX> ids 3..258, score-ordered pair merges, BOS,
  * the dummy-prefix space; decode strips the space after BOS and maps <0xXX>). */
-#ifndef MP_TOKENIZER_H
-#define MP_TOKENIZER_H
+#ifndef MP_TOK_LLAMA2C_H
+#define MP_TOK_LLAMA2C_H
 
 #include "mp_common.h"
 
@@ -17,7 +17,7 @@ void mp_tokenizer_free(mp_tokenizer *t);
 /* The same tokenizer from in-memory pieces (NUL-terminated, as llama2.c spells
  * them: ' ' for SentencePiece's U+2581, <0xXX> byte pieces at ids 3..258) and
  * scores (NULL: all 0), e.g. from GGUF metadata; copies both. */
-mp_status mp_tokenizer_from_pieces(mp_tokenizer **out, int vocab, const char *const *pieces,
+mp_status mp_tokenizer_new(mp_tokenizer **out, int vocab, const char *const *pieces,
                                    const float *scores);
 
 int mp_tokenizer_vocab(const mp_tokenizer *t);

@@ -1,9 +1,9 @@
-/* tokenizer_write.c — writes a minimal llama2.c tokenizer.bin for models made
+/* tok_llama2c_write.c — writes a minimal llama2.c tokenizer.bin for models made
  * from scratch: <unk>, BOS, EOS, the 256 byte-fallback pieces <0x00>..<0xFF>
  * (ids 3..258, as llama2.c expects) and the 95 printable ASCII characters
  * (ids 259..353), so text round-trips byte for byte. Written atomically
  * through mp_out (mp_common.h). */
-#include "tokenizer.h"
+#include "tok_llama2c.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,11 +1,12 @@
-/* bpe.c — the mp_tok tokenizer interface (bpe.h): construction from arrays with
+/* tok.c — the mp_tok tokenizer interface (tok.h): construction from arrays with
  * every count, id and merge validated; SentencePiece-style vocabularies through
- * the llama2.c algorithm of tokenizer.c; byte-level BPE (GPT-2's byte map,
+ * the llama2.c algorithm of tok_llama2c.c; byte-level BPE (GPT-2's byte map,
  * ranked merges run with a heap per pre-token, a per-call pre-token cache,
  * special/added tokens split out first); the raw-bytes vocabulary (one token
  * per byte, BOS 256); decoding back to bytes. The tokenizer.json reader is in
- * bpe_hf.c. */
-#include "bpe.h"
+ * tok_hf.c. */
+#include "tok.h"
+#include "merge_heap.h"
 #include "pretok.h"
 
 #include <limits.h>
@@ -199,7 +200,7 @@ static int type_of(const mp_tok *t, int id) { return t->type ? t->type[id] : MP_
 
 /* SentencePiece from arrays: llama2.c's pieces (U+2581 -> ' '; CONTROL and
  * UNKNOWN pieces blanked so that text never merges into them, as SentencePiece
- * never produces them), then tokenizer.c's algorithm. */
+ * never produces them), then tok_llama2c.c's algorithm. */
 static mp_status build_spm(mp_tok *t, const mp_tok_params *p, const char *src) {
     mp_status st = MP_OK;
     char **conv = NULL, *cblob = NULL;
@@ -241,7 +242,7 @@ static mp_status build_spm(mp_tok *t, const mp_tok_params *p, const char *src) {
         }
         *w++ = '\0';
     }
-    if ((st = mp_tokenizer_from_pieces(&t->spm, t->n_vocab, (const char *const *)conv, p->scores)) != MP_OK)
+    if ((st = mp_tokenizer_new(&t->spm, t->n_vocab, (const char *const *)conv, p->scores)) != MP_OK)
         mp_error_prefix(st, "%s", src);
 cleanup:
     free(conv);
@@ -261,11 +262,11 @@ static mp_status build_bpe(mp_tok *t, const mp_tok_params *p, const char *src) {
     mp_status st;
     int preset_ignore = 0;
     if (p->n_pre_regex > 0) {
-        if ((st = mp_pretok_create(&t->pre, p->pre_regex, p->n_pre_regex)) != MP_OK)
+        if ((st = mp_pretok_new(&t->pre, p->pre_regex, p->n_pre_regex)) != MP_OK)
             return mp_error_prefix(st, "%s", src);
         t->pre_name = "custom";
     } else {
-        if ((st = mp_pretok_create_named(&t->pre, p->pre, &preset_ignore)) != MP_OK)
+        if ((st = mp_pretok_new_named(&t->pre, p->pre, &preset_ignore)) != MP_OK)
             return mp_error_prefix(st, "%s", src);
         t->pre_name = mp_pretok_preset(p->pre);
     }
@@ -361,7 +362,7 @@ static mp_status build_bpe(mp_tok *t, const mp_tok_params *p, const char *src) {
     return MP_OK;
 }
 
-mp_status mp_tok_create(mp_tok **out, const mp_tok_params *p) {
+mp_status mp_tok_new(mp_tok **out, const mp_tok_params *p) {
     mp_status st = MP_OK;
     mp_tok *t = NULL;
     const char *src;
@@ -428,7 +429,7 @@ mp_status mp_tok_load_llama2c(mp_tok **out, const char *path, int vocab) {
 /* The byte-level vocabulary of models trained on raw bytes: ids 0..255 the
  * bytes (spelled as GPT-2's byte-to-unicode map, as the GGUF writer spells
  * them), 256 BOS ("<s>", CONTROL), no EOS. */
-mp_status mp_tok_create_bytes(mp_tok **out) {
+mp_status mp_tok_new_bytes(mp_tok **out) {
     mp_tok *t;
     mp_status st = MP_OK;
     *out = NULL;
@@ -492,34 +493,6 @@ int mp_tok_find(const mp_tok *t, const char *piece) {
 
 /* ---- encoding ---- */
 
-/* A candidate merge of the symbols at l and r, valid while both versions hold. */
-typedef struct { int rank, l, r, id; unsigned vl, vr; } cand;
-
-static int cand_first(const cand *a, const cand *b) {
-    return a->rank < b->rank || (a->rank == b->rank && a->l < b->l);
-}
-
-static void heap_push(cand *h, int *n, cand c) {
-    int i = (*n)++;
-    while (i > 0 && cand_first(&c, &h[(i - 1) / 2])) { h[i] = h[(i - 1) / 2]; i = (i - 1) / 2; }
-    h[i] = c;
-}
-
-static cand heap_pop(cand *h, int *n) {
-    cand top = h[0], last = h[--(*n)];
-    int i = 0;
-    for (;;) {
-        int c = 2 * i + 1;
-        if (c >= *n) break;
-        if (c + 1 < *n && cand_first(&h[c + 1], &h[c])) c++;
-        if (!cand_first(&h[c], &last)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (*n) h[i] = last;
-    return top;
-}
-
 /* Per-call state: output, scratch sized for the longest pre-token, cache. */
 typedef struct {
     const mp_tok *t;
@@ -529,7 +502,7 @@ typedef struct {
     size_t scap;         /* scratch capacity in symbols */
     int *sym, *prev, *next;
     unsigned *ver;
-    cand *heap;
+    mp_merge_cand *heap;
     char *word;          /* [2 * scap] the mapped pre-token */
     struct cache_slot { size_t off, len; int start, count; } *cache;
     size_t cache_mask, cache_used;
@@ -592,8 +565,8 @@ static void consider(enc *e, int l, int r) {
     if (l < 0 || r < 0) return;
     const merge_slot *m = merge_find(e->t, e->sym[l], e->sym[r]);
     if (m) {
-        cand c = {m->rank, l, r, m->id, e->ver[l], e->ver[r]};
-        heap_push(e->heap, &e->nheap, c);
+        mp_merge_cand c = {(double)m->rank, l, r, m->id, e->ver[l], e->ver[r]};   /* lowest rank first */
+        mp_merge_push(e->heap, &e->nheap, c);
     }
 }
 
@@ -626,7 +599,7 @@ static mp_status bpe_word(enc *e, const unsigned char *s, size_t n) {
     e->nheap = 0;
     for (size_t i = 0; i + 1 < n; i++) consider(e, (int)i, (int)i + 1);
     while (e->nheap > 0) {
-        cand c = heap_pop(e->heap, &e->nheap);
+        mp_merge_cand c = mp_merge_pop(e->heap, &e->nheap);
         if (e->ver[c.l] != c.vl || e->ver[c.r] != c.vr) continue;   /* stale */
         e->sym[c.l] = c.id;
         e->ver[c.l]++;
@@ -798,7 +771,7 @@ static size_t tok_bytes(const mp_tok *t, int prev, int id, char *dst, size_t cap
         return 1;
     }
     if (t->kind != MP_TOK_KIND_BPE) {
-        /* tokenizer.c strips the space after its BOS id 1: map our BOS onto it */
+        /* tok_llama2c.c strips the space after its BOS id 1: map our BOS onto it */
         int p = prev >= 0 && prev == t->bos ? 1 : (prev == 1 ? -1 : prev);
         const char *s = mp_tokenizer_piece(t->spm, p, id);
         size_t l = strlen(s);

@@ -1,5 +1,5 @@
-/* bpe.h — mp_tok, one tokenizer interface over every vocabulary mechprobe reads:
- *   - llama2.c tokenizer.bin (wraps mp_tokenizer, tokenizer.h);
+/* tok.h — mp_tok, one tokenizer interface over every vocabulary mechprobe reads:
+ *   - llama2.c tokenizer.bin (wraps mp_tokenizer, tok_llama2c.h);
  *   - SentencePiece-style vocabularies given as arrays (GGUF tokenizer.ggml.model
  *     "llama": pieces with U+2581 for spaces, scores, token types): the same
  *     llama2.c algorithm (score-ordered merges, byte fallback, dummy prefix);
@@ -11,11 +11,11 @@
  * Built from in-memory arrays, so the GGUF loader and a tokenizer.json reader
  * only gather the arrays. Byte-level BPE is lossless: decode(encode(x)) == x for
  * any bytes, invalid UTF-8 and NUL included. */
-#ifndef MP_BPE_H
-#define MP_BPE_H
+#ifndef MP_TOK_H
+#define MP_TOK_H
 
 #include "mp_common.h"
-#include "tokenizer.h"
+#include "tok_llama2c.h"
 
 typedef struct mp_tok mp_tok;
 
@@ -23,7 +23,7 @@ typedef enum {
     MP_TOK_KIND_LLAMA2C = 0,   /* tokenizer.bin */
     MP_TOK_KIND_SPM,           /* SentencePiece-style from arrays */
     MP_TOK_KIND_BPE,           /* byte-level BPE */
-    MP_TOK_KIND_BYTES          /* raw bytes: ids 0..255 the bytes, 256 BOS (mp_tok_create_bytes) */
+    MP_TOK_KIND_BYTES          /* raw bytes: ids 0..255 the bytes, 256 BOS (mp_tok_new_bytes) */
 } mp_tok_kind;
 
 /* GGUF tokenizer.ggml.token_type values (llama.cpp's llama_token_type). */
@@ -44,7 +44,7 @@ enum {
 };
 
 /* What the GGUF loader or a tokenizer.json reader passes. Arrays are read
- * during mp_tok_create only (copied). */
+ * during mp_tok_new only (copied). */
 typedef struct {
     const char *source;          /* names the origin in error messages (file path) */
     const char *model;           /* "llama" (SentencePiece) or "gpt2" (byte-level BPE) */
@@ -76,7 +76,7 @@ mp_tok_params mp_tok_params_default(void);
  * and ab in the vocabulary (MP_ERR_FORMAT naming the merge, its rank and the
  * source); llama: byte pieces <0x00>..<0xFF> must sit at ids 3..258 (the
  * llama2.c layout) when the vocabulary has byte pieces at all. */
-mp_status mp_tok_create(mp_tok **out, const mp_tok_params *p);
+mp_status mp_tok_new(mp_tok **out, const mp_tok_params *p);
 
 /* The vocabulary of byte-level models (trained on raw bytes, e.g. on
  * mp.tasks.text; checkpoints say tokenizer "bytes"): ids 0..255 are the bytes,
@@ -87,7 +87,7 @@ mp_status mp_tok_create(mp_tok **out, const mp_tok_params *p);
  * model's vocabulary may extend past 256 with ids no text maps to); pieces
  * (mp_tok_piece) are spelled with GPT-2's byte-to-unicode map, BOS "<s>". */
 #define MP_TOK_BYTES_BOS 256
-mp_status mp_tok_create_bytes(mp_tok **out);
+mp_status mp_tok_new_bytes(mp_tok **out);
 
 /* Wraps a loaded llama2.c tokenizer (takes ownership; freed by mp_tok_free,
  * also on failure). BOS 1, EOS 2, add_bos 1. */

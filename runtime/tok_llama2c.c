@@ -1,8 +1,9 @@
-/* tokenizer.c — llama2.c's tokenizer.bin: loading with every length validated,
+/* tok_llama2c.c — llama2.c's tokenizer.bin: loading with every length validated,
  * BPE encoding and decoding that reproduce llama2.c run.c's encode()/decode()
  * (code points looked up as pieces, byte fallback to ids 3..258, greedy merges
  * of the best-scoring adjacent pair, dummy-prefix space, <0xXX> byte pieces). */
-#include "tokenizer.h"
+#include "tok_llama2c.h"
+#include "merge_heap.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -158,7 +159,7 @@ cleanup:
 
 /* The same tokenizer built from in-memory pieces (e.g. GGUF metadata), with the
  * checks and layout of mp_tokenizer_load. */
-mp_status mp_tokenizer_from_pieces(mp_tokenizer **out, int vocab, const char *const *pieces,
+mp_status mp_tokenizer_new(mp_tokenizer **out, int vocab, const char *const *pieces,
                                    const float *scores) {
     mp_status st = MP_OK;
     mp_tokenizer *t = NULL;
@@ -210,41 +211,11 @@ int mp_tokenizer_vocab(const mp_tokenizer *t) { return t->vocab; }
 int mp_tokenizer_bos(const mp_tokenizer *t) { (void)t; return 1; }
 int mp_tokenizer_eos(const mp_tokenizer *t) { (void)t; return 2; }
 
-/* A candidate merge of the adjacent tokens at l and r (indices into the token
- * array), valid while neither has changed since (same versions). */
-typedef struct { float score; int l, r, id; unsigned vl, vr; } merge_cand;
-
-/* llama2.c merges the best-scoring pair, the leftmost among equal scores. */
-static int cand_first(const merge_cand *a, const merge_cand *b) {
-    return a->score > b->score || (a->score == b->score && a->l < b->l);
-}
-
-static void heap_push(merge_cand *h, int *n, merge_cand c) {
-    int i = (*n)++;
-    while (i > 0 && cand_first(&c, &h[(i - 1) / 2])) { h[i] = h[(i - 1) / 2]; i = (i - 1) / 2; }
-    h[i] = c;
-}
-
-static merge_cand heap_pop(merge_cand *h, int *n) {
-    merge_cand top = h[0], last = h[--(*n)];
-    int i = 0;
-    for (;;) {
-        int c = 2 * i + 1;
-        if (c >= *n) break;
-        if (c + 1 < *n && cand_first(&h[c + 1], &h[c])) c++;
-        if (!cand_first(&h[c], &last)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (*n) h[i] = last;
-    return top;
-}
-
 typedef struct {
     const mp_tokenizer *t;
     int *tok, *prev, *next;
     unsigned *ver;
-    merge_cand *heap;
+    mp_merge_cand *heap;
     int nheap;
     char *buf;
 } merge_state;
@@ -257,8 +228,9 @@ static void consider(merge_state *s, int l, int r) {
     memcpy(s->buf + la, b, lb + 1);
     int id = lookup(s->t, s->buf);
     if (id >= 0 && s->t->score[id] > -1e10f) {   /* llama2.c's best_score floor */
-        merge_cand c = {s->t->score[id], l, r, id, s->ver[l], s->ver[r]};
-        heap_push(s->heap, &s->nheap, c);
+        /* llama2.c merges the best-scoring pair, the leftmost among equal scores */
+        mp_merge_cand c = {-(double)s->t->score[id], l, r, id, s->ver[l], s->ver[r]};
+        mp_merge_push(s->heap, &s->nheap, c);
     }
 }
 
@@ -285,7 +257,7 @@ static mp_status merge_pairs(const mp_tokenizer *t, int *tok, int *n, char *buf)
     }
     for (int i = 0; i + 1 < nt; i++) consider(&s, i, i + 1);
     while (s.nheap > 0) {
-        merge_cand c = heap_pop(s.heap, &s.nheap);
+        mp_merge_cand c = mp_merge_pop(s.heap, &s.nheap);
         if (s.ver[c.l] != c.vl || s.ver[c.r] != c.vr) continue;   /* stale */
         tok[c.l] = c.id;
         s.ver[c.l]++;

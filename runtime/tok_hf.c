@@ -1,8 +1,8 @@
-/* bpe_hf.c — mp_tok_load_hf: a Hugging Face tokenizer.json (byte-level BPE
+/* tok_hf.c — mp_tok_load_hf: a Hugging Face tokenizer.json (byte-level BPE
  * model) read with json.h into the arrays of mp_tok_params: vocabulary and
  * added tokens by id, merges in either form, the pre_tokenizer tree turned into
  * a regex sequence, BOS/EOS from a TemplateProcessing post-processor. */
-#include "bpe.h"
+#include "tok.h"
 #include "json.h"
 #include "pretok.h"
 
@@ -254,7 +254,7 @@ mp_status mp_tok_load_hf(mp_tok **out, const char *path) {
         if (b >= 0 && b < n_tok) { p.bos = b; p.add_bos = 1; }
         if (e >= 0 && e < n_tok) { p.eos = e; p.add_eos = 1; }
     }
-    st = mp_tok_create(out, &p);
+    st = mp_tok_new(out, &p);
 cleanup:
     for (int i = 0; i < pre.n_re; i++) free(pre.owned[i]);
     free(tokens);

@@ -21,7 +21,8 @@ static int model_capture_prompts(lua_State *L) {
     const char *out = lua_tostring(L, -1);
     if (!out) return luaL_error(L, "capture_prompts: option 'out' (output .h5 path) is required");
     mp_h5cap_params p = {out, mp_lua_opt_globs(L, 3, "hooks", "*"), mp_lua_opt_bool(L, 3, "logits", 0),
-                         (int)mp_lua_opt_int(L, 3, "capture_prompts", "compress", 0, 0, 9), lm->m->source};
+                         (int)mp_lua_opt_int(L, 3, "capture_prompts", "compress", 0, 0, 9), lm->m->source,
+                         lm->m->tokenizer};
     if (strcmp(p.globs, "none") == 0) p.globs = "";
     /* this rank's prompts: one token array, offsets and lengths */
     const lua_Integer n = luaL_len(L, 2);

@@ -566,7 +566,7 @@ static int model_capture(lua_State *L) {
         if (g->ints[i] < 0 || g->ints[i] >= cfg->vocab)
             return luaL_error(L, "capture: token id %d is outside the vocabulary (0..%d)", g->ints[i], cfg->vocab - 1);
     if ((st = mp_h5run_create(&g->run, out, &rp))) return mp_lua_fail(L, st);
-    if ((st = mp_h5run_write_model(g->run, cfg, lm->m->source))) return mp_lua_fail(L, st);
+    if ((st = mp_h5run_write_model(g->run, cfg, lm->m->source, lm->m->tokenizer))) return mp_lua_fail(L, st);
     if ((st = mp_h5run_write_tokens(g->run, g->ints, B, T))) return mp_lua_fail(L, st);
     int n_ds = 0;
     if (strcmp(globs, "") != 0 && strcmp(globs, "none") != 0) {

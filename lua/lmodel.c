@@ -88,11 +88,6 @@ lmodel *mp_lua_model_busy(lua_State *L, int idx, const char *method, int exclusi
     return lm;
 }
 
-static const char *norm_name(mp_norm_kind k) { return k == MP_NORM_LAYER ? "layer" : "rms"; }
-static const char *mlp_name(mp_mlp_kind k) { return k == MP_MLP_GELU ? "gelu" : k == MP_MLP_NONE ? "none" : "swiglu"; }
-static const char *mlp_name_cfg(const mp_config *c) { return c->mlp == MP_MLP_GELU && c->gelu_tanh ? "gelu_tanh" : mlp_name(c->mlp); }
-static const char *pos_name(mp_pos_kind k) { return mp_pos_name(k); }
-
 static int model_tostring(lua_State *L) {
     lmodel *lm = luaL_checkudata(L, 1, MODEL_MT);
     if (!lm->m) { lua_pushliteral(L, "Model(closed)"); return 1; }
@@ -101,39 +96,45 @@ static int model_tostring(lua_State *L) {
                     "Model(%s%s%s: d_model=%d n_layer=%d n_head=%d n_kv_head=%d d_head=%d d_mlp=%d vocab=%d ctx=%d "
                     "pos=%s rope_theta=%f norm=%s mlp=%s %s)",
                     lm->m->format, lm->m->source[0] ? " " : "", lm->m->source, c->d_model, c->n_layer, c->n_head,
-                    c->n_kv_head, c->d_head, c->d_mlp, c->vocab, c->ctx, pos_name(c->pos), (double)c->rope_theta,
-                    norm_name(c->norm), mlp_name_cfg(c), c->tied ? "tied" : "untied");
+                    c->n_kv_head, c->d_head, c->d_mlp, c->vocab, c->ctx, mp_pos_name(c->pos), (double)c->rope_theta,
+                    mp_norm_name(c->norm), mp_mlp_label(c), c->tied ? "tied" : "untied");
     return 1;
 }
 
+/* m.config: every field of MP_CONFIG_TABLE that its `shown` column selects,
+ * with the value in force, under its Lua key; then what is not config. */
 static void push_config(lua_State *L, const mp_model *m) {
     const mp_config *c = &m->cfg;
     lua_newtable(L);
-#define SETI(k, v) (lua_pushinteger(L, (v)), lua_setfield(L, -2, k))
-#define SETS(k, v) (lua_pushstring(L, (v)), lua_setfield(L, -2, k))
-    SETI("d_model", c->d_model); SETI("n_layer", c->n_layer); SETI("n_head", c->n_head);
-    SETI("n_kv_head", c->n_kv_head); SETI("d_head", c->d_head); SETI("d_mlp", c->d_mlp);
-    SETI("vocab", c->vocab); SETI("ctx", c->ctx);
-    lua_pushnumber(L, c->rope_theta); lua_setfield(L, -2, "rope_theta");
-    lua_pushnumber(L, c->norm_eps); lua_setfield(L, -2, "norm_eps");
-    lua_pushboolean(L, c->tied); lua_setfield(L, -2, "tied");
-    SETS("norm", norm_name(c->norm)); SETS("mlp", mlp_name_cfg(c)); SETS("pos", pos_name(c->pos));
-    SETS("format", m->format); SETS("source", m->source);
-    SETI("n_params", (lua_Integer)mp_config_n_params(c));
-    SETI("memory", (lua_Integer)mp_model_param_bytes(m));   /* bytes of the parameters as held */
-    lua_pushboolean(L, c->qkv_bias); lua_setfield(L, -2, "qkv_bias");
-    lua_pushboolean(L, c->linear_bias); lua_setfield(L, -2, "linear_bias");
-    lua_pushnumber(L, c->rope_scale > 0.0f ? c->rope_scale : 1.0f); lua_setfield(L, -2, "rope_scale");
-    SETI("n_rope_freqs", c->n_rope_freqs);
-    if (c->pos == MP_POS_HALF_ROPE || c->pos == MP_POS_ROPE_ID) SETI("rope_dims", c->rope_dims ? c->rope_dims : 2 * (c->d_head / 4));
-    lua_pushboolean(L, c->pos == MP_POS_ROPE_ID && !c->pos_no_temp); lua_setfield(L, -2, "pos_temp");
-    SETS("rope_scaling", mp_rope_scaling_name(c->rope_scaling));
-    lua_pushnumber(L, c->rope_scaling ? c->rope_factor : 1.0f); lua_setfield(L, -2, "rope_factor");
-    SETI("rope_orig_ctx", c->rope_orig_ctx ? c->rope_orig_ctx : c->ctx);
-    SETS("attn", mp_attn_name(c->attn));
-    lua_pushnumber(L, mp_attn_alpha(c)); lua_setfield(L, -2, "alpha");   /* 1 for softmax / ssmax */
-#undef SETI
-#undef SETS
+    for (int i = 0; i < mp_config_n_fields; i++) {
+        const mp_config_field *f = &mp_config_fields[i];
+        if (!mp_config_shown(c, i)) continue;
+        double v = mp_config_value(c, i);
+        switch (f->type) {
+        case MP_CF_INT: lua_pushinteger(L, (lua_Integer)v); break;
+        case MP_CF_FLOAT: lua_pushnumber(L, v); break;
+        case MP_CF_BOOL:
+        case MP_CF_NOTBOOL: lua_pushboolean(L, v != 0.0); break;
+        case MP_CF_KIND: lua_pushstring(L, mp_config_kind_name(c, i, 1)); break;
+        case MP_CF_FLOATS: {
+            int n;
+            const float *x = mp_config_floats(c, i, &n);
+            lua_createtable(L, n, 0);
+            for (int k = 0; k < n; k++) {
+                lua_pushnumber(L, x[k]);
+                lua_rawseti(L, -2, k + 1);
+            }
+            break;
+        }
+        }
+        lua_setfield(L, -2, f->lua);
+    }
+    lua_pushinteger(L, c->n_rope_freqs); lua_setfield(L, -2, "n_rope_freqs");
+    if (m->tokenizer[0]) { lua_pushstring(L, m->tokenizer); lua_setfield(L, -2, "tokenizer"); }
+    lua_pushstring(L, m->format); lua_setfield(L, -2, "format");
+    lua_pushstring(L, m->source); lua_setfield(L, -2, "source");
+    lua_pushinteger(L, (lua_Integer)mp_config_n_params(c)); lua_setfield(L, -2, "n_params");
+    lua_pushinteger(L, (lua_Integer)mp_model_param_bytes(m)); lua_setfield(L, -2, "memory"); /* bytes as held */
 }
 /* ---- guards: userdata whose __gc frees C resources if a Lua error unwinds ---- */
 
@@ -183,10 +184,18 @@ static void cache_visit(void *u, mp_hook_id id, int layer, const char *name) {
 
 /* Shared body of forward / run_with_cache / run_with_hooks.
  * Returns logits (or nil) and, with want_cache, the cache table. */
-static int run_common(lua_State *L, int want_cache) {
+static int run_common(lua_State *L, int want_cache, const char *fn) {
+    static const char *const known[] = {"fwd_hooks", "logits", NULL},
+                             *known_cache[] = {"fwd_hooks", "logits", "names", "incl_bwd", NULL};
     lua_settop(L, 3);
-    lmodel *lm = mp_lua_model_busy(L, 1, want_cache ? "run_with_cache" : "forward", 0);
+    lmodel *lm = mp_lua_model_busy(L, 1, fn, 0);
+    mp_lua_opt_check(L, 3, fn, want_cache ? known_cache : known);
     int opt = lua_istable(L, 3) ? 3 : 0;
+    if (want_cache) {
+        if (mp_lua_opt_get(L, opt, "incl_bwd") != LUA_TNIL)
+            return luaL_error(L, "%s: option 'incl_bwd' is not supported yet (mechprobe has no backward hooks)", fn);
+        lua_pop(L, 1);
+    }
     const mp_config *cfg = &lm->m->cfg;
     guard *g = mp_lua_guard_push(L);
     int B, T;
@@ -196,7 +205,7 @@ static int run_common(lua_State *L, int want_cache) {
     int ftbl = mp_lua_add_fwd_hooks(L, opt, g, T); /* leaves its function table on the stack */
     int cache_idx = 0;
     if (want_cache) {
-        const char *globs = mp_lua_opt_globs(L, opt, "names", "*");
+        const char *globs = mp_lua_opt_globs(L, opt, fn, "names", "*");
         char bad[256];
         mp_hook_select(cfg, globs, NULL, NULL, bad, sizeof bad);
         if (bad[0]) return luaL_error(L, "names: unknown hook name '%s' (see mp.hook_names(model))", bad);
@@ -207,10 +216,11 @@ static int run_common(lua_State *L, int want_cache) {
         if (cc.st) return mp_lua_fail(L, cc.st);
     }
     const char *lmode = "all"; /* a string option stays on the stack while used (GC) */
-    if (opt && lua_getfield(L, opt, "logits") != LUA_TNIL) {
-        if (lua_isboolean(L, -1)) lmode = lua_toboolean(L, -1) ? "all" : "none";
-        else lmode = luaL_checkstring(L, -1);
-    }
+    int lt = mp_lua_opt_get(L, opt, "logits");
+    if (lt == LUA_TBOOLEAN) lmode = lua_toboolean(L, -1) ? "all" : "none";
+    else if (lt == LUA_TSTRING) lmode = lua_tostring(L, -1);
+    else if (lt != LUA_TNIL)
+        return luaL_error(L, "%s: option 'logits' must be a string or a boolean, got %s", fn, luaL_typename(L, -1));
     mp_forward_params fp = mp_forward_params_default();
     fp.hooks = mp_hooks_count(g->hooks) ? g->hooks : NULL;
     mp_tensor *logits = NULL;
@@ -226,7 +236,8 @@ static int run_common(lua_State *L, int want_cache) {
         lua_pushnil(L);
         fp.logits = MP_LOGITS_NONE;
     } else {
-        return luaL_error(L, "option 'logits': \"all\", \"last\", \"none\" or a boolean expected, got \"%s\"", lmode);
+        return luaL_error(L, "%s: option 'logits': \"all\", \"last\", \"none\" or a boolean expected, got \"%s\"", fn,
+                          lmode);
     }
     int li = lua_gettop(L);
     mp_status st = mp_model_forward(lm->m, g->ints, B, T, &fp, logits ? logits->data : NULL);
@@ -242,9 +253,9 @@ static int run_common(lua_State *L, int want_cache) {
     return 1;
 }
 
-static int model_forward(lua_State *L) { return run_common(L, 0); }
-static int model_run_with_hooks(lua_State *L) { return run_common(L, 0); }
-static int model_run_with_cache(lua_State *L) { return run_common(L, 1); }
+static int model_forward(lua_State *L) { return run_common(L, 0, "forward"); }
+static int model_run_with_hooks(lua_State *L) { return run_common(L, 0, "run_with_hooks"); }
+static int model_run_with_cache(lua_State *L) { return run_common(L, 1, "run_with_cache"); }
 
 /* ---- tokenization: a llama2.c tokenizer.bin, or raw bytes ----
  * Byte-level models (e.g. trained on mp.tasks.text) use ids 0..255 for the
@@ -373,9 +384,12 @@ static int model_to_tokens(lua_State *L) {
     lmodel *lm = mp_lua_model_busy(L, 1, "to_tokens", 0);
     size_t len;
     const char *text = luaL_checklstring(L, 2, &len);
+    static const char *const known[] = {"bos", "eos", NULL};
+    mp_lua_opt_check(L, 3, "to_tokens", known);
     int opt = lua_istable(L, 3) ? 3 : 0;
     need_tok(L, lm);
-    int bos = mp_lua_opt_bool(L, opt, "bos", lm_add_bos(lm)), eos = mp_lua_opt_bool(L, opt, "eos", 0);
+    int bos = mp_lua_opt_bool(L, opt, "to_tokens", "bos", lm_add_bos(lm)),
+        eos = mp_lua_opt_bool(L, opt, "to_tokens", "eos", 0);
     int *ids, n;
     mp_status st = lm_encode(lm, text, len, bos, eos, &ids, &n);
     if (st) return mp_lua_fail(L, st);
@@ -484,7 +498,10 @@ static int gen_on_token(void *user, int token) {
  * -> text (prompt + continuation; nil without tokenizer), tokens table */
 static int model_generate(lua_State *L) {
     lua_settop(L, 3);
+    static const char *const known[] = {"max_new_tokens", "temperature", "top_p", "seed", "stop_at_eos",
+                                        "fwd_hooks", "on_token", NULL};
     lmodel *lm = mp_lua_model_busy(L, 1, "generate", 0);
+    mp_lua_opt_check(L, 3, "generate", known);
     int opt = lua_istable(L, 3) ? 3 : 0;
     guard *g = mp_lua_guard_push(L);
     int n, Bq;
@@ -505,16 +522,12 @@ static int model_generate(lua_State *L) {
     g->hooks = mp_hooks_new(&lm->m->cfg);
     if (!g->hooks) return luaL_error(L, "out of memory");
     int ftbl = mp_lua_add_fwd_hooks(L, opt, g, n + max_new);
-    mp_sampler_params sp = {(float)mp_lua_opt_num(L, opt, "temperature", 1.0), (float)mp_lua_opt_num(L, opt, "top_p", 0.9),
+    mp_sampler_params sp = {(float)mp_lua_opt_num(L, opt, "generate", "temperature", 1.0),
+                            (float)mp_lua_opt_num(L, opt, "generate", "top_p", 0.9),
                             (uint64_t)mp_lua_opt_int(L, opt, "generate", "seed", 1234, 0, LUA_MAXINTEGER)};
-    int stop = mp_lua_opt_bool(L, opt, "stop_at_eos", 1) && has_tok ? lm_eos(lm) : -1;
+    int stop = mp_lua_opt_bool(L, opt, "generate", "stop_at_eos", 1) && has_tok ? lm_eos(lm) : -1;
     gen_ctx gc = {L, 0, has_tok ? lm : NULL, n ? g->ints[n - 1] : -1, 0};
-    if (opt && lua_getfield(L, opt, "on_token") != LUA_TNIL) {
-        luaL_checktype(L, -1, LUA_TFUNCTION);
-        gc.fn = lua_gettop(L);
-    } else if (opt) {
-        lua_pop(L, 1);
-    }
+    if (mp_lua_opt_type(L, opt, "generate", "on_token", LUA_TFUNCTION)) gc.fn = lua_gettop(L);
     int *out = lua_newuserdatauv(L, ((size_t)n + (size_t)max_new) * sizeof(int), 0);
     int n_out = 0;
     mp_status st = mp_model_generate(lm->m, g->ints, n, max_new, &sp, mp_hooks_count(g->hooks) ? g->hooks : NULL,
@@ -545,17 +558,18 @@ static int model_generate(lua_State *L) {
  * Writes DESIGN.md's run file atomically; returns the number of datasets. */
 static int model_capture(lua_State *L) {
     lua_settop(L, 3);
+    static const char *const known[] = {"out", "hooks", "logits", "compress", "fwd_hooks", NULL};
     lmodel *lm = mp_lua_model_busy(L, 1, "capture", 0);
     luaL_checktype(L, 3, LUA_TTABLE);
+    mp_lua_opt_check(L, 3, "capture", known);
     const mp_config *cfg = &lm->m->cfg;
     guard *g = mp_lua_guard_push(L);
     int B, T;
     mp_lua_read_tokens(L, 2, g, &B, &T, "tokens", cfg->vocab, 0);
-    lua_getfield(L, 3, "out");
-    const char *out = lua_tostring(L, -1);
+    const char *out = mp_lua_opt_str(L, 3, "capture", "out", NULL);
     if (!out) return luaL_error(L, "capture: option 'out' (output .h5 path) is required");
-    const char *globs = mp_lua_opt_globs(L, 3, "hooks", "*");
-    int want_logits = mp_lua_opt_bool(L, 3, "logits", 0);
+    const char *globs = mp_lua_opt_globs(L, 3, "capture", "hooks", "*");
+    int want_logits = mp_lua_opt_bool(L, 3, "capture", "logits", 0);
     mp_h5run_params rp = mp_h5run_params_default();
     rp.compress = (int)mp_lua_opt_int(L, 3, "capture", "compress", 0, 0, 9);
     g->hooks = mp_hooks_new(cfg);
@@ -634,7 +648,9 @@ static int find_tokenizer(const char *model_path, char *out, size_t n) {
 
 /* mp.load(path [, {tokenizer=path | "bytes"}]) */
 static int l_load(lua_State *L) {
+    static const char *const known[] = {"tokenizer", NULL};
     const char *path = luaL_checkstring(L, 1);
+    mp_lua_opt_check(L, 2, "mp.load", known);
     int opt = lua_istable(L, 2) ? 2 : 0;
     lmodel *lm = push_lmodel(L);
     mp_status st;
@@ -662,7 +678,7 @@ static int l_load(lua_State *L) {
         return mp_lua_fail(L, st);
     }
     const char *tp = NULL;
-    if (opt && lua_getfield(L, opt, "tokenizer") != LUA_TNIL) tp = luaL_checkstring(L, -1);
+    tp = mp_lua_opt_str(L, opt, "mp.load", "tokenizer", NULL);
     char found[1024];
     /* a checkpoint that names its vocabulary ("bytes") is not second-guessed by
      * a tokenizer file that happens to lie next to it */
@@ -679,85 +695,96 @@ static int l_load(lua_State *L) {
     return 1;
 }
 
-static int cfg_int(lua_State *L, int t, const char *k, int def, int required) {
-    int ty = lua_getfield(L, t, k);
-    if (ty == LUA_TNIL) {
-        lua_pop(L, 1);
-        if (required) luaL_error(L, "mp.model.new: '%s' is required", k);
-        return def;
-    }
-    const char *what = lua_pushfstring(L, "mp.model.new: %s", k);
-    int v = (int)mp_lua_checkint(L, -2, what, 0, INT_MAX); /* range checked before the cast */
-    lua_pop(L, 2);
-    return v;
-}
-
-/* mp.model.new{d_model=, n_layer=, n_head=, n_kv_head=, d_head=, d_mlp=, vocab=,
- *              ctx=, rope_theta=10000, norm_eps=1e-5, tied=true, seed=0, init_std=0.02,
- *              norm="rms"|"layer", mlp="swiglu"|"gelu"|"gelu_tanh"|"none",
- *              pos="rope"|"none"|"learned"|"half_rope"|"high_freq"|"rope_id", rope_dims=
- *              (half_rope/rope_id: rotated channels, default half of d_head), pos_temp=true
- *              (rope_id's length temperature), qkv_bias=false, linear_bias=false,
- *              attn="softmax"|"ssmax"|"entmax15"|"entmax"|"asentmax", alpha= (entmax/asentmax:
- *              in (1, 8], default 1.5)}
+/* mp.model.new{d_model=, n_layer=, n_head=, vocab=, ctx= (required), and any
+ * other field of MP_CONFIG_TABLE under its Lua key (n_kv_head=n_head,
+ * d_head=d_model/n_head, d_mlp=4*d_model or 0 without MLP, rope_theta=10000,
+ * norm_eps=1e-5, tied=true, norm="rms"|"layer", mlp="swiglu"|"gelu"|
+ * "gelu_tanh"|"none", pos="rope"|"none"|"learned"|"half_rope"|"high_freq"|
+ * "rope_id", rope_dims= (half_rope/rope_id: rotated channels, default half of
+ * d_head), pos_temp=true (rope_id's length temperature), qkv_bias=false,
+ * linear_bias=false, attn="softmax"|"ssmax"|"entmax15"|"entmax"|"asentmax",
+ * alpha= (entmax/asentmax: in (1, 8], default 1.5), rope_scale, rope_freqs,
+ * rope_scaling, rope_factor, rope_orig_ctx, yarn_beta_fast, yarn_beta_slow),
+ * seed=0, init_std=0.02, tokenizer=}
  * Weights ~ normal(0, init_std), wo/w2 scaled by 1/sqrt(2 n_layer); attention-
  * variant parameters at their initial values (runtime/attn_variants.h). */
-static int kind_opt(lua_State *L, const char *key, const char *const *names, int n, int def) {
-    int v = def;
-    if (lua_getfield(L, 1, key) != LUA_TNIL) {
-        const char *s = luaL_checkstring(L, -1);
-        v = -1;
-        for (int i = 0; i < n; i++)
-            if (strcmp(s, names[i]) == 0) v = i;
-        if (v < 0) {
-            char all[128] = "";
-            for (int i = 0; i < n; i++) {
-                strcat(all, i ? ", \"" : "\"");
-                strcat(all, names[i]);
-                strcat(all, "\"");
-            }
-            luaL_error(L, "mp.model.new: %s must be one of %s (got \"%s\")", key, all, s);
-        }
+#define NEW_FN "mp.model.new"
+#define NEW_EXTRA_KEYS 3 /* seed, init_std, tokenizer */
+
+/* Field i of the config from opts[its Lua key] (absent: left as it is);
+ * returns 1 when the option was given. */
+static int new_field(lua_State *L, mp_config *c, int i) {
+    const mp_config_field *f = &mp_config_fields[i];
+    if (mp_lua_opt_get(L, 1, f->lua) == LUA_TNIL) {
+        lua_pop(L, 1);
+        return 0;
     }
     lua_pop(L, 1);
-    return v;
+    switch (f->type) {
+    case MP_CF_INT: mp_config_set(c, i, (double)mp_lua_opt_int(L, 1, NEW_FN, f->lua, 0, 0, INT_MAX)); break;
+    case MP_CF_FLOAT: mp_config_set(c, i, mp_lua_opt_num(L, 1, NEW_FN, f->lua, 0.0)); break;
+    case MP_CF_BOOL:
+    case MP_CF_NOTBOOL: mp_config_set(c, i, mp_lua_opt_bool(L, 1, NEW_FN, f->lua, 0)); break;
+    case MP_CF_KIND: {
+        const char *names[MP_POS_COUNT + 2]; /* the longest kind table, "gelu_tanh" and NULL */
+        int n = f->n_names;
+        for (int k = 0; k < n; k++) names[k] = f->names[k];
+        if (!strcmp(f->attr, "mlp")) names[n++] = "gelu_tanh"; /* the mlp label */
+        names[n] = NULL;
+        mp_config_set_kind(c, i, names[mp_lua_opt_enum(L, 1, NEW_FN, f->lua, 0, names)], 1);
+        break;
+    }
+    case MP_CF_FLOATS: {
+        double v[MP_ROPE_FREQS_MAX];
+        mp_lua_opt_type(L, 1, NEW_FN, f->lua, LUA_TTABLE);
+        lua_Integer n = luaL_len(L, -1);
+        if (n > MP_ROPE_FREQS_MAX)
+            luaL_error(L, NEW_FN ": option '%s' has %I values (at most %d)", f->lua, n, MP_ROPE_FREQS_MAX);
+        for (lua_Integer k = 1; k <= n; k++) {
+            int ok;
+            lua_geti(L, -1, k);
+            v[k - 1] = lua_tonumberx(L, -1, &ok);
+            if (!ok || lua_type(L, -1) != LUA_TNUMBER)
+                luaL_error(L, NEW_FN ": option '%s' must be a list of numbers, got %s at %I", f->lua,
+                           luaL_typename(L, -1), k);
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+        if (mp_config_set_floats(c, i, v, (size_t)n)) return luaL_error(L, NEW_FN ": %s", mp_last_error());
+        break;
+    }
+    }
+    return 1;
 }
 
 static int l_model_new(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
-    static const char *norms[] = {"rms", "layer"}, *mlps[] = {"swiglu", "gelu", "none", "gelu_tanh"},
-                      *poss[] = {"rope", "none", "learned", "half_rope", "high_freq", "rope_id"};
+    const char *known[64];
+    int nk = 0;
+    for (int i = 0; i < mp_config_n_fields && nk < 64 - NEW_EXTRA_KEYS - 1; i++) known[nk++] = mp_config_fields[i].lua;
+    known[nk++] = "seed";
+    known[nk++] = "init_std";
+    known[nk++] = "tokenizer";
+    known[nk] = NULL;
+    mp_lua_opt_check(L, 1, NEW_FN, known);
     mp_config c = mp_config_default();
-    c.norm = (mp_norm_kind)kind_opt(L, "norm", norms, 2, MP_NORM_RMS);
-    int mlp = kind_opt(L, "mlp", mlps, 4, MP_MLP_SWIGLU);
-    c.gelu_tanh = mlp == 3;
-    c.mlp = mlp == 3 ? MP_MLP_GELU : (mp_mlp_kind)mlp;
-    c.pos = (mp_pos_kind)kind_opt(L, "pos", poss, MP_POS_COUNT, MP_POS_ROPE);
-    c.rope_dims = cfg_int(L, 1, "rope_dims", 0, 0);
-    c.pos_no_temp = !mp_lua_opt_bool(L, 1, "pos_temp", 1);
-    c.qkv_bias = mp_lua_opt_bool(L, 1, "qkv_bias", 0);
-    c.linear_bias = mp_lua_opt_bool(L, 1, "linear_bias", 0);
-    static const char *attns[] = {"softmax", "ssmax", "entmax15", "entmax", "asentmax"};
-    c.attn = (mp_attn_kind)kind_opt(L, "attn", attns, MP_ATTN_COUNT, MP_ATTN_SOFTMAX);
-    c.attn_alpha = (float)mp_lua_opt_num(L, 1, "alpha", 0.0);
-    c.d_model = cfg_int(L, 1, "d_model", 0, 1);
-    c.n_layer = cfg_int(L, 1, "n_layer", 0, 1);
-    c.n_head = cfg_int(L, 1, "n_head", 0, 1);
-    c.n_kv_head = cfg_int(L, 1, "n_kv_head", c.n_head, 0);
-    c.d_head = cfg_int(L, 1, "d_head", c.n_head > 0 ? c.d_model / c.n_head : 0, 0);
-    c.d_mlp = cfg_int(L, 1, "d_mlp", c.mlp == MP_MLP_NONE ? 0 : 4 * c.d_model, 0);
-    c.vocab = cfg_int(L, 1, "vocab", 0, 1);
-    c.ctx = cfg_int(L, 1, "ctx", 0, 1);
-    c.rope_theta = (float)mp_lua_opt_num(L, 1, "rope_theta", 10000.0);
-    c.norm_eps = (float)mp_lua_opt_num(L, 1, "norm_eps", 1e-5);
-    c.tied = mp_lua_opt_bool(L, 1, "tied", 1);
-    uint64_t seed = (uint64_t)mp_lua_opt_int(L, 1, "mp.model.new", "seed", 0, 0, LUA_MAXINTEGER);
-    float std = (float)mp_lua_opt_num(L, 1, "init_std", 0.02);
+    int given[64] = {0};
+    for (int i = 0; i < mp_config_n_fields && i < 64; i++) {
+        given[i] = new_field(L, &c, i);
+        if (!given[i] && (mp_config_fields[i].flags & MP_CF_REQ))
+            return luaL_error(L, NEW_FN ": '%s' is required", mp_config_fields[i].lua);
+    }
+    /* defaults derived from other fields */
+    if (!given[mp_config_field_find("n_kv_head")]) c.n_kv_head = c.n_head;
+    if (!given[mp_config_field_find("d_head")]) c.d_head = c.n_head > 0 ? c.d_model / c.n_head : 0;
+    if (!given[mp_config_field_find("d_mlp")]) c.d_mlp = c.mlp == MP_MLP_NONE ? 0 : 4 * c.d_model;
+    uint64_t seed = (uint64_t)mp_lua_opt_int(L, 1, NEW_FN, "seed", 0, 0, LUA_MAXINTEGER);
+    float std = (float)mp_lua_opt_num(L, 1, NEW_FN, "init_std", 0.02);
+    const char *tok = mp_lua_opt_str(L, 1, NEW_FN, "tokenizer", NULL);
     lmodel *lm = push_lmodel(L);
     mp_status st = mp_model_new_init(&lm->m, &c, seed, std);
-    if (st) return luaL_error(L, "mp.model.new: %s", mp_last_error());
-    if (lua_getfield(L, 1, "tokenizer") != LUA_TNIL) set_tokenizer(L, lm, luaL_checkstring(L, -1));
-    lua_pop(L, 1);
+    if (st) return luaL_error(L, NEW_FN ": %s", mp_last_error());
+    if (tok) set_tokenizer(L, lm, tok);
     return 1;
 }
 
@@ -772,16 +799,17 @@ static int model_save(lua_State *L) {
     const char *path = luaL_checkstring(L, 2);
     size_t n = strlen(path);
     mp_status st;
+    static const char *const known[] = {"format", "type", "version", NULL};
+    mp_lua_opt_check(L, 3, "save", known);
     int opt = lua_istable(L, 3) ? 3 : 0;
-    const char *format = NULL;
-    if (opt && lua_getfield(L, opt, "format") != LUA_TNIL) format = luaL_checkstring(L, -1);
+    const char *format = mp_lua_opt_str(L, opt, "save", "format", NULL);
     if (format && strcmp(format, "hf") == 0) {
         st = mp_model_save_hf(lm->m, path);
     } else if (format && strcmp(format, "gguf") && strcmp(format, "h5") && strcmp(format, "llama2c")) {
         return luaL_error(L, "save: format must be \"hf\", \"gguf\", \"h5\" or \"llama2c\" (got \"%s\")", format);
     } else if ((format && strcmp(format, "gguf") == 0) || (n >= 5 && strcmp(path + n - 5, ".gguf") == 0)) {
         const char *type = "f32";
-        if (opt && lua_getfield(L, opt, "type") != LUA_TNIL) type = luaL_checkstring(L, -1);
+        type = mp_lua_opt_str(L, opt, "save", "type", type);
         uint32_t t = strcmp(type, "f32") == 0 ? MP_GGML_F32 : strcmp(type, "f16") == 0 ? MP_GGML_F16
                    : strcmp(type, "q8_0") == 0 ? MP_GGML_Q8_0 : 0xffffffffu;
         if (t == 0xffffffffu) return luaL_error(L, "save: type must be \"f32\", \"f16\" or \"q8_0\" (got \"%s\")", type);
@@ -864,18 +892,18 @@ static int model_set_rope_scaling(lua_State *L) {
     lmodel *lm = mp_lua_model_busy(L, 1, "set_rope_scaling", 0);
     mp_config c = lm->m->cfg;
     const char *type = "none";
-    if (lua_istable(L, 2)) {
-        if (lua_getfield(L, 2, "type") != LUA_TNIL) type = luaL_checkstring(L, -1); /* kept on the stack */
-    } else if (!lua_isnoneornil(L, 2)) {
+    static const char *const known[] = {"type", "factor", "original_ctx", "beta_fast", "beta_slow", NULL};
+    if (!lua_istable(L, 2) && !lua_isnoneornil(L, 2))
         return luaL_argerror(L, 2, "expected a table {type=, factor=, original_ctx=}");
-    }
+    mp_lua_opt_check(L, 2, "set_rope_scaling", known);
+    type = mp_lua_opt_str(L, 2, "set_rope_scaling", "type", type);
     int k = mp_rope_scaling_parse(type);
     if (k < 0) return luaL_error(L, "set_rope_scaling: type must be \"pi\", \"ntk\", \"yarn\" or \"none\" (got \"%s\")", type);
     c.rope_scaling = (mp_rope_scaling)k;
-    c.rope_factor = k ? (float)mp_lua_opt_num(L, 2, "factor", 1.0) : 0.0f;
+    c.rope_factor = k ? (float)mp_lua_opt_num(L, 2, "set_rope_scaling", "factor", 1.0) : 0.0f;
     c.rope_orig_ctx = k ? (int)mp_lua_opt_int(L, 2, "set_rope_scaling", "original_ctx", 0, 0, INT_MAX) : 0;
-    c.yarn_beta_fast = k ? (float)mp_lua_opt_num(L, 2, "beta_fast", 0) : 0.0f;
-    c.yarn_beta_slow = k ? (float)mp_lua_opt_num(L, 2, "beta_slow", 0) : 0.0f;
+    c.yarn_beta_fast = k ? (float)mp_lua_opt_num(L, 2, "set_rope_scaling", "beta_fast", 0) : 0.0f;
+    c.yarn_beta_slow = k ? (float)mp_lua_opt_num(L, 2, "set_rope_scaling", "beta_slow", 0) : 0.0f;
     if (mp_config_validate(&c, "set_rope_scaling")) return luaL_error(L, "%s", mp_last_error());
     lm->m->cfg = c;
     lua_settop(L, 1);
@@ -888,8 +916,10 @@ static int model_set_rope_scaling(lua_State *L) {
 static int model_set_pos(lua_State *L) {
     lua_settop(L, 3);
     model_idle(L, "set_pos"); /* the running pass and its KV cache read m->cfg */
+    static const char *const known[] = {"rope_dims", "pos_temp", NULL};
     lmodel *lm = mp_lua_model_busy(L, 1, "set_pos", 0);
     const char *name = luaL_checkstring(L, 2);
+    mp_lua_opt_check(L, 3, "set_pos", known);
     int k = mp_pos_parse(name);
     if (k < 0) return luaL_error(L, "set_pos: unknown positional scheme \"%s\"", name);
     mp_config c = lm->m->cfg;
@@ -897,7 +927,7 @@ static int model_set_pos(lua_State *L) {
         return luaL_error(L, "set_pos: cannot switch to or from learned positions (the parameters differ)");
     c.pos = (mp_pos_kind)k;
     c.rope_dims = (int)mp_lua_opt_int(L, 3, "set_pos", "rope_dims", 0, 0, INT_MAX);
-    c.pos_no_temp = !mp_lua_opt_bool(L, 3, "pos_temp", 1);
+    c.pos_no_temp = !mp_lua_opt_bool(L, 3, "set_pos", "pos_temp", 1);
     if (c.pos != MP_POS_ROPE && c.pos != MP_POS_HALF_ROPE) {
         c.rope_scaling = MP_ROPE_SCALING_NONE;
         c.rope_factor = 0.0f;
@@ -934,7 +964,7 @@ static const luaL_Reg model_methods[] = {
     {"close", model_close},
     {NULL, NULL}};
 
-static int model_call(lua_State *L) { return run_common(L, 0); }
+static int model_call(lua_State *L) { return run_common(L, 0, "forward"); }
 
 void mp_lua_open_model(lua_State *L) {
     luaL_newmetatable(L, MODEL_MT);

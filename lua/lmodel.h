@@ -46,11 +46,6 @@ guard *mp_lua_guard_push(lua_State *L);
  * int (errors name `what`, the position and the value); with vocab > 0 also in
  * 0..vocab-1, or -1 with `ignore` (targets). */
 void mp_lua_read_tokens(lua_State *L, int idx, guard *g, int *B, int *T, const char *what, int vocab, int ignore);
-/* Options table helpers (opt = stack index of the table, or 0). */
-int mp_lua_opt_bool(lua_State *L, int opt, const char *key, int def);
-lua_Number mp_lua_opt_num(lua_State *L, int opt, const char *key, lua_Number def);
-/* Pushes the comma-joined globs of opts[key] (string or list of strings) or def. */
-const char *mp_lua_opt_globs(lua_State *L, int opt, const char *key, const char *def);
 
 /* lintervene.c: registers opts.fwd_hooks = { {name_or_glob, function | Intervention}, ... }
  * into g->hooks (pushes one table that keeps the functions alive: leave it on the

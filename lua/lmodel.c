@@ -788,6 +788,31 @@ static int l_model_new(lua_State *L) {
     return 1;
 }
 
+/* mp.model.config_fields() -> the config fields (MP_CONFIG_TABLE), in order:
+ * {key= (m.config / mp.model.new), attr= (/config and /model attribute),
+ * type="int"|"float"|"bool"|"notbool"|"kind"|"floats", names={...} (kind)}. */
+static int l_config_fields(lua_State *L) {
+    static const char *const types[] = {"int", "float", "bool", "notbool", "kind", "floats"};
+    lua_createtable(L, mp_config_n_fields, 0);
+    for (int i = 0; i < mp_config_n_fields; i++) {
+        const mp_config_field *f = &mp_config_fields[i];
+        lua_createtable(L, 0, 4);
+        lua_pushstring(L, f->lua); lua_setfield(L, -2, "key");
+        lua_pushstring(L, f->attr); lua_setfield(L, -2, "attr");
+        lua_pushstring(L, types[f->type]); lua_setfield(L, -2, "type");
+        if (f->type == MP_CF_KIND) {
+            lua_createtable(L, f->n_names, 0);
+            for (int k = 0; k < f->n_names; k++) {
+                lua_pushstring(L, f->names[k]);
+                lua_rawseti(L, -2, k + 1);
+            }
+            lua_setfield(L, -2, "names");
+        }
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
 /* m:save(path [, {version=0|1, type="f32"|"f16"|"q8_0", format="hf"}]) — an
  * HDF5 checkpoint (parameters, the model's optimizer state and loss curve) for
  * a path ending in ".h5"; a GGUF file with the tokenizer for ".gguf"; a Hugging
@@ -993,6 +1018,7 @@ void mp_lua_open_model(lua_State *L) {
     lua_newtable(L);
     lua_pushcfunction(L, l_load); lua_setfield(L, -2, "load");
     lua_pushcfunction(L, l_model_new); lua_setfield(L, -2, "new");
+    lua_pushcfunction(L, l_config_fields); lua_setfield(L, -2, "config_fields");
     lua_setfield(L, -2, "model");
     lua_newtable(L);
     lua_pushcfunction(L, l_tok_save_bytelevel); lua_setfield(L, -2, "save_bytelevel");

@@ -74,10 +74,11 @@ int mp_lua_opt_bool(lua_State *L, int idx, const char *fn, const char *key, int 
 }
 
 const char *mp_lua_opt_str(lua_State *L, int idx, const char *fn, const char *key, const char *def) {
-    if (!mp_lua_opt_type(L, idx, fn, key, LUA_TSTRING)) return def;
-    const char *s = lua_tostring(L, -1); /* the table keeps it alive */
-    lua_pop(L, 1);
-    return s;
+    if (!mp_lua_opt_type(L, idx, fn, key, LUA_TSTRING)) {
+        lua_pushnil(L);
+        return def;
+    }
+    return lua_tostring(L, -1); /* stays on the stack: a string made by __index would else be garbage */
 }
 
 int mp_lua_opt_enum(lua_State *L, int idx, const char *fn, const char *key, int def, const char *const *names) {

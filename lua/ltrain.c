@@ -266,7 +266,7 @@ static int model_train(lua_State *L) {
     const int dp = mp_lua_opt_bool(L, 2, "train", "data_parallel", 1), root = mp_mpi_rank() == 0;
     const int show = mp_lua_opt_bool(L, 2, "train", "progress", 1) && root, tty = isatty(2);
     const int log_every = (int)mp_lua_opt_int(L, 2, "train", "log_every", steps >= 20 ? steps / 20 : 1, 1, INT_MAX);
-    const char *ckpt = mp_lua_opt_str(L, 2, "train", "checkpoint", NULL); /* the options table keeps it */
+    const char *ckpt = mp_lua_opt_str(L, 2, "train", "checkpoint", NULL); /* stays on the stack */
     /* the optimizer */
     mp_adamw *o = NULL;
     if (lua_getfield(L, 2, "optimizer") != LUA_TNIL) {

@@ -71,7 +71,8 @@ lua_Integer mp_lua_opt_int(lua_State *L, int idx, const char *fn, const char *ke
                            lua_Integer hi);
 lua_Number mp_lua_opt_num(lua_State *L, int idx, const char *fn, const char *key, lua_Number def);
 int mp_lua_opt_bool(lua_State *L, int idx, const char *fn, const char *key, int def);
-/* A string (kept alive by the options table). */
+/* A string; pushes it (nil when absent), so that it stays alive while the
+ * caller's frame does (a string made by an __index metamethod is in no table). */
 const char *mp_lua_opt_str(lua_State *L, int idx, const char *fn, const char *key, const char *def);
 /* One of names[] (NULL-terminated): its index; "fn: key must be one of "a", "b" (got "c")". */
 int mp_lua_opt_enum(lua_State *L, int idx, const char *fn, const char *key, int def, const char *const *names);

@@ -141,7 +141,8 @@ static int iv_apply(void *user, const mp_hook_info *info, float *data) {
 /* Options common to every intervention: head=, positions= (0-based); and
  * scale= (steer). opt is the options argument's index; fn names the function. */
 static lintervention *push_iv(lua_State *L, iv_kind kind, int opt, const char *fn) {
-    static const char *const known[] = {"head", "positions", NULL}, *known_steer[] = {"scale", "head", "positions", NULL};
+    static const char *const known[] = {"head", "positions", NULL},
+                             *known_steer[] = {"scale", "head", "positions", NULL};
     mp_lua_opt_check(L, opt, fn, kind == IV_STEER ? known_steer : known);
     lintervention *iv = lua_newuserdatauv(L, sizeof *iv, 1);
     memset(iv, 0, sizeof *iv);

@@ -101,41 +101,6 @@ static int model_tostring(lua_State *L) {
     return 1;
 }
 
-/* m.config: every field of MP_CONFIG_TABLE that its `shown` column selects,
- * with the value in force, under its Lua key; then what is not config. */
-static void push_config(lua_State *L, const mp_model *m) {
-    const mp_config *c = &m->cfg;
-    lua_newtable(L);
-    for (int i = 0; i < mp_config_n_fields; i++) {
-        const mp_config_field *f = &mp_config_fields[i];
-        if (!mp_config_shown(c, i)) continue;
-        double v = mp_config_value(c, i);
-        switch (f->type) {
-        case MP_CF_INT: lua_pushinteger(L, (lua_Integer)v); break;
-        case MP_CF_FLOAT: lua_pushnumber(L, v); break;
-        case MP_CF_BOOL:
-        case MP_CF_NOTBOOL: lua_pushboolean(L, v != 0.0); break;
-        case MP_CF_KIND: lua_pushstring(L, mp_config_kind_name(c, i, 1)); break;
-        case MP_CF_FLOATS: {
-            int n;
-            const float *x = mp_config_floats(c, i, &n);
-            lua_createtable(L, n, 0);
-            for (int k = 0; k < n; k++) {
-                lua_pushnumber(L, x[k]);
-                lua_rawseti(L, -2, k + 1);
-            }
-            break;
-        }
-        }
-        lua_setfield(L, -2, f->lua);
-    }
-    lua_pushinteger(L, c->n_rope_freqs); lua_setfield(L, -2, "n_rope_freqs");
-    if (m->tokenizer[0]) { lua_pushstring(L, m->tokenizer); lua_setfield(L, -2, "tokenizer"); }
-    lua_pushstring(L, m->format); lua_setfield(L, -2, "format");
-    lua_pushstring(L, m->source); lua_setfield(L, -2, "source");
-    lua_pushinteger(L, (lua_Integer)mp_config_n_params(c)); lua_setfield(L, -2, "n_params");
-    lua_pushinteger(L, (lua_Integer)mp_model_param_bytes(m)); lua_setfield(L, -2, "memory"); /* bytes as held */
-}
 /* ---- guards: userdata whose __gc frees C resources if a Lua error unwinds ---- */
 
 
@@ -708,108 +673,19 @@ static int l_load(lua_State *L) {
  * seed=0, init_std=0.02, tokenizer=}
  * Weights ~ normal(0, init_std), wo/w2 scaled by 1/sqrt(2 n_layer); attention-
  * variant parameters at their initial values (runtime/attn_variants.h). */
-#define NEW_FN "mp.model.new"
-#define NEW_EXTRA_KEYS 3 /* seed, init_std, tokenizer */
-
-/* Field i of the config from opts[its Lua key] (absent: left as it is);
- * returns 1 when the option was given. */
-static int new_field(lua_State *L, mp_config *c, int i) {
-    const mp_config_field *f = &mp_config_fields[i];
-    if (mp_lua_opt_get(L, 1, f->lua) == LUA_TNIL) {
-        lua_pop(L, 1);
-        return 0;
-    }
-    lua_pop(L, 1);
-    switch (f->type) {
-    case MP_CF_INT: mp_config_set(c, i, (double)mp_lua_opt_int(L, 1, NEW_FN, f->lua, 0, 0, INT_MAX)); break;
-    case MP_CF_FLOAT: mp_config_set(c, i, mp_lua_opt_num(L, 1, NEW_FN, f->lua, 0.0)); break;
-    case MP_CF_BOOL:
-    case MP_CF_NOTBOOL: mp_config_set(c, i, mp_lua_opt_bool(L, 1, NEW_FN, f->lua, 0)); break;
-    case MP_CF_KIND: {
-        const char *names[MP_POS_COUNT + 2]; /* the longest kind table, "gelu_tanh" and NULL */
-        int n = f->n_names;
-        for (int k = 0; k < n; k++) names[k] = f->names[k];
-        if (!strcmp(f->attr, "mlp")) names[n++] = "gelu_tanh"; /* the mlp label */
-        names[n] = NULL;
-        mp_config_set_kind(c, i, names[mp_lua_opt_enum(L, 1, NEW_FN, f->lua, 0, names)], 1);
-        break;
-    }
-    case MP_CF_FLOATS: {
-        double v[MP_ROPE_FREQS_MAX];
-        mp_lua_opt_type(L, 1, NEW_FN, f->lua, LUA_TTABLE);
-        lua_Integer n = luaL_len(L, -1);
-        if (n > MP_ROPE_FREQS_MAX)
-            luaL_error(L, NEW_FN ": option '%s' has %I values (at most %d)", f->lua, n, MP_ROPE_FREQS_MAX);
-        for (lua_Integer k = 1; k <= n; k++) {
-            int ok;
-            lua_geti(L, -1, k);
-            v[k - 1] = lua_tonumberx(L, -1, &ok);
-            if (!ok || lua_type(L, -1) != LUA_TNUMBER)
-                luaL_error(L, NEW_FN ": option '%s' must be a list of numbers, got %s at %I", f->lua,
-                           luaL_typename(L, -1), k);
-            lua_pop(L, 1);
-        }
-        lua_pop(L, 1);
-        if (mp_config_set_floats(c, i, v, (size_t)n)) return luaL_error(L, NEW_FN ": %s", mp_last_error());
-        break;
-    }
-    }
-    return 1;
-}
-
 static int l_model_new(lua_State *L) {
+    static const char *const extra[] = {"seed", "init_std", "tokenizer", NULL};
+    const char *fn = "mp.model.new";
     luaL_checktype(L, 1, LUA_TTABLE);
-    const char *known[64];
-    int nk = 0;
-    for (int i = 0; i < mp_config_n_fields && nk < 64 - NEW_EXTRA_KEYS - 1; i++) known[nk++] = mp_config_fields[i].lua;
-    known[nk++] = "seed";
-    known[nk++] = "init_std";
-    known[nk++] = "tokenizer";
-    known[nk] = NULL;
-    mp_lua_opt_check(L, 1, NEW_FN, known);
-    mp_config c = mp_config_default();
-    int given[64] = {0};
-    for (int i = 0; i < mp_config_n_fields && i < 64; i++) {
-        given[i] = new_field(L, &c, i);
-        if (!given[i] && (mp_config_fields[i].flags & MP_CF_REQ))
-            return luaL_error(L, NEW_FN ": '%s' is required", mp_config_fields[i].lua);
-    }
-    /* defaults derived from other fields */
-    if (!given[mp_config_field_find("n_kv_head")]) c.n_kv_head = c.n_head;
-    if (!given[mp_config_field_find("d_head")]) c.d_head = c.n_head > 0 ? c.d_model / c.n_head : 0;
-    if (!given[mp_config_field_find("d_mlp")]) c.d_mlp = c.mlp == MP_MLP_NONE ? 0 : 4 * c.d_model;
-    uint64_t seed = (uint64_t)mp_lua_opt_int(L, 1, NEW_FN, "seed", 0, 0, LUA_MAXINTEGER);
-    float std = (float)mp_lua_opt_num(L, 1, NEW_FN, "init_std", 0.02);
-    const char *tok = mp_lua_opt_str(L, 1, NEW_FN, "tokenizer", NULL);
+    mp_config c;
+    mp_lua_config_read(L, 1, fn, extra, &c);
+    uint64_t seed = (uint64_t)mp_lua_opt_int(L, 1, fn, "seed", 0, 0, LUA_MAXINTEGER);
+    float std = (float)mp_lua_opt_num(L, 1, fn, "init_std", 0.02);
+    const char *tok = mp_lua_opt_str(L, 1, fn, "tokenizer", NULL);
     lmodel *lm = push_lmodel(L);
     mp_status st = mp_model_new_init(&lm->m, &c, seed, std);
-    if (st) return luaL_error(L, NEW_FN ": %s", mp_last_error());
+    if (st) return luaL_error(L, "%s: %s", fn, mp_last_error());
     if (tok) set_tokenizer(L, lm, tok);
-    return 1;
-}
-
-/* mp.model.config_fields() -> the config fields (MP_CONFIG_TABLE), in order:
- * {key= (m.config / mp.model.new), attr= (/config and /model attribute),
- * type="int"|"float"|"bool"|"notbool"|"kind"|"floats", names={...} (kind)}. */
-static int l_config_fields(lua_State *L) {
-    static const char *const types[] = {"int", "float", "bool", "notbool", "kind", "floats"};
-    lua_createtable(L, mp_config_n_fields, 0);
-    for (int i = 0; i < mp_config_n_fields; i++) {
-        const mp_config_field *f = &mp_config_fields[i];
-        lua_createtable(L, 0, 4);
-        lua_pushstring(L, f->lua); lua_setfield(L, -2, "key");
-        lua_pushstring(L, f->attr); lua_setfield(L, -2, "attr");
-        lua_pushstring(L, types[f->type]); lua_setfield(L, -2, "type");
-        if (f->type == MP_CF_KIND) {
-            lua_createtable(L, f->n_names, 0);
-            for (int k = 0; k < f->n_names; k++) {
-                lua_pushstring(L, f->names[k]);
-                lua_rawseti(L, -2, k + 1);
-            }
-            lua_setfield(L, -2, "names");
-        }
-        lua_rawseti(L, -2, i + 1);
-    }
     return 1;
 }
 
@@ -886,7 +762,7 @@ static int l_hook_names(lua_State *L) {
 static int model_index(lua_State *L) {
     lmodel *lm = mp_lua_model_check(L, 1);
     const char *k = luaL_checkstring(L, 2);
-    if (strcmp(k, "config") == 0 || strcmp(k, "cfg") == 0) { push_config(L, lm->m); return 1; }
+    if (strcmp(k, "config") == 0 || strcmp(k, "cfg") == 0) { mp_lua_config_push(L, lm->m); return 1; }
     if (strcmp(k, "tokenizer") == 0) {
         lua_pushstring(L, lm->tok ? lm->tok_path : is_bytes(lm) ? "bytes" : NULL);
         return 1;
@@ -1018,7 +894,7 @@ void mp_lua_open_model(lua_State *L) {
     lua_newtable(L);
     lua_pushcfunction(L, l_load); lua_setfield(L, -2, "load");
     lua_pushcfunction(L, l_model_new); lua_setfield(L, -2, "new");
-    lua_pushcfunction(L, l_config_fields); lua_setfield(L, -2, "config_fields");
+    lua_pushcfunction(L, mp_lua_config_fields); lua_setfield(L, -2, "config_fields");
     lua_setfield(L, -2, "model");
     lua_newtable(L);
     lua_pushcfunction(L, l_tok_save_bytelevel); lua_setfield(L, -2, "save_bytelevel");

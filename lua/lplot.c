@@ -100,7 +100,8 @@ static const float *opt_vec(lua_State *L, int opts, const char *key, size_t n, c
 
 static int l_figure(lua_State *L) {
     static const char fn[] = "mp.plot.figure";
-    static const char *const known[] = {"rows", "cols", "font_size", "sharex", "sharey", "title", "width", "height", "dpi", NULL};
+    static const char *const known[] = {"rows", "cols", "font_size", "sharex", "sharey", "title", "width", "height",
+                                        "dpi", NULL};
     mp_lua_opt_check(L, 1, fn, known);
     mp_figure_params p = mp_figure_params_default();
     double rows = mp_lua_opt_num(L, 1, fn, "rows", 1), cols = mp_lua_opt_num(L, 1, fn, "cols", 1);
@@ -270,7 +271,8 @@ static const int32_t *categories(lua_State *L, int idx, size_t n, const char ***
 static int m_scatter(lua_State *L) {
     mp_axes *ax = check_axes(L, 1);
     static const char fn[] = "ax:scatter";
-    static const char *const known[] = {"size", "alpha", "vmin", "vmax", "label", "colorbar_label", "cmap", "color", "category", NULL};
+    static const char *const known[] = {"size", "alpha", "vmin", "vmax", "label", "colorbar_label", "cmap", "color",
+                                        "category", NULL};
     mp_lua_opt_check(L, 4, fn, known);
     size_t n, ny;
     const float *x = vec_arg(L, 2, &n), *y = vec_arg(L, 3, &ny);
@@ -321,7 +323,8 @@ static int m_line(lua_State *L) {
 static int m_heatmap(lua_State *L) {
     mp_axes *ax = check_axes(L, 1);
     static const char fn[] = "ax:heatmap";
-    static const char *const known[] = {"log", "mask_upper", "colorbar", "cmap", "vmin", "vmax", "colorbar_label", NULL};
+    static const char *const known[] = {"log", "mask_upper", "colorbar", "cmap", "vmin", "vmax", "colorbar_label",
+                                        NULL};
     mp_lua_opt_check(L, 3, fn, known);
     mp_tensor *t = mp_lua_tensor_arg(L, 2);
     if (t->ndim != 2) return luaL_argerror(L, 2, "ax:heatmap: expected a 2-D Tensor or table of rows");

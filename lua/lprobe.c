@@ -63,7 +63,8 @@ static int l_probe(lua_State *L) {
     static const char *const known[] = {"kind", "ridge", "standardize", "max_iter", "tol", NULL},
                              *kinds[] = {"linear", "logistic", NULL};
     mp_lua_opt_check(L, 3, fn, known);
-    p.kind = mp_lua_opt_enum(L, 3, fn, "kind", p.kind == MP_PROBE_LOGISTIC, kinds) == 1 ? MP_PROBE_LOGISTIC : MP_PROBE_LINEAR;
+    int logistic = mp_lua_opt_enum(L, 3, fn, "kind", p.kind == MP_PROBE_LOGISTIC, kinds) == 1;
+    p.kind = logistic ? MP_PROBE_LOGISTIC : MP_PROBE_LINEAR;
     p.ridge = mp_lua_opt_num(L, 3, fn, "ridge", p.ridge);
     p.standardize = mp_lua_opt_bool(L, 3, fn, "standardize", p.standardize);
     p.max_iter = (int)mp_lua_opt_int(L, 3, fn, "max_iter", p.max_iter, INT_MIN, INT_MAX);

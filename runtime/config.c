@@ -64,42 +64,24 @@ const mp_config_field mp_config_fields[] = {
 };
 const int mp_config_n_fields = CF_COUNT;
 
-double mp_config_get(const mp_config *c, int i) {
+/* One switch over the table answers the four questions about field i. */
+enum { Q_GET, Q_VALUE, Q_WRITTEN, Q_SHOWN };
+static double field_query(const mp_config *c, int i, int q) {
     switch (i) {
-#define CF_GET(m, ty, a, l, nm, nn, d, fl, val, wr, sh) \
-    case CF_##m: return ty == MP_CF_NOTBOOL ? (double)!c->m : (double)c->m;
-        MP_CONFIG_TABLE(CF_GET)
-#undef CF_GET
+#define CF_Q(m, ty, a, l, nm, nn, d, fl, val, wr, sh)                                                      \
+    case CF_##m:                                                                                           \
+        return q == Q_GET ? (ty == MP_CF_NOTBOOL ? (double)!c->m : (double)c->m)                           \
+             : q == Q_VALUE ? (double)(val) : q == Q_WRITTEN ? (double)((wr) != 0) : (double)((sh) != 0);
+        MP_CONFIG_TABLE(CF_Q)
+#undef CF_Q
     }
     return 0.0;
 }
 
-double mp_config_value(const mp_config *c, int i) {
-    switch (i) {
-#define CF_VAL(m, ty, a, l, nm, nn, d, fl, val, wr, sh) case CF_##m: return (double)(val);
-        MP_CONFIG_TABLE(CF_VAL)
-#undef CF_VAL
-    }
-    return 0.0;
-}
-
-int mp_config_written(const mp_config *c, int i) {
-    switch (i) {
-#define CF_WR(m, ty, a, l, nm, nn, d, fl, val, wr, sh) case CF_##m: return (wr) != 0;
-        MP_CONFIG_TABLE(CF_WR)
-#undef CF_WR
-    }
-    return 0;
-}
-
-int mp_config_shown(const mp_config *c, int i) {
-    switch (i) {
-#define CF_SH(m, ty, a, l, nm, nn, d, fl, val, wr, sh) case CF_##m: return (sh) != 0;
-        MP_CONFIG_TABLE(CF_SH)
-#undef CF_SH
-    }
-    return 0;
-}
+double mp_config_get(const mp_config *c, int i) { return field_query(c, i, Q_GET); }
+double mp_config_value(const mp_config *c, int i) { return field_query(c, i, Q_VALUE); }
+int mp_config_written(const mp_config *c, int i) { return field_query(c, i, Q_WRITTEN) != 0.0; }
+int mp_config_shown(const mp_config *c, int i) { return field_query(c, i, Q_SHOWN) != 0.0; }
 
 void mp_config_set(mp_config *c, int i, double v) {
     if (i >= 0 && i < CF_COUNT && mp_config_fields[i].type != MP_CF_FLOAT) { /* integer members: no UB on a bad value */

@@ -135,8 +135,9 @@ typedef enum { MP_CF_INT, MP_CF_FLOAT, MP_CF_BOOL, MP_CF_NOTBOOL, MP_CF_KIND, MP
     X(rope_scale, MP_CF_FLOAT, "rope_scale", "rope_scale", NULL, 0, 0.0f, 0,                                           \
       c->rope_scale > 0.0f ? c->rope_scale : 1.0f, c->rope_scale > 0.0f && c->rope_scale != 1.0f, 1)                  \
     X(n_rope_freqs, MP_CF_FLOATS, "rope_freqs", "rope_freqs", NULL, 0, 0, 0, c->n_rope_freqs, c->n_rope_freqs, 1)     \
-    X(rope_dims, MP_CF_INT, "rope_dims", "rope_dims", NULL, 0, 0, 0, c->rope_dims ? c->rope_dims : 2 * (c->d_head / 4), \
-      c->rope_dims != 0, c->pos == MP_POS_HALF_ROPE || c->pos == MP_POS_ROPE_ID)                                       \
+    X(rope_dims, MP_CF_INT, "rope_dims", "rope_dims", NULL, 0, 0, 0,                                                   \
+      c->rope_dims ? c->rope_dims : 2 * (c->d_head / 4), c->rope_dims != 0,                                            \
+      c->pos == MP_POS_HALF_ROPE || c->pos == MP_POS_ROPE_ID)                                                          \
     X(pos_no_temp, MP_CF_NOTBOOL, "pos_temp", "pos_temp", NULL, 0, 0, 0, c->pos == MP_POS_ROPE_ID && !c->pos_no_temp, \
       c->pos_no_temp, 1)                                                                                               \
     X(rope_scaling, MP_CF_KIND, "rope_scaling", "rope_scaling", mp_rope_scaling_names, MP_ROPE_SCALING_COUNT,         \

@@ -15,7 +15,7 @@
 
 #include "h5config.h"
 #include "h5io.h"
-#include "model.h"
+#include "config.h"
 
 struct mp_h5ds {
     mp_h5run *run;

@@ -22,7 +22,7 @@
 
 #include "h5io.h"
 #include "h5run.h"
-#include "model.h"
+#include "config.h"
 #include "mp_mpi.h"
 
 #ifdef MP_HAVE_MPI

@@ -234,7 +234,7 @@ static mp_status capture_once(const mp_model *m, const opts *o, const int *tok, 
     if (o->chunk_kib > 0) hp.chunk_bytes = (size_t)o->chunk_kib << 10;
     mp_status st = mp_h5run_create(&run, o->out, &hp);
     if (st) return st;
-    if ((st = mp_h5run_write_model(run, c, m->source))) goto cleanup;
+    if ((st = mp_h5run_write_model(run, c, m->source, m->tokenizer))) goto cleanup;
     if ((st = mp_h5run_write_tokens(run, tok, o->B, o->T))) goto cleanup;
     if (!(hooks = mp_hooks_new(c))) { st = mp_error(MP_ERR_NOMEM, "out of memory for the hook registry"); goto cleanup; }
     if ((st = mp_h5run_capture(run, hooks, c, o->hooks, o->B, o->T))) goto cleanup;

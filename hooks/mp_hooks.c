@@ -1,7 +1,7 @@
 /* mp_hooks.c — hook-point names and shapes (from the X-macro table), glob
  * selection, and the callback registry fired by the runtime. */
 #include "mp_hooks.h"
-#include "model.h"
+#include "config.h"
 
 #include <fnmatch.h>
 #include <stdio.h>

@@ -6,6 +6,7 @@
  * the file really holds before anything is allocated. */
 #define _GNU_SOURCE /* pipe2, strsignal */
 #include "checkpoint.h"
+#include "h5config.h"
 #include "h5io.h"
 #include "quant.h"
 
@@ -25,20 +26,6 @@
 
 #define CKPT_FORMAT "mechprobe.checkpoint"
 #define CKPT_VERSION 1
-
-static const char *norm_name(mp_norm_kind k) { return k == MP_NORM_LAYER ? "layer" : "rms"; }
-static const char *mlp_name(mp_mlp_kind k) { return k == MP_MLP_GELU ? "gelu" : k == MP_MLP_NONE ? "none" : "swiglu"; }
-
-/* shortest decimal that round-trips to the float (so h5py shows 10000.0, 1e-05) */
-static double f2d(float f) {
-    char buf[32];
-    for (int prec = 6; prec <= 9; prec++) {
-        snprintf(buf, sizeof buf, "%.*g", prec, (double)f);
-        double d = strtod(buf, NULL);
-        if ((float)d == f) return d;
-    }
-    return (double)f;
-}
 
 static mp_status make_group(hid_t f, const char *path, const char *file) {
     if (mp_h5_exists(f, path, NULL)) return MP_OK;
@@ -101,45 +88,7 @@ mp_status mp_checkpoint_save(const char *path, const mp_model *m, const mp_adamw
     if (!st) st = mp_h5_attr_set_int(f, "/", "version", CKPT_VERSION);
     if (!st) st = mp_h5_attr_set_string(f, "/", "source", m->source);
     if (!st) st = make_group(f, "/config", path);
-    struct { const char *k; int v; } ints[] = {
-        {"d_model", c->d_model}, {"n_layer", c->n_layer}, {"n_head", c->n_head}, {"n_kv_head", c->n_kv_head},
-        {"d_head", c->d_head},   {"d_mlp", c->d_mlp},     {"vocab", c->vocab},   {"ctx", c->ctx},
-        {"tied", c->tied}};
-    for (size_t i = 0; !st && i < sizeof ints / sizeof ints[0]; i++) st = mp_h5_attr_set_int(f, "/config", ints[i].k, ints[i].v);
-    if (!st) st = mp_h5_attr_set_float(f, "/config", "rope_theta", f2d(c->rope_theta));
-    if (!st) st = mp_h5_attr_set_float(f, "/config", "norm_eps", f2d(c->norm_eps));
-    if (!st) st = mp_h5_attr_set_string(f, "/config", "norm", norm_name(c->norm));
-    if (!st) st = mp_h5_attr_set_string(f, "/config", "mlp", mlp_name(c->mlp));
-    if (!st) st = mp_h5_attr_set_string(f, "/config", "pos", mp_pos_name(c->pos));
-    if (!st && m->tokenizer[0]) st = mp_h5_attr_set_string(f, "/config", "tokenizer", m->tokenizer);
-    /* real-architecture settings: written only when used, so older readers
-     * still read plain models */
-    if (!st && c->qkv_bias) st = mp_h5_attr_set_int(f, "/config", "qkv_bias", 1);
-    if (!st && c->linear_bias) st = mp_h5_attr_set_int(f, "/config", "linear_bias", 1);
-    if (!st && c->gelu_tanh) st = mp_h5_attr_set_int(f, "/config", "gelu_tanh", 1);
-    if (!st && c->rope_scale > 0.0f && c->rope_scale != 1.0f)
-        st = mp_h5_attr_set_float(f, "/config", "rope_scale", f2d(c->rope_scale));
-    if (!st && c->n_rope_freqs) {
-        double fr[MP_ROPE_FREQS_MAX];
-        for (int i = 0; i < c->n_rope_freqs; i++) fr[i] = c->rope_freqs[i];
-        st = mp_h5_attr_set_floats(f, "/config", "rope_freqs", fr, (size_t)c->n_rope_freqs);
-    }
-    /* positional-scheme settings: written only when used */
-    if (!st && c->rope_dims) st = mp_h5_attr_set_int(f, "/config", "rope_dims", c->rope_dims);
-    if (!st && c->pos_no_temp) st = mp_h5_attr_set_int(f, "/config", "pos_temp", 0);
-    if (!st && c->rope_scaling) {
-        st = mp_h5_attr_set_string(f, "/config", "rope_scaling", mp_rope_scaling_name(c->rope_scaling));
-        if (!st) st = mp_h5_attr_set_float(f, "/config", "rope_factor", f2d(c->rope_factor));
-        if (!st && c->rope_orig_ctx) st = mp_h5_attr_set_int(f, "/config", "rope_orig_ctx", c->rope_orig_ctx);
-        if (!st && c->yarn_beta_fast > 0.0f) st = mp_h5_attr_set_float(f, "/config", "yarn_beta_fast", f2d(c->yarn_beta_fast));
-        if (!st && c->yarn_beta_slow > 0.0f) st = mp_h5_attr_set_float(f, "/config", "yarn_beta_slow", f2d(c->yarn_beta_slow));
-    }
-    /* attention variant: written only when not softmax */
-    if (!st && c->attn != MP_ATTN_SOFTMAX) {
-        st = mp_h5_attr_set_string(f, "/config", "attn", mp_attn_name(c->attn));
-        if (!st && (c->attn == MP_ATTN_ENTMAX || c->attn == MP_ATTN_ASENTMAX))
-            st = mp_h5_attr_set_float(f, "/config", "attn_alpha", f2d((float)mp_attn_alpha(c)));
-    }
+    if (!st) st = mp_h5_config_write(f, "/config", c, 0, m->tokenizer);
     if (!st) st = make_group(f, "/params", path);
     if (!st) st = write_tensors(f, "/params", c, NULL, m);
     if (!st && opt && opt->n) {
@@ -155,7 +104,7 @@ mp_status mp_checkpoint_save(const char *path, const mp_model *m, const mp_adamw
                                                         {"eps", hp->eps}, {"weight_decay", hp->weight_decay},
                                                         {"min_lr", hp->min_lr}, {"grad_clip", hp->grad_clip}};
             for (size_t i = 0; !st && i < sizeof fl / sizeof fl[0]; i++) {
-                st = mp_h5_attr_set_float(f, "/optim", fl[i].k, f2d(fl[i].v));
+                st = mp_h5_attr_set_float(f, "/optim", fl[i].k, mp_h5_float_decimal(fl[i].v));
             }
             if (!st) st = mp_h5_attr_set_int(f, "/optim", "warmup", hp->warmup);
             if (!st) st = mp_h5_attr_set_int(f, "/optim", "total_steps", hp->total_steps);
@@ -186,97 +135,15 @@ mp_status mp_checkpoint_save(const char *path, const mp_model *m, const mp_adamw
 /* ---- loading ---- */
 
 static mp_status get_int(hid_t f, const char *obj, const char *key, int *out, const char *path) {
-    mp_h5_attr a;
-    mp_status st = mp_h5_attr_get(f, obj, key, &a);
-    if (st) return st;
-    if (a.kind != MP_H5_ATTR_INT || a.i < INT32_MIN || a.i > INT32_MAX)
-        st = mp_error(MP_ERR_FORMAT, "%s: %s attribute '%s' must be an integer", path, obj, key);
-    else *out = (int)a.i;
-    mp_h5_attr_clear(&a);
-    return st;
+    return mp_h5_attr_get_i32(f, obj, key, out, path);
 }
 
 static mp_status get_float(hid_t f, const char *obj, const char *key, float *out, const char *path) {
-    mp_h5_attr a;
-    mp_status st = mp_h5_attr_get(f, obj, key, &a);
-    if (st) return st;
-    if (a.kind == MP_H5_ATTR_FLOAT) *out = (float)a.f;
-    else if (a.kind == MP_H5_ATTR_INT) *out = (float)a.i;
-    else st = mp_error(MP_ERR_FORMAT, "%s: %s attribute '%s' must be a number", path, obj, key);
-    mp_h5_attr_clear(&a);
-    return st;
-}
-
-static mp_status get_kind(hid_t f, const char *key, const char *const *names, int n, int *out, const char *path) {
-    mp_h5_attr a;
-    mp_status st = mp_h5_attr_get(f, "/config", key, &a);
-    if (st) return st;
-    st = mp_error(MP_ERR_FORMAT, "%s: /config attribute '%s' is not one of the known kinds", path, key);
-    if (a.kind == MP_H5_ATTR_STRING)
-        for (int i = 0; i < n; i++)
-            if (strcmp(a.s, names[i]) == 0) { *out = i; st = MP_OK; }
-    mp_h5_attr_clear(&a);
-    return st;
+    return mp_h5_attr_get_f32(f, obj, key, out, path);
 }
 
 static mp_status read_config(hid_t f, mp_config *c, const char *path) {
-    static const char *norms[] = {"rms", "layer"}, *mlps[] = {"swiglu", "gelu", "none"},
-                      *poss[] = {"rope", "none", "learned", "half_rope", "high_freq", "rope_id"},
-                      *scalings[] = {"none", "pi", "ntk", "yarn"};
-    *c = mp_config_default();
-    mp_status st = MP_OK;
-    struct { const char *k; int *v; } ints[] = {
-        {"d_model", &c->d_model}, {"n_layer", &c->n_layer}, {"n_head", &c->n_head}, {"n_kv_head", &c->n_kv_head},
-        {"d_head", &c->d_head},   {"d_mlp", &c->d_mlp},     {"vocab", &c->vocab},   {"ctx", &c->ctx},
-        {"tied", &c->tied}};
-    for (size_t i = 0; !st && i < sizeof ints / sizeof ints[0]; i++) st = get_int(f, "/config", ints[i].k, ints[i].v, path);
-    if (!st) st = get_float(f, "/config", "rope_theta", &c->rope_theta, path);
-    if (!st) st = get_float(f, "/config", "norm_eps", &c->norm_eps, path);
-    int k = 0;
-    if (!st && !(st = get_kind(f, "norm", norms, 2, &k, path))) c->norm = (mp_norm_kind)k;
-    if (!st && !(st = get_kind(f, "mlp", mlps, 3, &k, path))) c->mlp = (mp_mlp_kind)k;
-    if (!st && !(st = get_kind(f, "pos", poss, MP_POS_COUNT, &k, path))) c->pos = (mp_pos_kind)k;
-    /* optional (absent in older checkpoints) */
-    struct { const char *k; int *v; } opt[] = {
-        {"qkv_bias", &c->qkv_bias}, {"linear_bias", &c->linear_bias}, {"gelu_tanh", &c->gelu_tanh}};
-    for (size_t i = 0; !st && i < sizeof opt / sizeof opt[0]; i++)
-        if (H5Aexists_by_name(f, "/config", opt[i].k, H5P_DEFAULT) > 0) st = get_int(f, "/config", opt[i].k, opt[i].v, path);
-    int pos_temp = 1;
-    struct { const char *k; int *v; } opt2[] = {
-        {"rope_dims", &c->rope_dims}, {"pos_temp", &pos_temp}, {"rope_orig_ctx", &c->rope_orig_ctx}};
-    for (size_t i = 0; !st && i < sizeof opt2 / sizeof opt2[0]; i++)
-        if (H5Aexists_by_name(f, "/config", opt2[i].k, H5P_DEFAULT) > 0) st = get_int(f, "/config", opt2[i].k, opt2[i].v, path);
-    if (!st && pos_temp != 0 && pos_temp != 1)
-        st = mp_error(MP_ERR_FORMAT, "%s: /config attribute 'pos_temp' must be 0 or 1", path);
-    c->pos_no_temp = !pos_temp;
-    if (!st && H5Aexists_by_name(f, "/config", "rope_scaling", H5P_DEFAULT) > 0 &&
-        !(st = get_kind(f, "rope_scaling", scalings, 4, &k, path)))
-        c->rope_scaling = (mp_rope_scaling)k;
-    struct { const char *k; float *v; } optf[] = {
-        {"rope_factor", &c->rope_factor}, {"yarn_beta_fast", &c->yarn_beta_fast}, {"yarn_beta_slow", &c->yarn_beta_slow}};
-    for (size_t i = 0; !st && i < sizeof optf / sizeof optf[0]; i++)
-        if (H5Aexists_by_name(f, "/config", optf[i].k, H5P_DEFAULT) > 0) st = get_float(f, "/config", optf[i].k, optf[i].v, path);
-    if (!st && H5Aexists_by_name(f, "/config", "attn", H5P_DEFAULT) > 0) {
-        static const char *attns[MP_ATTN_COUNT] = {"softmax", "ssmax", "entmax15", "entmax", "asentmax"};
-        if (!(st = get_kind(f, "attn", attns, MP_ATTN_COUNT, &k, path))) c->attn = (mp_attn_kind)k;
-    }
-    if (!st && H5Aexists_by_name(f, "/config", "attn_alpha", H5P_DEFAULT) > 0)
-        st = get_float(f, "/config", "attn_alpha", &c->attn_alpha, path);
-    if (!st && H5Aexists_by_name(f, "/config", "rope_scale", H5P_DEFAULT) > 0)
-        st = get_float(f, "/config", "rope_scale", &c->rope_scale, path);
-    if (!st && H5Aexists_by_name(f, "/config", "rope_freqs", H5P_DEFAULT) > 0) {
-        mp_h5_attr a;
-        if (!(st = mp_h5_attr_get(f, "/config", "rope_freqs", &a))) {
-            if (a.kind != MP_H5_ATTR_FLOAT_ARRAY || a.n == 0 || a.n > MP_ROPE_FREQS_MAX)
-                st = mp_error(MP_ERR_FORMAT, "%s: /config attribute 'rope_freqs' must be 1..%d floats", path,
-                              MP_ROPE_FREQS_MAX);
-            else {
-                c->n_rope_freqs = (int)a.n;
-                for (size_t i = 0; i < a.n; i++) c->rope_freqs[i] = (float)a.fv[i];
-            }
-            mp_h5_attr_clear(&a);
-        }
-    }
+    mp_status st = mp_h5_config_read(f, "/config", c, path);
     if (!st) st = mp_config_validate(c, path);
     return st;
 }

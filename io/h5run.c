@@ -13,8 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "h5config.h"
 #include "h5io.h"
-#include "model.h"
+#include "config.h"
 
 struct mp_h5ds {
     mp_h5run *run;
@@ -168,57 +169,23 @@ cleanup:
     return MP_OK;
 }
 
-/* The shortest decimal that reads back as the same float, as a double, so
- * that h5py shows norm_eps as 1e-05 rather than 9.99999975e-06. */
-static double float_as_decimal(float f) {
-    char buf[32];
-    for (int prec = 6; prec <= 9; prec++) {
-        snprintf(buf, sizeof buf, "%.*g", prec, (double)f);
-        double d = strtod(buf, NULL);
-        if ((float)d == f) return d;
-    }
-    return (double)f;
-}
-
-static const char *norm_name(mp_norm_kind k) { return k == MP_NORM_LAYER ? "layer" : "rms"; }
-static const char *mlp_name(const mp_config *c) {
-    return c->mlp == MP_MLP_GELU ? (c->gelu_tanh ? "gelu_tanh" : "gelu") : c->mlp == MP_MLP_NONE ? "none" : "swiglu";
-}
-
-mp_status mp_h5run_write_model(mp_h5run *run, const mp_config *c, const char *source) {
+mp_status mp_h5run_write_model(mp_h5run *run, const mp_config *c, const char *source, const char *tokenizer) {
     mp_status st = wq_drain(run);
     if (st != MP_OK) return st;
-    return mp_h5_write_model_attrs(run->at.file, run->at.path, c, source);
+    return mp_h5_write_model_attrs(run->at.file, run->at.path, c, source, tokenizer);
 }
 
-mp_status mp_h5_write_model_attrs(hid_t f, const char *what, const mp_config *c, const char *source) {
+mp_status mp_h5_write_model_attrs(hid_t f, const char *what, const mp_config *c, const char *source,
+                                  const char *tokenizer) {
     mp_status st = MP_OK;
     if (!mp_h5_exists(f, "/model", NULL)) {
         hid_t g = H5Gcreate2(f, "/model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
         if (g < 0) return mp_h5_error(MP_ERR_HDF5, "%s: /model: cannot create group", what);
         H5Gclose(g);
     }
-    struct { const char *k; int v; } ints[] = {
-        {"d_model", c->d_model}, {"n_layer", c->n_layer}, {"n_head", c->n_head}, {"n_kv_head", c->n_kv_head},
-        {"d_head", c->d_head},   {"d_mlp", c->d_mlp},     {"vocab", c->vocab},   {"ctx", c->ctx},
-        {"tied", c->tied},
-    };
-    for (size_t i = 0; st == MP_OK && i < sizeof ints / sizeof ints[0]; i++)
-        st = mp_h5_attr_set_int(f, "/model", ints[i].k, ints[i].v);
-    if (st == MP_OK) st = mp_h5_attr_set_float(f, "/model", "rope_theta", float_as_decimal(c->rope_theta));
-    if (st == MP_OK) st = mp_h5_attr_set_float(f, "/model", "norm_eps", float_as_decimal(c->norm_eps));
-    if (st == MP_OK) st = mp_h5_attr_set_string(f, "/model", "norm", norm_name(c->norm));
-    if (st == MP_OK) st = mp_h5_attr_set_string(f, "/model", "mlp", mlp_name(c));
-    if (st == MP_OK) st = mp_h5_attr_set_string(f, "/model", "pos", mp_pos_name(c->pos));
-    if (st == MP_OK && c->attn != MP_ATTN_SOFTMAX) {
-        st = mp_h5_attr_set_string(f, "/model", "attn", mp_attn_name(c->attn));
-        if (st == MP_OK && (c->attn == MP_ATTN_ENTMAX || c->attn == MP_ATTN_ASENTMAX))
-            st = mp_h5_attr_set_float(f, "/model", "attn_alpha", mp_attn_alpha(c));
-    }
-    if (st == MP_OK && c->rope_scaling != MP_ROPE_SCALING_NONE) {
-        st = mp_h5_attr_set_string(f, "/model", "rope_scaling", mp_rope_scaling_name(c->rope_scaling));
-        if (st == MP_OK) st = mp_h5_attr_set_float(f, "/model", "rope_factor", float_as_decimal(c->rope_factor));
-    }
+    /* the same fields as a checkpoint's /config (one loop over MP_CONFIG_TABLE);
+     * mlp keeps its /model label ("gelu_tanh") */
+    st = mp_h5_config_write(f, "/model", c, 1, tokenizer);
     if (st == MP_OK) st = mp_h5_attr_set_string(f, "/model", "source", source ? source : "");
     return st;
 }

@@ -15,7 +15,7 @@
  *
  * Typical use:
  *   mp_h5run *run;  mp_h5run_create(&run, "out.h5", &params);
- *   mp_h5run_write_model(run, &model->cfg, model->source);
+ *   mp_h5run_write_model(run, &model->cfg, model->source, model->tokenizer);
  *   mp_h5run_write_tokens(run, tokens, B, T);
  *   mp_h5run_capture(run, hooks, &model->cfg, "blocks.*.attn.hook_pattern", B, T);
  *   mp_model_forward(model, tokens, B, T, &fp, logits);
@@ -49,13 +49,16 @@ typedef struct mp_h5ds mp_h5ds;
  * (defaults). A missing or unwritable directory is MP_ERR_IO naming `path`,
  * and nothing is left behind. */
 mp_status mp_h5run_create(mp_h5run **out, const char *path, const mp_h5run_params *p);
-/* /model with the config as attributes (d_model, n_layer, n_head, n_kv_head,
- * d_head, d_mlp, vocab, ctx, rope_theta, norm_eps, tied, norm, mlp, pos) and
+/* /model with the config as attributes: the fields of a checkpoint's /config
+ * (MP_CONFIG_TABLE, io/h5config.h), mlp under its /model label ("gelu_tanh"
+ * for a gelu_tanh model), `tokenizer` when non-empty (may be NULL) and
  * `source` (may be NULL: ""). */
-mp_status mp_h5run_write_model(mp_h5run *run, const struct mp_config *cfg, const char *source);
+mp_status mp_h5run_write_model(mp_h5run *run, const struct mp_config *cfg, const char *source,
+                               const char *tokenizer);
 /* The same /model group in any open file (`what` names it in messages): the
  * parallel capture writer (mpi/h5capture.c) shares it. */
-mp_status mp_h5_write_model_attrs(hid_t f, const char *what, const struct mp_config *cfg, const char *source);
+mp_status mp_h5_write_model_attrs(hid_t f, const char *what, const struct mp_config *cfg, const char *source,
+                                  const char *tokenizer);
 /* /tokens int32 [B,T]. */
 mp_status mp_h5run_write_tokens(mp_h5run *run, const int *tokens, int B, int T);
 /* Creates float32 dataset `path` (e.g. "/logits", "/stats/sink/frac") of the

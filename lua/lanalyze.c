@@ -97,30 +97,6 @@ static const float *cloud_arg(lua_State *L, int idx, const char *name, size_t *n
     return t->data;
 }
 
-static double opt_number(lua_State *L, int opts, const char *key, double def) {
-    if (opts == 0 || lua_isnoneornil(L, opts)) return def;
-    lua_getfield(L, opts, key);
-    double v = def;
-    if (!lua_isnil(L, -1)) {
-        if (!lua_isnumber(L, -1)) luaL_error(L, "option '%s' must be a number", key);
-        v = lua_tonumber(L, -1);
-    }
-    lua_pop(L, 1);
-    return v;
-}
-
-static int opt_bool(lua_State *L, int opts, const char *key, int def) {
-    if (opts == 0 || lua_isnoneornil(L, opts)) return def;
-    lua_getfield(L, opts, key);
-    int v = lua_isnil(L, -1) ? def : lua_toboolean(L, -1);
-    lua_pop(L, 1);
-    return v;
-}
-
-static void check_opts(lua_State *L, int idx) {
-    if (!lua_isnoneornil(L, idx)) luaL_checktype(L, idx, LUA_TTABLE);
-}
-
 static void set_num(lua_State *L, const char *k, double v) {
     lua_pushnumber(L, v);
     lua_setfield(L, -2, k);
@@ -138,8 +114,9 @@ static int l_pca(lua_State *L) {
     size_t n, d;
     const float *X = cloud_arg(L, 1, "pca", &n, &d);
     lua_Integer k = luaL_optinteger(L, 2, (lua_Integer)d);
-    check_opts(L, 3);
-    int want_proj = opt_bool(L, 3, "proj", 1);
+    static const char *const known[] = {"proj", NULL};
+    mp_lua_opt_check(L, 3, "mp.analyze.pca", known);
+    int want_proj = mp_lua_opt_bool(L, 3, "mp.analyze.pca", "proj", 1);
     if (k < 1 || (size_t)k > d) return luaL_argerror(L, 2, lua_pushfstring(L, "k = %d must be in 1..%d", (int)k, (int)d));
     guard *g = push_guard(L);
     mp_status st = mp_analyze_pca(X, n, d, (size_t)k, want_proj, &g->u.pca);
@@ -203,9 +180,10 @@ static int l_spectrum(lua_State *L) {
 
 static int l_separation(lua_State *L) {
     size_t na, da, nb, db;
-    check_opts(L, 3);
+    static const char *const known[] = {"ridge", NULL};
+    mp_lua_opt_check(L, 3, "mp.analyze.separation", known);
     mp_separation_params p = mp_analyze_separation_params_default();
-    p.ridge_rel = opt_number(L, 3, "ridge", p.ridge_rel);
+    p.ridge_rel = mp_lua_opt_num(L, 3, "mp.analyze.separation", "ridge", p.ridge_rel);
     const float *A = cloud_arg(L, 1, "separation", &na, &da);
     const float *B = cloud_arg(L, 2, "separation", &nb, &db);
     if (da != db) return luaL_error(L, "mp.analyze.separation: the clouds have dimensions %d and %d", (int)da, (int)db);
@@ -239,10 +217,11 @@ static const float *pattern_arg(lua_State *L, int idx, const char *name, mp_tens
 static int l_sinks(lua_State *L) {
     mp_tensor *t;
     size_t P, T;
-    check_opts(L, 2);
+    static const char *const known[] = {"eps", "bins", NULL};
+    mp_lua_opt_check(L, 2, "mp.analyze.sinks", known);
     mp_sink_params p = mp_analyze_sink_params_default();
-    p.eps = opt_number(L, 2, "eps", p.eps);
-    double bins = opt_number(L, 2, "bins", 0);
+    p.eps = mp_lua_opt_num(L, 2, "mp.analyze.sinks", "eps", p.eps);
+    double bins = mp_lua_opt_num(L, 2, "mp.analyze.sinks", "bins", 0);
     if (bins < 0 || bins > 1e9) return luaL_error(L, "mp.analyze.sinks: bins = %f must be >= 1", bins);
     p.bins = (size_t)bins;
     const float *A = pattern_arg(L, 1, "sinks", &t, &P, &T);
@@ -308,8 +287,9 @@ static int l_key_norm_ratio(lua_State *L) {
 
 static int l_max_qk(lua_State *L) {
     size_t tq, dq, tk, dk;
-    check_opts(L, 3);
-    int causal = opt_bool(L, 3, "causal", 1);
+    static const char *const known[] = {"causal", NULL};
+    mp_lua_opt_check(L, 3, "mp.analyze.max_qk", known);
+    int causal = mp_lua_opt_bool(L, 3, "mp.analyze.max_qk", "causal", 1);
     const float *q = cloud_arg(L, 1, "max_qk", &tq, &dq);
     const float *k = cloud_arg(L, 2, "max_qk", &tk, &dk);
     if (tq != tk || dq != dk)
@@ -328,11 +308,12 @@ static int l_max_qk(lua_State *L) {
 }
 
 static int l_massive(lua_State *L) {
-    check_opts(L, 2);
+    static const char *const known[] = {"abs", "rel", "max_hits", NULL};
+    mp_lua_opt_check(L, 2, "mp.analyze.massive", known);
     mp_massive_params p = mp_analyze_massive_params_default();
-    p.abs_min = opt_number(L, 2, "abs", p.abs_min);
-    p.rel_min = opt_number(L, 2, "rel", p.rel_min);
-    double mh = opt_number(L, 2, "max_hits", (double)p.max_hits);
+    p.abs_min = mp_lua_opt_num(L, 2, "mp.analyze.massive", "abs", p.abs_min);
+    p.rel_min = mp_lua_opt_num(L, 2, "mp.analyze.massive", "rel", p.rel_min);
+    double mh = mp_lua_opt_num(L, 2, "mp.analyze.massive", "max_hits", (double)p.max_hits);
     if (!(mh >= 0 && mh <= 1e9)) return luaL_error(L, "mp.analyze.massive: max_hits must be in 0..1e9");
     p.max_hits = (size_t)mh;
     mp_tensor *t = mp_lua_tensor_arg(L, 1);
@@ -406,13 +387,14 @@ static double stat_median(const double *x, size_t n, void *ctx) {
 }
 
 static int l_bootstrap(lua_State *L) {
-    check_opts(L, 2);
+    static const char *const known[] = {"n", "level", "seed", "stat", NULL};
+    mp_lua_opt_check(L, 2, "mp.analyze.bootstrap", known);
     mp_bootstrap_params p = mp_analyze_bootstrap_params_default();
-    double nr = opt_number(L, 2, "n", (double)p.n_resamples);
+    double nr = mp_lua_opt_num(L, 2, "mp.analyze.bootstrap", "n", (double)p.n_resamples);
     if (!(nr >= 2 && nr <= 1e8)) return luaL_error(L, "mp.analyze.bootstrap: n = %f resamples must be in 2..1e8", nr);
     p.n_resamples = (size_t)nr;
-    p.level = opt_number(L, 2, "level", p.level);
-    double seed = opt_number(L, 2, "seed", (double)p.seed);
+    p.level = mp_lua_opt_num(L, 2, "mp.analyze.bootstrap", "level", p.level);
+    double seed = mp_lua_opt_num(L, 2, "mp.analyze.bootstrap", "seed", (double)p.seed);
     if (!(seed >= 0 && seed <= 4294967295.0)) return luaL_error(L, "mp.analyze.bootstrap: seed must be in 0..2^32-1");
     p.seed = (unsigned long)seed;
     mp_tensor *t = mp_lua_tensor_arg(L, 1);

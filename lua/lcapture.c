@@ -16,12 +16,15 @@ static int model_capture_prompts(lua_State *L) {
     lmodel *lm = mp_lua_model_busy(L, 1, "capture_prompts", 0); /* hooks may call back into Lua */
     luaL_checktype(L, 2, LUA_TTABLE);
     luaL_checktype(L, 3, LUA_TTABLE);
+    static const char *const known[] = {"out", "hooks", "logits", "compress", "fwd_hooks", NULL};
+    mp_lua_opt_check(L, 3, "capture_prompts", known);
     const mp_config *cfg = &lm->m->cfg;
-    lua_getfield(L, 3, "out");
-    const char *out = lua_tostring(L, -1);
+    const char *out = mp_lua_opt_str(L, 3, "capture_prompts", "out", NULL);
     if (!out) return luaL_error(L, "capture_prompts: option 'out' (output .h5 path) is required");
-    mp_h5cap_params p = {out, mp_lua_opt_globs(L, 3, "hooks", "*"), mp_lua_opt_bool(L, 3, "logits", 0),
-                         (int)mp_lua_opt_int(L, 3, "capture_prompts", "compress", 0, 0, 9), lm->m->source};
+    mp_h5cap_params p = {out, mp_lua_opt_globs(L, 3, "capture_prompts", "hooks", "*"),
+                         mp_lua_opt_bool(L, 3, "capture_prompts", "logits", 0),
+                         (int)mp_lua_opt_int(L, 3, "capture_prompts", "compress", 0, 0, 9), lm->m->source,
+                         lm->m->tokenizer};
     if (strcmp(p.globs, "none") == 0) p.globs = "";
     /* this rank's prompts: one token array, offsets and lengths */
     const lua_Integer n = luaL_len(L, 2);

@@ -180,8 +180,9 @@ static int m_write(lua_State *L) {
     const char *name = luaL_checkstring(L, 2);
     lua_settop(L, 4); /* a table converted below is pushed at 5 */
     mp_tensor *t = mp_lua_tensor_arg(L, 3);
-    if (!lua_isnoneornil(L, 4)) luaL_checktype(L, 4, LUA_TTABLE);
-    int compress = (int)mp_lua_opt_int(L, 4, "f:write", "compress", 0, 0, 9);
+    static const char *const known[] = {"compress", NULL};
+    mp_lua_opt_check(L, 4, "h5:write", known);
+    int compress = (int)mp_lua_opt_int(L, 4, "h5:write", "compress", 0, 0, 9);
     mp_status st = mp_h5_write_f32(h->f, name, t->ndim, t->shape, t->data, compress);
     if (st != MP_OK) return mp_lua_fail(L, st);
     return 0;

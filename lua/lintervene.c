@@ -38,8 +38,12 @@ static void iv_set_data(lintervention *iv, const mp_tensor *t) {
     for (int i = 0; i < t->ndim && i < MP_INTERVENTION_MAX_DIM; i++) iv->data_shape[i] = t->shape[i];
 }
 
-/* Options common to every intervention: head=, positions= (0-based). */
-static lintervention *push_iv(lua_State *L, mp_intervention_kind kind, int opt) {
+/* Options common to every intervention: head=, positions= (0-based); and
+ * scale= (steer). opt is the options argument's index; fn names the function. */
+static lintervention *push_iv(lua_State *L, mp_intervention_kind kind, int opt, const char *fn) {
+    static const char *const known[] = {"head", "positions", NULL},
+                             *known_steer[] = {"scale", "head", "positions", NULL};
+    mp_lua_opt_check(L, opt, fn, kind == MP_INTERVENTION_STEER ? known_steer : known);
     lintervention *iv = lua_newuserdatauv(L, sizeof *iv, 1);
     memset(iv, 0, sizeof *iv);
     iv->kind = kind;
@@ -65,15 +69,14 @@ static lintervention *push_iv(lua_State *L, mp_intervention_kind kind, int opt) 
             }
         }
         lua_pop(L, 1);
-        if (lua_getfield(L, opt, "scale") != LUA_TNIL) iv->scale = (float)luaL_checknumber(L, -1);
-        lua_pop(L, 1);
+        iv->scale = (float)mp_lua_opt_num(L, opt, fn, "scale", iv->scale);
     }
     return iv;
 }
 
 /* mp.ablate.zero([{head=, positions=}]) */
 static int l_ablate_zero(lua_State *L) {
-    push_iv(L, MP_INTERVENTION_ZERO, lua_istable(L, 1) ? 1 : 0);
+    push_iv(L, MP_INTERVENTION_ZERO, 1, "mp.ablate.zero");
     return 1;
 }
 
@@ -83,7 +86,7 @@ static int l_ablate_zero(lua_State *L) {
 static int l_ablate_mean(lua_State *L) {
     mp_tensor *ref = mp_lua_tensor_check(L, 1);
     if (ref->ndim < 3) luaL_argerror(L, 1, "a captured activation [B,T,...] or pattern [B,H,T,S] expected");
-    lintervention *iv = push_iv(L, MP_INTERVENTION_MEAN, lua_istable(L, 2) ? 2 : 0);
+    lintervention *iv = push_iv(L, MP_INTERVENTION_MEAN, 2, "mp.ablate.mean");
     iv_set_data(iv, ref);
     lua_pushvalue(L, 1);
     lua_setiuservalue(L, -2, 1);
@@ -93,7 +96,7 @@ static int l_ablate_mean(lua_State *L) {
 /* mp.patch(source [, {head=, positions=}]): copy values from a cached run. */
 static int l_patch(lua_State *L) {
     mp_lua_tensor_check(L, 1);
-    lintervention *iv = push_iv(L, MP_INTERVENTION_PATCH, lua_istable(L, 2) ? 2 : 0);
+    lintervention *iv = push_iv(L, MP_INTERVENTION_PATCH, 2, "mp.patch");
     int ivi = lua_gettop(L);
     iv_set_data(iv, mp_lua_tensor_check(L, 1));
     lua_pushvalue(L, 1);
@@ -104,7 +107,7 @@ static int l_patch(lua_State *L) {
 /* mp.steer(vector [, {scale=, head=, positions=}]): add scale * vector. */
 static int l_steer(lua_State *L) {
     luaL_checkany(L, 1);
-    lintervention *iv = push_iv(L, MP_INTERVENTION_STEER, lua_istable(L, 2) ? 2 : 0);
+    lintervention *iv = push_iv(L, MP_INTERVENTION_STEER, 2, "mp.steer");
     int ivi = lua_gettop(L);
     iv_set_data(iv, mp_lua_tensor_arg(L, 1));
     if (lua_gettop(L) == ivi) lua_pushvalue(L, 1); /* it was a Tensor already */
@@ -115,7 +118,7 @@ static int l_steer(lua_State *L) {
 /* mp.scale(factor [, {head=, positions=}]): multiply the activation. */
 static int l_scale(lua_State *L) {
     float s = (float)luaL_checknumber(L, 1);
-    lintervention *iv = push_iv(L, MP_INTERVENTION_SCALE, lua_istable(L, 2) ? 2 : 0);
+    lintervention *iv = push_iv(L, MP_INTERVENTION_SCALE, 2, "mp.scale");
     iv->scale = s;
     return 1;
 }

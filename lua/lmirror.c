@@ -105,16 +105,13 @@ static void push_rows(lua_State *L, const margs *a, const double *x, int n) {
     for (size_t i = 0; i < t->numel; i++) t->data[i] = (float)x[i];
 }
 
+/* Options through the one reader (lua/lopt.c), named "mp.mtd.<fn>". */
 static double opt_number(lua_State *L, int idx, const char *fn, const char *key, double def, int required) {
-    int ty = lua_istable(L, idx) ? lua_getfield(L, idx, key) : (lua_pushnil(L), LUA_TNIL);
-    double v = def;
-    if (ty == LUA_TNIL) {
-        if (required) luaL_error(L, "mp.mtd.%s: option '%s' is required", fn, key);
-    } else if (ty != LUA_TNUMBER) {
-        luaL_error(L, "mp.mtd.%s: option '%s' must be a number (got %s)", fn, key, luaL_typename(L, -1));
-    } else {
-        v = lua_tonumber(L, -1);
-    }
+    const char *name = lua_pushfstring(L, "mp.mtd.%s", fn);
+    int ty = mp_lua_opt_get(L, idx, key);
+    lua_pop(L, 1);
+    if (ty == LUA_TNIL && required) luaL_error(L, "%s: option '%s' is required", name, key);
+    double v = mp_lua_opt_num(L, idx, name, key, def);
     lua_pop(L, 1);
     return v;
 }
@@ -127,16 +124,8 @@ static int opt_int(lua_State *L, int idx, const char *fn, const char *key, int d
 }
 
 static void check_opts(lua_State *L, int idx, const char *fn, const char *const *known) {
-    if (lua_isnoneornil(L, idx)) return;
-    if (!lua_istable(L, idx)) luaL_error(L, "mp.mtd.%s: options must be a table (got %s)", fn, luaL_typename(L, idx));
-    lua_pushnil(L);
-    while (lua_next(L, idx)) {
-        lua_pop(L, 1);
-        const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-        int ok = 0;
-        for (const char *const *p = known; k && *p && !ok; p++) ok = strcmp(*p, k) == 0;
-        if (!ok) luaL_error(L, "mp.mtd.%s: unknown option '%s'", fn, k ? k : luaL_typename(L, -1));
-    }
+    mp_lua_opt_check(L, idx, lua_pushfstring(L, "mp.mtd.%s", fn), known);
+    lua_pop(L, 1);
 }
 
 static int l_responsibilities(lua_State *L) {
@@ -177,7 +166,7 @@ static int l_bayes(lua_State *L) {
     p.burn = opt_int(L, 3, fn, "burn", p.burn, 0, INT_MAX);
     p.samples = opt_int(L, 3, fn, "samples", p.samples, 2, INT_MAX);
     p.seed = (unsigned long)opt_int(L, 3, fn, "seed", (int)p.seed, 0, INT_MAX);
-    int exact = lua_istable(L, 3) && (lua_getfield(L, 3, "exact"), lua_toboolean(L, -1));
+    int exact = mp_lua_opt_bool(L, 3, "mp.mtd.bayes", "exact", 0);
     margs a;
     read_args(L, &a, fn);
     double *mean = scratch(L, (size_t)a.d.B * a.d.m, sizeof(double), fn);

@@ -89,11 +89,6 @@ lmodel *mp_lua_model_busy(lua_State *L, int idx, const char *method, int exclusi
     return lm;
 }
 
-static const char *norm_name(mp_norm_kind k) { return k == MP_NORM_LAYER ? "layer" : "rms"; }
-static const char *mlp_name(mp_mlp_kind k) { return k == MP_MLP_GELU ? "gelu" : k == MP_MLP_NONE ? "none" : "swiglu"; }
-static const char *mlp_name_cfg(const mp_config *c) { return c->mlp == MP_MLP_GELU && c->gelu_tanh ? "gelu_tanh" : mlp_name(c->mlp); }
-static const char *pos_name(mp_pos_kind k) { return mp_pos_name(k); }
-
 static int model_tostring(lua_State *L) {
     lmodel *lm = luaL_checkudata(L, 1, MODEL_MT);
     if (!lm->m) { lua_pushliteral(L, "Model(closed)"); return 1; }
@@ -102,40 +97,11 @@ static int model_tostring(lua_State *L) {
                     "Model(%s%s%s: d_model=%d n_layer=%d n_head=%d n_kv_head=%d d_head=%d d_mlp=%d vocab=%d ctx=%d "
                     "pos=%s rope_theta=%f norm=%s mlp=%s %s)",
                     lm->m->format, lm->m->source[0] ? " " : "", lm->m->source, c->d_model, c->n_layer, c->n_head,
-                    c->n_kv_head, c->d_head, c->d_mlp, c->vocab, c->ctx, pos_name(c->pos), (double)c->rope_theta,
-                    norm_name(c->norm), mlp_name_cfg(c), c->tied ? "tied" : "untied");
+                    c->n_kv_head, c->d_head, c->d_mlp, c->vocab, c->ctx, mp_pos_name(c->pos), (double)c->rope_theta,
+                    mp_norm_name(c->norm), mp_mlp_label(c), c->tied ? "tied" : "untied");
     return 1;
 }
 
-static void push_config(lua_State *L, const mp_model *m) {
-    const mp_config *c = &m->cfg;
-    lua_newtable(L);
-#define SETI(k, v) (lua_pushinteger(L, (v)), lua_setfield(L, -2, k))
-#define SETS(k, v) (lua_pushstring(L, (v)), lua_setfield(L, -2, k))
-    SETI("d_model", c->d_model); SETI("n_layer", c->n_layer); SETI("n_head", c->n_head);
-    SETI("n_kv_head", c->n_kv_head); SETI("d_head", c->d_head); SETI("d_mlp", c->d_mlp);
-    SETI("vocab", c->vocab); SETI("ctx", c->ctx);
-    lua_pushnumber(L, c->rope_theta); lua_setfield(L, -2, "rope_theta");
-    lua_pushnumber(L, c->norm_eps); lua_setfield(L, -2, "norm_eps");
-    lua_pushboolean(L, c->tied); lua_setfield(L, -2, "tied");
-    SETS("norm", norm_name(c->norm)); SETS("mlp", mlp_name_cfg(c)); SETS("pos", pos_name(c->pos));
-    SETS("format", m->format); SETS("source", m->source);
-    SETI("n_params", (lua_Integer)mp_config_n_params(c));
-    SETI("memory", (lua_Integer)mp_model_param_bytes(m));   /* bytes of the parameters as held */
-    lua_pushboolean(L, c->qkv_bias); lua_setfield(L, -2, "qkv_bias");
-    lua_pushboolean(L, c->linear_bias); lua_setfield(L, -2, "linear_bias");
-    lua_pushnumber(L, c->rope_scale > 0.0f ? c->rope_scale : 1.0f); lua_setfield(L, -2, "rope_scale");
-    SETI("n_rope_freqs", c->n_rope_freqs);
-    if (c->pos == MP_POS_HALF_ROPE || c->pos == MP_POS_ROPE_ID) SETI("rope_dims", c->rope_dims ? c->rope_dims : 2 * (c->d_head / 4));
-    lua_pushboolean(L, c->pos == MP_POS_ROPE_ID && !c->pos_no_temp); lua_setfield(L, -2, "pos_temp");
-    SETS("rope_scaling", mp_rope_scaling_name(c->rope_scaling));
-    lua_pushnumber(L, c->rope_scaling ? c->rope_factor : 1.0f); lua_setfield(L, -2, "rope_factor");
-    SETI("rope_orig_ctx", c->rope_orig_ctx ? c->rope_orig_ctx : c->ctx);
-    SETS("attn", mp_attn_name(c->attn));
-    lua_pushnumber(L, mp_attn_alpha(c)); lua_setfield(L, -2, "alpha");   /* 1 for softmax / ssmax */
-#undef SETI
-#undef SETS
-}
 /* ---- guards: userdata whose __gc frees C resources if a Lua error unwinds ---- */
 
 
@@ -184,10 +150,18 @@ static void cache_visit(void *u, mp_hook_id id, int layer, const char *name) {
 
 /* Shared body of forward / run_with_cache / run_with_hooks.
  * Returns logits (or nil) and, with want_cache, the cache table. */
-static int run_common(lua_State *L, int want_cache) {
+static int run_common(lua_State *L, int want_cache, const char *fn) {
+    static const char *const known[] = {"fwd_hooks", "logits", NULL},
+                             *known_cache[] = {"fwd_hooks", "logits", "names", "incl_bwd", NULL};
     lua_settop(L, 3);
-    lmodel *lm = mp_lua_model_busy(L, 1, want_cache ? "run_with_cache" : "forward", 0);
+    lmodel *lm = mp_lua_model_busy(L, 1, fn, 0);
+    mp_lua_opt_check(L, 3, fn, want_cache ? known_cache : known);
     int opt = lua_istable(L, 3) ? 3 : 0;
+    if (want_cache) {
+        if (mp_lua_opt_get(L, opt, "incl_bwd") != LUA_TNIL)
+            return luaL_error(L, "%s: option 'incl_bwd' is not supported yet (mechprobe has no backward hooks)", fn);
+        lua_pop(L, 1);
+    }
     const mp_config *cfg = &lm->m->cfg;
     guard *g = mp_lua_guard_push(L);
     int B, T;
@@ -197,7 +171,7 @@ static int run_common(lua_State *L, int want_cache) {
     int ftbl = mp_lua_add_fwd_hooks(L, opt, g, T); /* leaves its function table on the stack */
     int cache_idx = 0;
     if (want_cache) {
-        const char *globs = mp_lua_opt_globs(L, opt, "names", "*");
+        const char *globs = mp_lua_opt_globs(L, opt, fn, "names", "*");
         char bad[256];
         mp_hook_select(cfg, globs, NULL, NULL, bad, sizeof bad);
         if (bad[0]) return luaL_error(L, "names: unknown hook name '%s' (see mp.hook_names(model))", bad);
@@ -208,10 +182,11 @@ static int run_common(lua_State *L, int want_cache) {
         if (cc.st) return mp_lua_fail(L, cc.st);
     }
     const char *lmode = "all"; /* a string option stays on the stack while used (GC) */
-    if (opt && lua_getfield(L, opt, "logits") != LUA_TNIL) {
-        if (lua_isboolean(L, -1)) lmode = lua_toboolean(L, -1) ? "all" : "none";
-        else lmode = luaL_checkstring(L, -1);
-    }
+    int lt = mp_lua_opt_get(L, opt, "logits");
+    if (lt == LUA_TBOOLEAN) lmode = lua_toboolean(L, -1) ? "all" : "none";
+    else if (lt == LUA_TSTRING) lmode = lua_tostring(L, -1);
+    else if (lt != LUA_TNIL)
+        return luaL_error(L, "%s: option 'logits' must be a string or a boolean, got %s", fn, luaL_typename(L, -1));
     mp_forward_params fp = mp_forward_params_default();
     fp.hooks = mp_hooks_count(g->hooks) ? g->hooks : NULL;
     mp_tensor *logits = NULL;
@@ -227,7 +202,8 @@ static int run_common(lua_State *L, int want_cache) {
         lua_pushnil(L);
         fp.logits = MP_LOGITS_NONE;
     } else {
-        return luaL_error(L, "option 'logits': \"all\", \"last\", \"none\" or a boolean expected, got \"%s\"", lmode);
+        return luaL_error(L, "%s: option 'logits': \"all\", \"last\", \"none\" or a boolean expected, got \"%s\"", fn,
+                          lmode);
     }
     int li = lua_gettop(L);
     mp_status st = mp_model_forward(lm->m, g->ints, B, T, &fp, logits ? logits->data : NULL);
@@ -243,9 +219,9 @@ static int run_common(lua_State *L, int want_cache) {
     return 1;
 }
 
-static int model_forward(lua_State *L) { return run_common(L, 0); }
-static int model_run_with_hooks(lua_State *L) { return run_common(L, 0); }
-static int model_run_with_cache(lua_State *L) { return run_common(L, 1); }
+static int model_forward(lua_State *L) { return run_common(L, 0, "forward"); }
+static int model_run_with_hooks(lua_State *L) { return run_common(L, 0, "run_with_hooks"); }
+static int model_run_with_cache(lua_State *L) { return run_common(L, 1, "run_with_cache"); }
 
 /* ---- tokenization: the model's mp_tok (a tokenizer file, or raw bytes) ----
  * Byte-level models (e.g. trained on mp.tasks.text) use the runtime's bytes
@@ -356,9 +332,12 @@ static int model_to_tokens(lua_State *L) {
     lmodel *lm = mp_lua_model_busy(L, 1, "to_tokens", 0);
     size_t len;
     const char *text = luaL_checklstring(L, 2, &len);
+    static const char *const known[] = {"bos", "eos", NULL};
+    mp_lua_opt_check(L, 3, "to_tokens", known);
     int opt = lua_istable(L, 3) ? 3 : 0;
     need_tok(L, lm);
-    int bos = mp_lua_opt_bool(L, opt, "bos", lm_add_bos(lm)), eos = mp_lua_opt_bool(L, opt, "eos", 0);
+    int bos = mp_lua_opt_bool(L, opt, "to_tokens", "bos", lm_add_bos(lm)),
+        eos = mp_lua_opt_bool(L, opt, "to_tokens", "eos", 0);
     int *ids, n;
     mp_status st = lm_encode(lm, text, len, bos, eos, &ids, &n);
     if (st) return mp_lua_fail(L, st);
@@ -467,7 +446,10 @@ static int gen_on_token(void *user, int token) {
  * -> text (prompt + continuation; nil without tokenizer), tokens table */
 static int model_generate(lua_State *L) {
     lua_settop(L, 3);
+    static const char *const known[] = {"max_new_tokens", "temperature", "top_p", "seed", "stop_at_eos",
+                                        "fwd_hooks", "on_token", NULL};
     lmodel *lm = mp_lua_model_busy(L, 1, "generate", 0);
+    mp_lua_opt_check(L, 3, "generate", known);
     int opt = lua_istable(L, 3) ? 3 : 0;
     guard *g = mp_lua_guard_push(L);
     int n, Bq;
@@ -488,16 +470,12 @@ static int model_generate(lua_State *L) {
     g->hooks = mp_hooks_new(&lm->m->cfg);
     if (!g->hooks) return luaL_error(L, "out of memory");
     int ftbl = mp_lua_add_fwd_hooks(L, opt, g, n + max_new);
-    mp_sampler_params sp = {(float)mp_lua_opt_num(L, opt, "temperature", 1.0), (float)mp_lua_opt_num(L, opt, "top_p", 0.9),
+    mp_sampler_params sp = {(float)mp_lua_opt_num(L, opt, "generate", "temperature", 1.0),
+                            (float)mp_lua_opt_num(L, opt, "generate", "top_p", 0.9),
                             (uint64_t)mp_lua_opt_int(L, opt, "generate", "seed", 1234, 0, LUA_MAXINTEGER)};
-    int stop = mp_lua_opt_bool(L, opt, "stop_at_eos", 1) && has_tok ? lm_eos(lm) : -1;
+    int stop = mp_lua_opt_bool(L, opt, "generate", "stop_at_eos", 1) && has_tok ? lm_eos(lm) : -1;
     gen_ctx gc = {L, 0, has_tok ? lm : NULL, n ? g->ints[n - 1] : -1, 0};
-    if (opt && lua_getfield(L, opt, "on_token") != LUA_TNIL) {
-        luaL_checktype(L, -1, LUA_TFUNCTION);
-        gc.fn = lua_gettop(L);
-    } else if (opt) {
-        lua_pop(L, 1);
-    }
+    if (mp_lua_opt_type(L, opt, "generate", "on_token", LUA_TFUNCTION)) gc.fn = lua_gettop(L);
     int *out = lua_newuserdatauv(L, ((size_t)n + (size_t)max_new) * sizeof(int), 0);
     int n_out = 0;
     mp_status st = mp_model_generate(lm->m, g->ints, n, max_new, &sp, mp_hooks_count(g->hooks) ? g->hooks : NULL,
@@ -528,17 +506,18 @@ static int model_generate(lua_State *L) {
  * Writes DESIGN.md's run file atomically; returns the number of datasets. */
 static int model_capture(lua_State *L) {
     lua_settop(L, 3);
+    static const char *const known[] = {"out", "hooks", "logits", "compress", "fwd_hooks", NULL};
     lmodel *lm = mp_lua_model_busy(L, 1, "capture", 0);
     luaL_checktype(L, 3, LUA_TTABLE);
+    mp_lua_opt_check(L, 3, "capture", known);
     const mp_config *cfg = &lm->m->cfg;
     guard *g = mp_lua_guard_push(L);
     int B, T;
     mp_lua_read_tokens(L, 2, g, &B, &T, "tokens", cfg->vocab, 0);
-    lua_getfield(L, 3, "out");
-    const char *out = lua_tostring(L, -1);
+    const char *out = mp_lua_opt_str(L, 3, "capture", "out", NULL);
     if (!out) return luaL_error(L, "capture: option 'out' (output .h5 path) is required");
-    const char *globs = mp_lua_opt_globs(L, 3, "hooks", "*");
-    int want_logits = mp_lua_opt_bool(L, 3, "logits", 0);
+    const char *globs = mp_lua_opt_globs(L, 3, "capture", "hooks", "*");
+    int want_logits = mp_lua_opt_bool(L, 3, "capture", "logits", 0);
     mp_h5run_params rp = mp_h5run_params_default();
     rp.compress = (int)mp_lua_opt_int(L, 3, "capture", "compress", 0, 0, 9);
     g->hooks = mp_hooks_new(cfg);
@@ -549,7 +528,7 @@ static int model_capture(lua_State *L) {
         if (g->ints[i] < 0 || g->ints[i] >= cfg->vocab)
             return luaL_error(L, "capture: token id %d is outside the vocabulary (0..%d)", g->ints[i], cfg->vocab - 1);
     if ((st = mp_h5run_create(&g->run, out, &rp))) return mp_lua_fail(L, st);
-    if ((st = mp_h5run_write_model(g->run, cfg, lm->m->source))) return mp_lua_fail(L, st);
+    if ((st = mp_h5run_write_model(g->run, cfg, lm->m->source, lm->m->tokenizer))) return mp_lua_fail(L, st);
     if ((st = mp_h5run_write_tokens(g->run, g->ints, B, T))) return mp_lua_fail(L, st);
     int n_ds = 0;
     if (strcmp(globs, "") != 0 && strcmp(globs, "none") != 0) {
@@ -617,7 +596,9 @@ static int find_tokenizer(const char *model_path, char *out, size_t n) {
 
 /* mp.load(path [, {tokenizer=path | "bytes"}]) */
 static int l_load(lua_State *L) {
+    static const char *const known[] = {"tokenizer", NULL};
     const char *path = luaL_checkstring(L, 1);
+    mp_lua_opt_check(L, 2, "mp.load", known);
     int opt = lua_istable(L, 2) ? 2 : 0;
     lmodel *lm = push_lmodel(L);
     mp_status st;
@@ -633,7 +614,7 @@ static int l_load(lua_State *L) {
     mp_model_format fmt = lp.format;
     const char *own_tok = lp.tok_source[0] ? lp.tok_source : NULL; /* the model file's own tokenizer source */
     const char *tp = NULL;
-    if (opt && lua_getfield(L, opt, "tokenizer") != LUA_TNIL) tp = luaL_checkstring(L, -1);
+    tp = mp_lua_opt_str(L, opt, "mp.load", "tokenizer", NULL);
     char found[1024];
     /* a checkpoint that names its vocabulary ("bytes") is not second-guessed by
      * a tokenizer file that happens to lie next to it */
@@ -651,85 +632,32 @@ static int l_load(lua_State *L) {
     return 1;
 }
 
-static int cfg_int(lua_State *L, int t, const char *k, int def, int required) {
-    int ty = lua_getfield(L, t, k);
-    if (ty == LUA_TNIL) {
-        lua_pop(L, 1);
-        if (required) luaL_error(L, "mp.model.new: '%s' is required", k);
-        return def;
-    }
-    const char *what = lua_pushfstring(L, "mp.model.new: %s", k);
-    int v = (int)mp_lua_checkint(L, -2, what, 0, INT_MAX); /* range checked before the cast */
-    lua_pop(L, 2);
-    return v;
-}
-
-/* mp.model.new{d_model=, n_layer=, n_head=, n_kv_head=, d_head=, d_mlp=, vocab=,
- *              ctx=, rope_theta=10000, norm_eps=1e-5, tied=true, seed=0, init_std=0.02,
- *              norm="rms"|"layer", mlp="swiglu"|"gelu"|"gelu_tanh"|"none",
- *              pos="rope"|"none"|"learned"|"half_rope"|"high_freq"|"rope_id", rope_dims=
- *              (half_rope/rope_id: rotated channels, default half of d_head), pos_temp=true
- *              (rope_id's length temperature), qkv_bias=false, linear_bias=false,
- *              attn="softmax"|"ssmax"|"entmax15"|"entmax"|"asentmax", alpha= (entmax/asentmax:
- *              in (1, 8], default 1.5)}
+/* mp.model.new{d_model=, n_layer=, n_head=, vocab=, ctx= (required), and any
+ * other field of MP_CONFIG_TABLE under its Lua key (n_kv_head=n_head,
+ * d_head=d_model/n_head, d_mlp=4*d_model or 0 without MLP, rope_theta=10000,
+ * norm_eps=1e-5, tied=true, norm="rms"|"layer", mlp="swiglu"|"gelu"|
+ * "gelu_tanh"|"none", pos="rope"|"none"|"learned"|"half_rope"|"high_freq"|
+ * "rope_id", rope_dims= (half_rope/rope_id: rotated channels, default half of
+ * d_head), pos_temp=true (rope_id's length temperature), qkv_bias=false,
+ * linear_bias=false, attn="softmax"|"ssmax"|"entmax15"|"entmax"|"asentmax",
+ * alpha= (entmax/asentmax: in (1, 8], default 1.5), rope_scale, rope_freqs,
+ * rope_scaling, rope_factor, rope_orig_ctx, yarn_beta_fast, yarn_beta_slow),
+ * seed=0, init_std=0.02, tokenizer=}
  * Weights ~ normal(0, init_std), wo/w2 scaled by 1/sqrt(2 n_layer); attention-
  * variant parameters at their initial values (runtime/attn_variants.h). */
-static int kind_opt(lua_State *L, const char *key, const char *const *names, int n, int def) {
-    int v = def;
-    if (lua_getfield(L, 1, key) != LUA_TNIL) {
-        const char *s = luaL_checkstring(L, -1);
-        v = -1;
-        for (int i = 0; i < n; i++)
-            if (strcmp(s, names[i]) == 0) v = i;
-        if (v < 0) {
-            char all[128] = "";
-            for (int i = 0; i < n; i++) {
-                strcat(all, i ? ", \"" : "\"");
-                strcat(all, names[i]);
-                strcat(all, "\"");
-            }
-            luaL_error(L, "mp.model.new: %s must be one of %s (got \"%s\")", key, all, s);
-        }
-    }
-    lua_pop(L, 1);
-    return v;
-}
-
 static int l_model_new(lua_State *L) {
+    static const char *const extra[] = {"seed", "init_std", "tokenizer", NULL};
+    const char *fn = "mp.model.new";
     luaL_checktype(L, 1, LUA_TTABLE);
-    static const char *norms[] = {"rms", "layer"}, *mlps[] = {"swiglu", "gelu", "none", "gelu_tanh"},
-                      *poss[] = {"rope", "none", "learned", "half_rope", "high_freq", "rope_id"};
-    mp_config c = mp_config_default();
-    c.norm = (mp_norm_kind)kind_opt(L, "norm", norms, 2, MP_NORM_RMS);
-    int mlp = kind_opt(L, "mlp", mlps, 4, MP_MLP_SWIGLU);
-    c.gelu_tanh = mlp == 3;
-    c.mlp = mlp == 3 ? MP_MLP_GELU : (mp_mlp_kind)mlp;
-    c.pos = (mp_pos_kind)kind_opt(L, "pos", poss, MP_POS_COUNT, MP_POS_ROPE);
-    c.rope_dims = cfg_int(L, 1, "rope_dims", 0, 0);
-    c.pos_no_temp = !mp_lua_opt_bool(L, 1, "pos_temp", 1);
-    c.qkv_bias = mp_lua_opt_bool(L, 1, "qkv_bias", 0);
-    c.linear_bias = mp_lua_opt_bool(L, 1, "linear_bias", 0);
-    static const char *attns[] = {"softmax", "ssmax", "entmax15", "entmax", "asentmax"};
-    c.attn = (mp_attn_kind)kind_opt(L, "attn", attns, MP_ATTN_COUNT, MP_ATTN_SOFTMAX);
-    c.attn_alpha = (float)mp_lua_opt_num(L, 1, "alpha", 0.0);
-    c.d_model = cfg_int(L, 1, "d_model", 0, 1);
-    c.n_layer = cfg_int(L, 1, "n_layer", 0, 1);
-    c.n_head = cfg_int(L, 1, "n_head", 0, 1);
-    c.n_kv_head = cfg_int(L, 1, "n_kv_head", c.n_head, 0);
-    c.d_head = cfg_int(L, 1, "d_head", c.n_head > 0 ? c.d_model / c.n_head : 0, 0);
-    c.d_mlp = cfg_int(L, 1, "d_mlp", c.mlp == MP_MLP_NONE ? 0 : 4 * c.d_model, 0);
-    c.vocab = cfg_int(L, 1, "vocab", 0, 1);
-    c.ctx = cfg_int(L, 1, "ctx", 0, 1);
-    c.rope_theta = (float)mp_lua_opt_num(L, 1, "rope_theta", 10000.0);
-    c.norm_eps = (float)mp_lua_opt_num(L, 1, "norm_eps", 1e-5);
-    c.tied = mp_lua_opt_bool(L, 1, "tied", 1);
-    uint64_t seed = (uint64_t)mp_lua_opt_int(L, 1, "mp.model.new", "seed", 0, 0, LUA_MAXINTEGER);
-    float std = (float)mp_lua_opt_num(L, 1, "init_std", 0.02);
+    mp_config c;
+    mp_lua_config_read(L, 1, fn, extra, &c);
+    uint64_t seed = (uint64_t)mp_lua_opt_int(L, 1, fn, "seed", 0, 0, LUA_MAXINTEGER);
+    float std = (float)mp_lua_opt_num(L, 1, fn, "init_std", 0.02);
+    const char *tok = mp_lua_opt_str(L, 1, fn, "tokenizer", NULL);
     lmodel *lm = push_lmodel(L);
     mp_status st = mp_model_new_init(&lm->m, &c, seed, std);
-    if (st) return luaL_error(L, "mp.model.new: %s", mp_last_error());
-    if (lua_getfield(L, 1, "tokenizer") != LUA_TNIL) set_tokenizer(L, lm, luaL_checkstring(L, -1));
-    lua_pop(L, 1);
+    if (st) return luaL_error(L, "%s: %s", fn, mp_last_error());
+    if (tok) set_tokenizer(L, lm, tok);
     return 1;
 }
 
@@ -743,10 +671,11 @@ static int model_save(lua_State *L) {
     lua_settop(L, 3);
     lmodel *lm = mp_lua_model_busy(L, 1, "save", 0); /* option tables may run metamethods */
     const char *path = luaL_checkstring(L, 2);
+    static const char *const known[] = {"format", "type", "version", NULL};
+    mp_lua_opt_check(L, 3, "save", known);
     int opt = lua_istable(L, 3) ? 3 : 0;
-    const char *format = NULL;
+    const char *format = mp_lua_opt_str(L, opt, "save", "format", NULL);
     mp_model_save_params sp = mp_model_save_params_default();
-    if (opt && lua_getfield(L, opt, "format") != LUA_TNIL) format = luaL_checkstring(L, -1);
     if (format) {
         sp.format = strcmp(format, "hf") == 0 ? MP_FORMAT_HF : strcmp(format, "gguf") == 0 ? MP_FORMAT_GGUF
                   : strcmp(format, "h5") == 0 ? MP_FORMAT_CHECKPOINT : strcmp(format, "llama2c") == 0 ? MP_FORMAT_LLAMA2C
@@ -757,7 +686,7 @@ static int model_save(lua_State *L) {
     sp.format = mp_model_save_format(path, sp.format);
     if (sp.format == MP_FORMAT_GGUF) {
         const char *type = "f32";
-        if (opt && lua_getfield(L, opt, "type") != LUA_TNIL) type = luaL_checkstring(L, -1);
+        type = mp_lua_opt_str(L, opt, "save", "type", type);
         uint32_t t = strcmp(type, "f32") == 0 ? MP_GGML_F32 : strcmp(type, "f16") == 0 ? MP_GGML_F16
                    : strcmp(type, "q8_0") == 0 ? MP_GGML_Q8_0 : 0xffffffffu;
         if (t == 0xffffffffu) return luaL_error(L, "save: type must be \"f32\", \"f16\" or \"q8_0\" (got \"%s\")", type);
@@ -803,7 +732,7 @@ static int l_hook_names(lua_State *L) {
 static int model_index(lua_State *L) {
     lmodel *lm = mp_lua_model_check(L, 1);
     const char *k = luaL_checkstring(L, 2);
-    if (strcmp(k, "config") == 0 || strcmp(k, "cfg") == 0) { push_config(L, lm->m); return 1; }
+    if (strcmp(k, "config") == 0 || strcmp(k, "cfg") == 0) { mp_lua_config_push(L, lm->m); return 1; }
     if (strcmp(k, "tokenizer") == 0) {
         lua_pushstring(L, is_bytes(lm) ? "bytes" : lm->tok ? lm->tok_path : NULL);
         return 1;
@@ -833,19 +762,19 @@ static int model_set_rope_scaling(lua_State *L) {
     model_idle(L, "set_rope_scaling"); /* the running pass and its KV cache read m->cfg */
     lmodel *lm = mp_lua_model_busy(L, 1, "set_rope_scaling", 0);
     const char *type = "none";
-    if (lua_istable(L, 2)) {
-        if (lua_getfield(L, 2, "type") != LUA_TNIL) type = luaL_checkstring(L, -1); /* kept on the stack */
-    } else if (!lua_isnoneornil(L, 2)) {
+    static const char *const known[] = {"type", "factor", "original_ctx", "beta_fast", "beta_slow", NULL};
+    if (!lua_istable(L, 2) && !lua_isnoneornil(L, 2))
         return luaL_argerror(L, 2, "expected a table {type=, factor=, original_ctx=}");
-    }
+    mp_lua_opt_check(L, 2, "set_rope_scaling", known);
+    type = mp_lua_opt_str(L, 2, "set_rope_scaling", "type", type);
     int k = mp_rope_scaling_parse(type);
     if (k < 0) return luaL_error(L, "set_rope_scaling: type must be \"pi\", \"ntk\", \"yarn\" or \"none\" (got \"%s\")", type);
     mp_rope_scaling_params p = mp_rope_scaling_params_default();
     p.type = (mp_rope_scaling)k;
-    p.factor = k ? (float)mp_lua_opt_num(L, 2, "factor", 1.0) : 0.0f;
+    p.factor = k ? (float)mp_lua_opt_num(L, 2, "set_rope_scaling", "factor", 1.0) : 0.0f;
     p.original_ctx = k ? (int)mp_lua_opt_int(L, 2, "set_rope_scaling", "original_ctx", 0, 0, INT_MAX) : 0;
-    p.beta_fast = k ? (float)mp_lua_opt_num(L, 2, "beta_fast", 0) : 0.0f;
-    p.beta_slow = k ? (float)mp_lua_opt_num(L, 2, "beta_slow", 0) : 0.0f;
+    p.beta_fast = k ? (float)mp_lua_opt_num(L, 2, "set_rope_scaling", "beta_fast", 0) : 0.0f;
+    p.beta_slow = k ? (float)mp_lua_opt_num(L, 2, "set_rope_scaling", "beta_slow", 0) : 0.0f;
     if (mp_model_set_rope_scaling(lm->m, &p)) return luaL_error(L, "%s", mp_last_error());
     lua_settop(L, 1);
     return 1;
@@ -857,12 +786,14 @@ static int model_set_rope_scaling(lua_State *L) {
 static int model_set_pos(lua_State *L) {
     lua_settop(L, 3);
     model_idle(L, "set_pos"); /* the running pass and its KV cache read m->cfg */
+    static const char *const known[] = {"rope_dims", "pos_temp", NULL};
     lmodel *lm = mp_lua_model_busy(L, 1, "set_pos", 0);
     const char *name = luaL_checkstring(L, 2);
+    mp_lua_opt_check(L, 3, "set_pos", known);
     int k = mp_pos_parse(name);
     if (k < 0) return luaL_error(L, "set_pos: unknown positional scheme \"%s\"", name);
     int rope_dims = (int)mp_lua_opt_int(L, 3, "set_pos", "rope_dims", 0, 0, INT_MAX);
-    int pos_temp = mp_lua_opt_bool(L, 3, "pos_temp", 1);
+    int pos_temp = mp_lua_opt_bool(L, 3, "set_pos", "pos_temp", 1);
     if (mp_model_set_pos(lm->m, (mp_pos_kind)k, rope_dims, pos_temp)) return luaL_error(L, "%s", mp_last_error());
     lua_settop(L, 1);
     return 1;
@@ -893,7 +824,7 @@ static const luaL_Reg model_methods[] = {
     {"close", model_close},
     {NULL, NULL}};
 
-static int model_call(lua_State *L) { return run_common(L, 0); }
+static int model_call(lua_State *L) { return run_common(L, 0, "forward"); }
 
 void mp_lua_open_model(lua_State *L) {
     luaL_newmetatable(L, MODEL_MT);
@@ -922,6 +853,7 @@ void mp_lua_open_model(lua_State *L) {
     lua_newtable(L);
     lua_pushcfunction(L, l_load); lua_setfield(L, -2, "load");
     lua_pushcfunction(L, l_model_new); lua_setfield(L, -2, "new");
+    lua_pushcfunction(L, mp_lua_config_fields); lua_setfield(L, -2, "config_fields");
     lua_setfield(L, -2, "model");
     lua_newtable(L);
     lua_pushcfunction(L, l_tok_save_bytelevel); lua_setfield(L, -2, "save_bytelevel");

@@ -46,11 +46,19 @@ guard *mp_lua_guard_push(lua_State *L);
  * int (errors name `what`, the position and the value); with vocab > 0 also in
  * 0..vocab-1, or -1 with `ignore` (targets). */
 void mp_lua_read_tokens(lua_State *L, int idx, guard *g, int *B, int *T, const char *what, int vocab, int ignore);
-/* Options table helpers (opt = stack index of the table, or 0). */
-int mp_lua_opt_bool(lua_State *L, int opt, const char *key, int def);
-lua_Number mp_lua_opt_num(lua_State *L, int opt, const char *key, lua_Number def);
-/* Pushes the comma-joined globs of opts[key] (string or list of strings) or def. */
-const char *mp_lua_opt_globs(lua_State *L, int opt, const char *key, const char *def);
+
+/* lconfig.c: the config from MP_CONFIG_TABLE. Pushes m.config (the fields
+ * the table shows, with the values in force, then n_rope_freqs, tokenizer,
+ * format, source, n_params, memory). */
+void mp_lua_config_push(lua_State *L, const mp_model *m);
+/* Reads a config from the options table at idx: every field under its Lua
+ * key over mp_config_default() (d_model, n_layer, n_head, vocab, ctx
+ * required; n_kv_head = n_head, d_head = d_model / n_head, d_mlp = 4 d_model
+ * or 0 without MLP when absent); any other key but those in extra
+ * (NULL-terminated) is an error. Does not validate. */
+void mp_lua_config_read(lua_State *L, int idx, const char *fn, const char *const *extra, mp_config *c);
+/* mp.model.config_fields() -> {{key=, attr=, type=, names=}, ...} in table order. */
+int mp_lua_config_fields(lua_State *L);
 
 /* lintervene.c: registers opts.fwd_hooks = { {name_or_glob, function | Intervention}, ... }
  * into g->hooks (pushes one table that keeps the functions alive: leave it on the

@@ -39,20 +39,6 @@ lua_Integer mp_lua_checkint(lua_State *L, int idx, const char *what, lua_Integer
     return v;
 }
 
-lua_Integer mp_lua_opt_int(lua_State *L, int opt, const char *prefix, const char *key, lua_Integer def,
-                           lua_Integer lo, lua_Integer hi) {
-    if (!opt || !lua_istable(L, opt)) return def;
-    opt = lua_absindex(L, opt);
-    if (lua_getfield(L, opt, key) == LUA_TNIL) {
-        lua_pop(L, 1);
-        return def;
-    }
-    const char *what = prefix ? lua_pushfstring(L, "%s: %s", prefix, key) : lua_pushfstring(L, "option '%s'", key);
-    lua_Integer v = mp_lua_checkint(L, -2, what, lo, hi);
-    lua_pop(L, 2);
-    return v;
-}
-
 static int l_version(lua_State *L) {
     lua_pushstring(L, MP_VERSION);
     return 1;

@@ -70,51 +70,13 @@ static int fail(lua_State *L, const char *what) { return luaL_error(L, "%s: %s",
 
 /* ---- option helpers ---- */
 
-static int opt_field(lua_State *L, int opts, const char *key) {
-    if (opts == 0 || lua_isnoneornil(L, opts)) { lua_pushnil(L); return LUA_TNIL; }
-    return lua_getfield(L, opts, key);
-}
-
-static double opt_num(lua_State *L, int opts, const char *key, double def) {
-    int t = opt_field(L, opts, key);
-    double v = def;
-    if (t != LUA_TNIL) {
-        if (!lua_isnumber(L, -1)) luaL_error(L, "option '%s' must be a number", key);
-        v = lua_tonumber(L, -1);
-    }
-    lua_pop(L, 1);
-    return v;
-}
-
-static int opt_bool(lua_State *L, int opts, const char *key, int def) {
-    int t = opt_field(L, opts, key);
-    int v = t == LUA_TNIL ? def : lua_toboolean(L, -1);
-    lua_pop(L, 1);
-    return v;
-}
-
-/* String option, or NULL. The value is left on the stack (the caller's frame
- * is cleared when it returns): popped, a string made by __index or converted
- * from a number would be garbage the next option read could collect. */
-static const char *opt_str(lua_State *L, int opts, const char *key) {
-    int t = opt_field(L, opts, key);
-    if (t == LUA_TNIL) {
-        lua_pop(L, 1);
-        return NULL;
-    }
-    if (t != LUA_TSTRING && t != LUA_TNUMBER) luaL_error(L, "option '%s' must be a string", key);
-    return lua_tostring(L, -1);
-}
-
-static mp_cmap opt_cmap(lua_State *L, int opts) {
-    const char *s = opt_str(L, opts, "cmap");
+/* Options go through the one reader (lua/lopt.c); `fn` is each function's
+ * name for its messages. */
+static mp_cmap opt_cmap(lua_State *L, int opts, const char *fn) {
+    const char *s = mp_lua_opt_str(L, opts, fn, "cmap", NULL);
     mp_cmap m = MP_CMAP_VIRIDIS;
     if (s && mp_cmap_parse(s, &m) != MP_OK) luaL_error(L, "%s", mp_last_error());
     return m;
-}
-
-static void check_opts(lua_State *L, int idx) {
-    if (!lua_isnoneornil(L, idx)) luaL_checktype(L, idx, LUA_TTABLE);
 }
 
 /* Values at idx (Tensor or table, flattened); may push a converted Tensor. */
@@ -127,7 +89,7 @@ static const float *vec_arg(lua_State *L, int idx, size_t *n) {
 /* Option `key` of opts as a float vector of length n (or NULL if absent); leaves
  * whatever it converted on the stack. */
 static const float *opt_vec(lua_State *L, int opts, const char *key, size_t n, const char *what) {
-    if (opt_field(L, opts, key) == LUA_TNIL) { lua_pop(L, 1); return NULL; }
+    if (mp_lua_opt_get(L, opts, key) == LUA_TNIL) { lua_pop(L, 1); return NULL; }
     size_t m;
     const float *v = vec_arg(L, lua_gettop(L), &m);
     if (m != n) luaL_error(L, "%s: %s has %d values, expected %d", what, key, (int)m, (int)n);
@@ -137,14 +99,17 @@ static const float *opt_vec(lua_State *L, int opts, const char *key, size_t n, c
 /* ---- figure ---- */
 
 static int l_figure(lua_State *L) {
-    check_opts(L, 1);
+    static const char fn[] = "mp.plot.figure";
+    static const char *const known[] = {"rows", "cols", "font_size", "sharex", "sharey", "title", "width", "height",
+                                        "dpi", NULL};
+    mp_lua_opt_check(L, 1, fn, known);
     mp_figure_params p = mp_figure_params_default();
-    double rows = opt_num(L, 1, "rows", 1), cols = opt_num(L, 1, "cols", 1);
-    p.font_size = opt_num(L, 1, "font_size", p.font_size);
-    p.share_x = opt_bool(L, 1, "sharex", 0);
-    p.share_y = opt_bool(L, 1, "sharey", 0);
-    p.title = opt_str(L, 1, "title");
-    double w = opt_num(L, 1, "width", 432), h = opt_num(L, 1, "height", 324), dpi = opt_num(L, 1, "dpi", 150);
+    double rows = mp_lua_opt_num(L, 1, fn, "rows", 1), cols = mp_lua_opt_num(L, 1, fn, "cols", 1);
+    p.font_size = mp_lua_opt_num(L, 1, fn, "font_size", p.font_size);
+    p.share_x = mp_lua_opt_bool(L, 1, fn, "sharex", 0);
+    p.share_y = mp_lua_opt_bool(L, 1, fn, "sharey", 0);
+    p.title = mp_lua_opt_str(L, 1, fn, "title", NULL);
+    double w = mp_lua_opt_num(L, 1, fn, "width", 432), h = mp_lua_opt_num(L, 1, fn, "height", 324), dpi = mp_lua_opt_num(L, 1, fn, "dpi", 150);
     if (!(rows >= 1 && rows <= 16 && cols >= 1 && cols <= 16 && rows == floor(rows) && cols == floor(cols)))
         return luaL_error(L, "mp.plot.figure: rows and cols must be integers in 1..16");
     if (!(w >= 16 && w <= 1e5 && h >= 16 && h <= 1e5))
@@ -176,8 +141,10 @@ static int m_fig_axes(lua_State *L) {
 static int m_fig_save(lua_State *L) {
     lfigure *f = check_figure(L, 1);
     const char *path = luaL_checkstring(L, 2);
-    check_opts(L, 3);
-    double dpi = opt_num(L, 3, "dpi", f->dpi), w = opt_num(L, 3, "width", f->width), h = opt_num(L, 3, "height", f->height);
+    static const char fn[] = "fig:save";
+    static const char *const known[] = {"dpi", "width", "height", NULL};
+    mp_lua_opt_check(L, 3, fn, known);
+    double dpi = mp_lua_opt_num(L, 3, fn, "dpi", f->dpi), w = mp_lua_opt_num(L, 3, fn, "width", f->width), h = mp_lua_opt_num(L, 3, fn, "height", f->height);
     if (mp_figure_save(f->fig, path, w, h, dpi) != MP_OK) return luaL_error(L, "fig:save: %s", mp_last_error());
     lua_pushvalue(L, 2);
     return 1;
@@ -186,7 +153,10 @@ static int m_fig_save(lua_State *L) {
 static int m_fig_set(lua_State *L) {
     lfigure *f = check_figure(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
-    const char *t = opt_str(L, 2, "title");
+    static const char fn[] = "fig:set";
+    static const char *const known[] = {"title", NULL};
+    mp_lua_opt_check(L, 2, fn, known);
+    const char *t = mp_lua_opt_str(L, 2, fn, "title", NULL);
     if (t && mp_figure_set_title(f->fig, t) != MP_OK) return fail(L, "fig:set");
     lua_pushvalue(L, 1);
     return 1;
@@ -300,20 +270,23 @@ static const int32_t *categories(lua_State *L, int idx, size_t n, const char ***
 
 static int m_scatter(lua_State *L) {
     mp_axes *ax = check_axes(L, 1);
-    check_opts(L, 4);
+    static const char fn[] = "ax:scatter";
+    static const char *const known[] = {"size", "alpha", "vmin", "vmax", "label", "colorbar_label", "cmap", "color",
+                                        "category", NULL};
+    mp_lua_opt_check(L, 4, fn, known);
     size_t n, ny;
     const float *x = vec_arg(L, 2, &n), *y = vec_arg(L, 3, &ny);
     if (n != ny) return luaL_error(L, "ax:scatter: x has %d values but y has %d", (int)n, (int)ny);
     mp_scatter_style s = mp_scatter_style_default();
-    s.size = opt_num(L, 4, "size", s.size);
-    s.alpha = opt_num(L, 4, "alpha", s.alpha);
-    s.vmin = opt_num(L, 4, "vmin", NAN);
-    s.vmax = opt_num(L, 4, "vmax", NAN);
-    s.label = opt_str(L, 4, "label");
-    s.colorbar_label = opt_str(L, 4, "colorbar_label");
-    s.cmap = opt_cmap(L, 4);
+    s.size = mp_lua_opt_num(L, 4, fn, "size", s.size);
+    s.alpha = mp_lua_opt_num(L, 4, fn, "alpha", s.alpha);
+    s.vmin = mp_lua_opt_num(L, 4, fn, "vmin", NAN);
+    s.vmax = mp_lua_opt_num(L, 4, fn, "vmax", NAN);
+    s.label = mp_lua_opt_str(L, 4, fn, "label", NULL);
+    s.colorbar_label = mp_lua_opt_str(L, 4, fn, "colorbar_label", NULL);
+    s.cmap = opt_cmap(L, 4, fn);
     s.color = opt_vec(L, 4, "color", n, "ax:scatter");
-    if (opt_field(L, 4, "category") != LUA_TNIL) {
+    if (mp_lua_opt_get(L, 4, "category") != LUA_TNIL) {
         const char **names;
         s.category = categories(L, -1, n, &names, &s.n_category_names);
         s.category_names = names;
@@ -324,16 +297,18 @@ static int m_scatter(lua_State *L) {
 
 static int m_line(lua_State *L) {
     mp_axes *ax = check_axes(L, 1);
-    check_opts(L, 4);
+    static const char fn[] = "ax:line";
+    static const char *const known[] = {"label", "width", "dashed", "marker", "band_lo", "band_hi", NULL};
+    mp_lua_opt_check(L, 4, fn, known);
     size_t n, nx = 0;
     const float *x = lua_isnil(L, 2) ? NULL : vec_arg(L, 2, &nx);
     const float *y = vec_arg(L, 3, &n);
     if (x && nx != n) return luaL_error(L, "ax:line: x has %d values but y has %d", (int)nx, (int)n);
     mp_line_style s = mp_line_style_default();
-    s.label = opt_str(L, 4, "label");
-    s.width = opt_num(L, 4, "width", s.width);
-    s.dashed = opt_bool(L, 4, "dashed", 0);
-    s.marker = opt_bool(L, 4, "marker", 0);
+    s.label = mp_lua_opt_str(L, 4, fn, "label", NULL);
+    s.width = mp_lua_opt_num(L, 4, fn, "width", s.width);
+    s.dashed = mp_lua_opt_bool(L, 4, fn, "dashed", 0);
+    s.marker = mp_lua_opt_bool(L, 4, fn, "marker", 0);
     s.band_lo = opt_vec(L, 4, "band_lo", n, "ax:line");
     s.band_hi = opt_vec(L, 4, "band_hi", n, "ax:line");
     float *xs = NULL;
@@ -347,17 +322,20 @@ static int m_line(lua_State *L) {
 
 static int m_heatmap(lua_State *L) {
     mp_axes *ax = check_axes(L, 1);
-    check_opts(L, 3);
+    static const char fn[] = "ax:heatmap";
+    static const char *const known[] = {"log", "mask_upper", "colorbar", "cmap", "vmin", "vmax", "colorbar_label",
+                                        NULL};
+    mp_lua_opt_check(L, 3, fn, known);
     mp_tensor *t = mp_lua_tensor_arg(L, 2);
     if (t->ndim != 2) return luaL_argerror(L, 2, "ax:heatmap: expected a 2-D Tensor or table of rows");
     mp_heatmap_style s = mp_heatmap_style_default();
-    s.log = opt_bool(L, 3, "log", 0);
-    s.mask_upper = opt_bool(L, 3, "mask_upper", 0);
-    s.colorbar = opt_bool(L, 3, "colorbar", 1);
-    s.cmap = opt_cmap(L, 3);
-    s.vmin = opt_num(L, 3, "vmin", NAN);
-    s.vmax = opt_num(L, 3, "vmax", NAN);
-    s.colorbar_label = opt_str(L, 3, "colorbar_label");
+    s.log = mp_lua_opt_bool(L, 3, fn, "log", 0);
+    s.mask_upper = mp_lua_opt_bool(L, 3, fn, "mask_upper", 0);
+    s.colorbar = mp_lua_opt_bool(L, 3, fn, "colorbar", 1);
+    s.cmap = opt_cmap(L, 3, fn);
+    s.vmin = mp_lua_opt_num(L, 3, fn, "vmin", NAN);
+    s.vmax = mp_lua_opt_num(L, 3, fn, "vmax", NAN);
+    s.colorbar_label = mp_lua_opt_str(L, 3, fn, "colorbar_label", NULL);
     if (mp_axes_heatmap(ax, t->data, (size_t)t->shape[0], (size_t)t->shape[1], &s) != MP_OK) return fail(L, "ax:heatmap");
     return ret_self(L);
 }
@@ -381,7 +359,9 @@ static float *bar_matrix(lua_State *L, int idx, size_t ngroups, size_t *nseries,
 
 static int m_bars(lua_State *L) {
     mp_axes *ax = check_axes(L, 1);
-    check_opts(L, 4);
+    static const char fn[] = "ax:bars";
+    static const char *const known[] = {"err", "labels", NULL};
+    mp_lua_opt_check(L, 4, fn, known);
     size_t ngroups;
     const char **glabels = NULL;
     if (lua_type(L, 2) == LUA_TNUMBER) {
@@ -403,10 +383,10 @@ static int m_bars(lua_State *L) {
     size_t ns = 0;
     float *v = bar_matrix(L, 3, ngroups, &ns, "series");
     float *err = NULL;
-    if (opt_field(L, 4, "err") != LUA_TNIL) err = bar_matrix(L, -1, ngroups, &ns, "err");
+    if (mp_lua_opt_get(L, 4, "err") != LUA_TNIL) err = bar_matrix(L, -1, ngroups, &ns, "err");
     else lua_pop(L, 1);
     const char **slabels = NULL;
-    if (opt_field(L, 4, "labels") != LUA_TNIL) {
+    if (mp_lua_opt_get(L, 4, "labels") != LUA_TNIL) {
         int li = lua_gettop(L);
         luaL_checktype(L, li, LUA_TTABLE);
         if ((size_t)luaL_len(L, li) != ns) return luaL_error(L, "ax:bars: %d labels for %d series", (int)luaL_len(L, li), (int)ns);
@@ -424,7 +404,7 @@ static int m_bars(lua_State *L) {
 }
 
 static void lim_opt(lua_State *L, mp_axes *ax, const char *key, int y) {
-    if (opt_field(L, 2, key) != LUA_TNIL) {
+    if (mp_lua_opt_get(L, 2, key) != LUA_TNIL) {
         int li = lua_gettop(L);
         if (!lua_istable(L, li)) luaL_error(L, "ax:set: %s must be {lo, hi}", key);
         lua_rawgeti(L, li, 1);
@@ -439,16 +419,17 @@ static void lim_opt(lua_State *L, mp_axes *ax, const char *key, int y) {
 static int m_set(lua_State *L) {
     mp_axes *ax = check_axes(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
+    static const char fn[] = "ax:set";
+    static const char *const known[] = {"title", "xlabel", "ylabel", "xlog", "ylog", "legend", "xlim", "ylim", NULL};
+    mp_lua_opt_check(L, 2, fn, known);
     const char *s;
-    if ((s = opt_str(L, 2, "title")) && mp_axes_set_title(ax, s) != MP_OK) return fail(L, "ax:set");
-    if ((s = opt_str(L, 2, "xlabel")) && mp_axes_set_xlabel(ax, s) != MP_OK) return fail(L, "ax:set");
-    if ((s = opt_str(L, 2, "ylabel")) && mp_axes_set_ylabel(ax, s) != MP_OK) return fail(L, "ax:set");
-    if (opt_field(L, 2, "xlog") != LUA_TNIL) mp_axes_set_xlog(ax, lua_toboolean(L, -1));
-    lua_pop(L, 1);
-    if (opt_field(L, 2, "ylog") != LUA_TNIL) mp_axes_set_ylog(ax, lua_toboolean(L, -1));
-    lua_pop(L, 1);
-    if (opt_field(L, 2, "legend") != LUA_TNIL) mp_axes_set_legend(ax, lua_toboolean(L, -1));
-    lua_pop(L, 1);
+    if ((s = mp_lua_opt_str(L, 2, fn, "title", NULL)) && mp_axes_set_title(ax, s) != MP_OK) return fail(L, "ax:set");
+    if ((s = mp_lua_opt_str(L, 2, fn, "xlabel", NULL)) && mp_axes_set_xlabel(ax, s) != MP_OK) return fail(L, "ax:set");
+    if ((s = mp_lua_opt_str(L, 2, fn, "ylabel", NULL)) && mp_axes_set_ylabel(ax, s) != MP_OK) return fail(L, "ax:set");
+    int b;
+    if ((b = mp_lua_opt_bool(L, 2, fn, "xlog", -1)) >= 0) mp_axes_set_xlog(ax, b);
+    if ((b = mp_lua_opt_bool(L, 2, fn, "ylog", -1)) >= 0) mp_axes_set_ylog(ax, b);
+    if ((b = mp_lua_opt_bool(L, 2, fn, "legend", -1)) >= 0) mp_axes_set_legend(ax, b);
     lim_opt(L, ax, "xlim", 0);
     lim_opt(L, ax, "ylim", 1);
     return ret_self(L);

@@ -14,6 +14,7 @@
  * ridge for separable classes or more features than samples. */
 #include "mp_lua.h"
 
+#include <limits.h>
 #include <string.h>
 
 #include "probe.h"
@@ -59,35 +60,15 @@ static int l_probe(lua_State *L) {
     const float *X = features(L, 1, fn, &n, &d);
     double *y = labels(L, 2, fn, n);
     mp_probe_params p = mp_analyze_probe_params_default();
-    if (!lua_isnil(L, 3)) {
-        luaL_checktype(L, 3, LUA_TTABLE);
-        static const char *known[] = {"kind", "ridge", "standardize", "max_iter", "tol", NULL};
-        lua_pushnil(L);
-        while (lua_next(L, 3)) {
-            int ok = 0;
-            if (lua_type(L, -2) == LUA_TSTRING)
-                for (int i = 0; known[i]; i++) ok |= strcmp(lua_tostring(L, -2), known[i]) == 0;
-            if (!ok)
-                luaL_error(L, "%s: unknown option '%s' (kind, ridge, standardize, max_iter, tol)", fn,
-                           lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : luaL_typename(L, -2));
-            lua_pop(L, 1);
-        }
-        if (lua_getfield(L, 3, "kind") != LUA_TNIL) {
-            const char *k = luaL_checkstring(L, -1);
-            if (strcmp(k, "linear") == 0) p.kind = MP_PROBE_LINEAR;
-            else if (strcmp(k, "logistic") == 0) p.kind = MP_PROBE_LOGISTIC;
-            else luaL_error(L, "%s: kind must be \"linear\" or \"logistic\" (got \"%s\")", fn, k);
-        }
-        lua_pop(L, 1);
-        if (lua_getfield(L, 3, "ridge") != LUA_TNIL) p.ridge = luaL_checknumber(L, -1);
-        lua_pop(L, 1);
-        if (lua_getfield(L, 3, "standardize") != LUA_TNIL) p.standardize = lua_toboolean(L, -1);
-        lua_pop(L, 1);
-        if (lua_getfield(L, 3, "max_iter") != LUA_TNIL) p.max_iter = (int)luaL_checkinteger(L, -1);
-        lua_pop(L, 1);
-        if (lua_getfield(L, 3, "tol") != LUA_TNIL) p.tol = luaL_checknumber(L, -1);
-        lua_pop(L, 1);
-    }
+    static const char *const known[] = {"kind", "ridge", "standardize", "max_iter", "tol", NULL},
+                             *kinds[] = {"linear", "logistic", NULL};
+    mp_lua_opt_check(L, 3, fn, known);
+    int logistic = mp_lua_opt_enum(L, 3, fn, "kind", p.kind == MP_PROBE_LOGISTIC, kinds) == 1;
+    p.kind = logistic ? MP_PROBE_LOGISTIC : MP_PROBE_LINEAR;
+    p.ridge = mp_lua_opt_num(L, 3, fn, "ridge", p.ridge);
+    p.standardize = mp_lua_opt_bool(L, 3, fn, "standardize", p.standardize);
+    p.max_iter = (int)mp_lua_opt_int(L, 3, fn, "max_iter", p.max_iter, INT_MIN, INT_MAX);
+    p.tol = mp_lua_opt_num(L, 3, fn, "tol", p.tol);
     mp_probe *pr = lua_newuserdatauv(L, sizeof *pr, 0);
     memset(pr, 0, sizeof *pr);
     luaL_setmetatable(L, PROBE_MT);

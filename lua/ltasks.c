@@ -111,40 +111,6 @@ int lt_fail(lua_State *L, const char *where, const char *cprefix) {
 
 /* ---- options tables ---- */
 
-/* Rejects a non-table (nil is an empty table) and unknown keys. */
-void lt_opts_check(lua_State *L, int idx, const char *fn, const char *const *known) {
-    if (lua_isnoneornil(L, idx)) return;
-    if (!lua_istable(L, idx)) luaL_error(L, "%s: options must be a table (got %s)", fn, luaL_typename(L, idx));
-    lua_pushnil(L);
-    while (lua_next(L, idx)) {
-        lua_pop(L, 1);
-        if (lua_type(L, -1) != LUA_TSTRING)
-            luaL_error(L, "%s: option names must be strings (got %s)", fn, luaL_typename(L, -1));
-        const char *k = lua_tostring(L, -1);
-        int ok = 0;
-        for (const char *const *p = known; *p && !ok; p++) ok = strcmp(*p, k) == 0;
-        if (!ok) {
-            luaL_Buffer b;
-            luaL_buffinit(L, &b);
-            for (const char *const *p = known; *p; p++) {
-                if (p != known) luaL_addstring(&b, ", ");
-                luaL_addstring(&b, *p);
-            }
-            luaL_pushresult(&b);
-            luaL_error(L, "%s: unknown option '%s' (options: %s)", fn, k, lua_tostring(L, -1));
-        }
-    }
-}
-
-/* Pushes opts[key] (nil when opts is absent); returns its type. */
-int lt_opt_get(lua_State *L, int idx, const char *key) {
-    if (lua_isnoneornil(L, idx)) {
-        lua_pushnil(L);
-        return LUA_TNIL;
-    }
-    return lua_getfield(L, idx, key);
-}
-
 /* The integer at the stack top (popped), checked against lo..hi; `what` names it. */
 lua_Integer lt_int_value(lua_State *L, const char *fn, const char *what, lua_Integer lo, lua_Integer hi) {
     int ok = 0;
@@ -160,69 +126,15 @@ lua_Integer lt_int_value(lua_State *L, const char *fn, const char *what, lua_Int
 }
 
 int lt_opt_int(lua_State *L, int idx, const char *fn, const char *key, int def, int lo, int hi) {
-    if (lt_opt_get(L, idx, key) == LUA_TNIL) {
+    if (mp_lua_opt_get(L, idx, key) == LUA_TNIL) {
         lua_pop(L, 1);
         return def;
     }
     return (int)lt_int_value(L, fn, key, lo, hi);
 }
 
-double lt_opt_num(lua_State *L, int idx, const char *fn, const char *key, double def) {
-    if (lt_opt_get(L, idx, key) == LUA_TNIL) {
-        lua_pop(L, 1);
-        return def;
-    }
-    if (lua_type(L, -1) != LUA_TNUMBER)
-        luaL_error(L, "%s: %s must be a number (got %s)", fn, key, luaL_typename(L, -1));
-    double v = lua_tonumber(L, -1);
-    lua_pop(L, 1);
-    return v;
-}
-
-/* A boolean (0 and 1 also accepted). */
-int lt_opt_bool(lua_State *L, int idx, const char *fn, const char *key, int def) {
-    int t = lt_opt_get(L, idx, key), v = def;
-    if (t == LUA_TBOOLEAN) {
-        v = lua_toboolean(L, -1);
-    } else if (t == LUA_TNUMBER && lua_isinteger(L, -1) && (lua_tointeger(L, -1) == 0 || lua_tointeger(L, -1) == 1)) {
-        v = (int)lua_tointeger(L, -1);
-    } else if (t != LUA_TNIL) {
-        luaL_error(L, "%s: %s must be a boolean (got %s)", fn, key, luaL_tolstring(L, -1, NULL));
-    }
-    lua_pop(L, 1);
-    return v;
-}
-
-/* One of names[] (index returned); def when absent. */
-int lt_opt_enum(lua_State *L, int idx, const char *fn, const char *key, int def, const char *const *names) {
-    int t = lt_opt_get(L, idx, key);
-    if (t == LUA_TNIL) {
-        lua_pop(L, 1);
-        return def;
-    }
-    const char *s = t == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-    for (int i = 0; s && names[i]; i++)
-        if (strcmp(names[i], s) == 0) {
-            lua_pop(L, 1);
-            return i;
-        }
-    luaL_Buffer b;
-    luaL_buffinit(L, &b);
-    for (int i = 0; names[i]; i++) {
-        if (i) luaL_addstring(&b, ", ");
-        luaL_addchar(&b, '"');
-        luaL_addstring(&b, names[i]);
-        luaL_addchar(&b, '"');
-    }
-    luaL_pushresult(&b);
-    const char *list = lua_tostring(L, -1);
-    const char *got = s ? lua_pushfstring(L, "\"%s\"", s) : luaL_typename(L, -2);
-    luaL_error(L, "%s: %s must be one of %s (got %s)", fn, key, list, got);
-    return def;
-}
-
 uint64_t lt_opt_seed(lua_State *L, int idx, const char *fn) {
-    if (lt_opt_get(L, idx, "seed") == LUA_TNIL) {
+    if (mp_lua_opt_get(L, idx, "seed") == LUA_TNIL) {
         lua_pop(L, 1);
         return 1;
     }
@@ -362,13 +274,13 @@ static const task_type MTD_TYPE = {"mechprobe.MTDTask", "MTDTask", mtd_free, mtd
 static int l_mtd(lua_State *L) {
     static const char *const known[] = {"q", "m", "concentration", "targets", "seed", NULL};
     const char *fn = "mp.tasks.mtd";
-    lt_opts_check(L, 1, fn, known);
+    mp_lua_opt_check(L, 1, fn, known);
     mp_mtd_params p = mp_mtd_params_default();
     p.q = lt_opt_int(L, 1, fn, "q", p.q, 2, INT_MAX);
     p.m = lt_opt_int(L, 1, fn, "m", p.m, 1, INT_MAX);
-    p.c = lt_opt_num(L, 1, fn, "concentration", p.c);
+    p.c = mp_lua_opt_num(L, 1, fn, "concentration", p.c);
     if (!(p.c > 0) || !isfinite(p.c)) luaL_error(L, "%s: concentration must be finite and > 0 (got %f)", fn, p.c);
-    p.target = (mp_mtd_target)lt_opt_enum(L, 1, fn, "targets", (int)p.target, mtd_targets);
+    p.target = (mp_mtd_target)mp_lua_opt_enum(L, 1, fn, "targets", (int)p.target, mtd_targets);
     p.seed = lt_opt_seed(L, 1, fn);
     ltask *u = lt_push_task(L, &MTD_TYPE);
     mp_mtd *t = NULL;
@@ -383,8 +295,8 @@ static int mtd_sample(lua_State *L) {
     mp_mtd *t = lt_check_task(L, 1, &MTD_TYPE);
     int B = lt_arg_count(L, 2, fn, "B", 1), T = lt_arg_count(L, 3, fn, "T", 1);
     static const char *const known[] = {"truth", NULL};
-    lt_opts_check(L, 4, fn, known);
-    int want = lt_opt_bool(L, 4, fn, "truth", 1);
+    mp_lua_opt_check(L, 4, fn, known);
+    int want = mp_lua_opt_bool(L, 4, fn, "truth", 1);
     const mp_mtd_params *p = mp_mtd_get_params(t);
     if (T < p->m) luaL_error(L, "%s: T = %d is shorter than m = %d lags", fn, T, p->m);
     lua_settop(L, 3);
@@ -531,20 +443,20 @@ static int l_text(lua_State *L) {
     if (lua_type(L, 1) == LUA_TSTRING) {
         oi = 2;
         lua_settop(L, 2);
-        lt_opts_check(L, oi, fn, known + 1);
+        mp_lua_opt_check(L, oi, fn, known + 1);
         lua_pushvalue(L, 1);
     } else {
-        lt_opts_check(L, oi, fn, known);
-        if (lt_opt_get(L, oi, "path") != LUA_TSTRING)
+        mp_lua_opt_check(L, oi, fn, known);
+        if (mp_lua_opt_get(L, oi, "path") != LUA_TSTRING)
             luaL_error(L, "%s: path (the text file) must be a string (got %s)", fn, luaL_typename(L, -1));
     }
     mp_text_params p = mp_text_params_default();
     p.path = lua_tostring(L, -1);   /* stays on the stack while used */
     int ctx = lt_opt_int(L, oi, fn, "ctx", 0, 1, INT_MAX);
-    p.val_fraction = lt_opt_num(L, oi, fn, "val_fraction", p.val_fraction);
+    p.val_fraction = mp_lua_opt_num(L, oi, fn, "val_fraction", p.val_fraction);
     if (!(p.val_fraction >= 0 && p.val_fraction < 1))
         luaL_error(L, "%s: val_fraction must be in [0, 1) (got %f)", fn, p.val_fraction);
-    p.bos = lt_opt_bool(L, oi, fn, "bos", p.bos);
+    p.bos = mp_lua_opt_bool(L, oi, fn, "bos", p.bos);
     p.seed = lt_opt_seed(L, oi, fn);
     ltask *u = lt_push_task(L, &TEXT_TYPE);
     ltext *x = calloc(1, sizeof *x);
@@ -660,14 +572,14 @@ static int l_retrieval(lua_State *L) {
     static const char *const known[] = {"n_keys", "key_len", "value_len", "n_filler", "filler",
                                         "depth", "bos", "seed", NULL};
     const char *fn = "mp.tasks.retrieval";
-    lt_opts_check(L, 1, fn, known);
+    mp_lua_opt_check(L, 1, fn, known);
     mp_retrieval_params p = mp_retrieval_params_default();
     p.n_keys = lt_opt_int(L, 1, fn, "n_keys", p.n_keys, 1, MP_RETRIEVAL_MAX_KEYS);
     p.key_len = lt_opt_int(L, 1, fn, "key_len", p.key_len, 1, MP_RETRIEVAL_MAX_DIGITS);
     p.value_len = lt_opt_int(L, 1, fn, "value_len", p.value_len, 1, MP_RETRIEVAL_MAX_DIGITS);
     p.n_filler = lt_opt_int(L, 1, fn, "n_filler", p.n_filler, 1, 65536);
-    p.filler = (mp_retrieval_filler)lt_opt_enum(L, 1, fn, "filler", (int)p.filler, ret_fillers);
-    int t = lt_opt_get(L, 1, "depth");
+    p.filler = (mp_retrieval_filler)mp_lua_opt_enum(L, 1, fn, "filler", (int)p.filler, ret_fillers);
+    int t = mp_lua_opt_get(L, 1, "depth");
     if (t == LUA_TSTRING && !strcmp(lua_tostring(L, -1), "random")) {
         p.depth = -1;
     } else if (t == LUA_TNUMBER) {
@@ -678,7 +590,7 @@ static int l_retrieval(lua_State *L) {
         luaL_error(L, "%s: depth must be a number in [0, 1] or \"random\" (got %s)", fn, luaL_tolstring(L, -1, NULL));
     }
     lua_pop(L, 1);
-    p.bos = lt_opt_bool(L, 1, fn, "bos", p.bos);
+    p.bos = mp_lua_opt_bool(L, 1, fn, "bos", p.bos);
     p.seed = lt_opt_seed(L, 1, fn);
     ltask *u = lt_push_task(L, &RET_TYPE);
     mp_retrieval *r = NULL;

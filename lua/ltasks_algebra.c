@@ -121,7 +121,7 @@ static mp_algebra_group parse_group(const char *s) {
 /* A rule set: one name, names separated by ',' or '|', or a list of names. */
 static uint32_t opt_rules(lua_State *L, int idx, const char *fn, const char *key) {
     uint32_t mask = 0;
-    int t = lt_opt_get(L, idx, key);
+    int t = mp_lua_opt_get(L, idx, key);
     int top = lua_gettop(L);
     if (t == LUA_TNIL) {
         lua_pop(L, 1);
@@ -159,14 +159,14 @@ int mp_lt_l_algebra(lua_State *L) {
     static const char *const known[] = {"k", "mix", "max_order", "test_groups", "groups", "hold_out", "targets",
                                         "require", "exclude", "max_attempts", "pool", "pool_share", "seed", NULL};
     const char *fn = "mp.tasks.algebra";
-    lt_opts_check(L, 1, fn, known);
+    mp_lua_opt_check(L, 1, fn, known);
     mp_algebra_params p = mp_algebra_params_default();
     p.n_facts = lt_opt_int(L, 1, fn, "k", p.n_facts, 0, 100000);
-    p.mix = lt_opt_num(L, 1, fn, "mix", p.mix);
+    p.mix = mp_lua_opt_num(L, 1, fn, "mix", p.mix);
     if (!(p.mix >= 0 && p.mix <= 1)) luaL_error(L, "%s: mix must be a probability in [0, 1] (got %f)", fn, p.mix);
     p.max_order = lt_opt_int(L, 1, fn, "max_order", p.max_order, 3, MP_ALGEBRA_N_SYMBOLS);
-    p.test_groups = lt_opt_bool(L, 1, fn, "test_groups", p.test_groups);
-    int t = lt_opt_get(L, 1, "groups");
+    p.test_groups = mp_lua_opt_bool(L, 1, fn, "test_groups", p.test_groups);
+    int t = mp_lua_opt_get(L, 1, "groups");
     if (t != LUA_TNIL) {
         int gi = lua_gettop(L), total = 0;
         if (t == LUA_TSTRING) {  /* one name */
@@ -198,13 +198,13 @@ int mp_lt_l_algebra(lua_State *L) {
         p.n_fixed = (int)n;
     }
     lua_pop(L, 1);
-    p.holdout = (mp_algebra_holdout)lt_opt_enum(L, 1, fn, "hold_out", (int)p.holdout, alg_holdouts);
-    p.target = (mp_algebra_target)lt_opt_enum(L, 1, fn, "targets", (int)p.target, alg_targets);
+    p.holdout = (mp_algebra_holdout)mp_lua_opt_enum(L, 1, fn, "hold_out", (int)p.holdout, alg_holdouts);
+    p.target = (mp_algebra_target)mp_lua_opt_enum(L, 1, fn, "targets", (int)p.target, alg_targets);
     p.require = opt_rules(L, 1, fn, "require");
     p.exclude = opt_rules(L, 1, fn, "exclude");
     p.max_attempts = lt_opt_int(L, 1, fn, "max_attempts", p.max_attempts, 1, INT_MAX);
     p.pool = lt_opt_int(L, 1, fn, "pool", p.pool, 0, 100000);
-    p.pool_share = lt_opt_num(L, 1, fn, "pool_share", p.pool_share);   /* range: mp_algebra_init */
+    p.pool_share = mp_lua_opt_num(L, 1, fn, "pool_share", p.pool_share);   /* range: mp_algebra_init */
     p.seed = lt_opt_seed(L, 1, fn);
     const uint32_t copy = MP_ALGEBRA_BIT(MP_ALGEBRA_RULE_COPY), commute = MP_ALGEBRA_BIT(MP_ALGEBRA_RULE_COMMUTE);
     if ((p.require & copy) && p.holdout != MP_ALGEBRA_HOLDOUT_NONE)

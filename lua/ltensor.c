@@ -697,8 +697,9 @@ static int m_save(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
     const char *path = luaL_checkstring(L, 2);
     const char *name = luaL_checkstring(L, 3);
-    if (!lua_isnoneornil(L, 4)) luaL_checktype(L, 4, LUA_TTABLE);
-    int compress = (int)mp_lua_opt_int(L, 4, "t:save", "compress", 0, 0, 9);
+    static const char *const known[] = {"compress", NULL};
+    mp_lua_opt_check(L, 4, "Tensor:save", known);
+    int compress = (int)mp_lua_opt_int(L, 4, "Tensor:save", "compress", 0, 0, 9);
     hid_t f;
     /* updated in place (not atomic): never a FIFO or a device */
     mp_status st = mp_check_regular_file(path);

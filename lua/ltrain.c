@@ -36,37 +36,31 @@ struct mp_adamw *mp_lua_optim_push(lua_State *L, const struct mp_adamw *state) {
     return o;
 }
 
-static float num_opt(lua_State *L, int t, const char *k, float def) {
-    float v = def;
-    if (lua_getfield(L, t, k) != LUA_TNIL) {
-        int ok;
-        v = (float)lua_tonumberx(L, -1, &ok);
-        if (!ok) luaL_error(L, "mp.optim.adamw: '%s' must be a number", k);
-    }
-    lua_pop(L, 1);
-    return v;
+#define ADAMW_KEYS "lr", "beta1", "beta2", "eps", "weight_decay", "min_lr", "grad_clip", "warmup", "total_steps"
+
+/* Reads hyper-parameters from table t over defaults hp (also used by m:train, fn). */
+static void adamw_params(lua_State *L, int t, const char *fn, mp_adamw_params *hp) {
+    hp->lr = (float)mp_lua_opt_num(L, t, fn, "lr", hp->lr);
+    hp->beta1 = (float)mp_lua_opt_num(L, t, fn, "beta1", hp->beta1);
+    hp->beta2 = (float)mp_lua_opt_num(L, t, fn, "beta2", hp->beta2);
+    hp->eps = (float)mp_lua_opt_num(L, t, fn, "eps", hp->eps);
+    hp->weight_decay = (float)mp_lua_opt_num(L, t, fn, "weight_decay", hp->weight_decay);
+    hp->min_lr = (float)mp_lua_opt_num(L, t, fn, "min_lr", hp->min_lr);
+    hp->grad_clip = (float)mp_lua_opt_num(L, t, fn, "grad_clip", hp->grad_clip);
+    hp->warmup = (int)mp_lua_opt_int(L, t, fn, "warmup", hp->warmup, 0, INT_MAX);
+    hp->total_steps = (int)mp_lua_opt_int(L, t, fn, "total_steps", hp->total_steps, 0, INT_MAX);
 }
 
-/* Reads hyper-parameters from table t over defaults hp (also used by m:train). */
-void mp_lua_adamw_params(lua_State *L, int t, void *hpv) {
-    mp_adamw_params *hp = hpv;
-    hp->lr = num_opt(L, t, "lr", hp->lr);
-    hp->beta1 = num_opt(L, t, "beta1", hp->beta1);
-    hp->beta2 = num_opt(L, t, "beta2", hp->beta2);
-    hp->eps = num_opt(L, t, "eps", hp->eps);
-    hp->weight_decay = num_opt(L, t, "weight_decay", hp->weight_decay);
-    hp->min_lr = num_opt(L, t, "min_lr", hp->min_lr);
-    hp->grad_clip = num_opt(L, t, "grad_clip", hp->grad_clip);
-    hp->warmup = (int)mp_lua_opt_int(L, t, "mp.optim.adamw", "warmup", hp->warmup, 0, INT_MAX);
-    hp->total_steps = (int)mp_lua_opt_int(L, t, "mp.optim.adamw", "total_steps", hp->total_steps, 0, INT_MAX);
-}
+void mp_lua_adamw_params(lua_State *L, int t, void *hpv) { adamw_params(L, t, "mp.optim.adamw", hpv); }
 
 static int l_adamw(lua_State *L) {
     mp_adamw st;
     memset(&st, 0, sizeof st);
     st.hp = mp_adamw_params_default();
     if (!lua_isnoneornil(L, 1)) {
+        static const char *const known[] = {ADAMW_KEYS, NULL};
         luaL_checktype(L, 1, LUA_TTABLE);
+        mp_lua_opt_check(L, 1, "mp.optim.adamw", known);
         mp_lua_adamw_params(L, 1, &st.hp);
     }
     mp_status s = mp_adamw_params_check(&st.hp);
@@ -176,6 +170,8 @@ static int model_train_step(lua_State *L) {
     lua_settop(L, 5);
     lmodel *lm = mp_lua_model_busy(L, 1, "train_step", 1);
     mp_adamw *o = mp_lua_optim_check(L, 2);
+    static const char *const known[] = {"accum", "data_parallel", "fwd_hooks", NULL};
+    mp_lua_opt_check(L, 5, "train_step", known);
     int opt = lua_istable(L, 5) ? 5 : 0;
     guard *gt = mp_lua_guard_push(L), *gg = mp_lua_guard_push(L);
     int B, T;
@@ -184,7 +180,7 @@ static int model_train_step(lua_State *L) {
     if (!gt->hooks) return luaL_error(L, "out of memory");
     int ftbl = mp_lua_add_fwd_hooks(L, opt, gt, T);
     int accum = (int)mp_lua_opt_int(L, opt, "train_step", "accum", 1, 1, INT_MAX);
-    shard sh = shard_of(L, B, accum, mp_lua_opt_bool(L, opt, "data_parallel", 1), "train_step");
+    shard sh = shard_of(L, B, accum, mp_lua_opt_bool(L, opt, "train_step", "data_parallel", 1), "train_step");
     float loss;
     mp_status st = lm_step(lm, o, gt->ints, gg->ints, B, T, accum, mp_hooks_count(gt->hooks) ? gt->hooks : NULL,
                            sh, &loss);
@@ -252,6 +248,10 @@ static int model_train(lua_State *L) {
     lua_settop(L, 2);
     lmodel *lm = mp_lua_model_busy(L, 1, "train", 1);
     luaL_checktype(L, 2, LUA_TTABLE);
+    static const char *const known[] = {"task", "steps", "batch", "seq_len", "accum", "eval_every", "eval_batches",
+                                        "checkpoint_every", "data_parallel", "progress", "log_every", "checkpoint",
+                                        "optimizer", "resume", "on_step", "fwd_hooks", ADAMW_KEYS, NULL};
+    mp_lua_opt_check(L, 2, "train", known);
     if (lua_getfield(L, 2, "task") == LUA_TNIL) return luaL_error(L, "train: option 'task' is required");
     int task = lua_gettop(L);
     if (mp_lua_opt_int(L, 2, "train", "steps", 0, 0, INT_MAX) == 0)
@@ -263,11 +263,10 @@ static int model_train(lua_State *L) {
     const int eval_every = (int)mp_lua_opt_int(L, 2, "train", "eval_every", 0, 0, INT_MAX);
     const int eval_batches = (int)mp_lua_opt_int(L, 2, "train", "eval_batches", 4, 1, INT_MAX);
     const int ck_every = (int)mp_lua_opt_int(L, 2, "train", "checkpoint_every", 0, 0, INT_MAX);
-    const int dp = mp_lua_opt_bool(L, 2, "data_parallel", 1), root = mp_mpi_rank() == 0;
-    const int show = mp_lua_opt_bool(L, 2, "progress", 1) && root, tty = isatty(2);
+    const int dp = mp_lua_opt_bool(L, 2, "train", "data_parallel", 1), root = mp_mpi_rank() == 0;
+    const int show = mp_lua_opt_bool(L, 2, "train", "progress", 1) && root, tty = isatty(2);
     const int log_every = (int)mp_lua_opt_int(L, 2, "train", "log_every", steps >= 20 ? steps / 20 : 1, 1, INT_MAX);
-    lua_getfield(L, 2, "checkpoint");
-    const char *ckpt = lua_tostring(L, -1); /* stays on the stack */
+    const char *ckpt = mp_lua_opt_str(L, 2, "train", "checkpoint", NULL); /* stays on the stack */
     /* the optimizer */
     mp_adamw *o = NULL;
     if (lua_getfield(L, 2, "optimizer") != LUA_TNIL) {
@@ -275,7 +274,7 @@ static int model_train(lua_State *L) {
     } else {
         lua_pop(L, 1);
         lua_getiuservalue(L, 1, 1);
-        o = mp_lua_opt_bool(L, 2, "resume", 1) ? luaL_testudata(L, -1, MP_OPTIM_MT) : NULL;
+        o = mp_lua_opt_bool(L, 2, "train", "resume", 1) ? luaL_testudata(L, -1, MP_OPTIM_MT) : NULL;
         if (!o) {
             lua_pop(L, 1);
             mp_adamw fresh;
@@ -285,7 +284,7 @@ static int model_train(lua_State *L) {
             fresh.hp.beta2 = 0.95f;
             fresh.hp.grad_clip = 1.0f;
             fresh.hp.total_steps = steps;
-            mp_lua_adamw_params(L, 2, &fresh.hp);
+            adamw_params(L, 2, "train", &fresh.hp);
             if (mp_adamw_params_check(&fresh.hp)) return luaL_error(L, "train: %s", mp_last_error());
             o = mp_lua_optim_push(L, &fresh);
         }
@@ -293,8 +292,7 @@ static int model_train(lua_State *L) {
     int oi = lua_gettop(L);
     lua_pushvalue(L, oi);
     lua_setiuservalue(L, 1, 1);
-    lua_getfield(L, 2, "on_step");
-    int on_step = lua_isfunction(L, -1) ? lua_gettop(L) : 0;
+    int on_step = mp_lua_opt_type(L, 2, "train", "on_step", LUA_TFUNCTION) ? lua_gettop(L) : 0;
     guard *gt = mp_lua_guard_push(L), *gg = mp_lua_guard_push(L);
     gt->hooks = mp_hooks_new(&lm->m->cfg);
     if (!gt->hooks) return luaL_error(L, "out of memory");
@@ -403,6 +401,8 @@ static int model_train(lua_State *L) {
 static int model_loss(lua_State *L) {
     lua_settop(L, 4);
     lmodel *lm = mp_lua_model_busy(L, 1, "loss", 0);
+    static const char *const known[] = {"fwd_hooks", NULL};
+    mp_lua_opt_check(L, 4, "loss", known);
     int opt = lua_istable(L, 4) ? 4 : 0;
     guard *gt = mp_lua_guard_push(L), *gg = mp_lua_guard_push(L);
     int B, T;

@@ -52,10 +52,32 @@ mp_tensor *mp_lua_tensor_arg(lua_State *L, int idx);
  * value ("d_model = 1099511627776 is out of range (0..2147483647)", "tokens[2]
  * must be an integer (got 1.7)"). */
 lua_Integer mp_lua_checkint(lua_State *L, int idx, const char *what, lua_Integer lo, lua_Integer hi);
-/* opt[key] (opt a stack index of a table, or 0) checked as mp_lua_checkint,
- * def when absent; the message names `prefix` (may be NULL) and the key. */
-lua_Integer mp_lua_opt_int(lua_State *L, int opt, const char *prefix, const char *key, lua_Integer def,
-                           lua_Integer lo, lua_Integer hi);
+/* ---- options tables (lua/lopt.c): the one reader for every function ----
+ * idx is the stack index of the options table (0 or nil: no options); fn
+ * names the function in messages. mp_lua_opt_check rejects a non-table and
+ * every key not in `known` (NULL-terminated): "fn: unknown option 'key'".
+ * The getters return def for an absent key and raise "fn: option 'key' must
+ * be a number, got string" for a value of the wrong type; booleans are
+ * true/false only (a number is an error). */
+void mp_lua_opt_check(lua_State *L, int idx, const char *fn, const char *const *known);
+/* Pushes opts[key] (nil without options); returns its type. */
+int mp_lua_opt_get(lua_State *L, int idx, const char *key);
+/* Pushes opts[key] and returns 1 when present and of Lua type `type`; 0
+ * (nothing pushed) when absent; error when of another type. */
+int mp_lua_opt_type(lua_State *L, int idx, const char *fn, const char *key, int type);
+/* An integer checked as mp_lua_checkint ("fn: key = 5 is out of range (0..4)";
+ * fn NULL: "option 'key' = 5 is out of range (0..4)"). */
+lua_Integer mp_lua_opt_int(lua_State *L, int idx, const char *fn, const char *key, lua_Integer def, lua_Integer lo,
+                           lua_Integer hi);
+lua_Number mp_lua_opt_num(lua_State *L, int idx, const char *fn, const char *key, lua_Number def);
+int mp_lua_opt_bool(lua_State *L, int idx, const char *fn, const char *key, int def);
+/* A string; pushes it (nil when absent), so that it stays alive while the
+ * caller's frame does (a string made by an __index metamethod is in no table). */
+const char *mp_lua_opt_str(lua_State *L, int idx, const char *fn, const char *key, const char *def);
+/* One of names[] (NULL-terminated): its index; "fn: key must be one of "a", "b" (got "c")". */
+int mp_lua_opt_enum(lua_State *L, int idx, const char *fn, const char *key, int def, const char *const *names);
+/* Pushes the comma-joined globs of opts[key] (a string or a list of strings) or def. */
+const char *mp_lua_opt_globs(lua_State *L, int idx, const char *fn, const char *key, const char *def);
 
 /* Raises a Lua error carrying mp_last_error() (for a failed mp_status): a
  * string, also kept in the registry under MP_LUA_INPUT_ERROR so that the CLI

@@ -32,6 +32,7 @@ typedef struct {
     int logits;          /* write /logits */
     int compress;        /* 0..9 (shuffle + deflate); one rank only: compression needs collective writes */
     const char *source;  /* /model attribute `source` (may be NULL) */
+    const char *tokenizer; /* /model attribute `tokenizer` (NULL or "": none) */
 } mp_h5cap_params;
 
 typedef struct mp_h5cap mp_h5cap;

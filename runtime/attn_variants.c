@@ -9,16 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const attn_names[MP_ATTN_COUNT] = {"softmax", "ssmax", "entmax15", "entmax", "asentmax"};
-
-const char *mp_attn_name(mp_attn_kind k) { return (unsigned)k < MP_ATTN_COUNT ? attn_names[k] : "unknown"; }
-
-int mp_attn_parse(const char *name) {
-    for (int i = 0; name && i < MP_ATTN_COUNT; i++)
-        if (strcmp(name, attn_names[i]) == 0) return i;
-    return -1;
-}
-
 double mp_attn_alpha(const mp_config *c) {
     switch (c->attn) {
     case MP_ATTN_ENTMAX15: return 1.5;

@@ -2,9 +2,12 @@
  * buffer size free of size_t overflow), parameter counting, and allocation /
  * freeing of an mp_model whose parameters live in one zeroed float buffer. */
 #include "attn_variants.h"
+#include "config.h"
 #include "model.h"
 
+#include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -17,71 +20,225 @@
 #define MP_MAX_VOCAB  (1 << 24)
 #define MP_MAX_CTX    (1 << 24)
 
+/* ---- the kind names, one table each ---- */
+const char *const mp_norm_names[MP_NORM_COUNT] = {"rms", "layer"};
+const char *const mp_mlp_names[MP_MLP_COUNT] = {"swiglu", "gelu", "none"};
+const char *const mp_pos_names[MP_POS_COUNT] = {"rope", "none", "learned", "half_rope", "high_freq", "rope_id"};
+const char *const mp_rope_scaling_names[MP_ROPE_SCALING_COUNT] = {"none", "pi", "ntk", "yarn"};
+const char *const mp_attn_names[MP_ATTN_COUNT] = {"softmax", "ssmax", "entmax15", "entmax", "asentmax"};
+
+static const char *kind_name(const char *const *names, int n, int k) {
+    return k >= 0 && k < n ? names[k] : "unknown";
+}
+static int kind_parse(const char *const *names, int n, const char *name) {
+    for (int i = 0; name && i < n; i++)
+        if (strcmp(name, names[i]) == 0) return i;
+    return -1;
+}
+const char *mp_norm_name(mp_norm_kind k) { return kind_name(mp_norm_names, MP_NORM_COUNT, (int)k); }
+const char *mp_mlp_name(mp_mlp_kind k) { return kind_name(mp_mlp_names, MP_MLP_COUNT, (int)k); }
+const char *mp_mlp_label(const mp_config *c) {
+    return c->mlp == MP_MLP_GELU && c->gelu_tanh ? "gelu_tanh" : mp_mlp_name(c->mlp);
+}
+const char *mp_pos_name(mp_pos_kind k) { return kind_name(mp_pos_names, MP_POS_COUNT, (int)k); }
+int mp_pos_parse(const char *name) { return kind_parse(mp_pos_names, MP_POS_COUNT, name); }
+const char *mp_rope_scaling_name(mp_rope_scaling k) {
+    return kind_name(mp_rope_scaling_names, MP_ROPE_SCALING_COUNT, (int)k);
+}
+int mp_rope_scaling_parse(const char *name) { return kind_parse(mp_rope_scaling_names, MP_ROPE_SCALING_COUNT, name); }
+const char *mp_attn_name(mp_attn_kind k) { return kind_name(mp_attn_names, MP_ATTN_COUNT, (int)k); }
+int mp_attn_parse(const char *name) { return kind_parse(mp_attn_names, MP_ATTN_COUNT, name); }
+
+/* ---- MP_CONFIG_TABLE as data and accessors ---- */
+enum {
+#define CF_ID(m, ty, a, l, nm, nn, d, fl, val, wr, sh) CF_##m,
+    MP_CONFIG_TABLE(CF_ID)
+#undef CF_ID
+    CF_COUNT
+};
+
+const mp_config_field mp_config_fields[] = {
+#define CF_ROW(m, ty, a, l, nm, nn, d, fl, val, wr, sh) {a, l, ty, nm, nn, fl},
+    MP_CONFIG_TABLE(CF_ROW)
+#undef CF_ROW
+};
+const int mp_config_n_fields = CF_COUNT;
+
+/* One switch over the table answers the four questions about field i. */
+enum { Q_GET, Q_VALUE, Q_WRITTEN, Q_SHOWN };
+static double field_query(const mp_config *c, int i, int q) {
+    switch (i) {
+#define CF_Q(m, ty, a, l, nm, nn, d, fl, val, wr, sh)                                                      \
+    case CF_##m:                                                                                           \
+        return q == Q_GET ? (ty == MP_CF_NOTBOOL ? (double)!c->m : (double)c->m)                           \
+             : q == Q_VALUE ? (double)(val) : q == Q_WRITTEN ? (double)((wr) != 0) : (double)((sh) != 0);
+        MP_CONFIG_TABLE(CF_Q)
+#undef CF_Q
+    }
+    return 0.0;
+}
+
+double mp_config_get(const mp_config *c, int i) { return field_query(c, i, Q_GET); }
+double mp_config_value(const mp_config *c, int i) { return field_query(c, i, Q_VALUE); }
+int mp_config_written(const mp_config *c, int i) { return field_query(c, i, Q_WRITTEN) != 0.0; }
+int mp_config_shown(const mp_config *c, int i) { return field_query(c, i, Q_SHOWN) != 0.0; }
+
+void mp_config_set(mp_config *c, int i, double v) {
+    if (i >= 0 && i < CF_COUNT && mp_config_fields[i].type != MP_CF_FLOAT) { /* integer members: no UB on a bad value */
+        v = isnan(v) ? 0.0 : v < INT_MIN ? INT_MIN : v > INT_MAX ? INT_MAX : v;
+        v = (double)(int)v;
+    }
+    switch (i) {
+#define CF_SET(m, ty, a, l, nm, nn, d, fl, val, wr, sh) \
+    case CF_##m: c->m = ty == MP_CF_NOTBOOL ? (v == 0.0) : v; break;
+        MP_CONFIG_TABLE(CF_SET)
+#undef CF_SET
+    }
+}
+
+const float *mp_config_floats(const mp_config *c, int i, int *n) {
+    (void)i;
+    *n = c->n_rope_freqs;
+    return c->rope_freqs;
+}
+
+mp_status mp_config_set_floats(mp_config *c, int i, const double *v, size_t n) {
+    if (i < 0 || i >= CF_COUNT || mp_config_fields[i].type != MP_CF_FLOATS)
+        return mp_error(MP_ERR_ARG, "config field %d is not a list", i);
+    if (n > MP_ROPE_FREQS_MAX)
+        return mp_error(MP_ERR_ARG, "%s: %zu values (at most %d)", mp_config_fields[i].attr, n, MP_ROPE_FREQS_MAX);
+    c->n_rope_freqs = (int)n;
+    for (size_t k = 0; k < n; k++) c->rope_freqs[k] = (float)v[k];
+    return MP_OK;
+}
+
+const char *mp_config_kind_name(const mp_config *c, int i, int label) {
+    const mp_config_field *f = &mp_config_fields[i];
+    if (label && i == CF_mlp) return mp_mlp_label(c);
+    return kind_name(f->names, f->n_names, (int)mp_config_get(c, i));
+}
+
+int mp_config_set_kind(mp_config *c, int i, const char *name, int label) {
+    const mp_config_field *f = &mp_config_fields[i];
+    if (f->type != MP_CF_KIND) return -1;
+    int k = kind_parse(f->names, f->n_names, name);
+    if (k < 0 && label && i == CF_mlp && name && strcmp(name, "gelu_tanh") == 0) {
+        c->mlp = MP_MLP_GELU;
+        c->gelu_tanh = 1;
+        return MP_MLP_GELU;
+    }
+    if (k >= 0) mp_config_set(c, i, k);
+    return k;
+}
+
+int mp_config_field_find(const char *key) {
+    for (int i = 0; key && i < CF_COUNT; i++)
+        if (!strcmp(key, mp_config_fields[i].attr) || !strcmp(key, mp_config_fields[i].lua)) return i;
+    return -1;
+}
+
 mp_config mp_config_default(void) {
     mp_config c;
     memset(&c, 0, sizeof c);   /* dims 0: the caller must set them */
-    c.rope_theta = 10000.0f;
-    c.norm_eps = 1e-5f;
-    c.tied = 1;
-    c.norm = MP_NORM_RMS;
-    c.mlp = MP_MLP_SWIGLU;
-    c.pos = MP_POS_ROPE;
+#define CF_DEF(m, ty, a, l, nm, nn, d, fl, val, wr, sh) c.m = d;
+    MP_CONFIG_TABLE(CF_DEF)
+#undef CF_DEF
     return c;
 }
 
-/* Sizes (in floats) of the mp_params fields, in struct order. Returns -1 on
- * overflow. Assumes the fields are positive (checked by the caller). */
-enum { P_EMBED, P_LN1, P_LN1B, P_WQ, P_WK, P_WV, P_WO, P_LN2, P_LN2B, P_W1, P_W3, P_W2, P_LNF, P_LNFB,
-       P_UNEMBED, P_POS, P_BQ, P_BK, P_BV, P_BO, P_B1, P_B3, P_B2, P_SSMAX, P_ASD, P_ASB, P_ASG, P_COUNT };
+/* ---- the parameter tensors: one table ----
+ * X(id, member, name, rows, cols, present): one layer's shape [rows, cols]
+ * (cols 0: 1-D); per-layer tensors have "%d" in their name (DESIGN.md
+ * checkpoint names); absent tensors have size 0, so older models keep their
+ * layout. Order = mp_params order = the layout in memory. Expressions of
+ * D, V, M, HD, KD, H, ctx, has_mlp, ln, c. */
+#define MP_PARAM_TABLE(X)                                                                         \
+    X(EMBED, embed, "embed", V, D, 1)                                                             \
+    X(LN1, ln1_w, "blocks.%d.ln1.weight", D, 0, 1)                                                \
+    X(LN1B, ln1_b, "blocks.%d.ln1.bias", D, 0, ln)                                                \
+    X(WQ, wq, "blocks.%d.attn.wq", HD, D, 1)                                                      \
+    X(WK, wk, "blocks.%d.attn.wk", KD, D, 1)                                                      \
+    X(WV, wv, "blocks.%d.attn.wv", KD, D, 1)                                                      \
+    X(WO, wo, "blocks.%d.attn.wo", D, HD, 1)                                                      \
+    X(LN2, ln2_w, "blocks.%d.ln2.weight", D, 0, has_mlp)                                          \
+    X(LN2B, ln2_b, "blocks.%d.ln2.bias", D, 0, has_mlp && ln)                                     \
+    X(W1, w1, "blocks.%d.mlp.w1", M, D, has_mlp)                                                  \
+    X(W3, w3, "blocks.%d.mlp.w3", M, D, c->mlp == MP_MLP_SWIGLU) /* GELU: w1 in, w2 out */       \
+    X(W2, w2, "blocks.%d.mlp.w2", D, M, has_mlp)                                                  \
+    X(LNF, lnf_w, "ln_final.weight", D, 0, 1)                                                     \
+    X(LNFB, lnf_b, "ln_final.bias", D, 0, ln)                                                     \
+    X(UNEMBED, unembed, "unembed", V, D, !c->tied)                                                \
+    X(POS, pos_embed, "pos_embed", ctx, D, c->pos == MP_POS_LEARNED)                              \
+    X(BQ, bq, "blocks.%d.attn.bq", HD, 0, c->qkv_bias)                                            \
+    X(BK, bk, "blocks.%d.attn.bk", KD, 0, c->qkv_bias)                                            \
+    X(BV, bv, "blocks.%d.attn.bv", KD, 0, c->qkv_bias)                                            \
+    X(BO, bo, "blocks.%d.attn.bo", D, 0, c->linear_bias)                                          \
+    X(B1, b1, "blocks.%d.mlp.b1", M, 0, c->linear_bias && has_mlp)                                \
+    X(B3, b3, "blocks.%d.mlp.b3", M, 0, c->linear_bias && c->mlp == MP_MLP_SWIGLU)                \
+    X(B2, b2, "blocks.%d.mlp.b2", D, 0, c->linear_bias && has_mlp)                                \
+    X(SSMAX, ssmax_s, "blocks.%d.attn.ssmax_s", H, 0, c->attn == MP_ATTN_SSMAX)                   \
+    X(ASD, as_delta, "blocks.%d.attn.as_delta", H, 0, c->attn == MP_ATTN_ASENTMAX)                \
+    X(ASB, as_beta, "blocks.%d.attn.as_beta", H, 0, c->attn == MP_ATTN_ASENTMAX)                  \
+    X(ASG, as_gamma, "blocks.%d.attn.as_gamma", H, 0, c->attn == MP_ATTN_ASENTMAX)
 
+enum {
+#define P_ID(id, f, name, r, k, present) P_##id,
+    MP_PARAM_TABLE(P_ID)
+#undef P_ID
+    P_COUNT
+};
+_Static_assert(P_COUNT == MP_PARAM_MAX, "MP_PARAM_MAX must count the rows of MP_PARAM_TABLE");
+
+static const char *const param_names[P_COUNT] = {
+#define P_NAME(id, f, name, r, k, present) name,
+    MP_PARAM_TABLE(P_NAME)
+#undef P_NAME
+};
+
+/* The config's dimensions under the names the table uses. */
+#define PARAM_DIMS(c)                                                                                \
+    int64_t D = (c)->d_model, V = (c)->vocab, H = (c)->n_head, ctx = (c)->ctx;                       \
+    int has_mlp = (c)->mlp != MP_MLP_NONE, ln = (c)->norm == MP_NORM_LAYER;                          \
+    int64_t M = has_mlp ? (c)->d_mlp : 0, HD = (int64_t)(c)->n_head * (c)->d_head,                   \
+            KD = (int64_t)(c)->n_kv_head * (c)->d_head;                                              \
+    (void)D; (void)V; (void)H; (void)ctx; (void)M; (void)HD; (void)KD; (void)has_mlp; (void)ln
+
+/* One layer's shape of each tensor (present or not). */
+static void param_shapes(const mp_config *c, int64_t s[P_COUNT][2]) {
+    PARAM_DIMS(c);
+#define P_SHAPE(id, f, name, r, k, present) s[P_##id][0] = (r); s[P_##id][1] = (k);
+    MP_PARAM_TABLE(P_SHAPE)
+#undef P_SHAPE
+}
+
+/* Sizes (in floats) of the mp_params fields, in struct order: layers x rows x
+ * cols of present tensors, 0 for absent ones. Returns -1 on overflow (or a
+ * negative dimension). Assumes the fields are positive (checked by the caller). */
 static int param_sizes(const mp_config *c, size_t n[P_COUNT]) {
-    size_t D = (size_t)c->d_model, L = (size_t)c->n_layer, V = (size_t)c->vocab;
-    int has_mlp = c->mlp != MP_MLP_NONE, ln = c->norm == MP_NORM_LAYER;
-    size_t q, kv, M = has_mlp ? (size_t)c->d_mlp : 0, LD;
-    if (mp_mul_size((size_t)c->n_head, (size_t)c->d_head, &q) ||
-        mp_mul_size((size_t)c->n_kv_head, (size_t)c->d_head, &kv) ||
-        mp_mul_size(L, D, &LD)) return -1;
-    if (mp_mul_size(V, D, &n[P_EMBED])) return -1;
-    n[P_LN1] = LD;
-    n[P_LN1B] = ln ? LD : 0;
-    n[P_LN2] = has_mlp ? LD : 0;
-    n[P_LN2B] = has_mlp && ln ? LD : 0;
-    if (mp_mul_size(LD, q, &n[P_WQ]) || mp_mul_size(LD, kv, &n[P_WK])) return -1;
-    n[P_WV] = n[P_WK];
-    n[P_WO] = n[P_WQ];
-    if (mp_mul_size(LD, M, &n[P_W1])) return -1;
-    n[P_W2] = n[P_W1];
-    n[P_W3] = c->mlp == MP_MLP_SWIGLU ? n[P_W1] : 0;   /* GELU: w1 in, w2 out */
-    n[P_LNF] = D;
-    n[P_LNFB] = ln ? D : 0;
-    n[P_UNEMBED] = c->tied ? 0 : n[P_EMBED];
-    /* parameters of real architectures (absent: size 0, so older models keep their layout) */
-    if (c->pos == MP_POS_LEARNED) {
-        if (mp_mul_size((size_t)c->ctx, D, &n[P_POS])) return -1;
-    } else {
-        n[P_POS] = 0;
+    int64_t s[P_COUNT][2];
+    int present[P_COUNT];
+    PARAM_DIMS(c);
+#define P_PRESENT(id, f, name, r, k, pr) present[P_##id] = (pr) != 0;
+    MP_PARAM_TABLE(P_PRESENT)
+#undef P_PRESENT
+    param_shapes(c, s);
+    for (int i = 0; i < P_COUNT; i++) {
+        size_t x = 0;
+        int64_t layers = strstr(param_names[i], "%d") ? c->n_layer : 1, cols = s[i][1] ? s[i][1] : 1;
+        if (layers < 0 || s[i][0] < 0 || cols < 0) return -1;
+        if (present[i] && (mp_mul_size((size_t)layers, (size_t)s[i][0], &x) || mp_mul_size(x, (size_t)cols, &x)))
+            return -1;
+        n[i] = present[i] ? x : 0;
     }
-    if (mp_mul_size(L, q, &n[P_BQ]) || mp_mul_size(L, kv, &n[P_BK])) return -1;
-    if (!c->qkv_bias) n[P_BQ] = n[P_BK] = 0;
-    n[P_BV] = n[P_BK];
-    n[P_BO] = c->linear_bias ? LD : 0;
-    if (mp_mul_size(L, M, &n[P_B1])) return -1;
-    if (!c->linear_bias) n[P_B1] = 0;
-    n[P_B3] = c->mlp == MP_MLP_SWIGLU ? n[P_B1] : 0;
-    n[P_B2] = c->linear_bias && has_mlp ? LD : 0;
-    /* attention-variant parameters, [L, H] (absent for softmax and entmax) */
-    size_t LH;
-    if (mp_mul_size(L, (size_t)c->n_head, &LH)) return -1;
-    n[P_SSMAX] = c->attn == MP_ATTN_SSMAX ? LH : 0;
-    n[P_ASD] = n[P_ASB] = n[P_ASG] = c->attn == MP_ATTN_ASENTMAX ? LH : 0;
     return 0;
 }
 
 static float **param_field(mp_params *p, int i) {
-    float **f[P_COUNT] = {&p->embed, &p->ln1_w, &p->ln1_b, &p->wq, &p->wk, &p->wv, &p->wo, &p->ln2_w,
-                          &p->ln2_b, &p->w1, &p->w3, &p->w2, &p->lnf_w, &p->lnf_b, &p->unembed,
-                          &p->pos_embed, &p->bq, &p->bk, &p->bv, &p->bo, &p->b1, &p->b3, &p->b2,
-                          &p->ssmax_s, &p->as_delta, &p->as_beta, &p->as_gamma};
+    float **f[P_COUNT] = {
+#define P_FIELD(id, f, name, r, k, present) &p->f,
+        MP_PARAM_TABLE(P_FIELD)
+#undef P_FIELD
+    };
     return f[i];
 }
 
@@ -97,30 +254,19 @@ void mp_params_layout(const mp_config *c, float *base, mp_params *p) {
 }
 
 int mp_params_describe(const mp_config *c, const mp_params *p, mp_param_desc out[MP_PARAM_MAX]) {
-    static const char *names[P_COUNT] = {
-        "embed", "blocks.%d.ln1.weight", "blocks.%d.ln1.bias", "blocks.%d.attn.wq", "blocks.%d.attn.wk",
-        "blocks.%d.attn.wv", "blocks.%d.attn.wo", "blocks.%d.ln2.weight", "blocks.%d.ln2.bias",
-        "blocks.%d.mlp.w1", "blocks.%d.mlp.w3", "blocks.%d.mlp.w2", "ln_final.weight", "ln_final.bias",
-        "unembed", "pos_embed", "blocks.%d.attn.bq", "blocks.%d.attn.bk", "blocks.%d.attn.bv",
-        "blocks.%d.attn.bo", "blocks.%d.mlp.b1", "blocks.%d.mlp.b3", "blocks.%d.mlp.b2",
-        "blocks.%d.attn.ssmax_s", "blocks.%d.attn.as_delta", "blocks.%d.attn.as_beta", "blocks.%d.attn.as_gamma"};
-    int64_t D = c->d_model, V = c->vocab, M = c->d_mlp, HD = (int64_t)c->n_head * c->d_head,
-            KD = (int64_t)c->n_kv_head * c->d_head;
-    int64_t shapes[P_COUNT][2] = {{V, D}, {D, 0}, {D, 0}, {HD, D}, {KD, D}, {KD, D}, {D, HD}, {D, 0}, {D, 0},
-                                  {M, D}, {M, D}, {D, M}, {D, 0}, {D, 0}, {V, D},
-                                  {c->ctx, D}, {HD, 0}, {KD, 0}, {KD, 0}, {D, 0}, {M, 0}, {M, 0}, {D, 0},
-                                  {c->n_head, 0}, {c->n_head, 0}, {c->n_head, 0}, {c->n_head, 0}};
+    int64_t shapes[P_COUNT][2];
     size_t n[P_COUNT];
     int k = 0;
     if (param_sizes(c, n)) return 0;
+    param_shapes(c, shapes);
     mp_params tmp = *p;
     for (int i = 0; i < P_COUNT; i++) {
         if (!n[i]) continue;
         mp_param_desc *d = &out[k++];
-        d->name = names[i];
+        d->name = param_names[i];
         d->p = *param_field(&tmp, i);
         d->n = n[i];
-        d->per_layer = strstr(names[i], "%d") != NULL;
+        d->per_layer = strstr(param_names[i], "%d") != NULL;
         d->ndim = shapes[i][1] ? 2 : 1;
         d->shape[0] = shapes[i][0];
         d->shape[1] = shapes[i][1];
@@ -172,10 +318,14 @@ mp_status mp_config_validate(const mp_config *c, const char *what) {
     if (c->n_head % c->n_kv_head != 0)
         return mp_error(MP_ERR_FORMAT, "%s: n_head (%d) is not divisible by n_kv_head (%d)",
                         what, c->n_head, c->n_kv_head);
-    if ((unsigned)c->norm > MP_NORM_LAYER || (unsigned)c->mlp > MP_MLP_NONE ||
-        (unsigned)c->pos >= MP_POS_COUNT)
-        return mp_error(MP_ERR_FORMAT, "%s: unknown norm/mlp/pos kind (%d/%d/%d)", what,
-                        (int)c->norm, (int)c->mlp, (int)c->pos);
+    /* every kind names one of its values, every flag is 0 or 1 (from the table) */
+#define CF_CHECK(m, ty, a, l, nm, nn, d, fl, val, wr, sh)                                                      \
+    if (ty == MP_CF_KIND && ((int)c->m < 0 || (int)c->m >= nn))                                                \
+        return mp_error(MP_ERR_FORMAT, "%s: unknown %s kind (%d)", what, a, (int)c->m);                        \
+    if ((ty == MP_CF_BOOL || ty == MP_CF_NOTBOOL) && (int)c->m != 0 && (int)c->m != 1)                         \
+        return mp_error(MP_ERR_FORMAT, "%s: %s (%d) must be 0 or 1", what, #m, (int)c->m);
+    MP_CONFIG_TABLE(CF_CHECK)
+#undef CF_CHECK
     if (mp_pos_rotates(c) && c->d_head % 2 != 0)
         return mp_error(MP_ERR_FORMAT, "%s: d_head (%d) must be even for pos %s", what, c->d_head,
                         mp_pos_name(c->pos));
@@ -194,10 +344,6 @@ mp_status mp_config_validate(const mp_config *c, const char *what) {
         return mp_error(MP_ERR_FORMAT, "%s: pos %s rotates half of d_head (%d): d_head must be at least 4", what,
                         mp_pos_name(c->pos), c->d_head);
     }
-    if (c->pos_no_temp != 0 && c->pos_no_temp != 1)
-        return mp_error(MP_ERR_FORMAT, "%s: pos_no_temp (%d) must be 0 or 1", what, c->pos_no_temp);
-    if ((unsigned)c->rope_scaling > MP_ROPE_SCALING_YARN)
-        return mp_error(MP_ERR_FORMAT, "%s: unknown RoPE scaling kind (%d)", what, (int)c->rope_scaling);
     if (c->rope_scaling != MP_ROPE_SCALING_NONE) {
         if (c->pos != MP_POS_ROPE && c->pos != MP_POS_HALF_ROPE)
             return mp_error(MP_ERR_FORMAT, "%s: RoPE scaling %s applies to pos rope and half_rope only (pos %s)", what,
@@ -213,8 +359,6 @@ mp_status mp_config_validate(const mp_config *c, const char *what) {
         (c->yarn_beta_fast > 0.0f ? c->yarn_beta_fast : 32.0f) <= (c->yarn_beta_slow > 0.0f ? c->yarn_beta_slow : 1.0f))
         return mp_error(MP_ERR_FORMAT, "%s: YaRN beta_fast (%g) must exceed beta_slow (%g), both >= 0", what,
                         (double)c->yarn_beta_fast, (double)c->yarn_beta_slow);
-    if ((unsigned)c->attn >= MP_ATTN_COUNT)
-        return mp_error(MP_ERR_FORMAT, "%s: unknown attention variant (%d)", what, (int)c->attn);
     if (c->attn == MP_ATTN_ENTMAX || c->attn == MP_ATTN_ASENTMAX) {
         if (c->attn_alpha != 0.0f && !(c->attn_alpha > 1.0f && c->attn_alpha <= 8.0f))
             return mp_error(MP_ERR_FORMAT, "%s: attention alpha (%g) must be in (1, 8] (0: 1.5)", what,
@@ -226,11 +370,6 @@ mp_status mp_config_validate(const mp_config *c, const char *what) {
     if (!(c->norm_eps >= 0.0f) || !isfinite(c->norm_eps))
         return mp_error(MP_ERR_FORMAT, "%s: norm_eps (%g) must be non-negative and finite",
                         what, (double)c->norm_eps);
-    if (c->tied != 0 && c->tied != 1)
-        return mp_error(MP_ERR_FORMAT, "%s: tied (%d) must be 0 or 1", what, c->tied);
-    if ((c->qkv_bias | c->linear_bias | c->gelu_tanh) & ~1)
-        return mp_error(MP_ERR_FORMAT, "%s: qkv_bias/linear_bias/gelu_tanh (%d/%d/%d) must be 0 or 1", what,
-                        c->qkv_bias, c->linear_bias, c->gelu_tanh);
     if (!(c->rope_scale >= 0.0f) || !isfinite(c->rope_scale))
         return mp_error(MP_ERR_FORMAT, "%s: rope_scale (%g) must be non-negative and finite", what,
                         (double)c->rope_scale);

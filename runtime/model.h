@@ -22,86 +22,9 @@
 #ifndef MP_MODEL_H
 #define MP_MODEL_H
 
+#include "config.h"
 #include "mp_common.h"
 #include "mp_hooks.h"
-
-typedef enum { MP_NORM_RMS = 0, MP_NORM_LAYER } mp_norm_kind;
-typedef enum { MP_MLP_SWIGLU = 0, MP_MLP_GELU, MP_MLP_NONE } mp_mlp_kind;
-/* Positional schemes (runtime/pos.c; the values are stable: checkpoints store
- * names, mp_pos_name / mp_pos_parse): rope (theta); none (NoPE); learned
- * (GPT-2 table); half_rope (RoPE on the first rope_dims channels with
- * frequencies theta^(-2i/rope_dims), the rest unrotated); high_freq (every
- * pair at a high frequency, log-spaced from one turn per 32 tokens to two
- * turns per ctx); rope_id (the high_freq band on the first rope_dims channels,
- * the rest unrotated, and the logit temperature (1 + 0.1 ln(max(t,ctx)/ctx))^2
- * for the query at 1-based position t, unless pos_no_temp). DroPE is a
- * procedure on a rope model (set pos to none, recalibrate), not a scheme. */
-typedef enum {
-    MP_POS_ROPE = 0, MP_POS_NONE, MP_POS_LEARNED, MP_POS_HALF_ROPE, MP_POS_HIGH_FREQ, MP_POS_ROPE_ID
-} mp_pos_kind;
-#define MP_POS_COUNT 6
-/* Inference-time scaling of RoPE frequencies (rope and half_rope only):
- * PI divides every frequency by rope_factor; NTK raises theta to
- * theta * factor^(d/(d-2)) (d = rotated channels); YaRN (Peng et al. 2023,
- * eq. 19-22) blends interpolated and original frequencies with the ramp
- * gamma(r) = clamp((r - beta_slow) / (beta_fast - beta_slow), 0, 1) of
- * r_i = orig_ctx / wavelength_i, and multiplies the logits by
- * (0.1 ln(factor) + 1)^2. */
-typedef enum { MP_ROPE_SCALING_NONE = 0, MP_ROPE_SCALING_PI, MP_ROPE_SCALING_NTK, MP_ROPE_SCALING_YARN } mp_rope_scaling;
-/* Attention variants (runtime/attn_variants.c; the values are stable:
- * checkpoints store names, mp_attn_name / mp_attn_parse). Each maps a query's
- * scores u over the n keys it sees to the pattern: softmax; ssmax (scalable
- * softmax, Nakanishi 2025: softmax(s_h log(n) u), s_h learnable per head);
- * entmax15 (1.5-entmax, the exact sort-based algorithm of Peters et al. 2019);
- * entmax (alpha-entmax for any alpha > 1 by bisection); asentmax (adaptive-
- * scalable entmax, Vasylenko et al. 2025: alpha-entmax of
- * (delta_h + beta_h (log n)^gamma_h) u, delta/beta/gamma learnable per head).
- * The entmax kinds give exact zeros. */
-typedef enum { MP_ATTN_SOFTMAX = 0, MP_ATTN_SSMAX, MP_ATTN_ENTMAX15, MP_ATTN_ENTMAX, MP_ATTN_ASENTMAX } mp_attn_kind;
-#define MP_ATTN_COUNT 5
-
-#define MP_ROPE_FREQS_MAX 256   /* d_head up to 512 with frequency divisors */
-
-typedef struct mp_config {
-    int d_model;   /* D */
-    int n_layer;   /* L */
-    int n_head;    /* H */
-    int n_kv_head; /* K (divides H) */
-    int d_head;    /* Dh (H*Dh need not equal D) */
-    int d_mlp;     /* M */
-    int vocab;     /* V */
-    int ctx;       /* training context length */
-    float rope_theta;
-    float norm_eps;
-    int tied;      /* classifier shares the embedding */
-    mp_norm_kind norm;
-    mp_mlp_kind mlp;
-    mp_pos_kind pos;
-    /* appended for real models (zero = the older behaviour) */
-    int qkv_bias;      /* q/k/v projections have biases bq, bk, bv (Qwen2, GPT-2) */
-    int linear_bias;   /* wo, w1, w3, w2 have biases bo, b1, b3, b2 (GPT-2) */
-    int gelu_tanh;     /* GELU MLP uses the tanh approximation (GPT-2 gelu_new) */
-    float rope_scale;  /* linear RoPE scaling: positions divided by it (0 or 1: off) */
-    int n_rope_freqs;  /* 0, or d_head/2: RoPE frequency i is divided by rope_freqs[i] */
-    float rope_freqs[MP_ROPE_FREQS_MAX];
-    /* appended for the positional schemes (zero = the older behaviour / the default) */
-    int rope_dims;     /* half_rope, rope_id: rotated channels (even, 2..d_head); 0: 2*floor(d_head/4) */
-    int pos_no_temp;   /* rope_id: 1 switches the length-dependent logit temperature off */
-    mp_rope_scaling rope_scaling; /* inference-time scaling of rope / half_rope (0: none) */
-    float rope_factor;    /* its factor s (> 0; 1 = no change) */
-    int rope_orig_ctx;    /* YaRN: the original training length (0: ctx) */
-    float yarn_beta_fast; /* YaRN ramp ends in rotations per orig_ctx (0: 32) */
-    float yarn_beta_slow; /* (0: 1) */
-    /* appended for the attention variants (zero = softmax, the older behaviour) */
-    mp_attn_kind attn;    /* how scores become the pattern */
-    float attn_alpha;     /* entmax / asentmax: alpha in (1, 8] (0: 1.5); 0 for the other kinds */
-} mp_config;
-
-/* Checks every field (positive, divisible, no overflow of any buffer size);
- * MP_ERR_FORMAT with a message prefixed by `what` (usually the file name). */
-mp_status mp_config_validate(const mp_config *c, const char *what);
-/* Total number of parameters (floats), or 0 on overflow. */
-size_t mp_config_n_params(const mp_config *c);
 
 /* Parameters: pointers into one allocation (or into a memory-mapped file).
  * Linear weights in PyTorch nn.Linear layout [out, in]. */
@@ -303,8 +226,6 @@ mp_status mp_model_save_hf(const mp_model *m, const char *dir);
 mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const char *path, uint32_t type);
 /* Frees the owned parameters, unmaps a mapped file; NULL-safe. */
 void mp_model_free(mp_model *m);
-/* Default config values (theta 10000, eps 1e-5, rms, swiglu, rope, tied). */
-mp_config mp_config_default(void);
 
 /* KV cache for incremental decoding: post-positional keys and values of every
  * layer for B sequences of up to `cap` positions, and the forward pass's
@@ -410,14 +331,7 @@ mp_forward_params mp_forward_params_default(void);
 mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T,
                            const mp_forward_params *fp, float *logits);
 
-/* ---- positional scheme (runtime/pos.c: the one place that knows it) ---- */
-/* "rope", "none", "learned", "half_rope", "high_freq", "rope_id". */
-const char *mp_pos_name(mp_pos_kind k);
-/* The kind of a name, or -1. */
-int mp_pos_parse(const char *name);
-/* "none", "pi", "ntk", "yarn"; mp_rope_scaling_parse: the kind, or -1. */
-const char *mp_rope_scaling_name(mp_rope_scaling k);
-int mp_rope_scaling_parse(const char *name);
+/* ---- positional scheme (runtime/pos.c: the one place that knows it; names in config.h) ---- */
 /* Changes the positional scheme of a model in place, as m:set_pos does:
  * schemes with the same parameters only (not to or from learned); rope_dims
  * (half_rope / rope_id: rotated channels, 0 = default) and pos_temp (rope_id's
@@ -464,14 +378,6 @@ int mp_pos_tables(const mp_config *c, float *cos_t, float *sin_t, float *q_scale
  * transpose of both to a gradient. No-op for none / learned. */
 void mp_pos_apply(const mp_config *c, const float *cos_t, const float *sin_t, const float *q_scale, float *x, int B,
                   int T, int nh, int backward);
-
-/* ---- attention variant names (runtime/attn_variants.c) ---- */
-/* "softmax", "ssmax", "entmax15", "entmax", "asentmax"; mp_attn_parse: the kind, or -1. */
-const char *mp_attn_name(mp_attn_kind k);
-int mp_attn_parse(const char *name);
-/* The alpha the kind uses: 1 (softmax, ssmax), 1.5 (entmax15), attn_alpha or
- * 1.5 when 0 (entmax, asentmax). */
-double mp_attn_alpha(const mp_config *c);
 
 /* ---- sampling ---- */
 typedef struct {

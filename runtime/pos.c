@@ -11,29 +11,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const pos_names[MP_POS_COUNT] = {"rope", "none", "learned", "half_rope", "high_freq", "rope_id"};
-static const char *const scaling_names[] = {"none", "pi", "ntk", "yarn"};
-
-const char *mp_pos_name(mp_pos_kind k) {
-    return (unsigned)k < MP_POS_COUNT ? pos_names[k] : "unknown";
-}
-
-int mp_pos_parse(const char *name) {
-    for (int i = 0; name && i < MP_POS_COUNT; i++)
-        if (strcmp(name, pos_names[i]) == 0) return i;
-    return -1;
-}
-
-const char *mp_rope_scaling_name(mp_rope_scaling k) {
-    return (unsigned)k <= MP_ROPE_SCALING_YARN ? scaling_names[k] : "unknown";
-}
-
-int mp_rope_scaling_parse(const char *name) {
-    for (int i = 0; name && i <= MP_ROPE_SCALING_YARN; i++)
-        if (strcmp(name, scaling_names[i]) == 0) return i;
-    return -1;
-}
-
 int mp_pos_rotates(const mp_config *c) { return c->pos != MP_POS_NONE && c->pos != MP_POS_LEARNED; }
 
 /* rotated channels of half_rope / rope_id */

@@ -91,7 +91,7 @@ static void run_roundtrip(int compress) {
     CHECK(st == MP_OK, "create: %s", mp_last_error());
     if (st != MP_OK) return;
     CHECK(access(path, F_OK) != 0, "the final name must not exist before commit");
-    CHECK(mp_h5run_write_model(run, &cfg, "models/fake.bin") == MP_OK, "model: %s", mp_last_error());
+    CHECK(mp_h5run_write_model(run, &cfg, "models/fake.bin", NULL) == MP_OK, "model: %s", mp_last_error());
     int tokens[10];
     for (int i = 0; i < B * T; i++) tokens[i] = (i * 7) % cfg.vocab;
     CHECK(mp_h5run_write_tokens(run, tokens, B, T) == MP_OK, "tokens: %s", mp_last_error());

@@ -1,0 +1,136 @@
+/* lopt.c — the one reader of options tables for every Lua function (see
+ * mp_lua.h): unknown keys are errors ("mp.model.new: unknown option
+ * 'rope_thetaa'"), every value's type is checked ("mp.plot.figure: option
+ * 'width' must be a number, got string"), booleans are true/false only. */
+#include "mp_lua.h"
+
+#include <string.h>
+
+void mp_lua_opt_check(lua_State *L, int idx, const char *fn, const char *const *known) {
+    if (!idx || lua_isnoneornil(L, idx)) return;
+    idx = lua_absindex(L, idx);
+    if (!lua_istable(L, idx)) luaL_error(L, "%s: options must be a table, got %s", fn, luaL_typename(L, idx));
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        lua_pop(L, 1);
+        if (lua_type(L, -1) != LUA_TSTRING) {
+            const char *k = luaL_tolstring(L, -1, NULL);
+            luaL_error(L, "%s: unknown option %s (option names are strings)", fn, k);
+        }
+        const char *k = lua_tostring(L, -1);
+        int ok = 0;
+        for (const char *const *p = known; p && *p && !ok; p++) ok = strcmp(*p, k) == 0;
+        if (!ok) luaL_error(L, "%s: unknown option '%s'", fn, k);
+    }
+}
+
+int mp_lua_opt_get(lua_State *L, int idx, const char *key) {
+    if (!idx || !lua_istable(L, idx)) {
+        lua_pushnil(L);
+        return LUA_TNIL;
+    }
+    return lua_getfield(L, idx, key);
+}
+
+int mp_lua_opt_type(lua_State *L, int idx, const char *fn, const char *key, int type) {
+    int t = mp_lua_opt_get(L, idx, key);
+    if (t == LUA_TNIL) {
+        lua_pop(L, 1);
+        return 0;
+    }
+    if (t != type)
+        luaL_error(L, "%s: option '%s' must be a %s, got %s", fn, key, lua_typename(L, type), luaL_typename(L, -1));
+    return 1;
+}
+
+lua_Integer mp_lua_opt_int(lua_State *L, int idx, const char *fn, const char *key, lua_Integer def, lua_Integer lo,
+                           lua_Integer hi) {
+    int t = mp_lua_opt_get(L, idx, key);
+    if (t == LUA_TNIL) {
+        lua_pop(L, 1);
+        return def;
+    }
+    if (t != LUA_TNUMBER)
+        luaL_error(L, "%s%soption '%s' must be a number, got %s", fn ? fn : "", fn ? ": " : "", key,
+                   luaL_typename(L, -1));
+    const char *what = fn ? lua_pushfstring(L, "%s: %s", fn, key) : lua_pushfstring(L, "option '%s'", key);
+    lua_Integer v = mp_lua_checkint(L, -2, what, lo, hi);
+    lua_pop(L, 2);
+    return v;
+}
+
+lua_Number mp_lua_opt_num(lua_State *L, int idx, const char *fn, const char *key, lua_Number def) {
+    if (!mp_lua_opt_type(L, idx, fn, key, LUA_TNUMBER)) return def;
+    lua_Number v = lua_tonumber(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
+int mp_lua_opt_bool(lua_State *L, int idx, const char *fn, const char *key, int def) {
+    if (!mp_lua_opt_type(L, idx, fn, key, LUA_TBOOLEAN)) return def;
+    int v = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
+const char *mp_lua_opt_str(lua_State *L, int idx, const char *fn, const char *key, const char *def) {
+    if (!mp_lua_opt_type(L, idx, fn, key, LUA_TSTRING)) {
+        lua_pushnil(L);
+        return def;
+    }
+    return lua_tostring(L, -1); /* stays on the stack: a string made by __index would else be garbage */
+}
+
+int mp_lua_opt_enum(lua_State *L, int idx, const char *fn, const char *key, int def, const char *const *names) {
+    int t = mp_lua_opt_get(L, idx, key);
+    if (t == LUA_TNIL) {
+        lua_pop(L, 1);
+        return def;
+    }
+    const char *s = t == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    for (int i = 0; s && names[i]; i++)
+        if (strcmp(names[i], s) == 0) {
+            lua_pop(L, 1);
+            return i;
+        }
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (int i = 0; names[i]; i++) {
+        if (i) luaL_addstring(&b, ", ");
+        luaL_addchar(&b, '"');
+        luaL_addstring(&b, names[i]);
+        luaL_addchar(&b, '"');
+    }
+    luaL_pushresult(&b);
+    const char *list = lua_tostring(L, -1);
+    const char *got = s ? lua_pushfstring(L, "\"%s\"", s) : luaL_typename(L, -2);
+    luaL_error(L, "%s: %s must be one of %s (got %s)", fn, key, list, got);
+    return def;
+}
+
+const char *mp_lua_opt_globs(lua_State *L, int idx, const char *fn, const char *key, const char *def) {
+    int t = mp_lua_opt_get(L, idx, key);
+    if (t == LUA_TNIL) {
+        lua_pop(L, 1);
+        lua_pushstring(L, def);
+        return lua_tostring(L, -1);
+    }
+    if (t == LUA_TSTRING) return lua_tostring(L, -1);
+    if (t != LUA_TTABLE)
+        luaL_error(L, "%s: option '%s' must be a string or a list of strings, got %s", fn, key, luaL_typename(L, -1));
+    luaL_Buffer b;
+    int tb = lua_gettop(L);
+    luaL_buffinit(L, &b);
+    lua_Integer n = luaL_len(L, tb);
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_geti(L, tb, i);
+        if (lua_type(L, -1) != LUA_TSTRING)
+            luaL_error(L, "%s: option '%s' must be a string or a list of strings, got %s in the list", fn, key,
+                       luaL_typename(L, -1));
+        if (i > 1) luaL_addchar(&b, ',');
+        luaL_addvalue(&b);
+    }
+    luaL_pushresult(&b);
+    lua_remove(L, tb);
+    return lua_tostring(L, -1);
+}

@@ -1,0 +1,136 @@
+-- test_config.lua — every field of the model config table (MP_CONFIG_TABLE,
+-- seen through mp.model.config_fields) round-trips through every path with
+-- non-default values: mp.model.new's options -> m.config; checkpoint /config
+-- (save, then load -> m.config); run file /model (m:capture and
+-- m:capture_prompts). The fields are iterated from the table, never listed
+-- here: a field added to the table fails this test until a sample below gives
+-- it a non-default value, and fails it if any path leaves it out.
+local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
+local fields = mp.model.config_fields()
+local dir = os.tmpname(); os.remove(dir); mp.mkdir(dir)
+
+-- Samples: valid configs that together give every field a non-default value.
+local samples = {
+  { -- LayerNorm, gelu_tanh, half_rope with 4 rotated channels, YaRN, entmax, biases
+    d_model = 16, n_layer = 1, n_head = 2, n_kv_head = 1, d_head = 8, d_mlp = 24, vocab = 260, ctx = 12,
+    tied = false, rope_theta = 5e5, norm_eps = 1e-6, norm = "layer", mlp = "gelu_tanh", pos = "half_rope",
+    rope_dims = 4, qkv_bias = true, linear_bias = true, rope_scale = 2, rope_scaling = "yarn",
+    rope_factor = 4, rope_orig_ctx = 8, yarn_beta_fast = 16, yarn_beta_slow = 2, attn = "entmax",
+    alpha = 1.75, tokenizer = "bytes",
+  },
+  { -- rope_id (4 of 8 channels rotate) without its temperature
+    d_model = 24, n_layer = 2, n_head = 2, vocab = 40, ctx = 10, pos = "rope_id", rope_dims = 4,
+    pos_temp = false, attn = "ssmax",
+  },
+  { -- RoPE with per-frequency divisors (Llama 3 style)
+    d_model = 16, n_layer = 1, n_head = 2, vocab = 40, ctx = 10, rope_freqs = {1, 2, 4, 8}, mlp = "gelu",
+    gelu_tanh = true,
+  },
+}
+local plain = {d_model = 8, n_layer = 1, n_head = 1, vocab = 11, ctx = 4}
+
+local function same(a, b)
+  if type(a) == "number" and type(b) == "number" then
+    return a == b or math.abs(a - b) <= 1e-6 * math.max(math.abs(a), math.abs(b))
+  end
+  if type(a) == "table" and type(b) == "table" then
+    if #a ~= #b then return false end
+    for i = 1, #a do if not same(a[i], b[i]) then return false end end
+    return true
+  end
+  return a == b
+end
+local function show(v)
+  if type(v) == "table" then
+    local s = {}
+    for i = 1, #v do s[i] = tostring(v[i]) end
+    return "{" .. table.concat(s, ", ") .. "}"
+  end
+  return tostring(v)
+end
+
+local function attrs_of(path, group)
+  local f <close> = mp.h5.open(path)
+  return f:attrs(group)
+end
+
+t.case("the table", function()
+  t.ok(#fields >= 28, "config_fields lists the table (" .. #fields .. " fields)")
+  local seen = {}
+  for _, f in ipairs(fields) do
+    t.ok(type(f.key) == "string" and type(f.attr) == "string" and not seen[f.key], "field " .. tostring(f.key))
+    seen[f.key] = true
+    if f.type == "kind" then t.ok(#f.names >= 2, f.key .. ": kind names") end
+  end
+end)
+
+-- the default config's /config, for "non-default"
+local m0 = mp.model.new(plain)
+m0:save(dir .. "/plain.h5")
+local plain_cfg = attrs_of(dir .. "/plain.h5", "config")
+local covered_opt, covered_cfg, covered_model, covered_lua = {}, {}, {}, {}
+
+for si, s in ipairs(samples) do
+  t.case("sample " .. si, function()
+    local m = mp.model.new(s)
+    local c = m.config
+    -- mp.model.new -> m.config: every option given comes back under its key
+    for _, f in ipairs(fields) do
+      if s[f.key] ~= nil then
+        covered_opt[f.key] = true
+        local want = s[f.key]
+        if f.key == "mlp" and want == "gelu" and s.gelu_tanh then want = "gelu_tanh" end -- the label
+        t.ok(same(c[f.key], want), ("%s: m.config.%s = %s, option %s"):format(si, f.key, show(c[f.key]), show(want)))
+      end
+      if c[f.key] ~= nil then covered_lua[f.key] = true end
+    end
+    -- checkpoint: /config carries the field, and loading gives the same m.config
+    local ck = dir .. "/s" .. si .. ".h5"
+    m:save(ck)
+    local cfg = attrs_of(ck, "config")
+    local m2 = mp.load(ck)
+    for _, f in ipairs(fields) do
+      t.ok(same(m2.config[f.key], c[f.key]),
+        ("%s: %s after save/load: %s, before %s"):format(si, f.key, show(m2.config[f.key]), show(c[f.key])))
+      if cfg[f.attr] ~= nil and not same(cfg[f.attr], plain_cfg[f.attr]) then covered_cfg[f.key] = true end
+    end
+    t.ok(cfg.tokenizer == s.tokenizer, si .. ": /config tokenizer")
+    t.ok(m2.config.tokenizer == s.tokenizer, si .. ": tokenizer after save/load")
+    -- run files: /model carries what /config does (mlp under its label), from both writers
+    local run, runp = dir .. "/r" .. si .. ".h5", dir .. "/p" .. si .. ".h5"
+    m:capture({{1, 2, 3}}, {out = run})
+    m:capture_prompts({{1, 2, 3}}, {out = runp})
+    local model, modelp = attrs_of(run, "model"), attrs_of(runp, "model")
+    for _, f in ipairs(fields) do
+      local want = cfg[f.attr]
+      if f.key == "mlp" then want = c.mlp end
+      t.ok(same(model[f.attr], want), ("%s: /model %s = %s, /config %s"):format(si, f.attr, show(model[f.attr]), show(want)))
+      t.ok(same(modelp[f.attr], want), ("%s: capture_prompts /model %s"):format(si, f.attr))
+      if model[f.attr] ~= nil and not same(model[f.attr], plain_cfg[f.attr]) then covered_model[f.key] = true end
+    end
+    t.ok(model.tokenizer == s.tokenizer and modelp.tokenizer == s.tokenizer, si .. ": /model tokenizer")
+    t.ok(model.source == modelp.source, si .. ": /model source")
+  end)
+end
+
+t.case("every field on every path with a non-default value", function()
+  for _, f in ipairs(fields) do
+    t.ok(covered_opt[f.key], f.key .. ": no sample passes it to mp.model.new (add one to the samples)")
+    t.ok(covered_lua[f.key], f.key .. ": m.config never shows it")
+    t.ok(covered_cfg[f.key], f.key .. ": no sample writes a non-default /config attribute '" .. f.attr .. "'")
+    t.ok(covered_model[f.key], f.key .. ": no sample writes a non-default /model attribute '" .. f.attr .. "'")
+  end
+end)
+
+-- the measured drift of issue 13: a gelu_tanh, rope_id (rope_dims 4), qkv_bias model
+t.case("/model of a gelu_tanh rope_id qkv_bias model", function()
+  local m = mp.model.new{d_model = 16, n_layer = 1, n_head = 2, vocab = 260, ctx = 8, mlp = "gelu_tanh",
+                         pos = "rope_id", rope_dims = 4, qkv_bias = true, tokenizer = "bytes"}
+  m:capture({{1, 2}}, {out = dir .. "/drift.h5"})
+  local a = attrs_of(dir .. "/drift.h5", "model")
+  t.ok(a.mlp == "gelu_tanh" and a.gelu_tanh == 1 and a.rope_dims == 4 and a.qkv_bias == 1 and a.pos == "rope_id"
+       and a.tokenizer == "bytes", "mlp, gelu_tanh, rope_dims, qkv_bias, tokenizer")
+end)
+
+os.execute("rm -rf '" .. dir .. "'")
+t.finish("test_config")

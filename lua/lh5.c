@@ -6,6 +6,7 @@
  * gives small integer data such as /tokens as nested Lua tables. */
 #include "mp_lua.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -174,13 +175,14 @@ static int m_has(lua_State *L) {
     return 2;
 }
 
-/* f:write(name, tensor_or_table [, {compress = N}]) */
+/* f:write(name, tensor_or_table [, {compress = N, int32 = true}]); int32: stored
+ * as int32, every value an integer in int32's range (else an error, nothing written) */
 static int m_write(lua_State *L) {
     lh5 *h = check_writable(L);
     const char *name = luaL_checkstring(L, 2);
     lua_settop(L, 4); /* a table converted below is pushed at 5 */
     mp_tensor *t = mp_lua_tensor_arg(L, 3);
-    int compress = 0;
+    int compress = 0, as_int = 0;
     if (!lua_isnoneornil(L, 4)) {
         luaL_checktype(L, 4, LUA_TTABLE);
         lua_getfield(L, 4, "compress");
@@ -190,8 +192,26 @@ static int m_write(lua_State *L) {
             compress = (int)c;
         }
         lua_pop(L, 1);
+        lua_getfield(L, 4, "int32");
+        as_int = lua_toboolean(L, -1);
+        lua_pop(L, 1);
     }
-    mp_status st = mp_h5_write_f32(h->f, name, t->ndim, t->shape, t->data, compress);
+    mp_status st;
+    if (as_int) {
+        int64_t n = 1;
+        for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+        int32_t *buf = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *buf, 0);
+        for (int64_t i = 0; i < n; i++) {
+            float v = t->data[i];
+            if (!(v == floorf(v) && v >= -2147483648.0f && v < 2147483648.0f))
+                return luaL_error(L, "f:write('%s', {int32 = true}): element %d is %f, not an int32 integer", name,
+                                  (int)i, (double)v);
+            buf[i] = (int32_t)v;
+        }
+        st = mp_h5_write_i32(h->f, name, t->ndim, t->shape, buf, compress);
+    } else {
+        st = mp_h5_write_f32(h->f, name, t->ndim, t->shape, t->data, compress);
+    }
     if (st != MP_OK) return mp_lua_fail(L, st);
     return 0;
 }

@@ -48,6 +48,7 @@ local o = cli.parse(arg, {
   {"no_curriculum", nil, "train on the natural distribution from the start (the full preset has a curriculum)"},
   {"pools", "SPEC", "a curriculum of your own: P:F[:S[:K]],... = contexts of P distinct facts until fraction F of the steps, in a share S of the sequences (default 1), K facts a sequence (default --train-k)"},
   {"train_k", "N", "facts in a training sequence (default: by size; evaluation at k past it is a length test)", type = "int"},
+  {"n_eval", "N", "sequences per accuracy cell (default: by size); the other experiments' samples scale with it", type = "int"},
   {"seed", "N", "seed of the model, the data and the bootstrap", default = 1, type = "int"},
   {"seeds", "LIST", "several runs, one per seed (e.g. 1,2,3) into DIR/seed_S, spread over the ranks under mpirun; then the verdicts by seed"},
   {"eval_groups", "WHICH", "groups of the mechanism experiments (patching, ablation, identity, probes, phases): training (the paper's) or held-out; accuracy is always measured on both", default = "training"},
@@ -80,6 +81,12 @@ o.n_layer = o.layers
 if o.d_model then o.n_head, o.d_mlp = math.max(1, o.d_model // 16), 4 * o.d_model end
 if o.heads then o.n_head = o.heads end
 for key, v in pairs(ga.PRESETS[o.mode]) do if o[key] == nil then o[key] = v end end
+if o.n_eval < 4 then io.stderr:write("mechprobe group_arith: --n-eval must be >= 4\n"); os.exit(2) end
+if o.n_eval ~= ga.PRESETS[o.mode].n_eval then   -- --n-eval: the other samples in proportion
+  local scale = o.n_eval / ga.PRESETS[o.mode].n_eval
+  for _, key in ipairs{"n_cov", "n_patch", "n_ident", "n_phase"} do o[key] = math.max(4, math.floor(o[key] * scale + 0.5)) end
+  o.n_probe = math.max(24, math.floor(o.n_probe * scale + 0.5))
+end
 for _, key in ipairs{"n_layer", "d_model", "n_head", "batch", "steps", "train_k"} do
   local flag = ({n_layer = "layers", n_head = "heads"})[key] or key:gsub("_", "-")
   if o[key] < 1 then io.stderr:write(("mechprobe group_arith: --%s must be >= 1\n"):format(flag)); os.exit(2) end

@@ -36,7 +36,7 @@ local o = cli.parse(arg, {
   {"quick", nil, "a tiny run (about a minute): checks the pipeline, the model does not learn"},
   {"medium", nil, "a medium run (about 10 minutes)"},
   {"preset", "NAME", "sizes by name: quick, medium, full (the default) or gpu (4 layers x 8 heads, d_model 512, k = 200, batch 128: for a GPU backend; on the CPU only with a small --steps)"},
-  {"model", "FILE", "test this trained model (.h5) instead of training (phases use DIR/checkpoints if present)"},
+  {"model", "FILE", "test this trained model (.h5) instead of training (phases use DIR/checkpoints if present); with --seeds, \"%d\" in FILE stands for the seed"},
   {"steps", "N", "training steps (default: by size)", type = "int"},
   {"layers", "N", "layers (default: by size)", type = "int"},
   {"d_model", "N", "model width; heads of 16 channels unless --heads (default: by size)", type = "int"},
@@ -122,25 +122,44 @@ elseif o.curriculum == true then
 end
 o.t0 = os.time()
 -- A given model must fit the task: an unrelated one would run to a report of zeros.
--- Checked before the output folder is made.
-local given_model
-if o.model and o.seeds then io.stderr:write("mechprobe group_arith: --seeds trains; it cannot go with --model\n"); os.exit(2) end
-if o.model then
-  given_model = mp.load(o.model)
-  local cfg = given_model.config
+-- Checked before the output folder is made. With --seeds, --model names one
+-- model per seed: "%d" in it stands for the seed (e.g. DIR/seed_%d/model.h5).
+local function model_path_of(seed)
+  return o.seeds and (o.model:gsub("%%d", tostring(seed))) or o.model
+end
+local function load_model(path)
+  local f = io.open(path, "rb")
+  if not f then
+    io.stderr:write(("mechprobe group_arith: --model %s: no such file\n"):format(path)); os.exit(2)
+  end
+  f:close()
+  local m = mp.load(path)
+  local cfg = m.config
   local kmax = math.max(o.train_k, o.k_patch)
   for _, k in ipairs(o.k_list) do kmax = math.max(kmax, k) end
-  for _, c in ipairs(o.curriculum or {}) do kmax = math.max(kmax, c.k or 0) end
   local V, need_ctx = mp.tasks.algebra{k = 1}.vocab, 5 * (kmax + 1)
   if cfg.vocab ~= V then
     io.stderr:write(("mechprobe group_arith: --model %s has a vocabulary of %d tokens; the algebra task's models have %d "
-                     .. "(train one with this probe)\n"):format(o.model, cfg.vocab, V))
+                     .. "(train one with this probe)\n"):format(path, cfg.vocab, V))
     os.exit(2)
   end
   if cfg.pos == "learned" and cfg.ctx < need_ctx then
     io.stderr:write(("mechprobe group_arith: --model %s has learned positions for %d tokens; evaluating k = %d facts "
-                     .. "needs %d\n"):format(o.model, cfg.ctx, kmax, need_ctx))
+                     .. "needs %d\n"):format(path, cfg.ctx, kmax, need_ctx))
     os.exit(2)
+  end
+  return m
+end
+local given_model
+if o.model and o.seeds and not o.model:find("%d", 1, true) then
+  io.stderr:write("mechprobe group_arith: --model with --seeds needs \"%d\" in the path for the seed (e.g. DIR/seed_%d/model.h5)\n")
+  os.exit(2)
+end
+if o.model then
+  if o.seeds then
+    for _, seed in ipairs(cli.int_list(o.seeds, "--seeds")) do load_model(model_path_of(seed)):close() end
+  else
+    given_model = load_model(o.model)
   end
 end
 mp.mkdir(o.out)
@@ -150,17 +169,25 @@ local function run_one(o, say)
   local R = {}
   local m, model_path
   if o.model then                                  -- 1. (given) a trained model
-    m, model_path = given_model, o.model
+    model_path = model_path_of(o.seed)
+    m = given_model or load_model(model_path)
     local cfg = m.config
     o.d_model, o.n_layer, o.n_head, o.d_mlp = cfg.d_model, cfg.n_layer, cfg.n_head, cfg.d_mlp
     o.steps = 0
-    -- checkpoints saved next to the model by an earlier run
-    local dir = o.model:match("^(.*)/[^/]*$") or "."
+    -- checkpoints saved next to the model by an earlier run (DIR/checkpoints); a
+    -- model that is itself a checkpoint (DIR/checkpoints/step_N.h5): those up to N
+    local dir = model_path:match("^(.*)/[^/]*$") or "."
+    local upto = math.huge
+    local cdir = dir .. "/checkpoints"
+    if dir:match("checkpoints$") and model_path:match("step_(%d+)%.h5$") then
+      cdir, upto = dir, tonumber(model_path:match("step_(%d+)%.h5$"))
+      o.steps = upto
+    end
     local cks = {}
-    local p = io.popen(("ls '%s/checkpoints' 2>/dev/null"):format(dir))
+    local p = io.popen(("ls '%s' 2>/dev/null"):format(cdir))
     for name in p:lines() do
       local s = name:match("^step_(%d+)%.h5$")
-      if s then cks[#cks + 1] = {step = tonumber(s), path = dir .. "/checkpoints/" .. name} end
+      if s and tonumber(s) <= upto then cks[#cks + 1] = {step = tonumber(s), path = cdir .. "/" .. name} end
     end
     p:close()
     table.sort(cks, function(a, b) return a.step < b.step end)

@@ -111,6 +111,25 @@ if which == "unit" or which == "all" then
   check(report.parse_verdicts("VERDICTS\n" .. report.HEADER .. "\na | r | p | o | 3 | 1 | yes\nEND VERDICTS") == nil,
         "parse_verdicts rejects a verdict word outside the three")
 
+  -- f:write(..., {int32 = true}) (the /eval datasets): int32 on disk, values kept, a fraction refused
+  do
+    local path = os.tmpname()
+    local f = mp.h5.open(path, "w")
+    f:write("ids", mp.tensor{{1, -2, 18}, {2147483520, 0, 5}}, {int32 = true})
+    local okw, errw = pcall(f.write, f, "bad", mp.tensor{1, 2.5}, {int32 = true})
+    check(not okw and tostring(errw):find("not an int32 integer", 1, true), "int32 write refuses 2.5: " .. tostring(errw))
+    check(not f:has("bad"), "nothing written for the refused dataset")
+    f:close()
+    f = mp.h5.open(path)
+    local back = f:read_int("ids")
+    check(back[1][2] == -2 and back[1][3] == 18 and back[2][1] == 2147483520, "int32 values read back")
+    f:close()
+    local p = io.popen(("h5dump -H -d ids '%s' 2>&1"):format(path))
+    local hdr = p:read("a"); p:close()
+    check(hdr:find("H5T_STD_I32LE", 1, true) ~= nil, "ids is int32 on disk (h5dump -H): " .. hdr)
+    os.remove(path)
+  end
+
   -- (5) the paper's constructions
   -- the Lua tables against the C generator: every fact of sequences drawn over one group
   for _, name in ipairs{"C3", "C7", "C10", "D2", "D3", "D5", "Q8", "C2xC4", "C2xC2xC2"} do

@@ -77,7 +77,7 @@ M.PRESETS = {
   medium = {d_model = 64, n_layer = 3, n_head = 4, d_mlp = 256, train_k = 50, steps = 900, batch = 16, lr = 2e-3,
             warmup = 50, n_ckpt = 8, n_eval = 128, n_cov = 256, n_patch = 48, n_ident = 64, n_probe = 384,
             n_phase = 48, k_list = {50, 100}, k_mech = 50, k_patch = 50, boot = 1000},
-  full   = {d_model = 64, n_layer = 3, n_head = 4, d_mlp = 256, train_k = 50, steps = 4000, batch = 16, lr = 3e-3,
+  full   = {d_model = 64, n_layer = 3, n_head = 4, d_mlp = 256, train_k = 50, steps = 2400, batch = 16, lr = 3e-3,
             warmup = 200, init_std = 0.1, curriculum = M.CURRICULUM,
             n_ckpt = 12, n_eval = 256, n_cov = 512, n_patch = 64, n_ident = 128, n_probe = 768,
             n_phase = 96, k_list = {50, 100}, k_mech = 50, k_patch = 50, boot = 2000},

@@ -214,6 +214,12 @@ local function run_one(o, say)
   say(("group_arith (%s): d_model=%d n_layer=%d n_head=%d, %d training steps%s; mechanism experiments on %s groups"):format(
     o.mode, o.d_model, o.n_layer, o.n_head, o.steps,
     R.train.seconds and (" in %.0f s"):format(R.train.seconds) or "", o.eval_groups))
+  if R.train.tokens and R.train.tokens > 0 then
+    local fl = ga.flops(o, 5 * (o.train_k + 1), R.train.tokens)
+    say(("compute: %.3g training tokens, about %.2g FLOPs (6N + 6 n_layer T d a token); the paper's setup (4 layers, "
+         .. "d_model 1024, 200k steps of 128 x 1024 tokens) %.2g FLOPs: %.2g times this run"):format(
+         R.train.tokens, fl, ga.PAPER_FLOPS, ga.PAPER_FLOPS / fl))
+  end
   say(("self-patching check (a head patched with its own clean output): max |logit change| = %g"):format(
     R.copying.self_patch_diff))
   report.print_verdicts(rows, o.out .. "/verdicts.tsv", say)

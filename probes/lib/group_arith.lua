@@ -89,6 +89,15 @@ M.PRESETS = {
 
 local CHUNK = 64   -- sequences per forward pass in evaluations
 
+-- Training compute as Kaplan et al. count it: 6 N + 6 n_layer T d FLOPs a token
+-- (N = n_layer (4 d^2 + 2 d d_mlp), T the training sequence length). The paper's
+-- setup (4 layers, d 1024, d_mlp 4096, T 1024, 25B tokens) gives 8.2e18.
+function M.flops(cfg, T, tokens)
+  local N = cfg.n_layer * (4 * cfg.d_model ^ 2 + 2 * cfg.d_model * cfg.d_mlp)
+  return (6 * N + 6 * cfg.n_layer * T * cfg.d_model) * tokens
+end
+M.PAPER_FLOPS = M.flops({n_layer = 4, d_model = 1024, d_mlp = 4096}, 1024, 200000 * 128 * 1024)
+
 -- ---------------------------------------------------------------- helpers
 
 local function log(o, fmt, ...)
@@ -268,7 +277,7 @@ function M.train(o)
   local model_path = o.out .. "/model.h5"
   m:save(model_path)
   log(o, "trained in %.0f s (%.0f tokens/s), final loss %.3f", r.seconds, r.tokens_per_s, r.final_loss)
-  return m, {loss = r.loss, step = r.step, pool = r.pool, pool_share = r.pool_share, k = r.k, seconds = r.seconds, wall = os.time() - wall0, tokens_per_s = r.tokens_per_s,
+  return m, {loss = r.loss, step = r.step, pool = r.pool, pool_share = r.pool_share, k = r.k, seconds = r.seconds, wall = os.time() - wall0, tokens = r.tokens, tokens_per_s = r.tokens_per_s,
              final_loss = r.final_loss, checkpoints = saved, model = model_path}
 end
 

@@ -96,6 +96,9 @@ if which == "unit" or which == "all" then
 
   -- (4) helpers
   check(ga.argmax{0.1, 3, 2} == 1, "argmax is 0-based")
+  -- compute: 6 N + 6 n_layer T d a token; N = 1 * (4*2^2 + 2*2*4) = 32 -> (192 + 36) * 10 tokens
+  check(ga.flops({n_layer = 1, d_model = 2, d_mlp = 4}, 3, 10) == 2280, "flops by hand")
+  check(math.abs(ga.PAPER_FLOPS / 8.576e18 - 1) < 1e-3, "the paper's setup: 50M parameters x 25B tokens, 8.6e18 FLOPs")
   check(math.abs(ga.prob({0, 0}, 1) - 0.5) < 1e-12, "softmax of equal logits")
   check(math.abs(ga.prob({math.log(3), 0}, 0) - 0.75) < 1e-12, "softmax 3:1")
   check(ga.threshold_accuracy({1, 2, 3, 4}, {0, 0, 1, 1}) == 1, "separable along the axis")
@@ -292,6 +295,8 @@ if which == "quick" or which == "all" then
     end
   end
   check(out:find("max |logit change| = 0\n", 1, true), "the probe's own self-patching check is exact")
+  -- quick --curriculum: 120 steps of 8 sequences of 105 tokens, then 30 steps of 2 of 505 (k = 100): 131,100 tokens
+  check(out:find("compute: 1.31e+05 training tokens", 1, true) ~= nil, "the compute line counts the training tokens")
   local h5 = mp.h5.open(dir .. "/group_arith.h5")
   for _, name in ipairs{"accuracy/training/acc", "accuracy/held-out/acc", "accuracy/training/lo", "coverage/cumulative",
                         "copying/paper/ie_exact", "copying/paper/ie_commuted", "copying/ours/ie_exact",

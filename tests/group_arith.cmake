@@ -6,4 +6,4 @@
 mp_c_test(test_linprobe "unit" test_linprobe.c)
 mp_lua_test(test_group_arith "lua" lua/test_group_arith.lua unit)
 mp_lua_test(test_group_arith_quick "lua" lua/test_group_arith.lua quick)
-mp_lua_test(test_group_arith_gpu "lua" lua/test_group_arith.lua gpu)
+mp_lua_test(test_group_arith_gpu "lua;slow" lua/test_group_arith.lua gpu)

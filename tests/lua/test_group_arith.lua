@@ -385,11 +385,11 @@ end
 if which == "gpu" or which == "all" then
   -- (8) the GPU preset's shape (4 layers x 8 heads, k = 200 for the paper-design patching,
   -- positions for 1005 tokens) at a tiny width and step count, end to end
-  local out, ok, dir, root = t.run_probe("group_arith", "--preset gpu --steps 2 --batch 2 --d-model 64 --heads 8 --n-eval 8")
+  local out, ok, dir, root = t.run_probe("group_arith", "--preset gpu --steps 2 --batch 2 --d-model 32 --heads 8 --n-eval 4")
   check(ok, "group_arith --preset gpu (tiny) exited non-zero:\n" .. out)
   local rows = report.parse_verdicts(out) or {}
   check(#rows >= 27, ("gpu preset: %d verdict rows"):format(#rows))
-  check(out:find("group_arith (gpu): d_model=64 n_layer=4 n_head=8", 1, true) ~= nil, "gpu preset: 4 layers x 8 heads")
+  check(out:find("group_arith (gpu): d_model=32 n_layer=4 n_head=8", 1, true) ~= nil, "gpu preset: 4 layers x 8 heads")
   local h5 = mp.h5.open(dir .. "/group_arith.h5")
   check(h5:attrs("copying/paper").k == 200 and h5:read("copying/paper/ie_exact"):size(2) == 8, "gpu preset: paper-design patching at k = 200 over 8 heads")
   h5:close()

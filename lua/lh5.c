@@ -6,6 +6,7 @@
  * gives small integer data such as /tokens as nested Lua tables. */
 #include "mp_lua.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -174,16 +175,33 @@ static int m_has(lua_State *L) {
     return 2;
 }
 
-/* f:write(name, tensor_or_table [, {compress = N}]) */
+/* f:write(name, tensor_or_table [, {compress = N, int32 = true}]); int32: stored
+ * as int32, every value an integer in int32's range (else an error, nothing written) */
 static int m_write(lua_State *L) {
     lh5 *h = check_writable(L);
     const char *name = luaL_checkstring(L, 2);
     lua_settop(L, 4); /* a table converted below is pushed at 5 */
     mp_tensor *t = mp_lua_tensor_arg(L, 3);
-    static const char *const known[] = {"compress", NULL};
+    static const char *const known[] = {"compress", "int32", NULL};
     mp_lua_opt_check(L, 4, "h5:write", known);
     int compress = (int)mp_lua_opt_int(L, 4, "h5:write", "compress", 0, 0, 9);
-    mp_status st = mp_h5_write_f32(h->f, name, t->ndim, t->shape, t->data, compress);
+    int as_int = mp_lua_opt_bool(L, 4, "h5:write", "int32", 0);
+    mp_status st;
+    if (as_int) {
+        int64_t n = 1;
+        for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+        int32_t *buf = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *buf, 0);
+        for (int64_t i = 0; i < n; i++) {
+            float v = t->data[i];
+            if (!(v == floorf(v) && v >= -2147483648.0f && v < 2147483648.0f))
+                return luaL_error(L, "f:write('%s', {int32 = true}): element %d is %f, not an int32 integer", name,
+                                  (int)i, (double)v);
+            buf[i] = (int32_t)v;
+        }
+        st = mp_h5_write_i32(h->f, name, t->ndim, t->shape, buf, compress);
+    } else {
+        st = mp_h5_write_f32(h->f, name, t->ndim, t->shape, t->data, compress);
+    }
     if (st != MP_OK) return mp_lua_fail(L, st);
     return 0;
 }

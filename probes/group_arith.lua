@@ -2,23 +2,30 @@
 -- "In-Context Algebra"): which heads copy, recognise identities and cancel by
 -- closure when a transformer does arithmetic over variable symbols.
 --
---   mechprobe group_arith [--quick | --medium] --out DIR      (train, then test)
---   mechprobe group_arith --model DIR/model.h5 --out DIR2     (test a trained model)
+--   mechprobe group_arith [--quick | --medium | --preset P] --out DIR   (train, then test)
+--   mechprobe group_arith --seeds 1,2,3 --out DIR                      (one run per seed, pooled verdicts)
+--   mechprobe group_arith --model DIR/model.h5 --out DIR2              (test a trained model)
 --
 -- Trains a small transformer on sequences of facts "a b = c" whose symbols
 -- are re-assigned to group elements in every sequence (checkpoints along the
--- way), then on held-out groups of order 8 (Q8, C2xC4, C2xC2xC2):
---   2. accuracy on the final query per targeted distribution at k = 50, 100
+-- way), then tests it like the paper, on the training families (C3..C10,
+-- D2..D5), and on held-out groups of order 8 (Q8, C2xC4, C2xC2xC2) as a row
+-- of its own:
+--   2. accuracy on the final query per distribution at k = 50, 100 (cancel and
+--      associate as the paper constructs them; our natural-context versions too)
 --   3. the share of queries each in-context solver answers, against the model
---   4. the copying head: activation patching of hook_z per head, and ablation
+--   4. the copying head: activation patching of hook_z per head, the paper's
+--      design (into an unrelated sequence) and ours (corrupted copy); ablation
 --   5. identity recognition: direct logit attribution per head; PCA of the
 --      last layer's attention output
 --   6. closure and cancellation: linear probes on the residual stream by layer
 --   7. phases: accuracy per skill at each checkpoint, and the order of crossing 90%
--- Writes DIR/group_arith.h5 (every number), figures, DIR/verdicts.tsv, and
--- prints the verdict table (claim | paper | ours | supported).
+-- Writes DIR/group_arith.h5 (every number and every evaluation item), figures,
+-- DIR/verdicts.tsv, and prints the verdict table (claim | rule | paper | ours
+-- | n | seeds | verdict).
 -- Sizes: --quick about a minute (a tiny model that does not learn the task:
--- the pipeline), --medium about 10 minutes, default about an hour on 2 cores.
+-- the pipeline), --medium about 10 minutes, the default (full) is the recipe of
+-- the committed results, --preset gpu the paper's shape for a GPU backend.
 local cli = require "cli"
 local ga = require "group_arith"
 local report = require "group_arith_report"
@@ -28,7 +35,8 @@ local o = cli.parse(arg, {
   summary = "In-context group arithmetic: train, then copying head, identity, closure/cancellation, phases.",
   {"quick", nil, "a tiny run (about a minute): checks the pipeline, the model does not learn"},
   {"medium", nil, "a medium run (about 10 minutes)"},
-  {"model", "FILE", "test this trained model (.h5) instead of training (phases use DIR/checkpoints if present)"},
+  {"preset", "NAME", "sizes by name: quick, medium, full (the default) or gpu (4 layers x 8 heads, d_model 512, k = 200, batch 128: for a GPU backend; on the CPU only with a small --steps)"},
+  {"model", "FILE", "test this trained model (.h5) instead of training (phases use DIR/checkpoints if present); with --seeds, \"%d\" in FILE stands for the seed"},
   {"steps", "N", "training steps (default: by size)", type = "int"},
   {"layers", "N", "layers (default: by size)", type = "int"},
   {"d_model", "N", "model width; heads of 16 channels unless --heads (default: by size)", type = "int"},
@@ -40,14 +48,19 @@ local o = cli.parse(arg, {
   {"no_curriculum", nil, "train on the natural distribution from the start (the full preset has a curriculum)"},
   {"pools", "SPEC", "a curriculum of your own: P:F[:S[:K]],... = contexts of P distinct facts until fraction F of the steps, in a share S of the sequences (default 1), K facts a sequence (default --train-k)"},
   {"train_k", "N", "facts in a training sequence (default: by size; evaluation at k past it is a length test)", type = "int"},
+  {"n_eval", "N", "sequences per accuracy cell (default: by size); the other experiments' samples scale with it", type = "int"},
   {"seed", "N", "seed of the model, the data and the bootstrap", default = 1, type = "int"},
   {"seeds", "LIST", "several runs, one per seed (e.g. 1,2,3) into DIR/seed_S, spread over the ranks under mpirun; then the verdicts by seed"},
-  {"eval_groups", "WHICH", "evaluation groups: held-out or training", default = "held-out"},
+  {"eval_groups", "WHICH", "groups of the mechanism experiments (patching, ablation, identity, probes, phases): training (the paper's) or held-out; accuracy is always measured on both", default = "training"},
   {"format", "EXT", "figure format: png, svg or pdf", default = "png"},
   {"out", "DIR", "output folder", required = true},
 })
-if o.quick and o.medium then
-  io.stderr:write("mechprobe group_arith: give at most one of --quick and --medium\n")
+if (o.quick and 1 or 0) + (o.medium and 1 or 0) + (o.preset and 1 or 0) > 1 then
+  io.stderr:write("mechprobe group_arith: give at most one of --quick, --medium and --preset\n")
+  os.exit(2)
+end
+if o.preset and not ga.PRESETS[o.preset] then
+  io.stderr:write(("mechprobe group_arith: --preset must be quick, medium, full or gpu (got '%s')\n"):format(o.preset))
   os.exit(2)
 end
 if not ({png = true, svg = true, pdf = true})[o.format] then
@@ -59,7 +72,7 @@ if o.eval_groups ~= "held-out" and o.eval_groups ~= "training" then
   os.exit(2)
 end
 
-o.mode = o.quick and "quick" or o.medium and "medium" or "full"
+o.mode = o.preset or o.quick and "quick" or o.medium and "medium" or "full"
 if o.no_curriculum and (o.curriculum or o.pools) then
   io.stderr:write("mechprobe group_arith: --no-curriculum cannot go with --curriculum or --pools\n")
   os.exit(2)
@@ -68,6 +81,12 @@ o.n_layer = o.layers
 if o.d_model then o.n_head, o.d_mlp = math.max(1, o.d_model // 16), 4 * o.d_model end
 if o.heads then o.n_head = o.heads end
 for key, v in pairs(ga.PRESETS[o.mode]) do if o[key] == nil then o[key] = v end end
+if o.n_eval < 4 then io.stderr:write("mechprobe group_arith: --n-eval must be >= 4\n"); os.exit(2) end
+if o.n_eval ~= ga.PRESETS[o.mode].n_eval then   -- --n-eval: the other samples in proportion
+  local scale = o.n_eval / ga.PRESETS[o.mode].n_eval
+  for _, key in ipairs{"n_cov", "n_patch", "n_ident", "n_phase"} do o[key] = math.max(4, math.floor(o[key] * scale + 0.5)) end
+  o.n_probe = math.max(24, math.floor(o.n_probe * scale + 0.5))
+end
 for _, key in ipairs{"n_layer", "d_model", "n_head", "batch", "steps", "train_k"} do
   local flag = ({n_layer = "layers", n_head = "heads"})[key] or key:gsub("_", "-")
   if o[key] < 1 then io.stderr:write(("mechprobe group_arith: --%s must be >= 1\n"):format(flag)); os.exit(2) end
@@ -103,25 +122,44 @@ elseif o.curriculum == true then
 end
 o.t0 = os.time()
 -- A given model must fit the task: an unrelated one would run to a report of zeros.
--- Checked before the output folder is made.
-local given_model
-if o.model and o.seeds then io.stderr:write("mechprobe group_arith: --seeds trains; it cannot go with --model\n"); os.exit(2) end
-if o.model then
-  given_model = mp.load(o.model)
-  local cfg = given_model.config
-  local kmax = o.train_k
+-- Checked before the output folder is made. With --seeds, --model names one
+-- model per seed: "%d" in it stands for the seed (e.g. DIR/seed_%d/model.h5).
+local function model_path_of(seed)
+  return o.seeds and (o.model:gsub("%%d", tostring(seed))) or o.model
+end
+local function load_model(path)
+  local f = io.open(path, "rb")
+  if not f then
+    io.stderr:write(("mechprobe group_arith: --model %s: no such file\n"):format(path)); os.exit(2)
+  end
+  f:close()
+  local m = mp.load(path)
+  local cfg = m.config
+  local kmax = math.max(o.train_k, o.k_patch)
   for _, k in ipairs(o.k_list) do kmax = math.max(kmax, k) end
-  for _, c in ipairs(o.curriculum or {}) do kmax = math.max(kmax, c.k or 0) end
   local V, need_ctx = mp.tasks.algebra{k = 1}.vocab, 5 * (kmax + 1)
   if cfg.vocab ~= V then
     io.stderr:write(("mechprobe group_arith: --model %s has a vocabulary of %d tokens; the algebra task's models have %d "
-                     .. "(train one with this probe)\n"):format(o.model, cfg.vocab, V))
+                     .. "(train one with this probe)\n"):format(path, cfg.vocab, V))
     os.exit(2)
   end
   if cfg.pos == "learned" and cfg.ctx < need_ctx then
     io.stderr:write(("mechprobe group_arith: --model %s has learned positions for %d tokens; evaluating k = %d facts "
-                     .. "needs %d\n"):format(o.model, cfg.ctx, kmax, need_ctx))
+                     .. "needs %d\n"):format(path, cfg.ctx, kmax, need_ctx))
     os.exit(2)
+  end
+  return m
+end
+local given_model
+if o.model and o.seeds and not o.model:find("%d", 1, true) then
+  io.stderr:write("mechprobe group_arith: --model with --seeds needs \"%d\" in the path for the seed (e.g. DIR/seed_%d/model.h5)\n")
+  os.exit(2)
+end
+if o.model then
+  if o.seeds then
+    for _, seed in ipairs(cli.int_list(o.seeds, "--seeds")) do load_model(model_path_of(seed)):close() end
+  else
+    given_model = load_model(o.model)
   end
 end
 mp.mkdir(o.out)
@@ -131,17 +169,25 @@ local function run_one(o, say)
   local R = {}
   local m, model_path
   if o.model then                                  -- 1. (given) a trained model
-    m, model_path = given_model, o.model
+    model_path = model_path_of(o.seed)
+    m = given_model or load_model(model_path)
     local cfg = m.config
     o.d_model, o.n_layer, o.n_head, o.d_mlp = cfg.d_model, cfg.n_layer, cfg.n_head, cfg.d_mlp
     o.steps = 0
-    -- checkpoints saved next to the model by an earlier run
-    local dir = o.model:match("^(.*)/[^/]*$") or "."
+    -- checkpoints saved next to the model by an earlier run (DIR/checkpoints); a
+    -- model that is itself a checkpoint (DIR/checkpoints/step_N.h5): those up to N
+    local dir = model_path:match("^(.*)/[^/]*$") or "."
+    local upto = math.huge
+    local cdir = dir .. "/checkpoints"
+    if dir:match("checkpoints$") and model_path:match("step_(%d+)%.h5$") then
+      cdir, upto = dir, tonumber(model_path:match("step_(%d+)%.h5$"))
+      o.steps = upto
+    end
     local cks = {}
-    local p = io.popen(("ls '%s/checkpoints' 2>/dev/null"):format(dir))
+    local p = io.popen(("ls '%s' 2>/dev/null"):format(cdir))
     for name in p:lines() do
       local s = name:match("^step_(%d+)%.h5$")
-      if s then cks[#cks + 1] = {step = tonumber(s), path = dir .. "/checkpoints/" .. name} end
+      if s and tonumber(s) <= upto then cks[#cks + 1] = {step = tonumber(s), path = cdir .. "/" .. name} end
     end
     p:close()
     table.sort(cks, function(a, b) return a.step < b.step end)
@@ -162,11 +208,18 @@ local function run_one(o, say)
   local h5 = o.out .. "/group_arith.h5"
   report.write_h5(h5, o, R)
   local figs = report.figures(o, R)
-  local rows = report.verdicts(o, R)
+  local S = report.stats(o, R)
+  local rows = report.verdicts(S, o.boot)
 
-  say(("group_arith (%s): d_model=%d n_layer=%d n_head=%d, %d training steps%s; evaluation on %s groups"):format(
+  say(("group_arith (%s): d_model=%d n_layer=%d n_head=%d, %d training steps%s; mechanism experiments on %s groups"):format(
     o.mode, o.d_model, o.n_layer, o.n_head, o.steps,
     R.train.seconds and (" in %.0f s"):format(R.train.seconds) or "", o.eval_groups))
+  if R.train.tokens and R.train.tokens > 0 then
+    local fl = ga.flops(o, 5 * (o.train_k + 1), R.train.tokens)
+    say(("compute: %.3g training tokens, about %.2g FLOPs (6N + 6 n_layer T d a token); the paper's setup (4 layers, "
+         .. "d_model 1024, 200k steps of 128 x 1024 tokens) %.2g FLOPs: %.2g times this run"):format(
+         R.train.tokens, fl, ga.PAPER_FLOPS, ga.PAPER_FLOPS / fl))
+  end
   say(("self-patching check (a head patched with its own clean output): max |logit change| = %g"):format(
     R.copying.self_patch_diff))
   report.print_verdicts(rows, o.out .. "/verdicts.tsv", say)
@@ -174,7 +227,7 @@ local function run_one(o, say)
   say("verdicts: " .. o.out .. "/verdicts.tsv")
   for _, p in ipairs(figs) do say("figure: " .. p) end
   say(("took %d s"):format(os.time() - o.t0))
-  return rows
+  return rows, S
 end
 
 if not o.seeds then
@@ -182,7 +235,8 @@ if not o.seeds then
   return
 end
 -- several seeds: independent runs, spread over the ranks (mp.mpi.sweep); rank 0
--- prints each run's report in seed order, then the verdicts side by side
+-- prints each run's report in seed order, then the verdicts of all seeds pooled
+-- (per-item data concatenated) and each seed's verdict side by side
 local seeds = cli.int_list(o.seeds, "--seeds")
 local runs = mp.mpi.sweep(seeds, function(seed)
   local oo = {}
@@ -190,24 +244,33 @@ local runs = mp.mpi.sweep(seeds, function(seed)
   oo.seed, oo.out, oo.t0 = seed, ("%s/seed_%d"):format(o.out, seed), os.time()
   mp.mkdir(oo.out)
   local lines = {}
-  local rows = run_one(oo, function(line) lines[#lines + 1] = line end)
-  return {lines = lines, rows = rows}
+  local rows, S = run_one(oo, function(line) lines[#lines + 1] = line end)
+  return {lines = lines, rows = rows, stats = S}
 end)
 if not runs then return end
+local all = {}
 for i, seed in ipairs(seeds) do
   print(("== seed %d (%s/seed_%d)"):format(seed, o.out, seed))
   print(table.concat(runs[i].lines, "\n"))
+  all[i] = runs[i].stats
 end
-local tsv = {"claim"}
-for _, seed in ipairs(seeds) do tsv[#tsv + 1] = ("\tseed %d"):format(seed) end
+local pooled = report.verdicts(report.merge(all), o.boot)
+report.print_verdicts(pooled, o.out .. "/verdicts.tsv", print, ("VERDICTS (seeds %s pooled)"):format(table.concat(seeds, ",")))
+local tsv = {"claim\tpooled"}
+for _, seed in ipairs(seeds) do tsv[#tsv + 1] = ("\tseed %d\tseed %d ours"):format(seed, seed) end
 tsv[#tsv + 1] = "\n"
 print("VERDICTS BY SEED")
-for j, r in ipairs(runs[1].rows) do
-  local cells = {}
-  for i = 1, #seeds do cells[i] = runs[i].rows[j].supported end
-  print(("%s | %s"):format(r.claim, table.concat(cells, " | ")))
-  tsv[#tsv + 1] = r.claim .. "\t" .. table.concat(cells, "\t") .. "\n"
+for j, r in ipairs(pooled) do
+  local cells, tcells = {}, {}
+  for i = 1, #seeds do
+    cells[i] = runs[i].rows[j].verdict
+    tcells[#tcells + 1] = runs[i].rows[j].verdict
+    tcells[#tcells + 1] = runs[i].rows[j].ours
+  end
+  print(("%s | pooled %s | %s"):format(r.claim, r.verdict, table.concat(cells, " | ")))
+  tsv[#tsv + 1] = r.claim .. "\t" .. r.verdict .. "\t" .. table.concat(tcells, "\t") .. "\n"
 end
 print("END VERDICTS BY SEED")
 cli.write_text(o.out .. "/verdicts_by_seed.tsv", table.concat(tsv))
+print("verdicts (pooled): " .. o.out .. "/verdicts.tsv")
 print("verdicts by seed: " .. o.out .. "/verdicts_by_seed.tsv")

@@ -1,77 +1,115 @@
 -- group_arith.lua (library) — the experiments behind `mechprobe group_arith`:
 -- in-context algebra (Todd et al., ICLR 2026) on a small transformer trained
 -- here. Each function is one experiment of the report and returns plain Lua
--- tables (numbers, lists, Tensors); group_arith_report.lua writes them to
--- HDF5, draws the figures and judges the claims.
+-- tables (numbers, per-item lists, Tensors); group_arith_report.lua writes them
+-- to HDF5, draws the figures and judges the claims.
 --
 --   local ga = require "group_arith"
 --   local m, train = ga.train(o)                 -- 1. training with checkpoints
---   local acc  = ga.accuracy(m, o)               -- 2. accuracy per distribution
+--   local acc  = ga.accuracy(m, o)               -- 2. accuracy per population and distribution
 --   local cov  = ga.coverage(m, o)               -- 3. solver coverage vs accuracy
---   local copy = ga.copying(m, o, acc)           -- 4. copying head (patching, ablation)
+--   local copy = ga.copying(m, o, acc)           -- 4. copying head (patching both ways, ablation)
 --   local iden = ga.identity(m, o)               -- 5. identity recognition (DLA, PCA)
 --   local prob = ga.probes(m, o)                 -- 6. closure / cancellation probes
 --   local ph   = ga.phases(o, train.checkpoints) -- 7. phases over the checkpoints
 --
 -- Conventions: symbols are token ids 0..15 ('=' 16, '^' 17, ',' 18); layers,
 -- heads and positions are 0-based (hook names); Tensor indices are 1-based.
--- Evaluation uses the held-out order-8 groups (Q8, C2xC4, C2xC2xC2) unless
--- o.eval_groups = "training".
+-- Two populations: "training" (the training families C3..C10, D2..D5, the
+-- paper's evaluation population) and "held-out" (Q8, C2xC4, C2xC2xC2, never
+-- trained on). Accuracy is measured on both; the mechanism experiments (3-7)
+-- use o.eval_groups (default "training").
+local paper = require "group_arith_paper"
 local M = {}
 
 M.RULES = {"copy", "commute", "identity", "cancel", "associate"}
 M.N_SYMBOLS = 16
+M.POPULATIONS = {"training", "held-out"}
+
+-- Evaluation distributions. copy, commute and identity are drawn as the paper
+-- draws them (natural contexts, resampled until the query needs the rule);
+-- cancel and associate are the paper's constructions (group_arith_paper:
+-- contexts built from the query's row and column, or from one associative
+-- triplet); cancel_natural and associate_natural are natural contexts filtered
+-- by our solvers (our own design, kept as separate rows); natural is the
+-- query drawn from all facts with nothing required.
+M.DISTS = {"copy", "commute", "identity", "cancel", "associate", "cancel_natural", "associate_natural", "natural"}
+M.CONSTRUCTED = {cancel = true, associate = true}
 
 -- The targeted distributions: the final query is answerable by its rule and
 -- by none of the rules listed before it (copy and commute are kept out by
 -- holding the query pair, or the pair and its commuted pair, out of the context).
 M.DIST = {
-  copy      = {hold_out = "none",     require = "copy"},
-  commute   = {hold_out = "pair",     require = "commute"},
-  identity  = {hold_out = "commuted", require = "identity"},
-  cancel    = {hold_out = "commuted", require = "cancel",    exclude = "identity"},
-  associate = {hold_out = "commuted", require = "associate", exclude = "identity,cancel"},
+  copy              = {hold_out = "none",     require = "copy"},
+  commute           = {hold_out = "pair",     require = "commute"},
+  identity          = {hold_out = "commuted", require = "identity"},
+  cancel_natural    = {hold_out = "commuted", require = "cancel",    exclude = "identity"},
+  associate_natural = {hold_out = "commuted", require = "associate", exclude = "identity,cancel"},
+  natural           = {hold_out = "none"},
+  nocopy            = {hold_out = "commuted"},   -- the paper's "test": neither a b nor b a in the context
 }
 
 -- The copying curriculum (see M.train): the context shows only `pool` distinct
 -- facts until that fraction of the steps (facts repeat, so copying pays off
--- early), 4, 8, 16, 32; the last fifth keeps a quarter of its contexts at 16
--- distinct facts, draws the rest from the natural distribution, and trains on
--- sequences of 100 facts, so that the k = 100 evaluation is inside the
--- training length.
-M.CURRICULUM = {{["until"] = 0.3, pool = 4}, {["until"] = 0.45, pool = 8}, {["until"] = 0.6, pool = 16},
+-- early), 4, 8, 16, 32 (a fifth of the steps each); the last fifth keeps a
+-- quarter of its contexts at 16 distinct facts, draws the rest from the
+-- natural distribution, and trains on sequences of 100 facts, so that the
+-- k = 100 evaluation is inside the training length.
+M.CURRICULUM = {{["until"] = 0.2, pool = 4}, {["until"] = 0.4, pool = 8}, {["until"] = 0.6, pool = 16},
                 {["until"] = 0.8, pool = 32}, {["until"] = 1.0, pool = 16, share = 0.25, k = 100}}
 
--- Presets: model, training and evaluation sizes for --quick / --medium / full.
--- The full preset trains on M.CURRICULUM (--no-curriculum drops it);
--- --curriculum gives it to the other sizes.
+-- The GPU preset's curriculum: shorter pooled stages, then the natural
+-- distribution at k = 200 with a tenth of the contexts still pooled.
+M.CURRICULUM_GPU = {{["until"] = 0.1, pool = 8}, {["until"] = 0.2, pool = 16}, {["until"] = 0.3, pool = 32},
+                    {["until"] = 1.0, pool = 16, share = 0.1}}
+
+-- Presets: model, training and evaluation sizes for --quick / --medium / full /
+-- --preset gpu. The full preset trains on M.CURRICULUM (--no-curriculum drops
+-- it); --curriculum gives it to the other sizes. k_list: accuracy at these k;
+-- k_mech: ablation, identity, probes and phases (one of k_list); k_patch: the
+-- paper-design patching (the paper uses k = 200). gpu: the paper's shape (4
+-- layers, 8 heads, k = 200 facts, batch 128) at a width a GPU backend trains in
+-- hours; on the CPU only with a small --steps (the test runs it so).
 M.PRESETS = {
   quick  = {d_model = 32, n_layer = 2, n_head = 2, d_mlp = 96, train_k = 20, steps = 150, batch = 8, lr = 3e-3,
             warmup = 10, n_ckpt = 3, n_eval = 24, n_cov = 48, n_patch = 16, n_ident = 16, n_probe = 72,
-            n_phase = 12, k_list = {50, 100}, k_mech = 50, boot = 200},
+            n_phase = 12, k_list = {50, 100}, k_mech = 50, k_patch = 50, boot = 200},
   medium = {d_model = 64, n_layer = 3, n_head = 4, d_mlp = 256, train_k = 50, steps = 900, batch = 16, lr = 2e-3,
             warmup = 50, n_ckpt = 8, n_eval = 128, n_cov = 256, n_patch = 48, n_ident = 64, n_probe = 384,
-            n_phase = 48, k_list = {50, 100}, k_mech = 50, boot = 1000},
-  full   = {d_model = 64, n_layer = 3, n_head = 4, d_mlp = 256, train_k = 50, steps = 9000, batch = 32, lr = 3e-3,
-            warmup = 200, init_std = 0.1, curriculum = M.CURRICULUM,
-            n_ckpt = 16, n_eval = 256, n_cov = 512, n_patch = 64, n_ident = 128, n_probe = 768,
-            n_phase = 96, k_list = {50, 100}, k_mech = 50, boot = 2000},
+            n_phase = 48, k_list = {50, 100}, k_mech = 50, k_patch = 50, boot = 1000},
+  full   = {d_model = 64, n_layer = 3, n_head = 4, d_mlp = 256, train_k = 50, steps = 1200, batch = 16, lr = 3e-3,
+            warmup = 100, init_std = 0.1, curriculum = M.CURRICULUM,
+            n_ckpt = 8, n_eval = 128, n_cov = 256, n_patch = 48, n_ident = 64, n_probe = 384,
+            n_phase = 48, k_list = {50, 100}, k_mech = 50, k_patch = 50, boot = 2000},
+  gpu    = {d_model = 512, n_layer = 4, n_head = 8, d_mlp = 2048, train_k = 200, steps = 20000, batch = 128, lr = 1e-3,
+            warmup = 1000, init_std = 0.02, curriculum = M.CURRICULUM_GPU,
+            n_ckpt = 16, n_eval = 512, n_cov = 1024, n_patch = 200, n_ident = 256, n_probe = 1536,
+            n_phase = 128, k_list = {50, 100}, k_mech = 50, k_patch = 200, boot = 2000},
 }
 
 local CHUNK = 64   -- sequences per forward pass in evaluations
 
+-- Training compute as Kaplan et al. count it: 6 N + 6 n_layer T d FLOPs a token
+-- (N = n_layer (4 d^2 + 2 d d_mlp), T the training sequence length). The paper's
+-- setup (4 layers, d 1024, d_mlp 4096, T 1024, 25B tokens) gives 8.2e18.
+function M.flops(cfg, T, tokens)
+  local N = cfg.n_layer * (4 * cfg.d_model ^ 2 + 2 * cfg.d_model * cfg.d_mlp)
+  return (6 * N + 6 * cfg.n_layer * T * cfg.d_model) * tokens
+end
+M.PAPER_FLOPS = M.flops({n_layer = 4, d_model = 1024, d_mlp = 4096}, 1024, 200000 * 128 * 1024)
+
 -- ---------------------------------------------------------------- helpers
 
 local function log(o, fmt, ...)
-  if not o.silent then io.stderr:write(("[group_arith %5ds] " .. fmt .. "\n"):format(os.time() - (o.t0 or os.time()), ...)) end
+  if not o.silent then io.stderr:write(("[group_arith s%d %5ds] " .. fmt .. "\n"):format(o.seed or 0, os.time() - (o.t0 or os.time()), ...)) end
 end
 M.log = log
 
--- An evaluation task: k facts, the targeted distribution `dist` (or none), the
--- held-out groups unless o.eval_groups == "training".
-function M.task(o, k, dist, seed, extra)
-  local spec = {k = k, targets = "last", seed = seed, max_attempts = 2000000,
-                test_groups = o.eval_groups ~= "training"}
+-- An evaluation task of the C generator: k facts, the distribution `dist` of
+-- M.DIST (or none), population o.eval_groups unless `population` is given.
+function M.task(o, k, dist, seed, extra, population)
+  local pop = population or o.eval_groups or "training"
+  local spec = {k = k, targets = "last", seed = seed, max_attempts = 2000000, test_groups = pop == "held-out"}
   if dist then for key, v in pairs(M.DIST[dist]) do spec[key] = v end end
   for key, v in pairs(extra or {}) do spec[key] = v end
   return mp.tasks.algebra(spec)
@@ -81,6 +119,13 @@ end
 function M.sample(t, n)
   local tokens, _, truth = t:sample(n)
   return tokens, truth
+end
+
+-- n sequences of distribution `dist` (M.DISTS) over `population` with k facts:
+-- the paper's constructions for cancel / associate, the C generator otherwise.
+function M.draw(o, population, k, dist, seed, n)
+  if M.CONSTRUCTED[dist] then return paper.construct(dist, population, k, n, seed) end
+  return M.sample(M.task(o, k, dist, seed, nil, population), n)
 end
 
 -- Logits of the final position [n, V] as a table of Lua rows, in chunks of CHUNK
@@ -118,16 +163,20 @@ local function mean(t)
 end
 M.mean = mean
 
--- Accuracy on the final query with a bootstrap interval (and P(answer)).
+-- Accuracy on the final query with a bootstrap interval (and P(answer)); the
+-- per-item lists: correct (0/1), predicted, chance (1 / order of the query's group).
 function M.score(rows, truth, o)
-  local correct, p = {}, {}
+  local correct, p, pred, chance = {}, {}, {}, {}
   for b, row in ipairs(rows) do
     local c = truth[b].query.answer
-    correct[b] = M.argmax(row) == c and 1 or 0
+    pred[b] = M.argmax(row)
+    correct[b] = pred[b] == c and 1 or 0
     p[b] = M.prob(row, c)
+    chance[b] = 1 / #truth[b].assignment[truth[b].query.group]
   end
   local ci = mp.analyze.bootstrap(correct, {n = o.boot, seed = o.seed})
-  return {acc = ci.estimate, lo = ci.lo, hi = ci.hi, p_answer = mean(p), n = #rows, correct = correct}
+  return {acc = ci.estimate, lo = ci.lo, hi = ci.hi, p_answer = mean(p), n = #rows, correct = correct,
+          predicted = pred, chance = chance}
 end
 
 -- Context facts of sample b of a token Tensor: list of {a, b, c, pos} (pos = 0-based
@@ -157,7 +206,7 @@ function M.checkpoint_steps(steps, n)
 end
 
 function M.train(o)
-  local kmax = o.train_k
+  local kmax = math.max(o.train_k, o.k_patch or 0)
   for _, k in ipairs(o.k_list) do kmax = math.max(kmax, k) end
   for _, c in ipairs(o.curriculum or {}) do kmax = math.max(kmax, c.k or 0) end
   local m = mp.model.new{d_model = o.d_model, n_layer = o.n_layer, n_head = o.n_head, d_mlp = o.d_mlp,
@@ -228,28 +277,32 @@ function M.train(o)
   local model_path = o.out .. "/model.h5"
   m:save(model_path)
   log(o, "trained in %.0f s (%.0f tokens/s), final loss %.3f", r.seconds, r.tokens_per_s, r.final_loss)
-  return m, {loss = r.loss, step = r.step, pool = r.pool, pool_share = r.pool_share, k = r.k, seconds = r.seconds, wall = os.time() - wall0, tokens_per_s = r.tokens_per_s,
+  return m, {loss = r.loss, step = r.step, pool = r.pool, pool_share = r.pool_share, k = r.k, seconds = r.seconds, wall = os.time() - wall0, tokens = r.tokens, tokens_per_s = r.tokens_per_s,
              final_loss = r.final_loss, checkpoints = saved, model = model_path}
 end
 
 -- ---------------------------------------------------------------- 2. accuracy
 
--- Accuracy on the final query per targeted distribution at each k of o.k_list;
--- keeps the k_mech batches for the ablation of experiment 4.
+-- Accuracy on the final query per population, k of o.k_list and distribution
+-- (M.DISTS): res[pop][k][dist] = M.score(...) plus the evaluation items
+-- (tokens, truth, predictions) for /eval in the HDF5 file. Keeps the k_mech
+-- batches of population o.eval_groups for the ablation of experiment 4.
 function M.accuracy(m, o)
   local res, batches = {}, {}
-  for ki, k in ipairs(o.k_list) do
-    res[k] = {}
-    for di, d in ipairs(M.RULES) do
-      local tokens, truth = M.sample(M.task(o, k, d, o.seed + 100 * ki + di), o.n_eval)
-      res[k][d] = M.score(M.final_logits(m, tokens), truth, o)
-      if k == o.k_mech then batches[d] = {tokens = tokens, truth = truth} end
-      log(o, "accuracy k=%d %-9s %.3f [%.3f, %.3f]", k, d, res[k][d].acc, res[k][d].lo, res[k][d].hi)
+  for pi, pop in ipairs(M.POPULATIONS) do
+    res[pop] = {}
+    for ki, k in ipairs(o.k_list) do
+      res[pop][k] = {}
+      for di, d in ipairs(M.DISTS) do
+        local tokens, truth = M.draw(o, pop, k, d, o.seed + 1000 * pi + 100 * ki + di, o.n_eval)
+        local rows = M.final_logits(m, tokens)
+        local s = M.score(rows, truth, o)
+        s.tokens, s.truth = tokens, truth
+        res[pop][k][d] = s
+        if k == o.k_mech and pop == o.eval_groups then batches[d] = {tokens = tokens, truth = truth} end
+        log(o, "accuracy %-8s k=%d %-17s %.3f [%.3f, %.3f]", pop, k, d, s.acc, s.lo, s.hi)
+      end
     end
-    -- the natural distribution: the query drawn uniformly from the facts, nothing required
-    local tokens, truth = M.sample(M.task(o, k, nil, o.seed + 100 * ki + 9, {hold_out = "none"}), o.n_eval)
-    res[k].all = M.score(M.final_logits(m, tokens), truth, o)
-    if k == o.k_mech then batches.all = {tokens = tokens, truth = truth} end
   end
   res.batches = batches
   return res
@@ -274,9 +327,10 @@ function M.coverage(m, o)
       end
     end
     for ri = 1, #M.RULES + 1 do new_ok[ri], new_n[ri] = 0, 0 end
-    local ok = 0
+    local ok, items_correct, items_cov4 = 0, {}, {}
     for b = 1, n do
       local right = M.argmax(rows[b]) == truth[b].query.answer and 1 or 0
+      items_correct[b], items_cov4[b] = right, (first[b] and first[b] <= 4) and 1 or 0
       ok = ok + right
       local f = first[b] or (#M.RULES + 1)
       new_n[f], new_ok[f] = new_n[f] + 1, new_ok[f] + right
@@ -289,7 +343,7 @@ function M.coverage(m, o)
     local acc_by = {}
     for ri = 1, #M.RULES + 1 do acc_by[ri] = new_n[ri] > 0 and new_ok[ri] / new_n[ri] or 0 / 0 end
     res[k] = {cumulative = cum, accuracy = ok / n, accuracy_by_first_rule = acc_by, share_unsolved = new_n[#M.RULES + 1] / n,
-              n = n, n_by_first_rule = new_n}
+              n = n, n_by_first_rule = new_n, items_correct = items_correct, items_cov4 = items_cov4}
     log(o, "coverage k=%d: cumulative %s; model %.3f", k,
         table.concat((function() local s = {} for i, v in ipairs(cum) do s[i] = ("%.2f"):format(v) end return s end)(), " "),
         ok / n)
@@ -318,35 +372,83 @@ function M.corrupt(tokens, truth, k, commuted, rng)
   return out
 end
 
--- Patches head (l, h)'s hook_z at the final position from the clean run into
--- the corrupted one: IE(l,h) = P(clean answer | patched) - P(clean answer | corrupted).
-function M.patching(m, o, kind)
+-- Patches each head's hook_z at the final position from a source run into a
+-- base run (item b of one into item b of the other) and measures
+-- IE_b(l,h) = P(answers[b] | patched base) - P(answers[b] | base). Returns the
+-- mean IE [L, H], the per-item lists items[l][h] (0-based l, h), and the mean
+-- P(answer) of the source and of the base.
+function M.patch_heads(m, src, base, answers)
   local cfg = m.config
+  local n, T = src:size(1), src:size(2)
+  local items, p_src, p_base = {}, {}, {}
+  for l = 0, cfg.n_layer - 1 do
+    items[l] = {}
+    for h = 0, cfg.n_head - 1 do items[l][h] = {} end
+  end
+  for s0 = 1, n, CHUNK do
+    local len = math.min(CHUNK, n - s0 + 1)
+    local sc, bc = src:narrow(s0, len), base:narrow(s0, len)
+    local src_logits, cache = m:run_with_cache(sc, {names = "blocks.*.attn.hook_z", logits = "last"})
+    local base_rows = m:forward(bc, {logits = "last"}):totable()
+    local pb = {}
+    for b, row in ipairs(src_logits:totable()) do p_src[s0 + b - 1] = M.prob(row, answers[s0 + b - 1]) end
+    for b, row in ipairs(base_rows) do pb[b] = M.prob(row, answers[s0 + b - 1]); p_base[s0 + b - 1] = pb[b] end
+    for l = 0, cfg.n_layer - 1 do
+      local name = ("blocks.%d.attn.hook_z"):format(l)
+      for h = 0, cfg.n_head - 1 do
+        local lg = m:run_with_hooks(bc, {logits = "last",
+          fwd_hooks = {{name, mp.patch(cache[name], {head = h, positions = T - 1})}}})
+        for b, row in ipairs(lg:totable()) do
+          local list = items[l][h]
+          list[#list + 1] = M.prob(row, answers[s0 + b - 1]) - pb[b]
+        end
+      end
+    end
+  end
+  local ie = mp.zeros{cfg.n_layer, cfg.n_head}
+  for l = 0, cfg.n_layer - 1 do
+    for h = 0, cfg.n_head - 1 do ie:set(mean(items[l][h]), l + 1, h + 1) end
+  end
+  return {ie = ie, items = items, p_clean = mean(p_src), p_corrupt = mean(p_base), n = n}
+end
+
+-- Our design: patches from the clean sequence into the same sequence with the
+-- copied fact's answers corrupted (M.corrupt), P(clean answer).
+function M.patching(m, o, kind)
   local k = o.k_mech
   local tokens, truth = M.sample(M.task(o, k, kind, o.seed + (kind == "copy" and 700 or 701)), o.n_patch)
   math.randomseed(o.seed)
   local corrupted = M.corrupt(tokens, truth, k, kind == "commute", math.random)
-  local T = tokens:size(2)
-  local clean_logits, cache = m:run_with_cache(tokens, {names = "blocks.*.attn.hook_z", logits = "last"})
-  local function p_clean(rows)
-    local p = {}
-    for b, row in ipairs(rows) do p[b] = M.prob(row, truth[b].query.answer) end
-    return mean(p)
+  local answers = {}
+  for b, tr in ipairs(truth) do answers[b] = tr.query.answer end
+  local r = M.patch_heads(m, tokens, corrupted, answers)
+  r.k, r.design = k, "ours"
+  log(o, "patching, ours (%s copies, k=%d): P(answer) clean %.3f, corrupted %.3f, max IE %.3f", kind, k, r.p_clean,
+      r.p_corrupt, r.ie:max())
+  return r
+end
+
+-- The paper's design (sample_copy_counterfactual_pair, its copy notebook):
+-- a copy (or commuted-copy) sequence is the source, an unrelated sequence in
+-- which no copy is possible (another query pair, another answer) the base;
+-- P(the source's answer) in the patched base. k = o.k_patch facts.
+function M.patching_paper(m, o, kind)
+  local k = o.k_patch
+  local src, src_truth = M.sample(M.task(o, k, kind, o.seed + (kind == "copy" and 710 or 711)), o.n_patch)
+  local base_all, base_truth = M.sample(M.task(o, k, "nocopy", o.seed + 712), 2 * o.n_patch)
+  local idx, err = paper.counterfactual_pairs(src_truth, base_truth)
+  if not idx then error("group_arith: counterfactual pairs: " .. err) end
+  local base = mp.zeros{src:size(1), src:size(2)}
+  local answers = {}
+  for i, j in ipairs(idx) do
+    base[i]:copy_(base_all[j])
+    answers[i] = src_truth[i].query.answer
   end
-  local p_clean_clean = p_clean(clean_logits:totable())
-  local p_corrupt = p_clean(m:forward(corrupted, {logits = "last"}):totable())
-  local ie = mp.zeros{cfg.n_layer, cfg.n_head}
-  for l = 0, cfg.n_layer - 1 do
-    local name = ("blocks.%d.attn.hook_z"):format(l)
-    for h = 0, cfg.n_head - 1 do
-      local lg = m:run_with_hooks(corrupted, {logits = "last",
-        fwd_hooks = {{name, mp.patch(cache[name], {head = h, positions = T - 1})}}})
-      ie:set(p_clean(lg:totable()) - p_corrupt, l + 1, h + 1)
-    end
-  end
-  log(o, "patching (%s copies): P(answer) clean %.3f, corrupted %.3f, max IE %.3f", kind, p_clean_clean, p_corrupt,
-      ie:max())
-  return {ie = ie, p_clean = p_clean_clean, p_corrupt = p_corrupt, n = #truth}
+  local r = M.patch_heads(m, src, base, answers)
+  r.k, r.design = k, "paper"
+  log(o, "patching, paper (%s copies, k=%d): P(answer) source %.3f, unrelated base %.3f, max IE %.3f", kind, k,
+      r.p_clean, r.p_corrupt, r.ie:max())
+  return r
 end
 
 -- Largest and second-largest entries of an [L,H] Tensor: {l, h, value} (0-based).
@@ -371,28 +473,37 @@ function M.self_patch_check(m, tokens, l, h)
   return patched:sub(clean):norm(), clean:norm()
 end
 
+-- Copying heads by both designs; the paper design's top exact-copy head is
+-- then mean-ablated (its hook_z replaced by its mean over a reference batch)
+-- on the k_mech accuracy batches: per-item paired drops (clean - ablated).
 function M.copying(m, o, acc)
-  local cfg = m.config
-  local exact = M.patching(m, o, "copy")
-  local commuted = M.patching(m, o, "commute")
-  local top, second = M.top2(exact.ie)
-  -- ablate the top head: its hook_z replaced by its mean over a reference batch
+  local res = {paper = {exact = M.patching_paper(m, o, "copy"), commuted = M.patching_paper(m, o, "commute")},
+               ours = {exact = M.patching(m, o, "copy"), commuted = M.patching(m, o, "commute")}}
+  for _, design in ipairs{"paper", "ours"} do
+    local d = res[design]
+    d.top, d.second = M.top2(d.exact.ie)
+    d.top_commuted_ie = d.commuted.ie:get(d.top.l + 1, d.top.h + 1)
+  end
+  local top = res.paper.top
   local name = ("blocks.%d.attn.hook_z"):format(top.l)
   local ref_tokens = M.sample(M.task(o, o.k_mech, nil, o.seed + 800), math.min(o.n_eval, 64))
   local _, ref = m:run_with_cache(ref_tokens, {names = name, logits = false})
   local hooks = {{name, mp.ablate.mean(ref[name], {head = top.h})}}
-  local drop, ablated = {}, {}
+  local drop, ablated, drop_items = {}, {}, {}
+  local A = acc[o.eval_groups][o.k_mech]
   for _, d in ipairs(M.RULES) do
     local bt = acc.batches[d]
     local s = M.score(M.final_logits(m, bt.tokens, hooks), bt.truth, o)
     ablated[d] = s.acc
-    drop[d] = acc[o.k_mech][d].acc - s.acc
-    log(o, "ablate L%dH%d: %-9s %.3f -> %.3f", top.l, top.h, d, acc[o.k_mech][d].acc, s.acc)
+    drop[d] = A[d].acc - s.acc
+    drop_items[d] = {}
+    for b, c in ipairs(A[d].correct) do drop_items[d][b] = c - s.correct[b] end
+    log(o, "ablate L%dH%d: %-9s %.3f -> %.3f", top.l, top.h, d, A[d].acc, s.acc)
   end
   local diff, scale = M.self_patch_check(m, acc.batches.copy.tokens:narrow(1, math.min(8, o.n_eval)), top.l, top.h)
-  return {exact = exact, commuted = commuted, top = top, second = second,
-          top_commuted_ie = commuted.ie:get(top.l + 1, top.h + 1), ablated = ablated, drop = drop,
-          self_patch_diff = diff, self_patch_scale = scale}
+  res.top, res.ablated, res.drop, res.drop_items = top, ablated, drop, drop_items
+  res.self_patch_diff, res.self_patch_scale = diff, scale
+  return res
 end
 
 -- ---------------------------------------------------------------- 5. identity
@@ -455,6 +566,11 @@ function M.identity(m, o, model_path)
     names = "blocks.*.attn.hook_z," .. last .. ".hook_resid_post," .. last .. ".hook_attn_out"})
   local T = tokens:size(2)
   local dla_q, dla_e, dla_x = mp.zeros{L, H}, mp.zeros{L, H}, mp.zeros{L, H}
+  local q_items, e_items = {}, {}   -- per-item values [l][h][b] (0-based l, h)
+  for l = 0, L - 1 do
+    q_items[l], e_items[l] = {}, {}
+    for h = 0, H - 1 do q_items[l][h], e_items[l][h] = {}, {} end
+  end
   local z = {}
   for l = 0, L - 1 do z[l] = cache[("blocks.%d.attn.hook_z"):format(l)] end
   local resid = cache[last .. ".hook_resid_post"]
@@ -480,6 +596,7 @@ function M.identity(m, o, model_path)
         end
         -- centred on the mean over symbols: only what changes the choice counts
         local q = ((logit[qa] - avg) + (logit[qb] - avg)) / 2
+        q_items[l][h][b], e_items[l][h][b] = q, logit[e] - avg
         dla_q:set(dla_q:get(l + 1, h + 1) + q / n, l + 1, h + 1)
         dla_e:set(dla_e:get(l + 1, h + 1) + (logit[e] - avg) / n, l + 1, h + 1)
         dla_x:set(dla_x:get(l + 1, h + 1) + (logit[x] - avg) / n, l + 1, h + 1)
@@ -510,6 +627,8 @@ function M.identity(m, o, model_path)
   log(o, "identity PCA: PC1 (%.0f%% of the variance) separates identity facts with accuracy %.3f",
       100 * pca.ratio:get(1), sep)
   return {dla_query = dla_q, dla_identity = dla_e, dla_other = dla_x, promote = promote, suppress = sup,
+          items = {promote_q = q_items[promote.l][promote.h], promote_e = e_items[promote.l][promote.h],
+                   suppress_q = q_items[sup.l][sup.h], suppress_e = e_items[sup.l][sup.h]},
           pc1 = pc1, pc2 = pc2, labels = labels, pc1_separation = sep, pc_ratio = pca.ratio, n = n,
           n_other = #other_truth}
 end
@@ -617,7 +736,7 @@ function M.phases(o, checkpoints, threshold)
   local k = o.k_mech
   local batches = {}
   for di, d in ipairs(M.RULES) do
-    batches[d] = {M.sample(M.task(o, k, d, o.seed + 1300 + di), o.n_phase)}
+    batches[d] = {M.draw(o, o.eval_groups, k, d, o.seed + 1300 + di, o.n_phase)}
   end
   batches.natural = {M.sample(M.task(o, k, nil, o.seed + 1399), o.n_phase)}
   local steps, curves = {}, {}

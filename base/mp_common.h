@@ -10,9 +10,10 @@
  *   mp_X_new(&out, ...)     a heap object built from values in memory, released
  *                           with mp_X_free (mp_model_new, mp_model_new_random,
  *                           mp_tok_new, mp_tokenizer_new, mp_pretok_new,
- *                           mp_sampler_new, mp_hooks_new, mp_gguf_writer_new);
+ *                           mp_sampler_new, mp_hooks_new, mp_gguf_writer_new,
+ *                           the tasks mp_mtd_new, mp_algebra_new, mp_retrieval_new);
  *   mp_X_load(&out, path)   the same kind of object read from a file, which is
- *                           not kept open (mp_model_load, mp_tok_load_hf);
+ *                           not kept open (mp_model_load, mp_tok_load_hf, mp_text_load);
  *   mp_X_open(&out, path)   a handle that keeps a file open or mapped
  *                           (mp_gguf_open, mp_safetensors_open, mp_h5_open);
  *   mp_X_create(...)        a new file or dataset on disk (mp_h5run_create,

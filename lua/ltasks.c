@@ -284,7 +284,7 @@ static int l_mtd(lua_State *L) {
     p.seed = lt_opt_seed(L, 1, fn);
     ltask *u = lt_push_task(L, &MTD_TYPE);
     mp_mtd *t = NULL;
-    if (mp_mtd_init(&t, &p) != MP_OK) return lt_fail(L, fn, "mtd");
+    if (mp_mtd_new(&t, &p) != MP_OK) return lt_fail(L, fn, "mtd");
     u->h = t;
     return 1;
 }
@@ -465,7 +465,7 @@ static int l_text(lua_State *L) {
     x->val_fraction = p.val_fraction;
     x->bos = p.bos ? 1 : 0;
     x->seed = p.seed;
-    if (mp_text_init(&x->t, &p) != MP_OK) {
+    if (mp_text_load(&x->t, &p) != MP_OK) {
         free(x);
         return lt_fail(L, fn, NULL);
     }
@@ -594,7 +594,7 @@ static int l_retrieval(lua_State *L) {
     p.seed = lt_opt_seed(L, 1, fn);
     ltask *u = lt_push_task(L, &RET_TYPE);
     mp_retrieval *r = NULL;
-    if (mp_retrieval_init(&r, &p) != MP_OK) return lt_fail(L, fn, "retrieval");
+    if (mp_retrieval_new(&r, &p) != MP_OK) return lt_fail(L, fn, "retrieval");
     u->h = r;
     return 1;
 }

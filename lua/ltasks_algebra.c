@@ -204,7 +204,7 @@ int mp_lt_l_algebra(lua_State *L) {
     p.exclude = opt_rules(L, 1, fn, "exclude");
     p.max_attempts = lt_opt_int(L, 1, fn, "max_attempts", p.max_attempts, 1, INT_MAX);
     p.pool = lt_opt_int(L, 1, fn, "pool", p.pool, 0, 100000);
-    p.pool_share = mp_lua_opt_num(L, 1, fn, "pool_share", p.pool_share);   /* range: mp_algebra_init */
+    p.pool_share = mp_lua_opt_num(L, 1, fn, "pool_share", p.pool_share);   /* range: mp_algebra_new */
     p.seed = lt_opt_seed(L, 1, fn);
     const uint32_t copy = MP_ALGEBRA_BIT(MP_ALGEBRA_RULE_COPY), commute = MP_ALGEBRA_BIT(MP_ALGEBRA_RULE_COMMUTE);
     if ((p.require & copy) && p.holdout != MP_ALGEBRA_HOLDOUT_NONE)
@@ -213,7 +213,7 @@ int mp_lt_l_algebra(lua_State *L) {
         luaL_error(L, "%s: require=commute needs hold_out=\"none\" or \"pair\" (\"commuted\" holds \"b a\" out)", fn);
     ltask *u = lt_push_task(L, &MP_LT_ALGEBRA_TYPE);
     mp_algebra *a = NULL;
-    if (mp_algebra_init(&a, &p) != MP_OK) return lt_fail(L, fn, "algebra");
+    if (mp_algebra_new(&a, &p) != MP_OK) return lt_fail(L, fn, "algebra");
     u->h = a;
     return 1;
 }

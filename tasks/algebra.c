@@ -104,7 +104,7 @@ static mp_status validate(const mp_algebra_params *p) {
     return MP_OK;
 }
 
-mp_status mp_algebra_init(mp_algebra **out, const mp_algebra_params *p) {
+mp_status mp_algebra_new(mp_algebra **out, const mp_algebra_params *p) {
     mp_status st;
     *out = NULL;
     mp_init();

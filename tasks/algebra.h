@@ -175,7 +175,7 @@ mp_algebra_params mp_algebra_params_default(void);
 /* Token count T = 5 * (n_facts + 1) of a sample. */
 int mp_algebra_seq_len(const mp_algebra_params *p);
 
-mp_status mp_algebra_init(mp_algebra **out, const mp_algebra_params *p);
+mp_status mp_algebra_new(mp_algebra **out, const mp_algebra_params *p);
 void mp_algebra_free(mp_algebra *a);  /* NULL-safe */
 void mp_algebra_seed(mp_algebra *a, uint64_t seed);  /* restart the sample stream */
 const mp_algebra_params *mp_algebra_get_params(const mp_algebra *a);

@@ -46,7 +46,7 @@ void mp_mtd_free(mp_mtd *t) {
     free(t);
 }
 
-mp_status mp_mtd_init(mp_mtd **out, const mp_mtd_params *p) {
+mp_status mp_mtd_new(mp_mtd **out, const mp_mtd_params *p) {
     mp_status st = MP_OK;
     mp_mtd *t = NULL;
     gsl_rng *r0 = NULL;

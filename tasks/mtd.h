@@ -47,7 +47,7 @@ typedef struct mp_mtd mp_mtd;
 mp_mtd_params mp_mtd_params_default(void);
 
 /* Validates the params and draws pi*. MP_ERR_ARG names a bad field. */
-mp_status mp_mtd_init(mp_mtd **out, const mp_mtd_params *p);
+mp_status mp_mtd_new(mp_mtd **out, const mp_mtd_params *p);
 void mp_mtd_free(mp_mtd *t);  /* NULL-safe */
 
 /* Restarts the batch stream from `seed` (pi* is unchanged), e.g. to draw a

@@ -66,7 +66,7 @@ void mp_retrieval_free(mp_retrieval *r) {
     free(r);
 }
 
-mp_status mp_retrieval_init(mp_retrieval **out, const mp_retrieval_params *p) {
+mp_status mp_retrieval_new(mp_retrieval **out, const mp_retrieval_params *p) {
     mp_status st = MP_OK;
     mp_retrieval *r = NULL;
     *out = NULL;

@@ -78,7 +78,7 @@ int mp_retrieval_min_len(const mp_retrieval_params *p);
 /* A printable name of a token ("7", "<bos>", "the", "f12") into buf (>= 16 bytes). */
 const char *mp_retrieval_token_name(int id, char *buf);
 
-mp_status mp_retrieval_init(mp_retrieval **out, const mp_retrieval_params *p);
+mp_status mp_retrieval_new(mp_retrieval **out, const mp_retrieval_params *p);
 void mp_retrieval_free(mp_retrieval *r);  /* NULL-safe */
 void mp_retrieval_seed(mp_retrieval *r, uint64_t seed);
 const mp_retrieval_params *mp_retrieval_get_params(const mp_retrieval *r);

@@ -107,7 +107,7 @@ cleanup:
     return st;
 }
 
-mp_status mp_text_init(mp_text **out, const mp_text_params *p) {
+mp_status mp_text_load(mp_text **out, const mp_text_params *p) {
     mp_status st = MP_OK;
     mp_text *t = NULL;
     *out = NULL;

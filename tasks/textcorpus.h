@@ -38,7 +38,7 @@ typedef struct mp_text mp_text;
 /* path NULL, val_fraction 0.1, bos 1, seed 1. */
 mp_text_params mp_text_params_default(void);
 
-mp_status mp_text_init(mp_text **out, const mp_text_params *p);
+mp_status mp_text_load(mp_text **out, const mp_text_params *p);
 void mp_text_free(mp_text *t);  /* NULL-safe */
 /* Restarts both splits' random streams from `seed`. */
 void mp_text_seed(mp_text *t, uint64_t seed);

@@ -102,7 +102,7 @@ static int sample_init(sample *s, int q, int m, double c, int B, int T, uint64_t
     memset(s, 0, sizeof *s);
     mp_mtd_params p = mp_mtd_params_default();
     p.q = q; p.m = m; p.c = c; p.seed = seed;
-    if (mp_mtd_init(&s->task, &p) != MP_OK) return -1;
+    if (mp_mtd_new(&s->task, &p) != MP_OK) return -1;
     s->B = B; s->T = T; s->q = q; s->m = m;
     s->tok = malloc(sizeof(int32_t) * B * T);
     s->tgt = malloc(sizeof(int32_t) * B * T);

@@ -20,7 +20,7 @@ static void test_mtd_pi_and_params(void) {
     mp_mtd_params p = mp_mtd_params_default();
     p.q = 6; p.c = 0.3; p.seed = 7;
     mp_mtd *t = NULL;
-    CHECK(mp_mtd_init(&t, &p) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_mtd_new(&t, &p) == MP_OK, "%s", mp_last_error());
     if (!t) return;
     const double *pi = mp_mtd_pi(t);
     double worst = 0;
@@ -37,13 +37,13 @@ static void test_mtd_pi_and_params(void) {
     /* bad params name the field */
     mp_mtd_params b = mp_mtd_params_default();
     b.q = 1;
-    CHECK(mp_mtd_init(&t, &b) == MP_ERR_ARG && strstr(mp_last_error(), "q"), "q=1 rejected: %s", mp_last_error());
+    CHECK(mp_mtd_new(&t, &b) == MP_ERR_ARG && strstr(mp_last_error(), "q"), "q=1 rejected: %s", mp_last_error());
     b = mp_mtd_params_default(); b.c = 0;
-    CHECK(mp_mtd_init(&t, &b) == MP_ERR_ARG && strstr(mp_last_error(), "c = 0"), "c=0 rejected: %s", mp_last_error());
+    CHECK(mp_mtd_new(&t, &b) == MP_ERR_ARG && strstr(mp_last_error(), "c = 0"), "c=0 rejected: %s", mp_last_error());
     b = mp_mtd_params_default(); b.m = 0;
-    CHECK(mp_mtd_init(&t, &b) == MP_ERR_ARG, "m=0 rejected");
+    CHECK(mp_mtd_new(&t, &b) == MP_ERR_ARG, "m=0 rejected");
     b = mp_mtd_params_default();
-    CHECK(mp_mtd_init(&t, &b) == MP_OK, "default init");
+    CHECK(mp_mtd_new(&t, &b) == MP_OK, "default init");
     int32_t tok[4], tgt[4];
     CHECK(mp_mtd_sample(t, 1, 2, tok, tgt, NULL, NULL) == MP_ERR_ARG, "T < m rejected");
     mp_mtd_free(t);
@@ -56,7 +56,7 @@ static void test_mtd_m1_transitions(void) {
     mp_mtd_params p = mp_mtd_params_default();
     p.q = 4; p.m = 1; p.c = 1.0; p.seed = 11;
     mp_mtd *t = NULL;
-    CHECK(mp_mtd_init(&t, &p) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_mtd_new(&t, &p) == MP_OK, "%s", mp_last_error());
     if (!t) return;
     enum { B = 64, T = 1024 };
     static int32_t tok[B * T], tgt[B * T];
@@ -85,7 +85,7 @@ static void test_mtd_mixture(void) {
     mp_mtd_params p = mp_mtd_params_default();
     p.q = 5; p.m = 3; p.c = 0.5; p.seed = 3;
     mp_mtd *t = NULL;
-    CHECK(mp_mtd_init(&t, &p) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_mtd_new(&t, &p) == MP_OK, "%s", mp_last_error());
     if (!t) return;
     enum { B = 48, T = 400, Q = 5, M = 3 };
     static int32_t tok[B * T], tgt[B * T];
@@ -146,7 +146,7 @@ static void test_mtd_mixture(void) {
     mp_mtd_params pl = p;
     pl.target = MP_MTD_TARGET_LAST;
     mp_mtd *tl = NULL;
-    CHECK(mp_mtd_init(&tl, &pl) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_mtd_new(&tl, &pl) == MP_OK, "%s", mp_last_error());
     static int32_t tok2[B * T], tgt2[B * T];
     CHECK(mp_mtd_sample(tl, B, T, tok2, tgt2, NULL, NULL) == MP_OK, "%s", mp_last_error());
     int bad = 0;
@@ -164,10 +164,10 @@ static void test_mtd_determinism(void) {
     static int32_t a[B * T], at[B * T], b[B * T], bt[B * T], c[B * T], ct[B * T];
     mp_mtd_params p = mp_mtd_params_default();
     mp_mtd *t1 = NULL, *t2 = NULL, *t3 = NULL;
-    mp_mtd_init(&t1, &p);
-    mp_mtd_init(&t2, &p);
+    mp_mtd_new(&t1, &p);
+    mp_mtd_new(&t2, &p);
     p.seed = 2;
-    mp_mtd_init(&t3, &p);
+    mp_mtd_new(&t3, &p);
     if (!t1 || !t2 || !t3) { CHECK(0, "init"); goto done; }
     size_t qq = (size_t)p.q * p.q * sizeof(double);
     CHECK(memcmp(mp_mtd_pi(t1), mp_mtd_pi(t2), qq) == 0, "same seed, same pi*");
@@ -416,7 +416,7 @@ static void check_algebra_batch(const mp_algebra_params *p, int B, const int32_t
 
 static mp_status algebra_run(const mp_algebra_params *p, int B, rule_stats *rs) {
     mp_algebra *a = NULL;
-    mp_status st = mp_algebra_init(&a, p);
+    mp_status st = mp_algebra_new(&a, p);
     if (st != MP_OK) return st;
     int T = mp_algebra_seq_len(p);
     int32_t *tok = malloc(sizeof *tok * B * T), *tgt = malloc(sizeof *tgt * B * T);
@@ -469,7 +469,7 @@ static void test_algebra_mix(void) {
     mp_algebra_params p = mp_algebra_params_default();
     p.n_facts = 2; p.seed = 12;
     mp_algebra *a = NULL;
-    CHECK(mp_algebra_init(&a, &p) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_algebra_new(&a, &p) == MP_OK, "%s", mp_last_error());
     enum { B = 2000 };
     int T = mp_algebra_seq_len(&p);
     int32_t *tok = malloc(sizeof *tok * B * T), *tgt = malloc(sizeof *tgt * B * T);
@@ -506,7 +506,7 @@ static void test_algebra_pool(void) {
         if (pass == 1) p.pool = 0;
         if (pass == 2) { p.pool = 4; p.pool_share = 0.3; }
         mp_algebra *a = NULL;
-        CHECK(mp_algebra_init(&a, &p) == MP_OK, "%s", mp_last_error());
+        CHECK(mp_algebra_new(&a, &p) == MP_OK, "%s", mp_last_error());
         if (!a) return;
         int T = mp_algebra_seq_len(&p);
         int32_t *tok = malloc(sizeof *tok * B * T), *tgt = malloc(sizeof *tgt * B * T);
@@ -534,11 +534,11 @@ static void test_algebra_pool(void) {
     }
     mp_algebra *a = NULL;
     p.pool_share = 1.5;
-    CHECK(mp_algebra_init(&a, &p) == MP_ERR_ARG && strstr(mp_last_error(), "pool_share"),
+    CHECK(mp_algebra_new(&a, &p) == MP_ERR_ARG && strstr(mp_last_error(), "pool_share"),
           "pool_share > 1 rejected: %s", mp_last_error());
     p.pool_share = 1;
     p.pool = -1;
-    CHECK(mp_algebra_init(&a, &p) == MP_ERR_ARG && strstr(mp_last_error(), "pool"), "pool < 0 rejected: %s",
+    CHECK(mp_algebra_new(&a, &p) == MP_ERR_ARG && strstr(mp_last_error(), "pool"), "pool < 0 rejected: %s",
           mp_last_error());
 }
 
@@ -563,14 +563,14 @@ static void test_algebra_targeted(void) {
     mp_algebra_params p = mp_algebra_params_default();
     mp_algebra *a = NULL;
     p.require = MP_ALGEBRA_BIT(MP_ALGEBRA_RULE_COPY);
-    CHECK(mp_algebra_init(&a, &p) == MP_ERR_ARG && strstr(mp_last_error(), "holdout"),
+    CHECK(mp_algebra_new(&a, &p) == MP_ERR_ARG && strstr(mp_last_error(), "holdout"),
           "copy with hold-out rejected: %s", mp_last_error());
     p.holdout = MP_ALGEBRA_HOLDOUT_NONE;
     p.exclude = p.require;
-    CHECK(mp_algebra_init(&a, &p) == MP_ERR_ARG, "require & exclude overlap rejected");
+    CHECK(mp_algebra_new(&a, &p) == MP_ERR_ARG, "require & exclude overlap rejected");
     p = mp_algebra_params_default();
     p.n_facts = 0; p.require = MP_ALGEBRA_BIT(MP_ALGEBRA_RULE_ASSOCIATE); p.max_attempts = 50;
-    CHECK(mp_algebra_init(&a, &p) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_algebra_new(&a, &p) == MP_OK, "%s", mp_last_error());
     int32_t tok[5], tgt[5];
     CHECK(mp_algebra_sample(a, 1, 5, tok, tgt, NULL) == MP_ERR_ARG && strstr(mp_last_error(), "50 attempts"),
           "bounded attempts: %s", mp_last_error());
@@ -614,7 +614,7 @@ static void test_algebra_determinism(void) {
         p.seed = i == 2 ? 77 : 76;
         x[i] = malloc(sizeof(int32_t) * B * T);
         y[i] = malloc(sizeof(int32_t) * B * T);
-        mp_algebra_init(&a, &p);
+        mp_algebra_new(&a, &p);
         CHECK(a && mp_algebra_sample(a, B, T, x[i], y[i], tr[i]) == MP_OK, "%s", mp_last_error());
         mp_algebra_free(a);
     }
@@ -648,7 +648,7 @@ static void test_text(void) {
         mp_text_params p = mp_text_params_default();
         p.path = path; p.val_fraction = 0.1; p.bos = bos; p.seed = 4;
         mp_text *t = NULL;
-        CHECK(mp_text_init(&t, &p) == MP_OK, "%s", mp_last_error());
+        CHECK(mp_text_load(&t, &p) == MP_OK, "%s", mp_last_error());
         if (!t) continue;
         CHECK(mp_text_split_len(t, MP_TEXT_VAL) == 300 && mp_text_split_len(t, MP_TEXT_TRAIN) == 2700 &&
               mp_text_split_offset(t, MP_TEXT_VAL) == 2700, "split sizes");
@@ -685,9 +685,9 @@ static void test_text(void) {
     mp_text_params p = mp_text_params_default();
     p.path = path;
     mp_text *a = NULL, *b = NULL, *c = NULL;
-    mp_text_init(&a, &p); mp_text_init(&b, &p);
+    mp_text_load(&a, &p); mp_text_load(&b, &p);
     p.seed = 2;
-    mp_text_init(&c, &p);
+    mp_text_load(&c, &p);
     int64_t sa[16], sb[16], sc[16];
     int32_t tk[16 * 8], tg[16 * 8];
     mp_text_sample(a, MP_TEXT_TRAIN, 16, 8, tk, tg, sa);
@@ -702,12 +702,12 @@ static void test_text(void) {
     snprintf(missing, sizeof missing, "%s/no_such_file.txt", tmpdir);
     p = mp_text_params_default();
     p.path = missing;
-    CHECK(mp_text_init(&t, &p) == MP_ERR_IO && strstr(mp_last_error(), missing), "missing: %s", mp_last_error());
+    CHECK(mp_text_load(&t, &p) == MP_ERR_IO && strstr(mp_last_error(), missing), "missing: %s", mp_last_error());
     p.path = write_tmp("empty.txt", "", 0);
-    CHECK(mp_text_init(&t, &p) == MP_ERR_FORMAT && strstr(mp_last_error(), p.path) && strstr(mp_last_error(), "empty"),
+    CHECK(mp_text_load(&t, &p) == MP_ERR_FORMAT && strstr(mp_last_error(), p.path) && strstr(mp_last_error(), "empty"),
           "empty: %s", mp_last_error());
     p.path = write_tmp("short.txt", "hello", 5);
-    CHECK(mp_text_init(&t, &p) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_text_load(&t, &p) == MP_OK, "%s", mp_last_error());
     int32_t x[16], y[16];
     CHECK(mp_text_sample(t, MP_TEXT_TRAIN, 1, 16, x, y, NULL) == MP_ERR_ARG && strstr(mp_last_error(), p.path),
           "too short: %s", mp_last_error());
@@ -766,7 +766,7 @@ static void test_retrieval(void) {
     mp_retrieval_truth tr[B], tr2[B];
     mp_retrieval_params p = mp_retrieval_params_default();
     mp_retrieval *r = NULL;
-    CHECK(mp_retrieval_init(&r, &p) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_retrieval_new(&r, &p) == MP_OK, "%s", mp_last_error());
     CHECK(mp_retrieval_sample(r, B, T, tok, tgt, tr) == MP_OK, "%s", mp_last_error());
     check_retrieval(&p, B, T, tok, tgt, tr);
     int min = mp_retrieval_min_len(&p);
@@ -778,7 +778,7 @@ static void test_retrieval(void) {
 
     /* determinism */
     mp_retrieval *r1 = NULL, *r2 = NULL;
-    mp_retrieval_init(&r1, &p); mp_retrieval_init(&r2, &p);
+    mp_retrieval_new(&r1, &p); mp_retrieval_new(&r2, &p);
     mp_retrieval_sample(r1, B, T, tok, tgt, tr);
     mp_retrieval_sample(r2, B, T, tok2, tgt2, tr2);
     CHECK(memcmp(tok, tok2, sizeof tok) == 0 && memcmp(tr, tr2, sizeof tr) == 0, "same seed, same bytes");
@@ -792,7 +792,7 @@ static void test_retrieval(void) {
     for (int i = 0; i < 4; i++) {
         p = mp_retrieval_params_default();
         p.depth = depths[i]; p.filler = MP_RETRIEVAL_FILLER_REPEAT; p.bos = i & 1;
-        CHECK(mp_retrieval_init(&r, &p) == MP_OK, "%s", mp_last_error());
+        CHECK(mp_retrieval_new(&r, &p) == MP_OK, "%s", mp_last_error());
         CHECK(mp_retrieval_sample(r, B, T, tok, tgt, tr) == MP_OK, "%s", mp_last_error());
         check_retrieval(&p, B, T, tok, tgt, tr);
         mp_retrieval_free(r);
@@ -800,12 +800,12 @@ static void test_retrieval(void) {
     /* key-value mode */
     p = mp_retrieval_params_default();
     p.n_keys = 8; p.key_len = 2; p.value_len = 3; p.depth = 0.3;
-    CHECK(mp_retrieval_init(&r, &p) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_retrieval_new(&r, &p) == MP_OK, "%s", mp_last_error());
     CHECK(mp_retrieval_sample(r, B, T, tok, tgt, tr) == MP_OK, "%s", mp_last_error());
     check_retrieval(&p, B, T, tok, tgt, tr);
     mp_retrieval_free(r);
     p.n_keys = 200; p.key_len = 2;
-    CHECK(mp_retrieval_init(&r, &p) == MP_ERR_ARG, "200 distinct 2-digit keys rejected");
+    CHECK(mp_retrieval_new(&r, &p) == MP_ERR_ARG, "200 distinct 2-digit keys rejected");
     char nb[16];
     CHECK(strcmp(mp_retrieval_token_name(MP_RETRIEVAL_QMARK, nb), "?") == 0 &&
           strcmp(mp_retrieval_token_name(MP_RETRIEVAL_FILLER0 + 3, nb), "f3") == 0, "token names");

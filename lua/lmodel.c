@@ -13,11 +13,9 @@
 
 #include <stdio.h>
 
-#include <libgen.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 lmodel *mp_lua_model_check(lua_State *L, int idx) {
     lmodel *lm = luaL_checkudata(L, idx, MODEL_MT);
@@ -263,23 +261,8 @@ static const char *lm_piece(const lmodel *lm, int prev, int id, char *buf, size_
     return buf;
 }
 
-/* Loads the tokenizer at spec, by content: a GGUF file (tokenizer.ggml.*), a
- * Hugging Face folder or tokenizer.json, else a llama2.c tokenizer.bin. */
-static mp_status load_tok_any(mp_tok **t, const char *spec, int vocab) {
-    size_t n = strlen(spec);
-    switch (mp_model_detect(spec)) {
-    case MP_FORMAT_GGUF: return mp_tok_load_gguf(t, spec);
-    case MP_FORMAT_HF: return mp_tok_load_hf_dir(t, spec);
-    default: break;
-    }
-    if (n >= 5 && strcmp(spec + n - 5, ".json") == 0) return mp_tok_load_hf(t, spec);
-    return mp_tok_load_llama2c(t, spec, vocab);
-}
-
-/* ... with the source named in every error (out of memory included) */
-static mp_status load_tok(mp_tok **t, const char *spec, int vocab) {
-    return mp_error_name_path(load_tok_any(t, spec, vocab), spec);
-}
+/* The tokenizer at spec, by content (mp_tok_load_any); errors name spec. */
+static mp_status load_tok(mp_tok **t, const char *spec, int vocab) { return mp_tok_load_any(t, spec, vocab); }
 
 static void attach_tok(lmodel *lm, mp_tok *t, const char *spec) {
     mp_tok_free(lm->tok);
@@ -570,30 +553,6 @@ static lmodel *push_lmodel(lua_State *L) {
     return lm;
 }
 
-static int file_exists(const char *p) { return access(p, R_OK) == 0; }
-
-/* Looks for a tokenizer next to the model: tokenizer.bin, or <stem>.tok*.bin. */
-static int find_tokenizer(const char *model_path, char *out, size_t n) {
-    char tmp[1024];
-    snprintf(tmp, sizeof tmp, "%s", model_path);
-    char *dir = dirname(tmp);
-    snprintf(out, n, "%s/tokenizer.bin", dir);
-    if (file_exists(out)) return 1;
-    const char *base = strrchr(model_path, '/');
-    base = base ? base + 1 : model_path;
-    char stem[512];
-    snprintf(stem, sizeof stem, "%s", base);
-    char *dot = strrchr(stem, '.');
-    if (dot) *dot = '\0';
-    static const char *suffixes[] = {".tok512.bin", ".tok.bin", ".tokenizer.bin", ".tok1024.bin", ".tok4096.bin",
-                                     ".tok32000.bin"};
-    for (size_t i = 0; i < sizeof suffixes / sizeof *suffixes; i++) {
-        snprintf(out, n, "%s/%s%s", dir, stem, suffixes[i]);
-        if (file_exists(out)) return 1;
-    }
-    return 0;
-}
-
 /* mp.load(path [, {tokenizer=path | "bytes"}]) */
 static int l_load(lua_State *L) {
     static const char *const known[] = {"tokenizer", NULL};
@@ -624,7 +583,7 @@ static int l_load(lua_State *L) {
         else if (fmt != MP_FORMAT_GGUF || !strstr(mp_last_error(), "no tokenizer"))
             fprintf(stderr, "mechprobe: warning: %s: tokenizer not loaded: %s\n", path, mp_last_error());
     }
-    if (!tp && !own_tok && !lm->m->tokenizer[0] && find_tokenizer(path, found, sizeof found)) tp = found;
+    if (!tp && !own_tok && !lm->m->tokenizer[0] && mp_tok_find_beside(path, found, sizeof found)) tp = found;
     if (tp) set_tokenizer(L, lm, tp);
     else if (!lm->tok && strcmp(lm->m->tokenizer, "bytes") == 0) attach_bytes(L, lm); /* a byte-level checkpoint */
     lua_settop(L, 3);

@@ -208,6 +208,15 @@ mp_status mp_model_load_hf(mp_model **out, const char *dir);
 /* The folder's tokenizer.json (mp_tok_load_hf), BOS/EOS overridden by
  * config.json's bos_token_id / eos_token_id when present. */
 mp_status mp_tok_load_hf_dir(mp_tok **out, const char *dir);
+/* The tokenizer at spec, by content: a GGUF file (tokenizer.ggml.*), a Hugging
+ * Face folder or a tokenizer.json, else a llama2.c tokenizer.bin for a model
+ * of `vocab` tokens. Every error names spec. (runtime/tok_find.c) */
+mp_status mp_tok_load_any(mp_tok **out, const char *spec, int vocab);
+/* Looks for a llama2.c tokenizer next to a model file: <dir>/tokenizer.bin,
+ * else <dir>/<stem>.tok512.bin, .tok.bin, .tokenizer.bin, .tok1024.bin,
+ * .tok4096.bin or .tok32000.bin. 1 with the path in out[0, n) when a readable
+ * one exists, else 0. */
+int mp_tok_find_beside(const char *model_path, char *out, size_t n);
 /* Writes a Hugging Face folder: config.json and model.safetensors (F32, q/k rows
  * permuted to the half-split HF layout; GPT-2 as Conv1D weights). Creates dir. */
 mp_status mp_model_save_hf(const mp_model *m, const char *dir);

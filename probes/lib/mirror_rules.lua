@@ -92,15 +92,16 @@ function M.C2(x)
   local levels = rms <= x.rms_power and b <= x.Tmax / 4
   local word
   if x.n < 3 then word = I
-  elseif (lo <= -1 and hi >= -1) or levels then word = S
+  elseif levels or (lo <= -1 and hi >= -1 and h <= 0.15) then word = S
+  elseif lo <= -1 and hi >= -1 then word = I          -- contains -1, but too wide to say
   else word = N end
   return row("C2", "stable (best) step sizes scale as 1/T (large T)", "slope -1",
     ("slope %.3f [%.3f, %.3f], %d T; a/(T+b): b = %.3g, eta T at T=%d: %.0f%% of a"):format(x.slope, lo, hi, x.n,
       b, x.Tmax, 100 * x.Tmax / (x.Tmax + b)),
     word, x.n, 1, lo, hi,
-    "SUPPORTED if the 95% interval of the log-log slope (T >= 8m) contains -1, or eta = a/(T+b) fits as well "
-      .. "as the power law with b <= Tmax/4 (eta*T has levelled off); NOT SUPPORTED otherwise; INCONCLUSIVE "
-      .. "with fewer than 3 points")
+    "SUPPORTED if the 95% interval of the log-log slope (T >= 8m) contains -1 and is at most +-0.15 wide, or "
+      .. "eta = a/(T+b) fits as well as the power law with b <= Tmax/4 (eta*T has levelled off); INCONCLUSIVE if "
+      .. "the interval contains -1 but is wider, or with fewer than 3 points; NOT SUPPORTED otherwise")
 end
 
 -- per-group seed check: INCONCLUSIVE reasons for groups with too few seeds
@@ -170,7 +171,7 @@ function M.C4(groups, md, min_depth)
   return row("C4", "trained models match one-step MD (KL to the truth)", "model ~ one-step MD",
     ("%d/%d groups (depth >= %d) within +-50%% of MD %.4f: %s"):format(n_match, judged, min_depth, md,
       table.concat(parts, ", ")),
-    word, judged, smin, wlo, whi,
+    word, judged, smin, judged > 0 and wlo or 0, judged > 0 and whi or 0,
     ("every (arch, depth >= %d) group: 95%% t-interval over seeds of (model KL - MD KL) / MD KL, KL to the truth "
       .. "averaged over T; SUPPORTED if every interval lies within +-50%%, NOT SUPPORTED if any lies outside, else "
       .. "(or < 3 seeds) INCONCLUSIVE"):format(min_depth))

@@ -47,6 +47,9 @@ t.case("C2", function()
   r = R.C2{slope = -0.97, se = 0.02, n = 7, rms_power = 0.001, T = T, eta = pts(function(x) return x ^ -0.97 end),
            Tmax = 192}
   assert(r.word == S, "interval contains -1: " .. r.ours)
+  r = R.C2{slope = -0.9, se = 0.2, n = 7, rms_power = 0.001, T = T, eta = pts(function(x) return x ^ -0.9 end),
+           Tmax = 192}
+  assert(r.word == I, "contains -1 but +-0.5 wide: " .. r.ours)
   -- levels off: eta = 2/(T + 8) fits better than the power law, b small
   r = R.C2{slope = -0.91, se = 0.005, n = 7, rms_power = 0.02, T = T, eta = pts(function(x) return 2 / (x + 8) end),
            Tmax = 192}

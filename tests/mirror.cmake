@@ -3,3 +3,4 @@
 mp_c_test(test_mirror "unit" test_mirror.c)
 mp_lua_test(test_mirror_probe "lua" lua/test_mirror_probe.lua)
 mp_lua_test(test_mirror_rules "unit;lua" lua/test_mirror_rules.lua)
+mp_lua_test(test_mirror_construct "unit;lua" lua/test_mirror_construct.lua)

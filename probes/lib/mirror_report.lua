@@ -141,7 +141,8 @@ function R.figures(o, S, models)
         ax:line(T, S.mean[k], {label = C.EST[k].label, dashed = true, band_lo = S.lo[k], band_hi = S.hi[k]})
       end
       for _, r in ipairs(panels[key]) do
-        ax:line(T, r.mean, {label = ("depth %d"):format(r.spec.depth), marker = true, band_lo = r.lo, band_hi = r.hi})
+        ax:line(T, r.mean, {label = ("depth %d, seed %d"):format(r.spec.depth, r.spec.seed or 1), marker = true,
+                            band_lo = r.lo, band_hi = r.hi})
       end
       ax:set{title = key, xlabel = "T", ylabel = "KL (nats)", xlog = true, ylog = true}
       ax:legend()
@@ -223,7 +224,8 @@ function R.figures(o, S, models)
   if #models > 0 then -- 6. ablation
     local groups, clean, abl, ctl = {}, {}, {}, {}
     for i, r in ipairs(models) do
-      groups[i] = ("%s L%d %s"):format(r.spec.arch == "standard" and "std" or "attn", r.spec.depth, r.spec.loss)
+      groups[i] = ("%s L%d %s s%d"):format(r.spec.arch == "standard" and "std" or "attn", r.spec.depth, r.spec.loss,
+                                          r.spec.seed or 1)
       clean[i], abl[i], ctl[i] = r.kl_avg, r.ablate_best, r.ablate_control or r.ablate_best
     end
     local fig = mp.plot.figure{width = math.max(480, 70 * #models), height = 340}

@@ -111,10 +111,11 @@ local function seeds_of(groups)
   return smin == math.huge and 0 or smin
 end
 
--- paired differences best head KL - uniform KL per seed of a group: its mean and CI
-local function attn_gap(g)
+-- per seed of a group: KL(gamma || best layer-0 head) / KL(gamma || uniform on the
+-- lags); its mean and 95% interval (below 1: closer to gamma than uniform is)
+local function attn_ratio(g)
   local d = {}
-  for i, s in ipairs(g.seeds) do d[i] = s.attn_kl - s.uniform_kl end
+  for i, s in ipairs(g.seeds) do d[i] = s.attn_kl / s.uniform_kl end
   return M.mean_ci(d)
 end
 
@@ -123,12 +124,10 @@ end
 function M.C3(groups)
   local smin, n_closer, n_not, best, best_name, best_lo, best_hi = seeds_of(groups), 0, 0, math.huge, "", 0, 0
   for _, g in ipairs(groups) do
-    local m, lo, hi = attn_gap(g)
-    if hi < 0 then n_closer = n_closer + 1 end
-    if lo >= 0 then n_not = n_not + 1 end
-    local kl = 0
-    for _, s in ipairs(g.seeds) do kl = kl + s.attn_kl / #g.seeds end
-    if kl < best then best, best_name, best_lo, best_hi = kl, g.name, lo, hi end
+    local r, lo, hi = attn_ratio(g)
+    if hi < 1 then n_closer = n_closer + 1 end
+    if lo > 0.9 then n_not = n_not + 1 end
+    if r < best then best, best_name, best_lo, best_hi = r, g.name, lo, hi end
   end
   local word
   if #groups == 0 or smin < M.MIN_SEEDS then word = I
@@ -136,12 +135,12 @@ function M.C3(groups)
   elseif n_not * 2 > #groups then word = N
   else word = I end
   return row("C3", "first-layer attention approximates the responsibilities", "KL 0.0376 at T=192",
-    ("%d/%d groups closer to gamma than uniform; best %s KL %.3f (minus uniform: [%.3f, %.3f])"):format(n_closer,
+    ("%d/%d groups closer to gamma than uniform; best %s: KL / uniform KL %.3f [%.3f, %.3f]"):format(n_closer,
       #groups, best_name, best, best_lo, best_hi),
     word, #groups, smin, best_lo, best_hi,
-    "per (arch, depth): 95% t-interval over seeds of KL(gamma || best layer-0 head) - KL(gamma || uniform on the "
-      .. "lags); SUPPORTED if it lies below 0 for most groups, NOT SUPPORTED if it lies at or above 0 for most, "
-      .. "else (or < 3 seeds) INCONCLUSIVE")
+    "per (arch, depth): 95% t-interval over seeds of KL(gamma || best layer-0 head) / KL(gamma || uniform on the "
+      .. "lags); SUPPORTED if it lies below 1 for most groups, NOT SUPPORTED if it lies above 0.9 for most (no "
+      .. "head even 10% closer than uniform), else (or < 3 seeds) INCONCLUSIVE")
 end
 
 -- C4: models match one-step MD. groups = {{name, depth, seeds = {{kl_avg}, ...}}},
@@ -244,8 +243,8 @@ function M.C7(groups)
   local smin, judged, n_hurt, n_not = seeds_of(groups), 0, 0, 0
   local wlo, whi = math.huge, -math.huge
   for _, g in ipairs(groups) do
-    local _, _, hi = attn_gap(g)
-    if hi < 0 then
+    local _, _, hi = attn_ratio(g)
+    if hi < 1 then
       judged = judged + 1
       local d = {}
       for i, s in ipairs(g.seeds) do d[i] = (s.ablate_best - s.ablate_control) / s.kl_avg end
@@ -263,7 +262,7 @@ function M.C7(groups)
     judged == 0 and "no group has a layer-0 head closer to gamma than uniform attention"
       or ("%d/%d gamma-like groups: ablation hurts > 10%% more than the control head"):format(n_hurt, judged),
     word, judged, smin, judged > 0 and wlo or 0, judged > 0 and whi or 0,
-    "judged on the groups whose best layer-0 head is closer to gamma than uniform (C3's interval below 0); "
+    "judged on the groups whose best layer-0 head is closer to gamma than uniform (C3's interval below 1); "
       .. "per group the 95% t-interval over seeds of (KL after zeroing that head - KL after zeroing the control "
       .. "head) / intact KL; SUPPORTED if it lies above 10% for most, NOT SUPPORTED if at or below 10% for most, "
       .. "INCONCLUSIVE otherwise or when no group qualifies")

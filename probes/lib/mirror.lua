@@ -3,17 +3,23 @@
 -- estimate the mixture weights in context like one step of mirror descent?
 --
 --   local mirror = require "mirror"
---   local r = mirror.run(mirror.preset("quick"), {out = DIR, format = "png"})
+--   local o = mirror.preset("quick"); o.out = DIR
+--   local r = mirror.run(o)      -- r.verdicts, r.S (estimators), r.W (construction), r.models
 --
 -- Sections (each a part of the printed report and of DIR/mirror.h5):
 --   1. estimators alone against T (Bayes by Gibbs, mirror descent with tuned and
 --      fixed steps, 2 and 3 steps; the best step against T with a fitted slope)
---   2. trained transformers (standard pre-norm and attention-only, several depths,
---      loss on all tokens or on the last one) against the estimators
+--   2. trained transformers (standard pre-norm and attention-only, several depths
+--      and seeds, loss on all tokens or on the last one) against the estimators
 --   3. mechanism: first-layer attention restricted to lags 1..m vs the
 --      responsibilities gamma, and ablation of the best-matching head
---   4. the three-layer construction with one fixed beta against one-step MD
--- then the figures and the verdict table (rows "VERDICT id | claim | paper | ours | verdict").
+--   4. the three-layer construction: as algebra (softmax(beta mean gamma)) and as
+--      hand-set weights of a runtime model (mirror_construct.lua) run by the forward
+-- M.run chains named stages: stage_data, section_estimators, stage_c1_interval,
+-- stage_construction, report_estimators, section_models, report_models, the files
+-- (mirror_report.lua) and M.verdict_rows (rules in mirror_rules.lua), then the
+-- verdict table (rows "VERDICT id | claim | paper | ours | verdict" and a line with
+-- n, seeds, interval and rule) and DIR/verdicts.tsv.
 local M = {}
 
 -- ---------------------------------------------------------------- presets

@@ -582,7 +582,7 @@ local function report_estimators(out, o, S, G, W)
   local dm = 0
   for _, d in ipairs(W.diff) do dm = dm + d / #W.diff end
   out("weights: block-0 pattern vs gamma max |diff| %.1e; predictor vs one-step MD max |diff| %.1e; KL diff mean %.2e "
-      .. "(MD mean KL %.4f); %.0f s", W.gamma_diff, W.max_dp, dm, W.md, W.seconds)
+      .. "(MD mean KL %.4f, %d sequences)", W.gamma_diff, W.max_dp, dm, W.md, W.n_seq)
 end
 
 -- report of sections 2 and 3
@@ -750,7 +750,8 @@ function M.run(o)
   out("HDF5: %s", h5)
   for _, p in ipairs(figs) do out("figure: %s", p) end
   out("verdicts: %s/verdicts.tsv", o.out)
-  out("time: estimators and construction %ds, models %ds, total %ds", s1, s2, os.time() - t_start)
+  out("time: estimators and construction %ds (construction %.0f s CPU), models %ds, total %ds", s1, W.seconds, s2,
+      os.time() - t_start)
   require("cli").write_text(o.out .. "/report.txt", table.concat(lines, "\n") .. "\n")
   return {verdicts = V, h5 = h5, figures = figs, S = S, W = W, models = models}
 end

@@ -96,8 +96,8 @@ function M.C2(x)
   elseif lo <= -1 and hi >= -1 then word = I          -- contains -1, but too wide to say
   else word = N end
   return row("C2", "stable (best) step sizes scale as 1/T (large T)", "slope -1",
-    ("slope %.3f [%.3f, %.3f], %d T; a/(T+b): b = %.3g, eta T at T=%d: %.0f%% of a"):format(x.slope, lo, hi, x.n,
-      b, x.Tmax, 100 * x.Tmax / (x.Tmax + b)),
+    ("slope %.3f [%.3f, %.3f], %d T; a/(T+b): b = %.3g, eta T at T=%d: %.0f%% of a; RMS log residual %.3f "
+      .. "(power %.3f)"):format(x.slope, lo, hi, x.n, b, x.Tmax, 100 * x.Tmax / (x.Tmax + b), rms, x.rms_power),
     word, x.n, 1, lo, hi,
     "SUPPORTED if the 95% interval of the log-log slope (T >= 8m) contains -1 and is at most +-0.15 wide, or "
       .. "eta = a/(T+b) fits as well as the power law with b <= Tmax/4 (eta*T has levelled off); INCONCLUSIVE if "

@@ -12,8 +12,8 @@
 -- responsibilities and ablates the best-matching head. Writes DIR/mirror.h5
 -- (every curve and estimate), the figures, DIR/report.txt, and prints the report
 -- with its verdict table (also DIR/verdicts.tsv). Budgets: --quick about a
--- minute, --medium about ten minutes, the default (full) run about 45 minutes
--- on two busy cores; --preset gpu is sized for the GPU backend (on the CPU, run
+-- minute, --medium about ten minutes, the default (full) run 20-25 minutes
+-- on two busy cores (3 seeds); --preset gpu is sized for the GPU backend (on the CPU, run
 -- it with a small --steps).
 local cli = require "cli"
 local mirror = require "mirror"

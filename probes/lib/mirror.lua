@@ -53,7 +53,7 @@ M.presets = {
     depths = {2, 3, 4}, d_model = 48, n_head = 4, steps = 1500, batch = 8,
     B_mech = 64, last_depths = {3},
   },
-  -- three seeds per (architecture, depth) in ~45 minutes on two busy cores:
+  -- three seeds per (architecture, depth) in 20-25 minutes on two busy cores:
   -- depths 2-4 (the construction's 3 and one either side), 2000 steps, no
   -- last-token models (they are not in the verdicts)
   full = {

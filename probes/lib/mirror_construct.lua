@@ -79,7 +79,12 @@ function M.build(pi, o)
   local gain = math.sqrt(big * big / D + 1e-12)   -- RMS of a residual that is all `big` channel
   local s = math.sqrt(Dh)                         -- undoes the 1/sqrt(d_head) of the scores
   local on = silu(cg / 2)                         -- a gate at its own position
-  local function set(name, v, i, j) model:param(name):set(v, i + 1, j + 1) end
+  local view = {}   -- one view per parameter (each m:param call makes a new one)
+  local function set(name, v, i, j)
+    local t = view[name]
+    if not t then t = model:param(name); view[name] = t end
+    t:set(v, i + 1, j + 1)
+  end
   -- embeddings: the constant channel and one-hot tokens; one-hot positions
   for v = 0, q - 1 do set("embed", big, v, L.one); set("embed", 1, v, L.tok + v) end
   for p = 0, P - 1 do set("pos_embed", 1, p, L.pos + p) end

@@ -2,7 +2,7 @@
 -- Distribution sequences estimate the mixture weights in context like one step
 -- of mirror descent (D'Angelo & Flammarion)?
 --
---   mechprobe mirror_descent [--quick | --medium] --out DIR
+--   mechprobe mirror_descent [--quick | --medium | --preset NAME] --out DIR
 --
 -- Runs the estimators alone against the context length T (Bayes posterior mean
 -- by Gibbs, mirror descent with tuned or fixed steps, the three-layer
@@ -11,8 +11,10 @@
 -- predictions with the estimators, matches their first-layer attention with the
 -- responsibilities and ablates the best-matching head. Writes DIR/mirror.h5
 -- (every curve and estimate), the figures, DIR/report.txt, and prints the report
--- with its verdict table. Budgets: --quick about a minute, --medium about ten
--- minutes, the default (full) run about an hour on two cores.
+-- with its verdict table (also DIR/verdicts.tsv). Budgets: --quick about a
+-- minute, --medium about ten minutes, the default (full) run 20-25 minutes
+-- on two busy cores (3 seeds); --preset gpu is sized for the GPU backend (on the CPU, run
+-- it with a small --steps).
 local cli = require "cli"
 local mirror = require "mirror"
 local o = cli.parse(arg, {
@@ -20,27 +22,46 @@ local o = cli.parse(arg, {
   summary = "MTD in-context estimation: estimators, trained transformers, mechanism, construction, verdicts.",
   {"quick", nil, "tiny run (about a minute): few T values, one depth, a few hundred steps"},
   {"medium", nil, "medium run (about ten minutes): T up to 128, depths 2-4"},
+  {"preset", "NAME", "quick, medium, full (the default) or gpu (sized for the GPU backend)"},
+  {"seeds", "N", "model seeds per (architecture, depth) (default: the preset's; verdicts on models need >= 3)",
+   type = "int"},
   {"out", "DIR", "output folder", required = true},
   {"seed", "N", "seed of pi*, the data sets and the models", default = 1, type = "int"},
   {"steps", "N", "training steps per model (default: the preset's)", type = "int"},
+  {"sequences", "N", "evaluation and tuning sequences each (default: the preset's)", type = "int"},
   {"depths", "LIST", "comma-separated depths (default: the preset's; 0 skips training)"},
   {"format", "EXT", "figure format: png, svg or pdf", default = "png"},
   {"progress", nil, "show training progress on stderr (default for --medium and the full run)"},
 })
-if o.quick and o.medium then
-  io.stderr:write("mechprobe mirror_descent: give at most one of --quick and --medium\n")
+if ((o.quick and 1 or 0) + (o.medium and 1 or 0) + (o.preset and 1 or 0)) > 1 then
+  io.stderr:write("mechprobe mirror_descent: give at most one of --quick, --medium and --preset\n")
+  os.exit(2)
+end
+local preset = o.quick and "quick" or o.medium and "medium" or o.preset or "full"
+if not mirror.presets[preset] then
+  io.stderr:write(("mechprobe mirror_descent: --preset must be quick, medium, full or gpu (got '%s')\n"):format(preset))
   os.exit(2)
 end
 if not ({png = true, svg = true, pdf = true})[o.format] then
   io.stderr:write(("mechprobe mirror_descent: --format must be png, svg or pdf (got '%s')\n"):format(o.format))
   os.exit(2)
 end
-local p = mirror.preset(o.quick and "quick" or o.medium and "medium" or "full")
+local p = mirror.preset(preset)
 p.out, p.format, p.seed = o.out, o.format, o.seed
 p.progress = o.progress or not o.quick
 if o.steps then
   if o.steps < 1 then io.stderr:write("mechprobe mirror_descent: --steps must be >= 1\n"); os.exit(2) end
   p.steps = o.steps
+end
+if o.sequences then
+  if o.sequences < 8 or o.sequences > 100000 then
+    io.stderr:write("mechprobe mirror_descent: --sequences must be 8..100000\n"); os.exit(2)
+  end
+  p.B_eval, p.B_tune, p.B_mech = o.sequences, o.sequences, math.min(p.B_mech, o.sequences)
+end
+if o.seeds then
+  if o.seeds < 1 or o.seeds > 100 then io.stderr:write("mechprobe mirror_descent: --seeds must be 1..100\n"); os.exit(2) end
+  p.seeds = o.seeds
 end
 if o.depths then
   if o.depths == "0" then

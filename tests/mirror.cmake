@@ -2,3 +2,5 @@
 # mirror-descent probe (mechprobe mirror_descent --quick, end to end, ~5-10 s).
 mp_c_test(test_mirror "unit" test_mirror.c)
 mp_lua_test(test_mirror_probe "lua" lua/test_mirror_probe.lua)
+mp_lua_test(test_mirror_rules "unit;lua" lua/test_mirror_rules.lua)
+mp_lua_test(test_mirror_construct "unit;lua" lua/test_mirror_construct.lua)

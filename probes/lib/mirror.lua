@@ -3,17 +3,23 @@
 -- estimate the mixture weights in context like one step of mirror descent?
 --
 --   local mirror = require "mirror"
---   local r = mirror.run(mirror.preset("quick"), {out = DIR, format = "png"})
+--   local o = mirror.preset("quick"); o.out = DIR
+--   local r = mirror.run(o)      -- r.verdicts, r.S (estimators), r.W (construction), r.models
 --
 -- Sections (each a part of the printed report and of DIR/mirror.h5):
 --   1. estimators alone against T (Bayes by Gibbs, mirror descent with tuned and
 --      fixed steps, 2 and 3 steps; the best step against T with a fitted slope)
---   2. trained transformers (standard pre-norm and attention-only, several depths,
---      loss on all tokens or on the last one) against the estimators
+--   2. trained transformers (standard pre-norm and attention-only, several depths
+--      and seeds, loss on all tokens or on the last one) against the estimators
 --   3. mechanism: first-layer attention restricted to lags 1..m vs the
 --      responsibilities gamma, and ablation of the best-matching head
---   4. the three-layer construction with one fixed beta against one-step MD
--- then the figures and the verdict table (rows "VERDICT id | claim | paper | ours | verdict").
+--   4. the three-layer construction: as algebra (softmax(beta mean gamma)) and as
+--      hand-set weights of a runtime model (mirror_construct.lua) run by the forward
+-- M.run chains named stages: stage_data, section_estimators, stage_c1_interval,
+-- stage_construction, report_estimators, section_models, report_models, the files
+-- (mirror_report.lua) and M.verdict_rows (rules in mirror_rules.lua), then the
+-- verdict table (rows "VERDICT id | claim | paper | ours | verdict" and a line with
+-- n, seeds, interval and rule) and DIR/verdicts.tsv.
 local M = {}
 
 -- ---------------------------------------------------------------- presets
@@ -31,6 +37,7 @@ local base = {
   archs = {"standard", "attn-only"},
   losses = {"all", "last"},
   lr = 1e-2, warmup = 100,
+  pos = "rope", init_std = 0.02, seeds = 1,
 }
 
 M.presets = {
@@ -46,11 +53,22 @@ M.presets = {
     depths = {2, 3, 4}, d_model = 48, n_head = 4, steps = 1500, batch = 8,
     B_mech = 64, last_depths = {3},
   },
+  -- three seeds per (architecture, depth) in 20-25 minutes on two busy cores:
+  -- depths 2-4 (the construction's 3 and one either side), 2000 steps, no
+  -- last-token models (they are not in the verdicts)
   full = {
     T = {4, 5, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192}, B_eval = 256, B_tune = 256,
     gibbs = {chains = 4, burn = 200, samples = 1000}, boot = 1000,
-    depths = {2, 3, 4, 5, 6}, d_model = 48, n_head = 4, steps = 3500, batch = 8,
-    B_mech = 64, last_depths = {2, 4, 6},
+    depths = {2, 3, 4}, d_model = 48, n_head = 4, steps = 2000, batch = 8,
+    B_mech = 64, last_depths = {}, seeds = 3,
+  },
+  -- sized for the GPU backend (runtime/cuda): five seeds, wider models, longer
+  -- training; on the CPU only with a small --steps (the test runs it so)
+  gpu = {
+    T = {4, 5, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192}, B_eval = 512, B_tune = 512,
+    gibbs = {chains = 4, burn = 200, samples = 1000}, boot = 1000,
+    depths = {2, 3, 4, 5, 6}, d_model = 128, n_head = 8, steps = 20000, batch = 32, lr = 3e-3, warmup = 500,
+    B_mech = 128, last_depths = {3}, seeds = 5,
   },
 }
 
@@ -100,32 +118,6 @@ local function mean_of(t) return t:mean() end
 local function ci(values, o, salt)
   local r = mp.analyze.bootstrap(values, {n = o.boot, seed = o.seed * 1000 + (salt or 0)})
   return r.estimate, r.lo, r.hi
-end
-
--- Spearman rank correlation of two equal-length lists (ties get average ranks).
-local function spearman(x, y)
-  local function ranks(v)
-    local idx = {}
-    for i = 1, #v do idx[i] = i end
-    table.sort(idx, function(a, b) return v[a] < v[b] end)
-    local r, i = {}, 1
-    while i <= #idx do
-      local j = i
-      while j < #idx and v[idx[j + 1]] == v[idx[i]] do j = j + 1 end
-      for k = i, j do r[idx[k]] = (i + j) / 2 end
-      i = j + 1
-    end
-    return r
-  end
-  local rx, ry = ranks(x), ranks(y)
-  local n, mx, my = #x, 0, 0
-  for i = 1, n do mx = mx + rx[i] / n; my = my + ry[i] / n end
-  local sxy, sxx, syy = 0, 0, 0
-  for i = 1, n do
-    sxy = sxy + (rx[i] - mx) * (ry[i] - my); sxx = sxx + (rx[i] - mx) ^ 2; syy = syy + (ry[i] - my) ^ 2
-  end
-  if sxx == 0 or syy == 0 then return 0 end
-  return sxy / math.sqrt(sxx * syy)
 end
 
 -- The estimators of section 1, in report order. `steps` orders them for the
@@ -302,7 +294,8 @@ end
 
 -- ---------------------------------------------------------------- sections 2 + 3
 
-local function model_name(spec) return ("%s-L%d-%s"):format(spec.arch, spec.depth, spec.loss) end
+local function group_name(spec) return ("%s-L%d-%s"):format(spec.arch, spec.depth, spec.loss) end
+local function model_name(spec) return ("%s-s%d"):format(group_name(spec), spec.seed or 1) end
 
 -- KL(truth || model) per T [nT, B] from logits [B, Tmax, q]
 local function model_kl(o, D, logits)
@@ -378,20 +371,26 @@ local function section_models(o, task, D, S)
   for _, loss in ipairs(o.losses) do
     for _, arch in ipairs(o.archs) do
       for _, depth in ipairs(loss == "last" and o.last_depths or o.depths) do
-        specs[#specs + 1] = {arch = arch, depth = depth, loss = loss}
+        for s = 1, o.seeds do specs[#specs + 1] = {arch = arch, depth = depth, loss = loss, seed = s} end
       end
     end
   end
   local mech_tok = D.eval_tok:narrow(1, o.B_mech)
   local function train_one(spec, si)
     local w0 = os.time()
+    -- model seed s: its own initialisation and training stream (the data, pi*
+    -- and the evaluation set stay those of o.seed); seed 1 is the older single run
     local model = mp.model.new{d_model = o.d_model, n_layer = spec.depth, n_head = o.n_head, vocab = o.q,
                                ctx = o.T[nT], mlp = spec.arch == "standard" and "swiglu" or "none", norm = "rms",
-                               pos = "rope", seed = o.seed + spec.depth}
-    task:seed(o.seed * 7919 + 17)                         -- every model sees the same training stream
-    local train_task = spec.loss == "all" and task or last_token_task(task, o.m, o.seed + 99)
-    local r = model:train{task = train_task, steps = o.steps, batch = o.batch, seq_len = o.T[nT], lr = o.lr,
-                          warmup = o.warmup, progress = o.progress or false}
+                               pos = o.pos, init_std = o.init_std,
+                               seed = o.seed + spec.depth + 1000 * (spec.seed - 1)}
+    task:seed(o.seed * 7919 + 17 + 31 * (spec.seed - 1))  -- every model of a seed sees the same training stream
+    local train_task = spec.loss == "all" and task or last_token_task(task, o.m, o.seed + 99 + spec.seed)
+    local r
+    for _, stage in ipairs(o.curriculum or {{T = o.T[nT], frac = 1}}) do
+      r = model:train{task = train_task, steps = math.max(1, math.floor(o.steps * stage.frac + 0.5)), batch = o.batch,
+                      seq_len = stage.T, lr = o.lr, warmup = o.warmup, progress = o.progress or false}
+    end
     local logits = model:forward(D.eval_tok)
     local kl, probs = model_kl(o, D, logits)
     local res = {spec = spec, name = model_name(spec), kl = kl, mean = mp.zeros{nT}, lo = mp.zeros{nT},
@@ -436,6 +435,7 @@ local function section_models(o, task, D, S)
     if av.worst ~= av.best then res.ablate_control = ablated_kl(av.worst) end
     if res.any.layer ~= 0 then res.ablate_any = ablated_kl(res.any.head, res.any.layer) else res.ablate_any = res.ablate_best end
     res.seconds = os.time() - w0
+    res.group = group_name(spec)
     log("section 2/3: %s (%d/%d): loss %.3f -> %.3f, KL@T=%d %.4f (bayes %.4f, md1 %.4f), closest %s, "
         .. "L0H%d attn KL %.3f, ablation KL %.4f -> %.4f, %ds", res.name, si, #specs, r.loss[1], r.final_loss,
         o.T[nT], res.mean:get(nT), S.mean.bayes:get(nT), S.mean.md1:get(nT), res.closest, av.best - 1,
@@ -450,239 +450,11 @@ end
 
 -- ---------------------------------------------------------------- output
 
-local function write_h5(o, path, task, D, S, models, G)
-  local f <close> = mp.h5.open(path, "w")
-  f:write("pi", task:pi())
-  f:write("T", o.T)
-  f:write("eval/tokens", D.eval_tok)
-  f:write("eval/lambda", D.eval_lambda)
-  for _, k in ipairs{"q", "m", "concentration", "seed", "B_eval", "B_tune", "boot", "d_model", "n_head", "steps",
-                     "batch", "lr", "warmup", "B_mech"} do
-    f:set_attr("T", k, o[k])
-  end
-  f:set_attr("T", "preset", o.preset)
-  f:write("estimators/eta_grid", o.eta_grid)
-  f:write("estimators/beta_grid", o.beta_grid)
-  for _, e in ipairs(M.estimators) do
-    local g = "estimators/" .. e.key
-    f:write(g .. "/kl", S.kl[e.key])
-    f:write(g .. "/kl_mean", S.mean[e.key])
-    f:write(g .. "/kl_lo", S.lo[e.key])
-    f:write(g .. "/kl_hi", S.hi[e.key])
-    f:write(g .. "/lambda", S.lambda[e.key])
-    f:set_attr(g .. "/kl", "label", e.label)
-  end
-  f:write("estimators/oracle/kl", S.kl.oracle)
-  f:write("estimators/bayes/rhat", S.rhat)
-  for k, v in pairs(S.best_eta) do f:write("estimators/best_eta/" .. k, v) end
-  for k, v in pairs(S.tune_kl) do f:write("estimators/tuning_kl/" .. k, v) end
-  f:set_attr("estimators/best_eta/md1", "fit_slope", S.fit.slope)
-  f:set_attr("estimators/best_eta/md1", "fit_slope_se", S.fit.slope_se)
-  f:set_attr("estimators/best_eta/md1", "fit_intercept", S.fit.intercept)
-  f:set_attr("estimators/best_eta/md1", "fit_r2", S.fit.r2)
-  f:set_attr("estimators/best_eta/md1", "fit_T_min", 2 * o.m)
-  if S.fit_large then
-    f:set_attr("estimators/best_eta/md1", "fit_large_T_slope", S.fit_large.slope)
-    f:set_attr("estimators/best_eta/md1", "fit_large_T_slope_se", S.fit_large.slope_se)
-    f:set_attr("estimators/best_eta/md1", "fit_large_T_min", 8 * o.m)
-  end
-  f:set_attr("estimators/best_eta/bayes_match", "fit_slope", S.fit_bayes.slope)
-  f:set_attr("estimators/construction_fixed/kl", "beta", S.beta)
-  f:write("estimators/construction/rel_diff_vs_md1", S.rel_diff)
-  f:write("estimators/construction/best_beta", S.best_beta)
-  f:write("estimators/construction/implied_eta", S.implied_eta)
-  f:write("estimators/construction_fixed/rel_diff_vs_md1", S.rel_diff_fixed)
-  f:set_attr("estimators/bayes/rhat", "gibbs_vs_quadrature_max_diff", G.diff)
-  for _, r in ipairs(models) do
-    local g = "models/" .. r.name
-    f:write(g .. "/kl", r.kl)
-    f:write(g .. "/kl_mean", r.mean)
-    f:write(g .. "/kl_lo", r.lo)
-    f:write(g .. "/kl_hi", r.hi)
-    f:write(g .. "/train_loss", r.loss)
-    local d = {}
-    for i, e in ipairs(M.estimators) do d[i] = r.dist[e.key] end
-    f:write(g .. "/dist_to_estimators", d)
-    f:write(g .. "/attn_kl", r.attn.kl)
-    f:write(g .. "/attn_mass", r.attn.mass)
-    f:write(g .. "/attn_kl_last_query", r.attn.kl_last)
-    f:write(g .. "/ablation_kl", r.ablate_best_kl)
-    f:write(g .. "/gamma", r.attn.gamma)
-    f:write(g .. "/layer0_pattern", r.attn.pattern:narrow(1, 1))
-    for k, v in pairs{arch = r.spec.arch, depth = r.spec.depth, loss = r.spec.loss, closest = r.closest,
-                      best_head = r.attn.best - 1, uniform_attn_kl = r.attn.uniform_kl, kl_avg = r.kl_avg,
-                      any_layer = r.any.layer, any_head = r.any.head - 1, any_attn_kl = r.any.kl,
-                      ablate_any = r.ablate_any,
-                      ablate_best = r.ablate_best, ablate_control = r.ablate_control or -1,
-                      final_loss = r.final_loss, seconds = r.seconds} do
-      f:set_attr(g .. "/kl", k, v)
-    end
-  end
-  local names = {}
-  for i, e in ipairs(M.estimators) do names[i] = e.key end
-  f:set_attr("T", "estimators", table.concat(names, ","))
-end
-
-local function figures(o, S, models)
-  local function save(fig, name)
-    local path = ("%s/%s.%s"):format(o.out, name, o.format)
-    fig:save(path)
-    return path
-  end
-  local paths = {}
-  local T = o.T
-  do -- 1. estimators: KL vs T with bootstrap bands
-    local fig = mp.plot.figure{width = 520, height = 360}
-    local ax = fig:axes(1, 1)
-    for _, e in ipairs(M.estimators) do
-      ax:line(T, S.mean[e.key], {label = e.label, band_lo = S.lo[e.key], band_hi = S.hi[e.key], marker = true,
-                                 dashed = e.key == "uniform" or e.fixed})
-    end
-    ax:set{title = ("Estimators: KL(truth || predictor), q=%d m=%d (95%% bootstrap bands)"):format(o.q, o.m),
-           xlabel = "T (context length)", ylabel = "KL (nats)", xlog = true, ylog = true}
-    ax:legend()
-    paths[#paths + 1] = save(fig, "kl_vs_T")
-  end
-  do -- 2. best eta vs T, log-log, with the fitted slope
-    local fig = mp.plot.figure{width = 520, height = 360}
-    local ax = fig:axes(1, 1)
-    for s = 1, 3 do ax:line(T, S.best_eta["md" .. s], {label = ("tuned eta, %d step%s"):format(s, s > 1 and "s" or ""), marker = true}) end
-    ax:line(T, S.best_eta.bayes_match, {label = "eta closest to Bayes (1 step)", marker = true, dashed = true})
-    local fx, fy, cx, cy = {}, {}, {}, {}
-    for i, t in ipairs(S.fit_T) do fx[i] = t; fy[i] = math.exp(S.fit.intercept) * t ^ S.fit.slope end
-    ax:line(fx, fy, {label = ("fit T>=%d: eta ~ T^%.2f"):format(2 * o.m, S.fit.slope), width = 2.5})
-    if S.fit_large then
-      local gx, gy = {}, {}
-      for i, t in ipairs(S.fit_large_T) do gx[i] = t; gy[i] = math.exp(S.fit_large.intercept) * t ^ S.fit_large.slope end
-      ax:line(gx, gy, {label = ("fit T>=%d: eta ~ T^%.2f"):format(8 * o.m, S.fit_large.slope), width = 2.5})
-    end
-    for i, t in ipairs(T) do cx[i] = t; cy[i] = S.beta / (o.m * math.max(t - o.m, 1)) end
-    ax:line(T, S.implied_eta, {label = "construction: tuned beta / (m(T-m))", dashed = true, marker = true})
-    ax:line(cx, cy, {label = ("one beta=%.3g: beta/(m(T-m))"):format(S.beta), dashed = true})
-    ax:set{title = "Best mirror-descent step against T", xlabel = "T", ylabel = "eta", xlog = true, ylog = true}
-    ax:legend()
-    paths[#paths + 1] = save(fig, "best_eta")
-  end
-  if #models > 0 then -- 3. trained models vs estimators, one panel per (arch, loss)
-    local panels, order = {}, {}
-    for _, r in ipairs(models) do
-      local key = r.spec.arch .. ", loss on " .. (r.spec.loss == "all" and "all tokens" or "the last token")
-      if not panels[key] then panels[key] = {}; order[#order + 1] = key end
-      table.insert(panels[key], r)
-    end
-    local cols = math.min(2, #order)
-    local rows = (#order + cols - 1) // cols
-    local fig = mp.plot.figure{rows = rows, cols = cols, width = 460 * cols, height = 340 * rows,
-                               title = "Trained transformers against the estimators: KL(truth || prediction)"}
-    for pi_, key in ipairs(order) do
-      local ax = fig:axes((pi_ - 1) // cols + 1, (pi_ - 1) % cols + 1)
-      for _, k in ipairs{"bayes", "md1", "uniform"} do
-        ax:line(T, S.mean[k], {label = EST[k].label, dashed = true, band_lo = S.lo[k], band_hi = S.hi[k]})
-      end
-      for _, r in ipairs(panels[key]) do
-        ax:line(T, r.mean, {label = ("depth %d"):format(r.spec.depth), marker = true, band_lo = r.lo, band_hi = r.hi})
-      end
-      ax:set{title = key, xlabel = "T", ylabel = "KL (nats)", xlog = true, ylog = true}
-      ax:legend()
-    end
-    paths[#paths + 1] = save(fig, "models_kl_vs_T")
-  end
-  if #models > 0 then -- 4. depth comparison
-    local fig = mp.plot.figure{rows = 1, cols = 2, width = 920, height = 340}
-    local ax = fig:axes(1, 1)
-    local series = {}
-    for _, r in ipairs(models) do
-      local key = r.spec.arch .. "/" .. r.spec.loss
-      series[key] = series[key] or {x = {}, y = {}}
-      table.insert(series[key].x, r.spec.depth)
-      table.insert(series[key].y, r.kl_avg)
-    end
-    local depths = {}
-    for _, r in ipairs(models) do depths[r.spec.depth] = true end
-    local dl = {}
-    for d in pairs(depths) do dl[#dl + 1] = d end
-    table.sort(dl)
-    local lo_d, hi_d = dl[1], dl[#dl]
-    if lo_d == hi_d then lo_d, hi_d = lo_d - 0.5, hi_d + 0.5 end
-    for _, k in ipairs{"bayes", "md1", "md2", "md3", "uniform"} do
-      local s = 0
-      for i = 1, #T do s = s + S.mean[k]:get(i) end
-      ax:line({lo_d, hi_d}, {s / #T, s / #T}, {label = EST[k].label, dashed = true})
-    end
-    local keys = {}
-    for k in pairs(series) do keys[#keys + 1] = k end
-    table.sort(keys)
-    for _, k in ipairs(keys) do ax:line(series[k].x, series[k].y, {label = k, marker = true}) end
-    ax:set{title = "KL averaged over the T grid", xlabel = "depth (layers)", ylabel = "KL (nats)", ylog = true}
-    ax:legend()
-    local ax2 = fig:axes(1, 2)
-    for _, e in ipairs(M.estimators) do
-      if not e.fixed then
-        local x, y = {}, {}
-        for _, r in ipairs(models) do
-          if r.spec.loss == "all" and r.spec.arch == o.archs[1] then x[#x + 1] = r.spec.depth; y[#y + 1] = r.dist[e.key] end
-        end
-        if #x > 0 then ax2:line(x, y, {label = e.label, marker = true}) end
-      end
-    end
-    ax2:set{title = ("Distance to each estimator (%s, all tokens)"):format(o.archs[1]), xlabel = "depth",
-            ylabel = "mean KL(estimator || model)", ylog = true}
-    ax2:legend()
-    paths[#paths + 1] = save(fig, "depth")
-  end
-  if #models > 0 then -- 5. attention vs gamma heatmaps (one sequence, the verdict model)
-    local r = models[1]
-    for _, x in ipairs(models) do if x.spec.loss == "all" and x.spec.arch == o.archs[1] then r = x; break end end
-    local av = r.attn
-    local H = av.pattern:size(2)
-    local W = math.min(48, o.T[#o.T] - o.m)
-    local g = mp.zeros{o.m, W}
-    local heads = {}
-    for h = 1, H do heads[h] = mp.zeros{o.m, W} end
-    for i = 1, W do
-      local k = o.m + i
-      for lag = 1, o.m do
-        g:set(av.gamma:get(1, i, lag), lag, i)
-        for h = 1, H do
-          heads[h]:set(lag_weights(av.pattern, 1, h, k, o.m)[lag], lag, i)
-        end
-      end
-    end
-    local fig = mp.plot.figure{rows = H + 1, cols = 1, width = 640, height = 110 * (H + 1) + 30,
-                               title = ("%s: first-layer attention on lags 1..%d vs responsibilities"):format(r.name, o.m)}
-    fig:axes(1, 1):heatmap(g, {vmin = 0, vmax = 1, colorbar_label = "gamma"})
-      :set{title = "responsibilities gamma_k(g) (rows: lag g = 1..m; columns: query k)", ylabel = "lag - 1"}
-    for h = 1, H do
-      fig:axes(h + 1, 1):heatmap(heads[h], {vmin = 0, vmax = 1, colorbar_label = "attention"})
-        :set{title = ("L0 H%d, renormalised on lags 1..m: mean KL(gamma || attn) = %.3f%s"):format(h - 1, av.kl[h],
-             h == av.best and " (best)" or ""), ylabel = "lag - 1"}
-    end
-    paths[#paths + 1] = save(fig, "attention_vs_gamma")
-  end
-  if #models > 0 then -- 6. ablation
-    local groups, clean, abl, ctl = {}, {}, {}, {}
-    for i, r in ipairs(models) do
-      groups[i] = ("%s L%d %s"):format(r.spec.arch == "standard" and "std" or "attn", r.spec.depth, r.spec.loss)
-      clean[i], abl[i], ctl[i] = r.kl_avg, r.ablate_best, r.ablate_control or r.ablate_best
-    end
-    local fig = mp.plot.figure{width = math.max(480, 70 * #models), height = 340}
-    fig:axes(1, 1):bars(groups, {clean, abl, ctl}, {labels = {"intact", "best-matching L0 head zeroed",
-                                                              "worst-matching L0 head zeroed"}})
-      :set{title = "KL to the truth (mean over the T grid) after ablating one first-layer head", ylabel = "KL (nats)"}
-      :legend()
-    paths[#paths + 1] = save(fig, "ablation")
-  end
-  return paths
-end
-
 -- ---------------------------------------------------------------- the run
 
-function M.run(o)
-  local t_start = os.time()
-  mp.mkdir(o.out)
-  o.format = o.format or "png"
-  local m, q = o.m, o.q
-  local task = mp.tasks.mtd{q = q, m = m, concentration = o.concentration, seed = o.seed}
+-- stage: the task and the two data sets (evaluation, tuning)
+local function stage_data(o)
+  local task = mp.tasks.mtd{q = o.q, m = o.m, concentration = o.concentration, seed = o.seed}
   local Tmax = o.T[#o.T]
   local D = {truth = {}}
   task:seed(o.seed * 1000 + 1)
@@ -691,34 +463,82 @@ function M.run(o)
   task:seed(o.seed * 1000 + 2)
   local tok2, _, tr2 = task:sample(o.B_tune, Tmax)
   D.tune_tok, D.tune_next = tok2, tr2.next
+  return task, D
+end
 
-  local lines = {}
-  local root = mp.mpi.rank() == 0     -- under mpirun, rank 0 alone reports and writes
-  local function out(fmt, ...)
-    local s = select("#", ...) > 0 and fmt:format(...) or fmt
-    lines[#lines + 1] = s
-    if root then print(s) end
+-- stage (C1's interval): the one-step eta closest to Bayes at T = m + 1,
+-- re-tuned on bootstrap resamples of the evaluation sequences
+local function stage_c1_interval(o, task, S)
+  local i1 = 1
+  for i, T in ipairs(o.T) do if T == o.m + 1 then i1 = i end end
+  local te, pb, B = S.tok_eval[i1], S.pred.bayes[i1], o.B_eval
+  local state, etas = o.seed * 7 + 3, {}
+  local nb = math.min(o.boot, 200)
+  for r = 1, nb do
+    local tk, pr = mp.zeros{B, te:size(2)}, mp.zeros{B, o.q}
+    for b = 1, B do
+      state = (state * 6364136223846793005 + 1442695040888963407) & 0x7fffffffffffffff
+      local j = (state >> 17) % B + 1
+      tk[b]:copy_(te[j]); pr[b]:copy_(pb[j])
+    end
+    etas[r] = mp.mtd.tune(task, tk, pr, {method = "md", steps = 1, grid = o.eta_grid}).best
   end
+  table.sort(etas)
+  S.c1 = {i = i1, eta = S.best_eta.bayes_match:get(i1), lo = etas[math.max(1, math.floor(0.025 * nb + 0.5))],
+          hi = etas[math.min(nb, math.ceil(0.975 * nb))], n = B}
+end
 
-  out("== mechprobe mirror_descent (%s) ==", o.preset)
-  out("MTD: q = %d tokens, m = %d lags, pi* rows ~ Dirichlet(%g), lambda ~ Dirichlet(1) per sequence, seed %d",
-      q, m, o.concentration, o.seed)
-  out("T grid: %s (prediction of y_T from y_0..y_{T-1}; N = T - m observations)", table.concat(o.T, ","))
-  out("sets: %d evaluation and %d tuning sequences (separate draws); bootstrap %d resamples",
-      o.B_eval, o.B_tune, o.boot)
-  out("Bayes: Gibbs, %d chains x (%d burn-in + %d kept) sweeps; eta grid 1e-4..1e2 and beta grid 1e-2..1e5 (10/decade)",
-      o.gibbs.chains, o.gibbs.burn, o.gibbs.samples)
-  out("models: d_model %d, %d heads, RoPE, RMSNorm, depths %s (last-token loss: %s), %s; %d steps x batch %d x T %d, "
-      .. "AdamW lr %g, warmup %d", o.d_model, o.n_head, table.concat(o.depths, ","), table.concat(o.last_depths, ","),
-      table.concat(o.archs, " / "), o.steps, o.batch, Tmax, o.lr, o.warmup)
+-- stage: the construction as transformer weights, run by the ordinary forward
+-- on the evaluation set, against one-step MD with the same (tuned) step
+local function stage_construction(o, task, D, S)
+  local C = require "mirror_construct"
+  local m, nT, Tmax = o.m, #o.T, o.T[#o.T]
+  local beta_at = {}
+  for i, T in ipairs(o.T) do beta_at[T] = S.best_eta.md1:get(i) * m * (T - m) end
+  local t0 = os.clock()
+  local model, info = C.build(task:pi(), {m = m, ctx = Tmax, beta = function(T) return beta_at[T] end})
+  local W = {info = info, diff = {}, kl = mp.zeros{nT}, max_dp = 0, gamma_diff = 0}
+  local chunk, nseq = 32, math.min(o.B_eval, o.B_construct or 128)
+  local sum_kl = {}
+  for i = 1, nT do sum_kl[i] = 0 end
+  for b0 = 1, nseq, chunk do
+    local nb = math.min(chunk, nseq - b0 + 1)
+    local tok = D.eval_tok:narrow(b0, nb)
+    local logits, cache = model:run_with_cache(tok, {names = "blocks.0.attn.hook_pattern"})
+    if b0 == 1 then   -- block 0's pattern on the lags is gamma
+      local pat, gamma = cache["blocks.0.attn.hook_pattern"], mp.mtd.responsibilities(task, tok)
+      for b = 1, nb do for k = 1, Tmax - m do for g = 1, m do
+        W.gamma_diff = math.max(W.gamma_diff, math.abs(pat:get(b, 1, m + k, m + k - g) - gamma:get(b, k, g)))
+      end end end
+    end
+    for i, T in ipairs(o.T) do
+      local p = probs_at(logits, T)
+      local truth = D.truth[i]:narrow(b0, nb)
+      local kc = mp.mtd.kl(truth, p)
+      local pm = S.pred.md1[i]:narrow(b0, nb)
+      local dp = p:sub(pm)
+      W.max_dp = math.max(W.max_dp, dp:max(), -dp:min())
+      for b = 1, nb do
+        W.diff[#W.diff + 1] = kc:get(b) - S.kl.md1[i]:get(b0 + b - 1)
+        sum_kl[i] = sum_kl[i] + kc:get(b)
+      end
+    end
+  end
+  local md = 0
+  for i = 1, nT do
+    W.kl:set(sum_kl[i] / nseq, i)
+    md = md + S.kl.md1[i]:narrow(1, nseq):mean() / nT
+  end
+  W.n_seq = nseq
+  W.md = md
+  W.seconds = os.clock() - t0
+  model:close()
+  return W
+end
 
-  -- 1 + 4
-  log("section 1: estimators on %d T values", #o.T)
-  local t1 = os.time()
-  local S = section_estimators(o, task, D)
-  local G = {}
-  G.diff, G.rhat = gibbs_check(o)
-  local worst_rhat = S.rhat:max()
+-- report of sections 1 and 4
+local function report_estimators(out, o, S, G, W)
+  local m = o.m
   out("")
   out("-- 1. Estimators against T: mean KL(truth || predictor) over the evaluation set (95% bootstrap CIs in the")
   out("   figure and the HDF5 file); eta*(s): tuned step of s-step MD; eta~Bayes: one-step eta closest to Bayes")
@@ -740,19 +560,165 @@ function M.run(o)
     out("large T (T >= %d, %d points): slope %.3f +- %.3f (SE), R^2 %.3f", 8 * m, S.fit_large.n, S.fit_large.slope,
         S.fit_large.slope_se, S.fit_large.r2)
   end
+  out("eta closest to Bayes at T = %d: %.4g, 95%% bootstrap interval [%.4g, %.4g] (1/(m+1) = %.4g)", o.T[S.c1.i],
+      S.c1.eta, S.c1.lo, S.c1.hi, 1 / (m + 1))
   out("Gibbs: worst R-hat %.4f over %d sequences x %d T; check against quadrature (m = 2, 96 sequences): max |diff| %.4f, "
-      .. "worst R-hat %.4f", worst_rhat, o.B_eval, #o.T, G.diff, G.rhat)
+      .. "worst R-hat %.4f", S.rhat:max(), o.B_eval, #o.T, G.diff, G.rhat)
   out("-- 4. Construction (3 layers: responsibilities, uniform average, readout softmax(beta * mean gamma))")
-  out("%5s %10s %12s %12s %10s %10s %10s", "T", "best beta", "beta/(m N)", "eta*(1)", "KL constr", "KL MD1",
-      "KL 1 beta")
+  out("   algebra: softmax(beta mean gamma) with beta tuned per T; weights: the same mechanism as a 3-layer runtime")
+  out("   model (d_model %d, d_mlp %d, %d log knots) run by the ordinary forward, beta = eta*(1) m (T - m)",
+      W.info.d_model, W.info.d_mlp, W.info.knots)
+  out("%5s %10s %12s %12s %10s %10s %10s %12s", "T", "best beta", "beta/(m N)", "eta*(1)", "KL constr", "KL MD1",
+      "KL 1 beta", "KL weights")
   for i, T in ipairs(o.T) do
-    out("%5d %10.4g %12.4g %12.4g %10.4f %10.4f %10.4f", T, S.best_beta:get(i), S.implied_eta:get(i),
-        S.best_eta.md1:get(i), S.mean.construction:get(i), S.mean.md1:get(i), S.mean.construction_fixed:get(i))
+    out("%5d %10.4g %12.4g %12.4g %10.4f %10.4f %10.4f %12.6f", T, S.best_beta:get(i), S.implied_eta:get(i),
+        S.best_eta.md1:get(i), S.mean.construction:get(i), S.mean.md1:get(i), S.mean.construction_fixed:get(i),
+        W.kl:get(i))
   end
-  out("beta tuned per T: KL relative to one-step MD (eta tuned per T): mean %.1f%%, max %.1f%%",
+  out("algebra, beta tuned per T: KL relative to one-step MD (eta tuned per T): mean %.1f%%, max %.1f%%",
       100 * S.rel_diff_mean, 100 * S.rel_diff_max)
   out("one beta for all T (%.4g, tuned on the pooled tuning KL; = MD with eta = beta/(m N), i.e. eta ~ 1/T): "
       .. "mean %.1f%% from one-step MD", S.beta, 100 * S.rel_diff_fixed_mean)
+  local dm = 0
+  for _, d in ipairs(W.diff) do dm = dm + d / #W.diff end
+  out("weights: block-0 pattern vs gamma max |diff| %.1e; predictor vs one-step MD max |diff| %.1e; KL diff mean %.2e "
+      .. "(MD mean KL %.4f, %d sequences)", W.gamma_diff, W.max_dp, dm, W.md, W.n_seq)
+end
+
+-- report of sections 2 and 3
+local function report_models(out, o, S, models)
+  local Tmax = o.T[#o.T]
+  out("")
+  out("-- 2. Trained transformers (verdicts use the models trained with the loss on all tokens; -sN: model seed)")
+  out("%-25s %7s %9s %9s %9s  %-13s %s", "model", "loss", "KL@T=" .. Tmax, "KL avg", "train s", "closest",
+      "distance to: bayes md1 md2 md3 constr uniform")
+  for _, r in ipairs(models) do
+    out("%-25s %7.4f %9.4f %9.4f %9d  %-13s %.4f %.4f %.4f %.4f %.4f %.4f", r.name, r.final_loss, r.mean:get(#o.T),
+        r.kl_avg, r.seconds, r.closest, r.dist.bayes, r.dist.md1, r.dist.md2, r.dist.md3, r.dist.construction,
+        r.dist.uniform)
+  end
+  out(("%-25s %7s %9.4f %9s"):format("(Bayes)", "", S.mean.bayes:get(#o.T), ""))
+  out(("%-25s %7s %9.4f %9s"):format("(one-step MD)", "", S.mean.md1:get(#o.T), ""))
+  out("")
+  out("-- 3. Mechanism: first-layer attention on lags 1..m vs gamma (mean KL over queries, %d sequences of T = %d)",
+      o.B_mech, Tmax)
+  out("(attn KL: KL(gamma || attention renormalised on lags 1..m), mean over queries; last q: the last query only;")
+  out(" uniform: the same for uniform attention on the lags; lag mass: attention on lags 1..m before renormalising;")
+  out(" ablation: KL to the truth averaged over the T grid, intact -> head zeroed (worst-matching L0 head as control);")
+  out(" any layer: the best-matching head of any layer, its KL and the KL after zeroing it)")
+  out("%-25s %5s %9s %9s %9s %9s  %-36s %s", "model", "head", "attn KL", "last q", "uniform", "lag mass",
+      "ablation (control)", "any layer")
+  for _, r in ipairs(models) do
+    local a = r.attn
+    out("%-25s  L0H%d %9.4f %9.4f %9.4f %9.3f  %-36s L%dH%d %.4f -> %.4f", r.name, a.best - 1, a.kl[a.best],
+        a.kl_last[a.best], a.uniform_kl, a.mass[a.best],
+        ("%.4f -> %.4f (%s)"):format(r.kl_avg, r.ablate_best,
+          r.ablate_control and ("%.4f, L0H%d"):format(r.ablate_control, a.worst - 1) or "n/a"),
+        r.any.layer, r.any.head - 1, r.any.kl, r.ablate_any)
+  end
+end
+
+-- stage: the verdict rows (probes/lib/mirror_rules.lua) from the estimators,
+-- the construction's weights and the models trained on all tokens, by group
+function M.verdict_rows(o, S, W, models)
+  local Rl = require "mirror_rules"
+  local m, nT = o.m, #o.T
+  local rows = {}
+  rows[#rows + 1] = Rl.C1{eta = S.c1.eta, lo = S.c1.lo, hi = S.c1.hi, eta0 = 1 / (m + 1), n = S.c1.n}
+  local fl = S.fit_large or S.fit
+  local Tl = S.fit_large and S.fit_large_T or S.fit_T
+  local el, rms = {}, 0
+  for j, T in ipairs(Tl) do
+    for i, T2 in ipairs(o.T) do if T2 == T then el[j] = S.best_eta.md1:get(i) end end
+    rms = rms + (math.log(el[j]) - fl.intercept - fl.slope * math.log(T)) ^ 2 / #Tl
+  end
+  rows[#rows + 1] = Rl.C2{slope = fl.slope, se = fl.slope_se, n = #Tl, rms_power = math.sqrt(rms), T = Tl, eta = el,
+                          Tmax = o.T[nT]}
+  rows[#rows + 1] = Rl.C6{diff = W.diff, md = W.md, n = #W.diff, max_dp = W.max_dp}
+  -- the trained models by (arch, depth), loss on all tokens
+  local groups, order = {}, {}
+  for _, r in ipairs(models) do
+    if r.spec.loss == "all" then
+      local g = groups[r.group]
+      if not g then
+        g = {name = r.group:gsub("%-all$", ""), depth = r.spec.depth, arch = r.spec.arch, seeds = {}}
+        groups[r.group] = g; order[#order + 1] = g
+      end
+      local dmin = math.huge
+      for _, e in ipairs(M.estimators) do if not e.fixed and e.key ~= "uniform" then dmin = math.min(dmin, r.dist[e.key]) end end
+      g.seeds[#g.seeds + 1] = {attn_kl = r.attn.kl[r.attn.best], uniform_kl = r.attn.uniform_kl, kl_avg = r.kl_avg,
+                               ablate_best = r.ablate_best, ablate_control = r.ablate_control or r.ablate_best,
+                               dist = dmin}
+    end
+  end
+  if #order > 0 then
+    rows[#rows + 1] = Rl.C3(order)
+    local md = 0
+    for i = 1, nT do md = md + S.mean.md1:get(i) / nT end
+    rows[#rows + 1] = Rl.C4(order, md)
+    local est, keys = {}, {"md1", "md2", "md3", "bayes"}
+    for _, k in ipairs(keys) do
+      local a = 0
+      for i = 1, nT do a = a + S.mean[k]:get(i) / nT end
+      est[#est + 1] = {key = k, steps = EST[k].steps, kl_avg = a}
+    end
+    local spread = 0
+    for x = 1, #keys do for y = 1, #keys do if x ~= y then
+      local d = 0
+      for i = 1, nT do d = d + mp.mtd.kl(S.pred[keys[x]][i], S.pred[keys[y]][i]):mean() / nT end
+      spread = math.max(spread, d)
+    end end end
+    local first = {}
+    for _, g in ipairs(order) do if g.arch == o.archs[1] then first[#first + 1] = g end end
+    rows[#rows + 1] = Rl.C5(first, est, spread)
+    rows[#rows + 1] = Rl.C7(order)
+  end
+  return rows
+end
+
+function M.run(o)
+  local t_start = os.time()
+  mp.mkdir(o.out)
+  o.format = o.format or "png"
+  o.seeds = o.seeds or 1
+  local m, q = o.m, o.q
+  local task, D = stage_data(o)
+  local Tmax = o.T[#o.T]
+
+  local lines = {}
+  local root = mp.mpi.rank() == 0     -- under mpirun, rank 0 alone reports and writes
+  local function out(fmt, ...)
+    local s = select("#", ...) > 0 and fmt:format(...) or fmt
+    lines[#lines + 1] = s
+    if root then print(s) end
+  end
+
+  out("== mechprobe mirror_descent (%s) ==", o.preset)
+  out("MTD: q = %d tokens, m = %d lags, pi* rows ~ Dirichlet(%g), lambda ~ Dirichlet(1) per sequence, seed %d",
+      q, m, o.concentration, o.seed)
+  out("T grid: %s (prediction of y_T from y_0..y_{T-1}; N = T - m observations)", table.concat(o.T, ","))
+  out("sets: %d evaluation and %d tuning sequences (separate draws); bootstrap %d resamples",
+      o.B_eval, o.B_tune, o.boot)
+  out("Bayes: Gibbs, %d chains x (%d burn-in + %d kept) sweeps; eta grid 1e-4..1e2 and beta grid 1e-2..1e5 (10/decade)",
+      o.gibbs.chains, o.gibbs.burn, o.gibbs.samples)
+  local curr = {}
+  for _, c in ipairs(o.curriculum or {}) do curr[#curr + 1] = ("%d:%g"):format(c.T, c.frac) end
+  out("models: d_model %d, %d heads, positions %s, init std %g, RMSNorm, depths %s (last-token loss: %s), %s; "
+      .. "%d seeds; %d steps x batch %d x T %d%s, AdamW lr %g, warmup %d", o.d_model, o.n_head, o.pos, o.init_std,
+      table.concat(o.depths, ","), #o.last_depths > 0 and table.concat(o.last_depths, ",") or "none",
+      table.concat(o.archs, " / "), o.seeds, o.steps, o.batch, Tmax,
+      #curr > 0 and (" (curriculum T:fraction " .. table.concat(curr, ",") .. ")") or "", o.lr, o.warmup)
+
+  -- 1 + 4
+  log("section 1: estimators on %d T values", #o.T)
+  local t1 = os.time()
+  local S = section_estimators(o, task, D)
+  local G = {}
+  G.diff, G.rhat = gibbs_check(o)
+  stage_c1_interval(o, task, S)
+  log("section 4: the construction as transformer weights")
+  local W = stage_construction(o, task, D, S)
+  report_estimators(out, o, S, G, W)
   local s1 = os.time() - t1
 
   -- 2 + 3
@@ -764,124 +730,30 @@ function M.run(o)
   end
   if not root then return nil end
   local s2 = os.time() - t2
-  out("")
-  out("-- 2. Trained transformers (verdict uses the models trained with the loss on all tokens)")
-  out("%-22s %7s %9s %9s %9s  %-13s %s", "model", "loss", "KL@T=" .. Tmax, "KL avg", "train s", "closest",
-      "distance to: bayes md1 md2 md3 constr uniform")
-  for _, r in ipairs(models) do
-    out("%-22s %7.4f %9.4f %9.4f %9d  %-13s %.4f %.4f %.4f %.4f %.4f %.4f", r.name, r.final_loss, r.mean:get(#o.T),
-        r.kl_avg, r.seconds, r.closest, r.dist.bayes, r.dist.md1, r.dist.md2, r.dist.md3, r.dist.construction,
-        r.dist.uniform)
-  end
-  out(("%-22s %7s %9.4f %9s"):format("(Bayes)", "", S.mean.bayes:get(#o.T), ""))
-  out(("%-22s %7s %9.4f %9s"):format("(one-step MD)", "", S.mean.md1:get(#o.T), ""))
-  out("")
-  out("-- 3. Mechanism: first-layer attention on lags 1..m vs gamma (mean KL over queries, %d sequences of T = %d)",
-      o.B_mech, Tmax)
-  out("(attn KL: KL(gamma || attention renormalised on lags 1..m), mean over queries; last q: the last query only;")
-  out(" uniform: the same for uniform attention on the lags; lag mass: attention on lags 1..m before renormalising;")
-  out(" ablation: KL to the truth averaged over the T grid, intact -> head zeroed (worst-matching L0 head as control);")
-  out(" any layer: the best-matching head of any layer, its KL and the KL after zeroing it)")
-  out("%-22s %5s %9s %9s %9s %9s  %-36s %s", "model", "head", "attn KL", "last q", "uniform", "lag mass",
-      "ablation (control)", "any layer")
-  for _, r in ipairs(models) do
-    local a = r.attn
-    out("%-22s  L0H%d %9.4f %9.4f %9.4f %9.3f  %-36s L%dH%d %.4f -> %.4f", r.name, a.best - 1, a.kl[a.best],
-        a.kl_last[a.best], a.uniform_kl, a.mass[a.best],
-        ("%.4f -> %.4f (%s)"):format(r.kl_avg, r.ablate_best,
-          r.ablate_control and ("%.4f, L0H%d"):format(r.ablate_control, a.worst - 1) or "n/a"),
-        r.any.layer, r.any.head - 1, r.any.kl, r.ablate_any)
-  end
+  report_models(out, o, S, models)
 
   -- output files
+  local Rp = require "mirror_report"
+  Rp.setup{estimators = M.estimators, EST = EST, lag_weights = lag_weights}
   local h5 = o.out .. "/mirror.h5"
-  write_h5(o, h5, task, D, S, models, G)
-  local figs = figures(o, S, models)
+  Rp.write_h5(o, h5, task, D, S, models, G, W)
+  local figs = Rp.figures(o, S, models)
 
   -- verdicts
-  local V = {}
-  local function verdict(id, claim, paper, ours, ok)
-    local function clean(x) return (x:gsub("|", "/")) end   -- "|" separates the columns
-    V[#V + 1] = {id = id, claim = clean(claim), paper = clean(paper), ours = clean(ours), ok = ok}
-  end
-  local eta0 = 1 / (m + 1)
-  local i1 = 1
-  for i, T in ipairs(o.T) do if T == m + 1 then i1 = i end end
-  local eb = S.best_eta.bayes_match:get(i1)
-  verdict("C1", "one MD step from uniform = Bayes mean to first order",
-          ("eta = 1/(m+1) = %.3f at no evidence"):format(eta0),
-          ("eta closest to Bayes at T=%d (N=%d): %.3f"):format(o.T[i1], o.T[i1] - m, eb),
-          math.abs(eb / eta0 - 1) <= 0.25)
-  local fl = S.fit_large or S.fit
-  verdict("C2", "stable (best) step sizes scale as 1/T (large T)", "slope -1",
-          ("slope %.2f +- %.2f for T >= %d (%.2f for T >= %d)"):format(fl.slope, 1.96 * fl.slope_se,
-            S.fit_large and 8 * m or 2 * m, S.fit.slope, 2 * m),
-          math.abs(fl.slope + 1) <= 0.15)
-  verdict("C6", "the 3-layer construction coincides with one-step MD", "same KL curve",
-          ("beta tuned per T: KL within %.1f%% of MD (one beta: %.0f%%)"):format(100 * S.rel_diff_mean,
-            100 * S.rel_diff_fixed_mean), S.rel_diff_mean <= 0.05)
-  local all = {}
-  for _, r in ipairs(models) do if r.spec.loss == "all" then all[#all + 1] = r end end
-  if #all > 0 then
-    local n_match, best_kl, best_name, n_abl = 0, math.huge, "", 0
-    for _, r in ipairs(all) do
-      local k = r.attn.kl[r.attn.best]
-      if k <= 0.1 and k <= r.attn.uniform_kl / 3 then n_match = n_match + 1 end
-      if k < best_kl then best_kl, best_name = k, r.name end
-      if r.ablate_best >= 1.5 * r.kl_avg and r.ablate_best > (r.ablate_control or 0) then n_abl = n_abl + 1 end
-    end
-    verdict("C3", "first-layer attention approximates the responsibilities", "KL 0.0376 at T=192",
-            ("%d/%d models: a head with KL <= 0.1; best %.3f (%s)"):format(n_match, #all, best_kl, best_name),
-            n_match * 2 > #all)
-    -- C4: the model of the construction's depth (3 layers; else the shallowest)
-    -- tracks one-step MD
-    local shallow = all[1]
-    for _, r in ipairs(all) do
-      if r.spec.arch == o.archs[1] and (shallow.spec.arch ~= o.archs[1] or r.spec.depth < shallow.spec.depth) then
-        shallow = r
-      end
-    end
-    for _, r in ipairs(all) do
-      if r.spec.arch == o.archs[1] and r.spec.depth == 3 then shallow = r end
-    end
-    -- matched: closest to one-step MD (or its construction) and as good as it
-    -- (KL to the truth averaged over T within 1.5x of one-step MD's)
-    local c = shallow.closest
-    local md_avg = 0
-    for i = 1, #o.T do md_avg = md_avg + S.mean.md1:get(i) / #o.T end
-    verdict("C4", "trained models match one-step MD (KL to the truth)", "model ~ one-step MD",
-            ("%s closest to %s; KL avg %.4f vs MD %.4f"):format(shallow.name, c, shallow.kl_avg, md_avg),
-            (c == "md1" or c == "construction") and shallow.kl_avg <= 1.5 * md_avg)
-    -- C5: depth tracks more steps (standard arch, all tokens)
-    local xs, ys, seq = {}, {}, {}
-    for _, r in ipairs(all) do
-      if r.spec.arch == o.archs[1] then
-        xs[#xs + 1] = r.spec.depth
-        ys[#ys + 1] = EST[r.closest].steps == math.huge and 99 or EST[r.closest].steps
-        seq[#seq + 1] = ("L%d:%s"):format(r.spec.depth, r.closest)
-      end
-    end
-    local rho = #xs >= 2 and spearman(xs, ys) or 0
-    verdict("C5", "deeper models track multi-step MD", "more layers ~ more steps",
-            ("%s rho %.2f"):format(table.concat(seq, " "), rho),
-            #xs >= 3 and rho >= 0.6 and ys[#ys] >= 2)
-    verdict("C7", "zeroing the responsibility head hurts prediction", "mechanism is causal",
-            ("%d/%d models: KL x1.5 and above control"):format(n_abl, #all), n_abl * 2 > #all)
-  end
+  local V = M.verdict_rows(o, S, W, models)
+  local Rl = require "mirror_rules"
   out("")
-  out("-- Verdicts (rows: VERDICT id | claim | paper | ours | verdict; models: loss on all tokens)")
-  for _, v in ipairs(V) do
-    local word = v.ok and "SUPPORTED" or "NOT SUPPORTED"
-    if (v.id == "C5") and #o.depths < 3 then word = "INCONCLUSIVE" end
-    v.word = word
-    out("VERDICT %s | %-55s | %-36s | %-52s | %s", v.id, v.claim, v.paper, v.ours, word)
-  end
+  out("-- Verdicts (rows: VERDICT id | claim | paper | ours | verdict; then n, seeds, 95% interval, rule in words)")
+  for _, l in ipairs(Rl.lines(V)) do out("%s", l) end
+  require("cli").write_text(o.out .. "/verdicts.tsv", Rl.tsv(V))
   out("")
   out("HDF5: %s", h5)
   for _, p in ipairs(figs) do out("figure: %s", p) end
-  out("time: estimators %ds, models %ds, total %ds", s1, s2, os.time() - t_start)
+  out("verdicts: %s/verdicts.tsv", o.out)
+  out("time: estimators and construction %ds (construction %.0f s CPU), models %ds, total %ds", s1, W.seconds, s2,
+      os.time() - t_start)
   require("cli").write_text(o.out .. "/report.txt", table.concat(lines, "\n") .. "\n")
-  return {verdicts = V, h5 = h5, figures = figs, S = S, models = models}
+  return {verdicts = V, h5 = h5, figures = figs, S = S, W = W, models = models}
 end
 
 return M

@@ -1,0 +1,105 @@
+-- test_params.lua — m:params() and m:param(name): the names follow the checkpoint
+-- schema, a view writes into the model (hand-set weights give the closed-form
+-- forward of a one-layer attention-only model), views die with the model
+-- (close, collection) instead of touching freed memory, a view keeps its model
+-- alive, and a read-only (memory-mapped) model or an unknown name is refused.
+local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
+local data = os.getenv("MP_TESTDATA") or "tests/data"
+
+local D, V, T = 4, 3, 4
+local function tiny()
+  return mp.model.new{d_model = D, n_layer = 1, n_head = 1, d_head = D, vocab = V, ctx = T, mlp = "none",
+                      pos = "none", seed = 5}
+end
+
+t.case("names", function()
+  local m <close> = tiny()
+  t.deep_eq(m:params(), {"embed", "blocks.0.ln1.weight", "blocks.0.attn.wq", "blocks.0.attn.wk",
+                         "blocks.0.attn.wv", "blocks.0.attn.wo", "ln_final.weight"})
+  local m2 <close> = mp.model.new{d_model = 8, n_layer = 2, n_head = 2, vocab = 5, ctx = 8, pos = "learned", tied = false}
+  local names = m2:params()
+  local set = {}
+  for _, n in ipairs(names) do set[n] = true end
+  assert(set["blocks.1.mlp.w2"] and set["pos_embed"] and set["unembed"] and #names == 2 * 9 + 4,
+         "two-layer names: " .. table.concat(names, " "))
+  local w = m2:param("blocks.1.mlp.w1")
+  assert(w:dim() == 2 and w:size(1) == 32 and w:size(2) == 8, "w1 shape [M, D]")
+  assert(m2:param("pos_embed"):size(1) == 8, "pos_embed [ctx, D]")
+end)
+
+-- Hand-set weights: wq = wk = 0 (uniform causal attention), wv = wo = identity,
+-- norm gains 1, tied embedding E. Closed form per position t:
+--   n_j = E[y_j] / rms(E[y_j]);  r_t = E[y_t] + mean_{j<=t} n_j;  logits_t = E r_t / rms(r_t)
+t.case("hand-set weights give the closed form", function()
+  local m <close> = tiny()
+  local E = {{1.0, -0.5, 0.25, 2.0}, {-1.5, 0.75, 1.0, -0.25}, {0.5, 0.5, -2.0, 1.0}}
+  local e = m:param("embed")
+  for v = 1, V do for d = 1, D do e:set(E[v][d], v, d) end end
+  m:param("blocks.0.ln1.weight"):fill_(1)
+  m:param("ln_final.weight"):fill_(1)
+  m:param("blocks.0.attn.wq"):fill_(0)
+  m:param("blocks.0.attn.wk"):fill_(0)
+  for _, name in ipairs{"blocks.0.attn.wv", "blocks.0.attn.wo"} do
+    local w = m:param(name)
+    w:fill_(0)
+    for d = 1, D do w:set(1, d, d) end
+  end
+  local eps = m.config.norm_eps
+  local function rmsn(x)
+    local s = 0
+    for d = 1, D do s = s + x[d] * x[d] end
+    local r = math.sqrt(s / D + eps)
+    local y = {}
+    for d = 1, D do y[d] = x[d] / r end
+    return y
+  end
+  local toks = {2, 0, 1, 2}
+  local logits = m:forward(toks)
+  local worst, acc = 0, {0, 0, 0, 0}
+  for i = 1, T do
+    local n = rmsn(E[toks[i] + 1])
+    for d = 1, D do acc[d] = acc[d] + n[d] end
+    local r = {}
+    for d = 1, D do r[d] = E[toks[i] + 1][d] + acc[d] / i end
+    local f = rmsn(r)
+    for v = 1, V do
+      local want = 0
+      for d = 1, D do want = want + E[v][d] * f[d] end
+      worst = math.max(worst, math.abs(logits:get(1, i, v) - want))
+    end
+  end
+  assert(worst < 1e-5, ("forward vs closed form: max |diff| %.3g"):format(worst))
+  -- a write through the view changes the next forward
+  m:param("ln_final.weight"):fill_(2)
+  local l2 = m:forward(toks)
+  t.near(l2:get(1, 3, 2), 2 * logits:get(1, 3, 2), 1e-5, "gain 2 doubles the logits")
+end)
+
+t.case("views die with the model", function()
+  local m = tiny()
+  local w = m:param("blocks.0.attn.wq")
+  local w2 = w:select(1, 1)              -- a view of the view
+  m:close()
+  t.expect_error(function() return w:sum() end, "no longer valid", "view after close")
+  t.expect_error(function() return w2:sum() end, "no longer valid", "view of a view after close")
+  t.expect_error(function() return m:param("embed") end, "closed", "param on a closed model")
+end)
+
+t.case("a view keeps its model alive", function()
+  local m = tiny()
+  local e = m:param("embed")
+  local before = e:sum()
+  m = nil
+  collectgarbage(); collectgarbage()
+  t.near(e:sum(), before, 0, "embed still readable after the model's last reference went")
+end)
+
+t.case("refusals", function()
+  local m <close> = tiny()
+  t.expect_error(function() return m:param("blocks.1.attn.wq") end, 'no parameter "blocks.1.attn.wq"', "bad layer")
+  t.expect_error(function() return m:param("unembed") end, 'no parameter "unembed"', "tied unembed")
+  local f <close> = mp.load(data .. "/ref_gqa_untied.bin")   -- llama2.c: memory-mapped read-only
+  t.expect_error(function() return f:param("blocks.0.attn.wq") end, "read-only", "mapped weights")
+end)
+
+t.finish("test_params")

@@ -339,19 +339,19 @@ if which == "quick" or which == "all" then
                         "train/loss", "eval/training/groups", "eval/held-out/groups"} do
     check(h5:has(name), "HDF5 has " .. name)
   end
-  -- --curriculum on the quick preset (150 steps, k = 20): 4 distinct facts to step 30 (20%), 8 to 60,
-  -- 16 to 90, 32 to 120, then a quarter of the contexts from 16 on sequences of 100 facts
+  -- --curriculum on the quick preset (150 steps, k = 20): 4 distinct facts to step 45 (30%), 8 to 68 (45%,
+  -- rounded), 16 to 90, 32 to 120, then a quarter of the contexts from 16 on sequences of 100 facts
   local pool, step = h5:read("train/pool"):totable(), h5:read("train/step"):totable()
   local share, tk = h5:read("train/pool_share"):totable(), h5:read("train/k"):totable()
   local stages_ok = #pool == #step and #pool == 150 and #share == 150 and #tk == 150
   for i = 1, #pool do
     local st = step[i]
-    local want = st <= 30 and 4 or st <= 60 and 8 or st <= 90 and 16 or st <= 120 and 32 or 16
+    local want = st <= 45 and 4 or st <= 68 and 8 or st <= 90 and 16 or st <= 120 and 32 or 16
     if pool[i] ~= want or math.abs(share[i] - (st <= 120 and 1 or 0.25)) > 1e-6 or tk[i] ~= (st <= 120 and 20 or 100) then
       stages_ok = false
     end
   end
-  check(stages_ok, "train/pool, pool_share, k: 4, 8, 16, 32 distinct facts to steps 30, 60, 90, 120, then 16 in a quarter of the contexts at k = 100")
+  check(stages_ok, "train/pool, pool_share, k: 4, 8, 16, 32 distinct facts to steps 45, 68, 90, 120, then 16 in a quarter of the contexts at k = 100")
   local acc = h5:read("accuracy/training/acc")
   check(acc:size(1) == 2 and acc:size(2) == #ga.DISTS, "accuracy is [k, distribution]")
   local lo, hi = h5:read("accuracy/training/lo"), h5:read("accuracy/training/hi")

@@ -24,8 +24,9 @@
 -- DIR/verdicts.tsv, and prints the verdict table (claim | rule | paper | ours
 -- | n | seeds | verdict).
 -- Sizes: --quick about a minute (a tiny model that does not learn the task:
--- the pipeline), --medium about 10 minutes, the default (full) is the recipe of
--- the committed results, --preset gpu the paper's shape for a GPU backend.
+-- the pipeline), --medium about 10 minutes, the default (full) the recipe sized
+-- for copying (73M tokens a seed, about 25-30 minutes a seed on a quiet 2-core
+-- machine), --preset gpu the paper's shape for a GPU backend.
 local cli = require "cli"
 local ga = require "group_arith"
 local report = require "group_arith_report"

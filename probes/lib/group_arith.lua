@@ -51,11 +51,11 @@ M.DIST = {
 
 -- The copying curriculum (see M.train): the context shows only `pool` distinct
 -- facts until that fraction of the steps (facts repeat, so copying pays off
--- early), 4, 8, 16, 32 (a fifth of the steps each); the last fifth keeps a
+-- early), 4 (30% of the steps), 8 and 16 (15% each), 32 (20%); the last fifth keeps a
 -- quarter of its contexts at 16 distinct facts, draws the rest from the
 -- natural distribution, and trains on sequences of 100 facts, so that the
 -- k = 100 evaluation is inside the training length.
-M.CURRICULUM = {{["until"] = 0.2, pool = 4}, {["until"] = 0.4, pool = 8}, {["until"] = 0.6, pool = 16},
+M.CURRICULUM = {{["until"] = 0.3, pool = 4}, {["until"] = 0.45, pool = 8}, {["until"] = 0.6, pool = 16},
                 {["until"] = 0.8, pool = 32}, {["until"] = 1.0, pool = 16, share = 0.25, k = 100}}
 
 -- The GPU preset's curriculum: shorter pooled stages, then the natural
@@ -77,10 +77,10 @@ M.PRESETS = {
   medium = {d_model = 64, n_layer = 3, n_head = 4, d_mlp = 256, train_k = 50, steps = 900, batch = 16, lr = 2e-3,
             warmup = 50, n_ckpt = 8, n_eval = 128, n_cov = 256, n_patch = 48, n_ident = 64, n_probe = 384,
             n_phase = 48, k_list = {50, 100}, k_mech = 50, k_patch = 50, boot = 1000},
-  full   = {d_model = 64, n_layer = 3, n_head = 4, d_mlp = 256, train_k = 50, steps = 1200, batch = 16, lr = 3e-3,
-            warmup = 100, init_std = 0.1, curriculum = M.CURRICULUM,
-            n_ckpt = 8, n_eval = 128, n_cov = 256, n_patch = 48, n_ident = 64, n_probe = 384,
-            n_phase = 48, k_list = {50, 100}, k_mech = 50, k_patch = 50, boot = 2000},
+  full   = {d_model = 64, n_layer = 3, n_head = 4, d_mlp = 256, train_k = 50, steps = 9000, batch = 32, lr = 3e-3,
+            warmup = 200, init_std = 0.1, curriculum = M.CURRICULUM,
+            n_ckpt = 16, n_eval = 256, n_cov = 512, n_patch = 64, n_ident = 128, n_probe = 768,
+            n_phase = 96, k_list = {50, 100}, k_mech = 50, k_patch = 50, boot = 2000},
   gpu    = {d_model = 512, n_layer = 4, n_head = 8, d_mlp = 2048, train_k = 200, steps = 20000, batch = 128, lr = 1e-3,
             warmup = 1000, init_std = 0.02, curriculum = M.CURRICULUM_GPU,
             n_ckpt = 16, n_eval = 512, n_cov = 1024, n_patch = 200, n_ident = 256, n_probe = 1536,

@@ -354,25 +354,79 @@ local function pct(x) return x == x and ("%.1f%%"):format(100 * x) or "n/a" end
 local function ci_pct(e, lo, hi) return ("%s [%s, %s]"):format(pct(e), pct(lo), pct(hi)) end
 local function ci_num(e, lo, hi) return ("%+.2f [%+.2f, %+.2f]"):format(e, lo, hi) end
 
+-- ---------------------------------------------------------------- preconditions
+-- The project's rule: a row is INCONCLUSIVE when the claim's precondition is
+-- absent (or not established) or when its interval straddles the threshold.
+-- Each rule below checks its precondition first, from its own arguments, and
+-- says which one failed in its text.
+
+-- "The model has the skill": its accuracy interval's low end >= 50%, above
+-- the chance 1/|G| of every training group (at most 1/3, C3) and about three
+-- times their mean (17%). A model below this does not do what the mechanism
+-- rows explain, so they have nothing to test.
+M.SOLVED = 0.5
+-- "A copying head exists": the head's exact-copy IE interval low end >= 0.1.
+M.HEAD_FLOOR = 0.1
+
+-- Precondition "solved": ok, text.
+function M.pre_solved(items, what, boot, seed)
+  local e, lo, hi = M.boot({items}, nil, boot, seed)
+  return lo >= M.SOLVED, ("%s %s"):format(what, ci_pct(e, lo, hi))
+end
+
+-- Precondition "a copying head exists": ok, text.
+function M.pre_head(ie, boot, seed)
+  local e, lo, hi = M.boot({ie}, nil, boot, seed)
+  return lo >= M.HEAD_FLOOR, ("top head exact-copy IE %s"):format(ci_num(e, lo, hi))
+end
+
+local function absent(why, text)
+  return M.INC, ("precondition not met (%s): %s"):format(text, why)
+end
+
 -- ---------------------------------------------------------------- rules
 -- Each rule returns verdict, text (our numbers with their intervals).
 
 -- "Reaches at least x": SUPPORTED when the interval's lower end is >= x, NOT
--- SUPPORTED when its upper end is below x, else INCONCLUSIVE.
+-- SUPPORTED when its upper end is below x, else INCONCLUSIVE. Precondition:
+-- none (an accuracy row measures the skill itself).
 function M.rule_at_least(items, x, boot, seed)
   local e, lo, hi = M.boot({items}, nil, boot, seed)
   local v = lo >= x and M.SUP or hi < x and M.NOT or M.INC
   return v, ci_pct(e, lo, hi)
 end
 
+-- Generalisation to held-out groups: their accuracy reaches x. Precondition:
+-- the model solves the training families (train_items: natural queries on
+-- them, "solved"); a model that has not learned the task has nothing to
+-- generalise, and its low held-out accuracy says nothing about generalising.
+function M.rule_held_out(items, train_items, x, boot, seed)
+  local ok, pre = M.pre_solved(train_items, "training families", boot, (seed or 17) + 50)
+  if not ok then return absent("the model does not solve the training families", pre) end
+  local v, t = M.rule_at_least(items, x, boot, seed)
+  return v, t .. "; " .. pre
+end
+
 -- Associativity is the hardest distribution: associate above chance (its
 -- interval above the mean chance 1/|G| of its items) and every other
 -- distribution above associate (the interval of each difference above 0).
 -- NOT SUPPORTED when associate's interval lies at or below chance or some
--- other distribution's difference lies below 0.
+-- other distribution's difference lies below 0. Precondition: copy, commute,
+-- identity and cancel are each learned at all (interval low end above
+-- chance): the claim orders difficulties, and skills that all sit at the
+-- floor have no order to compare.
 function M.rule_hardest(acc, chance, boot, seed)
-  local e, lo, hi = M.boot({acc.associate}, nil, boot, seed)
   local ch = mean(chance)
+  local below = {}
+  for i, d in ipairs{"copy", "commute", "identity", "cancel"} do
+    local e, lo, hi = M.boot({acc[d]}, nil, boot, (seed or 17) + 10 + i)
+    if not (lo > ch) then below[#below + 1] = ("%s %s"):format(d, ci_pct(e, lo, hi)) end
+  end
+  if #below > 0 then
+    return absent("not every other distribution is learned, so there is no order of difficulty to test",
+      ("%s not above chance %s"):format(table.concat(below, ", "), pct(ch)))
+  end
+  local e, lo, hi = M.boot({acc.associate}, nil, boot, seed)
   local sup, no = lo > ch, hi <= ch
   local parts = {("associate %s vs chance %s"):format(ci_pct(e, lo, hi), pct(ch))}
   for i, d in ipairs{"copy", "commute", "identity", "cancel"} do
@@ -386,23 +440,29 @@ end
 
 -- One dedicated copying head: the top head's IE >= 0.5 and every other head's
 -- < 0.15 (the second-largest's interval decides for all the others).
-function M.rule_dedicated(top, second, boot, seed)
+-- Precondition: the model copies (copy: its copy accuracy per item, "solved");
+-- a model that copies through many heads, none dedicated, is NOT SUPPORTED.
+function M.rule_dedicated(top, second, copy, boot, seed)
+  local ok, pre = M.pre_solved(copy, "copy accuracy", boot, (seed or 17) + 50)
+  if not ok then return absent("the model does not copy, no copying head to test", pre) end
   local e1, lo1, hi1 = M.boot({top}, nil, boot, seed)
   local e2, lo2, hi2 = M.boot({second}, nil, boot, (seed or 17) + 1)
   local v = (lo1 >= 0.5 and hi2 < 0.15) and M.SUP or (hi1 < 0.5 or lo2 >= 0.15) and M.NOT or M.INC
-  return v, ("top %s, next %s"):format(ci_num(e1, lo1, hi1), ci_num(e2, lo2, hi2))
+  return v, ("top %s, next %s; %s"):format(ci_num(e1, lo1, hi1), ci_num(e2, lo2, hi2), pre)
 end
 
 -- The copying head also serves commuted copies: its IE on commuted copies is at
 -- least half its IE on exact copies (the paper: 0.48 of 0.91), i.e. the
--- interval of IE_commuted - IE_exact / 2 is above 0, and the head copies at
--- all (its exact IE interval's low end >= 0.1). NOT SUPPORTED when that
--- difference's interval is below 0 or the exact IE's high end is < 0.1.
+-- interval of IE_commuted - IE_exact / 2 is above 0 (SUPPORTED) or below 0 (NOT
+-- SUPPORTED). Precondition: the head is a copying head (its exact IE interval's
+-- low end >= 0.1).
 function M.rule_commuted(exact, commuted, boot, seed)
+  local ok, pre = M.pre_head(exact, boot, seed)
+  if not ok then return absent("no copying head to test", pre) end
   local ee, elo, ehi = M.boot({exact}, nil, boot, seed)
   local ce, clo, chi = M.boot({commuted}, nil, boot, (seed or 17) + 1)
   local de, dlo, dhi = M.boot({commuted, exact}, function(m) return m[1] - 0.5 * m[2] end, boot, (seed or 17) + 2)
-  local v = (dhi < 0 or ehi < 0.1) and M.NOT or (dlo > 0 and elo >= 0.1) and M.SUP or M.INC
+  local v = dhi < 0 and M.NOT or dlo > 0 and M.SUP or M.INC
   return v, ("exact %s, commuted %s, commuted - exact/2 %s"):format(ci_num(ee, elo, ehi), ci_num(ce, clo, chi),
     ci_num(de, dlo, dhi))
 end
@@ -411,7 +471,14 @@ end
 -- identity, cancel and associate drop < 10 points each (commute is not judged:
 -- a head that also serves commuted copies, as the paper's does, may hurt it).
 -- drops: per-item paired differences (clean - ablated, 0/1) per distribution.
-function M.rule_ablation(drops, boot, seed)
+-- Preconditions: the model copies (copy: clean copy accuracy per item,
+-- "solved"; a 20-point drop needs copying to drop from) and the ablated head
+-- is a copying head (head_ie: its exact-copy IE per item, low end >= 0.1).
+function M.rule_ablation(drops, copy, head_ie, boot, seed)
+  local ok, pre = M.pre_solved(copy, "copy accuracy", boot, (seed or 17) + 50)
+  if not ok then return absent("the model does not copy, no copying head to test", pre) end
+  local ok2, pre2 = M.pre_head(head_ie, boot, (seed or 17) + 51)
+  if not ok2 then return absent("no copying head to test", pre2) end
   local ce, clo, chi = M.boot({drops.copy}, nil, boot, seed)
   local sup, no = clo >= 0.2, chi < 0.2
   local parts = {("drop: copy %s"):format(ci_pct(ce, clo, chi))}
@@ -432,7 +499,11 @@ end
 -- the query variables (> 0) and more than the identity; the suppressing head
 -- lowers the identity (< 0) and more than the query variables; two heads.
 -- I: per-item lists promote_q, promote_e, suppress_q, suppress_e; same_head.
-function M.rule_identity(I, boot, seed)
+-- Precondition: the model solves identity facts (ident: identity accuracy per
+-- item, "solved"); without it there is no identity mechanism to find.
+function M.rule_identity(I, ident, boot, seed)
+  local ok, pre = M.pre_solved(ident, "identity accuracy", boot, (seed or 17) + 50)
+  if not ok then return absent("the model does not solve identity facts, no identity mechanism to test", pre) end
   local function diff(x, y) local d = {} for i = 1, #x do d[i] = x[i] - y[i] end return d end
   local qe, qlo, qhi = M.boot({I.promote_q}, nil, boot, seed)
   local de, dlo, dhi = M.boot({diff(I.promote_q, I.promote_e)}, nil, boot, (seed or 17) + 1)
@@ -448,15 +519,30 @@ function M.rule_identity(I, boot, seed)
 end
 
 -- A proportion p measured on n items reaches x (normal-approximation interval).
+-- Precondition: none (the probe rows use it: group membership and answered
+-- symbols are properties of the context, and the claim is that the residual
+-- stream carries them, whether or not the model solves the task).
 function M.rule_prop(p, n, x)
   local lo, hi = prop_ci(p, n)
   return lo >= x and M.SUP or hi < x and M.NOT or M.INC, ci_pct(p, lo, hi)
+end
+
+-- PC1 of the last attention output separates identity facts: rule_prop at x.
+-- Precondition: the model solves identity facts (ident, "solved"): the
+-- separation is the output of the identity mechanism.
+function M.rule_pc1(p, n, x, ident, boot, seed)
+  local ok, pre = M.pre_solved(ident, "identity accuracy", boot, (seed or 17) + 50)
+  if not ok then return absent("the model does not solve identity facts, no identity mechanism to test", pre) end
+  local v, t = M.rule_prop(p, n, x)
+  return v, t .. "; " .. pre
 end
 
 -- Phases in the paper's order: structure <= closure <= copy <= identity, cancel
 -- <= associate (first checkpoint at >= threshold). NOT SUPPORTED when two skills
 -- that both crossed did so out of order, SUPPORTED when all crossed in order,
 -- else (some never crossed) INCONCLUSIVE. crossing: skill -> step or nil.
+-- Precondition: the skills are learned (a skill that never crosses has no
+-- step to order), which the INCONCLUSIVE case above is.
 M.PHASE_ORDER = {{"structure", "closure"}, {"closure", "copy"}, {"copy", "identity"}, {"copy", "cancel"},
                  {"identity", "associate"}, {"cancel", "associate"}}
 function M.rule_phases(crossing)
@@ -472,6 +558,18 @@ function M.rule_phases(crossing)
   for _, s in ipairs(ga.PHASE_SKILLS) do if not crossing[s] then all = false end end
   local v = #bad > 0 and M.NOT or all and M.SUP or M.INC
   return v, #bad > 0 and table.concat(bad, ", ") or nil
+end
+
+-- Accuracy keeps up with the copy..cancel solvers on natural queries: the
+-- per-item model-minus-solvers difference has its interval's low end >= -5
+-- points (SUPPORTED) or its high end < -5 (NOT SUPPORTED). Precondition: none
+-- (it compares the model with what the solvers answer on the same items; a
+-- model that has learned nothing genuinely does not keep up).
+function M.rule_keeps_up(diff, model, cov4, boot, seed)
+  local e, lo, hi = M.boot({diff}, nil, boot, seed)
+  local v = lo >= -0.05 and M.SUP or hi < -0.05 and M.NOT or M.INC
+  return v, ("model %s, solvers %s, difference %+.1f [%+.1f, %+.1f] points"):format(pct(mean(model)),
+    pct(mean(cov4)), 100 * e, 100 * lo, 100 * hi)
 end
 
 -- ---------------------------------------------------------------- per-item statistics
@@ -592,11 +690,16 @@ function M.verdicts(S, boot)
   end
   local P = S.pop
   local kk = S.k_list[#S.k_list]
+  -- copy accuracy for the copying-head preconditions: at the patching k when it
+  -- is measured, else at k_mech (--preset gpu patches at k = 200)
+  local function copy_k(k) return S.acc[P][k] and k or S.k_mech end
+  local function copy_items(k) return S.acc[P][copy_k(k)].copy end
   do
     local items = S.acc["held-out"][kk].natural
-    local v, t = M.rule_at_least(items, 0.9, boot, 1)
+    local v, t = M.rule_held_out(items, S.acc.training[kk].natural, 0.9, boot, 1)
     add(("generalises to held-out groups Q8, C2xC4, C2xC2xC2 (natural queries, k=%d)"):format(kk),
-        "SUPPORTED if the 95% interval's low end >= 90%, NOT SUPPORTED if its high end < 90%", "near-perfect",
+        "precondition: the model solves the training families (natural queries there: interval low end >= 50%), else INCONCLUSIVE; "
+        .. "SUPPORTED if the 95% interval's low end >= 90%, NOT SUPPORTED if its high end < 90%", "near-perfect",
         t, #items, v)
   end
   for _, k in ipairs(S.k_list) do
@@ -606,14 +709,14 @@ function M.verdicts(S, boot)
         local items = S.acc[P][k][d]
         local v, t = M.rule_at_least(items, pa[d] - 0.05, boot, 2)
         add(("%s accuracy, %s families, k=%d%s"):format(d, P, k, ga.CONSTRUCTED[d] and " (paper's construction)" or ""),
-            "SUPPORTED if the interval's low end >= paper - 5 points, NOT SUPPORTED if its high end < paper - 5 points",
+            "precondition: none; SUPPORTED if the interval's low end >= paper - 5 points, NOT SUPPORTED if its high end < paper - 5 points",
             pct(pa[d]), t, #items, v)
       end
       for _, d in ipairs{"cancel", "associate"} do
         local items = S.acc[P][k][d .. "_natural"]
         local v, t = M.rule_at_least(items, pa[d] - 0.05, boot, 3)
         add(("%s accuracy, %s families, k=%d, natural contexts filtered by our solver (our design, not the paper's)"):format(d, P, k),
-            "as above, against the paper's figure for its own construction", pct(pa[d]), t, #items, v)
+            "precondition: none; as above, against the paper's figure for its own construction", pct(pa[d]), t, #items, v)
       end
     end
   end
@@ -622,55 +725,59 @@ function M.verdicts(S, boot)
     local v, t = M.rule_hardest({copy = A.copy, commute = A.commute, identity = A.identity, cancel = A.cancel,
                                  associate = A.associate}, S.chance[P][kk].associate, boot, 4)
     add(("associativity is the hardest distribution, k=%d"):format(kk),
-        "SUPPORTED if associate's interval is above chance 1/|G| and each other distribution minus associate is above 0; "
+        "precondition: copy, commute, identity, cancel each learned at all (interval low end above chance 1/|G|), else INCONCLUSIVE; "
+        .. "SUPPORTED if associate's interval is above chance 1/|G| and each other distribution minus associate is above 0; "
         .. "NOT SUPPORTED if associate's is at or below chance or a difference is below 0", pct((M.PAPER_ACC[kk] or
         M.PAPER_ACC[100]).associate) .. " (lowest)", t, #A.associate, v)
   end
   do
     local c = S.cov[kk]
-    local e, lo, hi = M.boot({c.diff}, nil, boot, 5)
-    local v = lo >= -0.05 and M.SUP or hi < -0.05 and M.NOT or M.INC
+    local v, t = M.rule_keeps_up(c.diff, c.model, c.cov4, boot, 5)
     add(("accuracy keeps up with the copy..cancel solvers, natural queries, k=%d"):format(kk),
-        "model accuracy minus the share copy..cancel answer: SUPPORTED if the interval's low end >= -5 points, NOT SUPPORTED if its high end < -5",
-        "accuracy tracks the solvers", ("model %s, solvers %s, difference %+.1f [%+.1f, %+.1f] points"):format(pct(mean(c.model)),
-        pct(mean(c.cov4)), 100 * e, 100 * lo, 100 * hi), #c.diff, v)
+        "precondition: none; model accuracy minus the share copy..cancel answer: SUPPORTED if the interval's low end >= -5 points, NOT SUPPORTED if its high end < -5",
+        "accuracy tracks the solvers", t, #c.diff, v)
   end
   for _, design in ipairs{"paper", "ours"} do
     local D = S.patch[design]
     local what = design == "paper" and "the paper's design: unrelated base with no copy" or "our design: corrupted copy in the same context"
-    local v, t = M.rule_dedicated(D.top, D.second, boot, 6)
+    local v, t = M.rule_dedicated(D.top, D.second, copy_items(D.k), boot, 6)
     add(("one dedicated copying head (%s, k=%d)"):format(what, D.k),
-        "SUPPORTED if the top head's IE interval low end >= 0.5 and the next head's high end < 0.15; NOT SUPPORTED if the top's high end < 0.5 or the next's low end >= 0.15",
+        ("precondition: the model copies (copy accuracy, k=%d: interval low end >= 50%%), else INCONCLUSIVE; "):format(copy_k(D.k))
+        .. "SUPPORTED if the top head's IE interval low end >= 0.5 and the next head's high end < 0.15; NOT SUPPORTED if the top's high end < 0.5 or the next's low end >= 0.15",
         "0.91, others < 0.08", table.concat(D.heads, ",") .. " " .. t, #D.top, v)
     v, t = M.rule_commuted(D.top, D.commuted, boot, 7)
     add(("the copying head also serves commuted copies (%s)"):format(what),
-        "SUPPORTED if IE(commuted) - IE(exact)/2 has its interval above 0 and IE(exact) its low end >= 0.1; NOT SUPPORTED if the first is below 0 or IE(exact) has its high end < 0.1",
+        "precondition: a copying head (its exact IE interval low end >= 0.1), else INCONCLUSIVE; SUPPORTED if IE(commuted) - IE(exact)/2 has its interval above 0, NOT SUPPORTED if below 0",
         "0.48 of 0.91", t, #D.top, v)
   end
   do
-    local v, t = M.rule_ablation(S.drops, boot, 8)
+    local v, t = M.rule_ablation(S.drops, S.acc[P][S.k_mech].copy, S.patch.paper.top, boot, 8)
     add(("mean-ablating the copying head (%s) hurts copying, not identity/cancel/associate, k=%d"):format(
         table.concat(S.ablated_head, ","), S.k_mech),
-        "SUPPORTED if copy's drop has its interval low end >= 20 points and identity, cancel, associate each a high end < 10; NOT SUPPORTED if copy's high end < 20 or another's low end >= 10",
+        "precondition: the model copies (clean copy accuracy: interval low end >= 50%) and the ablated head is a copying head (exact IE low end >= 0.1), else INCONCLUSIVE; "
+        .. "SUPPORTED if copy's drop has its interval low end >= 20 points and identity, cancel, associate each a high end < 10; NOT SUPPORTED if copy's high end < 20 or another's low end >= 10",
         "copy hurt", t, #S.drops.copy, v)
   end
   do
-    local v, t = M.rule_identity(S.ident, boot, 9)
+    local v, t = M.rule_identity(S.ident, S.acc[P][S.k_mech].identity, boot, 9)
     add("identity: one head promotes the query variables, another lowers the identity (each more than the other kind)",
-        "SUPPORTED if all four intervals (promoter a,b > 0 and > e; suppressor e < 0 and below a,b) are on the right side of 0 and the heads differ; NOT SUPPORTED if one is on the wrong side or one head does both",
+        ("precondition: the model solves identity facts (identity accuracy, k=%d: interval low end >= 50%%), else INCONCLUSIVE; "):format(S.k_mech)
+        .. "SUPPORTED if all four intervals (promoter a,b > 0 and > e; suppressor e < 0 and below a,b) are on the right side of 0 and the heads differ; NOT SUPPORTED if one is on the wrong side or one head does both",
         "two heads", t, #S.ident.promote_q, v)
   end
   do
     local p, n = pooled(S.pc1)
-    local v, t = M.rule_prop(p, n, 0.9)
-    add("PC1 of the last attention output separates identity facts", "best threshold accuracy: SUPPORTED if the interval's low end >= 90%, NOT SUPPORTED if its high end < 90% (normal approximation)",
+    local v, t = M.rule_pc1(p, n, 0.9, S.acc[P][S.k_mech].identity, boot, 10)
+    add("PC1 of the last attention output separates identity facts",
+        ("precondition: the model solves identity facts (identity accuracy, k=%d: interval low end >= 50%%), else INCONCLUSIVE; "):format(S.k_mech)
+        .. "best threshold accuracy: SUPPORTED if the interval's low end >= 90%, NOT SUPPORTED if its high end < 90% (normal approximation)",
         "separated", t, n, v)
   end
   for _, pr in ipairs{{"in_group", "closure: query-group membership linearly decodable"},
                       {"answered", "cancellation: answered symbols linearly decodable"}} do
     local p, n = pooled(S.probes[pr[1]])
     local v, t = M.rule_prop(p, n, 0.8)
-    add(pr[2], "best layer's held-out balanced accuracy: SUPPORTED if the interval's low end >= 80%, NOT SUPPORTED if its high end < 80% (normal approximation, n = test items)",
+    add(pr[2], "precondition: none (a property of the context); best layer's held-out balanced accuracy: SUPPORTED if the interval's low end >= 80%, NOT SUPPORTED if its high end < 80% (normal approximation, n = test items)",
         "decodable", t, n, v)
   end
   do
@@ -687,7 +794,7 @@ function M.verdicts(S, boot)
       if x == M.NOT then v = M.NOT elseif x == M.INC and v ~= M.NOT then v = M.INC end
     end
     add("phases: structure, closure, copy, then identity + cancel, associate last (first checkpoint at >= 90%)",
-        "per run: NOT SUPPORTED if two skills that both crossed did so out of order, SUPPORTED if all crossed in order, else INCONCLUSIVE; over runs: any NOT, else any INCONCLUSIVE (no interval: an order of crossings)",
+        "precondition: the skills are learned (one never crossed: INCONCLUSIVE); per run: NOT SUPPORTED if two skills that both crossed did so out of order, SUPPORTED if all crossed in order, else INCONCLUSIVE; over runs: any NOT, else any INCONCLUSIVE (no interval: an order of crossings)",
         "that order", #texts > 0 and table.concat(texts, "; ") or "no checkpoints", #S.phases, v)
   end
   return rows

@@ -146,6 +146,42 @@ static void cache_visit(void *u, mp_hook_id id, int layer, const char *name) {
     c->st = mp_hooks_add_at(c->hooks, id, layer, cache_cb, t);
 }
 
+static void name_visit(void *u, mp_hook_id id, int layer, const char *name) {
+    (void)id;
+    (void)layer;
+    lua_State *L = u;
+    lua_pushstring(L, name);
+    lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
+}
+
+/* names = function(name) -> truthy: the hook names (in firing order) for which
+ * the filter at index fi says yes, pushed as a comma-separated list (""
+ * when none), which is returned; the filter's errors propagate. */
+static const char *names_from_filter(lua_State *L, const mp_config *cfg, int fi, const char *fn) {
+    (void)fn;
+    lua_newtable(L);
+    int all = lua_gettop(L);
+    mp_hook_select(cfg, "*", name_visit, L, NULL, 0);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    int first = 1;
+    lua_Integer n = luaL_len(L, all);
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_pushvalue(L, fi);
+        lua_rawgeti(L, all, i);
+        lua_call(L, 1, 1);
+        int yes = lua_toboolean(L, -1);
+        lua_pop(L, 1);
+        if (!yes) continue;
+        if (!first) luaL_addchar(&b, ',');
+        lua_rawgeti(L, all, i);
+        luaL_addvalue(&b);
+        first = 0;
+    }
+    luaL_pushresult(&b);
+    return lua_tostring(L, -1);
+}
+
 /* Shared body of forward / run_with_cache / run_with_hooks.
  * Returns logits (or nil) and, with want_cache, the cache table. */
 static int run_common(lua_State *L, int want_cache, const char *fn) {
@@ -169,14 +205,21 @@ static int run_common(lua_State *L, int want_cache, const char *fn) {
     int ftbl = mp_lua_add_fwd_hooks(L, opt, g, T); /* leaves its function table on the stack */
     int cache_idx = 0;
     if (want_cache) {
-        const char *globs = mp_lua_opt_globs(L, opt, fn, "names", "*");
+        const char *globs;
+        if (mp_lua_opt_get(L, opt, "names") == LUA_TFUNCTION) /* a filter, as TransformerLens's names_filter */
+            globs = names_from_filter(L, cfg, lua_gettop(L), fn);
+        else {
+            lua_pop(L, 1);
+            globs = mp_lua_opt_globs(L, opt, fn, "names", "*");
+        }
         char bad[256];
-        mp_hook_select(cfg, globs, NULL, NULL, bad, sizeof bad);
+        bad[0] = '\0';
+        if (globs[0]) mp_hook_select(cfg, globs, NULL, NULL, bad, sizeof bad);
         if (bad[0]) return luaL_error(L, "names: unknown hook name '%s' (see mp.hook_names(model))", bad);
         lua_newtable(L);
         cache_idx = lua_gettop(L);
         cache_ctx cc = {L, cache_idx, g->hooks, B, T, 0, cfg, MP_OK};
-        mp_hook_select(cfg, globs, cache_visit, &cc, NULL, 0);
+        if (globs[0]) mp_hook_select(cfg, globs, cache_visit, &cc, NULL, 0); /* a filter may pick none */
         if (cc.st) return mp_lua_fail(L, cc.st);
     }
     const char *lmode = "all"; /* a string option stays on the stack while used (GC) */

@@ -42,6 +42,22 @@ local _, c2 = m:run_with_cache(toks, {names = {"blocks.*.attn.hook_rot_k", "hook
 local k = 0
 for _ in pairs(c2) do k = k + 1 end
 check(k == cfg.n_layer + 1, "names selects " .. k)
+-- names as a filter function (TransformerLens's names_filter): the same hooks as
+-- the glob "*.attn.hook_q", in the same firing order, with the same values
+local asked = {}
+local _, c3 = m:run_with_cache(toks, {names = function(name) asked[#asked + 1] = name
+                                                  return name:sub(-12) == ".attn.hook_q" end})
+local want = mp.hook_names(m, "*.attn.hook_q")
+check(#asked == n, "the filter sees every hook name once (" .. #asked .. " of " .. n .. ")")
+local k3 = 0
+for _ in pairs(c3) do k3 = k3 + 1 end
+check(k3 == #want and #want == cfg.n_layer, "the filter selects " .. k3 .. " hooks")
+for _, name in ipairs(want) do
+  check(c3[name] and c3[name]:sub(cache[name]):norm() == 0, "filter cache equals the full cache at " .. name)
+end
+local _, c4 = m:run_with_cache(toks, {names = function() return false end})
+check(next(c4) == nil, "a filter that selects nothing gives an empty cache")
+check(not pcall(m.run_with_cache, m, toks, {names = function() error("filter boom") end}), "a filter's error propagates")
 
 -- streaming capture writes the same values as run_with_cache
 local dir = os.tmpname(); os.remove(dir); mp.mkdir(dir)

@@ -6,7 +6,9 @@
 #include "checkpoint.h"
 #include "quant.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -77,12 +79,66 @@ mp_model_format mp_model_save_format(const char *path, mp_model_format requested
     return MP_FORMAT_LLAMA2C;
 }
 
+/* Copies the regular file src to dst through an atomic output (the whole file
+ * is read first, so src may be dst). Files over 1 GiB are refused. */
+static mp_status copy_file(const char *src, const char *dst) {
+    struct stat sb;
+    if (stat(src, &sb) != 0) return mp_error(MP_ERR_IO, "%s: cannot open: %s", src, strerror(errno));
+    if (!S_ISREG(sb.st_mode)) return mp_error(MP_ERR_ARG, "%s: not a regular file", src);
+    if (sb.st_size > (off_t)1 << 30) return mp_error(MP_ERR_ARG, "%s: larger than 1 GiB", src);
+    mp_status st = MP_OK;
+    mp_out o;
+    mp_out_init(&o);
+    size_t n = (size_t)sb.st_size;
+    char *buf = mp_malloc(n ? n : 1, "tokenizer copy");
+    FILE *in = fopen(src, "rb");
+    if (!buf) { st = MP_ERR_NOMEM; goto cleanup; }
+    if (!in) { st = mp_error(MP_ERR_IO, "%s: cannot open: %s", src, strerror(errno)); goto cleanup; }
+    if (fread(buf, 1, n, in) != n) { st = mp_error(MP_ERR_IO, "%s: read failed", src); goto cleanup; }
+    if ((st = mp_out_begin(&o, dst)) != MP_OK) goto cleanup;
+    FILE *f = mp_out_fdopen(&o);
+    if (!f || fwrite(buf, 1, n, f) != n) { st = mp_error(MP_ERR_IO, "%s: write failed: %s", dst, strerror(errno)); goto cleanup; }
+    st = mp_out_commit(&o, 0);
+cleanup:
+    if (st) mp_out_abort(&o);
+    if (in) fclose(in);
+    free(buf);
+    return st;
+}
+
+/* Writes the model's tokenizer into a Hugging Face folder, so that the folder
+ * reloads with it: a tokenizer.json (the source file, or a folder's) as
+ * dir/tokenizer.json, a llama2.c tokenizer.bin as dir/tokenizer.bin. A GGUF
+ * file's tokenizer is not converted (nothing is written for it). */
+static mp_status save_hf_tokenizer(const char *src, const char *dir) {
+    char from[1200], to[1200];
+    struct stat sb;
+    if (stat(src, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        snprintf(from, sizeof from, "%s/tokenizer.json", src);
+        if (access(from, R_OK) != 0) {
+            snprintf(from, sizeof from, "%s/tokenizer.bin", src);
+            if (access(from, R_OK) != 0) return MP_OK; /* a folder without a tokenizer file */
+            snprintf(to, sizeof to, "%s/tokenizer.bin", dir);
+            return copy_file(from, to);
+        }
+        snprintf(to, sizeof to, "%s/tokenizer.json", dir);
+        return copy_file(from, to);
+    }
+    if (mp_model_detect(src) == MP_FORMAT_GGUF) return MP_OK;
+    snprintf(to, sizeof to, "%s/%s", dir, ends_with(src, ".json") ? "tokenizer.json" : "tokenizer.bin");
+    return copy_file(src, to);
+}
+
 mp_status mp_model_save_with(const mp_model *m, const char *path, const mp_model_save_params *p) {
     mp_model_save_params d = mp_model_save_params_default();
     if (!p) p = &d;
     if (!path) return mp_error(MP_ERR_ARG, "save: no path given");
     switch (mp_model_save_format(path, p->format)) {
-    case MP_FORMAT_HF: return mp_model_save_hf(m, path);
+    case MP_FORMAT_HF: {
+        mp_status st = mp_model_save_hf(m, path);
+        if (st == MP_OK && p->tok_source && p->tok_source[0]) st = save_hf_tokenizer(p->tok_source, path);
+        return st;
+    }
     case MP_FORMAT_GGUF: return mp_model_save_gguf(m, p->tok_source, path, p->gguf_type);
     case MP_FORMAT_CHECKPOINT: return mp_checkpoint_save(path, m, p->opt, p->log);
     case MP_FORMAT_LLAMA2C: {

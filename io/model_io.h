@@ -33,7 +33,9 @@ mp_status mp_model_load(mp_model **out, const char *path);
 typedef struct {
     mp_model_format format;     /* MP_FORMAT_UNKNOWN: by the path (mp_model_save_format) */
     uint32_t gguf_type;         /* GGUF: MP_GGML_F32 (default), MP_GGML_F16 or MP_GGML_Q8_0 for 2-D weights */
-    const char *tok_source;     /* GGUF: the tokenizer to embed (NULL: a byte vocabulary for "bytes" models, else none) */
+    const char *tok_source;     /* GGUF: the tokenizer to embed (NULL: a byte vocabulary for "bytes" models, else none);
+                                   HF: copied into the folder (a tokenizer.json, or a folder's, as tokenizer.json;
+                                   a llama2.c tokenizer.bin as tokenizer.bin; a GGUF file's is not converted) */
     const mp_adamw *opt;        /* checkpoint: optimizer state to keep (NULL or n == 0: none) */
     const mp_train_log *log;    /* checkpoint: loss curve (NULL: none) */
     int llama2c_version;        /* llama2.c: 0 (legacy) or 1 ("ak42") */

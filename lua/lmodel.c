@@ -694,6 +694,8 @@ static int model_save(lua_State *L) {
         if (t == 0xffffffffu) return luaL_error(L, "save: type must be \"f32\", \"f16\" or \"q8_0\" (got \"%s\")", type);
         sp.gguf_type = t;
         sp.tok_source = lm->tok && !is_bytes(lm) ? lm->tok_path : NULL;
+    } else if (sp.format == MP_FORMAT_HF) {
+        sp.tok_source = lm->tok && !is_bytes(lm) ? lm->tok_path : NULL; /* the folder gets its tokenizer */
     } else if (sp.format == MP_FORMAT_CHECKPOINT) {
         lua_getiuservalue(L, 1, 1);
         sp.opt = luaL_testudata(L, -1, MP_OPTIM_MT);

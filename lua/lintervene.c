@@ -216,7 +216,7 @@ static int lua_hook_cb(void *user, const mp_hook_info *info, float *data) {
         lua_pcall(L, 3, 0, 0); /* a failure (out of memory) leaves the status alone to report it */
         rc = 1;
     }
-    mp_lua_tensor_detach(c.view);
+    mp_lua_tensor_detach(c.view, MP_TENSOR_WHY_HOOK);
     lua_settop(L, top);
     return rc;
 }

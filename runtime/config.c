@@ -477,6 +477,7 @@ mp_status mp_model_make_owned(mp_model *m) {
     m->owned = fresh->owned;
     m->p = fresh->p;
     fresh->owned = NULL;
+    m->mem_gen++;
     mp_model_free(fresh);
     return MP_OK;
 }

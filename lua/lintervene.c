@@ -55,7 +55,7 @@ static lintervention *push_iv(lua_State *L, mp_intervention_kind kind, int opt, 
         if (lua_getfield(L, opt, "positions") != LUA_TNIL) {
             int pi = lua_gettop(L);
             if (lua_type(L, pi) == LUA_TNUMBER) {
-                const char *what = lua_pushfstring(L, "%s: option 'positions'", fn);
+                const char *what = lua_pushfstring(L, "%s: positions", fn); /* as every integer option */
                 iv->pos[iv->npos++] = (int)mp_lua_checkint(L, pi, what, 0, INT_MAX);
                 lua_pop(L, 1);
             } else {
@@ -66,7 +66,7 @@ static lintervention *push_iv(lua_State *L, mp_intervention_kind kind, int opt, 
                 if (n > 64) luaL_error(L, "%s: option 'positions' has %I entries (at most 64)", fn, n);
                 for (lua_Integer i = 1; i <= n; i++) {
                     lua_geti(L, pi, i);
-                    const char *what = lua_pushfstring(L, "%s: option 'positions[%I]'", fn, i);
+                    const char *what = lua_pushfstring(L, "%s: positions[%I]", fn, i);
                     iv->pos[iv->npos++] = (int)mp_lua_checkint(L, -2, what, 0, INT_MAX);
                     lua_pop(L, 2);
                 }

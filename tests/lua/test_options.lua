@@ -99,15 +99,17 @@ t.case("every family", function()
 end)
 
 t.case("intervention options follow the rule", function()
+  -- type errors: "fn: option 'k' ..."; integer values: "fn: k = v is out of range" as lopt.c's
   exactly(function() mp.ablate.zero{head = "x"} end, "mp.ablate.zero: option 'head' must be a number, got string")
+  exactly(function() mp.ablate.zero{head = 1.5} end, "mp.ablate.zero: head must be an integer (got 1.5)")
   exactly(function() mp.ablate.zero{positions = "x"} end,
     "mp.ablate.zero: option 'positions' must be an integer or a list of integers, got string")
   exactly(function() mp.ablate.zero{positions = {1, "a"}} end,
-    "mp.ablate.zero: option 'positions[2]' must be an integer (got string)")
+    "mp.ablate.zero: positions[2] must be an integer (got string)")
   exactly(function() mp.steer({1, 2}, {positions = 1.5}) end,
-    "mp.steer: option 'positions' must be an integer (got 1.5)")
+    "mp.steer: positions must be an integer (got 1.5)")
   exactly(function() mp.ablate.zero{positions = -1} end,
-    "mp.ablate.zero: option 'positions' = -1 is out of range (0..2147483647)")
+    "mp.ablate.zero: positions = -1 is out of range (0..2147483647)")
   local many = {}
   for i = 1, 65 do many[i] = i end
   exactly(function() mp.ablate.zero{positions = many} end,

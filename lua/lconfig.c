@@ -98,6 +98,13 @@ void mp_lua_config_read(lua_State *L, int idx, const char *fn, const char *const
         if (!given[i] && (mp_config_fields[i].flags & MP_CF_REQ))
             luaL_error(L, "%s: '%s' is required", fn, mp_config_fields[i].lua);
     }
+    /* the mlp label "gelu_tanh" sets gelu_tanh: an explicit false contradicts it */
+    if (given[mp_config_field_find("gelu_tanh")] && !c->gelu_tanh) {
+        if (mp_lua_opt_get(L, idx, "mlp") == LUA_TSTRING && !strcmp(lua_tostring(L, -1), "gelu_tanh"))
+            luaL_error(L, "%s: mlp = \"gelu_tanh\" contradicts gelu_tanh = false (use mlp = \"gelu\" for plain GELU)",
+                       fn);
+        lua_pop(L, 1);
+    }
     /* defaults derived from other fields */
     if (!given[mp_config_field_find("n_kv_head")]) c->n_kv_head = c->n_head;
     if (!given[mp_config_field_find("d_head")]) c->d_head = c->n_head > 0 ? c->d_model / c->n_head : 0;

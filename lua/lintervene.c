@@ -51,18 +51,22 @@ static lintervention *push_iv(lua_State *L, mp_intervention_kind kind, int opt, 
     iv->scale = 1.0f;
     luaL_setmetatable(L, IV_MT);
     if (opt && lua_istable(L, opt)) {
-        iv->head = (int)mp_lua_opt_int(L, opt, NULL, "head", -1, 0, INT_MAX);
+        iv->head = (int)mp_lua_opt_int(L, opt, fn, "head", -1, 0, INT_MAX);
         if (lua_getfield(L, opt, "positions") != LUA_TNIL) {
             int pi = lua_gettop(L);
             if (lua_type(L, pi) == LUA_TNUMBER) {
-                iv->pos[iv->npos++] = (int)mp_lua_checkint(L, pi, "positions", 0, INT_MAX);
+                const char *what = lua_pushfstring(L, "%s: positions", fn); /* as every integer option */
+                iv->pos[iv->npos++] = (int)mp_lua_checkint(L, pi, what, 0, INT_MAX);
+                lua_pop(L, 1);
             } else {
-                luaL_checktype(L, pi, LUA_TTABLE);
+                if (lua_type(L, pi) != LUA_TTABLE)
+                    luaL_error(L, "%s: option 'positions' must be an integer or a list of integers, got %s", fn,
+                               luaL_typename(L, pi));
                 lua_Integer n = luaL_len(L, pi);
-                if (n > 64) luaL_error(L, "positions: at most 64 positions (got %d)", (int)n);
+                if (n > 64) luaL_error(L, "%s: option 'positions' has %I entries (at most 64)", fn, n);
                 for (lua_Integer i = 1; i <= n; i++) {
                     lua_geti(L, pi, i);
-                    const char *what = lua_pushfstring(L, "positions[%I]", i);
+                    const char *what = lua_pushfstring(L, "%s: positions[%I]", fn, i);
                     iv->pos[iv->npos++] = (int)mp_lua_checkint(L, -2, what, 0, INT_MAX);
                     lua_pop(L, 2);
                 }
@@ -216,7 +220,7 @@ static int lua_hook_cb(void *user, const mp_hook_info *info, float *data) {
         lua_pcall(L, 3, 0, 0); /* a failure (out of memory) leaves the status alone to report it */
         rc = 1;
     }
-    mp_lua_tensor_detach(c.view);
+    mp_lua_tensor_detach(c.view, MP_TENSOR_WHY_HOOK);
     lua_settop(L, top);
     return rc;
 }

@@ -600,6 +600,7 @@ static lmodel *push_lmodel(lua_State *L) {
 static int l_load(lua_State *L) {
     static const char *const known[] = {"tokenizer", NULL};
     const char *path = luaL_checkstring(L, 1);
+    lua_settop(L, 2); /* the model goes to index 3, with or without options (mp.load(path, nil) too) */
     mp_lua_opt_check(L, 2, "mp.load", known);
     int opt = lua_istable(L, 2) ? 2 : 0;
     lmodel *lm = push_lmodel(L);
@@ -630,7 +631,6 @@ static int l_load(lua_State *L) {
     if (tp) set_tokenizer(L, lm, tp);
     else if (!lm->tok && strcmp(lm->m->tokenizer, "bytes") == 0) attach_bytes(L, lm); /* a byte-level checkpoint */
     lua_settop(L, 3);
-    lua_pushvalue(L, opt ? 3 : 2);
     return 1;
 }
 
@@ -775,10 +775,23 @@ static int model_set_rope_scaling(lua_State *L) {
     if (k < 0) return luaL_error(L, "set_rope_scaling: type must be \"pi\", \"ntk\", \"yarn\" or \"none\" (got \"%s\")", type);
     mp_rope_scaling_params p = mp_rope_scaling_params_default();
     p.type = (mp_rope_scaling)k;
-    p.factor = k ? (float)mp_lua_opt_num(L, 2, "set_rope_scaling", "factor", 1.0) : 0.0f;
-    p.original_ctx = k ? (int)mp_lua_opt_int(L, 2, "set_rope_scaling", "original_ctx", 0, 0, INT_MAX) : 0;
-    p.beta_fast = k ? (float)mp_lua_opt_num(L, 2, "set_rope_scaling", "beta_fast", 0) : 0.0f;
-    p.beta_slow = k ? (float)mp_lua_opt_num(L, 2, "set_rope_scaling", "beta_slow", 0) : 0.0f;
+    /* every option is read and type-checked whatever the type; "none" refuses
+     * values other than the defaults (they would be silently dropped) */
+    double factor = mp_lua_opt_num(L, 2, "set_rope_scaling", "factor", 1.0);
+    lua_Integer orig = mp_lua_opt_int(L, 2, "set_rope_scaling", "original_ctx", 0, 0, INT_MAX);
+    double beta_fast = mp_lua_opt_num(L, 2, "set_rope_scaling", "beta_fast", 0);
+    double beta_slow = mp_lua_opt_num(L, 2, "set_rope_scaling", "beta_slow", 0);
+    if (!k) {
+        const char *bad = factor != 1.0 ? "factor" : orig != 0 ? "original_ctx" : beta_fast != 0 ? "beta_fast"
+                        : beta_slow != 0 ? "beta_slow" : NULL;
+        if (bad)
+            return luaL_error(L, "set_rope_scaling: option '%s' applies to type \"pi\", \"ntk\" and \"yarn\" only "
+                              "(type \"none\" switches scaling off)", bad);
+    }
+    p.factor = k ? (float)factor : 0.0f;
+    p.original_ctx = k ? (int)orig : 0;
+    p.beta_fast = k ? (float)beta_fast : 0.0f;
+    p.beta_slow = k ? (float)beta_slow : 0.0f;
     if (mp_model_set_rope_scaling(lm->m, &p)) return luaL_error(L, "%s", mp_last_error());
     lua_settop(L, 1);
     return 1;

@@ -4,13 +4,20 @@
  * model's own memory (PyTorch nn.Linear layout [out, in]), so a script can set
  * weights by hand (a construction) or read them (analyses).
  *
- * Lifetime: the views of a model are listed in a registry table keyed weakly by
- * the model; m:close(), __close, __gc and m:dequantize() (which replaces the
- * parameter memory) detach them after they run, so a later use of a view raises
- * an error instead of touching freed memory. A view keeps its model alive (a
- * second registry table, keyed weakly by the view, maps it to the model). Parameters the model does
- * not own (memory-mapped read-only from a llama2.c file, or quantized weights)
- * are refused with a message naming them. */
+ * Lifetime: the views of a model are keys of a weak table (one per model,
+ * found in a registry table keyed weakly by the model), so views a script
+ * drops are collected. The Model methods that free or replace the parameter
+ * memory (close, __close, __gc, dequantize, train_step, train: training
+ * dequantizes or copies the weights first, mp_model_make_owned) are wrapped:
+ * after they run, or fail, the model's views are detached when the model was
+ * closed or its mp_model.mem_gen changed, so a later use of a view raises an
+ * error naming why instead of touching freed memory. A view keeps its model
+ * alive (a second registry table, keyed weakly by the view, maps it to the
+ * model). A model with quantized weights gives no views at all until
+ * m:dequantize() (its float32 norms and biases would be replaced by training);
+ * parameters memory-mapped read-only from a llama2.c file are refused too.
+ * The registry stays here, wrapping the Model metatable's methods, rather
+ * than in lmodel.c. */
 #include <stdio.h>
 #include <string.h>
 
@@ -35,7 +42,11 @@ static int push_view_list(lua_State *L, int idx, int create) {
     lua_pushvalue(L, idx);
     if (lua_rawget(L, -2) != LUA_TTABLE && create) {
         lua_pop(L, 1);
+        lua_newtable(L); /* the model's views, as weak keys */
         lua_newtable(L);
+        lua_pushliteral(L, "k");
+        lua_setfield(L, -2, "__mode");
+        lua_setmetatable(L, -2);
         lua_pushvalue(L, idx);
         lua_pushvalue(L, -2);
         lua_rawset(L, -4);
@@ -44,16 +55,15 @@ static int push_view_list(lua_State *L, int idx, int create) {
     return lua_type(L, -1) == LUA_TTABLE;
 }
 
-/* Detaches every view of the model at idx (idempotent). */
-static void detach_views(lua_State *L, int idx) {
+/* Detaches every view of the model at idx (idempotent), saying why. */
+static void detach_views(lua_State *L, int idx, const char *why) {
     idx = lua_absindex(L, idx);
     if (!push_view_list(L, idx, 0)) { lua_pop(L, 1); return; }
-    lua_Integer n = luaL_len(L, -1);
-    for (lua_Integer i = 1; i <= n; i++) {
-        lua_rawgeti(L, -1, i);
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+        lua_pop(L, 1); /* the value (true) */
         mp_tensor *t = luaL_testudata(L, -1, MP_TENSOR_MT);
-        if (t) mp_lua_tensor_detach(t);
-        lua_pop(L, 1);
+        if (t) mp_lua_tensor_detach(t, why);
     }
     lua_pop(L, 1);
     lua_getfield(L, LUA_REGISTRYINDEX, VIEWS_KEY);
@@ -110,8 +120,9 @@ static int model_param(lua_State *L) {
     int layer;
     if (!find_param(lm->m, name, &d, &layer))
         return luaL_error(L, "m:param: no parameter \"%s\" in this model (m:params() lists them)", name);
-    if (!d.p)
-        return luaL_error(L, "m:param: \"%s\" is quantized (call m:dequantize() first)", name);
+    if (mp_model_is_quantized(lm->m) || !d.p)
+        return luaL_error(L, "m:param: the model has quantized weights: call m:dequantize() first (views of \"%s\" "
+                             "would not survive training, which dequantizes)", name);
     size_t per = d.per_layer ? d.n / (size_t)lm->m->cfg.n_layer : d.n;
     float *p = d.p + (layer > 0 ? (size_t)layer * per : 0);
     size_t total = mp_config_n_params(&lm->m->cfg);
@@ -122,7 +133,8 @@ static int model_param(lua_State *L) {
     mp_lua_tensor_wrap(L, d.ndim, shape, p);
     push_view_list(L, 1, 1);
     lua_pushvalue(L, -2);
-    lua_rawseti(L, -2, luaL_len(L, -2) + 1);
+    lua_pushboolean(L, 1);
+    lua_rawset(L, -3);
     lua_pop(L, 1);
     if (lua_getfield(L, LUA_REGISTRYINDEX, OWNER_KEY) != LUA_TTABLE) {
         lua_pop(L, 1);
@@ -141,34 +153,45 @@ static int model_param(lua_State *L) {
     return 1;
 }
 
-/* Wrapper of a method that frees or replaces the parameters (upvalue 1: the
- * original): runs it, then detaches the model's views. */
+/* Wrapper of a method that can free or replace the parameters (upvalue 1:
+ * the original; upvalue 2: why its views go when it replaces the memory):
+ * runs it protected, then detaches the model's views if the model was closed
+ * or its memory generation changed (a failed training step may have
+ * dequantized already), then returns its results or raises its error. */
 static int releasing(lua_State *L) {
     int n = lua_gettop(L);
+    lmodel *lm = luaL_testudata(L, 1, MODEL_MT);
+    unsigned long gen = lm && lm->m ? lm->m->mem_gen : 0;
     lua_pushvalue(L, 1);                 /* the model, kept below the call */
     lua_pushvalue(L, lua_upvalueindex(1));
     for (int i = 1; i <= n; i++) lua_pushvalue(L, i);
-    lua_call(L, n, LUA_MULTRET);
-    if (luaL_testudata(L, n + 1, MODEL_MT)) detach_views(L, n + 1);
+    int rc = lua_pcall(L, n, LUA_MULTRET, 0);
+    if (lm && !lm->m) detach_views(L, n + 1, "the model was closed");
+    else if (lm && lm->m->mem_gen != gen) detach_views(L, n + 1, lua_tostring(L, lua_upvalueindex(2)));
+    if (rc != LUA_OK) return lua_error(L);
     return lua_gettop(L) - (n + 1);
 }
 
-static void wrap_field(lua_State *L, int tbl, const char *key) {
+static void wrap_field(lua_State *L, int tbl, const char *key, const char *why) {
     tbl = lua_absindex(L, tbl);
     lua_getfield(L, tbl, key);
     if (lua_isnil(L, -1)) { lua_pop(L, 1); return; }
-    lua_pushcclosure(L, releasing, 1);
+    lua_pushstring(L, why);
+    lua_pushcclosure(L, releasing, 2);
     lua_setfield(L, tbl, key);
 }
 
 void mp_lua_open_params(lua_State *L) {
     luaL_getmetatable(L, MODEL_MT);
     if (!lua_istable(L, -1)) luaL_error(L, "mp_lua_open_params: the Model metatable is not registered");
-    wrap_field(L, -1, "__gc");
-    wrap_field(L, -1, "__close");
+    static const char *const replaced = "the model's parameter memory was replaced; call m:param again";
+    wrap_field(L, -1, "__gc", replaced);
+    wrap_field(L, -1, "__close", replaced);
     if (lua_getfield(L, -1, "__methods") == LUA_TTABLE) {
-        wrap_field(L, -1, "close");
-        wrap_field(L, -1, "dequantize");
+        wrap_field(L, -1, "close", replaced);
+        wrap_field(L, -1, "dequantize", "m:dequantize() replaced the parameter memory; call m:param again");
+        wrap_field(L, -1, "train_step", "training copied the parameters into new memory; call m:param again");
+        wrap_field(L, -1, "train", "training copied the parameters into new memory; call m:param again");
         lua_pushcfunction(L, model_params); lua_setfield(L, -2, "params");
         lua_pushcfunction(L, model_param); lua_setfield(L, -2, "param");
     }

@@ -15,7 +15,11 @@
 
 #include "h5io.h"
 
-#define INVALID_MSG "Tensor is no longer valid (hook views live only during the callback; use :clone())"
+/* Raises the error for a tensor that is not valid, with the reason its data went. */
+static int invalid_error(lua_State *L, const mp_tensor *t) {
+    const char *why = t->st && t->st->why ? t->st->why : t->why ? t->why : "it was closed";
+    return luaL_error(L, "Tensor is no longer valid (%s)", why);
+}
 
 /* ---- storage and userdata ---- */
 
@@ -67,6 +71,7 @@ mp_tensor *mp_lua_tensor_new(lua_State *L, int ndim, const int64_t *shape) {
     st->n = n;
     st->refs = 1;
     st->external = 0;
+    st->why = NULL;
     t->st = st;
     t->data = st->data;
     t->ndim = ndim;
@@ -90,6 +95,7 @@ mp_tensor *mp_lua_tensor_wrap(lua_State *L, int ndim, const int64_t *shape, floa
     st->n = n;
     st->refs = 1;
     st->external = 1;
+    st->why = NULL;
     t->st = st;
     t->data = data;
     t->ndim = ndim;
@@ -98,13 +104,15 @@ mp_tensor *mp_lua_tensor_wrap(lua_State *L, int ndim, const int64_t *shape, floa
     return t;
 }
 
-void mp_lua_tensor_detach(mp_tensor *t) {
+void mp_lua_tensor_detach(mp_tensor *t, const char *why) {
     if (!t || !t->st) return;
+    t->why = why;
     /* Views made during the callback share the storage: clearing its data
      * pointer invalidates all of them at once. */
     if (t->st->external) {
         t->st->data = NULL;
         t->st->n = 0;
+        t->st->why = why;
     }
     storage_release(t->st);
     t->st = NULL;
@@ -127,14 +135,14 @@ static mp_tensor *push_view(lua_State *L, const mp_tensor *parent, size_t off, i
 
 mp_tensor *mp_lua_tensor_test(lua_State *L, int idx) {
     mp_tensor *t = luaL_testudata(L, idx, MP_TENSOR_MT);
-    if (t && !valid(t)) luaL_error(L, "%s", INVALID_MSG);
+    if (t && !valid(t)) invalid_error(L, t);
     return t;
 }
 
 mp_tensor *mp_lua_tensor_check(lua_State *L, int idx) {
     mp_tensor *t = luaL_testudata(L, idx, MP_TENSOR_MT);
     if (!t) luaL_typeerror(L, idx, "Tensor");
-    if (!valid(t)) luaL_error(L, "%s", INVALID_MSG);
+    if (!valid(t)) invalid_error(L, t);
     return t;
 }
 

@@ -22,6 +22,7 @@ typedef struct mp_storage {
     size_t n;       /* floats */
     int refs;
     int external;   /* data not owned (never freed by the storage) */
+    const char *why; /* once detached: why the data went (a static string), else NULL */
 } mp_storage;
 
 typedef struct {
@@ -30,16 +31,21 @@ typedef struct {
     int ndim;
     int64_t shape[MP_MAXDIM];
     size_t numel;
+    const char *why; /* once detached: why (a static string); NULL: closed or never detached */
 } mp_tensor;
 
 /* Pushes a new zero-filled tensor of the given shape (error on overflow/OOM). */
 mp_tensor *mp_lua_tensor_new(lua_State *L, int ndim, const int64_t *shape);
 /* Pushes a new tensor copying `data`. */
 mp_tensor *mp_lua_tensor_from(lua_State *L, int ndim, const int64_t *shape, const float *data);
-/* Pushes a tensor that views external memory (valid only during a callback:
- * call mp_lua_tensor_detach afterwards so later use raises an error). */
+/* Pushes a tensor that views external memory (valid only while that memory
+ * is: call mp_lua_tensor_detach when it goes so later use raises an error). */
 mp_tensor *mp_lua_tensor_wrap(lua_State *L, int ndim, const int64_t *shape, float *data);
-void mp_lua_tensor_detach(mp_tensor *t);
+/* Detaches t and every view made of it; a later use raises "Tensor is no
+ * longer valid (<why>)", why a static string ("the model was closed"). */
+void mp_lua_tensor_detach(mp_tensor *t, const char *why);
+/* The reason given for hook views (detached when their callback returns). */
+#define MP_TENSOR_WHY_HOOK "hook views live only during the callback; use :clone()"
 /* luaL_checkudata with a clear error; also rejects a released/detached tensor. */
 mp_tensor *mp_lua_tensor_check(lua_State *L, int idx);
 mp_tensor *mp_lua_tensor_test(lua_State *L, int idx);

@@ -351,7 +351,27 @@ mp_status mp_config_validate(const mp_config *c, const char *what) {
         if (!(c->rope_factor > 0.0f) || !isfinite(c->rope_factor))
             return mp_error(MP_ERR_FORMAT, "%s: RoPE scaling factor (%g) must be positive and finite", what,
                             (double)c->rope_factor);
+    } else {
+        /* fields of RoPE scaling without scaling: refused unless they hold the
+         * values in force (0 or what m.config shows), since files would drop them */
+        if (c->rope_factor != 0.0f && c->rope_factor != 1.0f)
+            return mp_error(MP_ERR_FORMAT, "%s: rope_factor (%g) applies to RoPE scaling only (rope_scaling none)", what,
+                            (double)c->rope_factor);
+        if (c->rope_orig_ctx != 0 && c->rope_orig_ctx != c->ctx)
+            return mp_error(MP_ERR_FORMAT, "%s: rope_orig_ctx (%d) applies to RoPE scaling only (rope_scaling none)",
+                            what, c->rope_orig_ctx);
+        if (c->yarn_beta_fast != 0.0f && c->yarn_beta_fast != 32.0f)
+            return mp_error(MP_ERR_FORMAT, "%s: yarn_beta_fast (%g) applies to RoPE scaling only (rope_scaling none)",
+                            what, (double)c->yarn_beta_fast);
+        if (c->yarn_beta_slow != 0.0f && c->yarn_beta_slow != 1.0f)
+            return mp_error(MP_ERR_FORMAT, "%s: yarn_beta_slow (%g) applies to RoPE scaling only (rope_scaling none)",
+                            what, (double)c->yarn_beta_slow);
     }
+    if (c->gelu_tanh && c->mlp != MP_MLP_GELU)
+        return mp_error(MP_ERR_FORMAT, "%s: gelu_tanh applies to mlp gelu only (mlp %s)", what, mp_mlp_name(c->mlp));
+    if (c->pos_no_temp && c->pos != MP_POS_ROPE_ID)
+        return mp_error(MP_ERR_FORMAT, "%s: pos_temp = false applies to pos rope_id only (pos %s)", what,
+                        mp_pos_name(c->pos));
     if (c->rope_orig_ctx < 0 || c->rope_orig_ctx > MP_MAX_CTX)
         return mp_error(MP_ERR_FORMAT, "%s: rope_orig_ctx (%d) must be in 0..%d", what, c->rope_orig_ctx, MP_MAX_CTX);
     if (!(c->yarn_beta_fast >= 0.0f) || !isfinite(c->yarn_beta_fast) || !(c->yarn_beta_slow >= 0.0f) ||
@@ -477,6 +497,7 @@ mp_status mp_model_make_owned(mp_model *m) {
     m->owned = fresh->owned;
     m->p = fresh->p;
     fresh->owned = NULL;
+    m->mem_gen++;
     mp_model_free(fresh);
     return MP_OK;
 }

@@ -131,6 +131,8 @@ typedef struct mp_model {
     char tokenizer[16]; /* vocabulary hint kept in checkpoints: "" (unknown or a
                            tokenizer file) or "bytes" (ids 0..255 = bytes, 256 = BOS) */
     mp_qparams *q;      /* quantized linear weights (GGUF Q8_0/Q4_0/Q4_K/Q6_K), or NULL */
+    unsigned long mem_gen; /* +1 each time the parameter memory is replaced (mp_model_dequantize,
+                              mp_model_make_owned): pointers into the old memory are stale */
 } mp_model;
 
 /* ---- quantized models (model_quant.c) ----

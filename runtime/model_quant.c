@@ -136,6 +136,7 @@ mp_status mp_model_dequantize(mp_model *m) {
     m->owned = f->owned;
     m->p = f->p;
     f->owned = NULL;
+    m->mem_gen++;
     mp_model_free(f);
     mp_qparams_free(m->q);
     m->q = NULL;

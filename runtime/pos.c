@@ -143,6 +143,8 @@ mp_status mp_model_set_pos(mp_model *m, mp_pos_kind pos, int rope_dims, int pos_
     if (c.pos != MP_POS_ROPE && c.pos != MP_POS_HALF_ROPE) {
         c.rope_scaling = MP_ROPE_SCALING_NONE;
         c.rope_factor = 0.0f;
+        c.rope_orig_ctx = 0;
+        c.yarn_beta_fast = c.yarn_beta_slow = 0.0f;
     }
     if (c.pos != MP_POS_ROPE) c.n_rope_freqs = 0;
     return set_cfg(m, &c, "set_pos");

@@ -132,5 +132,46 @@ t.case("/model of a gelu_tanh rope_id qkv_bias model", function()
        and a.tokenizer == "bytes", "mlp, gelu_tanh, rope_dims, qkv_bias, tokenizer")
 end)
 
+-- fields that do not apply are refused (files would drop them), except the
+-- values in force that m.config shows; what m.config shows is what loads back
+t.case("fields that do not apply", function()
+  local function with(extra)
+    local o = {}
+    for k, v in pairs(plain) do o[k] = v end
+    for k, v in pairs(extra) do o[k] = v end
+    return o
+  end
+  local refused = {
+    {{rope_orig_ctx = 3}, "rope_orig_ctx (3) applies to RoPE scaling only (rope_scaling none)"},
+    {{yarn_beta_fast = 3}, "yarn_beta_fast (3) applies to RoPE scaling only (rope_scaling none)"},
+    {{yarn_beta_slow = 0.5}, "yarn_beta_slow (0.5) applies to RoPE scaling only (rope_scaling none)"},
+    {{rope_factor = 3}, "rope_factor (3) applies to RoPE scaling only (rope_scaling none)"},
+    {{mlp = "gelu_tanh", gelu_tanh = false}, 'mlp = "gelu_tanh" contradicts gelu_tanh = false'},
+    {{mlp = "swiglu", gelu_tanh = true}, "gelu_tanh applies to mlp gelu only (mlp swiglu)"},
+    {{pos = "rope", pos_temp = false}, "pos_temp = false applies to pos rope_id only (pos rope)"},
+  }
+  for _, r in ipairs(refused) do
+    local ok, err = pcall(mp.model.new, with(r[1]))
+    t.ok(not ok and tostring(err):find("mp.model.new: ", 1, true) and tostring(err):find(r[2], 1, true),
+         ("refused with %q: got %s"):format(r[2], ok and "a model" or tostring(err)))
+  end
+  -- the values m.config shows without scaling are accepted, and survive save/load
+  local m = mp.model.new(with{rope_factor = 1, rope_orig_ctx = plain.ctx, yarn_beta_fast = 32, yarn_beta_slow = 1,
+                              gelu_tanh = false, mlp = "gelu"})
+  m:save(dir .. "/defaults.h5")
+  local m2 = mp.load(dir .. "/defaults.h5")
+  for _, f in ipairs(fields) do
+    t.ok(same(m2.config[f.key], m.config[f.key]),
+      ("defaults: %s after save/load %s, before %s"):format(f.key, show(m2.config[f.key]), show(m.config[f.key])))
+  end
+  -- set_pos away from rope clears the scaling fields (none would refuse them)
+  local y = mp.model.new(with{rope_scaling = "yarn", rope_factor = 2, rope_orig_ctx = 2, yarn_beta_fast = 8})
+  y:set_pos("none")
+  t.ok(y.config.rope_scaling == "none" and y.config.rope_orig_ctx == plain.ctx and y.config.yarn_beta_fast == 32,
+       "set_pos none after yarn")
+  y:save(dir .. "/y.h5")
+  t.ok(mp.load(dir .. "/y.h5").config.pos == "none", "and it saves and loads")
+end)
+
 os.execute("rm -rf '" .. dir .. "'")
 t.finish("test_config")

@@ -223,9 +223,9 @@ t.case("integer options", function()
   local o = {task = task, steps = 2^32}
   t.expect_error(function() m:train(o) end, "train: steps = 4294967296 is out of range", "steps")
   t.expect_error(function() m:train{task = task, steps = 2, batch = 0.5} end, "train: batch must be an integer (got 0.5)", "batch")
-  t.expect_error(function() mp.ablate.zero{head = 2^31} end, "option 'head' = 2147483648 is out of range", "head")
-  t.expect_error(function() mp.ablate.zero{positions = {1, 2.5}} end, "positions[2] must be an integer (got 2.5)", "positions")
-  t.expect_error(function() mp.ablate.zero{positions = -1} end, "positions = -1 is out of range", "positions<0")
+  t.expect_error(function() mp.ablate.zero{head = 2^31} end, "mp.ablate.zero: head = 2147483648 is out of range", "head")
+  t.expect_error(function() mp.ablate.zero{positions = {1, 2.5}} end, "mp.ablate.zero: positions[2] must be an integer (got 2.5)", "positions")
+  t.expect_error(function() mp.ablate.zero{positions = -1} end, "mp.ablate.zero: positions = -1 is out of range", "positions<0")
 end)
 -- item 11: an ablation position beyond the input is an error naming it and T
 t.case("ablation positions beyond T", function()

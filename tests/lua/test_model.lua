@@ -171,5 +171,10 @@ check(not ok and err:find("no tokenizer", 1, true), "no tokenizer: " .. tostring
 ok, err = pcall(mp.load, data .. "/nope.bin")
 check(not ok and err:find("nope.bin", 1, true), "missing file: " .. tostring(err))
 
+-- an explicit nil for the options is the same as none
+local mn = mp.load(data .. "/ref_gqa_untied.bin", nil)
+check(mn ~= nil and mn.config.d_model == m.config.d_model, "mp.load(path, nil) returns the model: " .. tostring(mn))
+mn:close()
+
 os.execute("rm -rf " .. dir)
 t.finish("test_model")

@@ -98,5 +98,42 @@ t.case("every family", function()
   exactly(function() mp.tensor{1, 2}:save(dir .. "/y.h5", "y", {level = 1}) end, "Tensor:save: unknown option 'level'")
 end)
 
+t.case("intervention options follow the rule", function()
+  -- type errors: "fn: option 'k' ..."; integer values: "fn: k = v is out of range" as lopt.c's
+  exactly(function() mp.ablate.zero{head = "x"} end, "mp.ablate.zero: option 'head' must be a number, got string")
+  exactly(function() mp.ablate.zero{head = 1.5} end, "mp.ablate.zero: head must be an integer (got 1.5)")
+  exactly(function() mp.ablate.zero{positions = "x"} end,
+    "mp.ablate.zero: option 'positions' must be an integer or a list of integers, got string")
+  exactly(function() mp.ablate.zero{positions = {1, "a"}} end,
+    "mp.ablate.zero: positions[2] must be an integer (got string)")
+  exactly(function() mp.steer({1, 2}, {positions = 1.5}) end,
+    "mp.steer: positions must be an integer (got 1.5)")
+  exactly(function() mp.ablate.zero{positions = -1} end,
+    "mp.ablate.zero: positions = -1 is out of range (0..2147483647)")
+  local many = {}
+  for i = 1, 65 do many[i] = i end
+  exactly(function() mp.ablate.zero{positions = many} end,
+    "mp.ablate.zero: option 'positions' has 65 entries (at most 64)")
+  t.ok(mp.ablate.zero{head = 1, positions = {0, 2}} ~= nil, "valid options still accepted")
+end)
+
+t.case("set_rope_scaling checks every option, also for type none", function()
+  local r <close> = mp.model.new(base)
+  exactly(function() r:set_rope_scaling{type = "none", factor = "big"} end,
+    "set_rope_scaling: option 'factor' must be a number, got string")
+  exactly(function() r:set_rope_scaling{type = "none", original_ctx = 1.5} end,
+    "set_rope_scaling: original_ctx must be an integer (got 1.5)")
+  exactly(function() r:set_rope_scaling{type = "none", factor = 2} end,
+    "set_rope_scaling: option 'factor' applies to type \"pi\", \"ntk\" and \"yarn\" only " ..
+    "(type \"none\" switches scaling off)")
+  exactly(function() r:set_rope_scaling{beta_fast = 16} end,
+    "set_rope_scaling: option 'beta_fast' applies to type \"pi\", \"ntk\" and \"yarn\" only " ..
+    "(type \"none\" switches scaling off)")
+  r:set_rope_scaling{type = "pi", factor = 2}
+  t.ok(r.config.rope_scaling == "pi", "pi set")
+  r:set_rope_scaling{type = "none", factor = 1}   -- the default value is accepted
+  t.ok(r.config.rope_scaling == "none" and r.config.rope_factor == 1, "none with factor 1 switches scaling off")
+end)
+
 os.execute("rm -rf '" .. dir .. "'")
 t.finish("test_options")

@@ -1,8 +1,11 @@
 -- test_params.lua — m:params() and m:param(name): the names follow the checkpoint
 -- schema, a view writes into the model (hand-set weights give the closed-form
 -- forward of a one-layer attention-only model), views die with the model
--- (close, collection) instead of touching freed memory, a view keeps its model
--- alive, and a read-only (memory-mapped) model or an unknown name is refused.
+-- (close, collection) instead of touching freed memory, saying why, a view keeps
+-- its model alive, views a script drops are collected (m:param in a loop does
+-- not grow the heap), a model with quantized weights gives no view of any name
+-- until m:dequantize() (training would free the memory a view points at), and a
+-- read-only (memory-mapped) model or an unknown name is refused.
 local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
 local data = os.getenv("MP_TESTDATA") or "tests/data"
 
@@ -80,8 +83,9 @@ t.case("views die with the model", function()
   local w = m:param("blocks.0.attn.wq")
   local w2 = w:select(1, 1)              -- a view of the view
   m:close()
-  t.expect_error(function() return w:sum() end, "no longer valid", "view after close")
-  t.expect_error(function() return w2:sum() end, "no longer valid", "view of a view after close")
+  t.expect_error(function() return w:sum() end, "Tensor is no longer valid (the model was closed)", "view after close")
+  t.expect_error(function() return w2:sum() end, "Tensor is no longer valid (the model was closed)",
+                 "view of a view after close")
   t.expect_error(function() return m:param("embed") end, "closed", "param on a closed model")
 end)
 
@@ -100,6 +104,44 @@ t.case("refusals", function()
   t.expect_error(function() return m:param("unembed") end, 'no parameter "unembed"', "tied unembed")
   local f <close> = mp.load(data .. "/ref_gqa_untied.bin")   -- llama2.c: memory-mapped read-only
   t.expect_error(function() return f:param("blocks.0.attn.wq") end, "read-only", "mapped weights")
+end)
+
+t.case("views a script drops are collected", function()
+  local m <close> = tiny()
+  local kept = m:param("embed")
+  local function views(n)
+    for _ = 1, n do m:param("blocks.0.attn.wq") end
+    collectgarbage(); collectgarbage()
+    return collectgarbage("count")
+  end
+  -- the first rounds size the registry tables (weak: their slots are reused);
+  -- more rounds must not grow the heap (a strong list holds every view: > 2 MB
+  -- per 20000)
+  views(20000)
+  local before = views(20000)
+  views(20000)
+  local after = views(20000)
+  t.ok(after - before < 100, ("40000 more dropped views: the Lua heap grew by %.0f KiB (limit 100)"):format(after - before))
+  m:close()
+  t.expect_error(function() return kept:sum() end, "the model was closed", "a kept view is still detached")
+end)
+
+t.case("a quantized model gives no views until dequantized", function()
+  local tmp = os.tmpname()
+  local f <close> = mp.model.new{d_model = 32, n_layer = 1, n_head = 2, vocab = 40, ctx = 8, seed = 3}
+  f:save(tmp .. ".q8.gguf", {type = "q8_0"})
+  local q <close> = mp.load(tmp .. ".q8.gguf")
+  -- float32 tensors of a quantized model too: training would replace their memory
+  for _, name in ipairs{"blocks.0.ln1.weight", "ln_final.weight", "blocks.0.attn.wq", "embed"} do
+    t.expect_error(function() return q:param(name) end, "call m:dequantize() first", name)
+  end
+  q:train_step(mp.optim.adamw{lr = 1e-3}, {{1, 2, 3, 4}}, {{2, 3, 4, 5}}) -- dequantizes
+  local w = q:param("blocks.0.ln1.weight")
+  w:set(42.0, 1)
+  q:train_step(mp.optim.adamw{lr = 0}, {{1, 2, 3, 4}}, {{2, 3, 4, 5}})
+  t.near(w:get(1), 42.0, 1e-6, "a view of a float32 model survives training (lr 0)")
+  t.near(q:param("blocks.0.ln1.weight"):get(1), 42.0, 1e-6, "and sees the model's value")
+  os.remove(tmp .. ".q8.gguf"); os.remove(tmp)
 end)
 
 t.finish("test_params")

@@ -67,7 +67,9 @@ void mp_axes_set_ylog(mp_axes *ax, int on);
  * (checked when drawing). */
 mp_status mp_axes_set_xlim(mp_axes *ax, double lo, double hi);
 mp_status mp_axes_set_ylim(mp_axes *ax, double lo, double hi);
-/* Legend of the labelled series, placed in the emptiest corner of the axes. */
+/* Legend of the labelled series, placed in the emptiest inner corner of the axes;
+ * when every corner would hide data, outside the grid, in a strip at the right
+ * edge of the figure beside the axes' row (all columns narrow alike). */
 void mp_axes_set_legend(mp_axes *ax, int on);
 
 /* ---- series ---- */
@@ -78,7 +80,7 @@ typedef struct {
     size_t n_category_names;
     const char *label;         /* legend label of a single-colour series */
     const char *colorbar_label;
-    mp_cmap cmap;              /* default viridis */
+    mp_cmap cmap;              /* default MP_CMAP_AUTO: rdbu_r centred on 0 for signed colours, else viridis */
     double vmin, vmax;         /* colour range, NaN: data range */
     double size;               /* marker diameter in pt (default 3) */
     double alpha;              /* opacity (default 0.8) */
@@ -103,13 +105,19 @@ typedef struct {
     int log;                   /* log colour scale (non-positive cells are left blank) */
     int mask_upper;            /* blank the cells above the diagonal (causal attention maps) */
     int colorbar;              /* default 1 */
-    mp_cmap cmap;
-    double vmin, vmax;         /* NaN: data range */
+    mp_cmap cmap;              /* default MP_CMAP_AUTO: rdbu_r for signed data, else viridis */
+    double vmin, vmax;         /* NaN: data range; a diverging map centres them on 0
+                                * (vmin = -vmax = max |z| unless given; one given: mirrored) */
     const char *colorbar_label;
+    const char *const *xticklabels;  /* [cols] labels of the columns (e.g. key tokens), or NULL */
+    const char *const *yticklabels;  /* [rows] labels of the rows (e.g. query tokens), or NULL */
 } mp_heatmap_style;
 mp_heatmap_style mp_heatmap_style_default(void);
 /* z [rows, cols] row-major; row 0 at the top (like an attention map: queries down,
- * keys across); axes are cell indices. NaN cells are blank. */
+ * keys across); axes are cell indices, or the given tick labels (any UTF-8, drawn
+ * with pango; longer than 16 characters: elided with an ellipsis; x labels turn
+ * 45 degrees when they do not fit, and only every k-th is shown when even that is
+ * too dense). NaN cells are blank. */
 mp_status mp_axes_heatmap(mp_axes *ax, const float *z, size_t rows, size_t cols, const mp_heatmap_style *s);
 
 typedef struct {
@@ -119,6 +127,10 @@ typedef struct {
 } mp_bars_style;
 /* values [ngroups, nseries]: one cluster of nseries bars per group. */
 mp_status mp_axes_bars(mp_axes *ax, const float *values, size_t ngroups, size_t nseries, const mp_bars_style *s);
+
+/* Drops pango's default font map and the fonts it caches (they are loaded again
+ * on the next text); for leak checkers, before cairo_debug_reset_static_data. */
+void mp_plot_release_fonts(void);
 
 /* ---- ticks (exposed for tests) ---- */
 /* Tick values on [lo, hi] with a 1-2-5 x 10^k step giving about `target` ticks;

@@ -321,6 +321,7 @@ int main(void) {
         if (d) closedir(d);
         rmdir(dir);
     }
+    mp_plot_release_fonts();
     cairo_debug_reset_static_data();
     return tu_finish("test_plots");
 }

@@ -54,6 +54,8 @@ typedef struct {
     size_t n_texts;    /* text runs (one cairo_show_text each) */
     size_t n_markers;  /* scatter markers */
     size_t n_series;
+    size_t n_legends_outside;      /* legends drawn in the strip right of the grid */
+    double plot_w_min, plot_w_max; /* narrowest and widest plotting area (pt) */
 } mp_figure_stats;
 mp_figure_stats mp_figure_last_stats(const mp_figure *f);
 
@@ -127,10 +129,6 @@ typedef struct {
 } mp_bars_style;
 /* values [ngroups, nseries]: one cluster of nseries bars per group. */
 mp_status mp_axes_bars(mp_axes *ax, const float *values, size_t ngroups, size_t nseries, const mp_bars_style *s);
-
-/* Drops pango's default font map and the fonts it caches (they are loaded again
- * on the next text); for leak checkers, before cairo_debug_reset_static_data. */
-void mp_plot_release_fonts(void);
 
 /* ---- ticks (exposed for tests) ---- */
 /* Tick values on [lo, hi] with a 1-2-5 x 10^k step giving about `target` ticks;

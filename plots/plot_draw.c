@@ -596,6 +596,9 @@ mp_status mp_figure_draw(mp_figure *f, cairo_t *cr, double W, double H) {
             for (int j = 0; j < i; j++)
                 if (L[j].legend_out && f->ax[j].row == r) L[i].leg_y += L[j].leg_h + 0.4 * fs;
         }
+        f->stats.plot_w_min = i == 0 ? p->w : fmin(f->stats.plot_w_min, p->w);
+        f->stats.plot_w_max = fmax(f->stats.plot_w_max, p->w);
+        f->stats.n_legends_outside += L[i].legend_out && L[i].ax->legend;
         if ((st = draw_axes(f, cr, &L[i], &F)) != MP_OK) break;
     }
     if (st == MP_OK && f->title) {

@@ -35,8 +35,6 @@ static PangoLayout *layout_of(cairo_t *cr, const char *s, double size, int bold)
     return lay;
 }
 
-void mp_plot_release_fonts(void) { pango_cairo_font_map_set_default(NULL); }
-
 double mp_text_width(cairo_t *cr, const char *s, double size, int bold) {
     if (!s || !*s) return 0;
     PangoLayout *lay = layout_of(cr, s, size, bold);

@@ -51,7 +51,7 @@ mp_status mp_figure_save(mp_figure *f, const char *path, double width_pt, double
 
 /* What the last mp_figure_draw drew (for tests and diagnostics). */
 typedef struct {
-    size_t n_texts;    /* text runs (one cairo_show_text each) */
+    size_t n_texts;    /* text runs (one pango layout each) */
     size_t n_markers;  /* scatter markers */
     size_t n_series;
     size_t n_legends_outside;      /* legends drawn in the strip right of the grid */

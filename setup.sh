@@ -12,7 +12,7 @@ JOBS=$(nproc 2>/dev/null || echo 2)
 # Debian packages the build and tests need (the benchmarks add PyTorch etc.);
 # fortunes is text (2 MB) for the rope_id probe's byte-level corpus; Open MPI and
 # the HDF5 built against it for scale-out (mpirun; CMake's MP_MPI=AUTO finds them).
-PKGS="build-essential cmake pkg-config libgsl-dev libhdf5-dev hdf5-tools libcairo2-dev liblua5.4-dev libopenblas-openmp-dev libpcre2-dev libjansson-dev fortunes openmpi-bin libopenmpi-dev libhdf5-openmpi-dev"
+PKGS="build-essential cmake pkg-config libgsl-dev libhdf5-dev hdf5-tools libcairo2-dev libpango1.0-dev liblua5.4-dev libopenblas-openmp-dev libpcre2-dev libjansson-dev fortunes openmpi-bin libopenmpi-dev libhdf5-openmpi-dev"
 BENCH_PKGS="python3-torch python3-numpy python3-h5py python3-matplotlib bc"
 
 install_missing() {

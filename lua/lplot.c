@@ -8,15 +8,16 @@
  *       width/height in points (1/72 in); dpi is the default for PNG files.
  *   local ax = fig:axes(r, c)                      -- default (1, 1)
  *   ax:scatter(x, y, {color = values | category = ids_or_names, size = 3, alpha = 0.8,
- *                     label = "...", cmap = "viridis", vmin =, vmax =, colorbar_label = "..."})
+ *                     label = "...", cmap = "auto", vmin =, vmax =, colorbar_label = "..."})
  *       color = numbers: coloured through cmap with a colorbar;
  *       category = numbers or strings: one Okabe-Ito colour per distinct value,
  *       legend entries named by the values (strings in order of appearance,
  *       numbers ascending); size = marker diameter in points.
- *   ax:heatmap(z, {log = false, mask_upper = false, colorbar = true, cmap = "viridis",
- *                  vmin =, vmax =, colorbar_label = "..."})
+ *   ax:heatmap(z, {log = false, mask_upper = false, colorbar = true, cmap = "auto",
+ *                  vmin =, vmax =, colorbar_label = "...", xticklabels = {...}, yticklabels = {...}})
  *       z: 2-D Tensor or table of rows; row 1 at the top (queries down, keys across);
- *       mask_upper blanks the cells above the diagonal (causal attention).
+ *       mask_upper blanks the cells above the diagonal (causal attention);
+ *       x/yticklabels: one string per column / row (e.g. token pieces).
  *   ax:line(x, y, {label =, band_lo =, band_hi =, width = 1.5, dashed = false, marker = false})
  *       x may be nil (1, 2, ..., n); band_lo/band_hi draw a shaded error band.
  *   ax:bars(groups, series, {labels = {...}, err = {...}})
@@ -29,7 +30,8 @@
  *   fig:set{title = "..."}
  *   fig:save(path [, {dpi =, width =, height =}])  -- .png, .svg or .pdf; returns path
  *   fig:close()                                    -- also on __gc / __close; idempotent
- * Colour maps: "viridis", "magma", "rdbu_r" (diverging), "gray". */
+ * Colour maps: "auto" (default: "rdbu_r" centred on 0 for signed values, else
+ * "viridis"), "viridis", "magma", "rdbu_r" (diverging), "gray". */
 #include "mp_lua.h"
 
 #include <math.h>
@@ -74,7 +76,7 @@ static int fail(lua_State *L, const char *what) { return luaL_error(L, "%s: %s",
  * name for its messages. */
 static mp_cmap opt_cmap(lua_State *L, int opts, const char *fn) {
     const char *s = mp_lua_opt_str(L, opts, fn, "cmap", NULL);
-    mp_cmap m = MP_CMAP_VIRIDIS;
+    mp_cmap m = MP_CMAP_AUTO;
     if (s && mp_cmap_parse(s, &m) != MP_OK) luaL_error(L, "%s", mp_last_error());
     return m;
 }
@@ -320,11 +322,34 @@ static int m_line(lua_State *L) {
     return ret_self(L);
 }
 
+/* Option `key` of opts as n strings (a table of n strings, or of numbers, which
+ * are converted), anchored in that table left on the stack; NULL if absent. */
+static const char **opt_labels(lua_State *L, int opts, const char *fn, const char *key, size_t n, const char *what) {
+    if (mp_lua_opt_get(L, opts, key) == LUA_TNIL) { lua_pop(L, 1); return NULL; }
+    int li = lua_gettop(L);
+    if (!lua_istable(L, li)) { luaL_error(L, "%s: %s must be a table of strings (one per %s)", fn, key, what); return NULL; }
+    if ((size_t)luaL_len(L, li) != n)
+        luaL_error(L, "%s: %s has %d labels but there are %d %ss", fn, key, (int)luaL_len(L, li), (int)n, what);
+    const char **v = lua_newuserdatauv(L, (n ? n : 1) * sizeof *v, 0);
+    for (size_t i = 0; i < n; i++) {
+        int t = lua_rawgeti(L, li, (lua_Integer)i + 1);
+        if (t != LUA_TSTRING && t != LUA_TNUMBER) luaL_error(L, "%s: %s[%d] is not a string", fn, key, (int)i + 1);
+        if (t == LUA_TNUMBER) {   /* keep the string form anchored in the table */
+            lua_tostring(L, -1);
+            lua_pushvalue(L, -1);
+            lua_rawseti(L, li, (lua_Integer)i + 1);
+        }
+        v[i] = lua_tostring(L, -1);
+        lua_pop(L, 1);
+    }
+    return v;
+}
+
 static int m_heatmap(lua_State *L) {
     mp_axes *ax = check_axes(L, 1);
     static const char fn[] = "ax:heatmap";
     static const char *const known[] = {"log", "mask_upper", "colorbar", "cmap", "vmin", "vmax", "colorbar_label",
-                                        NULL};
+                                        "xticklabels", "yticklabels", NULL};
     mp_lua_opt_check(L, 3, fn, known);
     mp_tensor *t = mp_lua_tensor_arg(L, 2);
     if (t->ndim != 2) return luaL_argerror(L, 2, "ax:heatmap: expected a 2-D Tensor or table of rows");
@@ -336,6 +361,8 @@ static int m_heatmap(lua_State *L) {
     s.vmin = mp_lua_opt_num(L, 3, fn, "vmin", NAN);
     s.vmax = mp_lua_opt_num(L, 3, fn, "vmax", NAN);
     s.colorbar_label = mp_lua_opt_str(L, 3, fn, "colorbar_label", NULL);
+    s.xticklabels = opt_labels(L, 3, fn, "xticklabels", (size_t)t->shape[1], "column");
+    s.yticklabels = opt_labels(L, 3, fn, "yticklabels", (size_t)t->shape[0], "row");
     if (mp_axes_heatmap(ax, t->data, (size_t)t->shape[0], (size_t)t->shape[1], &s) != MP_OK) return fail(L, "ax:heatmap");
     return ret_self(L);
 }

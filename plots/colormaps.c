@@ -545,19 +545,19 @@ static const unsigned char okabe_ito[MP_PALETTE_SIZE][3] = {
 
 mp_status mp_cmap_parse(const char *name, mp_cmap *out) {
     static const struct { const char *alias; mp_cmap m; } aliases[] = {
-        {"viridis", MP_CMAP_VIRIDIS}, {"magma", MP_CMAP_MAGMA}, {"rdbu_r", MP_CMAP_RDBU_R},
+        {"auto", MP_CMAP_AUTO}, {"viridis", MP_CMAP_VIRIDIS}, {"magma", MP_CMAP_MAGMA}, {"rdbu_r", MP_CMAP_RDBU_R},
         {"rdbu", MP_CMAP_RDBU_R}, {"coolwarm", MP_CMAP_RDBU_R}, {"gray", MP_CMAP_GRAY}, {"grey", MP_CMAP_GRAY},
     };
     if (name)
         for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
             if (strcasecmp(name, aliases[i].alias) == 0) { *out = aliases[i].m; return MP_OK; }
-    return mp_error(MP_ERR_ARG, "unknown colour map '%s' (use viridis, magma, rdbu_r or gray)", name ? name : "(null)");
+    return mp_error(MP_ERR_ARG, "unknown colour map '%s' (use auto, viridis, magma, rdbu_r or gray)", name ? name : "(null)");
 }
 
-const char *mp_cmap_name(mp_cmap m) { return m < MP_CMAP_COUNT ? names[m] : "?"; }
+const char *mp_cmap_name(mp_cmap m) { return m == MP_CMAP_AUTO ? "auto" : (m >= 0 && m < MP_CMAP_COUNT) ? names[m] : "?"; }
 
 mp_rgb mp_cmap_color(mp_cmap m, double t) {
-    if (isnan(t) || m >= MP_CMAP_COUNT) return (mp_rgb){0.85, 0.85, 0.85};
+    if (isnan(t) || m < 0 || m >= MP_CMAP_COUNT) return (mp_rgb){0.85, 0.85, 0.85};
     if (t < 0) t = 0;
     if (t > 1) t = 1;
     const float *c = tables[m][(int)lround(t * 255.0)];

@@ -7,11 +7,13 @@
 #include <stddef.h>
 #include "mp_common.h"
 
-typedef enum { MP_CMAP_VIRIDIS = 0, MP_CMAP_MAGMA, MP_CMAP_RDBU_R, MP_CMAP_GRAY, MP_CMAP_COUNT } mp_cmap;
+/* MP_CMAP_AUTO (the default of heatmaps and colour-valued scatters): rdbu_r centred
+ * on 0 for signed data, viridis otherwise; resolved when the series is added. */
+typedef enum { MP_CMAP_AUTO = -1, MP_CMAP_VIRIDIS = 0, MP_CMAP_MAGMA, MP_CMAP_RDBU_R, MP_CMAP_GRAY, MP_CMAP_COUNT } mp_cmap;
 
 typedef struct { double r, g, b; } mp_rgb;
 
-/* Parses "viridis", "magma", "rdbu_r" (or "rdbu", "coolwarm": the same diverging map),
+/* Parses "auto", "viridis", "magma", "rdbu_r" (or "rdbu", "coolwarm": the same diverging map),
  * "gray"/"grey", case-insensitive; MP_ERR_ARG naming the valid names otherwise. */
 mp_status mp_cmap_parse(const char *name, mp_cmap *out);
 const char *mp_cmap_name(mp_cmap m);

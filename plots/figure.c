@@ -16,7 +16,7 @@ mp_figure_params mp_figure_params_default(void) {
 mp_scatter_style mp_scatter_style_default(void) {
     mp_scatter_style s;
     memset(&s, 0, sizeof s);
-    s.cmap = MP_CMAP_VIRIDIS;
+    s.cmap = MP_CMAP_AUTO;
     s.vmin = s.vmax = NAN;
     s.size = 3.0;
     s.alpha = 0.8;
@@ -29,8 +29,9 @@ mp_line_style mp_line_style_default(void) {
 }
 
 mp_heatmap_style mp_heatmap_style_default(void) {
-    mp_heatmap_style s = {.log = 0, .mask_upper = 0, .colorbar = 1, .cmap = MP_CMAP_VIRIDIS,
-                          .vmin = NAN, .vmax = NAN, .colorbar_label = NULL};
+    mp_heatmap_style s = {.log = 0, .mask_upper = 0, .colorbar = 1, .cmap = MP_CMAP_AUTO,
+                          .vmin = NAN, .vmax = NAN, .colorbar_label = NULL, .xticklabels = NULL,
+                          .yticklabels = NULL};
     return s;
 }
 
@@ -63,6 +64,8 @@ static void series_free(mp_series *s) {
     free(s->z); free(s->err); free(s->label); free(s->cbar_label);
     free_strs(s->names, s->n_names);
     free_strs(s->glabels, s->glabels ? s->rows : 0);
+    free_strs(s->xtl, s->xtl ? s->cols : 0);
+    free_strs(s->ytl, s->ytl ? s->rows : 0);
     memset(s, 0, sizeof *s);
 }
 
@@ -172,6 +175,34 @@ static char **dup_strs(const char *const *v, size_t n, mp_status *st) {
     return d;
 }
 
+/* The colour map and limits of values z [rows, cols] (cells above the diagonal
+ * skipped when mask_upper, non-finite values ignored): MP_CMAP_AUTO becomes the
+ * diverging rdbu_r for signed data (some value < 0 and some > 0) and viridis
+ * otherwise; with a diverging map on a linear scale the limits are centred on 0:
+ * a missing one mirrors the given one, and with neither vmin = -vmax = max |z|. */
+static void resolve_colors(const float *z, size_t rows, size_t cols, int mask_upper, int log, mp_cmap want,
+                           double *vmin, double *vmax, mp_cmap *out) {
+    double lo = INFINITY, hi = -INFINITY;
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < cols; j++) {
+            double v = z[i * cols + j];
+            if ((mask_upper && j > i) || !isfinite(v)) continue;
+            if (v < lo) lo = v;
+            if (v > hi) hi = v;
+        }
+    mp_cmap m = want;
+    if (m == MP_CMAP_AUTO) m = !log && lo < 0 && hi > 0 ? MP_CMAP_RDBU_R : MP_CMAP_VIRIDIS;
+    *out = m;
+    if (m != MP_CMAP_RDBU_R || log) return;
+    if (isnan(*vmin) && isnan(*vmax)) {
+        double a = fmax(fabs(lo), fabs(hi));
+        if (!isfinite(a) || a == 0) return;   /* no data or all zero: the automatic range */
+        *vmin = -a;
+        *vmax = a;
+    } else if (isnan(*vmin) && *vmax > 0) *vmin = -*vmax;
+    else if (isnan(*vmax) && *vmin < 0) *vmax = -*vmin;
+}
+
 /* Finishes a series: on failure frees what was copied and drops it. */
 static mp_status commit(mp_axes *ax, mp_series *s, mp_status st, size_t colors_used) {
     if (st != MP_OK) { series_free(s); return st; }
@@ -188,7 +219,7 @@ mp_status mp_axes_scatter(mp_axes *ax, const float *x, const float *y, size_t n,
     if (p->color && p->category) return mp_error(MP_ERR_ARG, "scatter: give color values or categories, not both");
     if (!(p->size > 0 && p->size < 100)) return mp_error(MP_ERR_ARG, "scatter: size = %g pt must be in (0, 100)", p->size);
     if (!(p->alpha > 0 && p->alpha <= 1)) return mp_error(MP_ERR_ARG, "scatter: alpha = %g must be in (0, 1]", p->alpha);
-    if (p->cmap >= MP_CMAP_COUNT) return mp_error(MP_ERR_ARG, "scatter: bad colour map");
+    if ((int)p->cmap < (int)MP_CMAP_AUTO || p->cmap >= MP_CMAP_COUNT) return mp_error(MP_ERR_ARG, "scatter: bad colour map");
     if (p->category)
         for (size_t i = 0; i < n; i++)
             if (p->category[i] < 0) return mp_error(MP_ERR_ARG, "scatter: category[%zu] = %d is negative", i, (int)p->category[i]);
@@ -209,7 +240,9 @@ mp_status mp_axes_scatter(mp_axes *ax, const float *x, const float *y, size_t n,
     }
     if (st == MP_OK) s->label = dup_str(p->label, &st);
     if (st == MP_OK) s->cbar_label = dup_str(p->colorbar_label, &st);
-    s->cmap = p->cmap; s->vmin = p->vmin; s->vmax = p->vmax;
+    s->vmin = p->vmin; s->vmax = p->vmax;
+    s->cmap = MP_CMAP_VIRIDIS;
+    if (p->color) resolve_colors(p->color, 1, n, 0, 0, p->cmap, &s->vmin, &s->vmax, &s->cmap);
     s->size = p->size; s->alpha = p->alpha;
     s->colorbar = p->color != NULL;
     /* Categories use palette colours by id; a plain series takes the next colour. */
@@ -247,7 +280,7 @@ mp_status mp_axes_heatmap(mp_axes *ax, const float *z, size_t rows, size_t cols,
     if (!z || rows < 1 || cols < 1) return mp_error(MP_ERR_ARG, "heatmap: needs a non-empty 2-D array");
     if (rows > 32767 || cols > 32767 || mp_mul_size(rows, cols, &n))
         return mp_error(MP_ERR_ARG, "heatmap: %zu x %zu cells exceed cairo's 32767-pixel image limit", rows, cols);
-    if (p->cmap >= MP_CMAP_COUNT) return mp_error(MP_ERR_ARG, "heatmap: bad colour map");
+    if ((int)p->cmap < (int)MP_CMAP_AUTO || p->cmap >= MP_CMAP_COUNT) return mp_error(MP_ERR_ARG, "heatmap: bad colour map");
     if (!isnan(p->vmin) && !isnan(p->vmax) && !(p->vmin < p->vmax))
         return mp_error(MP_ERR_ARG, "heatmap: vmin = %g must be below vmax = %g", p->vmin, p->vmax);
     if (p->log && ((!isnan(p->vmin) && p->vmin <= 0) || (!isnan(p->vmax) && p->vmax <= 0)))
@@ -257,8 +290,11 @@ mp_status mp_axes_heatmap(mp_axes *ax, const float *z, size_t rows, size_t cols,
     s->rows = rows; s->cols = cols;
     s->z = dup_floats(z, n, "heatmap cells", &st);
     if (st == MP_OK) s->cbar_label = dup_str(p->colorbar_label, &st);
+    if (st == MP_OK) s->xtl = dup_strs(p->xticklabels, cols, &st);
+    if (st == MP_OK) s->ytl = dup_strs(p->yticklabels, rows, &st);
     s->log = p->log; s->mask_upper = p->mask_upper; s->colorbar = p->colorbar;
-    s->cmap = p->cmap; s->vmin = p->vmin; s->vmax = p->vmax;
+    s->vmin = p->vmin; s->vmax = p->vmax;
+    if (st == MP_OK) resolve_colors(z, rows, cols, p->mask_upper, p->log, p->cmap, &s->vmin, &s->vmax, &s->cmap);
     return commit(ax, s, st, 0);
 }
 

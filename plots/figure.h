@@ -51,9 +51,11 @@ mp_status mp_figure_save(mp_figure *f, const char *path, double width_pt, double
 
 /* What the last mp_figure_draw drew (for tests and diagnostics). */
 typedef struct {
-    size_t n_texts;    /* text runs (one cairo_show_text each) */
+    size_t n_texts;    /* text runs (one pango layout each) */
     size_t n_markers;  /* scatter markers */
     size_t n_series;
+    size_t n_legends_outside;      /* legends drawn in the strip right of the grid */
+    double plot_w_min, plot_w_max; /* narrowest and widest plotting area (pt) */
 } mp_figure_stats;
 mp_figure_stats mp_figure_last_stats(const mp_figure *f);
 
@@ -67,7 +69,9 @@ void mp_axes_set_ylog(mp_axes *ax, int on);
  * (checked when drawing). */
 mp_status mp_axes_set_xlim(mp_axes *ax, double lo, double hi);
 mp_status mp_axes_set_ylim(mp_axes *ax, double lo, double hi);
-/* Legend of the labelled series, placed in the emptiest corner of the axes. */
+/* Legend of the labelled series, placed in the emptiest inner corner of the axes;
+ * when every corner would hide data, outside the grid, in a strip at the right
+ * edge of the figure beside the axes' row (all columns narrow alike). */
 void mp_axes_set_legend(mp_axes *ax, int on);
 
 /* ---- series ---- */
@@ -78,7 +82,7 @@ typedef struct {
     size_t n_category_names;
     const char *label;         /* legend label of a single-colour series */
     const char *colorbar_label;
-    mp_cmap cmap;              /* default viridis */
+    mp_cmap cmap;              /* default MP_CMAP_AUTO: rdbu_r centred on 0 for signed colours, else viridis */
     double vmin, vmax;         /* colour range, NaN: data range */
     double size;               /* marker diameter in pt (default 3) */
     double alpha;              /* opacity (default 0.8) */
@@ -103,13 +107,19 @@ typedef struct {
     int log;                   /* log colour scale (non-positive cells are left blank) */
     int mask_upper;            /* blank the cells above the diagonal (causal attention maps) */
     int colorbar;              /* default 1 */
-    mp_cmap cmap;
-    double vmin, vmax;         /* NaN: data range */
+    mp_cmap cmap;              /* default MP_CMAP_AUTO: rdbu_r for signed data, else viridis */
+    double vmin, vmax;         /* NaN: data range; a diverging map centres them on 0
+                                * (vmin = -vmax = max |z| unless given; one given: mirrored) */
     const char *colorbar_label;
+    const char *const *xticklabels;  /* [cols] labels of the columns (e.g. key tokens), or NULL */
+    const char *const *yticklabels;  /* [rows] labels of the rows (e.g. query tokens), or NULL */
 } mp_heatmap_style;
 mp_heatmap_style mp_heatmap_style_default(void);
 /* z [rows, cols] row-major; row 0 at the top (like an attention map: queries down,
- * keys across); axes are cell indices. NaN cells are blank. */
+ * keys across); axes are cell indices, or the given tick labels (any UTF-8, drawn
+ * with pango; longer than 16 characters: elided with an ellipsis; x labels turn
+ * 45 degrees when they do not fit, and only every k-th is shown when even that is
+ * too dense). NaN cells are blank. */
 mp_status mp_axes_heatmap(mp_axes *ax, const float *z, size_t rows, size_t cols, const mp_heatmap_style *s);
 
 typedef struct {

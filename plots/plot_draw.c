@@ -49,6 +49,21 @@ static void pad_range(double r[2], int tight, int bars_base) {
     if (!(bars_base && r[1] == 0)) r[1] += 0.05 * span;
 }
 
+/* Labels of the x (y = 0) or y ticks: bar group names, or the last heatmap's tick
+ * labels; NULL (and *n = 0) if none. */
+static const char *const *tick_labels(const mp_axes *ax, int y, size_t *n) {
+    for (size_t i = ax->ns; i-- > 0;) {
+        const mp_series *s = &ax->s[i];
+        if (!y && s->kind == MP_SERIES_BARS) { *n = s->rows; return (const char *const *)s->glabels; }
+        if (s->kind == MP_SERIES_HEATMAP && (y ? s->ytl : s->xtl)) {
+            *n = y ? s->rows : s->cols;
+            return (const char *const *)(y ? s->ytl : s->xtl);
+        }
+    }
+    *n = 0;
+    return NULL;
+}
+
 static mp_status axes_limits(mp_layout *L) {
     mp_axes *ax = L->ax;
     int heat = has_kind(ax, MP_SERIES_HEATMAP), bars = has_kind(ax, MP_SERIES_BARS);
@@ -56,8 +71,9 @@ static mp_status axes_limits(mp_layout *L) {
     memset(&L->Y, 0, sizeof L->Y);
     L->X.log = ax->xlog && !heat && !bars;
     L->Y.log = ax->ylog && !heat;
-    L->X.categorical = bars ? 1 : heat ? 2 : 0;
-    L->Y.categorical = heat ? 2 : 0;
+    size_t nl;
+    L->X.categorical = bars ? 1 : heat ? (tick_labels(ax, 0, &nl) ? 1 : 2) : 0;
+    L->Y.categorical = heat ? (tick_labels(ax, 1, &nl) ? 1 : 2) : 0;
     L->Y.inverted = heat;
     L->X.tight = heat || bars;
     L->Y.tight = heat;
@@ -78,12 +94,6 @@ static mp_status axes_limits(mp_layout *L) {
     return MP_OK;
 }
 
-static const char *const *bar_labels(const mp_axes *ax, size_t *n) {
-    for (size_t i = 0; i < ax->ns; i++)
-        if (ax->s[i].kind == MP_SERIES_BARS) { *n = ax->s[i].rows; return (const char *const *)ax->s[i].glabels; }
-    *n = 0;
-    return NULL;
-}
 
 static void measure(cairo_t *cr, mp_axis *a, double size) {
     a->max_w = 0;
@@ -106,7 +116,7 @@ static size_t clampz(double v, size_t lo, size_t hi) {
  * approximate plot size w x h. */
 static void make_ticks(cairo_t *cr, mp_layout *L, const mp_fonts *F, double w, double h) {
     size_t ncat;
-    const char *const *cat = bar_labels(L->ax, &ncat);
+    const char *const *cat = tick_labels(L->ax, 0, &ncat);
     L->X.rot = 0;
     if (L->X.categorical == 1) {
         mp_axis_ticks(&L->X, MP_MAX_TICKS, cat, ncat);
@@ -135,7 +145,12 @@ static void make_ticks(cairo_t *cr, mp_layout *L, const mp_fonts *F, double w, d
         }
         free(prev);
     }
-    for (size_t target = clampz(h / (3.2 * F->base), 2, 8);; target--) {
+    if (L->Y.categorical == 1) {   /* labelled rows: every k-th when they would overlap */
+        size_t nyl;
+        const char *const *yl = tick_labels(L->ax, 1, &nyl);
+        mp_axis_ticks(&L->Y, clampz(h / (1.25 * F->tick), 2, MP_MAX_TICKS), yl, nyl);
+        measure(cr, &L->Y, F->tick);
+    } else for (size_t target = clampz(h / (3.2 * F->base), 2, 8);; target--) {
         mp_axis_ticks(&L->Y, target, NULL, 0);
         measure(cr, &L->Y, F->tick);
         double sp = L->Y.nt > 1 ? h * fabs(L->Y.t[1] - L->Y.t[0]) / (L->Y.hi - L->Y.lo) : h;
@@ -379,8 +394,9 @@ static mp_rect legend_corner(const mp_layout *L, const mp_fonts *F, double w, do
 }
 
 /* Decides (on an estimate of the plotting area) whether the legend must go
- * outside, right of the axes, because every inner corner would hide data; if so
- * widens the right margin. Called after margins(). */
+ * outside the grid, because every inner corner would hide data; if so records
+ * its size (mp_figure_draw reserves a strip at the figure's right edge, so no
+ * single panel column is squeezed). Called after margins(). */
 static void legend_placement(cairo_t *cr, mp_layout *L, const mp_fonts *F, double cw, double ch) {
     mp_entry e[MAX_ENTRIES];
     L->legend_out = 0;
@@ -394,7 +410,8 @@ static void legend_placement(cairo_t *cr, mp_layout *L, const mp_fonts *F, doubl
     for (size_t i = 0; i < L->ax->ns; i++) points += L->ax->s[i].n;
     if (crowd > 2 && (double)crowd > 0.004 * (double)points) {
         L->legend_out = 1;
-        L->mr += w + 0.8 * F->base;
+        L->leg_w = w;
+        L->leg_h = h;
     }
 }
 
@@ -402,10 +419,9 @@ static void draw_legend(mp_figure *f, cairo_t *cr, const mp_layout *L, const mp_
     mp_entry e[MAX_ENTRIES];
     size_t n = legend_entries(L->ax, e), crowd;
     if (!n) return;
-    const mp_rect *p = &L->plot;
     double fs = F->base, pad = 0.45 * fs, rh = 1.35 * F->tick, sw = 1.7 * fs, w, h;
     legend_size(cr, e, n, F, &w, &h);
-    mp_rect r = L->legend_out ? (mp_rect){p->x + p->w + L->cbar_w + 0.6 * fs, p->y, w, h}
+    mp_rect r = L->legend_out ? (mp_rect){L->leg_x, L->leg_y, w, h}
                               : legend_corner(L, F, w, h, &crowd);
     cairo_save(cr);
     cairo_rectangle(cr, r.x, r.y, r.w, r.h);
@@ -543,6 +559,23 @@ mp_status mp_figure_draw(mp_figure *f, cairo_t *cr, double W, double H) {
         margins(cr, &L[i], &F);
         legend_placement(cr, &L[i], &F, cw, ch);
     }
+    /* Legends that must go outside: a strip at the right edge of the figure, as
+     * wide as the widest of them; every column narrows alike (redo their ticks).
+     * If the strip would take more than 40% of the width, they stay inside. */
+    double strip = 0;
+    for (int i = 0; i < n; i++)
+        if (L[i].legend_out) strip = fmax(strip, L[i].leg_w + 0.8 * fs);
+    if (strip > 0.4 * (W - 2 * pad)) {
+        for (int i = 0; i < n; i++) L[i].legend_out = 0;
+        strip = 0;
+    }
+    if (strip > 0) {
+        cw = (W - 2 * pad - strip) / f->cols;
+        for (int i = 0; i < n; i++) {
+            make_ticks(cr, &L[i], &F, fmax(cw - 6 * fs, 20), fmax(ch - 4 * fs, 20));
+            margins(cr, &L[i], &F);
+        }
+    }
     /* Align: per column the widest left/right margins, per row the tallest top/bottom. */
     double *ml = colw, *mr = ml + f->cols, *mt = mr + f->cols, *mb = mt + f->rows;
     for (int i = 0; i < n; i++) {
@@ -557,6 +590,15 @@ mp_status mp_figure_draw(mp_figure *f, cairo_t *cr, double W, double H) {
         p->y = top + r * ch + mt[r];
         p->w = fmax(cw - ml[c] - mr[c], 4);
         p->h = fmax(ch - mt[r] - mb[r], 4);
+        if (L[i].legend_out) {   /* beside its row, below the legends of earlier columns */
+            L[i].leg_x = W - pad - strip + 0.6 * fs;
+            L[i].leg_y = p->y;
+            for (int j = 0; j < i; j++)
+                if (L[j].legend_out && f->ax[j].row == r) L[i].leg_y += L[j].leg_h + 0.4 * fs;
+        }
+        f->stats.plot_w_min = i == 0 ? p->w : fmin(f->stats.plot_w_min, p->w);
+        f->stats.plot_w_max = fmax(f->stats.plot_w_max, p->w);
+        f->stats.n_legends_outside += L[i].legend_out && L[i].ax->legend;
         if ((st = draw_axes(f, cr, &L[i], &F)) != MP_OK) break;
     }
     if (st == MP_OK && f->title) {

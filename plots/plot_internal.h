@@ -22,10 +22,11 @@ typedef struct {
     size_t rows, cols;
     float *err;               /* bars error bars [rows, cols] or NULL */
     char **glabels;           /* bars group labels [rows] or NULL */
+    char **xtl, **ytl;        /* heatmap tick labels [cols] / [rows], or NULL */
     char *label, *cbar_label;
     size_t color_index;       /* palette index of the series' (first) colour */
     mp_cmap cmap;
-    double vmin, vmax;        /* colour limits as given (NaN: automatic) */
+    double vmin, vmax;        /* colour limits (given or centred on 0 for a diverging map; NaN: automatic) */
     int log, mask_upper, colorbar;
     double size, alpha, width;
     int dashed, marker;
@@ -64,7 +65,7 @@ typedef struct {
 typedef struct {
     int log;                  /* coordinates are log10 of the data */
     int inverted;             /* values grow toward the top (x: left) edge, as image rows */
-    int categorical;          /* 0 numeric; 1 one tick per bar group, with its label;
+    int categorical;          /* 0 numeric; 1 one tick per bar group or labelled heatmap cell, with its label;
                                * 2 integer cell indices (heatmap) */
     int tight;                /* no margin around the data */
     double lo, hi;            /* limits in transformed (log10 if log) units */
@@ -88,14 +89,16 @@ typedef struct {
     int show_xt, show_yt;     /* tick labels shown (hidden on inner shared axes) */
     double ml, mr, mt, mb;    /* margins wanted around the plotting area */
     double cbar_w;            /* width of the colorbar with its labels (0: none) */
-    int legend_out;           /* legend right of the axes (every inner corner crowded) */
+    int legend_out;           /* legend outside the grid, in the figure's right strip
+                               * (every inner corner crowded) */
+    double leg_x, leg_y;      /* its top-left corner there */
+    double leg_w, leg_h;      /* its size */
 } mp_layout;
 
 /* Font sizes derived from the figure's base size. */
 typedef struct { double base, tick, label, title, suptitle; } mp_fonts;
 
 /* plot_text.c */
-void mp_text_font(cairo_t *cr, double size, int bold);
 double mp_text_width(cairo_t *cr, const char *s, double size, int bold);
 double mp_label_width(cairo_t *cr, const mp_label *l, double size);
 /* Draws s with its anchor (ha: 0 left .. 1 right; va: 0 top of capitals, 0.5 their
@@ -108,6 +111,10 @@ void mp_draw_label(mp_figure *f, cairo_t *cr, const mp_label *l, double x, doubl
 void mp_format_tick(double v, double step, double maxabs, mp_label *out);
 /* "text (x10^e)" or, without text, "x10^e": the multiplier of an axis's tick labels. */
 void mp_mult_label(mp_label *out, const char *text, int e);
+/* Copies the UTF-8 label src into dst[size], keeping at most max_chars characters:
+ * a longer one keeps max_chars - 1 and ends with an ellipsis (U+2026). */
+#define MP_LABEL_MAX_CHARS 16
+void mp_elide_label(char *dst, size_t size, const char *src, size_t max_chars);
 /* Ticks for an axis whose limits are set: fills t/lab/minor; target = wanted count. */
 void mp_axis_ticks(mp_axis *a, size_t target, const char *const *cat_labels, size_t ncat);
 

@@ -1,5 +1,6 @@
-/* plot_text.c — text for figures (cairo toy API, "sans-serif"): measuring and
- * anchored/rotated drawing, labels with a superscript (10^k), tick values on
+/* plot_text.c — text for figures (pango through pangocairo, "sans-serif", so any
+ * Unicode a token piece holds is shaped with font fallback): measuring and
+ * anchored/rotated drawing, elision of long tick labels, labels with a superscript (10^k), tick values on
  * 1-2-5 steps, log-decade ticks and tick-label formatting. */
 #include "plot_internal.h"
 
@@ -7,23 +8,41 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <pango/pangocairo.h>
+
 #define MINUS "\xe2\x88\x92"   /* U+2212, the typographic minus */
 #define TIMES "\xc3\x97"       /* U+00D7 */
+#define ELLIPSIS "\xe2\x80\xa6"  /* U+2026 */
 
-void mp_text_font(cairo_t *cr, double size, int bold) {
-    cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL,
-                           bold ? CAIRO_FONT_WEIGHT_BOLD : CAIRO_FONT_WEIGHT_NORMAL);
-    cairo_set_font_size(cr, size);
+/* One pango layout of s at size (user units, i.e. points) in the "sans-serif"
+ * family; text that is not valid UTF-8 (a byte-level token piece) is drawn with
+ * U+FFFD for the bad bytes instead of being refused. NULL if pango fails. */
+static PangoLayout *layout_of(cairo_t *cr, const char *s, double size, int bold) {
+    PangoLayout *lay = pango_cairo_create_layout(cr);
+    if (!lay) return NULL;
+    PangoFontDescription *d = pango_font_description_new();
+    pango_font_description_set_family_static(d, "sans-serif");
+    pango_font_description_set_weight(d, bold ? PANGO_WEIGHT_BOLD : PANGO_WEIGHT_NORMAL);
+    pango_font_description_set_absolute_size(d, size * PANGO_SCALE);
+    pango_layout_set_font_description(lay, d);
+    pango_font_description_free(d);
+    if (g_utf8_validate(s, -1, NULL)) pango_layout_set_text(lay, s, -1);
+    else {
+        gchar *v = g_utf8_make_valid(s, -1);
+        pango_layout_set_text(lay, v, -1);
+        g_free(v);
+    }
+    return lay;
 }
 
 double mp_text_width(cairo_t *cr, const char *s, double size, int bold) {
     if (!s || !*s) return 0;
-    cairo_text_extents_t e;
-    cairo_save(cr);
-    mp_text_font(cr, size, bold);
-    cairo_text_extents(cr, s, &e);
-    cairo_restore(cr);
-    return e.x_advance;
+    PangoLayout *lay = layout_of(cr, s, size, bold);
+    if (!lay) return 0;
+    PangoRectangle logical;
+    pango_layout_get_extents(lay, NULL, &logical);
+    g_object_unref(lay);
+    return (double)logical.width / PANGO_SCALE;
 }
 
 #define SUP_SCALE 0.7
@@ -40,11 +59,14 @@ static double baseline(double size, double va) {
     return va <= 0.5 ? cap * (1 - va) : cap / 2 - (va - 0.5) * 2 * (cap / 2 + desc);
 }
 
+/* Draws s with its baseline's left end at (x, y). */
 static void show(mp_figure *f, cairo_t *cr, const char *s, double x, double y, double size, int bold) {
     if (!s || !*s) return;
-    mp_text_font(cr, size, bold);
-    cairo_move_to(cr, x, y);
-    cairo_show_text(cr, s);
+    PangoLayout *lay = layout_of(cr, s, size, bold);
+    if (!lay) return;
+    cairo_move_to(cr, x, y - (double)pango_layout_get_baseline(lay) / PANGO_SCALE);
+    pango_cairo_show_layout(cr, lay);
+    g_object_unref(lay);
     cairo_new_path(cr);
     f->stats.n_texts++;
 }
@@ -157,6 +179,26 @@ static void linear_ticks(mp_axis *a, size_t target, double lo, double hi, int to
     }
 }
 
+void mp_elide_label(char *dst, size_t size, const char *src, size_t max_chars) {
+    size_t i = 0, nchar = 0, cut = 0;
+    if (size == 0) return;
+    for (; src[i]; i++) {
+        if (((unsigned char)src[i] & 0xC0) == 0x80) continue;   /* UTF-8 continuation byte */
+        if (nchar == max_chars - 1) cut = i;                     /* where the ellipsis would go */
+        nchar++;
+    }
+    int elide = max_chars >= 2 && nchar > max_chars;
+    size_t keep = elide ? cut : i;
+    if (keep + 4 > size) {   /* no room: fall back to a shorter cut at a character boundary */
+        keep = size > 4 ? size - 4 : 0;
+        while (keep > 0 && ((unsigned char)src[keep] & 0xC0) == 0x80) keep--;
+        elide = 1;
+    }
+    memcpy(dst, src, keep);
+    if (elide) memcpy(dst + keep, ELLIPSIS, 4);   /* 3 bytes and the terminator */
+    else dst[keep] = 0;
+}
+
 void mp_axis_ticks(mp_axis *a, size_t target, const char *const *cat, size_t ncat) {
     a->nt = a->nminor = 0;
     a->mexp = 0;
@@ -169,7 +211,7 @@ void mp_axis_ticks(mp_axis *a, size_t target, const char *const *cat, size_t nca
             if (g < a->lo || g > a->hi) continue;
             a->t[a->nt] = (double)g;
             a->lab[a->nt].sup[0] = 0;
-            if (cat && cat[g]) snprintf(a->lab[a->nt].base, sizeof a->lab[0].base, "%s", cat[g]);
+            if (cat && cat[g]) mp_elide_label(a->lab[a->nt].base, sizeof a->lab[0].base, cat[g], MP_LABEL_MAX_CHARS);
             else snprintf(a->lab[a->nt].base, sizeof a->lab[0].base, "%zu", g + 1);
             a->nt++;
         }

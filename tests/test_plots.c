@@ -2,7 +2,10 @@
  * against matplotlib's values, each series kind written as PNG (size read back
  * with cairo), SVG (markers and text runs counted in the XML) and PDF (header,
  * page size), drawing into a caller's context, and clean failures for bad
- * extensions, unwritable paths and bad arguments (nothing left behind).
+ * extensions, unwritable paths and bad arguments (nothing left behind); the
+ * default diverging map centred on 0 (pixel colours), Unicode token labels drawn
+ * inside the figure (ink extents), label elision, and a crowded legend placed
+ * outside the grid without narrowing one column.
  * Set MP_KEEP_FIGURES=1 to keep the files (their folder is printed). */
 #define _GNU_SOURCE   /* memmem */
 #include <dirent.h>
@@ -253,6 +256,173 @@ static void test_heatmap_pixels(void) {
     mp_figure_free(f);
 }
 
+static uint32_t rgb24(mp_rgb c) {
+    return (uint32_t)lround(c.r * 255) << 16 | (uint32_t)lround(c.g * 255) << 8 | (uint32_t)lround(c.b * 255);
+}
+
+/* Pixels of colour want in a W x H RGB24 image. */
+static size_t count_color(cairo_surface_t *img, int W, int H, uint32_t want) {
+    unsigned char *d = cairo_image_surface_get_data(img);
+    int stride = cairo_image_surface_get_stride(img);
+    size_t n = 0;
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++) n += (*(uint32_t *)(d + (size_t)y * stride + 4 * x) & 0xffffff) == want;
+    return n;
+}
+
+/* Signed data gets the diverging map centred on 0 by default: the cell of value 0
+ * shows the map's midpoint colour (t = 0.5), -2 its low end and 2 its high end
+ * (vmin = -vmax = max |z| = 2); given vmax alone, vmin mirrors it; non-negative
+ * data keeps viridis (test_heatmap_pixels); an explicit map is kept. */
+static void test_diverging_default(void) {
+    float z[4] = {-2, 0, 1, 2};
+    mp_figure *f;
+    CHECK(mp_figure_new(1, 1, NULL, &f) == MP_OK, "figure");
+    mp_heatmap_style s = mp_heatmap_style_default();
+    CHECK(s.cmap == MP_CMAP_AUTO, "heatmaps default to the automatic map");
+    CHECK(mp_axes_heatmap(mp_figure_axes(f, 0, 0), z, 2, 2, &s) == MP_OK, "%s", mp_last_error());
+    mp_series *se = &mp_figure_axes(f, 0, 0)->s[0];
+    CHECK(se->cmap == MP_CMAP_RDBU_R && se->vmin == -2 && se->vmax == 2, "signed data: rdbu_r on [-2, 2], got %s on [%g, %g]",
+          mp_cmap_name(se->cmap), se->vmin, se->vmax);
+    cairo_surface_t *img = cairo_image_surface_create(CAIRO_FORMAT_RGB24, 300, 300);
+    cairo_t *cr = cairo_create(img);
+    CHECK(mp_figure_draw(f, cr, 300, 300) == MP_OK, "%s", mp_last_error());
+    cairo_destroy(cr);
+    cairo_surface_flush(img);
+    /* Each cell is about 100 x 110 pixels; the colorbar adds a few rows of each colour. */
+    size_t mid = count_color(img, 300, 300, rgb24(mp_cmap_color(MP_CMAP_RDBU_R, 0.5)));
+    size_t lo = count_color(img, 300, 300, rgb24(mp_cmap_color(MP_CMAP_RDBU_R, 0)));
+    size_t hi = count_color(img, 300, 300, rgb24(mp_cmap_color(MP_CMAP_RDBU_R, 1)));
+    size_t q3 = count_color(img, 300, 300, rgb24(mp_cmap_color(MP_CMAP_RDBU_R, 0.75)));
+    CHECK(mid > 5000 && lo > 5000 && hi > 5000 && q3 > 5000,
+          "0 at the midpoint, -2 / 2 at the ends, 1 at 3/4: %zu %zu %zu %zu pixels", mid, lo, hi, q3);
+    cairo_surface_destroy(img);
+
+    float w[3] = {-0.5f, 0.25f, 3};
+    s.vmax = 1;   /* only vmax given: vmin = -1 */
+    CHECK(mp_axes_heatmap(mp_figure_axes(f, 0, 0), w, 1, 3, &s) == MP_OK, "%s", mp_last_error());
+    se = &mp_figure_axes(f, 0, 0)->s[1];
+    CHECK(se->vmin == -1 && se->vmax == 1, "vmax = 1 alone mirrors to [-1, 1], got [%g, %g]", se->vmin, se->vmax);
+    s.vmax = NAN;
+    s.cmap = MP_CMAP_MAGMA;   /* an explicit sequential map keeps the data range */
+    CHECK(mp_axes_heatmap(mp_figure_axes(f, 0, 0), w, 1, 3, &s) == MP_OK, "%s", mp_last_error());
+    se = &mp_figure_axes(f, 0, 0)->s[2];
+    CHECK(se->cmap == MP_CMAP_MAGMA && isnan(se->vmin) && isnan(se->vmax), "magma kept, limits automatic");
+    mp_scatter_style ss = mp_scatter_style_default();
+    float x[3] = {0, 1, 2};
+    ss.color = w;
+    CHECK(mp_axes_scatter(mp_figure_axes(f, 0, 0), x, x, 3, &ss) == MP_OK, "%s", mp_last_error());
+    se = &mp_figure_axes(f, 0, 0)->s[3];
+    CHECK(se->cmap == MP_CMAP_RDBU_R && se->vmin == -3 && se->vmax == 3, "signed scatter colours: rdbu_r on [-3, 3], got [%g, %g]",
+          se->vmin, se->vmax);
+    mp_figure_free(f);
+    mp_cmap m;
+    CHECK(mp_cmap_parse("AUTO", &m) == MP_OK && m == MP_CMAP_AUTO, "'auto' parses");
+}
+
+/* Long labels keep 15 characters and an ellipsis, counting UTF-8 characters. */
+static void test_elide(void) {
+    char b[160];
+    mp_elide_label(b, sizeof b, "short", 16);
+    CHECK(strcmp(b, "short") == 0, "short label kept: %s", b);
+    mp_elide_label(b, sizeof b, "abcdefghijklmnop", 16);
+    CHECK(strcmp(b, "abcdefghijklmnop") == 0, "16 characters kept: %s", b);
+    mp_elide_label(b, sizeof b, "abcdefghijklmnopq", 16);
+    CHECK(strcmp(b, "abcdefghijklmno\xe2\x80\xa6") == 0, "17 characters elided: %s", b);
+    /* 20 CJK characters (3 bytes each): 15 kept, cut on a character boundary. */
+    char cjk[64] = "";
+    for (int i = 0; i < 20; i++) strcat(cjk, "\xe6\x97\xa5");
+    mp_elide_label(b, sizeof b, cjk, 16);
+    CHECK(strlen(b) == 15 * 3 + 3 && strcmp(b + 45, "\xe2\x80\xa6") == 0, "CJK elided at 15 characters: %zu bytes", strlen(b));
+    char small[8];
+    mp_elide_label(small, sizeof small, cjk, 16);
+    CHECK(strlen(small) == 6 && strcmp(small + 3, "\xe2\x80\xa6") == 0, "a small buffer cuts on a boundary: %zu bytes", strlen(small));
+}
+
+/* Ink extents of everything f draws at W x H (recording surface, unbounded). */
+static void ink_of(mp_figure *f, double W, double H, double e[4]) {
+    cairo_surface_t *rec = cairo_recording_surface_create(CAIRO_CONTENT_COLOR_ALPHA, NULL);
+    cairo_t *cr = cairo_create(rec);
+    CHECK(mp_figure_draw(f, cr, W, H) == MP_OK, "%s", mp_last_error());
+    cairo_destroy(cr);
+    cairo_recording_surface_ink_extents(rec, &e[0], &e[1], &e[2], &e[3]);
+    cairo_surface_destroy(rec);
+}
+
+/* Token labels: Unicode pieces (U+2581, umlaut, CJK, invalid UTF-8 bytes, a long
+ * one) on both heatmap axes draw without error, every one of them (few columns),
+ * and nothing is drawn outside the figure, also when the x labels must turn 45
+ * degrees and be thinned (many columns in a narrow figure). */
+static void test_token_labels(void) {
+    const char *tok[6] = {"\xe2\x96\x81the", "\xc3\xb6", "\xe6\x97\xa5\xe6\x9c\xac", "\xff\xfe", "<b>&",
+                          "a very long token piece indeed"};
+    float z[36];
+    for (int i = 0; i < 36; i++) z[i] = (float)(i % 7) / 7;
+    mp_figure *f;
+    CHECK(mp_figure_new(1, 1, NULL, &f) == MP_OK, "figure");
+    mp_heatmap_style s = mp_heatmap_style_default();
+    s.xticklabels = tok;
+    s.yticklabels = tok;
+    s.mask_upper = 1;
+    CHECK(mp_axes_heatmap(mp_figure_axes(f, 0, 0), z, 6, 6, &s) == MP_OK, "%s", mp_last_error());
+    mp_axes_set_xlabel(mp_figure_axes(f, 0, 0), "key");
+    double e[4];
+    ink_of(f, 400, 360, e);
+    CHECK(e[0] >= -0.01 && e[1] >= -0.01 && e[0] + e[2] <= 400.01 && e[1] + e[3] <= 360.01,
+          "labels inside the 400 x 360 figure: ink at (%g, %g) size %g x %g", e[0], e[1], e[2], e[3]);
+    /* 6 + 6 labels, the 6 colorbar ticks at most, and the x label. */
+    CHECK(mp_figure_last_stats(f).n_texts >= 13, "every token label drawn: %zu texts", mp_figure_last_stats(f).n_texts);
+    CHECK(mp_figure_save(f, path_of("tokens.png"), 400, 360, 100) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_figure_save(f, path_of("tokens.pdf"), 400, 360, 100) == MP_OK, "%s", mp_last_error());
+    mp_figure_free(f);
+
+    enum { N = 48 };
+    const char *many[N];
+    char buf[N][32];
+    float w[N * N];
+    for (int i = 0; i < N; i++) {
+        snprintf(buf[i], sizeof buf[i], "tok\xc3\xa9n_%d_piece", i);
+        many[i] = buf[i];
+    }
+    for (int i = 0; i < N * N; i++) w[i] = (float)((i * 37) % 11) - 5;
+    CHECK(mp_figure_new(1, 1, NULL, &f) == MP_OK, "figure");
+    s = mp_heatmap_style_default();
+    s.xticklabels = many;
+    s.yticklabels = many;
+    CHECK(mp_axes_heatmap(mp_figure_axes(f, 0, 0), w, N, N, &s) == MP_OK, "%s", mp_last_error());
+    ink_of(f, 300, 300, e);
+    CHECK(e[0] >= -0.01 && e[1] >= -0.01 && e[0] + e[2] <= 300.01 && e[1] + e[3] <= 300.01,
+          "rotated, thinned labels inside the 300 x 300 figure: ink at (%g, %g) size %g x %g", e[0], e[1], e[2], e[3]);
+    size_t nt = mp_figure_last_stats(f).n_texts;
+    CHECK(nt > 10 && nt < 2 * N, "labels thinned when dense: %zu texts for %d + %d cells", nt, N, N);
+    mp_figure_free(f);
+}
+
+/* A legend that would hide data in every corner goes to the strip right of the
+ * grid: both columns keep the same width, and nothing leaves the figure. */
+static void test_legend_outside(void) {
+    enum { N = 400 };
+    float x[N], y[N];
+    for (int i = 0; i < N; i++) {   /* points spread over the whole panel, corners included */
+        x[i] = (float)(i % 20);
+        y[i] = (float)(i / 20);
+    }
+    mp_figure *f;
+    CHECK(mp_figure_new(1, 2, NULL, &f) == MP_OK, "figure");
+    mp_scatter_style s = mp_scatter_style_default();
+    s.label = "queries";
+    for (int c = 0; c < 2; c++) CHECK(mp_axes_scatter(mp_figure_axes(f, 0, c), x, y, N, &s) == MP_OK, "%s", mp_last_error());
+    mp_axes_set_legend(mp_figure_axes(f, 0, 1), 1);
+    double e[4];
+    ink_of(f, 500, 250, e);
+    mp_figure_stats st = mp_figure_last_stats(f);
+    CHECK(st.n_legends_outside == 1, "the crowded legend went outside (%zu)", st.n_legends_outside);
+    CHECK(fabs(st.plot_w_max - st.plot_w_min) < 1e-6, "columns equally wide: %g vs %g", st.plot_w_min, st.plot_w_max);
+    CHECK(e[0] >= -0.01 && e[1] >= -0.01 && e[0] + e[2] <= 500.01 && e[1] + e[3] <= 250.01,
+          "legend inside the figure: ink at (%g, %g) size %g x %g", e[0], e[1], e[2], e[3]);
+    mp_figure_free(f);
+}
+
 static void test_failures(void) {
     mp_figure *f = one(0, "t", 1);
     size_t before = dir_entries();
@@ -312,6 +482,10 @@ int main(void) {
     test_formats();
     test_svg_labels();
     test_heatmap_pixels();
+    test_diverging_default();
+    test_elide();
+    test_token_labels();
+    test_legend_outside();
     test_failures();
     if (getenv("MP_KEEP_FIGURES")) printf("figures kept in %s\n", dir);
     else {
@@ -321,6 +495,7 @@ int main(void) {
         if (d) closedir(d);
         rmdir(dir);
     }
-    cairo_debug_reset_static_data();
+    /* No cairo_debug_reset_static_data(): pango's font map (initialised by a
+     * fontconfig thread of its own) may still hold cairo fonts, and cairo asserts. */
     return tu_finish("test_plots");
 }

@@ -265,12 +265,17 @@ function M.figures(o, R)
   end
   do -- PCA scatter
     local I = R.identity
+    -- "PC1 (43%)": the component's share of the variance, when the run recorded it
+    local function pc_label(k, ratio)
+      local ok, r = pcall(function() return ratio:get(k) end)
+      return ok and r and ("PC%d (%.0f%%)"):format(k, 100 * r) or ("PC" .. k)
+    end
     local cat = {}
     for i, v in ipairs(I.labels) do cat[i] = v == 1 and "identity query" or "other query" end
     local fig = mp.plot.figure{width = 420, height = 340}
     fig:axes(1, 1):scatter(I.pc1, I.pc2, {category = cat, size = 4, alpha = 0.7})
       :set{title = ("Last layer attention output (final '='): PC1 separates %s"):format(fmt_pct(I.pc1_separation)),
-           xlabel = "PC1", ylabel = "PC2"}
+           xlabel = pc_label(1, I.pc_ratio), ylabel = pc_label(2, I.pc_ratio)}
     fig:axes(1, 1):legend()
     save(fig, "identity_pca")
   end

@@ -256,7 +256,8 @@ local function window_curve(per)
 end
 
 -- PCA (2 components, fitted on the pooled q and k cloud of all positions) of
--- head (l, h) (0-based) on one sequence; returns {qx, qy, kx, ky} lists by position.
+-- head (l, h) (0-based) on one sequence; returns {qx, qy, kx, ky} lists by position
+-- and ratio = {share of the variance along PC1, along PC2}.
 local function head_pca(m, tk, l, h)
   local cfg = m.config
   local group = cfg.n_head // cfg.n_kv_head
@@ -268,8 +269,9 @@ local function head_pca(m, tk, l, h)
   local pooled = mp.zeros{2 * T, Dh}
   pooled:narrow(1, T):copy_(qh)
   pooled:narrow(T + 1, T):copy_(kh)
-  local p = mp.analyze.pca(pooled, 2).proj
-  local r = {qx = {}, qy = {}, kx = {}, ky = {}}
+  local pca = mp.analyze.pca(pooled, 2)
+  local p = pca.proj
+  local r = {qx = {}, qy = {}, kx = {}, ky = {}, ratio = {pca.ratio:get(1), pca.ratio:get(2)}}
   for t = 1, T do
     r.qx[t], r.qy[t] = p:get(t, 1), p:get(t, 2)
     r.kx[t], r.ky[t] = p:get(T + t, 1), p:get(T + t, 2)
@@ -756,7 +758,8 @@ local function fig_pca(c)
       ax:scatter({p.kx[1]}, {p.ky[1]}, {label = "first key", size = 7, alpha = 1})
       ax:set{title = ("%s L%dH%d, %s"):format(n, sk.layer, sk.head,
                ci == 1 and ("positions 1..%d"):format(L - 1) or ("positions %d..%d"):format(L, Tmax - 1)),
-             xlim = {xlo, xhi}, ylim = {ylo, yhi}}
+             xlim = {xlo, xhi}, ylim = {ylo, yhi}, xlabel = ("PC1 (%.0f%%)"):format(100 * p.ratio[1]),
+             ylabel = ("PC2 (%.0f%%)"):format(100 * p.ratio[2])}
       if ri == 1 and ci == 2 then ax:legend() end
     end
   end

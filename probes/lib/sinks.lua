@@ -88,13 +88,14 @@ function M.run(m, tokens, o)
       local pooled = mp.zeros{2 * T, Dh}
       pooled:narrow(1, T):copy_(qh)
       pooled:narrow(T + 1, T):copy_(kh)
-      local p = mp.analyze.pca(pooled, 2).proj            -- [2T,2]
+      local pca = mp.analyze.pca(pooled, 2)
+      local p = pca.proj                                  -- [2T,2]
       local qx, qy, kx, ky = {}, {}, {}, {}
       for t = 1, T do
         qx[t], qy[t] = p:get(t, 1), p:get(t, 2)
         kx[t], ky[t] = p:get(T + t, 1), p:get(T + t, 2)
       end
-      pca_of[l][h] = {qx = qx, qy = qy, kx = kx, ky = ky}
+      pca_of[l][h] = {qx = qx, qy = qy, kx = kx, ky = ky, ratio = {pca.ratio:get(1), pca.ratio:get(2)}}
     end
   end
   local sinks = mp.analyze.sinks(patterns, {eps = o.eps})
@@ -135,7 +136,9 @@ function M.run(m, tokens, o)
         ax:scatter(c.qx, c.qy, {label = "queries", size = 2.5, alpha = 0.6})
         ax:scatter(c.kx, c.ky, {label = "keys", size = 2.5, alpha = 0.6})
         ax:scatter({c.kx[1]}, {c.ky[1]}, {label = "first key", size = 7, alpha = 1})
-        ax:set{title = ("L%d H%d"):format(l, h)}
+        -- axes named by component and its share of the pooled cloud's variance
+        ax:set{title = ("L%d H%d"):format(l, h), xlabel = ("PC1 (%.0f%%)"):format(100 * c.ratio[1]),
+               ylabel = ("PC2 (%.0f%%)"):format(100 * c.ratio[2])}
         if l == 0 and h == H - 1 then ax:legend() end
       end
     end

@@ -79,6 +79,31 @@ check("bars and figure options", function()
   fig:close()
 end)
 
+check("heatmap token labels (Unicode) and the diverging default", function()
+  local toks = {"\u{2581}the", "\u{f6}", "\u{65e5}\u{672c}", "\xff", "a very long token piece indeed"}
+  local z = {}
+  for i = 1, 5 do z[i] = {} for j = 1, 5 do z[i][j] = j <= i and (i - j) / 4 - 0.5 or 0 end end
+  local fig = mp.plot.figure{rows = 1, cols = 2, width = 500, height = 240}
+  fig:axes(1, 1):heatmap(z, {mask_upper = true, xticklabels = toks, yticklabels = toks})
+    :set{xlabel = "key", ylabel = "query"}
+  fig:axes(1, 2):heatmap(z, {cmap = "auto", vmax = 1, xticklabels = {1, 2, 3, 4, 5}, yticklabels = toks})
+  for _, ext in ipairs{"png", "svg", "pdf"} do
+    assert(fig:save(dir .. "/tokens." .. ext) == dir .. "/tokens." .. ext)
+    assert(exists(dir .. "/tokens." .. ext), ext)
+  end
+  local w, h = png_size(dir .. "/tokens.png")
+  assert(w == 1042 and h == 500, ("150 dpi: %dx%d"):format(w, h))
+  local ax = fig:axes(1, 1)
+  expect_error(function() ax:heatmap(z, {xticklabels = {"a", "b"}}) end, "xticklabels has 2 labels but there are 5 columns",
+               "label count")
+  expect_error(function() ax:heatmap(z, {yticklabels = {"a", "b", {}, "d", "e"}}) end, "yticklabels[3] is not a string",
+               "non-string label")
+  expect_error(function() ax:heatmap(z, {xticklabels = "abcde"}) end, "xticklabels must be a table", "labels not a table")
+  expect_error(function() ax:heatmap(z, {xtick_labels = toks}) end, "unknown option 'xtick_labels'", "strict options")
+  expect_error(function() ax:heatmap(z, {cmap = "jet"}) end, "use auto, viridis", "cmap names listed")
+  fig:close()
+end)
+
 check("misuse and bad paths raise errors naming the problem", function()
   local fig = mp.plot.figure{rows = 1, cols = 2}
   local ax = fig:axes(1, 2)

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef MP_HAVE_MPI
 #include <mpi.h>
@@ -31,6 +32,9 @@ static int launched(void) {
 #ifdef MP_HAVE_MPI
 
 static int g_init, g_final, g_alone, g_wrank, g_wsize = 1;
+/* A communicator of its own for the failure exit (mp_mpi_abort), so that its
+ * barrier can never be matched with a collective the other ranks are in. */
+static MPI_Comm g_exit_comm = MPI_COMM_NULL;
 
 static mp_status mpi_fail(int rc, const char *what) {
     char msg[MPI_MAX_ERROR_STRING];
@@ -52,6 +56,7 @@ mp_status mp_mpi_init(int *argc, char ***argv) {
     MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_wrank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_wsize);
+    if (g_wsize > 1 && MPI_Comm_dup(MPI_COMM_WORLD, &g_exit_comm) != MPI_SUCCESS) g_exit_comm = MPI_COMM_NULL;
     return MP_OK;
 }
 
@@ -59,12 +64,31 @@ void mp_mpi_finalize(void) {
     mp_mpi_grad_sync_free();
     if (g_init && !g_final) {
         g_final = 1;
+        if (g_exit_comm != MPI_COMM_NULL) MPI_Comm_free(&g_exit_comm);
         MPI_Finalize();
     }
 }
 
+/* Ends every rank after a failure. The ranks of a failure they all know of (a
+ * collective capture or training step that one rank failed) each print their
+ * own message first: without a wait, the first rank's MPI_Abort killed the
+ * others before they had written theirs. So the message is flushed and the rank
+ * waits at a barrier of the exit communicator for at most 2 s (a rank that
+ * failed alone waits the 2 s, then ends the job as before). */
 void mp_mpi_abort(int code) {
-    if (g_init && !g_final && g_wsize > 1) MPI_Abort(MPI_COMM_WORLD, code);
+    if (!(g_init && !g_final && g_wsize > 1)) return;
+    fflush(stdout);
+    fflush(stderr);
+    MPI_Request req;
+    if (g_exit_comm != MPI_COMM_NULL && MPI_Ibarrier(g_exit_comm, &req) == MPI_SUCCESS) {
+        int done = 0;
+        double t0 = MPI_Wtime();
+        while (!done && MPI_Wtime() - t0 < 2.0) {
+            if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+            if (!done) usleep(1000);
+        }
+    }
+    MPI_Abort(MPI_COMM_WORLD, code);
 }
 
 int mp_mpi_world_rank(void) { return g_init ? g_wrank : 0; }

@@ -528,7 +528,7 @@ static int model_generate(lua_State *L) {
 
 /* ---- streaming capture to an HDF5 run file ---- */
 
-/* m:capture(tokens, {out=PATH, hooks="*", logits=false, compress=0, seed=})
+/* m:capture(tokens, {out=PATH, hooks="*", logits=false, compress=0})
  * Writes DESIGN.md's run file atomically; returns the number of datasets. */
 static int model_capture(lua_State *L) {
     lua_settop(L, 3);

@@ -373,6 +373,25 @@ static int model_to_tokens(lua_State *L) {
     return 1;
 }
 
+/* m:to_single_token(text) -> the id of the one token text encodes to (no BOS /
+ * EOS), as TransformerLens's to_single_token; an error when it is not one. */
+static int model_to_single_token(lua_State *L) {
+    lmodel *lm = mp_lua_model_busy(L, 1, "to_single_token", 0);
+    size_t len;
+    const char *text = luaL_checklstring(L, 2, &len);
+    need_tok(L, lm);
+    int *ids, n;
+    mp_status st = lm_encode(lm, text, len, 0, 0, &ids, &n);
+    if (st) return mp_lua_fail(L, st);
+    if (n != 1) {
+        free(ids);
+        return luaL_error(L, "to_single_token: \"%s\" is %d tokens, not one (see m:to_str_tokens)", text, n);
+    }
+    lua_pushinteger(L, ids[0]);
+    free(ids);
+    return 1;
+}
+
 static int model_to_string(lua_State *L) {
     lmodel *lm = mp_lua_model_check(L, 1);
     need_tok(L, lm);
@@ -832,6 +851,7 @@ static const luaL_Reg model_methods[] = {
     {"to_tokens", model_to_tokens},
     {"to_string", model_to_string},
     {"to_str_tokens", model_to_str_tokens},
+    {"to_single_token", model_to_single_token},
     {"set_tokenizer", model_set_tokenizer},
     {"hook_names", model_hook_names},
     {"set_rope_scaling", model_set_rope_scaling},

@@ -176,5 +176,21 @@ local mn = mp.load(data .. "/ref_gqa_untied.bin", nil)
 check(mn ~= nil and mn.config.d_model == m.config.d_model, "mp.load(path, nil) returns the model: " .. tostring(mn))
 mn:close()
 
+-- m:to_single_token (TransformerLens's to_single_token): the one id, checked
+-- against the byte values and against to_tokens without BOS; more or fewer
+-- tokens than one is an error naming the count
+local bm = mp.model.new{d_model = 16, n_layer = 1, n_head = 2, d_mlp = 16, vocab = 260, ctx = 16, tokenizer = "bytes"}
+check(bm:to_single_token("a") == 97 and bm:to_single_token("\255") == 255, "bytes: to_single_token is the byte value")
+local ok2, e2 = pcall(bm.to_single_token, bm, "ab")
+check(not ok2 and tostring(e2):find('"ab" is 2 tokens', 1, true), "two tokens refused: " .. tostring(e2))
+local ok0, e0 = pcall(bm.to_single_token, bm, "")
+check(not ok0 and tostring(e0):find("is 0 tokens", 1, true), "no token refused: " .. tostring(e0))
+bm:close()
+local lm3 = mp.model.new{d_model = 8, n_layer = 1, n_head = 2, d_mlp = 8, vocab = 128256, ctx = 16}
+lm3:set_tokenizer(data .. "/bpe_llama3_tokenizer.json")
+local ids = lm3:to_tokens(" the", {bos = false})
+check(#ids == 1 and lm3:to_single_token(" the") == ids[1], "BPE: to_single_token equals to_tokens without BOS")
+lm3:close()
+
 os.execute("rm -rf " .. dir)
 t.finish("test_model")

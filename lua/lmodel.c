@@ -157,8 +157,7 @@ static void name_visit(void *u, mp_hook_id id, int layer, const char *name) {
 /* names = function(name) -> truthy: the hook names (in firing order) for which
  * the filter at index fi says yes, pushed as a comma-separated list (""
  * when none), which is returned; the filter's errors propagate. */
-static const char *names_from_filter(lua_State *L, const mp_config *cfg, int fi, const char *fn) {
-    (void)fn;
+static const char *names_from_filter(lua_State *L, const mp_config *cfg, int fi) {
     lua_newtable(L);
     int all = lua_gettop(L);
     mp_hook_select(cfg, "*", name_visit, L, NULL, 0);
@@ -207,7 +206,7 @@ static int run_common(lua_State *L, int want_cache, const char *fn) {
     if (want_cache) {
         const char *globs;
         if (mp_lua_opt_get(L, opt, "names") == LUA_TFUNCTION) /* a filter, as TransformerLens's names_filter */
-            globs = names_from_filter(L, cfg, lua_gettop(L), fn);
+            globs = names_from_filter(L, cfg, lua_gettop(L));
         else {
             lua_pop(L, 1);
             globs = mp_lua_opt_globs(L, opt, fn, "names", "*");

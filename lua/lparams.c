@@ -26,27 +26,32 @@
 #define VIEWS_KEY "mechprobe.param_views"
 #define OWNER_KEY "mechprobe.param_owner"
 
+/* Pushes a new table whose keys are weak. */
+static void push_weak_table(lua_State *L) {
+    lua_newtable(L);
+    lua_newtable(L);
+    lua_pushliteral(L, "k");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+}
+
+/* Pushes the registry's weak-keyed table under key, creating it the first time. */
+static void push_weak_registry(lua_State *L, const char *key) {
+    if (lua_getfield(L, LUA_REGISTRYINDEX, key) == LUA_TTABLE) return;
+    lua_pop(L, 1);
+    push_weak_table(L);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, key);
+}
+
 /* Pushes the list of views of the model at idx (creating it when `create`), or nil. */
 static int push_view_list(lua_State *L, int idx, int create) {
     idx = lua_absindex(L, idx);
-    if (lua_getfield(L, LUA_REGISTRYINDEX, VIEWS_KEY) != LUA_TTABLE) {
-        lua_pop(L, 1);
-        lua_newtable(L);
-        lua_newtable(L);
-        lua_pushliteral(L, "k");
-        lua_setfield(L, -2, "__mode");
-        lua_setmetatable(L, -2);
-        lua_pushvalue(L, -1);
-        lua_setfield(L, LUA_REGISTRYINDEX, VIEWS_KEY);
-    }
+    push_weak_registry(L, VIEWS_KEY);
     lua_pushvalue(L, idx);
     if (lua_rawget(L, -2) != LUA_TTABLE && create) {
         lua_pop(L, 1);
-        lua_newtable(L); /* the model's views, as weak keys */
-        lua_newtable(L);
-        lua_pushliteral(L, "k");
-        lua_setfield(L, -2, "__mode");
-        lua_setmetatable(L, -2);
+        push_weak_table(L); /* the model's views, as weak keys */
         lua_pushvalue(L, idx);
         lua_pushvalue(L, -2);
         lua_rawset(L, -4);
@@ -136,16 +141,7 @@ static int model_param(lua_State *L) {
     lua_pushboolean(L, 1);
     lua_rawset(L, -3);
     lua_pop(L, 1);
-    if (lua_getfield(L, LUA_REGISTRYINDEX, OWNER_KEY) != LUA_TTABLE) {
-        lua_pop(L, 1);
-        lua_newtable(L);
-        lua_newtable(L);
-        lua_pushliteral(L, "k");
-        lua_setfield(L, -2, "__mode");
-        lua_setmetatable(L, -2);
-        lua_pushvalue(L, -1);
-        lua_setfield(L, LUA_REGISTRYINDEX, OWNER_KEY);
-    }
+    push_weak_registry(L, OWNER_KEY);
     lua_pushvalue(L, -2);
     lua_pushvalue(L, 1);
     lua_rawset(L, -3);

@@ -236,20 +236,25 @@ void mp_lua_hooks_rethrow(lua_State *L, int ftbl) {
 }
 
 int mp_lua_add_fwd_hooks(lua_State *L, int opt, guard *g, int n_pos) {
+    return mp_lua_add_hooks_opt(L, opt, g->hooks, n_pos, "fwd_hooks");
+}
+
+int mp_lua_add_hooks_opt(lua_State *L, int opt, mp_hooks *hooks, int n_pos, const char *key) {
     lua_newtable(L); /* function table */
     int ftbl = lua_gettop(L);
     if (!opt || !lua_istable(L, opt)) return ftbl;
-    if (lua_getfield(L, opt, "fwd_hooks") == LUA_TNIL) { lua_pop(L, 1); return ftbl; }
+    if (lua_getfield(L, opt, key) == LUA_TNIL) { lua_pop(L, 1); return ftbl; }
     int hl = lua_gettop(L);
-    luaL_checktype(L, hl, LUA_TTABLE);
+    if (!lua_istable(L, hl))
+        luaL_error(L, "%s: a list of {name, function or intervention} expected, got %s", key, luaL_typename(L, hl));
     lua_Integer n = luaL_len(L, hl);
     for (lua_Integer i = 1; i <= n; i++) {
         lua_geti(L, hl, i);
         int e = lua_gettop(L);
-        if (!lua_istable(L, e)) luaL_error(L, "fwd_hooks[%d]: expected {name, function or intervention}", (int)i);
+        if (!lua_istable(L, e)) luaL_error(L, "%s[%d]: expected {name, function or intervention}", key, (int)i);
         lua_geti(L, e, 1);
         const char *name = lua_tostring(L, -1);
-        if (!name) luaL_error(L, "fwd_hooks[%d][1]: hook name (string) expected", (int)i);
+        if (!name) luaL_error(L, "%s[%d][1]: hook name (string) expected", key, (int)i);
         lua_geti(L, e, 2);
         mp_status st;
         if (lua_isfunction(L, -1)) {
@@ -261,13 +266,13 @@ int mp_lua_add_fwd_hooks(lua_State *L, int opt, guard *g, int n_pos) {
             h->tbl = ftbl;
             h->key = key;
             lua_rawseti(L, ftbl, -key); /* keep the hook record alive beside its function */
-            st = mp_hooks_add(g->hooks, name, lua_hook_cb, h);
+            st = mp_hooks_add(hooks, name, lua_hook_cb, h);
         } else if (luaL_testudata(L, -1, IV_MT)) {
             lintervention *iv = lua_touserdata(L, -1);
             for (int k = 0; n_pos > 0 && k < iv->npos; k++)
                 if (iv->pos[k] >= n_pos)
-                    return luaL_error(L, "fwd_hooks[%d]: %s at position %d, but the input has T = %d positions "
-                                         "(0..%d; positions are 0-based)", (int)i, mp_intervention_name(iv->kind),
+                    return luaL_error(L, "%s[%d]: %s at position %d, but the input has T = %d positions "
+                                         "(0..%d; positions are 0-based)", key, (int)i, mp_intervention_name(iv->kind),
                                       iv->pos[k], n_pos, n_pos - 1);
             /* its Tensor must still be valid (a hook view made into a source is
              * detached when its callback returns): raises if it is not */
@@ -275,12 +280,12 @@ int mp_lua_add_fwd_hooks(lua_State *L, int opt, guard *g, int n_pos) {
             lua_pop(L, 1);
             lua_pushvalue(L, -1);
             lua_rawseti(L, ftbl, -(int)(1000000 + i)); /* keep it alive */
-            st = mp_hooks_add(g->hooks, name, mp_intervention_apply, iv);
+            st = mp_hooks_add(hooks, name, mp_intervention_apply, iv);
         } else {
-            return luaL_error(L, "fwd_hooks[%d][2]: a function or an intervention (mp.ablate.zero(), "
-                                       "mp.patch(...), mp.steer(...)) expected, got %s", (int)i, luaL_typename(L, -1));
+            return luaL_error(L, "%s[%d][2]: a function or an intervention (mp.ablate.zero(), "
+                                       "mp.patch(...), mp.steer(...)) expected, got %s", key, (int)i, luaL_typename(L, -1));
         }
-        if (st) luaL_error(L, "fwd_hooks[%d]: %s", (int)i, mp_last_error());
+        if (st) luaL_error(L, "%s[%d]: %s", key, (int)i, mp_last_error());
         lua_settop(L, e - 1);
     }
     lua_settop(L, ftbl);

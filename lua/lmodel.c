@@ -184,17 +184,14 @@ static const char *names_from_filter(lua_State *L, const mp_config *cfg, int fi)
 /* Shared body of forward / run_with_cache / run_with_hooks.
  * Returns logits (or nil) and, with want_cache, the cache table. */
 static int run_common(lua_State *L, int want_cache, const char *fn) {
-    static const char *const known[] = {"fwd_hooks", "logits", NULL},
-                             *known_cache[] = {"fwd_hooks", "logits", "names", "incl_bwd", NULL};
+    static const char *const known[] = {"fwd_hooks", "logits", "loss", "targets", "bwd_hooks", NULL},
+                             *known_cache[] = {"fwd_hooks", "logits", "names", "incl_bwd", "loss", "targets",
+                                               "bwd_hooks", NULL};
     lua_settop(L, 3);
     lmodel *lm = mp_lua_model_busy(L, 1, fn, 0);
     mp_lua_opt_check(L, 3, fn, want_cache ? known_cache : known);
     int opt = lua_istable(L, 3) ? 3 : 0;
-    if (want_cache) {
-        if (mp_lua_opt_get(L, opt, "incl_bwd") != LUA_TNIL)
-            return luaL_error(L, "%s: option 'incl_bwd' is not supported yet (mechprobe has no backward hooks)", fn);
-        lua_pop(L, 1);
-    }
+    const int grad = mp_lua_grad_wanted(L, opt); /* loss / incl_bwd / bwd_hooks: lgrad.c */
     const mp_config *cfg = &lm->m->cfg;
     guard *g = mp_lua_guard_push(L);
     int B, T;
@@ -203,8 +200,8 @@ static int run_common(lua_State *L, int want_cache, const char *fn) {
     if (!g->hooks) return luaL_error(L, "out of memory");
     int ftbl = mp_lua_add_fwd_hooks(L, opt, g, T); /* leaves its function table on the stack */
     int cache_idx = 0;
+    const char *globs = "";
     if (want_cache) {
-        const char *globs;
         if (mp_lua_opt_get(L, opt, "names") == LUA_TFUNCTION) /* a filter, as TransformerLens's names_filter */
             globs = names_from_filter(L, cfg, lua_gettop(L));
         else {
@@ -246,6 +243,7 @@ static int run_common(lua_State *L, int want_cache, const char *fn) {
                           lmode);
     }
     int li = lua_gettop(L);
+    if (grad) return mp_lua_run_grad(L, lm, g, B, T, opt, fn, ftbl, cache_idx, globs, logits, li);
     mp_status st = mp_model_forward(lm->m, g->ints, B, T, &fp, logits ? logits->data : NULL);
     if (st) {
         mp_lua_hooks_rethrow(L, ftbl);
@@ -896,4 +894,5 @@ void mp_lua_open_model(lua_State *L) {
     lua_setfield(L, -2, "tokenizer");
     mp_lua_open_train(L);
     mp_lua_open_interventions(L);
+    mp_lua_open_grad(L);
 }

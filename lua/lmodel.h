@@ -69,8 +69,20 @@ int mp_lua_config_fields(lua_State *L);
  * fail; after a failed forward call mp_lua_hooks_rethrow(L, ftbl), which raises
  * the recorded error object (if any), then report the mp_status. */
 int mp_lua_add_fwd_hooks(lua_State *L, int opt, guard *g, int n_pos);
+/* The same for the list under opts[key] into the registry `hooks` (bwd_hooks). */
+int mp_lua_add_hooks_opt(lua_State *L, int opt, mp_hooks *hooks, int n_pos, const char *key);
 void mp_lua_hooks_rethrow(lua_State *L, int ftbl);
 void mp_lua_open_interventions(lua_State *L);
+
+/* lgrad.c: gradients. mp_lua_grad_wanted: do the options at opt ask for a
+ * loss, incl_bwd or bwd_hooks? mp_lua_run_grad: run_common's forward for such
+ * a call (a training-mode forward, the metric, the backward): returns logits
+ * and the cache (with NAME_grad and .loss) or, without a cache, the metric's
+ * value. mp_lua_open_grad: mp.attribution_patch. */
+int mp_lua_grad_wanted(lua_State *L, int opt);
+int mp_lua_run_grad(lua_State *L, lmodel *lm, guard *g, int B, int T, int opt, const char *fn, int ftbl,
+                    int cache_idx, const char *globs, mp_tensor *logits, int li);
+void mp_lua_open_grad(lua_State *L);
 
 /* ltrain.c: the Model's training methods (train_step, train, loss). */
 extern const luaL_Reg mp_lua_train_methods[];

@@ -109,7 +109,8 @@ local CHAPTER = {
   Optimizer = "Optimizer", Output = "Module functions", Probe = "Analyses", Intervention = "Interventions",
 }
 -- internal helper types (never reach a script)
-local INTERNAL = {Guard = true, ModelBusy = true, AnalyzeResult = true, param_views = true, param_owner = true}
+local INTERNAL = {Guard = true, ModelBusy = true, AnalyzeResult = true, param_views = true, param_owner = true,
+                  GradWS = true}
 
 local function methods_of(mt)
   local idx = mt.__methods or mt.__index

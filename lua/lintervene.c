@@ -239,22 +239,22 @@ int mp_lua_add_fwd_hooks(lua_State *L, int opt, guard *g, int n_pos) {
     return mp_lua_add_hooks_opt(L, opt, g->hooks, n_pos, "fwd_hooks");
 }
 
-int mp_lua_add_hooks_opt(lua_State *L, int opt, mp_hooks *hooks, int n_pos, const char *key) {
+int mp_lua_add_hooks_opt(lua_State *L, int opt, mp_hooks *hooks, int n_pos, const char *field) {
     lua_newtable(L); /* function table */
     int ftbl = lua_gettop(L);
     if (!opt || !lua_istable(L, opt)) return ftbl;
-    if (lua_getfield(L, opt, key) == LUA_TNIL) { lua_pop(L, 1); return ftbl; }
+    if (lua_getfield(L, opt, field) == LUA_TNIL) { lua_pop(L, 1); return ftbl; }
     int hl = lua_gettop(L);
     if (!lua_istable(L, hl))
-        luaL_error(L, "%s: a list of {name, function or intervention} expected, got %s", key, luaL_typename(L, hl));
+        luaL_error(L, "%s: a list of {name, function or intervention} expected, got %s", field, luaL_typename(L, hl));
     lua_Integer n = luaL_len(L, hl);
     for (lua_Integer i = 1; i <= n; i++) {
         lua_geti(L, hl, i);
         int e = lua_gettop(L);
-        if (!lua_istable(L, e)) luaL_error(L, "%s[%d]: expected {name, function or intervention}", key, (int)i);
+        if (!lua_istable(L, e)) luaL_error(L, "%s[%d]: expected {name, function or intervention}", field, (int)i);
         lua_geti(L, e, 1);
         const char *name = lua_tostring(L, -1);
-        if (!name) luaL_error(L, "%s[%d][1]: hook name (string) expected", key, (int)i);
+        if (!name) luaL_error(L, "%s[%d][1]: hook name (string) expected", field, (int)i);
         lua_geti(L, e, 2);
         mp_status st;
         if (lua_isfunction(L, -1)) {
@@ -272,7 +272,7 @@ int mp_lua_add_hooks_opt(lua_State *L, int opt, mp_hooks *hooks, int n_pos, cons
             for (int k = 0; n_pos > 0 && k < iv->npos; k++)
                 if (iv->pos[k] >= n_pos)
                     return luaL_error(L, "%s[%d]: %s at position %d, but the input has T = %d positions "
-                                         "(0..%d; positions are 0-based)", key, (int)i, mp_intervention_name(iv->kind),
+                                         "(0..%d; positions are 0-based)", field, (int)i, mp_intervention_name(iv->kind),
                                       iv->pos[k], n_pos, n_pos - 1);
             /* its Tensor must still be valid (a hook view made into a source is
              * detached when its callback returns): raises if it is not */
@@ -283,9 +283,9 @@ int mp_lua_add_hooks_opt(lua_State *L, int opt, mp_hooks *hooks, int n_pos, cons
             st = mp_hooks_add(hooks, name, mp_intervention_apply, iv);
         } else {
             return luaL_error(L, "%s[%d][2]: a function or an intervention (mp.ablate.zero(), "
-                                       "mp.patch(...), mp.steer(...)) expected, got %s", key, (int)i, luaL_typename(L, -1));
+                                       "mp.patch(...), mp.steer(...)) expected, got %s", field, (int)i, luaL_typename(L, -1));
         }
-        if (st) luaL_error(L, "%s[%d]: %s", key, (int)i, mp_last_error());
+        if (st) luaL_error(L, "%s[%d]: %s", field, (int)i, mp_last_error());
         lua_settop(L, e - 1);
     }
     lua_settop(L, ftbl);

@@ -69,8 +69,8 @@ int mp_lua_config_fields(lua_State *L);
  * fail; after a failed forward call mp_lua_hooks_rethrow(L, ftbl), which raises
  * the recorded error object (if any), then report the mp_status. */
 int mp_lua_add_fwd_hooks(lua_State *L, int opt, guard *g, int n_pos);
-/* The same for the list under opts[key] into the registry `hooks` (bwd_hooks). */
-int mp_lua_add_hooks_opt(lua_State *L, int opt, mp_hooks *hooks, int n_pos, const char *key);
+/* The same for the list under opts[field] into the registry `hooks` (bwd_hooks). */
+int mp_lua_add_hooks_opt(lua_State *L, int opt, mp_hooks *hooks, int n_pos, const char *field);
 void mp_lua_hooks_rethrow(lua_State *L, int ftbl);
 void mp_lua_open_interventions(lua_State *L);
 

@@ -28,7 +28,10 @@ t.case("the cases of issue 13", function()
   exactly(function() mp.plot.figure{bogus = 1} end, "mp.plot.figure: unknown option 'bogus'")
   exactly(function() m:forward(toks, {fwd_hook = function() end}) end, "forward: unknown option 'fwd_hook'")
   exactly(function() m:run_with_cache(toks, {incl_bwd = true}) end,
-    "run_with_cache: option 'incl_bwd' is not supported yet (mechprobe has no backward hooks)")
+    "run_with_cache: incl_bwd = true needs a 'loss' (\"ce\", {logit_diff = {correct, wrong}} or a "
+    .. "function(logits) -> value, dlogits): the gradients are those of that metric")
+  exactly(function() m:run_with_cache(toks, {incl_bwd = 1, loss = "ce"}) end,
+    "run_with_cache: option 'incl_bwd' must be a boolean, got number")
 end)
 
 t.case("types and booleans", function()

@@ -276,6 +276,29 @@ static double run_fwd_bwd(lua_State *L, const mp_model *m, const int *tokens, in
     return v;
 }
 
+/* A bwd_hooks entry naming (without a wildcard) a hook point that has no
+ * backward is an error; a glob simply never fires there. */
+static void check_bwd_names(lua_State *L, int opt, const mp_config *cfg, const char *fn) {
+    if (mp_lua_opt_get(L, opt, "bwd_hooks") == LUA_TTABLE)
+        for (lua_Integer i = 1, n = luaL_len(L, -1); i <= n; i++) {
+            lua_geti(L, -1, i);
+            lua_geti(L, -1, 1);
+            const char *s = lua_tostring(L, -1);
+            char one[128];
+            while (s && *s) { /* each comma-separated name */
+                size_t k = strcspn(s, ",");
+                snprintf(one, sizeof one, "%.*s", (int)(k < sizeof one - 1 ? k : sizeof one - 1), s);
+                mp_hook_id id;
+                int layer;
+                if (!strpbrk(one, "*?[") && mp_hook_parse(cfg, one, &id, &layer) == 0 && !mp_grad_has_hook(id))
+                    luaL_error(L, "%s: bwd_hooks[%d]: no gradient at hook %s yet", fn, (int)i, one);
+                s += k + (s[k] == ',');
+            }
+            lua_pop(L, 2);
+        }
+    lua_pop(L, 1);
+}
+
 int mp_lua_grad_wanted(lua_State *L, int opt) {
     if (!opt) return 0;
     int want = 0;
@@ -307,13 +330,7 @@ int mp_lua_run_grad(lua_State *L, lmodel *lm, guard *g, int B, int T, int opt, c
     gb->hooks = mp_hooks_new(cfg);
     if (!gb->hooks) mp_lua_fail(L, MP_ERR_NOMEM);
     int btbl = mp_lua_add_hooks_opt(L, opt, gb->hooks, T, "bwd_hooks");
-    for (int i = 0; i < MP_HOOK_COUNT; i++) /* every registered point must have a backward */
-        for (int l = -1; l < cfg->n_layer; l++)
-            if (mp_hooks_active(gb->hooks, (mp_hook_id)i, l) && !mp_grad_has_hook((mp_hook_id)i)) {
-                char name[96];
-                luaL_error(L, "%s: bwd_hooks: no gradient at hook %s yet", fn,
-                           mp_hook_name((mp_hook_id)i, l, name, sizeof name));
-            }
+    check_bwd_names(L, opt, cfg, fn);
     if (incl_bwd && globs[0])
         capture(L, cache_idx, globs, "_grad", gb->hooks, B, T, cfg, 1, fn);
     const int backward = incl_bwd || mp_hooks_count(gb->hooks) > 0;

@@ -33,6 +33,7 @@ static int model_gc(lua_State *L) {
     mp_train_log_free(&lm->log);
     lm->m = NULL;
     lm->tok = NULL;
+    mp_lua_params_detach(L, 1, NULL);
     return 0;
 }
 
@@ -55,7 +56,11 @@ typedef struct {
 
 static int busy_release(lua_State *L) {
     busy_mark *b = luaL_checkudata(L, 1, BUSY_MT);
-    if (b->lm) b->lm->busy--;
+    if (b->lm) {
+        b->lm->busy--;
+        lua_getiuservalue(L, 1, 1); /* the model: training may have replaced its memory */
+        mp_lua_params_detach(L, -1, "training copied the parameters into new memory; call m:param again");
+    }
     b->lm = NULL;
     return 0;
 }
@@ -762,6 +767,7 @@ static int model_index(lua_State *L) {
     if (strcmp(k, "tokenizer_path") == 0) { lua_pushstring(L, lm->tok && !is_bytes(lm) ? lm->tok_path : NULL); return 1; }
     if (strcmp(k, "has_tokenizer") == 0) { lua_pushboolean(L, lm->tok != NULL); return 1; }
     if (strcmp(k, "optimizer") == 0) { lua_getiuservalue(L, 1, 1); return 1; }
+    if (mp_lua_weights_index(L, 1, k)) return 1; /* W_E, W_pos, W_U */
     if (strcmp(k, "weights") == 0) { /* "F32", "Q8_0", "Q4_K+Q6_K", ... */
         char t[64];
         mp_model_weight_types(lm->m, t, sizeof t);
@@ -837,6 +843,7 @@ static int model_set_pos(lua_State *L) {
 static int model_dequantize(lua_State *L) {
     lmodel *lm = model_idle(L, "dequantize"); /* the running method reads the weights this replaces */
     mp_status st = mp_model_dequantize(lm->m);
+    mp_lua_params_detach(L, 1, "m:dequantize() replaced the parameter memory; call m:param again");
     if (st) return mp_lua_fail(L, st);
     lua_settop(L, 1);
     return 1;
@@ -872,6 +879,7 @@ void mp_lua_open_model(lua_State *L) {
     luaL_newlib(L, model_methods);
     luaL_setfuncs(L, mp_lua_train_methods, 0);
     luaL_setfuncs(L, mp_lua_capture_methods, 0);
+    luaL_setfuncs(L, mp_lua_weight_methods, 0);
     lua_setfield(L, -2, "__methods");
     lua_pop(L, 1);
 

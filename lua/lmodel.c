@@ -621,7 +621,7 @@ static lmodel *push_lmodel(lua_State *L) {
 
 /* mp.load(path [, {tokenizer=path | "bytes"}]) */
 static int l_load(lua_State *L) {
-    static const char *const known[] = {"tokenizer", NULL};
+    static const char *const known[] = {"tokenizer", MP_LUA_LOAD_PROCESS_KEYS, NULL};
     const char *path = luaL_checkstring(L, 1);
     lua_settop(L, 2); /* the model goes to index 3, with or without options (mp.load(path, nil) too) */
     mp_lua_opt_check(L, 2, "mp.load", known);
@@ -653,6 +653,7 @@ static int l_load(lua_State *L) {
     if (!tp && !own_tok && !lm->m->tokenizer[0] && mp_tok_find_beside(path, found, sizeof found)) tp = found;
     if (tp) set_tokenizer(L, lm, tp);
     else if (!lm->tok && strcmp(lm->m->tokenizer, "bytes") == 0) attach_bytes(L, lm); /* a byte-level checkpoint */
+    mp_lua_load_process(L, opt, 3); /* fold_ln= etc.: TL's weight processing */
     lua_settop(L, 3);
     return 1;
 }

@@ -85,6 +85,11 @@ int mp_lua_weights_index(lua_State *L, int idx, const char *key);
  * the views were made (mp_model.mem_gen moved: `why`, or a generic reason when
  * NULL); a no-op otherwise (cheap: call it wherever the memory may go). */
 void mp_lua_params_detach(lua_State *L, int idx, const char *why);
+/* mp.load's options for TL's weight processing (default false, as
+ * from_pretrained_no_processing) and their application to the model at
+ * `model` (an explicit true that does not apply is an error naming why). */
+#define MP_LUA_LOAD_PROCESS_KEYS "fold_ln", "center_writing_weights", "center_unembed", "fold_value_biases"
+void mp_lua_load_process(lua_State *L, int opt, int model);
 
 /* ltrain.c: the Model's training methods (train_step, train, loss). */
 extern const luaL_Reg mp_lua_train_methods[];

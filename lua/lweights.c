@@ -441,6 +441,18 @@ static int model_process_weights(lua_State *L) {
     return 1;
 }
 
+void mp_lua_load_process(lua_State *L, int opt, int model) {
+    static const char *const keys[] = {MP_LUA_LOAD_PROCESS_KEYS};
+    static const mp_wp_step steps[] = {MP_WP_FOLD_LN, MP_WP_CENTER_WRITING, MP_WP_CENTER_UNEMBED,
+                                       MP_WP_FOLD_VALUE_BIASES};
+    unsigned mask = 0;
+    for (int i = 0; i < 4; i++)
+        if (mp_lua_opt_bool(L, opt, "mp.load", keys[i], 0)) mask |= steps[i];
+    mp_model *m = mp_lua_model_check(L, model)->m;
+    mp_status st = mask ? mp_weights_process(m, mask) : MP_OK;
+    if (st) mp_lua_fail(L, mp_error_prefix(st, "mp.load: %s", m->source));
+}
+
 const luaL_Reg mp_lua_weight_methods[] = {
     {"params", model_params}, {"param", model_param}, {"set_weight", model_set_weight},
     {"process_weights", model_process_weights},

@@ -317,6 +317,12 @@ t.case("memory-mapped and quantized models", function()
   f:process_weights{center_unembed = false}
   local r = rel(before, f:forward(toks))
   assert(r <= 1e-5, ("mapped llama2.c model: %.3g"):format(r))
+  -- mp.load's options do the same at load time
+  local p <close> = mp.load(data .. "/ref_gqa_untied.bin", {fold_ln = true})
+  same(p:forward(toks), f:forward(toks), "mp.load{fold_ln = true} = load, then process_weights")
+  assert(max_abs(p:param("ln_final.weight") - 1) == 0, "folded at load")
+  t.expect_error(function() mp.load(data .. "/ref_gqa_untied.bin", {center_writing_weights = true}) end,
+                 "ref_gqa_untied.bin: process_weights: center_writing_weights: the model uses RMSNorm", "load option")
   local tmp = os.tmpname()
   local g <close> = mp.model.new{d_model = 32, n_layer = 1, n_head = 2, vocab = 40, ctx = 8, seed = 3}
   g:save(tmp .. ".q8.gguf", {type = "q8_0"})

@@ -390,6 +390,19 @@ static int model_set_weight(lua_State *L) {
 
 /* ---- weight processing ---- */
 
+/* After mp_weights_process on the model at idx (n: its parameter count
+ * before): its views of replaced memory go, and an optimizer state sized for
+ * the tied layout (untying adds the unembedding) is dropped, so that m:save
+ * and m:train do not meet moments that no longer match. */
+static void after_process(lua_State *L, int idx, size_t n) {
+    lmodel *lm = mp_lua_model_check(L, idx);
+    mp_lua_params_detach(L, idx, NULL);
+    if (mp_config_n_params(&lm->m->cfg) != n) {
+        lua_pushnil(L);
+        lua_setiuservalue(L, idx, 1);
+    }
+}
+
 /* m:process_weights([{fold_ln=, center_writing_weights=, center_unembed=,
  * fold_value_biases=}]) -> {applied = {names}, skipped = {name = why}}.
  * An option not given defaults to TL's true and is skipped (with the reason)
@@ -430,8 +443,9 @@ static int model_process_weights(lua_State *L) {
         lua_pushstring(L, key);
         lua_rawseti(L, applied, ++n);
     }
+    size_t n_before = mp_config_n_params(&lm->m->cfg);
     mp_status st = mp_weights_process(lm->m, mask);
-    mp_lua_params_detach(L, 1, NULL); /* the memory may have been copied or untied, even on failure */
+    after_process(L, 1, n_before); /* the memory may have been copied or untied, even on failure */
     if (st) return mp_lua_fail(L, st);
     lua_createtable(L, 0, 2);
     lua_pushvalue(L, applied);
@@ -449,7 +463,9 @@ void mp_lua_load_process(lua_State *L, int opt, int model) {
     for (int i = 0; i < 4; i++)
         if (mp_lua_opt_bool(L, opt, "mp.load", keys[i], 0)) mask |= steps[i];
     mp_model *m = mp_lua_model_check(L, model)->m;
+    size_t n_before = mp_config_n_params(&m->cfg);
     mp_status st = mask ? mp_weights_process(m, mask) : MP_OK;
+    after_process(L, model, n_before);
     if (st) mp_lua_fail(L, mp_error_prefix(st, "mp.load: %s", m->source));
 }
 

@@ -201,6 +201,7 @@ mp_status mp_weights_process(mp_model *m, unsigned steps) {
     static const mp_wp_step order[] = {MP_WP_FOLD_LN, MP_WP_CENTER_WRITING, MP_WP_CENTER_UNEMBED,
                                        MP_WP_FOLD_VALUE_BIASES};
     char why[512];
+    if (!steps) return MP_OK;
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
         if ((steps & order[i]) && !mp_weights_step_applies(m, order[i], why, sizeof why))
             return mp_error(MP_ERR_ARG, "process_weights: %s: %s", mp_weights_step_name(order[i]), why);

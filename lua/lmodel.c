@@ -60,6 +60,7 @@ static int busy_release(lua_State *L) {
         b->lm->busy--;
         lua_getiuservalue(L, 1, 1); /* the model: training may have replaced its memory */
         mp_lua_params_detach(L, -1, "training copied the parameters into new memory; call m:param again");
+        lua_pop(L, 1);
     }
     b->lm = NULL;
     return 0;

@@ -33,6 +33,7 @@ static int model_gc(lua_State *L) {
     mp_train_log_free(&lm->log);
     lm->m = NULL;
     lm->tok = NULL;
+    mp_lua_params_detach(L, 1, NULL);
     return 0;
 }
 
@@ -55,7 +56,12 @@ typedef struct {
 
 static int busy_release(lua_State *L) {
     busy_mark *b = luaL_checkudata(L, 1, BUSY_MT);
-    if (b->lm) b->lm->busy--;
+    if (b->lm) {
+        b->lm->busy--;
+        lua_getiuservalue(L, 1, 1); /* the model: training may have replaced its memory */
+        mp_lua_params_detach(L, -1, "training copied the parameters into new memory; call m:param again");
+        lua_pop(L, 1);
+    }
     b->lm = NULL;
     return 0;
 }
@@ -614,7 +620,7 @@ static lmodel *push_lmodel(lua_State *L) {
 
 /* mp.load(path [, {tokenizer=path | "bytes"}]) */
 static int l_load(lua_State *L) {
-    static const char *const known[] = {"tokenizer", NULL};
+    static const char *const known[] = {"tokenizer", MP_LUA_LOAD_PROCESS_KEYS, NULL};
     const char *path = luaL_checkstring(L, 1);
     lua_settop(L, 2); /* the model goes to index 3, with or without options (mp.load(path, nil) too) */
     mp_lua_opt_check(L, 2, "mp.load", known);
@@ -646,6 +652,7 @@ static int l_load(lua_State *L) {
     if (!tp && !own_tok && !lm->m->tokenizer[0] && mp_tok_find_beside(path, found, sizeof found)) tp = found;
     if (tp) set_tokenizer(L, lm, tp);
     else if (!lm->tok && strcmp(lm->m->tokenizer, "bytes") == 0) attach_bytes(L, lm); /* a byte-level checkpoint */
+    mp_lua_load_process(L, opt, 3); /* fold_ln= etc.: TL's weight processing */
     lua_settop(L, 3);
     return 1;
 }
@@ -760,6 +767,7 @@ static int model_index(lua_State *L) {
     if (strcmp(k, "tokenizer_path") == 0) { lua_pushstring(L, lm->tok && !is_bytes(lm) ? lm->tok_path : NULL); return 1; }
     if (strcmp(k, "has_tokenizer") == 0) { lua_pushboolean(L, lm->tok != NULL); return 1; }
     if (strcmp(k, "optimizer") == 0) { lua_getiuservalue(L, 1, 1); return 1; }
+    if (mp_lua_weights_index(L, 1, k)) return 1; /* W_E, W_pos, W_U */
     if (strcmp(k, "weights") == 0) { /* "F32", "Q8_0", "Q4_K+Q6_K", ... */
         char t[64];
         mp_model_weight_types(lm->m, t, sizeof t);
@@ -835,6 +843,7 @@ static int model_set_pos(lua_State *L) {
 static int model_dequantize(lua_State *L) {
     lmodel *lm = model_idle(L, "dequantize"); /* the running method reads the weights this replaces */
     mp_status st = mp_model_dequantize(lm->m);
+    mp_lua_params_detach(L, 1, "m:dequantize() replaced the parameter memory; call m:param again");
     if (st) return mp_lua_fail(L, st);
     lua_settop(L, 1);
     return 1;
@@ -870,6 +879,7 @@ void mp_lua_open_model(lua_State *L) {
     luaL_newlib(L, model_methods);
     luaL_setfuncs(L, mp_lua_train_methods, 0);
     luaL_setfuncs(L, mp_lua_capture_methods, 0);
+    luaL_setfuncs(L, mp_lua_weight_methods, 0);
     lua_setfield(L, -2, "__methods");
     lua_pop(L, 1);
 

@@ -22,6 +22,7 @@ typedef struct {
     mp_train_ws ws;     /* training buffers (gradients, activations) */
     mp_train_log log;   /* loss curve, saved in the checkpoint's /train */
     int busy;           /* > 0 while a method that can call back into Lua runs (mp_lua_model_busy) */
+    unsigned long views_gen; /* m->mem_gen when the parameter views were last checked (lweights.c) */
 } lmodel;
 /* The model userdata's user value 1 is its optimizer (the last one used by
  * train_step / train, or the one loaded from a checkpoint). */
@@ -83,6 +84,23 @@ int mp_lua_grad_wanted(lua_State *L, int opt);
 int mp_lua_run_grad(lua_State *L, lmodel *lm, guard *g, int B, int T, int opt, const char *fn, int ftbl,
                     int cache_idx, const char *globs, mp_tensor *logits, int li);
 void mp_lua_open_grad(lua_State *L);
+/* lweights.c: m:params, m:param (views), TransformerLens's weight shortcuts
+ * (W_Q, ... as methods), m:set_weight, m:process_weights. */
+extern const luaL_Reg mp_lua_weight_methods[];
+/* Pushes the field m.W_E, m.W_pos or m.W_U (a copy in TL's shape; m.b_U raises
+ * an error saying the model has none) of the model at idx and returns 1; 0
+ * (nothing pushed) for any other key. */
+int mp_lua_weights_index(lua_State *L, int idx, const char *key);
+/* Detaches the parameter views (m:param) of the model at idx when it was
+ * closed ("the model was closed") or its parameter memory was replaced since
+ * the views were made (mp_model.mem_gen moved: `why`, or a generic reason when
+ * NULL); a no-op otherwise (cheap: call it wherever the memory may go). */
+void mp_lua_params_detach(lua_State *L, int idx, const char *why);
+/* mp.load's options for TL's weight processing (default false, as
+ * from_pretrained_no_processing) and their application to the model at
+ * `model` (an explicit true that does not apply is an error naming why). */
+#define MP_LUA_LOAD_PROCESS_KEYS "fold_ln", "center_writing_weights", "center_unembed", "fold_value_biases"
+void mp_lua_load_process(lua_State *L, int opt, int model);
 
 /* ltrain.c: the Model's training methods (train_step, train, loss). */
 extern const luaL_Reg mp_lua_train_methods[];

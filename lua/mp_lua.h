@@ -110,9 +110,6 @@ void mp_lua_open_probe(lua_State *L);
 void mp_lua_open_mpi(lua_State *L);
 /* mp.mtd: in-context estimators of MTD mixture weights (lua/lmirror.c). */
 void mp_lua_open_mirror(lua_State *L);
-/* m:params() / m:param(name): writable views of a model's parameters
- * (lua/lparams.c); after mp_lua_open_model. */
-void mp_lua_open_params(lua_State *L);
 
 /* Training (lua/ltrain.c): mp.optim.adamw{...} -> Optimizer userdata
  * ("mechprobe.Optimizer") wrapping an mp_adamw; registered into the `mp`

@@ -1,0 +1,479 @@
+/* lweights.c — the Model's weights from Lua: m:params() lists the parameter
+ * names (DESIGN.md checkpoint names, one per layer: "blocks.0.attn.wq") and
+ * m:param(name) returns a writable Tensor that views the parameter in the
+ * model's own memory (PyTorch nn.Linear layout [out, in]); TransformerLens's
+ * weight shortcuts (m.W_E, m.W_pos, m.W_U, m:W_Q(l), ..., b_*) return copies
+ * in TL's shapes ([d_model, d_head] per head where we keep [out, in]) and
+ * m:set_weight(name, [l,] t) writes a TL-shaped tensor back; and
+ * m:process_weights{...} binds runtime/weights_process.h.
+ *
+ * Lifetime of views: the views of a model are keys of a weak table (one per
+ * model, found in a registry table keyed weakly by the model), so views a
+ * script drops are collected. lmodel.c calls mp_lua_params_detach where the
+ * parameter memory goes (close, __close, __gc, dequantize, and the release of
+ * every busy mark, which covers training: it dequantizes or copies the weights
+ * first, mp_model_make_owned); m:process_weights calls it too (it may copy or
+ * untie the parameters). It detaches the model's views when the model was
+ * closed or its mp_model.mem_gen moved since the views were made, so a later
+ * use of a view raises an error naming why instead of touching freed memory.
+ * A view keeps its model alive (a second registry table, keyed weakly by the
+ * view, maps it to the model). A model with quantized weights gives no views
+ * at all until m:dequantize() (its float32 norms and biases would be replaced
+ * by training); parameters memory-mapped read-only from a llama2.c file are
+ * refused too. */
+#include <stdio.h>
+#include <string.h>
+
+#include "lmodel.h"
+#include "weights_process.h"
+#define VIEWS_KEY "mechprobe.param_views"
+#define OWNER_KEY "mechprobe.param_owner"
+
+/* Pushes a new table whose keys are weak. */
+static void push_weak_table(lua_State *L) {
+    lua_newtable(L);
+    lua_newtable(L);
+    lua_pushliteral(L, "k");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+}
+
+/* Pushes the registry's weak-keyed table under key, creating it the first time. */
+static void push_weak_registry(lua_State *L, const char *key) {
+    if (lua_getfield(L, LUA_REGISTRYINDEX, key) == LUA_TTABLE) return;
+    lua_pop(L, 1);
+    push_weak_table(L);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, key);
+}
+
+/* Pushes the list of views of the model at idx (creating it when `create`), or nil. */
+static int push_view_list(lua_State *L, int idx, int create) {
+    idx = lua_absindex(L, idx);
+    push_weak_registry(L, VIEWS_KEY);
+    lua_pushvalue(L, idx);
+    if (lua_rawget(L, -2) != LUA_TTABLE && create) {
+        lua_pop(L, 1);
+        push_weak_table(L); /* the model's views, as weak keys */
+        lua_pushvalue(L, idx);
+        lua_pushvalue(L, -2);
+        lua_rawset(L, -4);
+    }
+    lua_remove(L, -2);
+    return lua_type(L, -1) == LUA_TTABLE;
+}
+
+#define WHY_CLOSED "the model was closed"
+#define WHY_REPLACED "the model's parameter memory was replaced (training, m:dequantize() and m:process_weights copy " \
+                     "or untie the parameters); call m:param again"
+
+void mp_lua_params_detach(lua_State *L, int idx, const char *why) {
+    lmodel *lm = luaL_testudata(L, idx, MODEL_MT);
+    if (!lm || (lm->m && lm->m->mem_gen == lm->views_gen)) return;
+    why = !lm->m ? WHY_CLOSED : why ? why : WHY_REPLACED;
+    if (lm->m) lm->views_gen = lm->m->mem_gen;
+    idx = lua_absindex(L, idx);
+    if (!push_view_list(L, idx, 0)) { lua_pop(L, 1); return; }
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+        lua_pop(L, 1); /* the value (true) */
+        mp_tensor *t = luaL_testudata(L, -1, MP_TENSOR_MT);
+        if (t) mp_lua_tensor_detach(t, why);
+    }
+    lua_pop(L, 1);
+    lua_getfield(L, LUA_REGISTRYINDEX, VIEWS_KEY);
+    lua_pushvalue(L, idx);
+    lua_pushnil(L);
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
+}
+
+/* Finds `name` ("embed", "blocks.3.attn.wq", ...): its description and, for a
+ * per-layer tensor, the layer; 0 when there is no such parameter. */
+static int find_param(const mp_model *m, const char *name, mp_param_desc *out, int *layer) {
+    mp_param_desc d[MP_PARAM_MAX];
+    int n = mp_params_describe(&m->cfg, &m->p, d);
+    for (int i = 0; i < n; i++) {
+        if (!d[i].per_layer) {
+            if (strcmp(d[i].name, name) == 0) { *out = d[i]; *layer = -1; return 1; }
+            continue;
+        }
+        for (int l = 0; l < m->cfg.n_layer; l++) {
+            char buf[96];
+            snprintf(buf, sizeof buf, d[i].name, l);
+            if (strcmp(buf, name) == 0) { *out = d[i]; *layer = l; return 1; }
+        }
+    }
+    return 0;
+}
+
+/* m:params() -> {"embed", "blocks.0.ln1.weight", ...} in checkpoint order */
+static int model_params(lua_State *L) {
+    lmodel *lm = mp_lua_model_check(L, 1);
+    mp_param_desc d[MP_PARAM_MAX];
+    int n = mp_params_describe(&lm->m->cfg, &lm->m->p, d);
+    lua_newtable(L);
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        int layers = d[i].per_layer ? lm->m->cfg.n_layer : 1;
+        for (int l = 0; l < layers; l++) {
+            char buf[96];
+            if (d[i].per_layer) snprintf(buf, sizeof buf, d[i].name, l);
+            else snprintf(buf, sizeof buf, "%s", d[i].name);
+            lua_pushstring(L, buf);
+            lua_rawseti(L, -2, ++k);
+        }
+    }
+    return 1;
+}
+
+/* m:param(name) -> Tensor viewing the parameter (writes change the model) */
+static int model_param(lua_State *L) {
+    lmodel *lm = mp_lua_model_check(L, 1);
+    const char *name = luaL_checkstring(L, 2);
+    mp_param_desc d;
+    int layer;
+    if (!find_param(lm->m, name, &d, &layer))
+        return luaL_error(L, "m:param: no parameter \"%s\" in this model (m:params() lists them)", name);
+    if (mp_model_is_quantized(lm->m) || !d.p)
+        return luaL_error(L, "m:param: the model has quantized weights: call m:dequantize() first (views of \"%s\" "
+                             "would not survive training, which dequantizes)", name);
+    size_t per = d.per_layer ? d.n / (size_t)lm->m->cfg.n_layer : d.n;
+    float *p = d.p + (layer > 0 ? (size_t)layer * per : 0);
+    size_t total = mp_config_n_params(&lm->m->cfg);
+    if (!lm->m->owned || p < lm->m->owned || p + per > lm->m->owned + total)
+        return luaL_error(L, "m:param: \"%s\" is read-only (memory-mapped from %s)", name,
+                          lm->m->source[0] ? lm->m->source : "its file");
+    mp_lua_params_detach(L, 1, NULL); /* views of an older memory go first: the list is for this one */
+    int64_t shape[2] = {d.shape[0], d.shape[1]};
+    mp_lua_tensor_wrap(L, d.ndim, shape, p);
+    push_view_list(L, 1, 1);
+    lua_pushvalue(L, -2);
+    lua_pushboolean(L, 1);
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
+    push_weak_registry(L, OWNER_KEY);
+    lua_pushvalue(L, -2);
+    lua_pushvalue(L, 1);
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
+    return 1;
+}
+
+
+/* ---- TransformerLens's weight shortcuts: copies in TL's shapes ---- */
+
+typedef enum {
+    W_PLAIN,     /* the same values, TL's shape (biases [D], W_E [V, D], b_Q [H, Dh]) */
+    W_T,         /* a transpose: [out, in] -> [in, out] */
+    W_HEADS_IN,  /* W [nh*Dh, D] -> [H, D, Dh], query head h reading source head h / rep */
+    W_HEADS_OUT, /* W_O [D, H*Dh] -> [H, Dh, D] */
+    W_BIAS_HEADS /* b [nh*Dh] -> [H, Dh], h reading source head h / rep */
+} wkind;
+
+/* A shortcut resolved on a model: one layer's source (layer 0 of a per-layer
+ * one; the next layer `stride` floats further) and its TL shape. */
+typedef struct {
+    float *p;
+    size_t stride, numel;
+    wkind kind;
+    int per_layer, rep, rows, cols; /* rows, cols: the source matrix (W_T, heads) */
+    int ndim;
+    int64_t shape[3];
+} wref;
+
+static const char *const shortcut_names[] = {"W_E", "W_pos", "W_U", "b_U", "W_Q", "W_K", "W_V", "_W_K", "_W_V",
+                                             "W_O", "W_in", "W_gate", "W_out", "b_Q", "b_K", "b_V", "_b_K",
+                                             "_b_V", "b_O", "b_in", "b_gate", "b_out", NULL};
+
+/* Resolves `name` on the model or raises an error naming what the model's
+ * config lacks. fn: the calling method for messages. */
+static wref resolve(lua_State *L, const mp_model *m, const char *name, const char *fn) {
+    const mp_config *c = &m->cfg;
+    const mp_params *p = &m->p;
+    const int D = c->d_model, H = c->n_head, K = c->n_kv_head, Dh = c->d_head, V = c->vocab;
+    const int M = c->mlp == MP_MLP_NONE ? 0 : c->d_mlp, L_ = c->n_layer, group = H / K;
+    const int swiglu = c->mlp == MP_MLP_SWIGLU;
+    wref r;
+    memset(&r, 0, sizeof r);
+    int known = 0;
+    for (int i = 0; shortcut_names[i]; i++) known |= strcmp(shortcut_names[i], name) == 0;
+    if (!known)
+        luaL_error(L, "%s: unknown weight \"%s\" (W_E, W_pos, W_U, W_Q, W_K, W_V, _W_K, _W_V, W_O, W_in, W_gate, "
+                      "W_out, b_Q, b_K, b_V, _b_K, _b_V, b_O, b_in, b_gate, b_out)", fn, name);
+    if (strcmp(name, "b_U") == 0)
+        luaL_error(L, "%s: b_U: mechprobe models have no unembedding bias (logits = ln_final(x) W_U); after "
+                      "fold_ln a LayerNorm model's ln_final.bias plays its part", fn);
+    if (strcmp(name, "W_pos") == 0 && !p->pos_embed)
+        luaL_error(L, "%s: W_pos: the model has no learned positions (pos = \"%s\")", fn, mp_pos_name(c->pos));
+    int is_mlp = strstr(name, "_in") || strstr(name, "_gate") || strstr(name, "_out");
+    if (is_mlp && !M) luaL_error(L, "%s: %s: the model has no MLP (mlp = \"none\")", fn, name);
+    if (strstr(name, "_gate") && !swiglu)
+        luaL_error(L, "%s: %s: the model's MLP (mlp = \"%s\") has no gate (SwiGLU only)", fn, name, mp_mlp_label(c));
+    int qkv_b = strcmp(name, "b_Q") == 0 || strstr(name, "b_K") || strstr(name, "b_V");
+    if (qkv_b && !p->bq)
+        luaL_error(L, "%s: %s: the model has no query/key/value biases (qkv_bias = false)", fn, name);
+    if (name[0] == 'b' && !qkv_b && !(strcmp(name, "b_O") == 0 ? p->bo : p->b2))
+        luaL_error(L, "%s: %s: the model has no linear-layer biases (linear_bias = false)", fn, name);
+    const mp_layer_params w = mp_params_layer(c, p, 0), w1 = mp_params_layer(c, p, L_ > 1 ? 1 : 0);
+#define PER(f) (r.per_layer = 1, r.stride = w.f && L_ > 1 ? (size_t)(w1.f - w.f) : 0, w.f)
+    int kv = strstr(name, "_K") || strstr(name, "_V"), under = name[0] == '_';
+    int nh = kv ? K : H;
+    r.rep = kv && !under ? group : 1;
+    const int TH = under ? K : H; /* heads in the TL shape */
+    if (strcmp(name, "W_E") == 0) {
+        r.p = p->embed, r.kind = W_PLAIN, r.ndim = 2, r.shape[0] = V, r.shape[1] = D;
+    } else if (strcmp(name, "W_pos") == 0) {
+        r.p = p->pos_embed, r.kind = W_PLAIN, r.ndim = 2, r.shape[0] = c->ctx, r.shape[1] = D;
+    } else if (strcmp(name, "W_U") == 0) {
+        r.p = p->unembed, r.kind = W_T, r.rows = V, r.cols = D;
+    } else if (strstr(name, "W_Q") || strstr(name, "W_K") || strstr(name, "W_V")) {
+        r.p = name[strlen(name) - 1] == 'Q' ? PER(wq) : name[strlen(name) - 1] == 'K' ? PER(wk) : PER(wv);
+        r.kind = W_HEADS_IN, r.rows = nh * Dh, r.cols = D;
+        r.ndim = 3, r.shape[0] = TH, r.shape[1] = D, r.shape[2] = Dh;
+    } else if (strcmp(name, "W_O") == 0) {
+        r.p = PER(wo), r.kind = W_HEADS_OUT, r.rows = D, r.cols = H * Dh;
+        r.ndim = 3, r.shape[0] = H, r.shape[1] = Dh, r.shape[2] = D;
+    } else if (strcmp(name, "W_in") == 0 || strcmp(name, "W_gate") == 0) {
+        r.p = swiglu && strcmp(name, "W_in") == 0 ? PER(w3) : PER(w1), r.kind = W_T, r.rows = M, r.cols = D;
+    } else if (strcmp(name, "W_out") == 0) {
+        r.p = PER(w2), r.kind = W_T, r.rows = D, r.cols = M;
+    } else if (qkv_b) {
+        r.p = name[strlen(name) - 1] == 'Q' ? PER(bq) : name[strlen(name) - 1] == 'K' ? PER(bk) : PER(bv);
+        r.kind = W_BIAS_HEADS, r.ndim = 2, r.shape[0] = TH, r.shape[1] = Dh;
+    } else if (strcmp(name, "b_O") == 0 || strcmp(name, "b_out") == 0) {
+        r.p = name[2] == 'O' ? PER(bo) : PER(b2), r.kind = W_PLAIN, r.ndim = 1, r.shape[0] = D;
+    } else { /* b_in, b_gate */
+        r.p = swiglu && strcmp(name, "b_in") == 0 ? PER(b3) : PER(b1), r.kind = W_PLAIN, r.ndim = 1, r.shape[0] = M;
+    }
+#undef PER
+    if (r.kind == W_T) r.ndim = 2, r.shape[0] = r.cols, r.shape[1] = r.rows;
+    r.numel = 1;
+    for (int i = 0; i < r.ndim; i++) r.numel *= (size_t)r.shape[i];
+    if (!r.p)
+        luaL_error(L, "%s: %s: the model has quantized weights (%s): call m:dequantize() first", fn, name,
+                   m->source[0] ? m->source : "GGUF");
+    return r;
+}
+
+/* Copies one layer between the model's layout (src) and TL's (tl): to_tl 1
+ * reads the model, 0 writes it (only with rep 1: a one-to-one map). */
+static void xfer(const wref *r, float *src, float *tl, int to_tl) {
+#define MOVE(i, j) do { if (to_tl) tl[i] = src[j]; else src[j] = tl[i]; } while (0)
+    switch (r->kind) {
+    case W_PLAIN:
+        for (size_t i = 0; i < r->numel; i++) MOVE(i, i);
+        break;
+    case W_T:
+        for (size_t i = 0; i < (size_t)r->cols; i++)
+            for (size_t j = 0; j < (size_t)r->rows; j++) MOVE(i * r->rows + j, j * r->cols + i);
+        break;
+    case W_HEADS_IN: { /* tl[h][d][e] = src[(h/rep) Dh + e][d] */
+        const size_t TH = (size_t)r->shape[0], D = (size_t)r->shape[1], Dh = (size_t)r->shape[2];
+        for (size_t h = 0; h < TH; h++)
+            for (size_t d = 0; d < D; d++)
+                for (size_t e = 0; e < Dh; e++) MOVE((h * D + d) * Dh + e, ((h / r->rep) * Dh + e) * D + d);
+        break;
+    }
+    case W_HEADS_OUT: { /* tl[h][e][d] = src[d][h Dh + e] */
+        const size_t H = (size_t)r->shape[0], Dh = (size_t)r->shape[1], D = (size_t)r->shape[2];
+        for (size_t h = 0; h < H; h++)
+            for (size_t e = 0; e < Dh; e++)
+                for (size_t d = 0; d < D; d++) MOVE((h * Dh + e) * D + d, d * H * Dh + h * Dh + e);
+        break;
+    }
+    case W_BIAS_HEADS: {
+        const size_t TH = (size_t)r->shape[0], Dh = (size_t)r->shape[1];
+        for (size_t h = 0; h < TH; h++)
+            for (size_t e = 0; e < Dh; e++) MOVE(h * Dh + e, (h / r->rep) * Dh + e);
+        break;
+    }
+    }
+#undef MOVE
+}
+
+/* The layer argument at idx (0-based), or -1 when absent/nil (all layers). */
+static int layer_arg(lua_State *L, int idx, const mp_model *m, const char *name) {
+    if (lua_isnoneornil(L, idx)) return -1;
+    char what[64];
+    snprintf(what, sizeof what, "%s: layer", name);
+    return (int)mp_lua_checkint(L, idx, what, 0, m->cfg.n_layer - 1);
+}
+
+/* Pushes a copy of `name` (layer l, or every layer stacked [n_layer, ...] when l < 0). */
+static void push_shortcut(lua_State *L, const mp_model *m, const char *name, int l) {
+    wref r = resolve(L, m, name, name);
+    int64_t shape[4];
+    int nd = 0;
+    if (r.per_layer && l < 0) shape[nd++] = m->cfg.n_layer;
+    for (int i = 0; i < r.ndim; i++) shape[nd++] = r.shape[i];
+    mp_tensor *t = mp_lua_tensor_new(L, nd, shape);
+    if (!r.per_layer) { xfer(&r, r.p, t->data, 1); return; }
+    int l0 = l < 0 ? 0 : l, l1 = l < 0 ? m->cfg.n_layer : l + 1;
+    for (int k = l0; k < l1; k++) xfer(&r, r.p + (size_t)k * r.stride, t->data + (size_t)(k - l0) * r.numel, 1);
+}
+
+/* m:W_Q(l) etc.: a copy of layer l (0-based) in TL's shape; m:W_Q() stacks the layers. */
+static int shortcut_method(lua_State *L, const char *name) {
+    lmodel *lm = mp_lua_model_check(L, 1);
+    int l = layer_arg(L, 2, lm->m, name);
+    push_shortcut(L, lm->m, name, l);
+    return 1;
+}
+#define SHORTCUT(N) static int get_##N(lua_State *L) { return shortcut_method(L, #N); }
+SHORTCUT(W_Q) SHORTCUT(W_K) SHORTCUT(W_V) SHORTCUT(_W_K) SHORTCUT(_W_V) SHORTCUT(W_O) SHORTCUT(W_in)
+SHORTCUT(W_gate) SHORTCUT(W_out) SHORTCUT(b_Q) SHORTCUT(b_K) SHORTCUT(b_V) SHORTCUT(_b_K) SHORTCUT(_b_V)
+SHORTCUT(b_O) SHORTCUT(b_in) SHORTCUT(b_gate) SHORTCUT(b_out)
+#undef SHORTCUT
+
+int mp_lua_weights_index(lua_State *L, int idx, const char *k) {
+    if (strcmp(k, "W_E") != 0 && strcmp(k, "W_pos") != 0 && strcmp(k, "W_U") != 0 && strcmp(k, "b_U") != 0) return 0;
+    push_shortcut(L, mp_lua_model_check(L, idx)->m, k, -1);
+    return 1;
+}
+
+static const char *shape_str(char *buf, size_t n, int nd, const int64_t *s) {
+    size_t at = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < nd && at < n; i++) at += (size_t)snprintf(buf + at, n - at, i ? ", %lld" : "%lld", (long long)s[i]);
+    if (at < n) snprintf(buf + at, n - at, "]");
+    return buf;
+}
+
+/* m:set_weight(name, t) (W_E, W_pos, W_U; or a per-layer name, t stacked
+ * [n_layer, ...]) or m:set_weight(name, l, t): writes a TL-shaped tensor into
+ * the model. Returns m. */
+static int model_set_weight(lua_State *L) {
+    lmodel *lm = mp_lua_model_check(L, 1);
+    if (lm->busy > 0)
+        return luaL_error(L, "mp.Model:set_weight: the model is in use (called from inside its own "
+                             "forward/generate/train callback)");
+    const char *name = luaL_checkstring(L, 2);
+    wref r = resolve(L, lm->m, name, "set_weight");
+    int l = -1, ti = 3;
+    if (!lua_isnoneornil(L, 4)) {
+        l = layer_arg(L, 3, lm->m, name);
+        ti = 4;
+        if (!r.per_layer || l < 0) return luaL_error(L, "set_weight: %s has no layers: m:set_weight(\"%s\", t)", name, name);
+    }
+    if (r.rep > 1)
+        return luaL_error(L, "set_weight: %s is repeated over the %d query heads of each key/value head (n_kv_head = %d): "
+                             "write the key/value heads with \"_%s\" [n_kv_head, ...]", name, r.rep,
+                          lm->m->cfg.n_kv_head, name);
+    if (mp_model_is_quantized(lm->m))
+        return luaL_error(L, "set_weight: the model has quantized weights: call m:dequantize() first");
+    mp_tensor *t = mp_lua_tensor_arg(L, ti);
+    int64_t want[4];
+    int nd = 0;
+    if (r.per_layer && l < 0) want[nd++] = lm->m->cfg.n_layer;
+    for (int i = 0; i < r.ndim; i++) want[nd++] = r.shape[i];
+    int same = t->ndim == nd;
+    for (int i = 0; same && i < nd; i++) same = t->shape[i] == want[i];
+    if (!same) {
+        char a[96], b[96];
+        return luaL_error(L, "set_weight: %s%s must be %s (TransformerLens's shape), got %s", name,
+                          r.per_layer && l < 0 ? " (all layers)" : "", shape_str(a, sizeof a, nd, want),
+                          shape_str(b, sizeof b, t->ndim, t->shape));
+    }
+    const mp_model *m = lm->m;
+    size_t total = mp_config_n_params(&m->cfg);
+    if (!m->owned || r.p < m->owned || r.p >= m->owned + total)
+        return luaL_error(L, "set_weight: %s is read-only (memory-mapped from %s)", name,
+                          m->source[0] ? m->source : "its file");
+    if (!r.per_layer) xfer(&r, r.p, t->data, 0);
+    else {
+        int l0 = l < 0 ? 0 : l, l1 = l < 0 ? m->cfg.n_layer : l + 1;
+        for (int k = l0; k < l1; k++) xfer(&r, r.p + (size_t)k * r.stride, t->data + (size_t)(k - l0) * r.numel, 0);
+    }
+    lua_settop(L, 1);
+    return 1;
+}
+
+/* ---- weight processing ---- */
+
+/* After mp_weights_process on the model at idx (n: its parameter count
+ * before): its views of replaced memory go, and an optimizer state sized for
+ * the tied layout (untying adds the unembedding) is dropped, so that m:save
+ * and m:train do not meet moments that no longer match. */
+static void after_process(lua_State *L, int idx, size_t n) {
+    lmodel *lm = mp_lua_model_check(L, idx);
+    mp_lua_params_detach(L, idx, NULL);
+    if (mp_config_n_params(&lm->m->cfg) != n) {
+        lua_pushnil(L);
+        lua_setiuservalue(L, idx, 1);
+    }
+}
+
+/* m:process_weights([{fold_ln=, center_writing_weights=, center_unembed=,
+ * fold_value_biases=}]) -> {applied = {names}, skipped = {name = why}}.
+ * An option not given defaults to TL's true and is skipped (with the reason)
+ * where it does not apply; an explicit true that does not apply is an error. */
+static int model_process_weights(lua_State *L) {
+    static const char *const known[] = {"fold_ln", "center_writing_weights", "center_unembed", "fold_value_biases",
+                                        NULL};
+    static const mp_wp_step steps[] = {MP_WP_FOLD_LN, MP_WP_CENTER_WRITING, MP_WP_CENTER_UNEMBED,
+                                       MP_WP_FOLD_VALUE_BIASES};
+    lua_settop(L, 2);
+    lmodel *lm = mp_lua_model_check(L, 1);
+    if (lm->busy > 0)
+        return luaL_error(L, "mp.Model:process_weights: the model is in use (called from inside its own "
+                             "forward/generate/train callback)");
+    mp_lua_opt_check(L, 2, "process_weights", known);
+    int opt = lua_istable(L, 2) ? 2 : 0;
+    if (mp_model_is_quantized(lm->m)) { /* refused whatever the options: no step applies */
+        char why[512];
+        mp_weights_step_applies(lm->m, MP_WP_FOLD_LN, why, sizeof why);
+        return luaL_error(L, "process_weights: %s", why);
+    }
+    unsigned mask = 0;
+    lua_newtable(L); /* applied */
+    lua_newtable(L); /* skipped */
+    int applied = lua_gettop(L) - 1, skipped = applied + 1, n = 0;
+    for (int i = 0; i < 4; i++) {
+        const char *key = known[i];
+        int given = mp_lua_opt_get(L, opt, key) != LUA_TNIL;
+        lua_pop(L, 1);
+        if (!mp_lua_opt_bool(L, opt, "process_weights", key, 1)) continue;
+        char why[512];
+        if (!given && !mp_weights_step_applies(lm->m, steps[i], why, sizeof why)) {
+            lua_pushstring(L, why);
+            lua_setfield(L, skipped, key);
+            continue;
+        }
+        mask |= steps[i];
+        lua_pushstring(L, key);
+        lua_rawseti(L, applied, ++n);
+    }
+    size_t n_before = mp_config_n_params(&lm->m->cfg);
+    mp_status st = mp_weights_process(lm->m, mask);
+    after_process(L, 1, n_before); /* the memory may have been copied or untied, even on failure */
+    if (st) return mp_lua_fail(L, st);
+    lua_createtable(L, 0, 2);
+    lua_pushvalue(L, applied);
+    lua_setfield(L, -2, "applied");
+    lua_pushvalue(L, skipped);
+    lua_setfield(L, -2, "skipped");
+    return 1;
+}
+
+void mp_lua_load_process(lua_State *L, int opt, int model) {
+    static const char *const keys[] = {MP_LUA_LOAD_PROCESS_KEYS};
+    static const mp_wp_step steps[] = {MP_WP_FOLD_LN, MP_WP_CENTER_WRITING, MP_WP_CENTER_UNEMBED,
+                                       MP_WP_FOLD_VALUE_BIASES};
+    unsigned mask = 0;
+    for (int i = 0; i < 4; i++)
+        if (mp_lua_opt_bool(L, opt, "mp.load", keys[i], 0)) mask |= steps[i];
+    mp_model *m = mp_lua_model_check(L, model)->m;
+    size_t n_before = mp_config_n_params(&m->cfg);
+    mp_status st = mask ? mp_weights_process(m, mask) : MP_OK;
+    after_process(L, model, n_before);
+    if (st) mp_lua_fail(L, mp_error_prefix(st, "mp.load: %s", m->source));
+}
+
+const luaL_Reg mp_lua_weight_methods[] = {
+    {"params", model_params}, {"param", model_param}, {"set_weight", model_set_weight},
+    {"process_weights", model_process_weights},
+    {"W_Q", get_W_Q}, {"W_K", get_W_K}, {"W_V", get_W_V}, {"_W_K", get__W_K}, {"_W_V", get__W_V},
+    {"W_O", get_W_O}, {"W_in", get_W_in}, {"W_gate", get_W_gate}, {"W_out", get_W_out},
+    {"b_Q", get_b_Q}, {"b_K", get_b_K}, {"b_V", get_b_V}, {"_b_K", get__b_K}, {"_b_V", get__b_V},
+    {"b_O", get_b_O}, {"b_in", get_b_in}, {"b_gate", get_b_gate}, {"b_out", get_b_out},
+    {NULL, NULL}};

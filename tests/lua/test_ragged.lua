@@ -58,6 +58,7 @@ local configs = {
   -- ctx 4 < T: rope_id's length temperature differs between positions
   {name = "rope_id+gqa", cfg = {pos = "rope_id", n_head = 4, n_kv_head = 2, ctx = 4}},
   {name = "entmax15", cfg = {pos = "rope", attn = "entmax15"}},
+  {name = "entmax", cfg = {pos = "learned", attn = "entmax", alpha = 1.3}},
 }
 for _, c in ipairs(configs) do
   local spec = {d_model = 16, n_layer = 2, n_head = 2, d_mlp = 32, vocab = V, ctx = 16, seed = 3, init_std = 0.5}
@@ -99,6 +100,28 @@ for _, c in ipairs(configs) do
   end
   m:close()
 end
+
+-- prompts longer than one attention block of query rows (64): the mask
+-- follows the rows of later blocks; the mask given as a Tensor
+t.case("long rows across attention blocks, mask as a Tensor", function()
+  local m = mp.model.new{d_model = 16, n_layer = 1, n_head = 2, d_mlp = 16, vocab = V, ctx = 160, seed = 7,
+                         pos = "learned"}
+  local long = {}
+  for _, n in ipairs{70, 130} do
+    local p = {}
+    for i = 1, n do p[i] = (i * 7 + n) % V end
+    long[#long + 1] = p
+  end
+  for _, left in ipairs{false, true} do
+    local toks, mask, off = pad(long, left, 1)
+    local lb = m:forward(mp.tensor(toks), {attention_mask = mp.tensor(mask)})
+    for b, p in ipairs(long) do
+      local e = row_err(lb, b, off[b], m:forward(p), #p)
+      assert(e <= 1e-5, ("%s row %d: relative error %g"):format(left and "left" or "right", b, e))
+    end
+  end
+  m:close()
+end)
 
 -- hooks see the batch: -inf scores and 0 pattern on pad keys; a pad query
 -- attends to itself only; real rows sum to 1

@@ -190,9 +190,9 @@ static const char *names_from_filter(lua_State *L, const mp_config *cfg, int fi)
 /* Shared body of forward / run_with_cache / run_with_hooks.
  * Returns logits (or nil) and, with want_cache, the cache table. */
 static int run_common(lua_State *L, int want_cache, const char *fn) {
-    static const char *const known[] = {"fwd_hooks", "logits", "loss", "targets", "bwd_hooks", NULL},
+    static const char *const known[] = {"fwd_hooks", "logits", "loss", "targets", "bwd_hooks", "attention_mask", NULL},
                              *known_cache[] = {"fwd_hooks", "logits", "names", "incl_bwd", "loss", "targets",
-                                               "bwd_hooks", NULL};
+                                               "bwd_hooks", "attention_mask", NULL};
     lua_settop(L, 3);
     lmodel *lm = mp_lua_model_busy(L, 1, fn, 0);
     mp_lua_opt_check(L, 3, fn, want_cache ? known_cache : known);
@@ -202,6 +202,10 @@ static int run_common(lua_State *L, int want_cache, const char *fn) {
     guard *g = mp_lua_guard_push(L);
     int B, T;
     mp_lua_read_tokens(L, 2, g, &B, &T, "tokens", cfg->vocab, 0);
+    const int *mask = mp_lua_opt_mask(L, opt, fn, B, T); /* a padded batch (ragged.c) */
+    if (mask && grad)
+        return luaL_error(L, "%s: attention_mask cannot be combined with loss, incl_bwd or bwd_hooks yet (the "
+                          "gradient pass runs unpadded batches only)", fn);
     g->hooks = mp_hooks_new(cfg);
     if (!g->hooks) return luaL_error(L, "out of memory");
     int ftbl = mp_lua_add_fwd_hooks(L, opt, g, T); /* leaves its function table on the stack */
@@ -232,6 +236,7 @@ static int run_common(lua_State *L, int want_cache, const char *fn) {
         return luaL_error(L, "%s: option 'logits' must be a string or a boolean, got %s", fn, luaL_typename(L, -1));
     mp_forward_params fp = mp_forward_params_default();
     fp.hooks = mp_hooks_count(g->hooks) ? g->hooks : NULL;
+    fp.attn_mask = mask;
     mp_tensor *logits = NULL;
     if (strcmp(lmode, "all") == 0) {
         int64_t s[3] = {B, T, cfg->vocab};
@@ -285,12 +290,18 @@ static int lm_eos(const lmodel *lm) { return mp_tok_eos(lm->tok); }
 /* whether the model's tokenizer wants BOS prepended (llama2.c, SentencePiece, bytes: yes) */
 static int lm_add_bos(const lmodel *lm) { return mp_tok_add_bos(lm->tok) && mp_tok_bos(lm->tok) >= 0; }
 
-static mp_status lm_encode(const lmodel *lm, const char *text, size_t len, int bos, int eos, int **ids, int *n) {
+/* more: further MP_TOK_* flags (MP_TOK_PREFIX, MP_TOK_NO_PREFIX) */
+static mp_status lm_encode_ex(const lmodel *lm, const char *text, size_t len, int bos, int eos, int more, int **ids,
+                              int *n) {
     /* bytes have no EOS: asking for one has always appended nothing */
-    int flags = (bos ? MP_TOK_BOS : 0) | (eos && !is_bytes(lm) ? MP_TOK_EOS : 0);
+    int flags = (bos ? MP_TOK_BOS : 0) | (eos && !is_bytes(lm) ? MP_TOK_EOS : 0) | more;
     mp_status st = mp_tok_encode(lm->tok, text, len, flags, ids, n);
     if (!st && !*ids) *ids = mp_malloc(sizeof(int), "tokens"); /* empty text: callers free */
     return st || *ids ? st : MP_ERR_NOMEM;
+}
+
+static mp_status lm_encode(const lmodel *lm, const char *text, size_t len, int bos, int eos, int **ids, int *n) {
+    return lm_encode_ex(lm, text, len, bos, eos, 0, ids, n);
 }
 
 static mp_status lm_decode(const lmodel *lm, const int *ids, int n, char **out, size_t *len) {
@@ -356,24 +367,90 @@ static int model_set_tokenizer(lua_State *L) {
     return 1;
 }
 
+/* The id padding a batch: the tokenizer's EOS, else its BOS, else 0 (no
+ * tokenizer kind mechprobe reads carries a pad id of its own). */
+static int lm_pad_id(const lmodel *lm) {
+    int eos = mp_tok_eos(lm->tok), bos = mp_tok_bos(lm->tok);
+    return eos >= 0 ? eos : bos >= 0 ? bos : 0;
+}
+
+/* opts.prepend_space as MP_TOK_* flags: absent 0 (the tokenizer's own rule),
+ * true MP_TOK_PREFIX, false MP_TOK_NO_PREFIX; true is an error for bytes,
+ * which have no dummy prefix (false is then a no-op). */
+static int lm_prefix_flags(lua_State *L, const lmodel *lm, int opt) {
+    int t = mp_lua_opt_get(L, opt, "prepend_space");
+    lua_pop(L, 1);
+    if (t == LUA_TNIL) return 0;
+    int on = mp_lua_opt_bool(L, opt, "to_tokens", "prepend_space", 0);
+    if (on && is_bytes(lm))
+        luaL_error(L, "to_tokens: prepend_space = true: the bytes tokenizer has no dummy prefix (put the space in "
+                      "the text: \" \" .. text)");
+    return on ? MP_TOK_PREFIX : MP_TOK_NO_PREFIX;
+}
+
+/* m:to_tokens(text | {texts...} [, {bos|prepend_bos=, eos=, padding_side=, prepend_space=}])
+ * -> a flat table of ids; for a list of texts, a padded batch [B][T] and its
+ * attention mask [B][T] (ltokarg.c mp_lua_push_padded; pad id lm_pad_id) */
 static int model_to_tokens(lua_State *L) {
     lua_settop(L, 3);
     lmodel *lm = mp_lua_model_busy(L, 1, "to_tokens", 0);
-    size_t len;
-    const char *text = luaL_checklstring(L, 2, &len);
-    static const char *const known[] = {"bos", "eos", NULL};
+    static const char *const known[] = {"bos", "prepend_bos", "eos", "padding_side", "prepend_space", NULL};
+    static const char *const sides[] = {"right", "left", NULL};
+    const int batch = lua_type(L, 2) == LUA_TTABLE;
+    if (!batch) luaL_checkstring(L, 2);
     mp_lua_opt_check(L, 3, "to_tokens", known);
     int opt = lua_istable(L, 3) ? 3 : 0;
     need_tok(L, lm);
-    int bos = mp_lua_opt_bool(L, opt, "to_tokens", "bos", lm_add_bos(lm)),
+    int has_bos = mp_lua_opt_get(L, opt, "bos") != LUA_TNIL, has_pbos = mp_lua_opt_get(L, opt, "prepend_bos") != LUA_TNIL;
+    lua_pop(L, 2);
+    if (has_bos && has_pbos) return luaL_error(L, "to_tokens: give 'bos' or its alias 'prepend_bos', not both");
+    int bos = mp_lua_opt_bool(L, opt, "to_tokens", has_pbos ? "prepend_bos" : "bos", lm_add_bos(lm)),
         eos = mp_lua_opt_bool(L, opt, "to_tokens", "eos", 0);
-    int *ids, n;
-    mp_status st = lm_encode(lm, text, len, bos, eos, &ids, &n);
-    if (st) return mp_lua_fail(L, st);
-    lua_createtable(L, n, 0);
-    for (int i = 0; i < n; i++) { lua_pushinteger(L, ids[i]); lua_rawseti(L, -2, i + 1); }
-    free(ids);
-    return 1;
+    int left = mp_lua_opt_enum(L, opt, "to_tokens", "padding_side", 0, sides);
+    int more = lm_prefix_flags(L, lm, opt);
+    if (!batch) {
+        size_t len;
+        const char *text = lua_tolstring(L, 2, &len);
+        int *ids, n;
+        mp_status st = lm_encode_ex(lm, text, len, bos, eos, more, &ids, &n);
+        if (st) return mp_lua_fail(L, st);
+        lua_createtable(L, n, 0);
+        for (int i = 0; i < n; i++) { lua_pushinteger(L, ids[i]); lua_rawseti(L, -2, i + 1); }
+        free(ids);
+        return 1;
+    }
+    lua_Integer B = luaL_len(L, 2);
+    if (B <= 0 || B > INT_MAX / 2) return luaL_error(L, "to_tokens: the list of texts is empty");
+    guard *all = mp_lua_guard_push(L), *lens = mp_lua_guard_push(L);
+    if (!(lens->ints = calloc((size_t)B, sizeof(int)))) return luaL_error(L, "out of memory");
+    size_t total = 0;
+    for (lua_Integer b = 1; b <= B; b++) {
+        if (lua_geti(L, 2, b) != LUA_TSTRING)
+            return luaL_error(L, "to_tokens: texts[%I] is a %s, not a string", b, luaL_typename(L, -1));
+        size_t len;
+        const char *text = lua_tolstring(L, -1, &len);
+        int *ids, n;
+        mp_status st = lm_encode_ex(lm, text, len, bos, eos, more, &ids, &n);
+        if (st) return mp_lua_fail(L, st);
+        if (n == 0) {
+            free(ids);
+            return luaL_error(L, "to_tokens: texts[%I] encodes to no tokens (an empty text without BOS): a row "
+                                 "needs at least one real token", b);
+        }
+        int *grown = realloc(all->ints, (total + (size_t)n) * sizeof(int));
+        if (!grown) {
+            free(ids);
+            return luaL_error(L, "out of memory");
+        }
+        memcpy(grown + total, ids, (size_t)n * sizeof(int));
+        free(ids);
+        all->ints = grown;
+        total += (size_t)n;
+        lens->ints[b - 1] = n;
+        lua_pop(L, 1);
+    }
+    mp_lua_push_padded(L, all->ints, lens->ints, (int)B, lm_pad_id(lm), left);
+    return 2;
 }
 
 /* m:to_single_token(text) -> the id of the one token text encodes to (no BOS /
@@ -554,7 +631,7 @@ static int model_generate(lua_State *L) {
  * Writes DESIGN.md's run file atomically; returns the number of datasets. */
 static int model_capture(lua_State *L) {
     lua_settop(L, 3);
-    static const char *const known[] = {"out", "hooks", "logits", "compress", "fwd_hooks", NULL};
+    static const char *const known[] = {"out", "hooks", "logits", "compress", "fwd_hooks", "attention_mask", NULL};
     lmodel *lm = mp_lua_model_busy(L, 1, "capture", 0);
     luaL_checktype(L, 3, LUA_TTABLE);
     mp_lua_opt_check(L, 3, "capture", known);
@@ -562,6 +639,7 @@ static int model_capture(lua_State *L) {
     guard *g = mp_lua_guard_push(L);
     int B, T;
     mp_lua_read_tokens(L, 2, g, &B, &T, "tokens", cfg->vocab, 0);
+    const int *mask = mp_lua_opt_mask(L, 3, "capture", B, T);
     const char *out = mp_lua_opt_str(L, 3, "capture", "out", NULL);
     if (!out) return luaL_error(L, "capture: option 'out' (output .h5 path) is required");
     const char *globs = mp_lua_opt_globs(L, 3, "capture", "hooks", "*");
@@ -591,6 +669,7 @@ static int model_capture(lua_State *L) {
     mp_forward_params fp = mp_forward_params_default();
     fp.hooks = mp_hooks_count(g->hooks) ? g->hooks : NULL;
     fp.logits = want_logits ? MP_LOGITS_ALL : MP_LOGITS_NONE;
+    fp.attn_mask = mask;
     if ((st = mp_model_forward(lm->m, g->ints, B, T, &fp, logits))) {
         mp_lua_hooks_rethrow(L, ftbl);
         return mp_lua_fail(L, st);

@@ -48,6 +48,16 @@ guard *mp_lua_guard_push(lua_State *L);
  * 0..vocab-1, or -1 with `ignore` (targets). */
 void mp_lua_read_tokens(lua_State *L, int idx, guard *g, int *B, int *T, const char *what, int vocab, int ignore);
 
+/* opts.attention_mask of a call on tokens [B, T] (ltokarg.c): a table of 0/1
+ * (flat for B = 1, or [B][T]) or a Tensor of that shape, checked (values,
+ * shape: errors name fn); pushes a guard owning the ints and returns them,
+ * or returns NULL (nothing pushed) when the option is absent. */
+int *mp_lua_opt_mask(lua_State *L, int opt, const char *fn, int B, int T);
+/* Pushes a padded batch of B encoded rows (n[b] tokens each, one after the
+ * other in ids) as two tables
+ * [B][T] (T the longest row): the tokens, padded with `pad` on the left
+ * (left != 0) or the right, and the attention mask (1 real, 0 pad). */
+void mp_lua_push_padded(lua_State *L, const int *ids, const int *n, int B, int pad, int left);
 /* lconfig.c: the config from MP_CONFIG_TABLE. Pushes m.config (the fields
  * the table shows, with the values in force, then n_rope_freqs, tokenizer,
  * format, source, n_params, memory). */

@@ -16,9 +16,14 @@ typedef struct {
     const char *what;
     int vocab;
     int ignore;
+    int mask; /* an attention mask: 0 or 1 */
 } tok_range;
 
 static void tok_range_check(lua_State *L, const tok_range *r, const char *where, lua_Integer v) {
+    if (r->mask) {
+        if (v != 0 && v != 1) luaL_error(L, "%s = %I: expected 1 (a real token) or 0 (a pad)", where, v);
+        return;
+    }
     if (!r->vocab || (v >= 0 && v < r->vocab) || (r->ignore && v == -1)) return;
     if (r->ignore)
         luaL_error(L, "%s = %I is neither -1 (ignored) nor a token id (0..%d; the vocabulary has %d tokens)", where, v,
@@ -41,17 +46,69 @@ static int tok_value(lua_State *L, int idx, const tok_range *r, lua_Integer b, l
 
 /* Reads tokens from a flat table (B = 1), a table of equal-length tables [B][T],
  * or a 1-D / 2-D Tensor, into g->ints. */
+static void read_ints(lua_State *L, int idx, guard *g, int *B, int *T, const tok_range r);
+
+/* A shape error: an argument error for tokens (as before), a plain one naming
+ * the option for a mask (which is no argument of its own). */
+static void shape_error(lua_State *L, int idx, const tok_range *r, const char *msg) {
+    if (r->mask) luaL_error(L, "%s: %s", r->what, msg);
+    luaL_argerror(L, idx, lua_pushfstring(L, "tokens: %s", msg));
+}
+
 void mp_lua_read_tokens(lua_State *L, int idx, guard *g, int *B, int *T, const char *what, int vocab, int ignore) {
+    const tok_range r = {what, vocab, ignore, 0};
+    read_ints(L, idx, g, B, T, r);
+}
+
+int *mp_lua_opt_mask(lua_State *L, int opt, const char *fn, int B, int T) {
+    if (mp_lua_opt_get(L, opt, "attention_mask") == LUA_TNIL) {
+        lua_pop(L, 1);
+        return NULL;
+    }
+    int idx = lua_gettop(L), mB, mT;
+    guard *g = mp_lua_guard_push(L);
+    const tok_range r = {"attention_mask", 0, 0, 1};
+    read_ints(L, idx, g, &mB, &mT, r);
+    if (mB != B || mT != T)
+        luaL_error(L, "%s: attention_mask has shape [%d,%d] but the tokens have [%d,%d]", fn, mB, mT, B, T);
+    lua_remove(L, idx); /* the guard stays on the stack, owning the mask */
+    return g->ints;
+}
+
+void mp_lua_push_padded(lua_State *L, const int *ids, const int *n, int B, int pad, int left) {
+    int T = 0;
+    for (int b = 0; b < B; b++) T = n[b] > T ? n[b] : T;
+    luaL_checkstack(L, 8, "padded batch");
+    lua_createtable(L, B, 0);
+    lua_createtable(L, B, 0);
+    for (int b = 0; b < B; b++) {
+        const int off = left ? T - n[b] : 0;
+        lua_createtable(L, T, 0);
+        lua_createtable(L, T, 0);
+        for (int t = 0; t < T; t++) {
+            const int real = t >= off && t < off + n[b];
+            lua_pushinteger(L, real ? ids[t - off] : pad);
+            lua_rawseti(L, -3, t + 1);
+            lua_pushinteger(L, real);
+            lua_rawseti(L, -2, t + 1);
+        }
+        lua_rawseti(L, -3, b + 1);
+        lua_rawseti(L, -3, b + 1);
+        ids += n[b];
+    }
+}
+
+static void read_ints(lua_State *L, int idx, guard *g, int *B, int *T, const tok_range r) {
     idx = lua_absindex(L, idx);
-    const tok_range r = {what, vocab, ignore};
+    const char *what = r.what;
     mp_tensor *t = mp_lua_tensor_test(L, idx);
     if (t) {
-        if (t->ndim != 1 && t->ndim != 2) luaL_argerror(L, idx, "tokens: a Tensor of shape [T] or [B,T] expected");
+        if (t->ndim != 1 && t->ndim != 2) shape_error(L, idx, &r, "a Tensor of shape [T] or [B,T] expected");
         if (t->shape[0] > INT_MAX || t->shape[t->ndim - 1] > INT_MAX)
-            luaL_argerror(L, idx, "tokens: more than 2^31 - 1 tokens per axis");
+            shape_error(L, idx, &r, "more than 2^31 - 1 tokens per axis");
         *B = t->ndim == 2 ? (int)t->shape[0] : 1;
         *T = (int)t->shape[t->ndim - 1];
-        if (*B <= 0 || *T <= 0) luaL_argerror(L, idx, "tokens: empty");
+        if (*B <= 0 || *T <= 0) shape_error(L, idx, &r, "empty");
         g->ints = malloc(t->numel * sizeof(int));
         if (!g->ints) luaL_error(L, "out of memory reading tokens");
         for (size_t i = 0; i < t->numel; i++) {
@@ -68,9 +125,11 @@ void mp_lua_read_tokens(lua_State *L, int idx, guard *g, int *B, int *T, const c
         }
         return;
     }
+    if (r.mask && !lua_istable(L, idx))
+        luaL_error(L, "%s: a table or Tensor of 0/1 expected, got %s", what, luaL_typename(L, idx));
     luaL_argexpected(L, lua_istable(L, idx), idx, "token table or Tensor");
     lua_Integer n = luaL_len(L, idx);
-    if (n <= 0) luaL_argerror(L, idx, "tokens: empty table");
+    if (n <= 0) shape_error(L, idx, &r, "empty table");
     lua_geti(L, idx, 1);
     int nested = lua_istable(L, -1);
     lua_pop(L, 1);
@@ -90,14 +149,14 @@ void mp_lua_read_tokens(lua_State *L, int idx, guard *g, int *B, int *T, const c
     lua_geti(L, idx, 1);
     *T = (int)luaL_len(L, -1);
     lua_pop(L, 1);
-    if (*T <= 0) luaL_argerror(L, idx, "tokens: empty sequence");
+    if (*T <= 0) shape_error(L, idx, &r, "empty sequence");
     g->ints = malloc((size_t)*B * (size_t)*T * sizeof(int));
     if (!g->ints) luaL_error(L, "out of memory reading tokens");
     for (int b = 1; b <= *B; b++) {
         lua_geti(L, idx, b);
         if (!lua_istable(L, -1) || luaL_len(L, -1) != *T)
-            luaL_error(L, "tokens: sequence %d has a different length from sequence 1 (%d); batches must be rectangular",
-                       b, *T);
+            luaL_error(L, "%s: sequence %d has a different length from sequence 1 (%d); batches must be rectangular "
+                          "(pad them: m:to_tokens({...}) returns a padded batch and its attention_mask)", what, b, *T);
         for (int t2 = 1; t2 <= *T; t2++) {
             lua_geti(L, -1, t2);
             g->ints[(size_t)(b - 1) * *T + t2 - 1] = tok_value(L, -1, &r, b, t2, 1);

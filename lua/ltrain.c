@@ -397,11 +397,12 @@ static int model_train(lua_State *L) {
     return 1;
 }
 
-/* m:loss(tokens, targets [, {fwd_hooks=}]) -> mean masked cross-entropy (no update) */
+/* m:loss(tokens, targets [, {fwd_hooks=, attention_mask=}]) -> mean masked cross-entropy (no update);
+ * a padded batch counts its real positions whose next token is real (mp_model_loss_masked) */
 static int model_loss(lua_State *L) {
     lua_settop(L, 4);
     lmodel *lm = mp_lua_model_busy(L, 1, "loss", 0);
-    static const char *const known[] = {"fwd_hooks", NULL};
+    static const char *const known[] = {"fwd_hooks", "attention_mask", NULL};
     mp_lua_opt_check(L, 4, "loss", known);
     int opt = lua_istable(L, 4) ? 4 : 0;
     guard *gt = mp_lua_guard_push(L), *gg = mp_lua_guard_push(L);
@@ -409,9 +410,12 @@ static int model_loss(lua_State *L) {
     read_batch(L, lm->m->cfg.vocab, 2, 3, gt, gg, &B, &T);
     gt->hooks = mp_hooks_new(&lm->m->cfg);
     if (!gt->hooks) return luaL_error(L, "out of memory");
+    const int *mask = mp_lua_opt_mask(L, opt, "loss", B, T);
     int ftbl = mp_lua_add_fwd_hooks(L, opt, gt, T);
     float loss;
-    mp_status st = mp_model_loss(lm->m, gt->ints, gg->ints, B, T, mp_hooks_count(gt->hooks) ? gt->hooks : NULL, &loss);
+    const mp_hooks *hk = mp_hooks_count(gt->hooks) ? gt->hooks : NULL;
+    mp_status st = mask ? mp_model_loss_masked(lm->m, gt->ints, gg->ints, mask, B, T, hk, &loss)
+                        : mp_model_loss(lm->m, gt->ints, gg->ints, B, T, hk, &loss);
     if (st) {
         mp_lua_hooks_rethrow(L, ftbl);
         return mp_lua_fail(L, st);

@@ -47,7 +47,7 @@ void mp_kvcache_free(mp_kvcache *c) {
 }
 
 mp_forward_params mp_forward_params_default(void) {
-    return (mp_forward_params){NULL, NULL, MP_LOGITS_ALL, 64, NULL};
+    return (mp_forward_params){NULL, NULL, MP_LOGITS_ALL, 64, NULL, NULL};
 }
 
 mp_status mp_acts_init(mp_acts *a, const mp_config *c, int B, int T) {
@@ -138,6 +138,7 @@ typedef struct {
     const mp_config *c;
     const mp_hooks *hs;
     int B, T, pos0;
+    const int *mask; /* [B, T] attention mask, or NULL (ragged.c) */
 } fwd_ctx;
 
 /* Fires hook (id, l) on a whole [B,T,...] view. */
@@ -224,6 +225,7 @@ static mp_status attention(const fwd_ctx *f, int l, const mp_layer_acts *b, cons
                     int end = show ? S : kmax;
                     for (int j = first_masked; j < end; j++) a[(size_t)i * S + j] = -INFINITY;
                 }
+                if (f->mask) mp_mask_scores(f->mask + (size_t)bb * T, a, rows, q0, (size_t)S); /* pads: no cache */
             }
         if ((st = fire_block(f, MP_HOOK_ATTN_SCORES, l, q0, rows, b->att))) goto cleanup;
 #pragma omp parallel for schedule(static)
@@ -271,6 +273,10 @@ static mp_status check_forward_args(const mp_model *m, const int *tokens, int B,
         if (T > c->ctx - pos0)
             return mp_error(MP_ERR_ARG, "forward: positions %d..%d exceed the learned position table (ctx %d)", pos0,
                             pos0 + T - 1, c->ctx);
+    }
+    if (fp->attn_mask) {
+        mp_status st = mp_mask_check(c, fp->attn_mask, B, T, fp->cache != NULL, fp->acts != NULL);
+        if (st) return st;
     }
     if (fp->acts) {
         if (m->q)
@@ -336,7 +342,7 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
     const int pos0 = fp.cache ? fp.cache->len : 0, S = pos0 + T;
     /* training mode: one block of all T query rows, the full pattern kept */
     const int qb = A ? T : fp.q_block > 0 ? (fp.q_block < T ? fp.q_block : T) : (T < 64 ? T : 64);
-    fwd_ctx f = {c, fp.hooks, B, T, pos0};
+    fwd_ctx f = {c, fp.hooks, B, T, pos0, fp.attn_mask};
 
     /* one allocation for the buffers of one layer (training mode: only the
      * scratch output; the activations and positional tables are in A) */
@@ -381,6 +387,28 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
     b.sin_t = b.cos_t + n_rope;
     b.q_scale = b.sin_t + n_rope;
     if (!mp_pos_tables(c, b.cos_t, b.sin_t, b.q_scale, pos0, T)) b.q_scale = NULL;
+    /* a padded batch (ragged.c): per-token position ids and the tables gathered
+     * for them ([N, Dh/2] twice, [N]), used with B = 1, T = N */
+    int *pos_ids = NULL;
+    float *pos_g = NULL;
+    fwd_bufs bp = b;
+    int pB = B, pT = T;
+    if (fp.attn_mask) {
+        const size_t half = (size_t)(Dh / 2);
+        pos_ids = mp_malloc((size_t)N * sizeof(int), "position ids of a padded batch");
+        pos_g = pos_ids ? mp_malloc(((2 * half + 1) * (size_t)N) * sizeof(float), "positional tables of a padded batch")
+                        : NULL;
+        if (!pos_g) { st = MP_ERR_NOMEM; goto cleanup; }
+        mp_mask_positions(fp.attn_mask, B, T, pos_ids);
+        bp.cos_t = pos_g;
+        bp.sin_t = pos_g + half * N;
+        bp.q_scale = b.q_scale ? bp.sin_t + half * N : NULL;
+        if (mp_pos_rotates(c))
+            mp_mask_gather_tables(b.cos_t, b.sin_t, b.q_scale, (int)half, pos_ids, (size_t)N, bp.cos_t, bp.sin_t,
+                                  bp.q_scale);
+        pB = 1;
+        pT = N;
+    }
 
 #define FIRE(id, l, ptr) do { if ((st = fire(&f, id, l, ptr))) goto cleanup; } while (0)
     float *x = A ? A->resid : scratch.resid_in; /* the embedding, then the residual after the last block */
@@ -388,7 +416,9 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
     if (c->pos == MP_POS_LEARNED) /* hook_embed = token + position embedding */
         for (int bb = 0; bb < B; bb++)
             for (int t = 0; t < T; t++)
-                mp_residual_forward(x + ((size_t)bb * T + t) * D, p->pos_embed + (size_t)(pos0 + t) * D, (size_t)D);
+                mp_residual_forward(x + ((size_t)bb * T + t) * D,
+                                    p->pos_embed + (size_t)(pos_ids ? pos_ids[(size_t)bb * T + t] : pos0 + t) * D,
+                                    (size_t)D);
     FIRE(MP_HOOK_EMBED, -1, x);
     for (int l = 0; l < c->n_layer; l++) {
         const mp_layer_params w = mp_params_layer(c, p, l);
@@ -403,8 +433,8 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
         FIRE(MP_HOOK_Q, l, a.q);
         FIRE(MP_HOOK_K, l, a.k);
         FIRE(MP_HOOK_V, l, a.v);
-        mp_pos_apply(c, b.cos_t, b.sin_t, b.q_scale, a.q, B, T, H, 0);
-        mp_pos_apply(c, b.cos_t, b.sin_t, NULL, a.k, B, T, K, 0);
+        mp_pos_apply(c, bp.cos_t, bp.sin_t, bp.q_scale, a.q, pB, pT, H, 0);
+        mp_pos_apply(c, bp.cos_t, bp.sin_t, NULL, a.k, pB, pT, K, 0);
         FIRE(MP_HOOK_ROT_Q, l, a.q);
         FIRE(MP_HOOK_ROT_K, l, a.k);
         const float *kc = a.k, *vc = a.v;
@@ -461,8 +491,10 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
         } else if (fp.logits == MP_LOGITS_ALL) {
             if ((st = linear(logits, xn, p->unembed, Q ? &Q->unembed : NULL, NULL, N, D, c->vocab))) goto cleanup;
         } else if (fp.logits == MP_LOGITS_LAST) {
-            for (int bb = 0; bb < B; bb++) /* gather the last row of each sequence */
-                memmove(b.out + (size_t)bb * D, xn + ((size_t)bb * T + T - 1) * D, (size_t)D * sizeof(float));
+            for (int bb = 0; bb < B; bb++) { /* gather the last (real) row of each sequence */
+                const int tl = fp.attn_mask ? mp_mask_last_real(fp.attn_mask + (size_t)bb * T, T) : T - 1;
+                memmove(b.out + (size_t)bb * D, xn + ((size_t)bb * T + tl) * D, (size_t)D * sizeof(float));
+            }
             if ((st = linear(logits, b.out, p->unembed, Q ? &Q->unembed : NULL, NULL, B, D, c->vocab))) goto cleanup;
         }
     }
@@ -470,6 +502,8 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
 #undef QM
     if (fp.cache) fp.cache->len += T;
 cleanup:
+    free(pos_g);
+    free(pos_ids);
     free(own);
     return st;
 }

@@ -330,6 +330,8 @@ typedef struct {
     mp_acts *acts;           /* training mode: keep every activation here (B, T
                               * must match it; no cache); all logits go to
                               * acts->logits and `logits` is ignored */
+    const int *attn_mask;    /* [B, T] 1 = real token, 0 = pad, or NULL (no
+                              * padding: every token real). See "ragged batches". */
 } mp_forward_params;
 
 mp_forward_params mp_forward_params_default(void);
@@ -341,6 +343,37 @@ mp_forward_params mp_forward_params_default(void);
  * callback aborts. */
 mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T,
                            const mp_forward_params *fp, float *logits);
+
+/* ---- ragged batches (runtime/ragged.c) ----
+ * A padded batch runs with mp_forward_params.attn_mask [B, T] (1 real, 0 pad):
+ * no query attends to a pad key (its score is -inf, its pattern 0, as the
+ * causal mask); a pad query attends to itself only (pattern 1 on its own key),
+ * so every value stays finite; each row's positions come from the mask
+ * (mp_mask_positions), so a row's real tokens get the outputs of that prompt
+ * run alone, whether it is padded on the left or the right. MP_LOGITS_LAST
+ * then takes each row's last real token. Softmax, entmax15 and entmax
+ * attention; not with a KV cache or in training mode (MP_ERR_ARG). */
+/* MP_ERR_ARG unless mask holds only 0/1 and the call can take one (cache,
+ * training: non-zero when the call has a KV cache / an activation store). */
+mp_status mp_mask_check(const mp_config *c, const int *mask, int B, int T, int cache, int training);
+/* Position ids [B, T]: cumsum(mask) - 1 along each row at real tokens, 0 at pads. */
+void mp_mask_positions(const int *mask, int B, int T, int *pos);
+/* Gathers the rows pos[0..N) of positional tables over positions 0.. (cos/sin
+ * [*, half], q_scale [*] or NULL) into per-token tables [N, half] and [N]. */
+void mp_mask_gather_tables(const float *cos_t, const float *sin_t, const float *q_scale, int half, const int *pos,
+                           size_t N, float *cos_g, float *sin_g, float *q_scale_g);
+/* Sets to -inf the scores a[i, j] (row stride ld) of query rows q0..q0+rows-1
+ * of one sequence (mask_row [T]) on pad keys j < q; a pad query's row keeps
+ * only its own key. Keys j >= q are left to the causal mask. */
+void mp_mask_scores(const int *mask_row, float *a, int rows, int q0, size_t ld);
+/* The index of the last real token of a mask row (T - 1 when there is none). */
+int mp_mask_last_real(const int *mask_row, int T);
+/* mp_model_loss of a padded batch (mask NULL: every token real): a position
+ * counts when it and the next position are real tokens (TransformerLens's
+ * rule: the target is the next token, so a pad target is not counted) and its
+ * target is not -1. */
+mp_status mp_model_loss_masked(const mp_model *m, const int *tokens, const int *targets, const int *mask, int B,
+                               int T, const mp_hooks *hooks, float *loss);
 
 /* ---- positional scheme (runtime/pos.c: the one place that knows it; names in config.h) ---- */
 /* Changes the positional scheme of a model in place, as m:set_pos does:

@@ -677,7 +677,7 @@ static mp_status encode_bpe(const mp_tok *t, const char *text, size_t len, int f
     }
     if (len > start) it[ni++] = (item){start, len - start, -1};
     e->text = text;
-    if (t->add_prefix_space) {
+    if ((flags & MP_TOK_PREFIX) || (t->add_prefix_space && !(flags & MP_TOK_NO_PREFIX))) {
         size_t extra = 0, w = 0;
         for (size_t k = 0; k < ni; k++) extra += it[k].id < 0 && text[it[k].off] != ' ';
         if (!(buf = mp_malloc(len + extra, "tokenizer text"))) { st = MP_ERR_NOMEM; goto cleanup; }
@@ -728,7 +728,8 @@ mp_status mp_tok_encode(const mp_tok *t, const char *text, size_t len, int flags
         if (!(z = mp_malloc(len + 1, "tokenizer text"))) return MP_ERR_NOMEM;
         memcpy(z, text, len);
         z[len] = '\0';
-        st = mp_tokenizer_encode(t->spm, z, 0, 0, &body, &nb);
+        st = mp_tokenizer_encode_prefix(t->spm, z, 0, 0, !(flags & MP_TOK_NO_PREFIX) || (flags & MP_TOK_PREFIX),
+                                        &body, &nb);
         free(z);
         if (st != MP_OK) return st;
         e.cap = nb + 2;
@@ -739,7 +740,7 @@ mp_status mp_tok_encode(const mp_tok *t, const char *text, size_t len, int flags
         if (flags & MP_TOK_EOS) e.out[e.n++] = t->eos;
         free(body);
     } else {
-        e.cap = (int)(t->add_prefix_space ? 2 * len : len) + 3;   /* a prefix space per segment */
+        e.cap = (int)(t->add_prefix_space || (flags & MP_TOK_PREFIX) ? 2 * len : len) + 3;   /* a prefix space per segment */
         if (!(e.out = mp_calloc((size_t)e.cap, sizeof *e.out, "tokens"))) return MP_ERR_NOMEM;
         if (flags & MP_TOK_BOS) e.out[e.n++] = t->bos;
         if ((st = encode_bpe(t, text, len, flags, &e)) != MP_OK) goto cleanup;

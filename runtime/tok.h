@@ -37,10 +37,17 @@ enum {
 enum {
     MP_TOK_BOS = 1,       /* prepend the BOS token (error if the vocabulary has none) */
     MP_TOK_EOS = 2,       /* append the EOS token (likewise) */
-    MP_TOK_SPECIAL = 4    /* byte-level BPE: text equal to a CONTROL token (token_type)
+    MP_TOK_SPECIAL = 4,   /* byte-level BPE: text equal to a CONTROL token (token_type)
                              becomes that token (llama.cpp's parse_special). USER_DEFINED
                              tokens are always split out, as in llama.cpp and Hugging
                              Face. Ignored by SentencePiece kinds. */
+    MP_TOK_PREFIX = 8,    /* prepend_space = true: byte-level BPE prepends ' ' to each
+                             stretch of text between added tokens that does not start
+                             with one (as add_prefix_space); SentencePiece kinds add
+                             their dummy prefix (their default anyway); bytes: ignored */
+    MP_TOK_NO_PREFIX = 16 /* prepend_space = false: no dummy prefix (SentencePiece
+                             kinds) and no prefix space (BPE, even with
+                             add_prefix_space); bytes: ignored. PREFIX wins over both. */
 };
 
 /* What the GGUF loader or a tokenizer.json reader passes. Arrays are read

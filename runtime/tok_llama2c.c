@@ -280,6 +280,11 @@ cleanup:
 
 mp_status mp_tokenizer_encode(const mp_tokenizer *t, const char *text, int bos, int eos,
                               int **out, int *n) {
+    return mp_tokenizer_encode_prefix(t, text, bos, eos, 1, out, n);
+}
+
+mp_status mp_tokenizer_encode_prefix(const mp_tokenizer *t, const char *text, int bos, int eos, int prefix,
+                                     int **out, int *n) {
     mp_status st = MP_OK;
     int *tok = NULL, nt = 0;
     char *buf = NULL;
@@ -299,7 +304,7 @@ mp_status mp_tokenizer_encode(const mp_tokenizer *t, const char *text, int bos, 
         goto cleanup;
     }
     if (bos) tok[nt++] = 1;
-    if (text[0] != '\0' && t->space_id >= 0) tok[nt++] = t->space_id;
+    if (prefix && text[0] != '\0' && t->space_id >= 0) tok[nt++] = t->space_id;
 
     /* UTF-8 code points (at most 4 bytes) looked up as pieces; else bytes */
     size_t len = 0;

@@ -28,6 +28,11 @@ int mp_tokenizer_eos(const mp_tokenizer *t);  /* 2 */
  * bos/eos: prepend BOS / append EOS. */
 mp_status mp_tokenizer_encode(const mp_tokenizer *t, const char *text, int bos, int eos,
                               int **out, int *n);
+/* The same with the dummy prefix (the " " piece llama2.c puts before non-empty
+ * text, SentencePiece's add_dummy_prefix) on (prefix != 0, as
+ * mp_tokenizer_encode) or off. */
+mp_status mp_tokenizer_encode_prefix(const mp_tokenizer *t, const char *text, int bos, int eos, int prefix,
+                                     int **out, int *n);
 
 /* The piece for `token` following `prev` (llama2.c's decode): a pointer into the
  * tokenizer or to a static one-byte string for <0xXX>; NULL if out of range. */

@@ -576,6 +576,17 @@ static void test_hand(void) {
     if (t) {
         expect_ids(t, "a", 0, (int[]){ga}, 1);
         expect_ids(t, " a", 0, (int[]){ga}, 1);
+        /* prepend_space = false turns add_prefix_space off */
+        expect_ids(t, "a", MP_TOK_NO_PREFIX, (int[]){'a'}, 1);
+        mp_tok_free(t);
+    }
+    /* prepend_space = true without add_prefix_space: as if it were set */
+    t = NULL;
+    CHECK(hand_make(&t, &h, merges, 6, "gpt2", -1, 0, NULL) == MP_OK, "%s", mp_last_error());
+    if (t) {
+        expect_ids(t, "a", MP_TOK_PREFIX, (int[]){ga}, 1);
+        expect_ids(t, " a", MP_TOK_PREFIX, (int[]){ga}, 1);
+        expect_ids(t, "a", MP_TOK_NO_PREFIX, (int[]){'a'}, 1);
         mp_tok_free(t);
     }
     /* added tokens: USER_DEFINED always split out (and decoded raw), CONTROL only

@@ -221,6 +221,15 @@ static void test_small(void) {
         CHECK(mp_tokenizer_encode(t, "", 1, 1, &ids, &n) == MP_OK && n == 2 && ids[0] == 1 && ids[1] == 2,
               "empty text: BOS EOS only, no dummy prefix");
         free(ids);
+        /* the dummy prefix off (prepend_space = false): "ab" is the piece "ab",
+         * not " ab"; " ab" without it is what "ab" gives with it */
+        CHECK(mp_tokenizer_encode_prefix(t, "ab", 1, 0, 0, &ids, &n) == MP_OK, "encode without prefix");
+        int want_np[] = {1, 262};
+        CHECK(same_ids(ids, n, want_np, 2), "ab without the dummy prefix -> 1 262 (n %d)", n);
+        free(ids);
+        CHECK(mp_tokenizer_encode_prefix(t, " ab", 1, 1, 0, &ids, &n) == MP_OK, "encode without prefix");
+        CHECK(same_ids(ids, n, want1, 3), "' ab' without the dummy prefix == 'ab' with it (n %d)", n);
+        free(ids);
         CHECK(strcmp(mp_tokenizer_piece(t, 1, 263), "a") == 0, "space stripped after BOS");
         CHECK(strcmp(mp_tokenizer_piece(t, 5, 263), " a") == 0, "kept otherwise");
         CHECK(strcmp(mp_tokenizer_piece(t, 0, 3 + 'A'), "A") == 0, "<0x41> -> A");

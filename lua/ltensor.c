@@ -310,7 +310,7 @@ static void same_shape(lua_State *L, const mp_tensor *a, const mp_tensor *b, int
         char sa[128], sb[128];
         shape_str(a, sa, sizeof sa);
         shape_str(b, sb, sizeof sb);
-        luaL_argerror(L, arg, lua_pushfstring(L, "shapes %s and %s differ (elementwise ops need identical shapes)", sa, sb));
+        luaL_argerror(L, arg, lua_pushfstring(L, "shapes %s and %s differ", sa, sb));
     }
 }
 

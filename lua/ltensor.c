@@ -242,6 +242,8 @@ static void shape_str(const mp_tensor *t, char *buf, size_t n) { mp_lua_tensor_s
 int mp_lua_tensor_dim(lua_State *L, int arg, int ndim, int ndim_extra, const char *fn) {
     int ok, n = ndim + ndim_extra;
     lua_Integer d = lua_tointegerx(L, arg, &ok);
+    if (!ok && lua_type(L, arg) == LUA_TNUMBER)
+        luaL_error(L, "%s: dim must be an integer, got %f", fn, lua_tonumber(L, arg));
     if (!ok) luaL_error(L, "%s: dim must be an integer, got %s", fn, luaL_typename(L, arg));
     lua_Integer j = d < 0 ? n + d : d - 1;
     if (j < 0 || j >= n) {

@@ -1,12 +1,14 @@
 /* ltensor.c — the Lua Tensor type of module `mp` (metatable "mechprobe.Tensor"):
  * float32, row-major, up to MP_MAXDIM dims, reference-counted storage shared by
  * views along leading dims, 1-based indices (negative ones count from the end).
- * Constructors mp.tensor/zeros/ones/full, element access, views, in-place and
- * new-tensor arithmetic, reductions, and t:save() through io/h5io.
- * Every tensor is contiguous: views only select or narrow leading dims. */
-#include "mp_lua.h"
+ * Constructors mp.tensor/zeros/ones/full, element access, views, the helpers
+ * the other Tensor files share (lua/ltensor.h), the metatable, and t:save()
+ * through io/h5io. Shape ops, matmul and ranges are in lua/ltensor_ops.c;
+ * arithmetic, elementwise functions and reductions in lua/ltensor_math.c.
+ * Every tensor is contiguous: views only select or narrow leading dims, or
+ * reshape. */
+#include "ltensor.h"
 
-#include <cblas.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -120,7 +122,7 @@ void mp_lua_tensor_detach(mp_tensor *t, const char *why) {
 }
 
 /* A view of parent: `off` floats in, with the given shape. */
-static mp_tensor *push_view(lua_State *L, const mp_tensor *parent, size_t off, int ndim, const int64_t *shape) {
+mp_tensor *mp_lua_tensor_view(lua_State *L, const mp_tensor *parent, size_t off, int ndim, const int64_t *shape) {
     mp_tensor *v = push_raw(L);
     v->st = parent->st;
     v->st->refs++;
@@ -228,11 +230,44 @@ static void push_totable(lua_State *L, const float *d, int ndim, const int64_t *
 
 /* ---- helpers ---- */
 
-static void shape_str(const mp_tensor *t, char *buf, size_t n) {
+void mp_lua_tensor_shape_str(int ndim, const int64_t *shape, char *buf, size_t n) {
     size_t k = (size_t)snprintf(buf, n, "[");
-    for (int i = 0; i < t->ndim && k < n; i++)
-        k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? "," : "", (long long)t->shape[i]);
+    for (int i = 0; i < ndim && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? "," : "", (long long)shape[i]);
     if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+static void shape_str(const mp_tensor *t, char *buf, size_t n) { mp_lua_tensor_shape_str(t->ndim, t->shape, buf, n); }
+
+int mp_lua_tensor_dim(lua_State *L, int arg, int ndim, int ndim_extra, const char *fn) {
+    int ok, n = ndim + ndim_extra;
+    lua_Integer d = lua_tointegerx(L, arg, &ok);
+    if (!ok && lua_type(L, arg) == LUA_TNUMBER)
+        luaL_error(L, "%s: dim must be an integer, got %f", fn, lua_tonumber(L, arg));
+    if (!ok) luaL_error(L, "%s: dim must be an integer, got %s", fn, luaL_typename(L, arg));
+    lua_Integer j = d < 0 ? n + d : d - 1;
+    if (j < 0 || j >= n) {
+        if (n == 0) luaL_error(L, "%s: dim %I of a 0-dim Tensor", fn, d);
+        luaL_error(L, "%s: dim %I out of range 1..%d (or -%d..-1)", fn, d, n, n);
+    }
+    return (int)j;
+}
+
+static void push_indices(lua_State *L, const int64_t **p, int ndim, const int64_t *shape) {
+    if (ndim == 0) {
+        lua_pushinteger(L, (lua_Integer)*(*p)++ + 1);
+        return;
+    }
+    lua_createtable(L, (int)shape[0], 0);
+    for (int64_t i = 0; i < shape[0]; i++) {
+        push_indices(L, p, ndim - 1, shape + 1);
+        lua_rawseti(L, -2, i + 1);
+    }
+}
+
+void mp_lua_tensor_push_indices(lua_State *L, const int64_t *idx, int ndim, const int64_t *shape) {
+    luaL_checkstack(L, ndim + 4, "index tables nested too deep");
+    push_indices(L, &idx, ndim, shape);
 }
 
 /* 1-based (or negative, from the end) index at arg into 0-based, or raises. */
@@ -277,12 +312,9 @@ static void same_shape(lua_State *L, const mp_tensor *a, const mp_tensor *b, int
         char sa[128], sb[128];
         shape_str(a, sa, sizeof sa);
         shape_str(b, sb, sizeof sb);
-        luaL_argerror(L, arg, lua_pushfstring(L, "shapes %s and %s differ (elementwise ops need identical shapes)", sa, sb));
+        luaL_argerror(L, arg, lua_pushfstring(L, "shapes %s and %s differ", sa, sb));
     }
 }
-
-/* BLAS takes int lengths: walk large arrays in pieces. */
-#define BLAS_STEP ((size_t)INT_MAX / 2)
 
 /* Dot product accumulated in double. (Not cblas_dsdot: OpenBLAS's kernel
  * loses about 5e-9 relative, measured, against a double accumulation.) */
@@ -290,20 +322,6 @@ static double dot_f(const float *a, const float *b, size_t n) {
     double s = 0;
     for (size_t i = 0; i < n; i++) s += (double)a[i] * (double)b[i];
     return s;
-}
-
-static void axpy_f(float alpha, const float *x, float *y, size_t n) {
-    for (size_t i = 0; i < n; i += BLAS_STEP) {
-        size_t m = n - i < BLAS_STEP ? n - i : BLAS_STEP;
-        cblas_saxpy((int)m, alpha, x + i, 1, y + i, 1);
-    }
-}
-
-static void scal_f(float alpha, float *x, size_t n) {
-    for (size_t i = 0; i < n; i += BLAS_STEP) {
-        size_t m = n - i < BLAS_STEP ? n - i : BLAS_STEP;
-        cblas_sscal((int)m, alpha, x + i, 1);
-    }
 }
 
 /* ---- constructors ---- */
@@ -407,67 +425,13 @@ static void push_select(lua_State *L, mp_tensor *t, int64_t j) {
         return;
     }
     size_t stride = t->numel / (size_t)(t->shape[0] ? t->shape[0] : 1);
-    push_view(L, t, (size_t)j * stride, t->ndim - 1, t->shape + 1);
+    mp_lua_tensor_view(L, t, (size_t)j * stride, t->ndim - 1, t->shape + 1);
 }
 
 static int m_select(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
     if (t->ndim < 1) luaL_error(L, "select on a 0-dim Tensor");
     push_select(L, t, index_arg(L, 2, t->shape[0], 1));
-    return 1;
-}
-
-static int m_narrow(lua_State *L) {
-    mp_tensor *t = mp_lua_tensor_check(L, 1);
-    if (t->ndim < 1) luaL_error(L, "narrow on a 0-dim Tensor");
-    int64_t n = t->shape[0];
-    lua_Integer s = luaL_checkinteger(L, 2), len = luaL_checkinteger(L, 3);
-    int64_t j = s < 0 ? n + s : s - 1;
-    if (j < 0 || j > n || (j == n && len > 0))
-        luaL_argerror(L, 2, lua_pushfstring(L, "start %I out of range 1..%I for dim 1", s, (lua_Integer)n));
-    if (len < 0 || len > n - j)
-        luaL_argerror(L, 3, lua_pushfstring(L, "length %I out of range 0..%I from start %I", len, (lua_Integer)(n - j), s));
-    int64_t shape[MP_MAXDIM];
-    memcpy(shape, t->shape, sizeof shape);
-    shape[0] = len;
-    size_t stride = n ? t->numel / (size_t)n : 0;
-    push_view(L, t, (size_t)j * stride, t->ndim, shape);
-    return 1;
-}
-
-/* t:permute{d1, d2, ...} -> a new contiguous Tensor whose dim i is t's dim d_i
- * (1-based), like torch's permute(...).contiguous(): [T,H,Dh]:permute{2,1,3} is
- * [H,T,Dh], so that [h] selects one head's point cloud. */
-static int m_permute(lua_State *L) {
-    mp_tensor *t = mp_lua_tensor_check(L, 1);
-    luaL_checktype(L, 2, LUA_TTABLE);
-    int nd = t->ndim, perm[MP_MAXDIM], used[MP_MAXDIM] = {0};
-    if ((int)luaL_len(L, 2) != nd)
-        return luaL_error(L, "bad argument #1 to 'permute' (%d dims given for a %d-dim Tensor)", (int)luaL_len(L, 2), nd);
-    for (int i = 0; i < nd; i++) {
-        lua_geti(L, 2, i + 1);
-        lua_Integer d = lua_tointeger(L, -1);
-        lua_pop(L, 1);
-        if (d < 1 || d > nd || used[d - 1])
-            return luaL_error(L, "bad argument #1 to 'permute' (not a permutation of 1..%d)", nd);
-        used[d - 1] = 1;
-        perm[i] = (int)d - 1;
-    }
-    int64_t shape[MP_MAXDIM], stride[MP_MAXDIM], ostride[MP_MAXDIM];
-    stride[nd - 1] = 1;
-    for (int i = nd - 2; i >= 0; i--) stride[i] = stride[i + 1] * t->shape[i + 1];
-    for (int i = 0; i < nd; i++) { shape[i] = t->shape[perm[i]]; ostride[i] = stride[perm[i]]; }
-    mp_tensor *o = mp_lua_tensor_new(L, nd, shape);
-    int64_t idx[MP_MAXDIM] = {0};
-    for (size_t e = 0; e < o->numel; e++) {
-        int64_t src = 0;
-        for (int i = 0; i < nd; i++) src += idx[i] * ostride[i];
-        o->data[e] = t->data[src];
-        for (int i = nd - 1; i >= 0; i--) { /* odometer over the output index */
-            if (++idx[i] < shape[i]) break;
-            idx[i] = 0;
-        }
-    }
     return 1;
 }
 
@@ -496,7 +460,7 @@ static int m_reshape(lua_State *L) {
         luaL_argerror(L, 2, lua_pushfstring(L, "shape has %I elements, the Tensor %s has %I", (lua_Integer)known, s,
                                             (lua_Integer)t->numel));
     }
-    push_view(L, t, 0, ndim, shape);
+    mp_lua_tensor_view(L, t, 0, ndim, shape);
     return 1;
 }
 
@@ -513,181 +477,11 @@ static int m_clone(lua_State *L) {
     return 1;
 }
 
-static int m_copy_(lua_State *L) {
-    mp_tensor *t = mp_lua_tensor_check(L, 1);
-    mp_tensor *o = mp_lua_tensor_arg(L, 2);
-    same_shape(L, t, o, 2);
-    if (t->numel) memmove(t->data, o->data, t->numel * sizeof(float));
-    lua_settop(L, 1);
-    return 1;
-}
-
 static int m_fill_(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
     float v = (float)luaL_checknumber(L, 2);
     for (size_t i = 0; i < t->numel; i++) t->data[i] = v;
     lua_settop(L, 1);
-    return 1;
-}
-
-/* ---- arithmetic ---- */
-
-typedef enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV } binop;
-
-/* y = y (op) x elementwise, or y = y (op) s. */
-static void apply_tensor(binop op, float *y, const float *x, size_t n) {
-    switch (op) {
-    case OP_ADD: axpy_f(1.0f, x, y, n); break;
-    case OP_SUB: axpy_f(-1.0f, x, y, n); break;
-    case OP_MUL: for (size_t i = 0; i < n; i++) y[i] *= x[i]; break;
-    case OP_DIV: for (size_t i = 0; i < n; i++) y[i] /= x[i]; break;
-    }
-}
-
-static void apply_scalar(binop op, float *y, float s, size_t n) {
-    switch (op) {
-    case OP_ADD: for (size_t i = 0; i < n; i++) y[i] += s; break;
-    case OP_SUB: for (size_t i = 0; i < n; i++) y[i] -= s; break;
-    case OP_MUL: scal_f(s, y, n); break;
-    case OP_DIV: for (size_t i = 0; i < n; i++) y[i] /= s; break;
-    }
-}
-
-/* In place on the tensor at 1 with the number or tensor/table at 2. */
-static int inplace(lua_State *L, binop op) {
-    mp_tensor *t = mp_lua_tensor_check(L, 1);
-    if (lua_type(L, 2) == LUA_TNUMBER) {
-        apply_scalar(op, t->data, (float)lua_tonumber(L, 2), t->numel);
-    } else {
-        mp_tensor *o = mp_lua_tensor_arg(L, 2);
-        same_shape(L, t, o, 2);
-        if (o->data == t->data && (op == OP_ADD || op == OP_SUB)) {
-            /* x += x / x -= x without aliasing BLAS arguments */
-            if (op == OP_ADD) scal_f(2.0f, t->data, t->numel);
-            else memset(t->data, 0, t->numel * sizeof(float));
-        } else {
-            apply_tensor(op, t->data, o->data, t->numel);
-        }
-    }
-    lua_settop(L, 1);
-    return 1;
-}
-
-static int m_add_(lua_State *L) { return inplace(L, OP_ADD); }
-static int m_sub_(lua_State *L) { return inplace(L, OP_SUB); }
-static int m_mul_(lua_State *L) { return inplace(L, OP_MUL); }
-static int m_div_(lua_State *L) { return inplace(L, OP_DIV); }
-
-/* New tensor a (op) b where either side may be a number (metamethods) or a
- * Tensor/table. */
-static int newop(lua_State *L, binop op) {
-    int a_num = lua_type(L, 1) == LUA_TNUMBER, b_num = lua_type(L, 2) == LUA_TNUMBER;
-    if (a_num && b_num) luaL_error(L, "Tensor arithmetic needs a Tensor operand");
-    if (a_num) {
-        /* s (op) t */
-        float s = (float)lua_tonumber(L, 1);
-        mp_tensor *t = mp_lua_tensor_arg(L, 2);
-        mp_tensor *r = mp_lua_tensor_from(L, t->ndim, t->shape, t->data);
-        switch (op) {
-        case OP_ADD: apply_scalar(OP_ADD, r->data, s, r->numel); break;
-        case OP_MUL: apply_scalar(OP_MUL, r->data, s, r->numel); break;
-        case OP_SUB: for (size_t i = 0; i < r->numel; i++) r->data[i] = s - r->data[i]; break;
-        case OP_DIV: for (size_t i = 0; i < r->numel; i++) r->data[i] = s / r->data[i]; break;
-        }
-        return 1;
-    }
-    mp_tensor *a = mp_lua_tensor_arg(L, 1); /* a converted table stays on the stack */
-    if (b_num) {
-        float s = (float)lua_tonumber(L, 2);
-        mp_tensor *r = mp_lua_tensor_from(L, a->ndim, a->shape, a->data);
-        apply_scalar(op, r->data, s, r->numel);
-        return 1;
-    }
-    mp_tensor *b = mp_lua_tensor_arg(L, 2);
-    same_shape(L, a, b, 2);
-    mp_tensor *r = mp_lua_tensor_from(L, a->ndim, a->shape, a->data);
-    apply_tensor(op, r->data, b->data, r->numel);
-    return 1;
-}
-
-static int m_add(lua_State *L) { return newop(L, OP_ADD); }
-static int m_sub(lua_State *L) { return newop(L, OP_SUB); }
-static int m_mul(lua_State *L) { return newop(L, OP_MUL); }
-static int m_div(lua_State *L) { return newop(L, OP_DIV); }
-
-static int m_unm(lua_State *L) {
-    mp_tensor *t = mp_lua_tensor_check(L, 1);
-    mp_tensor *r = mp_lua_tensor_from(L, t->ndim, t->shape, t->data);
-    scal_f(-1.0f, r->data, r->numel);
-    return 1;
-}
-
-/* ---- reductions ---- */
-
-typedef enum { R_SUM, R_MEAN, R_MAX, R_MIN, R_ARGMAX } reduce_kind;
-
-/* Reduces n floats; for ARGMAX returns the 0-based index. */
-static double reduce(reduce_kind k, const float *d, size_t n) {
-    if (k == R_SUM || k == R_MEAN) {
-        double s = 0;
-        for (size_t i = 0; i < n; i++) s += d[i];
-        return k == R_MEAN ? s / (double)n : s;
-    }
-    size_t best = 0;
-    for (size_t i = 1; i < n; i++)
-        if (k == R_MIN ? d[i] < d[best] : d[i] > d[best]) best = i;
-    return k == R_ARGMAX ? (double)best : (double)d[best];
-}
-
-static void push_argmax_rows(lua_State *L, const float *d, int ndim, const int64_t *shape, size_t row) {
-    lua_createtable(L, (int)shape[0], 0);
-    size_t stride = 1;
-    for (int i = 1; i < ndim; i++) stride *= (size_t)shape[i];
-    for (int64_t i = 0; i < shape[0]; i++) {
-        const float *p = d + (size_t)i * stride;
-        if (ndim == 2) lua_pushinteger(L, (lua_Integer)reduce(R_ARGMAX, p, row) + 1);
-        else push_argmax_rows(L, p, ndim - 1, shape + 1, row);
-        lua_rawseti(L, -2, i + 1);
-    }
-}
-
-/* t:<reduction>() over everything, or t:<reduction>(-1) over the last dim. */
-static int reduction(lua_State *L, reduce_kind k, const char *name) {
-    mp_tensor *t = mp_lua_tensor_check(L, 1);
-    int last = 0;
-    if (!lua_isnoneornil(L, 2)) {
-        lua_Integer d = luaL_checkinteger(L, 2);
-        if (d != -1 && d != t->ndim) luaL_argerror(L, 2, "only the last dim (-1) is supported");
-        last = t->ndim > 1;
-    }
-    if (!last) {
-        if (t->numel == 0 && k != R_SUM)
-            luaL_error(L, "%s of an empty Tensor", name);
-        double v = reduce(k, t->data, t->numel);
-        if (k == R_ARGMAX) lua_pushinteger(L, (lua_Integer)v + 1);
-        else lua_pushnumber(L, v);
-        return 1;
-    }
-    size_t row = (size_t)t->shape[t->ndim - 1];
-    if (row == 0 && k != R_SUM) luaL_error(L, "%s over an empty last dim", name);
-    if (k == R_ARGMAX) {
-        push_argmax_rows(L, t->data, t->ndim, t->shape, row);
-        return 1;
-    }
-    mp_tensor *r = mp_lua_tensor_new(L, t->ndim - 1, t->shape);
-    for (size_t i = 0; i < r->numel; i++) r->data[i] = (float)reduce(k, t->data + i * row, row);
-    return 1;
-}
-
-static int m_sum(lua_State *L) { return reduction(L, R_SUM, "sum"); }
-static int m_mean(lua_State *L) { return reduction(L, R_MEAN, "mean"); }
-static int m_max(lua_State *L) { return reduction(L, R_MAX, "max"); }
-static int m_min(lua_State *L) { return reduction(L, R_MIN, "min"); }
-static int m_argmax(lua_State *L) { return reduction(L, R_ARGMAX, "argmax"); }
-
-static int m_norm(lua_State *L) {
-    mp_tensor *t = mp_lua_tensor_check(L, 1);
-    lua_pushnumber(L, sqrt(dot_f(t->data, t->data, t->numel)));
     return 1;
 }
 
@@ -805,29 +599,28 @@ static int mt_newindex(lua_State *L) {
     return 0;
 }
 
+/* The methods of this file; lua/ltensor_ops.c and lua/ltensor_math.c add theirs. */
 static const luaL_Reg methods[] = {
-    {"shape", m_shape}, {"dim", m_dim},       {"numel", m_numel},   {"size", m_size},     {"get", m_get},
-    {"set", m_set},     {"select", m_select}, {"narrow", m_narrow}, {"reshape", m_reshape}, {"permute", m_permute},
-    {"totable", m_totable}, {"clone", m_clone}, {"copy_", m_copy_}, {"fill_", m_fill_},
-    {"add_", m_add_},   {"sub_", m_sub_},     {"mul_", m_mul_},     {"div_", m_div_},
-    {"add", m_add},     {"sub", m_sub},       {"mul", m_mul},       {"div", m_div},
-    {"sum", m_sum},     {"mean", m_mean},     {"max", m_max},       {"min", m_min},
-    {"argmax", m_argmax}, {"norm", m_norm},   {"dot", m_dot},       {"save", m_save},
-    {NULL, NULL},
+    {"shape", m_shape},     {"dim", m_dim},       {"numel", m_numel},   {"size", m_size},
+    {"get", m_get},         {"set", m_set},       {"select", m_select}, {"reshape", m_reshape},
+    {"view", m_reshape},    {"totable", m_totable}, {"tolist", m_totable}, {"clone", m_clone},
+    {"fill_", m_fill_},     {"dot", m_dot},       {"save", m_save},     {NULL, NULL},
 };
 
 static const luaL_Reg metamethods[] = {
-    {"__gc", mt_gc},   {"__close", mt_gc}, {"__tostring", mt_tostring}, {"__len", mt_len},
-    {"__newindex", mt_newindex}, {"__add", m_add}, {"__sub", m_sub}, {"__mul", m_mul},
-    {"__div", m_div},  {"__unm", m_unm},   {NULL, NULL},
+    {"__gc", mt_gc}, {"__close", mt_gc}, {"__tostring", mt_tostring}, {"__len", mt_len},
+    {"__newindex", mt_newindex}, {NULL, NULL},
 };
 
 /* Creates the metatable on first use and leaves it on the stack. */
 static void ensure_metatable(lua_State *L) {
     if (!luaL_newmetatable(L, MP_TENSOR_MT)) return;
     luaL_setfuncs(L, metamethods, 0);
+    mp_lua_tensor_math_metamethods(L);
     lua_newtable(L);
     luaL_setfuncs(L, methods, 0);
+    mp_lua_tensor_ops_methods(L);
+    mp_lua_tensor_math_methods(L);
     lua_pushcclosure(L, mt_index, 1);
     lua_setfield(L, -2, "__index");
 }
@@ -840,4 +633,6 @@ void mp_lua_open_tensor(lua_State *L) {
     ensure_metatable(L);
     lua_pop(L, 1);
     luaL_setfuncs(L, fns, 0);
+    mp_lua_tensor_ops_functions(L);
+    mp_lua_tensor_math_functions(L);
 }

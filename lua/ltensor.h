@@ -1,0 +1,34 @@
+/* ltensor.h — internal interface between the files of the Lua Tensor type:
+ * lua/ltensor.c (storage, constructors, element access, views, the metatable),
+ * lua/ltensor_ops.c (shape ops, slicing, cat/stack, matmul, ranges) and
+ * lua/ltensor_math.c (broadcasting arithmetic, elementwise functions, softmax,
+ * reductions over any dim, topk, cosine similarity). Not part of mp_lua.h:
+ * nothing outside these files needs it. */
+#ifndef MP_LTENSOR_H
+#define MP_LTENSOR_H
+
+#include "mp_lua.h"
+
+/* "[2,3]" into buf (at most n bytes). */
+void mp_lua_tensor_shape_str(int ndim, const int64_t *shape, char *buf, size_t n);
+/* A dim argument at arg: 1..ndim, or negative counting from the end (-1 the
+ * last); returns it 0-based, or raises "fn: dim 4 out of range 1..3 (or -3..-1)".
+ * ndim_extra widens the range for functions that insert a dim (unsqueeze,
+ * stack: 1..ndim+1, -1 meaning a new last dim). */
+int mp_lua_tensor_dim(lua_State *L, int arg, int ndim, int ndim_extra, const char *fn);
+/* Pushes a view of parent: `off` floats in, with the given shape (numel must fit). */
+mp_tensor *mp_lua_tensor_view(lua_State *L, const mp_tensor *parent, size_t off, int ndim, const int64_t *shape);
+/* Pushes nested tables of the 0-based indices idx (row-major, of that shape) as
+ * 1-based integers; a plain integer for a 0-dim shape. */
+void mp_lua_tensor_push_indices(lua_State *L, const int64_t *idx, int ndim, const int64_t *shape);
+
+/* Add the methods of ltensor_ops.c / ltensor_math.c to the methods table at the
+ * stack top; the metamethods (__add, __pow, ...) to the metatable at the top. */
+void mp_lua_tensor_ops_methods(lua_State *L);
+void mp_lua_tensor_math_methods(lua_State *L);
+void mp_lua_tensor_math_metamethods(lua_State *L);
+/* Add mp.matmul, mp.cat, ... to the module table at the stack top. */
+void mp_lua_tensor_ops_functions(lua_State *L);
+void mp_lua_tensor_math_functions(lua_State *L);
+
+#endif

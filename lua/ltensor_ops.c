@@ -1,0 +1,507 @@
+/* ltensor_ops.c — the shape methods of the Lua Tensor (see lua/ltensor.h):
+ * permute/transpose/t (contiguous copies), view/unsqueeze/squeeze/flatten
+ * (views), narrow/slice/index_select along any dim (views along dim 1 where
+ * the rows stay contiguous, copies otherwise), mp.cat/mp.stack, matmul and
+ * batched matmul through OpenBLAS's cblas_sgemm, item/contiguous, and the
+ * constructors mp.arange/mp.linspace/mp.eye. Dims and indices are 1-based,
+ * negative ones counting from the end. */
+#include "ltensor.h"
+
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+static void shape_err(lua_State *L, const char *fn, const char *what, const mp_tensor *a, const mp_tensor *b) {
+    char s1[128], s2[128];
+    mp_lua_tensor_shape_str(a->ndim, a->shape, s1, sizeof s1);
+    mp_lua_tensor_shape_str(b->ndim, b->shape, s2, sizeof s2);
+    luaL_error(L, "%s: shapes %s and %s %s", fn, s1, s2, what);
+}
+
+/* ---- permutations (copies) ---- */
+
+/* Pushes a contiguous copy of t with dim i of the result = dim perm[i] of t. */
+static mp_tensor *push_permuted(lua_State *L, const mp_tensor *t, const int *perm) {
+    int nd = t->ndim;
+    int64_t shape[MP_MAXDIM], stride[MP_MAXDIM], ostride[MP_MAXDIM];
+    if (nd == 0) return mp_lua_tensor_from(L, 0, t->shape, t->data);
+    stride[nd - 1] = 1;
+    for (int i = nd - 2; i >= 0; i--) stride[i] = stride[i + 1] * t->shape[i + 1];
+    for (int i = 0; i < nd; i++) {
+        shape[i] = t->shape[perm[i]];
+        ostride[i] = stride[perm[i]];
+    }
+    mp_tensor *o = mp_lua_tensor_new(L, nd, shape);
+    int64_t idx[MP_MAXDIM] = {0}, src = 0;
+    int64_t inner = shape[nd - 1], is = ostride[nd - 1];
+    if (o->numel == 0) return o;
+    for (size_t e = 0; e < o->numel; e += (size_t)inner) {
+        for (int64_t k = 0; k < inner; k++) o->data[e + (size_t)k] = t->data[src + k * is];
+        for (int i = nd - 2; i >= 0; i--) { /* odometer over the outer output dims */
+            src += ostride[i];
+            if (++idx[i] < shape[i]) break;
+            src -= ostride[i] * shape[i];
+            idx[i] = 0;
+        }
+    }
+    return o;
+}
+
+/* t:permute{d1, d2, ...} or t:permute(d1, d2, ...) */
+static int m_permute(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    int nd = t->ndim, perm[MP_MAXDIM], used[MP_MAXDIM] = {0};
+    int from_table = lua_istable(L, 2);
+    int given = from_table ? (int)luaL_len(L, 2) : lua_gettop(L) - 1;
+    if (given != nd)
+        return luaL_error(L, "bad argument #1 to 'permute' (%d dims given for a %d-dim Tensor)", given, nd);
+    for (int i = 0; i < nd; i++) {
+        int ok;
+        lua_Integer d;
+        if (from_table) {
+            lua_geti(L, 2, i + 1);
+            d = lua_tointegerx(L, -1, &ok);
+            lua_pop(L, 1);
+        } else {
+            d = lua_tointegerx(L, i + 2, &ok);
+        }
+        if (ok && d < 0) d += nd + 1;
+        if (!ok || d < 1 || d > nd || used[d - 1])
+            return luaL_error(L, "bad argument #1 to 'permute' (not a permutation of 1..%d)", nd);
+        used[d - 1] = 1;
+        perm[i] = (int)d - 1;
+    }
+    push_permuted(L, t, perm);
+    return 1;
+}
+
+/* t:transpose(d1, d2): a contiguous copy with dims d1 and d2 swapped. */
+static int m_transpose(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    int a = mp_lua_tensor_dim(L, 2, t->ndim, 0, "transpose"), b = mp_lua_tensor_dim(L, 3, t->ndim, 0, "transpose");
+    int perm[MP_MAXDIM];
+    for (int i = 0; i < t->ndim; i++) perm[i] = i;
+    perm[a] = b;
+    perm[b] = a;
+    push_permuted(L, t, perm);
+    return 1;
+}
+
+/* t:t(): the transpose of a 2-D Tensor (a copy); a copy of a 0-D or 1-D one. */
+static int m_t(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    if (t->ndim > 2) {
+        char s[128];
+        mp_lua_tensor_shape_str(t->ndim, t->shape, s, sizeof s);
+        return luaL_error(L, "t: needs a Tensor of at most 2 dims, got %s (use transpose(d1, d2))", s);
+    }
+    int perm[2] = {1, 0};
+    if (t->ndim < 2) perm[0] = 0;
+    push_permuted(L, t, perm);
+    return 1;
+}
+
+/* ---- views that change the shape only ---- */
+
+static int m_unsqueeze(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    int d = mp_lua_tensor_dim(L, 2, t->ndim, 1, "unsqueeze");
+    if (t->ndim == MP_MAXDIM) return luaL_error(L, "unsqueeze: a Tensor has at most %d dims", MP_MAXDIM);
+    int64_t shape[MP_MAXDIM];
+    for (int i = 0, j = 0; i <= t->ndim; i++) shape[i] = i == d ? 1 : t->shape[j++];
+    mp_lua_tensor_view(L, t, 0, t->ndim + 1, shape);
+    return 1;
+}
+
+static int m_squeeze(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    int64_t shape[MP_MAXDIM];
+    int nd = 0, only = lua_isnoneornil(L, 2) ? -1 : mp_lua_tensor_dim(L, 2, t->ndim, 0, "squeeze");
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] != 1 || (only >= 0 && i != only)) shape[nd++] = t->shape[i];
+    mp_lua_tensor_view(L, t, 0, nd, shape);
+    return 1;
+}
+
+/* t:flatten([start [, end]]): dims start..end merged into one (a view). */
+static int m_flatten(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    if (t->ndim == 0) {
+        int64_t one = 1;
+        mp_lua_tensor_view(L, t, 0, 1, &one);
+        return 1;
+    }
+    int s = lua_isnoneornil(L, 2) ? 0 : mp_lua_tensor_dim(L, 2, t->ndim, 0, "flatten");
+    int e = lua_isnoneornil(L, 3) ? t->ndim - 1 : mp_lua_tensor_dim(L, 3, t->ndim, 0, "flatten");
+    if (e < s) return luaL_error(L, "flatten: end dim %d is before start dim %d", e + 1, s + 1);
+    int64_t shape[MP_MAXDIM];
+    int nd = 0;
+    for (int i = 0; i < s; i++) shape[nd++] = t->shape[i];
+    shape[nd] = 1;
+    for (int i = s; i <= e; i++) shape[nd] *= t->shape[i];
+    nd++;
+    for (int i = e + 1; i < t->ndim; i++) shape[nd++] = t->shape[i];
+    mp_lua_tensor_view(L, t, 0, nd, shape);
+    return 1;
+}
+
+static int m_contiguous(lua_State *L) {
+    mp_lua_tensor_check(L, 1);
+    lua_settop(L, 1);
+    return 1;
+}
+
+static int m_item(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    if (t->numel != 1) {
+        char s[128];
+        mp_lua_tensor_shape_str(t->ndim, t->shape, s, sizeof s);
+        return luaL_error(L, "item: the Tensor %s has %I elements, not one", s, (lua_Integer)t->numel);
+    }
+    lua_pushnumber(L, t->data[0]);
+    return 1;
+}
+
+/* ---- selecting along a dim ---- */
+
+/* Pushes the rows idx[0..count-1] (0-based, checked) of dim d of t, a copy. */
+static mp_tensor *push_gather(lua_State *L, const mp_tensor *t, int d, const int64_t *idx, int64_t count) {
+    int64_t shape[MP_MAXDIM], outer = 1, inner = 1, n = t->shape[d];
+    memcpy(shape, t->shape, sizeof shape);
+    shape[d] = count;
+    for (int i = 0; i < d; i++) outer *= t->shape[i];
+    for (int i = d + 1; i < t->ndim; i++) inner *= t->shape[i];
+    mp_tensor *r = mp_lua_tensor_new(L, t->ndim, shape);
+    float *dst = r->data;
+    for (int64_t o = 0; o < outer && inner; o++)
+        for (int64_t k = 0; k < count; k++, dst += inner)
+            memcpy(dst, t->data + (o * n + idx[k]) * inner, (size_t)inner * sizeof(float));
+    return r;
+}
+
+/* Pushes t's rows first, first+step, ... (count of them) along d: a view when
+ * d is the first dim and step is 1, else a copy. */
+static void push_range(lua_State *L, const mp_tensor *t, int d, int64_t first, int64_t count, int64_t step) {
+    if (d == 0 && step == 1) {
+        int64_t shape[MP_MAXDIM];
+        memcpy(shape, t->shape, sizeof shape);
+        shape[0] = count;
+        size_t stride = t->shape[0] ? t->numel / (size_t)t->shape[0] : 0;
+        mp_lua_tensor_view(L, t, (size_t)first * stride, t->ndim, shape);
+        return;
+    }
+    int64_t *idx = lua_newuserdatauv(L, (size_t)(count ? count : 1) * sizeof(int64_t), 0);
+    for (int64_t k = 0; k < count; k++) idx[k] = first + k * step;
+    push_gather(L, t, d, idx, count);
+    lua_remove(L, -2);
+}
+
+/* t:narrow(start, len) along dim 1, or t:narrow(dim, start, len) as torch. */
+static int m_narrow(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    int three = lua_gettop(L) >= 4, a = three ? 3 : 2;
+    if (t->ndim < 1) return luaL_error(L, "narrow on a 0-dim Tensor");
+    int d = three ? mp_lua_tensor_dim(L, 2, t->ndim, 0, "narrow") : 0;
+    int64_t n = t->shape[d];
+    lua_Integer s = luaL_checkinteger(L, a), len = luaL_checkinteger(L, a + 1);
+    int64_t j = s < 0 ? n + s : s - 1;
+    if (j < 0 || j > n || (j == n && len > 0))
+        luaL_argerror(L, a, lua_pushfstring(L, "start %I out of range 1..%I for dim %d", s, (lua_Integer)n, d + 1));
+    if (len < 0 || len > n - j)
+        luaL_argerror(L, a + 1,
+                      lua_pushfstring(L, "length %I out of range 0..%I from start %I", len, (lua_Integer)(n - j), s));
+    push_range(L, t, d, j, len, 1);
+    return 1;
+}
+
+/* t:slice(dim, start [, stop [, step]]): rows start..stop (inclusive, 1-based,
+ * negative from the end; stop defaults to the last) every step. */
+static int m_slice(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    int d = mp_lua_tensor_dim(L, 2, t->ndim, 0, "slice");
+    int64_t n = t->shape[d];
+    lua_Integer s = luaL_checkinteger(L, 3), e = luaL_optinteger(L, 4, -1), step = luaL_optinteger(L, 5, 1);
+    int64_t j0 = s < 0 ? n + s : s - 1, j1 = e < 0 ? n + e : e - 1;
+    if (step < 1) return luaL_error(L, "slice: step = %I must be >= 1", step);
+    if (j0 < 0 || j0 > n)
+        return luaL_error(L, "slice: start %I out of range 1..%I (or -%I..-1) for dim %d", s, (lua_Integer)n,
+                          (lua_Integer)n, d + 1);
+    if (j1 < j0 - 1 || j1 >= n)
+        return luaL_error(L, "slice: stop %I out of range for dim %d of extent %I from start %I (stop >= start - 1)",
+                          e, d + 1, (lua_Integer)n, s);
+    int64_t len = j1 - j0 + 1;
+    push_range(L, t, d, j0, (len + step - 1) / step, step);
+    return 1;
+}
+
+/* t:index_select(dim, idx): idx a 1-D Tensor or table of 1-based indices. */
+static int m_index_select(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    int d = mp_lua_tensor_dim(L, 2, t->ndim, 0, "index_select");
+    int64_t n = t->shape[d], count;
+    mp_tensor *it = mp_lua_tensor_test(L, 3);
+    if (it) {
+        if (it->ndim != 1) return luaL_error(L, "index_select: the indices must be a 1-D Tensor or a list");
+        count = (int64_t)it->numel;
+    } else {
+        luaL_checktype(L, 3, LUA_TTABLE);
+        count = (int64_t)lua_rawlen(L, 3);
+    }
+    int64_t *idx = lua_newuserdatauv(L, (size_t)(count ? count : 1) * sizeof(int64_t), 0);
+    for (int64_t k = 0; k < count; k++) {
+        double v;
+        if (it) {
+            v = it->data[k];
+        } else {
+            lua_rawgeti(L, 3, (lua_Integer)k + 1);
+            int ok;
+            v = lua_tonumberx(L, -1, &ok);
+            lua_pop(L, 1);
+            if (!ok) return luaL_error(L, "index_select: index %I is not a number", (lua_Integer)k + 1);
+        }
+        if (v != floor(v) || v == 0 || v > (double)n || v < -(double)n)
+            return luaL_error(L, "index_select: index %f (entry %I) out of range 1..%I for dim %d", v,
+                              (lua_Integer)k + 1, (lua_Integer)n, d + 1);
+        idx[k] = v < 0 ? n + (int64_t)v : (int64_t)v - 1;
+    }
+    push_gather(L, t, d, idx, count);
+    return 1;
+}
+
+/* ---- cat and stack ---- */
+
+/* Converts the list at arg into Tensors at consecutive stack slots; returns
+ * their count and the first slot. */
+static int list_arg(lua_State *L, int arg, const char *fn, int *first) {
+    luaL_checktype(L, arg, LUA_TTABLE);
+    int n = (int)lua_rawlen(L, arg);
+    if (n == 0) luaL_error(L, "%s: the list of Tensors is empty", fn);
+    luaL_checkstack(L, 2 * n + 4, "too many Tensors");
+    *first = lua_gettop(L) + 1;
+    for (int i = 1; i <= n; i++) {
+        lua_rawgeti(L, arg, i);
+        int at = lua_gettop(L);
+        if (!mp_lua_tensor_test(L, at) && !lua_istable(L, at))
+            luaL_error(L, "%s: entry %d is a %s, expected a Tensor", fn, i, luaL_typename(L, at));
+        mp_lua_tensor_arg(L, at); /* a table converts: the Tensor is pushed above it */
+        if (lua_gettop(L) > at) lua_replace(L, at);
+    }
+    return n;
+}
+
+/* mp.cat(list [, dim]): joined along dim (default 1), a copy. */
+static int l_cat(lua_State *L) {
+    lua_settop(L, 2);
+    int first, n = list_arg(L, 1, "cat", &first);
+    const mp_tensor *t0 = mp_lua_tensor_check(L, first);
+    if (t0->ndim == 0) return luaL_error(L, "cat: entry 1 is a 0-dim Tensor");
+    int d = lua_isnoneornil(L, 2) ? 0 : mp_lua_tensor_dim(L, 2, t0->ndim, 0, "cat");
+    int64_t shape[MP_MAXDIM], outer = 1, inner = 1;
+    memcpy(shape, t0->shape, sizeof shape);
+    shape[d] = 0;
+    for (int i = 0; i < n; i++) {
+        const mp_tensor *ti = mp_lua_tensor_check(L, first + i);
+        int ok = ti->ndim == t0->ndim;
+        for (int k = 0; ok && k < t0->ndim; k++) ok = k == d || ti->shape[k] == t0->shape[k];
+        if (!ok) {
+            char what[96];
+            snprintf(what, sizeof what, "(entries 1 and %d) may differ only in dim %d", i + 1, d + 1);
+            shape_err(L, "cat", what, t0, ti);
+        }
+        shape[d] += ti->shape[d];
+    }
+    for (int i = 0; i < d; i++) outer *= t0->shape[i];
+    for (int i = d + 1; i < t0->ndim; i++) inner *= t0->shape[i];
+    mp_tensor *r = mp_lua_tensor_new(L, t0->ndim, shape);
+    float *dst = r->data;
+    for (int64_t o = 0; o < outer; o++)
+        for (int i = 0; i < n; i++) {
+            const mp_tensor *ti = mp_lua_tensor_check(L, first + i);
+            size_t len = (size_t)(ti->shape[d] * inner);
+            if (len) memcpy(dst, ti->data + (size_t)o * len, len * sizeof(float));
+            dst += len;
+        }
+    return 1;
+}
+
+/* mp.stack(list [, dim]): equal shapes joined along a new dim (default 1). */
+static int l_stack(lua_State *L) {
+    lua_settop(L, 2);
+    int first, n = list_arg(L, 1, "stack", &first);
+    const mp_tensor *t0 = mp_lua_tensor_check(L, first);
+    if (t0->ndim == MP_MAXDIM) return luaL_error(L, "stack: a Tensor has at most %d dims", MP_MAXDIM);
+    int d = lua_isnoneornil(L, 2) ? 0 : mp_lua_tensor_dim(L, 2, t0->ndim, 1, "stack");
+    for (int i = 1; i < n; i++) {
+        const mp_tensor *ti = mp_lua_tensor_check(L, first + i);
+        int ok = ti->ndim == t0->ndim;
+        for (int k = 0; ok && k < t0->ndim; k++) ok = ti->shape[k] == t0->shape[k];
+        if (!ok) {
+            char what[64];
+            snprintf(what, sizeof what, "(entries 1 and %d) differ", i + 1);
+            shape_err(L, "stack", what, t0, ti);
+        }
+    }
+    int64_t shape[MP_MAXDIM], outer = 1, inner = 1;
+    for (int i = 0, j = 0; i <= t0->ndim; i++) shape[i] = i == d ? n : t0->shape[j++];
+    for (int i = 0; i < d; i++) outer *= t0->shape[i];
+    for (int i = d; i < t0->ndim; i++) inner *= t0->shape[i];
+    mp_tensor *r = mp_lua_tensor_new(L, t0->ndim + 1, shape);
+    float *dst = r->data;
+    for (int64_t o = 0; o < outer && inner; o++)
+        for (int i = 0; i < n; i++, dst += inner)
+            memcpy(dst, mp_lua_tensor_check(L, first + i)->data + o * inner, (size_t)inner * sizeof(float));
+    return 1;
+}
+
+/* ---- matmul ---- */
+
+static void int_dims(lua_State *L, const char *fn, int64_t a, int64_t b, int64_t c) {
+    if (a > INT_MAX || b > INT_MAX || c > INT_MAX) luaL_error(L, "%s: a matrix extent exceeds %d", fn, INT_MAX);
+}
+
+/* a @ b with torch.matmul's rules: 1-D . 1-D a number; a 1-D left side is a
+ * row [1, k], a 1-D right side a column [k, 1] (the added dim dropped from
+ * the result); leading (batch) dims broadcast. */
+static int matmul(lua_State *L, const char *fn) {
+    const mp_tensor *a = mp_lua_tensor_arg(L, 1), *b = mp_lua_tensor_arg(L, 2);
+    if (a->ndim == 0 || b->ndim == 0) shape_err(L, fn, "cannot multiply (a 0-dim Tensor)", a, b);
+    if (a->ndim == 1 && b->ndim == 1) {
+        if (a->shape[0] != b->shape[0]) shape_err(L, fn, "differ (1-D matmul is a dot product)", a, b);
+        double s = 0;
+        for (int64_t i = 0; i < a->shape[0]; i++) s += (double)a->data[i] * b->data[i];
+        lua_pushnumber(L, s);
+        return 1;
+    }
+    int64_t n = a->ndim == 1 ? 1 : a->shape[a->ndim - 2], k = a->shape[a->ndim - 1];
+    int64_t k2 = b->ndim == 1 ? b->shape[0] : b->shape[b->ndim - 2], m = b->ndim == 1 ? 1 : b->shape[b->ndim - 1];
+    if (k != k2) {
+        char what[96];
+        snprintf(what, sizeof what, "do not multiply (%lld columns against %lld rows)", (long long)k, (long long)k2);
+        shape_err(L, fn, what, a, b);
+    }
+    int nba = a->ndim > 2 ? a->ndim - 2 : 0, nbb = b->ndim > 2 ? b->ndim - 2 : 0;
+    int nb = nba > nbb ? nba : nbb;
+    int64_t bs[MP_MAXDIM], sa[MP_MAXDIM], sb[MP_MAXDIM], batch = 1, sta = 1, stb = 1;
+    for (int i = nb - 1; i >= 0; i--) { /* batch shape and strides, in matrices */
+        int ia = i - (nb - nba), ib = i - (nb - nbb);
+        int64_t ea = ia >= 0 ? a->shape[ia] : 1, eb = ib >= 0 ? b->shape[ib] : 1;
+        if (ea != eb && ea != 1 && eb != 1) shape_err(L, fn, "have batch dims that do not broadcast", a, b);
+        bs[i] = ea == 1 ? eb : ea;
+        sa[i] = ea == 1 ? 0 : sta;
+        sb[i] = eb == 1 ? 0 : stb;
+        sta *= ea;
+        stb *= eb;
+        batch *= bs[i];
+    }
+    int64_t shape[MP_MAXDIM];
+    int nd = 0;
+    for (int i = 0; i < nb; i++) shape[nd++] = bs[i];
+    if (a->ndim > 1) shape[nd++] = n;
+    if (b->ndim > 1) shape[nd++] = m;
+    if (nd > MP_MAXDIM) shape_err(L, fn, "give a result of too many dims", a, b);
+    mp_tensor *r = mp_lua_tensor_new(L, nd, shape);
+    if (r->numel == 0 || k == 0) return 1;
+    int_dims(L, fn, n, k, m);
+    const float *A = a->data, *B = b->data;
+    float *C = r->data;
+    if (stb == 1 && sta == batch && batch * n <= INT_MAX) { /* one right matrix: stack the left ones */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(batch * n), (int)m, (int)k, 1.0f, A, (int)k, B,
+                    (int)m, 0.0f, C, (int)m);
+        return 1;
+    }
+    int64_t idx[MP_MAXDIM] = {0}, oa = 0, ob = 0;
+    for (int64_t e = 0; e < batch; e++) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)m, (int)k, 1.0f, A + oa * n * k, (int)k,
+                    B + ob * k * m, (int)m, 0.0f, C + e * n * m, (int)m);
+        for (int i = nb - 1; i >= 0; i--) { /* odometer over the batch */
+            oa += sa[i];
+            ob += sb[i];
+            if (++idx[i] < bs[i]) break;
+            oa -= sa[i] * bs[i];
+            ob -= sb[i] * bs[i];
+            idx[i] = 0;
+        }
+    }
+    return 1;
+}
+
+static int m_matmul(lua_State *L) { return matmul(L, "matmul"); }
+static int l_matmul(lua_State *L) { return matmul(L, "mp.matmul"); }
+
+/* a:mm(b): torch.mm, 2-D × 2-D only. */
+static int m_mm(lua_State *L) {
+    const mp_tensor *a = mp_lua_tensor_check(L, 1), *b = mp_lua_tensor_arg(L, 2);
+    if (a->ndim != 2 || b->ndim != 2) shape_err(L, "mm", "are not both 2-D (use matmul)", a, b);
+    return matmul(L, "mm");
+}
+
+/* ---- ranges ---- */
+
+static mp_tensor *push_1d(lua_State *L, lua_Number count, const char *fn) {
+    if (!(count >= 0) || count > (lua_Number)(INT64_MAX / 8))
+        luaL_error(L, "%s: %f elements is not a valid size", fn, (double)count);
+    int64_t n = (int64_t)count;
+    return mp_lua_tensor_new(L, 1, &n);
+}
+
+/* mp.arange(end) or mp.arange(start, end [, step]): start, start + step, ...
+ * up to but excluding end, as torch.arange (values, not indices). */
+static int l_arange(lua_State *L) {
+    lua_Number s = 0, e, step = 1;
+    if (lua_isnoneornil(L, 2)) {
+        e = luaL_checknumber(L, 1);
+    } else {
+        s = luaL_checknumber(L, 1);
+        e = luaL_checknumber(L, 2);
+        step = luaL_optnumber(L, 3, 1);
+    }
+    if (step == 0 || isnan(step) || !isfinite(s) || !isfinite(e))
+        return luaL_error(L, "mp.arange: start and end must be finite and step non-zero");
+    if ((e - s) * step < 0)
+        return luaL_error(L, "mp.arange: step %f goes away from end (start %f, end %f)", (double)step, (double)s,
+                          (double)e);
+    mp_tensor *r = push_1d(L, ceil((e - s) / step), "mp.arange");
+    for (size_t i = 0; i < r->numel; i++) r->data[i] = (float)(s + (double)i * step);
+    return 1;
+}
+
+/* mp.linspace(start, end, steps): steps evenly spaced values, both ends included. */
+static int l_linspace(lua_State *L) {
+    lua_Number s = luaL_checknumber(L, 1), e = luaL_checknumber(L, 2);
+    lua_Integer n = luaL_checkinteger(L, 3);
+    if (n < 0) return luaL_error(L, "mp.linspace: steps = %I must be >= 0", n);
+    mp_tensor *r = push_1d(L, (lua_Number)n, "mp.linspace");
+    double h = n > 1 ? (e - s) / (double)(n - 1) : 0;
+    for (lua_Integer i = 0; i < n; i++) /* from the nearer end, so that both ends are exact */
+        r->data[i] = (float)(n == 1 || i < n / 2 ? s + (double)i * h : e - (double)(n - 1 - i) * h);
+    return 1;
+}
+
+/* mp.eye(n [, m]) */
+static int l_eye(lua_State *L) {
+    lua_Integer n = luaL_checkinteger(L, 1), m = luaL_optinteger(L, 2, n);
+    if (n < 0 || m < 0) return luaL_error(L, "mp.eye: extents %I, %I must be >= 0", n, m);
+    int64_t shape[2] = {n, m};
+    mp_tensor *r = mp_lua_tensor_new(L, 2, shape);
+    for (lua_Integer i = 0; i < n && i < m; i++) r->data[i * m + i] = 1.0f;
+    return 1;
+}
+
+static const luaL_Reg ops_methods[] = {
+    {"permute", m_permute},       {"transpose", m_transpose}, {"t", m_t},
+    {"unsqueeze", m_unsqueeze},   {"squeeze", m_squeeze},     {"flatten", m_flatten},
+    {"contiguous", m_contiguous}, {"item", m_item},           {"narrow", m_narrow},
+    {"slice", m_slice},           {"index_select", m_index_select}, {"matmul", m_matmul},
+    {"mm", m_mm},                 {NULL, NULL},
+};
+
+void mp_lua_tensor_ops_methods(lua_State *L) { luaL_setfuncs(L, ops_methods, 0); }
+
+void mp_lua_tensor_ops_functions(lua_State *L) {
+    static const luaL_Reg fns[] = {
+        {"matmul", l_matmul}, {"cat", l_cat}, {"stack", l_stack}, {"arange", l_arange},
+        {"linspace", l_linspace}, {"eye", l_eye}, {NULL, NULL},
+    };
+    luaL_setfuncs(L, fns, 0);
+}

@@ -19,7 +19,8 @@ export OMPI_MCA_mpi_yield_when_idle=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mpi() {
   local n=$1; shift
-  timeout 120 mpirun --oversubscribe --mca btl self,vader -np "$n" "$@"
+  # a hang guard, not a speed check: ASan on a loaded machine takes 2 min for the probe sweep
+  timeout ${MP_MPI_TIMEOUT:-280} mpirun --oversubscribe --mca btl self,vader -np "$n" "$@"
 }
 
 "$MP" -e 'os.exit(mp.mpi.built() and 0 or 77)' || { echo "SKIP: mechprobe is built without MPI (MP_MPI=OFF, or Open MPI / parallel HDF5 not found)"; exit 77; }

@@ -254,6 +254,7 @@ static int run_common(lua_State *L, int want_cache, const char *fn) {
     lua_pushvalue(L, li);
     if (want_cache) {
         lua_pushvalue(L, cache_idx);
+        mp_lua_cache_attach(L, -1, 1, B, T); /* cache:accumulated_resid(...) etc. (lcache.c) */
         return 2;
     }
     return 1;

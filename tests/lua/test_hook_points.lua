@@ -316,4 +316,20 @@ t.case("cache helper errors", function()
   t.expect_error(function() c:logit_attrs(mp.zeros{2, 3}, 1) end, "the stack must be", "stack shape")
 end)
 
+t.case("training: reading the new points leaves loss and gradients", function()
+  local function step(hooks)
+    local m = mp.model.new{d_model = 16, n_layer = 2, n_head = 2, vocab = 40, ctx = 16, seed = 9, norm = "layer",
+                           pos = "learned", mlp = "gelu"}
+    local opt = mp.optim.adamw{lr = 1e-3}
+    local tg = {{5, 9, 13, 2, 7, 1}, {3, 8, 21, 30, 11, 4}}
+    return m:train_step(opt, toks, tg, {fwd_hooks = hooks})
+  end
+  local noop = function() end
+  local l0, g0 = step(nil)
+  local l1, g1 = step({{"*hook_scale", noop}, {"blocks.*.attn.hook_result", noop}, {"*hook_mlp_in", noop},
+                       {"blocks.0.attn.hook_q_input", noop}, {"hook_pos_embed", noop}})
+  assert(math.abs(l1 - l0) <= 1e-6 * math.abs(l0) and math.abs(g1 - g0) <= 1e-5 * math.abs(g0),
+         ("loss %.9g vs %.9g, grad norm %.9g vs %.9g"):format(l1, l0, g1, g0))
+end)
+
 t.finish("test_hook_points")

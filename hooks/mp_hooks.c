@@ -266,10 +266,26 @@ static void add_visit(void *u, mp_hook_id id, int layer, const char *name) {
     if (c->st == MP_OK) c->st = mp_hooks_add_at(c->hs, id, layer, c->fn, c->user);
 }
 
+/* Does the glob match an opt-in point by fnmatch alone (but not spell it)? */
+static int opt_in_only(const mp_config *cfg, const char *glob) {
+    char name[128];
+    mp_hook_id id;
+    int layer;
+    for (int k = 0; point_at(cfg, k, &id, &layer); k++)
+        if (mp_hook_opt_in(id) && mp_hook_exists(cfg, id) && mp_glob_match(glob, mp_hook_name(id, layer, name, sizeof name)))
+            return 1;
+    return 0;
+}
+
 mp_status mp_hooks_add(mp_hooks *hs, const char *globs, mp_hook_fn fn, void *user) {
     char bad[256];
     if (!globs || !*globs) return mp_error(MP_ERR_ARG, "empty hook name");
     int n = mp_hook_select(&hs->cfg, globs, NULL, NULL, bad, sizeof bad);
+    if (bad[0] && opt_in_only(&hs->cfg, bad))
+        return mp_error(MP_ERR_ARG,
+                        "hook name '%s' matches only opt-in points (hook_attn_in, attn.hook_q_input / "
+                        "hook_k_input / hook_v_input, attn.hook_result), which a glob selects only when it spells "
+                        "their name ('blocks.*.attn.hook_result')", bad);
     if (bad[0])
         return mp_error(MP_ERR_ARG,
                         "unknown hook name '%s': it matches no hook point of this model "

@@ -332,4 +332,34 @@ t.case("training: reading the new points leaves loss and gradients", function()
          ("loss %.9g vs %.9g, grad norm %.9g vs %.9g"):format(l1, l0, g1, g0))
 end)
 
+t.case("a model with Q8_0 weights: per-head paths and head results", function()
+  local tmp = os.tmpname()
+  local f = mp.model.new{d_model = 64, n_layer = 2, n_head = 2, vocab = 300, ctx = 64, seed = 5, tied = false}
+  f:save(tmp .. ".q8.gguf", {type = "q8_0"})
+  local q = mp.load(tmp .. ".q8.gguf")
+  os.remove(tmp .. ".q8.gguf"); os.remove(tmp)
+  assert(q.weights == "Q8_0", "weights kept quantized")
+  local base, cache = q:run_with_cache(toks, {names = {"blocks.*.hook_attn_out", "blocks.*.attn.hook_result", "blocks.*.attn.hook_z"}})
+  local noop = function() end
+  t.expect_error(function() q:run_with_hooks(toks, {fwd_hooks = {{"blocks.*.attn.hook_?_input", noop}}}) end,
+                 "matches only opt-in points", "a glob that does not spell an opt-in point")
+  local split = q:run_with_hooks(toks, {fwd_hooks = {{"blocks.*.attn.hook_q_input", noop},
+                                                     {"blocks.*.attn.hook_k_input,blocks.*.attn.hook_v_input", noop}}})
+  local scale = maxabs(base)
+  assert(maxdiff(split, base) <= 1e-5 * scale, "per-head quantized projections: logits moved by " .. maxdiff(split, base))
+  local worst = 0
+  for l = 0, 1 do
+    local r = cache[("blocks.%d.attn.hook_result"):format(l)]
+    worst = math.max(worst, maxdiff(sum_heads(r), cache[("blocks.%d.hook_attn_out"):format(l)]))
+  end
+  -- each head through the quantized W_O with the others zeroed; the fused product
+  -- quantizes the whole z row at once (8-bit activations per 32 values)
+  assert(worst <= 1e-5 * maxabs(cache["blocks.0.hook_attn_out"]) + 1e-6, "quantized head results sum to attn_out: " .. worst)
+  local hs = cache:stack_head_results(nil)
+  assert(hs:size(1) == 4, "from the cached hook_result")
+  local _, cz = q:run_with_cache(toks, {names = "blocks.*.attn.hook_z"})
+  t.expect_error(function() cz:stack_head_results(nil) end, "cache blocks.0.attn.hook_result", "quantized W_O needs hook_result")
+  t.expect_error(function() cz:logit_attrs(hs:narrow(1, 1), 3) end, "quantized", "quantized unembedding refused")
+end)
+
 t.finish("test_hook_points")

@@ -189,6 +189,15 @@ for _, case in ipairs{{"rms", mR, false}, {"layer", mL, true}} do
       fwd_hooks = {{"blocks.0.attn.hook_z", mp.ablate.zero{head = 1}}}})
     assert(maxdiff(ca["blocks.0.hook_attn_out"], cb["blocks.0.hook_attn_out"]) < 1e-5, "result ablation = z ablation")
     assert(maxdiff(ca["blocks.0.hook_attn_out"], c["blocks.0.hook_attn_out"]) > 1e-3, "the ablation did something")
+    -- steering one head's result by v moves hook_attn_out by v at every position
+    local v = {}
+    for d = 1, cfg.d_model do v[d] = 0.1 * d end
+    local _, cs = m:run_with_cache(toks, {names = "blocks.1.hook_attn_out",
+      fwd_hooks = {{"blocks.1.attn.hook_result", mp.steer(mp.tensor(v), {head = 1})}}})
+    local moved = cs["blocks.1.hook_attn_out"]:sub(c["blocks.1.hook_attn_out"])
+    for b = 1, B do for tt = 1, T do for d = 1, cfg.d_model do
+      assert(math.abs(moved:get(b, tt, d) - v[d]) < 1e-5, "steered head result")
+    end end end
   end)
 end
 

@@ -109,7 +109,9 @@ static int iv_compute_mean(mp_intervention *iv, const mp_hook_info *info, int pa
 
 /* Axis holding the head index for a hook's shape kind (-1: none). */
 static int head_axis(mp_shape_kind k) {
-    return k == MP_SHAPE_BTHD || k == MP_SHAPE_BTKD ? 2 : k == MP_SHAPE_BHTS ? 1 : -1;
+    return k == MP_SHAPE_BTHD || k == MP_SHAPE_BTKD || k == MP_SHAPE_BTHX || k == MP_SHAPE_BTKX ? 2
+           : k == MP_SHAPE_BHTS                                                              ? 1
+                                                                                             : -1;
 }
 
 int mp_intervention_apply(void *user, const mp_hook_info *info, float *data) {

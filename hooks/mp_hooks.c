@@ -30,7 +30,11 @@ int mp_hook_exists(const mp_config *cfg, mp_hook_id id) {
     case MP_HOOK_MLP_POST:
     case MP_HOOK_MLP_OUT:
     case MP_HOOK_LN2:
+    case MP_HOOK_LN2_SCALE:
+    case MP_HOOK_MLP_IN:
         return cfg->mlp != MP_MLP_NONE;
+    case MP_HOOK_POS_EMBED:
+        return cfg->pos == MP_POS_LEARNED;
     case MP_HOOK_MLP_PRE_LINEAR:
         return cfg->mlp == MP_MLP_SWIGLU;
     case MP_HOOK_RESID_MID:
@@ -38,6 +42,11 @@ int mp_hook_exists(const mp_config *cfg, mp_hook_id id) {
     default:
         return 1;
     }
+}
+
+int mp_hook_opt_in(mp_hook_id id) {
+    return id == MP_HOOK_ATTN_IN || id == MP_HOOK_Q_INPUT || id == MP_HOOK_K_INPUT || id == MP_HOOK_V_INPUT ||
+           id == MP_HOOK_RESULT;
 }
 
 const char *mp_hook_name(mp_hook_id id, int layer, char *buf, size_t n) {
@@ -74,6 +83,9 @@ int mp_hook_shape(const mp_config *cfg, mp_hook_id id, int B, int T, int pos0, i
     case MP_SHAPE_BTHD: s[0] = B; s[1] = T; s[2] = cfg->n_head; s[3] = cfg->d_head; return 4;
     case MP_SHAPE_BTKD: s[0] = B; s[1] = T; s[2] = cfg->n_kv_head; s[3] = cfg->d_head; return 4;
     case MP_SHAPE_BHTS: s[0] = B; s[1] = cfg->n_head; s[2] = T; s[3] = (int64_t)pos0 + T; return 4;
+    case MP_SHAPE_BT1: s[0] = B; s[1] = T; s[2] = 1; return 3;
+    case MP_SHAPE_BTHX: s[0] = B; s[1] = T; s[2] = cfg->n_head; s[3] = cfg->d_model; return 4;
+    case MP_SHAPE_BTKX: s[0] = B; s[1] = T; s[2] = cfg->n_kv_head; s[3] = cfg->d_model; return 4;
     }
     return 0;
 }
@@ -107,14 +119,35 @@ static const char *next_glob(const char *g, const char **pat, size_t *len) {
     return comma ? comma + 1 : NULL;
 }
 
-/* Hook points of the model in firing order: embed, blocks 0..L-1, ln_final. */
+/* The table's layout: global points [0, FIRST_PER), per-layer points
+ * [FIRST_PER, END_PER), global points [END_PER, MP_HOOK_COUNT). */
+#define FIRST_PER MP_HOOK_RESID_PRE
+#define END_PER (MP_HOOK_RESID_POST + 1)
+
+/* Hook points of the model in firing order: the leading globals, blocks
+ * 0..L-1, the trailing globals. */
 static int point_at(const mp_config *cfg, int k, mp_hook_id *id, int *layer) {
-    int per = MP_HOOK_COUNT - 2; /* per-layer ids lie between EMBED and LN_FINAL */
-    if (k == 0) { *id = MP_HOOK_EMBED; *layer = -1; return 1; }
-    k--;
-    if (k < cfg->n_layer * per) { *id = (mp_hook_id)(MP_HOOK_EMBED + 1 + k % per); *layer = k / per; return 1; }
-    if (k == cfg->n_layer * per) { *id = MP_HOOK_LN_FINAL; *layer = -1; return 1; }
+    const int per = END_PER - FIRST_PER;
+    if (k < FIRST_PER) { *id = (mp_hook_id)k; *layer = -1; return 1; }
+    k -= FIRST_PER;
+    if (k < cfg->n_layer * per) { *id = (mp_hook_id)(FIRST_PER + k % per); *layer = k / per; return 1; }
+    k -= cfg->n_layer * per;
+    if (k < MP_HOOK_COUNT - END_PER) { *id = (mp_hook_id)(END_PER + k); *layer = -1; return 1; }
     return 0;
+}
+
+/* Does the glob p[0..n) match hook (id) named `name`? An opt-in point
+ * (mp_hook_opt_in) needs the glob to spell its last name component too. */
+static int glob_selects(const char *p, size_t n, mp_hook_id id, const char *name) {
+    if (mp_hook_opt_in(id)) {
+        const char *comp = strrchr(mp_hook_suffix[id], '.');
+        comp = comp ? comp + 1 : mp_hook_suffix[id];
+        size_t cl = strlen(comp);
+        int spelled = 0;
+        for (size_t i = 0; !spelled && i + cl <= n; i++) spelled = memcmp(p + i, comp, cl) == 0;
+        if (!spelled) return 0;
+    }
+    return glob_match_n(p, n, name);
 }
 
 int mp_hook_select(const mp_config *cfg, const char *globs, mp_hook_visit_fn fn, void *user,
@@ -130,7 +163,7 @@ int mp_hook_select(const mp_config *cfg, const char *globs, mp_hook_visit_fn fn,
         if (!plen) continue;
         int hit = 0;
         for (int k = 0; !hit && point_at(cfg, k, &id, &layer); k++)
-            hit = mp_hook_exists(cfg, id) && glob_match_n(pat, plen, mp_hook_name(id, layer, name, sizeof name));
+            hit = mp_hook_exists(cfg, id) && glob_selects(pat, plen, id, mp_hook_name(id, layer, name, sizeof name));
         if (!hit && unmatched && unmatched_len && !unmatched[0]) {
             if (plen < unmatched_len) snprintf(unmatched, unmatched_len, "%.*s", (int)plen, pat);
             else if (unmatched_len > 16) { /* too long for the buffer: keep both ends, elide the middle */
@@ -145,7 +178,7 @@ int mp_hook_select(const mp_config *cfg, const char *globs, mp_hook_visit_fn fn,
         int match = 0;
         for (const char *g = globs; g && !match;) {
             g = next_glob(g, &pat, &plen);
-            match = plen && glob_match_n(pat, plen, name);
+            match = plen && glob_selects(pat, plen, id, name);
         }
         if (match) {
             total++;
@@ -233,10 +266,26 @@ static void add_visit(void *u, mp_hook_id id, int layer, const char *name) {
     if (c->st == MP_OK) c->st = mp_hooks_add_at(c->hs, id, layer, c->fn, c->user);
 }
 
+/* Does the glob match an opt-in point by fnmatch alone (but not spell it)? */
+static int opt_in_only(const mp_config *cfg, const char *glob) {
+    char name[128];
+    mp_hook_id id;
+    int layer;
+    for (int k = 0; point_at(cfg, k, &id, &layer); k++)
+        if (mp_hook_opt_in(id) && mp_hook_exists(cfg, id) && mp_glob_match(glob, mp_hook_name(id, layer, name, sizeof name)))
+            return 1;
+    return 0;
+}
+
 mp_status mp_hooks_add(mp_hooks *hs, const char *globs, mp_hook_fn fn, void *user) {
     char bad[256];
     if (!globs || !*globs) return mp_error(MP_ERR_ARG, "empty hook name");
     int n = mp_hook_select(&hs->cfg, globs, NULL, NULL, bad, sizeof bad);
+    if (bad[0] && opt_in_only(&hs->cfg, bad))
+        return mp_error(MP_ERR_ARG,
+                        "hook name '%s' matches only opt-in points (hook_attn_in, attn.hook_q_input / "
+                        "hook_k_input / hook_v_input, attn.hook_result), which a glob selects only when it spells "
+                        "their name ('blocks.*.attn.hook_result')", bad);
     if (bad[0])
         return mp_error(MP_ERR_ARG,
                         "unknown hook name '%s': it matches no hook point of this model "
@@ -274,5 +323,6 @@ mp_status mp_hooks_fire(const mp_hooks *hs, mp_hook_info *info, float *data) {
     return MP_OK;
 }
 
-_Static_assert(MP_HOOK_EMBED == 0 && MP_HOOK_LN_FINAL == MP_HOOK_COUNT - 1,
-               "point_at() relies on hook_embed first and ln_final last in MP_HOOK_TABLE");
+_Static_assert(MP_HOOK_EMBED == 0 && MP_HOOK_POS_EMBED + 1 == FIRST_PER && END_PER == MP_HOOK_LNF_SCALE &&
+                   MP_HOOK_LN_FINAL == MP_HOOK_COUNT - 1,
+               "point_at() relies on the global points at both ends of MP_HOOK_TABLE, the per-layer ones between");

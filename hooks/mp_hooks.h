@@ -22,15 +22,26 @@ typedef enum {
     MP_SHAPE_BTHD, /* [B,T,H,Dh] */
     MP_SHAPE_BTKD, /* [B,T,K,Dh] */
     MP_SHAPE_BHTS, /* [B,H,T,S] */
-    MP_SHAPE_BTM   /* [B,T,M] */
+    MP_SHAPE_BTM,  /* [B,T,M] */
+    MP_SHAPE_BT1,  /* [B,T,1]   a norm's scale */
+    MP_SHAPE_BTHX, /* [B,T,H,D] per-head copies / results in d_model */
+    MP_SHAPE_BTKX  /* [B,T,K,D] per-kv-head copies in d_model */
 } mp_shape_kind;
 
 /* X(ID, name, per_layer, shape kind)
- * per-layer names are "blocks.<L>.<name>". Order = order of firing in a block. */
+ * per-layer names are "blocks.<L>.<name>". Order = order of firing: the
+ * global points before the first per-layer one fire before block 0, those
+ * after the last one after the last block. */
 #define MP_HOOK_TABLE(X)                                          \
     X(EMBED,          "hook_embed",               0, MP_SHAPE_BTD)  \
+    X(POS_EMBED,      "hook_pos_embed",           0, MP_SHAPE_BTD)  \
     X(RESID_PRE,      "hook_resid_pre",           1, MP_SHAPE_BTD)  \
+    X(LN1_SCALE,      "ln1.hook_scale",           1, MP_SHAPE_BT1)  \
     X(LN1,            "ln1.hook_normalized",      1, MP_SHAPE_BTD)  \
+    X(ATTN_IN,        "hook_attn_in",             1, MP_SHAPE_BTHX) \
+    X(Q_INPUT,        "attn.hook_q_input",        1, MP_SHAPE_BTHX) \
+    X(K_INPUT,        "attn.hook_k_input",        1, MP_SHAPE_BTKX) \
+    X(V_INPUT,        "attn.hook_v_input",        1, MP_SHAPE_BTKX) \
     X(Q,              "attn.hook_q",              1, MP_SHAPE_BTHD) \
     X(K,              "attn.hook_k",              1, MP_SHAPE_BTKD) \
     X(V,              "attn.hook_v",              1, MP_SHAPE_BTKD) \
@@ -39,14 +50,18 @@ typedef enum {
     X(ATTN_SCORES,    "attn.hook_attn_scores",    1, MP_SHAPE_BHTS) \
     X(PATTERN,        "attn.hook_pattern",        1, MP_SHAPE_BHTS) \
     X(Z,              "attn.hook_z",              1, MP_SHAPE_BTHD) \
+    X(RESULT,         "attn.hook_result",         1, MP_SHAPE_BTHX) \
     X(ATTN_OUT,       "hook_attn_out",            1, MP_SHAPE_BTD)  \
     X(RESID_MID,      "hook_resid_mid",           1, MP_SHAPE_BTD)  \
+    X(MLP_IN,         "hook_mlp_in",              1, MP_SHAPE_BTD)  \
+    X(LN2_SCALE,      "ln2.hook_scale",           1, MP_SHAPE_BT1)  \
     X(LN2,            "ln2.hook_normalized",      1, MP_SHAPE_BTD)  \
     X(MLP_PRE,        "mlp.hook_pre",             1, MP_SHAPE_BTM)  \
     X(MLP_PRE_LINEAR, "mlp.hook_pre_linear",      1, MP_SHAPE_BTM)  \
     X(MLP_POST,       "mlp.hook_post",            1, MP_SHAPE_BTM)  \
     X(MLP_OUT,        "hook_mlp_out",             1, MP_SHAPE_BTD)  \
     X(RESID_POST,     "hook_resid_post",          1, MP_SHAPE_BTD)  \
+    X(LNF_SCALE,      "ln_final.hook_scale",      0, MP_SHAPE_BT1)  \
     X(LN_FINAL,       "ln_final.hook_normalized", 0, MP_SHAPE_BTD)
 
 typedef enum {
@@ -56,6 +71,17 @@ typedef enum {
     MP_HOOK_COUNT
 } mp_hook_id;
 
+/* The per-head copies (hook_attn_in, attn.hook_q_input / k_input / v_input)
+ * and attn.hook_result hold H x d_model floats per position, as
+ * TransformerLens's use_attn_in / use_split_qkv_input / use_attn_result points,
+ * which exist only when asked for: a glob selects them only when its text
+ * spells the point's last name component ("blocks.*.attn.hook_result",
+ * "*hook_q_input"), so "*" or "blocks.0.*" leave them (and their cost) out.
+ * MP_HOOK_GLOB_ALL selects every point, these included. */
+#define MP_HOOK_GLOB_ALL "*,*hook_attn_in,*hook_q_input,*hook_k_input,*hook_v_input,*hook_result"
+/* 1 for the points above (selected only by a glob that spells them). */
+int mp_hook_opt_in(mp_hook_id id);
+
 extern const char *const mp_hook_suffix[MP_HOOK_COUNT];
 extern const int mp_hook_per_layer[MP_HOOK_COUNT];
 extern const mp_shape_kind mp_hook_shape_kind[MP_HOOK_COUNT];
@@ -63,7 +89,7 @@ extern const mp_shape_kind mp_hook_shape_kind[MP_HOOK_COUNT];
 /* What a callback is told about the view it receives. */
 typedef struct {
     mp_hook_id id;
-    int layer;          /* -1 for hook_embed and ln_final */
+    int layer;          /* -1 for the global points (hook_embed, hook_pos_embed, ln_final.*) */
     const char *name;   /* full name, e.g. "blocks.3.attn.hook_pattern" */
     int ndim;           /* 3 or 4 */
     int64_t shape[4];   /* shape of this view */

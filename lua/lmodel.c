@@ -263,6 +263,7 @@ static int run_common(lua_State *L, int want_cache, const char *fn) {
     lua_pushvalue(L, li);
     if (want_cache) {
         lua_pushvalue(L, cache_idx);
+        mp_lua_cache_attach(L, -1, 1, B, T); /* cache:accumulated_resid(...) etc. (lcache.c) */
         return 2;
     }
     return 1;
@@ -829,7 +830,7 @@ static void names_visit(void *u, mp_hook_id id, int layer, const char *name) {
 
 static int l_hook_names(lua_State *L) {
     lmodel *lm = mp_lua_model_check(L, 1);
-    const char *glob = luaL_optstring(L, 2, "*");
+    const char *glob = luaL_optstring(L, 2, MP_HOOK_GLOB_ALL); /* every point, the opt-in ones too */
     lua_newtable(L);
     mp_hook_select(&lm->m->cfg, glob, names_visit, L, NULL, 0);
     return 1;

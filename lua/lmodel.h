@@ -117,4 +117,8 @@ extern const luaL_Reg mp_lua_train_methods[];
 /* lcapture.c: m:capture_prompts (dataset captures, split across MPI ranks). */
 extern const luaL_Reg mp_lua_capture_methods[];
 
+/* Gives the table at `cache` (run_with_cache's result for model at `model`,
+ * batch B x T) the ActivationCache methods (lua/lcache.c). */
+void mp_lua_cache_attach(lua_State *L, int cache, int model, int B, int T);
+
 #endif

@@ -9,6 +9,7 @@
  * attn_variants.c. (Random initialisation lives in model_init.c: GSL's cblas header
  * clashes with OpenBLAS's, so no file includes both.) */
 #include "attn_variants.h"
+#include "fwd_hooks.h"
 #include "model.h"
 #include "ops.h"
 #include "qdot.h"
@@ -134,28 +135,10 @@ typedef struct {
     float *q_scale; /* [T] per-query logit factor, or NULL */
 } fwd_bufs;
 
-typedef struct {
-    const mp_config *c;
-    const mp_hooks *hs;
-    int B, T, pos0;
-    const int *mask; /* [B, T] attention mask, or NULL (ragged.c) */
-} fwd_ctx;
+typedef mp_fwd_ctx fwd_ctx; /* fwd_hooks.h */
 
 /* Fires hook (id, l) on a whole [B,T,...] view. */
-static mp_status fire(const fwd_ctx *f, mp_hook_id id, int l, float *data) {
-    if (!mp_hooks_active(f->hs, id, l)) return MP_OK;
-    mp_hook_info info;
-    memset(&info, 0, sizeof info);
-    info.id = id;
-    info.layer = l;
-    info.ndim = mp_hook_shape(f->c, id, f->B, f->T, f->pos0, info.shape);
-    memcpy(info.full, info.shape, sizeof info.full);
-    info.axis = 1;
-    info.pos0 = f->pos0;
-    info.numel = 1;
-    for (int i = 0; i < info.ndim; i++) info.numel *= (size_t)info.shape[i];
-    return mp_hooks_fire(f->hs, &info, data);
-}
+static mp_status fire(const fwd_ctx *f, mp_hook_id id, int l, float *data) { return mp_fwd_fire(f, id, l, data); }
 
 /* Fires a scores/pattern hook on the block [B,H,rows,S] of query rows q0.. */
 static mp_status fire_block(const fwd_ctx *f, mp_hook_id id, int l, int q0, int rows, float *data) {
@@ -302,13 +285,6 @@ static mp_status check_forward_args(const mp_model *m, const int *tokens, int B,
     return MP_OK;
 }
 
-/* Applies the configured norm (RMS or Layer) to N rows. */
-static void norm_fwd(const mp_config *c, float *out, float *mean, float *rstd, const float *x, const float *w,
-                     const float *b, int N) {
-    if (c->norm == MP_NORM_LAYER) mp_layernorm_forward(out, mean, rstd, x, w, b, N, c->d_model, c->norm_eps);
-    else mp_rmsnorm_forward(out, rstd, x, w, N, c->d_model, c->norm_eps);
-}
-
 /* A linear layer out = in @ W^T + bias with W float32 (w) or quantized (qm, non-NULL). */
 static mp_status linear(float *out, const float *in, const float *w, const mp_qmat *qm, const float *bias, int N,
                         int IN, int OUT) {
@@ -342,7 +318,8 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
     const int pos0 = fp.cache ? fp.cache->len : 0, S = pos0 + T;
     /* training mode: one block of all T query rows, the full pattern kept */
     const int qb = A ? T : fp.q_block > 0 ? (fp.q_block < T ? fp.q_block : T) : (T < 64 ? T : 64);
-    fwd_ctx f = {c, fp.hooks, B, T, pos0, fp.attn_mask};
+    fwd_ctx f = {c, fp.hooks, B, T, pos0, fp.attn_mask, NULL};
+    mp_fwd_ws hws = {NULL, 0}; /* the optional hook points' buffers (fwd_hooks.c) */
 
     /* one allocation for the buffers of one layer (training mode: only the
      * scratch output; the activations and positional tables are in A) */
@@ -400,6 +377,7 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
                         : NULL;
         if (!pos_g) { st = MP_ERR_NOMEM; goto cleanup; }
         mp_mask_positions(fp.attn_mask, B, T, pos_ids);
+        f.pos_ids = pos_ids; /* learned positions (fwd_hooks.c) */
         bp.cos_t = pos_g;
         bp.sin_t = pos_g + half * N;
         bp.q_scale = b.q_scale ? bp.sin_t + half * N : NULL;
@@ -413,20 +391,20 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
 #define FIRE(id, l, ptr) do { if ((st = fire(&f, id, l, ptr))) goto cleanup; } while (0)
     float *x = A ? A->resid : scratch.resid_in; /* the embedding, then the residual after the last block */
     mp_model_embed_rows(m, x, tokens, N);
-    if (c->pos == MP_POS_LEARNED) /* hook_embed = token + position embedding */
-        for (int bb = 0; bb < B; bb++)
-            for (int t = 0; t < T; t++)
-                mp_residual_forward(x + ((size_t)bb * T + t) * D,
-                                    p->pos_embed + (size_t)(pos_ids ? pos_ids[(size_t)bb * T + t] : pos0 + t) * D,
-                                    (size_t)D);
+    if (c->pos == MP_POS_LEARNED && (st = mp_fwd_pos_embed(&f, x, p->pos_embed, b.out))) /* hook_embed = token + */
+        goto cleanup;                                                                  /* position embedding */
     FIRE(MP_HOOK_EMBED, -1, x);
     for (int l = 0; l < c->n_layer; l++) {
         const mp_layer_params w = mp_params_layer(c, p, l);
         const mp_layer_acts a = A ? mp_acts_layer(c, A, l) : scratch;
         FIRE(MP_HOOK_RESID_PRE, l, a.resid_in);
-        norm_fwd(c, a.ln1, a.ln1_mean, a.ln1_rstd, a.resid_in, w.ln1_w, w.ln1_b, N);
+        if ((st = mp_fwd_norm(&f, MP_HOOK_LN1_SCALE, l, a.ln1, a.ln1_mean, a.ln1_rstd, a.resid_in, w.ln1_w, w.ln1_b,
+                              &hws)))
+            goto cleanup;
         FIRE(MP_HOOK_LN1, l, a.ln1);
-        if ((st = linear(a.q, a.ln1, w.wq, QM(wq), w.bq, N, D, HD)) ||
+        if (mp_fwd_split_active(&f, l)) { /* hook_attn_in / q,k,v_input: per-head inputs */
+            if ((st = mp_fwd_split_qkv(&f, l, m, a.ln1, a.q, a.k, a.v, &hws))) goto cleanup;
+        } else if ((st = linear(a.q, a.ln1, w.wq, QM(wq), w.bq, N, D, HD)) ||
             (st = linear(a.k, a.ln1, w.wk, QM(wk), w.bk, N, D, KD)) ||
             (st = linear(a.v, a.ln1, w.wv, QM(wv), w.bv, N, D, KD)))
             goto cleanup;
@@ -454,6 +432,7 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
         if ((st = attention(&f, l, &a, kc, vc, bstride, qb, &av))) goto cleanup;
         FIRE(MP_HOOK_Z, l, a.z);
         if ((st = linear(b.out, a.z, w.wo, QM(wo), w.bo, N, HD, D))) goto cleanup;
+        if ((st = mp_fwd_result(&f, l, m, a.z, b.out, &hws))) goto cleanup; /* attn.hook_result */
         FIRE(MP_HOOK_ATTN_OUT, l, b.out);
         /* the store keeps each residual: copy, then add in place */
         if (a.resid_mid != a.resid_in) memcpy(a.resid_mid, a.resid_in, n_x * sizeof(float));
@@ -461,7 +440,11 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
         FIRE(MP_HOOK_RESID_MID, l, a.resid_mid);
         if (a.resid_out != a.resid_mid) memcpy(a.resid_out, a.resid_mid, n_x * sizeof(float));
         if (M) {
-            norm_fwd(c, a.ln2, a.ln2_mean, a.ln2_rstd, a.resid_mid, w.ln2_w, w.ln2_b, N);
+            const float *mlp_in; /* hook_mlp_in: the MLP norm's own copy of resid_mid, when hooked */
+            if ((st = mp_fwd_mlp_in(&f, l, a.resid_mid, b.out, &mlp_in)) ||
+                (st = mp_fwd_norm(&f, MP_HOOK_LN2_SCALE, l, a.ln2, a.ln2_mean, a.ln2_rstd, mlp_in, w.ln2_w, w.ln2_b,
+                                  &hws)))
+                goto cleanup;
             FIRE(MP_HOOK_LN2, l, a.ln2);
             if ((st = linear(a.pre, a.ln2, w.w1, QM(w1), w.b1, N, D, M))) goto cleanup;
             FIRE(MP_HOOK_MLP_PRE, l, a.pre);
@@ -484,7 +467,9 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
     }
     {
         float *xn = A ? A->lnf : scratch.ln1;
-        norm_fwd(c, xn, A ? A->lnf_mean : NULL, A ? A->lnf_rstd : NULL, x, p->lnf_w, p->lnf_b, N);
+        if ((st = mp_fwd_norm(&f, MP_HOOK_LNF_SCALE, -1, xn, A ? A->lnf_mean : NULL, A ? A->lnf_rstd : NULL, x,
+                              p->lnf_w, p->lnf_b, &hws)))
+            goto cleanup;
         FIRE(MP_HOOK_LN_FINAL, -1, xn);
         if (A) {
             mp_matmul_forward(A->logits, xn, p->unembed, NULL, N, D, c->vocab);
@@ -505,5 +490,11 @@ cleanup:
     free(pos_g);
     free(pos_ids);
     free(own);
+    mp_fwd_ws_free(&hws);
     return st;
+}
+
+mp_status mp_fwd_linear(float *out, const float *in, const float *w, const mp_qmat *qm, const float *bias, int N,
+                        int IN, int OUT) {
+    return linear(out, in, w, qm, bias, N, IN, OUT);
 }

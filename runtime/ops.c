@@ -1,7 +1,8 @@
 /* ops.c — forward layer kernels (see ops.h): embedding, RMSNorm, LayerNorm,
  * linear layers (sgemv for one row, a weight-streaming kernel for a few
  * rows, sgemm above), RoPE on adjacent pairs, SwiGLU, GELU, residual
- * add, softmax rows, cross-entropy. */
+ * add, softmax rows, cross-entropy; the norms in two steps around their
+ * scale (mp_norm_scale / mp_norm_apply) for the hook_scale points. */
 #include "ops.h"
 
 #include <cblas.h>
@@ -48,6 +49,39 @@ void mp_layernorm_forward(float *out, float *mean, float *rstd, const float *x, 
         if (mean) mean[n] = mu;
         if (rstd) rstd[n] = r;
         for (int i = 0; i < D; i++) o[i] = (xr[i] - mu) * r * w[i] + b[i];
+    }
+}
+
+void mp_norm_scale(float *scale, float *mean, const float *x, int N, int D, float eps, int layer) {
+#pragma omp parallel for schedule(static) if (N > 64)
+    for (int n = 0; n < N; n++) {
+        const float *xr = x + (size_t)n * D;
+        if (layer) { /* the same float operations as mp_layernorm_forward */
+            float s = 0.0f;
+            for (int i = 0; i < D; i++) s += xr[i];
+            float mu = s / (float)D, v = 0.0f;
+            for (int i = 0; i < D; i++) { float d = xr[i] - mu; v += d * d; }
+            mean[n] = mu;
+            scale[n] = sqrtf(v / (float)D + eps);
+        } else {
+            float ss = 0.0f;
+            for (int i = 0; i < D; i++) ss += xr[i] * xr[i];
+            scale[n] = sqrtf(ss / (float)D + eps);
+        }
+    }
+}
+
+void mp_norm_apply(float *out, const float *x, const float *mean, const float *scale, const float *w,
+                   const float *b, int N, int D, int layer) {
+#pragma omp parallel for schedule(static) if (N > 64)
+    for (int n = 0; n < N; n++) {
+        const float *xr = x + (size_t)n * D;
+        float *o = out + (size_t)n * D;
+        float r = 1.0f / scale[n];
+        if (layer)
+            for (int i = 0; i < D; i++) o[i] = (xr[i] - mean[n]) * r * w[i] + b[i];
+        else
+            for (int i = 0; i < D; i++) o[i] = xr[i] * r * w[i];
     }
 }
 

@@ -19,6 +19,16 @@ void mp_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w,
 void mp_layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w, const float *b,
                           int N, int D, float eps);
 
+/* The norm in two steps, so that its scale can be read and written between
+ * them (the ln*.hook_scale points): scale [N] = sqrt(mean(x^2) + eps) (RMS,
+ * layer = 0) or sqrt(var + eps) with mean [N] the row means (LayerNorm,
+ * layer != 0; mean unused for RMS, may be NULL); then out = (x - mean) /
+ * scale * w (+ b for LayerNorm). With the scale unedited the result equals
+ * mp_rmsnorm_forward / mp_layernorm_forward bit for bit. */
+void mp_norm_scale(float *scale, float *mean, const float *x, int N, int D, float eps, int layer);
+void mp_norm_apply(float *out, const float *x, const float *mean, const float *scale, const float *w,
+                   const float *b, int N, int D, int layer);
+
 /* out = in @ w^T (+ bias)   out [N,OUT], in [N,IN], w [OUT,IN] (nn.Linear), bias [OUT] or NULL.
  * N = 1: cblas_sgemv; N <= MP_MATMUL_FEW_ROWS: one pass over the weights (OpenMP
  * over output rows); larger N: cblas_sgemm (which re-packs w on every call). */

@@ -125,3 +125,7 @@ tu_fd_result tu_fd_model(const char *label, mp_model *m, const int *tok, const i
     mp_grads_free(&G);
     return res;
 }
+
+int tu_added_point(const char *name) {
+    return strstr(name, "hook_scale") || strstr(name, "hook_mlp_in") || strstr(name, "hook_pos_embed");
+}

@@ -48,7 +48,11 @@ local asked = {}
 local _, c3 = m:run_with_cache(toks, {names = function(name) asked[#asked + 1] = name
                                                   return name:sub(-12) == ".attn.hook_q" end})
 local want = mp.hook_names(m, "*.attn.hook_q")
-check(#asked == n, "the filter sees every hook name once (" .. #asked .. " of " .. n .. ")")
+-- the points "*" selects: the golden file's and the norms' hook_scale and
+-- hook_mlp_in (not the opt-in per-head copies and results)
+local nstar = #mp.hook_names(m, "*")
+check(nstar == 3 + 21 * cfg.n_layer, "'*' names " .. nstar .. " points")
+check(#asked == nstar, "the filter sees every hook name once (" .. #asked .. " of " .. nstar .. ")")
 local k3 = 0
 for _ in pairs(c3) do k3 = k3 + 1 end
 check(k3 == #want and #want == cfg.n_layer, "the filter selects " .. k3 .. " hooks")
@@ -63,7 +67,7 @@ check(not pcall(m.run_with_cache, m, toks, {names = function() error("filter boo
 local dir = os.tmpname(); os.remove(dir); mp.mkdir(dir)
 local out = dir .. "/run.h5"
 local nds = m:capture(toks, {out = out, hooks = "blocks.1.*", logits = true, compress = 4})
-check(nds == 19, "capture dataset count " .. nds)
+check(nds == 22, "capture dataset count " .. nds)
 do
   local f <close> = mp.h5.open(out)
   check(maxdiff(f:read("acts/blocks.1.attn.hook_pattern"), cache["blocks.1.attn.hook_pattern"]) == 0,

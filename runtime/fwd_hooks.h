@@ -1,0 +1,68 @@
+/* fwd_hooks.h — internal to runtime/: the forward pass's optional hook-point
+ * paths that cost something only when a hook is registered there (the norms'
+ * hook_scale, hook_pos_embed, hook_mlp_in, the per-head q/k/v inputs and
+ * attn.hook_result). model.c calls them; each one is the fast path unchanged
+ * when its points are inactive. */
+#ifndef MP_FWD_HOOKS_H
+#define MP_FWD_HOOKS_H
+
+#include "model.h"
+
+/* What the forward knows when it fires a hook. */
+typedef struct {
+    const mp_config *c;
+    const mp_hooks *hs;
+    int B, T, pos0;
+    const int *mask;    /* [B, T] attention mask, or NULL (ragged.c) */
+    const int *pos_ids; /* [B*T] per-token positions of a padded batch, or NULL (pos0 + t) */
+} mp_fwd_ctx;
+
+/* Fires hook (id, l) on a whole [B,T,...] view (no-op when inactive). */
+mp_status mp_fwd_fire(const mp_fwd_ctx *f, mp_hook_id id, int l, float *data);
+
+/* Scratch memory of one forward call for these paths, grown on demand. */
+typedef struct {
+    float *mem;
+    size_t n;
+} mp_fwd_ws;
+void mp_fwd_ws_free(mp_fwd_ws *ws);
+
+/* A linear layer through model.c's float32 / quantized dispatch. */
+mp_status mp_fwd_linear(float *out, const float *in, const float *w, const mp_qmat *qm, const float *bias, int N,
+                        int IN, int OUT);
+
+/* The configured norm of N = B*T rows; with its scale point (sid, l) active,
+ * in two steps around it (mp_norm_scale, fire, mp_norm_apply: the edited
+ * scale is what normalizes). mean/rstd (may be NULL) receive the statistics
+ * actually used (training mode keeps them). */
+mp_status mp_fwd_norm(const mp_fwd_ctx *f, mp_hook_id sid, int l, float *out, float *mean, float *rstd,
+                      const float *x, const float *w, const float *b, mp_fwd_ws *ws);
+
+/* x [B,T,D] += the learned position rows pos0..pos0+T-1; with hook_pos_embed
+ * active, those rows are gathered into buf [B,T,D], fired, then added. */
+mp_status mp_fwd_pos_embed(const mp_fwd_ctx *f, float *x, const float *pos_embed, float *buf);
+
+/* hook_mlp_in: with it active, a copy of resid_mid [N,D] in buf is fired and
+ * returned (the MLP norm reads it; the residual skip keeps resid_mid); else
+ * resid_mid itself. */
+mp_status mp_fwd_mlp_in(const mp_fwd_ctx *f, int l, const float *resid_mid, float *buf, const float **out);
+
+/* 1 when one of hook_attn_in / hook_q_input / hook_k_input / hook_v_input of
+ * layer l is active (the per-head projection path is needed). */
+int mp_fwd_split_active(const mp_fwd_ctx *f, int l);
+
+/* The per-head projection path: hook_attn_in [B,T,H,D] = a copy of ln1 for
+ * every query head; hook_q_input = hook_attn_in; hook_k_input / hook_v_input
+ * [B,T,K,D] start from hook_attn_in of the first query head of each kv
+ * group (with K = H, the same head); then q/k/v of each head from its own
+ * input row. q [N,H*Dh], k, v [N,K*Dh] as the fused projections write them. */
+mp_status mp_fwd_split_qkv(const mp_fwd_ctx *f, int l, const mp_model *m, const float *ln1, float *q, float *k,
+                           float *v, mp_fwd_ws *ws);
+
+/* attn.hook_result: with it active, each head's output through its slice of
+ * W_O (no bias) is fired as [B,T,H,D]; out [N,D] (the fused W_O product plus
+ * bias) then gets the edits' difference, so that it is the sum of the
+ * written results plus the bias (bit-identical when nothing was written). */
+mp_status mp_fwd_result(const mp_fwd_ctx *f, int l, const mp_model *m, const float *z, float *out, mp_fwd_ws *ws);
+
+#endif

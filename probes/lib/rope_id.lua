@@ -5,9 +5,11 @@
 -- (Wertheimer et al., "Frayed RoPE and long inputs", ICLR 2026.)
 --
 --   local rid = require "rope_id"
---   local r = rid.run(rid.preset("quick"), {out = DIR})   -- or set p.out, p.format and call rid.run(p)
+--   local p = rid.preset("quick"); p.out = DIR; p.seeds = {1, 2, 3}
+--   local res = rid.run(p)   -- {verdicts, h5, figures, E[seed i], summary[i], sinks[i], seeds}
 --
--- Steps (each a section of the printed report and of DIR/rope_id.h5):
+-- Steps, for every seed (each a section of the printed report and of
+-- DIR/rope_id.h5 under seeds/<seed>/):
 --   1. train one small model per positional scheme (rope, half_rope, high_freq,
 --      rope_id, none) at length L on (a) byte-level text (Debian's licence texts,
 --      plus fortunes when installed) and (b) passkey retrieval; DroPE (drop the
@@ -18,12 +20,17 @@
 --   3. geometry of every head of the text models at the longest length, per
 --      position window: attention to the first token, ||k_0|| over the mean key
 --      norm, the largest q.k per query over the keys after the first (share
---      positive), stable rank and first
---      singular value share of the keys, q/k centroid cosine; inside L vs past L
--- then the figures and the verdict table (rows "VERDICT id | claim | paper | ours | verdict",
--- each decided by the rule printed under it as "RULE id: ...").
+--      positive), stable rank and first singular value share of the keys, q/k
+--      centroid cosine; inside L vs past L; and the prefix-frame key geometry
+--      (rope_id_geo.lua) at t = L, 2L, 4L, 8L
+-- then the figures (first seed), the losses and accuracies pooled over the
+-- seeds, and the verdict table (rules in rope_id_rules.lua; rows "VERDICT id |
+-- claim | paper | ours | verdict", each decided by the rule printed under it
+-- as "RULE id: ...").
 local M = {}
 local report = require "report"
+local rules = require "rope_id_rules"
+local geo = require "rope_id_geo"
 
 -- ---------------------------------------------------------------- presets
 
@@ -34,21 +41,31 @@ local base = {
   drope_lr = 1e-3,
 }
 
+-- full trains at L = 512: RoPE-ID's band (one turn per 32 tokens to two turns
+-- per L, periods 32..L/2) spans log2(L/64) octaves, 3 at L = 512 against 1 at
+-- 128 (where the model is mostly NoPE) and 0 at 64; the verdicts on RoPE-ID
+-- (C5-C7) need >= 2 (rules.MIN_OCTAVES). It evaluates to 8L = 4096, 3 seeds.
+-- gpu: the same lengths at a width and step count for the GPU backend.
 M.presets = {
   quick = {
     L = 64, mults = {1, 2, 4}, d_model = 64, n_layer = 2, n_head = 4, d_mlp = 128,
     text_steps = 250, ret_steps = 200, drope_steps = 40, value_len = 1, lr = 1e-2,
-    B_text = 16, B_ret = 64, B_geo = 2, window = 16,
+    B_text = 16, B_ret = 64, B_geo = 2, window = 16, seeds = {1},
   },
   medium = {
-    L = 128, mults = {1, 2, 4, 8}, d_model = 64, n_layer = 2, n_head = 4, d_mlp = 128,
-    text_steps = 1000, ret_steps = 1000, drope_steps = 150, value_len = 2,
-    B_text = 8, B_ret = 128, B_geo = 2, window = 32,
+    L = 256, mults = {1, 2, 4, 8}, d_model = 64, n_layer = 2, n_head = 4, d_mlp = 128,
+    text_steps = 600, ret_steps = 600, drope_steps = 100, value_len = 2,
+    B_text = 4, B_ret = 64, B_geo = 1, window = 32, seeds = {1, 2, 3},
   },
   full = {
-    L = 128, mults = {1, 2, 4, 8}, d_model = 128, n_layer = 4, n_head = 8, d_mlp = 256,
-    text_steps = 1800, ret_steps = 1800, drope_steps = 300, value_len = 2, lr = 2e-3, ret_lr = 5e-3,
-    B_text = 8, B_ret = 128, B_geo = 4, window = 32,
+    L = 512, mults = {1, 2, 4, 8}, d_model = 128, n_layer = 4, n_head = 8, d_mlp = 256,
+    text_steps = 1500, ret_steps = 1500, drope_steps = 300, value_len = 2, lr = 2e-3, ret_lr = 5e-3,
+    B_text = 4, B_ret = 64, B_geo = 2, window = 64, seeds = {1, 2, 3},
+  },
+  gpu = {
+    L = 512, mults = {1, 2, 4, 8}, d_model = 512, n_layer = 8, n_head = 8, d_head = 64, d_mlp = 2048,
+    text_steps = 20000, ret_steps = 10000, drope_steps = 2000, value_len = 2, lr = 1e-3, ret_lr = 2e-3,
+    batch = 32, B_text = 16, B_ret = 256, B_geo = 4, window = 64, seeds = {1, 2, 3},
   },
 }
 
@@ -170,11 +187,12 @@ function M.geometry(m, toks, W)
       for h = 1, H do G[k][l][h] = {}; for w = 1, nwin do G[k][l][h][w] = 0 end end
     end
   end
-  local names = "blocks.*.attn.hook_rot_q,blocks.*.attn.hook_rot_k,blocks.*.attn.hook_pattern"
   local nseq = #toks
   for _, tk in ipairs(toks) do
-    local _, cache = m:run_with_cache({tk}, {names = names, logits = "none"})
     for l = 0, NL - 1 do
+      -- one layer's patterns at a time ([H, T, T]: 512 MB at T = 4096, H = 8)
+      local names = ("blocks.%d.attn.hook_rot_q,blocks.%d.attn.hook_rot_k,blocks.%d.attn.hook_pattern"):format(l, l, l)
+      local _, cache = m:run_with_cache({tk}, {names = names, logits = "none"})
       local q = cache[("blocks.%d.attn.hook_rot_q"):format(l)][1]:permute{2, 1, 3}   -- [H,T,Dh]
       local k = cache[("blocks.%d.attn.hook_rot_k"):format(l)][1]:permute{2, 1, 3}   -- [K,T,Dh]
       local pat = cache[("blocks.%d.attn.hook_pattern"):format(l)][1]                -- [H,T,T]
@@ -306,13 +324,7 @@ end
 -- and retrieval tasks, and the report's header.
 local function prepare_data(c, r)
   local o, L, Tmax, lengths = c.o, c.L, c.Tmax, c.lengths
-  local corpus, sources = o.corpus, nil
-  local corpus_bytes
-  if not corpus then
-    corpus = o.out .. "/corpus.txt"
-    if r.root then corpus_bytes, sources = M.build_corpus(corpus) end
-    mp.mpi.barrier()                  -- the other ranks read it
-  end
+  local corpus, sources, corpus_bytes = c.corpus_info.path, c.corpus_info.sources, c.corpus_info.bytes
   local text = mp.tasks.text{path = corpus, ctx = L, seed = o.seed}
   if not pcall(text.sample, text, 1, Tmax, "val") then   -- fail now, not after the training
     error(("rope_id: %s: its validation part (the last 10%%) is shorter than the longest evaluation length %d; "
@@ -320,8 +332,11 @@ local function prepare_data(c, r)
   end
   local ret = mp.tasks.retrieval{value_len = o.value_len, n_filler = o.n_filler, seed = o.seed + 1}
   c.corpus, c.text, c.ret = corpus, text, ret
+  if not c.first then return end
 
-  r:out("== mechprobe rope_id (%s) ==", o.preset)
+  r:out("== mechprobe rope_id (%s; seeds %s) ==", o.preset, table.concat(c.seeds, ","))
+  r:out("RoPE-ID's rotating band at L = %d: periods 32..%d tokens, %.1f octaves (the C5-C7 precondition: >= %d)", L,
+      L // 2, rules.band_octaves(L), rules.MIN_OCTAVES)
   r:out("text: %s%s; retrieval: passkey of %d digit(s) in random filler (%d words, vocab %d), needle at a random depth",
       corpus, sources and (" (%d bytes from %d files)"):format(corpus_bytes, #sources) or "", o.value_len, o.n_filler,
       ret.vocab)
@@ -346,7 +361,8 @@ local function train(c, r)
     return mp.model.new{d_model = o.d_model, n_layer = o.n_layer, n_head = o.n_head, d_head = o.d_head,
       d_mlp = o.d_mlp, vocab = vocab, ctx = L, pos = pos, seed = o.seed}
   end
-  local mdir = o.out .. "/models"
+  mp.mkdir(o.out .. "/models")
+  local mdir = ("%s/models/seed%d"):format(o.out, o.seed)
   mp.mkdir(mdir)
   local function task_of(task) return task == "text" and text or ret end
   -- The ten models are independent (each reseeds its task, same initial
@@ -495,7 +511,7 @@ local function geometry(c, r)
     for t = 1, Tmax do row[t] = math.tointeger(gtok:get(b, t)) end
     toks[b] = row
   end
-  local GEO, SPLIT, SINK, PCA = {}, {}, {}, {}
+  local GEO, SPLIT, SINK, PCA, PG = {}, {}, {}, {}, {}
   for _, v in ipairs(M.variants) do
     log("geometry of %s", v.name)
     local m = setup(v, models.text, L, Tmax)
@@ -518,11 +534,23 @@ local function geometry(c, r)
     sink.pos_past = head_mean(S.maxqk_pos.past, sel)
     sink.k0_in = head_mean(S.k0_ratio.inside, sel)
     sink.k0_past = head_mean(S.k0_ratio.past, sel)
+    -- per sink head (the rules' inputs): q.k>0 share inside / past L, retention
+    sink.pos_in_h, sink.pos_past_h, sink.retention_h = {}, {}, {}
+    for l, hs in ipairs(S.first.inside) do
+      for h, a in ipairs(hs) do
+        if a > o.eps then
+          sink.pos_in_h[#sink.pos_in_h + 1] = S.maxqk_pos.inside[l][h]
+          sink.pos_past_h[#sink.pos_past_h + 1] = S.maxqk_pos.past[l][h]
+          sink.retention_h[#sink.retention_h + 1] = S.first.past[l][h] / a
+        end
+      end
+    end
+    PG[v.name] = geo.prefix_geometry(m, toks, c.lengths)
     PCA[v.name] = head_pca(m, toks[1], bl - 1, bh - 1)
     teardown(v, models.text)
     GEO[v.name], SPLIT[v.name], SINK[v.name] = G, S, sink
   end
-  c.GEO, c.SPLIT, c.SINK, c.PCA, c.s3 = GEO, SPLIT, SINK, PCA, os.time() - t3
+  c.GEO, c.SPLIT, c.SINK, c.PCA, c.PG, c.s3 = GEO, SPLIT, SINK, PCA, PG, os.time() - t3
 
   r:out("")
   r:out("-- 3. Geometry of the text models at T = %d (mean over all heads; inside L -> past L). sinks: heads with", Tmax)
@@ -547,45 +575,47 @@ local function geometry(c, r)
         pair(sk.pos_in, sk.pos_past), sk.n, pair(sk.k0_in, sk.k0_past), sk.layer, sk.head)
   end
   c.summary = summary
+  r:out("")
+  r:out("-- 3b. Prefix-frame keys (what a query at t sees: keys [0, t) in its frame; mean over heads) at t = %s",
+      table.concat(c.lengths, ", "))
+  r:out("   srank rot / pre: stable rank of the post-rotation (hook_rot_k) / pre-rotation (hook_k, control) keys;")
+  r:out("   cos: q/k centroid cosine of the prefix")
+  r:out("%-15s %-28s %-28s %s", "variant", "srank rot", "srank pre", "cos(q,k)")
+  for _, v in ipairs(M.variants) do
+    local P = PG[v.name]
+    local function curve(stat)
+      local parts = {}
+      for i = 1, #c.lengths do
+        local sum, n = 0, 0
+        for _, hs in ipairs(P[stat]) do for _, x in ipairs(hs) do sum, n = sum + x[i], n + 1 end end
+        parts[i] = ("%.2f"):format(sum / n)
+      end
+      return table.concat(parts, " ")
+    end
+    r:out("%-15s %-28s %-28s %s", v.name, curve("srank_rot"), curve("srank_pre"), curve("cos_rot"))
+  end
 end
 
--- 4. Every number into DIR/rope_id.h5, written under a temporary name
--- (c.tmp; renamed by finish once the verdicts are in).
-local function write_h5(c)
-  local o, L, W, lengths, E = c.o, c.L, c.W, c.lengths, c.E
-  local GEO, SPLIT, SINK, PCA, summary = c.GEO, c.SPLIT, c.SINK, c.PCA, c.summary
-  c.h5 = o.out .. "/rope_id.h5"
-  c.tmp = c.h5 .. ".tmp"
-  local f <close> = mp.h5.open(c.tmp, "w")
-  f:write("lengths", lengths)
-  local ws = {}
-  for w = 1, c.nwin do ws[w] = (w - 1) * W end
-  f:write("window_start", ws)
-  ws = {}
-  for w = 1, c.nwl do ws[w] = (w - 1) * c.WL end
-  f:write("loss_window_start", ws)
-  f:set_attr("/", "format", "mechprobe.rope_id")
-  f:set_attr("/", "preset", o.preset)
-  f:set_attr("/", "L", L)
-  f:set_attr("/", "window", W)
-  f:set_attr("/", "seed", o.seed)
-  f:set_attr("/", "eps", o.eps)
-  f:set_attr("/", "corpus", c.corpus)
+-- 4. Every number of one seed's run into the open run file f, under
+-- seeds/<seed>/ (the file is written under a temporary name and renamed by
+-- finish once the verdicts are in).
+local function write_h5(c, f)
+  local o, E = c.o, c.E
+  local GEO, SPLIT, SINK, PCA, PG, summary = c.GEO, c.SPLIT, c.SINK, c.PCA, c.PG, c.summary
+  local g0 = ("seeds/%d/"):format(o.seed)
   local vn = {}
   for i, v in ipairs(M.variants) do vn[i] = v.name end
-  f:set_attr("/", "variants", table.concat(vn, ","))
-  f:set_attr("/", "schemes", table.concat(M.schemes, ","))
   -- retrieval accuracy table [variant, length] (rows in the order of the attribute "variants")
   local acc, accd, loss = {}, {}, {}
   for i, v in ipairs(M.variants) do acc[i], accd[i], loss[i] = E[v.name].acc, E[v.name].acc_digit, E[v.name].loss end
-  f:write("retrieval/acc", acc)
-  f:write("retrieval/acc_digit", accd)
-  f:write("text/loss", loss)
-  f:set_attr("retrieval/acc", "rows", table.concat(vn, ","))
-  f:set_attr("retrieval/acc", "n", o.B_ret)
+  f:write(g0 .. "retrieval/acc", acc)
+  f:write(g0 .. "retrieval/acc_digit", accd)
+  f:write(g0 .. "text/loss", loss)
+  f:set_attr(g0 .. "retrieval/acc", "rows", table.concat(vn, ","))
+  f:set_attr(g0 .. "retrieval/acc", "n", o.B_ret)
   for _, task in ipairs{"text", "ret"} do
     for name, ti in pairs(c.train_info[task]) do
-      local g = ("train/%s/%s"):format(task == "ret" and "retrieval" or "text", name)
+      local g = ("%strain/%s/%s"):format(g0, task == "ret" and "retrieval" or "text", name)
       f:write(g .. "/loss_curve", ti.curve)
       f:set_attr(g .. "/loss_curve", "final_loss", ti.loss)
       f:set_attr(g .. "/loss_curve", "seconds", ti.seconds)
@@ -594,7 +624,7 @@ local function write_h5(c)
     end
   end
   for _, v in ipairs(M.variants) do
-    local e, g = E[v.name], "variants/" .. v.name
+    local e, g = E[v.name], g0 .. "variants/" .. v.name
     f:write(g .. "/text_loss", e.loss)
     f:write(g .. "/text_loss_window", e.loss_win)
     f:set_attr(g .. "/text_loss_window", "inside", e.loss_in)
@@ -606,14 +636,43 @@ local function write_h5(c)
       f:write(g .. "/geometry/" .. k .. "_inside", SPLIT[v.name][k].inside)  -- [n_layer, n_head]
       f:write(g .. "/geometry/" .. k .. "_past", SPLIT[v.name][k].past)
     end
+    for _, k in ipairs(geo.stats) do
+      f:write(g .. "/prefix/" .. k, PG[v.name][k])                          -- [n_layer, n_head, lengths]
+    end
     local sk, row = SINK[v.name], summary[v.name]
-    for key, val in pairs(sk) do f:set_attr(g .. "/geometry/first", "sink_" .. key, val) end
+    for key, val in pairs(sk) do
+      if type(val) == "number" then f:set_attr(g .. "/geometry/first", "sink_" .. key, val) end
+    end
     for key, val in pairs(row) do f:set_attr(g .. "/geometry/srank_k", key, val) end
     local p = PCA[v.name]
     f:write(g .. "/pca_sink_head", {p.qx, p.qy, p.kx, p.ky})                -- [4, T]: q x, q y, k x, k y
     f:set_attr(g .. "/pca_sink_head", "layer", sk.layer)
     f:set_attr(g .. "/pca_sink_head", "head", sk.head)
   end
+end
+
+-- The run file's shared part: lengths, windows and the root attributes.
+local function write_h5_root(c, f)
+  local o, W = c.o, c.W
+  f:write("lengths", c.lengths)
+  local ws = {}
+  for w = 1, c.nwin do ws[w] = (w - 1) * W end
+  f:write("window_start", ws)
+  ws = {}
+  for w = 1, c.nwl do ws[w] = (w - 1) * c.WL end
+  f:write("loss_window_start", ws)
+  f:set_attr("/", "format", "mechprobe.rope_id")
+  f:set_attr("/", "preset", o.preset)
+  f:set_attr("/", "L", c.L)
+  f:set_attr("/", "window", W)
+  f:set_attr("/", "seeds", table.concat(c.seeds, ","))
+  f:set_attr("/", "eps", o.eps)
+  f:set_attr("/", "band_octaves", rules.band_octaves(c.L))
+  f:set_attr("/", "corpus", c.corpus)
+  local vn = {}
+  for i, v in ipairs(M.variants) do vn[i] = v.name end
+  f:set_attr("/", "variants", table.concat(vn, ","))
+  f:set_attr("/", "schemes", table.concat(M.schemes, ","))
 end
 
 -- ---- 5. figures (each adds its path to c.figs)
@@ -774,112 +833,177 @@ local function figures(c)
   fig_pca(c)
 end
 
--- 6. The verdicts, each decided by its printed rule; returns them in order.
-local function judge(c)
-  local o, E, summary, SINK, lengths, Tmax = c.o, c.E, c.summary, c.SINK, c.lengths, c.Tmax
-  local V = {}
-  local function verdict(...) V[#V + 1] = report.verdict(...) end
-  local R, RI = summary.rope, summary.rope_id
-  local rk_rope = R.srank_past / R.srank_in
-  local rk_id = RI.srank_past / RI.srank_in
-  verdict("C1", "past L, RoPE's key clusters smear: stable rank rises", "stable rank of keys rises past L",
-          ("RoPE srank %.2f -> %.2f (x%.2f); RoPE-ID x%.2f"):format(R.srank_in, R.srank_past, rk_rope, rk_id),
-          rk_rope >= 1.10 and "SUPPORTED" or "NOT SUPPORTED",
-          "RoPE's mean stable rank of keys past L >= 1.10 x inside L (mean over heads and windows)")
-  local s1_rope = R.s1_past / R.s1_in
-  verdict("C2", "past L, RoPE keys' first singular value share falls", "sigma1 share falls past L",
-          ("RoPE s1 share %.3f -> %.3f (x%.2f); RoPE-ID x%.2f"):format(R.s1_in, R.s1_past, s1_rope,
-            RI.s1_past / RI.s1_in),
-          s1_rope <= 0.90 and "SUPPORTED" or "NOT SUPPORTED",
-          "RoPE's mean sigma1 share of keys past L <= 0.90 x inside L")
-  local SR, SI = SINK.rope, SINK.rope_id
-  local dpos = SR.pos_past - SR.pos_in
-  verdict("C3", "past L, some q.k turn positive under RoPE", "max q.k > 0 for some queries",
-          ("queries with max(s>=1) q.k_s > 0: %.2f -> %.2f (%s heads)"):format(SR.pos_in, SR.pos_past,
-            SR.n > 0 and ("%d sink"):format(SR.n) or "all"),
-          dpos >= 0.05 and "SUPPORTED" or "NOT SUPPORTED",
-          "RoPE's share of queries whose largest q.k is positive rises by >= 0.05 past L (sink heads; all if none)")
-  local word4
-  if SR.n == 0 then word4 = "INCONCLUSIVE" elseif SR.retention <= 0.67 then word4 = "SUPPORTED" else word4 = "NOT SUPPORTED" end
-  verdict("C4", "the sink fails past L under RoPE", "sink attention collapses past L",
-          SR.n == 0 and ("no RoPE head attends > %.2f to the first token inside L (best %.2f)"):format(o.eps, SR.first_best)
-            or ("%d sink heads: 1st-token attention %.2f -> %.2f (x%.2f)"):format(SR.n, SR.first_in, SR.first_past,
-              SR.retention),
-          word4, ("RoPE sink heads (1st-token attention > %.2f inside L) keep <= 0.67 of it past L; "
-                  .. "INCONCLUSIVE without sink heads"):format(o.eps))
-  local word5
-  if SI.n == 0 then word5 = "INCONCLUSIVE"
-  elseif SI.retention >= 0.8 and rk_id < math.min(1.10, rk_rope) then word5 = "SUPPORTED"
-  else word5 = "NOT SUPPORTED" end
-  verdict("C5", "RoPE-ID keeps the clusters and the sink past L", "clusters and sink intact",
-          (SI.n == 0 and ("no RoPE-ID sink head (best %.2f); "):format(SI.first_best)
-            or ("%d sink heads keep x%.2f; "):format(SI.n, SI.retention))
-            .. ("srank x%.2f (RoPE x%.2f)"):format(rk_id, rk_rope),
-          word5, "RoPE-ID sink heads keep >= 0.8 of their 1st-token attention past L and its key stable rank ratio "
-                 .. "is < min(1.10, RoPE's); INCONCLUSIVE without sink heads")
-  local i2 = 1
-  for i, k in ipairs(o.mults) do if k == 2 then i2 = i end end
-  local a, b = E.rope.acc[i2], E.rope_id.acc[i2]
-  local se = math.sqrt((a * (1 - a) + b * (1 - b)) / o.B_ret)
-  local word6
-  if b - a > math.max(2 * se, 0.05) then word6 = "SUPPORTED"
-  elseif a >= 0.95 and b >= 0.95 then word6 = "INCONCLUSIVE"
-  else word6 = "NOT SUPPORTED" end
-  verdict("C6", "RoPE-ID generalises better than RoPE on retrieval at 2x L", "1B RULER at 2x: RoPE 0.01, RoPE-ID 35.64",
-          ("passkey at %d: RoPE %.3f, RoPE-ID %.3f (+-%.3f); at %d: %.3f, %.3f"):format(lengths[i2], a, b, 2 * se, Tmax,
-            E.rope.acc[#lengths], E.rope_id.acc[#lengths]),
-          word6, "RoPE-ID's accuracy at 2L exceeds RoPE's by more than max(2 SE, 0.05); INCONCLUSIVE when both >= 0.95")
-  local dr, di = E.rope.loss_past - E.rope.loss_in, E.rope_id.loss_past - E.rope_id.loss_in
-  verdict("C7", "RoPE-ID's text loss past L degrades less than RoPE's", "(implied: RoPE-ID extrapolates)",
-          ("loss past L - inside L: RoPE %+.3f, RoPE-ID %+.3f (T = %d)"):format(dr, di, Tmax),
-          di < dr - 0.02 and "SUPPORTED" or "NOT SUPPORTED",
-          "RoPE-ID's rise of the loss past L (windows past L minus inside L) is smaller than RoPE's by > 0.02 nats")
-  c.V = V
-end
-
--- The verdict table and its rules into the report and the run file, which
--- then takes its final name; the closing lines and DIR/report.txt.
-local function finish(c, r)
-  local V = c.V
+-- 6. Every loss and accuracy pooled over the seeds: mean and 95% t-interval
+-- per variant and length (no interval with one seed), printed and written to
+-- pooled/ in the run file.
+local function pooled(runs, r, f)
+  local c1, lengths = runs[1], runs[1].lengths
   r:out("")
-  r:out("-- Verdicts (rows: VERDICT id | claim | paper | ours | verdict; text models for C1-C5 and C7)")
-  r:verdicts(V, {58, 40, 62})
-  r:rules(V)
-  do
-    local f <close> = mp.h5.open(c.tmp, "r+")
-    for _, v in ipairs(V) do
-      local g = "verdicts/" .. v.id
-      f:write(g, {v.word == "SUPPORTED" and 1 or v.word == "NOT SUPPORTED" and 0 or -1})
-      f:set_attr(g, "claim", v.claim)
-      f:set_attr(g, "paper", v.paper)
-      f:set_attr(g, "ours", v.ours)
-      f:set_attr(g, "verdict", v.word)
-      f:set_attr(g, "rule", v.rule)
+  r:out("-- 4. Pooled over %d seed(s) (%s): mean [95%% t-interval over seeds] per length", #runs,
+      table.concat(c1.seeds, ","))
+  for _, what in ipairs{{"loss", "text loss (nats/byte)"}, {"acc", "passkey accuracy (exact match)"}} do
+    r:out("%s", what[2])
+    for _, v in ipairs(M.variants) do
+      local parts, means, los, his = {}, {}, {}, {}
+      for i = 1, #lengths do
+        local xs = {}
+        for s, c in ipairs(runs) do xs[s] = c.E[v.name][what[1]][i] end
+        local m, lo, hi = rules.mean_ci(xs)
+        means[i], los[i], his[i] = m, lo, hi
+        parts[i] = ("T=%d %s"):format(lengths[i], rules.ci_text(m, lo, hi))
+      end
+      r:out("POOLED %-5s %-15s %s", what[1], v.name, table.concat(parts, "; "))
+      local g = ("pooled/%s/%s"):format(what[1], v.name)
+      f:write(g, {means, los, his})                                          -- [3, lengths]: mean, lo, hi
+      f:set_attr(g, "rows", "mean,lo,hi")
+      f:set_attr(g, "n_seeds", #runs)
     end
   end
+end
+
+-- 7. The verdicts: each rule of rope_id_rules.lua on the numbers of every seed.
+local function judge(runs)
+  local c1 = runs[1]
+  local lengths, L = c1.lengths, c1.L
+  -- the prefix length the geometry rules read: 4L (or the longest evaluated below it)
+  local j4 = 1
+  for i, T in ipairs(lengths) do if T <= 4 * L then j4 = i end end
+  local i2 = 1
+  for i, T in ipairs(lengths) do if T == 2 * L then i2 = i end end
+  local octaves = rules.band_octaves(L)
+  local ns = #runs
+  local x1 = {ratio_rot = {}, ratio_pre = {}, seeds = ns, T = lengths[j4], L = L}
+  local x2 = {ratio_rot = {}, ratio_pre = {}, seeds = ns, T = lengths[j4], L = L, cos_L = 0, cos_T = 0}
+  local x3 = {pos_in = {}, pos_past = {}, seeds = ns}
+  local x4 = {retention = {}, seeds = ns, best = -1}
+  local x5 = {retention = {}, srank_excess = {}, seeds = ns, octaves = octaves, L = L}
+  local x6 = {rope = {}, id = {}, task = "passkey", T = lengths[i2], octaves = octaves}
+  local x7 = {rise_rope = {}, rise_id = {}, T = c1.Tmax, octaves = octaves}
+  local function add(dst, src) for _, v in ipairs(src) do dst[#dst + 1] = v end end
+  local ncos = 0
+  for s, c in ipairs(runs) do
+    local PR, PI = c.PG.rope, c.PG.rope_id
+    geo.head_ratios(PR, "srank_rot", j4, x1.ratio_rot)
+    geo.head_ratios(PR, "srank_pre", j4, x1.ratio_pre)
+    geo.head_ratios(PR, "s1_rot", j4, x2.ratio_rot)
+    geo.head_ratios(PR, "s1_pre", j4, x2.ratio_pre)
+    for _, hs in ipairs(PR.cos_rot) do
+      for _, v in ipairs(hs) do x2.cos_L, x2.cos_T, ncos = x2.cos_L + v[1], x2.cos_T + v[j4], ncos + 1 end
+    end
+    local SR, SI = c.SINK.rope, c.SINK.rope_id
+    add(x3.pos_in, SR.pos_in_h)
+    add(x3.pos_past, SR.pos_past_h)
+    add(x4.retention, SR.retention_h)
+    x4.best = math.max(x4.best, SR.first_best)
+    add(x5.retention, SI.retention_h)
+    local rr, rp = geo.head_ratios(PI, "srank_rot", j4), geo.head_ratios(PI, "srank_pre", j4)
+    add(x5.srank_excess, rules.ratios(rr, rp))
+    x6.rope[s], x6.id[s] = c.E.rope.acc[i2], c.E.rope_id.acc[i2]
+    x7.rise_rope[s] = c.E.rope.loss_past - c.E.rope.loss_in
+    x7.rise_id[s] = c.E.rope_id.loss_past - c.E.rope_id.loss_in
+  end
+  x2.cos_L, x2.cos_T = x2.cos_L / ncos, x2.cos_T / ncos
+  local V = {rules.C1(x1), rules.C2(x2), rules.C3(x3), rules.C4(x4), rules.C5(x5), rules.C6(x6), rules.C7(x7)}
+  -- C6 at every length (the row judges 2L; the others are reported)
+  local at = {}
+  for i, T in ipairs(lengths) do
+    local a, b = 0, 0
+    for _, c in ipairs(runs) do a, b = a + c.E.rope.acc[i] / ns, b + c.E.rope_id.acc[i] / ns end
+    at[i] = ("%d: %.2f/%.2f"):format(T, a, b)
+  end
+  V[6].ours = V[6].ours .. "; RoPE/RoPE-ID at " .. table.concat(at, ", ")
+  for i, v in ipairs(V) do
+    V[i] = report.verdict(v.id, v.claim, v.paper, v.ours, v.word, v.rule)
+    V[i].n, V[i].seeds, V[i].lo, V[i].hi = v.n, v.seeds, v.lo, v.hi
+  end
+  return V
+end
+
+-- The verdict table and its rules into the report, the run file (which then
+-- takes its final name) and DIR/verdicts.tsv; the closing lines and DIR/report.txt.
+local function finish(c, r, V, f)
+  r:out("")
+  r:out("-- Verdicts (rows: VERDICT id | claim | paper | ours | verdict; text models for C1-C5 and C7; %d seed(s))",
+      #c.seeds)
+  r:verdicts(V, {58, 40, 62})
+  r:rules(V)
+  local tsv = {"id\tclaim\tpaper\tours\tn\tseeds\tlo\thi\tverdict\trule"}
+  for _, v in ipairs(V) do
+    local g = "verdicts/" .. v.id
+    f:write(g, {v.word == "SUPPORTED" and 1 or v.word == "NOT SUPPORTED" and 0 or -1})
+    f:set_attr(g, "claim", v.claim)
+    f:set_attr(g, "paper", v.paper)
+    f:set_attr(g, "ours", v.ours)
+    f:set_attr(g, "verdict", v.word)
+    f:set_attr(g, "rule", v.rule)
+    f:set_attr(g, "n", v.n)
+    f:set_attr(g, "seeds", v.seeds)
+    f:set_attr(g, "lo", v.lo)
+    f:set_attr(g, "hi", v.hi)
+    tsv[#tsv + 1] = table.concat({v.id, v.claim, v.paper, v.ours, v.n, v.seeds, ("%.6g"):format(v.lo),
+                                  ("%.6g"):format(v.hi), v.word, v.rule}, "\t")
+  end
+  f:close()
   assert(os.rename(c.tmp, c.h5))
+  require("cli").write_text(c.o.out .. "/verdicts.tsv", table.concat(tsv, "\n") .. "\n")
   r:out("")
   r:out("HDF5: %s", c.h5)
-  r:out("checkpoints: %s/{text,ret}_{%s,drope}.h5", c.mdir, table.concat(M.schemes, ","))
-  for _, p in ipairs(c.figs) do r:out("figure: %s", p) end
-  r:out("time: training %ds, evaluation %ds, geometry %ds, total %ds", c.s1, c.s2, c.s3, os.time() - c.t_start)
+  r:out("verdicts: %s/verdicts.tsv", c.o.out)
+  r:out("checkpoints: %s/models/seed<N>/{text,ret}_{%s,drope}.h5", c.o.out, table.concat(M.schemes, ","))
+  for _, p in ipairs(c.figs) do r:out("figure: %s (seed %d)", p, c.o.seed) end
+  r:out("time: total %ds", os.time() - c.t_start)
   r:save(c.o.out .. "/report.txt")
 end
 
+-- Runs the probe: o is a preset (M.preset) with out set; o.seeds (a list,
+-- default {o.seed}) are the seeds, each a full set of models, evaluations and
+-- geometry; the figures show the first seed; the verdicts pool all of them.
 function M.run(o)
-  local c = plan(o)
+  local seeds = o.seeds or {o.seed}
   mp.mkdir(o.out)
   o.format = o.format or "png"
   local r = report.new()   -- under mpirun, rank 0 alone prints and writes
-  prepare_data(c, r)
-  if not train(c, r) then return nil end   -- other ranks: their share is done
-  evaluate(c, r)
-  geometry(c, r)
-  write_h5(c)
-  figures(c)
-  judge(c)
-  finish(c, r)
-  return {verdicts = c.V, h5 = c.h5, figures = c.figs, E = c.E, summary = c.summary, sinks = c.SINK}
+  local t_start = os.time()
+  local ci = {path = o.corpus}
+  if not ci.path then
+    ci.path = o.out .. "/corpus.txt"
+    if r.root then ci.bytes, ci.sources = M.build_corpus(ci.path) end
+    mp.mpi.barrier()                  -- the other ranks read it
+  end
+  local runs, f = {}, nil
+  for si, seed in ipairs(seeds) do
+    local os_ = {}
+    for k, v in pairs(o) do os_[k] = v end
+    os_.seed = seed
+    local c = plan(os_)
+    c.seeds, c.first, c.corpus_info, c.t_start = seeds, si == 1, ci, t_start
+    prepare_data(c, r)
+    if #seeds > 1 then r:out(""); r:out("== seed %d ==", seed) end
+    if train(c, r) then          -- false on MPI ranks other than 0: their share of this seed is done
+      evaluate(c, r)
+      geometry(c, r)
+      if si == 1 then
+        c.h5 = o.out .. "/rope_id.h5"
+        c.tmp = c.h5 .. ".tmp"
+        f = mp.h5.open(c.tmp, "w")
+        write_h5_root(c, f)
+        figures(c)
+      end
+      write_h5(c, f)
+      r:out("time (seed %d): training %ds, evaluation %ds, geometry %ds", seed, c.s1, c.s2, c.s3)
+      c.models = nil             -- the checkpoints stay on disk; the verdicts need the numbers only
+      collectgarbage()
+      runs[#runs + 1] = c
+    end
+  end
+  if #runs == 0 then return nil end
+  local c = runs[1]
+  pooled(runs, r, f)
+  local V = judge(runs)
+  finish(c, r, V, f)
+  local E, summary, sinks = {}, {}, {}
+  for i, ci_ in ipairs(runs) do E[i], summary[i], sinks[i] = ci_.E, ci_.summary, ci_.SINK end
+  return {verdicts = V, h5 = c.h5, figures = c.figs, E = E, summary = summary, sinks = sinks, seeds = seeds}
 end
 
 return M

@@ -103,7 +103,7 @@ function M.C3(x)
   local claim, paper = "past L, some q.k turn positive under RoPE (sink heads)",
     "paper: sink heads' q.k < 0 inside L, > 0 past"
   if n == 0 then
-    return row("C3", claim, paper, "no RoPE sink head", I, rule, 0, x.seeds, 0 / 0, 0 / 0)
+    return row("C3", claim, paper, ("no RoPE sink head (%d seeds)"):format(x.seeds), I, rule, 0, x.seeds, 0 / 0, 0 / 0)
   end
   local d = {}
   for i = 1, n do d[i] = x.pos_past[i] - x.pos_in[i] end
@@ -124,7 +124,7 @@ function M.C4(x)
     .. "interval is below 0.67, NOT SUPPORTED if above; INCONCLUSIVE without sink heads or when it straddles 0.67"
   local claim, paper = "the sink fails past L under RoPE", "paper: sink attention collapses past L"
   if n == 0 then
-    return row("C4", claim, paper, ("no RoPE sink head (best 1st-token attention %.2f)"):format(x.best or 0 / 0), I,
+    return row("C4", claim, paper, ("no RoPE sink head (best 1st-token attention %.2f; %d seeds)"):format(x.best or 0 / 0, x.seeds), I,
       rule, 0, x.seeds, 0 / 0, 0 / 0)
   end
   local m, lo, hi = M.mean_ci(x.retention)
@@ -143,7 +143,7 @@ function M.C5(x)
   local claim, paper = "RoPE-ID keeps the clusters and the sink past L",
     "paper: RoPE-ID keeps clusters and sink"
   local me, elo, ehi = M.mean_ci(x.srank_excess)
-  local stext = ("srank excess %s"):format(ci_text(me, elo, ehi))
+  local stext = ("srank excess %s (%d seeds)"):format(ci_text(me, elo, ehi), x.seeds)
   if x.octaves < M.MIN_OCTAVES then
     return row("C5", claim, paper, ("no RoPE-ID band: %.1f octaves at L = %d; %s"):format(x.octaves, x.L, stext), I,
       rule, #x.srank_excess, x.seeds, elo, ehi)
@@ -157,7 +157,7 @@ function M.C5(x)
   local word = I
   if rs == "below" or es == "above" then word = N elseif rs == "above" and es == "below" then word = S end
   return row("C5", claim, paper,
-    ("%d sink heads keep %s; %s (%d seeds)"):format(n, ci_text(mr, rlo, rhi), stext, x.seeds), word, rule, n,
+    ("%d sink heads keep %s; %s"):format(n, ci_text(mr, rlo, rhi), stext), word, rule, n,
     x.seeds, rlo, rhi)
 end
 

@@ -38,7 +38,27 @@ M.schemes = {"rope", "half_rope", "high_freq", "rope_id", "none"}
 
 local base = {
   seed = 1, eps = 0.3, n_filler = 16, lr = 3e-3, ret_lr = 1e-2, batch = 16, d_head = 16,
-  drope_lr = 1e-3,
+  drope_lr = 1e-3, tasks = {"multikey", "vartrack"}, mk_keys = 4, vt_chains = 2, vt_hops = 2,
+}
+
+-- The retrieval tasks beside passkey (issue 21: passkey is solved by every
+-- scheme, NoPE included): built by mp.tasks.retrieval; chance = the accuracy
+-- of copying the value of a random needle (distractor values never equal the
+-- answer), the generator's guarantee.
+M.ret_kinds = {
+  multikey = {
+    desc = function(o) return ("multi-key needle in a haystack: %d needles 'key k is v .' of the same form, one queried")
+      :format(o.mk_keys) end,
+    params = function(o) return {n_keys = o.mk_keys, key_len = 2, value_len = o.value_len, n_filler = o.n_filler} end,
+    chance = function(o) return 1 / o.mk_keys end,
+  },
+  vartrack = {
+    desc = function(o) return ("variable tracking (RULER style): %d chains of a value and %d links 'key b is key a .', "
+      .. "the query names one chain's last key"):format(o.vt_chains, o.vt_hops) end,
+    params = function(o) return {n_keys = o.vt_chains, hops = o.vt_hops, key_len = 2, value_len = o.value_len,
+                                 n_filler = o.n_filler} end,
+    chance = function(o) return 1 / o.vt_chains end,
+  },
 }
 
 -- full trains at L = 512: RoPE-ID's band (one turn per 32 tokens to two turns
@@ -49,7 +69,7 @@ local base = {
 M.presets = {
   quick = {
     L = 64, mults = {1, 2, 4}, d_model = 64, n_layer = 2, n_head = 4, d_mlp = 128,
-    text_steps = 250, ret_steps = 200, drope_steps = 40, value_len = 1, lr = 1e-2,
+    text_steps = 250, ret_steps = 200, extra_steps = 60, drope_steps = 40, value_len = 1, lr = 1e-2,
     B_text = 16, B_ret = 64, B_geo = 2, window = 16, seeds = {1},
   },
   medium = {
@@ -332,6 +352,18 @@ local function prepare_data(c, r)
   end
   local ret = mp.tasks.retrieval{value_len = o.value_len, n_filler = o.n_filler, seed = o.seed + 1}
   c.corpus, c.text, c.ret = corpus, text, ret
+  c.rtasks, c.rnames = {ret = ret}, {"ret"}          -- the retrieval tasks: passkey ("ret"), then o.tasks
+  for i, name in ipairs(o.tasks) do
+    local kind = M.ret_kinds[name]
+    if not kind then error(("rope_id: unknown retrieval task '%s'"):format(tostring(name)), 0) end
+    local prm = kind.params(o)
+    prm.seed = o.seed + 1 + i
+    local t = mp.tasks.retrieval(prm)
+    if t.min_len > L then
+      error(("rope_id: task %s needs %d tokens, more than L = %d"):format(name, t.min_len, L), 0)
+    end
+    c.rtasks[name], c.rnames[#c.rnames + 1] = t, name
+  end
   if not c.first then return end
 
   r:out("== mechprobe rope_id (%s; seeds %s) ==", o.preset, table.concat(c.seeds, ","))
@@ -340,6 +372,11 @@ local function prepare_data(c, r)
   r:out("text: %s%s; retrieval: passkey of %d digit(s) in random filler (%d words, vocab %d), needle at a random depth",
       corpus, sources and (" (%d bytes from %d files)"):format(corpus_bytes, #sources) or "", o.value_len, o.n_filler,
       ret.vocab)
+  for _, name in ipairs(o.tasks) do
+    local kind = M.ret_kinds[name]
+    r:out("  %s: %s; chance %.3f (a random needle's value; distractor values never equal the answer)", name,
+        kind.desc(o), kind.chance(o))
+  end
   r:out("models: d_model %d, %d layers x %d heads (d_head %d), d_mlp %d, RMSNorm, SwiGLU; training length L = %d;",
       o.d_model, o.n_layer, o.n_head, o.d_head, o.d_mlp, L)
   r:out("  text %d steps (lr %g), retrieval %d steps (lr %g), batch %d, warmup 10%%; DroPE: %d steps at L (lr %g)",
@@ -353,9 +390,11 @@ end
 -- 1. Training: one model per scheme and task, then DroPE on each RoPE model.
 -- Returns false on the MPI ranks other than 0 (their share is done).
 local function train(c, r)
-  local o, L, text, ret = c.o, c.L, c.text, c.ret
-  local models = {text = {}, ret = {}}
-  local train_info = {text = {}, ret = {}}
+  local o, L, text = c.o, c.L, c.text
+  local tasks = {"text"}
+  for _, name in ipairs(c.rnames) do tasks[#tasks + 1] = name end
+  local models, train_info = {}, {}
+  for _, task in ipairs(tasks) do models[task], train_info[task] = {}, {} end
   local t1 = os.time()
   local function new_model(pos, vocab)
     return mp.model.new{d_model = o.d_model, n_layer = o.n_layer, n_head = o.n_head, d_head = o.d_head,
@@ -364,20 +403,20 @@ local function train(c, r)
   mp.mkdir(o.out .. "/models")
   local mdir = ("%s/models/seed%d"):format(o.out, o.seed)
   mp.mkdir(mdir)
-  local function task_of(task) return task == "text" and text or ret end
+  local function task_of(task) return task == "text" and text or c.rtasks[task] end
   -- The ten models are independent (each reseeds its task, same initial
   -- weights): under mpirun they spread over the ranks (mp.mpi.sweep), each saved
   -- to its file; then DroPE on each RoPE model, the same way. Rank 0 gets the
   -- results in the serial order, loads the models from their files (exactly
   -- the trained weights) and goes on alone.
   local jobs = {}
-  for _, task in ipairs{"text", "ret"} do
+  for _, task in ipairs(tasks) do
     for _, pos in ipairs(M.schemes) do jobs[#jobs + 1] = {task = task, pos = pos} end
   end
   local trained = mp.mpi.sweep(jobs, function(job)
     local task, pos = job.task, job.pos
     local tk = task_of(task)
-    local steps = task == "text" and o.text_steps or o.ret_steps
+    local steps = task == "text" and o.text_steps or task == "ret" and o.ret_steps or o.extra_steps or o.ret_steps
     local lr = task == "text" and o.lr or o.ret_lr
     local c0 = os.time()
     tk:seed(o.seed * 100 + 7)           -- every scheme sees the same batches
@@ -390,7 +429,7 @@ local function train(c, r)
     return {loss = res.final_loss, curve = res.loss, seconds = os.time() - c0, path = path}
   end)
   -- DroPE: a copy of the RoPE model, rotation dropped, recalibrated at L
-  local dropes = mp.mpi.sweep({"text", "ret"}, function(task)
+  local dropes = mp.mpi.sweep(tasks, function(task)
     local tk = task_of(task)
     local c0 = os.time()
     local dm = mp.load(("%s/%s_rope.h5"):format(mdir, task))
@@ -406,20 +445,26 @@ local function train(c, r)
   end)
   if not trained then return false end
   for i, job in ipairs(jobs) do train_info[job.task][job.pos] = trained[i] end
-  for i, task in ipairs{"text", "ret"} do train_info[task].drope = dropes[i] end
-  for _, task in ipairs{"text", "ret"} do
+  for i, task in ipairs(tasks) do train_info[task].drope = dropes[i] end
+  for _, task in ipairs(tasks) do
     for name, ti in pairs(train_info[task]) do models[task][name] = mp.load(ti.path) end
   end
   c.models, c.train_info, c.mdir, c.s1 = models, train_info, mdir, os.time() - t1
   r:out("")
   r:out("-- 1. Training (final training loss; DroPE: loss right after dropping the rotation -> after recalibration)")
-  r:out("%-12s %10s %10s", "model", "text", "retrieval")
+  local hdr = ("%-12s"):format("model")
+  for _, task in ipairs(tasks) do hdr = hdr .. ("%12s"):format(task == "ret" and "passkey" or task) end
+  r:out(hdr)
   for _, pos in ipairs(M.schemes) do
-    r:out("%-12s %10.4f %10.4f", pos, train_info.text[pos].loss, train_info.ret[pos].loss)
+    local row = ("%-12s"):format(pos)
+    for _, task in ipairs(tasks) do row = row .. ("%12.4f"):format(train_info[task][pos].loss) end
+    r:out(row)
   end
-  r:out("%-12s %10s %10s", "drope",
-      ("%.2f>%.3f"):format(train_info.text.drope.loss_dropped, train_info.text.drope.loss),
-      ("%.2f>%.3f"):format(train_info.ret.drope.loss_dropped, train_info.ret.drope.loss))
+  local row = ("%-12s"):format("drope")
+  for _, task in ipairs(tasks) do
+    row = row .. ("%12s"):format(("%.2f>%.3f"):format(train_info[task].drope.loss_dropped, train_info[task].drope.loss))
+  end
+  r:out(row)
   return true
 end
 
@@ -452,9 +497,20 @@ local function evaluate(c, r)
     local tok, _, truth = ret:sample(o.B_ret, T)
     ret_eval[i] = {tok, truth}
   end
+  local extra_eval = {}                -- the other retrieval tasks: B_ret sequences per length
+  for ti, name in ipairs(o.tasks) do
+    local t = c.rtasks[name]
+    t:seed(o.seed * 100 + 20 + ti)
+    extra_eval[name] = {}
+    for i, T in ipairs(lengths) do
+      local tok, _, truth = t:sample(o.B_ret, T)
+      extra_eval[name][i] = {tok, truth}
+    end
+  end
   for _, v in ipairs(M.variants) do
     log("evaluating %s", v.name)
-    local e = {loss = {}, acc = {}, acc_digit = {}, loss_win = {}}
+    local e = {loss = {}, acc = {}, acc_digit = {}, loss_win = {}, racc = {}}
+    for _, name in ipairs(o.tasks) do e.racc[name] = {} end
     for i, T in ipairs(lengths) do
       local m = setup(v, models.text, L, T)
       e.loss[i] = m:loss(text_eval[i][1], text_eval[i][2])
@@ -465,6 +521,11 @@ local function evaluate(c, r)
       local mr = setup(v, models.ret, L, T)
       e.acc[i], e.acc_digit[i] = M.retrieval_accuracy(mr, ret_eval[i][1], ret_eval[i][2])
       teardown(v, models.ret)
+      for _, name in ipairs(o.tasks) do
+        local mx = setup(v, models[name], L, T)
+        e.racc[name][i] = M.retrieval_accuracy(mx, extra_eval[name][i][1], extra_eval[name][i][2])
+        teardown(v, models[name])
+      end
     end
     local a, b = {}, {}
     for w = 1, nwl do if w <= ninl then a[#a + 1] = e.loss_win[w] else b[#b + 1] = e.loss_win[w] end end
@@ -495,6 +556,16 @@ local function evaluate(c, r)
     local row = ("ACC %-14s"):format(v.name)
     for i = 1, #lengths do row = row .. ("%9.3f"):format(E[v.name].acc[i]) end
     r:out(row)
+  end
+  for _, name in ipairs(o.tasks) do
+    r:out("")
+    r:out("-- 2c. %s: exact-match accuracy (%d sequences per length; chance %.3f); rows TASKACC task variant acc@T...",
+        name, o.B_ret, M.ret_kinds[name].chance(o))
+    for _, v in ipairs(M.variants) do
+      local row = ("TASKACC %-9s %-14s"):format(name, v.name)
+      for i = 1, #lengths do row = row .. ("%9.3f"):format(E[v.name].racc[name][i]) end
+      r:out(row)
+    end
   end
 end
 
@@ -613,9 +684,19 @@ local function write_h5(c, f)
   f:write(g0 .. "text/loss", loss)
   f:set_attr(g0 .. "retrieval/acc", "rows", table.concat(vn, ","))
   f:set_attr(g0 .. "retrieval/acc", "n", o.B_ret)
-  for _, task in ipairs{"text", "ret"} do
-    for name, ti in pairs(c.train_info[task]) do
-      local g = ("%strain/%s/%s"):format(g0, task == "ret" and "retrieval" or "text", name)
+  for _, name in ipairs(o.tasks) do
+    local t = {}
+    for i, v in ipairs(M.variants) do t[i] = E[v.name].racc[name] end
+    local g = ("%sretrieval_tasks/%s/acc"):format(g0, name)
+    f:write(g, t)                                                      -- [variant, length]
+    f:set_attr(g, "rows", table.concat(vn, ","))
+    f:set_attr(g, "n", o.B_ret)
+    f:set_attr(g, "chance", M.ret_kinds[name].chance(o))
+    f:set_attr(g, "task", M.ret_kinds[name].desc(o))
+  end
+  for task, per in pairs(c.train_info) do
+    for name, ti in pairs(per) do
+      local g = ("%strain/%s/%s"):format(g0, task == "ret" and "retrieval" or task, name)
       f:write(g .. "/loss_curve", ti.curve)
       f:set_attr(g .. "/loss_curve", "final_loss", ti.loss)
       f:set_attr(g .. "/loss_curve", "seconds", ti.seconds)
@@ -767,6 +848,27 @@ local function fig_retrieval(c)
   save_fig(c, fig, "retrieval_accuracy")
 end
 
+-- the other retrieval tasks: accuracy against length, chance dotted
+local function fig_tasks(c)
+  local E, lengths, tasks = c.E, c.lengths, c.o.tasks
+  if #tasks == 0 then return end
+  local fig = mp.plot.figure{rows = #tasks, cols = 2, width = 900, height = 300 * #tasks + 40,
+    title = "Retrieval that needs more than one needle: exact-match accuracy against length; L dashed, chance dotted"}
+  for ti, name in ipairs(tasks) do
+    local chance = M.ret_kinds[name].chance(c.o)
+    for gi, gr in ipairs(groups) do
+      local ax = fig:axes(ti, gi)
+      for _, n in ipairs(gr.names) do ax:line(lengths, E[n].racc[name], {label = n, marker = true}) end
+      mark_L(c, ax, 0, 1)
+      ax:line({lengths[1], lengths[#lengths]}, {chance, chance}, {dashed = true, width = 1, label = "chance"})
+      ax:set{title = name .. ": " .. gr.title, xlabel = "evaluation length T", ylabel = "accuracy", ylim = {0, 1.02},
+             xlog = true}
+      if ti == 1 then ax:legend() end
+    end
+  end
+  save_fig(c, fig, "retrieval_tasks")
+end
+
 -- geometry against position, mean over heads
 local function fig_geometry(c)
   local GEO, SINK, W = c.GEO, c.SINK, c.W
@@ -829,6 +931,7 @@ local function figures(c)
   c.figs = {}
   fig_text_loss(c)
   fig_retrieval(c)
+  fig_tasks(c)
   fig_geometry(c)
   fig_pca(c)
 end
@@ -841,18 +944,24 @@ local function pooled(runs, r, f)
   r:out("")
   r:out("-- 4. Pooled over %d seed(s) (%s): mean [95%% t-interval over seeds] per length", #runs,
       table.concat(c1.seeds, ","))
-  for _, what in ipairs{{"loss", "text loss (nats/byte)"}, {"acc", "passkey accuracy (exact match)"}} do
+  local whats = {{"loss", "text loss (nats/byte)", function(e) return e.loss end},
+                 {"acc", "passkey accuracy (exact match)", function(e) return e.acc end}}
+  for _, name in ipairs(c1.o.tasks) do
+    whats[#whats + 1] = {name, ("%s accuracy (exact match; chance %.3f)"):format(name, M.ret_kinds[name].chance(c1.o)),
+                         function(e) return e.racc[name] end}
+  end
+  for _, what in ipairs(whats) do
     r:out("%s", what[2])
     for _, v in ipairs(M.variants) do
       local parts, means, los, his = {}, {}, {}, {}
       for i = 1, #lengths do
         local xs = {}
-        for s, c in ipairs(runs) do xs[s] = c.E[v.name][what[1]][i] end
+        for s, c in ipairs(runs) do xs[s] = what[3](c.E[v.name])[i] end
         local m, lo, hi = rules.mean_ci(xs)
         means[i], los[i], his[i] = m, lo, hi
         parts[i] = ("T=%d %s"):format(lengths[i], rules.ci_text(m, lo, hi))
       end
-      r:out("POOLED %-5s %-15s %s", what[1], v.name, table.concat(parts, "; "))
+      r:out("POOLED %-8s %-15s %s", what[1], v.name, table.concat(parts, "; "))
       local g = ("pooled/%s/%s"):format(what[1], v.name)
       f:write(g, {means, los, his})                                          -- [3, lengths]: mean, lo, hi
       f:set_attr(g, "rows", "mean,lo,hi")
@@ -877,7 +986,16 @@ local function judge(runs)
   local x3 = {pos_in = {}, pos_past = {}, seeds = ns}
   local x4 = {retention = {}, seeds = ns, best = -1}
   local x5 = {retention = {}, srank_excess = {}, seeds = ns, octaves = octaves, L = L}
-  local x6 = {rope = {}, id = {}, task = "passkey", T = lengths[i2], octaves = octaves}
+  -- retrieval rows: the other tasks first (C6, C8, ...), passkey last as its own row
+  local rets = {}
+  for _, name in ipairs(c1.o.tasks) do
+    rets[#rets + 1] = {task = name, chance = M.ret_kinds[name].chance(c1.o), get = function(e) return e.racc[name] end}
+  end
+  rets[#rets + 1] = {task = "passkey", chance = 0.1 ^ c1.o.value_len, get = function(e) return e.acc end}
+  for k, x in ipairs(rets) do
+    x.row = k == 1 and "C6" or ("C%d"):format(6 + k)
+    x.rope, x.id, x.rope_L, x.id_L, x.T, x.octaves = {}, {}, {}, {}, lengths[i2], octaves
+  end
   local x7 = {rise_rope = {}, rise_id = {}, T = c1.Tmax, octaves = octaves}
   local function add(dst, src) for _, v in ipairs(src) do dst[#dst + 1] = v end end
   local ncos = 0
@@ -898,20 +1016,30 @@ local function judge(runs)
     add(x5.retention, SI.retention_h)
     local rr, rp = geo.head_ratios(PI, "srank_rot", j4), geo.head_ratios(PI, "srank_pre", j4)
     add(x5.srank_excess, rules.ratios(rr, rp))
-    x6.rope[s], x6.id[s] = c.E.rope.acc[i2], c.E.rope_id.acc[i2]
+    for _, x in ipairs(rets) do
+      x.rope[s], x.id[s] = x.get(c.E.rope)[i2], x.get(c.E.rope_id)[i2]
+      x.rope_L[s], x.id_L[s] = x.get(c.E.rope)[1], x.get(c.E.rope_id)[1]
+    end
     x7.rise_rope[s] = c.E.rope.loss_past - c.E.rope.loss_in
     x7.rise_id[s] = c.E.rope_id.loss_past - c.E.rope_id.loss_in
   end
   x2.cos_L, x2.cos_T = x2.cos_L / ncos, x2.cos_T / ncos
-  local V = {rules.C1(x1), rules.C2(x2), rules.C3(x3), rules.C4(x4), rules.C5(x5), rules.C6(x6), rules.C7(x7)}
-  -- C6 at every length (the row judges 2L; the others are reported)
-  local at = {}
-  for i, T in ipairs(lengths) do
-    local a, b = 0, 0
-    for _, c in ipairs(runs) do a, b = a + c.E.rope.acc[i] / ns, b + c.E.rope_id.acc[i] / ns end
-    at[i] = ("%d: %.2f/%.2f"):format(T, a, b)
+  local V = {rules.C1(x1), rules.C2(x2), rules.C3(x3), rules.C4(x4), rules.C5(x5)}
+  local tail = {}
+  for k, x in ipairs(rets) do
+    local row = rules.C6(x)
+    -- every length, not only 2L
+    local at = {}
+    for i, T in ipairs(lengths) do
+      local a, b = 0, 0
+      for _, c in ipairs(runs) do a, b = a + x.get(c.E.rope)[i] / ns, b + x.get(c.E.rope_id)[i] / ns end
+      at[i] = ("%d: %.2f/%.2f"):format(T, a, b)
+    end
+    row.ours = row.ours .. "; RoPE/RoPE-ID at " .. table.concat(at, ", ")
+    if k == 1 then V[6] = row else tail[#tail + 1] = row end
   end
-  V[6].ours = V[6].ours .. "; RoPE/RoPE-ID at " .. table.concat(at, ", ")
+  V[7] = rules.C7(x7)
+  for _, row in ipairs(tail) do V[#V + 1] = row end
   for i, v in ipairs(V) do
     V[i] = report.verdict(v.id, v.claim, v.paper, v.ours, v.word, v.rule)
     V[i].n, V[i].seeds, V[i].lo, V[i].hi = v.n, v.seeds, v.lo, v.hi
@@ -949,7 +1077,8 @@ local function finish(c, r, V, f)
   r:out("")
   r:out("HDF5: %s", c.h5)
   r:out("verdicts: %s/verdicts.tsv", c.o.out)
-  r:out("checkpoints: %s/models/seed<N>/{text,ret}_{%s,drope}.h5", c.o.out, table.concat(M.schemes, ","))
+  r:out("checkpoints: %s/models/seed<N>/{text,ret,%s}_{%s,drope}.h5", c.o.out, table.concat(c.o.tasks, ","),
+      table.concat(M.schemes, ","))
   for _, p in ipairs(c.figs) do r:out("figure: %s (seed %d)", p, c.o.seed) end
   r:out("time: total %ds", os.time() - c.t_start)
   r:save(c.o.out .. "/report.txt")

@@ -161,22 +161,30 @@ function M.C5(x)
     x.seeds, rlo, rhi)
 end
 
--- C6: RoPE-ID generalises better than RoPE on retrieval at 2L. x.rope[s], x.id[s]:
--- per-seed accuracy at 2L; x.task names the task; x.octaves the band.
+-- C6 (and further rows, one per retrieval task): RoPE-ID generalises better
+-- than RoPE on retrieval at 2L. x.rope[s], x.id[s]: per-seed accuracy at 2L;
+-- x.rope_L[s], x.id_L[s] (optional): at L; x.chance (default 0): the task's
+-- chance level; x.task names it; x.octaves the band; x.row the id (default C6).
 function M.C6(x)
   local ns = #x.rope
-  local d, ra, ia = {}, 0, 0
-  for s = 1, ns do d[s] = x.id[s] - x.rope[s]; ra = ra + x.rope[s] / ns; ia = ia + x.id[s] / ns end
+  local chance = x.chance or 0
+  local d, ra, ia, rl, il = {}, 0, 0, 0, 0
+  for s = 1, ns do
+    d[s] = x.id[s] - x.rope[s]; ra = ra + x.rope[s] / ns; ia = ia + x.id[s] / ns
+    rl = rl + (x.rope_L and x.rope_L[s] or 1) / ns; il = il + (x.id_L and x.id_L[s] or 1) / ns
+  end
   local m, lo, hi = M.mean_ci(d)
-  local rule = ("precondition: >= %d seeds, RoPE-ID's band >= %d octaves at L, and not both accuracies >= 0.95 "
-    .. "(a task that separates nothing), else INCONCLUSIVE; RoPE-ID minus RoPE accuracy at 2L per seed: SUPPORTED if "
-    .. "its 95%% interval is above 0.05, NOT SUPPORTED if below, else INCONCLUSIVE"):format(M.MIN_SEEDS, M.MIN_OCTAVES)
+  local rule = ("%s, chance %.3f. Precondition: >= %d seeds, RoPE-ID's band >= %d octaves at L, both models learned "
+    .. "the task at L (mean accuracy at L >= chance + 0.1) and not both >= 0.95 at 2L (nothing to separate), else "
+    .. "INCONCLUSIVE; RoPE-ID minus RoPE accuracy at 2L per seed: SUPPORTED if its 95%% interval is above 0.05, NOT "
+    .. "SUPPORTED if below, else INCONCLUSIVE"):format(x.task, chance, M.MIN_SEEDS, M.MIN_OCTAVES)
   local word = ({above = S, below = N})[side(lo, hi, 0.05) or ""] or I
-  if ns < M.MIN_SEEDS or x.octaves < M.MIN_OCTAVES or (ra >= 0.95 and ia >= 0.95) then word = I end
-  return row("C6", "RoPE-ID generalises better than RoPE on retrieval at 2x L",
+  local learned = rl >= chance + 0.1 and il >= chance + 0.1
+  if ns < M.MIN_SEEDS or x.octaves < M.MIN_OCTAVES or not learned or (ra >= 0.95 and ia >= 0.95) then word = I end
+  return row(x.row or "C6", ("RoPE-ID generalises better than RoPE on retrieval at 2x L (%s)"):format(x.task),
     "1B RULER at 2x: RoPE 0.01, RoPE-ID 35.64",
-    ("%s at %d: RoPE %.3f, RoPE-ID %.3f; difference %s (%d seeds, band %.1f oct.)"):format(x.task, x.T, ra, ia,
-      ci_text(m, lo, hi), ns, x.octaves),
+    ("%s at %d: RoPE %.3f, RoPE-ID %.3f (at L: %.2f, %.2f); difference %s (%d seeds, band %.1f oct.)"):format(x.task,
+      x.T, ra, ia, rl, il, ci_text(m, lo, hi), ns, x.octaves),
     word, rule, ns, ns, lo, hi)
 end
 

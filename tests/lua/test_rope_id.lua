@@ -272,6 +272,10 @@ if mode == "unit" then
     {"C6", {rope = {0.2, 0.25}, id = {0.6, 0.65}, task = "t", T = 1024, octaves = 3}, I, "two seeds"},
     {"C6", {rope = {0.99, 1, 0.98}, id = {1, 1, 1}, task = "t", T = 1024, octaves = 3}, I, "ceiling"},
     {"C6", {rope = {0.2, 0.2, 0.2}, id = {0.2, 0.5, 0.25}, task = "t", T = 1024, octaves = 3}, I, "straddles"},
+    {"C6", {rope = {0.2, 0.25, 0.22}, id = {0.6, 0.65, 0.62}, rope_L = {0.3, 0.3, 0.3}, id_L = {0.9, 0.9, 0.9},
+            chance = 0.25, task = "t", T = 1024, octaves = 3}, I, "RoPE did not learn the task at L"},
+    {"C6", {rope = {0.2, 0.25, 0.22}, id = {0.6, 0.65, 0.62}, rope_L = {0.9, 0.8, 0.9}, id_L = {0.9, 0.9, 0.9},
+            chance = 0.25, task = "t", T = 1024, octaves = 3}, S, "both learned at L, RoPE-ID better at 2L"},
     {"C7", {rise_rope = {1, 1.1, 1.05}, rise_id = {0.2, 0.25, 0.22}, T = 4096, octaves = 3}, S, "RoPE-ID rises less"},
     {"C7", {rise_rope = {1, 1.1, 1.05}, rise_id = {1, 1.1, 1.05}, T = 4096, octaves = 3}, N, "same rise"},
     {"C7", {rise_rope = {1, 1.1, 1.05}, rise_id = {1, 0.8, 1.1}, T = 4096, octaves = 3}, I, "straddles"},
@@ -293,10 +297,10 @@ else
   local rows = verdicts.parse(report)
   local bad, ids = verdicts.problems(rows)
   check(#bad == 0, "verdict rows well formed:\n" .. table.concat(bad, "\n"))
-  check(#rows == 7, ("7 verdict rows, got %d:\n%s"):format(#rows, report))
+  check(#rows == 9, ("9 verdict rows, got %d:\n%s"):format(#rows, report))
   for id in pairs(ids) do check(report:find("\nRULE " .. id .. ": ", 1, true), "rule for " .. id) end
 
-  for _, name in ipairs{"text_loss", "retrieval_accuracy", "geometry_schemes", "geometry_rope_variants",
+  for _, name in ipairs{"text_loss", "retrieval_accuracy", "retrieval_tasks", "geometry_schemes", "geometry_rope_variants",
                         "pca_sink_head"} do
     local fh = io.open(("%s/%s.svg"):format(out, name))
     check(fh ~= nil, "figure " .. name)
@@ -376,7 +380,7 @@ else
     near(q or -1, sum, 5e-3 + 1e-9, "C1 quotes the file's prefix srank ratio")
     -- quick: L = 64 has no RoPE-ID band, one seed: C5-C7 cannot decide
     for _, r in ipairs(rows) do
-      if r[1] == "C5" or r[1] == "C6" or r[1] == "C7" then check(r[5] == "INCONCLUSIVE", r[1] .. " inconclusive at L = 64") end
+      if r[1]:match("^C[5-9]$") then check(r[5] == "INCONCLUSIVE", r[1] .. " inconclusive at L = 64") end
     end
   end
   -- verdicts.tsv = printed
@@ -391,16 +395,37 @@ else
       n = n + 1
     end
     if fh then fh:close() end
-    check(n == 8 and same == 7, ("verdicts.tsv: header + 7 rows agreeing with the report (%d lines, %d agree)"):format(n, same))
+    check(n == 10 and same == 9, ("verdicts.tsv: header + 9 rows agreeing with the report (%d lines, %d agree)"):format(n, same))
   end
-  -- C6 quotes the accuracies at 2L
+  -- the other retrieval tasks: printed TASKACC rows = file, chance stated; C6
+  -- (multikey) and C8 (vartrack) quote the file's accuracies at 2L
+  for _, task in ipairs{{"multikey", "C6", 0.25}, {"vartrack", "C8", 0.5}} do
+    local ta = f:read(("seeds/1/retrieval_tasks/%s/acc"):format(task[1]))
+    check(ta:size(1) == 10 and ta:size(2) == 3, task[1] .. " accuracy [10, 3]")
+    near(f:attrs(("seeds/1/retrieval_tasks/%s/acc"):format(task[1])).chance, task[3], 1e-12, task[1] .. " chance")
+    for i, v in ipairs(variants) do
+      local row = report:match("\nTASKACC " .. task[1] .. "%s+" .. v:gsub("%p", "%%%0") .. "%s+([%d.%s]+)\n")
+      local vals = {}
+      for x in (row or ""):gmatch("[%d.]+") do vals[#vals + 1] = tonumber(x) end
+      check(#vals == 3, ("printed %s row of %s"):format(task[1], v))
+      for j = 1, #vals do near(vals[j], ta:get(i, j), 5e-4 + 1e-9, ("%s %s at %d"):format(task[1], v, lengths:get(j))) end
+    end
+    local ours
+    for _, r in ipairs(rows) do if r[1] == task[2] then ours = r[4] end end
+    local ar, ai = (ours or ""):match(task[1] .. " at 128: RoPE ([%d.]+), RoPE%-ID ([%d.]+)")
+    local ir, ii
+    for i, v in ipairs(variants) do if v == "rope" then ir = i elseif v == "rope_id" then ii = i end end
+    check(ar and math.abs(tonumber(ar) - ta:get(ir, 2)) <= 5e-4 + 1e-9 and math.abs(tonumber(ai) - ta:get(ii, 2)) <= 5e-4 + 1e-9,
+          task[2] .. " quotes the accuracies at 2L: " .. tostring(ours))
+  end
+  -- C9 (passkey) quotes the accuracies at 2L
   local c6
-  for _, r in ipairs(rows) do if r[1] == "C6" then c6 = r[4] end end
+  for _, r in ipairs(rows) do if r[1] == "C9" then c6 = r[4] end end
   local ar, ai = (c6 or ""):match("RoPE ([%d.]+), RoPE%-ID ([%d.]+)")
   local irope, iid
   for i, v in ipairs(variants) do if v == "rope" then irope = i elseif v == "rope_id" then iid = i end end
   check(ar and math.abs(tonumber(ar) - acc:get(irope, 2)) <= 5e-4 + 1e-9 and math.abs(tonumber(ai) - acc:get(iid, 2)) <= 5e-4 + 1e-9,
-        "C6 quotes the accuracies at 2L: " .. tostring(c6))
+        "C9 quotes the passkey accuracies at 2L: " .. tostring(c6))
   os.execute("rm -rf " .. dir)
 end
 

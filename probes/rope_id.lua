@@ -33,6 +33,7 @@ local o = cli.parse(arg, {
   {"steps", "N", "training steps per model and task (default: the preset's)", type = "int"},
   {"length", "N", "training length L (a multiple of 64; default: the preset's)", type = "int"},
   {"d_model", "N", "model width (the heads keep their count and size; default: the preset's)", type = "int"},
+  {"sequences", "N", "retrieval sequences per length and task, and text windows (default: the preset's)", type = "int"},
   {"corpus", "FILE", "text file to train on (default: Debian's licence texts, plus fortunes if installed)"},
   {"format", "EXT", "figure format: png, svg or pdf", default = "png"},
   {"progress", nil, "show training progress on stderr (default except for --quick)"},
@@ -72,6 +73,10 @@ end
 if o.d_model then
   if o.d_model < 8 or o.d_model > 4096 then fail(("--d-model must be in 8..4096 (got %d)"):format(o.d_model)) end
   p.d_model, p.d_mlp = o.d_model, math.min(p.d_mlp, 4 * o.d_model)
+end
+if o.sequences then
+  if o.sequences < 1 or o.sequences > 100000 then fail(("--sequences must be in 1..100000 (got %d)"):format(o.sequences)) end
+  p.B_ret, p.B_text, p.B_geo = o.sequences, o.sequences, math.min(p.B_geo, o.sequences)
 end
 if o.corpus then
   local f = io.open(o.corpus, "rb")

@@ -152,6 +152,34 @@ function M.window_loss(m, tok, tgt, s, n)
   return m:loss(tok, masked)
 end
 
+-- The mean cross-entropy of every window [(w-1)WL, wWL) of positions, w = 1..nw,
+-- from one forward pass (window_loss needs one pass per window): per position
+-- log-sum-exp of the logits minus the target's logit, summed per window over
+-- the targets that are not -1. Returns a list by window.
+function M.window_losses(m, tok, tgt, WL, nw)
+  local logits = m:forward(tok)
+  local B, T, V = logits:size(1), logits:size(2), logits:size(3)
+  local sum, cnt = {}, {}
+  for w = 1, nw do sum[w], cnt[w] = 0, 0 end
+  for b = 1, B do
+    local lb, gb = logits[b], tgt[b]
+    for t = 1, math.min(T, nw * WL) do
+      local y = gb:get(t)
+      if y >= 0 then
+        local row = lb[t]
+        local mx = row:max()
+        local z = 0
+        for v = 1, V do z = z + math.exp(row:get(v) - mx) end
+        local w = (t - 1) // WL + 1
+        sum[w] = sum[w] + mx + math.log(z) - row:get(math.tointeger(y) + 1)
+        cnt[w] = cnt[w] + 1
+      end
+    end
+  end
+  for w = 1, nw do sum[w] = sum[w] / cnt[w] end
+  return sum
+end
+
 -- Passkey accuracy: greedy (teacher-forced) prediction of every answer digit.
 -- Returns the exact-match share (all digits right) and the digit share.
 function M.retrieval_accuracy(m, tok, truth)
@@ -426,6 +454,7 @@ local function train(c, r)
                         progress = o.progress or false}
     local path = ("%s/%s_%s.h5"):format(mdir, task, pos)
     m:save(path)
+    m:close()                           -- its training buffers are C memory the collector does not see
     return {loss = res.final_loss, curve = res.loss, seconds = os.time() - c0, path = path}
   end)
   -- DroPE: a copy of the RoPE model, rotation dropped, recalibrated at L
@@ -440,6 +469,7 @@ local function train(c, r)
                                  progress = o.progress or false})
     local path = ("%s/%s_drope.h5"):format(mdir, task)
     dm:save(path)
+    dm:close()
     return {loss = res.final_loss, loss_dropped = res.loss_dropped, curve = res.loss, seconds = os.time() - c0,
             path = path}
   end)
@@ -515,7 +545,7 @@ local function evaluate(c, r)
       local m = setup(v, models.text, L, T)
       e.loss[i] = m:loss(text_eval[i][1], text_eval[i][2])
       if i == #lengths then
-        for w = 1, nwl do e.loss_win[w] = M.window_loss(m, text_eval[i][1], text_eval[i][2], (w - 1) * WL, WL) end
+        e.loss_win = M.window_losses(m, text_eval[i][1], text_eval[i][2], WL, nwl)
       end
       teardown(v, models.text)
       local mr = setup(v, models.ret, L, T)
@@ -531,6 +561,7 @@ local function evaluate(c, r)
     for w = 1, nwl do if w <= ninl then a[#a + 1] = e.loss_win[w] else b[#b + 1] = e.loss_win[w] end end
     e.loss_in, e.loss_past = mean(a), mean(b)
     E[v.name] = e
+    collectgarbage()                    -- logits and caches are C memory the collector does not see
   end
   c.E, c.s2 = E, os.time() - t2
 
@@ -620,6 +651,7 @@ local function geometry(c, r)
     PCA[v.name] = head_pca(m, toks[1], bl - 1, bh - 1)
     teardown(v, models.text)
     GEO[v.name], SPLIT[v.name], SINK[v.name] = G, S, sink
+    collectgarbage()
   end
   c.GEO, c.SPLIT, c.SINK, c.PCA, c.PG, c.s3 = GEO, SPLIT, SINK, PCA, PG, os.time() - t3
 
@@ -1120,8 +1152,8 @@ function M.run(o)
       end
       write_h5(c, f)
       r:out("time (seed %d): training %ds, evaluation %ds, geometry %ds", seed, c.s1, c.s2, c.s3)
+      for _, per in pairs(c.models) do for _, m in pairs(per) do m:close() end end
       c.models = nil             -- the checkpoints stay on disk; the verdicts need the numbers only
-      collectgarbage()
       runs[#runs + 1] = c
     end
   end

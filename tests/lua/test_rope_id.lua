@@ -33,6 +33,11 @@ if mode == "unit" then
   local s = 0
   for w = 0, 3 do s = s + rid.window_loss(m, tok, tgt, 8 * w, 8) / 4 end
   near(s, full, 1e-5, "mean of 4 equal windows = m:loss")
+  -- all windows from one forward pass = one m:loss per window
+  local wl = rid.window_losses(m, tok, tgt, 8, 4)
+  local worst = 0
+  for w = 0, 3 do worst = math.max(worst, math.abs(wl[w + 1] - rid.window_loss(m, tok, tgt, 8 * w, 8))) end
+  near(worst, 0, 1e-4, "window_losses (one pass) = window_loss per window (worst difference)")
 
   -- passkey accuracy on a stub model whose logits are known: sequence 1 right,
   -- sequence 2 with its second digit wrong -> exact 0.5, digits 0.75
@@ -286,6 +291,34 @@ if mode == "unit" then
     check(word(r) == cs[3], ("%s, %s: %s, want %s (%s)"):format(cs[1], cs[4], r.word, cs[3], r.ours))
     check(r.claim ~= "" and r.paper ~= "" and r.rule ~= "" and r.ours:find("seed", 1, true), cs[1] .. " row complete")
   end
+  os.execute("rm -rf " .. dir)
+elseif mode == "gpu" then
+  -- ---- --preset gpu's shape at a tiny size, two seeds
+  local report, ok, out, dir = t.run_probe("rope_id",
+    "--preset gpu --steps 2 --length 64 --d-model 32 --sequences 2 --seeds 1,2 --format svg")
+  check(ok, "rope_id --preset gpu (tiny) exited non-zero:\n" .. report)
+  check(report:find("models: d_model 32, 8 layers x 8 heads (d_head 64)", 1, true) ~= nil, "gpu shape: 8 x 8 heads of 64")
+  local verdicts = require "verdicts"
+  local rows = verdicts.parse(report)
+  local bad = verdicts.problems(rows)
+  check(#rows == 9 and #bad == 0, ("9 well-formed verdict rows (%d, %s)"):format(#rows, table.concat(bad, "; ")))
+  local f <close> = mp.h5.open(out .. "/rope_id.h5")
+  local A = f:attrs("/")
+  check(A.preset == "gpu" and A.L == 64 and tostring(A.seeds) == "1,2", "root attributes: gpu, L = 64, seeds 1,2")
+  check(f:read("lengths"):numel() == 4 and f:read("lengths"):get(4) == 512, "lengths 1x..8x L")
+  -- pooled = mean of the two seeds' numbers, with a t-interval (df 1: 12.706)
+  local rules = require "rope_id_rules"
+  local a, b = f:read("seeds/1/text/loss"), f:read("seeds/2/text/loss")
+  local pl = f:read("pooled/loss/rope")
+  local m, lo, hi = rules.mean_ci{a:get(1, 2), b:get(1, 2)}
+  near(pl:get(1, 2), m, 1e-9, "pooled loss = mean of the seeds")
+  near(pl:get(3, 2) - pl:get(1, 2), 12.706 * math.abs(a:get(1, 2) - b:get(1, 2)) / 2, 1e-6, "pooled interval half-width")
+  check(f:read("seeds/2/variants/rope/prefix/srank_rot"):size(3) == 4, "seed 2 prefix geometry at 4 lengths")
+  check(f:read("seeds/2/retrieval_tasks/vartrack/acc"):size(2) == 4, "seed 2 vartrack accuracy at 4 lengths")
+  -- the C1 row pools both seeds' heads: 2 x 64
+  local c1 = f:attrs("verdicts/C1")
+  check(c1.n == 128 and c1.seeds == 2, ("C1 over 128 heads of 2 seeds (n %s, seeds %s)"):format(tostring(c1.n), tostring(c1.seeds)))
+  check(io.open(out .. "/models/seed2/vartrack_rope_id.h5") ~= nil, "seed 2's checkpoints")
   os.execute("rm -rf " .. dir)
 else
   -- ---- the quick probe end to end

@@ -295,7 +295,7 @@ if mode == "unit" then
 elseif mode == "gpu" then
   -- ---- --preset gpu's shape at a tiny size, two seeds
   local report, ok, out, dir = t.run_probe("rope_id",
-    "--preset gpu --steps 2 --length 64 --d-model 32 --sequences 2 --seeds 1,2 --format svg")
+    "--preset gpu --steps 2 --length 64 --d-model 32 --sequences 1 --seeds 1,2 --format svg")
   check(ok, "rope_id --preset gpu (tiny) exited non-zero:\n" .. report)
   check(report:find("models: d_model 32, 8 layers x 8 heads (d_head 64)", 1, true) ~= nil, "gpu shape: 8 x 8 heads of 64")
   local verdicts = require "verdicts"
@@ -311,8 +311,8 @@ elseif mode == "gpu" then
   local a, b = f:read("seeds/1/text/loss"), f:read("seeds/2/text/loss")
   local pl = f:read("pooled/loss/rope")
   local m, lo, hi = rules.mean_ci{a:get(1, 2), b:get(1, 2)}
-  near(pl:get(1, 2), m, 1e-9, "pooled loss = mean of the seeds")
-  near(pl:get(3, 2) - pl:get(1, 2), 12.706 * math.abs(a:get(1, 2) - b:get(1, 2)) / 2, 1e-6, "pooled interval half-width")
+  near(pl:get(1, 2), m, 1e-5, "pooled loss = mean of the seeds (stored as float)")
+  near(pl:get(3, 2) - pl:get(1, 2), 12.706 * math.abs(a:get(1, 2) - b:get(1, 2)) / 2, 1e-4, "pooled interval half-width")
   check(f:read("seeds/2/variants/rope/prefix/srank_rot"):size(3) == 4, "seed 2 prefix geometry at 4 lengths")
   check(f:read("seeds/2/retrieval_tasks/vartrack/acc"):size(2) == 4, "seed 2 vartrack accuracy at 4 lengths")
   -- the C1 row pools both seeds' heads: 2 x 64

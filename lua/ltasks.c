@@ -530,8 +530,9 @@ static const char *const ret_fillers[] = {"random", "repeat", NULL};
 static void ret_free(void *h) { mp_retrieval_free(h); }
 
 static void ret_push_params(lua_State *L, const mp_retrieval_params *p) {
-    lua_createtable(L, 0, 8);
+    lua_createtable(L, 0, 9);
     lt_set_int(L, "n_keys", p->n_keys);
+    lt_set_int(L, "hops", p->hops);
     lt_set_int(L, "key_len", p->key_len);
     lt_set_int(L, "value_len", p->value_len);
     lt_set_int(L, "n_filler", p->n_filler);
@@ -557,24 +558,26 @@ static void ret_describe(void *h, char *buf, size_t n) {
     if (p->depth < 0) snprintf(depth, sizeof depth, "random");
     else snprintf(depth, sizeof depth, "%g", p->depth);
     snprintf(buf, n,
-             "RetrievalTask(%s, n_keys=%d, key_len=%d, value_len=%d, n_filler=%d, filler=%s, depth=%s, bos=%s, "
-             "seed=%llu, vocab=%d, min_len=%d)",
-             p->n_keys > 1 ? "key-value" : "passkey", p->n_keys, p->key_len, p->value_len, p->n_filler,
+             "RetrievalTask(%s, n_keys=%d, hops=%d, key_len=%d, value_len=%d, n_filler=%d, filler=%s, depth=%s, "
+             "bos=%s, seed=%llu, vocab=%d, min_len=%d)",
+             p->hops > 0 ? "variable tracking" : p->n_keys > 1 ? "key-value" : "passkey", p->n_keys, p->hops,
+             p->key_len, p->value_len, p->n_filler,
              ret_fillers[p->filler], depth, p->bos ? "true" : "false", (unsigned long long)p->seed,
              mp_retrieval_vocab(p), mp_retrieval_min_len(p));
 }
 
 static const task_type RET_TYPE = {"mechprobe.RetrievalTask", "RetrievalTask", ret_free, ret_field, ret_describe};
 
-/* mp.tasks.retrieval{n_keys=1, key_len=2, value_len=5, n_filler=32, filler="random"|"repeat",
+/* mp.tasks.retrieval{n_keys=1, hops=0, key_len=2, value_len=5, n_filler=32, filler="random"|"repeat",
  *   depth="random"|0..1, bos=true, seed=1} */
 static int l_retrieval(lua_State *L) {
-    static const char *const known[] = {"n_keys", "key_len", "value_len", "n_filler", "filler",
+    static const char *const known[] = {"n_keys", "hops", "key_len", "value_len", "n_filler", "filler",
                                         "depth", "bos", "seed", NULL};
     const char *fn = "mp.tasks.retrieval";
     mp_lua_opt_check(L, 1, fn, known);
     mp_retrieval_params p = mp_retrieval_params_default();
     p.n_keys = lt_opt_int(L, 1, fn, "n_keys", p.n_keys, 1, MP_RETRIEVAL_MAX_KEYS);
+    p.hops = lt_opt_int(L, 1, fn, "hops", p.hops, 0, MP_RETRIEVAL_MAX_HOPS);
     p.key_len = lt_opt_int(L, 1, fn, "key_len", p.key_len, 1, MP_RETRIEVAL_MAX_DIGITS);
     p.value_len = lt_opt_int(L, 1, fn, "value_len", p.value_len, 1, MP_RETRIEVAL_MAX_DIGITS);
     p.n_filler = lt_opt_int(L, 1, fn, "n_filler", p.n_filler, 1, 65536);
@@ -649,7 +652,7 @@ static int ret_sample(lua_State *L) {
         lua_rawseti(L, -2, b + 1);
     }
     lua_setfield(L, -2, "value");
-    if (p->n_keys > 1) {
+    if (p->n_keys > 1 || p->hops > 0) {
         lua_createtable(L, B, 0);
         for (int b = 0; b < B; b++) {
             push_digits(L, tr[b].key, p->key_len);

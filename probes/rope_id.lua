@@ -1,42 +1,82 @@
 -- rope_id.lua — sinks and clusters past the training length: RoPE vs RoPE-ID
 -- (Wertheimer et al., "Frayed RoPE and long inputs", ICLR 2026).
 --
---   mechprobe rope_id [--quick | --medium] --out DIR
+--   mechprobe rope_id [--quick | --medium | --preset NAME] [--seeds 1,2,3] --out DIR
 --
 -- Trains small models at a training length L under rope, half_rope, high_freq,
 -- rope_id and none on byte-level text and on passkey retrieval, adds PI / NTK /
 -- YaRN scaling of the RoPE model, RoPE-ID without its temperature, and DroPE,
 -- and evaluates them at 1x..8x L: text loss against position and length,
--- retrieval accuracy against length, and per head the attention to the first
--- token, ||k_0|| over the mean key norm, the largest q.k per query, the stable
--- rank and first-singular-value share of the keys and the q/k centroid cosine,
--- inside vs past L. Writes DIR/rope_id.h5 (every number), the figures, the
--- checkpoints (DIR/models), DIR/report.txt, and prints the report with its
--- verdict table. Budgets: --quick about a minute, --medium about ten minutes,
--- the default (full) run about an hour on two cores.
+-- retrieval accuracy against length, per head the attention to the first
+-- token, ||k_0|| over the mean key norm and the largest q.k per query inside
+-- vs past L, and the prefix-frame key geometry (stable rank and first-singular-
+-- value share of the keys [0, t) a query at t sees, the pre-rotation keys as
+-- control, q/k centroid cosine) at t = L, 2L, 4L, 8L. Every seed is a full
+-- set of models; the verdicts (probes/lib/rope_id_rules.lua) pool the seeds.
+-- Writes DIR/rope_id.h5 (every number), the figures (first seed), the
+-- checkpoints (DIR/models/seed<N>), DIR/report.txt, DIR/verdicts.tsv, and
+-- prints the report with its verdict table. Presets: --quick about a minute
+-- (one seed), --medium (L = 256, 3 seeds), the default full (L = 512, 3 seeds:
+-- hours on two cores), --preset gpu (sized for the GPU backend; on the CPU
+-- only with a small --steps).
 local cli = require "cli"
 local rid = require "rope_id"
 local o = cli.parse(arg, {
   name = "rope_id",
   summary = "RoPE vs RoPE-ID (and half_rope, high_freq, NoPE, PI/NTK/YaRN, DroPE) past the training length.",
-  {"quick", nil, "tiny run (about a minute): L = 64, lengths 1x-4x L, a few hundred steps"},
-  {"medium", nil, "medium run (about ten minutes): L = 128, lengths 1x-8x L"},
+  {"quick", nil, "tiny run (about a minute): L = 64, lengths 1x-4x L, one seed"},
+  {"medium", nil, "medium run: L = 256, lengths 1x-8x L, 3 seeds"},
+  {"preset", "NAME", "quick, medium, full (the default) or gpu (sized for the GPU backend)"},
   {"out", "DIR", "output folder", required = true},
-  {"seed", "N", "seed of the data and the models", default = 1, type = "int"},
+  {"seed", "N", "the one seed of the data and the models (default: the preset's seeds)", type = "int"},
+  {"seeds", "LIST", "seeds, one full run each, pooled by the verdicts (e.g. 1,2,3; default: the preset's)"},
   {"steps", "N", "training steps per model and task (default: the preset's)", type = "int"},
+  {"length", "N", "training length L (a multiple of 64; default: the preset's)", type = "int"},
+  {"d_model", "N", "model width (the heads keep their count and size; default: the preset's)", type = "int"},
+  {"sequences", "N", "retrieval sequences per length and task, and text windows (default: the preset's)", type = "int"},
   {"corpus", "FILE", "text file to train on (default: Debian's licence texts, plus fortunes if installed)"},
   {"format", "EXT", "figure format: png, svg or pdf", default = "png"},
-  {"progress", nil, "show training progress on stderr (default for --medium and the full run)"},
+  {"progress", nil, "show training progress on stderr (default except for --quick)"},
 })
 local function fail(msg) cli.fail("rope_id", msg) end
-local budget = cli.budget("rope_id", o)
+if ((o.quick and 1 or 0) + (o.medium and 1 or 0) + (o.preset and 1 or 0)) > 1 then
+  fail("give at most one of --quick, --medium and --preset")
+end
+if o.seed and o.seeds then fail("give at most one of --seed and --seeds") end
+local preset = o.quick and "quick" or o.medium and "medium" or o.preset or "full"
+if not rid.presets[preset] then
+  fail(("--preset must be quick, medium, full or gpu (got '%s')"):format(preset))
+end
 cli.check_format("rope_id", o.format)
-local p = rid.preset(budget)
-p.out, p.format, p.seed = o.out, o.format, o.seed
-p.progress = o.progress or not o.quick
+local p = rid.preset(preset)
+p.out, p.format = o.out, o.format
+p.progress = o.progress or preset ~= "quick"
+if o.seed then p.seeds = {o.seed} end
+if o.seeds then
+  p.seeds = cli.int_list(o.seeds, "--seeds")
+  local seen = {}
+  for _, s in ipairs(p.seeds) do
+    if seen[s] then fail(("--seeds: seed %d given twice"):format(s)) end
+    seen[s] = true
+  end
+end
 if o.steps then
   if o.steps < 1 then fail("--steps must be >= 1") end
   p.text_steps, p.ret_steps = o.steps, o.steps
+  p.drope_steps = math.max(1, math.min(p.drope_steps, o.steps))
+end
+if o.length then
+  if o.length < 64 or o.length % 64 ~= 0 then fail(("--length must be a multiple of 64, >= 64 (got %d)"):format(o.length)) end
+  p.L = o.length
+  p.window = math.min(p.window, 64)
+end
+if o.d_model then
+  if o.d_model < 8 or o.d_model > 4096 then fail(("--d-model must be in 8..4096 (got %d)"):format(o.d_model)) end
+  p.d_model, p.d_mlp = o.d_model, math.min(p.d_mlp, 4 * o.d_model)
+end
+if o.sequences then
+  if o.sequences < 1 or o.sequences > 100000 then fail(("--sequences must be in 1..100000 (got %d)"):format(o.sequences)) end
+  p.B_ret, p.B_text, p.B_geo = o.sequences, o.sequences, math.min(p.B_geo, o.sequences)
 end
 if o.corpus then
   local f = io.open(o.corpus, "rb")

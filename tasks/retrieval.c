@@ -1,6 +1,7 @@
-/* retrieval.c — passkey / key-value recall sequences: needles inserted into
- * filler at a chosen or random depth, the query at the end, answer targets and
- * the needle/answer positions (vocabulary and layout in retrieval.h). */
+/* retrieval.c — passkey / key-value recall / variable-tracking sequences:
+ * needles inserted into filler at a chosen or random depth, the query at the
+ * end, answer targets and the needle/answer positions (vocabulary and layout
+ * in retrieval.h). */
 #include "retrieval.h"
 
 #include <math.h>
@@ -15,15 +16,18 @@
 struct mp_retrieval {
     mp_retrieval_params p;
     gsl_rng *rng;
-    int32_t *keys;    /* [n_keys, key_len] */
+    int n_needles;    /* n_keys * (1 + hops); needle c * (1 + hops) + i is link i of chain c */
+    int32_t *keys;    /* [n_needles, key_len] */
     int32_t *values;  /* [n_keys, value_len] */
-    int *offset;      /* [n_keys] filler offset of each needle */
-    int *order;       /* [n_keys] needles in emission order */
+    int *offset;      /* [n_needles] filler offset of each needle */
+    int *order;       /* [n_needles] needles in emission order */
+    int *label;       /* [n_needles] chain of each sorted offset slot (variable tracking) */
 };
 
 mp_retrieval_params mp_retrieval_params_default(void) {
     mp_retrieval_params p;
     p.n_keys = 1;
+    p.hops = 0;
     p.key_len = 2;
     p.value_len = 5;
     p.n_filler = 32;
@@ -36,15 +40,20 @@ mp_retrieval_params mp_retrieval_params_default(void) {
 
 int mp_retrieval_vocab(const mp_retrieval_params *p) { return MP_RETRIEVAL_FILLER0 + p->n_filler; }
 
+/* key-value layout: several keys, or variable tracking */
+static int keyed(const mp_retrieval_params *p) { return p->n_keys > 1 || p->hops > 0; }
+
 static int needle_len(const mp_retrieval_params *p) {
-    return p->n_keys == 1 ? 4 + p->value_len + 1 : 1 + p->key_len + 1 + p->value_len + 1;
+    return !keyed(p) ? 4 + p->value_len + 1 : 1 + p->key_len + 1 + p->value_len + 1;
 }
+/* a link "key b is key a ." */
+static int link_len(const mp_retrieval_params *p) { return 2 * p->key_len + 4; }
 static int query_len(const mp_retrieval_params *p) {
-    return p->n_keys == 1 ? 6 + p->value_len : 3 + p->key_len + 1 + p->value_len;
+    return !keyed(p) ? 6 + p->value_len : 3 + p->key_len + 1 + p->value_len;
 }
 
 int mp_retrieval_min_len(const mp_retrieval_params *p) {
-    return (p->bos ? 1 : 0) + p->n_keys * needle_len(p) + query_len(p);
+    return (p->bos ? 1 : 0) + p->n_keys * (needle_len(p) + p->hops * link_len(p)) + query_len(p);
 }
 
 const char *mp_retrieval_token_name(int id, char *buf) {
@@ -63,6 +72,7 @@ void mp_retrieval_free(mp_retrieval *r) {
     free(r->values);
     free(r->offset);
     free(r->order);
+    free(r->label);
     free(r);
 }
 
@@ -73,6 +83,15 @@ mp_status mp_retrieval_new(mp_retrieval **out, const mp_retrieval_params *p) {
     mp_init();
     if (p->n_keys < 1 || p->n_keys > MP_RETRIEVAL_MAX_KEYS)
         return mp_error(MP_ERR_ARG, "retrieval: n_keys = %d is out of range (1..%d)", p->n_keys, MP_RETRIEVAL_MAX_KEYS);
+    if (p->hops < 0 || p->hops > MP_RETRIEVAL_MAX_HOPS)
+        return mp_error(MP_ERR_ARG, "retrieval: hops = %d is out of range (0..%d)", p->hops, MP_RETRIEVAL_MAX_HOPS);
+    const int n_needles = p->n_keys * (1 + p->hops);
+    if (n_needles > MP_RETRIEVAL_MAX_KEYS)
+        return mp_error(MP_ERR_ARG, "retrieval: n_keys * (1 + hops) = %d needles exceed %d", n_needles,
+                        MP_RETRIEVAL_MAX_KEYS);
+    if (p->hops > 0 && p->depth >= 0)
+        return mp_error(MP_ERR_ARG, "retrieval: depth = %g applies to passkey and key-value only (with hops = %d "
+                        "the needles go at random offsets: leave depth random)", p->depth, p->hops);
     if (p->key_len < 1 || p->key_len > MP_RETRIEVAL_MAX_DIGITS)
         return mp_error(MP_ERR_ARG, "retrieval: key_len = %d is out of range (1..%d)", p->key_len, MP_RETRIEVAL_MAX_DIGITS);
     if (p->value_len < 1 || p->value_len > MP_RETRIEVAL_MAX_DIGITS)
@@ -83,21 +102,23 @@ mp_status mp_retrieval_new(mp_retrieval **out, const mp_retrieval_params *p) {
         return mp_error(MP_ERR_ARG, "retrieval: unknown filler mode %d", (int)p->filler);
     if (isnan(p->depth) || p->depth > 1)
         return mp_error(MP_ERR_ARG, "retrieval: depth = %g must be in [0, 1] (or < 0 for random)", p->depth);
-    if (p->n_keys > 1 && p->key_len < 4) {
+    if (keyed(p) && p->key_len < 4) {
         int distinct = 1;
         for (int i = 0; i < p->key_len; i++) distinct *= 10;
-        if (p->n_keys > distinct)
-            return mp_error(MP_ERR_ARG, "retrieval: %d distinct keys do not fit in %d digits", p->n_keys, p->key_len);
+        if (n_needles > distinct)
+            return mp_error(MP_ERR_ARG, "retrieval: %d distinct keys do not fit in %d digits", n_needles, p->key_len);
     }
     r = mp_calloc(1, sizeof *r, "retrieval task");
     if (!r) return MP_ERR_NOMEM;
     r->p = *p;
     r->p.bos = p->bos ? 1 : 0;
-    r->keys = mp_calloc((size_t)p->n_keys * p->key_len, sizeof *r->keys, "retrieval keys");
+    r->n_needles = n_needles;
+    r->keys = mp_calloc((size_t)n_needles * p->key_len, sizeof *r->keys, "retrieval keys");
     r->values = mp_calloc((size_t)p->n_keys * p->value_len, sizeof *r->values, "retrieval values");
-    r->offset = mp_calloc((size_t)p->n_keys, sizeof *r->offset, "retrieval offsets");
-    r->order = mp_calloc((size_t)p->n_keys, sizeof *r->order, "retrieval order");
-    if (!r->keys || !r->values || !r->offset || !r->order) { st = MP_ERR_NOMEM; goto cleanup; }
+    r->offset = mp_calloc((size_t)n_needles, sizeof *r->offset, "retrieval offsets");
+    r->order = mp_calloc((size_t)n_needles, sizeof *r->order, "retrieval order");
+    r->label = mp_calloc((size_t)n_needles, sizeof *r->label, "retrieval chain labels");
+    if (!r->keys || !r->values || !r->offset || !r->order || !r->label) { st = MP_ERR_NOMEM; goto cleanup; }
     r->rng = mp_task_rng_new(p->seed, 1, "retrieval samples");
     if (!r->rng) { st = MP_ERR_NOMEM; goto cleanup; }
     *out = r;
@@ -112,7 +133,7 @@ void mp_retrieval_seed(mp_retrieval *r, uint64_t seed) { mp_task_rng_seed(r->rng
 const mp_retrieval_params *mp_retrieval_get_params(const mp_retrieval *r) { return &r->p; }
 
 static void draw_keys(mp_retrieval *r) {
-    const int K = r->p.key_len, n = r->p.n_keys;
+    const int K = r->p.key_len, n = r->n_needles;
     for (int i = 0; i < n; i++) {
         int32_t *k = r->keys + (size_t)i * K;
         for (;;) {
@@ -124,9 +145,45 @@ static void draw_keys(mp_retrieval *r) {
     }
 }
 
-/* Needles sorted by (offset, index): insertion sort, n_keys is small. */
+/* Values: uniform digits; a distractor's value is redrawn while it equals the
+ * queried one (value 0), so the answer is never the value of another needle. */
+static void draw_values(mp_retrieval *r) {
+    const int L = r->p.value_len;
+    for (int c = 0; c < r->p.n_keys; c++) {
+        int32_t *v = r->values + (size_t)c * L;
+        do {
+            for (int d = 0; d < L; d++) v[d] = (int32_t)gsl_rng_uniform_int(r->rng, 10);
+        } while (c > 0 && memcmp(v, r->values, (size_t)L * sizeof *v) == 0);
+    }
+}
+
+static int cmp_int(const void *a, const void *b) { return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b); }
+
+/* Variable tracking: uniform offsets for all needles, sorted, dealt to the
+ * chains in a random order (a shuffled list of chain labels, each chain's
+ * needles taking its slots in link order), so every chain is in order. */
+static void chain_offsets(mp_retrieval *r, int F) {
+    const int n = r->n_needles, per = 1 + r->p.hops;
+    int *slot = r->order;   /* scratch: sorted offsets (order is rebuilt by sort_needles) */
+    for (int i = 0; i < n; i++) slot[i] = (int)gsl_rng_uniform_int(r->rng, (unsigned long)F + 1);
+    qsort(slot, (size_t)n, sizeof *slot, cmp_int);
+    for (int i = 0; i < n; i++) r->label[i] = i / per;
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)gsl_rng_uniform_int(r->rng, (unsigned long)i + 1), t = r->label[i];
+        r->label[i] = r->label[j];
+        r->label[j] = t;
+    }
+    int next[MP_RETRIEVAL_MAX_KEYS];
+    for (int c = 0; c < r->p.n_keys; c++) next[c] = 0;
+    for (int i = 0; i < n; i++) {
+        int c = r->label[i];
+        r->offset[c * per + next[c]++] = slot[i];
+    }
+}
+
+/* Needles sorted by (offset, index): insertion sort, the needles are few. */
 static void sort_needles(mp_retrieval *r) {
-    for (int i = 0; i < r->p.n_keys; i++) {
+    for (int i = 0; i < r->n_needles; i++) {
         int j = i;
         r->order[i] = i;
         while (j > 0 && r->offset[r->order[j - 1]] > r->offset[i]) {
@@ -140,12 +197,12 @@ static void sort_needles(mp_retrieval *r) {
 mp_status mp_retrieval_sample(mp_retrieval *r, int B, int T, int32_t *tokens, int32_t *targets,
                               mp_retrieval_truth *truth) {
     const mp_retrieval_params *p = &r->p;
-    const int L = p->value_len, K = p->key_len, kv = p->n_keys > 1;
+    const int L = p->value_len, K = p->key_len, kv = keyed(p), per = 1 + p->hops, last = p->hops;
     int min_len = mp_retrieval_min_len(p);
     if (B < 1) return mp_error(MP_ERR_ARG, "retrieval: batch size B = %d must be >= 1", B);
     if (T < min_len)
         return mp_error(MP_ERR_ARG, "retrieval: T = %d is shorter than the %d tokens of BOS, %d needle%s "
-                        "and the query", T, min_len, p->n_keys, p->n_keys > 1 ? "s" : "");
+                        "and the query", T, min_len, r->n_needles, r->n_needles > 1 ? "s" : "");
     const int F = T - min_len;
 
     for (int b = 0; b < B; b++) {
@@ -153,23 +210,26 @@ mp_status mp_retrieval_sample(mp_retrieval *r, int B, int T, int32_t *tokens, in
         mp_retrieval_truth tr;
         memset(&tr, 0, sizeof tr);
         if (kv) draw_keys(r);
-        for (size_t i = 0; i < (size_t)p->n_keys * L; i++)
-            r->values[i] = (int32_t)gsl_rng_uniform_int(r->rng, 10);
-        r->offset[0] = p->depth < 0 ? (int)gsl_rng_uniform_int(r->rng, (unsigned long)F + 1)
-                                    : (int)lround(p->depth * F);
-        for (int i = 1; i < p->n_keys; i++)
-            r->offset[i] = (int)gsl_rng_uniform_int(r->rng, (unsigned long)F + 1);
+        draw_values(r);
+        if (p->hops > 0) {
+            chain_offsets(r, F);
+        } else {
+            r->offset[0] = p->depth < 0 ? (int)gsl_rng_uniform_int(r->rng, (unsigned long)F + 1)
+                                        : (int)lround(p->depth * F);
+            for (int i = 1; i < p->n_keys; i++)
+                r->offset[i] = (int)gsl_rng_uniform_int(r->rng, (unsigned long)F + 1);
+        }
         sort_needles(r);
 
         int pos = 0, fi = 0;
         if (p->bos) tk[pos++] = MP_RETRIEVAL_BOS;
-        for (int oi = 0; oi <= p->n_keys; oi++) {
-            int until = oi < p->n_keys ? r->offset[r->order[oi]] : F;
+        for (int oi = 0; oi <= r->n_needles; oi++) {
+            int until = oi < r->n_needles ? r->offset[r->order[oi]] : F;
             for (; fi < until; fi++)
                 tk[pos++] = MP_RETRIEVAL_FILLER0 + (p->filler == MP_RETRIEVAL_FILLER_REPEAT
                     ? fi % p->n_filler : (int)gsl_rng_uniform_int(r->rng, (unsigned long)p->n_filler));
-            if (oi == p->n_keys) break;
-            int n = r->order[oi];
+            if (oi == r->n_needles) break;
+            int n = r->order[oi], chain = n / per, link = n % per;
             if (n == 0) tr.needle_pos = pos;
             if (kv) {
                 tk[pos++] = MP_RETRIEVAL_KEY;
@@ -180,15 +240,20 @@ mp_status mp_retrieval_sample(mp_retrieval *r, int B, int T, int32_t *tokens, in
                 tk[pos++] = MP_RETRIEVAL_KEY;
             }
             tk[pos++] = MP_RETRIEVAL_IS;
-            if (n == 0) tr.value_pos = pos;
-            for (int d = 0; d < L; d++) tk[pos++] = r->values[(size_t)n * L + d];
+            if (link > 0) {   /* "key b is key a ." : a is the chain's previous key */
+                tk[pos++] = MP_RETRIEVAL_KEY;
+                for (int d = 0; d < K; d++) tk[pos++] = r->keys[(size_t)(n - 1) * K + d];
+            } else {
+                if (n == 0) tr.value_pos = pos;
+                for (int d = 0; d < L; d++) tk[pos++] = r->values[(size_t)chain * L + d];
+            }
             tk[pos++] = MP_RETRIEVAL_DOT;
         }
         tk[pos++] = MP_RETRIEVAL_WHAT;
         tk[pos++] = MP_RETRIEVAL_IS;
         if (kv) {
             tk[pos++] = MP_RETRIEVAL_KEY;
-            for (int d = 0; d < K; d++) tk[pos++] = r->keys[d];
+            for (int d = 0; d < K; d++) tk[pos++] = r->keys[(size_t)last * K + d];
         } else {
             tk[pos++] = MP_RETRIEVAL_THE;
             tk[pos++] = MP_RETRIEVAL_PASS;
@@ -201,7 +266,7 @@ mp_status mp_retrieval_sample(mp_retrieval *r, int B, int T, int32_t *tokens, in
 
         for (int t = 0; t < T; t++) tg[t] = t + 1 >= tr.answer_pos && t + 1 < T ? tk[t + 1] : -1;
         memcpy(tr.value, r->values, (size_t)L * sizeof *tr.value);
-        if (kv) memcpy(tr.key, r->keys, (size_t)K * sizeof *tr.key);
+        if (kv) memcpy(tr.key, r->keys + (size_t)last * K, (size_t)K * sizeof *tr.key);
         tr.depth = F > 0 ? (double)r->offset[0] / F : 0.0;
         if (truth) truth[b] = tr;
     }

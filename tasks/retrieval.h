@@ -13,6 +13,17 @@
  * random digits) and random values; one of them (the queried one) is asked for:
  *   needle: key k1 .. kK is v1 .. vL .
  *   query : what is key k1 .. kK ? v1 .. vL
+ * The distractor needles' values never equal the queried value, so a model
+ * that copies the value of a random needle is right 1 time in n_keys (the
+ * chance level the rope_id probe states; guessing digits: 10^-value_len).
+ * Variable tracking (hops = h >= 1, after RULER's "variable tracking"): n_keys
+ * chains, each a value needle and h links that each name the previous key,
+ * all keys distinct, a chain's needles in order:
+ *   key a1..aK is v1 .. vL .   ...   key b1..bK is key a1..aK .   ... (h links)
+ *   query : what is key z1..zK ? v1 .. vL     (z: chain 0's last key)
+ * so the answer takes h + 1 lookups; the other chains are distractors of the
+ * same form (values never the answer). Needle offsets are uniform (depth must
+ * be random); needle_pos / value_pos are chain 0's value needle.
  * Layout of T tokens: [BOS] filler with the needles inserted, then the query, so
  * the last value_len tokens are the answer. Filler is i.i.d. uniform filler words
  * (FILLER_RANDOM) or the words f0 f1 ... cycled (FILLER_REPEAT, like the
@@ -43,12 +54,14 @@ enum {
 };
 
 #define MP_RETRIEVAL_MAX_DIGITS 32
-#define MP_RETRIEVAL_MAX_KEYS 1024
+#define MP_RETRIEVAL_MAX_KEYS 1024   /* needles: n_keys * (1 + hops) */
+#define MP_RETRIEVAL_MAX_HOPS 64
 
 typedef enum { MP_RETRIEVAL_FILLER_RANDOM = 0, MP_RETRIEVAL_FILLER_REPEAT } mp_retrieval_filler;
 
 typedef struct {
-    int n_keys;                  /* 1: passkey; > 1: key-value pairs, one queried */
+    int n_keys;                  /* 1: passkey; > 1: key-value pairs, one queried; hops > 0: chains */
+    int hops;                    /* 0: off; h >= 1: variable tracking, h links per chain (1..64) */
     int key_len;                 /* digits per key (key-value mode), 1..32 */
     int value_len;               /* digits of the pass key / value, 1..32 */
     int n_filler;                /* filler vocabulary, 1..65536 */
@@ -60,7 +73,7 @@ typedef struct {
 
 typedef struct {
     int32_t value[MP_RETRIEVAL_MAX_DIGITS]; /* the digits to recall */
-    int32_t key[MP_RETRIEVAL_MAX_DIGITS];   /* the queried key (key-value mode) */
+    int32_t key[MP_RETRIEVAL_MAX_DIGITS];   /* the queried key (key-value and variable tracking) */
     int needle_pos;   /* first token of the queried needle ("the" / "key") */
     int value_pos;    /* first value digit inside the needle */
     int answer_pos;   /* first answer digit (= T - value_len) */
@@ -69,7 +82,7 @@ typedef struct {
 
 typedef struct mp_retrieval mp_retrieval;
 
-/* Passkey: n_keys 1, key_len 2, value_len 5, 32 filler words, random filler,
+/* Passkey: n_keys 1, hops 0, key_len 2, value_len 5, 32 filler words, random filler,
  * random depth, BOS, seed 1. */
 mp_retrieval_params mp_retrieval_params_default(void);
 int mp_retrieval_vocab(const mp_retrieval_params *p);

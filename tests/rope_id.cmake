@@ -3,3 +3,6 @@
 # `mechprobe rope_id --quick` end to end with its verdict table (~40 s).
 mp_lua_test(test_rope_id "lua" lua/test_rope_id.lua unit)
 mp_lua_test(test_rope_id_quick "lua" lua/test_rope_id.lua quick)
+# --preset gpu's shape (8 layers x 8 heads of 64, lengths 1x-8x L, all tasks) at
+# a tiny size, two seeds pooled (--steps 2 --length 64 --d-model 32 --sequences 1)
+mp_lua_test(test_rope_id_gpu "lua;slow" lua/test_rope_id.lua gpu)

@@ -717,9 +717,50 @@ static void test_text(void) {
 
 /* ------------------------------------------------------------ retrieval */
 
+/* The answer of a key-value / variable-tracking sequence, read off its tokens
+ * alone: parse every needle "key k is v ." / "key k is key k' ." before the
+ * query, look up the queried key, follow its links to a value. Returns the
+ * number of links followed (-1: a key defined twice, a dangling link or a
+ * cycle), the value in v; *n_needles, *bad_distractors (value needles other
+ * than the answer's holding the answer's value), *dup_keys. */
+static int resolve_answer(const int32_t *x, int qstart, int K, int L, const int32_t *qkey, int32_t *v,
+                          int *n_needles, int *bad_distractors, int *dup_keys) {
+    enum { MAXN = 4096 };
+    static int at[MAXN];
+    int n = 0;
+    for (int i = 0; i + K + 2 < qstart && n < MAXN; i++)
+        if (x[i] == MP_RETRIEVAL_KEY && x[i + 1 + K] == MP_RETRIEVAL_IS && (i == 0 || x[i - 1] != MP_RETRIEVAL_IS))
+            at[n++] = i;
+    *n_needles = n;
+    *dup_keys = 0;
+    for (int a = 0; a < n; a++)
+        for (int b = a + 1; b < n; b++)
+            if (!memcmp(x + at[a] + 1, x + at[b] + 1, K * sizeof *x)) (*dup_keys)++;
+    const int32_t *key = qkey;
+    int hops = 0, found = -1;
+    for (int step = 0; step <= n; step++) {
+        found = -1;
+        for (int a = 0; a < n; a++)
+            if (!memcmp(x + at[a] + 1, key, K * sizeof *x)) { if (found >= 0) return -1; found = a; }
+        if (found < 0) return -1;
+        const int32_t *rhs = x + at[found] + K + 2;
+        if (rhs[0] != MP_RETRIEVAL_KEY) break;
+        key = rhs + 1;
+        hops++;
+    }
+    if (found < 0 || x[at[found] + K + 2] == MP_RETRIEVAL_KEY) return -1;
+    memcpy(v, x + at[found] + K + 2, (size_t)L * sizeof *v);
+    *bad_distractors = 0;
+    for (int a = 0; a < n; a++)
+        if (a != found && x[at[a] + K + 2] != MP_RETRIEVAL_KEY && !memcmp(x + at[a] + K + 2, v, (size_t)L * sizeof *v))
+            (*bad_distractors)++;
+    return hops;
+}
+
 static void check_retrieval(const mp_retrieval_params *p, int B, int T, int32_t *tok, int32_t *tgt,
                             const mp_retrieval_truth *tr) {
-    int V = mp_retrieval_vocab(p), L = p->value_len, K = p->key_len, kv = p->n_keys > 1;
+    int V = mp_retrieval_vocab(p), L = p->value_len, K = p->key_len, kv = p->n_keys > 1 || p->hops > 0;
+    int badanswer = 0, baddistract = 0, badneedles = 0;
     int bad = 0, badtgt = 0, badrange = 0, baddepth = 0, badkeys = 0;
     int F = T - mp_retrieval_min_len(p);
     for (int b = 0; b < B; b++) {
@@ -735,9 +776,18 @@ static void check_retrieval(const mp_retrieval_params *p, int B, int T, int32_t 
         if (x[t->answer_pos - 1] != MP_RETRIEVAL_QMARK || x[t->value_pos - 1] != MP_RETRIEVAL_IS ||
             x[t->value_pos + L] != MP_RETRIEVAL_DOT) bad++;
         if (kv) {
+            /* the answer is determined by the tokens: the queried key's chain of
+             * hops links ends at the value; no other needle holds that value */
+            int32_t v[MP_RETRIEVAL_MAX_DIGITS];
+            int nn = 0, nd = 0, dk = 0;
+            int h = resolve_answer(x, t->answer_pos - K - 4, K, L, t->key, v, &nn, &nd, &dk);
+            if (h != p->hops || memcmp(v, t->value, (size_t)L * sizeof *v)) badanswer++;
+            if (nd) baddistract++;
+            if (nn != p->n_keys * (1 + p->hops) || dk) badneedles++;
             if (x[t->needle_pos] != MP_RETRIEVAL_KEY) bad++;
             for (int d = 0; d < K; d++)
-                if (x[t->needle_pos + 1 + d] != t->key[d] || x[t->answer_pos - 1 - K + d] != t->key[d]) bad++;
+                if ((p->hops == 0 && x[t->needle_pos + 1 + d] != t->key[d]) || x[t->answer_pos - 1 - K + d] != t->key[d])
+                    bad++;
             /* each key appears in exactly one needle: count "key k1..kK is" matches of the query key */
             int matches = 0;
             for (int i = 0; i + K + 1 < t->answer_pos - K - 4; i++)
@@ -758,6 +808,9 @@ static void check_retrieval(const mp_retrieval_params *p, int B, int T, int32_t 
     CHECK(badrange == 0, "%d tokens outside the vocabulary", badrange);
     CHECK(baddepth == 0, "%d depth errors", baddepth);
     CHECK(badkeys == 0, "%d queried keys not found exactly once", badkeys);
+    CHECK(badanswer == 0, "%d answers not determined by the needles (hops %d)", badanswer, p->hops);
+    CHECK(baddistract == 0, "%d sequences with a distractor holding the answer", baddistract);
+    CHECK(badneedles == 0, "%d sequences with a wrong needle count or repeated keys", badneedles);
 }
 
 static void test_retrieval(void) {
@@ -804,6 +857,53 @@ static void test_retrieval(void) {
     CHECK(mp_retrieval_sample(r, B, T, tok, tgt, tr) == MP_OK, "%s", mp_last_error());
     check_retrieval(&p, B, T, tok, tgt, tr);
     mp_retrieval_free(r);
+    /* distractor values never equal the answer: 1-digit values, 8 needles
+     * (uniform values would collide in most sequences) */
+    p.value_len = 1;
+    CHECK(mp_retrieval_new(&r, &p) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_retrieval_sample(r, B, T, tok, tgt, tr) == MP_OK, "%s", mp_last_error());
+    check_retrieval(&p, B, T, tok, tgt, tr);
+    mp_retrieval_free(r);
+    /* variable tracking: chains of 1..3 links, distractor chains, in order */
+    for (int h = 1; h <= 3; h++) {
+        p = mp_retrieval_params_default();
+        p.n_keys = 3; p.hops = h; p.key_len = 2; p.value_len = 1 + h % 2;
+        CHECK(mp_retrieval_new(&r, &p) == MP_OK, "%s", mp_last_error());
+        CHECK(mp_retrieval_min_len(&p) == 1 + 3 * ((2 + p.value_len + 3) + h * 8) + (3 + 2 + 1 + p.value_len),
+              "variable tracking min length %d", mp_retrieval_min_len(&p));
+        CHECK(mp_retrieval_sample(r, B, T, tok, tgt, tr) == MP_OK, "%s", mp_last_error());
+        check_retrieval(&p, B, T, tok, tgt, tr);
+        /* the queried chain in order: each link after the key it names */
+        int badorder = 0;
+        for (int b = 0; b < B; b++) {
+            const int32_t *x = tok + (size_t)b * T;
+            const int32_t *key = tr[b].key;
+            int prev_pos = T;
+            for (int step = 0; step <= h; step++) {
+                int at = -1;
+                for (int i = 0; i + 3 < tr[b].answer_pos - 6; i++)
+                    if (x[i] == MP_RETRIEVAL_KEY && x[i + 3] == MP_RETRIEVAL_IS && x[i + 1] == key[0] && x[i + 2] == key[1] &&
+                        (i == 0 || x[i - 1] != MP_RETRIEVAL_IS)) at = i;
+                if (at < 0 || at >= prev_pos) badorder++;
+                prev_pos = at < 0 ? 0 : at;
+                key = x + at + 5;
+            }
+            if (prev_pos != tr[b].needle_pos) badorder++;
+        }
+        CHECK(badorder == 0, "hops %d: %d chain order errors", h, badorder);
+        mp_retrieval_free(r);
+    }
+    p = mp_retrieval_params_default();
+    p.hops = 2; p.depth = 0.5;
+    CHECK(mp_retrieval_new(&r, &p) == MP_ERR_ARG && strstr(mp_last_error(), "depth"), "hops with a fixed depth rejected");
+    p.depth = -1; p.hops = 65;
+    CHECK(mp_retrieval_new(&r, &p) == MP_ERR_ARG && strstr(mp_last_error(), "hops"), "hops 65 rejected");
+    p.hops = 9; p.n_keys = 10; p.key_len = 2;
+    CHECK(mp_retrieval_new(&r, &p) == MP_OK, "%s", mp_last_error());   /* 100 needles, 100 2-digit keys */
+    mp_retrieval_free(r);
+    p.n_keys = 11;
+    CHECK(mp_retrieval_new(&r, &p) == MP_ERR_ARG, "110 distinct 2-digit keys rejected");
+    p = mp_retrieval_params_default();
     p.n_keys = 200; p.key_len = 2;
     CHECK(mp_retrieval_new(&r, &p) == MP_ERR_ARG, "200 distinct 2-digit keys rejected");
     char nb[16];

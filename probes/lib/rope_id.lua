@@ -5,9 +5,11 @@
 -- (Wertheimer et al., "Frayed RoPE and long inputs", ICLR 2026.)
 --
 --   local rid = require "rope_id"
---   local r = rid.run(rid.preset("quick"), {out = DIR})   -- or set p.out, p.format and call rid.run(p)
+--   local p = rid.preset("quick"); p.out = DIR; p.seeds = {1, 2, 3}
+--   local res = rid.run(p)   -- {verdicts, h5, figures, E[seed i], summary[i], sinks[i], seeds}
 --
--- Steps (each a section of the printed report and of DIR/rope_id.h5):
+-- Steps, for every seed (each a section of the printed report and of
+-- DIR/rope_id.h5 under seeds/<seed>/):
 --   1. train one small model per positional scheme (rope, half_rope, high_freq,
 --      rope_id, none) at length L on (a) byte-level text (Debian's licence texts,
 --      plus fortunes when installed) and (b) passkey retrieval; DroPE (drop the
@@ -18,12 +20,17 @@
 --   3. geometry of every head of the text models at the longest length, per
 --      position window: attention to the first token, ||k_0|| over the mean key
 --      norm, the largest q.k per query over the keys after the first (share
---      positive), stable rank and first
---      singular value share of the keys, q/k centroid cosine; inside L vs past L
--- then the figures and the verdict table (rows "VERDICT id | claim | paper | ours | verdict",
--- each decided by the rule printed under it as "RULE id: ...").
+--      positive), stable rank and first singular value share of the keys, q/k
+--      centroid cosine; inside L vs past L; and the prefix-frame key geometry
+--      (rope_id_geo.lua) at t = L, 2L, 4L, 8L
+-- then the figures (first seed), the losses and accuracies pooled over the
+-- seeds, and the verdict table (rules in rope_id_rules.lua; rows "VERDICT id |
+-- claim | paper | ours | verdict", each decided by the rule printed under it
+-- as "RULE id: ...").
 local M = {}
 local report = require "report"
+local rules = require "rope_id_rules"
+local geo = require "rope_id_geo"
 
 -- ---------------------------------------------------------------- presets
 
@@ -31,24 +38,54 @@ M.schemes = {"rope", "half_rope", "high_freq", "rope_id", "none"}
 
 local base = {
   seed = 1, eps = 0.3, n_filler = 16, lr = 3e-3, ret_lr = 1e-2, batch = 16, d_head = 16,
-  drope_lr = 1e-3,
+  drope_lr = 1e-3, tasks = {"multikey", "vartrack"}, mk_keys = 4, vt_chains = 2, vt_hops = 2,
 }
 
+-- The retrieval tasks beside passkey (issue 21: passkey is solved by every
+-- scheme, NoPE included): built by mp.tasks.retrieval; chance = the accuracy
+-- of copying the value of a random needle (distractor values never equal the
+-- answer), the generator's guarantee.
+M.ret_kinds = {
+  multikey = {
+    desc = function(o) return ("multi-key needle in a haystack: %d needles 'key k is v .' of the same form, one queried")
+      :format(o.mk_keys) end,
+    params = function(o) return {n_keys = o.mk_keys, key_len = 2, value_len = o.value_len, n_filler = o.n_filler} end,
+    chance = function(o) return 1 / o.mk_keys end,
+  },
+  vartrack = {
+    desc = function(o) return ("variable tracking (RULER style): %d chains of a value and %d links 'key b is key a .', "
+      .. "the query names one chain's last key"):format(o.vt_chains, o.vt_hops) end,
+    params = function(o) return {n_keys = o.vt_chains, hops = o.vt_hops, key_len = 2, value_len = o.value_len,
+                                 n_filler = o.n_filler} end,
+    chance = function(o) return 1 / o.vt_chains end,
+  },
+}
+
+-- full trains at L = 512: RoPE-ID's band (one turn per 32 tokens to two turns
+-- per L, periods 32..L/2) spans log2(L/64) octaves, 3 at L = 512 against 1 at
+-- 128 (where the model is mostly NoPE) and 0 at 64; the verdicts on RoPE-ID
+-- (C5-C7) need >= 2 (rules.MIN_OCTAVES). It evaluates to 8L = 4096, 3 seeds.
+-- gpu: the same lengths at a width and step count for the GPU backend.
 M.presets = {
   quick = {
     L = 64, mults = {1, 2, 4}, d_model = 64, n_layer = 2, n_head = 4, d_mlp = 128,
-    text_steps = 250, ret_steps = 200, drope_steps = 40, value_len = 1, lr = 1e-2,
-    B_text = 16, B_ret = 64, B_geo = 2, window = 16,
+    text_steps = 250, ret_steps = 200, extra_steps = 60, drope_steps = 40, value_len = 1, lr = 1e-2,
+    B_text = 16, B_ret = 64, B_geo = 2, window = 16, seeds = {1},
   },
   medium = {
-    L = 128, mults = {1, 2, 4, 8}, d_model = 64, n_layer = 2, n_head = 4, d_mlp = 128,
-    text_steps = 1000, ret_steps = 1000, drope_steps = 150, value_len = 2,
-    B_text = 8, B_ret = 128, B_geo = 2, window = 32,
+    L = 256, mults = {1, 2, 4, 8}, d_model = 64, n_layer = 2, n_head = 4, d_mlp = 128,
+    text_steps = 600, ret_steps = 600, drope_steps = 100, value_len = 2,
+    B_text = 4, B_ret = 64, B_geo = 1, window = 32, seeds = {1, 2, 3},
   },
   full = {
-    L = 128, mults = {1, 2, 4, 8}, d_model = 128, n_layer = 4, n_head = 8, d_mlp = 256,
-    text_steps = 1800, ret_steps = 1800, drope_steps = 300, value_len = 2, lr = 2e-3, ret_lr = 5e-3,
-    B_text = 8, B_ret = 128, B_geo = 4, window = 32,
+    L = 512, mults = {1, 2, 4, 8}, d_model = 128, n_layer = 4, n_head = 8, d_mlp = 256,
+    text_steps = 1500, ret_steps = 1500, drope_steps = 300, value_len = 2, lr = 2e-3, ret_lr = 5e-3,
+    B_text = 4, B_ret = 64, B_geo = 2, window = 64, seeds = {1, 2, 3},
+  },
+  gpu = {
+    L = 512, mults = {1, 2, 4, 8}, d_model = 512, n_layer = 8, n_head = 8, d_head = 64, d_mlp = 2048,
+    text_steps = 20000, ret_steps = 10000, drope_steps = 2000, value_len = 2, lr = 1e-3, ret_lr = 2e-3,
+    batch = 32, B_text = 16, B_ret = 256, B_geo = 4, window = 64, seeds = {1, 2, 3},
   },
 }
 
@@ -115,6 +152,34 @@ function M.window_loss(m, tok, tgt, s, n)
   return m:loss(tok, masked)
 end
 
+-- The mean cross-entropy of every window [(w-1)WL, wWL) of positions, w = 1..nw,
+-- from one forward pass (window_loss needs one pass per window): per position
+-- log-sum-exp of the logits minus the target's logit, summed per window over
+-- the targets that are not -1. Returns a list by window.
+function M.window_losses(m, tok, tgt, WL, nw)
+  local logits = m:forward(tok)
+  local B, T, V = logits:size(1), logits:size(2), logits:size(3)
+  local sum, cnt = {}, {}
+  for w = 1, nw do sum[w], cnt[w] = 0, 0 end
+  for b = 1, B do
+    local lb, gb = logits[b], tgt[b]
+    for t = 1, math.min(T, nw * WL) do
+      local y = gb:get(t)
+      if y >= 0 then
+        local row = lb[t]
+        local mx = row:max()
+        local z = 0
+        for v = 1, V do z = z + math.exp(row:get(v) - mx) end
+        local w = (t - 1) // WL + 1
+        sum[w] = sum[w] + mx + math.log(z) - row:get(math.tointeger(y) + 1)
+        cnt[w] = cnt[w] + 1
+      end
+    end
+  end
+  for w = 1, nw do sum[w] = sum[w] / cnt[w] end
+  return sum
+end
+
 -- Passkey accuracy: greedy (teacher-forced) prediction of every answer digit.
 -- Returns the exact-match share (all digits right) and the digit share.
 function M.retrieval_accuracy(m, tok, truth)
@@ -170,11 +235,12 @@ function M.geometry(m, toks, W)
       for h = 1, H do G[k][l][h] = {}; for w = 1, nwin do G[k][l][h][w] = 0 end end
     end
   end
-  local names = "blocks.*.attn.hook_rot_q,blocks.*.attn.hook_rot_k,blocks.*.attn.hook_pattern"
   local nseq = #toks
   for _, tk in ipairs(toks) do
-    local _, cache = m:run_with_cache({tk}, {names = names, logits = "none"})
     for l = 0, NL - 1 do
+      -- one layer's patterns at a time ([H, T, T]: 512 MB at T = 4096, H = 8)
+      local names = ("blocks.%d.attn.hook_rot_q,blocks.%d.attn.hook_rot_k,blocks.%d.attn.hook_pattern"):format(l, l, l)
+      local _, cache = m:run_with_cache({tk}, {names = names, logits = "none"})
       local q = cache[("blocks.%d.attn.hook_rot_q"):format(l)][1]:permute{2, 1, 3}   -- [H,T,Dh]
       local k = cache[("blocks.%d.attn.hook_rot_k"):format(l)][1]:permute{2, 1, 3}   -- [K,T,Dh]
       local pat = cache[("blocks.%d.attn.hook_pattern"):format(l)][1]                -- [H,T,T]
@@ -242,18 +308,6 @@ local function head_mean(t, sel)
   return n > 0 and s / n or 0 / 0, n
 end
 
--- Mean over heads per window: a list indexed by window.
-local function window_curve(per)
-  local c, n = {}, 0
-  for _, hs in ipairs(per) do
-    for _, ws in ipairs(hs) do
-      n = n + 1
-      for w, v in ipairs(ws) do c[w] = (c[w] or 0) + v end
-    end
-  end
-  for w = 1, #c do c[w] = c[w] / n end
-  return c
-end
 
 -- PCA (2 components, fitted on the pooled q and k cloud of all positions) of
 -- head (l, h) (0-based) on one sequence; returns {qx, qy, kx, ky} lists by position
@@ -306,13 +360,7 @@ end
 -- and retrieval tasks, and the report's header.
 local function prepare_data(c, r)
   local o, L, Tmax, lengths = c.o, c.L, c.Tmax, c.lengths
-  local corpus, sources = o.corpus, nil
-  local corpus_bytes
-  if not corpus then
-    corpus = o.out .. "/corpus.txt"
-    if r.root then corpus_bytes, sources = M.build_corpus(corpus) end
-    mp.mpi.barrier()                  -- the other ranks read it
-  end
+  local corpus, sources, corpus_bytes = c.corpus_info.path, c.corpus_info.sources, c.corpus_info.bytes
   local text = mp.tasks.text{path = corpus, ctx = L, seed = o.seed}
   if not pcall(text.sample, text, 1, Tmax, "val") then   -- fail now, not after the training
     error(("rope_id: %s: its validation part (the last 10%%) is shorter than the longest evaluation length %d; "
@@ -320,11 +368,31 @@ local function prepare_data(c, r)
   end
   local ret = mp.tasks.retrieval{value_len = o.value_len, n_filler = o.n_filler, seed = o.seed + 1}
   c.corpus, c.text, c.ret = corpus, text, ret
+  c.rtasks, c.rnames = {ret = ret}, {"ret"}          -- the retrieval tasks: passkey ("ret"), then o.tasks
+  for i, name in ipairs(o.tasks) do
+    local kind = M.ret_kinds[name]
+    if not kind then error(("rope_id: unknown retrieval task '%s'"):format(tostring(name)), 0) end
+    local prm = kind.params(o)
+    prm.seed = o.seed + 1 + i
+    local t = mp.tasks.retrieval(prm)
+    if t.min_len > L then
+      error(("rope_id: task %s needs %d tokens, more than L = %d"):format(name, t.min_len, L), 0)
+    end
+    c.rtasks[name], c.rnames[#c.rnames + 1] = t, name
+  end
+  if not c.first then return end
 
-  r:out("== mechprobe rope_id (%s) ==", o.preset)
+  r:out("== mechprobe rope_id (%s; seeds %s) ==", o.preset, table.concat(c.seeds, ","))
+  r:out("RoPE-ID's rotating band at L = %d: periods 32..%d tokens, %.1f octaves (the C5-C7 precondition: >= %d)", L,
+      L // 2, rules.band_octaves(L), rules.MIN_OCTAVES)
   r:out("text: %s%s; retrieval: passkey of %d digit(s) in random filler (%d words, vocab %d), needle at a random depth",
       corpus, sources and (" (%d bytes from %d files)"):format(corpus_bytes, #sources) or "", o.value_len, o.n_filler,
       ret.vocab)
+  for _, name in ipairs(o.tasks) do
+    local kind = M.ret_kinds[name]
+    r:out("  %s: %s; chance %.3f (a random needle's value; distractor values never equal the answer)", name,
+        kind.desc(o), kind.chance(o))
+  end
   r:out("models: d_model %d, %d layers x %d heads (d_head %d), d_mlp %d, RMSNorm, SwiGLU; training length L = %d;",
       o.d_model, o.n_layer, o.n_head, o.d_head, o.d_mlp, L)
   r:out("  text %d steps (lr %g), retrieval %d steps (lr %g), batch %d, warmup 10%%; DroPE: %d steps at L (lr %g)",
@@ -338,30 +406,33 @@ end
 -- 1. Training: one model per scheme and task, then DroPE on each RoPE model.
 -- Returns false on the MPI ranks other than 0 (their share is done).
 local function train(c, r)
-  local o, L, text, ret = c.o, c.L, c.text, c.ret
-  local models = {text = {}, ret = {}}
-  local train_info = {text = {}, ret = {}}
+  local o, L, text = c.o, c.L, c.text
+  local tasks = {"text"}
+  for _, name in ipairs(c.rnames) do tasks[#tasks + 1] = name end
+  local models, train_info = {}, {}
+  for _, task in ipairs(tasks) do models[task], train_info[task] = {}, {} end
   local t1 = os.time()
   local function new_model(pos, vocab)
     return mp.model.new{d_model = o.d_model, n_layer = o.n_layer, n_head = o.n_head, d_head = o.d_head,
       d_mlp = o.d_mlp, vocab = vocab, ctx = L, pos = pos, seed = o.seed}
   end
-  local mdir = o.out .. "/models"
+  mp.mkdir(o.out .. "/models")
+  local mdir = ("%s/models/seed%d"):format(o.out, o.seed)
   mp.mkdir(mdir)
-  local function task_of(task) return task == "text" and text or ret end
+  local function task_of(task) return task == "text" and text or c.rtasks[task] end
   -- The ten models are independent (each reseeds its task, same initial
   -- weights): under mpirun they spread over the ranks (mp.mpi.sweep), each saved
   -- to its file; then DroPE on each RoPE model, the same way. Rank 0 gets the
   -- results in the serial order, loads the models from their files (exactly
   -- the trained weights) and goes on alone.
   local jobs = {}
-  for _, task in ipairs{"text", "ret"} do
+  for _, task in ipairs(tasks) do
     for _, pos in ipairs(M.schemes) do jobs[#jobs + 1] = {task = task, pos = pos} end
   end
   local trained = mp.mpi.sweep(jobs, function(job)
     local task, pos = job.task, job.pos
     local tk = task_of(task)
-    local steps = task == "text" and o.text_steps or o.ret_steps
+    local steps = task == "text" and o.text_steps or task == "ret" and o.ret_steps or o.extra_steps or o.ret_steps
     local lr = task == "text" and o.lr or o.ret_lr
     local c0 = os.time()
     tk:seed(o.seed * 100 + 7)           -- every scheme sees the same batches
@@ -371,10 +442,11 @@ local function train(c, r)
                         progress = o.progress or false}
     local path = ("%s/%s_%s.h5"):format(mdir, task, pos)
     m:save(path)
+    m:close()                           -- its training buffers are C memory the collector does not see
     return {loss = res.final_loss, curve = res.loss, seconds = os.time() - c0, path = path}
   end)
   -- DroPE: a copy of the RoPE model, rotation dropped, recalibrated at L
-  local dropes = mp.mpi.sweep({"text", "ret"}, function(task)
+  local dropes = mp.mpi.sweep(tasks, function(task)
     local tk = task_of(task)
     local c0 = os.time()
     local dm = mp.load(("%s/%s_rope.h5"):format(mdir, task))
@@ -385,25 +457,32 @@ local function train(c, r)
                                  progress = o.progress or false})
     local path = ("%s/%s_drope.h5"):format(mdir, task)
     dm:save(path)
+    dm:close()
     return {loss = res.final_loss, loss_dropped = res.loss_dropped, curve = res.loss, seconds = os.time() - c0,
             path = path}
   end)
   if not trained then return false end
   for i, job in ipairs(jobs) do train_info[job.task][job.pos] = trained[i] end
-  for i, task in ipairs{"text", "ret"} do train_info[task].drope = dropes[i] end
-  for _, task in ipairs{"text", "ret"} do
+  for i, task in ipairs(tasks) do train_info[task].drope = dropes[i] end
+  for _, task in ipairs(tasks) do
     for name, ti in pairs(train_info[task]) do models[task][name] = mp.load(ti.path) end
   end
   c.models, c.train_info, c.mdir, c.s1 = models, train_info, mdir, os.time() - t1
   r:out("")
   r:out("-- 1. Training (final training loss; DroPE: loss right after dropping the rotation -> after recalibration)")
-  r:out("%-12s %10s %10s", "model", "text", "retrieval")
+  local hdr = ("%-12s"):format("model")
+  for _, task in ipairs(tasks) do hdr = hdr .. ("%12s"):format(task == "ret" and "passkey" or task) end
+  r:out(hdr)
   for _, pos in ipairs(M.schemes) do
-    r:out("%-12s %10.4f %10.4f", pos, train_info.text[pos].loss, train_info.ret[pos].loss)
+    local row = ("%-12s"):format(pos)
+    for _, task in ipairs(tasks) do row = row .. ("%12.4f"):format(train_info[task][pos].loss) end
+    r:out(row)
   end
-  r:out("%-12s %10s %10s", "drope",
-      ("%.2f>%.3f"):format(train_info.text.drope.loss_dropped, train_info.text.drope.loss),
-      ("%.2f>%.3f"):format(train_info.ret.drope.loss_dropped, train_info.ret.drope.loss))
+  local row = ("%-12s"):format("drope")
+  for _, task in ipairs(tasks) do
+    row = row .. ("%12s"):format(("%.2f>%.3f"):format(train_info[task].drope.loss_dropped, train_info[task].drope.loss))
+  end
+  r:out(row)
   return true
 end
 
@@ -436,24 +515,41 @@ local function evaluate(c, r)
     local tok, _, truth = ret:sample(o.B_ret, T)
     ret_eval[i] = {tok, truth}
   end
+  local extra_eval = {}                -- the other retrieval tasks: B_ret sequences per length
+  for ti, name in ipairs(o.tasks) do
+    local t = c.rtasks[name]
+    t:seed(o.seed * 100 + 20 + ti)
+    extra_eval[name] = {}
+    for i, T in ipairs(lengths) do
+      local tok, _, truth = t:sample(o.B_ret, T)
+      extra_eval[name][i] = {tok, truth}
+    end
+  end
   for _, v in ipairs(M.variants) do
     log("evaluating %s", v.name)
-    local e = {loss = {}, acc = {}, acc_digit = {}, loss_win = {}}
+    local e = {loss = {}, acc = {}, acc_digit = {}, loss_win = {}, racc = {}}
+    for _, name in ipairs(o.tasks) do e.racc[name] = {} end
     for i, T in ipairs(lengths) do
       local m = setup(v, models.text, L, T)
       e.loss[i] = m:loss(text_eval[i][1], text_eval[i][2])
       if i == #lengths then
-        for w = 1, nwl do e.loss_win[w] = M.window_loss(m, text_eval[i][1], text_eval[i][2], (w - 1) * WL, WL) end
+        e.loss_win = M.window_losses(m, text_eval[i][1], text_eval[i][2], WL, nwl)
       end
       teardown(v, models.text)
       local mr = setup(v, models.ret, L, T)
       e.acc[i], e.acc_digit[i] = M.retrieval_accuracy(mr, ret_eval[i][1], ret_eval[i][2])
       teardown(v, models.ret)
+      for _, name in ipairs(o.tasks) do
+        local mx = setup(v, models[name], L, T)
+        e.racc[name][i] = M.retrieval_accuracy(mx, extra_eval[name][i][1], extra_eval[name][i][2])
+        teardown(v, models[name])
+      end
     end
     local a, b = {}, {}
     for w = 1, nwl do if w <= ninl then a[#a + 1] = e.loss_win[w] else b[#b + 1] = e.loss_win[w] end end
     e.loss_in, e.loss_past = mean(a), mean(b)
     E[v.name] = e
+    collectgarbage()                    -- logits and caches are C memory the collector does not see
   end
   c.E, c.s2 = E, os.time() - t2
 
@@ -480,6 +576,16 @@ local function evaluate(c, r)
     for i = 1, #lengths do row = row .. ("%9.3f"):format(E[v.name].acc[i]) end
     r:out(row)
   end
+  for _, name in ipairs(o.tasks) do
+    r:out("")
+    r:out("-- 2c. %s: exact-match accuracy (%d sequences per length; chance %.3f); rows TASKACC task variant acc@T...",
+        name, o.B_ret, M.ret_kinds[name].chance(o))
+    for _, v in ipairs(M.variants) do
+      local row = ("TASKACC %-9s %-14s"):format(name, v.name)
+      for i = 1, #lengths do row = row .. ("%9.3f"):format(E[v.name].racc[name][i]) end
+      r:out(row)
+    end
+  end
 end
 
 -- 3. Geometry of the text models at Tmax: per head and window, split inside /
@@ -495,7 +601,7 @@ local function geometry(c, r)
     for t = 1, Tmax do row[t] = math.tointeger(gtok:get(b, t)) end
     toks[b] = row
   end
-  local GEO, SPLIT, SINK, PCA = {}, {}, {}, {}
+  local GEO, SPLIT, SINK, PCA, PG = {}, {}, {}, {}, {}
   for _, v in ipairs(M.variants) do
     log("geometry of %s", v.name)
     local m = setup(v, models.text, L, Tmax)
@@ -518,11 +624,24 @@ local function geometry(c, r)
     sink.pos_past = head_mean(S.maxqk_pos.past, sel)
     sink.k0_in = head_mean(S.k0_ratio.inside, sel)
     sink.k0_past = head_mean(S.k0_ratio.past, sel)
+    -- per sink head (the rules' inputs): q.k>0 share inside / past L, retention
+    sink.pos_in_h, sink.pos_past_h, sink.retention_h = {}, {}, {}
+    for l, hs in ipairs(S.first.inside) do
+      for h, a in ipairs(hs) do
+        if a > o.eps then
+          sink.pos_in_h[#sink.pos_in_h + 1] = S.maxqk_pos.inside[l][h]
+          sink.pos_past_h[#sink.pos_past_h + 1] = S.maxqk_pos.past[l][h]
+          sink.retention_h[#sink.retention_h + 1] = S.first.past[l][h] / a
+        end
+      end
+    end
+    PG[v.name] = geo.prefix_geometry(m, toks, c.lengths)
     PCA[v.name] = head_pca(m, toks[1], bl - 1, bh - 1)
     teardown(v, models.text)
     GEO[v.name], SPLIT[v.name], SINK[v.name] = G, S, sink
+    collectgarbage()
   end
-  c.GEO, c.SPLIT, c.SINK, c.PCA, c.s3 = GEO, SPLIT, SINK, PCA, os.time() - t3
+  c.GEO, c.SPLIT, c.SINK, c.PCA, c.PG, c.s3 = GEO, SPLIT, SINK, PCA, PG, os.time() - t3
 
   r:out("")
   r:out("-- 3. Geometry of the text models at T = %d (mean over all heads; inside L -> past L). sinks: heads with", Tmax)
@@ -547,45 +666,57 @@ local function geometry(c, r)
         pair(sk.pos_in, sk.pos_past), sk.n, pair(sk.k0_in, sk.k0_past), sk.layer, sk.head)
   end
   c.summary = summary
+  r:out("")
+  r:out("-- 3b. Prefix-frame keys (what a query at t sees: keys [0, t) in its frame; mean over heads) at t = %s",
+      table.concat(c.lengths, ", "))
+  r:out("   srank rot / pre: stable rank of the post-rotation (hook_rot_k) / pre-rotation (hook_k, control) keys;")
+  r:out("   cos: q/k centroid cosine of the prefix")
+  r:out("%-15s %-28s %-28s %s", "variant", "srank rot", "srank pre", "cos(q,k)")
+  for _, v in ipairs(M.variants) do
+    local P = PG[v.name]
+    local function curve(stat)
+      local parts = {}
+      for i = 1, #c.lengths do
+        local sum, n = 0, 0
+        for _, hs in ipairs(P[stat]) do for _, x in ipairs(hs) do sum, n = sum + x[i], n + 1 end end
+        parts[i] = ("%.2f"):format(sum / n)
+      end
+      return table.concat(parts, " ")
+    end
+    r:out("%-15s %-28s %-28s %s", v.name, curve("srank_rot"), curve("srank_pre"), curve("cos_rot"))
+  end
 end
 
--- 4. Every number into DIR/rope_id.h5, written under a temporary name
--- (c.tmp; renamed by finish once the verdicts are in).
-local function write_h5(c)
-  local o, L, W, lengths, E = c.o, c.L, c.W, c.lengths, c.E
-  local GEO, SPLIT, SINK, PCA, summary = c.GEO, c.SPLIT, c.SINK, c.PCA, c.summary
-  c.h5 = o.out .. "/rope_id.h5"
-  c.tmp = c.h5 .. ".tmp"
-  local f <close> = mp.h5.open(c.tmp, "w")
-  f:write("lengths", lengths)
-  local ws = {}
-  for w = 1, c.nwin do ws[w] = (w - 1) * W end
-  f:write("window_start", ws)
-  ws = {}
-  for w = 1, c.nwl do ws[w] = (w - 1) * c.WL end
-  f:write("loss_window_start", ws)
-  f:set_attr("/", "format", "mechprobe.rope_id")
-  f:set_attr("/", "preset", o.preset)
-  f:set_attr("/", "L", L)
-  f:set_attr("/", "window", W)
-  f:set_attr("/", "seed", o.seed)
-  f:set_attr("/", "eps", o.eps)
-  f:set_attr("/", "corpus", c.corpus)
+-- 4. Every number of one seed's run into the open run file f, under
+-- seeds/<seed>/ (the file is written under a temporary name and renamed by
+-- finish once the verdicts are in).
+local function write_h5(c, f)
+  local o, E = c.o, c.E
+  local GEO, SPLIT, SINK, PCA, PG, summary = c.GEO, c.SPLIT, c.SINK, c.PCA, c.PG, c.summary
+  local g0 = ("seeds/%d/"):format(o.seed)
   local vn = {}
   for i, v in ipairs(M.variants) do vn[i] = v.name end
-  f:set_attr("/", "variants", table.concat(vn, ","))
-  f:set_attr("/", "schemes", table.concat(M.schemes, ","))
   -- retrieval accuracy table [variant, length] (rows in the order of the attribute "variants")
   local acc, accd, loss = {}, {}, {}
   for i, v in ipairs(M.variants) do acc[i], accd[i], loss[i] = E[v.name].acc, E[v.name].acc_digit, E[v.name].loss end
-  f:write("retrieval/acc", acc)
-  f:write("retrieval/acc_digit", accd)
-  f:write("text/loss", loss)
-  f:set_attr("retrieval/acc", "rows", table.concat(vn, ","))
-  f:set_attr("retrieval/acc", "n", o.B_ret)
-  for _, task in ipairs{"text", "ret"} do
-    for name, ti in pairs(c.train_info[task]) do
-      local g = ("train/%s/%s"):format(task == "ret" and "retrieval" or "text", name)
+  f:write(g0 .. "retrieval/acc", acc)
+  f:write(g0 .. "retrieval/acc_digit", accd)
+  f:write(g0 .. "text/loss", loss)
+  f:set_attr(g0 .. "retrieval/acc", "rows", table.concat(vn, ","))
+  f:set_attr(g0 .. "retrieval/acc", "n", o.B_ret)
+  for _, name in ipairs(o.tasks) do
+    local t = {}
+    for i, v in ipairs(M.variants) do t[i] = E[v.name].racc[name] end
+    local g = ("%sretrieval_tasks/%s/acc"):format(g0, name)
+    f:write(g, t)                                                      -- [variant, length]
+    f:set_attr(g, "rows", table.concat(vn, ","))
+    f:set_attr(g, "n", o.B_ret)
+    f:set_attr(g, "chance", M.ret_kinds[name].chance(o))
+    f:set_attr(g, "task", M.ret_kinds[name].desc(o))
+  end
+  for task, per in pairs(c.train_info) do
+    for name, ti in pairs(per) do
+      local g = ("%strain/%s/%s"):format(g0, task == "ret" and "retrieval" or task, name)
       f:write(g .. "/loss_curve", ti.curve)
       f:set_attr(g .. "/loss_curve", "final_loss", ti.loss)
       f:set_attr(g .. "/loss_curve", "seconds", ti.seconds)
@@ -594,7 +725,7 @@ local function write_h5(c)
     end
   end
   for _, v in ipairs(M.variants) do
-    local e, g = E[v.name], "variants/" .. v.name
+    local e, g = E[v.name], g0 .. "variants/" .. v.name
     f:write(g .. "/text_loss", e.loss)
     f:write(g .. "/text_loss_window", e.loss_win)
     f:set_attr(g .. "/text_loss_window", "inside", e.loss_in)
@@ -606,8 +737,13 @@ local function write_h5(c)
       f:write(g .. "/geometry/" .. k .. "_inside", SPLIT[v.name][k].inside)  -- [n_layer, n_head]
       f:write(g .. "/geometry/" .. k .. "_past", SPLIT[v.name][k].past)
     end
+    for _, k in ipairs(geo.stats) do
+      f:write(g .. "/prefix/" .. k, PG[v.name][k])                          -- [n_layer, n_head, lengths]
+    end
     local sk, row = SINK[v.name], summary[v.name]
-    for key, val in pairs(sk) do f:set_attr(g .. "/geometry/first", "sink_" .. key, val) end
+    for key, val in pairs(sk) do
+      if type(val) == "number" then f:set_attr(g .. "/geometry/first", "sink_" .. key, val) end
+    end
     for key, val in pairs(row) do f:set_attr(g .. "/geometry/srank_k", key, val) end
     local p = PCA[v.name]
     f:write(g .. "/pca_sink_head", {p.qx, p.qy, p.kx, p.ky})                -- [4, T]: q x, q y, k x, k y
@@ -616,270 +752,230 @@ local function write_h5(c)
   end
 end
 
--- ---- 5. figures (each adds its path to c.figs)
-
--- lo, hi over the non-NaN values of some lists, padded by 4 %
-local function range_of(lists)
-  local lo, hi = math.huge, -math.huge
-  for _, t in ipairs(lists) do
-    for _, x in ipairs(t) do if x == x then lo, hi = math.min(lo, x), math.max(hi, x) end end
-  end
-  if lo > hi then lo, hi = 0, 1 end
-  if hi - lo < 1e-9 then lo, hi = lo - 0.5, hi + 0.5 end
-  local pad = 0.04 * (hi - lo)
-  return lo - pad, hi + pad
+-- The run file's shared part: lengths, windows and the root attributes.
+local function write_h5_root(c, f)
+  local o, W = c.o, c.W
+  f:write("lengths", c.lengths)
+  local ws = {}
+  for w = 1, c.nwin do ws[w] = (w - 1) * W end
+  f:write("window_start", ws)
+  ws = {}
+  for w = 1, c.nwl do ws[w] = (w - 1) * c.WL end
+  f:write("loss_window_start", ws)
+  f:set_attr("/", "format", "mechprobe.rope_id")
+  f:set_attr("/", "preset", o.preset)
+  f:set_attr("/", "L", c.L)
+  f:set_attr("/", "window", W)
+  f:set_attr("/", "seeds", table.concat(c.seeds, ","))
+  f:set_attr("/", "eps", o.eps)
+  f:set_attr("/", "band_octaves", rules.band_octaves(c.L))
+  f:set_attr("/", "corpus", c.corpus)
+  local vn = {}
+  for i, v in ipairs(M.variants) do vn[i] = v.name end
+  f:set_attr("/", "variants", table.concat(vn, ","))
+  f:set_attr("/", "schemes", table.concat(M.schemes, ","))
 end
 
-local function save_fig(c, fig, name)
-  local path = ("%s/%s.%s"):format(c.o.out, name, c.o.format)
-  fig:save(path)
-  c.figs[#c.figs + 1] = path
-  return path
-end
+-- ---- 5. figures: rope_id_figs.lua (each adds its path to c.figs)
+local function figures(c) require("rope_id_figs").figures(c, M) end
 
--- the training length as a dashed vertical line from lo to hi
-local function mark_L(c, ax, lo, hi)
-  ax:line({c.L, c.L}, {lo, hi}, {dashed = true, width = 1, label = ("L = %d"):format(c.L)})
-end
-
--- the two families of variants the figures compare side by side
-local groups = {
-  {title = "positional schemes", names = {"rope", "half_rope", "high_freq", "rope_id", "none"}},
-  {title = "RoPE: scaling, DroPE; RoPE-ID", names = {"rope", "rope_pi", "rope_ntk", "rope_yarn", "drope", "rope_id",
-                                                      "rope_id_notemp"}},
-}
-
--- text loss by position and by length
-local function fig_text_loss(c)
-  local E, lengths, WL = c.E, c.lengths, c.WL
-  local xl = {}
-  for w = 1, c.nwl do xl[w] = (w - 0.5) * WL end
-  local fig = mp.plot.figure{rows = 2, cols = 2, width = 900, height = 640,
-    title = ("Byte-level text: loss against position (T = %d) and against length; training length dashed"):format(c.Tmax)}
-  for gi, gr in ipairs(groups) do
-    local ax = fig:axes(1, gi)
-    local ys = {}
-    for _, n in ipairs(gr.names) do ys[#ys + 1] = E[n].loss_win end
-    local lo, hi = range_of(ys)
-    for _, n in ipairs(gr.names) do ax:line(xl, E[n].loss_win, {label = n, marker = true}) end
-    mark_L(c, ax, lo, hi)
-    ax:set{title = gr.title .. ", by position", xlabel = "position (window centre)", ylabel = "loss (nats/byte)"}
-    ax:legend()
-    ax = fig:axes(2, gi)
-    ys = {}
-    for _, n in ipairs(gr.names) do ys[#ys + 1] = E[n].loss end
-    lo, hi = range_of(ys)
-    for _, n in ipairs(gr.names) do ax:line(lengths, E[n].loss, {label = n, marker = true}) end
-    mark_L(c, ax, lo, hi)
-    ax:set{title = gr.title .. ", by length", xlabel = "evaluation length T (mean over positions < T)",
-           ylabel = "loss (nats/byte)", xlog = true}
-  end
-  save_fig(c, fig, "text_loss")
-end
-
--- retrieval accuracy: curves and the table as bars
-local function fig_retrieval(c)
-  local E, lengths = c.E, c.lengths
-  local fig = mp.plot.figure{rows = 2, cols = 2, width = 900, height = 640,
-    title = "Passkey retrieval: exact-match accuracy against length; training length dashed"}
-  for gi, gr in ipairs(groups) do
-    local ax = fig:axes(1, gi)
-    for _, n in ipairs(gr.names) do ax:line(lengths, E[n].acc, {label = n, marker = true}) end
-    mark_L(c, ax, 0, 1)
-    ax:set{title = gr.title, xlabel = "evaluation length T", ylabel = "accuracy", ylim = {0, 1.02}, xlog = true}
-    ax:legend()
-  end
-  local names, series, labels = {}, {}, {}
-  for i, v in ipairs(M.variants) do names[i] = v.name end
-  for j, T in ipairs(lengths) do
-    labels[j] = "T=" .. T
-    series[j] = {}
-    for i, v in ipairs(M.variants) do series[j][i] = E[v.name].acc[j] end
-  end
-  fig:axes(2, 1):bars(names, series, {labels = labels})
-    :set{title = "accuracy table (variant x length)", ylabel = "exact match", ylim = {0, 1.05}}:legend()
-  local dseries = {}
-  for j = 1, #lengths do
-    dseries[j] = {}
-    for i, v in ipairs(M.variants) do dseries[j][i] = E[v.name].acc_digit[j] end
-  end
-  fig:axes(2, 2):bars(names, dseries, {labels = labels})
-    :set{title = "per-digit accuracy (variant x length)", ylabel = "digits right", ylim = {0, 1.05}}
-  save_fig(c, fig, "retrieval_accuracy")
-end
-
--- geometry against position, mean over heads
-local function fig_geometry(c)
-  local GEO, SINK, W = c.GEO, c.SINK, c.W
-  local xw = {}
-  for w = 1, c.nwin do xw[w] = (w - 0.5) * W end
-  local stats = {{"first", "attention to the first token (each model's top head)"}, {"srank_k", "stable rank of keys"},
-                 {"sigma1_k", "sigma1 share of keys"}, {"maxqk_pos", "share of queries with max_(s>=1) q.k_s > 0"},
-                 {"cos_qk", "q/k centroid cosine"}, {"k0_ratio", "||k_0|| / mean ||k||"}}
-  for gi, gr in ipairs(groups) do
-    local fig = mp.plot.figure{rows = 2, cols = 3, width = 1200, height = 620,
-      title = ("Text models against position (mean over heads; windows of %d): %s"):format(W, gr.title)}
-    for si, st in ipairs(stats) do
-      local ax = fig:axes((si - 1) // 3 + 1, (si - 1) % 3 + 1)
-      local ys = {}
-      for _, n in ipairs(gr.names) do
-        local sk = SINK[n]
-        ys[#ys + 1] = st[1] == "first" and GEO[n].first[sk.layer + 1][sk.head + 1] or window_curve(GEO[n][st[1]])
-      end
-      local lo, hi = range_of(ys)
-      for i, n in ipairs(gr.names) do ax:line(xw, ys[i], {label = n}) end
-      mark_L(c, ax, lo, hi)
-      ax:set{title = st[2], xlabel = "position"}
-      if si == 1 then ax:legend() end
-    end
-    save_fig(c, fig, gi == 1 and "geometry_schemes" or "geometry_rope_variants")
-  end
-end
-
--- PCA of q and k for the sink head, inside vs past L
-local function fig_pca(c)
-  local PCA, SINK, L, Tmax = c.PCA, c.SINK, c.L, c.Tmax
-  local rows = {"rope", "rope_id", "half_rope", "high_freq", "none", "drope"}
-  local fig = mp.plot.figure{rows = #rows, cols = 2, width = 600, height = 250 * #rows + 30,
-    title = ("Top sink head's q and k (PCA): inside L = %d / past L"):format(L)}
-  for ri, n in ipairs(rows) do
-    local p, sk = PCA[n], SINK[n]
-    local xlo, xhi = range_of{p.qx, p.kx}
-    local ylo, yhi = range_of{p.qy, p.ky}
-    for ci = 1, 2 do
-      local a, b = ci == 1 and 2 or L + 1, ci == 1 and L or Tmax
-      local qx, qy, kx, ky = {}, {}, {}, {}
-      for t = a, b do
-        qx[#qx + 1], qy[#qy + 1], kx[#kx + 1], ky[#ky + 1] = p.qx[t], p.qy[t], p.kx[t], p.ky[t]
-      end
-      local ax = fig:axes(ri, ci)
-      ax:scatter(qx, qy, {label = "queries", size = 2.5, alpha = 0.6})
-      ax:scatter(kx, ky, {label = "keys", size = 2.5, alpha = 0.6})
-      ax:scatter({p.kx[1]}, {p.ky[1]}, {label = "first key", size = 7, alpha = 1})
-      ax:set{title = ("%s L%dH%d, %s"):format(n, sk.layer, sk.head,
-               ci == 1 and ("positions 1..%d"):format(L - 1) or ("positions %d..%d"):format(L, Tmax - 1)),
-             xlim = {xlo, xhi}, ylim = {ylo, yhi}, xlabel = ("PC1 (%.0f%%)"):format(100 * p.ratio[1]),
-             ylabel = ("PC2 (%.0f%%)"):format(100 * p.ratio[2])}
-      if ri == 1 and ci == 2 then ax:legend() end
-    end
-  end
-  save_fig(c, fig, "pca_sink_head")
-end
-
-local function figures(c)
-  c.figs = {}
-  fig_text_loss(c)
-  fig_retrieval(c)
-  fig_geometry(c)
-  fig_pca(c)
-end
-
--- 6. The verdicts, each decided by its printed rule; returns them in order.
-local function judge(c)
-  local o, E, summary, SINK, lengths, Tmax = c.o, c.E, c.summary, c.SINK, c.lengths, c.Tmax
-  local V = {}
-  local function verdict(...) V[#V + 1] = report.verdict(...) end
-  local R, RI = summary.rope, summary.rope_id
-  local rk_rope = R.srank_past / R.srank_in
-  local rk_id = RI.srank_past / RI.srank_in
-  verdict("C1", "past L, RoPE's key clusters smear: stable rank rises", "stable rank of keys rises past L",
-          ("RoPE srank %.2f -> %.2f (x%.2f); RoPE-ID x%.2f"):format(R.srank_in, R.srank_past, rk_rope, rk_id),
-          rk_rope >= 1.10 and "SUPPORTED" or "NOT SUPPORTED",
-          "RoPE's mean stable rank of keys past L >= 1.10 x inside L (mean over heads and windows)")
-  local s1_rope = R.s1_past / R.s1_in
-  verdict("C2", "past L, RoPE keys' first singular value share falls", "sigma1 share falls past L",
-          ("RoPE s1 share %.3f -> %.3f (x%.2f); RoPE-ID x%.2f"):format(R.s1_in, R.s1_past, s1_rope,
-            RI.s1_past / RI.s1_in),
-          s1_rope <= 0.90 and "SUPPORTED" or "NOT SUPPORTED",
-          "RoPE's mean sigma1 share of keys past L <= 0.90 x inside L")
-  local SR, SI = SINK.rope, SINK.rope_id
-  local dpos = SR.pos_past - SR.pos_in
-  verdict("C3", "past L, some q.k turn positive under RoPE", "max q.k > 0 for some queries",
-          ("queries with max(s>=1) q.k_s > 0: %.2f -> %.2f (%s heads)"):format(SR.pos_in, SR.pos_past,
-            SR.n > 0 and ("%d sink"):format(SR.n) or "all"),
-          dpos >= 0.05 and "SUPPORTED" or "NOT SUPPORTED",
-          "RoPE's share of queries whose largest q.k is positive rises by >= 0.05 past L (sink heads; all if none)")
-  local word4
-  if SR.n == 0 then word4 = "INCONCLUSIVE" elseif SR.retention <= 0.67 then word4 = "SUPPORTED" else word4 = "NOT SUPPORTED" end
-  verdict("C4", "the sink fails past L under RoPE", "sink attention collapses past L",
-          SR.n == 0 and ("no RoPE head attends > %.2f to the first token inside L (best %.2f)"):format(o.eps, SR.first_best)
-            or ("%d sink heads: 1st-token attention %.2f -> %.2f (x%.2f)"):format(SR.n, SR.first_in, SR.first_past,
-              SR.retention),
-          word4, ("RoPE sink heads (1st-token attention > %.2f inside L) keep <= 0.67 of it past L; "
-                  .. "INCONCLUSIVE without sink heads"):format(o.eps))
-  local word5
-  if SI.n == 0 then word5 = "INCONCLUSIVE"
-  elseif SI.retention >= 0.8 and rk_id < math.min(1.10, rk_rope) then word5 = "SUPPORTED"
-  else word5 = "NOT SUPPORTED" end
-  verdict("C5", "RoPE-ID keeps the clusters and the sink past L", "clusters and sink intact",
-          (SI.n == 0 and ("no RoPE-ID sink head (best %.2f); "):format(SI.first_best)
-            or ("%d sink heads keep x%.2f; "):format(SI.n, SI.retention))
-            .. ("srank x%.2f (RoPE x%.2f)"):format(rk_id, rk_rope),
-          word5, "RoPE-ID sink heads keep >= 0.8 of their 1st-token attention past L and its key stable rank ratio "
-                 .. "is < min(1.10, RoPE's); INCONCLUSIVE without sink heads")
-  local i2 = 1
-  for i, k in ipairs(o.mults) do if k == 2 then i2 = i end end
-  local a, b = E.rope.acc[i2], E.rope_id.acc[i2]
-  local se = math.sqrt((a * (1 - a) + b * (1 - b)) / o.B_ret)
-  local word6
-  if b - a > math.max(2 * se, 0.05) then word6 = "SUPPORTED"
-  elseif a >= 0.95 and b >= 0.95 then word6 = "INCONCLUSIVE"
-  else word6 = "NOT SUPPORTED" end
-  verdict("C6", "RoPE-ID generalises better than RoPE on retrieval at 2x L", "1B RULER at 2x: RoPE 0.01, RoPE-ID 35.64",
-          ("passkey at %d: RoPE %.3f, RoPE-ID %.3f (+-%.3f); at %d: %.3f, %.3f"):format(lengths[i2], a, b, 2 * se, Tmax,
-            E.rope.acc[#lengths], E.rope_id.acc[#lengths]),
-          word6, "RoPE-ID's accuracy at 2L exceeds RoPE's by more than max(2 SE, 0.05); INCONCLUSIVE when both >= 0.95")
-  local dr, di = E.rope.loss_past - E.rope.loss_in, E.rope_id.loss_past - E.rope_id.loss_in
-  verdict("C7", "RoPE-ID's text loss past L degrades less than RoPE's", "(implied: RoPE-ID extrapolates)",
-          ("loss past L - inside L: RoPE %+.3f, RoPE-ID %+.3f (T = %d)"):format(dr, di, Tmax),
-          di < dr - 0.02 and "SUPPORTED" or "NOT SUPPORTED",
-          "RoPE-ID's rise of the loss past L (windows past L minus inside L) is smaller than RoPE's by > 0.02 nats")
-  c.V = V
-end
-
--- The verdict table and its rules into the report and the run file, which
--- then takes its final name; the closing lines and DIR/report.txt.
-local function finish(c, r)
-  local V = c.V
+-- 6. Every loss and accuracy pooled over the seeds: mean and 95% t-interval
+-- per variant and length (no interval with one seed), printed and written to
+-- pooled/ in the run file.
+local function pooled(runs, r, f)
+  local c1, lengths = runs[1], runs[1].lengths
   r:out("")
-  r:out("-- Verdicts (rows: VERDICT id | claim | paper | ours | verdict; text models for C1-C5 and C7)")
+  r:out("-- 4. Pooled over %d seed(s) (%s): mean [95%% t-interval over seeds] per length", #runs,
+      table.concat(c1.seeds, ","))
+  local whats = {{"loss", "text loss (nats/byte)", function(e) return e.loss end},
+                 {"acc", "passkey accuracy (exact match)", function(e) return e.acc end}}
+  for _, name in ipairs(c1.o.tasks) do
+    whats[#whats + 1] = {name, ("%s accuracy (exact match; chance %.3f)"):format(name, M.ret_kinds[name].chance(c1.o)),
+                         function(e) return e.racc[name] end}
+  end
+  for _, what in ipairs(whats) do
+    r:out("%s", what[2])
+    for _, v in ipairs(M.variants) do
+      local parts, means, los, his = {}, {}, {}, {}
+      for i = 1, #lengths do
+        local xs = {}
+        for s, c in ipairs(runs) do xs[s] = what[3](c.E[v.name])[i] end
+        local m, lo, hi = rules.mean_ci(xs)
+        means[i], los[i], his[i] = m, lo, hi
+        parts[i] = ("T=%d %s"):format(lengths[i], rules.ci_text(m, lo, hi))
+      end
+      r:out("POOLED %-8s %-15s %s", what[1], v.name, table.concat(parts, "; "))
+      local g = ("pooled/%s/%s"):format(what[1], v.name)
+      f:write(g, {means, los, his})                                          -- [3, lengths]: mean, lo, hi
+      f:set_attr(g, "rows", "mean,lo,hi")
+      f:set_attr(g, "n_seeds", #runs)
+    end
+  end
+end
+
+-- 7. The verdicts: each rule of rope_id_rules.lua on the numbers of every seed.
+local function judge(runs)
+  local c1 = runs[1]
+  local lengths, L = c1.lengths, c1.L
+  -- the prefix length the geometry rules read: 4L (or the longest evaluated below it)
+  local j4 = 1
+  for i, T in ipairs(lengths) do if T <= 4 * L then j4 = i end end
+  local i2 = 1
+  for i, T in ipairs(lengths) do if T == 2 * L then i2 = i end end
+  local octaves = rules.band_octaves(L)
+  local ns = #runs
+  local x1 = {ratio_rot = {}, ratio_pre = {}, seeds = ns, T = lengths[j4], L = L}
+  local x2 = {ratio_rot = {}, ratio_pre = {}, seeds = ns, T = lengths[j4], L = L, cos_L = 0, cos_T = 0}
+  local x3 = {pos_in = {}, pos_past = {}, seeds = ns}
+  local x4 = {retention = {}, seeds = ns, best = -1}
+  local x5 = {retention = {}, srank_excess = {}, seeds = ns, octaves = octaves, L = L}
+  -- retrieval rows: the other tasks first (C6, C8, ...), passkey last as its own row
+  local rets = {}
+  for _, name in ipairs(c1.o.tasks) do
+    rets[#rets + 1] = {task = name, chance = M.ret_kinds[name].chance(c1.o), get = function(e) return e.racc[name] end}
+  end
+  rets[#rets + 1] = {task = "passkey", chance = 0.1 ^ c1.o.value_len, get = function(e) return e.acc end}
+  for k, x in ipairs(rets) do
+    x.row = k == 1 and "C6" or ("C%d"):format(6 + k)
+    x.rope, x.id, x.rope_L, x.id_L, x.T, x.octaves = {}, {}, {}, {}, lengths[i2], octaves
+  end
+  local x7 = {rise_rope = {}, rise_id = {}, T = c1.Tmax, octaves = octaves}
+  local function add(dst, src) for _, v in ipairs(src) do dst[#dst + 1] = v end end
+  local ncos = 0
+  for s, c in ipairs(runs) do
+    local PR, PI = c.PG.rope, c.PG.rope_id
+    geo.head_ratios(PR, "srank_rot", j4, x1.ratio_rot)
+    geo.head_ratios(PR, "srank_pre", j4, x1.ratio_pre)
+    geo.head_ratios(PR, "s1_rot", j4, x2.ratio_rot)
+    geo.head_ratios(PR, "s1_pre", j4, x2.ratio_pre)
+    for _, hs in ipairs(PR.cos_rot) do
+      for _, v in ipairs(hs) do x2.cos_L, x2.cos_T, ncos = x2.cos_L + v[1], x2.cos_T + v[j4], ncos + 1 end
+    end
+    local SR, SI = c.SINK.rope, c.SINK.rope_id
+    add(x3.pos_in, SR.pos_in_h)
+    add(x3.pos_past, SR.pos_past_h)
+    add(x4.retention, SR.retention_h)
+    x4.best = math.max(x4.best, SR.first_best)
+    add(x5.retention, SI.retention_h)
+    local rr, rp = geo.head_ratios(PI, "srank_rot", j4), geo.head_ratios(PI, "srank_pre", j4)
+    add(x5.srank_excess, rules.ratios(rr, rp))
+    for _, x in ipairs(rets) do
+      x.rope[s], x.id[s] = x.get(c.E.rope)[i2], x.get(c.E.rope_id)[i2]
+      x.rope_L[s], x.id_L[s] = x.get(c.E.rope)[1], x.get(c.E.rope_id)[1]
+    end
+    x7.rise_rope[s] = c.E.rope.loss_past - c.E.rope.loss_in
+    x7.rise_id[s] = c.E.rope_id.loss_past - c.E.rope_id.loss_in
+  end
+  x2.cos_L, x2.cos_T = x2.cos_L / ncos, x2.cos_T / ncos
+  local V = {rules.C1(x1), rules.C2(x2), rules.C3(x3), rules.C4(x4), rules.C5(x5)}
+  local tail = {}
+  for k, x in ipairs(rets) do
+    local row = rules.C6(x)
+    -- every length, not only 2L
+    local at = {}
+    for i, T in ipairs(lengths) do
+      local a, b = 0, 0
+      for _, c in ipairs(runs) do a, b = a + x.get(c.E.rope)[i] / ns, b + x.get(c.E.rope_id)[i] / ns end
+      at[i] = ("%d: %.2f/%.2f"):format(T, a, b)
+    end
+    row.ours = row.ours .. "; RoPE/RoPE-ID at " .. table.concat(at, ", ")
+    if k == 1 then V[6] = row else tail[#tail + 1] = row end
+  end
+  V[7] = rules.C7(x7)
+  for _, row in ipairs(tail) do V[#V + 1] = row end
+  for i, v in ipairs(V) do
+    V[i] = report.verdict(v.id, v.claim, v.paper, v.ours, v.word, v.rule)
+    V[i].n, V[i].seeds, V[i].lo, V[i].hi = v.n, v.seeds, v.lo, v.hi
+  end
+  return V
+end
+
+-- The verdict table and its rules into the report, the run file (which then
+-- takes its final name) and DIR/verdicts.tsv; the closing lines and DIR/report.txt.
+local function finish(c, r, V, f)
+  r:out("")
+  r:out("-- Verdicts (rows: VERDICT id | claim | paper | ours | verdict; text models for C1-C5 and C7; %d seed(s))",
+      #c.seeds)
   r:verdicts(V, {58, 40, 62})
   r:rules(V)
-  do
-    local f <close> = mp.h5.open(c.tmp, "r+")
-    for _, v in ipairs(V) do
-      local g = "verdicts/" .. v.id
-      f:write(g, {v.word == "SUPPORTED" and 1 or v.word == "NOT SUPPORTED" and 0 or -1})
-      f:set_attr(g, "claim", v.claim)
-      f:set_attr(g, "paper", v.paper)
-      f:set_attr(g, "ours", v.ours)
-      f:set_attr(g, "verdict", v.word)
-      f:set_attr(g, "rule", v.rule)
-    end
+  local tsv = {"id\tclaim\tpaper\tours\tn\tseeds\tlo\thi\tverdict\trule"}
+  for _, v in ipairs(V) do
+    local g = "verdicts/" .. v.id
+    f:write(g, {v.word == "SUPPORTED" and 1 or v.word == "NOT SUPPORTED" and 0 or -1})
+    f:set_attr(g, "claim", v.claim)
+    f:set_attr(g, "paper", v.paper)
+    f:set_attr(g, "ours", v.ours)
+    f:set_attr(g, "verdict", v.word)
+    f:set_attr(g, "rule", v.rule)
+    f:set_attr(g, "n", v.n)
+    f:set_attr(g, "seeds", v.seeds)
+    f:set_attr(g, "lo", v.lo)
+    f:set_attr(g, "hi", v.hi)
+    tsv[#tsv + 1] = table.concat({v.id, v.claim, v.paper, v.ours, v.n, v.seeds, ("%.6g"):format(v.lo),
+                                  ("%.6g"):format(v.hi), v.word, v.rule}, "\t")
   end
+  f:close()
   assert(os.rename(c.tmp, c.h5))
+  require("cli").write_text(c.o.out .. "/verdicts.tsv", table.concat(tsv, "\n") .. "\n")
   r:out("")
   r:out("HDF5: %s", c.h5)
-  r:out("checkpoints: %s/{text,ret}_{%s,drope}.h5", c.mdir, table.concat(M.schemes, ","))
-  for _, p in ipairs(c.figs) do r:out("figure: %s", p) end
-  r:out("time: training %ds, evaluation %ds, geometry %ds, total %ds", c.s1, c.s2, c.s3, os.time() - c.t_start)
+  r:out("verdicts: %s/verdicts.tsv", c.o.out)
+  r:out("checkpoints: %s/models/seed<N>/{text,ret,%s}_{%s,drope}.h5", c.o.out, table.concat(c.o.tasks, ","),
+      table.concat(M.schemes, ","))
+  for _, p in ipairs(c.figs) do r:out("figure: %s (seed %d)", p, c.o.seed) end
+  r:out("time: total %ds", os.time() - c.t_start)
   r:save(c.o.out .. "/report.txt")
 end
 
+-- Runs the probe: o is a preset (M.preset) with out set; o.seeds (a list,
+-- default {o.seed}) are the seeds, each a full set of models, evaluations and
+-- geometry; the figures show the first seed; the verdicts pool all of them.
 function M.run(o)
-  local c = plan(o)
+  local seeds = o.seeds or {o.seed}
   mp.mkdir(o.out)
   o.format = o.format or "png"
   local r = report.new()   -- under mpirun, rank 0 alone prints and writes
-  prepare_data(c, r)
-  if not train(c, r) then return nil end   -- other ranks: their share is done
-  evaluate(c, r)
-  geometry(c, r)
-  write_h5(c)
-  figures(c)
-  judge(c)
-  finish(c, r)
-  return {verdicts = c.V, h5 = c.h5, figures = c.figs, E = c.E, summary = c.summary, sinks = c.SINK}
+  local t_start = os.time()
+  local ci = {path = o.corpus}
+  if not ci.path then
+    ci.path = o.out .. "/corpus.txt"
+    if r.root then ci.bytes, ci.sources = M.build_corpus(ci.path) end
+    mp.mpi.barrier()                  -- the other ranks read it
+  end
+  local runs, f = {}, nil
+  for si, seed in ipairs(seeds) do
+    local os_ = {}
+    for k, v in pairs(o) do os_[k] = v end
+    os_.seed = seed
+    local c = plan(os_)
+    c.seeds, c.first, c.corpus_info, c.t_start = seeds, si == 1, ci, t_start
+    prepare_data(c, r)
+    if #seeds > 1 then r:out(""); r:out("== seed %d ==", seed) end
+    if train(c, r) then          -- false on MPI ranks other than 0: their share of this seed is done
+      evaluate(c, r)
+      geometry(c, r)
+      if si == 1 then
+        c.h5 = o.out .. "/rope_id.h5"
+        c.tmp = c.h5 .. ".tmp"
+        f = mp.h5.open(c.tmp, "w")
+        write_h5_root(c, f)
+        figures(c)
+      end
+      write_h5(c, f)
+      r:out("time (seed %d): training %ds, evaluation %ds, geometry %ds", seed, c.s1, c.s2, c.s3)
+      for _, per in pairs(c.models) do for _, m in pairs(per) do m:close() end end
+      c.models = nil             -- the checkpoints stay on disk; the verdicts need the numbers only
+      runs[#runs + 1] = c
+    end
+  end
+  if #runs == 0 then return nil end
+  local c = runs[1]
+  pooled(runs, r, f)
+  local V = judge(runs)
+  finish(c, r, V, f)
+  local E, summary, sinks = {}, {}, {}
+  for i, ci_ in ipairs(runs) do E[i], summary[i], sinks[i] = ci_.E, ci_.summary, ci_.SINK end
+  return {verdicts = V, h5 = c.h5, figures = c.figs, E = E, summary = summary, sinks = sinks, seeds = seeds}
 end
 
 return M

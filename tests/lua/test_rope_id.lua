@@ -33,6 +33,11 @@ if mode == "unit" then
   local s = 0
   for w = 0, 3 do s = s + rid.window_loss(m, tok, tgt, 8 * w, 8) / 4 end
   near(s, full, 1e-5, "mean of 4 equal windows = m:loss")
+  -- all windows from one forward pass = one m:loss per window
+  local wl = rid.window_losses(m, tok, tgt, 8, 4)
+  local worst = 0
+  for w = 0, 3 do worst = math.max(worst, math.abs(wl[w + 1] - rid.window_loss(m, tok, tgt, 8 * w, 8))) end
+  near(worst, 0, 1e-4, "window_losses (one pass) = window_loss per window (worst difference)")
 
   -- passkey accuracy on a stub model whose logits are known: sequence 1 right,
   -- sequence 2 with its second digit wrong -> exact 0.5, digits 0.75
@@ -157,6 +162,163 @@ if mode == "unit" then
   near(worst.srank, 0, 1e-3, "stable rank of the keys per window (worst relative difference)")
   near(worst.s1, 0, 1e-3, "sigma1 share of the keys per window (worst difference)")
   check(#G.first == 2 and #G.first[1] == 4 and #G.first[1][1] == T // W, "geometry shape [layers][heads][windows]")
+
+  -- ---- prefix-frame geometry (rope_id_geo) on planted keys
+  local geo, rules = require "rope_id_geo", require "rope_id_rules"
+  local Dh, LL, TT = 16, 64, 256
+  local freq = {}                                   -- RoPE's frequencies, theta 10000, d_head 16
+  for i = 0, Dh // 2 - 1 do freq[i + 1] = 10000 ^ (-2 * i / Dh) end
+  -- keys k_s = c + noise (a "cluster"), pre-rotation, and R(s) k_s rotated by
+  -- pair-wise angles s * freq (R(s) as RoPE: pair i = channels 2i+1, 2i+2)
+  local function planted(c, noise, seed, shift)
+    local pre, rot = mp.zeros{TT, Dh}, mp.zeros{TT, Dh}
+    local x = seed
+    local function rnd() x = (x * 1103515245 + 12345) % 2147483648; return x / 2147483648 - 0.5 end
+    for s = 0, TT - 1 do
+      local k = {}
+      for j = 1, Dh do k[j] = c[j] + noise * rnd(); pre:set(k[j], s + 1, j) end
+      for i = 1, Dh // 2 do
+        local a = (s - (shift or 0)) * freq[i]
+        local u, v = k[2 * i - 1], k[2 * i]
+        rot:set(math.cos(a) * u - math.sin(a) * v, s + 1, 2 * i - 1)
+        rot:set(math.sin(a) * u + math.cos(a) * v, s + 1, 2 * i)
+      end
+    end
+    return pre, rot
+  end
+  local function unit(pair, amp)             -- a centre in one channel pair (0-based pair), amplitude amp
+    local c = {}
+    for j = 1, Dh do c[j] = 0 end
+    c[2 * pair + 1] = amp
+    return c
+  end
+  -- closed form: a constant key in one pair rotated at w: the rows are
+  -- a (cos ws, sin ws), s < n; X'X has eigenvalues n a^2/2 +- (a^2/2)|sin(nw)/sin(w)|,
+  -- so srank = 2n / (n + |sin(nw) / sin w|)
+  for _, pair in ipairs{3, 4, 5} do
+    local _, rot = planted(unit(pair, 2), 0, 1)
+    local st = geo.prefix_stats(rot, {LL, TT}, rot)
+    local w = freq[pair + 1]
+    for i, n in ipairs{LL, TT} do
+      local want = 2 * n / (n + math.abs(math.sin(n * w) / math.sin(w)))
+      near(st.srank[i], want, 1e-4 * want, ("prefix srank of one pair rotating at %.4g over [0, %d)"):format(w, n))
+      near(st.s1[i], 1 / want, 1e-4, "sigma1 share = 1 / stable rank")
+      near(st.cos[i], 1, 1e-6, "centroid cosine of a cloud with itself")
+    end
+  end
+  -- the query's frame: the prefix statistics of R(s - t) k_s (every key turned
+  -- back by the query's R(t)) equal those of R(s) k_s
+  do
+    local c = unit(3, 1.5); c[9], c[3] = 0.7, -0.4
+    local _, rot = planted(c, 0.3, 7)
+    local _, rel = planted(c, 0.3, 7, 200)       -- R(s - 200) k_s
+    local a, b = geo.prefix_stats(rot, {LL, TT}), geo.prefix_stats(rel, {LL, TT})
+    for i = 1, 2 do near(a.srank[i], b.srank[i], 1e-4 * a.srank[i], "prefix srank is the same in the query's frame") end
+    check(a.srank[2] > 1.2 * a.srank[1], ("prefix srank can change with t: %.3f -> %.3f"):format(a.srank[1], a.srank[2]))
+  end
+  -- C1 / C2 on planted heads: keys whose cluster lies in pairs that rotate by
+  -- far more over [0, 4L) than over [0, L) (pairs 3, 4: 0.032, 0.01 rad/token)
+  -- vs the same clusters unrotated vs a mixture with slow pairs (6, 7)
+  local function head_set(specs, rotate)
+    local x = {rr = {}, rp = {}, sr = {}, sp = {}}
+    for h, sp in ipairs(specs) do
+      local c = {}
+      for j = 1, Dh do c[j] = 0 end
+      for pair, amp in pairs(sp) do c[2 * pair + 1] = amp end
+      local pre, rot = planted(c, 0.05, h)
+      local a, b = geo.prefix_stats(rotate and rot or pre, {LL, TT}), geo.prefix_stats(pre, {LL, TT})
+      x.rr[h], x.rp[h] = a.srank[2] / a.srank[1], b.srank[2] / b.srank[1]
+      x.sr[h], x.sp[h] = a.s1[2] / a.s1[1], b.s1[2] / b.s1[1]
+    end
+    local c1 = rules.C1{ratio_rot = x.rr, ratio_pre = x.rp, seeds = 1, T = TT, L = LL}
+    local c2 = rules.C2{ratio_rot = x.sr, ratio_pre = x.sp, seeds = 1, T = TT, L = LL}
+    return c1, c2
+  end
+  local fast = {{[3] = 2}, {[4] = 2}, {[3] = 2, [4] = 1}, {[3] = 1, [4] = 2}, {[4] = 2, [5] = 0.5}}
+  local mixed = {{[3] = 2}, {[7] = 2}, {[3] = 2, [4] = 1}, {[6] = 2}}
+  local c1, c2 = head_set(fast, true)
+  check(c1.word == "SUPPORTED" and c2.word == "SUPPORTED", ("keys rotating into unseen angles: C1 %s [%.3f, %.3f], C2 %s")
+        :format(c1.word, c1.lo, c1.hi, c2.word))
+  c1, c2 = head_set(fast, false)
+  check(c1.word == "NOT SUPPORTED" and c2.word == "NOT SUPPORTED", ("unrotated clusters: C1 %s [%.3f, %.3f], C2 %s")
+        :format(c1.word, c1.lo, c1.hi, c2.word))
+  c1, c2 = head_set(mixed, true)
+  check(c1.word == "INCONCLUSIVE" and c2.word == "INCONCLUSIVE", ("half the heads in slow pairs: C1 %s [%.3f, %.3f], C2 %s")
+        :format(c1.word, c1.lo, c1.hi, c2.word))
+  check(c1.n == 4 and c1.ours:find("n = 4", 1, true) and c1.rule:find("1.10", 1, true), "C1 row names n and its rule")
+
+  -- ---- every other rule says each of its words on planted numbers
+  local function word(r) return r.word end
+  local S, N, I = "SUPPORTED", "NOT SUPPORTED", "INCONCLUSIVE"
+  near(rules.band_octaves(64), 0, 1e-12, "no band at L = 64")
+  near(rules.band_octaves(128), 1, 1e-12, "one octave at L = 128")
+  near(rules.band_octaves(512), 3, 1e-12, "three octaves at L = 512")
+  local m_, lo_, hi_ = rules.mean_ci{1, 2, 3}
+  near(m_, 2, 1e-12, "mean"); near(hi_ - m_, 4.303 / math.sqrt(3), 1e-9, "95% t half-width, 3 values")
+  local cases = {
+    {"C3", {pos_in = {}, pos_past = {}, seeds = 3}, I, "no sink head"},
+    {"C3", {pos_in = {0.5, 0.52, 0.48}, pos_past = {0.7, 0.73, 0.69}, seeds = 1}, S, "q.k turn positive"},
+    {"C3", {pos_in = {0.5, 0.52, 0.48}, pos_past = {0.5, 0.51, 0.49}, seeds = 1}, N, "no rise"},
+    {"C3", {pos_in = {0.97, 0.98, 0.99}, pos_past = {1, 1, 1}, seeds = 1}, I, "saturated inside L"},
+    {"C3", {pos_in = {0.5, 0.5, 0.5, 0.5}, pos_past = {0.5, 0.7, 0.5, 0.7}, seeds = 1}, I, "straddles 0.05"},
+    {"C4", {retention = {}, seeds = 3, best = 0.1}, I, "no sink head"},
+    {"C4", {retention = {0.3, 0.32, 0.28}, seeds = 1}, S, "sink collapses"},
+    {"C4", {retention = {1.0, 1.02, 0.98}, seeds = 1}, N, "sink kept"},
+    {"C4", {retention = {0.3, 1.0, 0.5, 0.9}, seeds = 1}, I, "straddles 0.67"},
+    {"C5", {retention = {0.95, 0.97, 0.99}, srank_excess = {1, 1.01, 1.02}, seeds = 3, octaves = 0, L = 64}, I, "no band"},
+    {"C5", {retention = {}, srank_excess = {1, 1.01, 1.02}, seeds = 3, octaves = 3, L = 512}, I, "no RoPE-ID sink"},
+    {"C5", {retention = {0.95, 0.97, 0.99}, srank_excess = {1, 1.01, 1.02}, seeds = 3, octaves = 3, L = 512}, S, "kept"},
+    {"C5", {retention = {0.3, 0.35, 0.32}, srank_excess = {1, 1.01, 1.02}, seeds = 3, octaves = 3, L = 512}, N, "sink lost"},
+    {"C5", {retention = {0.95, 0.97, 0.99}, srank_excess = {1.4, 1.5, 1.45}, seeds = 3, octaves = 3, L = 512}, N, "smeared"},
+    {"C5", {retention = {0.5, 1.0, 0.6, 1.0}, srank_excess = {1, 1.01, 1.02}, seeds = 3, octaves = 3, L = 512}, I, "straddles"},
+    {"C6", {rope = {0.2, 0.25, 0.22}, id = {0.6, 0.65, 0.62}, task = "t", T = 1024, octaves = 3}, S, "RoPE-ID better"},
+    {"C6", {rope = {0.6, 0.62, 0.61}, id = {0.6, 0.62, 0.61}, task = "t", T = 1024, octaves = 3}, N, "equal"},
+    {"C6", {rope = {0.2, 0.25, 0.22}, id = {0.6, 0.65, 0.62}, task = "t", T = 1024, octaves = 1}, I, "no band"},
+    {"C6", {rope = {0.2, 0.25}, id = {0.6, 0.65}, task = "t", T = 1024, octaves = 3}, I, "two seeds"},
+    {"C6", {rope = {0.99, 1, 0.98}, id = {1, 1, 1}, task = "t", T = 1024, octaves = 3}, I, "ceiling"},
+    {"C6", {rope = {0.2, 0.2, 0.2}, id = {0.2, 0.5, 0.25}, task = "t", T = 1024, octaves = 3}, I, "straddles"},
+    {"C6", {rope = {0.2, 0.25, 0.22}, id = {0.6, 0.65, 0.62}, rope_L = {0.3, 0.3, 0.3}, id_L = {0.9, 0.9, 0.9},
+            chance = 0.25, task = "t", T = 1024, octaves = 3}, I, "RoPE did not learn the task at L"},
+    {"C6", {rope = {0.2, 0.25, 0.22}, id = {0.6, 0.65, 0.62}, rope_L = {0.9, 0.8, 0.9}, id_L = {0.9, 0.9, 0.9},
+            chance = 0.25, task = "t", T = 1024, octaves = 3}, S, "both learned at L, RoPE-ID better at 2L"},
+    {"C7", {rise_rope = {1, 1.1, 1.05}, rise_id = {0.2, 0.25, 0.22}, T = 4096, octaves = 3}, S, "RoPE-ID rises less"},
+    {"C7", {rise_rope = {1, 1.1, 1.05}, rise_id = {1, 1.1, 1.05}, T = 4096, octaves = 3}, N, "same rise"},
+    {"C7", {rise_rope = {1, 1.1, 1.05}, rise_id = {1, 0.8, 1.1}, T = 4096, octaves = 3}, I, "straddles"},
+    {"C7", {rise_rope = {1, 1.1}, rise_id = {0.2, 0.25}, T = 4096, octaves = 3}, I, "two seeds"},
+  }
+  for _, cs in ipairs(cases) do
+    local r = rules[cs[1]](cs[2])
+    check(word(r) == cs[3], ("%s, %s: %s, want %s (%s)"):format(cs[1], cs[4], r.word, cs[3], r.ours))
+    check(r.claim ~= "" and r.paper ~= "" and r.rule ~= "" and r.ours:find("seed", 1, true), cs[1] .. " row complete")
+  end
+  os.execute("rm -rf " .. dir)
+elseif mode == "gpu" then
+  -- ---- --preset gpu's shape at a tiny size, two seeds
+  local report, ok, out, dir = t.run_probe("rope_id",
+    "--preset gpu --steps 2 --length 64 --d-model 32 --sequences 1 --seeds 1,2 --format svg")
+  check(ok, "rope_id --preset gpu (tiny) exited non-zero:\n" .. report)
+  check(report:find("models: d_model 32, 8 layers x 8 heads (d_head 64)", 1, true) ~= nil, "gpu shape: 8 x 8 heads of 64")
+  local verdicts = require "verdicts"
+  local rows = verdicts.parse(report)
+  local bad = verdicts.problems(rows)
+  check(#rows == 9 and #bad == 0, ("9 well-formed verdict rows (%d, %s)"):format(#rows, table.concat(bad, "; ")))
+  local f <close> = mp.h5.open(out .. "/rope_id.h5")
+  local A = f:attrs("/")
+  check(A.preset == "gpu" and A.L == 64 and tostring(A.seeds) == "1,2", "root attributes: gpu, L = 64, seeds 1,2")
+  check(f:read("lengths"):numel() == 4 and f:read("lengths"):get(4) == 512, "lengths 1x..8x L")
+  -- pooled = mean of the two seeds' numbers, with a t-interval (df 1: 12.706)
+  local rules = require "rope_id_rules"
+  local a, b = f:read("seeds/1/text/loss"), f:read("seeds/2/text/loss")
+  local pl = f:read("pooled/loss/rope")
+  local m, lo, hi = rules.mean_ci{a:get(1, 2), b:get(1, 2)}
+  near(pl:get(1, 2), m, 1e-5, "pooled loss = mean of the seeds (stored as float)")
+  near(pl:get(3, 2) - pl:get(1, 2), 12.706 * math.abs(a:get(1, 2) - b:get(1, 2)) / 2, 1e-4, "pooled interval half-width")
+  check(f:read("seeds/2/variants/rope/prefix/srank_rot"):size(3) == 4, "seed 2 prefix geometry at 4 lengths")
+  check(f:read("seeds/2/retrieval_tasks/vartrack/acc"):size(2) == 4, "seed 2 vartrack accuracy at 4 lengths")
+  -- the C1 row pools both seeds' heads: 2 x 64
+  local c1 = f:attrs("verdicts/C1")
+  check(c1.n == 128 and c1.seeds == 2, ("C1 over 128 heads of 2 seeds (n %s, seeds %s)"):format(tostring(c1.n), tostring(c1.seeds)))
+  check(io.open(out .. "/models/seed2/vartrack_rope_id.h5") ~= nil, "seed 2's checkpoints")
   os.execute("rm -rf " .. dir)
 else
   -- ---- the quick probe end to end
@@ -168,10 +330,10 @@ else
   local rows = verdicts.parse(report)
   local bad, ids = verdicts.problems(rows)
   check(#bad == 0, "verdict rows well formed:\n" .. table.concat(bad, "\n"))
-  check(#rows == 7, ("7 verdict rows, got %d:\n%s"):format(#rows, report))
+  check(#rows == 9, ("9 verdict rows, got %d:\n%s"):format(#rows, report))
   for id in pairs(ids) do check(report:find("\nRULE " .. id .. ": ", 1, true), "rule for " .. id) end
 
-  for _, name in ipairs{"text_loss", "retrieval_accuracy", "geometry_schemes", "geometry_rope_variants",
+  for _, name in ipairs{"text_loss", "retrieval_accuracy", "retrieval_tasks", "geometry_schemes", "geometry_rope_variants",
                         "pca_sink_head"} do
     local fh = io.open(("%s/%s.svg"):format(out, name))
     check(fh ~= nil, "figure " .. name)
@@ -184,17 +346,17 @@ else
     rf:close()
     check(txt:find("VERDICT C6", 1, true) and txt:find("ACC rope_id ", 1, true), "report.txt holds the tables")
   end
-  check(io.open(out .. "/models/text_rope_id.h5") ~= nil, "checkpoint of the RoPE-ID text model")
+  check(io.open(out .. "/models/seed1/text_rope_id.h5") ~= nil, "checkpoint of the RoPE-ID text model")
 
   local f <close> = mp.h5.open(out .. "/rope_id.h5")
   local A = f:attrs("/")
-  check(A.preset == "quick" and A.L == 64, "root attributes")
+  check(A.preset == "quick" and A.L == 64 and tostring(A.seeds) == "1" and A.band_octaves == 0, "root attributes")
   local variants = {}
   for v in tostring(A.variants):gmatch("[^,]+") do variants[#variants + 1] = v end
   check(#variants == 10, "10 variants, got " .. #variants)
   local lengths = f:read("lengths")
   check(lengths:numel() == 3 and lengths:get(1) == 64 and lengths:get(3) == 256, "lengths 64, 128, 256")
-  local acc, loss = f:read("retrieval/acc"), f:read("text/loss")
+  local acc, loss = f:read("seeds/1/retrieval/acc"), f:read("seeds/1/text/loss")
   check(acc:size(1) == 10 and acc:size(2) == 3, "retrieval/acc [10, 3]")
   -- printed tables = file (to the printed precision)
   for i, v in ipairs(variants) do
@@ -210,7 +372,7 @@ else
     check(#lv == 5, "printed loss row of " .. v)
     for j = 1, math.min(#lv, 3) do near(lv[j], loss:get(i, j), 5e-5 + 1e-7, ("text loss %s at %d"):format(v, lengths:get(j))) end
     -- consistency: per-variant datasets, and the loss at T = L is the mean of the windows inside L
-    local g = "variants/" .. v
+    local g = "seeds/1/variants/" .. v
     near(f:read(g .. "/retrieval_acc"):get(2), acc:get(i, 2), 1e-7, v .. " retrieval_acc = table")
     local lw = f:attrs(g .. "/text_loss_window")
     if not ({rope_pi = true, rope_ntk = true, rope_yarn = true})[v] then   -- the scaled ones depend on T
@@ -222,6 +384,17 @@ else
           v .. " geometry [layers, heads, windows]")
     check(first:min() >= 0 and first:max() <= 1 + 1e-6, v .. " first-token attention in [0, 1]")
     check(f:read(g .. "/pca_sink_head"):size(1) == 4, v .. " PCA projections")
+    -- prefix geometry [layers, heads, lengths]; without rotation (none, DroPE)
+    -- the post-rotation keys are the pre-rotation ones
+    local pr, pp = f:read(g .. "/prefix/srank_rot"), f:read(g .. "/prefix/srank_pre")
+    check(pr:dim() == 3 and pr:size(1) == 2 and pr:size(2) == 4 and pr:size(3) == 3, v .. " prefix [layers, heads, lengths]")
+    local dmax = 0
+    for l = 1, 2 do for h = 1, 4 do for j = 1, 3 do dmax = math.max(dmax, math.abs(pr:get(l, h, j) - pp:get(l, h, j))) end end end
+    if v == "none" or v == "drope" then near(dmax, 0, 1e-4, v .. ": rotated = pre-rotation prefix srank") end
+    if v == "rope" then check(dmax > 0.1, "rope: rotation changes the prefix srank") end
+    -- the pooled row of one seed is the seed's value
+    local prow = report:match("\nPOOLED loss%s+" .. v:gsub("%p", "%%%0") .. "%s+T=%d+ ([%d.]+)")
+    near(tonumber(prow) or -1, loss:get(i, 1), 5e-4 + 1e-9, v .. ": pooled loss row at L")
   end
   -- verdicts in the file = printed
   for _, r in ipairs(rows) do
@@ -229,14 +402,63 @@ else
     check(va.verdict == r[5], r[1] .. " verdict in the file: " .. tostring(va.verdict))
     check(va.claim == r[2], r[1] .. " claim in the file")
   end
-  -- C6 quotes the accuracies at 2L
+  -- C1 quotes RoPE's mean prefix srank ratio [0, 4L) / [0, L) of the file
+  do
+    local pr = f:read("seeds/1/variants/rope/prefix/srank_rot")
+    local sum = 0
+    for l = 1, 2 do for h = 1, 4 do sum = sum + pr:get(l, h, 3) / pr:get(l, h, 1) / 8 end end
+    local c1
+    for _, r in ipairs(rows) do if r[1] == "C1" then c1 = r[4] end end
+    local q = tonumber((c1 or ""):match("rotated x([%d.]+)"))
+    near(q or -1, sum, 5e-3 + 1e-9, "C1 quotes the file's prefix srank ratio")
+    -- quick: L = 64 has no RoPE-ID band, one seed: C5-C7 cannot decide
+    for _, r in ipairs(rows) do
+      if r[1]:match("^C[5-9]$") then check(r[5] == "INCONCLUSIVE", r[1] .. " inconclusive at L = 64") end
+    end
+  end
+  -- verdicts.tsv = printed
+  do
+    local fh = io.open(out .. "/verdicts.tsv")
+    check(fh ~= nil, "verdicts.tsv")
+    local n, same = 0, 0
+    for line in (fh and fh:read("a") or ""):gmatch("[^\n]+") do
+      local fld = {}
+      for x in (line .. "\t"):gmatch("(.-)\t") do fld[#fld + 1] = x end
+      for _, r in ipairs(rows) do if r[1] == fld[1] and r[5] == fld[9] then same = same + 1 end end
+      n = n + 1
+    end
+    if fh then fh:close() end
+    check(n == 10 and same == 9, ("verdicts.tsv: header + 9 rows agreeing with the report (%d lines, %d agree)"):format(n, same))
+  end
+  -- the other retrieval tasks: printed TASKACC rows = file, chance stated; C6
+  -- (multikey) and C8 (vartrack) quote the file's accuracies at 2L
+  for _, task in ipairs{{"multikey", "C6", 0.25}, {"vartrack", "C8", 0.5}} do
+    local ta = f:read(("seeds/1/retrieval_tasks/%s/acc"):format(task[1]))
+    check(ta:size(1) == 10 and ta:size(2) == 3, task[1] .. " accuracy [10, 3]")
+    near(f:attrs(("seeds/1/retrieval_tasks/%s/acc"):format(task[1])).chance, task[3], 1e-12, task[1] .. " chance")
+    for i, v in ipairs(variants) do
+      local row = report:match("\nTASKACC " .. task[1] .. "%s+" .. v:gsub("%p", "%%%0") .. "%s+([%d.%s]+)\n")
+      local vals = {}
+      for x in (row or ""):gmatch("[%d.]+") do vals[#vals + 1] = tonumber(x) end
+      check(#vals == 3, ("printed %s row of %s"):format(task[1], v))
+      for j = 1, #vals do near(vals[j], ta:get(i, j), 5e-4 + 1e-9, ("%s %s at %d"):format(task[1], v, lengths:get(j))) end
+    end
+    local ours
+    for _, r in ipairs(rows) do if r[1] == task[2] then ours = r[4] end end
+    local ar, ai = (ours or ""):match(task[1] .. " at 128: RoPE ([%d.]+), RoPE%-ID ([%d.]+)")
+    local ir, ii
+    for i, v in ipairs(variants) do if v == "rope" then ir = i elseif v == "rope_id" then ii = i end end
+    check(ar and math.abs(tonumber(ar) - ta:get(ir, 2)) <= 5e-4 + 1e-9 and math.abs(tonumber(ai) - ta:get(ii, 2)) <= 5e-4 + 1e-9,
+          task[2] .. " quotes the accuracies at 2L: " .. tostring(ours))
+  end
+  -- C9 (passkey) quotes the accuracies at 2L
   local c6
-  for _, r in ipairs(rows) do if r[1] == "C6" then c6 = r[4] end end
+  for _, r in ipairs(rows) do if r[1] == "C9" then c6 = r[4] end end
   local ar, ai = (c6 or ""):match("RoPE ([%d.]+), RoPE%-ID ([%d.]+)")
   local irope, iid
   for i, v in ipairs(variants) do if v == "rope" then irope = i elseif v == "rope_id" then iid = i end end
   check(ar and math.abs(tonumber(ar) - acc:get(irope, 2)) <= 5e-4 + 1e-9 and math.abs(tonumber(ai) - acc:get(iid, 2)) <= 5e-4 + 1e-9,
-        "C6 quotes the accuracies at 2L: " .. tostring(c6))
+        "C9 quotes the passkey accuracies at 2L: " .. tostring(c6))
   os.execute("rm -rf " .. dir)
 end
 

@@ -469,6 +469,26 @@ check("retrieval depth, key-value, repeat filler", function()
   end
   local a, b2 = mp.tasks.retrieval(kv.params), mp.tasks.retrieval{n_keys = 4, key_len = 3, value_len = 2, seed = 6}
   assert(same_tensor((a:sample(2, kv.min_len + 5)), (b2:sample(2, kv.min_len + 5))), "params rebuild, same seed same batch")
+  -- variable tracking: 2 chains of 2 links; follow the queried key through
+  -- the links written in the tokens to the answer (generator checks in test_tasks.c)
+  local vt = mp.tasks.retrieval{n_keys = 2, hops = 2, key_len = 2, value_len = 1, seed = 3}
+  assert(vt.params.hops == 2 and vt.min_len == 1 + 2 * (6 + 2 * 8) + 7, "hops in params, min_len")
+  assert(tostring(vt):find("variable tracking", 1, true), "describe names the mode")
+  local vtok, _, vtr = check_batch(vt, 4, vt.min_len + 20, "variable tracking")
+  local VT = vt.min_len + 20
+  for b = 1, 4 do
+    local x, key, links = vtok[b], vtr.key[b], 0
+    while true do
+      local at
+      for i = 1, vtr.answer_pos[b] - 7 do
+        if x[i] == 13 and x[i + 1] == key[1] and x[i + 2] == key[2] and x[i + 3] == 14 and x[i - 1] ~= 14 then at = i end
+      end
+      assert(at, "every key in the chain is defined")
+      if x[at + 4] ~= 13 then assert(x[at + 4] == vtr.value[b][1] and x[VT] == x[at + 4], "chain ends at the answer"); break end
+      key, links = {x[at + 5], x[at + 6]}, links + 1
+    end
+    assert(links == 2, "two links followed")
+  end
 end)
 
 check("retrieval errors", function()
@@ -476,6 +496,8 @@ check("retrieval errors", function()
   expect_error(function() mp.tasks.retrieval{depth = 2} end, 'depth must be in [0, 1] or "random" (got 2')
   expect_error(function() mp.tasks.retrieval{filler = "zipf"} end, "filler must be one of")
   expect_error(function() mp.tasks.retrieval{n_keys = 20, key_len = 1} end, "20 distinct keys do not fit in 1 digits")
+  expect_error(function() mp.tasks.retrieval{hops = 65} end, "hops must be <= 64")
+  expect_error(function() mp.tasks.retrieval{hops = 1, depth = 0.5} end, "leave depth random")
   local t = mp.tasks.retrieval{}
   expect_error(function() t:sample(2, t.min_len - 1) end, "is shorter than the")
   expect_error(function() t:token_name(t.vocab) end, "id must be <=")

@@ -106,6 +106,21 @@ for _, c in ipairs{{"layer/learned", mL}, {"rms/rope/gqa", mR}} do
   end)
 end
 
+t.case("left padding, the cache helpers at pos_slice = -1 as each prompt alone", function()
+  for _, m in ipairs{mL, mR} do
+    local _, cache = m:run_with_cache(toks, {attention_mask = mask})
+    local st = cache:decompose_resid(nil, {apply_ln = true, pos_slice = -1})
+    local attrs, bias = cache:logit_attrs(st, {5, 7})
+    for b, p in ipairs{short, long} do
+      local lg, c1 = m:run_with_cache(p)
+      local a1, b1 = c1:logit_attrs(c1:decompose_resid(nil, {apply_ln = true, pos_slice = -1}), b == 1 and 5 or 7)
+      assert(attrs:size(1) == a1:size(1), "components")
+      for c = 1, a1:size(1) do t.near(attrs:get(c, b), a1:get(c, 1), 1e-5, "component " .. c) end
+      t.near(attrs:sum(1):get(b) + bias:get(b), lg:get(1, #p, (b == 1 and 5 or 7) + 1), 1e-4, "row " .. b .. "'s logit")
+    end
+  end
+end)
+
 t.case("attention_mask with the gradient options is refused with a message", function()
   local msg = "attention_mask cannot be combined with loss, incl_bwd or bwd_hooks yet"
   t.expect_error(function()

@@ -391,6 +391,11 @@ static int l_attribution_patch(lua_State *L) {
     lua_newtable(L);
     int acts = lua_gettop(L);
     capture(L, acts, globs, "|clean", hc->hooks, B, T, cfg, 1, 0, fn);
+    lua_pushnil(L);
+    if (!lua_next(L, acts)) /* a glob skipped every point it matched: an empty result would say nothing */
+        luaL_error(L, "%s: names '%s' selects no hook point with a gradient (hook_scale, hook_pos_embed, "
+                      "hook_mlp_in, the per-head inputs and hook_result have none yet)", fn, globs);
+    lua_pop(L, 2);
     capture(L, acts, globs, "|corrupt", hx->hooks, B, T, cfg, 1, 0, fn);
     capture(L, acts, globs, "|grad", hb->hooks, B, T, cfg, 1, 0, fn);
     int64_t ls3[3] = {B, T, cfg->vocab};

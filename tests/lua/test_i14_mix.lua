@@ -155,6 +155,11 @@ t.case("bwd_hooks / incl_bwd at a point without a gradient", function()
     names = function(n) return n:find("blocks.0.", 1, true) == 1 end})
   assert(c2["blocks.0.ln1.hook_scale"] and not c2["blocks.0.ln1.hook_scale_grad"], "filter: hook_scale")
   assert(maxdiff(c2["blocks.0.hook_resid_pre_grad"], cache["blocks.0.hook_resid_pre_grad"]) == 0, "filter: grad")
+  -- attribution patching over a glob that matches only such points is an error, not an empty result
+  t.expect_error(function()
+    mp.attribution_patch(mR, long, {3, 8, 9, 30, 11}, {names = "blocks.*.attn.hook_result", metric = loss,
+                                                       per = "head"})
+  end, "names 'blocks.*.attn.hook_result' selects no hook point with a gradient", "attribution_patch")
   -- a glob in bwd_hooks never fires at hook_scale
   local seen = {}
   mR:run_with_hooks(long, {loss = loss, bwd_hooks = {{"blocks.0.*", function(_, hook) seen[hook.name] = true end}}})

@@ -92,6 +92,12 @@ for _, c in ipairs{{"layer/learned", mL}, {"rms/rope/gqa", mR}} do
     assert(maxdiff(base, m:forward(toks, {attention_mask = mask, fwd_hooks = mk()})) > 1e-4, "no effect")
   end)
 
+  t.case(label .. ": left padding with hook_scale and hook_mlp_in written", function()
+    local mk = function() return {{"blocks.0.ln1.hook_scale", mp.scale(2)}, {"blocks.1.hook_mlp_in", mp.scale(1.5)},
+                                  {"ln_final.hook_scale", mp.scale(0.5)}} end
+    rows_match(m, mk, 1e-5, "editing hook_scale and hook_mlp_in")
+  end)
+
   t.case(label .. ": left padding with hook_result", function()
     local _, cache = m:run_with_cache(toks, {attention_mask = mask,
       names = "blocks.0.attn.hook_result,blocks.0.hook_attn_out"})

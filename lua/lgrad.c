@@ -234,10 +234,14 @@ static void capture_visit(void *u, mp_hook_id id, int layer, const char *name) {
     lua_pop(c->L, 1); /* the table keeps it */
 }
 
-/* Registers copies of the points `globs` selects into tbl[name .. suffix]. */
+/* Registers copies of the points `globs` selects into tbl[name .. suffix].
+ * With need_grad, a point without a gradient is skipped when a glob or a
+ * names filter function (filtered: globs is the list it picked) selected it,
+ * and an error when it was named. */
 static void capture(lua_State *L, int tbl, const char *globs, const char *suffix, mp_hooks *hooks, int B, int T,
-                    const mp_config *cfg, int need_grad, const char *fn) {
-    capture_ctx cc = {L, tbl, suffix, hooks, B, T, cfg, strpbrk(globs, "*?[") == NULL, need_grad, fn, "", MP_OK};
+                    const mp_config *cfg, int need_grad, int filtered, const char *fn) {
+    const int named = !filtered && strpbrk(globs, "*?[") == NULL;
+    capture_ctx cc = {L, tbl, suffix, hooks, B, T, cfg, named, need_grad, fn, "", MP_OK};
     mp_hook_select(cfg, globs, capture_visit, &cc, NULL, 0);
     if (cc.nograd[0]) luaL_error(L, "%s: no gradient at hook %s yet", fn, cc.nograd);
     if (cc.st) mp_lua_fail(L, cc.st);
@@ -331,8 +335,12 @@ int mp_lua_run_grad(lua_State *L, lmodel *lm, guard *g, int B, int T, int opt, c
     if (!gb->hooks) mp_lua_fail(L, MP_ERR_NOMEM);
     int btbl = mp_lua_add_hooks_opt(L, opt, gb->hooks, T, "bwd_hooks");
     check_bwd_names(L, opt, cfg, fn);
-    if (incl_bwd && globs[0])
-        capture(L, cache_idx, globs, "_grad", gb->hooks, B, T, cfg, 1, fn);
+    if (incl_bwd && globs[0]) {
+        /* names = function: a filter (as a glob), not a list of names */
+        const int filtered = mp_lua_opt_get(L, opt, "names") == LUA_TFUNCTION;
+        lua_pop(L, 1);
+        capture(L, cache_idx, globs, "_grad", gb->hooks, B, T, cfg, 1, filtered, fn);
+    }
     const int backward = incl_bwd || mp_hooks_count(gb->hooks) > 0;
     double v = run_fwd_bwd(L, lm->m, g->ints, B, T, mp_hooks_count(g->hooks) ? g->hooks : NULL, ftbl,
                            backward ? gb->hooks : NULL, btbl, &ls, logits, li, fn);
@@ -382,9 +390,14 @@ static int l_attribution_patch(lua_State *L) {
         mp_lua_fail(L, MP_ERR_NOMEM);
     lua_newtable(L);
     int acts = lua_gettop(L);
-    capture(L, acts, globs, "|clean", hc->hooks, B, T, cfg, 1, fn);
-    capture(L, acts, globs, "|corrupt", hx->hooks, B, T, cfg, 1, fn);
-    capture(L, acts, globs, "|grad", hb->hooks, B, T, cfg, 1, fn);
+    capture(L, acts, globs, "|clean", hc->hooks, B, T, cfg, 1, 0, fn);
+    lua_pushnil(L);
+    if (!lua_next(L, acts)) /* a glob skipped every point it matched: an empty result would say nothing */
+        luaL_error(L, "%s: names '%s' selects no hook point with a gradient (hook_scale, hook_pos_embed, "
+                      "hook_mlp_in, the per-head inputs and hook_result have none yet)", fn, globs);
+    lua_pop(L, 2);
+    capture(L, acts, globs, "|corrupt", hx->hooks, B, T, cfg, 1, 0, fn);
+    capture(L, acts, globs, "|grad", hb->hooks, B, T, cfg, 1, 0, fn);
     int64_t ls3[3] = {B, T, cfg->vocab};
     mp_tensor *lt = mp_lua_tensor_new(L, 3, ls3);
     int li = lua_gettop(L);

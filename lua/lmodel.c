@@ -224,6 +224,7 @@ static int run_common(lua_State *L, int want_cache, const char *fn) {
         if (bad[0]) return luaL_error(L, "names: unknown hook name '%s' (see mp.hook_names(model))", bad);
         lua_newtable(L);
         cache_idx = lua_gettop(L);
+        mp_lua_cache_attach(L, cache_idx, 1, B, T); /* cache:accumulated_resid(...) etc. (lcache.c), on both paths */
         cache_ctx cc = {L, cache_idx, g->hooks, B, T, 0, cfg, MP_OK};
         if (globs[0]) mp_hook_select(cfg, globs, cache_visit, &cc, NULL, 0); /* a filter may pick none */
         if (cc.st) return mp_lua_fail(L, cc.st);
@@ -263,7 +264,6 @@ static int run_common(lua_State *L, int want_cache, const char *fn) {
     lua_pushvalue(L, li);
     if (want_cache) {
         lua_pushvalue(L, cache_idx);
-        mp_lua_cache_attach(L, -1, 1, B, T); /* cache:accumulated_resid(...) etc. (lcache.c) */
         return 2;
     }
     return 1;

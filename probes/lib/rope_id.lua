@@ -825,7 +825,8 @@ local function judge(runs)
   local octaves = rules.band_octaves(L)
   local ns = #runs
   local x1 = {ratio_rot = {}, ratio_pre = {}, seeds = ns, T = lengths[j4], L = L}
-  local x2 = {ratio_rot = {}, ratio_pre = {}, seeds = ns, T = lengths[j4], L = L, cos_L = 0, cos_T = 0}
+  local x2 = {ratio_rot = {}, ratio_pre = {}, seeds = ns, T = lengths[j4], L = L, cos_L = 0, cos_T = 0,
+              octaves = octaves}
   local x3 = {pos_in = {}, pos_past = {}, seeds = ns}
   local x4 = {retention = {}, seeds = ns, best = -1}
   local x5 = {retention = {}, srank_excess = {}, seeds = ns, octaves = octaves, L = L}
@@ -846,8 +847,8 @@ local function judge(runs)
     local PR, PI = c.PG.rope, c.PG.rope_id
     geo.head_ratios(PR, "srank_rot", j4, x1.ratio_rot)
     geo.head_ratios(PR, "srank_pre", j4, x1.ratio_pre)
-    geo.head_ratios(PR, "s1_rot", j4, x2.ratio_rot)
-    geo.head_ratios(PR, "s1_pre", j4, x2.ratio_pre)
+    geo.head_ratios(PI, "srank_rot", j4, x2.ratio_rot)   -- C2: RoPE-ID's own excess (sigma1 share = 1/srank)
+    geo.head_ratios(PI, "srank_pre", j4, x2.ratio_pre)
     for _, hs in ipairs(PR.cos_rot) do
       for _, v in ipairs(hs) do x2.cos_L, x2.cos_T, ncos = x2.cos_L + v[1], x2.cos_T + v[j4], ncos + 1 end
     end

@@ -72,22 +72,32 @@ function M.C1(x)
     #e, x.seeds, lo, hi)
 end
 
--- C2: past L, RoPE prefix keys' first singular value share falls.
--- x.ratio_rot / x.ratio_pre: per head sigma1 share [0, T) / [0, L), rotated / pre-rotation keys;
--- x.cos_L, x.cos_T (optional): mean q/k centroid cosine of the prefix at L and T (reported).
+-- C2: RoPE-ID's prefix keys do NOT smear past L (the other half of the paper's
+-- claim; C1 is RoPE's half). The sigma1 share of the keys is exactly 1 / stable
+-- rank, so judging it beside C1 would repeat C1; C2 reads RoPE-ID's excess instead.
+-- x.ratio_rot / x.ratio_pre: per RoPE-ID head (and seed) srank([0, T)) / srank([0, L))
+-- of the rotated / pre-rotation keys; x.octaves: RoPE-ID's band at L (precondition:
+-- >= MIN_OCTAVES, else RoPE-ID is mostly NoPE and the row cannot test it);
+-- x.cos_L, x.cos_T (optional): RoPE's mean q/k centroid cosine of the prefix at L and T (reported).
 function M.C2(x)
   local e = M.ratios(x.ratio_rot, x.ratio_pre)
   local m, lo, hi = M.mean_ci(e)
-  local word = ({below = S, above = N})[side(lo, hi, 0.90) or ""] or I
-  local cos = x.cos_L and ("; q/k centroid cos %.2f -> %.2f"):format(x.cos_L, x.cos_T) or ""
-  return row("C2", "past L, RoPE keys' first singular value share falls",
-    "paper: sigma1 share falls past L (RoPE)",
-    ("RoPE prefix sigma1 share [0,%d)/[0,%d) over control: %s (n = %d, %d seeds)%s")
-      :format(x.T, x.L, ci_text(m, lo, hi), #e, x.seeds, cos),
-    word, ("RoPE's sigma1 share of the prefix keys [0, T) over [0, L) (T = %d), divided by the same ratio of the "
-      .. "pre-rotation keys, per head: SUPPORTED if its 95%% interval is below 0.90, NOT SUPPORTED if above, "
-      .. "else INCONCLUSIVE"):format(x.T),
-    #e, x.seeds, lo, hi)
+  local cos = x.cos_L and ("; RoPE q/k centroid cos %.2f -> %.2f"):format(x.cos_L, x.cos_T) or ""
+  local rule = ("precondition: RoPE-ID's band spans >= %d octaves at L, else INCONCLUSIVE; RoPE-ID's stable rank of "
+    .. "the prefix keys [0, T) over [0, L) (query frame, T = %d), divided by the same ratio of its pre-rotation keys, "
+    .. "per head: SUPPORTED if its 95%% interval is below 1.10, NOT SUPPORTED if above, else INCONCLUSIVE")
+    :format(M.MIN_OCTAVES, x.T)
+  local ours = ("RoPE-ID prefix srank [0,%d)/[0,%d) over control: %s (n = %d heads x seeds, %d seeds)%s")
+    :format(x.T, x.L, ci_text(m, lo, hi), #e, x.seeds, cos)
+  local word
+  if (x.octaves or 0) < M.MIN_OCTAVES then
+    word = I
+    ours = ("no RoPE-ID band: %.1f octaves at L = %d; "):format(x.octaves or 0, x.L) .. ours
+  else
+    word = ({below = S, above = N})[side(lo, hi, 1.10) or ""] or I
+  end
+  return row("C2", "past L, RoPE-ID's prefix keys keep their geometry (no smear)",
+    "paper: RoPE-ID keeps the key clusters past L", ours, word, rule, #e, x.seeds, lo, hi)
 end
 
 -- C3: past L, some q.k turn positive under RoPE (sink heads only).

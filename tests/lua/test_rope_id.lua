@@ -218,9 +218,11 @@ if mode == "unit" then
   end
   -- C1 / C2 on planted heads: keys whose cluster lies in pairs that rotate by
   -- far more over [0, 4L) than over [0, L) (pairs 3, 4: 0.032, 0.01 rad/token)
-  -- vs the same clusters unrotated vs a mixture with slow pairs (6, 7)
-  local function head_set(specs, rotate)
-    local x = {rr = {}, rp = {}, sr = {}, sp = {}}
+  -- vs the same clusters unrotated vs a mixture with slow pairs (6, 7). C1 says
+  -- RoPE's keys smear (SUPPORTED when they rotate); C2 says RoPE-ID's do NOT smear,
+  -- on the same planted excess (SUPPORTED when they do not rotate), and needs a band.
+  local function head_set(specs, rotate, octaves)
+    local x = {rr = {}, rp = {}}
     for h, sp in ipairs(specs) do
       local c = {}
       for j = 1, Dh do c[j] = 0 end
@@ -228,24 +230,27 @@ if mode == "unit" then
       local pre, rot = planted(c, 0.05, h)
       local a, b = geo.prefix_stats(rotate and rot or pre, {LL, TT}), geo.prefix_stats(pre, {LL, TT})
       x.rr[h], x.rp[h] = a.srank[2] / a.srank[1], b.srank[2] / b.srank[1]
-      x.sr[h], x.sp[h] = a.s1[2] / a.s1[1], b.s1[2] / b.s1[1]
+      near(a.s1[1] * a.srank[1], 1, 1e-4, "sigma1 share = 1 / stable rank (why C2 does not judge it)")
     end
     local c1 = rules.C1{ratio_rot = x.rr, ratio_pre = x.rp, seeds = 1, T = TT, L = LL}
-    local c2 = rules.C2{ratio_rot = x.sr, ratio_pre = x.sp, seeds = 1, T = TT, L = LL}
+    local c2 = rules.C2{ratio_rot = x.rr, ratio_pre = x.rp, seeds = 1, T = TT, L = LL, octaves = octaves or 3}
     return c1, c2
   end
   local fast = {{[3] = 2}, {[4] = 2}, {[3] = 2, [4] = 1}, {[3] = 1, [4] = 2}, {[4] = 2, [5] = 0.5}}
   local mixed = {{[3] = 2}, {[7] = 2}, {[3] = 2, [4] = 1}, {[6] = 2}}
   local c1, c2 = head_set(fast, true)
-  check(c1.word == "SUPPORTED" and c2.word == "SUPPORTED", ("keys rotating into unseen angles: C1 %s [%.3f, %.3f], C2 %s")
-        :format(c1.word, c1.lo, c1.hi, c2.word))
+  check(c1.word == "SUPPORTED" and c2.word == "NOT SUPPORTED",
+        ("keys rotating into unseen angles: C1 %s [%.3f, %.3f], C2 %s"):format(c1.word, c1.lo, c1.hi, c2.word))
   c1, c2 = head_set(fast, false)
-  check(c1.word == "NOT SUPPORTED" and c2.word == "NOT SUPPORTED", ("unrotated clusters: C1 %s [%.3f, %.3f], C2 %s")
-        :format(c1.word, c1.lo, c1.hi, c2.word))
+  check(c1.word == "NOT SUPPORTED" and c2.word == "SUPPORTED",
+        ("unrotated clusters: C1 %s [%.3f, %.3f], C2 %s"):format(c1.word, c1.lo, c1.hi, c2.word))
   c1, c2 = head_set(mixed, true)
-  check(c1.word == "INCONCLUSIVE" and c2.word == "INCONCLUSIVE", ("half the heads in slow pairs: C1 %s [%.3f, %.3f], C2 %s")
-        :format(c1.word, c1.lo, c1.hi, c2.word))
+  check(c1.word == "INCONCLUSIVE" and c2.word == "INCONCLUSIVE",
+        ("half the heads in slow pairs: C1 %s [%.3f, %.3f], C2 %s"):format(c1.word, c1.lo, c1.hi, c2.word))
   check(c1.n == 4 and c1.ours:find("n = 4", 1, true) and c1.rule:find("1.10", 1, true), "C1 row names n and its rule")
+  c1, c2 = head_set(fast, false, 1)
+  check(c2.word == "INCONCLUSIVE" and c2.ours:find("no RoPE-ID band", 1, true) ~= nil,
+        "C2 without a RoPE-ID band (1 octave) is INCONCLUSIVE: " .. c2.word)
 
   -- ---- every other rule says each of its words on planted numbers
   local function word(r) return r.word end

@@ -19,7 +19,8 @@ int mp_grad_has_hook(mp_hook_id id) {
     case MP_HOOK_ROT_Q: case MP_HOOK_ROT_K: case MP_HOOK_ATTN_SCORES: case MP_HOOK_PATTERN: case MP_HOOK_Z:
     case MP_HOOK_ATTN_OUT: case MP_HOOK_RESID_MID: case MP_HOOK_LN2: case MP_HOOK_MLP_PRE:
     case MP_HOOK_MLP_PRE_LINEAR: case MP_HOOK_MLP_POST: case MP_HOOK_MLP_OUT: case MP_HOOK_RESID_POST:
-    case MP_HOOK_LN_FINAL:
+    case MP_HOOK_LN_FINAL: case MP_HOOK_POS_EMBED: case MP_HOOK_LN1_SCALE: case MP_HOOK_LN2_SCALE:
+    case MP_HOOK_LNF_SCALE: case MP_HOOK_MLP_IN: case MP_HOOK_RESULT:
         return 1;
     default: /* a point added to the table without a backward here */
         return 0;
@@ -59,6 +60,45 @@ static void norm_bwd(const mp_config *c, float *dres, float *dw, const float *do
         mp_layernorm_backward(dres, dw, dw + c->d_model, dout, x, w, mean, rstd, N, c->d_model);
     else
         mp_rmsnorm_backward(dres, dw, dout, x, w, rstd, N, c->d_model);
+}
+
+/* The norm backward through its hook_scale point sid: with the point hooked,
+ * d scale [N] (= -rstd * sum_d dout_d w_d xhat_d) is fired (and may be edited),
+ * then dres += the input gradient with the scale held fixed plus d scale *
+ * d scale/dx (= xhat / D for RMSNorm and LayerNorm alike), which is norm_bwd's
+ * result when nothing is edited; not hooked: norm_bwd. dsc: N floats. */
+static mp_status norm_bwd_scale(const bwd_ctx *f, mp_hook_id sid, int l, float *dres, float *dw, float *dsc,
+                                const float *dout, const float *x, const float *w, const float *mean,
+                                const float *rstd, int N) {
+    const mp_config *c = f->c;
+    if (!mp_hooks_active(f->hs, sid, l)) {
+        norm_bwd(c, dres, dw, dout, x, w, mean, rstd, N);
+        return MP_OK;
+    }
+    const int D = c->d_model, ln = c->norm == MP_NORM_LAYER;
+    for (int n = 0; n < N; n++) {
+        const float *xr = x + (size_t)n * D, *gr = dout + (size_t)n * D;
+        const double mu = ln ? mean[n] : 0.0;
+        double sgx = 0;
+        for (int d = 0; d < D; d++) sgx += (double)gr[d] * w[d] * (xr[d] - mu) * rstd[n];
+        dsc[n] = (float)(-rstd[n] * sgx);
+    }
+    mp_status st = fire(f, sid, l, dsc);
+    if (st) return st;
+    for (int n = 0; n < N; n++) {
+        const float *xr = x + (size_t)n * D, *gr = dout + (size_t)n * D;
+        float *dr = dres + (size_t)n * D;
+        const double mu = ln ? mean[n] : 0.0;
+        double sg = 0;
+        if (ln)
+            for (int d = 0; d < D; d++) sg += (double)gr[d] * w[d];
+        const double gm = sg / D;
+        for (int d = 0; d < D; d++) {
+            const double xh = (xr[d] - mu) * rstd[n];
+            dr[d] += (float)(rstd[n] * ((double)gr[d] * w[d] - gm) + (double)dsc[n] * xh / D);
+        }
+    }
+    return MP_OK;
 }
 
 /* The attention backward of one layer, in the steps whose results are hook
@@ -133,15 +173,18 @@ mp_status mp_model_backward_acts(const mp_model *m, mp_acts *A, const float *dlo
     float *dres = A->dresid, *dxn = A->dxn;
     /* a branch's own copy of the residual gradient (hook_attn_out / hook_mlp_out
      * edits reach that branch only), and the norms' discarded weight gradients */
-    float *mem = mp_calloc(nx + 2 * (size_t)D, sizeof(float), "gradient buffers");
+    float *mem = mp_calloc(nx + 2 * (size_t)D + (size_t)N, sizeof(float), "gradient buffers");
     if (!mem) return MP_ERR_NOMEM;
-    float *dbr = mem, *dw = mem + nx;
+    float *dbr = mem, *dw = mem + nx, *dsc = dw + 2 * (size_t)D; /* dsc: a hook_scale gradient [N] */
+    float *dres_h = NULL; /* hook_result's gradient [N, H, D], only when it is hooked */
     mp_status st;
 #define FIRE(id, l, ptr) do { if ((st = fire(&f, id, l, ptr))) goto cleanup; } while (0)
     lin_bwd(dxn, dlogits, p->unembed, N, D, c->vocab, 0.0f);
     FIRE(MP_HOOK_LN_FINAL, -1, dxn);
     memset(dres, 0, nx * sizeof(float));
-    norm_bwd(c, dres, dw, dxn, A->resid + (size_t)c->n_layer * nx, p->lnf_w, A->lnf_mean, A->lnf_rstd, N);
+    if ((st = norm_bwd_scale(&f, MP_HOOK_LNF_SCALE, -1, dres, dw, dsc, dxn, A->resid + (size_t)c->n_layer * nx,
+                             p->lnf_w, A->lnf_mean, A->lnf_rstd, N)))
+        goto cleanup;
     for (int l = c->n_layer - 1; l >= 0; l--) {
         const mp_layer_params w = mp_params_layer(c, p, l);
         const mp_layer_acts a = mp_acts_layer(c, A, l);
@@ -169,7 +212,16 @@ mp_status mp_model_backward_acts(const mp_model *m, mp_acts *A, const float *dlo
             lin_bwd(dxn, A->dpre, w.w1, N, D, M, 0.0f);
             if (c->mlp == MP_MLP_SWIGLU) lin_bwd(dxn, A->dup, w.w3, N, D, M, 1.0f);
             FIRE(MP_HOOK_LN2, l, dxn);
-            norm_bwd(c, dres, dw, dxn, a.resid_mid, w.ln2_w, a.ln2_mean, a.ln2_rstd, N);
+            /* hook_mlp_in: the MLP branch's own input gradient, then added to the residual's */
+            const int mi = mp_hooks_active(hs, MP_HOOK_MLP_IN, l);
+            if (mi) memset(dbr, 0, nx * sizeof(float));
+            if ((st = norm_bwd_scale(&f, MP_HOOK_LN2_SCALE, l, mi ? dbr : dres, dw, dsc, dxn, a.resid_mid, w.ln2_w,
+                                     a.ln2_mean, a.ln2_rstd, N)))
+                goto cleanup;
+            if (mi) {
+                FIRE(MP_HOOK_MLP_IN, l, dbr);
+                for (size_t i = 0; i < nx; i++) dres[i] += dbr[i];
+            }
         }
         FIRE(MP_HOOK_RESID_MID, l, dres);
         const float *dout = dres;
@@ -178,7 +230,21 @@ mp_status mp_model_backward_acts(const mp_model *m, mp_acts *A, const float *dlo
             FIRE(MP_HOOK_ATTN_OUT, l, dbr);
             dout = dbr;
         }
-        lin_bwd(A->dz, dout, w.wo, N, HD, D, 0.0f);
+        if (mp_hooks_active(hs, MP_HOOK_RESULT, l)) { /* each head's share of attn_out: dout per head */
+            if (!dres_h && !(dres_h = mp_malloc((size_t)N * H * D * sizeof(float), "hook_result's gradient"))) {
+                st = MP_ERR_NOMEM;
+                goto cleanup;
+            }
+            for (int n = 0; n < N; n++)
+                for (int h = 0; h < H; h++)
+                    memcpy(dres_h + ((size_t)n * H + h) * D, dout + (size_t)n * D, (size_t)D * sizeof(float));
+            FIRE(MP_HOOK_RESULT, l, dres_h);
+            for (int h = 0; h < H; h++) /* dz_h [N, Dh] = d result_h [N, D] @ wo[:, h Dh .. (h+1) Dh] */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, Dh, D, 1.0f, dres_h + (size_t)h * D, H * D,
+                            w.wo + (size_t)h * Dh, HD, 0.0f, A->dz + (size_t)h * Dh, HD);
+        } else {
+            lin_bwd(A->dz, dout, w.wo, N, HD, D, 0.0f);
+        }
         FIRE(MP_HOOK_Z, l, A->dz);
         const mp_attn_layer av = mp_attn_layer_of(c, p, l);
         if ((st = attn_bwd(&f, l, &a, &av, A->datt, A->dz, A->dq, A->dk, A->dv))) goto cleanup;
@@ -197,13 +263,20 @@ mp_status mp_model_backward_acts(const mp_model *m, mp_acts *A, const float *dlo
         lin_bwd(dxn, A->dk, w.wk, N, D, KD, 1.0f);
         lin_bwd(dxn, A->dv, w.wv, N, D, KD, 1.0f);
         FIRE(MP_HOOK_LN1, l, dxn);
-        norm_bwd(c, dres, dw, dxn, a.resid_in, w.ln1_w, a.ln1_mean, a.ln1_rstd, N);
+        if ((st = norm_bwd_scale(&f, MP_HOOK_LN1_SCALE, l, dres, dw, dsc, dxn, a.resid_in, w.ln1_w, a.ln1_mean,
+                                 a.ln1_rstd, N)))
+            goto cleanup;
         FIRE(MP_HOOK_RESID_PRE, l, dres);
     }
     FIRE(MP_HOOK_EMBED, -1, dres);
+    if (c->pos == MP_POS_LEARNED && mp_hooks_active(hs, MP_HOOK_POS_EMBED, -1)) { /* embed = token + position */
+        memcpy(dbr, dres, nx * sizeof(float));
+        FIRE(MP_HOOK_POS_EMBED, -1, dbr);
+    }
 #undef FIRE
     st = MP_OK;
 cleanup:
+    free(dres_h);
     free(mem);
     return st;
 }

@@ -146,30 +146,35 @@ end)
 
 t.case("bwd_hooks / incl_bwd at a point without a gradient", function()
   local loss = {logit_diff = {5, 6}}
+  local P = "blocks.0.attn.hook_q_input"   -- the per-head inputs have no gradient yet
   t.expect_error(function()
-    mR:run_with_hooks(long, {loss = loss, bwd_hooks = {{"blocks.0.ln1.hook_scale", function() end}}})
-  end, "no gradient at hook blocks.0.ln1.hook_scale yet", "bwd_hooks naming hook_scale")
+    mR:run_with_hooks(long, {loss = loss, bwd_hooks = {{P, function() end}}})
+  end, "no gradient at hook " .. P .. " yet", "bwd_hooks naming hook_q_input")
   t.expect_error(function()
-    mR:run_with_cache(long, {loss = loss, incl_bwd = true, names = "blocks.0.ln1.hook_scale"})
-  end, "no gradient at hook blocks.0.ln1.hook_scale yet", "incl_bwd naming hook_scale")
+    mR:run_with_cache(long, {loss = loss, incl_bwd = true, names = P})
+  end, "no gradient at hook " .. P .. " yet", "incl_bwd naming hook_q_input")
   -- a glob skips it: the activation is cached, without a gradient; its neighbours have one
-  local _, cache = mR:run_with_cache(long, {loss = loss, incl_bwd = true, names = "blocks.0.*"})
-  assert(cache["blocks.0.ln1.hook_scale"] and not cache["blocks.0.ln1.hook_scale_grad"], "glob: hook_scale")
-  assert(cache["blocks.0.hook_resid_pre_grad"] and cache["blocks.0.ln1.hook_normalized_grad"], "glob: neighbours")
+  local _, cache = mR:run_with_cache(long, {loss = loss, incl_bwd = true,
+                                            names = "blocks.0.*,blocks.*.attn.hook_q_input"})
+  assert(cache[P] and not cache[P .. "_grad"], "glob: hook_q_input")
+  assert(cache["blocks.0.hook_resid_pre_grad"] and cache["blocks.0.ln1.hook_normalized_grad"]
+         and cache["blocks.0.ln1.hook_scale_grad"], "glob: neighbours (hook_scale has one)")
   -- a names filter function is a filter, as a glob: it skips the points without a gradient
   local _, c2 = mR:run_with_cache(long, {loss = loss, incl_bwd = true,
     names = function(n) return n:find("blocks.0.", 1, true) == 1 end})
-  assert(c2["blocks.0.ln1.hook_scale"] and not c2["blocks.0.ln1.hook_scale_grad"], "filter: hook_scale")
+  assert(not c2[P .. "_grad"], "filter: hook_q_input")
   assert(maxdiff(c2["blocks.0.hook_resid_pre_grad"], cache["blocks.0.hook_resid_pre_grad"]) == 0, "filter: grad")
   -- attribution patching over a glob that matches only such points is an error, not an empty result
   t.expect_error(function()
-    mp.attribution_patch(mR, long, {3, 8, 9, 30, 11}, {names = "blocks.*.attn.hook_result", metric = loss,
+    mp.attribution_patch(mR, long, {3, 8, 9, 30, 11}, {names = "blocks.*.attn.hook_q_input", metric = loss,
                                                        per = "head"})
-  end, "names 'blocks.*.attn.hook_result' selects no hook point with a gradient", "attribution_patch")
-  -- a glob in bwd_hooks never fires at hook_scale
+  end, "names 'blocks.*.attn.hook_q_input' selects no hook point with a gradient", "attribution_patch")
+  -- a glob in bwd_hooks never fires there
   local seen = {}
-  mR:run_with_hooks(long, {loss = loss, bwd_hooks = {{"blocks.0.*", function(_, hook) seen[hook.name] = true end}}})
-  assert(seen["blocks.0.hook_resid_pre"] and not seen["blocks.0.ln1.hook_scale"], "bwd glob")
+  mR:run_with_hooks(long, {loss = loss, bwd_hooks = {{"blocks.0.*", function(_, hook) seen[hook.name] = true end},
+                                                     {"blocks.*.attn.hook_q_input", function(_, hook)
+                                                       seen[hook.name] = true end}}})
+  assert(seen["blocks.0.hook_resid_pre"] and seen["blocks.0.ln1.hook_scale"] and not seen[P], "bwd glob")
 end)
 
 t.case("process_weights{fold_ln} then the cache helpers add up", function()

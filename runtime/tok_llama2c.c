@@ -57,6 +57,34 @@ void mp_tokenizer_free(mp_tokenizer *t) {
 
 static int32_t rd_i32(const unsigned char *p) { int32_t v; memcpy(&v, p, 4); return v; }
 
+/* A tokenizer of vocab pieces with `text` bytes for them (NUL-terminated, in
+ * t->blob), its byte pieces set; the caller fills piece/score and calls
+ * tok_sort_index. NULL when out of memory. */
+static mp_tokenizer *tok_alloc(int vocab, size_t text) {
+    mp_tokenizer *t = mp_calloc(1, sizeof *t, "tokenizer");
+    if (!t) return NULL;
+    if (!(t->piece = mp_calloc((size_t)vocab, sizeof *t->piece, "tokenizer pieces")) ||
+        !(t->score = mp_calloc((size_t)vocab, sizeof *t->score, "tokenizer scores")) ||
+        !(t->sorted = mp_calloc((size_t)vocab, sizeof *t->sorted, "tokenizer index")) ||
+        !(t->blob = mp_malloc(text, "tokenizer text"))) {
+        mp_tokenizer_free(t);
+        return NULL;
+    }
+    t->vocab = vocab;
+    for (int b = 0; b < 256; b++) t->byte_piece[b][0] = (unsigned char)b;
+    return t;
+}
+
+/* The sorted piece index lookup() searches, and the id of " ". */
+static void tok_sort_index(mp_tokenizer *t) {
+    for (int i = 0; i < t->vocab; i++) {
+        t->sorted[i].str = t->piece[i];
+        t->sorted[i].id = i;
+    }
+    qsort(t->sorted, (size_t)t->vocab, sizeof *t->sorted, cmp_index);
+    t->space_id = lookup(t, " ");
+}
+
 mp_status mp_tokenizer_load(mp_tokenizer **out, const char *path, int vocab) {
     mp_status st = MP_OK;
     FILE *f = NULL;
@@ -121,17 +149,11 @@ mp_status mp_tokenizer_load(mp_tokenizer **out, const char *path, int vocab) {
         goto cleanup;
     }
 
-    if (!(t = mp_calloc(1, sizeof *t, "tokenizer")) ||
-        !(t->piece = mp_calloc((size_t)vocab, sizeof *t->piece, "tokenizer pieces")) ||
-        !(t->score = mp_calloc((size_t)vocab, sizeof *t->score, "tokenizer scores")) ||
-        !(t->sorted = mp_calloc((size_t)vocab, sizeof *t->sorted, "tokenizer index")) ||
-        !(t->blob = mp_malloc(text, "tokenizer text"))) {
+    if (!(t = tok_alloc(vocab, text))) {
         st = MP_ERR_NOMEM;
         goto cleanup;
     }
-    t->vocab = vocab;
     t->max_len = max_len;
-    for (int b = 0; b < 256; b++) t->byte_piece[b][0] = (unsigned char)b;
     off = 4;
     char *w = t->blob;
     for (int i = 0; i < vocab; i++) {
@@ -143,11 +165,8 @@ mp_status mp_tokenizer_load(mp_tokenizer **out, const char *path, int vocab) {
         t->piece[i] = w;
         w += len + 1;
         off += (size_t)len;
-        t->sorted[i].str = t->piece[i];
-        t->sorted[i].id = i;
     }
-    qsort(t->sorted, (size_t)vocab, sizeof *t->sorted, cmp_index);
-    t->space_id = lookup(t, " ");
+    tok_sort_index(t);
     *out = t;
     t = NULL;
 cleanup:
@@ -177,17 +196,11 @@ mp_status mp_tokenizer_new(mp_tokenizer **out, int vocab, const char *const *pie
         if (l > max_len) max_len = l;
         text += l + 1;
     }
-    if (!(t = mp_calloc(1, sizeof *t, "tokenizer")) ||
-        !(t->piece = mp_calloc((size_t)vocab, sizeof *t->piece, "tokenizer pieces")) ||
-        !(t->score = mp_calloc((size_t)vocab, sizeof *t->score, "tokenizer scores")) ||
-        !(t->sorted = mp_calloc((size_t)vocab, sizeof *t->sorted, "tokenizer index")) ||
-        !(t->blob = mp_malloc(text, "tokenizer text"))) {
+    if (!(t = tok_alloc(vocab, text))) {
         st = MP_ERR_NOMEM;
         goto cleanup;
     }
-    t->vocab = vocab;
     t->max_len = (int)max_len;
-    for (int b = 0; b < 256; b++) t->byte_piece[b][0] = (unsigned char)b;
     char *w = t->blob;
     for (int i = 0; i < vocab; i++) {
         size_t l = strlen(pieces[i]);
@@ -195,11 +208,8 @@ mp_status mp_tokenizer_new(mp_tokenizer **out, int vocab, const char *const *pie
         t->piece[i] = w;
         w += l + 1;
         t->score[i] = scores ? scores[i] : 0.0f;
-        t->sorted[i].str = t->piece[i];
-        t->sorted[i].id = i;
     }
-    qsort(t->sorted, (size_t)vocab, sizeof *t->sorted, cmp_index);
-    t->space_id = lookup(t, " ");
+    tok_sort_index(t);
     *out = t;
     t = NULL;
 cleanup:

@@ -9,9 +9,14 @@
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "h5config.h"
 #include "h5io.h"
@@ -29,6 +34,9 @@ struct mp_h5ds {
                       columns past its last non-fill value are not written */
     uint32_t fill_bits; /* the fill value's bits (tiled datasets) */
     int64_t tile_cols;  /* chunk width along S (tiled datasets) */
+    int64_t tile_rows;  /* chunk height along T (tiled datasets) */
+    int direct;         /* tiled, unfiltered, POSIX driver: whole tiles go to the file
+                           with H5Dwrite_chunk (no gather, no chunk cache) */
     mp_h5ds *next;
 };
 
@@ -41,6 +49,8 @@ struct mp_h5ds {
 typedef struct {
     mp_h5ds *ds;
     int64_t off[MP_H5_MAXDIM], cnt[MP_H5_MAXDIM];
+    int64_t tiles; /* > 0: data holds the block packed as this many tiles per
+                      [b,h] (pack_tiles); 0: the block as the view laid it out */
     float *data;
     size_t cap;  /* floats allocated behind data */
     int busy;    /* queued or being written */
@@ -65,9 +75,13 @@ struct mp_h5run {
     mp_h5run_params p;
     mp_h5ds *ds;   /* every dataset created, newest first */
     wqueue *wq;    /* NULL: writes happen on the calling thread */
+    float *tile;   /* one tile, packed for a direct write on the calling thread */
+    size_t tile_cap;
+    size_t wb_since; /* bytes of dataset writes since the kernel's write-back was last started */
 };
 
 static mp_status ds_write(mp_h5ds *ds, const int64_t *offset, const int64_t *count, const float *data);
+static void note_written(mp_h5run *run, size_t bytes);
 static mp_status wq_drain(mp_h5run *run);
 static void wq_stop(mp_h5run *run);
 
@@ -114,6 +128,7 @@ void mp_h5run_abort(mp_h5run *run) {
     mp_h5_discard_writes(run->at.file);
     free_datasets(run);
     mp_h5_atomic_abort(&run->at);
+    free(run->tile);
     free(run);
 }
 
@@ -139,6 +154,7 @@ mp_status mp_h5run_commit(mp_h5run *run) {
         return st;
     }
     st = mp_h5_atomic_commit(&run->at);
+    free(run->tile);
     free(run);
     return st;
 }
@@ -211,6 +227,16 @@ mp_status mp_h5run_write_tokens(mp_h5run *run, const int *tokens, int B, int T) 
  * A smaller chunk target narrows the tiles (tests use a few bytes). */
 #define TILE_ROWS 64
 #define TILE_COLS 256
+
+/* Whether the file goes through HDF5's POSIX driver (sec2): direct chunk
+ * writes and the early write-back need it (not MPI-IO). */
+static int file_is_posix(hid_t file) {
+    hid_t fapl = H5Fget_access_plist(file);
+    int sec2 = fapl >= 0 && H5Pget_driver(fapl) == H5FD_SEC2;
+    if (fapl >= 0) H5Pclose(fapl);
+    H5Eclear2(H5E_DEFAULT);
+    return sec2;
+}
 static void tile_dims(const int64_t *shape, size_t target, int64_t *chunk) {
     int64_t rows = shape[2] < TILE_ROWS ? shape[2] : TILE_ROWS;
     int64_t most = (int64_t)(target / sizeof(float)) / (rows > 0 ? rows : 1);
@@ -250,6 +276,8 @@ static mp_status run_dataset(mp_h5run *run, const char *path, int ndim, const in
         d->tiled = 1;
         memcpy(&d->fill_bits, fill, sizeof d->fill_bits);
         d->tile_cols = chunk[3];
+        d->tile_rows = chunk[2];
+        d->direct = run->p.compress == 0 && file_is_posix(run->at.file);
     }
     d->path = strdup(path);
     if (!d->path) { st = mp_error(MP_ERR_NOMEM, "out of memory"); goto cleanup; }
@@ -344,6 +372,74 @@ static int64_t tiled_cols(const mp_h5ds *ds, const int64_t *count, const float *
     return need * tc < S ? need * tc : S;
 }
 
+/* ---- whole tiles of an attention map ---- */
+
+/* Whether block (offset, count) of a tiled dataset goes to the file as whole
+ * tiles (H5Dwrite_chunk): a direct dataset, every key column, query rows that
+ * start on a tile boundary and fill the tile or end the dataset. The
+ * forward's 64-row attention blocks are such blocks; others take H5Dwrite. */
+static int block_is_tiles(const mp_h5ds *ds, const int64_t *offset, const int64_t *count) {
+    return ds->direct && offset[3] == 0 && count[3] == ds->shape[3] && count[2] > 0 &&
+           offset[2] % ds->tile_rows == 0 &&
+           (count[2] == ds->tile_rows || (count[2] < ds->tile_rows && offset[2] + count[2] == ds->shape[2]));
+}
+
+/* Packs tile t of one [b,h] slab ([rows, S] floats) into dst [tile_rows,
+ * tile_cols]: the slab's columns of that tile, then the fill past the last
+ * column and below the last row (outside the dataset; HDF5 never returns it). */
+static void pack_tile(const mp_h5ds *ds, const float *slab, int64_t rows, int64_t S, int64_t t, float *dst) {
+    const int64_t R = ds->tile_rows, C = ds->tile_cols, c0 = t * C, n = S - c0 < C ? S - c0 : C;
+    for (int64_t r = 0; r < R; r++) {
+        float *d = dst + r * C;
+        int64_t k = 0;
+        if (r < rows) {
+            memcpy(d, slab + r * S + c0, (size_t)n * sizeof(float));
+            k = n;
+        }
+        for (; k < C; k++) memcpy(d + k, &ds->fill_bits, sizeof(float));
+    }
+}
+
+/* Writes one packed tile whose first element is (b, h, q0, t * tile_cols). */
+static mp_status write_tile(mp_h5ds *ds, int64_t b, int64_t h, int64_t q0, int64_t t, const float *tile) {
+    hsize_t off[4] = {(hsize_t)b, (hsize_t)h, (hsize_t)q0, (hsize_t)(t * ds->tile_cols)};
+    size_t bytes = (size_t)(ds->tile_rows * ds->tile_cols) * sizeof(float);
+    if (H5Dwrite_chunk(ds->id, H5P_DEFAULT, 0, off, bytes, tile) < 0)
+        return mp_h5_error(MP_ERR_HDF5, "%s: %s: cannot write", ds->run->at.path, ds->path);
+    note_written(ds->run, bytes);
+    return MP_OK;
+}
+
+/* Tiles per [b,h] slab of a block that must be written (tiled_cols). */
+static int64_t block_tiles(const mp_h5ds *ds, const int64_t *count, const float *data) {
+    int64_t cols = tiled_cols(ds, count, data);
+    return (cols + ds->tile_cols - 1) / ds->tile_cols;
+}
+
+/* Writes the first `tiles` tiles of every [b,h] slab of a block: packed in
+ * `packed` (tiles in slab order) or, when NULL, packed one by one from the
+ * block as the view laid it out into the run's tile buffer. */
+static mp_status write_tiles(mp_h5ds *ds, const int64_t *offset, const int64_t *count, const float *data,
+                             const float *packed, int64_t tiles) {
+    mp_h5run *run = ds->run;
+    const size_t tile_n = (size_t)(ds->tile_rows * ds->tile_cols);
+    if (!packed && run->tile_cap < tile_n) {
+        float *p = realloc(run->tile, tile_n * sizeof(float));
+        if (!p) return mp_error(MP_ERR_NOMEM, "%s: out of memory for a tile of %s", run->at.path, ds->path);
+        run->tile = p;
+        run->tile_cap = tile_n;
+    }
+    const int64_t slab = count[2] * count[3];
+    for (int64_t i = 0; i < count[0] * count[1]; i++)
+        for (int64_t t = 0; t < tiles; t++) {
+            const float *tile = packed ? packed + ((size_t)i * tiles + t) * tile_n : run->tile;
+            if (!packed) pack_tile(ds, data + i * slab, count[2], count[3], t, run->tile);
+            mp_status st = write_tile(ds, offset[0] + i / count[1], offset[1] + i % count[1], offset[2], t, tile);
+            if (st != MP_OK) return st;
+        }
+    return MP_OK;
+}
+
 /* Writes a checked block (on the writer thread while one runs). */
 static mp_status ds_write(mp_h5ds *ds, const int64_t *offset, const int64_t *count, const float *data) {
     hsize_t start[MP_H5_MAXDIM], cnt[MP_H5_MAXDIM], fcnt[MP_H5_MAXDIM], zero[MP_H5_MAXDIM] = {0};
@@ -355,6 +451,7 @@ static mp_status ds_write(mp_h5ds *ds, const int64_t *offset, const int64_t *cou
         numel *= count[i];
     }
     if (numel == 0) return MP_OK;
+    if (block_is_tiles(ds, offset, count)) return write_tiles(ds, offset, count, data, NULL, block_tiles(ds, count, data));
     if (ds->tiled && offset[3] == 0) {
         int64_t cols = tiled_cols(ds, count, data);
         if (cols == 0) return MP_OK;
@@ -369,6 +466,11 @@ static mp_status ds_write(mp_h5ds *ds, const int64_t *offset, const int64_t *cou
         H5Dwrite(ds->id, H5T_NATIVE_FLOAT, mspace, ds->fspace, H5P_DEFAULT, data) < 0)
         st = mp_h5_error(MP_ERR_HDF5, "%s: %s: cannot write", ds->run->at.path, ds->path);
     if (mspace >= 0) H5Sclose(mspace);
+    if (st == MP_OK) {
+        size_t bytes = sizeof(float);
+        for (int i = 0; i < ds->ndim; i++) bytes *= (size_t)fcnt[i];
+        note_written(ds->run, bytes);
+    }
     return st;
 }
 
@@ -395,11 +497,8 @@ mp_status mp_h5run_write_f32(mp_h5run *run, const char *path, int ndim, const in
  * while the forward computes. Only for HDF5's POSIX driver; best effort. */
 static void start_writeback(hid_t file) {
 #if defined(__linux__) && defined(SYNC_FILE_RANGE_WRITE)
-    hid_t fapl = H5Fget_access_plist(file);
-    int sec2 = fapl >= 0 && H5Pget_driver(fapl) == H5FD_SEC2;
-    if (fapl >= 0) H5Pclose(fapl);
     void *h = NULL;
-    if (sec2 && H5Fget_vfd_handle(file, H5P_DEFAULT, &h) >= 0 && h) sync_file_range(*(int *)h, 0, 0, SYNC_FILE_RANGE_WRITE);
+    if (file_is_posix(file) && H5Fget_vfd_handle(file, H5P_DEFAULT, &h) >= 0 && h) sync_file_range(*(int *)h, 0, 0, SYNC_FILE_RANGE_WRITE);
     H5Eclear2(H5E_DEFAULT);
 #else
     (void)file;
@@ -408,10 +507,18 @@ static void start_writeback(hid_t file) {
 
 #define WQ_WRITEBACK ((size_t)16 << 20) /* bytes written between two write-back starts */
 
+/* Counts bytes written to datasets (on whichever thread makes the HDF5
+ * writes) and starts the write-back every WQ_WRITEBACK of them. */
+static void note_written(mp_h5run *run, size_t bytes) {
+    if ((run->wb_since += bytes) >= WQ_WRITEBACK) {
+        start_writeback(run->at.file);
+        run->wb_since = 0;
+    }
+}
+
 static void *wq_main(void *u) {
     mp_h5run *run = u;
     wqueue *w = run->wq;
-    size_t since = 0; /* bytes since the last write-back start */
     mp_h5_bg_lock(); /* every HDF5 call of this thread holds it (a fork waits for it) */
     mp_h5_init();
     mp_h5_bg_unlock();
@@ -427,15 +534,9 @@ static void *wq_main(void *u) {
         mp_status st = MP_OK;
         if (!failed) {
             mp_h5_bg_lock();
-            st = ds_write(s->ds, s->off, s->cnt, s->data);
-            if (st == MP_OK) {
-                size_t n = sizeof(float);
-                for (int i = 0; i < s->ds->ndim; i++) n *= (size_t)s->cnt[i];
-                if ((since += n) >= WQ_WRITEBACK) {
-                    start_writeback(run->at.file);
-                    since = 0;
-                }
-            }
+            /* both start the write-back as they go */
+            st = s->tiles ? write_tiles(s->ds, s->off, s->cnt, NULL, s->data, s->tiles)
+                          : ds_write(s->ds, s->off, s->cnt, s->data);
             mp_h5_bg_unlock();
         }
         char msg[sizeof w->msg];
@@ -559,10 +660,27 @@ static mp_status wq_write(mp_h5ds *ds, const int64_t *offset, const int64_t *cou
         }
         w->started = 1;
     }
+    /* a block of whole tiles is queued packed (the tiles to write, each
+     * contiguous as the file stores it): the copy skips the fill-only tiles
+     * and the writer makes no gather */
+    int64_t tiles = 0;
+    if (block_is_tiles(ds, offset, count)) {
+        if ((tiles = block_tiles(ds, count, data)) == 0) return MP_OK;
+        n = (size_t)(count[0] * count[1] * tiles) * (size_t)(ds->tile_rows * ds->tile_cols);
+    }
     wq_slot *s = NULL;
     mp_status st = wq_acquire(run, n, &s);
     if (st != MP_OK) return st;
-    memcpy(s->data, data, n * sizeof(float));
+    if (tiles) {
+        const size_t tile_n = (size_t)(ds->tile_rows * ds->tile_cols);
+        for (int64_t i = 0; i < count[0] * count[1]; i++)
+            for (int64_t t = 0; t < tiles; t++)
+                pack_tile(ds, data + i * count[2] * count[3], count[2], count[3], t,
+                          s->data + ((size_t)i * tiles + t) * tile_n);
+    } else {
+        memcpy(s->data, data, n * sizeof(float));
+    }
+    s->tiles = tiles;
     s->ds = ds;
     memcpy(s->off, offset, (size_t)ds->ndim * sizeof *offset);
     memcpy(s->cnt, count, (size_t)ds->ndim * sizeof *count);
@@ -580,6 +698,22 @@ mp_status mp_h5run_flush(mp_h5run *run) {
 }
 
 /* ---- capture adapter ---- */
+
+/* Whether the process has a CPU beside the forward's OpenMP threads, on
+ * which a writer thread overlaps HDF5 and the kernel's page-cache copy with
+ * the forward instead of taking time from it. */
+static int spare_core(void) {
+    int threads = 1, cores = 0;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+#ifdef __linux__
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
+#endif
+    if (cores <= 0) cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    return cores > threads;
+}
 
 /* Writes one hook view at its place in /acts/<name>. */
 static int capture_cb(void *user, const mp_hook_info *info, float *data) {
@@ -631,7 +765,7 @@ mp_status mp_h5run_capture(mp_h5run *run, mp_hooks *hooks, const mp_config *cfg,
     if (n == 0) return mp_error(MP_ERR_ARG, "capture: hook names '%s' match no hook point", globs);
     capture_ctx c = {run, hooks, cfg, B, T, MP_OK};
     mp_hook_select(cfg, globs, capture_visit, &c, NULL, 0);
-    if (c.st == MP_OK && !run->wq && !run->p.sync_writes) {
+    if (c.st == MP_OK && !run->wq && !run->p.sync_writes && (run->p.writer_thread || spare_core())) {
         hbool_t ts = 0;
         /* HDF5 calls may move to another thread only when the library serialises them */
         if (H5is_library_threadsafe(&ts) >= 0 && ts) {

@@ -37,6 +37,7 @@ typedef struct {
     int64_t seed;
     size_t chunk_bytes; /* target chunk size; 0: 1 MiB */
     int sync_writes;    /* 1: the capture writes on the forward's thread (no writer thread) */
+    int writer_thread;  /* 1: a writer thread even when no core is spare (tests); see mp_h5run_capture */
 } mp_h5run_params;
 
 mp_h5run_params mp_h5run_params_default(void);
@@ -97,14 +98,23 @@ const char *mp_h5run_path(const mp_h5run *run);
  * tiles that hold nothing but the fill (the causal upper triangle) are not
  * written, and read back as the fill.
  *
- * Writer thread: when HDF5 is thread-safe (H5is_library_threadsafe) and
- * params.sync_writes is 0, each callback copies its view into a bounded queue
+ * Writer thread: when HDF5 is thread-safe (H5is_library_threadsafe),
+ * params.sync_writes is 0 and a core is spare beside the forward's OpenMP
+ * threads (the process's CPUs outnumber omp_get_max_threads(); or
+ * params.writer_thread is 1), each callback copies its view into a bounded queue
  * (at most 4 views and 64 MiB of copies, or one view when a single view is
  * larger) and returns; one writer thread makes the HDF5 writes while the
  * forward computes. A failed write (ENOSPC, EFBIG...) fails the next callback
  * (the forward then returns MP_ERR_HOOK with the writer's message) and, in any
  * case, mp_h5run_flush and mp_h5run_commit (which then removes the temporary
- * file). Every other mp_h5run / mp_h5ds call waits for the queue first. */
+ * file). Every other mp_h5run / mp_h5ds call waits for the queue first. With
+ * every core computing there is nothing to overlap with: a writer thread
+ * would only preempt one of the forward's threads (and stall the other at
+ * the next barrier), so then the writes stay on the caller's thread (on 2
+ * cores the two ways measured the same within noise). Blocks of whole
+ * attention-map tiles are written with H5Dwrite_chunk (POSIX driver, no
+ * compression): packed once, no gather, no chunk cache. Every 16 MiB written
+ * starts the kernel's write-back, so commit's fsync finds little left. */
 mp_status mp_h5run_capture(mp_h5run *run, mp_hooks *hooks, const struct mp_config *cfg, const char *globs,
                            int B, int T);
 /* Waits until every captured view is written; returns the first write error

@@ -81,6 +81,7 @@ static int capture(const mp_model *m, const char *path, int sync, int compress, 
     tokens_of(tok);
     mp_h5run_params p = mp_h5run_params_default();
     p.sync_writes = sync;
+    p.writer_thread = !sync; /* the writer thread even where no core is spare */
     p.compress = compress;
     mp_h5run *run;
     mp_hooks *hs = mp_hooks_new(&m->cfg);
@@ -193,6 +194,7 @@ static int limited_child(int sync) {
     const char *path = tmp_path("limited.h5");
     mp_h5run_params p = mp_h5run_params_default();
     p.sync_writes = sync;
+    p.writer_thread = !sync; /* the writer thread even where no core is spare */
     mp_h5run *run;
     mp_hooks *hs = mp_hooks_new(&m->cfg);
     if (mp_h5run_create(&run, path, &p) != MP_OK) return 3;

@@ -618,6 +618,7 @@ static void abort_drops_queue(void) {
         const int Tv = 1024, T = 4 * Tv, D = cfg.d_model; /* views of 2 MiB */
         mp_h5run_params p = mp_h5run_params_default();
         p.chunk_bytes = (size_t)Tv * D * sizeof(float);
+        p.writer_thread = 1; /* even where no core is spare */
         mp_h5run *run = NULL;
         mp_hooks *hooks = mp_hooks_new(&cfg);
         float *buf = calloc((size_t)Tv * D, sizeof *buf);

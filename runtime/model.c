@@ -173,7 +173,10 @@ static mp_status attention(const fwd_ctx *f, int l, const mp_layer_acts *b, cons
     const int B = f->B, T = f->T, H = c->n_head, Dh = c->d_head, KD = c->n_kv_head * Dh;
     const int S = f->pos0 + T, HD = H * Dh, group = H / c->n_kv_head;
     const float scale = 1.0f / sqrtf((float)Dh);
-    const int show = mp_hooks_active(f->hs, MP_HOOK_ATTN_SCORES, l) || mp_hooks_active(f->hs, MP_HOOK_PATTERN, l);
+    /* a hooked block shows all S keys: scores -inf and pattern 0 past the keys
+     * its rows see (only the hooked one of the two is filled there) */
+    const int show_scores = mp_hooks_active(f->hs, MP_HOOK_ATTN_SCORES, l);
+    const int show = show_scores || mp_hooks_active(f->hs, MP_HOOK_PATTERN, l);
     mp_status st = MP_OK;
     /* the normalizer's scratch (entmax15's sort): S floats per thread */
     const size_t nwork = mp_attn_work_floats(av, S);
@@ -205,7 +208,7 @@ static mp_status attention(const fwd_ctx *f, int l, const mp_layer_acts *b, cons
                     }
                 for (int i = 0; i < rows; i++) {
                     int first_masked = f->pos0 + q0 + i + 1;
-                    int end = show ? S : kmax;
+                    int end = show_scores ? S : kmax;
                     for (int j = first_masked; j < end; j++) a[(size_t)i * S + j] = -INFINITY;
                 }
                 if (f->mask) mp_mask_scores(f->mask + (size_t)bb * T, a, rows, q0, (size_t)S); /* pads: no cache */

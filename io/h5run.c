@@ -206,18 +206,27 @@ mp_status mp_h5_write_model_attrs(hid_t f, const char *what, const mp_config *c,
     return st;
 }
 
-mp_status mp_h5run_write_tokens(mp_h5run *run, const int *tokens, int B, int T) {
-    if (B < 0 || T < 0) return mp_error(MP_ERR_ARG, "%s: /tokens: bad shape [%d,%d]", run->at.path, B, T);
+/* An int32 [B,T] dataset written whole (unchunked). */
+static mp_status write_int_bt(mp_h5run *run, const char *path, const int *data, int B, int T) {
+    if (B < 0 || T < 0) return mp_error(MP_ERR_ARG, "%s: %s: bad shape [%d,%d]", run->at.path, path, B, T);
     int64_t shape[2] = {B, T};
     hid_t ds;
     mp_status st = wq_drain(run);
     if (st != MP_OK) return st;
-    st = mp_h5_create_dataset(run->at.file, "/tokens", H5T_NATIVE_INT, 2, shape, NULL, 0, NULL, &ds);
+    st = mp_h5_create_dataset(run->at.file, path, H5T_NATIVE_INT, 2, shape, NULL, 0, NULL, &ds);
     if (st != MP_OK) return st;
-    if ((int64_t)B * T > 0 && H5Dwrite(ds, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens) < 0)
-        st = mp_h5_error(MP_ERR_HDF5, "%s: /tokens: cannot write", run->at.path);
-    if (H5Dclose(ds) < 0 && st == MP_OK) st = mp_h5_error(MP_ERR_HDF5, "%s: /tokens: cannot write", run->at.path);
+    if ((int64_t)B * T > 0 && H5Dwrite(ds, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+        st = mp_h5_error(MP_ERR_HDF5, "%s: %s: cannot write", run->at.path, path);
+    if (H5Dclose(ds) < 0 && st == MP_OK) st = mp_h5_error(MP_ERR_HDF5, "%s: %s: cannot write", run->at.path, path);
     return st;
+}
+
+mp_status mp_h5run_write_tokens(mp_h5run *run, const int *tokens, int B, int T) {
+    return write_int_bt(run, "/tokens", tokens, B, T);
+}
+
+mp_status mp_h5run_write_mask(mp_h5run *run, const int *mask, int B, int T) {
+    return write_int_bt(run, "/attention_mask", mask, B, T);
 }
 
 /* Tiles of an attention map [B,H,T,S]: 64 query rows (the forward's default

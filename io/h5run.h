@@ -62,6 +62,9 @@ mp_status mp_h5_write_model_attrs(hid_t f, const char *what, const struct mp_con
                                   const char *tokenizer);
 /* /tokens int32 [B,T]. */
 mp_status mp_h5run_write_tokens(mp_h5run *run, const int *tokens, int B, int T);
+/* /attention_mask int32 [B,T] (1: a real token, 0: padding) of a capture run
+ * with a ragged batch, beside /tokens. */
+mp_status mp_h5run_write_mask(mp_h5run *run, const int *mask, int B, int T);
 /* Creates float32 dataset `path` (e.g. "/logits", "/stats/sink/frac") of the
  * given shape, chunked along t_axis (-1: along axis 0) and compressed as the
  * run's params say. An existing dataset of that name is replaced. */

@@ -657,6 +657,7 @@ static int model_capture(lua_State *L) {
     if ((st = mp_h5run_create(&g->run, out, &rp))) return mp_lua_fail(L, st);
     if ((st = mp_h5run_write_model(g->run, cfg, lm->m->source, lm->m->tokenizer))) return mp_lua_fail(L, st);
     if ((st = mp_h5run_write_tokens(g->run, g->ints, B, T))) return mp_lua_fail(L, st);
+    if (mask && (st = mp_h5run_write_mask(g->run, mask, B, T))) return mp_lua_fail(L, st);
     int n_ds = 0;
     if (strcmp(globs, "") != 0 && strcmp(globs, "none") != 0) {
         if ((st = mp_h5run_capture(g->run, g->hooks, cfg, globs, B, T))) return mp_lua_fail(L, st);

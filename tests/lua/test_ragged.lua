@@ -192,6 +192,11 @@ t.case("capture of a padded batch", function()
       for v = 1, V do t.near(got[b][i][v], want[b][i][v], 1e-6, "captured logits") end
     end
   end
+  -- the mask is stored beside the tokens, so the file says which are pads
+  local fm = f:read("/attention_mask"):totable()
+  for b = 1, #toks do
+    for i = 1, #toks[1] do assert(fm[b][i] == mask[b][i], ("stored attention_mask [%d][%d]"):format(b, i)) end
+  end
   local pat = f:read("/acts/blocks.0.attn.hook_pattern")
   assert(pat:get(1, 1, 7, 1) == 0 and pat:get(1, 1, 7, 5) > 0, "captured pattern is masked")
   f:close()

@@ -7,7 +7,9 @@
  * callbacks see and may edit it, and it is copied back before the next step
  * reads it (synchronous copies: simple first). Inactive points cost nothing.
  * Matrix products: cuBLAS sgemm in its default math mode, which does not use
- * TF32 (the fp32 reference path). Kernels: cuda_kernels.cu.
+ * TF32 (the fp32 reference path). cuBLAS is loaded with dlopen when a model
+ * first moves to the device (blas_load): linked, its 600 MB would load into
+ * every mechprobe process, CPU-only ones included. Kernels: cuda_kernels.cu.
  *
  * A KV cache keeps a device copy of its keys and values (mp_kvcache.dev); the
  * host copy stays complete (the new rows are copied back every call), so a
@@ -19,9 +21,58 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ---- cuBLAS, loaded on first use ---- */
+
+#define MP_STR2(x) #x
+#define MP_STR(x) MP_STR2(x)
+typedef struct {
+    void *lib;
+    cublasStatus_t (*create)(cublasHandle_t *);
+    cublasStatus_t (*destroy)(cublasHandle_t);
+    cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
+    cublasStatus_t (*set_math_mode)(cublasHandle_t, cublasMath_t);
+    cublasStatus_t (*sgemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const float *,
+                            const float *, int, const float *, int, const float *, float *, int);
+    const char *(*status_string)(cublasStatus_t);
+} blas_api;
+static blas_api blas;
+static char blas_err[512];
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+/* The library of the major version we were compiled against (the ABI), then the unversioned name. */
+static void blas_open(void) {
+    static const char *const names[] = {"libcublas.so." MP_STR(CUBLAS_VER_MAJOR), "libcublas.so"};
+    void *lib = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char *e = dlerror();
+        snprintf(blas_err, sizeof blas_err, "cannot load cuBLAS (%s): %s", names[0], e ? e : "not found");
+        return;
+    }
+    struct { void **fn; const char *sym; } want[] = {
+        {(void **)&blas.create, "cublasCreate_v2"},         {(void **)&blas.destroy, "cublasDestroy_v2"},
+        {(void **)&blas.set_stream, "cublasSetStream_v2"},  {(void **)&blas.set_math_mode, "cublasSetMathMode"},
+        {(void **)&blas.sgemm, "cublasSgemm_v2"},           {(void **)&blas.status_string, "cublasGetStatusString"}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!(*want[i].fn = dlsym(lib, want[i].sym))) {
+            snprintf(blas_err, sizeof blas_err, "cuBLAS (%s) lacks %s", names[0], want[i].sym);
+            dlclose(lib);
+            memset(&blas, 0, sizeof blas);
+            return;
+        }
+    blas.lib = lib;
+}
+
+static mp_status blas_load(void) {
+    pthread_once(&blas_once, blas_open);
+    return blas.lib ? MP_OK : mp_error(MP_ERR_CUDA, "%s", blas_err);
+}
 
 typedef struct {
     cudaStream_t stream;
@@ -55,7 +106,7 @@ typedef struct {
     do {                                                                                             \
         cublasStatus_t e_ = fn args;                                                                 \
         if (e_ != CUBLAS_STATUS_SUCCESS) {                                                           \
-            st = mp_error(MP_ERR_CUDA, "cuBLAS: %s: %s", #fn, cublasGetStatusString(e_));           \
+            st = mp_error(MP_ERR_CUDA, "cuBLAS: %s: %s", #fn, blas.status_string(e_));              \
             goto cleanup;                                                                            \
         }                                                                                            \
     } while (0)
@@ -82,7 +133,7 @@ static void cu_free(cu_model *d) {
     cudaFree(d->ws);
     cudaFree(d->tok);
     if (d->host) cudaFreeHost(d->host);
-    if (d->blas) cublasDestroy(d->blas);
+    if (d->blas) blas.destroy(d->blas);
     if (d->stream) cudaStreamDestroy(d->stream);
     free(d);
 }
@@ -200,7 +251,7 @@ static mp_status linear(cu_model *d, float *out, const float *in, const float *w
                         int OUT) {
     mp_status st = MP_OK;
     const float one = 1.0f, zero = 0.0f;
-    CB(cublasSgemm, (d->blas, CUBLAS_OP_T, CUBLAS_OP_N, OUT, N, IN, &one, w, IN, in, IN, &zero, out, OUT));
+    CB(blas.sgemm, (d->blas, CUBLAS_OP_T, CUBLAS_OP_N, OUT, N, IN, &one, w, IN, in, IN, &zero, out, OUT));
     if (bias) CU(mp_cuk_add_bias, (out, bias, N, OUT, d->stream));
 cleanup:
     return st;
@@ -425,10 +476,11 @@ mp_status mp_cuda_attach(mp_model *m) {
         src = f32;
     }
     const size_t n = mp_config_n_params(&m->cfg);
+    TRY(blas_load());
     CU(cudaStreamCreateWithFlags, (&d->stream, cudaStreamNonBlocking));
-    CB(cublasCreate, (&d->blas));
-    CB(cublasSetStream, (d->blas, d->stream));
-    CB(cublasSetMathMode, (d->blas, CUBLAS_DEFAULT_MATH)); /* no TF32: the fp32 reference path */
+    CB(blas.create, (&d->blas));
+    CB(blas.set_stream, (d->blas, d->stream));
+    CB(blas.set_math_mode, (d->blas, CUBLAS_DEFAULT_MATH)); /* no TF32: the fp32 reference path */
     CU(cudaMalloc, ((void **)&d->params, (n ? n : 1) * sizeof(float)));
     mp_params_layout(&m->cfg, d->params, &d->p);
     mp_param_desc hs[MP_PARAM_MAX], ds[MP_PARAM_MAX];

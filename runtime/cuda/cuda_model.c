@@ -264,13 +264,20 @@ static mp_status kv_get(mp_kvcache *cache, const mp_config *c, cu_kv **out, cuda
     cu_kv *kv = cache->dev;
     if (cache->dev && cache->dev_free != cu_kv_free)
         return mp_error(MP_ERR_ARG, "forward: this KV cache holds another backend's device copy");
-    if (!kv) {
-        if (!(kv = mp_calloc(1, sizeof *kv, "the KV cache's device copy"))) return MP_ERR_NOMEM;
+    if (!kv) { /* attached to the cache only once both buffers exist */
+        cu_kv *fresh = mp_calloc(1, sizeof *fresh, "the KV cache's device copy");
+        if (!fresh) return MP_ERR_NOMEM;
+        cudaError_t e = cudaMalloc((void **)&fresh->k, n * sizeof(float));
+        if (e == cudaSuccess) e = cudaMalloc((void **)&fresh->v, n * sizeof(float));
+        if (e != cudaSuccess) {
+            cu_kv_free(fresh);
+            return mp_error(MP_ERR_CUDA, "CUDA: cudaMalloc: %s (the KV cache's device copy, 2 x %zu floats)",
+                            cudaGetErrorString(e), n);
+        }
+        kv = fresh;
+        kv->synced = 0;
         cache->dev = kv;
         cache->dev_free = cu_kv_free;
-        CU(cudaMalloc, ((void **)&kv->k, n * sizeof(float)));
-        CU(cudaMalloc, ((void **)&kv->v, n * sizeof(float)));
-        kv->synced = 0;
     }
     if (kv->synced != cache->len) { /* filled elsewhere (the CPU): take the host's rows */
         CU(cudaMemcpyAsync, (kv->k, cache->k, n * sizeof(float), cudaMemcpyHostToDevice, s));

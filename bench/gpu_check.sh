@@ -48,8 +48,8 @@ bundle() {
   cmake -S "$ROOT" -B "$ROOT/build-gpu" -DCMAKE_BUILD_TYPE=Release -DMP_MPI=OFF -DMP_CUDA=ON \
         -DCMAKE_C_FLAGS_RELEASE="-O3 -march=x86-64-v3 -DNDEBUG" > "$ROOT/build-gpu.cmake.log" 2>&1 \
     || { cat "$ROOT/build-gpu.cmake.log"; die "configure"; }
-  cmake --build "$ROOT/build-gpu" -j"$JOBS" --target mechprobe test_gpu bench_gpu > "$ROOT/build-gpu.build.log" 2>&1 \
-    || { tail -30 "$ROOT/build-gpu.build.log"; die "build"; }
+  cmake --build "$ROOT/build-gpu" -j"$JOBS" --target mechprobe test_gpu bench_gpu > "$ROOT/build-gpu/gpu_check.build.log" 2>&1 \
+    || { tail -30 "$ROOT/build-gpu/gpu_check.build.log"; die "build"; }
   rm -rf "$BDIR" && mkdir -p "$BDIR/gpu_bundle/bin" "$BDIR/gpu_bundle/lib" "$BDIR/gpu_bundle/include"
   local B="$BDIR/gpu_bundle"
   cp "$ROOT/build-gpu/mechprobe" "$ROOT/build-gpu/tests/test_gpu" "$ROOT/build-gpu/bench/bench_gpu" "$B/bin/"

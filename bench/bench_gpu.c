@@ -2,8 +2,7 @@
  * d_model 768, 12-layer, 12-head Llama (GPT-2 small size; d_mlp 2048, vocab
  * 32000, seeded random weights, saved as a llama2.c file for the PyTorch peer)
  * and the prefill of T tokens (default 2048, B = 1, logits of the last
- * position) on the CUDA device: tokens/s in fp32 (and bf16 when the backend
- * takes it), and the capture overhead of hook_q, hook_k and hook_pattern of
+ * position) on the CUDA device: tokens/s in fp32 and in bf16, and the capture overhead of hook_q, hook_k and hook_pattern of
  * every layer streamed to an HDF5 run file, against the plain forward.
  * Prints key=value lines; times are the best of --reps after one warm-up.
  *
@@ -116,7 +115,7 @@ int main(int argc, char **argv) {
         f = fopen(p, "wb");
         if (f) { fwrite(logits, sizeof(float), (size_t)c.vocab, f); fclose(f); }
     }
-    mp_model *b = NULL; /* bf16: a second copy, when the backend takes it */
+    mp_model *b = NULL; /* bf16: a second copy of the same weights */
     if (mp_model_new_init(&b, &c, 1, 0.02f) == MP_OK && mp_model_to_device(b, MP_DEVICE_CUDA, MP_PRECISION_BF16) == MP_OK) {
         double s16 = best_of(b, tok, T, reps, logits, &st);
         if (st) printf("bf16=error: %s\n", mp_last_error());

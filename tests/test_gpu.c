@@ -8,7 +8,9 @@
  * 16 query rows; KV-cached decoding (with and without the pattern hooks);
  * greedy generation (equal tokens); each C intervention; the shared llama2.c
  * model. fp32 tolerance: max |gpu - cpu| <= 1e-4 of the tensor's scale (its
- * largest finite |value|); -inf (masked scores) must match exactly.
+ * largest finite |value|); -inf (masked scores) must match exactly. bf16
+ * (bfloat16 operands of every product, fp32 accumulation and everything
+ * else): max error <= 3e-2 of each tensor's scale, against the fp32 CPU.
  * `test_gpu --dry` runs every comparison with the CPU on both sides (no device
  * needed): a check of the test's own set-up, not of the backend. */
 #include "intervene.h"
@@ -18,7 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TOL 1e-4
+#define TOL_FP32 1e-4
+#define TOL_BF16 3e-2
+static double TOL = TOL_FP32;
+static mp_precision PREC = MP_PRECISION_FP32;
 static int dry; /* --dry: "cuda" is the CPU */
 
 static int near_scaled(const char *what, const float *ref, const float *got, size_t n) {
@@ -55,7 +60,7 @@ static mp_status run_all(const mp_model *m, const int *tok, int B, int T, int q_
 
 static void to(mp_model *m, mp_device d) {
     if (dry) return;
-    mp_status st = mp_model_to_device(m, d, MP_PRECISION_FP32);
+    mp_status st = mp_model_to_device(m, d, d == MP_DEVICE_CUDA ? PREC : MP_PRECISION_FP32);
     CHECK(st == MP_OK && m->device == d, "to %s: %s", mp_device_name(d), mp_last_error());
 }
 
@@ -244,6 +249,16 @@ int main(int argc, char **argv) {
         }
         compare_model(m, vs[i].label, 2, 37);
         compare_decode(m, vs[i].label);
+        if (i == 0 || i == 6) { /* bf16: a llama-like and a gpt2-like model */
+            char lab[96];
+            snprintf(lab, sizeof lab, "%s bf16", vs[i].label);
+            TOL = TOL_BF16;
+            PREC = MP_PRECISION_BF16;
+            compare_model(m, lab, 2, 37);
+            compare_decode(m, lab);
+            TOL = TOL_FP32;
+            PREC = MP_PRECISION_FP32;
+        }
         if (i == 0) {
             compare_generate(m, vs[i].label);
             compare_interventions(m);

@@ -7,8 +7,8 @@
 
 /* cudaGetDeviceCount: MP_OK with at least one device, else the message above. */
 mp_status mp_cuda_probe(void);
-/* Uploads m's weights into a new device copy and installs it (m->dev,
- * m->dev_ops), replacing any previous one. */
-mp_status mp_cuda_attach(mp_model *m);
+/* Uploads m's weights into a new device copy for precision prec and installs
+ * it (m->dev, m->dev_ops), replacing any previous one. */
+mp_status mp_cuda_attach(mp_model *m, mp_precision prec);
 
 #endif

@@ -7,6 +7,7 @@
 // reductions), which is what the gpu tests' tolerances allow for.
 #include "cuda_kernels.h"
 
+#include <cuda_bf16.h>
 #include <math.h>
 
 #define WARP 32
@@ -51,6 +52,11 @@ static unsigned grid_for(size_t n, unsigned threads) {
 }
 
 // ---- embedding, norms, elementwise ----
+
+__global__ static void k_to_bf16(__nv_bfloat16 *out, const float *in, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = __float2bfloat16_rn(in[i]);
+}
 
 __global__ static void k_embed(float *out, const int *tokens, const float *embed, int D) {
     const size_t n = blockIdx.x;
@@ -303,6 +309,11 @@ __global__ static void k_attn_pv(float *z, const float *att, const float *vc, in
 // ---- launchers ----
 
 extern "C" {
+
+cudaError_t mp_cuk_to_bf16(void *out, const float *in, size_t n, cudaStream_t s) {
+    k_to_bf16<<<grid_for(n, 256), 256, 0, s>>>((__nv_bfloat16 *)out, in, n);
+    return cudaGetLastError();
+}
 
 cudaError_t mp_cuk_embed(float *out, const int *tokens, const float *embed, int N, int D, cudaStream_t s) {
     k_embed<<<N, 256, 0, s>>>(out, tokens, embed, D);

@@ -13,6 +13,9 @@
 extern "C" {
 #endif
 
+/* out[i] = in[i] rounded to bfloat16 (round to nearest even; out holds n
+ * 16-bit values): the bf16 path's weights and GEMM inputs */
+cudaError_t mp_cuk_to_bf16(void *out, const float *in, size_t n, cudaStream_t s);
 /* out[n, :] = embed[tokens[n], :] (tokens checked on the host) */
 cudaError_t mp_cuk_embed(float *out, const int *tokens, const float *embed, int N, int D, cudaStream_t s);
 /* x[b, t, :] += pos_embed[pos0 + t, :] (learned positions) */

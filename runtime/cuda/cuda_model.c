@@ -7,7 +7,11 @@
  * callbacks see and may edit it, and it is copied back before the next step
  * reads it (synchronous copies: simple first). Inactive points cost nothing.
  * Matrix products: cuBLAS sgemm in its default math mode, which does not use
- * TF32 (the fp32 reference path). cuBLAS is loaded with dlopen when a model
+ * TF32 (the fp32 reference path). Precision bf16: the linear weights get a
+ * bfloat16 copy, each product's input is rounded to bfloat16 and cublasGemmEx
+ * multiplies them with fp32 accumulation and an fp32 result; everything else
+ * (the residual stream, norms and their statistics, positions, softmax and
+ * the attention, hook views) stays fp32. cuBLAS is loaded with dlopen when a model
  * first moves to the device (blas_load): linked, its 600 MB would load into
  * every mechprobe process, CPU-only ones included. Kernels: cuda_kernels.cu.
  *
@@ -39,6 +43,9 @@ typedef struct {
     cublasStatus_t (*set_math_mode)(cublasHandle_t, cublasMath_t);
     cublasStatus_t (*sgemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const float *,
                             const float *, int, const float *, int, const float *, float *, int);
+    cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
+                              const void *, cudaDataType, int, const void *, cudaDataType, int, const void *, void *,
+                              cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
     const char *(*status_string)(cublasStatus_t);
 } blas_api;
 static blas_api blas;
@@ -58,7 +65,8 @@ static void blas_open(void) {
     struct { void **fn; const char *sym; } want[] = {
         {(void **)&blas.create, "cublasCreate_v2"},         {(void **)&blas.destroy, "cublasDestroy_v2"},
         {(void **)&blas.set_stream, "cublasSetStream_v2"},  {(void **)&blas.set_math_mode, "cublasSetMathMode"},
-        {(void **)&blas.sgemm, "cublasSgemm_v2"},           {(void **)&blas.status_string, "cublasGetStatusString"}};
+        {(void **)&blas.sgemm, "cublasSgemm_v2"},           {(void **)&blas.status_string, "cublasGetStatusString"},
+        {(void **)&blas.gemm_ex, "cublasGemmEx"}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         if (!(*want[i].fn = dlsym(lib, want[i].sym))) {
             snprintf(blas_err, sizeof blas_err, "cuBLAS (%s) lacks %s", names[0], want[i].sym);
@@ -79,6 +87,10 @@ typedef struct {
     cublasHandle_t blas;
     float *params;          /* device: mp_config_n_params floats in mp_params order */
     mp_params p;            /* device pointers into params */
+    int bf16;               /* precision bf16: the products below */
+    unsigned short *pbf;    /* bf16: params rounded to bfloat16 (the same layout; the linear weights are read) */
+    unsigned short *abf;    /* bf16: a product's input rounded to bfloat16 */
+    size_t abf_n;
     float *ws;              /* device workspace of one forward call */
     size_t ws_n;            /* floats */
     int *tok;               /* device token ids */
@@ -130,6 +142,8 @@ static void cu_free(cu_model *d) {
     if (!d) return;
     if (d->stream) cudaStreamSynchronize(d->stream);
     cudaFree(d->params);
+    cudaFree(d->pbf);
+    cudaFree(d->abf);
     cudaFree(d->ws);
     cudaFree(d->tok);
     if (d->host) cudaFreeHost(d->host);
@@ -251,7 +265,22 @@ static mp_status linear(cu_model *d, float *out, const float *in, const float *w
                         int OUT) {
     mp_status st = MP_OK;
     const float one = 1.0f, zero = 0.0f;
-    CB(blas.sgemm, (d->blas, CUBLAS_OP_T, CUBLAS_OP_N, OUT, N, IN, &one, w, IN, in, IN, &zero, out, OUT));
+    if (d->bf16) { /* bf16 operands (the weight's copy, the input rounded), fp32 accumulation and result */
+        const size_t n = (size_t)N * IN;
+        if (d->abf_n < n) {
+            cudaFree(d->abf);
+            d->abf = NULL;
+            d->abf_n = 0;
+            CU(cudaMalloc, ((void **)&d->abf, n * sizeof(unsigned short)));
+            d->abf_n = n;
+        }
+        CU(mp_cuk_to_bf16, (d->abf, in, n, d->stream));
+        const unsigned short *wb = d->pbf + (w - d->params);
+        CB(blas.gemm_ex, (d->blas, CUBLAS_OP_T, CUBLAS_OP_N, OUT, N, IN, &one, wb, CUDA_R_16BF, IN, d->abf, CUDA_R_16BF,
+                          IN, &zero, out, CUDA_R_32F, OUT, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    } else {
+        CB(blas.sgemm, (d->blas, CUBLAS_OP_T, CUBLAS_OP_N, OUT, N, IN, &one, w, IN, in, IN, &zero, out, OUT));
+    }
     if (bias) CU(mp_cuk_add_bias, (out, bias, N, OUT, d->stream));
 cleanup:
     return st;
@@ -472,7 +501,7 @@ static const char *cu_cpu_reason(const mp_model *m, const void *fp) { return mp_
 
 static const mp_dev_ops cu_ops = {"cuda", cu_cpu_reason, cu_forward, cu_release};
 
-mp_status mp_cuda_attach(mp_model *m) {
+mp_status mp_cuda_attach(mp_model *m, mp_precision prec) {
     mp_status st = MP_OK;
     mp_model *f32 = NULL;
     const mp_model *src = m;
@@ -502,6 +531,12 @@ mp_status mp_cuda_attach(mp_model *m) {
             goto cleanup;
         }
         CU(cudaMemcpy, (ds[i].p, hs[i].p, hs[i].n * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    if (prec == MP_PRECISION_BF16) { /* the bfloat16 copy the products read */
+        d->bf16 = 1;
+        CU(cudaMalloc, ((void **)&d->pbf, (n ? n : 1) * sizeof(unsigned short)));
+        CU(mp_cuk_to_bf16, (d->pbf, d->params, n, d->stream));
+        CU(cudaStreamSynchronize, (d->stream));
     }
     if (m->dev && m->dev_ops) m->dev_ops->release(m);
     m->dev = d;

@@ -32,9 +32,7 @@ mp_status mp_cuda_check_model(const mp_config *c, mp_precision p) {
     if (c->d_head > MP_CUDA_MAX_DHEAD)
         return mp_error(MP_ERR_ARG, "the CUDA backend takes d_head up to %d (this model: %d)", MP_CUDA_MAX_DHEAD,
                         c->d_head);
-    if (p == MP_PRECISION_BF16)
-        return mp_error(MP_ERR_ARG, "precision \"bf16\" is not implemented on the CUDA backend yet (use \"fp32\")");
-    if (p != MP_PRECISION_FP32) return mp_error(MP_ERR_ARG, "unknown precision (%d)", (int)p);
+    if (p != MP_PRECISION_FP32 && p != MP_PRECISION_BF16) return mp_error(MP_ERR_ARG, "unknown precision (%d)", (int)p);
     return MP_OK;
 }
 
@@ -73,7 +71,7 @@ mp_status mp_model_to_device(mp_model *m, mp_device d, mp_precision p) {
     if ((st = mp_cuda_available())) return st;
     if ((st = mp_cuda_check_model(&m->cfg, p))) return st;
 #ifdef MP_HAVE_CUDA
-    if ((st = mp_cuda_attach(m))) return st;
+    if ((st = mp_cuda_attach(m, p))) return st;
     m->device = MP_DEVICE_CUDA;
     m->precision = p;
     return MP_OK;

@@ -24,7 +24,7 @@ mp_status mp_cuda_available(void);
 /* Whether the backend can hold this model at this precision (host-only, no
  * device needed): softmax attention only (the entmax / ssmax / asentmax
  * variants are refused, naming the variant), d_head <= MP_CUDA_MAX_DHEAD,
- * fp32 only for now. MP_ERR_ARG with the reason. */
+ * precision fp32 or bf16. MP_ERR_ARG with the reason. */
 #define MP_CUDA_MAX_DHEAD 256
 mp_status mp_cuda_check_model(const mp_config *c, mp_precision p);
 /* Why this forward call of a model on the device must run on the CPU, or NULL:
@@ -35,7 +35,8 @@ mp_status mp_cuda_check_model(const mp_config *c, mp_precision p);
 const char *mp_cuda_cpu_reason(const mp_model *m, const mp_forward_params *fp);
 /* Moves m: to MP_DEVICE_CUDA (checks: mp_cuda_available, then
  * mp_cuda_check_model; then uploads a float32 copy of the weights, a
- * quantized model's dequantized; the host weights stay), or back to
+ * quantized model's dequantized, plus a bfloat16 copy for bf16 (the linear
+ * layers' operands; everything else stays fp32); the host weights stay), or back to
  * MP_DEVICE_CPU (frees the device copy; precision must be fp32). Moving to
  * the device again re-uploads the weights (after editing them in place).
  * On failure the model is unchanged. */

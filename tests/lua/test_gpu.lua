@@ -4,7 +4,7 @@
 -- device "cuda" recorded), run_with_cache's every entry, Lua hooks that edit
 -- (run_with_hooks) and Lua interventions, mp.load(..., {device = "cuda"}) of
 -- the shared model. Tolerance: max |gpu - cpu| <= 1e-4 of each tensor's scale
--- (its largest finite |value|); infinities equal. `--dry` runs the CPU on both
+-- (its largest finite |value|), bf16 3e-2; infinities equal. `--dry` runs the CPU on both
 -- sides (a check of the test itself, no device needed).
 local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
 local dry = arg[1] == "--dry"
@@ -65,6 +65,17 @@ t.case("capture files", function()
   to(m, "cpu"):capture_prompts(prompts, {out = dir .. "/pc.h5", hooks = "*", logits = true})
   to(m, "cuda"):capture_prompts(prompts, {out = dir .. "/pg.h5", hooks = "*", logits = true})
   files_equal(dir .. "/pc.h5", dir .. "/pg.h5", "capture_prompts")
+end)
+
+t.case("bf16 capture (3e-2 of each tensor's scale)", function()
+  TOL = 3e-2
+  to(m, "cpu"):capture(toks, {out = dir .. "/cpu16.h5", hooks = "*", logits = true})
+  if dry then m:capture(toks, {out = dir .. "/cuda16.h5", hooks = "*", logits = true})
+  else m:to("cuda", {precision = "bf16"}):capture(toks, {out = dir .. "/cuda16.h5", hooks = "*", logits = true}) end
+  local at = files_equal(dir .. "/cpu16.h5", dir .. "/cuda16.h5", "bf16 capture")
+  assert(dry or (at.device == "cuda" and at.precision == "bf16"), "precision attribute " .. tostring(at.precision))
+  assert(dry or m.precision == "bf16")
+  TOL = 1e-4
 end)
 
 t.case("run_with_cache", function()

@@ -140,9 +140,9 @@ run() {
   local extra=""
   for d in $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, "cublas", "lib") for p in nvidia.__path__))' 2>/dev/null) \
            /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-    [ -e "$d/libcublas.so.13" ] && extra="$extra:$d"
+    { [ -e "$d/libcublas.so.13" ] || [ -e "$d/libcublas.so.12" ]; } && extra="$extra:$d"
   done
-  [ -n "$extra" ] && say "cuBLAS 13 found in ${extra#:}" || say "no libcublas.so.13 found (the device path will say it cannot load cuBLAS)"
+  [ -n "$extra" ] && say "cuBLAS found in ${extra#:}" || say "no libcublas.so.13 or .so.12 found (the device path will say it cannot load cuBLAS)"
   local B="$TMP/gpu_bundle" BIN=""
   if [ "${GPU_CHECK_FORCE_SOURCE:-0}" != 1 ] && [ -f "$TAR" ]; then
     tar -xJf "$TAR" -C "$TMP" || die "unpacking $TAR"

@@ -52,9 +52,11 @@ static blas_api blas;
 static char blas_err[512];
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 
-/* The library of the major version we were compiled against (the ABI), then the unversioned name. */
+/* The library of the major version we were compiled against, then the
+ * unversioned name, then cuBLAS 12 (PyTorch's cu12 wheels carry it): the
+ * functions used here have the same C ABI in 12 and 13. */
 static void blas_open(void) {
-    static const char *const names[] = {"libcublas.so." MP_STR(CUBLAS_VER_MAJOR), "libcublas.so"};
+    static const char *const names[] = {"libcublas.so." MP_STR(CUBLAS_VER_MAJOR), "libcublas.so", "libcublas.so.12"};
     void *lib = NULL;
     for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     if (!lib) {

@@ -17,7 +17,7 @@ t.case("why", function()
   end
 end)
 
-local cfg = {d_model = 16, n_layer = 2, n_head = 4, n_kv_head = 2, vocab = 32, ctx = 16, seed = 3}
+local cfg = {d_model = 16, n_layer = 2, n_head = 4, n_kv_head = 2, vocab = 300, ctx = 16, seed = 3}
 local function with(extra)
   local c = {}
   for k, v in pairs(cfg) do c[k] = v end
@@ -45,7 +45,7 @@ end)
 
 local dir = os.tmpname(); os.remove(dir); mp.mkdir(dir)
 local model = dir .. "/model.h5"
-m:save(model)
+mp.model.new(with{tokenizer = "bytes"}):save(model) -- generate needs a tokenizer
 
 if not have then
   t.case("no device: Lua", function()
@@ -102,6 +102,18 @@ t.case("CLI --device cuda", function()
     f:close()
     assert(a.device == "cuda" and a.precision == "fp32", tostring(a.device))
   end
+end)
+
+t.case("CLI --device cpu", function() -- the same commands on the default device
+  for _, cmd in ipairs{
+      ("capture --model %s --tokens 1,2,3 --out %s/c.h5 --device cpu --precision fp32"):format(model, dir),
+      ("generate --model %s --steps 2 --temperature 0 --device cpu"):format(model),
+      ("sinks --model %s --tokens 1,2,3,4 --boot 10 --out %s/s --device cpu"):format(model, dir)} do
+    local ok, err = run(cmd)
+    assert(ok, cmd .. ": " .. err)
+  end
+  assert(exists(dir .. "/c.h5"))
+  os.execute("rm -rf " .. dir .. "/c.h5 " .. dir .. "/s")
 end)
 
 t.case("CLI bad values", function()

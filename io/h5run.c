@@ -191,6 +191,13 @@ mp_status mp_h5run_write_model(mp_h5run *run, const mp_config *c, const char *so
     return mp_h5_write_model_attrs(run->at.file, run->at.path, c, source, tokenizer);
 }
 
+mp_status mp_h5run_write_device(mp_h5run *run, const char *device, const char *precision) {
+    mp_status st = wq_drain(run);
+    if (st == MP_OK) st = mp_h5_attr_set_string(run->at.file, "/", "device", device);
+    if (st == MP_OK) st = mp_h5_attr_set_string(run->at.file, "/", "precision", precision);
+    return st;
+}
+
 mp_status mp_h5_write_model_attrs(hid_t f, const char *what, const mp_config *c, const char *source,
                                   const char *tokenizer) {
     mp_status st = MP_OK;

@@ -11,6 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* counts the opt-in points (mp_hook_opt_in) a glob list selects */
+static void opt_in_visit(void *u, mp_hook_id id, int layer, const char *name) {
+    (void)layer;
+    (void)name;
+    if (mp_hook_opt_in(id)) ++*(int *)u;
+}
+
 static int model_capture_prompts(lua_State *L) {
     lua_settop(L, 3);
     lmodel *lm = mp_lua_model_busy(L, 1, "capture_prompts", 0); /* hooks may call back into Lua */
@@ -24,7 +31,7 @@ static int model_capture_prompts(lua_State *L) {
     mp_h5cap_params p = {out, mp_lua_opt_globs(L, 3, "capture_prompts", "hooks", "*"),
                          mp_lua_opt_bool(L, 3, "capture_prompts", "logits", 0),
                          (int)mp_lua_opt_int(L, 3, "capture_prompts", "compress", 0, 0, 9), lm->m->source,
-                         lm->m->tokenizer};
+                         lm->m->tokenizer, NULL, NULL};
     if (strcmp(p.globs, "none") == 0) p.globs = "";
     /* this rank's prompts: one token array, offsets and lengths */
     const lua_Integer n = luaL_len(L, 2);
@@ -67,6 +74,15 @@ static int model_capture_prompts(lua_State *L) {
     mp_h5cap *cap_w = NULL;
     int64_t n_total = 0;
     int n_ds = 0;
+    /* where the forwards will run: the opt-in per-head points the globs may
+     * capture keep a cuda model's calls on the CPU (mp_cuda_cpu_reason) */
+    mp_forward_params probe = mp_forward_params_default();
+    probe.hooks = g->hooks;
+    int opt_in = 0;
+    if (p.globs && p.globs[0]) mp_hook_select(cfg, p.globs, opt_in_visit, &opt_in, NULL, 0);
+    const mp_device ran = opt_in ? MP_DEVICE_CPU : mp_model_forward_device(lm->m, &probe);
+    p.device = mp_device_name(ran);
+    p.precision = mp_precision_name(ran == MP_DEVICE_CPU ? MP_PRECISION_FP32 : lm->m->precision);
     mp_status st = mp_h5cap_create(&cap_w, &p, cfg, len, (int)n, g->hooks, &n_total, &n_ds);
     if (st) return mp_lua_fail(L, st);
     mp_forward_params fp = mp_forward_params_default();

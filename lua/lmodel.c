@@ -676,6 +676,12 @@ static int model_capture(lua_State *L) {
         mp_lua_hooks_rethrow(L, ftbl);
         return mp_lua_fail(L, st);
     }
+    { /* where this call ran: a cuda model's call the backend leaves to the CPU ran there */
+        const mp_device ran = mp_model_forward_device(lm->m, &fp);
+        if ((st = mp_h5run_write_device(g->run, mp_device_name(ran),
+                                        mp_precision_name(ran == MP_DEVICE_CPU ? MP_PRECISION_FP32 : lm->m->precision))))
+            return mp_lua_fail(L, st);
+    }
     if (want_logits) {
         int64_t shape[3] = {B, T, cfg->vocab}, off[3] = {0, 0, 0};
         mp_h5ds *ds;
@@ -701,12 +707,15 @@ static lmodel *push_lmodel(lua_State *L) {
 
 /* mp.load(path [, {tokenizer=path | "bytes"}]) */
 static int l_load(lua_State *L) {
-    static const char *const known[] = {"tokenizer", MP_LUA_LOAD_PROCESS_KEYS, NULL};
+    static const char *const known[] = {"tokenizer", "device", "precision", MP_LUA_LOAD_PROCESS_KEYS, NULL};
     const char *path = luaL_checkstring(L, 1);
     lua_settop(L, 2); /* the model goes to index 3, with or without options (mp.load(path, nil) too) */
     mp_lua_opt_check(L, 2, "mp.load", known);
     int opt = lua_istable(L, 2) ? 2 : 0;
     lmodel *lm = push_lmodel(L);
+    mp_device dev;
+    mp_precision prec;
+    mp_lua_device_read(L, opt, "mp.load", &dev, &prec); /* before the file is read: no device fails at once */
     mp_status st;
     mp_adamw o; /* a checkpoint's optimizer state, its loss curve into lm->log */
     mp_model_load_params lp = mp_model_load_params_default();
@@ -734,6 +743,7 @@ static int l_load(lua_State *L) {
     if (tp) set_tokenizer(L, lm, tp);
     else if (!lm->tok && strcmp(lm->m->tokenizer, "bytes") == 0) attach_bytes(L, lm); /* a byte-level checkpoint */
     mp_lua_load_process(L, opt, 3); /* fold_ln= etc.: TL's weight processing */
+    mp_lua_device_move(L, lm, "mp.load", dev, prec); /* the processed weights */
     lua_settop(L, 3);
     return 1;
 }
@@ -752,7 +762,7 @@ static int l_load(lua_State *L) {
  * Weights ~ normal(0, init_std), wo/w2 scaled by 1/sqrt(2 n_layer); attention-
  * variant parameters at their initial values (runtime/attn_variants.h). */
 static int l_model_new(lua_State *L) {
-    static const char *const extra[] = {"seed", "init_std", "tokenizer", NULL};
+    static const char *const extra[] = {"seed", "init_std", "tokenizer", "device", "precision", NULL};
     const char *fn = "mp.model.new";
     luaL_checktype(L, 1, LUA_TTABLE);
     mp_config c;
@@ -760,10 +770,14 @@ static int l_model_new(lua_State *L) {
     uint64_t seed = (uint64_t)mp_lua_opt_int(L, 1, fn, "seed", 0, 0, LUA_MAXINTEGER);
     float std = (float)mp_lua_opt_num(L, 1, fn, "init_std", 0.02);
     const char *tok = mp_lua_opt_str(L, 1, fn, "tokenizer", NULL);
+    mp_device dev;
+    mp_precision prec;
+    mp_lua_device_read(L, 1, fn, &dev, &prec);
     lmodel *lm = push_lmodel(L);
     mp_status st = mp_model_new_init(&lm->m, &c, seed, std);
     if (st) return luaL_error(L, "%s: %s", fn, mp_last_error());
     if (tok) set_tokenizer(L, lm, tok);
+    mp_lua_device_move(L, lm, fn, dev, prec);
     return 1;
 }
 
@@ -849,6 +863,7 @@ static int model_index(lua_State *L) {
     if (strcmp(k, "has_tokenizer") == 0) { lua_pushboolean(L, lm->tok != NULL); return 1; }
     if (strcmp(k, "optimizer") == 0) { lua_getiuservalue(L, 1, 1); return 1; }
     if (mp_lua_weights_index(L, 1, k)) return 1; /* W_E, W_pos, W_U */
+    if (mp_lua_device_index(L, lm, k)) return 1;  /* device, precision */
     if (strcmp(k, "weights") == 0) { /* "F32", "Q8_0", "Q4_K+Q6_K", ... */
         char t[64];
         mp_model_weight_types(lm->m, t, sizeof t);
@@ -961,6 +976,7 @@ void mp_lua_open_model(lua_State *L) {
     luaL_setfuncs(L, mp_lua_train_methods, 0);
     luaL_setfuncs(L, mp_lua_capture_methods, 0);
     luaL_setfuncs(L, mp_lua_weight_methods, 0);
+    luaL_setfuncs(L, mp_lua_device_methods, 0);
     lua_setfield(L, -2, "__methods");
     lua_pop(L, 1);
 
@@ -986,4 +1002,5 @@ void mp_lua_open_model(lua_State *L) {
     mp_lua_open_train(L);
     mp_lua_open_interventions(L);
     mp_lua_open_grad(L);
+    mp_lua_open_device(L);
 }

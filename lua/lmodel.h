@@ -116,6 +116,14 @@ void mp_lua_load_process(lua_State *L, int opt, int model);
 extern const luaL_Reg mp_lua_train_methods[];
 /* lcapture.c: m:capture_prompts (dataset captures, split across MPI ranks). */
 extern const luaL_Reg mp_lua_capture_methods[];
+/* ldevice.c: m:to; the device= / precision= options (read: parsed, and a cuda
+ * device checked for at once; move: after loading); m.device / m.precision
+ * (1 when k is one of them, its value pushed); mp.cuda (into the table on top). */
+extern const luaL_Reg mp_lua_device_methods[];
+void mp_lua_device_read(lua_State *L, int opt, const char *fn, mp_device *d, mp_precision *p);
+void mp_lua_device_move(lua_State *L, lmodel *lm, const char *fn, mp_device d, mp_precision p);
+int mp_lua_device_index(lua_State *L, lmodel *lm, const char *k);
+void mp_lua_open_device(lua_State *L);
 
 /* Gives the table at `cache` (run_with_cache's result for model at `model`,
  * batch B x T) the ActivationCache methods (lua/lcache.c). */

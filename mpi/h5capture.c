@@ -304,7 +304,9 @@ mp_status mp_h5cap_create(mp_h5cap **out, const mp_h5cap_params *p, const mp_con
     if (!st && ((st = mp_h5_attr_set_string(c->file, "/", "format", "mechprobe.run")) ||
                 (st = mp_h5_attr_set_int(c->file, "/", "version", 1)) ||
                 (st = mp_h5_attr_set_string(c->file, "/", "mechprobe_version", MP_VERSION)) ||
-                (st = mp_h5_write_model_attrs(c->file, p->out, cfg, p->source, p->tokenizer))))
+                (st = mp_h5_write_model_attrs(c->file, p->out, cfg, p->source, p->tokenizer)) ||
+                (p->device && (st = mp_h5_attr_set_string(c->file, "/", "device", p->device))) ||
+                (p->precision && (st = mp_h5_attr_set_string(c->file, "/", "precision", p->precision)))))
         { /* st says why */ }
     int64_t nshape[1] = {c->n_total}, tshape[2] = {c->n_total, c->tmax};
     static const int32_t pad = -1;

@@ -33,6 +33,8 @@ typedef struct {
     int compress;        /* 0..9 (shuffle + deflate); one rank only: compression needs collective writes */
     const char *source;  /* /model attribute `source` (may be NULL) */
     const char *tokenizer; /* /model attribute `tokenizer` (NULL or "": none) */
+    const char *device;    /* root attributes device / precision (NULL: not written) */
+    const char *precision;
 } mp_h5cap_params;
 
 typedef struct mp_h5cap mp_h5cap;

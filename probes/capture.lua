@@ -3,6 +3,7 @@
 --
 --   mechprobe capture --model FILE [--tokenizer FILE] (--text STR | --tokens 1,2,3)
 --                     [--hooks GLOB[,GLOB...]] [--logits] [--compress N] --out FILE.h5
+--                     [--device cpu|cuda] [--precision fp32|bf16]
 --
 -- Dataset captures, one prompt per line (rows of /acts/<hook> [N, Tmax, ...],
 -- ragged lengths in /lengths); under `mpirun -np R` the lines are split across
@@ -15,6 +16,7 @@ local o = cli.parse(arg, {
   summary = "Capture activations at hook points into an HDF5 run file (h5py: f['acts/blocks.0.hook_resid_pre']).",
   {"model", "FILE", "model file (checkpoint .h5, llama2.c .bin, GGUF, HF folder)", required = true},
   {"tokenizer", "FILE", "tokenizer file (default: found next to the model)"},
+  cli.DEVICE_OPTS[1], cli.DEVICE_OPTS[2],
   {"text", "STR", "text to tokenize (BOS prepended)"},
   {"tokens", "IDS", "comma-separated token ids instead of --text"},
   {"text_file", "FILE", "one prompt per line: a dataset capture [N, Tmax, ...] with /lengths (split over MPI ranks)"},
@@ -35,8 +37,10 @@ if not o.hooks:find("[^%s,]") then
   os.exit(2)
 end
 
+local dev = cli.check_device("capture", o)
+
 local t0 = os.clock()
-local model = mp.load(o.model, {tokenizer = o.tokenizer})
+local model = mp.load(o.model, {tokenizer = o.tokenizer, device = dev.device, precision = dev.precision})
 
 if o.text_file or o.tokens_file then
   local path = o.text_file or o.tokens_file

@@ -2,19 +2,22 @@
 --
 --   mechprobe generate --model FILE [--tokenizer FILE] [--prompt STR]
 --                      [--steps N] [--temperature T] [--top-p P] [--seed S]
+--                      [--device cpu|cuda] [--precision fp32|bf16]
 local cli = require "cli"
 local o = cli.parse(arg, {
   name = "generate",
   summary = "Generate text (greedy with --temperature 0; nucleus sampling otherwise).",
   {"model", "FILE", "model file (checkpoint .h5, llama2.c .bin, GGUF, HF folder)", required = true},
   {"tokenizer", "FILE", "tokenizer file (default: found next to the model)"},
+  cli.DEVICE_OPTS[1], cli.DEVICE_OPTS[2],
   {"prompt", "STR", "prompt text (default: start from BOS)", default = ""},
   {"steps", "N", "new tokens at most", default = 64, type = "int"},
   {"temperature", "T", "0 = greedy", default = 1.0, type = "number"},
   {"top_p", "P", "nucleus sampling mass", default = 0.9, type = "number"},
   {"seed", "S", "random seed", default = 1234, type = "int"},
 })
-local model = mp.load(o.model, {tokenizer = o.tokenizer})
+local dev = cli.check_device("generate", o)
+local model = mp.load(o.model, {tokenizer = o.tokenizer, device = dev.device, precision = dev.precision})
 local t0, n = os.time(), 0
 io.write(o.prompt)
 local prompt = model:to_tokens(o.prompt)

@@ -18,6 +18,7 @@ local o = cli.parse(arg, {
   summary = "Attention sinks and Q/K point-cloud geometry of every head, with figures and a verdict table.",
   {"model", "FILE", "model checkpoint", required = true},
   {"tokenizer", "FILE", "tokenizer (default: found next to the model)"},
+  cli.DEVICE_OPTS[1], cli.DEVICE_OPTS[2],
   {"text", "STR", "input text"},
   {"text_file", "FILE", "input text from a file"},
   {"tokens", "IDS", "comma-separated token ids"},
@@ -32,8 +33,9 @@ local o = cli.parse(arg, {
 cli.check_choice("sinks", o, {"text", "text_file", "tokens"}, "exactly")
 if o.window < 1 then cli.fail("sinks", ("--window must be a positive number of positions (got %d)"):format(o.window)) end
 cli.check_format("sinks", o.format)
+local dev = cli.check_device("sinks", o)
 
-local m = mp.load(o.model, {tokenizer = o.tokenizer})
+local m = mp.load(o.model, {tokenizer = o.tokenizer, device = dev.device, precision = dev.precision})
 
 -- tokens
 local tokens

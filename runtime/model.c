@@ -41,6 +41,7 @@ mp_status mp_kvcache_init(mp_kvcache *c, const mp_config *cfg, int B, int cap) {
 }
 
 void mp_kvcache_free(mp_kvcache *c) {
+    if (c->dev && c->dev_free) c->dev_free(c->dev);
     free(c->k);
     free(c->v);
     free(c->scratch);
@@ -304,6 +305,12 @@ static mp_status linear(float *out, const float *in, const float *w, const mp_qm
 /* The quantized matrix of linear weight `field` of layer l, or NULL (float32) */
 #define QM(field) (Q ? &Q->field[l] : NULL)
 
+mp_device mp_model_forward_device(const mp_model *m, const mp_forward_params *fp) {
+    mp_forward_params def = mp_forward_params_default();
+    if (!m->dev || !m->dev_ops) return MP_DEVICE_CPU;
+    return m->dev_ops->cpu_reason(m, fp ? fp : &def) ? MP_DEVICE_CPU : m->device;
+}
+
 mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, const mp_forward_params *fp_in,
                            float *logits) {
     mp_forward_params fp = fp_in ? *fp_in : mp_forward_params_default();
@@ -311,6 +318,9 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
     if (st) return st;
     if (fp.logits != MP_LOGITS_NONE && !logits && !fp.acts)
         return mp_error(MP_ERR_ARG, "forward: logits requested (params.logits) but the logits buffer is NULL");
+    /* a model on a device (runtime/cuda): the backend runs the call, unless it
+     * needs a path only the CPU has (then the host weights serve, as always) */
+    if (mp_model_forward_device(m, &fp) != MP_DEVICE_CPU) return m->dev_ops->forward(m, tokens, B, T, &fp, logits);
     const mp_config *c = &m->cfg;
     const mp_params *p = &m->p;
     const mp_qparams *Q = m->q;

@@ -23,6 +23,7 @@
 #define MP_MODEL_H
 
 #include "config.h"
+#include "device.h"
 #include "mp_common.h"
 #include "mp_hooks.h"
 
@@ -133,6 +134,13 @@ typedef struct mp_model {
     mp_qparams *q;      /* quantized linear weights (GGUF Q8_0/Q4_0/Q4_K/Q6_K), or NULL */
     unsigned long mem_gen; /* +1 each time the parameter memory is replaced (mp_model_dequantize,
                               mp_model_make_owned): pointers into the old memory are stale */
+    /* where the forward runs (device.h): CPU, or a backend's copy of the weights
+     * (m->dev, through m->dev_ops; installed by mp_model_to_device, runtime/cuda).
+     * The host parameters above stay the model's authoritative copy. */
+    mp_device device;
+    mp_precision precision;
+    void *dev;
+    const mp_dev_ops *dev_ops;
 } mp_model;
 
 /* ---- quantized models (model_quant.c) ----
@@ -250,6 +258,8 @@ typedef struct {
     float *v;          /* [L, B, cap, K*Dh] */
     float *scratch;    /* forward-pass buffers reused across calls (owned) */
     size_t scratch_n;  /* floats in scratch */
+    void *dev;         /* a backend's device copy of k/v (the host k/v stay complete), or NULL */
+    void (*dev_free)(void *dev); /* frees dev (mp_kvcache_free calls it) */
 } mp_kvcache;
 
 mp_status mp_kvcache_init(mp_kvcache *c, const mp_config *cfg, int B, int cap);
@@ -343,6 +353,11 @@ mp_forward_params mp_forward_params_default(void);
  * callback aborts. */
 mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T,
                            const mp_forward_params *fp, float *logits);
+
+/* Where mp_model_forward runs this call (fp may be NULL): the model's device,
+ * or MP_DEVICE_CPU for a model on the CPU and for a call its backend leaves to
+ * the CPU (mp_cuda_cpu_reason in runtime/cuda/mp_cuda.h). */
+mp_device mp_model_forward_device(const mp_model *m, const mp_forward_params *fp);
 
 /* ---- ragged batches (runtime/ragged.c) ----
  * A padded batch runs with mp_forward_params.attn_mask [B, T] (1 real, 0 pad):

@@ -7,13 +7,17 @@ set(_mp_layer_cases
   mp_runtime ok   model.h      mp_runtime ok   mp_hooks.h   mp_runtime fail h5io.h
   mp_runtime fail checkpoint.h mp_runtime fail figure.h     mp_runtime fail mp_lua.h
   mp_runtime fail mp_mpi.h     mp_runtime fail stats.h      mp_runtime fail algebra.h
+  mp_runtime fail mp_cuda.h    mp_base    fail mp_cuda.h    mp_cuda   ok   mp_cuda.h
+  mp_cuda    ok   model.h      mp_cuda    ok   mp_hooks.h   mp_cuda   fail h5io.h
+  mp_cuda    fail mp_lua.h     mp_cuda    fail mp_mpi.h     mp_cuda   fail figure.h
+  mp_io      fail mp_cuda.h
   mp_io      ok   h5run.h      mp_io      ok   model.h      mp_io     fail mp_mpi.h
   mp_io      fail mp_lua.h     mp_io      fail figure.h
   mp_tasks   ok   algebra.h    mp_tasks   fail model.h      mp_tasks  fail h5io.h
   mp_analyze ok   stats.h      mp_analyze fail model.h      mp_analyze fail h5io.h
   mp_plots   ok   figure.h     mp_plots   fail model.h      mp_plots  fail h5io.h
   mechprobe_mpi ok h5run.h     mechprobe_mpi fail mp_lua.h
-  mechprobe_lua ok mp_mpi.h)
+  mechprobe_lua ok mp_mpi.h     mechprobe_lua ok mp_cuda.h)
 set(_mp_layer_args)
 list(LENGTH _mp_layer_cases _n)
 math(EXPR _last "${_n} - 1")

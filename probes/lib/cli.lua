@@ -24,6 +24,11 @@
 --                                        (n = "exactly") one of the flags
 --   cli.budget(name, o)                  "quick", "medium" or "full" from
 --                                        --quick / --medium (at most one)
+--   cli.check_device(name, o)            --device cpu|cuda and --precision
+--                                        fp32|bf16 (cli.DEVICE_OPTS in the spec):
+--                                        values, and a CUDA device at once (exit 1
+--                                        without one, before anything is read or
+--                                        written); returns mp.load's options
 local cli = {}
 
 function cli.fail(name, msg, code)
@@ -47,6 +52,29 @@ function cli.check_choice(name, o, keys, how)
     local list = #flags > 1 and table.concat(flags, ", ", 1, #flags - 1) .. " and " .. flags[#flags] or flags[1]
     cli.fail(name, ("give %s one of %s"):format(how, list))
   end
+end
+
+-- The spec entries of --device and --precision (probes that run a forward pass).
+cli.DEVICE_OPTS = {
+  {"device", "DEV", "where the forward runs: cpu, or cuda (an NVIDIA GPU)", default = "cpu"},
+  {"precision", "P", "fp32, or bf16 (device cuda only)", default = "fp32"},
+}
+
+function cli.check_device(name, o)
+  if o.device ~= "cpu" and o.device ~= "cuda" then
+    cli.fail(name, ("--device must be cpu or cuda (got '%s')"):format(tostring(o.device)))
+  end
+  if o.precision ~= "fp32" and o.precision ~= "bf16" then
+    cli.fail(name, ("--precision must be fp32 or bf16 (got '%s')"):format(tostring(o.precision)))
+  end
+  if o.device == "cpu" and o.precision ~= "fp32" then
+    cli.fail(name, ("--precision %s needs --device cuda (the CPU runtime computes in fp32)"):format(o.precision))
+  end
+  if o.device == "cuda" then
+    local ok, why = mp.cuda.available()
+    if not ok then cli.fail(name, why, 1) end
+  end
+  return {device = o.device, precision = o.precision}
 end
 
 function cli.budget(name, o)

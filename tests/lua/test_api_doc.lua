@@ -164,7 +164,7 @@ t.ok(n_methods > 60, "the object types have " .. n_methods .. " methods (expecte
 local FILE_CHAPTER = {
   ["lmodel.c"] = "Models", ["lout.c"] = "Module functions", ["lprobe.c"] = "Analyses", ["ltasks.c"] = "Tasks",
   ["ltasks_algebra.c"] = "Tasks", ["ltensor.c"] = "Tensor", ["ltrain.c"] = "Optimizer",
-  ["lweights.c"] = "Models",
+  ["lweights.c"] = "Models", ["ldevice.c"] = "Models",
 }
 local files = {}
 do

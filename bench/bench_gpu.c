@@ -1,0 +1,140 @@
+/* bench_gpu.c — the measuring program of bench/gpu_check.sh (a lent GPU): a
+ * d_model 768, 12-layer, 12-head Llama (GPT-2 small size; d_mlp 2048, vocab
+ * 32000, seeded random weights, saved as a llama2.c file for the PyTorch peer)
+ * and the prefill of T tokens (default 2048, B = 1, logits of the last
+ * position) on the CUDA device: tokens/s in fp32 and in bf16, and the capture overhead of hook_q, hook_k and hook_pattern of
+ * every layer streamed to an HDF5 run file, against the plain forward.
+ * Prints key=value lines; times are the best of --reps after one warm-up.
+ *
+ *   bench_gpu --save MODEL.bin [--T 2048] [--reps 3] [--capture-dir DIR] [--dump PREFIX]
+ *
+ * --dump PREFIX writes PREFIX.tokens.i32 and PREFIX.logits.f32 (the fp32 last-
+ * position logits) for the peer's agreement check. Without a CUDA device it
+ * prints `skip=<reason>` and exits 77. */
+#include "bench_load.h"
+#include "h5run.h"
+#include "mp_cuda.h"
+
+#include <string.h>
+
+static mp_status prefill(const mp_model *m, const int *tok, int T, const mp_hooks *hs, float *logits, double *sec) {
+    mp_forward_params fp = mp_forward_params_default();
+    fp.logits = MP_LOGITS_LAST;
+    fp.hooks = hs;
+    double t0 = bl_now();
+    mp_status st = mp_model_forward(m, tok, 1, T, &fp, logits); /* returns after the device work is done */
+    *sec = bl_now() - t0;
+    return st;
+}
+
+static double best_of(const mp_model *m, const int *tok, int T, int reps, float *logits, mp_status *st) {
+    double best = 1e30, s;
+    if ((*st = prefill(m, tok, T, NULL, logits, &s))) return 0; /* warm-up */
+    for (int r = 0; r < reps; r++) {
+        if ((*st = prefill(m, tok, T, NULL, logits, &s))) return 0;
+        if (s < best) best = s;
+    }
+    return best;
+}
+
+/* one capture of q, k and the pattern of every layer into DIR/capture.h5 */
+static mp_status capture_once(const mp_model *m, const int *tok, int T, const char *dir, float *logits, double *sec) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/capture.h5", dir);
+    mp_h5run *run = NULL;
+    mp_hooks *hs = mp_hooks_new(&m->cfg);
+    mp_status st = hs ? mp_h5run_create(&run, path, NULL) : MP_ERR_NOMEM;
+    double t0 = bl_now();
+    if (!st) st = mp_h5run_capture(run, hs, &m->cfg, "blocks.*.attn.hook_q,blocks.*.attn.hook_k,blocks.*.attn.hook_pattern",
+                                   1, T);
+    double s = 0;
+    if (!st) st = prefill(m, tok, T, hs, logits, &s);
+    if (!st) st = mp_h5run_flush(run);
+    *sec = bl_now() - t0;
+    mp_hooks_free(hs);
+    if (run) {
+        if (st) mp_h5run_abort(run);
+        else st = mp_h5run_commit(run);
+    }
+    remove(path);
+    return st;
+}
+
+int main(int argc, char **argv) {
+    const char *save = NULL, *capdir = NULL, *dump = NULL;
+    int T = 2048, reps = 3;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--save") && i + 1 < argc) save = argv[++i];
+        else if (!strcmp(argv[i], "--T") && i + 1 < argc) T = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--capture-dir") && i + 1 < argc) capdir = argv[++i];
+        else if (!strcmp(argv[i], "--dump") && i + 1 < argc) dump = argv[++i];
+        else {
+            fprintf(stderr, "usage: bench_gpu --save MODEL.bin [--T N] [--reps R] [--capture-dir DIR] [--dump PREFIX]\n");
+            return 2;
+        }
+    }
+    if (T < 1 || reps < 1) return fprintf(stderr, "bench_gpu: --T and --reps must be positive\n"), 2;
+    mp_init();
+    if (mp_cuda_available() != MP_OK) {
+        printf("skip=%s\n", mp_last_error());
+        return 77;
+    }
+    mp_config c = mp_config_default();
+    c.d_model = 768;
+    c.n_layer = 12;
+    c.n_head = c.n_kv_head = 12;
+    c.d_head = 64;
+    c.d_mlp = 2048;
+    c.vocab = 32000;
+    c.ctx = T;
+    mp_model *m = NULL;
+    float *logits = malloc((size_t)c.vocab * sizeof(float));
+    int *tok = malloc((size_t)T * sizeof(int));
+    mp_status st = logits && tok ? mp_model_new_init(&m, &c, 1, 0.02f) : MP_ERR_NOMEM;
+    for (int t = 0; t < T; t++) tok[t] = (int)((1103515245u * (unsigned)t + 12345u) % (unsigned)c.vocab);
+    if (!st && save) st = mp_model_save_llama2c(m, save, 0);
+    if (!st) st = mp_model_to_device(m, MP_DEVICE_CUDA, MP_PRECISION_FP32);
+    if (st) {
+        printf("error=%s\n", mp_last_error());
+        return 1;
+    }
+    printf("model=d768 L12 H12 Dh64 M2048 V32000 T=%d B=1 (logits of the last position)\n", T);
+    double s32 = best_of(m, tok, T, reps, logits, &st);
+    if (st) {
+        printf("error=fp32 prefill: %s\n", mp_last_error());
+        return 1;
+    }
+    printf("fp32_s=%.4f\nfp32_tok_s=%.0f\n", s32, T / s32);
+    if (dump) {
+        char p[1024];
+        snprintf(p, sizeof p, "%s.tokens.i32", dump);
+        FILE *f = fopen(p, "wb");
+        if (f) { fwrite(tok, sizeof(int), (size_t)T, f); fclose(f); }
+        snprintf(p, sizeof p, "%s.logits.f32", dump);
+        f = fopen(p, "wb");
+        if (f) { fwrite(logits, sizeof(float), (size_t)c.vocab, f); fclose(f); }
+    }
+    mp_model *b = NULL; /* bf16: a second copy of the same weights */
+    if (mp_model_new_init(&b, &c, 1, 0.02f) == MP_OK && mp_model_to_device(b, MP_DEVICE_CUDA, MP_PRECISION_BF16) == MP_OK) {
+        double s16 = best_of(b, tok, T, reps, logits, &st);
+        if (st) printf("bf16=error: %s\n", mp_last_error());
+        else printf("bf16_s=%.4f\nbf16_tok_s=%.0f\n", s16, T / s16);
+    } else {
+        printf("bf16=refused: %s\n", mp_last_error());
+    }
+    mp_model_free(b);
+    if (capdir) {
+        double cap = 1e30, s;
+        for (int r = 0; r < 2 && !st; r++) {
+            st = capture_once(m, tok, T, capdir, logits, &s);
+            if (s < cap) cap = s;
+        }
+        if (st) printf("capture=error: %s\n", mp_last_error());
+        else printf("capture_s=%.4f\ncapture_over_plain=%.2f\n", cap, cap / s32);
+    }
+    mp_model_free(m);
+    free(tok);
+    free(logits);
+    return 0;
+}

@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""peer_torch_gpu.py — the PyTorch eager GPU peer of bench_gpu (bench/gpu_check.sh):
+the SAME llama2.c model and tokens, a straightforward Llama prefill (bench/peer_torch.py's
+pieces: RMSNorm, RoPE on adjacent pairs, SwiGLU) with
+F.scaled_dot_product_attention(is_causal=True), logits of the last position,
+under torch.inference_mode(), in fp32 (TF32 off, as mechprobe's fp32 path) and in
+bf16 (weights and activations); and, in the same run, the cuBLAS bf16 GEMM ceiling
+(torch.matmul of two bf16 8192 x 8192 matrices, which cuBLAS computes).
+
+usage: peer_torch_gpu.py MODEL.bin PREFIX [--reps R]
+  PREFIX.tokens.i32   int32 [T] written by `bench_gpu --dump PREFIX`
+  PREFIX.logits.f32   float32 [V] mechprobe's fp32 last-position logits on the GPU
+Prints key=value lines: timings, tokens/s, and fp32_logits_maxdiff (largest
+|torch - mechprobe| over the logits, with their scale), so we know both ran the
+same computation. Needs torch with CUDA and numpy (the GPU machine has them).
+"""
+import argparse, os, sys, time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_torch import load_llama2c, rmsnorm, rope, rope_tables  # noqa: E402
+
+
+def forward_last(cfg, w, tok, cos, sin):
+    B, T = tok.shape
+    nh, nkv, hs = cfg['n_head'], cfg['n_kv_head'], cfg['d_head']
+    x = F.embedding(tok, w['emb'])
+    for l in range(cfg['n_layer']):
+        h = rmsnorm(x, w['rms_att'][l])
+        q = rope(F.linear(h, w['wq'][l]).view(B, T, nh, hs), cos, sin).transpose(1, 2)
+        k = rope(F.linear(h, w['wk'][l]).view(B, T, nkv, hs), cos, sin).transpose(1, 2)
+        v = F.linear(h, w['wv'][l]).view(B, T, nkv, hs).transpose(1, 2)
+        z = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, nh * hs)
+        x = x + F.linear(z, w['wo'][l])
+        h = rmsnorm(x, w['rms_ffn'][l])
+        x = x + F.linear(F.silu(F.linear(h, w['w1'][l])) * F.linear(h, w['w3'][l]), w['w2'][l])
+    return F.linear(rmsnorm(x[:, -1:], w['rms_final']), w['wcls'])[0, 0]
+
+
+def timed(fn, reps):
+    fn()  # warm-up
+    torch.cuda.synchronize()
+    best, out = 1e30, None
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        out = fn()
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('model')
+    ap.add_argument('prefix')
+    ap.add_argument('--reps', type=int, default=3)
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        print('skip=torch sees no CUDA device')
+        return 77
+    dev = torch.device('cuda')
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    print(f'torch={torch.__version__} cuda={torch.version.cuda} gpu={torch.cuda.get_device_name(0)}')
+    cfg, w = load_llama2c(a.model)
+    tok = torch.from_numpy(np.fromfile(a.prefix + '.tokens.i32', dtype='<i4').astype(np.int64))[None].to(dev)
+    ref = np.fromfile(a.prefix + '.logits.f32', dtype='<f4')
+    T = tok.shape[1]
+    cos, sin = rope_tables(T, cfg['d_head'])
+    with torch.inference_mode():
+        for name, dt in (('fp32', torch.float32), ('bf16', torch.bfloat16)):
+            wd = {k: v.to(dev, dt) for k, v in w.items()}
+            c, s = cos.to(dev, dt), sin.to(dev, dt)
+            sec, out = timed(lambda: forward_last(cfg, wd, tok, c, s), a.reps)
+            print(f'torch_{name}_s={sec:.4f}\ntorch_{name}_tok_s={T / sec:.0f}')
+            if name == 'fp32':
+                got = out.float().cpu().numpy()
+                print(f'fp32_logits_maxdiff={np.abs(got - ref).max():.3g} (scale {np.abs(ref).max():.3g})')
+            del wd
+        n = 8192
+        x = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+        y = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+        sec, _ = timed(lambda: [x @ y for _ in range(10)], 2)
+        print(f'cublas_bf16_gemm_tflops={2.0 * n ** 3 * 10 / sec / 1e12:.1f} (torch.matmul bf16 {n}^3)')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,14 @@
+/* cuda_internal.h — internal to runtime/cuda/: what cuda_select.c (built
+ * always) calls in cuda_model.c (built with CUDA only). */
+#ifndef MP_CUDA_INTERNAL_H
+#define MP_CUDA_INTERNAL_H
+
+#include "mp_cuda.h"
+
+/* cudaGetDeviceCount: MP_OK with at least one device, else the message above. */
+mp_status mp_cuda_probe(void);
+/* Uploads m's weights into a new device copy for precision prec and installs
+ * it (m->dev, m->dev_ops), replacing any previous one. */
+mp_status mp_cuda_attach(mp_model *m, mp_precision prec);
+
+#endif

@@ -1,0 +1,401 @@
+// cuda_kernels.cu — the CUDA backend's device kernels (launchers declared in
+// cuda_kernels.h). Written to be checked by eye against the CPU ops they
+// mirror (runtime/ops.c, model.c's attention): one thread block per row (or
+// per query row and head), grid-stride loops inside, float32 arithmetic and
+// float32 accumulation throughout, the same formulas as the CPU (expf, erff,
+// tanhf; no fast-math). Only the order of summation differs (tree
+// reductions), which is what the gpu tests' tolerances allow for.
+#include "cuda_kernels.h"
+
+#include <cuda_bf16.h>
+#include <math.h>
+
+#define WARP 32
+#define FLASH_WARPS 4 /* query rows per block of mp_cuk_attn_flash */
+#define MAX_DH 256    /* MP_CUDA_MAX_DHEAD */
+#define DH_PER_LANE (MAX_DH / WARP)
+
+// The sum of v over the block, returned to every thread. blockDim.x must be a
+// multiple of 32 (at most 1024); sh holds 32 floats. The leading
+// __syncthreads keeps a second call from overwriting sh before every thread
+// has read the first call's values.
+__device__ static float block_sum(float v, float *sh) {
+    for (int o = WARP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if (threadIdx.x % WARP == 0) sh[threadIdx.x / WARP] = v;
+    __syncthreads();
+    float t = 0.0f;
+    for (int i = 0; i < (int)(blockDim.x / WARP); i++) t += sh[i];
+    return t;
+}
+
+// The maximum of v over the block (as block_sum).
+__device__ static float block_max(float v, float *sh) {
+    for (int o = WARP / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads();
+    if (threadIdx.x % WARP == 0) sh[threadIdx.x / WARP] = v;
+    __syncthreads();
+    float t = -INFINITY;
+    for (int i = 0; i < (int)(blockDim.x / WARP); i++) t = fmaxf(t, sh[i]);
+    return t;
+}
+
+// The sum over the 32 lanes of a warp, returned to every lane.
+__device__ static float warp_sum(float v) {
+    for (int o = WARP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static unsigned grid_for(size_t n, unsigned threads) {
+    size_t g = (n + threads - 1) / threads;
+    return (unsigned)(g > 65535u * 8u ? 65535u * 8u : (g ? g : 1)); // grid-stride loops cover the rest
+}
+
+// ---- embedding, norms, elementwise ----
+
+__global__ static void k_to_bf16(__nv_bfloat16 *out, const float *in, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = __float2bfloat16_rn(in[i]);
+}
+
+__global__ static void k_embed(float *out, const int *tokens, const float *embed, int D) {
+    const size_t n = blockIdx.x;
+    const float *src = embed + (size_t)tokens[n] * D;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) out[n * D + i] = src[i];
+}
+
+__global__ static void k_add_pos(float *x, const float *pe, int T, int D, int pos0) {
+    const size_t row = blockIdx.x;
+    const int t = (int)(row % (size_t)T);
+    const float *p = pe + (size_t)(pos0 + t) * D;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) x[row * D + i] += p[i];
+}
+
+// One block per row: RMSNorm o = x / sqrt(mean(x^2) + eps) * w, or LayerNorm
+// o = (x - mu) / sqrt(var + eps) * w + b with the two-pass variance (ops.c).
+__global__ static void k_norm(float *out, const float *x, const float *w, const float *b, int D, float eps,
+                              int layer) {
+    __shared__ float sh[WARP];
+    const size_t n = blockIdx.x;
+    const float *xr = x + n * D;
+    float *o = out + n * D;
+    float mu = 0.0f;
+    if (layer) {
+        float s = 0.0f;
+        for (int i = threadIdx.x; i < D; i += blockDim.x) s += xr[i];
+        mu = block_sum(s, sh) / (float)D;
+    }
+    float v = 0.0f;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        const float d = xr[i] - mu;
+        v += d * d;
+    }
+    const float r = 1.0f / sqrtf(block_sum(v, sh) / (float)D + eps);
+    for (int i = threadIdx.x; i < D; i += blockDim.x)
+        o[i] = layer ? (xr[i] - mu) * r * w[i] + b[i] : xr[i] * r * w[i];
+}
+
+// One block per row: the norm's scale (and LayerNorm's mean), as k_norm computes them.
+__global__ static void k_norm_scale(float *scale, float *mean, const float *x, int D, float eps, int layer) {
+    __shared__ float sh[WARP];
+    const size_t n = blockIdx.x;
+    const float *xr = x + n * D;
+    float mu = 0.0f;
+    if (layer) {
+        float s = 0.0f;
+        for (int i = threadIdx.x; i < D; i += blockDim.x) s += xr[i];
+        mu = block_sum(s, sh) / (float)D;
+    }
+    float v = 0.0f;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        const float d = xr[i] - mu;
+        v += d * d;
+    }
+    const float sc = sqrtf(block_sum(v, sh) / (float)D + eps);
+    if (threadIdx.x == 0) {
+        scale[n] = sc;
+        if (layer) mean[n] = mu;
+    }
+}
+
+// One block per row: out = (x - mean) * (1 / scale) * w (+ b), the scale as a hook left it.
+__global__ static void k_norm_apply(float *out, const float *x, const float *mean, const float *scale, const float *w,
+                                    const float *b, int D, int layer) {
+    const size_t n = blockIdx.x;
+    const float *xr = x + n * D;
+    float *o = out + n * D;
+    const float r = 1.0f / scale[n];
+    for (int i = threadIdx.x; i < D; i += blockDim.x)
+        o[i] = layer ? (xr[i] - mean[n]) * r * w[i] + b[i] : xr[i] * r * w[i];
+}
+
+__global__ static void k_add_bias(float *out, const float *bias, size_t n, int OUT) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] += bias[i % (size_t)OUT];
+}
+
+__global__ static void k_add(float *x, const float *y, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        x[i] += y[i];
+}
+
+__global__ static void k_swiglu(float *out, const float *gate, const float *up, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+__global__ static void k_gelu(float *out, const float *x, size_t n, int tanh_approx) {
+    const float k0 = 0.7978845608028654f, k1 = 0.044715f; // sqrt(2/pi)
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float v = x[i];
+        out[i] = tanh_approx ? 0.5f * v * (1.0f + tanhf(k0 * (v + k1 * v * v * v)))
+                             : 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+    }
+}
+
+// ---- positions ----
+
+// One block per row (b, t): rotates pair i of every head by the angle of
+// position t (tables from mp_pos_tables on the host), then applies the
+// query's logit factor (ops.c mp_rope_forward, pos.c mp_pos_apply).
+__global__ static void k_rope(float *x, const float *cos_t, const float *sin_t, const float *q_scale, int T, int nh,
+                              int Dh) {
+    const size_t row = blockIdx.x;
+    const int t = (int)(row % (size_t)T), half = Dh / 2;
+    float *xr = x + row * (size_t)nh * Dh;
+    const float *c = cos_t + (size_t)t * half, *s = sin_t + (size_t)t * half;
+    const float f = q_scale ? q_scale[t] : 1.0f;
+    for (int idx = threadIdx.x; idx < nh * half; idx += blockDim.x) {
+        float *v = xr + (size_t)(idx / half) * Dh;
+        const int i = idx % half;
+        const float x0 = v[2 * i], x1 = v[2 * i + 1];
+        float y0 = x0 * c[i] - x1 * s[i], y1 = x0 * s[i] + x1 * c[i];
+        if (f != 1.0f) {
+            y0 *= f;
+            y1 *= f;
+        }
+        v[2 * i] = y0;
+        v[2 * i + 1] = y1;
+    }
+    if ((Dh & 1) && f != 1.0f) // an odd last channel is not rotated, but scaled
+        for (int h = threadIdx.x; h < nh; h += blockDim.x) xr[(size_t)h * Dh + Dh - 1] *= f;
+}
+
+// ---- attention ----
+
+// Causal attention of one query row per warp, without the pattern: the
+// online softmax of the flash-attention paper (Dao et al. 2022, algorithm 1,
+// here with a tile of one key): running maximum m, running normaliser l and
+// running output acc; for each key j, m' = max(m, s_j), l = l e^(m - m') +
+// e^(s_j - m'), acc = acc e^(m - m') + e^(s_j - m') v_j; at the end z = acc / l.
+// Lane `lane` holds channels lane, lane + 32, ... of q and acc.
+__global__ static void k_attn_flash(float *z, const float *q, const float *kc, const float *vc, int T, int H, int K,
+                                    int Dh, int pos0, size_t bstride, float scale) {
+    const int lane = threadIdx.x % WARP, t = blockIdx.x * FLASH_WARPS + threadIdx.x / WARP;
+    const int h = blockIdx.y, b = blockIdx.z;
+    if (t >= T) return; // the whole warp leaves together
+    const int HD = H * Dh, KD = K * Dh, group = H / K;
+    const float *qp = q + ((size_t)b * T + t) * HD + (size_t)h * Dh;
+    const float *kp = kc + (size_t)b * bstride + (size_t)(h / group) * Dh;
+    const float *vp = vc + (size_t)b * bstride + (size_t)(h / group) * Dh;
+    float qr[DH_PER_LANE], acc[DH_PER_LANE];
+#pragma unroll
+    for (int i = 0; i < DH_PER_LANE; i++) {
+        const int d = lane + WARP * i;
+        qr[i] = d < Dh ? qp[d] : 0.0f;
+        acc[i] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    const int n = pos0 + t + 1; // keys 0 .. pos0 + t
+    for (int j = 0; j < n; j++) {
+        const float *kr = kp + (size_t)j * KD, *vr = vp + (size_t)j * KD;
+        float part = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DH_PER_LANE; i++) {
+            const int d = lane + WARP * i;
+            if (d < Dh) part += qr[i] * kr[d];
+        }
+        const float sj = warp_sum(part) * scale;
+        const float mn = fmaxf(m, sj);
+        const float corr = expf(m - mn); // 0 for the first key (m = -inf)
+        const float p = expf(sj - mn);
+        l = l * corr + p;
+#pragma unroll
+        for (int i = 0; i < DH_PER_LANE; i++) {
+            const int d = lane + WARP * i;
+            if (d < Dh) acc[i] = acc[i] * corr + p * vr[d];
+        }
+        m = mn;
+    }
+    float *zp = z + ((size_t)b * T + t) * HD + (size_t)h * Dh;
+#pragma unroll
+    for (int i = 0; i < DH_PER_LANE; i++) {
+        const int d = lane + WARP * i;
+        if (d < Dh) zp[d] = acc[i] / l;
+    }
+}
+
+// Block (i, h, b): the scaled scores of query row q0 + i against every key,
+// -inf past its last key (model.c's scores with the pattern shown).
+__global__ static void k_attn_scores(float *att, const float *q, const float *kc, int T, int H, int K, int Dh, int pos0,
+                                     size_t bstride, float scale, int q0, int rows) {
+    __shared__ float qs[MAX_DH];
+    const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, t = q0 + i, S = pos0 + T;
+    const int HD = H * Dh, KD = K * Dh, group = H / K;
+    const float *qp = q + ((size_t)b * T + t) * HD + (size_t)h * Dh;
+    const float *kp = kc + (size_t)b * bstride + (size_t)(h / group) * Dh;
+    for (int d = threadIdx.x; d < Dh; d += blockDim.x) qs[d] = qp[d];
+    __syncthreads();
+    float *a = att + (((size_t)b * H + h) * rows + i) * S;
+    const int n = pos0 + t + 1;
+    for (int j = threadIdx.x; j < S; j += blockDim.x) {
+        if (j < n) {
+            const float *kr = kp + (size_t)j * KD;
+            float s = 0.0f;
+            for (int d = 0; d < Dh; d++) s += qs[d] * kr[d];
+            a[j] = s * scale;
+        } else {
+            a[j] = -INFINITY;
+        }
+    }
+}
+
+// Block (i, h, b): softmax of row i over keys 0 .. pos0 + q0 + i (ops.c
+// mp_softmax_rows: max-subtracted exponentials times 1/sum; a row that is
+// -inf throughout, which only a hook can make, becomes 0); later keys 0.
+__global__ static void k_attn_softmax(float *att, int H, int S, int pos0, int q0, int rows) {
+    __shared__ float sh[WARP];
+    const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    float *a = att + (((size_t)b * H + h) * rows + i) * S;
+    const int n = pos0 + q0 + i + 1;
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) mx = fmaxf(mx, a[j]);
+    mx = block_max(mx, sh);
+    if (mx == -INFINITY) {
+        for (int j = threadIdx.x; j < S; j += blockDim.x) a[j] = 0.0f;
+        return;
+    }
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        const float e = expf(a[j] - mx);
+        a[j] = e;
+        sum += e;
+    }
+    const float inv = 1.0f / block_sum(sum, sh);
+    for (int j = threadIdx.x; j < S; j += blockDim.x) a[j] = j < n ? a[j] * inv : 0.0f;
+}
+
+// Block (i, h, b): z of query row q0 + i = pattern row @ V over the keys that
+// model.c's product reads for it: its sub-block of 64 rows (r0 ..) reads keys
+// 0 .. pos0 + q0 + r0 + rr - 1 (entries past the row's own last key are 0
+// unless a pattern hook wrote there; then both devices use them alike).
+__global__ static void k_attn_pv(float *z, const float *att, const float *vc, int T, int H, int K, int Dh, int pos0,
+                                 size_t bstride, int q0, int rows) {
+    const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, S = pos0 + T;
+    const int HD = H * Dh, KD = K * Dh, group = H / K;
+    const int r0 = (i / 64) * 64, rr = rows - r0 < 64 ? rows - r0 : 64, lim = pos0 + q0 + r0 + rr;
+    const float *a = att + (((size_t)b * H + h) * rows + i) * S;
+    const float *vp = vc + (size_t)b * bstride + (size_t)(h / group) * Dh;
+    float *zp = z + ((size_t)b * T + q0 + i) * HD + (size_t)h * Dh;
+    for (int d = threadIdx.x; d < Dh; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int j = 0; j < lim; j++) acc += a[j] * vp[(size_t)j * KD + d];
+        zp[d] = acc;
+    }
+}
+
+// ---- launchers ----
+
+extern "C" {
+
+cudaError_t mp_cuk_to_bf16(void *out, const float *in, size_t n, cudaStream_t s) {
+    k_to_bf16<<<grid_for(n, 256), 256, 0, s>>>((__nv_bfloat16 *)out, in, n);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_embed(float *out, const int *tokens, const float *embed, int N, int D, cudaStream_t s) {
+    k_embed<<<N, 256, 0, s>>>(out, tokens, embed, D);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_add_pos(float *x, const float *pos_embed, int B, int T, int D, int pos0, cudaStream_t s) {
+    k_add_pos<<<B * T, 256, 0, s>>>(x, pos_embed, T, D, pos0);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_norm(float *out, const float *x, const float *w, const float *b, int N, int D, float eps,
+                        int layer, cudaStream_t s) {
+    k_norm<<<N, 256, 0, s>>>(out, x, w, b, D, eps, layer);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_norm_scale(float *scale, float *mean, const float *x, int N, int D, float eps, int layer,
+                              cudaStream_t s) {
+    k_norm_scale<<<N, 256, 0, s>>>(scale, mean, x, D, eps, layer);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_norm_apply(float *out, const float *x, const float *mean, const float *scale, const float *w,
+                              const float *b, int N, int D, int layer, cudaStream_t s) {
+    k_norm_apply<<<N, 256, 0, s>>>(out, x, mean, scale, w, b, D, layer);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_add_bias(float *out, const float *bias, int N, int OUT, cudaStream_t s) {
+    const size_t n = (size_t)N * OUT;
+    k_add_bias<<<grid_for(n, 256), 256, 0, s>>>(out, bias, n, OUT);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_add(float *x, const float *y, size_t n, cudaStream_t s) {
+    k_add<<<grid_for(n, 256), 256, 0, s>>>(x, y, n);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_swiglu(float *out, const float *gate, const float *up, size_t n, cudaStream_t s) {
+    k_swiglu<<<grid_for(n, 256), 256, 0, s>>>(out, gate, up, n);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_gelu(float *out, const float *x, size_t n, int tanh_approx, cudaStream_t s) {
+    k_gelu<<<grid_for(n, 256), 256, 0, s>>>(out, x, n, tanh_approx);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_rope(float *x, const float *cos_t, const float *sin_t, const float *q_scale, int B, int T, int nh,
+                        int Dh, cudaStream_t s) {
+    k_rope<<<B * T, 128, 0, s>>>(x, cos_t, sin_t, q_scale, T, nh, Dh);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_attn_flash(float *z, const float *q, const float *kc, const float *vc, int B, int T, int H, int K,
+                              int Dh, int pos0, size_t bstride, float scale, cudaStream_t s) {
+    if (Dh > MAX_DH) return cudaErrorInvalidValue;
+    dim3 grid((unsigned)((T + FLASH_WARPS - 1) / FLASH_WARPS), (unsigned)H, (unsigned)B);
+    k_attn_flash<<<grid, FLASH_WARPS * WARP, 0, s>>>(z, q, kc, vc, T, H, K, Dh, pos0, bstride, scale);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_attn_scores(float *att, const float *q, const float *kc, int B, int T, int H, int K, int Dh,
+                               int pos0, size_t bstride, float scale, int q0, int rows, cudaStream_t s) {
+    if (Dh > MAX_DH) return cudaErrorInvalidValue;
+    k_attn_scores<<<dim3((unsigned)rows, (unsigned)H, (unsigned)B), 128, 0, s>>>(att, q, kc, T, H, K, Dh, pos0,
+                                                                               bstride, scale, q0, rows);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_attn_softmax(float *att, int B, int H, int S, int pos0, int q0, int rows, cudaStream_t s) {
+    k_attn_softmax<<<dim3((unsigned)rows, (unsigned)H, (unsigned)B), 256, 0, s>>>(att, H, S, pos0, q0, rows);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_attn_pv(float *z, const float *att, const float *vc, int B, int T, int H, int K, int Dh, int pos0,
+                           size_t bstride, int q0, int rows, cudaStream_t s) {
+    k_attn_pv<<<dim3((unsigned)rows, (unsigned)H, (unsigned)B), 128, 0, s>>>(z, att, vc, T, H, K, Dh, pos0, bstride,
+                                                                           q0, rows);
+    return cudaGetLastError();
+}
+
+} // extern "C"

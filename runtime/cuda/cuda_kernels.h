@@ -1,0 +1,63 @@
+/* cuda_kernels.h — internal to runtime/cuda/: C-callable launchers of the
+ * device kernels (cuda_kernels.cu). Each mirrors one CPU op of runtime/ops.c
+ * or one step of model.c's attention on device pointers, enqueues on `s` and
+ * returns cudaGetLastError() of the launch (cudaSuccess = 0). Shapes as in
+ * model.h: N = B*T rows, row-major, float32 throughout (fp32 accumulation). */
+#ifndef MP_CUDA_KERNELS_H
+#define MP_CUDA_KERNELS_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* out[i] = in[i] rounded to bfloat16 (round to nearest even; out holds n
+ * 16-bit values): the bf16 path's weights and GEMM inputs */
+cudaError_t mp_cuk_to_bf16(void *out, const float *in, size_t n, cudaStream_t s);
+/* out[n, :] = embed[tokens[n], :] (tokens checked on the host) */
+cudaError_t mp_cuk_embed(float *out, const int *tokens, const float *embed, int N, int D, cudaStream_t s);
+/* x[b, t, :] += pos_embed[pos0 + t, :] (learned positions) */
+cudaError_t mp_cuk_add_pos(float *x, const float *pos_embed, int B, int T, int D, int pos0, cudaStream_t s);
+/* RMSNorm (b == NULL and layer == 0) or LayerNorm of N rows of D */
+cudaError_t mp_cuk_norm(float *out, const float *x, const float *w, const float *b, int N, int D, float eps,
+                        int layer, cudaStream_t s);
+/* The norm in two steps around its hook_scale point (ops.c mp_norm_scale /
+ * mp_norm_apply): scale[n] = sqrt(mean((x - mu)^2) + eps) (mu = 0 for RMSNorm;
+ * mean[n] = mu, LayerNorm only), then out = (x - mean) / scale * w (+ b). */
+cudaError_t mp_cuk_norm_scale(float *scale, float *mean, const float *x, int N, int D, float eps, int layer,
+                              cudaStream_t s);
+cudaError_t mp_cuk_norm_apply(float *out, const float *x, const float *mean, const float *scale, const float *w,
+                              const float *b, int N, int D, int layer, cudaStream_t s);
+/* out[n, o] += bias[o] over [N, OUT] */
+cudaError_t mp_cuk_add_bias(float *out, const float *bias, int N, int OUT, cudaStream_t s);
+/* x[i] += y[i] */
+cudaError_t mp_cuk_add(float *x, const float *y, size_t n, cudaStream_t s);
+/* out = silu(gate) * up; GELU (erf) and GELU (tanh) of x; out may alias the input */
+cudaError_t mp_cuk_swiglu(float *out, const float *gate, const float *up, size_t n, cudaStream_t s);
+cudaError_t mp_cuk_gelu(float *out, const float *x, size_t n, int tanh_approx, cudaStream_t s);
+/* x [B*T, nh, Dh] in place: pairs (2i, 2i+1) rotated by cos/sin [T, Dh/2] of
+ * row t, then (q_scale non-NULL) every value times q_scale[t] where it is not 1 */
+cudaError_t mp_cuk_rope(float *x, const float *cos_t, const float *sin_t, const float *q_scale, int B, int T, int nh,
+                        int Dh, cudaStream_t s);
+/* Causal attention without the pattern (online softmax, one warp per query
+ * row): z [B,T,H,Dh] from q [B,T,H,Dh] (rotated, logit factor applied) and the
+ * keys/values kc, vc (batch stride bstride floats, row stride K*Dh) of
+ * positions 0..pos0+T-1; query t sees keys 0..pos0+t. Dh <= 256. */
+cudaError_t mp_cuk_attn_flash(float *z, const float *q, const float *kc, const float *vc, int B, int T, int H, int K,
+                              int Dh, int pos0, size_t bstride, float scale, cudaStream_t s);
+/* The materialised path for query rows q0..q0+rows-1 (att [B,H,rows,S], S =
+ * pos0+T): scores (-inf past each row's last key), then softmax in place
+ * (row i over keys 0..pos0+q0+i; a fully -inf row becomes 0; the rest 0), then
+ * z rows = pattern @ V over the keys model.c's sub-blocks of 64 rows read. */
+cudaError_t mp_cuk_attn_scores(float *att, const float *q, const float *kc, int B, int T, int H, int K, int Dh,
+                               int pos0, size_t bstride, float scale, int q0, int rows, cudaStream_t s);
+cudaError_t mp_cuk_attn_softmax(float *att, int B, int H, int S, int pos0, int q0, int rows, cudaStream_t s);
+cudaError_t mp_cuk_attn_pv(float *z, const float *att, const float *vc, int B, int T, int H, int K, int Dh, int pos0,
+                           size_t bstride, int q0, int rows, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,551 @@
+/* cuda_model.c — the CUDA backend's host side (built with CUDA only): a model's
+ * device copy (its weights in one cudaMalloc laid out as mp_params, a stream,
+ * a cuBLAS handle, a workspace grown on demand, pinned staging memory) and the
+ * forward pass on the device, step for step the order of model.c's forward,
+ * with the same hook points fired through the same dispatch (mp_fwd_fire) on
+ * host copies: an active point's tensor is copied to pinned host memory, the
+ * callbacks see and may edit it, and it is copied back before the next step
+ * reads it (synchronous copies: simple first). Inactive points cost nothing.
+ * Matrix products: cuBLAS sgemm in its default math mode, which does not use
+ * TF32 (the fp32 reference path). Precision bf16: the linear weights get a
+ * bfloat16 copy, each product's input is rounded to bfloat16 and cublasGemmEx
+ * multiplies them with fp32 accumulation and an fp32 result; everything else
+ * (the residual stream, norms and their statistics, positions, softmax and
+ * the attention, hook views) stays fp32. cuBLAS is loaded with dlopen when a model
+ * first moves to the device (blas_load): linked, its 600 MB would load into
+ * every mechprobe process, CPU-only ones included. Kernels: cuda_kernels.cu.
+ *
+ * A KV cache keeps a device copy of its keys and values (mp_kvcache.dev); the
+ * host copy stays complete (the new rows are copied back every call), so a
+ * cache can move between devices and the CPU fallback (mp_cuda_cpu_reason)
+ * continues from it. */
+#include "cuda_internal.h"
+#include "cuda_kernels.h"
+#include "fwd_hooks.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- cuBLAS, loaded on first use ---- */
+
+#define MP_STR2(x) #x
+#define MP_STR(x) MP_STR2(x)
+typedef struct {
+    void *lib;
+    cublasStatus_t (*create)(cublasHandle_t *);
+    cublasStatus_t (*destroy)(cublasHandle_t);
+    cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
+    cublasStatus_t (*set_math_mode)(cublasHandle_t, cublasMath_t);
+    cublasStatus_t (*sgemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const float *,
+                            const float *, int, const float *, int, const float *, float *, int);
+    cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
+                              const void *, cudaDataType, int, const void *, cudaDataType, int, const void *, void *,
+                              cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+    const char *(*status_string)(cublasStatus_t);
+} blas_api;
+static blas_api blas;
+static char blas_err[512];
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+/* The library of the major version we were compiled against, then the
+ * unversioned name, then cuBLAS 12 (PyTorch's cu12 wheels carry it): the
+ * functions used here have the same C ABI in 12 and 13. */
+static void blas_open(void) {
+    static const char *const names[] = {"libcublas.so." MP_STR(CUBLAS_VER_MAJOR), "libcublas.so", "libcublas.so.12"};
+    void *lib = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char *e = dlerror();
+        snprintf(blas_err, sizeof blas_err, "cannot load cuBLAS (%s): %s", names[0], e ? e : "not found");
+        return;
+    }
+    struct { void **fn; const char *sym; } want[] = {
+        {(void **)&blas.create, "cublasCreate_v2"},         {(void **)&blas.destroy, "cublasDestroy_v2"},
+        {(void **)&blas.set_stream, "cublasSetStream_v2"},  {(void **)&blas.set_math_mode, "cublasSetMathMode"},
+        {(void **)&blas.sgemm, "cublasSgemm_v2"},           {(void **)&blas.status_string, "cublasGetStatusString"},
+        {(void **)&blas.gemm_ex, "cublasGemmEx"}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!(*want[i].fn = dlsym(lib, want[i].sym))) {
+            snprintf(blas_err, sizeof blas_err, "cuBLAS (%s) lacks %s", names[0], want[i].sym);
+            dlclose(lib);
+            memset(&blas, 0, sizeof blas);
+            return;
+        }
+    blas.lib = lib;
+}
+
+static mp_status blas_load(void) {
+    pthread_once(&blas_once, blas_open);
+    return blas.lib ? MP_OK : mp_error(MP_ERR_CUDA, "%s", blas_err);
+}
+
+typedef struct {
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    float *params;          /* device: mp_config_n_params floats in mp_params order */
+    mp_params p;            /* device pointers into params */
+    int bf16;               /* precision bf16: the products below */
+    unsigned short *pbf;    /* bf16: params rounded to bfloat16 (the same layout; the linear weights are read) */
+    unsigned short *abf;    /* bf16: a product's input rounded to bfloat16 */
+    size_t abf_n;
+    float *ws;              /* device workspace of one forward call */
+    size_t ws_n;            /* floats */
+    int *tok;               /* device token ids */
+    size_t tok_n;
+    float *host;            /* pinned staging: positional tables, hook views */
+    size_t host_n;          /* floats */
+    int depth;              /* > 0 while a forward runs (a hook may not start another on this model) */
+} cu_model;
+
+typedef struct {
+    float *k, *v;           /* device [L, B, cap, K*Dh] each */
+    int synced;             /* positions whose rows equal the host cache's */
+} cu_kv;
+
+/* Failing calls become MP_ERR_CUDA messages that name the call. */
+#define CU(fn, args)                                                                                 \
+    do {                                                                                             \
+        cudaError_t e_ = fn args;                                                                    \
+        if (e_ != cudaSuccess) {                                                                     \
+            st = mp_error(MP_ERR_CUDA, "CUDA: %s: %s", #fn, cudaGetErrorString(e_));                \
+            goto cleanup;                                                                            \
+        }                                                                                            \
+    } while (0)
+#define CB(fn, args)                                                                                 \
+    do {                                                                                             \
+        cublasStatus_t e_ = fn args;                                                                 \
+        if (e_ != CUBLAS_STATUS_SUCCESS) {                                                           \
+            st = mp_error(MP_ERR_CUDA, "cuBLAS: %s: %s", #fn, blas.status_string(e_));              \
+            goto cleanup;                                                                            \
+        }                                                                                            \
+    } while (0)
+#define TRY(expr)                                                                                    \
+    do {                                                                                             \
+        if ((st = (expr)) != MP_OK) goto cleanup;                                                    \
+    } while (0)
+
+mp_status mp_cuda_probe(void) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* clear the sticky-free error state */
+        return mp_error(MP_ERR_CUDA, "no CUDA device: %s", cudaGetErrorString(e));
+    }
+    if (n <= 0) return mp_error(MP_ERR_CUDA, "no CUDA device: cudaGetDeviceCount found 0 devices");
+    return MP_OK;
+}
+
+static void cu_free(cu_model *d) {
+    if (!d) return;
+    if (d->stream) cudaStreamSynchronize(d->stream);
+    cudaFree(d->params);
+    cudaFree(d->pbf);
+    cudaFree(d->abf);
+    cudaFree(d->ws);
+    cudaFree(d->tok);
+    if (d->host) cudaFreeHost(d->host);
+    if (d->blas) blas.destroy(d->blas);
+    if (d->stream) cudaStreamDestroy(d->stream);
+    free(d);
+}
+
+static void cu_kv_free(void *p) {
+    cu_kv *kv = p;
+    if (!kv) return;
+    cudaFree(kv->k);
+    cudaFree(kv->v);
+    free(kv);
+}
+
+static void cu_release(mp_model *m) {
+    cu_free(m->dev);
+    m->dev = NULL;
+    m->dev_ops = NULL;
+}
+
+/* Grows the workspace / token buffer / pinned staging to at least the sizes given. */
+static mp_status reserve(cu_model *d, size_t ws_n, size_t tok_n, size_t host_n) {
+    mp_status st = MP_OK;
+    if (d->ws_n < ws_n) {
+        cudaFree(d->ws);
+        d->ws = NULL;
+        d->ws_n = 0;
+        CU(cudaMalloc, ((void **)&d->ws, ws_n * sizeof(float)));
+        d->ws_n = ws_n;
+    }
+    if (d->tok_n < tok_n) {
+        cudaFree(d->tok);
+        d->tok = NULL;
+        d->tok_n = 0;
+        CU(cudaMalloc, ((void **)&d->tok, tok_n * sizeof(int)));
+        d->tok_n = tok_n;
+    }
+    if (d->host_n < host_n) {
+        if (d->host) cudaFreeHost(d->host);
+        d->host = NULL;
+        d->host_n = 0;
+        CU(cudaMallocHost, ((void **)&d->host, host_n * sizeof(float)));
+        d->host_n = host_n;
+    }
+cleanup:
+    return st;
+}
+
+/* ---- hooks: device tensor -> pinned host -> callbacks -> device ---- */
+
+/* Fires the whole [B,T,...] point (id, l) on a host copy of dptr. */
+static mp_status hook_whole(cu_model *d, const mp_fwd_ctx *f, mp_hook_id id, int l, float *dptr) {
+    if (!mp_hooks_active(f->hs, id, l)) return MP_OK;
+    mp_status st = MP_OK;
+    int64_t shape[4];
+    const int nd = mp_hook_shape(f->c, id, f->B, f->T, f->pos0, shape);
+    size_t n = 1;
+    for (int i = 0; i < nd; i++) n *= (size_t)shape[i];
+    TRY(reserve(d, 0, 0, n));
+    CU(cudaMemcpyAsync, (d->host, dptr, n * sizeof(float), cudaMemcpyDeviceToHost, d->stream));
+    CU(cudaStreamSynchronize, (d->stream));
+    TRY(mp_fwd_fire(f, id, l, d->host));
+    CU(cudaMemcpyAsync, (dptr, d->host, n * sizeof(float), cudaMemcpyHostToDevice, d->stream));
+    CU(cudaStreamSynchronize, (d->stream)); /* the staging buffer is reused by the next point */
+cleanup:
+    return st;
+}
+
+/* Fires a scores/pattern block [B,H,rows,S] of query rows q0.. as model.c's
+ * fire_block does (axis 2, offset q0), on a host copy of datt. */
+static mp_status hook_block(cu_model *d, const mp_fwd_ctx *f, mp_hook_id id, int l, int q0, int rows, float *datt) {
+    if (!mp_hooks_active(f->hs, id, l)) return MP_OK;
+    mp_status st = MP_OK;
+    mp_hook_info info;
+    memset(&info, 0, sizeof info);
+    info.id = id;
+    info.layer = l;
+    info.ndim = mp_hook_shape(f->c, id, f->B, f->T, f->pos0, info.full);
+    memcpy(info.shape, info.full, sizeof info.shape);
+    info.shape[2] = rows;
+    info.axis = 2;
+    info.offset = q0;
+    info.pos0 = f->pos0;
+    info.numel = (size_t)info.shape[0] * info.shape[1] * info.shape[2] * info.shape[3];
+    TRY(reserve(d, 0, 0, info.numel));
+    CU(cudaMemcpyAsync, (d->host, datt, info.numel * sizeof(float), cudaMemcpyDeviceToHost, d->stream));
+    CU(cudaStreamSynchronize, (d->stream));
+    TRY(mp_hooks_fire(f->hs, &info, d->host));
+    CU(cudaMemcpyAsync, (datt, d->host, info.numel * sizeof(float), cudaMemcpyHostToDevice, d->stream));
+    CU(cudaStreamSynchronize, (d->stream));
+cleanup:
+    return st;
+}
+
+/* The configured norm of x into out; with its scale point (sid, l) active, in
+ * two steps around it (fwd_hooks.c mp_fwd_norm): the edited scale normalizes.
+ * sc: 2N floats of workspace. */
+static mp_status norm(cu_model *d, const mp_fwd_ctx *f, mp_hook_id sid, int l, float *out, const float *x,
+                      const float *w, const float *b, float *sc) {
+    mp_status st = MP_OK;
+    const mp_config *c = f->c;
+    const int N = f->B * f->T, D = c->d_model, ln = c->norm == MP_NORM_LAYER;
+    if (!mp_hooks_active(f->hs, sid, l)) {
+        CU(mp_cuk_norm, (out, x, w, b, N, D, c->norm_eps, ln, d->stream));
+        return MP_OK;
+    }
+    CU(mp_cuk_norm_scale, (sc, sc + N, x, N, D, c->norm_eps, ln, d->stream));
+    TRY(hook_whole(d, f, sid, l, sc));
+    CU(mp_cuk_norm_apply, (out, x, sc + N, sc, w, b, N, D, ln, d->stream));
+cleanup:
+    return st;
+}
+
+/* out [N, OUT] = in [N, IN] @ w^T (+ bias): row-major operands read as the
+ * column-major transposes cuBLAS sees (out^T = w @ in^T). */
+static mp_status linear(cu_model *d, float *out, const float *in, const float *w, const float *bias, int N, int IN,
+                        int OUT) {
+    mp_status st = MP_OK;
+    const float one = 1.0f, zero = 0.0f;
+    if (d->bf16) { /* bf16 operands (the weight's copy, the input rounded), fp32 accumulation and result */
+        const size_t n = (size_t)N * IN;
+        if (d->abf_n < n) {
+            cudaFree(d->abf);
+            d->abf = NULL;
+            d->abf_n = 0;
+            CU(cudaMalloc, ((void **)&d->abf, n * sizeof(unsigned short)));
+            d->abf_n = n;
+        }
+        CU(mp_cuk_to_bf16, (d->abf, in, n, d->stream));
+        const unsigned short *wb = d->pbf + (w - d->params);
+        CB(blas.gemm_ex, (d->blas, CUBLAS_OP_T, CUBLAS_OP_N, OUT, N, IN, &one, wb, CUDA_R_16BF, IN, d->abf, CUDA_R_16BF,
+                          IN, &zero, out, CUDA_R_32F, OUT, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    } else {
+        CB(blas.sgemm, (d->blas, CUBLAS_OP_T, CUBLAS_OP_N, OUT, N, IN, &one, w, IN, in, IN, &zero, out, OUT));
+    }
+    if (bias) CU(mp_cuk_add_bias, (out, bias, N, OUT, d->stream));
+cleanup:
+    return st;
+}
+
+/* The device copy of a host KV cache, created or brought up to the host's rows. */
+static mp_status kv_get(mp_kvcache *cache, const mp_config *c, cu_kv **out, cudaStream_t s) {
+    mp_status st = MP_OK;
+    const size_t n = (size_t)c->n_layer * cache->B * cache->cap * c->n_kv_head * c->d_head;
+    cu_kv *kv = cache->dev;
+    if (cache->dev && cache->dev_free != cu_kv_free)
+        return mp_error(MP_ERR_ARG, "forward: this KV cache holds another backend's device copy");
+    if (!kv) { /* attached to the cache only once both buffers exist */
+        cu_kv *fresh = mp_calloc(1, sizeof *fresh, "the KV cache's device copy");
+        if (!fresh) return MP_ERR_NOMEM;
+        cudaError_t e = cudaMalloc((void **)&fresh->k, n * sizeof(float));
+        if (e == cudaSuccess) e = cudaMalloc((void **)&fresh->v, n * sizeof(float));
+        if (e != cudaSuccess) {
+            cu_kv_free(fresh);
+            return mp_error(MP_ERR_CUDA, "CUDA: cudaMalloc: %s (the KV cache's device copy, 2 x %zu floats)",
+                            cudaGetErrorString(e), n);
+        }
+        kv = fresh;
+        kv->synced = 0;
+        cache->dev = kv;
+        cache->dev_free = cu_kv_free;
+    }
+    if (kv->synced != cache->len) { /* filled elsewhere (the CPU): take the host's rows */
+        CU(cudaMemcpyAsync, (kv->k, cache->k, n * sizeof(float), cudaMemcpyHostToDevice, s));
+        CU(cudaMemcpyAsync, (kv->v, cache->v, n * sizeof(float), cudaMemcpyHostToDevice, s));
+        CU(cudaStreamSynchronize, (s));
+        kv->synced = cache->len;
+    }
+    *out = kv;
+cleanup:
+    return st;
+}
+
+static mp_status cu_forward(const mp_model *m, const int *tokens, int B, int T, const void *fpv, float *logits) {
+    const mp_forward_params *fp = fpv;
+    cu_model *d = m->dev;
+    if (fp->acts)
+        return mp_error(MP_ERR_ARG, "forward: training runs on the CPU in this version; move the model back first "
+                        "(m:to(\"cpu\"))");
+    if (d->depth > 0)
+        return mp_error(MP_ERR_ARG, "forward: a model on the cuda device cannot run a forward pass from inside one "
+                        "of its own hooks");
+    mp_status st = MP_OK;
+    d->depth++;
+    const mp_config *c = &m->cfg;
+    const mp_params *p = &d->p;
+    const cudaStream_t s = d->stream;
+    const int D = c->d_model, H = c->n_head, K = c->n_kv_head, Dh = c->d_head, V = c->vocab;
+    const int M = c->mlp == MP_MLP_NONE ? 0 : c->d_mlp, HD = H * Dh, KD = K * Dh, N = B * T;
+    const int half = Dh / 2;
+    mp_kvcache *cache = fp->cache;
+    const int pos0 = cache ? cache->len : 0, S = pos0 + T;
+    const int qb = fp->q_block > 0 ? (fp->q_block < T ? fp->q_block : T) : (T < 64 ? T : 64);
+    const float scale = 1.0f / sqrtf((float)Dh);
+    mp_fwd_ctx f = {c, fp->hooks, B, T, pos0, NULL, NULL};
+    cu_kv *kv = NULL;
+
+    int show_any = 0; /* some layer's scores/pattern hook: that layer materialises its pattern blocks */
+    for (int l = 0; l < c->n_layer; l++)
+        show_any |= mp_hooks_active(f.hs, MP_HOOK_ATTN_SCORES, l) || mp_hooks_active(f.hs, MP_HOOK_PATTERN, l);
+    /* the workspace, in order */
+    const size_t n_x = (size_t)N * D, n_q = (size_t)N * HD, n_k = (size_t)N * KD, n_h = (size_t)N * M;
+    const size_t n_up = c->mlp == MP_MLP_SWIGLU ? n_h : 0, n_att = show_any ? (size_t)B * H * qb * S : 0;
+    const size_t n_pos = 2 * (size_t)T * half + (size_t)T;
+    const size_t n_log = fp->logits == MP_LOGITS_ALL ? (size_t)N * V
+                       : fp->logits == MP_LOGITS_LAST ? (size_t)B * V + (size_t)B * D : 0;
+    const size_t n_sc = 2 * (size_t)N; /* a norm's scale and mean (hook_scale) */
+    const size_t total = 4 * n_x + 2 * n_q + 2 * n_k + n_h + n_up + n_att + n_pos + n_log + n_sc;
+    TRY(reserve(d, total, (size_t)N, n_pos));
+    float *cur = d->ws;
+    float *x = cur; cur += n_x;         /* the residual stream, updated in place */
+    float *xn = cur; cur += n_x;        /* norm outputs */
+    float *out = cur; cur += n_x;       /* attention / MLP output */
+    float *buf = cur; cur += n_x;       /* hook_pos_embed's rows, hook_mlp_in's copy */
+    float *sc = cur; cur += n_sc;
+    float *q = cur; cur += n_q;
+    float *z = cur; cur += n_q;
+    float *k = cur; cur += n_k;
+    float *v = cur; cur += n_k;
+    float *pre = cur; cur += n_h;       /* gate / pre-activation, then the activation in place */
+    float *up = cur; cur += n_up;
+    float *att = cur; cur += n_att;     /* one block of pattern rows [B, H, qb, S] */
+    float *cos_t = cur, *sin_t = cur + (size_t)T * half, *q_scale = cur + 2 * (size_t)T * half;
+    cur += n_pos;
+    float *dlog = cur;                  /* logits [N, V], or [B, V] then the last rows [B, D] */
+
+    CU(cudaMemcpyAsync, (d->tok, tokens, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
+    const int rot = mp_pos_rotates(c);
+    int has_scale = 0;
+    if (rot) { /* the CPU's own tables (PI / NTK / YaRN / rope_id included), uploaded */
+        float *h = d->host;
+        has_scale = mp_pos_tables(c, h, h + (size_t)T * half, h + 2 * (size_t)T * half, pos0, T);
+        CU(cudaMemcpyAsync, (cos_t, h, n_pos * sizeof(float), cudaMemcpyHostToDevice, s));
+        CU(cudaStreamSynchronize, (s)); /* the staging buffer is reused by hooks */
+    }
+    if (cache) TRY(kv_get(cache, c, &kv, s));
+
+    CU(mp_cuk_embed, (x, d->tok, p->embed, N, D, s));
+    if (c->pos == MP_POS_LEARNED) { /* hook_embed = token + position embedding (fwd_hooks.c mp_fwd_pos_embed) */
+        if (!mp_hooks_active(f.hs, MP_HOOK_POS_EMBED, -1)) {
+            CU(mp_cuk_add_pos, (x, p->pos_embed, B, T, D, pos0, s));
+        } else { /* rows pos0.. of the table, per sequence, fired, then added */
+            for (int bb = 0; bb < B; bb++)
+                CU(cudaMemcpyAsync, (buf + (size_t)bb * T * D, p->pos_embed + (size_t)pos0 * D,
+                                     (size_t)T * D * sizeof(float), cudaMemcpyDeviceToDevice, s));
+            TRY(hook_whole(d, &f, MP_HOOK_POS_EMBED, -1, buf));
+            CU(mp_cuk_add, (x, buf, n_x, s));
+        }
+    }
+    TRY(hook_whole(d, &f, MP_HOOK_EMBED, -1, x));
+    for (int l = 0; l < c->n_layer; l++) {
+        const mp_layer_params w = mp_params_layer(c, p, l); /* device pointers */
+        TRY(hook_whole(d, &f, MP_HOOK_RESID_PRE, l, x));
+        TRY(norm(d, &f, MP_HOOK_LN1_SCALE, l, xn, x, w.ln1_w, w.ln1_b, sc));
+        TRY(hook_whole(d, &f, MP_HOOK_LN1, l, xn));
+        TRY(linear(d, q, xn, w.wq, w.bq, N, D, HD));
+        TRY(linear(d, k, xn, w.wk, w.bk, N, D, KD));
+        TRY(linear(d, v, xn, w.wv, w.bv, N, D, KD));
+        TRY(hook_whole(d, &f, MP_HOOK_Q, l, q));
+        TRY(hook_whole(d, &f, MP_HOOK_K, l, k));
+        TRY(hook_whole(d, &f, MP_HOOK_V, l, v));
+        if (rot) {
+            CU(mp_cuk_rope, (q, cos_t, sin_t, has_scale ? q_scale : NULL, B, T, H, Dh, s));
+            CU(mp_cuk_rope, (k, cos_t, sin_t, NULL, B, T, K, Dh, s));
+        }
+        TRY(hook_whole(d, &f, MP_HOOK_ROT_Q, l, q));
+        TRY(hook_whole(d, &f, MP_HOOK_ROT_K, l, k));
+        const float *kc = k, *vc = v;
+        size_t bstride = (size_t)T * KD;
+        if (cache) { /* append this call's rows to the device cache, and to the host's */
+            bstride = (size_t)cache->cap * KD;
+            const size_t lay = (size_t)l * B * bstride, row = (size_t)pos0 * KD, len = (size_t)T * KD;
+            for (int bb = 0; bb < B; bb++) {
+                const size_t at = lay + bb * bstride + row;
+                CU(cudaMemcpyAsync, (kv->k + at, k + bb * len, len * sizeof(float), cudaMemcpyDeviceToDevice, s));
+                CU(cudaMemcpyAsync, (kv->v + at, v + bb * len, len * sizeof(float), cudaMemcpyDeviceToDevice, s));
+                CU(cudaMemcpyAsync, (cache->k + at, k + bb * len, len * sizeof(float), cudaMemcpyDeviceToHost, s));
+                CU(cudaMemcpyAsync, (cache->v + at, v + bb * len, len * sizeof(float), cudaMemcpyDeviceToHost, s));
+            }
+            kc = kv->k + lay;
+            vc = kv->v + lay;
+        }
+        if (mp_hooks_active(f.hs, MP_HOOK_ATTN_SCORES, l) || mp_hooks_active(f.hs, MP_HOOK_PATTERN, l)) {
+            for (int q0 = 0; q0 < T; q0 += qb) { /* the pattern by blocks of query rows, as on the CPU */
+                const int rows = T - q0 < qb ? T - q0 : qb;
+                CU(mp_cuk_attn_scores, (att, q, kc, B, T, H, K, Dh, pos0, bstride, scale, q0, rows, s));
+                TRY(hook_block(d, &f, MP_HOOK_ATTN_SCORES, l, q0, rows, att));
+                CU(mp_cuk_attn_softmax, (att, B, H, S, pos0, q0, rows, s));
+                TRY(hook_block(d, &f, MP_HOOK_PATTERN, l, q0, rows, att));
+                CU(mp_cuk_attn_pv, (z, att, vc, B, T, H, K, Dh, pos0, bstride, q0, rows, s));
+            }
+        } else {
+            CU(mp_cuk_attn_flash, (z, q, kc, vc, B, T, H, K, Dh, pos0, bstride, scale, s));
+        }
+        TRY(hook_whole(d, &f, MP_HOOK_Z, l, z));
+        TRY(linear(d, out, z, w.wo, w.bo, N, HD, D));
+        TRY(hook_whole(d, &f, MP_HOOK_ATTN_OUT, l, out));
+        CU(mp_cuk_add, (x, out, n_x, s));
+        TRY(hook_whole(d, &f, MP_HOOK_RESID_MID, l, x));
+        if (M) {
+            const float *mlp_in = x; /* hook_mlp_in: the MLP norm's own copy of resid_mid */
+            if (mp_hooks_active(f.hs, MP_HOOK_MLP_IN, l)) {
+                CU(cudaMemcpyAsync, (buf, x, n_x * sizeof(float), cudaMemcpyDeviceToDevice, s));
+                TRY(hook_whole(d, &f, MP_HOOK_MLP_IN, l, buf));
+                mlp_in = buf;
+            }
+            TRY(norm(d, &f, MP_HOOK_LN2_SCALE, l, xn, mlp_in, w.ln2_w, w.ln2_b, sc));
+            TRY(hook_whole(d, &f, MP_HOOK_LN2, l, xn));
+            TRY(linear(d, pre, xn, w.w1, w.b1, N, D, M));
+            TRY(hook_whole(d, &f, MP_HOOK_MLP_PRE, l, pre));
+            if (c->mlp == MP_MLP_SWIGLU) {
+                TRY(linear(d, up, xn, w.w3, w.b3, N, D, M));
+                TRY(hook_whole(d, &f, MP_HOOK_MLP_PRE_LINEAR, l, up));
+                CU(mp_cuk_swiglu, (pre, pre, up, n_h, s));
+            } else {
+                CU(mp_cuk_gelu, (pre, pre, n_h, c->gelu_tanh, s));
+            }
+            TRY(hook_whole(d, &f, MP_HOOK_MLP_POST, l, pre));
+            TRY(linear(d, out, pre, w.w2, w.b2, N, M, D));
+            TRY(hook_whole(d, &f, MP_HOOK_MLP_OUT, l, out));
+            CU(mp_cuk_add, (x, out, n_x, s));
+        }
+        TRY(hook_whole(d, &f, MP_HOOK_RESID_POST, l, x));
+    }
+    TRY(norm(d, &f, MP_HOOK_LNF_SCALE, -1, xn, x, p->lnf_w, p->lnf_b, sc));
+    TRY(hook_whole(d, &f, MP_HOOK_LN_FINAL, -1, xn));
+    if (fp->logits == MP_LOGITS_ALL) {
+        TRY(linear(d, dlog, xn, p->unembed, NULL, N, D, V));
+        CU(cudaMemcpyAsync, (logits, dlog, (size_t)N * V * sizeof(float), cudaMemcpyDeviceToHost, s));
+    } else if (fp->logits == MP_LOGITS_LAST) {
+        float *last = dlog + (size_t)B * V;
+        for (int bb = 0; bb < B; bb++)
+            CU(cudaMemcpyAsync, (last + (size_t)bb * D, xn + ((size_t)bb * T + T - 1) * D, (size_t)D * sizeof(float),
+                                 cudaMemcpyDeviceToDevice, s));
+        TRY(linear(d, dlog, last, p->unembed, NULL, B, D, V));
+        CU(cudaMemcpyAsync, (logits, dlog, (size_t)B * V * sizeof(float), cudaMemcpyDeviceToHost, s));
+    }
+    CU(cudaStreamSynchronize, (s));
+    if (cache) {
+        cache->len += T;
+        kv->synced = cache->len;
+    }
+cleanup:
+    if (st != MP_OK) {
+        cudaStreamSynchronize(s); /* nothing of this call may still be running */
+        if (kv) kv->synced = -1;  /* its device rows may be partly written: resync from the host next time */
+    }
+    d->depth--;
+    return st;
+}
+
+static const char *cu_cpu_reason(const mp_model *m, const void *fp) { return mp_cuda_cpu_reason(m, fp); }
+
+static const mp_dev_ops cu_ops = {"cuda", cu_cpu_reason, cu_forward, cu_release};
+
+mp_status mp_cuda_attach(mp_model *m, mp_precision prec) {
+    mp_status st = MP_OK;
+    mp_model *f32 = NULL;
+    const mp_model *src = m;
+    cu_model *d = mp_calloc(1, sizeof *d, "the CUDA model state");
+    if (!d) return MP_ERR_NOMEM;
+    if (m->q) { /* quantized weights: the device gets their float32 values */
+        TRY(mp_model_dequantized_copy(m, &f32));
+        src = f32;
+    }
+    const size_t n = mp_config_n_params(&m->cfg);
+    TRY(blas_load());
+    CU(cudaStreamCreateWithFlags, (&d->stream, cudaStreamNonBlocking));
+    CB(blas.create, (&d->blas));
+    CB(blas.set_stream, (d->blas, d->stream));
+    CB(blas.set_math_mode, (d->blas, CUBLAS_DEFAULT_MATH)); /* no TF32: the fp32 reference path */
+    CU(cudaMalloc, ((void **)&d->params, (n ? n : 1) * sizeof(float)));
+    mp_params_layout(&m->cfg, d->params, &d->p);
+    mp_param_desc hs[MP_PARAM_MAX], ds[MP_PARAM_MAX];
+    const int nh = mp_params_describe(&m->cfg, &src->p, hs), nd = mp_params_describe(&m->cfg, &d->p, ds);
+    if (nh != nd) {
+        st = mp_error(MP_ERR_ARG, "to cuda: parameter lists differ (%d host, %d device)", nh, nd);
+        goto cleanup;
+    }
+    for (int i = 0; i < nh; i++) {
+        if (!hs[i].p) {
+            st = mp_error(MP_ERR_ARG, "to cuda: parameter %s has no host data", hs[i].name);
+            goto cleanup;
+        }
+        CU(cudaMemcpy, (ds[i].p, hs[i].p, hs[i].n * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    if (prec == MP_PRECISION_BF16) { /* the bfloat16 copy the products read */
+        d->bf16 = 1;
+        CU(cudaMalloc, ((void **)&d->pbf, (n ? n : 1) * sizeof(unsigned short)));
+        CU(mp_cuk_to_bf16, (d->pbf, d->params, n, d->stream));
+        CU(cudaStreamSynchronize, (d->stream));
+    }
+    if (m->dev && m->dev_ops) m->dev_ops->release(m);
+    m->dev = d;
+    m->dev_ops = &cu_ops;
+    d = NULL;
+cleanup:
+    cu_free(d);
+    mp_model_free(f32);
+    return st;
+}

@@ -1,0 +1,81 @@
+/* cuda_select.c — the host side of the CUDA backend that every build has:
+ * whether a device can be used, whether a model fits the backend, which
+ * forward calls stay on the CPU, and moving a model between devices
+ * (mp_cuda.h). The device work itself is in cuda_model.c and cuda_kernels.cu,
+ * built only with CUDA (MP_HAVE_CUDA). */
+#include "cuda_internal.h"
+
+#include "attn_variants.h"
+
+#include <string.h>
+
+int mp_cuda_built(void) {
+#ifdef MP_HAVE_CUDA
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+mp_status mp_cuda_available(void) {
+#ifdef MP_HAVE_CUDA
+    return mp_cuda_probe();
+#else
+    return mp_error(MP_ERR_ARG, "this build has no CUDA support (configure with -DMP_CUDA=ON)");
+#endif
+}
+
+mp_status mp_cuda_check_model(const mp_config *c, mp_precision p) {
+    if (c->attn != MP_ATTN_SOFTMAX)
+        return mp_error(MP_ERR_ARG, "the CUDA backend runs softmax attention only; this model's attention variant "
+                        "\"%s\" runs on the CPU (device \"cpu\")", mp_attn_name(c->attn));
+    if (c->d_head > MP_CUDA_MAX_DHEAD)
+        return mp_error(MP_ERR_ARG, "the CUDA backend takes d_head up to %d (this model: %d)", MP_CUDA_MAX_DHEAD,
+                        c->d_head);
+    if (p != MP_PRECISION_FP32 && p != MP_PRECISION_BF16) return mp_error(MP_ERR_ARG, "unknown precision (%d)", (int)p);
+    return MP_OK;
+}
+
+/* hook points whose extra computation (fwd_hooks.c) only the CPU forward has:
+ * the opt-in per-head points (a glob must spell them; "*" leaves them out) */
+static const mp_hook_id cpu_only_points[] = {MP_HOOK_ATTN_IN, MP_HOOK_Q_INPUT, MP_HOOK_K_INPUT, MP_HOOK_V_INPUT,
+                                             MP_HOOK_RESULT};
+
+const char *mp_cuda_cpu_reason(const mp_model *m, const mp_forward_params *fp) {
+    if (!fp || fp->acts) return NULL;
+    if (fp->attn_mask) return "a padded batch (attention_mask)";
+    if (!fp->hooks) return NULL;
+    for (size_t i = 0; i < sizeof cpu_only_points / sizeof cpu_only_points[0]; i++) {
+        const mp_hook_id id = cpu_only_points[i];
+        if (mp_hooks_active(fp->hooks, id, -1)) return mp_hook_suffix[id];
+        for (int l = 0; l < m->cfg.n_layer; l++)
+            if (mp_hooks_active(fp->hooks, id, l)) return mp_hook_suffix[id];
+    }
+    return NULL;
+}
+
+mp_status mp_model_to_device(mp_model *m, mp_device d, mp_precision p) {
+    mp_status st;
+    if (d == MP_DEVICE_CPU) {
+        if (p != MP_PRECISION_FP32)
+            return mp_error(MP_ERR_ARG, "precision \"%s\" needs device \"cuda\" (the CPU runtime computes in fp32)",
+                            mp_precision_name(p));
+        if (m->dev && m->dev_ops) m->dev_ops->release(m);
+        m->dev = NULL;
+        m->dev_ops = NULL;
+        m->device = MP_DEVICE_CPU;
+        m->precision = MP_PRECISION_FP32;
+        return MP_OK;
+    }
+    if (d != MP_DEVICE_CUDA) return mp_error(MP_ERR_ARG, "unknown device (%d)", (int)d);
+    if ((st = mp_cuda_available())) return st;
+    if ((st = mp_cuda_check_model(&m->cfg, p))) return st;
+#ifdef MP_HAVE_CUDA
+    if ((st = mp_cuda_attach(m, p))) return st;
+    m->device = MP_DEVICE_CUDA;
+    m->precision = p;
+    return MP_OK;
+#else
+    return mp_error(MP_ERR_ARG, "this build has no CUDA support (configure with -DMP_CUDA=ON)");
+#endif
+}

@@ -1,0 +1,45 @@
+/* mp_cuda.h — the CUDA backend (library mp_cuda, runtime/cuda/): moving a model
+ * to the GPU and back, and the host-side checks that decide what may run
+ * there. Once a model is on the device, mp_model_forward (and everything built
+ * on it: generation, capture, Lua hooks, interventions) runs there through
+ * m->dev_ops (runtime/device.h), firing the same hooks on host copies of the
+ * active points; a call that needs a path only the CPU has runs on the CPU
+ * from the host weights (mp_cuda_cpu_reason).
+ *
+ * Built in every configuration: without CUDA (MP_CUDA=OFF or no nvcc) asking
+ * for the device fails with "this build has no CUDA support (configure with
+ * -DMP_CUDA=ON)". */
+#ifndef MP_CUDA_H
+#define MP_CUDA_H
+
+#include "model.h"
+
+/* 1 when this build has the CUDA backend. */
+int mp_cuda_built(void);
+/* MP_OK when a CUDA device can be used. Else MP_ERR_CUDA "no CUDA device:
+ * <cudaGetErrorString of cudaGetDeviceCount's result, or 'cudaGetDeviceCount
+ * found 0 devices'>", or (no backend built) MP_ERR_ARG "this build has no CUDA
+ * support (configure with -DMP_CUDA=ON)". */
+mp_status mp_cuda_available(void);
+/* Whether the backend can hold this model at this precision (host-only, no
+ * device needed): softmax attention only (the entmax / ssmax / asentmax
+ * variants are refused, naming the variant), d_head <= MP_CUDA_MAX_DHEAD,
+ * precision fp32 or bf16. MP_ERR_ARG with the reason. */
+#define MP_CUDA_MAX_DHEAD 256
+mp_status mp_cuda_check_model(const mp_config *c, mp_precision p);
+/* Why this forward call of a model on the device must run on the CPU, or NULL:
+ * a padded batch (attention_mask), or an active hook at one of the opt-in
+ * per-head points, whose path the device does not have yet (hook_attn_in,
+ * attn.hook_q_input / k_input / v_input, attn.hook_result). A training-mode call
+ * (an activation store) is not moved: the backend refuses it. */
+const char *mp_cuda_cpu_reason(const mp_model *m, const mp_forward_params *fp);
+/* Moves m: to MP_DEVICE_CUDA (checks: mp_cuda_available, then
+ * mp_cuda_check_model; then uploads a float32 copy of the weights, a
+ * quantized model's dequantized, plus a bfloat16 copy for bf16 (the linear
+ * layers' operands; everything else stays fp32); the host weights stay), or back to
+ * MP_DEVICE_CPU (frees the device copy; precision must be fp32). Moving to
+ * the device again re-uploads the weights (after editing them in place).
+ * On failure the model is unchanged. */
+mp_status mp_model_to_device(mp_model *m, mp_device d, mp_precision p);
+
+#endif

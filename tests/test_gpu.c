@@ -1,0 +1,284 @@
+/* test_gpu.c — the CUDA forward against the CPU forward (label gpu; SKIP, exit
+ * 77, where mp_cuda_available fails: this machine and CI). Random GQA models
+ * (H = 4, K = 2) with every positional scheme (rope, half_rope, high_freq,
+ * rope_id with and without its temperature, none, learned; rope with PI, NTK
+ * and YaRN), both norms, every MLP kind, biases: every hook point "*" fires
+ * (the norms' scales, hook_pos_embed and hook_mlp_in included) and the logits,
+ * for a batch of 2 x 37 tokens with the pattern in one block and in blocks of
+ * 16 query rows; KV-cached decoding (with and without the pattern hooks);
+ * greedy generation (equal tokens); each C intervention; the shared llama2.c
+ * model. fp32 tolerance: max |gpu - cpu| <= 1e-4 of the tensor's scale (its
+ * largest finite |value|); -inf (masked scores) must match exactly. bf16
+ * (bfloat16 operands of every product, fp32 accumulation and everything
+ * else): max error <= 3e-2 of each tensor's scale, against the fp32 CPU.
+ * `test_gpu --dry` runs every comparison with the CPU on both sides (no device
+ * needed): a check of the test's own set-up, not of the backend. */
+#include "intervene.h"
+#include "mp_cuda.h"
+#include "testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define TOL_FP32 1e-4
+#define TOL_BF16 3e-2
+static double TOL = TOL_FP32;
+static mp_precision PREC = MP_PRECISION_FP32;
+static int dry; /* --dry: "cuda" is the CPU */
+
+static int near_scaled(const char *what, const float *ref, const float *got, size_t n) {
+    double scale = 0.0, err = 0.0;
+    size_t bad_inf = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(ref[i]) && fabs(ref[i]) > scale) scale = fabs(ref[i]);
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(ref[i]) || !isfinite(got[i])) {
+            bad_inf += !(ref[i] == got[i]);
+            continue;
+        }
+        double e = fabs((double)ref[i] - got[i]);
+        if (e > err) err = e;
+    }
+    const int ok = bad_inf == 0 && err <= TOL * (scale > 0 ? scale : 1e-30);
+    CHECK(ok, "%s: max error %.3g, scale %.3g (%.2g of it), %zu infinities differ", what, err, scale,
+          scale > 0 ? err / scale : 0.0, bad_inf);
+    return ok;
+}
+
+/* forward with every default hook point captured; logits ALL */
+static mp_status run_all(const mp_model *m, const int *tok, int B, int T, int q_block, const char *globs,
+                         tu_capture *cap, float *logits) {
+    mp_hooks *hs = mp_hooks_new(&m->cfg);
+    mp_status st = mp_hooks_add(hs, globs, tu_capture_cb, cap);
+    mp_forward_params fp = mp_forward_params_default();
+    fp.hooks = hs;
+    fp.q_block = q_block;
+    if (!st) st = mp_model_forward(m, tok, B, T, &fp, logits);
+    mp_hooks_free(hs);
+    return st;
+}
+
+static void to(mp_model *m, mp_device d) {
+    if (dry) return;
+    mp_status st = mp_model_to_device(m, d, d == MP_DEVICE_CUDA ? PREC : MP_PRECISION_FP32);
+    CHECK(st == MP_OK && m->device == d, "to %s: %s", mp_device_name(d), mp_last_error());
+}
+
+/* Every hook and the logits on both devices, for q_block 0 (one block: T < 64) and 16. */
+static void compare_model(mp_model *m, const char *label, int B, int T) {
+    const size_t nl = (size_t)B * T * m->cfg.vocab;
+    int *tok = malloc((size_t)B * T * sizeof(int));
+    float *lc = malloc(nl * sizeof(float)), *lg = malloc(nl * sizeof(float));
+    for (int i = 0; i < B * T; i++) tok[i] = (i * 7 + 3) % m->cfg.vocab;
+    static tu_capture cc, cg;
+    const int qbs[2] = {0, 16};
+    for (int qi = 0; qi < 2; qi++) {
+        memset(&cc, 0, sizeof cc);
+        memset(&cg, 0, sizeof cg);
+        to(m, MP_DEVICE_CPU);
+        CHECK(run_all(m, tok, B, T, qbs[qi], "*", &cc, lc) == MP_OK, "%s cpu: %s", label, mp_last_error());
+        to(m, MP_DEVICE_CUDA);
+        CHECK(dry || mp_model_forward_device(m, NULL) == MP_DEVICE_CUDA, "%s: on the device", label);
+        CHECK(run_all(m, tok, B, T, qbs[qi], "*", &cg, lg) == MP_OK, "%s cuda: %s", label, mp_last_error());
+        char what[160];
+        snprintf(what, sizeof what, "%s q_block %d: logits", label, qbs[qi]);
+        near_scaled(what, lc, lg, nl);
+        CHECK(cc.n == cg.n && cc.n > 10, "%s: %d vs %d points", label, cc.n, cg.n);
+        for (int k = 0; k < cc.n && k < cg.n; k++) {
+            CHECK(strcmp(cc.name[k], cg.name[k]) == 0 && cc.numel[k] == cg.numel[k], "%s: %s vs %s", label,
+                  cc.name[k], cg.name[k]);
+            snprintf(what, sizeof what, "%s q_block %d: %s", label, qbs[qi], cc.name[k]);
+            near_scaled(what, cc.buf[k], cg.buf[k], cc.numel[k]);
+        }
+        tu_capture_free(&cc);
+        tu_capture_free(&cg);
+    }
+    to(m, MP_DEVICE_CPU);
+    free(tok);
+    free(lc);
+    free(lg);
+}
+
+/* Prefill 20 tokens, then 6 single-token steps over a KV cache: the last
+ * logits of each call, without hooks (the online-softmax path) and with the
+ * pattern captured (the materialised path at pos0 > 0). */
+static void compare_decode(mp_model *m, const char *label) {
+    const int V = m->cfg.vocab, n0 = 20, steps = 6;
+    int tok[26];
+    for (int i = 0; i < n0 + steps; i++) tok[i] = (i * 5 + 1) % V;
+    for (int hooked = 0; hooked < 2; hooked++) {
+        float *out[2];
+        for (int dev = 0; dev < 2; dev++) {
+            to(m, dev ? MP_DEVICE_CUDA : MP_DEVICE_CPU);
+            out[dev] = malloc((size_t)(steps + 1) * V * sizeof(float));
+            mp_kvcache kc;
+            CHECK(mp_kvcache_init(&kc, &m->cfg, 1, 32) == MP_OK, "cache");
+            static tu_capture cap;
+            memset(&cap, 0, sizeof cap);
+            mp_hooks *hs = mp_hooks_new(&m->cfg);
+            if (hooked) mp_hooks_add(hs, "blocks.*.attn.hook_pattern", tu_capture_cb, &cap);
+            mp_forward_params fp = mp_forward_params_default();
+            fp.cache = &kc;
+            fp.logits = MP_LOGITS_LAST;
+            fp.hooks = hooked ? hs : NULL;
+            CHECK(mp_model_forward(m, tok, 1, n0, &fp, out[dev]) == MP_OK, "%s prefill: %s", label, mp_last_error());
+            for (int s = 0; s < steps; s++)
+                CHECK(mp_model_forward(m, tok + n0 + s, 1, 1, &fp, out[dev] + (size_t)(s + 1) * V) == MP_OK,
+                      "%s step %d: %s", label, s, mp_last_error());
+            CHECK(kc.len == n0 + steps, "%s: cache length %d", label, kc.len);
+            mp_hooks_free(hs);
+            tu_capture_free(&cap);
+            mp_kvcache_free(&kc);
+        }
+        char what[128];
+        snprintf(what, sizeof what, "%s decode%s", label, hooked ? " (pattern hooked)" : "");
+        near_scaled(what, out[0], out[1], (size_t)(steps + 1) * V);
+        free(out[0]);
+        free(out[1]);
+    }
+    to(m, MP_DEVICE_CPU);
+}
+
+static void compare_generate(mp_model *m, const char *label) {
+    const int prompt[4] = {1, 2, 3, 4};
+    int out[2][40], n[2];
+    mp_sampler_params sp = {0.0f, 1.0f, 1};
+    for (int dev = 0; dev < 2; dev++) {
+        to(m, dev ? MP_DEVICE_CUDA : MP_DEVICE_CPU);
+        CHECK(mp_model_generate(m, prompt, 4, 24, &sp, NULL, -1, NULL, NULL, out[dev], &n[dev]) == MP_OK, "%s: %s",
+              label, mp_last_error());
+    }
+    CHECK(n[0] == n[1] && memcmp(out[0], out[1], (size_t)n[0] * sizeof(int)) == 0, "%s: greedy tokens differ", label);
+    to(m, MP_DEVICE_CPU);
+}
+
+/* Each C intervention at a hook point: the logits agree across devices. */
+static void compare_interventions(mp_model *m) {
+    const int B = 1, T = 12, V = m->cfg.vocab;
+    int tok[12];
+    for (int i = 0; i < T; i++) tok[i] = (3 * i + 2) % V;
+    float src[12 * 64], vec[64];
+    for (int i = 0; i < T * m->cfg.d_model && i < 12 * 64; i++) src[i] = 0.01f * (float)(i % 17) - 0.05f;
+    for (int i = 0; i < 64; i++) vec[i] = 0.1f * (float)(i % 5) - 0.2f;
+    struct { const char *where; mp_intervention iv; } cases[] = {
+        {"blocks.0.attn.hook_z", mp_intervention_zero()},
+        {"blocks.1.hook_resid_mid", mp_intervention_mean(src, 3, (const int64_t[]){1, T, m->cfg.d_model})},
+        {"blocks.0.hook_resid_post", mp_intervention_patch(src, (size_t)T * m->cfg.d_model)},
+        {"blocks.1.hook_resid_pre", mp_intervention_steer(vec, (size_t)m->cfg.d_model, 2.0f)},
+        {"blocks.0.attn.hook_pattern", mp_intervention_scale(0.5f)},
+    };
+    cases[0].iv.head = 1;
+    const int pos[2] = {3, 7};
+    mp_intervention_set_positions(&cases[3].iv, pos, 2);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        float lo[2][12 * 64];
+        for (int dev = 0; dev < 2; dev++) {
+            to(m, dev ? MP_DEVICE_CUDA : MP_DEVICE_CPU);
+            mp_hooks *hs = mp_hooks_new(&m->cfg);
+            mp_hooks_add(hs, cases[c].where, mp_intervention_apply, &cases[c].iv);
+            mp_forward_params fp = mp_forward_params_default();
+            fp.hooks = hs;
+            CHECK(mp_model_forward(m, tok, B, T, &fp, lo[dev]) == MP_OK, "%s: %s",
+                  mp_intervention_name(cases[c].iv.kind), mp_last_error());
+            mp_hooks_free(hs);
+        }
+        char what[128];
+        snprintf(what, sizeof what, "%s at %s", mp_intervention_name(cases[c].iv.kind), cases[c].where);
+        near_scaled(what, lo[0], lo[1], (size_t)T * V);
+        mp_intervention_free(&cases[c].iv);
+    }
+    to(m, MP_DEVICE_CPU);
+}
+
+typedef struct {
+    const char *label;
+    mp_pos_kind pos;
+    int pos_no_temp;
+    mp_rope_scaling scaling;
+    mp_norm_kind norm;
+    mp_mlp_kind mlp;
+    int gelu_tanh, bias;
+} variant;
+
+int main(int argc, char **argv) {
+    dry = argc > 1 && strcmp(argv[1], "--dry") == 0;
+    if (!dry && mp_cuda_available() != MP_OK) {
+        printf("SKIP: %s\n", mp_last_error());
+        return 77;
+    }
+    const variant vs[] = {
+        {"rope swiglu rms", MP_POS_ROPE, 0, MP_ROPE_SCALING_NONE, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 0},
+        {"half_rope gelu layer", MP_POS_HALF_ROPE, 0, MP_ROPE_SCALING_NONE, MP_NORM_LAYER, MP_MLP_GELU, 0, 1},
+        {"high_freq gelu_tanh", MP_POS_HIGH_FREQ, 0, MP_ROPE_SCALING_NONE, MP_NORM_RMS, MP_MLP_GELU, 1, 0},
+        {"rope_id temperature", MP_POS_ROPE_ID, 0, MP_ROPE_SCALING_NONE, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 0},
+        {"rope_id no temperature", MP_POS_ROPE_ID, 1, MP_ROPE_SCALING_NONE, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 0},
+        {"none attention-only", MP_POS_NONE, 0, MP_ROPE_SCALING_NONE, MP_NORM_RMS, MP_MLP_NONE, 0, 0},
+        {"learned gpt2-like", MP_POS_LEARNED, 0, MP_ROPE_SCALING_NONE, MP_NORM_LAYER, MP_MLP_GELU, 1, 1},
+        {"rope PI", MP_POS_ROPE, 0, MP_ROPE_SCALING_PI, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 0},
+        {"rope NTK", MP_POS_ROPE, 0, MP_ROPE_SCALING_NTK, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 0},
+        {"rope YaRN", MP_POS_ROPE, 0, MP_ROPE_SCALING_YARN, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 1},
+    };
+    for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) {
+        mp_config c = mp_config_default();
+        c.d_model = 64;
+        c.n_layer = 2;
+        c.n_head = 4;
+        c.n_kv_head = 2;
+        c.d_head = 16;
+        c.d_mlp = vs[i].mlp == MP_MLP_NONE ? 0 : 96;
+        c.vocab = 50;
+        c.ctx = 48;
+        c.pos = vs[i].pos;
+        c.pos_no_temp = vs[i].pos_no_temp;
+        c.norm = vs[i].norm;
+        c.mlp = vs[i].mlp;
+        c.gelu_tanh = vs[i].gelu_tanh;
+        c.qkv_bias = c.linear_bias = vs[i].bias;
+        c.tied = !vs[i].bias;
+        mp_model *m = NULL;
+        if (mp_model_new_random(&m, &c, 11 + i, 0.2f) != MP_OK) {
+            CHECK(0, "%s: %s", vs[i].label, mp_last_error());
+            continue;
+        }
+        if (vs[i].scaling != MP_ROPE_SCALING_NONE) {
+            mp_rope_scaling_params rs = mp_rope_scaling_params_default();
+            rs.type = vs[i].scaling;
+            rs.factor = 4.0f;
+            rs.original_ctx = 16;
+            CHECK(mp_model_set_rope_scaling(m, &rs) == MP_OK, "%s: %s", vs[i].label, mp_last_error());
+        }
+        compare_model(m, vs[i].label, 2, 37);
+        compare_decode(m, vs[i].label);
+        if (i == 0 || i == 6) { /* bf16: a llama-like and a gpt2-like model */
+            char lab[96];
+            snprintf(lab, sizeof lab, "%s bf16", vs[i].label);
+            TOL = TOL_BF16;
+            PREC = MP_PRECISION_BF16;
+            compare_model(m, lab, 2, 37);
+            compare_decode(m, lab);
+            TOL = TOL_FP32;
+            PREC = MP_PRECISION_FP32;
+        }
+        if (i == 0) {
+            compare_generate(m, vs[i].label);
+            compare_interventions(m);
+        }
+        mp_model_free(m);
+    }
+    /* the shared llama2.c model (present in the project's checkout) */
+    FILE *f = fopen(MP_SHARED_DIR "/models/aidreams260K.bin", "rb");
+    if (f) {
+        fclose(f);
+        mp_model *m = NULL;
+        CHECK(mp_model_load_llama2c(&m, MP_SHARED_DIR "/models/aidreams260K.bin") == MP_OK, "%s", mp_last_error());
+        if (m) {
+            compare_model(m, "aidreams260K", 1, 48);
+            compare_decode(m, "aidreams260K");
+            compare_generate(m, "aidreams260K");
+            mp_model_free(m);
+        }
+    } else {
+        printf("note: %s/models/aidreams260K.bin absent: shared model not compared\n", MP_SHARED_DIR);
+    }
+    return tu_finish("test_gpu");
+}

@@ -15,6 +15,9 @@
 #include <gsl/gsl_linalg.h>
 #include <gsl/gsl_matrix.h>
 #include <gsl/gsl_vector.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #define BLOCK_ROWS 8192 /* rows converted to double per BLAS call (8192 x 64 doubles = 4 MiB) */
 
@@ -118,6 +121,29 @@ void mp_analyze_pca_free(mp_pca *p) {
     memset(p, 0, sizeof *p);
 }
 
+/* GSL's eigen-solvers and SVD call level-1/2 BLAS (dsymv, dsyr2, ...) once per
+ * column; OpenMP OpenBLAS threads each call (it follows omp_get_max_threads),
+ * so a 64 x 64 problem wakes and parks the other threads thousands of times:
+ * measured, rope_id's geometry on small models spent 70% of its time in the
+ * scheduler and ran 3x slower on 2 threads than on 1. These steps run with one
+ * BLAS thread; the products that build the matrices stay threaded. */
+static int serial_blas_begin(void) {
+#ifdef _OPENMP
+    int n = omp_get_max_threads();
+    omp_set_num_threads(1);
+    return n;
+#else
+    return 1;
+#endif
+}
+static void serial_blas_end(int n) {
+#ifdef _OPENMP
+    omp_set_num_threads(n);
+#else
+    (void)n;
+#endif
+}
+
 /* SVD path: Jacobi SVD of the centred cloud (or of its transpose when n < d). */
 static mp_status pca_svd(const float *X, size_t n, size_t d, const double *mean, mp_pca *out) {
     mp_status st = MP_OK;
@@ -131,7 +157,9 @@ static mp_status pca_svd(const float *X, size_t n, size_t d, const double *mean,
             double v = (double)X[i * d + j] - mean[j];
             if (tr) gsl_matrix_set(A, j, i, v); else gsl_matrix_set(A, i, j, v);
         }
+    int nt = serial_blas_begin();
     int rc = gsl_linalg_SV_decomp_jacobi(A, V, S);
+    serial_blas_end(nt);
     if (rc) { st = gsl_fail("pca: SVD", rc); goto cleanup; }
     /* Principal directions in R^d: columns of V (n >= d) or of U (= A, n < d). */
     const gsl_matrix *dirs = tr ? A : V;
@@ -162,7 +190,9 @@ static mp_status pca_cov(const float *X, size_t n, size_t d, const double *mean,
     double total = 0;
     for (size_t j = 0; j < d; j++) total += gsl_matrix_get(C, j, j);
     out->total_var = total;
+    int nt = serial_blas_begin();
     int rc = gsl_eigen_symmv(C, ev, E, w);
+    serial_blas_end(nt);
     if (!rc) rc = gsl_eigen_symmv_sort(ev, E, GSL_EIGEN_SORT_VAL_DESC);
     if (rc) { st = gsl_fail("pca: eigen-decomposition", rc); goto cleanup; }
     for (size_t c = 0; c < out->k; c++) {
@@ -242,7 +272,9 @@ mp_status mp_analyze_spectrum(const float *X, size_t n, size_t d, mp_spectrum *o
     double fro2 = 0;
     for (size_t i = 0; i < m; i++) fro2 += gsl_matrix_get(G, i, i);
     if (!isfinite(fro2)) { st = report_nonfinite("stable rank", X, n, d); goto cleanup; }
+    int nt = serial_blas_begin();
     int rc = gsl_eigen_symm(G, ev, w);
+    serial_blas_end(nt);
     if (rc) { st = gsl_fail("stable rank: eigenvalues", rc); goto cleanup; }
     double l1 = 0;
     for (size_t i = 0; i < m; i++) if (gsl_vector_get(ev, i) > l1) l1 = gsl_vector_get(ev, i);

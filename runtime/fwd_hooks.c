@@ -26,6 +26,26 @@ mp_status mp_fwd_fire(const mp_fwd_ctx *f, mp_hook_id id, int l, float *data) {
     return mp_hooks_fire(f->hs, &info, data);
 }
 
+void mp_fwd_block_info(const mp_fwd_ctx *f, mp_hook_id id, int l, int q0, int rows, mp_hook_info *info) {
+    memset(info, 0, sizeof *info);
+    info->id = id;
+    info->layer = l;
+    info->ndim = mp_hook_shape(f->c, id, f->B, f->T, f->pos0, info->full);
+    memcpy(info->shape, info->full, sizeof info->shape);
+    info->shape[2] = rows;
+    info->axis = 2;
+    info->offset = q0;
+    info->pos0 = f->pos0;
+    info->numel = (size_t)info->shape[0] * info->shape[1] * info->shape[2] * info->shape[3];
+}
+
+mp_status mp_fwd_fire_block(const mp_fwd_ctx *f, mp_hook_id id, int l, int q0, int rows, float *data) {
+    if (!mp_hooks_active(f->hs, id, l)) return MP_OK;
+    mp_hook_info info;
+    mp_fwd_block_info(f, id, l, q0, rows, &info);
+    return mp_hooks_fire(f->hs, &info, data);
+}
+
 void mp_fwd_ws_free(mp_fwd_ws *ws) {
     free(ws->mem);
     ws->mem = NULL;

@@ -19,6 +19,10 @@ typedef struct {
 
 /* Fires hook (id, l) on a whole [B,T,...] view (no-op when inactive). */
 mp_status mp_fwd_fire(const mp_fwd_ctx *f, mp_hook_id id, int l, float *data);
+/* The view of a scores/pattern block [B,H,rows,S] of query rows q0.. (axis 2,
+ * offset q0), and firing hook (id, l) on it (no-op when inactive). */
+void mp_fwd_block_info(const mp_fwd_ctx *f, mp_hook_id id, int l, int q0, int rows, mp_hook_info *info);
+mp_status mp_fwd_fire_block(const mp_fwd_ctx *f, mp_hook_id id, int l, int q0, int rows, float *data);
 
 /* Scratch memory of one forward call for these paths, grown on demand. */
 typedef struct {

@@ -143,19 +143,7 @@ static mp_status fire(const fwd_ctx *f, mp_hook_id id, int l, float *data) { ret
 
 /* Fires a scores/pattern hook on the block [B,H,rows,S] of query rows q0.. */
 static mp_status fire_block(const fwd_ctx *f, mp_hook_id id, int l, int q0, int rows, float *data) {
-    if (!mp_hooks_active(f->hs, id, l)) return MP_OK;
-    mp_hook_info info;
-    memset(&info, 0, sizeof info);
-    info.id = id;
-    info.layer = l;
-    info.ndim = mp_hook_shape(f->c, id, f->B, f->T, f->pos0, info.full);
-    memcpy(info.shape, info.full, sizeof info.shape);
-    info.shape[2] = rows;
-    info.axis = 2;
-    info.offset = q0;
-    info.pos0 = f->pos0;
-    info.numel = (size_t)info.shape[0] * info.shape[1] * info.shape[2] * info.shape[3];
-    return mp_hooks_fire(f->hs, &info, data);
+    return mp_fwd_fire_block(f, id, l, q0, rows, data);
 }
 
 /* Query rows per product inside an attention block: a block of more rows

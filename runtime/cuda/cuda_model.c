@@ -216,22 +216,13 @@ cleanup:
     return st;
 }
 
-/* Fires a scores/pattern block [B,H,rows,S] of query rows q0.. as model.c's
- * fire_block does (axis 2, offset q0), on a host copy of datt. */
+/* Fires a scores/pattern block [B,H,rows,S] of query rows q0.. as model.c
+ * does (mp_fwd_block_info: axis 2, offset q0), on a host copy of datt. */
 static mp_status hook_block(cu_model *d, const mp_fwd_ctx *f, mp_hook_id id, int l, int q0, int rows, float *datt) {
     if (!mp_hooks_active(f->hs, id, l)) return MP_OK;
     mp_status st = MP_OK;
     mp_hook_info info;
-    memset(&info, 0, sizeof info);
-    info.id = id;
-    info.layer = l;
-    info.ndim = mp_hook_shape(f->c, id, f->B, f->T, f->pos0, info.full);
-    memcpy(info.shape, info.full, sizeof info.shape);
-    info.shape[2] = rows;
-    info.axis = 2;
-    info.offset = q0;
-    info.pos0 = f->pos0;
-    info.numel = (size_t)info.shape[0] * info.shape[1] * info.shape[2] * info.shape[3];
+    mp_fwd_block_info(f, id, l, q0, rows, &info);
     TRY(reserve(d, 0, 0, info.numel));
     CU(cudaMemcpyAsync, (d->host, datt, info.numel * sizeof(float), cudaMemcpyDeviceToHost, d->stream));
     CU(cudaStreamSynchronize, (d->stream));

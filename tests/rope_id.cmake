@@ -6,3 +6,6 @@ mp_lua_test(test_rope_id_quick "lua" lua/test_rope_id.lua quick)
 # --preset gpu's shape (8 layers x 8 heads of 64, lengths 1x-8x L, all tasks) at
 # a tiny size, two seeds pooled (--steps 2 --length 64 --d-model 32 --sequences 1)
 mp_lua_test(test_rope_id_gpu "lua;slow" lua/test_rope_id.lua gpu)
+# experiments/sink_recipe.lua at 2 steps: its files, and alpha_0 of near-uniform
+# attention against the closed form (H_T - 1)/(T - 1) (~5 s)
+mp_lua_test(test_sink_recipe "lua" lua/test_sink_recipe.lua)

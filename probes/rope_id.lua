@@ -73,6 +73,12 @@ end
 if o.d_model then
   if o.d_model < 8 or o.d_model > 4096 then fail(("--d-model must be in 8..4096 (got %d)"):format(o.d_model)) end
   p.d_model, p.d_mlp = o.d_model, math.min(p.d_mlp, 4 * o.d_model)
+  if p.ret then                        -- the retrieval models' own shape, if the preset has one (a copy)
+    local r = {}
+    for k, v in pairs(p.ret) do r[k] = v end
+    r.d_model, r.d_mlp = o.d_model, math.min(r.d_mlp or p.d_mlp, 4 * o.d_model)
+    p.ret = r
+  end
 end
 if o.sequences then
   if o.sequences < 1 or o.sequences > 100000 then fail(("--sequences must be in 1..100000 (got %d)"):format(o.sequences)) end

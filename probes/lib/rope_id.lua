@@ -38,7 +38,7 @@ M.schemes = {"rope", "half_rope", "high_freq", "rope_id", "none"}
 
 local base = {
   seed = 1, eps = 0.3, n_filler = 16, lr = 3e-3, ret_lr = 1e-2, batch = 16, d_head = 16,
-  drope_lr = 1e-3, tasks = {"multikey", "vartrack"}, mk_keys = 4, vt_chains = 2, vt_hops = 2,
+  wd = 0.1, ret_wd = 0.1, drope_lr = 1e-3, tasks = {"multikey", "vartrack"}, mk_keys = 4, vt_chains = 2, vt_hops = 2,
 }
 
 -- The retrieval tasks beside passkey (issue 21: passkey is solved by every
@@ -61,6 +61,10 @@ M.ret_kinds = {
   },
 }
 
+-- Text models learn at lr 1e-2 (medium, full): the sink-recipe search
+-- (experiments/sink_recipe.lua) found rotary models here grow sink heads at
+-- lr 1e-2 (5 of 32 heads after 2.5M tokens at L = 256) and none at 2e-3 (11M
+-- tokens). medium trains its retrieval models at a smaller shape (ret).
 -- full trains at L = 512: RoPE-ID's band (one turn per 32 tokens to two turns
 -- per L, periods 32..L/2) spans log2(L/64) octaves, 3 at L = 512 against 1 at
 -- 128 (where the model is mostly NoPE) and 0 at 64; the verdicts on RoPE-ID
@@ -73,13 +77,14 @@ M.presets = {
     B_text = 16, B_ret = 64, B_geo = 2, window = 16, seeds = {1},
   },
   medium = {
-    L = 256, mults = {1, 2, 4, 8}, d_model = 64, n_layer = 2, n_head = 4, d_mlp = 128,
-    text_steps = 600, ret_steps = 600, drope_steps = 100, value_len = 2,
-    B_text = 4, B_ret = 64, B_geo = 1, window = 32, seeds = {1, 2, 3},
+    L = 256, mults = {1, 2, 4, 8}, d_model = 128, n_layer = 4, n_head = 8, d_mlp = 256,
+    ret = {d_model = 64, n_layer = 4, n_head = 4, d_mlp = 128},
+    text_steps = 600, ret_steps = 400, drope_steps = 100, value_len = 2, lr = 1e-2, ret_lr = 1e-2,
+    B_text = 4, B_ret = 32, B_geo = 2, window = 32, seeds = {1, 2, 3},
   },
   full = {
     L = 512, mults = {1, 2, 4, 8}, d_model = 128, n_layer = 4, n_head = 8, d_mlp = 256,
-    text_steps = 1500, ret_steps = 1500, drope_steps = 300, value_len = 2, lr = 2e-3, ret_lr = 5e-3,
+    text_steps = 1500, ret_steps = 1500, drope_steps = 300, value_len = 2, lr = 1e-2, ret_lr = 5e-3,
     B_text = 4, B_ret = 64, B_geo = 2, window = 64, seeds = {1, 2, 3},
   },
   gpu = {
@@ -90,6 +95,17 @@ M.presets = {
 }
 
 function M.preset(name) return require("cli").preset(base, M.presets, name) end
+
+-- The shape of the models trained on `task` ("text", "ret" or another
+-- retrieval task): the preset's, or for the retrieval tasks its `ret` table's
+-- fields where it has one.
+function M.model_shape(o, task)
+  local s = {d_model = o.d_model, n_layer = o.n_layer, n_head = o.n_head, d_head = o.d_head, d_mlp = o.d_mlp}
+  if task ~= "text" and o.ret then
+    for k, v in pairs(o.ret) do s[k] = v end
+  end
+  return s
+end
 
 -- The evaluated variants: a trained scheme, or the RoPE model changed at
 -- evaluation time (scaling by T/L, RoPE-ID without temperature), or DroPE.
@@ -393,10 +409,17 @@ local function prepare_data(c, r)
     r:out("  %s: %s; chance %.3f (a random needle's value; distractor values never equal the answer)", name,
         kind.desc(o), kind.chance(o))
   end
-  r:out("models: d_model %d, %d layers x %d heads (d_head %d), d_mlp %d, RMSNorm, SwiGLU; training length L = %d;",
-      o.d_model, o.n_layer, o.n_head, o.d_head, o.d_mlp, L)
-  r:out("  text %d steps (lr %g), retrieval %d steps (lr %g), batch %d, warmup 10%%; DroPE: %d steps at L (lr %g)",
-      o.text_steps, o.lr, o.ret_steps, o.ret_lr, o.batch, o.drope_steps, o.drope_lr)
+  local ts, rs = M.model_shape(o, "text"), M.model_shape(o, "ret")
+  local function shape(s) return ("d_model %d, %d layers x %d heads (d_head %d), d_mlp %d"):format(s.d_model,
+      s.n_layer, s.n_head, s.d_head, s.d_mlp) end
+  if shape(ts) == shape(rs) then
+    r:out("models: %s, RMSNorm, SwiGLU; training length L = %d;", shape(ts), L)
+  else
+    r:out("models: text %s; retrieval %s; RMSNorm, SwiGLU; training length L = %d;", shape(ts), shape(rs), L)
+  end
+  r:out("  text %d steps (lr %g, weight decay %g), retrieval %d steps (lr %g, weight decay %g), batch %d, warmup 10%%; "
+      .. "DroPE: %d steps at L (lr %g)", o.text_steps, o.lr, o.wd, o.ret_steps, o.ret_lr, o.ret_wd, o.batch,
+      o.drope_steps, o.drope_lr)
   r:out("evaluation lengths: %s; text: %d validation windows of %d (prefixes for shorter lengths); retrieval: %d "
       .. "sequences per length;", table.concat(lengths, ","), o.B_text, Tmax, o.B_ret)
   r:out("  loss curve: windows of %d positions; geometry: text models, %d validation sequences of %d tokens, windows of "
@@ -412,9 +435,10 @@ local function train(c, r)
   local models, train_info = {}, {}
   for _, task in ipairs(tasks) do models[task], train_info[task] = {}, {} end
   local t1 = os.time()
-  local function new_model(pos, vocab)
-    return mp.model.new{d_model = o.d_model, n_layer = o.n_layer, n_head = o.n_head, d_head = o.d_head,
-      d_mlp = o.d_mlp, vocab = vocab, ctx = L, pos = pos, seed = o.seed}
+  local function new_model(pos, vocab, task)
+    local s = M.model_shape(o, task)
+    return mp.model.new{d_model = s.d_model, n_layer = s.n_layer, n_head = s.n_head, d_head = s.d_head,
+      d_mlp = s.d_mlp, vocab = vocab, ctx = L, pos = pos, seed = o.seed}
   end
   mp.mkdir(o.out .. "/models")
   local mdir = ("%s/models/seed%d"):format(o.out, o.seed)
@@ -434,11 +458,12 @@ local function train(c, r)
     local tk = task_of(task)
     local steps = task == "text" and o.text_steps or task == "ret" and o.ret_steps or o.extra_steps or o.ret_steps
     local lr = task == "text" and o.lr or o.ret_lr
+    local wd = task == "text" and o.wd or o.ret_wd
     local c0 = os.time()
     tk:seed(o.seed * 100 + 7)           -- every scheme sees the same batches
-    local m = new_model(pos, tk.vocab)
+    local m = new_model(pos, tk.vocab, task)
     log("training %s on %s (%d steps)", pos, task, steps)
-    local res = m:train{task = tk, steps = steps, batch = o.batch, lr = lr, warmup = steps // 10,
+    local res = m:train{task = tk, steps = steps, batch = o.batch, lr = lr, warmup = steps // 10, weight_decay = wd,
                         progress = o.progress or false}
     local path = ("%s/%s_%s.h5"):format(mdir, task, pos)
     m:save(path)

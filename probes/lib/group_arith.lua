@@ -473,9 +473,13 @@ function M.self_patch_check(m, tokens, l, h)
   return patched:sub(clean):norm(), clean:norm()
 end
 
--- Copying heads by both designs; the paper design's top exact-copy head is
--- then mean-ablated (its hook_z replaced by its mean over a reference batch)
--- on the k_mech accuracy batches: per-item paired drops (clean - ablated).
+-- Copying heads by both designs; our design's top exact-copy head is then
+-- mean-ablated (its hook_z replaced by its mean over a reference batch) on the
+-- k_mech accuracy batches: per-item paired drops (clean - ablated). Ours, not
+-- the paper's: in the paper's design (a head's output patched into an
+-- unrelated sequence) no head of our models carries the copy alone, so its top
+-- head is not a copying head and the ablation row could only say INCONCLUSIVE;
+-- our design finds the head that copying leans on in its own context.
 function M.copying(m, o, acc)
   local res = {paper = {exact = M.patching_paper(m, o, "copy"), commuted = M.patching_paper(m, o, "commute")},
                ours = {exact = M.patching(m, o, "copy"), commuted = M.patching(m, o, "commute")}}
@@ -484,7 +488,7 @@ function M.copying(m, o, acc)
     d.top, d.second = M.top2(d.exact.ie)
     d.top_commuted_ie = d.commuted.ie:get(d.top.l + 1, d.top.h + 1)
   end
-  local top = res.paper.top
+  local top = res.ours.top
   local name = ("blocks.%d.attn.hook_z"):format(top.l)
   local ref_tokens = M.sample(M.task(o, o.k_mech, nil, o.seed + 800), math.min(o.n_eval, 64))
   local _, ref = m:run_with_cache(ref_tokens, {names = name, logits = false})

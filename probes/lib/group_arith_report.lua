@@ -130,7 +130,7 @@ function M.write_h5(path, o, R)
   f:write("coverage/model_accuracy", accs)
   f:write("coverage/accuracy_by_first_rule", by)
   f:set_attr("coverage", "columns", table.concat(ga.RULES, ",") .. ",none")
-  -- 4. copying head: both patching designs, then the ablation of the paper design's top head
+  -- 4. copying head: both patching designs, then the ablation of our design's top head
   local C = R.copying
   for _, design in ipairs{"paper", "ours"} do
     local D = C[design]
@@ -153,7 +153,7 @@ function M.write_h5(path, o, R)
   f:write("copying/ablation_drop", drop)
   f:write("copying/ablated_accuracy", abl)
   f:set_attr("copying", "self_patch_max_diff", C.self_patch_diff)
-  f:set_attr("copying", "ablation", "mean ablation of hook_z of the paper design's top exact-copy head")
+  f:set_attr("copying", "ablation", "mean ablation of hook_z of our design's top exact-copy head")
   -- 5. identity
   local I = R.identity
   f:write("identity/dla_query", I.dla_query)
@@ -756,7 +756,7 @@ function M.verdicts(S, boot)
         "0.48 of 0.91", t, #D.top, v)
   end
   do
-    local v, t = M.rule_ablation(S.drops, S.acc[P][S.k_mech].copy, S.patch.paper.top, boot, 8)
+    local v, t = M.rule_ablation(S.drops, S.acc[P][S.k_mech].copy, S.patch.ours.top, boot, 8)
     add(("mean-ablating the copying head (%s) hurts copying, not identity/cancel/associate, k=%d"):format(
         table.concat(S.ablated_head, ","), S.k_mech),
         "precondition: the model copies (clean copy accuracy: interval low end >= 50%) and the ablated head is a copying head (exact IE low end >= 0.1), else INCONCLUSIVE; "

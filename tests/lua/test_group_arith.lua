@@ -350,6 +350,18 @@ if which == "unit" or which == "all" then
   check(inc, "planted model copying 22%: every copying-head row INCONCLUSIVE by its precondition")
   check(verdict_of(nocopy, IDENT_ROWS[1]) == S and verdict_of(nocopy, IDENT_ROWS[2]) == S,
         "planted model copying 22%: the identity rows are still judged (SUPPORTED)")
+  -- the full run's case: a copying model whose copying head shows in our design
+  -- only (the paper's design's top head IE 0.02): the ablation row judges our
+  -- design's head (SUPPORTED here), the paper design's own rows say NOT SUPPORTED /
+  -- INCONCLUSIVE
+  local split = planted(1, 1)
+  split.patch = {paper = {top = ie(0.02, 100), second = ie(0.01, 100), commuted = ie(0.01, 100), heads = {"L0H1"},
+                          k = 50},
+                 ours = split.patch.ours}
+  local sv = report.verdicts(split, 200)
+  check(verdict_of(sv, "mean-ablating") == S and verdict_of(sv, COPY_ROWS[1]) == N
+        and verdict_of(sv, COPY_ROWS[3]) == I,
+        "copying head in our design only: the ablation row judges it (SUPPORTED), the paper design's rows NS / INCONCLUSIVE")
   local noident = report.verdicts(planted(1, 0.39), 200)
   inc = true
   for _, c in ipairs(IDENT_ROWS) do

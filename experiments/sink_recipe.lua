@@ -44,6 +44,7 @@ local configs = {
   -- candidates for rope_id's full preset: its model at L = 512, batch 8, 600 steps (2.5M tokens)
   {name = "full_lr_hi", L = 512, batch = 8, steps = 600, lr = 1e-2},
   {name = "full_lr_hi_wd_hi", L = 512, batch = 8, steps = 600, lr = 1e-2, wd = 1.0},
+  {name = "full_lr_hi_b16", L = 512, batch = 16, steps = 600, lr = 1e-2},
   {name = "small4_lr_hi", d_model = 64, n_layer = 4, n_head = 4, d_mlp = 128, L = 512, batch = 8, lr = 1e-2},
   -- the quickstart's model and corpus (GPL-3, 600 steps of 16 x 128) at its lr and at 1e-2
   {name = "quickstart", d_model = 64, n_layer = 4, n_head = 4, n_kv_head = 2, d_mlp = 172, L = 128, steps = 600,

@@ -63,8 +63,9 @@ M.ret_kinds = {
 
 -- Text models learn at lr 1e-2 (medium, full): the sink-recipe search
 -- (experiments/sink_recipe.lua) found rotary models here grow sink heads at
--- lr 1e-2 (5 of 32 heads after 2.5M tokens at L = 256) and none at 2e-3 (11M
--- tokens). medium trains its retrieval models at a smaller shape (ret).
+-- lr 1e-2 (5 of 32 heads after 2.5M tokens at L = 256; at L = 512 with 16
+-- windows a step, 5 of 32 after 1.2M, with 8 none in 2.5M) and none at 2e-3
+-- (11M tokens). medium trains its retrieval models at a smaller shape (ret).
 -- full trains at L = 512: RoPE-ID's band (one turn per 32 tokens to two turns
 -- per L, periods 32..L/2) spans log2(L/64) octaves, 3 at L = 512 against 1 at
 -- 128 (where the model is mostly NoPE) and 0 at 64; the verdicts on RoPE-ID

@@ -36,6 +36,8 @@ local configs = {
   {name = "wd_hi", wd = 1.0},
   {name = "lr_hi_wd_hi", lr = 1e-2, wd = 1.0},
   {name = "long", steps = 3600},
+  -- lr_hi on rope_id --medium's schedule: 600 steps in all (the cosine ends at 600)
+  {name = "lr_hi_600", lr = 1e-2, steps = 600},
   {name = "wide", d_model = 256, n_head = 8, d_head = 32, d_mlp = 512},
   {name = "L512", L = 512, batch = 8},
   {name = "none", pos = "none"},

@@ -31,6 +31,7 @@ local o = cli.parse(arg, {
   {"seed", "N", "the one seed of the data and the models (default: the preset's seeds)", type = "int"},
   {"seeds", "LIST", "seeds, one full run each, pooled by the verdicts (e.g. 1,2,3; default: the preset's)"},
   {"steps", "N", "training steps per model and task (default: the preset's)", type = "int"},
+  {"text_steps", "N", "the text models' steps, after --steps (e.g. --medium --text-steps 1200: sink heads)", type = "int"},
   {"length", "N", "training length L (a multiple of 64; default: the preset's)", type = "int"},
   {"d_model", "N", "model width (the heads keep their count and size; default: the preset's)", type = "int"},
   {"sequences", "N", "retrieval sequences per length and task, and text windows (default: the preset's)", type = "int"},
@@ -64,6 +65,10 @@ if o.steps then
   if o.steps < 1 then fail("--steps must be >= 1") end
   p.text_steps, p.ret_steps = o.steps, o.steps
   p.drope_steps = math.max(1, math.min(p.drope_steps, o.steps))
+end
+if o.text_steps then
+  if o.text_steps < 1 then fail(("--text-steps must be >= 1 (got %d)"):format(o.text_steps)) end
+  p.text_steps = o.text_steps
 end
 if o.length then
   if o.length < 64 or o.length % 64 ~= 0 then fail(("--length must be a multiple of 64, >= 64 (got %d)"):format(o.length)) end

@@ -17,6 +17,17 @@ if src then package.path = src .. "/probes/lib/?.lua;" .. package.path end
 local rid = require "rope_id"
 
 if mode == "unit" then
+  -- option errors: a non-zero exit, a message naming the option, no output folder
+  for _, c in ipairs{{"--text-steps 0", "--text-steps must be >= 1"}, {"--steps 0", "--steps must be >= 1"},
+                     {"--length 100", "--length must be a multiple of 64"}, {"--preset huge", "--preset must be"}} do
+    local out = os.tmpname(); os.remove(out)
+    local p = io.popen(("%s rope_id %s --out %s 2>&1"):format(arg[-1], c[1], out))
+    local msg = p:read("a")
+    local ok = p:close()
+    check(not ok and msg:find(c[2], 1, true) ~= nil and not os.execute("test -e " .. out),
+          ("rope_id %s: refused with '%s'"):format(c[1], c[2]))
+    os.execute("rm -rf " .. out)
+  end
   -- windowed loss: one window over everything is m:loss; a partition into equal
   -- windows averages back to it (every text position has a target)
   local dir = os.tmpname(); os.remove(dir); mp.mkdir(dir)

@@ -29,6 +29,13 @@ local o = cli.parse(arg, {
 -- it says otherwise.
 local base = {d_model = 128, n_layer = 4, n_head = 8, d_head = 16, d_mlp = 256, L = 256, batch = 16,
               steps = 1200, lr = 2e-3, wd = 0.1, bos = true, pos = "rope"}
+-- the quickstart-sized model: d 64, 4 layers, 4 heads of 16 sharing 2 KV heads, L 128
+local function qs(c)
+  for k, v in pairs{d_model = 64, n_layer = 4, n_head = 4, n_kv_head = 2, d_head = 16, d_mlp = 172, L = 128} do
+    if c[k] == nil then c[k] = v end
+  end
+  return c
+end
 local configs = {
   {name = "base"},
   {name = "no_bos", bos = false},
@@ -48,18 +55,14 @@ local configs = {
   {name = "full_lr_hi_wd_hi", L = 512, batch = 8, steps = 600, lr = 1e-2, wd = 1.0},
   {name = "full_lr_hi_b16", L = 512, batch = 16, steps = 600, lr = 1e-2},
   {name = "small4_lr_hi", d_model = 64, n_layer = 4, n_head = 4, d_mlp = 128, L = 512, batch = 8, lr = 1e-2},
-  -- the quickstart's model and corpus (GPL-3, 600 steps of 16 x 128) at its lr and at 1e-2
-  {name = "quickstart", d_model = 64, n_layer = 4, n_head = 4, n_kv_head = 2, d_mlp = 172, L = 128, steps = 600,
-   lr = 3e-3, corpus = "/usr/share/common-licenses/GPL-3"},
-  {name = "quickstart_lr_hi", d_model = 64, n_layer = 4, n_head = 4, n_kv_head = 2, d_mlp = 172, L = 128,
-   steps = 600, lr = 1e-2, corpus = "/usr/share/common-licenses/GPL-3"},
-  -- the quickstart's model on the larger corpus, at lr 1e-2, twice the steps
-  {name = "quickstart_big_lr_hi", d_model = 64, n_layer = 4, n_head = 4, n_kv_head = 2, d_mlp = 172, L = 128,
-   steps = 1200, lr = 1e-2},
-  {name = "quickstart_big_lr_2e-2", d_model = 64, n_layer = 4, n_head = 4, n_kv_head = 2, d_mlp = 172, L = 128,
-   steps = 600, lr = 2e-2},
-  {name = "quickstart_big_8heads", d_model = 64, n_layer = 4, n_head = 8, n_kv_head = 4, d_head = 16, d_mlp = 172,
-   L = 128, steps = 600, lr = 1e-2},
+  -- the quickstart's old model (4 heads sharing 2 KV heads) and corpus (GPL-3, 600
+  -- steps of 16 x 128) at its lr and at 1e-2; then on the larger corpus; then with
+  -- 8 heads (the quickstart's model now)
+  qs{name = "quickstart", steps = 600, lr = 3e-3, corpus = "/usr/share/common-licenses/GPL-3"},
+  qs{name = "quickstart_lr_hi", steps = 600, lr = 1e-2, corpus = "/usr/share/common-licenses/GPL-3"},
+  qs{name = "quickstart_big_lr_hi", steps = 1200, lr = 1e-2},
+  qs{name = "quickstart_big_lr_2e-2", steps = 600, lr = 2e-2},
+  qs{name = "quickstart_big_8heads", n_head = 8, n_kv_head = 4, steps = 600, lr = 1e-2},
 }
 local want
 if o.config then
@@ -78,25 +81,22 @@ tsv:write("config\tstep\ttokens\tloss\tsink_heads\theads\tmax_alpha0\tmean_alpha
 local h5path = o.out .. "/sink_recipe.h5"
 mp.h5.open(h5path, "w"):close()
 
+-- alpha_0 per [layer][head], averaged over the windows. mp.analyze.sinks
+-- gives the mean over the queries t >= 0, whose first row is the first token
+-- attending to itself (1); leaving it out: (T alpha_0 - 1) / (T - 1).
 local function alpha0(m, toks)
   local cfg = m.config
-  local A = {}
-  for l = 0, cfg.n_layer - 1 do
-    A[l + 1] = {}
-    for h = 1, cfg.n_head do A[l + 1][h] = 0 end
-  end
   local names = {}
   for l = 0, cfg.n_layer - 1 do names[#names + 1] = ("blocks.%d.attn.hook_pattern"):format(l) end
   local _, cache = m:run_with_cache(toks, {names = table.concat(names, ","), logits = "none"})
+  local B, T, A = #toks, #toks[1], {}
   for l = 0, cfg.n_layer - 1 do
-    local pat = cache[("blocks.%d.attn.hook_pattern"):format(l)]             -- [B, H, T, T]
-    local B, T = #toks, #toks[1]
-    for b = 1, B do
-      for h = 1, cfg.n_head do
-        local ph, s = pat[b][h], 0
-        for t = 2, T do s = s + ph:get(t, 1) end
-        A[l + 1][h] = A[l + 1][h] + s / (T - 1) / B
-      end
+    local a0 = mp.analyze.sinks(cache[("blocks.%d.attn.hook_pattern"):format(l)]).alpha0   -- [B, H]
+    A[l + 1] = {}
+    for h = 1, cfg.n_head do
+      local s = 0
+      for b = 1, B do s = s + (T * a0:get(b, h) - 1) / (T - 1) end
+      A[l + 1][h] = s / B
     end
   end
   return A

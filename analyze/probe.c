@@ -1,5 +1,5 @@
-/* probe.c — linear probes (probe.h): ridge least squares through GSL's SVD
- * solvers and ridge logistic regression by IRLS (Newton steps solved by GSL
+/* probe.c — linear probes (probe.h): ridge least squares through GSL's QR and
+ * SVD solvers and ridge logistic regression by IRLS (Newton steps solved by GSL
  * Cholesky, products by gsl_blas on top of OpenBLAS), both on centred /
  * standardized features, with the result mapped back to the raw units. */
 #include "probe.h"
@@ -75,9 +75,10 @@ static mp_status fit_linear(const float *X, const double *y, size_t n, size_t d,
     mp_status st = MP_OK;
     gsl_matrix *Z = gsl_matrix_alloc(n, d);
     gsl_vector *yc = gsl_vector_alloc(n), *c = gsl_vector_alloc(d);
-    gsl_matrix *cov = gsl_matrix_alloc(d, d);
-    gsl_multifit_linear_workspace *ws = gsl_multifit_linear_alloc(n, d);
-    if (!Z || !yc || !c || !cov || !ws) {
+    gsl_matrix *cov = gsl_matrix_alloc(d, d), *T = NULL, *R = NULL;
+    gsl_vector *qwork = NULL;
+    gsl_multifit_linear_workspace *ws = NULL;
+    if (!Z || !yc || !c || !cov) {
         st = mp_error(MP_ERR_NOMEM, "linear probe: out of memory for %zu x %zu features", n, d);
         goto cleanup;
     }
@@ -86,14 +87,41 @@ static mp_status fit_linear(const float *X, const double *y, size_t n, size_t d,
     for (size_t i = 0; i < n; i++) ybar += y[i];
     ybar /= (double)n;
     for (size_t i = 0; i < n; i++) gsl_vector_set(yc, i, y[i] - ybar);
-    int rc;
-    if (p->ridge == 0.0) {
+    /* With n >= 2d rows, Z = Q R first (GSL's recursive, level-3 BLAS QR) and the
+     * SVD solvers run on the d x d triangle R against the first d entries of Q'y:
+     * R has Z's singular values and column norms, and ||Z c - y||^2 = ||R c - Q1'y||^2
+     * + ||Q2'y||^2, so the truncated and the ridge solutions are Z's; the SVD of
+     * the n x d matrix (one-sided Jacobi in GSL, unblocked) took seconds at
+     * 4000 x 256. */
+    gsl_matrix *A = Z;
+    gsl_vector *rhs = yc;
+    int rc = 0;
+    if (n >= 2 * d) {
+        gsl_vector_view y1 = gsl_vector_subvector(yc, 0, d);
+        if (!(T = gsl_matrix_alloc(d, d)) || !(R = gsl_matrix_calloc(d, d)) || !(qwork = gsl_vector_alloc(d)) ||
+            !(ws = gsl_multifit_linear_alloc(d, d))) {
+            st = mp_error(MP_ERR_NOMEM, "linear probe: out of memory for %zu x %zu features", n, d);
+            goto cleanup;
+        }
+        rc = gsl_linalg_QR_decomp_r(Z, T);
+        if (!rc) rc = gsl_linalg_QR_QTvec_r(Z, T, yc, qwork);
+        if (!rc) {
+            for (size_t i = 0; i < d; i++)
+                for (size_t j = i; j < d; j++) gsl_matrix_set(R, i, j, gsl_matrix_get(Z, i, j));
+            A = R;
+            rhs = &y1.vector;
+        }
+    } else if (!(ws = gsl_multifit_linear_alloc(n, d))) {
+        st = mp_error(MP_ERR_NOMEM, "linear probe: out of memory for %zu x %zu features", n, d);
+        goto cleanup;
+    }
+    if (!rc && p->ridge == 0.0) {
         double chisq;
-        rc = gsl_multifit_linear_tsvd(Z, yc, 1e-12, c, cov, &chisq, &out->rank, ws);
-    } else {
+        rc = gsl_multifit_linear_tsvd(A, rhs, 1e-12, c, cov, &chisq, &out->rank, ws);
+    } else if (!rc) {
         double rnorm, snorm;
-        rc = gsl_multifit_linear_svd(Z, ws);
-        if (!rc) rc = gsl_multifit_linear_solve(sqrt(p->ridge), Z, yc, c, &rnorm, &snorm, ws);
+        rc = gsl_multifit_linear_svd(A, ws);
+        if (!rc) rc = gsl_multifit_linear_solve(sqrt(p->ridge), A, rhs, c, &rnorm, &snorm, ws);
         out->rank = d;
     }
     if (rc) {
@@ -115,7 +143,10 @@ static mp_status fit_linear(const float *X, const double *y, size_t n, size_t d,
     out->r2 = sst > 0 ? 1.0 - sse / sst : NAN;
     out->converged = 1;
 cleanup:
-    gsl_multifit_linear_free(ws);
+    if (ws) gsl_multifit_linear_free(ws);
+    gsl_vector_free(qwork);
+    gsl_matrix_free(R);
+    gsl_matrix_free(T);
     gsl_matrix_free(cov);
     gsl_vector_free(c);
     gsl_vector_free(yc);

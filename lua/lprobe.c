@@ -110,6 +110,10 @@ static int probe_index(lua_State *L) {
     else if (!strcmp(k, "loss")) lua_pushnumber(L, pr->loss);
     else if (!strcmp(k, "train_acc")) lua_pushnumber(L, pr->train_acc);
     else if (!strcmp(k, "r2")) lua_pushnumber(L, pr->r2);
+    else if (!strcmp(k, "rank")) { /* linear probes: the rank the solve kept */
+        if (pr->kind == MP_PROBE_LINEAR) lua_pushinteger(L, (lua_Integer)pr->rank);
+        else lua_pushnil(L);
+    }
     else if (!strcmp(k, "iterations")) lua_pushinteger(L, pr->iterations);
     else if (!strcmp(k, "converged")) lua_pushboolean(L, pr->converged);
     else if (!strcmp(k, "predict")) lua_pushcfunction(L, probe_predict);

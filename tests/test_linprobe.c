@@ -3,7 +3,9 @@
  * equations solved here by Gaussian elimination (tolerance 1e-8 relative),
  * logistic regression against its optimality conditions (gradient of the
  * penalised log-likelihood below 1e-6 per sample) and the planted weights
- * (within 0.15 at n = 20000), plus the argument checks. */
+ * (within 0.15 at n = 20000), both least-squares solver paths (QR first or
+ * not) and a duplicated feature (rank d - 1, minimum-norm weights), plus the
+ * argument checks. */
 #include "probe.h"
 #include "testutil.h"
 
@@ -122,6 +124,60 @@ static void test_least_squares(void) {
     mp_analyze_probe_free(&pr);
 }
 
+/* The two solver paths (n >= 2d: QR first, then the SVD of the d x d triangle;
+ * fewer rows: the SVD of the rows themselves) against the normal equations, and
+ * a duplicated feature: the truncated SVD drops the zero singular value (rank
+ * d - 1) and returns the minimum-norm solution, the duplicate's weight split
+ * evenly (the reference: the fit without the duplicate, halved). */
+static void test_solver_paths(void) {
+    enum { D = 6 };
+    static float X[40 * D], X5[40 * (D - 1)];
+    static double y[40];
+    for (int n = 7; n <= 40; n += 33) { /* 7 rows: SVD of Z; 40: QR first */
+        for (int i = 0; i < n; i++) {
+            y[i] = 0.3;
+            for (int j = 0; j < D; j++) {
+                X[i * D + j] = (float)(gauss() + 0.5 * j);
+                y[i] += (j - 2.5) * X[i * D + j];
+            }
+            y[i] += 0.2 * gauss();
+        }
+        for (int ridge = 0; ridge <= 1; ridge++) {
+            double w_ref[D], b_ref;
+            ref_ridge(X, y, n, D, ridge ? 3.0 : 0.0, w_ref, &b_ref);
+            mp_probe_params p = mp_analyze_probe_params_default();
+            p.standardize = 0;
+            p.ridge = ridge ? 3.0 : 0.0;
+            mp_probe pr;
+            CHECK(mp_analyze_probe_fit(X, y, n, D, &p, &pr) == MP_OK, "%s", mp_last_error());
+            for (int j = 0; j < D; j++)
+                CHECK_NEAR(pr.w[j], w_ref[j], 1e-8 * (1 + fabs(w_ref[j])), "n %d ridge %d w[%d]", n, ridge, j);
+            CHECK_NEAR(pr.b, b_ref, 1e-8 * (1 + fabs(b_ref)), "n %d ridge %d intercept", n, ridge);
+            mp_analyze_probe_free(&pr);
+        }
+        /* column D-1 := column 0 */
+        for (int i = 0; i < n; i++) {
+            X[i * D + D - 1] = X[i * D];
+            for (int j = 0; j < D - 1; j++) X5[i * (D - 1) + j] = X[i * D + j];
+        }
+        double w5[D - 1], b5;
+        ref_ridge(X5, y, n, D - 1, 0.0, w5, &b5);
+        for (int stdz = 0; stdz <= 1; stdz++) {
+            mp_probe_params p = mp_analyze_probe_params_default();
+            p.standardize = stdz;
+            mp_probe pr;
+            CHECK(mp_analyze_probe_fit(X, y, n, D, &p, &pr) == MP_OK, "%s", mp_last_error());
+            CHECK((int)pr.rank == D - 1, "duplicated feature: rank %zu (n %d)", pr.rank, n);
+            CHECK_NEAR(pr.w[0], 0.5 * w5[0], 1e-7 * (1 + fabs(w5[0])), "n %d stdz %d: duplicate's weight split", n, stdz);
+            CHECK_NEAR(pr.w[D - 1], 0.5 * w5[0], 1e-7 * (1 + fabs(w5[0])), "n %d stdz %d: and its twin", n, stdz);
+            for (int j = 1; j < D - 1; j++)
+                CHECK_NEAR(pr.w[j], w5[j], 1e-7 * (1 + fabs(w5[j])), "n %d stdz %d: w[%d]", n, stdz, j);
+            CHECK_NEAR(pr.b, b5, 1e-7 * (1 + fabs(b5)), "n %d stdz %d: intercept", n, stdz);
+            mp_analyze_probe_free(&pr);
+        }
+    }
+}
+
 static void test_logistic(void) {
     enum { N = 20000, D = 3 };
     float *X = malloc(sizeof(float) * N * D);
@@ -212,6 +268,7 @@ static void test_errors(void) {
 int main(void) {
     mp_init();
     test_least_squares();
+    test_solver_paths();
     test_logistic();
     test_errors();
     return tu_finish("test_linprobe");

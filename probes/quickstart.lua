@@ -86,15 +86,12 @@ print("   in Python: h5py.File(path)['acts/blocks.0.attn.hook_pattern'][0, head]
 
 local logits, cache = m:run_with_cache(tokens, {names = "blocks.*.attn.hook_pattern"})
 local cfg = m.config
-print("   mean attention to the first token (BOS), per layer and head:")
+print("   mean attention to the first token (BOS; mp.analyze.sinks(pattern).alpha0), per layer and head:")
 for l = 0, cfg.n_layer - 1 do
   local pat = cache[("blocks.%d.attn.hook_pattern"):format(l)]  -- [B,H,T,T]
+  local alpha0 = mp.analyze.sinks(pat).alpha0                    -- [B,H]
   local row = {}
-  for h = 1, cfg.n_head do
-    local s = 0
-    for q = 1, #tokens do s = s + pat:get(1, h, q, 1) end
-    row[#row + 1] = ("%.3f"):format(s / #tokens)
-  end
+  for h = 1, cfg.n_head do row[h] = ("%.3f"):format(alpha0:get(1, h)) end
   print(("   layer %d: %s"):format(l, table.concat(row, "  ")))
 end
 

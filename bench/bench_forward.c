@@ -17,6 +17,7 @@
  * analytically: 2 x the multiply-adds of every matmul (q, k, v, o, gate, up,
  * down, classifier) plus causal attention 2*2*H*Dh*T*(T+1)/2 per sequence and
  * layer (QK^T and PV on the lower triangle). */
+#include "omp_env.h"
 #include "bench_load.h"
 #include "h5io.h"
 #include "h5run.h"
@@ -344,6 +345,7 @@ cleanup:
 }
 
 int main(int argc, char **argv) {
+    mp_omp_env_default(argv); /* the waiting policy of the mechprobe command */
     opts o = {0};
     o.B = 1;
     o.T = 128;

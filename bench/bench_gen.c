@@ -22,6 +22,7 @@
  * (float32) for the equality check. prefill: T tokens in one forward, logits of
  * the last position only (as llama-bench's pp). Output: key=value lines (tok_s
  * is the median over the timed repetitions after one warm-up; maxrss_mib; other_cores). */
+#include "omp_env.h"
 #include "bench_load.h"
 #include "model.h"
 #include "optim.h"
@@ -298,6 +299,7 @@ static int do_prefill(const opts *o, mp_model *m) {
 }
 
 int main(int argc, char **argv) {
+    mp_omp_env_default(argv); /* the waiting policy of the mechprobe command */
     opts o = {NULL, NULL, NULL, NULL, NULL, NULL, 128, 1024, 5, 512, 8, 512, 4, 10, 1234};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

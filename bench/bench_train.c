@@ -8,6 +8,7 @@
  *   bench_train --d-model 128 --layers 4 --heads 4 --d-mlp 344 --vocab 512
  *               --seq 256 --batch 16 --steps 8 --warmup-steps 2 [--init FILE.h5]
  *               [--tokens FILE.i32] */
+#include "omp_env.h"
 #include "bench_load.h"
 #include "checkpoint.h"
 #include "h5io.h"
@@ -38,6 +39,7 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
+    mp_omp_env_default(argv); /* the waiting policy of the mechprobe command */
     mp_io_init();
     mp_config c = mp_config_default();
     c.d_model = arg_int(argc, argv, "--d-model", 128);

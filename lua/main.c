@@ -14,6 +14,7 @@
  * (mpi/mp_mpi.h). */
 #include "mp_lua.h"
 #include "mp_mpi.h"
+#include "omp_env.h"
 
 #include <lualib.h>
 #include <limits.h>
@@ -135,15 +136,6 @@ static void setup_state(lua_State *L) {
     lua_pop(L, 2);
 }
 
-/* OpenMP threads that spin while waiting starve each other, and everything else,
- * when the cores are shared (on 2 cores a busy neighbour made training 20x
- * slower). libgomp reads OMP_WAIT_POLICY when it loads, before main, so unless
- * the user chose a policy we set PASSIVE and re-execute ourselves once. */
-static void prefer_passive_waiting(char **argv) {
-    if (getenv("OMP_WAIT_POLICY")) return;
-    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    execv("/proc/self/exe", argv); /* on failure, carry on with the default policy */
-}
 
 /* The process exit: under MPI, a failure ends every rank (MPI_Abort), success
  * waits for the others in MPI_Finalize. */
@@ -156,7 +148,9 @@ static int finish(int code) {
 static int run(int argc, char **argv);
 
 int main(int argc, char **argv) {
-    prefer_passive_waiting(argv);
+    /* idle OpenMP threads spin briefly, then sleep (runtime/omp_env.h): long
+     * spinning starves a busy neighbour, sleeping at once slows decoding 2-6x */
+    mp_omp_env_default(argv);
     if (mp_mpi_init(&argc, &argv)) {
         fprintf(stderr, "mechprobe: %s\n", mp_last_error());
         return 1;

@@ -31,15 +31,24 @@ local o = cli.parse(arg, {
   {"seed", "N", "the one seed of the data and the models (default: the preset's seeds)", type = "int"},
   {"seeds", "LIST", "seeds, one full run each, pooled by the verdicts (e.g. 1,2,3; default: the preset's)"},
   {"steps", "N", "training steps per model and task (default: the preset's)", type = "int"},
-  {"text_steps", "N", "the text models' steps, after --steps (e.g. --medium --text-steps 1200: sink heads)", type = "int"},
+  {"text_steps", "N", "the text models' steps, after --steps (sinks need the high learning rate for long enough)", type = "int"},
   {"length", "N", "training length L (a multiple of 64; default: the preset's)", type = "int"},
   {"d_model", "N", "model width (the heads keep their count and size; default: the preset's)", type = "int"},
   {"sequences", "N", "retrieval sequences per length and task, and text windows (default: the preset's)", type = "int"},
   {"corpus", "FILE", "text file to train on (default: Debian's licence texts, plus fortunes if installed)"},
   {"format", "EXT", "figure format: png, svg or pdf", default = "png"},
   {"progress", nil, "show training progress on stderr (default except for --quick)"},
+  {"rejudge", nil, "apply the current verdict rules to the finished run in --out (its rope_id.h5; nothing is trained): "
+    .. "rewrites the verdicts there, in verdicts.tsv and report.txt"},
 })
 local function fail(msg) cli.fail("rope_id", msg) end
+if o.rejudge then
+  local fh = io.open(o.out .. "/rope_id.h5", "rb")
+  if not fh then fail(("--rejudge: %s/rope_id.h5: no such run file"):format(o.out)) end
+  fh:close()
+  for _, v in ipairs(rid.rejudge(o.out)) do print(("VERDICT %s | %s | %s"):format(v.id, v.ours, v.word)) end
+  return
+end
 if ((o.quick and 1 or 0) + (o.medium and 1 or 0) + (o.preset and 1 or 0)) > 1 then
   fail("give at most one of --quick, --medium and --preset")
 end

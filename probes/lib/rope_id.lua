@@ -65,7 +65,9 @@ M.ret_kinds = {
 -- (experiments/sink_recipe.lua) found rotary models here grow sink heads at
 -- lr 1e-2 (5 of 32 heads after 2.5M tokens at L = 256; at L = 512 with 16
 -- windows a step, 5 of 32 after 1.2M, with 8 none in 2.5M) and none at 2e-3
--- (11M tokens). medium trains its retrieval models at a smaller shape (ret).
+-- (11M tokens); medium's text models take 1200 steps (4.9M tokens: with 600,
+-- whose schedule decays too soon, none grew a sink head, with 1200 every rotary
+-- one did). medium trains its retrieval models at a smaller shape (ret).
 -- full trains at L = 512: RoPE-ID's band (one turn per 32 tokens to two turns
 -- per L, periods 32..L/2) spans log2(L/64) octaves, 3 at L = 512 against 1 at
 -- 128 (where the model is mostly NoPE) and 0 at 64; the verdicts on RoPE-ID
@@ -80,7 +82,7 @@ M.presets = {
   medium = {
     L = 256, mults = {1, 2, 4, 8}, d_model = 128, n_layer = 4, n_head = 8, d_mlp = 256,
     ret = {d_model = 64, n_layer = 4, n_head = 4, d_mlp = 128},
-    text_steps = 600, ret_steps = 400, drope_steps = 100, value_len = 2, lr = 1e-2, ret_lr = 1e-2,
+    text_steps = 1200, ret_steps = 400, drope_steps = 100, value_len = 2, lr = 1e-2, ret_lr = 1e-2,
     B_text = 4, B_ret = 32, B_geo = 2, window = 32, seeds = {1, 2, 3},
   },
   full = {
@@ -616,6 +618,40 @@ end
 
 -- 3. Geometry of the text models at Tmax: per head and window, split inside /
 -- past L; the sink heads and the PCA of the top sink head; the summary rows.
+-- The sink summary of one model from its window statistics S (split_windows:
+-- S[stat].inside / .past [layer][head]): sink heads have first-token attention
+-- inside L above eps; layer / head (0-based) of the head with the most; means
+-- over the sink heads (all heads if none); and per sink head the rules' inputs.
+local function sink_of(S, eps)
+  local best, bl, bh = -1, 1, 1
+  for l, hs in ipairs(S.first.inside) do
+    for h, a in ipairs(hs) do if a > best then best, bl, bh = a, l, h end end
+  end
+  local function is_sink(l, h) return S.first.inside[l][h] > eps end
+  local _, nsink = head_mean(S.first.inside, is_sink)
+  local sel = nsink > 0 and is_sink or nil
+  local sink = {n = nsink, layer = bl - 1, head = bh - 1, first_best = best}
+  sink.first_in = head_mean(S.first.inside, sel)
+  sink.first_past = head_mean(S.first.past, sel)
+  sink.retention = sink.first_past / sink.first_in
+  sink.pos_in = head_mean(S.maxqk_pos.inside, sel)
+  sink.pos_past = head_mean(S.maxqk_pos.past, sel)
+  sink.k0_in = head_mean(S.k0_ratio.inside, sel)
+  sink.k0_past = head_mean(S.k0_ratio.past, sel)
+  -- per sink head (the rules' inputs): q.k>0 share inside / past L, retention
+  sink.pos_in_h, sink.pos_past_h, sink.retention_h = {}, {}, {}
+  for l, hs in ipairs(S.first.inside) do
+    for h, a in ipairs(hs) do
+      if a > eps then
+        sink.pos_in_h[#sink.pos_in_h + 1] = S.maxqk_pos.inside[l][h]
+        sink.pos_past_h[#sink.pos_past_h + 1] = S.maxqk_pos.past[l][h]
+        sink.retention_h[#sink.retention_h + 1] = S.first.past[l][h] / a
+      end
+    end
+  end
+  return sink
+end
+
 local function geometry(c, r)
   local o, L, W, Tmax, text, models = c.o, c.L, c.W, c.Tmax, c.text, c.models
   local t3 = os.time()
@@ -635,32 +671,8 @@ local function geometry(c, r)
     local S = split_windows(G, L, W)
     -- sink heads: first-token attention inside L above eps; the sink head for
     -- the PCA: the head with the most
-    local best, bl, bh = -1, 1, 1
-    for l, hs in ipairs(S.first.inside) do
-      for h, a in ipairs(hs) do if a > best then best, bl, bh = a, l, h end end
-    end
-    local function is_sink(l, h) return S.first.inside[l][h] > o.eps end
-    local _, nsink = head_mean(S.first.inside, is_sink)
-    local sel = nsink > 0 and is_sink or nil
-    local sink = {n = nsink, layer = bl - 1, head = bh - 1, first_best = best}
-    sink.first_in = head_mean(S.first.inside, sel)
-    sink.first_past = head_mean(S.first.past, sel)
-    sink.retention = sink.first_past / sink.first_in
-    sink.pos_in = head_mean(S.maxqk_pos.inside, sel)
-    sink.pos_past = head_mean(S.maxqk_pos.past, sel)
-    sink.k0_in = head_mean(S.k0_ratio.inside, sel)
-    sink.k0_past = head_mean(S.k0_ratio.past, sel)
-    -- per sink head (the rules' inputs): q.k>0 share inside / past L, retention
-    sink.pos_in_h, sink.pos_past_h, sink.retention_h = {}, {}, {}
-    for l, hs in ipairs(S.first.inside) do
-      for h, a in ipairs(hs) do
-        if a > o.eps then
-          sink.pos_in_h[#sink.pos_in_h + 1] = S.maxqk_pos.inside[l][h]
-          sink.pos_past_h[#sink.pos_past_h + 1] = S.maxqk_pos.past[l][h]
-          sink.retention_h[#sink.retention_h + 1] = S.first.past[l][h] / a
-        end
-      end
-    end
+    local sink = sink_of(S, o.eps)
+    local bl, bh = sink.layer + 1, sink.head + 1
     PG[v.name] = geo.prefix_geometry(m, toks, c.lengths)
     PCA[v.name] = head_pca(m, toks[1], bl - 1, bh - 1)
     teardown(v, models.text)
@@ -850,12 +862,15 @@ local function judge(runs)
   for i, T in ipairs(lengths) do if T == 2 * L then i2 = i end end
   local octaves = rules.band_octaves(L)
   local ns = #runs
-  local x1 = {ratio_rot = {}, ratio_pre = {}, seeds = ns, T = lengths[j4], L = L}
-  local x2 = {ratio_rot = {}, ratio_pre = {}, seeds = ns, T = lengths[j4], L = L, cos_L = 0, cos_T = 0,
+  -- per-head values pooled over the seeds, each with its seed (seed_of): the
+  -- rules' intervals are over the seed means
+  local x1 = {ratio_rot = {}, ratio_pre = {}, seed_of = {}, seeds = ns, T = lengths[j4], L = L}
+  local x2 = {ratio_rot = {}, ratio_pre = {}, seed_of = {}, seeds = ns, T = lengths[j4], L = L, cos_L = 0, cos_T = 0,
               octaves = octaves}
-  local x3 = {pos_in = {}, pos_past = {}, seeds = ns}
-  local x4 = {retention = {}, seeds = ns, best = -1}
-  local x5 = {retention = {}, srank_excess = {}, seeds = ns, octaves = octaves, L = L}
+  local x3 = {pos_in = {}, pos_past = {}, seed_of = {}, seeds = ns}
+  local x4 = {retention = {}, seed_of = {}, seeds = ns, best = -1}
+  local x5 = {retention = {}, srank_excess = {}, retention_seed = {}, excess_seed = {}, seeds = ns, octaves = octaves,
+              L = L}
   -- retrieval rows: the other tasks first (C6, C8, ...), passkey last as its own row
   local rets = {}
   for _, name in ipairs(c1.o.tasks) do
@@ -868,6 +883,7 @@ local function judge(runs)
   end
   local x7 = {rise_rope = {}, rise_id = {}, T = c1.Tmax, octaves = octaves}
   local function add(dst, src) for _, v in ipairs(src) do dst[#dst + 1] = v end end
+  local function tag(dst, n, s) for _ = #dst + 1, n do dst[#dst + 1] = s end end
   local ncos = 0
   for s, c in ipairs(runs) do
     local PR, PI = c.PG.rope, c.PG.rope_id
@@ -886,6 +902,12 @@ local function judge(runs)
     add(x5.retention, SI.retention_h)
     local rr, rp = geo.head_ratios(PI, "srank_rot", j4), geo.head_ratios(PI, "srank_pre", j4)
     add(x5.srank_excess, rules.ratios(rr, rp))
+    tag(x1.seed_of, #x1.ratio_rot, s)
+    tag(x2.seed_of, #x2.ratio_rot, s)
+    tag(x3.seed_of, #x3.pos_in, s)
+    tag(x4.seed_of, #x4.retention, s)
+    tag(x5.retention_seed, #x5.retention, s)
+    tag(x5.excess_seed, #x5.srank_excess, s)
     for _, x in ipairs(rets) do
       x.rope[s], x.id[s] = x.get(c.E.rope)[i2], x.get(c.E.rope_id)[i2]
       x.rope_L[s], x.id_L[s] = x.get(c.E.rope)[1], x.get(c.E.rope_id)[1]
@@ -919,12 +941,16 @@ end
 
 -- The verdict table and its rules into the report, the run file (which then
 -- takes its final name) and DIR/verdicts.tsv; the closing lines and DIR/report.txt.
-local function finish(c, r, V, f)
-  r:out("")
+local function verdict_section(r, V, nseeds)
   r:out("-- Verdicts (rows: VERDICT id | claim | paper | ours | verdict; text models for C1-C5 and C7; %d seed(s))",
-      #c.seeds)
+      nseeds)
   r:verdicts(V, {58, 40, 62})
   r:rules(V)
+end
+
+-- The rows into the run file f (/verdicts/<id>: 1 / 0 / -1 and the row as
+-- attributes) and the text of verdicts.tsv.
+local function write_verdicts(V, f)
   local tsv = {"id\tclaim\tpaper\tours\tn\tseeds\tlo\thi\tverdict\trule"}
   for _, v in ipairs(V) do
     local g = "verdicts/" .. v.id
@@ -941,9 +967,16 @@ local function finish(c, r, V, f)
     tsv[#tsv + 1] = table.concat({v.id, v.claim, v.paper, v.ours, v.n, v.seeds, ("%.6g"):format(v.lo),
                                   ("%.6g"):format(v.hi), v.word, v.rule}, "\t")
   end
+  return table.concat(tsv, "\n") .. "\n"
+end
+
+local function finish(c, r, V, f)
+  r:out("")
+  verdict_section(r, V, #c.seeds)
+  local tsv = write_verdicts(V, f)
   f:close()
   assert(os.rename(c.tmp, c.h5))
-  require("cli").write_text(c.o.out .. "/verdicts.tsv", table.concat(tsv, "\n") .. "\n")
+  require("cli").write_text(c.o.out .. "/verdicts.tsv", tsv)
   r:out("")
   r:out("HDF5: %s", c.h5)
   r:out("verdicts: %s/verdicts.tsv", c.o.out)
@@ -952,6 +985,85 @@ local function finish(c, r, V, f)
   for _, p in ipairs(c.figs) do r:out("figure: %s (seed %d)", p, c.o.seed) end
   r:out("time: total %ds", os.time() - c.t_start)
   r:save(c.o.out .. "/report.txt")
+end
+
+-- Re-judges a finished run from DIR/rope_id.h5 alone (every number behind the
+-- verdicts is stored there): rebuilds, per seed, what judge() reads (prefix
+-- statistics, the window statistics' sink summary, losses and accuracies),
+-- applies the current rules, and rewrites the verdicts in the run file,
+-- DIR/verdicts.tsv and the verdict section of DIR/report.txt (when present).
+-- Returns the rows. Training, evaluation and geometry are not repeated.
+function M.rejudge(dir)
+  local path = dir .. "/rope_id.h5"
+  local f <close> = mp.h5.open(path, "r+")
+  local a = f:attrs("/")
+  if a.format ~= "mechprobe.rope_id" then error(("%s: not a rope_id run file (format %s)"):format(path, tostring(a.format)), 0) end
+  local o = M.preset(a.preset)
+  o.eps = a.eps
+  local function list(t) local r = {} for i = 1, t:numel() do r[i] = t:get(i) end return r end
+  local function nested(t)   -- [L, H] or [L, H, J] tensor -> nested tables
+    local sh, r = t:shape(), {}
+    for l = 1, sh[1] do
+      r[l] = {}
+      for h = 1, sh[2] do
+        if #sh == 2 then r[l][h] = t:get(l, h)
+        else r[l][h] = {}; for j = 1, sh[3] do r[l][h][j] = t:get(l, h, j) end end
+      end
+    end
+    return r
+  end
+  local lengths = list(f:read("lengths"))
+  local runs = {}
+  for seed in tostring(a.seeds):gmatch("%d+") do
+    local c = {L = a.L, lengths = lengths, Tmax = lengths[#lengths], o = o, PG = {}, SINK = {}, E = {}}
+    for _, v in ipairs({"rope", "rope_id"}) do
+      local g = ("seeds/%s/variants/%s/"):format(seed, v)
+      c.PG[v] = {}
+      for _, k in ipairs(geo.stats) do c.PG[v][k] = nested(f:read(g .. "prefix/" .. k)) end
+      local S = {}
+      for _, k in ipairs({"first", "maxqk_pos", "k0_ratio"}) do
+        S[k] = {inside = nested(f:read(g .. "geometry/" .. k .. "_inside")),
+                past = nested(f:read(g .. "geometry/" .. k .. "_past"))}
+      end
+      c.SINK[v] = sink_of(S, o.eps)
+      local tw = f:attrs(g .. "text_loss_window")
+      local e = {loss_in = tw.inside, loss_past = tw.past, acc = list(f:read(g .. "retrieval_acc")), racc = {}}
+      for _, name in ipairs(o.tasks) do
+        local gt = ("seeds/%s/retrieval_tasks/%s/acc"):format(seed, name)
+        local row, i = 0, 0
+        for vn in f:attrs(gt).rows:gmatch("[^,]+") do i = i + 1; if vn == v then row = i end end
+        if row == 0 then error(("%s: %s has no row for %s"):format(path, gt, v), 0) end
+        local t, r = f:read(gt), {}
+        for j = 1, t:shape()[2] do r[j] = t:get(row, j) end
+        e.racc[name] = r
+      end
+      c.E[v] = e
+    end
+    runs[#runs + 1] = c
+  end
+  local V = judge(runs)
+  local tsv = write_verdicts(V, f)
+  f:close()
+  require("cli").write_text(dir .. "/verdicts.tsv", tsv)
+  local rf = io.open(dir .. "/report.txt", "r")
+  if rf then
+    local text = rf:read("a")
+    rf:close()
+    local r = report.new()
+    r.root = false
+    verdict_section(r, V, #runs)
+    local lines, out, k = {}, {}, 1
+    for line in text:gmatch("([^\n]*)\n") do lines[#lines + 1] = line end
+    while k <= #lines and not lines[k]:match("^%-%- Verdicts ") do out[#out + 1] = lines[k]; k = k + 1 end
+    if k <= #lines then   -- the section: its header, the VERDICT and the RULE lines
+      k = k + 1
+      while k <= #lines and (lines[k]:match("^VERDICT ") or lines[k]:match("^RULE ")) do k = k + 1 end
+      for _, line in ipairs(r.lines) do out[#out + 1] = line end
+      for j2 = k, #lines do out[#out + 1] = lines[j2] end
+      require("cli").write_text(dir .. "/report.txt", table.concat(out, "\n") .. "\n")
+    end
+  end
+  return V
 end
 
 -- Runs the probe: o is a preset (M.preset) with out set; o.seeds (a list,

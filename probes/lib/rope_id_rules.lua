@@ -45,6 +45,36 @@ function M.ratios(a, b)
   return r
 end
 
+-- The mean and 95% t-interval with the seed as the unit: values[i] belongs to
+-- seed seed_of[i]; each seed's mean over its entries (heads) is one value, the
+-- mean and interval are over those (the heads of one model are not independent
+-- replicates: pooled as units they give intervals far too narrow — on the
+-- medium run, C5's retention 0.578 [0.497, 0.660] over 14 heads against
+-- 0.594 [0.244, 0.945] over 3 seeds). One seed: no interval. Without seed_of
+-- every value is its own unit (planted unit inputs). Returns mean, lo, hi, seeds.
+function M.seed_ci(values, seed_of)
+  if not seed_of then
+    local m, lo, hi = M.mean_ci(values)
+    return m, lo, hi, #values
+  end
+  local sum, cnt, order = {}, {}, {}
+  for i, v in ipairs(values) do
+    local s = seed_of[i]
+    if not sum[s] then sum[s], cnt[s], order[#order + 1] = 0, 0, s end
+    sum[s], cnt[s] = sum[s] + v, cnt[s] + 1
+  end
+  local means = {}
+  for k, s in ipairs(order) do means[k] = sum[s] / cnt[s] end
+  local m, lo, hi = M.mean_ci(means)
+  return m, lo, hi, #order
+end
+
+-- "n = 12 heads in 3 seeds, interval over seed means" / "n = 12 heads"
+local function units(n, x, ns)
+  if x then return ("n = %d heads in %d seeds, interval over the seed means"):format(n, ns) end
+  return ("n = %d heads"):format(n)
+end
+
 local function ci_text(m, lo, hi)
   if lo == -math.huge then return ("%.3f [no interval]"):format(m) end
   return ("%.3f [%.3f, %.3f]"):format(m, lo, hi)
@@ -58,17 +88,17 @@ M.ci_text = ci_text
 -- (hook_k, the control). The rule reads the excess ratio_rot / ratio_pre.
 function M.C1(x)
   local e = M.ratios(x.ratio_rot, x.ratio_pre)
-  local m, lo, hi = M.mean_ci(e)
+  local m, lo, hi, ns = M.seed_ci(e, x.seed_of)
   local mr = M.mean_ci(x.ratio_rot)
   local mp_ = M.mean_ci(x.ratio_pre)
   local word = ({above = S, below = N})[side(lo, hi, 1.10) or ""] or I
   return row("C1", "past L, the keys a RoPE query sees smear: prefix key stable rank rises",
     "paper: key clusters smear past L (RoPE; figure no. unverified)",
-    ("RoPE prefix srank [0,%d)/[0,%d): rotated x%.2f, pre-rotation x%.2f; excess %s (n = %d heads x seeds, %d seeds)")
-      :format(x.T, x.L, mr, mp_, ci_text(m, lo, hi), #e, x.seeds),
+    ("RoPE prefix srank [0,%d)/[0,%d): rotated x%.2f, pre-rotation x%.2f; excess %s (%s; %d seeds)")
+      :format(x.T, x.L, mr, mp_, ci_text(m, lo, hi), units(#e, x.seed_of, ns), x.seeds),
     word, ("RoPE's stable rank of the prefix keys [0, T) over [0, L) (query frame, T = %d), divided by the same ratio "
-      .. "of the pre-rotation keys, per head: SUPPORTED if its 95%% interval is above 1.10, NOT SUPPORTED if below, "
-      .. "else INCONCLUSIVE"):format(x.T),
+      .. "of the pre-rotation keys, per head, averaged per seed: SUPPORTED if the 95%% interval over the seeds is "
+      .. "above 1.10, NOT SUPPORTED if below, else INCONCLUSIVE (one seed: no interval)"):format(x.T),
     #e, x.seeds, lo, hi)
 end
 
@@ -81,14 +111,14 @@ end
 -- x.cos_L, x.cos_T (optional): RoPE's mean q/k centroid cosine of the prefix at L and T (reported).
 function M.C2(x)
   local e = M.ratios(x.ratio_rot, x.ratio_pre)
-  local m, lo, hi = M.mean_ci(e)
+  local m, lo, hi, ns = M.seed_ci(e, x.seed_of)
   local cos = x.cos_L and ("; RoPE q/k centroid cos %.2f -> %.2f"):format(x.cos_L, x.cos_T) or ""
   local rule = ("precondition: RoPE-ID's band spans >= %d octaves at L, else INCONCLUSIVE; RoPE-ID's stable rank of "
     .. "the prefix keys [0, T) over [0, L) (query frame, T = %d), divided by the same ratio of its pre-rotation keys, "
-    .. "per head: SUPPORTED if its 95%% interval is below 1.10, NOT SUPPORTED if above, else INCONCLUSIVE")
-    :format(M.MIN_OCTAVES, x.T)
-  local ours = ("RoPE-ID prefix srank [0,%d)/[0,%d) over control: %s (n = %d heads x seeds, %d seeds)%s")
-    :format(x.T, x.L, ci_text(m, lo, hi), #e, x.seeds, cos)
+    .. "per head, averaged per seed: SUPPORTED if the 95%% interval over the seeds is below 1.10, NOT SUPPORTED if "
+    .. "above, else INCONCLUSIVE") :format(M.MIN_OCTAVES, x.T)
+  local ours = ("RoPE-ID prefix srank [0,%d)/[0,%d) over control: %s (%s; %d seeds)%s")
+    :format(x.T, x.L, ci_text(m, lo, hi), units(#e, x.seed_of, ns), x.seeds, cos)
   local word
   if (x.octaves or 0) < M.MIN_OCTAVES then
     word = I
@@ -107,9 +137,9 @@ end
 function M.C3(x)
   local n = #x.pos_in
   local rule = "RoPE sink heads (1st-token attention > eps inside L) only: the share of queries whose largest "
-    .. "q.k (keys after the first) is positive, past L minus inside L, per head: SUPPORTED if its 95% interval is "
-    .. "above 0.05, NOT SUPPORTED if below; INCONCLUSIVE without sink heads, with the share inside L >= 0.95 "
-    .. "(saturated), or when the interval straddles 0.05"
+    .. "q.k (keys after the first) is positive, past L minus inside L, per head, averaged per seed: SUPPORTED if "
+    .. "the 95% interval over the seeds is above 0.05, NOT SUPPORTED if below; INCONCLUSIVE without sink heads, "
+    .. "with the share inside L >= 0.95 (saturated), or when the interval straddles 0.05 (one seed: no interval)"
   local claim, paper = "past L, some q.k turn positive under RoPE (sink heads)",
     "paper: sink heads' q.k < 0 inside L, > 0 past"
   if n == 0 then
@@ -117,12 +147,13 @@ function M.C3(x)
   end
   local d = {}
   for i = 1, n do d[i] = x.pos_past[i] - x.pos_in[i] end
-  local m, lo, hi = M.mean_ci(d)
+  local m, lo, hi, ns = M.seed_ci(d, x.seed_of)
   local min = M.mean_ci(x.pos_in)
   local word = ({above = S, below = N})[side(lo, hi, 0.05) or ""] or I
   if min >= 0.95 then word = I end
   return row("C3", claim, paper,
-    ("%d sink heads: q.k>0 share inside %.2f; past - inside %s (%d seeds)"):format(n, min, ci_text(m, lo, hi), x.seeds),
+    ("%d sink heads: q.k>0 share inside %.2f; past - inside %s (%s; %d seeds)"):format(n, min, ci_text(m, lo, hi),
+      units(n, x.seed_of, ns), x.seeds),
     word, rule, n, x.seeds, lo, hi)
 end
 
@@ -130,15 +161,17 @@ end
 -- seed) first-token attention past L / inside L.
 function M.C4(x)
   local n = #x.retention
-  local rule = "RoPE sink heads: first-token attention past L over inside L, per head: SUPPORTED if its 95% "
-    .. "interval is below 0.67, NOT SUPPORTED if above; INCONCLUSIVE without sink heads or when it straddles 0.67"
+  local rule = "RoPE sink heads: first-token attention past L over inside L, per head, averaged per seed: "
+    .. "SUPPORTED if the 95% interval over the seeds is below 0.67, NOT SUPPORTED if above; INCONCLUSIVE without "
+    .. "sink heads or when it straddles 0.67 (one seed: no interval)"
   local claim, paper = "the sink fails past L under RoPE", "paper: sink attention collapses past L"
   if n == 0 then
     return row("C4", claim, paper, ("no RoPE sink head (best 1st-token attention %.2f; %d seeds)"):format(x.best or 0 / 0, x.seeds), I,
       rule, 0, x.seeds, 0 / 0, 0 / 0)
   end
-  local m, lo, hi = M.mean_ci(x.retention)
-  return row("C4", claim, paper, ("%d sink heads keep %s (%d seeds)"):format(n, ci_text(m, lo, hi), x.seeds),
+  local m, lo, hi, ns = M.seed_ci(x.retention, x.seed_of)
+  return row("C4", claim, paper, ("%d sink heads keep %s (%s; %d seeds)"):format(n, ci_text(m, lo, hi),
+      units(n, x.seed_of, ns), x.seeds),
     ({below = S, above = N})[side(lo, hi, 0.67) or ""] or I, rule, n, x.seeds, lo, hi)
 end
 
@@ -147,12 +180,12 @@ end
 -- per RoPE-ID head its C1 excess ratio (prefix srank rise over the control).
 function M.C5(x)
   local rule = ("precondition: RoPE-ID's band spans >= %d octaves at L and RoPE-ID has sink heads, else "
-    .. "INCONCLUSIVE; SUPPORTED if the sink heads' retention interval is above 0.8 and the prefix stable rank "
-    .. "excess interval (as C1) below 1.10; NOT SUPPORTED if retention is below 0.8 or the excess above 1.10; "
-    .. "else INCONCLUSIVE"):format(M.MIN_OCTAVES)
+    .. "INCONCLUSIVE; per head, averaged per seed, 95%% intervals over the seeds: SUPPORTED if the sink heads' "
+    .. "retention interval is above 0.8 and the prefix stable rank excess interval (as C1) below 1.10; NOT "
+    .. "SUPPORTED if retention is below 0.8 or the excess above 1.10; else INCONCLUSIVE"):format(M.MIN_OCTAVES)
   local claim, paper = "RoPE-ID keeps the clusters and the sink past L",
     "paper: RoPE-ID keeps clusters and sink"
-  local me, elo, ehi = M.mean_ci(x.srank_excess)
+  local me, elo, ehi = M.seed_ci(x.srank_excess, x.excess_seed)
   local stext = ("srank excess %s (%d seeds)"):format(ci_text(me, elo, ehi), x.seeds)
   if x.octaves < M.MIN_OCTAVES then
     return row("C5", claim, paper, ("no RoPE-ID band: %.1f octaves at L = %d; %s"):format(x.octaves, x.L, stext), I,
@@ -162,12 +195,13 @@ function M.C5(x)
   if n == 0 then
     return row("C5", claim, paper, ("no RoPE-ID sink head; %s"):format(stext), I, rule, 0, x.seeds, elo, ehi)
   end
-  local mr, rlo, rhi = M.mean_ci(x.retention)
+  local mr, rlo, rhi, ns = M.seed_ci(x.retention, x.retention_seed)
   local rs, es = side(rlo, rhi, 0.8), side(elo, ehi, 1.10)
   local word = I
   if rs == "below" or es == "above" then word = N elseif rs == "above" and es == "below" then word = S end
   return row("C5", claim, paper,
-    ("%d sink heads keep %s; %s"):format(n, ci_text(mr, rlo, rhi), stext), word, rule, n,
+    ("%d sink heads keep %s (%s); %s"):format(n, ci_text(mr, rlo, rhi), units(n, x.retention_seed, ns), stext),
+    word, rule, n,
     x.seeds, rlo, rhi)
 end
 

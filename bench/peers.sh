@@ -33,7 +33,7 @@ done
 GEN="$BUILD/bench/bench_gen"
 N="${BENCH_THREADS:-2}"
 ROUNDS="${BENCH_ROUNDS:-$([[ $QUICK == 1 ]] && echo 1 || echo 3)}"
-TRAIN_STEPS=$([[ $QUICK == 1 ]] && echo 2 || echo 4)
+TRAIN_STEPS=$([[ $QUICK == 1 ]] && echo 2 || echo 10)   # the median of 9 timed steps (4 swung 2.9-4.3x between days)
 PEERS="${PEERS_BUILD:-${TMPDIR:-/tmp}/mechprobe-peers}"
 if [[ ! -x "$GEN" ]]; then
     echo "peers.sh: $GEN not found; build it first:" >&2

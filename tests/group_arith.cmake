@@ -5,5 +5,6 @@
 # --preset gpu shape at a tiny size.
 mp_c_test(test_linprobe "unit" test_linprobe.c)
 mp_lua_test(test_group_arith "lua" lua/test_group_arith.lua unit)
+mp_lua_test(test_group_arith_report "lua;unit" lua/test_group_arith_report.lua)
 mp_lua_test(test_group_arith_quick "lua" lua/test_group_arith.lua quick)
 mp_lua_test(test_group_arith_gpu "lua;slow" lua/test_group_arith.lua gpu)

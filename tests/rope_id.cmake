@@ -2,6 +2,8 @@
 # its helpers against independent computations (~1 s), and
 # `mechprobe rope_id --quick` end to end with its verdict table (~40 s).
 mp_lua_test(test_rope_id "lua" lua/test_rope_id.lua unit)
+# every verdict rule on planted numbers, each of its three words (<1 s)
+mp_lua_test(test_rope_id_rules "lua;unit" lua/test_rope_id_rules.lua)
 mp_lua_test(test_rope_id_quick "lua" lua/test_rope_id.lua quick)
 # --preset gpu's shape (8 layers x 8 heads of 64, lengths 1x-8x L, all tasks) at
 # a tiny size, two seeds pooled (--steps 2 --length 64 --d-model 32 --sequences 1)

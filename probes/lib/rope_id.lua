@@ -1000,42 +1000,28 @@ function M.rejudge(dir)
   if a.format ~= "mechprobe.rope_id" then error(("%s: not a rope_id run file (format %s)"):format(path, tostring(a.format)), 0) end
   local o = M.preset(a.preset)
   o.eps = a.eps
-  local function list(t) local r = {} for i = 1, t:numel() do r[i] = t:get(i) end return r end
-  local function nested(t)   -- [L, H] or [L, H, J] tensor -> nested tables
-    local sh, r = t:shape(), {}
-    for l = 1, sh[1] do
-      r[l] = {}
-      for h = 1, sh[2] do
-        if #sh == 2 then r[l][h] = t:get(l, h)
-        else r[l][h] = {}; for j = 1, sh[3] do r[l][h][j] = t:get(l, h, j) end end
-      end
-    end
-    return r
-  end
-  local lengths = list(f:read("lengths"))
+  local function get(name) return f:read(name):totable() end
+  local lengths = get("lengths")
   local runs = {}
   for seed in tostring(a.seeds):gmatch("%d+") do
     local c = {L = a.L, lengths = lengths, Tmax = lengths[#lengths], o = o, PG = {}, SINK = {}, E = {}}
     for _, v in ipairs({"rope", "rope_id"}) do
       local g = ("seeds/%s/variants/%s/"):format(seed, v)
       c.PG[v] = {}
-      for _, k in ipairs(geo.stats) do c.PG[v][k] = nested(f:read(g .. "prefix/" .. k)) end
+      for _, k in ipairs(geo.stats) do c.PG[v][k] = get(g .. "prefix/" .. k) end
       local S = {}
       for _, k in ipairs({"first", "maxqk_pos", "k0_ratio"}) do
-        S[k] = {inside = nested(f:read(g .. "geometry/" .. k .. "_inside")),
-                past = nested(f:read(g .. "geometry/" .. k .. "_past"))}
+        S[k] = {inside = get(g .. "geometry/" .. k .. "_inside"), past = get(g .. "geometry/" .. k .. "_past")}
       end
       c.SINK[v] = sink_of(S, o.eps)
       local tw = f:attrs(g .. "text_loss_window")
-      local e = {loss_in = tw.inside, loss_past = tw.past, acc = list(f:read(g .. "retrieval_acc")), racc = {}}
+      local e = {loss_in = tw.inside, loss_past = tw.past, acc = get(g .. "retrieval_acc"), racc = {}}
       for _, name in ipairs(o.tasks) do
         local gt = ("seeds/%s/retrieval_tasks/%s/acc"):format(seed, name)
         local row, i = 0, 0
         for vn in f:attrs(gt).rows:gmatch("[^,]+") do i = i + 1; if vn == v then row = i end end
         if row == 0 then error(("%s: %s has no row for %s"):format(path, gt, v), 0) end
-        local t, r = f:read(gt), {}
-        for j = 1, t:shape()[2] do r[j] = t:get(row, j) end
-        e.racc[name] = r
+        e.racc[name] = get(gt)[row]
       end
       c.E[v] = e
     end

@@ -15,6 +15,7 @@
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -437,7 +438,7 @@ static void wr(int fd, const void *buf, size_t n) {
 static void wr_u64(int fd, uint64_t v) { wr(fd, &v, sizeof v); }
 
 static _Noreturn void child_main(int fd, const char *path, uint64_t fsize, int want_opt, int want_log,
-                                 unsigned timeout, const mp_checkpoint_guard *g) {
+                                 unsigned timeout, int fault) {
     /* the parent's handlers (temporary-file cleanup...) are not the child's, and
      * a fault must end the child by its signal (also under sanitizers) */
     int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGPIPE, SIGXFSZ, SIGUSR1, SIGUSR2,
@@ -445,8 +446,11 @@ static _Noreturn void child_main(int fd, const char *path, uint64_t fsize, int w
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) signal(sigs[i], SIG_DFL);
     alarm(timeout + 5); /* ends the child even if the parent is gone */
     child_reserve(NULL, 0);
+    mp_io_init();
     H5PLset_loading_state(0); /* a file cannot make us load filter plugins */
-    if (g && g->child_fault) g->child_fault();
+    if (fault == MP_CKPT_FAULT_CRASH) raise(SIGSEGV);
+    if (fault == MP_CKPT_FAULT_HANG)
+        for (;;) pause();
     ckpt_ctx cx = {path, fsize, child_reserve, NULL};
     ckpt_data d;
     mp_status st = load_hdf5(&cx, want_opt, want_log, &d);
@@ -490,6 +494,85 @@ static _Noreturn void child_main(int fd, const char *path, uint64_t fsize, int w
     }
     wr_u64(fd, CKPT_MAGIC);
     _exit(0);
+}
+
+/* ---- the reader process ----
+ * The child is a fresh image of this program (posix_spawn of /proc/self/exe),
+ * not a bare fork: a forked copy of a threaded process inherits every lock
+ * another thread held at the fork, and an allocator that does not take its
+ * locks around fork() (GCC 12's AddressSanitizer: about one load in 100-300
+ * hung with a second thread allocating) leaves the child blocked for ever. The
+ * spawned image finds its task in CKPT_READER_ENV, read by the constructor
+ * below before main() runs, and never returns to the program. Where the image
+ * cannot be spawned, the child is a fork of this process as before. */
+#define CKPT_READER_ENV "MECHPROBE_CHECKPOINT_READER"
+#define CKPT_READER_FD 3
+
+__attribute__((constructor)) static void ckpt_reader_entry(void) {
+    const char *e = getenv(CKPT_READER_ENV);
+    if (!e) return;
+    int fd, want_opt, want_log, fault, used = 0;
+    unsigned timeout;
+    unsigned long long fsize;
+    if (sscanf(e, "%d,%d,%d,%u,%d,%llu,%n", &fd, &want_opt, &want_log, &timeout, &fault, &fsize, &used) != 6 ||
+        used == 0 || e[used] == '\0')
+        _exit(4);
+    child_main(fd, e + used, (uint64_t)fsize, want_opt, want_log, timeout, fault);
+}
+
+extern char **environ;
+
+/* Starts the reader image with the write end of the pipe as its descriptor
+ * CKPT_READER_FD; 0 and *pid set, or an errno value (then fork instead). */
+static int spawn_reader(pid_t *pid, int wfd, const char *path, uint64_t fsize, int want_opt, int want_log,
+                        unsigned timeout, int fault) {
+    size_t n = 0;
+    while (environ && environ[n]) n++;
+    char **envp = malloc((n + 3) * sizeof *envp);
+    size_t tlen = strlen(path) + 128;
+    char *task = malloc(tlen);
+    if (!envp || !task) {
+        free(envp);
+        free(task);
+        return ENOMEM;
+    }
+    snprintf(task, tlen, CKPT_READER_ENV "=%d,%d,%d,%u,%d,%llu,%s", CKPT_READER_FD, want_opt, want_log, timeout,
+             fault, (unsigned long long)fsize, path);
+    size_t k = 0;
+    envp[k++] = task;
+    /* no BLAS thread pool in a process that multiplies nothing */
+    envp[k++] = "OPENBLAS_NUM_THREADS=1";
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], CKPT_READER_ENV "=", sizeof CKPT_READER_ENV) &&
+            strncmp(environ[i], "OPENBLAS_NUM_THREADS=", 21))
+            envp[k++] = environ[i];
+    envp[k] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    int err = posix_spawn_file_actions_init(&fa);
+    if (!err) {
+        if (!(err = posix_spawnattr_init(&at))) {
+            /* dup2 onto another number clears close-on-exec there */
+            if (wfd == CKPT_READER_FD) err = posix_spawn_file_actions_adddup2(&fa, wfd, CKPT_READER_FD + 1);
+            if (!err && wfd == CKPT_READER_FD)
+                err = posix_spawn_file_actions_adddup2(&fa, CKPT_READER_FD + 1, CKPT_READER_FD);
+            else if (!err) err = posix_spawn_file_actions_adddup2(&fa, wfd, CKPT_READER_FD);
+            if (!err && wfd == CKPT_READER_FD) err = posix_spawn_file_actions_addclose(&fa, CKPT_READER_FD + 1);
+            if (!err) err = posix_spawnattr_setsigmask(&at, &none);
+            if (!err) err = posix_spawnattr_setsigdefault(&at, &all);
+            if (!err) err = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+            char *argv[] = {"mechprobe (checkpoint reader)", NULL};
+            if (!err) err = posix_spawn(pid, "/proc/self/exe", &fa, &at, argv, envp);
+            posix_spawnattr_destroy(&at);
+        }
+        posix_spawn_file_actions_destroy(&fa);
+    }
+    free(task);
+    free(envp);
+    return err;
 }
 
 typedef struct {
@@ -613,17 +696,24 @@ mp_status mp_checkpoint_load_guarded(const char *path, mp_model **out, mp_adamw 
     double timeout = load_timeout(g, fsize);
     int pfd[2];
     if (pipe2(pfd, O_CLOEXEC) != 0) return mp_error(MP_ERR_IO, "%s: cannot load (pipe: %s)", path, strerror(errno));
-    fflush(NULL);
-    pid_t pid = fork();
+    int fault = g ? g->child_fault : 0;
+    pid_t pid = -1;
+    if (!(g && g->fork_only) &&
+        spawn_reader(&pid, pfd[1], path, fsize, opt != NULL, log != NULL, (unsigned)timeout + 1, fault) != 0)
+        pid = -1;
     if (pid < 0) {
-        int e = errno;
-        close(pfd[0]);
-        close(pfd[1]);
-        return mp_error(MP_ERR_NOMEM, "%s: cannot load (fork: %s)", path, strerror(e));
-    }
-    if (pid == 0) {
-        close(pfd[0]);
-        child_main(pfd[1], path, fsize, opt != NULL, log != NULL, (unsigned)timeout + 1, g);
+        fflush(NULL);
+        pid = fork();
+        if (pid < 0) {
+            int e = errno;
+            close(pfd[0]);
+            close(pfd[1]);
+            return mp_error(MP_ERR_NOMEM, "%s: cannot load (fork: %s)", path, strerror(e));
+        }
+        if (pid == 0) {
+            close(pfd[0]);
+            child_main(pfd[1], path, fsize, opt != NULL, log != NULL, (unsigned)timeout + 1, fault);
+        }
     }
     close(pfd[1]);
     reader r = {pfd[0], now_s() + timeout, 0, 0};

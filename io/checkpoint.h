@@ -27,13 +27,16 @@ mp_status mp_checkpoint_save(const char *path, const mp_model *m, const mp_adamw
 mp_status mp_checkpoint_load(const char *path, mp_model **out, mp_adamw *opt, mp_train_log *log);
 
 /* Limits of the child process a checkpoint is parsed in (see the README's
- * "Trust" section): the file is read by a forked child (address space limited
- * to what the declared, verified sizes need plus 512 MiB; no HDF5 plugins),
- * which streams the result back; a child that crashes, or outlives the time
- * limit, becomes MP_ERR_FORMAT "PATH: corrupt HDF5 checkpoint: ...". */
+ * "Trust" section): the file is read by a separate process, a fresh image of
+ * this program (a forked copy where it cannot be started), its address space
+ * limited to what the declared, verified sizes need plus 512 MiB, no HDF5
+ * plugins; it streams the result back. A child that crashes, or outlives the
+ * time limit, becomes MP_ERR_FORMAT "PATH: corrupt HDF5 checkpoint: ...". */
+enum { MP_CKPT_FAULT_NONE = 0, MP_CKPT_FAULT_CRASH, MP_CKPT_FAULT_HANG };
 typedef struct {
-    double timeout_s;          /* 0: MECHPROBE_LOAD_TIMEOUT, else 30 s + 1 s per 32 MiB of file */
-    void (*child_fault)(void); /* tests: run in the child before it parses (simulates a library fault) */
+    double timeout_s; /* 0: MECHPROBE_LOAD_TIMEOUT, else 30 s + 1 s per 32 MiB of file */
+    int child_fault;  /* tests: MP_CKPT_FAULT_CRASH / _HANG: the reader faults before it parses */
+    int fork_only;    /* tests: the reader is a forked copy of this process (the fallback) */
 } mp_checkpoint_guard;
 
 /* mp_checkpoint_load with explicit limits (g may be NULL). */

@@ -38,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     mp_model *m = NULL;
     mp_adamw opt;
     mp_train_log log;
-    mp_checkpoint_guard g = {2.0, NULL};   /* a hang costs 2 s, not the default 30 */
+    mp_checkpoint_guard g = {2.0, 0, 0};   /* a hang costs 2 s, not the default 30 */
     mp_status st = mp_checkpoint_load_guarded(path, &m, &opt, &log, &g);
     if (st != MP_OK) {
         const char *e = mp_last_error();

@@ -21,6 +21,7 @@
 #include "bench_load.h"
 #include "h5io.h"
 #include "h5run.h"
+#include "h5stream.h"
 #include "model.h"
 #include "mp_hooks.h"
 
@@ -275,6 +276,10 @@ static int mode_capture(const mp_model *m, const opts *o, const int *tok, float 
     print_other_load(&lp);
     struct stat sb;
     if (stat(o->out, &sb) == 0) printf("file_bytes=%lld\n", (long long)sb.st_size);
+    mp_h5_stream_stats ss;
+    mp_h5_stream_get_stats(&ss); /* every rep's bytes: O_DIRECT through the staging buffer / plain pwrite */
+    unsigned long long all = ss.plain_bytes + ss.staged_bytes;
+    printf("direct_share=%.3f\n", all ? (double)ss.direct_bytes / (double)all : 0.0);
     printf("hooks=%s\n", o->hooks);
     printf("chunk_kib=%ld\n", o->chunk_kib > 0 ? o->chunk_kib : (long)(mp_h5run_params_default().chunk_bytes >> 10));
     printf("flops=%.6g\n", forward_flops(&m->cfg, o->B, o->T));

@@ -6,6 +6,7 @@
  * virtual datasets are refused. */
 #define _GNU_SOURCE /* memfd_create */
 #include "h5io.h"
+#include "h5stream.h"
 #include "h5io_priv.h"
 
 #include <errno.h>
@@ -183,10 +184,11 @@ static hid_t create_fapl(void) {
     return fapl;
 }
 
-/* The sec2 driver's descriptor of open file f, or -1. */
+/* The descriptor of open file f (sec2 or mechprobe's stream driver), or -1. */
 static int file_fd(hid_t f) {
+    int fd = mp_h5_stream_fd(f);
+    if (fd >= 0) return fd;
     hid_t fapl = H5Fget_access_plist(f);
-    int fd = -1;
     if (fapl >= 0) {
         int *fdp = NULL;
         if (H5Pget_driver(fapl) == H5FD_SEC2 && H5Fget_vfd_handle(f, fapl, (void **)&fdp) >= 0 && fdp) fd = *fdp;
@@ -210,7 +212,8 @@ void mp_h5_discard_writes(hid_t f) {
     int fd = file_fd(f);
     int nfd = fd >= 0 ? memfd_create("mechprobe-discard", MFD_CLOEXEC) : -1;
     if (nfd >= 0) {
-        if (dup2(nfd, fd) < 0) { /* keep the original: closing may fail as before */ }
+        /* the stream driver drops its staged writes and a pending error too */
+        if (mp_h5_stream_redirect(f, nfd) < 0 && dup2(nfd, fd) < 0) { /* keep the original: closing may fail as before */ }
         close(nfd);
     }
     struct rlimit up;
@@ -330,7 +333,7 @@ mp_status mp_h5_atomic_create(mp_h5_atomic *a, const char *path) {
     mp_out_close_fd(&a->out);   /* HDF5 reopens it by name */
     a->path = a->out.path;
     fapl = create_fapl();
-    if (fapl < 0) { st = mp_h5_error(MP_ERR_HDF5, "%s: cannot create", path); goto cleanup; }
+    if (fapl < 0 || mp_h5_stream_set(fapl) < 0) { st = mp_h5_error(MP_ERR_HDF5, "%s: cannot create", path); goto cleanup; }
     a->file = H5Fcreate(a->out.tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (a->file < 0) st = mp_h5_error(MP_ERR_IO, "%s: cannot create %s", path, a->out.tmp);
 cleanup:

@@ -5,6 +5,7 @@
  * unwritten the attention-map tiles that hold only the fill value. */
 #define _GNU_SOURCE /* sync_file_range */
 #include "h5run.h"
+#include "h5stream.h"
 
 #include <fcntl.h>
 #include <math.h>
@@ -244,11 +245,13 @@ mp_status mp_h5run_write_mask(mp_h5run *run, const int *mask, int B, int T) {
 #define TILE_ROWS 64
 #define TILE_COLS 256
 
-/* Whether the file goes through HDF5's POSIX driver (sec2): direct chunk
- * writes and the early write-back need it (not MPI-IO). */
+/* Whether the file goes through a POSIX driver (HDF5's sec2 or mechprobe's
+ * stream driver, h5stream.h): direct chunk writes and the early write-back
+ * need it (not MPI-IO). */
 static int file_is_posix(hid_t file) {
     hid_t fapl = H5Fget_access_plist(file);
-    int sec2 = fapl >= 0 && H5Pget_driver(fapl) == H5FD_SEC2;
+    hid_t drv = fapl >= 0 ? H5Pget_driver(fapl) : H5I_INVALID_HID;
+    int sec2 = drv >= 0 && (drv == H5FD_SEC2 || drv == mp_h5_stream_driver());
     if (fapl >= 0) H5Pclose(fapl);
     H5Eclear2(H5E_DEFAULT);
     return sec2;

@@ -94,8 +94,17 @@ int main(int argc, char **argv) {
     double med = ms[steps / 2];
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("RESULT tokens_per_s=%.0f step_ms=%.2f loss0=%.5f loss_last=%.5f peak_rss_mb=%.1f params=%zu\n",
-           (double)B * T / (med / 1e3), med, loss0, loss, ru.ru_maxrss / 1024.0, mp_config_n_params(&c));
+    /* matmul FLOPs of a training step per token, counted (not measured): 6 x the
+     * linear layers' weights (forward 2, backward 4; the embedding is a lookup)
+     * plus causal attention, 2 products of (T+1)/2 keys x H*Dh on average, x 3 */
+    const double lin = (double)c.n_layer * ((double)c.d_model * c.n_head * c.d_head * 2 +
+                                            (double)c.d_model * c.n_kv_head * c.d_head * 2 +
+                                            (double)c.d_model * c.d_mlp * (c.mlp == MP_MLP_SWIGLU ? 3 : 2)) +
+                       (double)c.vocab * c.d_model;
+    const double flops_tok = 6 * lin + 6.0 * c.n_layer * (T + 1) * (double)c.n_head * c.d_head;
+    printf("RESULT tokens_per_s=%.0f step_ms=%.2f loss0=%.5f loss_last=%.5f peak_rss_mb=%.1f params=%zu "
+           "flops_per_token=%.6g\n",
+           (double)B * T / (med / 1e3), med, loss0, loss, ru.ru_maxrss / 1024.0, mp_config_n_params(&c), flops_tok);
     mp_train_ws_free(&ws);
     mp_adamw_free(&opt);
     mp_model_free(m);

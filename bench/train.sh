@@ -21,7 +21,15 @@ export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/mptrain.XXXXXX")"; trap 'rm -rf "$TMP"' EXIT
 field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p"; }
 
-printf "%-34s %12s %12s %8s %10s %10s %9s\n" "config" "mp tok/s" "torch tok/s" "ratio" "mp MB" "torch MB" "loss0 d"
+# the ceiling: OpenBLAS sgemm on the large config's shapes, same kernel and threads (bench_forward)
+CEIL=""
+if [[ -x "$BUILD/bench/bench_forward" ]]; then
+    CEIL=$("$BUILD/bench/bench_forward" --mode sgemm --reps 7 --shapes 2048x1376x512,2048x512x1376,2048x512x512,1024x1024x1024 |
+           sed -n 's/^sgemm_best_gflops=//p')
+    echo "sgemm ceiling (OpenBLAS, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, best of 2048x1376x512, 2048x512x1376, 2048x512x512, 1024^3): $CEIL GFLOP/s"
+fi
+printf "%-34s %12s %12s %8s %10s %10s %9s %8s %8s %7s\n" "config" "mp tok/s" "torch tok/s" "ratio" "mp MB" "torch MB" "loss0 d" \
+    "mp GF/s" "torch GF" "mp %ceil"
 run() { # name d layers heads mlp seq batch steps
     local name=$1 d=$2 l=$3 h=$4 mlp=$5 T=$6 B=$7 S=$8
     local ours theirs
@@ -34,10 +42,17 @@ run() { # name d layers heads mlp seq batch steps
     a=$(echo "$ours" | field tokens_per_s); b=$(echo "$theirs" | field tokens_per_s)
     ra=$(echo "$ours" | field peak_rss_mb); rb=$(echo "$theirs" | field peak_rss_mb)
     l0a=$(echo "$ours" | field loss0); l0b=$(echo "$theirs" | field loss0)
-    printf "%-34s %12s %12s %8.2f %10s %10s %9.1e\n" "$name" "$a" "$b" "$(echo "$a / $b" | bc -l)" "$ra" "$rb" \
-        "$(echo "$l0a - $l0b" | bc -l | tr -d -)"
+    local fl gfa gfb pc="-"
+    fl=$(echo "$ours" | field flops_per_token)
+    gfa=$(awk -v t="$a" -v f="$fl" 'BEGIN { printf "%.1f", t * f / 1e9 }')
+    gfb=$(awk -v t="$b" -v f="$fl" 'BEGIN { printf "%.1f", t * f / 1e9 }')
+    [[ -n $CEIL ]] && pc=$(awk -v g="$gfa" -v c="$CEIL" 'BEGIN { printf "%.0f%%", 100 * g / c }')
+    printf "%-34s %12s %12s %8.2f %10s %10s %9.1e %8s %8s %7s\n" "$name" "$a" "$b" "$(echo "$a / $b" | bc -l)" "$ra" "$rb" \
+        "$(echo "$l0a - $l0b" | bc -l | tr -d -)" "$gfa" "$gfb" "$pc"
 }
 echo "threads: $N (OMP_NUM_THREADS for us, torch.set_num_threads for the peer); median of timed steps after 1 warm-up"
-run "(a) L4 d128 T256 B16" 128 4 4 344 256 16 8
+run "(a) L4 d128 T256 B16" 128 4 4 344 256 16 30
 run "(b) L8 d512 T512 B4" 512 8 8 1376 512 4 20
 echo "ratio = mechprobe / PyTorch tokens per second (> 1: faster); loss0 d = |initial loss difference| (same model)"
+echo "GF/s = tokens/s x the step's matmul FLOPs per token (6 x the linear weights + causal attention; counted, the same"
+echo "count for both); %ceil = ours over the sgemm ceiling: no implementation on this BLAS runs above ~100%"

@@ -176,6 +176,29 @@ static mp_status attention(const fwd_ctx *f, int l, const mp_layer_acts *b, cons
     float *work = NULL;
     if (nwork && !(work = mp_malloc((size_t)nthr * nwork * sizeof(float), "attention-variant scratch")))
         return MP_ERR_NOMEM;
+    if (T == 1 && !show && !f->mask) {
+        /* a decoding step with neither map hooked: each head's scores, weights and
+         * output in one parallel region instead of three of tiny work */
+#pragma omp parallel for schedule(static)
+        for (int bh = 0; bh < B * H; bh++) {
+            const int bb = bh / H, h = bh % H;
+            float *a = b->att + (size_t)bh * S, *w = NULL;
+#ifdef _OPENMP
+            if (work) w = work + (size_t)omp_get_thread_num() * nwork;
+#else
+            w = work;
+#endif
+            const float *qp = b->q + (size_t)bb * HD + (size_t)h * Dh;
+            const float *kp = kc + bb * bstride + (size_t)(h / group) * Dh;
+            const float *vp = vc + bb * bstride + (size_t)(h / group) * Dh;
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, S, Dh, scale, kp, KD, qp, 1, 0.0f, a, 1);
+            mp_attn_normalize_rows(av, h, a, 1, S, S, f->pos0 + 1, w);
+            cblas_sgemv(CblasRowMajor, CblasTrans, S, Dh, 1.0f, vp, KD, a, 1, 0.0f,
+                        b->z + (size_t)bb * HD + (size_t)h * Dh, 1);
+        }
+        free(work);
+        return MP_OK;
+    }
     for (int q0 = 0; q0 < T; q0 += qb) {
         const int rows = T - q0 < qb ? T - q0 : qb;
         const int kmax = f->pos0 + q0 + rows; /* keys visible to the last row */
@@ -289,6 +312,11 @@ static mp_status linear(float *out, const float *in, const float *w, const mp_qm
         return MP_OK;
     }
     return mp_qdot_matmul(out, in, qm->type, qm->data, qm->row_bytes, bias, N, IN, OUT);
+}
+/* out[n] += bias[n] (one row; bias may be NULL) */
+static void add_bias(float *out, const float *bias, int n) {
+    if (bias)
+        for (int i = 0; i < n; i++) out[i] += bias[i];
 }
 /* The quantized matrix of linear weight `field` of layer l, or NULL (float32) */
 #define QM(field) (Q ? &Q->field[l] : NULL)
@@ -405,6 +433,12 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
         FIRE(MP_HOOK_LN1, l, a.ln1);
         if (mp_fwd_split_active(&f, l)) { /* hook_attn_in / q,k,v_input: per-head inputs */
             if ((st = mp_fwd_split_qkv(&f, l, m, a.ln1, a.q, a.k, a.v, &hws))) goto cleanup;
+        } else if (N == 1 && !Q) { /* a decoding step: q, k, v in one parallel region */
+            mp_matvec_multi(3, (float *const[]){a.q, a.k, a.v}, (const float *const[]){w.wq, w.wk, w.wv},
+                            (const int[]){HD, KD, KD}, a.ln1, D);
+            add_bias(a.q, w.bq, HD);
+            add_bias(a.k, w.bk, KD);
+            add_bias(a.v, w.bv, KD);
         } else if ((st = linear(a.q, a.ln1, w.wq, QM(wq), w.bq, N, D, HD)) ||
             (st = linear(a.k, a.ln1, w.wk, QM(wk), w.bk, N, D, KD)) ||
             (st = linear(a.v, a.ln1, w.wv, QM(wv), w.bv, N, D, KD)))
@@ -447,10 +481,18 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
                                   &hws)))
                 goto cleanup;
             FIRE(MP_HOOK_LN2, l, a.ln2);
-            if ((st = linear(a.pre, a.ln2, w.w1, QM(w1), w.b1, N, D, M))) goto cleanup;
-            FIRE(MP_HOOK_MLP_PRE, l, a.pre);
+            const int fuse = N == 1 && !Q && c->mlp == MP_MLP_SWIGLU; /* gate and up in one region */
+            if (fuse) {
+                mp_matvec_multi(2, (float *const[]){a.pre, a.up}, (const float *const[]){w.w1, w.w3},
+                                (const int[]){M, M}, a.ln2, D);
+                add_bias(a.pre, w.b1, M);
+                add_bias(a.up, w.b3, M);
+            } else if ((st = linear(a.pre, a.ln2, w.w1, QM(w1), w.b1, N, D, M))) {
+                goto cleanup;
+            }
+            FIRE(MP_HOOK_MLP_PRE, l, a.pre); /* up does not read pre: computing it first changes nothing */
             if (c->mlp == MP_MLP_SWIGLU) {
-                if ((st = linear(a.up, a.ln2, w.w3, QM(w3), w.b3, N, D, M))) goto cleanup;
+                if (!fuse && (st = linear(a.up, a.ln2, w.w3, QM(w3), w.b3, N, D, M))) goto cleanup;
                 FIRE(MP_HOOK_MLP_PRE_LINEAR, l, a.up);
                 mp_swiglu_forward(a.post, a.pre, a.up, n_h);
             } else if (c->gelu_tanh) {

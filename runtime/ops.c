@@ -8,6 +8,9 @@
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* glibc's libmvec has vector versions of expf (_ZGVdN8v_expf for AVX2,
  * _ZGVeN16v_expf for AVX-512). Declaring expf a SIMD function lets GCC call
@@ -124,6 +127,30 @@ void mp_matmul_forward(float *out, const float *in, const float *w, const float 
 #pragma omp parallel for schedule(static) if (N > 64)
         for (int n = 0; n < N; n++)
             for (int o = 0; o < OUT; o++) out[(size_t)n * OUT + o] += bias[o];
+    }
+}
+
+void mp_matvec_multi(int n, float *const *out, const float *const *w, const int *OUT, const float *x, int IN) {
+    long total = 0;
+    for (int i = 0; i < n; i++) total += OUT[i];
+#pragma omp parallel if (total * IN > 65536)
+    {
+        int t = 0, nt = 1;
+#ifdef _OPENMP
+        t = omp_get_thread_num();
+        nt = omp_get_num_threads();
+#endif
+        /* shares of whole 16-row groups */
+        long per = (total + nt - 1) / nt;
+        per = (per + 15) / 16 * 16;
+        long lo = (long)t * per, hi = lo + per < total ? lo + per : total, base = 0;
+        for (int i = 0; i < n && lo < hi; i++) {
+            long a = lo > base ? lo : base, b = hi < base + OUT[i] ? hi : base + OUT[i];
+            if (a < b) /* inside a parallel region OpenBLAS runs single-threaded */
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)(b - a), IN, 1.0f, w[i] + (size_t)(a - base) * IN, IN,
+                            x, 1, 0.0f, out[i] + (a - base), 1);
+            base += OUT[i];
+        }
     }
 }
 

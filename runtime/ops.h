@@ -34,6 +34,11 @@ void mp_norm_apply(float *out, const float *x, const float *mean, const float *s
  * over output rows); larger N: cblas_sgemm (which re-packs w on every call). */
 #define MP_MATMUL_FEW_ROWS 8
 void mp_matmul_forward(float *out, const float *in, const float *w, const float *bias, int N, int IN, int OUT);
+/* out[i][OUT[i]] = w[i][OUT[i], IN] x for i < n, one input row x (a decoding
+ * step's q, k and v, or gate and up): the matrices' rows split evenly over
+ * the threads in one parallel region, each thread's share by single-threaded
+ * sgemv, instead of one threaded sgemv (one fork and join) per matrix. */
+void mp_matvec_multi(int n, float *const *out, const float *const *w, const int *OUT, const float *x, int IN);
 
 /* RoPE tables for positions pos0..pos0+T-1: cos/sin [T, Dh/2], angle
  * (pos) * theta^(-2i/Dh) computed in double precision. */

@@ -77,8 +77,15 @@ static mp_status fit_linear(const float *X, const double *y, size_t n, size_t d,
     gsl_vector *yc = gsl_vector_alloc(n), *c = gsl_vector_alloc(d);
     gsl_matrix *cov = gsl_matrix_alloc(d, d), *T = NULL, *R = NULL;
     gsl_vector *qwork = NULL;
-    gsl_multifit_linear_workspace *ws = NULL;
-    if (!Z || !yc || !c || !cov) {
+    /* n >= 2d: QR first (below), the solvers then work on d x d */
+    const int qr = n >= 2 * d;
+    gsl_multifit_linear_workspace *ws = gsl_multifit_linear_alloc(qr ? d : n, d);
+    if (qr) {
+        T = gsl_matrix_alloc(d, d);
+        R = gsl_matrix_calloc(d, d);
+        qwork = gsl_vector_alloc(d);
+    }
+    if (!Z || !yc || !c || !cov || !ws || (qr && (!T || !R || !qwork))) {
         st = mp_error(MP_ERR_NOMEM, "linear probe: out of memory for %zu x %zu features", n, d);
         goto cleanup;
     }
@@ -96,13 +103,9 @@ static mp_status fit_linear(const float *X, const double *y, size_t n, size_t d,
     gsl_matrix *A = Z;
     gsl_vector *rhs = yc;
     int rc = 0;
-    if (n >= 2 * d) {
-        gsl_vector_view y1 = gsl_vector_subvector(yc, 0, d);
-        if (!(T = gsl_matrix_alloc(d, d)) || !(R = gsl_matrix_calloc(d, d)) || !(qwork = gsl_vector_alloc(d)) ||
-            !(ws = gsl_multifit_linear_alloc(d, d))) {
-            st = mp_error(MP_ERR_NOMEM, "linear probe: out of memory for %zu x %zu features", n, d);
-            goto cleanup;
-        }
+    gsl_vector_view y1;
+    if (qr) {
+        y1 = gsl_vector_subvector(yc, 0, d);
         rc = gsl_linalg_QR_decomp_r(Z, T);
         if (!rc) rc = gsl_linalg_QR_QTvec_r(Z, T, yc, qwork);
         if (!rc) {
@@ -111,9 +114,6 @@ static mp_status fit_linear(const float *X, const double *y, size_t n, size_t d,
             A = R;
             rhs = &y1.vector;
         }
-    } else if (!(ws = gsl_multifit_linear_alloc(n, d))) {
-        st = mp_error(MP_ERR_NOMEM, "linear probe: out of memory for %zu x %zu features", n, d);
-        goto cleanup;
     }
     if (!rc && p->ridge == 0.0) {
         double chisq;

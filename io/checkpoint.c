@@ -11,12 +11,14 @@
 #include "quant.h"
 
 #include <errno.h>
+#include <link.h>
 #include <fcntl.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -522,10 +524,28 @@ __attribute__((constructor)) static void ckpt_reader_entry(void) {
 
 extern char **environ;
 
+/* Whether this code is part of the main program (not a shared object loaded by
+ * another one): only then does /proc/self/exe carry the reader's entry. */
+static int main_has_reader_cb(struct dl_phdr_info *info, size_t size, void *u) {
+    (void)size;
+    const uintptr_t fn = (uintptr_t)u;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t lo = (uintptr_t)info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && fn >= lo && fn < lo + ph->p_memsz) return 1;
+    }
+    return -1; /* the first object listed is the main program: stop there */
+}
+
+static int main_has_reader(void) {
+    return dl_iterate_phdr(main_has_reader_cb, (void *)(uintptr_t)&ckpt_reader_entry) == 1;
+}
+
 /* Starts the reader image with the write end of the pipe as its descriptor
  * CKPT_READER_FD; 0 and *pid set, or an errno value (then fork instead). */
 static int spawn_reader(pid_t *pid, int wfd, const char *path, uint64_t fsize, int want_opt, int want_log,
                         unsigned timeout, int fault) {
+    if (!main_has_reader()) return ENOEXEC;
     size_t n = 0;
     while (environ && environ[n]) n++;
     char **envp = malloc((n + 3) * sizeof *envp);

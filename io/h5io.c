@@ -274,7 +274,10 @@ mp_status mp_h5_open(hid_t *out, const char *path, mp_h5_mode mode) {
     if (mode == MP_H5_TRUNC || (mode == MP_H5_APPEND && !exists)) {
         H5Pclose(fapl);
         fapl = create_fapl();
-        if (fapl < 0) return mp_h5_error(MP_ERR_HDF5, "%s: cannot create", path);
+        if (fapl < 0 || mp_h5_stream_set(fapl) < 0) { /* large writes by O_DIRECT, as the run files' */
+            if (fapl >= 0) H5Pclose(fapl);
+            return mp_h5_error(MP_ERR_HDF5, "%s: cannot create", path);
+        }
         *out = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
         if (*out < 0) st = mp_h5_error(MP_ERR_IO, "%s: cannot create", path);
         goto cleanup;

@@ -530,7 +530,7 @@ static const char *const ret_fillers[] = {"random", "repeat", NULL};
 static void ret_free(void *h) { mp_retrieval_free(h); }
 
 static void ret_push_params(lua_State *L, const mp_retrieval_params *p) {
-    lua_createtable(L, 0, 9);
+    lua_createtable(L, 0, 10);
     lt_set_int(L, "n_keys", p->n_keys);
     lt_set_int(L, "hops", p->hops);
     lt_set_int(L, "key_len", p->key_len);
@@ -540,6 +540,7 @@ static void ret_push_params(lua_State *L, const mp_retrieval_params *p) {
     if (p->depth < 0) lt_set_str(L, "depth", "random");
     else lt_set_num(L, "depth", p->depth);
     lt_set_bool(L, "bos", p->bos);
+    lt_set_int(L, "n_queries", p->n_queries);
     lt_set_int(L, "seed", (lua_Integer)p->seed);
 }
 
@@ -559,20 +560,20 @@ static void ret_describe(void *h, char *buf, size_t n) {
     else snprintf(depth, sizeof depth, "%g", p->depth);
     snprintf(buf, n,
              "RetrievalTask(%s, n_keys=%d, hops=%d, key_len=%d, value_len=%d, n_filler=%d, filler=%s, depth=%s, "
-             "bos=%s, seed=%llu, vocab=%d, min_len=%d)",
+             "bos=%s, n_queries=%d, seed=%llu, vocab=%d, min_len=%d)",
              p->hops > 0 ? "variable tracking" : p->n_keys > 1 ? "key-value" : "passkey", p->n_keys, p->hops,
              p->key_len, p->value_len, p->n_filler,
-             ret_fillers[p->filler], depth, p->bos ? "true" : "false", (unsigned long long)p->seed,
+             ret_fillers[p->filler], depth, p->bos ? "true" : "false", p->n_queries, (unsigned long long)p->seed,
              mp_retrieval_vocab(p), mp_retrieval_min_len(p));
 }
 
 static const task_type RET_TYPE = {"mechprobe.RetrievalTask", "RetrievalTask", ret_free, ret_field, ret_describe};
 
 /* mp.tasks.retrieval{n_keys=1, hops=0, key_len=2, value_len=5, n_filler=32, filler="random"|"repeat",
- *   depth="random"|0..1, bos=true, seed=1} */
+ *   depth="random"|0..1, bos=true, n_queries=1, seed=1} */
 static int l_retrieval(lua_State *L) {
     static const char *const known[] = {"n_keys", "hops", "key_len", "value_len", "n_filler", "filler",
-                                        "depth", "bos", "seed", NULL};
+                                        "depth", "bos", "n_queries", "seed", NULL};
     const char *fn = "mp.tasks.retrieval";
     mp_lua_opt_check(L, 1, fn, known);
     mp_retrieval_params p = mp_retrieval_params_default();
@@ -594,6 +595,7 @@ static int l_retrieval(lua_State *L) {
     }
     lua_pop(L, 1);
     p.bos = mp_lua_opt_bool(L, 1, fn, "bos", p.bos);
+    p.n_queries = lt_opt_int(L, 1, fn, "n_queries", p.n_queries, 1, MP_RETRIEVAL_MAX_KEYS);
     p.seed = lt_opt_seed(L, 1, fn);
     ltask *u = lt_push_task(L, &RET_TYPE);
     mp_retrieval *r = NULL;

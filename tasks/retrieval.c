@@ -34,6 +34,7 @@ mp_retrieval_params mp_retrieval_params_default(void) {
     p.filler = MP_RETRIEVAL_FILLER_RANDOM;
     p.depth = -1;
     p.bos = 1;
+    p.n_queries = 1;
     p.seed = 1;
     return p;
 }
@@ -52,8 +53,12 @@ static int query_len(const mp_retrieval_params *p) {
     return !keyed(p) ? 6 + p->value_len : 3 + p->key_len + 1 + p->value_len;
 }
 
+/* an earlier query "what is key z ? v ." (n_queries > 1) */
+static int extra_query_len(const mp_retrieval_params *p) { return query_len(p) + 1; }
+
 int mp_retrieval_min_len(const mp_retrieval_params *p) {
-    return (p->bos ? 1 : 0) + p->n_keys * (needle_len(p) + p->hops * link_len(p)) + query_len(p);
+    const int extra = p->n_queries > 1 ? (p->n_queries - 1) * extra_query_len(p) : 0;
+    return (p->bos ? 1 : 0) + p->n_keys * (needle_len(p) + p->hops * link_len(p)) + extra + query_len(p);
 }
 
 const char *mp_retrieval_token_name(int id, char *buf) {
@@ -100,6 +105,10 @@ mp_status mp_retrieval_new(mp_retrieval **out, const mp_retrieval_params *p) {
         return mp_error(MP_ERR_ARG, "retrieval: n_filler = %d is out of range (1..65536)", p->n_filler);
     if (p->filler != MP_RETRIEVAL_FILLER_RANDOM && p->filler != MP_RETRIEVAL_FILLER_REPEAT)
         return mp_error(MP_ERR_ARG, "retrieval: unknown filler mode %d", (int)p->filler);
+    if (p->n_queries > 1 && !keyed(p))
+        return mp_error(MP_ERR_ARG, "retrieval: n_queries = %d needs keys (n_keys > 1 or hops > 0)", p->n_queries);
+    if (p->n_queries < 1 || p->n_queries > p->n_keys)
+        return mp_error(MP_ERR_ARG, "retrieval: n_queries = %d is out of range (1..n_keys = %d)", p->n_queries, p->n_keys);
     if (isnan(p->depth) || p->depth > 1)
         return mp_error(MP_ERR_ARG, "retrieval: depth = %g must be in [0, 1] (or < 0 for random)", p->depth);
     if (keyed(p) && p->key_len < 4) {
@@ -249,6 +258,26 @@ mp_status mp_retrieval_sample(mp_retrieval *r, int B, int T, int32_t *tokens, in
             }
             tk[pos++] = MP_RETRIEVAL_DOT;
         }
+        for (int t = 0; t < T; t++) tg[t] = -1;
+        if (p->n_queries > 1) { /* earlier queries: other chains, in a random order */
+            int ch[MP_RETRIEVAL_MAX_KEYS];
+            for (int c = 1; c < p->n_keys; c++) ch[c - 1] = c;
+            for (int q = 0; q < p->n_queries - 1; q++) {
+                int j = q + (int)gsl_rng_uniform_int(r->rng, (unsigned long)(p->n_keys - 1 - q)), c = ch[j];
+                ch[j] = ch[q];
+                ch[q] = c;
+                tk[pos++] = MP_RETRIEVAL_WHAT;
+                tk[pos++] = MP_RETRIEVAL_IS;
+                tk[pos++] = MP_RETRIEVAL_KEY;
+                for (int d = 0; d < K; d++) tk[pos++] = r->keys[(size_t)(c * per + last) * K + d];
+                tk[pos++] = MP_RETRIEVAL_QMARK;
+                for (int d = 0; d < L; d++) {
+                    tg[pos - 1] = r->values[(size_t)c * L + d];
+                    tk[pos++] = r->values[(size_t)c * L + d];
+                }
+                tk[pos++] = MP_RETRIEVAL_DOT;
+            }
+        }
         tk[pos++] = MP_RETRIEVAL_WHAT;
         tk[pos++] = MP_RETRIEVAL_IS;
         if (kv) {
@@ -264,7 +293,7 @@ mp_status mp_retrieval_sample(mp_retrieval *r, int B, int T, int32_t *tokens, in
         for (int d = 0; d < L; d++) tk[pos++] = r->values[d];
         /* pos == T by construction (min_len + F filler tokens) */
 
-        for (int t = 0; t < T; t++) tg[t] = t + 1 >= tr.answer_pos && t + 1 < T ? tk[t + 1] : -1;
+        for (int t = tr.answer_pos - 1; t < T - 1; t++) tg[t] = tk[t + 1];
         memcpy(tr.value, r->values, (size_t)L * sizeof *tr.value);
         if (kv) memcpy(tr.key, r->keys + (size_t)last * K, (size_t)K * sizeof *tr.key);
         tr.depth = F > 0 ? (double)r->offset[0] / F : 0.0;

@@ -32,7 +32,11 @@
  * uniformly per sample); the other needles go at uniform filler offsets.
  * Targets: targets[t] = tokens[t+1] where tokens[t+1] is an answer digit
  * (t = answer_pos-1 .. T-2), else -1: the model must produce the value after
- * "?". Every draw goes through the task's seeded MT19937 stream. */
+ * "?". With n_queries = q > 1 (keyed tasks, for training) the query is preceded
+ * by q - 1 queries of other chains, drawn without repetition, "what is key z ?
+ * v ." each (z: the chain's last key, v its value), whose answer digits are
+ * targets too; the final query and the truth are as with q = 1. Every draw goes
+ * through the task's seeded MT19937 stream (q = 1 draws exactly as before). */
 #ifndef MP_RETRIEVAL_H
 #define MP_RETRIEVAL_H
 
@@ -68,6 +72,9 @@ typedef struct {
     mp_retrieval_filler filler;
     double depth;                /* queried needle depth in [0, 1]; < 0: uniform random */
     int bos;                     /* 1: tokens[0] = BOS */
+    int n_queries;               /* keyed tasks: 1 (default): the one query; q in 2..n_keys: q - 1 other
+                                  * chains are asked first, each answer a target (a denser training
+                                  * signal); the last query and the truth stay chain 0's */
     uint64_t seed;
 } mp_retrieval_params;
 

@@ -911,6 +911,69 @@ static void test_retrieval(void) {
           strcmp(mp_retrieval_token_name(MP_RETRIEVAL_FILLER0 + 3, nb), "f3") == 0, "token names");
 }
 
+/* n_queries > 1: the earlier queries ask other chains, each once, and their
+ * answers (read off the needles alone) are targets; the rest of the sequence
+ * is a valid q = 1 sequence (check_retrieval, with those targets masked). */
+static void test_retrieval_queries(void) {
+    enum { B = 16, T = 220 };
+    int32_t tok[B * T], tgt[B * T];
+    mp_retrieval_truth tr[B];
+    for (int kind = 0; kind < 2; kind++) {
+        mp_retrieval_params p = mp_retrieval_params_default();
+        p.n_keys = 4;
+        p.key_len = 2;
+        p.value_len = 2;
+        p.hops = kind ? 2 : 0;
+        const int base = mp_retrieval_min_len(&p), K = p.key_len, L = p.value_len;
+        p.n_queries = 3;
+        CHECK(mp_retrieval_min_len(&p) == base + 2 * (K + 5 + L), "%s: min length %d with 3 queries (base %d)",
+              kind ? "vartrack" : "multikey", mp_retrieval_min_len(&p), base);
+        mp_retrieval *r = NULL;
+        CHECK(mp_retrieval_new(&r, &p) == MP_OK, "%s", mp_last_error());
+        CHECK(mp_retrieval_sample(r, B, T, tok, tgt, tr) == MP_OK, "%s", mp_last_error());
+        int badq = 0, badans = 0, badtgt = 0, n_tgt = 0;
+        for (int b = 0; b < B; b++) {
+            const int32_t *x = tok + (size_t)b * T;
+            int32_t *y = tgt + (size_t)b * T;
+            const int qfinal = tr[b].answer_pos - K - 4;
+            int w[8], nw = 0;
+            for (int i = 0; i < qfinal; i++)
+                if (x[i] == MP_RETRIEVAL_WHAT && nw < 8) w[nw++] = i;
+            if (nw != 2) { badq++; continue; }
+            for (int i = 0; i < T; i++) n_tgt += y[i] >= 0;
+            for (int q = 0; q < nw; q++) {
+                const int32_t *z = x + w[q] + 3, *v = x + w[q] + K + 4;
+                if (x[w[q] + 1] != MP_RETRIEVAL_IS || x[w[q] + 2] != MP_RETRIEVAL_KEY || x[w[q] + K + 3] != MP_RETRIEVAL_QMARK ||
+                    x[w[q] + K + 4 + L] != MP_RETRIEVAL_DOT) badq++;
+                if (!memcmp(z, tr[b].key, K * sizeof *z) || (q && !memcmp(z, x + w[0] + 3, K * sizeof *z))) badq++;
+                int32_t got[MP_RETRIEVAL_MAX_DIGITS];
+                int nn = 0, nd = 0, dk = 0;
+                if (resolve_answer(x, w[0], K, L, z, got, &nn, &nd, &dk) != p.hops || memcmp(got, v, (size_t)L * sizeof *v))
+                    badans++;
+                for (int d = 0; d < L; d++) {
+                    if (y[w[q] + K + 3 + d] != v[d]) badtgt++;
+                    y[w[q] + K + 3 + d] = -1; /* masked: the rest is checked as a one-query sequence */
+                }
+            }
+        }
+        CHECK(badq == 0, "%d malformed or repeated earlier queries", badq);
+        CHECK(badans == 0, "%d earlier answers not the value their key's chain ends at", badans);
+        CHECK(badtgt == 0, "%d earlier answers not targets", badtgt);
+        CHECK(n_tgt == B * 3 * L, "%d targets, want %d (3 answers of %d digits a sequence)", n_tgt, B * 3 * L, L);
+        check_retrieval(&p, B, T, tok, tgt, tr);
+        mp_retrieval_free(r);
+    }
+    mp_retrieval_params p = mp_retrieval_params_default();
+    mp_retrieval *r = NULL;
+    p.n_queries = 2;
+    CHECK(mp_retrieval_new(&r, &p) == MP_ERR_ARG && strstr(mp_last_error(), "needs keys"), "passkey with 2 queries: %s",
+          mp_last_error());
+    p.n_keys = 4;
+    p.n_queries = 5;
+    CHECK(mp_retrieval_new(&r, &p) == MP_ERR_ARG && strstr(mp_last_error(), "n_queries"), "5 queries of 4 keys: %s",
+          mp_last_error());
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/mp_test_tasks_XXXXXX");
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
@@ -927,6 +990,7 @@ int main(void) {
     test_algebra_determinism();
     test_text();
     test_retrieval();
+    test_retrieval_queries();
     const char *names[] = {"corpus.txt", "empty.txt", "short.txt"};
     for (int i = 0; i < 3; i++) {
         char p[160];

@@ -469,6 +469,18 @@ check("retrieval depth, key-value, repeat filler", function()
   end
   local a, b2 = mp.tasks.retrieval(kv.params), mp.tasks.retrieval{n_keys = 4, key_len = 3, value_len = 2, seed = 6}
   assert(same_tensor((a:sample(2, kv.min_len + 5)), (b2:sample(2, kv.min_len + 5))), "params rebuild, same seed same batch")
+  -- n_queries: 2 earlier queries (3 + 2 key digits... "what is key k k k ? v v ." = 10 tokens each), 3 answers as targets
+  local mq = mp.tasks.retrieval{n_keys = 4, key_len = 3, value_len = 2, seed = 6, n_queries = 3}
+  assert(mq.params.n_queries == 3 and mq.min_len == kv.min_len + 2 * 10, "n_queries in params, min_len")
+  assert(tostring(mq):find("n_queries=3", 1, true), "describe shows n_queries")
+  local _, qtg = mq:sample(2, mq.min_len + 4)
+  for b = 1, 2 do
+    local n = 0
+    for t = 1, mq.min_len + 4 do if qtg[b][t] >= 0 then n = n + 1 end end
+    assert(n == 6, "three answers of two digits are targets")
+  end
+  local ok, err = pcall(mp.tasks.retrieval, {n_queries = 2})
+  assert(not ok and tostring(err):find("needs keys", 1, true), "passkey with two queries refused: " .. tostring(err))
   -- variable tracking: 2 chains of 2 links; follow the queried key through
   -- the links written in the tokens to the answer (generator checks in test_tasks.c)
   local vt = mp.tasks.retrieval{n_keys = 2, hops = 2, key_len = 2, value_len = 1, seed = 3}

@@ -595,7 +595,7 @@ static int l_retrieval(lua_State *L) {
     }
     lua_pop(L, 1);
     p.bos = mp_lua_opt_bool(L, 1, fn, "bos", p.bos);
-    p.n_queries = lt_opt_int(L, 1, fn, "n_queries", p.n_queries, 1, MP_RETRIEVAL_MAX_KEYS);
+    p.n_queries = lt_opt_int(L, 1, fn, "n_queries", p.n_queries, 1, MP_RETRIEVAL_MAX_QUERIES);
     p.seed = lt_opt_seed(L, 1, fn);
     ltask *u = lt_push_task(L, &RET_TYPE);
     mp_retrieval *r = NULL;

@@ -107,8 +107,9 @@ mp_status mp_retrieval_new(mp_retrieval **out, const mp_retrieval_params *p) {
         return mp_error(MP_ERR_ARG, "retrieval: unknown filler mode %d", (int)p->filler);
     if (p->n_queries > 1 && !keyed(p))
         return mp_error(MP_ERR_ARG, "retrieval: n_queries = %d needs keys (n_keys > 1 or hops > 0)", p->n_queries);
-    if (p->n_queries < 1 || p->n_queries > p->n_keys)
-        return mp_error(MP_ERR_ARG, "retrieval: n_queries = %d is out of range (1..n_keys = %d)", p->n_queries, p->n_keys);
+    if (p->n_queries < 1 || p->n_queries > MP_RETRIEVAL_MAX_QUERIES)
+        return mp_error(MP_ERR_ARG, "retrieval: n_queries = %d is out of range (1..%d)", p->n_queries,
+                        MP_RETRIEVAL_MAX_QUERIES);
     if (isnan(p->depth) || p->depth > 1)
         return mp_error(MP_ERR_ARG, "retrieval: depth = %g must be in [0, 1] (or < 0 for random)", p->depth);
     if (keyed(p) && p->key_len < 4) {
@@ -259,24 +260,22 @@ mp_status mp_retrieval_sample(mp_retrieval *r, int B, int T, int32_t *tokens, in
             tk[pos++] = MP_RETRIEVAL_DOT;
         }
         for (int t = 0; t < T; t++) tg[t] = -1;
-        if (p->n_queries > 1) { /* earlier queries: other chains, in a random order */
-            int ch[MP_RETRIEVAL_MAX_KEYS];
-            for (int c = 1; c < p->n_keys; c++) ch[c - 1] = c;
-            for (int q = 0; q < p->n_queries - 1; q++) {
-                int j = q + (int)gsl_rng_uniform_int(r->rng, (unsigned long)(p->n_keys - 1 - q)), c = ch[j];
-                ch[j] = ch[q];
-                ch[q] = c;
-                tk[pos++] = MP_RETRIEVAL_WHAT;
-                tk[pos++] = MP_RETRIEVAL_IS;
-                tk[pos++] = MP_RETRIEVAL_KEY;
-                for (int d = 0; d < K; d++) tk[pos++] = r->keys[(size_t)(c * per + last) * K + d];
-                tk[pos++] = MP_RETRIEVAL_QMARK;
-                for (int d = 0; d < L; d++) {
-                    tg[pos - 1] = r->values[(size_t)c * L + d];
-                    tk[pos++] = r->values[(size_t)c * L + d];
-                }
-                tk[pos++] = MP_RETRIEVAL_DOT;
+        /* earlier queries: chains drawn uniformly, with repetition and chain 0
+         * included, so that their answers say nothing about the last one (asking
+         * each other chain once would let a model answer the last query by
+         * elimination, without matching its key) */
+        for (int q = 0; q < p->n_queries - 1; q++) {
+            const int c = (int)gsl_rng_uniform_int(r->rng, (unsigned long)p->n_keys);
+            tk[pos++] = MP_RETRIEVAL_WHAT;
+            tk[pos++] = MP_RETRIEVAL_IS;
+            tk[pos++] = MP_RETRIEVAL_KEY;
+            for (int d = 0; d < K; d++) tk[pos++] = r->keys[(size_t)(c * per + last) * K + d];
+            tk[pos++] = MP_RETRIEVAL_QMARK;
+            for (int d = 0; d < L; d++) {
+                tg[pos - 1] = r->values[(size_t)c * L + d];
+                tk[pos++] = r->values[(size_t)c * L + d];
             }
+            tk[pos++] = MP_RETRIEVAL_DOT;
         }
         tk[pos++] = MP_RETRIEVAL_WHAT;
         tk[pos++] = MP_RETRIEVAL_IS;

@@ -33,10 +33,12 @@
  * Targets: targets[t] = tokens[t+1] where tokens[t+1] is an answer digit
  * (t = answer_pos-1 .. T-2), else -1: the model must produce the value after
  * "?". With n_queries = q > 1 (keyed tasks, for training) the query is preceded
- * by q - 1 queries of other chains, drawn without repetition, "what is key z ?
- * v ." each (z: the chain's last key, v its value), whose answer digits are
- * targets too; the final query and the truth are as with q = 1. Every draw goes
- * through the task's seeded MT19937 stream (q = 1 draws exactly as before). */
+ * by q - 1 queries "what is key z ? v ." (z: the last key of a chain drawn
+ * uniformly, with repetition and chain 0 included, so that the earlier answers
+ * do not give the last one away by elimination; v its value), whose answer
+ * digits are targets too; the final query and the truth are as with q = 1.
+ * Every draw goes through the task's seeded MT19937 stream (q = 1 draws exactly
+ * as before). */
 #ifndef MP_RETRIEVAL_H
 #define MP_RETRIEVAL_H
 
@@ -60,6 +62,7 @@ enum {
 #define MP_RETRIEVAL_MAX_DIGITS 32
 #define MP_RETRIEVAL_MAX_KEYS 1024   /* needles: n_keys * (1 + hops) */
 #define MP_RETRIEVAL_MAX_HOPS 64
+#define MP_RETRIEVAL_MAX_QUERIES 64
 
 typedef enum { MP_RETRIEVAL_FILLER_RANDOM = 0, MP_RETRIEVAL_FILLER_REPEAT } mp_retrieval_filler;
 
@@ -72,8 +75,8 @@ typedef struct {
     mp_retrieval_filler filler;
     double depth;                /* queried needle depth in [0, 1]; < 0: uniform random */
     int bos;                     /* 1: tokens[0] = BOS */
-    int n_queries;               /* keyed tasks: 1 (default): the one query; q in 2..n_keys: q - 1 other
-                                  * chains are asked first, each answer a target (a denser training
+    int n_queries;               /* keyed tasks: 1 (default): the one query; q in 2..64: q - 1 earlier
+                                  * queries of random chains, each answer a target (a denser training
                                   * signal); the last query and the truth stay chain 0's */
     uint64_t seed;
 } mp_retrieval_params;

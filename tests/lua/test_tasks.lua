@@ -469,7 +469,7 @@ check("retrieval depth, key-value, repeat filler", function()
   end
   local a, b2 = mp.tasks.retrieval(kv.params), mp.tasks.retrieval{n_keys = 4, key_len = 3, value_len = 2, seed = 6}
   assert(same_tensor((a:sample(2, kv.min_len + 5)), (b2:sample(2, kv.min_len + 5))), "params rebuild, same seed same batch")
-  -- n_queries: 2 earlier queries (3 + 2 key digits... "what is key k k k ? v v ." = 10 tokens each), 3 answers as targets
+  -- n_queries: 2 earlier queries ("what is key k k k ? v v ." = 10 tokens each), 3 answers as targets
   local mq = mp.tasks.retrieval{n_keys = 4, key_len = 3, value_len = 2, seed = 6, n_queries = 3}
   assert(mq.params.n_queries == 3 and mq.min_len == kv.min_len + 2 * 10, "n_queries in params, min_len")
   assert(tostring(mq):find("n_queries=3", 1, true), "describe shows n_queries")

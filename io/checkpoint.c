@@ -542,7 +542,8 @@ static int main_has_reader(void) {
 }
 
 /* Starts the reader image with the write end of the pipe as its descriptor
- * CKPT_READER_FD; 0 and *pid set, or an errno value (then fork instead). */
+ * CKPT_READER_FD (or the next one when that is the write end itself); 0 and
+ * *pid set, or an errno value (then fork instead). */
 static int spawn_reader(pid_t *pid, int wfd, const char *path, uint64_t fsize, int want_opt, int want_log,
                         unsigned timeout, int fault) {
     if (!main_has_reader()) return ENOEXEC;
@@ -556,7 +557,8 @@ static int spawn_reader(pid_t *pid, int wfd, const char *path, uint64_t fsize, i
         free(task);
         return ENOMEM;
     }
-    snprintf(task, tlen, CKPT_READER_ENV "=%d,%d,%d,%u,%d,%llu,%s", CKPT_READER_FD, want_opt, want_log, timeout,
+    const int cfd = wfd == CKPT_READER_FD ? CKPT_READER_FD + 1 : CKPT_READER_FD; /* the child's descriptor */
+    snprintf(task, tlen, CKPT_READER_ENV "=%d,%d,%d,%u,%d,%llu,%s", cfd, want_opt, want_log, timeout,
              fault, (unsigned long long)fsize, path);
     size_t k = 0;
     envp[k++] = task;
@@ -576,11 +578,7 @@ static int spawn_reader(pid_t *pid, int wfd, const char *path, uint64_t fsize, i
     if (!err) {
         if (!(err = posix_spawnattr_init(&at))) {
             /* dup2 onto another number clears close-on-exec there */
-            if (wfd == CKPT_READER_FD) err = posix_spawn_file_actions_adddup2(&fa, wfd, CKPT_READER_FD + 1);
-            if (!err && wfd == CKPT_READER_FD)
-                err = posix_spawn_file_actions_adddup2(&fa, CKPT_READER_FD + 1, CKPT_READER_FD);
-            else if (!err) err = posix_spawn_file_actions_adddup2(&fa, wfd, CKPT_READER_FD);
-            if (!err && wfd == CKPT_READER_FD) err = posix_spawn_file_actions_addclose(&fa, CKPT_READER_FD + 1);
+            err = posix_spawn_file_actions_adddup2(&fa, wfd, cfd);
             if (!err) err = posix_spawnattr_setsigmask(&at, &none);
             if (!err) err = posix_spawnattr_setsigdefault(&at, &all);
             if (!err) err = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);

@@ -292,16 +292,20 @@ static herr_t st_get_handle(H5FD_t *file, hid_t fapl, void **handle) {
     return 0;
 }
 
+/* [addr, addr+size) past the allocated end (or wrapping): 1, with the error pushed. */
+static int out_of_range(const st_file *f, haddr_t addr, size_t size, const char *func) {
+    if (addr != HADDR_UNDEF && addr + size >= addr && addr + size <= f->eoa) return 0;
+    H5Epush2(H5E_DEFAULT, __FILE__, func, __LINE__, H5E_ERR_CLS, H5E_ARGS, H5E_OVERFLOW,
+             "addr overflow, addr = %llu, size = %zu, eoa = %llu", (unsigned long long)addr, size,
+             (unsigned long long)f->eoa);
+    return 1;
+}
+
 static herr_t st_read(H5FD_t *file, H5FD_mem_t type, hid_t dxpl, haddr_t addr, size_t size, void *buf) {
     (void)type;
     (void)dxpl;
     st_file *f = (st_file *)file;
-    if (addr == HADDR_UNDEF || addr + size < addr || addr + size > f->eoa) {
-        H5Epush2(H5E_DEFAULT, __FILE__, __func__, __LINE__, H5E_ERR_CLS, H5E_ARGS, H5E_OVERFLOW,
-                 "addr overflow, addr = %llu, size = %zu, eoa = %llu", (unsigned long long)addr, size,
-                 (unsigned long long)f->eoa);
-        return -1;
-    }
+    if (out_of_range(f, addr, size, __func__)) return -1;
     settle(f, addr, size);
     char *p = buf;
     off_t off = (off_t)addr;
@@ -369,12 +373,7 @@ static int stage_write(st_file *f, haddr_t addr, size_t size, const void *buf) {
 static herr_t st_write(H5FD_t *file, H5FD_mem_t type, hid_t dxpl, haddr_t addr, size_t size, const void *buf) {
     (void)dxpl;
     st_file *f = (st_file *)file;
-    if (addr == HADDR_UNDEF || addr + size < addr || addr + size > f->eoa) {
-        H5Epush2(H5E_DEFAULT, __FILE__, __func__, __LINE__, H5E_ERR_CLS, H5E_ARGS, H5E_OVERFLOW,
-                 "addr overflow, addr = %llu, size = %zu, eoa = %llu", (unsigned long long)addr, size,
-                 (unsigned long long)f->eoa);
-        return -1;
-    }
+    if (out_of_range(f, addr, size, __func__)) return -1;
     if (take_error(f, __func__)) return -1;
     int staged = type == H5FD_MEM_DRAW && f->dfd >= 0 && size >= ST_ALIGN && size <= ST_BYTES &&
                  addr % ST_ALIGN == 0 && size % ST_ALIGN == 0 && stage_write(f, addr, size, buf) == 0;

@@ -151,6 +151,16 @@ static mp_status fire_block(const fwd_ctx *f, mp_hook_id id, int l, int q0, int 
  * up to the last key its rows see. */
 #define CAUSAL_SUB 64
 
+/* The calling thread's share of the per-thread scratch work (nwork floats each), or NULL. */
+static float *thread_work(float *work, size_t nwork) {
+#ifdef _OPENMP
+    return work ? work + (size_t)omp_get_thread_num() * nwork : NULL;
+#else
+    (void)nwork;
+    return work;
+#endif
+}
+
 /* Causal grouped-query attention of one layer, by blocks of qb query rows:
  * a->q [B,T,H,Dh] (rotated) into a->z [B,T,H,Dh] through the pattern block
  * a->att [B,H,qb,S]; keys/values kc/vc with batch stride bstride and row
@@ -182,12 +192,7 @@ static mp_status attention(const fwd_ctx *f, int l, const mp_layer_acts *b, cons
 #pragma omp parallel for schedule(static)
         for (int bh = 0; bh < B * H; bh++) {
             const int bb = bh / H, h = bh % H;
-            float *a = b->att + (size_t)bh * S, *w = NULL;
-#ifdef _OPENMP
-            if (work) w = work + (size_t)omp_get_thread_num() * nwork;
-#else
-            w = work;
-#endif
+            float *a = b->att + (size_t)bh * S, *w = thread_work(work, nwork);
             const float *qp = b->q + (size_t)bb * HD + (size_t)h * Dh;
             const float *kp = kc + bb * bstride + (size_t)(h / group) * Dh;
             const float *vp = vc + bb * bstride + (size_t)(h / group) * Dh;
@@ -228,12 +233,7 @@ static mp_status attention(const fwd_ctx *f, int l, const mp_layer_acts *b, cons
         if ((st = fire_block(f, MP_HOOK_ATTN_SCORES, l, q0, rows, b->att))) goto cleanup;
 #pragma omp parallel for schedule(static)
         for (int bh = 0; bh < B * H; bh++) {
-            float *a = b->att + (size_t)bh * blk, *w = NULL;
-#ifdef _OPENMP
-            if (work) w = work + (size_t)omp_get_thread_num() * nwork;
-#else
-            w = work;
-#endif
+            float *a = b->att + (size_t)bh * blk, *w = thread_work(work, nwork);
             /* row i sees keys 0 .. pos0+q0+i */
             mp_attn_normalize_rows(av, bh % H, a, rows, kmax, S, f->pos0 + q0 + 1, w);
             if (show)

@@ -534,6 +534,7 @@ static void ret_push_params(lua_State *L, const mp_retrieval_params *p) {
     lt_set_int(L, "n_keys", p->n_keys);
     lt_set_int(L, "hops", p->hops);
     lt_set_int(L, "key_len", p->key_len);
+    lt_set_int(L, "key_symbols", p->key_symbols);
     lt_set_int(L, "value_len", p->value_len);
     lt_set_int(L, "n_filler", p->n_filler);
     lt_set_str(L, "filler", ret_fillers[p->filler]);
@@ -559,20 +560,20 @@ static void ret_describe(void *h, char *buf, size_t n) {
     if (p->depth < 0) snprintf(depth, sizeof depth, "random");
     else snprintf(depth, sizeof depth, "%g", p->depth);
     snprintf(buf, n,
-             "RetrievalTask(%s, n_keys=%d, hops=%d, key_len=%d, value_len=%d, n_filler=%d, filler=%s, depth=%s, "
-             "bos=%s, n_queries=%d, seed=%llu, vocab=%d, min_len=%d)",
+             "RetrievalTask(%s, n_keys=%d, hops=%d, key_len=%d, key_symbols=%d, value_len=%d, n_filler=%d, filler=%s, "
+             "depth=%s, bos=%s, n_queries=%d, seed=%llu, vocab=%d, min_len=%d)",
              p->hops > 0 ? "variable tracking" : p->n_keys > 1 ? "key-value" : "passkey", p->n_keys, p->hops,
-             p->key_len, p->value_len, p->n_filler,
+             p->key_len, p->key_symbols, p->value_len, p->n_filler,
              ret_fillers[p->filler], depth, p->bos ? "true" : "false", p->n_queries, (unsigned long long)p->seed,
              mp_retrieval_vocab(p), mp_retrieval_min_len(p));
 }
 
 static const task_type RET_TYPE = {"mechprobe.RetrievalTask", "RetrievalTask", ret_free, ret_field, ret_describe};
 
-/* mp.tasks.retrieval{n_keys=1, hops=0, key_len=2, value_len=5, n_filler=32, filler="random"|"repeat",
+/* mp.tasks.retrieval{n_keys=1, hops=0, key_len=2, key_symbols=0, value_len=5, n_filler=32, filler="random"|"repeat",
  *   depth="random"|0..1, bos=true, n_queries=1, seed=1} */
 static int l_retrieval(lua_State *L) {
-    static const char *const known[] = {"n_keys", "hops", "key_len", "value_len", "n_filler", "filler",
+    static const char *const known[] = {"n_keys", "hops", "key_len", "key_symbols", "value_len", "n_filler", "filler",
                                         "depth", "bos", "n_queries", "seed", NULL};
     const char *fn = "mp.tasks.retrieval";
     mp_lua_opt_check(L, 1, fn, known);
@@ -580,6 +581,7 @@ static int l_retrieval(lua_State *L) {
     p.n_keys = lt_opt_int(L, 1, fn, "n_keys", p.n_keys, 1, MP_RETRIEVAL_MAX_KEYS);
     p.hops = lt_opt_int(L, 1, fn, "hops", p.hops, 0, MP_RETRIEVAL_MAX_HOPS);
     p.key_len = lt_opt_int(L, 1, fn, "key_len", p.key_len, 1, MP_RETRIEVAL_MAX_DIGITS);
+    p.key_symbols = lt_opt_int(L, 1, fn, "key_symbols", p.key_symbols, 0, 65536);
     p.value_len = lt_opt_int(L, 1, fn, "value_len", p.value_len, 1, MP_RETRIEVAL_MAX_DIGITS);
     p.n_filler = lt_opt_int(L, 1, fn, "n_filler", p.n_filler, 1, 65536);
     p.filler = (mp_retrieval_filler)mp_lua_opt_enum(L, 1, fn, "filler", (int)p.filler, ret_fillers);
@@ -674,14 +676,14 @@ static int ret_seed(lua_State *L) {
     return 1;
 }
 
-/* t:token_name(id) -> "7", "<bos>", "the", "f12" */
+/* t:token_name(id) -> "7", "<bos>", "the", "f12", "k3" */
 static int ret_token_name(lua_State *L) {
     mp_retrieval *r = lt_check_task(L, 1, &RET_TYPE);
-    int vocab = mp_retrieval_vocab(mp_retrieval_get_params(r));
+    const mp_retrieval_params *p = mp_retrieval_get_params(r);
     lua_pushvalue(L, 2);
-    int id = (int)lt_int_value(L, "RetrievalTask:token_name", "id", 0, vocab - 1);
+    int id = (int)lt_int_value(L, "RetrievalTask:token_name", "id", 0, mp_retrieval_vocab(p) - 1);
     char buf[32];
-    lua_pushstring(L, mp_retrieval_token_name(id, buf));
+    lua_pushstring(L, mp_retrieval_token_name(p, id, buf));
     return 1;
 }
 

@@ -29,6 +29,7 @@ mp_retrieval_params mp_retrieval_params_default(void) {
     p.n_keys = 1;
     p.hops = 0;
     p.key_len = 2;
+    p.key_symbols = 0;
     p.value_len = 5;
     p.n_filler = 32;
     p.filler = MP_RETRIEVAL_FILLER_RANDOM;
@@ -39,7 +40,10 @@ mp_retrieval_params mp_retrieval_params_default(void) {
     return p;
 }
 
-int mp_retrieval_vocab(const mp_retrieval_params *p) { return MP_RETRIEVAL_FILLER0 + p->n_filler; }
+int mp_retrieval_vocab(const mp_retrieval_params *p) { return MP_RETRIEVAL_FILLER0 + p->n_filler + p->key_symbols; }
+
+/* the first key symbol's token id (key_symbols > 0) */
+static int key0(const mp_retrieval_params *p) { return MP_RETRIEVAL_FILLER0 + p->n_filler; }
 
 /* key-value layout: several keys, or variable tracking */
 static int keyed(const mp_retrieval_params *p) { return p->n_keys > 1 || p->hops > 0; }
@@ -61,11 +65,12 @@ int mp_retrieval_min_len(const mp_retrieval_params *p) {
     return (p->bos ? 1 : 0) + p->n_keys * (needle_len(p) + p->hops * link_len(p)) + extra + query_len(p);
 }
 
-const char *mp_retrieval_token_name(int id, char *buf) {
+const char *mp_retrieval_token_name(const mp_retrieval_params *p, int id, char *buf) {
     static const char *words[] = {"<bos>", "the", "pass", "key", "is", "what", "?", "."};
     if (id >= 0 && id <= 9) snprintf(buf, 16, "%d", id);
     else if (id >= MP_RETRIEVAL_BOS && id < MP_RETRIEVAL_FILLER0) snprintf(buf, 16, "%s", words[id - MP_RETRIEVAL_BOS]);
-    else if (id >= MP_RETRIEVAL_FILLER0) snprintf(buf, 16, "f%d", id - MP_RETRIEVAL_FILLER0);
+    else if (id >= key0(p) && id < mp_retrieval_vocab(p)) snprintf(buf, 16, "k%d", id - key0(p));
+    else if (id >= MP_RETRIEVAL_FILLER0 && id < key0(p)) snprintf(buf, 16, "f%d", id - MP_RETRIEVAL_FILLER0);
     else snprintf(buf, 16, "<%d>", id);
     return buf;
 }
@@ -103,6 +108,11 @@ mp_status mp_retrieval_new(mp_retrieval **out, const mp_retrieval_params *p) {
         return mp_error(MP_ERR_ARG, "retrieval: value_len = %d is out of range (1..%d)", p->value_len, MP_RETRIEVAL_MAX_DIGITS);
     if (p->n_filler < 1 || p->n_filler > 65536)
         return mp_error(MP_ERR_ARG, "retrieval: n_filler = %d is out of range (1..65536)", p->n_filler);
+    if (p->key_symbols < 0 || p->key_symbols > 65536)
+        return mp_error(MP_ERR_ARG, "retrieval: key_symbols = %d is out of range (0: digit keys, or 1..65536)",
+                        p->key_symbols);
+    if (p->key_symbols > 0 && !keyed(p))
+        return mp_error(MP_ERR_ARG, "retrieval: key_symbols = %d needs keys (n_keys > 1 or hops > 0)", p->key_symbols);
     if (p->filler != MP_RETRIEVAL_FILLER_RANDOM && p->filler != MP_RETRIEVAL_FILLER_REPEAT)
         return mp_error(MP_ERR_ARG, "retrieval: unknown filler mode %d", (int)p->filler);
     if (p->n_queries > 1 && !keyed(p))
@@ -112,11 +122,16 @@ mp_status mp_retrieval_new(mp_retrieval **out, const mp_retrieval_params *p) {
                         MP_RETRIEVAL_MAX_QUERIES);
     if (isnan(p->depth) || p->depth > 1)
         return mp_error(MP_ERR_ARG, "retrieval: depth = %g must be in [0, 1] (or < 0 for random)", p->depth);
-    if (keyed(p) && p->key_len < 4) {
-        int distinct = 1;
-        for (int i = 0; i < p->key_len; i++) distinct *= 10;
-        if (n_needles > distinct)
+    if (keyed(p)) {
+        const int alpha = p->key_symbols > 0 ? p->key_symbols : 10;
+        double distinct = 1;
+        for (int i = 0; i < p->key_len && distinct < n_needles; i++) distinct *= alpha;
+        if (n_needles > distinct) {
+            if (p->key_symbols > 0)
+                return mp_error(MP_ERR_ARG, "retrieval: %d distinct keys do not fit in %d of %d key symbols", n_needles,
+                                p->key_len, p->key_symbols);
             return mp_error(MP_ERR_ARG, "retrieval: %d distinct keys do not fit in %d digits", n_needles, p->key_len);
+        }
     }
     r = mp_calloc(1, sizeof *r, "retrieval task");
     if (!r) return MP_ERR_NOMEM;
@@ -142,12 +157,14 @@ void mp_retrieval_seed(mp_retrieval *r, uint64_t seed) { mp_task_rng_seed(r->rng
 
 const mp_retrieval_params *mp_retrieval_get_params(const mp_retrieval *r) { return &r->p; }
 
+/* Keys as token ids: digits, or key symbols (key_symbols > 0), distinct. */
 static void draw_keys(mp_retrieval *r) {
-    const int K = r->p.key_len, n = r->n_needles;
+    const int K = r->p.key_len, n = r->n_needles, S = r->p.key_symbols;
+    const int base = S > 0 ? key0(&r->p) : MP_RETRIEVAL_DIGIT0, alpha = S > 0 ? S : 10;
     for (int i = 0; i < n; i++) {
         int32_t *k = r->keys + (size_t)i * K;
         for (;;) {
-            for (int d = 0; d < K; d++) k[d] = (int32_t)gsl_rng_uniform_int(r->rng, 10);
+            for (int d = 0; d < K; d++) k[d] = base + (int32_t)gsl_rng_uniform_int(r->rng, (unsigned long)alpha);
             int dup = 0;
             for (int j = 0; j < i && !dup; j++) dup = memcmp(k, r->keys + (size_t)j * K, K * sizeof *k) == 0;
             if (!dup) break;

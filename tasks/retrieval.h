@@ -1,16 +1,19 @@
 /* retrieval.h — passkey and key-value recall inside filler, at any length, with
  * the positions of the needle and of the answer known (long-context probes).
  *
- * Vocabulary (mp_retrieval_vocab() = 18 + n_filler tokens):
+ * Vocabulary (mp_retrieval_vocab() = 18 + n_filler + key_symbols tokens):
  *   0..9   digits "0".."9"
  *   10     BOS
  *   11 "the"  12 "pass"  13 "key"  14 "is"  15 "what"  16 "?"  17 "."
  *   18..   filler words f0 .. f(n_filler-1)
+ *   then   key symbols k0 .. k(key_symbols-1) (key_symbols > 0 only)
  * Passkey (n_keys = 1), value v = v1..vL (value_len random digits):
  *   needle: the pass key is v1 .. vL .
  *   query : what is the pass key ? v1 .. vL          (ends the sequence)
  * Key-value (n_keys > 1): n_keys needles with distinct keys k = k1..kK (key_len
- * random digits) and random values; one of them (the queried one) is asked for:
+ * random digits, or with key_symbols = S > 0 key_len random symbols of their own
+ * S tokens, as RULER's keys are words and its values numbers) and random values;
+ * one of them (the queried one) is asked for:
  *   needle: key k1 .. kK is v1 .. vL .
  *   query : what is key k1 .. kK ? v1 .. vL
  * The distractor needles' values never equal the queried value, so a model
@@ -69,7 +72,8 @@ typedef enum { MP_RETRIEVAL_FILLER_RANDOM = 0, MP_RETRIEVAL_FILLER_REPEAT } mp_r
 typedef struct {
     int n_keys;                  /* 1: passkey; > 1: key-value pairs, one queried; hops > 0: chains */
     int hops;                    /* 0: off; h >= 1: variable tracking, h links per chain (1..64) */
-    int key_len;                 /* digits per key (key-value mode), 1..32 */
+    int key_len;                 /* digits (symbols) per key (key-value mode), 1..32 */
+    int key_symbols;             /* 0: keys are digits; S in 1..65536: keys are made of S key-only tokens */
     int value_len;               /* digits of the pass key / value, 1..32 */
     int n_filler;                /* filler vocabulary, 1..65536 */
     mp_retrieval_filler filler;
@@ -83,7 +87,7 @@ typedef struct {
 
 typedef struct {
     int32_t value[MP_RETRIEVAL_MAX_DIGITS]; /* the digits to recall */
-    int32_t key[MP_RETRIEVAL_MAX_DIGITS];   /* the queried key (key-value and variable tracking) */
+    int32_t key[MP_RETRIEVAL_MAX_DIGITS];   /* the queried key's tokens (key-value and variable tracking) */
     int needle_pos;   /* first token of the queried needle ("the" / "key") */
     int value_pos;    /* first value digit inside the needle */
     int answer_pos;   /* first answer digit (= T - value_len) */
@@ -92,14 +96,15 @@ typedef struct {
 
 typedef struct mp_retrieval mp_retrieval;
 
-/* Passkey: n_keys 1, hops 0, key_len 2, value_len 5, 32 filler words, random filler,
- * random depth, BOS, seed 1. */
+/* Passkey: n_keys 1, hops 0, key_len 2, digit keys, value_len 5, 32 filler words,
+ * random filler, random depth, BOS, seed 1. */
 mp_retrieval_params mp_retrieval_params_default(void);
 int mp_retrieval_vocab(const mp_retrieval_params *p);
 /* The shortest T that holds BOS, the needles and the query (no filler). */
 int mp_retrieval_min_len(const mp_retrieval_params *p);
-/* A printable name of a token ("7", "<bos>", "the", "f12") into buf (>= 16 bytes). */
-const char *mp_retrieval_token_name(int id, char *buf);
+/* A printable name of token id of a task with params p ("7", "<bos>", "the",
+ * "f12", "k3") into buf (>= 16 bytes). */
+const char *mp_retrieval_token_name(const mp_retrieval_params *p, int id, char *buf);
 
 mp_status mp_retrieval_new(mp_retrieval **out, const mp_retrieval_params *p);
 void mp_retrieval_free(mp_retrieval *r);  /* NULL-safe */

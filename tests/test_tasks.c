@@ -907,8 +907,50 @@ static void test_retrieval(void) {
     p.n_keys = 200; p.key_len = 2;
     CHECK(mp_retrieval_new(&r, &p) == MP_ERR_ARG, "200 distinct 2-digit keys rejected");
     char nb[16];
-    CHECK(strcmp(mp_retrieval_token_name(MP_RETRIEVAL_QMARK, nb), "?") == 0 &&
-          strcmp(mp_retrieval_token_name(MP_RETRIEVAL_FILLER0 + 3, nb), "f3") == 0, "token names");
+    CHECK(strcmp(mp_retrieval_token_name(&p, MP_RETRIEVAL_QMARK, nb), "?") == 0 &&
+          strcmp(mp_retrieval_token_name(&p, MP_RETRIEVAL_FILLER0 + 3, nb), "f3") == 0, "token names");
+
+    /* key symbols: the keys are made of their own tokens after the filler
+     * words (never digits), the layout and answers as with digit keys, in
+     * key-value and variable-tracking mode */
+    for (int h = 0; h <= 2; h += 2) {
+        p = mp_retrieval_params_default();
+        p.n_keys = 4; p.hops = h; p.key_len = 1 + h / 2; p.key_symbols = 12; p.value_len = 2; p.n_filler = 16;
+        CHECK(mp_retrieval_vocab(&p) == 18 + 16 + 12, "vocab with key symbols %d", mp_retrieval_vocab(&p));
+        CHECK(mp_retrieval_new(&r, &p) == MP_OK, "%s", mp_last_error());
+        CHECK(mp_retrieval_sample(r, B, T, tok, tgt, tr) == MP_OK, "%s", mp_last_error());
+        check_retrieval(&p, B, T, tok, tgt, tr);
+        int badsym = 0, nkeytok = 0;
+        for (int b = 0; b < B; b++) {
+            const int32_t *x = tok + (size_t)b * T;
+            for (int d = 0; d < p.key_len; d++)
+                if (tr[b].key[d] < 18 + 16 || tr[b].key[d] >= 18 + 16 + 12) badsym++;
+            for (int i = 0; i + 1 < T; i++) {
+                if (x[i] != MP_RETRIEVAL_KEY) continue;
+                for (int d = 0; d < p.key_len; d++) {
+                    nkeytok++;
+                    if (x[i + 1 + d] < 18 + 16) badsym++;
+                }
+            }
+            for (int i = 0; i < T; i++)   /* key symbols only right after "key" */
+                if (x[i] >= 18 + 16 && !(i >= 1 && x[i - 1] == MP_RETRIEVAL_KEY) &&
+                    !(i >= 2 && x[i - 2] == MP_RETRIEVAL_KEY && p.key_len == 2)) badsym++;
+        }
+        CHECK(badsym == 0 && nkeytok > 0, "hops %d: %d key tokens outside the key symbols (%d seen)", h, badsym, nkeytok);
+        mp_retrieval_free(r);
+    }
+    CHECK(strcmp(mp_retrieval_token_name(&p, 18 + 16 + 3, nb), "k3") == 0 &&
+          strcmp(mp_retrieval_token_name(&p, 18 + 15, nb), "f15") == 0, "key symbol names");
+    p.n_keys = 5; p.hops = 0; p.key_len = 1; p.key_symbols = 4;
+    CHECK(mp_retrieval_new(&r, &p) == MP_ERR_ARG && strstr(mp_last_error(), "4 key symbols"),
+          "5 keys of 1 of 4 symbols rejected: %s", mp_last_error());
+    p.key_symbols = 5;
+    CHECK(mp_retrieval_new(&r, &p) == MP_OK, "%s", mp_last_error());
+    mp_retrieval_free(r);
+    p.n_keys = 1;
+    CHECK(mp_retrieval_new(&r, &p) == MP_ERR_ARG && strstr(mp_last_error(), "key_symbols"), "passkey with key symbols");
+    p.n_keys = 2; p.key_symbols = -1;
+    CHECK(mp_retrieval_new(&r, &p) == MP_ERR_ARG && strstr(mp_last_error(), "key_symbols"), "negative key symbols");
 }
 
 /* n_queries > 1: the earlier queries ask random chains (the queried one

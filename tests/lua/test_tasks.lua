@@ -479,6 +479,18 @@ check("retrieval depth, key-value, repeat filler", function()
     for t = 1, mq.min_len + 4 do if qtg[b][t] >= 0 then n = n + 1 end end
     assert(n == 6, "three answers of two digits are targets")
   end
+  -- key_symbols: keys of their own tokens (after the 16 filler words), named k0.., the answer unchanged
+  local ks = mp.tasks.retrieval{n_keys = 4, key_len = 1, key_symbols = 6, value_len = 2, n_filler = 16, seed = 6}
+  assert(ks.vocab == 18 + 16 + 6 and ks.params.key_symbols == 6, "vocab and params with key symbols")
+  assert(ks:token_name(18 + 16) == "k0" and ks:token_name(18 + 16 + 5) == "k5" and ks:token_name(18 + 15) == "f15",
+         "key symbol names")
+  local kst, _, kstr = check_batch(ks, 3, ks.min_len + 10, "key symbols")
+  for b = 1, 3 do
+    local np, key = kstr.needle_pos[b], kstr.key[b][1]
+    assert(key >= 34 and key < 40 and kst[b][np + 1] == key, "the needle's key is a key symbol")
+    assert(kst[b][ks.min_len + 10 - 3] == key, "the query names it")
+    assert(kst[b][np + 3] == kstr.value[b][1] and kstr.value[b][1] <= 9, "values stay digits")
+  end
   local ok, err = pcall(mp.tasks.retrieval, {n_queries = 2})
   assert(not ok and tostring(err):find("needs keys", 1, true), "passkey with two queries refused: " .. tostring(err))
   -- variable tracking: 2 chains of 2 links; follow the queried key through
@@ -509,6 +521,9 @@ check("retrieval errors", function()
   expect_error(function() mp.tasks.retrieval{filler = "zipf"} end, "filler must be one of")
   expect_error(function() mp.tasks.retrieval{n_keys = 20, key_len = 1} end, "20 distinct keys do not fit in 1 digits")
   expect_error(function() mp.tasks.retrieval{hops = 65} end, "hops must be <= 64")
+  expect_error(function() mp.tasks.retrieval{n_keys = 5, key_len = 1, key_symbols = 4} end,
+               "5 distinct keys do not fit in 1 of 4 key symbols")
+  expect_error(function() mp.tasks.retrieval{key_symbols = 8} end, "key_symbols = 8 needs keys")
   expect_error(function() mp.tasks.retrieval{hops = 1, depth = 0.5} end, "leave depth random")
   local t = mp.tasks.retrieval{}
   expect_error(function() t:sample(2, t.min_len - 1) end, "is shorter than the")

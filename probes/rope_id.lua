@@ -2,6 +2,8 @@
 -- (Wertheimer et al., "Frayed RoPE and long inputs", ICLR 2026).
 --
 --   mechprobe rope_id [--quick | --medium | --preset NAME] [--seeds 1,2,3] --out DIR
+--   mechprobe rope_id --rejudge --out DIR          (the current rules on a finished run)
+--   mechprobe rope_id --merge DIR2 --out DIR       (pool a run of more seeds into DIR)
 --
 -- Trains small models at a training length L under rope, half_rope, high_freq,
 -- rope_id and none on byte-level text and on passkey retrieval, adds PI / NTK /
@@ -40,8 +42,23 @@ local o = cli.parse(arg, {
   {"progress", nil, "show training progress on stderr (default except for --quick)"},
   {"rejudge", nil, "apply the current verdict rules to the finished run in --out (its rope_id.h5; nothing is trained): "
     .. "rewrites the verdicts there, in verdicts.tsv and report.txt"},
+  {"merge", "DIR2", "pool the seeds of another finished run of the same design (DIR2/rope_id.h5) into the run in --out: "
+    .. "copies them into its rope_id.h5 and rewrites the pooled numbers, the verdicts, verdicts.tsv and report.txt"},
 })
 local function fail(msg) cli.fail("rope_id", msg) end
+if o.merge then
+  if o.rejudge then fail("give at most one of --rejudge and --merge") end
+  for _, d in ipairs({o.out, o.merge}) do
+    local fh = io.open(d .. "/rope_id.h5", "rb")
+    if not fh then fail(("--merge: %s/rope_id.h5: no such run file"):format(d)) end
+    fh:close()
+  end
+  local ok, V, seeds = pcall(rid.merge, o.out, o.merge)
+  if not ok then fail(tostring(V)) end
+  print(("merged: seeds %s in %s/rope_id.h5"):format(table.concat(seeds, ","), o.out))
+  for _, v in ipairs(V) do print(("VERDICT %s | %s | %s"):format(v.id, v.ours, v.word)) end
+  return
+end
 if o.rejudge then
   local fh = io.open(o.out .. "/rope_id.h5", "rb")
   if not fh then fail(("--rejudge: %s/rope_id.h5: no such run file"):format(o.out)) end

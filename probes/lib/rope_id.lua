@@ -987,37 +987,40 @@ local function finish(c, r, V, f)
   r:save(c.o.out .. "/report.txt")
 end
 
--- Re-judges a finished run from DIR/rope_id.h5 alone (every number behind the
--- verdicts is stored there): rebuilds, per seed, what judge() reads (prefix
--- statistics, the window statistics' sink summary, losses and accuracies),
--- applies the current rules, and rewrites the verdicts in the run file,
--- DIR/verdicts.tsv and the verdict section of DIR/report.txt (when present).
--- Returns the rows. Training, evaluation and geometry are not repeated.
-function M.rejudge(dir)
-  local path = dir .. "/rope_id.h5"
-  local f <close> = mp.h5.open(path, "r+")
+-- Rebuilds, per seed of the run file f (path: its name in errors), what
+-- pooled() and judge() read: every variant's losses and accuracies, and for
+-- RoPE and RoPE-ID the prefix statistics and the window statistics' sink
+-- summary. Returns the runs, the root attributes and the preset.
+local function load_runs(f, path)
   local a = f:attrs("/")
   if a.format ~= "mechprobe.rope_id" then error(("%s: not a rope_id run file (format %s)"):format(path, tostring(a.format)), 0) end
+  if not M.presets[a.preset] then error(("%s: unknown preset '%s'"):format(path, tostring(a.preset)), 0) end
   local o = M.preset(a.preset)
   o.eps = a.eps
   local function get(name) return f:read(name):totable() end
   local lengths = get("lengths")
+  local seeds = {}
+  for seed in tostring(a.seeds):gmatch("%d+") do seeds[#seeds + 1] = tonumber(seed) end
   local runs = {}
-  for seed in tostring(a.seeds):gmatch("%d+") do
-    local c = {L = a.L, lengths = lengths, Tmax = lengths[#lengths], o = o, PG = {}, SINK = {}, E = {}}
-    for _, v in ipairs({"rope", "rope_id"}) do
-      local g = ("seeds/%s/variants/%s/"):format(seed, v)
-      c.PG[v] = {}
-      for _, k in ipairs(geo.stats) do c.PG[v][k] = get(g .. "prefix/" .. k) end
-      local S = {}
-      for _, k in ipairs({"first", "maxqk_pos", "k0_ratio"}) do
-        S[k] = {inside = get(g .. "geometry/" .. k .. "_inside"), past = get(g .. "geometry/" .. k .. "_past")}
+  for _, seed in ipairs(seeds) do
+    local c = {L = a.L, lengths = lengths, Tmax = lengths[#lengths], o = o, PG = {}, SINK = {}, E = {}, seeds = seeds}
+    for _, var in ipairs(M.variants) do
+      local v = var.name
+      local g = ("seeds/%d/variants/%s/"):format(seed, v)
+      if v == "rope" or v == "rope_id" then
+        c.PG[v] = {}
+        for _, k in ipairs(geo.stats) do c.PG[v][k] = get(g .. "prefix/" .. k) end
+        local S = {}
+        for _, k in ipairs({"first", "maxqk_pos", "k0_ratio"}) do
+          S[k] = {inside = get(g .. "geometry/" .. k .. "_inside"), past = get(g .. "geometry/" .. k .. "_past")}
+        end
+        c.SINK[v] = sink_of(S, o.eps)
       end
-      c.SINK[v] = sink_of(S, o.eps)
       local tw = f:attrs(g .. "text_loss_window")
-      local e = {loss_in = tw.inside, loss_past = tw.past, acc = get(g .. "retrieval_acc"), racc = {}}
+      local e = {loss_in = tw.inside, loss_past = tw.past, loss = get(g .. "text_loss"), acc = get(g .. "retrieval_acc"),
+                 racc = {}}
       for _, name in ipairs(o.tasks) do
-        local gt = ("seeds/%s/retrieval_tasks/%s/acc"):format(seed, name)
+        local gt = ("seeds/%d/retrieval_tasks/%s/acc"):format(seed, name)
         local row, i = 0, 0
         for vn in f:attrs(gt).rows:gmatch("[^,]+") do i = i + 1; if vn == v then row = i end end
         if row == 0 then error(("%s: %s has no row for %s"):format(path, gt, v), 0) end
@@ -1027,29 +1030,183 @@ function M.rejudge(dir)
     end
     runs[#runs + 1] = c
   end
+  return runs, a, o
+end
+
+-- report.txt's lines
+local function read_lines(path)
+  local rf = io.open(path, "r")
+  if not rf then return nil end
+  local text = rf:read("a")
+  rf:close()
+  local lines = {}
+  for line in text:gmatch("([^\n]*)\n") do lines[#lines + 1] = line end
+  return lines
+end
+
+-- The lines of report.txt with its verdict section (header, VERDICT and RULE
+-- lines) replaced by the rows V.
+local function replace_verdicts(lines, V, nseeds)
+  local r = report.new()
+  r.root = false
+  verdict_section(r, V, nseeds)
+  local out, k = {}, 1
+  while k <= #lines and not lines[k]:match("^%-%- Verdicts ") do out[#out + 1] = lines[k]; k = k + 1 end
+  if k > #lines then return nil end
+  k = k + 1
+  while k <= #lines and (lines[k]:match("^VERDICT ") or lines[k]:match("^RULE ")) do k = k + 1 end
+  for _, line in ipairs(r.lines) do out[#out + 1] = line end
+  for j2 = k, #lines do out[#out + 1] = lines[j2] end
+  return out
+end
+
+-- Re-judges a finished run from DIR/rope_id.h5 alone (every number behind the
+-- verdicts is stored there): rebuilds, per seed, what judge() reads (prefix
+-- statistics, the window statistics' sink summary, losses and accuracies),
+-- applies the current rules, and rewrites the verdicts in the run file,
+-- DIR/verdicts.tsv and the verdict section of DIR/report.txt (when present).
+-- Returns the rows. Training, evaluation and geometry are not repeated.
+function M.rejudge(dir)
+  local path = dir .. "/rope_id.h5"
+  local f <close> = mp.h5.open(path, "r+")
+  local runs = load_runs(f, path)
   local V = judge(runs)
   local tsv = write_verdicts(V, f)
   f:close()
   require("cli").write_text(dir .. "/verdicts.tsv", tsv)
-  local rf = io.open(dir .. "/report.txt", "r")
-  if rf then
-    local text = rf:read("a")
-    rf:close()
-    local r = report.new()
-    r.root = false
-    verdict_section(r, V, #runs)
-    local lines, out, k = {}, {}, 1
-    for line in text:gmatch("([^\n]*)\n") do lines[#lines + 1] = line end
-    while k <= #lines and not lines[k]:match("^%-%- Verdicts ") do out[#out + 1] = lines[k]; k = k + 1 end
-    if k <= #lines then   -- the section: its header, the VERDICT and the RULE lines
-      k = k + 1
-      while k <= #lines and (lines[k]:match("^VERDICT ") or lines[k]:match("^RULE ")) do k = k + 1 end
-      for _, line in ipairs(r.lines) do out[#out + 1] = line end
-      for j2 = k, #lines do out[#out + 1] = lines[j2] end
-      require("cli").write_text(dir .. "/report.txt", table.concat(out, "\n") .. "\n")
+  local lines = read_lines(dir .. "/report.txt")
+  local out = lines and replace_verdicts(lines, V, #runs)
+  if out then require("cli").write_text(dir .. "/report.txt", table.concat(out, "\n") .. "\n") end
+  return V
+end
+
+-- Copies group g (and everything under it) of the H5 handle src into dst.
+local function copy_group(src, dst, g)
+  for _, name in ipairs(src:list(g)) do
+    local p = g .. "/" .. name
+    local _, kind = src:has(p)
+    if kind == "group" then
+      copy_group(src, dst, p)
+    elseif kind == "dataset" then
+      dst:write(p, src:read(p))                   -- every dataset of a run file is float32: an exact copy
+      for k, v in pairs(src:attrs(p)) do dst:set_attr(p, k, v) end
     end
   end
-  return V
+  for k, v in pairs(src:attrs(g)) do dst:set_attr(g, k, v) end
+end
+
+-- Pools the seeds of another finished run (OTHER/rope_id.h5, the same preset,
+-- training length, evaluation lengths and corpus, none of DIR's seeds) into the
+-- run in DIR: copies its seeds/<N> groups into DIR/rope_id.h5, extends the
+-- seed list, recomputes the pooled means and intervals (pooled/) and the
+-- verdicts over all seeds, and rewrites DIR/verdicts.tsv and DIR/report.txt
+-- (the other run's per-seed sections after DIR's, then the new pooled and
+-- verdict sections). The run file is rewritten through a copy that replaces
+-- it only when everything is written. Returns the rows and the seeds.
+function M.merge(dir, other)
+  local path, opath = dir .. "/rope_id.h5", other .. "/rope_id.h5"
+  local tmp = path .. ".merge.tmp"
+  local function fail(fmt, ...) os.remove(tmp); error(fmt:format(...), 0) end
+  local src <close> = mp.h5.open(opath, "r")
+  local b = src:attrs("/")
+  if b.format ~= "mechprobe.rope_id" then fail("%s: not a rope_id run file (format %s)", opath, tostring(b.format)) end
+  do
+    local f0 <close> = mp.h5.open(path, "r")
+    local a = f0:attrs("/")
+    if a.format ~= "mechprobe.rope_id" then fail("%s: not a rope_id run file (format %s)", path, tostring(a.format)) end
+    for _, k in ipairs({"preset", "L", "window", "eps", "variants", "schemes"}) do
+      if tostring(a[k]) ~= tostring(b[k]) then
+        fail("--merge: %s and %s differ in %s (%s vs %s): only runs of the same design pool", path, opath, k,
+             tostring(a[k]), tostring(b[k]))
+      end
+    end
+    local la, lb = f0:read("lengths"):totable(), src:read("lengths"):totable()
+    if table.concat(la, ",") ~= table.concat(lb, ",") then
+      fail("--merge: %s and %s differ in their evaluation lengths (%s vs %s)", path, opath, table.concat(la, ","),
+           table.concat(lb, ","))
+    end
+    local mine = {}
+    for s in tostring(a.seeds):gmatch("%d+") do mine[s] = true end
+    for s in tostring(b.seeds):gmatch("%d+") do
+      if mine[s] then fail("--merge: seed %s is in both %s and %s", s, path, opath) end
+    end
+  end
+  -- the copy that takes the run file's place
+  do
+    local fi = assert(io.open(path, "rb"))
+    local data = fi:read("a")
+    fi:close()
+    local fo = io.open(tmp, "wb")
+    if not fo or not fo:write(data) or not fo:close() then fail("--merge: %s: cannot write", tmp) end
+  end
+  local f = mp.h5.open(tmp, "r+")
+  local ok, err = pcall(function()
+    local a = f:attrs("/")
+    for s in tostring(b.seeds):gmatch("%d+") do copy_group(src, f, "seeds/" .. s) end
+    local seeds = tostring(a.seeds) .. "," .. tostring(b.seeds)
+    f:set_attr("/", "seeds", seeds)
+    f:set_attr("/", "merged_from", (a.merged_from and (a.merged_from .. ";") or "") .. opath)
+  end)
+  if not ok then f:close(); fail("--merge: %s", tostring(err)) end
+  local runs = load_runs(f, tmp)
+  local r = report.new()
+  r.root = false
+  pooled(runs, r, f)
+  local V = judge(runs)
+  local tsv = write_verdicts(V, f)
+  f:close()
+  -- report.txt: DIR's header (seed list updated) and seed sections, the other
+  -- run's seed sections, the new pooled and verdict sections, DIR's tail
+  local mine, theirs = read_lines(dir .. "/report.txt"), read_lines(other .. "/report.txt")
+  local text
+  if mine and theirs then
+    local seeds = runs[1].seeds
+    local function sections(lines, first_seed)
+      -- the lines from the first seed's section to the pooled section
+      local i, j = nil, nil
+      for k, line in ipairs(lines) do
+        if not i and (line:match("^== seed ") or line:match("^%-%- 1%. Training")) then i = k end
+        if line:match("^%-%- 4%. Pooled") then j = k; break end
+      end
+      if not i or not j then return nil end
+      local out = {}
+      if not lines[i]:match("^== seed ") then out[1] = ("== seed %s =="):format(first_seed); out[2] = "" end
+      for k = i, j - 1 do out[#out + 1] = lines[k] end
+      while #out > 0 and out[#out] == "" do out[#out] = nil end
+      return out
+    end
+    local s1 = sections(mine, tostring(seeds[1]))
+    local s2 = sections(theirs, tostring(b.seeds):match("%d+"))
+    if s1 and s2 then
+      local out = {}
+      for k = 1, #mine do
+        local line = mine[k]
+        if line:match("^== seed ") or line:match("^%-%- 1%. Training") then break end
+        out[#out + 1] = (line:gsub("^(== mechprobe rope_id %(.-; seeds )[%d,]+(%) ==)$", "%1" .. table.concat(seeds, ",") .. "%2"))
+      end
+      while #out > 0 and out[#out] == "" do out[#out] = nil end
+      out[#out + 1] = ""
+      for _, line in ipairs(s1) do out[#out + 1] = line end
+      out[#out + 1] = ""
+      for _, line in ipairs(s2) do out[#out + 1] = line end
+      for _, line in ipairs(r.lines) do out[#out + 1] = line end   -- pooled (starts with a blank line)
+      out[#out + 1] = ""
+      local rest, k = {}, 1
+      while k <= #mine and not mine[k]:match("^%-%- Verdicts ") do k = k + 1 end
+      for j2 = k, #mine do rest[#rest + 1] = mine[j2] end
+      rest = replace_verdicts(rest, V, #runs) or {}
+      for _, line in ipairs(rest) do out[#out + 1] = line end
+      local t2
+      for _, line in ipairs(theirs) do t2 = line:match("^time: total (%d+)s") or t2 end
+      out[#out + 1] = ("merged: seeds %s from %s%s"):format(tostring(b.seeds), opath,
+                                                           t2 and (" (its run: %ss)"):format(t2) or "")
+      text = table.concat(out, "\n") .. "\n"
+    end
+  end
+  assert(os.rename(tmp, path))
+  require("cli").write_text(dir .. "/verdicts.tsv", tsv)
+  if text then require("cli").write_text(dir .. "/report.txt", text) end
+  return V, runs[1].seeds
 end
 
 -- Runs the probe: o is a preset (M.preset) with out set; o.seeds (a list,

@@ -447,6 +447,81 @@ else
   ph = io.popen(("%s rope_id --rejudge --out %s/none 2>&1"):format(arg[-1], out))
   said = ph:read("a")
   check(not ph:close() and said:find("no such run file", 1, true) ~= nil, "rejudge of a folder without a run: " .. said)
+
+  -- --merge pools another run's seeds into this one. The other run here is
+  -- this run's seed 1 written again as seed 7 (a copy made below with mp.h5):
+  -- two identical seeds, so every pooled mean equals seed 1's value and every
+  -- interval has zero width (closed form); the verdict rows count 2 seeds; a
+  -- --rejudge of the merged run reproduces its verdicts.tsv; bad merges fail
+  -- and change nothing.
+  local function copy_tree(src, dst, from, to)
+    for _, name in ipairs(src:list(from)) do
+      local _, kind = src:has(from .. "/" .. name)
+      if kind == "group" then copy_tree(src, dst, from .. "/" .. name, to .. "/" .. name)
+      else
+        dst:write(to .. "/" .. name, src:read(from .. "/" .. name))
+        for k, v in pairs(src:attrs(from .. "/" .. name)) do dst:set_attr(to .. "/" .. name, k, v) end
+      end
+    end
+  end
+  local o7, mg = out .. "/seed7", out .. "/merged"
+  mp.mkdir(o7)
+  mp.mkdir(mg)
+  do
+    local src <close> = mp.h5.open(out .. "/rope_id.h5", "r")
+    local dst <close> = mp.h5.open(o7 .. "/rope_id.h5", "w")
+    for _, name in ipairs({"lengths", "window_start", "loss_window_start"}) do dst:write(name, src:read(name)) end
+    for k, v in pairs(src:attrs("/")) do dst:set_attr("/", k, v) end
+    dst:set_attr("/", "seeds", "7")
+    copy_tree(src, dst, "seeds/1", "seeds/7")
+  end
+  for _, name in ipairs({"rope_id.h5", "report.txt", "verdicts.tsv"}) do
+    local fo = io.open(mg .. "/" .. name, "wb"); fo:write(slurp(out .. "/" .. name)); fo:close()
+  end
+  local fo = io.open(o7 .. "/report.txt", "wb"); fo:write(rep0); fo:close()
+  ph = io.popen(("%s rope_id --merge %s --out %s 2>&1"):format(arg[-1], o7, mg))
+  said = ph:read("a")
+  check(ph:close() and said:find("merged: seeds 1,7", 1, true) ~= nil, "rope_id --merge ran:\n" .. said)
+  do
+    local fm <close> = mp.h5.open(mg .. "/rope_id.h5", "r")
+    check(fm:attrs("/").seeds == "1,7", "merged seed list: " .. tostring(fm:attrs("/").seeds))
+    check(fm:read("seeds/7/text/loss"):allclose(fm:read("seeds/1/text/loss"), 0, 0), "seed 7's numbers copied exactly")
+    check(fm:has("seeds/7/variants/rope/prefix/srank_rot") and fm:has("seeds/7/retrieval_tasks/multikey/acc"),
+          "seed 7's groups copied")
+    for i, v in ipairs(variants) do
+      local pl = fm:read("pooled/loss/" .. v)
+      for j = 1, lengths:size(1) do
+        local x = fm:read("seeds/1/text/loss"):get(i, j)
+        near(pl:get(1, j), x, 1e-6 * math.abs(x) + 1e-9, ("pooled loss of %s at %d = the seed's"):format(v, j))
+        near(pl:get(2, j), x, 1e-6 * math.abs(x) + 1e-9, "interval of two equal seeds: lo = mean")
+        near(pl:get(3, j), x, 1e-6 * math.abs(x) + 1e-9, "interval of two equal seeds: hi = mean")
+      end
+      check(fm:attrs("pooled/loss/" .. v).n_seeds == 2, "pooled over 2 seeds")
+    end
+    check(fm:attrs("verdicts/C1").seeds == 2 and fm:attrs("verdicts/C7").seeds == 2, "verdict rows count 2 seeds")
+  end
+  local rep2 = slurp(mg .. "/report.txt") or ""
+  check(rep2:find("== mechprobe rope_id (quick; seeds 1,7) ==", 1, true) and rep2:find("\n== seed 1 ==\n", 1, true)
+        and rep2:find("\n== seed 7 ==\n", 1, true) and rep2:find("Pooled over 2 seed(s) (1,7)", 1, true)
+        and rep2:find("merged: seeds 7 from", 1, true), "merged report: header, both seeds, pooled, merge line")
+  local tsv2 = slurp(mg .. "/verdicts.tsv")
+  ph = io.popen(("%s rope_id --rejudge --out %s 2>&1"):format(arg[-1], mg))
+  ph:read("a")
+  check(ph:close() and slurp(mg .. "/verdicts.tsv") == tsv2, "rejudge of the merged run: the same verdicts.tsv")
+  -- refused: a seed in both runs; another design; nothing changed, no temporary left
+  ph = io.popen(("%s rope_id --merge %s --out %s 2>&1"):format(arg[-1], o7, mg))
+  said = ph:read("a")
+  check(not ph:close() and said:find("seed 7 is in both", 1, true) ~= nil, "merging seed 7 twice refused: " .. said)
+  do
+    local f7 <close> = mp.h5.open(o7 .. "/rope_id.h5", "r+")
+    f7:set_attr("/", "seeds", "8")
+    f7:set_attr("/", "L", 128)
+  end
+  ph = io.popen(("%s rope_id --merge %s --out %s 2>&1"):format(arg[-1], o7, mg))
+  said = ph:read("a")
+  check(not ph:close() and said:find("differ in L (64 vs 128)", 1, true) ~= nil, "merging another L refused: " .. said)
+  check(slurp(mg .. "/verdicts.tsv") == tsv2 and slurp(mg .. "/report.txt") == rep2 and
+        not io.open(mg .. "/rope_id.h5.merge.tmp"), "a refused merge changes nothing")
   os.execute("rm -rf " .. dir)
 end
 

@@ -291,6 +291,19 @@ elseif mode == "gpu" then
   local c1 = f:attrs("verdicts/C1")
   check(c1.n == 128 and c1.seeds == 2, ("C1 over 128 heads of 2 seeds (n %s, seeds %s)"):format(tostring(c1.n), tostring(c1.seeds)))
   check(io.open(out .. "/models/seed2/vartrack_rope_id.h5") ~= nil, "seed 2's checkpoints")
+  -- the keyed tasks: keys of one of 10 key symbols, trained on as many queries
+  -- as fit in L = 64 (a query of a 1-symbol key and a 2-digit value is 8 tokens
+  -- with its "."): multikey 1 + 4 x 6 + 7 = 32 tokens with one query, room for
+  -- 4 more (5); vartrack 1 + 2 x (6 + 2 x 6) + 7 = 44, room for 2 more (3)
+  check(report:find("keyed tasks: keys of 1 of 10 key symbols (not digits); trained on several queries a sequence "
+                    .. "(multikey 5, vartrack 3; as many as fit in L, up to 8), evaluated on one", 1, true) ~= nil,
+        "report states the keyed tasks' design")
+  for name, q in pairs{multikey = 5, vartrack = 3} do
+    local ta = f:attrs(("seeds/1/retrieval_tasks/%s/acc"):format(name))
+    check(ta.key_symbols == 10 and ta.key_len == 1 and ta.train_queries == q,
+          ("%s: key symbols 10, key_len 1, %d training queries (%s, %s, %s)"):format(name, q, tostring(ta.key_symbols),
+            tostring(ta.key_len), tostring(ta.train_queries)))
+  end
   os.execute("rm -rf " .. dir)
 else
   -- ---- the quick probe end to end

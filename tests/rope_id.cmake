@@ -11,3 +11,6 @@ mp_lua_test(test_rope_id_gpu "lua;slow" lua/test_rope_id.lua gpu)
 # experiments/sink_recipe.lua at 2 steps: its files, and alpha_0 of near-uniform
 # attention against the closed form (H_T - 1)/(T - 1) (~5 s)
 mp_lua_test(test_sink_recipe "lua" lua/test_sink_recipe.lua)
+# experiments/retrieval_recipe.lua at one step: its TSV, and the first loss of
+# each configuration's model near ln(vocabulary) (~5 s)
+mp_lua_test(test_retrieval_recipe "lua" lua/test_retrieval_recipe.lua)

@@ -1169,21 +1169,20 @@ function M.merge(dir, other)
     if not fo or not fo:write(data) or not fo:close() then fail("--merge: %s: cannot write", tmp) end
   end
   local f = mp.h5.open(tmp, "r+")
-  local ok, err = pcall(function()
-    local a = f:attrs("/")
-    for s in tostring(b.seeds):gmatch("%d+") do copy_group(src, f, "seeds/" .. s) end
-    local seeds = tostring(a.seeds) .. "," .. tostring(b.seeds)
-    f:set_attr("/", "seeds", seeds)
-    f:set_attr("/", "merged_from", (a.merged_from and (a.merged_from .. ";") or "") .. opath)
-  end)
-  if not ok then f:close(); fail("--merge: %s", tostring(err)) end
-  local runs = load_runs(f, tmp)
   local r = report.new()
   r.root = false
-  pooled(runs, r, f)
-  local V = judge(runs)
-  local tsv = write_verdicts(V, f)
+  local ok, runs, V, tsv = pcall(function()
+    local a = f:attrs("/")
+    for s in tostring(b.seeds):gmatch("%d+") do copy_group(src, f, "seeds/" .. s) end
+    f:set_attr("/", "seeds", tostring(a.seeds) .. "," .. tostring(b.seeds))
+    f:set_attr("/", "merged_from", (a.merged_from and (a.merged_from .. ";") or "") .. opath)
+    local runs_ = load_runs(f, tmp)
+    pooled(runs_, r, f)
+    local V_ = judge(runs_)
+    return runs_, V_, write_verdicts(V_, f)
+  end)
   f:close()
+  if not ok then fail("--merge: %s", tostring(runs)) end
   -- report.txt: DIR's header (seed list updated) and seed sections, the other
   -- run's seed sections, the new pooled and verdict sections, DIR's tail
   local mine, theirs = read_lines(dir .. "/report.txt"), read_lines(other .. "/report.txt")

@@ -1231,6 +1231,24 @@ function M.merge(dir, other)
       text = table.concat(out, "\n") .. "\n"
     end
   end
+  if mine and not text then   -- the other run's report is missing or not a rope_id report: new pooled and verdicts
+    local k1, k2
+    for k, line in ipairs(mine) do
+      if line:match("^%-%- 4%. Pooled") then k1 = k elseif line:match("^%-%- Verdicts ") then k2 = k end
+    end
+    local out = mine
+    if k1 and k2 and k1 < k2 then
+      out = {}
+      for k = 1, k1 - 2 do out[#out + 1] = mine[k] end
+      for _, line in ipairs(r.lines) do out[#out + 1] = line end
+      out[#out + 1] = ""
+      for k = k2, #mine do out[#out + 1] = mine[k] end
+    end
+    out = replace_verdicts(out, V, #runs) or out
+    out[#out + 1] = ("merged: seeds %s from %s (its report.txt is missing or unreadable, so its per-seed sections "
+                     .. "are not here; the pooled and verdict sections cover every seed)"):format(tostring(b.seeds), opath)
+    text = table.concat(out, "\n") .. "\n"
+  end
   assert(os.rename(tmp, path))
   require("cli").write_text(dir .. "/verdicts.tsv", tsv)
   if text then require("cli").write_text(dir .. "/report.txt", text) end

@@ -1187,6 +1187,9 @@ function M.merge(dir, other)
   -- run's seed sections, the new pooled and verdict sections, DIR's tail
   local mine, theirs = read_lines(dir .. "/report.txt"), read_lines(other .. "/report.txt")
   local text
+  local function header(line)   -- the report's first line names the seeds
+    return (line:gsub("^(== mechprobe rope_id %(.-; seeds )[%d,]+(%) ==)$", "%1" .. table.concat(runs[1].seeds, ",") .. "%2"))
+  end
   if mine and theirs then
     local seeds = runs[1].seeds
     local function sections(lines, first_seed)
@@ -1210,7 +1213,7 @@ function M.merge(dir, other)
       for k = 1, #mine do
         local line = mine[k]
         if line:match("^== seed ") or line:match("^%-%- 1%. Training") then break end
-        out[#out + 1] = (line:gsub("^(== mechprobe rope_id %(.-; seeds )[%d,]+(%) ==)$", "%1" .. table.concat(seeds, ",") .. "%2"))
+        out[#out + 1] = header(line)
       end
       while #out > 0 and out[#out] == "" do out[#out] = nil end
       out[#out + 1] = ""
@@ -1245,6 +1248,7 @@ function M.merge(dir, other)
       for k = k2, #mine do out[#out + 1] = mine[k] end
     end
     out = replace_verdicts(out, V, #runs) or out
+    out[1] = out[1] and header(out[1])
     out[#out + 1] = ("merged: seeds %s from %s (its report.txt is missing or unreadable, so its per-seed sections "
                      .. "are not here; the pooled and verdict sections cover every seed)"):format(tostring(b.seeds), opath)
     text = table.concat(out, "\n") .. "\n"

@@ -124,9 +124,10 @@ for _, c in ipairs(configs) do
     local m
     if c.pretrain then
       local path = ("%s/text_%s_%d.h5"):format(o.out, c.pos, c.pretrain)
-      if not io.open(path) then
+      local function exists(p) local fh = io.open(p, "rb"); if fh then fh:close() end; return fh ~= nil end
+      if not exists(path) then
         local corpus = o.out .. "/corpus.txt"
-        if not io.open(corpus) then rid.build_corpus(corpus) end
+        if not exists(corpus) then rid.build_corpus(corpus) end
         local text = mp.tasks.text{path = corpus, ctx = c.L, seed = 1}
         m = mp.model.new{d_model = c.d_model, n_layer = c.n_layer, n_head = c.n_head, d_head = c.d_head,
                          d_mlp = c.d_mlp, vocab = text.vocab, ctx = c.L, pos = c.pos, seed = 1}

@@ -395,7 +395,7 @@ local function prepare_data(c, r)
   local ret = mp.tasks.retrieval{value_len = o.value_len, n_filler = o.n_filler, seed = o.seed + 1}
   c.corpus, c.text, c.ret = corpus, text, ret
   c.rtasks, c.rnames = {ret = ret}, {"ret"}          -- the retrieval tasks: passkey ("ret"), then o.tasks
-  c.etasks = {ret = ret}                             -- the same, as evaluated
+  c.etasks, c.train_q = {ret = ret}, {}              -- the same, as evaluated; each task's training queries
   for i, name in ipairs(o.tasks) do
     local kind = M.ret_kinds[name]
     if not kind then error(("rope_id: unknown retrieval task '%s'"):format(tostring(name)), 0) end
@@ -413,9 +413,7 @@ local function prepare_data(c, r)
       if x.min_len <= L then tt, q = x, nq; break end
       x:close()
     end
-    c.rtasks[name], c.etasks[name], c.rnames[#c.rnames + 1] = tt, t, name
-    c.train_q = c.train_q or {}
-    c.train_q[name] = q
+    c.rtasks[name], c.etasks[name], c.train_q[name], c.rnames[#c.rnames + 1] = tt, t, q, name
   end
   if not c.first then return end
 
@@ -1184,74 +1182,54 @@ function M.merge(dir, other)
   f:close()
   if not ok then fail("--merge: %s", tostring(runs)) end
   -- report.txt: DIR's header (seed list updated) and seed sections, the other
-  -- run's seed sections, the new pooled and verdict sections, DIR's tail
-  local mine, theirs = read_lines(dir .. "/report.txt"), read_lines(other .. "/report.txt")
+  -- run's seed sections (when its report can be read), the new pooled and
+  -- verdict sections, DIR's tail and a line naming the merge
+  local seeds = runs[1].seeds
+  local function starts_seed(line) return line:match("^== seed ") or line:match("^%-%- 1%. Training") end
+  local function seed_sections(lines, first_seed)
+    -- the lines from the first seed's section to the pooled section (a one-seed
+    -- report has no "== seed" line: it gets one)
+    local i, j
+    for k, line in ipairs(lines) do
+      if not i and starts_seed(line) then i = k end
+      if line:match("^%-%- 4%. Pooled") then j = k; break end
+    end
+    if not i or not j then return nil end
+    local out = {}
+    if not lines[i]:match("^== seed ") then out[1] = ("== seed %s =="):format(first_seed); out[2] = "" end
+    for k = i, j - 1 do out[#out + 1] = lines[k] end
+    while #out > 0 and out[#out] == "" do out[#out] = nil end
+    return out
+  end
+  local function append(dst, src) for _, line in ipairs(src) do dst[#dst + 1] = line end end
   local text
-  local function header(line)   -- the report's first line names the seeds
-    return (line:gsub("^(== mechprobe rope_id %(.-; seeds )[%d,]+(%) ==)$", "%1" .. table.concat(runs[1].seeds, ",") .. "%2"))
-  end
-  if mine and theirs then
-    local seeds = runs[1].seeds
-    local function sections(lines, first_seed)
-      -- the lines from the first seed's section to the pooled section
-      local i, j = nil, nil
-      for k, line in ipairs(lines) do
-        if not i and (line:match("^== seed ") or line:match("^%-%- 1%. Training")) then i = k end
-        if line:match("^%-%- 4%. Pooled") then j = k; break end
-      end
-      if not i or not j then return nil end
-      local out = {}
-      if not lines[i]:match("^== seed ") then out[1] = ("== seed %s =="):format(first_seed); out[2] = "" end
-      for k = i, j - 1 do out[#out + 1] = lines[k] end
-      while #out > 0 and out[#out] == "" do out[#out] = nil end
-      return out
+  local mine = read_lines(dir .. "/report.txt")
+  local s1 = mine and seed_sections(mine, seeds[1])
+  if s1 then
+    local theirs = read_lines(other .. "/report.txt")
+    local s2 = theirs and seed_sections(theirs, tostring(b.seeds):match("%d+"))
+    local out, k = {}, 1
+    while not starts_seed(mine[k]) do   -- the header; its first line names the seeds
+      out[#out + 1] = (mine[k]:gsub("^(== mechprobe rope_id %(.-; seeds )[%d,]+(%) ==)$", "%1" .. table.concat(seeds, ",") .. "%2"))
+      k = k + 1
     end
-    local s1 = sections(mine, tostring(seeds[1]))
-    local s2 = sections(theirs, tostring(b.seeds):match("%d+"))
-    if s1 and s2 then
-      local out = {}
-      for k = 1, #mine do
-        local line = mine[k]
-        if line:match("^== seed ") or line:match("^%-%- 1%. Training") then break end
-        out[#out + 1] = header(line)
-      end
-      while #out > 0 and out[#out] == "" do out[#out] = nil end
-      out[#out + 1] = ""
-      for _, line in ipairs(s1) do out[#out + 1] = line end
-      out[#out + 1] = ""
-      for _, line in ipairs(s2) do out[#out + 1] = line end
-      for _, line in ipairs(r.lines) do out[#out + 1] = line end   -- pooled (starts with a blank line)
-      out[#out + 1] = ""
-      local rest, k = {}, 1
-      while k <= #mine and not mine[k]:match("^%-%- Verdicts ") do k = k + 1 end
-      for j2 = k, #mine do rest[#rest + 1] = mine[j2] end
-      rest = replace_verdicts(rest, V, #runs) or {}
-      for _, line in ipairs(rest) do out[#out + 1] = line end
-      local t2
-      for _, line in ipairs(theirs) do t2 = line:match("^time: total (%d+)s") or t2 end
-      out[#out + 1] = ("merged: seeds %s from %s%s"):format(tostring(b.seeds), opath,
-                                                           t2 and (" (its run: %ss)"):format(t2) or "")
-      text = table.concat(out, "\n") .. "\n"
-    end
-  end
-  if mine and not text then   -- the other run's report is missing or not a rope_id report: new pooled and verdicts
-    local k1, k2
-    for k, line in ipairs(mine) do
-      if line:match("^%-%- 4%. Pooled") then k1 = k elseif line:match("^%-%- Verdicts ") then k2 = k end
-    end
-    local out = mine
-    if k1 and k2 and k1 < k2 then
-      out = {}
-      for k = 1, k1 - 2 do out[#out + 1] = mine[k] end
-      for _, line in ipairs(r.lines) do out[#out + 1] = line end
-      out[#out + 1] = ""
-      for k = k2, #mine do out[#out + 1] = mine[k] end
-    end
-    out = replace_verdicts(out, V, #runs) or out
-    out[1] = out[1] and header(out[1])
-    out[#out + 1] = ("merged: seeds %s from %s (its report.txt is missing or unreadable, so its per-seed sections "
-                     .. "are not here; the pooled and verdict sections cover every seed)"):format(tostring(b.seeds), opath)
+    while #out > 0 and out[#out] == "" do out[#out] = nil end
+    out[#out + 1] = ""
+    append(out, s1)
+    if s2 then out[#out + 1] = ""; append(out, s2) end
+    append(out, r.lines)                 -- pooled (starts with a blank line)
+    out[#out + 1] = ""
+    while k <= #mine and not mine[k]:match("^%-%- Verdicts ") do k = k + 1 end
+    append(out, replace_verdicts(table.move(mine, k, #mine, 1, {}), V, #runs) or {})
+    local t2
+    for _, line in ipairs(theirs or {}) do t2 = line:match("^time: total (%d+)s") or t2 end
+    out[#out + 1] = ("merged: seeds %s from %s%s"):format(tostring(b.seeds), opath,
+      not s2 and (" (its report.txt is missing or unreadable, so its per-seed sections are not here; the pooled and "
+                  .. "verdict sections cover every seed)") or t2 and (" (its run: %ss)"):format(t2) or "")
     text = table.concat(out, "\n") .. "\n"
+  elseif mine then                       -- DIR's report is not a rope_id report: its verdicts, as --rejudge
+    local out = replace_verdicts(mine, V, #runs)
+    text = out and table.concat(out, "\n") .. "\n"
   end
   assert(os.rename(tmp, path))
   require("cli").write_text(dir .. "/verdicts.tsv", tsv)

@@ -4,6 +4,7 @@
 --   mechprobe rope_id [--quick | --medium | --preset NAME] [--seeds 1,2,3] --out DIR
 --   mechprobe rope_id --rejudge --out DIR          (the current rules on a finished run)
 --   mechprobe rope_id --merge DIR2 --out DIR       (pool a run of more seeds into DIR)
+--   mechprobe rope_id ... --resume --out DIR        (continue an interrupted run: reuse its trained models)
 --
 -- Trains small models at a training length L under rope, half_rope, high_freq,
 -- rope_id and none on byte-level text and on passkey retrieval, adds PI / NTK /
@@ -42,10 +43,13 @@ local o = cli.parse(arg, {
   {"progress", nil, "show training progress on stderr (default except for --quick)"},
   {"rejudge", nil, "apply the current verdict rules to the finished run in --out (its rope_id.h5; nothing is trained): "
     .. "rewrites the verdicts there, in verdicts.tsv and report.txt"},
+  {"resume", nil, "continue an interrupted run in --out: reuse each model whose checkpoint there (models/seed<N>) was "
+    .. "trained with the same settings, train the rest, then evaluate as usual; a checkpoint of other settings is an error"},
   {"merge", "DIR2", "pool the seeds of another finished run of the same design (DIR2/rope_id.h5) into the run in --out: "
     .. "copies them into its rope_id.h5 and rewrites the pooled numbers, the verdicts, verdicts.tsv and report.txt"},
 })
 local function fail(msg) cli.fail("rope_id", msg) end
+if o.resume and (o.rejudge or o.merge) then fail("--resume trains: it goes with neither --rejudge nor --merge") end
 if o.merge then
   if o.rejudge then fail("give at most one of --rejudge and --merge") end
   for _, d in ipairs({o.out, o.merge}) do
@@ -76,7 +80,7 @@ if not rid.presets[preset] then
 end
 cli.check_format("rope_id", o.format)
 local p = rid.preset(preset)
-p.out, p.format = o.out, o.format
+p.out, p.format, p.resume = o.out, o.format, o.resume or false
 p.progress = o.progress or preset ~= "quick"
 if o.seed then p.seeds = {o.seed} end
 if o.seeds then

@@ -5,6 +5,9 @@ mp_lua_test(test_rope_id "lua" lua/test_rope_id.lua unit)
 # every verdict rule on planted numbers, each of its three words (<1 s)
 mp_lua_test(test_rope_id_rules "lua;unit" lua/test_rope_id_rules.lua)
 mp_lua_test(test_rope_id_quick "lua" lua/test_rope_id.lua quick)
+# --resume: a tiny quick run (3 steps) continued: every model reused, missing or
+# stale ones trained again to the same loss, other settings refused (~20 s)
+mp_lua_test(test_rope_id_resume "lua" lua/test_rope_id.lua resume)
 # --preset gpu's shape (8 layers x 8 heads of 64, lengths 1x-8x L, all tasks) at
 # a tiny size, two seeds pooled (--steps 2 --length 64 --d-model 32 --sequences 1)
 mp_lua_test(test_rope_id_gpu "lua;slow" lua/test_rope_id.lua gpu)

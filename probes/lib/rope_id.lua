@@ -453,6 +453,107 @@ local function prepare_data(c, r)
       .. "%d positions (inside L: %d windows)", c.WL, o.B_geo, Tmax, c.W, c.nin)
 end
 
+-- Resuming (--resume): each checkpoint carries, under /rope_id_train, the
+-- settings it was trained with (a "key=value;..." string: task, scheme, seed,
+-- L, shape, vocabulary, steps, learning rate, weight decay, batch, the task's
+-- parameters, the corpus's size), its final loss, wall seconds and loss curve
+-- (DroPE: also the loss right after dropping, and `base`, the final loss of
+-- the RoPE model it was made from). The settings are written last: a file
+-- without them (a run stopped between saving and recording) is trained again.
+-- A resumed run reuses every checkpoint whose settings equal its own, trains
+-- the rest, and refuses one whose settings differ (another design in the
+-- same folder) rather than overwrite it.
+M.RECORD = "/rope_id_train"
+
+local function record_write(path, key, ti, base)
+  local f <close> = mp.h5.open(path, "r+")
+  f:write(M.RECORD .. "/loss_curve", ti.curve)
+  f:set_attr(M.RECORD, "final_loss", ti.loss)
+  f:set_attr(M.RECORD, "seconds", ti.seconds)
+  if ti.loss_dropped then f:set_attr(M.RECORD, "loss_dropped", ti.loss_dropped) end
+  if base then f:set_attr(M.RECORD, "base", base) end
+  f:set_attr(M.RECORD, "settings", key)
+end
+
+-- The settings that differ between two keys, as "name A there, B here".
+local function key_diff(there, here)
+  local a, b, out = {}, {}, {}
+  for k, v in there:gmatch("([^=;]+)=([^;]*)") do a[k] = v end
+  for k, v in here:gmatch("([^=;]+)=([^;]*)") do b[k] = v end
+  for k, v in pairs(b) do if a[k] ~= v then out[#out + 1] = ("%s %s there, %s here"):format(k, a[k] or "absent", v) end end
+  for k, v in pairs(a) do if b[k] == nil then out[#out + 1] = ("%s %s there, absent here"):format(k, v) end end
+  table.sort(out)
+  return table.concat(out, "; ")
+end
+
+-- The record of a finished model at `path` with these settings, or nil (no
+-- file, no record, unreadable, or a `base` other than the given one: train it).
+function M.record_read(path, key, base)
+  local fh = io.open(path, "rb")
+  if not fh then return nil end
+  fh:close()
+  local ok, f = pcall(mp.h5.open, path, "r")
+  if not ok then log("%s: unreadable (%s); training it again", path, tostring(f)); return nil end
+  local _, kind = f:has(M.RECORD)
+  local a = kind == "group" and f:attrs(M.RECORD) or {}
+  if not a.settings then
+    f:close()
+    log("%s: no training record (a run stopped while saving it); training it again", path)
+    return nil
+  end
+  if a.settings ~= key then
+    f:close()
+    error(("rope_id --resume: %s was trained with other settings (%s); give another --out, or remove the file")
+      :format(path, key_diff(a.settings, key)), 0)
+  end
+  if base and a.base ~= base then
+    f:close()
+    log("%s: made from an earlier RoPE model than %s; training it again", path, (path:gsub("_drope%.h5$", "_rope.h5")))
+    return nil
+  end
+  local curve = f:read(M.RECORD .. "/loss_curve"):totable()
+  f:close()
+  return {loss = a.final_loss, curve = curve, seconds = a.seconds, loss_dropped = a.loss_dropped, path = path,
+          reused = true}
+end
+
+local function fmt_setting(v)
+  if math.type(v) == "integer" then return ("%d"):format(v) end
+  if type(v) == "number" then                          -- the shortest form that reads back as the same number
+    for _, f in ipairs{"%.15g", "%.16g"} do if tonumber(f:format(v)) == v then return f:format(v) end end
+    return ("%.17g"):format(v)
+  end
+  return tostring(v)
+end
+
+-- The settings key of the model trained on `task` with scheme `pos` (see above).
+function M.settings_key(c, task, pos, steps, lr, wd, vocab)
+  local o, s = c.o, M.model_shape(c.o, task)
+  local kv = {task = task, pos = pos, seed = o.seed, L = c.L, steps = steps, lr = lr, weight_decay = wd,
+              batch = o.batch, vocab = vocab, d_model = s.d_model, n_layer = s.n_layer, n_head = s.n_head,
+              d_head = s.d_head, d_mlp = s.d_mlp}
+  if task == "text" then
+    kv.corpus_bytes = c.corpus_info.size
+  elseif task == "ret" then
+    kv.value_len, kv.n_filler = o.value_len, o.n_filler
+  else
+    for k, v in pairs(M.ret_kinds[task].params(o)) do kv[k] = v end
+    kv.train_queries = c.train_q[task]
+  end
+  local names = {}
+  for k in pairs(kv) do names[#names + 1] = k end
+  table.sort(names)
+  local out = {}
+  for i, k in ipairs(names) do out[i] = k .. "=" .. fmt_setting(kv[k]) end
+  return table.concat(out, ";")
+end
+
+-- A task's training steps, learning rate and weight decay.
+local function hyper(o, task)
+  if task == "text" then return o.text_steps, o.lr, o.wd end
+  return task == "ret" and o.ret_steps or o.extra_steps or o.ret_steps, o.ret_lr, o.ret_wd
+end
+
 -- 1. Training: one model per scheme and task, then DroPE on each RoPE model.
 -- Returns false on the MPI ranks other than 0 (their share is done).
 local function train(c, r)
@@ -483,35 +584,50 @@ local function train(c, r)
   local trained = mp.mpi.sweep(jobs, function(job)
     local task, pos = job.task, job.pos
     local tk = task_of(task)
-    local steps = task == "text" and o.text_steps or task == "ret" and o.ret_steps or o.extra_steps or o.ret_steps
-    local lr = task == "text" and o.lr or o.ret_lr
-    local wd = task == "text" and o.wd or o.ret_wd
+    local steps, lr, wd = hyper(o, task)
+    local path = ("%s/%s_%s.h5"):format(mdir, task, pos)
+    local key = M.settings_key(c, task, pos, steps, lr, wd, tk.vocab)
+    local done = o.resume and M.record_read(path, key)
+    if done then log("reusing %s on %s (%s)", pos, task, path); return done end
     local c0 = os.time()
     tk:seed(o.seed * 100 + 7)           -- every scheme sees the same batches
     local m = new_model(pos, tk.vocab, task)
     log("training %s on %s (%d steps)", pos, task, steps)
     local res = m:train{task = tk, steps = steps, batch = o.batch, lr = lr, warmup = steps // 10, weight_decay = wd,
                         progress = o.progress or false}
-    local path = ("%s/%s_%s.h5"):format(mdir, task, pos)
     m:save(path)
     m:close()                           -- its training buffers are C memory the collector does not see
-    return {loss = res.final_loss, curve = res.loss, seconds = os.time() - c0, path = path}
+    local ti = {loss = res.final_loss, curve = res.loss, seconds = os.time() - c0, path = path}
+    record_write(path, key, ti)
+    return ti
   end)
   -- DroPE: a copy of the RoPE model, rotation dropped, recalibrated at L
   local dropes = mp.mpi.sweep(tasks, function(task)
     local tk = task_of(task)
+    local path, rope_path = ("%s/%s_drope.h5"):format(mdir, task), ("%s/%s_rope.h5"):format(mdir, task)
+    local base
+    do
+      local f <close> = mp.h5.open(rope_path, "r")
+      base = fmt_setting(f:attrs(M.RECORD).final_loss)
+    end
+    local steps, lr, wd = hyper(o, task)
+    local key = ("%s;drope_steps=%d;drope_lr=%s"):format(M.settings_key(c, task, "rope", steps, lr, wd, tk.vocab),
+      o.drope_steps, fmt_setting(o.drope_lr))
+    local done = o.resume and M.record_read(path, key, base)
+    if done then log("reusing DroPE on %s (%s)", task, path); return done end
     local c0 = os.time()
-    local dm = mp.load(("%s/%s_rope.h5"):format(mdir, task))
+    local dm = mp.load(rope_path)
     log("DroPE on %s (%d steps)", task, o.drope_steps)
     local drope = require "drope"
     tk:seed(o.seed * 100 + 8)
     local res = drope.apply(dm, {task = tk, steps = o.drope_steps, lr = o.drope_lr, batch = o.batch,
                                  progress = o.progress or false})
-    local path = ("%s/%s_drope.h5"):format(mdir, task)
     dm:save(path)
     dm:close()
-    return {loss = res.final_loss, loss_dropped = res.loss_dropped, curve = res.loss, seconds = os.time() - c0,
-            path = path}
+    local ti = {loss = res.final_loss, loss_dropped = res.loss_dropped, curve = res.loss, seconds = os.time() - c0,
+                path = path}
+    record_write(path, key, ti, base)
+    return ti
   end)
   if not trained then return false end
   for i, job in ipairs(jobs) do train_info[job.task][job.pos] = trained[i] end
@@ -522,6 +638,13 @@ local function train(c, r)
   c.models, c.train_info, c.mdir, c.s1 = models, train_info, mdir, os.time() - t1
   r:out("")
   r:out("-- 1. Training (final training loss; DroPE: loss right after dropping the rotation -> after recalibration)")
+  local n, reused = 0, 0
+  for _, task in ipairs(tasks) do
+    for _, ti in pairs(train_info[task]) do n = n + 1; if ti.reused then reused = reused + 1 end end
+  end
+  if reused > 0 then
+    r:out("resumed: %d of %d models reused from %s (trained by an earlier run with the same settings)", reused, n, mdir)
+  end
   local hdr = ("%-12s"):format("model")
   for _, task in ipairs(tasks) do hdr = hdr .. ("%12s"):format(task == "ret" and "passkey" or task) end
   r:out(hdr)
@@ -787,6 +910,7 @@ local function write_h5(c, f)
       f:set_attr(g .. "/loss_curve", "seconds", ti.seconds)
       f:set_attr(g .. "/loss_curve", "checkpoint", ti.path)
       if ti.loss_dropped then f:set_attr(g .. "/loss_curve", "loss_dropped", ti.loss_dropped) end
+      f:set_attr(g .. "/loss_curve", "reused", ti.reused and 1 or 0)   -- 1: trained by an earlier run (--resume)
     end
   end
   for _, v in ipairs(M.variants) do
@@ -1251,6 +1375,12 @@ function M.run(o)
     ci.path = o.out .. "/corpus.txt"
     if r.root then ci.bytes, ci.sources = M.build_corpus(ci.path) end
     mp.mpi.barrier()                  -- the other ranks read it
+  end
+  do                                  -- its size: part of the text models' settings (--resume)
+    local fh = io.open(ci.path, "rb")
+    if not fh then error(("rope_id: %s: cannot open the corpus"):format(ci.path), 0) end
+    ci.size = fh:seek("end")
+    fh:close()
   end
   local runs, f = {}, nil
   for si, seed in ipairs(seeds) do

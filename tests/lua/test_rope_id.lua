@@ -1,9 +1,12 @@
--- test_rope_id.lua — the rope_id probe (issue 8). Two modes:
+-- test_rope_id.lua — the rope_id probe (issue 8). Modes:
 --   unit   the library's helpers against independent computations: windowed
 --          loss against m:loss, passkey accuracy on hand-made logits, and the
 --          per-window head geometry (first-token attention, ||k_0|| ratio,
 --          share of positive max q.k, stable rank, centroid cosine) against
 --          sums written out here from the captured q, k and patterns (~1 s);
+--   resume `--resume` on a tiny quick run: all models reused (same verdicts),
+--          a missing / unrecorded / stale model trained again to the same loss,
+--          other settings refused;
 --   quick  `mechprobe rope_id --quick` end to end (~40 s): it exits 0, its
 --          verdict table parses (7 rows, fixed columns, a rule for each), every
 --          figure, report.txt and the HDF5 file exist, and the file's numbers
@@ -263,6 +266,91 @@ if mode == "unit" then
   check(c2.word == "INCONCLUSIVE" and c2.ours:find("no RoPE-ID band", 1, true) ~= nil,
         "C2 without a RoPE-ID band (1 octave) is INCONCLUSIVE: " .. c2.word)
   -- every other rule on planted numbers: test_rope_id_rules.lua
+  os.execute("rm -rf " .. dir)
+elseif mode == "resume" then
+  -- ---- --resume: a tiny quick run, then runs that continue it
+  local args = "--quick --steps 3 --sequences 2 --format svg"
+  local report, ok, out, dir = t.run_probe("rope_id", args)
+  check(ok, "rope_id (tiny) exited non-zero:\n" .. report)
+  local mdir = out .. "/models/seed1"
+  local function slurp(path) local f = io.open(path, "rb"); if not f then return nil end; local s = f:read("a"); f:close(); return s end
+  local function rerun(extra)
+    local p = io.popen(("%s rope_id %s %s --out %s 2>&1"):format(arg[-1], args, extra, out))
+    local text = p:read("a")
+    return text, p:close()
+  end
+  local function curves()                -- every model's final loss and record, as stored in rope_id.h5
+    local f <close> = mp.h5.open(out .. "/rope_id.h5")
+    local res = {}
+    for _, task in ipairs(f:list("seeds/1/train")) do
+      for _, name in ipairs(f:list("seeds/1/train/" .. task)) do
+        local a = f:attrs(("seeds/1/train/%s/%s/loss_curve"):format(task, name))
+        res[task .. "/" .. name] = {loss = a.final_loss, reused = a.reused,
+                                    curve = f:read(("seeds/1/train/%s/%s/loss_curve"):format(task, name)):totable()}
+      end
+    end
+    return res
+  end
+  local first, v0 = curves(), slurp(out .. "/verdicts.tsv")
+  local n = 0
+  for _, c in pairs(first) do n = n + 1; check(c.reused == 0, "first run: nothing reused") end
+  check(n == 24, ("24 models (20 schemes x tasks, 4 DroPE): %d"):format(n))
+  -- every checkpoint carries its record: settings, final loss = the run file's
+  do
+    local f <close> = mp.h5.open(mdir .. "/text_rope.h5")
+    local a = f:attrs(rid.RECORD)
+    check(a.settings and a.settings:find("task=text;", 1, true) and a.settings:find("steps=3;", 1, true),
+          "record settings: " .. tostring(a.settings))
+    check(a.final_loss == first["text/rope"].loss, "record final loss = the run file's")
+    local m = mp.load(mdir .. "/text_rope.h5")          -- and the checkpoint still loads as one
+    check(m.config.pos == "rope", "checkpoint with its record loads")
+    m:close()
+  end
+  -- 1. all reused: nothing trained, the same verdicts and curves, `reused` = 1
+  local text, ok1 = rerun("--resume")
+  local _, nre = text:gsub("reusing ", "")
+  check(ok1 and nre == 24 and not text:find("training rope on", 1, true),
+        ("--resume reuses all 24 models (%d):\n%s"):format(nre, text))
+  check(text:find("resumed: 24 of 24 models reused", 1, true) ~= nil, "report says 24 of 24 reused")
+  check(slurp(out .. "/verdicts.tsv") == v0, "resumed run: the same verdicts.tsv")
+  local again = curves()
+  for k, c in pairs(first) do
+    check(again[k].reused == 1 and again[k].loss == c.loss and #again[k].curve == #c.curve
+          and again[k].curve[#c.curve] == c.curve[#c.curve], k .. ": reused, same loss and curve")
+  end
+  -- 2. one checkpoint gone, one without its record (a run stopped between
+  -- saving and recording), a RoPE model's record changed (its DroPE model was
+  -- made from another): those three are trained again, the rest reused; the
+  -- retrained models reach the same final loss (same seed, same batches)
+  os.remove(mdir .. "/ret_none.h5")
+  do
+    local m = mp.load(mdir .. "/multikey_half_rope.h5")
+    m:save(mdir .. "/multikey_half_rope.h5")            -- a plain checkpoint: no record
+    m:close()
+    local f <close> = mp.h5.open(mdir .. "/vartrack_rope.h5", "r+")
+    f:set_attr(rid.RECORD, "final_loss", 123.0)
+  end
+  text, ok1 = rerun("--resume")
+  _, nre = text:gsub("reusing ", "")
+  check(ok1 and nre == 21, ("21 reused (%d):\n%s"):format(nre, text))
+  check(text:find("training none on ret", 1, true) and text:find("training half_rope on multikey", 1, true)
+        and text:find("no training record", 1, true) and text:find("DroPE on vartrack", 1, true)
+        and text:find("made from an earlier RoPE model", 1, true),
+        "retrains the missing, the unrecorded and the DroPE of a changed RoPE model:\n" .. text)
+  again = curves()
+  for _, k in ipairs{"retrieval/none", "multikey/half_rope"} do
+    check(again[k].reused == 0, k .. ": trained again")
+    near(again[k].loss, first[k].loss, 1e-4 * math.abs(first[k].loss), k .. ": the same final loss when trained again")
+  end
+  check(again["vartrack/drope"].reused == 0 and again["vartrack/rope"].reused == 1, "vartrack: RoPE reused, DroPE retrained")
+  -- 3. other settings: refused, naming the file and the difference; nothing rewritten
+  local h5 = slurp(out .. "/rope_id.h5")
+  text, ok1 = rerun("--resume --text-steps 4")
+  check(not ok1 and text:find("text_rope.h5 was trained with other settings (steps 3 there, 4 here)", 1, true) ~= nil,
+        "other settings refused, naming the file and setting:\n" .. text)
+  check(slurp(out .. "/rope_id.h5") == h5 and not io.open(out .. "/rope_id.h5.tmp"), "refused run leaves the run file as it was")
+  text, ok1 = rerun("--resume --rejudge")
+  check(not ok1 and text:find("--resume trains", 1, true) ~= nil, "--resume with --rejudge refused")
   os.execute("rm -rf " .. dir)
 elseif mode == "gpu" then
   -- ---- --preset gpu's shape at a tiny size, two seeds

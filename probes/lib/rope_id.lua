@@ -498,7 +498,8 @@ function M.record_read(path, key, base)
   local a = kind == "group" and f:attrs(M.RECORD) or {}
   if not a.settings then
     f:close()
-    log("%s: no training record (a run stopped while saving it); training it again", path)
+    log("%s: no training record (saved by a run that stopped before recording it, or by a rope_id without "
+        .. "--resume); training it again", path)
     return nil
   end
   if a.settings ~= key then

@@ -453,26 +453,78 @@ local function prepare_data(c, r)
       .. "%d positions (inside L: %d windows)", c.WL, o.B_geo, Tmax, c.W, c.nin)
 end
 
--- Resuming (--resume): each checkpoint carries, under /rope_id_train, the
--- settings it was trained with (a "key=value;..." string: task, scheme, seed,
--- L, shape, vocabulary, steps, learning rate, weight decay, batch, the task's
--- parameters, the corpus's size), its final loss, wall seconds and loss curve
--- (DroPE: also the loss right after dropping, and `base`, the final loss of
--- the RoPE model it was made from). The settings are written last: a file
--- without them (a run stopped between saving and recording) is trained again.
--- A resumed run reuses every checkpoint whose settings equal its own, trains
--- the rest, and refuses one whose settings differ (another design in the
--- same folder) rather than overwrite it.
-M.RECORD = "/rope_id_train"
+-- Resuming (--resume): beside each checkpoint X.h5, X.record (text, written
+-- by the same job once the checkpoint is saved, through a temporary name)
+-- holds the settings the model was trained with (a "key=value;..." string:
+-- task, scheme, seed, L, shape, vocabulary, steps, learning rate, weight
+-- decay, batch, the task's parameters, the corpus's size), its final loss,
+-- wall seconds and loss curve (DroPE: also the loss right after dropping, and
+-- `base`, the final loss of the RoPE model it was made from). Training removes
+-- the record first, so a checkpoint without one (a run stopped part-way) is
+-- trained again. A resumed run reuses every checkpoint whose record's settings
+-- equal its own and that loads (mp.load: the guarded reader, as any model
+-- file), trains the rest, and refuses one whose settings differ (another
+-- design in the same folder) rather than overwrite it. The record is plain
+-- text read by this file's parser alone: nothing of a checkpoint is read in
+-- this process outside the guarded loader.
+M.RECORD_MAGIC = "mechprobe rope_id training record 1"
+local RECORD_MAX = 4 * 1024 * 1024           -- bytes: far above a 10^5-step curve
+
+function M.record_path(path) return (path:gsub("%.h5$", "")) .. ".record" end
 
 local function record_write(path, key, ti, base)
-  local f <close> = mp.h5.open(path, "r+")
-  f:write(M.RECORD .. "/loss_curve", ti.curve)
-  f:set_attr(M.RECORD, "final_loss", ti.loss)
-  f:set_attr(M.RECORD, "seconds", ti.seconds)
-  if ti.loss_dropped then f:set_attr(M.RECORD, "loss_dropped", ti.loss_dropped) end
-  if base then f:set_attr(M.RECORD, "base", base) end
-  f:set_attr(M.RECORD, "settings", key)
+  local rp = M.record_path(path)
+  local tmp = rp .. ".tmp"
+  local curve = {}
+  for i, v in ipairs(ti.curve) do curve[i] = ("%.9g"):format(v) end
+  local lines = {M.RECORD_MAGIC, "settings " .. key, ("final_loss %.17g"):format(ti.loss),
+                 ("seconds %d"):format(ti.seconds)}
+  if ti.loss_dropped then lines[#lines + 1] = ("loss_dropped %.17g"):format(ti.loss_dropped) end
+  if base then lines[#lines + 1] = "base " .. base end
+  lines[#lines + 1] = ("curve %d %s"):format(#curve, table.concat(curve, " "))
+  local f, err = io.open(tmp, "wb")
+  if not f then error(("rope_id: %s: cannot write (%s)"):format(tmp, tostring(err)), 0) end
+  local ok, werr = f:write(table.concat(lines, "\n") .. "\n")
+  local cok, cerr = f:close()
+  if not ok or not cok then
+    os.remove(tmp)
+    error(("rope_id: %s: cannot write (%s)"):format(tmp, tostring(werr or cerr)), 0)
+  end
+  local rok, rerr = os.rename(tmp, rp)
+  if not rok then os.remove(tmp); error(("rope_id: %s: cannot rename to %s (%s)"):format(tmp, rp, tostring(rerr)), 0) end
+end
+
+-- Parses a record's text; returns the table or nil, reason.
+function M.record_parse(text)
+  if #text > RECORD_MAX then return nil, "larger than any record" end
+  local r, n = {}, 0
+  for line in text:gmatch("[^\n]+") do
+    n = n + 1
+    if n == 1 then
+      if line ~= M.RECORD_MAGIC then return nil, "not a rope_id training record" end
+    else
+      local k, v = line:match("^(%a[%w_]*) (.*)$")
+      if not k then return nil, ("line %d is not 'name value'"):format(n) end
+      if r[k] ~= nil then return nil, ("'%s' given twice"):format(k) end
+      r[k] = v
+    end
+  end
+  if not r.settings or not r.final_loss or not r.seconds or not r.curve then return nil, "incomplete" end
+  local out = {settings = r.settings, base = r.base, loss = tonumber(r.final_loss), seconds = tonumber(r.seconds),
+               loss_dropped = r.loss_dropped and tonumber(r.loss_dropped)}
+  if not out.loss or not out.seconds or (r.loss_dropped and not out.loss_dropped) then return nil, "a bad number" end
+  local cnt, rest = r.curve:match("^(%d+) ?(.*)$")
+  cnt = tonumber(cnt)
+  if not cnt then return nil, "a bad curve" end
+  local curve = {}
+  for w in rest:gmatch("%S+") do
+    local v = tonumber(w)
+    if not v then return nil, "a bad curve value" end
+    curve[#curve + 1] = v
+  end
+  if #curve ~= cnt then return nil, ("a curve of %d values, %d announced"):format(#curve, cnt) end
+  out.curve = curve
+  return out
 end
 
 -- The settings that differ between two keys, as "name A there, B here".
@@ -486,36 +538,36 @@ local function key_diff(there, here)
   return table.concat(out, "; ")
 end
 
--- The record of a finished model at `path` with these settings, or nil (no
--- file, no record, unreadable, or a `base` other than the given one: train it).
+-- The record of the finished model at `path` (a checkpoint) with these
+-- settings, or nil (no checkpoint or record, an unreadable one, or a `base`
+-- other than the given one: train it). Other settings are an error.
 function M.record_read(path, key, base)
   local fh = io.open(path, "rb")
   if not fh then return nil end
   fh:close()
-  local ok, f = pcall(mp.h5.open, path, "r")
-  if not ok then log("%s: unreadable (%s); training it again", path, tostring(f)); return nil end
-  local _, kind = f:has(M.RECORD)
-  local a = kind == "group" and f:attrs(M.RECORD) or {}
-  if not a.settings then
-    f:close()
-    log("%s: no training record (saved by a run that stopped before recording it, or by a rope_id without "
-        .. "--resume); training it again", path)
+  local rp = M.record_path(path)
+  fh = io.open(rp, "rb")
+  if not fh then
+    log("%s: no training record (its run stopped before writing %s, or predates --resume); training it again", path, rp)
     return nil
   end
-  if a.settings ~= key then
-    f:close()
-    error(("rope_id --resume: %s was trained with other settings (%s); give another --out, or remove the file")
-      :format(path, key_diff(a.settings, key)), 0)
+  local text = fh:read(RECORD_MAX + 1) or ""
+  fh:close()
+  local rec, why = M.record_parse(text)
+  if not rec then log("%s: %s; training it again", rp, why); return nil end
+  if rec.settings ~= key then
+    error(("rope_id --resume: %s was trained with other settings (%s); give another --out, or remove it and %s")
+      :format(path, key_diff(rec.settings, key), rp), 0)
   end
-  if base and a.base ~= base then
-    f:close()
+  if base and rec.base ~= base then
     log("%s: made from an earlier RoPE model than %s; training it again", path, (path:gsub("_drope%.h5$", "_rope.h5")))
     return nil
   end
-  local curve = f:read(M.RECORD .. "/loss_curve"):totable()
-  f:close()
-  return {loss = a.final_loss, curve = curve, seconds = a.seconds, loss_dropped = a.loss_dropped, path = path,
-          reused = true}
+  local ok, m = pcall(mp.load, path)           -- the checkpoint itself: loads, and is of this shape
+  if not ok then log("%s: %s; training it again", path, tostring(m)); return nil end
+  m:close()
+  rec.path, rec.reused = path, true
+  return rec
 end
 
 local function fmt_setting(v)
@@ -590,6 +642,7 @@ local function train(c, r)
     local key = M.settings_key(c, task, pos, steps, lr, wd, tk.vocab)
     local done = o.resume and M.record_read(path, key)
     if done then log("reusing %s on %s (%s)", pos, task, path); return done end
+    os.remove(M.record_path(path))      -- until this training's record is written, the checkpoint is not done
     local c0 = os.time()
     tk:seed(o.seed * 100 + 7)           -- every scheme sees the same batches
     local m = new_model(pos, tk.vocab, task)
@@ -606,16 +659,19 @@ local function train(c, r)
   local dropes = mp.mpi.sweep(tasks, function(task)
     local tk = task_of(task)
     local path, rope_path = ("%s/%s_drope.h5"):format(mdir, task), ("%s/%s_rope.h5"):format(mdir, task)
-    local base
-    do
-      local f <close> = mp.h5.open(rope_path, "r")
-      base = fmt_setting(f:attrs(M.RECORD).final_loss)
-    end
     local steps, lr, wd = hyper(o, task)
-    local key = ("%s;drope_steps=%d;drope_lr=%s"):format(M.settings_key(c, task, "rope", steps, lr, wd, tk.vocab),
-      o.drope_steps, fmt_setting(o.drope_lr))
+    local rope_key = M.settings_key(c, task, "rope", steps, lr, wd, tk.vocab)
+    local fh = io.open(M.record_path(rope_path), "rb")
+    local rope_rec = fh and M.record_parse(fh:read(RECORD_MAX + 1) or "")
+    if fh then fh:close() end
+    if not rope_rec or rope_rec.settings ~= rope_key then   -- the sweep above wrote or checked it
+      error(("rope_id: %s: the RoPE model's record is missing or of other settings"):format(M.record_path(rope_path)), 0)
+    end
+    local base = ("%.17g"):format(rope_rec.loss)
+    local key = ("%s;drope_steps=%d;drope_lr=%s"):format(rope_key, o.drope_steps, fmt_setting(o.drope_lr))
     local done = o.resume and M.record_read(path, key, base)
     if done then log("reusing DroPE on %s (%s)", task, path); return done end
+    os.remove(M.record_path(path))
     local c0 = os.time()
     local dm = mp.load(rope_path)
     log("DroPE on %s (%d steps)", task, o.drope_steps)

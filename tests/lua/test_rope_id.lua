@@ -5,7 +5,8 @@
 --          share of positive max q.k, stable rank, centroid cosine) against
 --          sums written out here from the captured q, k and patterns (~1 s);
 --   resume `--resume` on a tiny quick run: all models reused (same verdicts),
---          a missing / unrecorded / stale model trained again to the same loss,
+--          a missing / unrecorded / corrupt / stale model trained again to the
+--          same loss, the record parser refusing partial records,
 --          other settings refused;
 --   quick  `mechprobe rope_id --quick` end to end (~40 s): it exits 0, its
 --          verdict table parses (7 rows, fixed columns, a rule for each), every
@@ -295,16 +296,21 @@ elseif mode == "resume" then
   local n = 0
   for _, c in pairs(first) do n = n + 1; check(c.reused == 0, "first run: nothing reused") end
   check(n == 24, ("24 models (20 schemes x tasks, 4 DroPE): %d"):format(n))
-  -- every checkpoint carries its record: settings, final loss = the run file's
+  -- every checkpoint has its record: settings, final loss and curve = the run file's
   do
-    local f <close> = mp.h5.open(mdir .. "/text_rope.h5")
-    local a = f:attrs(rid.RECORD)
-    check(a.settings and a.settings:find("task=text;", 1, true) and a.settings:find("steps=3;", 1, true),
-          "record settings: " .. tostring(a.settings))
-    check(a.final_loss == first["text/rope"].loss, "record final loss = the run file's")
-    local m = mp.load(mdir .. "/text_rope.h5")          -- and the checkpoint still loads as one
-    check(m.config.pos == "rope", "checkpoint with its record loads")
-    m:close()
+    local a = rid.record_parse(slurp(mdir .. "/text_rope.record") or "")
+    check(a and a.settings:find("task=text;", 1, true) and a.settings:find("steps=3;", 1, true),
+          "record settings: " .. tostring(a and a.settings))
+    check(a and math.abs(a.loss - first["text/rope"].loss) <= 1e-6 * a.loss and #a.curve == 3,
+          "record final loss = the run file's (float32), 3 curve points")
+    local d = rid.record_parse(slurp(mdir .. "/text_drope.record") or "")
+    check(d and d.loss_dropped and d.base == ("%.17g"):format(a.loss), "DroPE record: loss_dropped, base = RoPE's loss")
+    -- the parser refuses what is not a whole record
+    for _, bad in ipairs{"", "hello\n", rid.RECORD_MAGIC .. "\nsettings a=1\nfinal_loss 1\nseconds 2\ncurve 3 1 2\n",
+                         rid.RECORD_MAGIC .. "\nsettings a=1\nfinal_loss x\nseconds 2\ncurve 1 1\n",
+                         rid.RECORD_MAGIC .. "\nsettings a=1\nfinal_loss 1\nseconds 2\n"} do
+      check(rid.record_parse(bad) == nil, ("record parser refuses %q"):format(bad:sub(1, 60)))
+    end
   end
   -- 1. all reused: nothing trained, the same verdicts and curves, `reused` = 1
   local text, ok1 = rerun("--resume")
@@ -319,26 +325,28 @@ elseif mode == "resume" then
           and again[k].curve[#c.curve] == c.curve[#c.curve], k .. ": reused, same loss and curve")
   end
   -- 2. one checkpoint gone, one without its record (a run stopped between
-  -- saving and recording), a RoPE model's record changed (its DroPE model was
-  -- made from another): those three are trained again, the rest reused; the
+  -- saving and recording), one record garbled, one checkpoint truncated (its
+  -- record intact), a RoPE model's record changed (its DroPE model was made
+  -- from another): those five are trained again, the rest reused; the
   -- retrained models reach the same final loss (same seed, same batches)
   os.remove(mdir .. "/ret_none.h5")
-  do
-    local m = mp.load(mdir .. "/multikey_half_rope.h5")
-    m:save(mdir .. "/multikey_half_rope.h5")            -- a plain checkpoint: no record
-    m:close()
-    local f <close> = mp.h5.open(mdir .. "/vartrack_rope.h5", "r+")
-    f:set_attr(rid.RECORD, "final_loss", 123.0)
-  end
+  os.remove(mdir .. "/multikey_half_rope.record")
+  local function put(path, s) local f = assert(io.open(path, "wb")); f:write(s); f:close() end
+  put(mdir .. "/text_high_freq.record", "\0\1garbage")
+  put(mdir .. "/multikey_none.h5", slurp(mdir .. "/multikey_none.h5"):sub(1, 100))
+  local vr = slurp(mdir .. "/vartrack_rope.record")
+  put(mdir .. "/vartrack_rope.record", (vr:gsub("\nfinal_loss [^\n]+", "\nfinal_loss 123")))
   text, ok1 = rerun("--resume")
   _, nre = text:gsub("reusing ", "")
-  check(ok1 and nre == 21, ("21 reused (%d):\n%s"):format(nre, text))
-  check(text:find("training none on ret", 1, true) and text:find("training half_rope on multikey", 1, true)
-        and text:find("no training record", 1, true) and text:find("DroPE on vartrack", 1, true)
-        and text:find("made from an earlier RoPE model", 1, true),
-        "retrains the missing, the unrecorded and the DroPE of a changed RoPE model:\n" .. text)
+  check(ok1 and nre == 19, ("19 reused (%d):\n%s"):format(nre, text))
+  for _, s in ipairs{"training none on ret", "training half_rope on multikey", "no training record",
+                     "text_high_freq.record: not a rope_id training record", "training high_freq on text",
+                     "multikey_none.h5: ", "training none on multikey", "DroPE on vartrack",
+                     "made from an earlier RoPE model"} do
+    check(text:find(s, 1, true) ~= nil, ("log says '%s'"):format(s))
+  end
   again = curves()
-  for _, k in ipairs{"retrieval/none", "multikey/half_rope"} do
+  for _, k in ipairs{"retrieval/none", "multikey/half_rope", "text/high_freq", "multikey/none"} do
     check(again[k].reused == 0, k .. ": trained again")
     near(again[k].loss, first[k].loss, 1e-4 * math.abs(first[k].loss), k .. ": the same final loss when trained again")
   end

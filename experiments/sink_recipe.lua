@@ -81,26 +81,9 @@ tsv:write("config\tstep\ttokens\tloss\tsink_heads\theads\tmax_alpha0\tmean_alpha
 local h5path = o.out .. "/sink_recipe.h5"
 mp.h5.open(h5path, "w"):close()
 
--- alpha_0 per [layer][head], averaged over the windows. mp.analyze.sinks
--- gives the mean over the queries t >= 0, whose first row is the first token
--- attending to itself (1); leaving it out: (T alpha_0 - 1) / (T - 1).
-local function alpha0(m, toks)
-  local cfg = m.config
-  local names = {}
-  for l = 0, cfg.n_layer - 1 do names[#names + 1] = ("blocks.%d.attn.hook_pattern"):format(l) end
-  local _, cache = m:run_with_cache(toks, {names = table.concat(names, ","), logits = "none"})
-  local B, T, A = #toks, #toks[1], {}
-  for l = 0, cfg.n_layer - 1 do
-    local a0 = mp.analyze.sinks(cache[("blocks.%d.attn.hook_pattern"):format(l)]).alpha0   -- [B, H]
-    A[l + 1] = {}
-    for h = 1, cfg.n_head do
-      local s = 0
-      for b = 1, B do s = s + (T * a0:get(b, h) - 1) / (T - 1) end
-      A[l + 1][h] = s / B
-    end
-  end
-  return A
-end
+-- alpha_0 per [layer][head], averaged over the windows (the sinks probe's
+-- measurement: probes/lib/sinks_train.lua).
+local alpha0 = require("sinks_train").alpha0
 
 for _, over in ipairs(configs) do
   if not want or want[over.name] then

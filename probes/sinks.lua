@@ -1,7 +1,12 @@
 -- sinks.lua — attention sinks and query/key clusters in every head.
 --
 --   mechprobe sinks --model FILE (--text STR | --text-file F | --tokens IDS) --out DIR
+--   mechprobe sinks --preset quick|medium|full|gpu [--seeds 1,2,3] [--steps N] --out DIR
 --
+-- With --preset it first trains models from scratch and watches sinks emerge
+-- over seeds (probes/lib/sinks_train.lua: the sink fraction along training,
+-- two verdicts, DIR/sinks_train.h5), then analyses the first seed's model as
+-- below (DIR/analysis).
 -- Captures q/k before and after the positional scheme, the attention patterns
 -- and the residual stream to DIR/sinks.h5; computes for each (layer, head): the
 -- attention each key receives (alpha_k, Gu et al.), whether the head sinks into
@@ -16,7 +21,15 @@ local sinks = require "sinks"
 local o = cli.parse(arg, {
   name = "sinks",
   summary = "Attention sinks and Q/K point-cloud geometry of every head, with figures and a verdict table.",
-  {"model", "FILE", "model checkpoint", required = true},
+  {"model", "FILE", "model checkpoint to analyse (or --preset)"},
+  {"preset", "NAME", "train models from scratch and watch sinks emerge: quick (1 seed, about a minute), medium (3 seeds "
+    .. "of quick's model), full (3 seeds of a larger model, about 15 minutes) or gpu (sized for a GPU backend; on the CPU only with a small --steps, --length, --d-model)"},
+  {"seeds", "LIST", "with --preset: seeds, one model each (default: the preset's)"},
+  {"steps", "N", "with --preset: training steps (default: the preset's)", type = "int"},
+  {"length", "N", "with --preset: context length L (default: the preset's)", type = "int"},
+  {"d_model", "N", "with --preset: model width (heads keep their count and size; default: the preset's)", type = "int"},
+  {"checkpoints", "N", "with --preset: measurements along the training (default: the preset's)", type = "int"},
+  {"corpus", "FILE", "with --preset: text to train on (default: Debian's licence texts, plus fortunes if installed)"},
   {"tokenizer", "FILE", "tokenizer (default: found next to the model)"},
   cli.DEVICE_OPTS[1], cli.DEVICE_OPTS[2],
   {"text", "STR", "input text"},
@@ -30,6 +43,59 @@ local o = cli.parse(arg, {
   {"format", "EXT", "figure format: png, svg or pdf", default = "png"},
   {"out", "DIR", "output folder", required = true},
 })
+if o.preset then
+  if o.model or o.text or o.text_file or o.tokens then
+    cli.fail("sinks", "--preset trains its own models and analyses held-out text: give none of --model, --text, "
+      .. "--text-file, --tokens with it")
+  end
+  if o.device ~= "cpu" then
+    cli.fail("sinks", "--preset trains on the CPU (training on the GPU is not built yet): leave out --device")
+  end
+  local st = require "sinks_train"
+  if not st.presets[o.preset] then cli.fail("sinks", ("--preset must be quick, medium, full or gpu (got '%s')"):format(o.preset)) end
+  cli.check_format("sinks", o.format)
+  local p = st.preset(o.preset)
+  p.out, p.format, p.eps = o.out, o.format, o.eps
+  if o.seeds then
+    p.seeds = cli.int_list(o.seeds, "--seeds")
+    local seen = {}
+    for _, s in ipairs(p.seeds) do
+      if seen[s] then cli.fail("sinks", ("--seeds: seed %d given twice"):format(s)) end
+      seen[s] = true
+    end
+  end
+  if o.steps then
+    if o.steps < 1 then cli.fail("sinks", ("--steps must be >= 1 (got %d)"):format(o.steps)) end
+    p.steps = o.steps
+  end
+  if o.checkpoints then
+    if o.checkpoints < 1 then cli.fail("sinks", ("--checkpoints must be >= 1 (got %d)"):format(o.checkpoints)) end
+    p.checkpoints = o.checkpoints
+  end
+  if p.checkpoints > p.steps then p.checkpoints = p.steps end
+  if o.length then
+    if o.length < 8 or o.length > 65536 then cli.fail("sinks", ("--length must be in 8..65536 (got %d)"):format(o.length)) end
+    p.L = o.length
+  end
+  if o.d_model then
+    if o.d_model < 8 or o.d_model > 4096 then cli.fail("sinks", ("--d-model must be in 8..4096 (got %d)"):format(o.d_model)) end
+    p.d_model, p.d_mlp = o.d_model, math.min(p.d_mlp, 4 * o.d_model)
+  end
+  if o.corpus then
+    local f = io.open(o.corpus, "rb")
+    if not f then cli.fail("sinks", ("--corpus %s: cannot open"):format(o.corpus)) end
+    f:close()
+    p.corpus = o.corpus
+  end
+  p.progress = o.preset ~= "quick"
+  local ok, err = pcall(st.run, p)
+  if not ok then cli.fail("sinks", tostring(err), 1) end
+  return
+end
+for _, k in ipairs{"seeds", "steps", "length", "d_model", "checkpoints", "corpus"} do
+  if o[k] then cli.fail("sinks", ("--%s goes with --preset (training), not with --model"):format(k:gsub("_", "-"))) end
+end
+if not o.model then cli.fail("sinks", "give --model FILE (analyse a model) or --preset NAME (train models first)") end
 cli.check_choice("sinks", o, {"text", "text_file", "tokens"}, "exactly")
 if o.window < 1 then cli.fail("sinks", ("--window must be a positive number of positions (got %d)"):format(o.window)) end
 cli.check_format("sinks", o.format)

@@ -10,3 +10,7 @@ mp_lua_test(test_lua_config "lua" lua/test_config.lua)
 mp_lua_test(test_lua_options "lua" lua/test_options.lua)
 mp_lua_test(test_api_doc "unit;lua" lua/test_api_doc.lua)
 mp_lua_test(test_hook_points "lua;unit" lua/test_hook_points.lua)
+# `mechprobe sinks --preset`: the verdict rules on planted fractions, option
+# errors (<1 s); a tiny 3-seed run end to end and the gpu shape (~20 s)
+mp_lua_test(test_sinks_train "lua;unit" lua/test_sinks_train.lua unit)
+mp_lua_test(test_sinks_train_run "lua" lua/test_sinks_train.lua run)

@@ -151,6 +151,7 @@ local function load_model(path)
   end
   return m
 end
+local seed_list = o.seeds and cli.seed_list("group_arith", o.seeds)   -- checked before anything is written
 local given_model
 if o.model and o.seeds and not o.model:find("%d", 1, true) then
   io.stderr:write("mechprobe group_arith: --model with --seeds needs \"%d\" in the path for the seed (e.g. DIR/seed_%d/model.h5)\n")
@@ -158,7 +159,7 @@ if o.model and o.seeds and not o.model:find("%d", 1, true) then
 end
 if o.model then
   if o.seeds then
-    for _, seed in ipairs(cli.int_list(o.seeds, "--seeds")) do load_model(model_path_of(seed)):close() end
+    for _, seed in ipairs(seed_list) do load_model(model_path_of(seed)):close() end
   else
     given_model = load_model(o.model)
   end
@@ -238,7 +239,7 @@ end
 -- several seeds: independent runs, spread over the ranks (mp.mpi.sweep); rank 0
 -- prints each run's report in seed order, then the verdicts of all seeds pooled
 -- (per-item data concatenated) and each seed's verdict side by side
-local seeds = cli.int_list(o.seeds, "--seeds")
+local seeds = seed_list
 local runs = mp.mpi.sweep(seeds, function(seed)
   local oo = {}
   for k, v in pairs(o) do oo[k] = v end

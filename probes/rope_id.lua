@@ -84,12 +84,7 @@ p.out, p.format, p.resume = o.out, o.format, o.resume or false
 p.progress = o.progress or preset ~= "quick"
 if o.seed then p.seeds = {o.seed} end
 if o.seeds then
-  p.seeds = cli.int_list(o.seeds, "--seeds")
-  local seen = {}
-  for _, s in ipairs(p.seeds) do
-    if seen[s] then fail(("--seeds: seed %d given twice"):format(s)) end
-    seen[s] = true
-  end
+  p.seeds = cli.seed_list("rope_id", o.seeds)
 end
 if o.steps then
   if o.steps < 1 then fail("--steps must be >= 1") end

@@ -57,12 +57,7 @@ if o.preset then
   local p = st.preset(o.preset)
   p.out, p.format, p.eps = o.out, o.format, o.eps
   if o.seeds then
-    p.seeds = cli.int_list(o.seeds, "--seeds")
-    local seen = {}
-    for _, s in ipairs(p.seeds) do
-      if seen[s] then cli.fail("sinks", ("--seeds: seed %d given twice"):format(s)) end
-      seen[s] = true
-    end
+    p.seeds = cli.seed_list("sinks", o.seeds)
   end
   if o.steps then
     if o.steps < 1 then cli.fail("sinks", ("--steps must be >= 1 (got %d)"):format(o.steps)) end

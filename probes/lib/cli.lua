@@ -171,6 +171,17 @@ function cli.int_list(s, what)
   return t
 end
 
+-- A --seeds list: integers, none twice (a repeated seed would count one run as
+-- two independent replicates in every interval).
+function cli.seed_list(name, s)
+  local seeds, seen = cli.int_list(s, "--seeds"), {}
+  for _, v in ipairs(seeds) do
+    if seen[v] then cli.fail(name, ("--seeds: seed %d given twice"):format(v)) end
+    seen[v] = true
+  end
+  return seeds
+end
+
 function cli.write_text(path, text)
   local out <close> = mp.output(path)   -- refuses non-regular destinations; temporary removed on error
   local f = assert(io.open(out.tmp, "w"))

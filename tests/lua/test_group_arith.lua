@@ -218,7 +218,8 @@ if which == "quick" or which == "all" then
                      {"--pools 4:0.5:1.2", "--pools"}, {"--train-k 0", "--train-k"},
                      {"--heads 0", "--heads"}, {"--heads 3", "--heads"}, {"--pools 4:0.5:1:0", "--pools"}, {"--pools 4:0.5:1:2.5", "--pools"},
                      {"--no-curriculum --curriculum", "--no-curriculum"}, {"--n-eval 2", "--n-eval"},
-                     {"--preset tpu", "--preset"}, {"--preset gpu", "--preset"}} do
+                     {"--preset tpu", "--preset"}, {"--preset gpu", "--preset"},
+                     {"--seeds 1,2,1", "--seeds: seed 1 given twice"}} do
     local bad = os.tmpname(); os.remove(bad)
     local p = io.popen(("%s group_arith --quick %s --out %s 2>&1"):format(exe, c[1], bad))
     local out = p:read("a")

@@ -23,7 +23,8 @@ local rid = require "rope_id"
 if mode == "unit" then
   -- option errors: a non-zero exit, a message naming the option, no output folder
   for _, c in ipairs{{"--text-steps 0", "--text-steps must be >= 1"}, {"--steps 0", "--steps must be >= 1"},
-                     {"--length 100", "--length must be a multiple of 64"}, {"--preset huge", "--preset must be"}} do
+                     {"--length 100", "--length must be a multiple of 64"}, {"--preset huge", "--preset must be"},
+                     {"--seeds 2,3,2", "--seeds: seed 2 given twice"}} do
     local out = os.tmpname(); os.remove(out)
     local p = io.popen(("%s rope_id %s --out %s 2>&1"):format(arg[-1], c[1], out))
     local msg = p:read("a")

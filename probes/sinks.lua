@@ -23,7 +23,7 @@ local o = cli.parse(arg, {
   summary = "Attention sinks and Q/K point-cloud geometry of every head, with figures and a verdict table.",
   {"model", "FILE", "model checkpoint to analyse (or --preset)"},
   {"preset", "NAME", "train models from scratch and watch sinks emerge: quick (1 seed, about a minute), medium (3 seeds "
-    .. "of quick's model), full (3 seeds of a larger model, about 15 minutes) or gpu (sized for a GPU backend; on the CPU only with a small --steps, --length, --d-model)"},
+    .. "of quick's model), full (5 seeds of a larger model, about half an hour) or gpu (sized for a GPU backend; on the CPU only with a small --steps, --length, --d-model)"},
   {"seeds", "LIST", "with --preset: seeds, one model each (default: the preset's)"},
   {"steps", "N", "with --preset: training steps (default: the preset's)", type = "int"},
   {"length", "N", "with --preset: context length L (default: the preset's)", type = "int"},

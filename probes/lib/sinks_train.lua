@@ -33,8 +33,8 @@ local base = {eps = 0.3, pos = "rope", bos = true, wd = 0.1, val_windows = 4, an
 
 -- quick/medium: the quickstart's model and recipe (1.2M tokens; whether it
 -- grows sink heads depends on the seed: 7, 3 and 0 of 32 at seeds 1-3 here);
--- full: the text model of `rope_id --medium` (4.9M tokens: every one of its
--- RoPE models, 5 seeds, grew sink heads), 5 seeds (3 gave 6, 1 and 2 sink
+-- full: the text model of `rope_id --medium` (4.9M tokens: its RoPE models
+-- grew sink heads in 6 of 7 seeds), 5 seeds (3 gave 6, 1 and 2 sink
 -- heads of 32: every seed some, but a t-interval with 2 degrees of freedom
 -- that reaches below 0); gpu: toward Gu et al.'s
 -- setup (a 60M LLaMA at context 2048 on the Pile) for a GPU backend: d_model

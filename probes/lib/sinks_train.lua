@@ -231,7 +231,10 @@ local function write_h5(o, runs, pooled, V, H)
   return path
 end
 
-local function figure(o, runs, pooled)
+-- The sink fraction against training tokens: each seed (runs[i].tokens,
+-- runs[i].frac) and the mean with its band (pooled.mean/lo/hi); o: seeds, eps,
+-- out, format. Returns the path.
+function M.figure(o, runs, pooled)
   local fig <close> = mp.plot.figure{width = 640, height = 400,
     title = ("Sink heads (alpha_0 > %.1f) during training: %d seed%s, mean and 95%% interval"):format(o.eps, #runs,
       #runs == 1 and "" or "s")}
@@ -246,7 +249,10 @@ local function figure(o, runs, pooled)
     hi[i] = pooled.hi[i] == math.huge and pooled.mean[i] or pooled.hi[i]
   end
   ax:line(xm, pooled.mean, {label = "mean", width = 2.5, marker = true, band_lo = lo, band_hi = hi})
-  ax:set{xlabel = "training tokens (millions)", ylabel = "fraction of heads that sink", ylim = {0, 1}}
+  local top = 0.25                                -- the y axis: at least 0..0.25, up to 0..1
+  for i = 1, #xm do top = math.max(top, hi[i] * 1.1) end
+  for _, r in ipairs(runs) do for _, v in ipairs(r.frac) do top = math.max(top, v * 1.1) end end
+  ax:set{xlabel = "training tokens (millions)", ylabel = "fraction of heads that sink", ylim = {0, math.min(1, top)}}
   ax:legend()
   local path = ("%s/sink_fraction.%s"):format(o.out, o.format or "png")
   fig:save(path)
@@ -310,7 +316,7 @@ function M.run(o)
   end
   local V = {M.C1{final = final, init = init, learned = learned}, M.C2{final = final, init = init, learned = learned}}
   local h5 = write_h5(o, runs, pooled, V, H)
-  local fig = figure(o, runs, pooled)
+  local fig = M.figure(o, runs, pooled)
   -- the first seed's model, head by head, on held-out text (as `sinks --model`)
   local sinks = require "sinks"
   local text = runs[1].task

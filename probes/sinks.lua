@@ -56,6 +56,10 @@ if o.preset then
   cli.check_format("sinks", o.format)
   local p = st.preset(o.preset)
   p.out, p.format, p.eps = o.out, o.format, o.eps
+  -- the per-head analysis of the first seed's model takes the analysis options
+  if o.window < 1 then cli.fail("sinks", ("--window must be a positive number of positions (got %d)"):format(o.window)) end
+  if o.max_tokens < 4 then cli.fail("sinks", ("--max-tokens must be >= 4 (got %d)"):format(o.max_tokens)) end
+  p.window, p.boot, p.boot_seed, p.analysis_tokens = o.window, o.boot, o.seed, o.max_tokens
   if o.seeds then
     p.seeds = cli.seed_list("sinks", o.seeds)
   end

@@ -29,7 +29,10 @@ local S, N, I = "SUPPORTED", "NOT SUPPORTED", "INCONCLUSIVE"
 M.MIN_SEEDS = 3
 M.FLOOR = 0.01     -- a sink fraction below 1% of heads counts as none (Gu et al.'s level before sinks emerge)
 
-local base = {eps = 0.3, pos = "rope", bos = true, wd = 0.1, val_windows = 4, analysis_tokens = 127}
+-- analysis_tokens, window, boot, boot_seed: the per-head analysis of the
+-- first seed's model (sinks --max-tokens, --window, --boot, --seed)
+local base = {eps = 0.3, pos = "rope", bos = true, wd = 0.1, val_windows = 4, analysis_tokens = 256, window = 32,
+              boot = 1000, boot_seed = 1}
 
 -- quick/medium: the quickstart's model and recipe (1.2M tokens; whether it
 -- grows sink heads depends on the seed: 7, 3 and 0 of 32 at seeds 1-3 here);
@@ -325,8 +328,8 @@ function M.run(o)
   r:out("")
   r:out("-- per-head analysis of seed %d's model on %d held-out tokens: %s/analysis (run file, figures, table)",
       o.seeds[1], #toks, o.out)
-  sinks.run(runs[1].model, toks, {out = o.out .. "/analysis", label = runs[1].path, boot = 500, eps = o.eps,
-                                  format = o.format})
+  sinks.run(runs[1].model, toks, {out = o.out .. "/analysis", label = runs[1].path, boot = o.boot, eps = o.eps,
+                                  window = o.window, seed = o.boot_seed, format = o.format})
   for _, run in ipairs(runs) do run.model:close(); run.task:close() end
   r:out("")
   r:out("-- verdicts")

@@ -61,10 +61,7 @@ else
     tostring(m), o.corpus, #corpus, o.steps))
   local curve = m:train{task = task, steps = o.steps, batch = 16, lr = o.lr, warmup = math.min(50, o.steps // 5),
                         eval_every = math.max(1, o.steps // 4), checkpoint = model_path}
-  -- the byte unigram entropy of the corpus: what a model that ignores context reaches
-  local counts, H = {}, 0
-  for i = 1, #corpus do local b = corpus:byte(i); counts[b] = (counts[b] or 0) + 1 end
-  for _, c in pairs(counts) do local p = c / #corpus; H = H - p * math.log(p) end
+  local H = require("sinks_train").unigram_entropy(corpus)   -- what a model that ignores context reaches
   local ev = curve.eval_loss
   print(("   final training loss %.3f nats/byte, held-out %.3f, unigram baseline %.3f; %.0f tokens/s"):format(
     curve.final_loss, ev and ev[#ev] or 0 / 0, H, curve.tokens_per_s))

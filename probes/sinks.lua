@@ -43,6 +43,8 @@ local o = cli.parse(arg, {
   {"format", "EXT", "figure format: png, svg or pdf", default = "png"},
   {"out", "DIR", "output folder", required = true},
 })
+if o.window < 1 then cli.fail("sinks", ("--window must be a positive number of positions (got %d)"):format(o.window)) end
+cli.check_format("sinks", o.format)
 if o.preset then
   if o.model or o.text or o.text_file or o.tokens then
     cli.fail("sinks", "--preset trains its own models and analyses held-out text: give none of --model, --text, "
@@ -53,11 +55,9 @@ if o.preset then
   end
   local st = require "sinks_train"
   if not st.presets[o.preset] then cli.fail("sinks", ("--preset must be quick, medium, full or gpu (got '%s')"):format(o.preset)) end
-  cli.check_format("sinks", o.format)
   local p = st.preset(o.preset)
   p.out, p.format, p.eps = o.out, o.format, o.eps
   -- the per-head analysis of the first seed's model takes the analysis options
-  if o.window < 1 then cli.fail("sinks", ("--window must be a positive number of positions (got %d)"):format(o.window)) end
   if o.max_tokens < 4 then cli.fail("sinks", ("--max-tokens must be >= 4 (got %d)"):format(o.max_tokens)) end
   p.window, p.boot, p.boot_seed, p.analysis_tokens = o.window, o.boot, o.seed, o.max_tokens
   if o.seeds then
@@ -96,8 +96,6 @@ for _, k in ipairs{"seeds", "steps", "length", "d_model", "checkpoints", "corpus
 end
 if not o.model then cli.fail("sinks", "give --model FILE (analyse a model) or --preset NAME (train models first)") end
 cli.check_choice("sinks", o, {"text", "text_file", "tokens"}, "exactly")
-if o.window < 1 then cli.fail("sinks", ("--window must be a positive number of positions (got %d)"):format(o.window)) end
-cli.check_format("sinks", o.format)
 local dev = cli.check_device("sinks", o)
 
 local m = mp.load(o.model, {tokenizer = o.tokenizer, device = dev.device, precision = dev.precision})

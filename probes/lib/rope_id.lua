@@ -473,8 +473,6 @@ local RECORD_MAX = 4 * 1024 * 1024           -- bytes: far above a 10^5-step cur
 function M.record_path(path) return (path:gsub("%.h5$", "")) .. ".record" end
 
 local function record_write(path, key, ti, base)
-  local rp = M.record_path(path)
-  local tmp = rp .. ".tmp"
   local curve = {}
   for i, v in ipairs(ti.curve) do curve[i] = ("%.9g"):format(v) end
   local lines = {M.RECORD_MAGIC, "settings " .. key, ("final_loss %.17g"):format(ti.loss),
@@ -482,16 +480,7 @@ local function record_write(path, key, ti, base)
   if ti.loss_dropped then lines[#lines + 1] = ("loss_dropped %.17g"):format(ti.loss_dropped) end
   if base then lines[#lines + 1] = "base " .. base end
   lines[#lines + 1] = ("curve %d %s"):format(#curve, table.concat(curve, " "))
-  local f, err = io.open(tmp, "wb")
-  if not f then error(("rope_id: %s: cannot write (%s)"):format(tmp, tostring(err)), 0) end
-  local ok, werr = f:write(table.concat(lines, "\n") .. "\n")
-  local cok, cerr = f:close()
-  if not ok or not cok then
-    os.remove(tmp)
-    error(("rope_id: %s: cannot write (%s)"):format(tmp, tostring(werr or cerr)), 0)
-  end
-  local rok, rerr = os.rename(tmp, rp)
-  if not rok then os.remove(tmp); error(("rope_id: %s: cannot rename to %s (%s)"):format(tmp, rp, tostring(rerr)), 0) end
+  require("cli").write_text(M.record_path(path), table.concat(lines, "\n") .. "\n")   -- temporary name, renamed
 end
 
 -- Parses a record's text; returns the table or nil, reason.
@@ -527,6 +516,15 @@ function M.record_parse(text)
   return out
 end
 
+-- The record file `rp`, parsed: the table, or nil and why (nil, nil: no file).
+local function record_load(rp)
+  local fh = io.open(rp, "rb")
+  if not fh then return nil, nil end
+  local text = fh:read(RECORD_MAX + 1) or ""
+  fh:close()
+  return M.record_parse(text)
+end
+
 -- The settings that differ between two keys, as "name A there, B here".
 local function key_diff(there, here)
   local a, b, out = {}, {}, {}
@@ -546,14 +544,11 @@ function M.record_read(path, key, base)
   if not fh then return nil end
   fh:close()
   local rp = M.record_path(path)
-  fh = io.open(rp, "rb")
-  if not fh then
+  local rec, why = record_load(rp)
+  if not rec and not why then
     log("%s: no training record (its run stopped before writing %s, or predates --resume); training it again", path, rp)
     return nil
   end
-  local text = fh:read(RECORD_MAX + 1) or ""
-  fh:close()
-  local rec, why = M.record_parse(text)
   if not rec then log("%s: %s; training it again", rp, why); return nil end
   if rec.settings ~= key then
     error(("rope_id --resume: %s was trained with other settings (%s); give another --out, or remove it and %s")
@@ -661,9 +656,7 @@ local function train(c, r)
     local path, rope_path = ("%s/%s_drope.h5"):format(mdir, task), ("%s/%s_rope.h5"):format(mdir, task)
     local steps, lr, wd = hyper(o, task)
     local rope_key = M.settings_key(c, task, "rope", steps, lr, wd, tk.vocab)
-    local fh = io.open(M.record_path(rope_path), "rb")
-    local rope_rec = fh and M.record_parse(fh:read(RECORD_MAX + 1) or "")
-    if fh then fh:close() end
+    local rope_rec = record_load(M.record_path(rope_path))
     if not rope_rec or rope_rec.settings ~= rope_key then   -- the sweep above wrote or checked it
       error(("rope_id: %s: the RoPE model's record is missing or of other settings"):format(M.record_path(rope_path)), 0)
     end

@@ -93,10 +93,7 @@ end
 -- below the corpus's unigram entropy (it uses context). Each returns
 -- {id, claim, paper, ours, word, rule, lo, hi, seeds}.
 
-local function ci_text(m, lo, hi)
-  if lo == -math.huge then return ("%.3f [no interval]"):format(m) end
-  return ("%.3f [%.3f, %.3f]"):format(m, lo, hi)
-end
+local ci_text = require("rope_id_rules").ci_text
 
 local function nseeds(n) return n == 1 and "1 seed" or ("%d seeds"):format(n) end
 
@@ -154,13 +151,12 @@ local function log(fmt, ...)
   io.stderr:write(("[sinks %s] " .. fmt .. "\n"):format(os.date("%H:%M:%S"), ...)); io.stderr:flush()
 end
 
-local function unigram_entropy(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
+-- The byte unigram entropy of `text` (nats/byte): what a model that ignores
+-- context reaches.
+function M.unigram_entropy(text)
   local counts, H = {}, 0
-  for i = 1, #s do local b = s:byte(i); counts[b] = (counts[b] or 0) + 1 end
-  for _, c in pairs(counts) do local p = c / #s; H = H - p * math.log(p) end
+  for i = 1, #text do local b = text:byte(i); counts[b] = (counts[b] or 0) + 1 end
+  for _, c in pairs(counts) do local p = c / #text; H = H - p * math.log(p) end
   return H
 end
 
@@ -270,7 +266,12 @@ function M.run(o)
     corpus = o.out .. "/corpus.txt"
     require("rope_id").build_corpus(corpus)
   end
-  local H = unigram_entropy(corpus)
+  local H
+  do
+    local fh = assert(io.open(corpus, "rb"))
+    H = M.unigram_entropy(fh:read("a"))
+    fh:close()
+  end
   local r = report.new()
   local t_start = os.time()
   r:out("== mechprobe sinks --preset %s (seeds %s) ==", o.preset, table.concat(o.seeds, ","))

@@ -8,3 +8,35 @@ mp_lua_test(test_gpu_lua "gpu;lua" lua/test_gpu.lua)
 add_test(NAME test_gpu_dry COMMAND test_gpu --dry)
 set_tests_properties(test_gpu_dry PROPERTIES LABELS "unit")
 mp_lua_test(test_gpu_lua_dry "lua;unit" lua/test_gpu.lua --dry)
+
+# The CUDA backend on the CPU (tests/cuda_emu): runtime/cuda's host code and kernels, built against
+# an emulation of the CUDA runtime and cuBLAS instead of the device, run by test_gpu's comparisons
+# with the CPU. Checks the backend's logic everywhere the toolkit's headers are; the device checks
+# the rest (concurrency, timing, speed).
+if(MP_HAVE_CUDA)
+  add_library(mp_cuda_emu OBJECT ${CMAKE_SOURCE_DIR}/runtime/cuda/cuda_model.c
+              ${CMAKE_SOURCE_DIR}/runtime/cuda/cuda_select.c
+              ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu/kernels_emu.cpp ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu/cuda_emu.cpp)
+  target_compile_definitions(mp_cuda_emu PRIVATE MP_HAVE_CUDA=1 MP_CUDA_EMU=1)
+  target_include_directories(mp_cuda_emu PRIVATE ${CMAKE_SOURCE_DIR}/runtime/cuda ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu
+                             ${CUDAToolkit_INCLUDE_DIRS})
+  target_link_libraries(mp_cuda_emu PRIVATE mp_runtime PkgConfig::OPENBLAS)
+  set_target_properties(mp_cuda_emu PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON)
+  target_compile_options(mp_cuda_emu PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wno-unknown-pragmas>)
+  # the emulation's objects come first: they define what mp_cuda's would (nothing of libcudart is pulled)
+  add_executable(test_gpu_emu test_gpu.c $<TARGET_OBJECTS:mp_cuda_emu>)
+  target_link_libraries(test_gpu_emu PRIVATE mp_testutil mechprobe_lua)
+  target_compile_definitions(test_gpu_emu PRIVATE MP_SHARED_DIR="${MP_SHARED_DIR}" MP_TESTDATA="${MP_TESTDATA}")
+  set_target_properties(test_gpu_emu PROPERTIES LINKER_LANGUAGE CXX)
+  add_test(NAME test_gpu_emu COMMAND test_gpu_emu)
+  set_tests_properties(test_gpu_emu PROPERTIES LABELS "unit" SKIP_RETURN_CODE 77
+                       WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  # mechprobe itself on the emulated device: the Lua API's device paths (test_gpu.lua)
+  add_executable(mechprobe_emu ${CMAKE_SOURCE_DIR}/lua/main.c $<TARGET_OBJECTS:mp_cuda_emu>)
+  target_link_libraries(mechprobe_emu PRIVATE mechprobe_lua)
+  set_target_properties(mechprobe_emu PROPERTIES LINKER_LANGUAGE CXX)
+  add_test(NAME test_gpu_lua_emu COMMAND mechprobe_emu ${CMAKE_CURRENT_SOURCE_DIR}/lua/test_gpu.lua)
+  set_tests_properties(test_gpu_lua_emu PROPERTIES LABELS "lua;unit" SKIP_RETURN_CODE 77
+      WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}
+      ENVIRONMENT "MP_SHARED_DIR=${MP_SHARED_DIR};MP_TESTDATA=${MP_TESTDATA};MP_SRC=${CMAKE_SOURCE_DIR}")
+endif()

@@ -7,8 +7,14 @@
 // reductions), which is what the gpu tests' tolerances allow for.
 #include "cuda_kernels.h"
 
+#ifdef MP_CUDA_EMU
+#include "cuda_emu.h" /* the tests' CPU emulation (tests/cuda_emu): MP_LAUNCH runs the grid there */
+#else
 #include <cuda_bf16.h>
 #include <math.h>
+/* MP_LAUNCH(kernel, grid, block, stream)(arguments...): a launch without dynamic shared memory */
+#define MP_LAUNCH(k, g, b, s) k<<<(g), (b), 0, (s)>>>
+#endif
 
 #define WARP 32
 #define FLASH_WARPS 4 /* query rows per block of mp_cuk_attn_flash */
@@ -311,62 +317,62 @@ __global__ static void k_attn_pv(float *z, const float *att, const float *vc, in
 extern "C" {
 
 cudaError_t mp_cuk_to_bf16(void *out, const float *in, size_t n, cudaStream_t s) {
-    k_to_bf16<<<grid_for(n, 256), 256, 0, s>>>((__nv_bfloat16 *)out, in, n);
+    MP_LAUNCH(k_to_bf16, grid_for(n, 256), 256, s)((__nv_bfloat16 *)out, in, n);
     return cudaGetLastError();
 }
 
 cudaError_t mp_cuk_embed(float *out, const int *tokens, const float *embed, int N, int D, cudaStream_t s) {
-    k_embed<<<N, 256, 0, s>>>(out, tokens, embed, D);
+    MP_LAUNCH(k_embed, N, 256, s)(out, tokens, embed, D);
     return cudaGetLastError();
 }
 
 cudaError_t mp_cuk_add_pos(float *x, const float *pos_embed, int B, int T, int D, int pos0, cudaStream_t s) {
-    k_add_pos<<<B * T, 256, 0, s>>>(x, pos_embed, T, D, pos0);
+    MP_LAUNCH(k_add_pos, B * T, 256, s)(x, pos_embed, T, D, pos0);
     return cudaGetLastError();
 }
 
 cudaError_t mp_cuk_norm(float *out, const float *x, const float *w, const float *b, int N, int D, float eps,
                         int layer, cudaStream_t s) {
-    k_norm<<<N, 256, 0, s>>>(out, x, w, b, D, eps, layer);
+    MP_LAUNCH(k_norm, N, 256, s)(out, x, w, b, D, eps, layer);
     return cudaGetLastError();
 }
 
 cudaError_t mp_cuk_norm_scale(float *scale, float *mean, const float *x, int N, int D, float eps, int layer,
                               cudaStream_t s) {
-    k_norm_scale<<<N, 256, 0, s>>>(scale, mean, x, D, eps, layer);
+    MP_LAUNCH(k_norm_scale, N, 256, s)(scale, mean, x, D, eps, layer);
     return cudaGetLastError();
 }
 
 cudaError_t mp_cuk_norm_apply(float *out, const float *x, const float *mean, const float *scale, const float *w,
                               const float *b, int N, int D, int layer, cudaStream_t s) {
-    k_norm_apply<<<N, 256, 0, s>>>(out, x, mean, scale, w, b, D, layer);
+    MP_LAUNCH(k_norm_apply, N, 256, s)(out, x, mean, scale, w, b, D, layer);
     return cudaGetLastError();
 }
 
 cudaError_t mp_cuk_add_bias(float *out, const float *bias, int N, int OUT, cudaStream_t s) {
     const size_t n = (size_t)N * OUT;
-    k_add_bias<<<grid_for(n, 256), 256, 0, s>>>(out, bias, n, OUT);
+    MP_LAUNCH(k_add_bias, grid_for(n, 256), 256, s)(out, bias, n, OUT);
     return cudaGetLastError();
 }
 
 cudaError_t mp_cuk_add(float *x, const float *y, size_t n, cudaStream_t s) {
-    k_add<<<grid_for(n, 256), 256, 0, s>>>(x, y, n);
+    MP_LAUNCH(k_add, grid_for(n, 256), 256, s)(x, y, n);
     return cudaGetLastError();
 }
 
 cudaError_t mp_cuk_swiglu(float *out, const float *gate, const float *up, size_t n, cudaStream_t s) {
-    k_swiglu<<<grid_for(n, 256), 256, 0, s>>>(out, gate, up, n);
+    MP_LAUNCH(k_swiglu, grid_for(n, 256), 256, s)(out, gate, up, n);
     return cudaGetLastError();
 }
 
 cudaError_t mp_cuk_gelu(float *out, const float *x, size_t n, int tanh_approx, cudaStream_t s) {
-    k_gelu<<<grid_for(n, 256), 256, 0, s>>>(out, x, n, tanh_approx);
+    MP_LAUNCH(k_gelu, grid_for(n, 256), 256, s)(out, x, n, tanh_approx);
     return cudaGetLastError();
 }
 
 cudaError_t mp_cuk_rope(float *x, const float *cos_t, const float *sin_t, const float *q_scale, int B, int T, int nh,
                         int Dh, cudaStream_t s) {
-    k_rope<<<B * T, 128, 0, s>>>(x, cos_t, sin_t, q_scale, T, nh, Dh);
+    MP_LAUNCH(k_rope, B * T, 128, s)(x, cos_t, sin_t, q_scale, T, nh, Dh);
     return cudaGetLastError();
 }
 
@@ -374,26 +380,26 @@ cudaError_t mp_cuk_attn_flash(float *z, const float *q, const float *kc, const f
                               int Dh, int pos0, size_t bstride, float scale, cudaStream_t s) {
     if (Dh > MAX_DH) return cudaErrorInvalidValue;
     dim3 grid((unsigned)((T + FLASH_WARPS - 1) / FLASH_WARPS), (unsigned)H, (unsigned)B);
-    k_attn_flash<<<grid, FLASH_WARPS * WARP, 0, s>>>(z, q, kc, vc, T, H, K, Dh, pos0, bstride, scale);
+    MP_LAUNCH(k_attn_flash, grid, FLASH_WARPS * WARP, s)(z, q, kc, vc, T, H, K, Dh, pos0, bstride, scale);
     return cudaGetLastError();
 }
 
 cudaError_t mp_cuk_attn_scores(float *att, const float *q, const float *kc, int B, int T, int H, int K, int Dh,
                                int pos0, size_t bstride, float scale, int q0, int rows, cudaStream_t s) {
     if (Dh > MAX_DH) return cudaErrorInvalidValue;
-    k_attn_scores<<<dim3((unsigned)rows, (unsigned)H, (unsigned)B), 128, 0, s>>>(att, q, kc, T, H, K, Dh, pos0,
+    MP_LAUNCH(k_attn_scores, dim3((unsigned)rows, (unsigned)H, (unsigned)B), 128, s)(att, q, kc, T, H, K, Dh, pos0,
                                                                                bstride, scale, q0, rows);
     return cudaGetLastError();
 }
 
 cudaError_t mp_cuk_attn_softmax(float *att, int B, int H, int S, int pos0, int q0, int rows, cudaStream_t s) {
-    k_attn_softmax<<<dim3((unsigned)rows, (unsigned)H, (unsigned)B), 256, 0, s>>>(att, H, S, pos0, q0, rows);
+    MP_LAUNCH(k_attn_softmax, dim3((unsigned)rows, (unsigned)H, (unsigned)B), 256, s)(att, H, S, pos0, q0, rows);
     return cudaGetLastError();
 }
 
 cudaError_t mp_cuk_attn_pv(float *z, const float *att, const float *vc, int B, int T, int H, int K, int Dh, int pos0,
                            size_t bstride, int q0, int rows, cudaStream_t s) {
-    k_attn_pv<<<dim3((unsigned)rows, (unsigned)H, (unsigned)B), 128, 0, s>>>(z, att, vc, T, H, K, Dh, pos0, bstride,
+    MP_LAUNCH(k_attn_pv, dim3((unsigned)rows, (unsigned)H, (unsigned)B), 128, s)(z, att, vc, T, H, K, Dh, pos0, bstride,
                                                                            q0, rows);
     return cudaGetLastError();
 }

@@ -56,6 +56,10 @@ static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
  * unversioned name, then cuBLAS 12 (PyTorch's cu12 wheels carry it): the
  * functions used here have the same C ABI in 12 and 13. */
 static void blas_open(void) {
+#ifdef MP_CUDA_EMU /* the tests' CPU emulation (tests/cuda_emu) defines the functions itself */
+    blas = (blas_api){(void *)&blas, cublasCreate_v2, cublasDestroy_v2, cublasSetStream_v2, cublasSetMathMode,
+                      cublasSgemm_v2, cublasGemmEx, cublasGetStatusString};
+#else
     static const char *const names[] = {"libcublas.so." MP_STR(CUBLAS_VER_MAJOR), "libcublas.so", "libcublas.so.12"};
     void *lib = NULL;
     for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
@@ -77,6 +81,7 @@ static void blas_open(void) {
             return;
         }
     blas.lib = lib;
+#endif
 }
 
 static mp_status blas_load(void) {

@@ -16,7 +16,8 @@ mp_lua_test(test_gpu_lua_dry "lua;unit" lua/test_gpu.lua --dry)
 if(MP_HAVE_CUDA)
   add_library(mp_cuda_emu OBJECT ${CMAKE_SOURCE_DIR}/runtime/cuda/cuda_model.c
               ${CMAKE_SOURCE_DIR}/runtime/cuda/cuda_select.c
-              ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu/kernels_emu.cpp ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu/cuda_emu.cpp)
+              ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu/kernels_emu.cpp ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu/train_kernels_emu.cpp
+              ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu/cuda_emu.cpp)
   target_compile_definitions(mp_cuda_emu PRIVATE MP_HAVE_CUDA=1 MP_CUDA_EMU=1)
   target_include_directories(mp_cuda_emu PRIVATE ${CMAKE_SOURCE_DIR}/runtime/cuda ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu
                              ${CUDAToolkit_INCLUDE_DIRS})
@@ -28,6 +29,16 @@ if(MP_HAVE_CUDA)
   target_link_libraries(test_gpu_emu PRIVATE mp_testutil mechprobe_lua)
   target_compile_definitions(test_gpu_emu PRIVATE MP_SHARED_DIR="${MP_SHARED_DIR}" MP_TESTDATA="${MP_TESTDATA}")
   set_target_properties(test_gpu_emu PROPERTIES LINKER_LANGUAGE CXX)
+  # the training kernels against ops_backward.c / optim.c: on a device (gpu) and emulated (unit)
+  mp_c_test(test_cuda_train_ops "gpu" test_cuda_train_ops.c)
+  target_include_directories(test_cuda_train_ops PRIVATE ${CMAKE_SOURCE_DIR}/runtime/cuda ${CUDAToolkit_INCLUDE_DIRS})
+  target_link_libraries(test_cuda_train_ops PRIVATE CUDA::cudart_static)
+  add_executable(test_cuda_train_ops_emu test_cuda_train_ops.c $<TARGET_OBJECTS:mp_cuda_emu>)
+  target_include_directories(test_cuda_train_ops_emu PRIVATE ${CMAKE_SOURCE_DIR}/runtime/cuda ${CUDAToolkit_INCLUDE_DIRS})
+  target_link_libraries(test_cuda_train_ops_emu PRIVATE mp_testutil mechprobe_lua)
+  set_target_properties(test_cuda_train_ops_emu PROPERTIES LINKER_LANGUAGE CXX)
+  add_test(NAME test_cuda_train_ops_emu COMMAND test_cuda_train_ops_emu)
+  set_tests_properties(test_cuda_train_ops_emu PROPERTIES LABELS "unit" SKIP_RETURN_CODE 77)
   add_test(NAME test_gpu_emu COMMAND test_gpu_emu)
   set_tests_properties(test_gpu_emu PROPERTIES LABELS "unit" SKIP_RETURN_CODE 77
                        WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})

@@ -7,55 +7,7 @@
 // reductions), which is what the gpu tests' tolerances allow for.
 #include "cuda_kernels.h"
 
-#ifdef MP_CUDA_EMU
-#include "cuda_emu.h" /* the tests' CPU emulation (tests/cuda_emu): MP_LAUNCH runs the grid there */
-#else
-#include <cuda_bf16.h>
-#include <math.h>
-/* MP_LAUNCH(kernel, grid, block, stream)(arguments...): a launch without dynamic shared memory */
-#define MP_LAUNCH(k, g, b, s) k<<<(g), (b), 0, (s)>>>
-#endif
-
-#define WARP 32
-#define FLASH_WARPS 4 /* query rows per block of mp_cuk_attn_flash */
-#define MAX_DH 256    /* MP_CUDA_MAX_DHEAD */
-#define DH_PER_LANE (MAX_DH / WARP)
-
-// The sum of v over the block, returned to every thread. blockDim.x must be a
-// multiple of 32 (at most 1024); sh holds 32 floats. The leading
-// __syncthreads keeps a second call from overwriting sh before every thread
-// has read the first call's values.
-__device__ static float block_sum(float v, float *sh) {
-    for (int o = WARP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    __syncthreads();
-    if (threadIdx.x % WARP == 0) sh[threadIdx.x / WARP] = v;
-    __syncthreads();
-    float t = 0.0f;
-    for (int i = 0; i < (int)(blockDim.x / WARP); i++) t += sh[i];
-    return t;
-}
-
-// The maximum of v over the block (as block_sum).
-__device__ static float block_max(float v, float *sh) {
-    for (int o = WARP / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    __syncthreads();
-    if (threadIdx.x % WARP == 0) sh[threadIdx.x / WARP] = v;
-    __syncthreads();
-    float t = -INFINITY;
-    for (int i = 0; i < (int)(blockDim.x / WARP); i++) t = fmaxf(t, sh[i]);
-    return t;
-}
-
-// The sum over the 32 lanes of a warp, returned to every lane.
-__device__ static float warp_sum(float v) {
-    for (int o = WARP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-static unsigned grid_for(size_t n, unsigned threads) {
-    size_t g = (n + threads - 1) / threads;
-    return (unsigned)(g > 65535u * 8u ? 65535u * 8u : (g ? g : 1)); // grid-stride loops cover the rest
-}
+#include "cuda_common.cuh"
 
 // ---- embedding, norms, elementwise ----
 
@@ -165,9 +117,11 @@ __global__ static void k_gelu(float *out, const float *x, size_t n, int tanh_app
 
 // One block per row (b, t): rotates pair i of every head by the angle of
 // position t (tables from mp_pos_tables on the host), then applies the
-// query's logit factor (ops.c mp_rope_forward, pos.c mp_pos_apply).
+// query's logit factor (ops.c mp_rope_forward, pos.c mp_pos_apply); with
+// sgn = -1 by minus the angle: the backward (the transpose of the rotation,
+// ops_backward.c mp_rope_backward, and the same factor).
 __global__ static void k_rope(float *x, const float *cos_t, const float *sin_t, const float *q_scale, int T, int nh,
-                              int Dh) {
+                              int Dh, float sgn) {
     const size_t row = blockIdx.x;
     const int t = (int)(row % (size_t)T), half = Dh / 2;
     float *xr = x + row * (size_t)nh * Dh;
@@ -176,8 +130,8 @@ __global__ static void k_rope(float *x, const float *cos_t, const float *sin_t, 
     for (int idx = threadIdx.x; idx < nh * half; idx += blockDim.x) {
         float *v = xr + (size_t)(idx / half) * Dh;
         const int i = idx % half;
-        const float x0 = v[2 * i], x1 = v[2 * i + 1];
-        float y0 = x0 * c[i] - x1 * s[i], y1 = x0 * s[i] + x1 * c[i];
+        const float x0 = v[2 * i], x1 = v[2 * i + 1], si = sgn * s[i];
+        float y0 = x0 * c[i] - x1 * si, y1 = x0 * si + x1 * c[i];
         if (f != 1.0f) {
             y0 *= f;
             y1 *= f;
@@ -372,7 +326,13 @@ cudaError_t mp_cuk_gelu(float *out, const float *x, size_t n, int tanh_approx, c
 
 cudaError_t mp_cuk_rope(float *x, const float *cos_t, const float *sin_t, const float *q_scale, int B, int T, int nh,
                         int Dh, cudaStream_t s) {
-    MP_LAUNCH(k_rope, B * T, 128, s)(x, cos_t, sin_t, q_scale, T, nh, Dh);
+    MP_LAUNCH(k_rope, B * T, 128, s)(x, cos_t, sin_t, q_scale, T, nh, Dh, 1.0f);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_rope_backward(float *dx, const float *cos_t, const float *sin_t, const float *q_scale, int B, int T,
+                                 int nh, int Dh, cudaStream_t s) {
+    MP_LAUNCH(k_rope, B * T, 128, s)(dx, cos_t, sin_t, q_scale, T, nh, Dh, -1.0f);
     return cudaGetLastError();
 }
 

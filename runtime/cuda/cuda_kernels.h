@@ -57,6 +57,47 @@ cudaError_t mp_cuk_attn_softmax(float *att, int B, int H, int S, int pos0, int q
 cudaError_t mp_cuk_attn_pv(float *z, const float *att, const float *vc, int B, int T, int H, int K, int Dh, int pos0,
                            size_t bstride, int q0, int rows, cudaStream_t s);
 
+/* The backward of mp_cuk_rope: dx <- q_scale[t] R(-angle) dx (ops_backward.c
+ * mp_rope_backward, then the factor as pos.c mp_pos_apply) */
+cudaError_t mp_cuk_rope_backward(float *dx, const float *cos_t, const float *sin_t, const float *q_scale, int B, int T,
+                                 int nh, int Dh, cudaStream_t s);
+
+/* ---- training (cuda_train_kernels.cu): as ops_backward.c, gradients ACCUMULATED ---- */
+
+/* dembed[tokens[n], :] += dout[n, :] */
+cudaError_t mp_cuk_embed_backward(float *dembed, const float *dout, const int *tokens, int N, int D, cudaStream_t s);
+/* RMSNorm (layer 0; mean unused) or LayerNorm: dx += the input gradient; with
+ * dw non-NULL also dw += sum_n dout xhat and (LayerNorm) db += sum_n dout */
+cudaError_t mp_cuk_norm_backward(float *dx, float *dw, float *db, const float *dout, const float *x, const float *w,
+                                 const float *mean, const float *rstd, int N, int D, int layer, cudaStream_t s);
+/* dbias[o] += sum_n dout[n, o] over [N, OUT] */
+cudaError_t mp_cuk_bias_backward(float *dbias, const float *dout, int N, int OUT, cudaStream_t s);
+/* SwiGLU: dgate, dup += ...; GELU (erf, or tanh): dx += ... */
+cudaError_t mp_cuk_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                                   size_t n, cudaStream_t s);
+cudaError_t mp_cuk_gelu_backward(float *dx, const float *dout, const float *x, size_t n, int tanh_approx,
+                                 cudaStream_t s);
+/* Causal grouped-query softmax attention over the stored pattern att
+ * [B,H,T,T] (q, z [B,T,H,Dh]; k, v [B,T,K,Dh]): dq, dk, dv accumulated; dS
+ * [B,H,T,T] receives the scores' gradient (ops_backward.c mp_attention_backward). */
+cudaError_t mp_cuk_attn_backward(float *dq, float *dk, float *dv, float *dS, const float *dz, const float *q,
+                                 const float *k, const float *v, const float *att, int B, int T, int H, int K, int Dh,
+                                 cudaStream_t s);
+/* Cross-entropy of N rows of V logits: loss[n] = -log softmax(logits[n])[t]
+ * and dlogits[n] = scale (softmax - onehot(t)); both 0 where targets[n] < 0.
+ * dlogits may alias logits (ops_backward.c mp_crossentropy_backward). */
+cudaError_t mp_cuk_xent(float *dlogits, float *loss, const float *logits, const int *targets, int N, int V,
+                        float scale, cudaStream_t s);
+/* Sum of g^2 in mp_cuk_sumsq_blocks(n) double partial sums (part holds that many) */
+unsigned mp_cuk_sumsq_blocks(size_t n);
+cudaError_t mp_cuk_sumsq(double *part, const float *g, size_t n, cudaStream_t s);
+/* x *= a */
+cudaError_t mp_cuk_scale(float *x, size_t n, float a, cudaStream_t s);
+/* AdamW on one tensor of n (optim.c mp_adamw_update, its step_size = lr / bc1,
+ * bc2_sqrt, decay = 1 - lr wd applied where `decayed`) */
+cudaError_t mp_cuk_adamw(float *p, float *m, float *v, const float *g, size_t n, float beta1, float beta2, float eps,
+                         float step_size, float bc2_sqrt, float decay, int decayed, cudaStream_t s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,298 @@
+// cuda_train_kernels.cu — the CUDA backend's training kernels (launchers
+// declared in cuda_kernels.h): the backward of each op the forward kernels
+// compute, the cross-entropy, and AdamW with its gradient-norm clipping. Each
+// mirrors one function of runtime/ops_backward.c or optim.c, with the same
+// formulas, in float32 with float32 accumulation (tree reductions); gradient
+// outputs accumulate (+=) as on the CPU. The attention backward is the
+// materialised one, over the stored pattern as train.c's: one block per query
+// row for dP, dS and dq, one per key row and kv head for dk and dv.
+#include "cuda_kernels.h"
+#include "cuda_common.cuh"
+
+// ---- embedding, norms, linear bias ----
+
+// Block n: dembed[tokens[n], :] += dout[n, :] (rows of one id collide: atomic adds).
+__global__ static void k_embed_bwd(float *dembed, const float *dout, const int *tokens, int D) {
+    const size_t n = blockIdx.x;
+    float *dst = dembed + (size_t)tokens[n] * D;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) atomicAdd(dst + i, dout[n * D + i]);
+}
+
+// Block n: the norm's input gradient of row n, accumulated (ops_backward.c):
+// RMSNorm dx += r (g w - x c), c = r^2 mean(g w x); LayerNorm dx += r (g w -
+// mean(g w) - xhat mean(g w xhat)), xhat = (x - mu) r.
+__global__ static void k_norm_bwd_dx(float *dx, const float *dout, const float *x, const float *w, const float *mean,
+                                     const float *rstd, int D, int layer) {
+    __shared__ float sh[WARP];
+    const size_t n = blockIdx.x;
+    const float *xr = x + n * D, *g = dout + n * D;
+    float *d = dx + n * D;
+    const float r = rstd[n], mu = layer ? mean[n] : 0.0f;
+    float s1 = 0.0f, s2 = 0.0f;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        const float gw = g[i] * w[i];
+        s1 += gw;
+        s2 += layer ? gw * (xr[i] - mu) * r : gw * xr[i];
+    }
+    s2 = block_sum(s2, sh) / (float)D;
+    if (layer) {
+        s1 = block_sum(s1, sh) / (float)D;
+        for (int i = threadIdx.x; i < D; i += blockDim.x) d[i] += r * (g[i] * w[i] - s1 - (xr[i] - mu) * r * s2);
+    } else {
+        const float c = s2 * r * r;
+        for (int i = threadIdx.x; i < D; i += blockDim.x) d[i] += r * (g[i] * w[i] - xr[i] * c);
+    }
+}
+
+// Thread per column i: dw[i] += sum_n g x r (RMSNorm) or g (x - mu) r, db[i] += sum_n g (LayerNorm).
+__global__ static void k_norm_bwd_dw(float *dw, float *db, const float *dout, const float *x, const float *mean,
+                                     const float *rstd, int N, int D, int layer) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < D; i += gridDim.x * blockDim.x) {
+        float sw = 0.0f, sb = 0.0f;
+        for (int n = 0; n < N; n++) {
+            const float g = dout[(size_t)n * D + i];
+            sw += g * (x[(size_t)n * D + i] - (layer ? mean[n] : 0.0f)) * rstd[n];
+            sb += g;
+        }
+        dw[i] += sw;
+        if (layer) db[i] += sb;
+    }
+}
+
+// Thread per column o: dbias[o] += sum_n dout[n, o].
+__global__ static void k_bias_bwd(float *dbias, const float *dout, int N, int OUT) {
+    for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < OUT; o += gridDim.x * blockDim.x) {
+        float s = 0.0f;
+        for (int n = 0; n < N; n++) s += dout[(size_t)n * OUT + o];
+        dbias[o] += s;
+    }
+}
+
+// ---- MLP activations ----
+
+__global__ static void k_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                                    size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float g = gate[i], sg = 1.0f / (1.0f + expf(-g)), silu = g * sg;
+        dgate[i] += dout[i] * up[i] * sg * (1.0f + g * (1.0f - sg));
+        dup[i] += dout[i] * silu;
+    }
+}
+
+__global__ static void k_gelu_bwd(float *dx, const float *dout, const float *x, size_t n, int tanh_approx) {
+    const float k0 = 0.7978845608028654f, k1 = 0.044715f, inv_sqrt_2pi = 0.39894228040143267794f;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float v = x[i];
+        if (tanh_approx) {
+            const float th = tanhf(k0 * (v + k1 * v * v * v));
+            const float dth = (1.0f - th * th) * k0 * (1.0f + 3.0f * k1 * v * v);
+            dx[i] += dout[i] * (0.5f * (1.0f + th) + 0.5f * v * dth);
+        } else {
+            const float cdf = 0.5f * (1.0f + erff(v * 0.70710678118654752f));
+            const float pdf = inv_sqrt_2pi * expf(-0.5f * v * v);
+            dx[i] += dout[i] * (cdf + v * pdf);
+        }
+    }
+}
+
+// ---- attention (materialised, causal, grouped-query) ----
+
+// Block (i, h, b): dP_ij = dz_i . v_j for keys j <= i, then through the
+// softmax: dS_ij = P_ij (dP_ij - sum_k dP_ik P_ik) * scale; 0 for j > i.
+__global__ static void k_attn_bwd_ds(float *dS, const float *dz, const float *v, const float *att, int T, int H,
+                                     int K, int Dh, float scale) {
+    __shared__ float sh[WARP];
+    __shared__ float dzs[MAX_DH];
+    const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, HD = H * Dh, KD = K * Dh, kh = h / (H / K);
+    const float *dzp = dz + ((size_t)b * T + i) * HD + (size_t)h * Dh;
+    for (int d = threadIdx.x; d < Dh; d += blockDim.x) dzs[d] = dzp[d];
+    __syncthreads();
+    const size_t row = (((size_t)b * H + h) * T + i) * T;
+    const float *P = att + row;
+    float *ds = dS + row;
+    float part = 0.0f;
+    for (int j = threadIdx.x; j <= i; j += blockDim.x) {
+        const float *vr = v + ((size_t)b * T + j) * KD + (size_t)kh * Dh;
+        float dp = 0.0f;
+        for (int d = 0; d < Dh; d++) dp += dzs[d] * vr[d];
+        ds[j] = dp;
+        part += dp * P[j];
+    }
+    const float sum = block_sum(part, sh);
+    for (int j = threadIdx.x; j < T; j += blockDim.x) ds[j] = j <= i ? P[j] * (ds[j] - sum) * scale : 0.0f;
+}
+
+// Block (i, h, b): dq_i += sum_{j <= i} dS_ij k_j.
+__global__ static void k_attn_bwd_dq(float *dq, const float *dS, const float *k, int T, int H, int K, int Dh) {
+    const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, HD = H * Dh, KD = K * Dh, kh = h / (H / K);
+    const float *ds = dS + (((size_t)b * H + h) * T + i) * T;
+    float *dqp = dq + ((size_t)b * T + i) * HD + (size_t)h * Dh;
+    for (int d = threadIdx.x; d < Dh; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int j = 0; j <= i; j++) acc += ds[j] * k[((size_t)b * T + j) * KD + (size_t)kh * Dh + d];
+        dqp[d] += acc;
+    }
+}
+
+// Block (j, kh, b): over the group's heads and the queries i >= j,
+// dk_j += sum dS_ij q_i and dv_j += sum P_ij dz_i.
+__global__ static void k_attn_bwd_dkv(float *dk, float *dv, const float *dS, const float *att, const float *q,
+                                      const float *dz, int T, int H, int K, int Dh) {
+    const int j = blockIdx.x, kh = blockIdx.y, b = blockIdx.z, HD = H * Dh, KD = K * Dh, group = H / K;
+    float *dkp = dk + ((size_t)b * T + j) * KD + (size_t)kh * Dh, *dvp = dv + ((size_t)b * T + j) * KD + (size_t)kh * Dh;
+    for (int d = threadIdx.x; d < Dh; d += blockDim.x) {
+        float ak = 0.0f, av = 0.0f;
+        for (int h = kh * group; h < (kh + 1) * group; h++) {
+            const size_t base = ((size_t)b * H + h) * T * (size_t)T;
+            for (int i = j; i < T; i++) {
+                const size_t qi = ((size_t)b * T + i) * HD + (size_t)h * Dh + d;
+                ak += dS[base + (size_t)i * T + j] * q[qi];
+                av += att[base + (size_t)i * T + j] * dz[qi];
+            }
+        }
+        dkp[d] += ak;
+        dvp[d] += av;
+    }
+}
+
+// ---- cross-entropy ----
+
+// Block n: p = softmax(logits[n]); loss[n] = -log p[t] (0 where t < 0);
+// dlogits[n] = scale (p - onehot(t)), 0 where t < 0. dlogits may alias logits.
+__global__ static void k_xent(float *dlogits, float *loss, const float *logits, const int *targets, int V,
+                              float scale) {
+    __shared__ float sh[WARP];
+    const size_t n = blockIdx.x;
+    const float *l = logits + n * V;
+    float *d = dlogits + n * V;
+    const int t = targets[n];
+    if (t < 0) {
+        for (int i = threadIdx.x; i < V; i += blockDim.x) d[i] = 0.0f;
+        if (threadIdx.x == 0) loss[n] = 0.0f;
+        return;
+    }
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, l[i]);
+    mx = block_max(mx, sh);
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) s += expf(l[i] - mx);
+    s = block_sum(s, sh);
+    const float lt = l[t]; // every thread reads the target's logit before any writes
+    __syncthreads();
+    if (threadIdx.x == 0) loss[n] = logf(s) + mx - lt;
+    const float inv = 1.0f / s;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) d[i] = scale * (expf(l[i] - mx) * inv - (i == t ? 1.0f : 0.0f));
+}
+
+// ---- optimiser ----
+
+// Block partial sums of g^2 (double), one per block of 256 threads, into part.
+__global__ static void k_sumsq(double *part, const float *g, size_t n) {
+    __shared__ double sh[256];
+    double acc = 0.0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        acc += (double)g[i] * g[i];
+    sh[threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double t = 0.0;
+        for (unsigned i = 0; i < blockDim.x; i++) t += sh[i];
+        part[blockIdx.x] = t;
+    }
+}
+
+__global__ static void k_scale(float *x, size_t n, float a) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        x[i] *= a;
+}
+
+// AdamW on one tensor (optim.c mp_adamw_update): p *= decay (where decayed),
+// m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2, p -= step_size m / (sqrt(v) / bc2_sqrt + eps).
+__global__ static void k_adamw(float *p, float *m, float *v, const float *g, size_t n, float b1, float b2, float eps,
+                               float step_size, float bc2_sqrt, float decay, int dec) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float pi = p[i];
+        if (dec) pi *= decay;
+        const float gi = g[i];
+        const float mi = m[i] * b1 + (1.0f - b1) * gi;
+        const float vi = v[i] * b2 + (1.0f - b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi - step_size * (mi / (sqrtf(vi) / bc2_sqrt + eps));
+    }
+}
+
+// ---- launchers ----
+
+extern "C" {
+
+cudaError_t mp_cuk_embed_backward(float *dembed, const float *dout, const int *tokens, int N, int D, cudaStream_t s) {
+    MP_LAUNCH(k_embed_bwd, N, 256, s)(dembed, dout, tokens, D);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_norm_backward(float *dx, float *dw, float *db, const float *dout, const float *x, const float *w,
+                                 const float *mean, const float *rstd, int N, int D, int layer, cudaStream_t s) {
+    MP_LAUNCH(k_norm_bwd_dx, N, 256, s)(dx, dout, x, w, mean, rstd, D, layer);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess || !dw) return e;
+    MP_LAUNCH(k_norm_bwd_dw, grid_for((size_t)D, 128), 128, s)(dw, db, dout, x, mean, rstd, N, D, layer);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_bias_backward(float *dbias, const float *dout, int N, int OUT, cudaStream_t s) {
+    MP_LAUNCH(k_bias_bwd, grid_for((size_t)OUT, 128), 128, s)(dbias, dout, N, OUT);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                                   size_t n, cudaStream_t s) {
+    MP_LAUNCH(k_swiglu_bwd, grid_for(n, 256), 256, s)(dgate, dup, dout, gate, up, n);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_gelu_backward(float *dx, const float *dout, const float *x, size_t n, int tanh_approx,
+                                 cudaStream_t s) {
+    MP_LAUNCH(k_gelu_bwd, grid_for(n, 256), 256, s)(dx, dout, x, n, tanh_approx);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_attn_backward(float *dq, float *dk, float *dv, float *dS, const float *dz, const float *q,
+                                 const float *k, const float *v, const float *att, int B, int T, int H, int K, int Dh,
+                                 cudaStream_t s) {
+    if (Dh > MAX_DH) return cudaErrorInvalidValue;
+    const float scale = 1.0f / sqrtf((float)Dh);
+    MP_LAUNCH(k_attn_bwd_ds, dim3((unsigned)T, (unsigned)H, (unsigned)B), 128, s)(dS, dz, v, att, T, H, K, Dh, scale);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    MP_LAUNCH(k_attn_bwd_dq, dim3((unsigned)T, (unsigned)H, (unsigned)B), 64, s)(dq, dS, k, T, H, K, Dh);
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    MP_LAUNCH(k_attn_bwd_dkv, dim3((unsigned)T, (unsigned)K, (unsigned)B), 64, s)(dk, dv, dS, att, q, dz, T, H, K, Dh);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_xent(float *dlogits, float *loss, const float *logits, const int *targets, int N, int V,
+                        float scale, cudaStream_t s) {
+    MP_LAUNCH(k_xent, N, 256, s)(dlogits, loss, logits, targets, V, scale);
+    return cudaGetLastError();
+}
+
+unsigned mp_cuk_sumsq_blocks(size_t n) { return grid_for(n, 256) < 1024 ? grid_for(n, 256) : 1024; }
+
+cudaError_t mp_cuk_sumsq(double *part, const float *g, size_t n, cudaStream_t s) {
+    MP_LAUNCH(k_sumsq, mp_cuk_sumsq_blocks(n), 256, s)(part, g, n);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_scale(float *x, size_t n, float a, cudaStream_t s) {
+    MP_LAUNCH(k_scale, grid_for(n, 256), 256, s)(x, n, a);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_adamw(float *p, float *m, float *v, const float *g, size_t n, float beta1, float beta2, float eps,
+                         float step_size, float bc2_sqrt, float decay, int decayed, cudaStream_t s) {
+    MP_LAUNCH(k_adamw, grid_for(n, 256), 256, s)(p, m, v, g, n, beta1, beta2, eps, step_size, bc2_sqrt, decay, decayed);
+    return cudaGetLastError();
+}
+
+} // extern "C"

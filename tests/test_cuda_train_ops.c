@@ -1,0 +1,304 @@
+/* test_cuda_train_ops.c — the CUDA backend's training kernels (cuda_kernels.h,
+ * runtime/cuda/cuda_train_kernels.cu) against the CPU's ops_backward.c and
+ * optim.c on random inputs: embedding, RMSNorm and LayerNorm (dx, dw, db),
+ * linear bias, RoPE with a logit factor, SwiGLU, GELU (erf, tanh), causal
+ * grouped-query attention over a softmax pattern, cross-entropy (loss and
+ * dlogits, ignored rows, in place), the squared-norm partial sums and
+ * clipping, and three AdamW steps on every parameter tensor of a model (decay
+ * where the CPU decays). Every gradient output starts non-zero, so
+ * accumulation (+=) is checked too. Tolerance: max |device - cpu| <= 1e-5 of
+ * the tensor's largest |value| (float32 sums in another order); the norm
+ * exactly to 1e-12 relative (double sums).
+ *
+ * Built twice: test_cuda_train_ops on the device (label gpu; SKIP, exit 77,
+ * without one) and test_cuda_train_ops_emu on the tests' CPU emulation
+ * (tests/cuda_emu, label unit). */
+#include "cuda_kernels.h"
+#include "mp_cuda.h"
+#include "ops.h"
+#include "optim.h"
+#include "testutil.h"
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOL 1e-5
+
+static unsigned long long rng = 0x9E3779B97F4A7C15ull;
+static float urand(void) { /* xorshift64*: uniform in [-1, 1) */
+    rng ^= rng >> 12;
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
+    return (float)((double)((rng * 2685821657736338717ull) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+static float *rnd(size_t n, float a) {
+    float *x = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = a * urand();
+    return x;
+}
+/* a device copy of n floats (or ints) */
+static void *dev(const void *x, size_t bytes) {
+    void *d = NULL;
+    if (cudaMalloc(&d, bytes) != cudaSuccess) return NULL;
+    if (x && cudaMemcpy(d, x, bytes, cudaMemcpyHostToDevice) != cudaSuccess) return NULL;
+    return d;
+}
+static void back(void *h, const void *d, size_t bytes) {
+    CHECK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost) == cudaSuccess, "copy back");
+}
+
+static void near(const char *what, const float *ref, const float *d_got, size_t n) {
+    float *got = malloc(n * sizeof(float));
+    back(got, d_got, n * sizeof(float));
+    double scale = 0, err = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
+        const double e = fabs((double)ref[i] - got[i]);
+        if (!(e <= err)) err = e; /* NaN counts */
+    }
+    CHECK(err <= TOL * (scale > 0 ? scale : 1), "%s: max error %.3g, scale %.3g", what, err, scale);
+    free(got);
+}
+
+#define OK(call) CHECK((call) == cudaSuccess, "%s", #call)
+
+static void test_embed(void) {
+    const int N = 40, D = 24, V = 7;
+    int tok[40];
+    for (int n = 0; n < N; n++) tok[n] = (n * 5 + n / 3) % V; /* repeated ids: colliding rows */
+    float *dout = rnd((size_t)N * D, 1), *de = rnd((size_t)V * D, 1);
+    float *d_dout = dev(dout, (size_t)N * D * 4), *d_de = dev(de, (size_t)V * D * 4);
+    int *d_tok = dev(tok, sizeof tok);
+    mp_embed_backward(de, dout, tok, N, D);
+    OK(mp_cuk_embed_backward(d_de, d_dout, d_tok, N, D, NULL));
+    near("embed backward", de, d_de, (size_t)V * D);
+    cudaFree(d_dout), cudaFree(d_de), cudaFree(d_tok);
+    free(dout), free(de);
+}
+
+static void test_norm(int layer, int D) {
+    const int N = 9;
+    const size_t nx = (size_t)N * D;
+    float *x = rnd(nx, 2), *w = rnd((size_t)D, 1), *b = rnd((size_t)D, 1), *dout = rnd(nx, 1);
+    float *out = malloc(nx * 4), *mean = malloc((size_t)N * 4), *rstd = malloc((size_t)N * 4);
+    if (layer) mp_layernorm_forward(out, mean, rstd, x, w, b, N, D, 1e-5f);
+    else mp_rmsnorm_forward(out, rstd, x, w, N, D, 1e-5f);
+    float *dx = rnd(nx, 1), *dw = rnd((size_t)D, 1), *db = rnd((size_t)D, 1);
+    float *d_x = dev(x, nx * 4), *d_w = dev(w, (size_t)D * 4), *d_dout = dev(dout, nx * 4);
+    float *d_mean = dev(layer ? mean : rstd, (size_t)N * 4), *d_rstd = dev(rstd, (size_t)N * 4);
+    float *d_dx = dev(dx, nx * 4), *d_dw = dev(dw, (size_t)D * 4), *d_db = dev(db, (size_t)D * 4);
+    if (layer) mp_layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, D);
+    else mp_rmsnorm_backward(dx, dw, dout, x, w, rstd, N, D);
+    OK(mp_cuk_norm_backward(d_dx, d_dw, d_db, d_dout, d_x, d_w, d_mean, d_rstd, N, D, layer, NULL));
+    char lab[64];
+    snprintf(lab, sizeof lab, "%s D=%d dx", layer ? "LayerNorm" : "RMSNorm", D);
+    near(lab, dx, d_dx, nx);
+    snprintf(lab, sizeof lab, "%s D=%d dw", layer ? "LayerNorm" : "RMSNorm", D);
+    near(lab, dw, d_dw, (size_t)D);
+    if (layer) near("LayerNorm db", db, d_db, (size_t)D);
+    cudaFree(d_x), cudaFree(d_w), cudaFree(d_dout), cudaFree(d_mean), cudaFree(d_rstd), cudaFree(d_dx),
+        cudaFree(d_dw), cudaFree(d_db);
+    free(x), free(w), free(b), free(dout), free(out), free(mean), free(rstd), free(dx), free(dw), free(db);
+}
+
+static void test_bias(void) {
+    const int N = 13, OUT = 300;
+    float *dout = rnd((size_t)N * OUT, 1), *db = rnd(OUT, 1);
+    float *d_dout = dev(dout, (size_t)N * OUT * 4), *d_db = dev(db, OUT * 4);
+    for (int o = 0; o < OUT; o++)
+        for (int n = 0; n < N; n++) db[o] += dout[(size_t)n * OUT + o];
+    OK(mp_cuk_bias_backward(d_db, d_dout, N, OUT, NULL));
+    near("bias backward", db, d_db, OUT);
+    cudaFree(d_dout), cudaFree(d_db);
+    free(dout), free(db);
+}
+
+static void test_rope(void) {
+    const int B = 2, T = 11, nh = 3, Dh = 10, half = Dh / 2;
+    const size_t n = (size_t)B * T * nh * Dh;
+    float *x = rnd(n, 1), *cs = malloc((size_t)T * half * 4), *sn = malloc((size_t)T * half * 4), *qs = rnd(T, 1);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < half; i++) {
+            const double a = t * pow(100.0, -2.0 * i / Dh);
+            cs[t * half + i] = (float)cos(a);
+            sn[t * half + i] = (float)sin(a);
+        }
+    float *d_x = dev(x, n * 4), *d_c = dev(cs, (size_t)T * half * 4), *d_s = dev(sn, (size_t)T * half * 4);
+    float *d_q = dev(qs, (size_t)T * 4);
+    mp_rope_backward(x, cs, sn, B, T, nh, Dh);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < nh * Dh; i++) x[((size_t)b * T + t) * nh * Dh + i] *= qs[t];
+    OK(mp_cuk_rope_backward(d_x, d_c, d_s, d_q, B, T, nh, Dh, NULL));
+    near("rope backward with logit factor", x, d_x, n);
+    cudaFree(d_x), cudaFree(d_c), cudaFree(d_s), cudaFree(d_q);
+    free(x), free(cs), free(sn), free(qs);
+}
+
+static void test_mlp(void) {
+    const size_t n = 777;
+    float *g = rnd(n, 3), *u = rnd(n, 2), *dout = rnd(n, 1), *dg = rnd(n, 1), *du = rnd(n, 1);
+    float *d_g = dev(g, n * 4), *d_u = dev(u, n * 4), *d_o = dev(dout, n * 4), *d_dg = dev(dg, n * 4),
+          *d_du = dev(du, n * 4);
+    mp_swiglu_backward(dg, du, dout, g, u, n);
+    OK(mp_cuk_swiglu_backward(d_dg, d_du, d_o, d_g, d_u, n, NULL));
+    near("swiglu dgate", dg, d_dg, n);
+    near("swiglu dup", du, d_du, n);
+    for (int th = 0; th < 2; th++) {
+        float *dx = rnd(n, 1), *d_dx = dev(dx, n * 4);
+        if (th) mp_gelu_tanh_backward(dx, dout, g, n);
+        else mp_gelu_backward(dx, dout, g, n);
+        OK(mp_cuk_gelu_backward(d_dx, d_o, d_g, n, th, NULL));
+        near(th ? "gelu_tanh backward" : "gelu backward", dx, d_dx, n);
+        cudaFree(d_dx);
+        free(dx);
+    }
+    cudaFree(d_g), cudaFree(d_u), cudaFree(d_o), cudaFree(d_dg), cudaFree(d_du);
+    free(g), free(u), free(dout), free(dg), free(du);
+}
+
+static void test_attention(int B, int T, int H, int K, int Dh) {
+    const int HD = H * Dh, KD = K * Dh;
+    const size_t nq = (size_t)B * T * HD, nk = (size_t)B * T * KD, na = (size_t)B * H * T * T;
+    float *q = rnd(nq, 1), *k = rnd(nk, 1), *v = rnd(nk, 1), *dz = rnd(nq, 1), *att = calloc(na, 4);
+    const float scale = 1.0f / sqrtf((float)Dh);
+    for (int b = 0; b < B; b++) /* the causal softmax pattern of q k^T scale */
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < T; i++) {
+                float *row = att + (((size_t)b * H + h) * T + i) * T;
+                for (int j = 0; j <= i; j++) {
+                    double s = 0;
+                    for (int d = 0; d < Dh; d++)
+                        s += (double)q[((size_t)b * T + i) * HD + h * Dh + d] *
+                             k[((size_t)b * T + j) * KD + (h / (H / K)) * Dh + d];
+                    row[j] = (float)(s * scale);
+                }
+                mp_softmax_rows(row, 1, i + 1, T);
+            }
+    float *dq = rnd(nq, 1), *dk = rnd(nk, 1), *dv = rnd(nk, 1), *datt = calloc(na, 4);
+    float *d_q = dev(q, nq * 4), *d_k = dev(k, nk * 4), *d_v = dev(v, nk * 4), *d_dz = dev(dz, nq * 4),
+          *d_att = dev(att, na * 4), *d_dq = dev(dq, nq * 4), *d_dk = dev(dk, nk * 4), *d_dv = dev(dv, nk * 4),
+          *d_ds = dev(NULL, na * 4);
+    mp_attention_backward(dq, dk, dv, datt, dz, q, k, v, att, B, T, H, K, Dh);
+    OK(mp_cuk_attn_backward(d_dq, d_dk, d_dv, d_ds, d_dz, d_q, d_k, d_v, d_att, B, T, H, K, Dh, NULL));
+    char lab[96];
+    snprintf(lab, sizeof lab, "attention B%d T%d H%d K%d Dh%d: dq", B, T, H, K, Dh);
+    near(lab, dq, d_dq, nq);
+    snprintf(lab, sizeof lab, "attention B%d T%d H%d K%d Dh%d: dk", B, T, H, K, Dh);
+    near(lab, dk, d_dk, nk);
+    snprintf(lab, sizeof lab, "attention B%d T%d H%d K%d Dh%d: dv", B, T, H, K, Dh);
+    near(lab, dv, d_dv, nk);
+    cudaFree(d_q), cudaFree(d_k), cudaFree(d_v), cudaFree(d_dz), cudaFree(d_att), cudaFree(d_dq), cudaFree(d_dk),
+        cudaFree(d_dv), cudaFree(d_ds);
+    free(q), free(k), free(v), free(dz), free(att), free(dq), free(dk), free(dv), free(datt);
+}
+
+static void test_xent(void) {
+    const int N = 12, V = 301;
+    const float sc = 1.0f / 9.0f;
+    int tg[12];
+    for (int n = 0; n < N; n++) tg[n] = n % 4 == 3 ? -1 : (n * 37) % V;
+    float *lg = rnd((size_t)N * V, 6), *ref = malloc((size_t)N * V * 4), lref[12];
+    for (int n = 0; n < N; n++) { /* loss in double, then the CPU's dlogits from its softmax */
+        const float *l = lg + (size_t)n * V;
+        double mx = -INFINITY, s = 0;
+        for (int i = 0; i < V; i++) mx = fmax(mx, l[i]);
+        for (int i = 0; i < V; i++) s += exp(l[i] - mx);
+        lref[n] = tg[n] < 0 ? 0.0f : (float)(log(s) + mx - l[tg[n]]);
+    }
+    memcpy(ref, lg, (size_t)N * V * 4);
+    mp_softmax_rows(ref, N, V, V);
+    mp_crossentropy_backward(ref, ref, tg, N, V, sc);
+    float *d_lg = dev(lg, (size_t)N * V * 4), *d_loss = dev(NULL, N * 4);
+    int *d_tg = dev(tg, sizeof tg);
+    OK(mp_cuk_xent(d_lg, d_loss, d_lg, d_tg, N, V, sc, NULL)); /* in place */
+    near("cross-entropy dlogits (in place)", ref, d_lg, (size_t)N * V);
+    near("cross-entropy loss per row", lref, d_loss, N);
+    cudaFree(d_lg), cudaFree(d_loss), cudaFree(d_tg);
+    free(lg), free(ref);
+}
+
+static void test_norm_clip(void) {
+    const size_t n = 300001;
+    float *g = rnd(n, 1);
+    float *d_g = dev(g, n * 4);
+    const unsigned nb = mp_cuk_sumsq_blocks(n);
+    double *d_part = dev(NULL, nb * sizeof(double)), *part = malloc(nb * sizeof(double));
+    OK(mp_cuk_sumsq(d_part, d_g, n, NULL));
+    back(part, d_part, nb * sizeof(double));
+    double ss = 0;
+    for (unsigned i = 0; i < nb; i++) ss += part[i];
+    const double norm_dev = sqrt(ss), norm_cpu = mp_grad_clip(g, n, 10.0f); /* clips g on the CPU */
+    CHECK(fabs(norm_dev - norm_cpu) <= 1e-12 * norm_cpu, "gradient norm: device %.17g, cpu %.17g", norm_dev, norm_cpu);
+    OK(mp_cuk_scale(d_g, n, (float)(10.0 / (norm_dev + 1e-6)), NULL));
+    near("clipped gradient", g, d_g, n);
+    cudaFree(d_g), cudaFree(d_part);
+    free(g), free(part);
+}
+
+static void test_adamw(void) {
+    mp_config c = mp_config_default();
+    c.d_model = 32, c.n_layer = 2, c.n_head = 4, c.n_kv_head = 2, c.d_head = 8, c.d_mlp = 48, c.vocab = 40, c.ctx = 16;
+    c.norm = MP_NORM_LAYER, c.linear_bias = 1, c.tied = 0;
+    mp_model *m = NULL;
+    CHECK(mp_model_new_random(&m, &c, 5, 0.2f) == MP_OK, "%s", mp_last_error());
+    if (!m) return;
+    const size_t n = mp_config_n_params(&c);
+    mp_adamw_params hp = mp_adamw_params_default();
+    hp.lr = 3e-3f, hp.weight_decay = 0.1f, hp.eps = 1e-2f; /* a large eps: its place in the formula shows */
+    mp_adamw o;
+    memset(&o, 0, sizeof o);
+    CHECK(mp_adamw_init(&o, &hp, n) == MP_OK, "adamw init");
+    float *d_p = dev(m->owned, n * 4), *d_m = dev(NULL, n * 4), *d_v = dev(NULL, n * 4), *g = malloc(n * 4);
+    CHECK(cudaMemset(d_m, 0, n * 4) == cudaSuccess && cudaMemset(d_v, 0, n * 4) == cudaSuccess, "zero moments");
+    float *d_g = dev(NULL, n * 4);
+    mp_param_desc d[MP_PARAM_MAX];
+    const int nd = mp_params_describe(&m->cfg, &m->p, d);
+    int decayed = 0;
+    for (int step = 0; step < 3; step++) {
+        for (size_t i = 0; i < n; i++) g[i] = urand() * 0.5f;
+        OK(cudaMemcpy(d_g, g, n * 4, cudaMemcpyHostToDevice));
+        const double lr = mp_lr_at(&hp, step);
+        mp_adamw_update(&o, m, g, lr); /* the CPU: o.step is now step + 1 */
+        const double bc1 = 1.0 - pow(hp.beta1, (double)o.step), bc2 = 1.0 - pow(hp.beta2, (double)o.step);
+        for (int t = 0; t < nd; t++) {
+            const size_t off = (size_t)(d[t].p - m->owned);
+            const int dec = d[t].decay && hp.weight_decay != 0.0f;
+            decayed += dec;
+            OK(mp_cuk_adamw(d_p + off, d_m + off, d_v + off, d_g + off, d[t].n, hp.beta1, hp.beta2, hp.eps,
+                            (float)(lr / bc1), (float)sqrt(bc2), (float)(1.0 - lr * hp.weight_decay), dec, NULL));
+        }
+    }
+    CHECK(decayed > 0 && decayed < 3 * nd, "some tensors decayed, some not (%d of %d)", decayed, 3 * nd);
+    near("AdamW: parameters after 3 steps", m->owned, d_p, n);
+    near("AdamW: first moments", o.m, d_m, n);
+    near("AdamW: second moments", o.v, d_v, n);
+    cudaFree(d_p), cudaFree(d_m), cudaFree(d_v), cudaFree(d_g);
+    free(g);
+    mp_adamw_free(&o);
+    mp_model_free(m);
+}
+
+int main(void) {
+    if (mp_cuda_available() != MP_OK) {
+        printf("SKIP: %s\n", mp_last_error());
+        return 77;
+    }
+    test_embed();
+    test_norm(0, 64);
+    test_norm(0, 300);
+    test_norm(1, 64);
+    test_norm(1, 300);
+    test_bias();
+    test_rope();
+    test_mlp();
+    test_attention(1, 5, 2, 2, 4);
+    test_attention(2, 37, 4, 2, 16);
+    test_attention(1, 70, 2, 1, 40);
+    test_xent();
+    test_norm_clip();
+    test_adamw();
+    return tu_finish("test_cuda_train_ops");
+}

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# bench/gpu_check.sh — the prepared check of the CUDA backend (issue 19) for a
+# bench/gpu_check.sh — the prepared check of the CUDA backend (issues 19, 20) for a
 # lent GPU machine, which may have no package registry and may lack HDF5, GSL,
 # cairo, Lua and OpenBLAS. Three modes:
 #
 #   bash bench/gpu_check.sh bundle   here: build build-gpu/ (no MPI, -march=x86-64-v3, CUDA
 #                                    on) and pack build-gpu-bundle/gpu_bundle.tar.xz: the
-#                                    binaries (mechprobe, test_gpu, bench_gpu), the shared
+#                                    binaries (mechprobe, test_gpu, test_cuda_train_ops,
+#                                    test_gpu_train, bench_gpu), the shared
 #                                    libraries ldd lists for them less the C library (glibc)
 #                                    and the CUDA driver, and the third-party headers a
 #                                    source build needs; checks the ldd closure and the size
 #                                    (<= 64 MiB, so it can be carried to the device machine)
 #   bash bench/gpu_check.sh run      there (repository root, bundle carried): use the bundle
-#                                    if its binaries start, else build test_gpu and bench_gpu
+#                                    if its binaries start, else build the C tests and bench_gpu
 #                                    from the carried source with the bundle's headers and
 #                                    libraries (gcc + nvcc needed there); then the gpu tests'
 #                                    summary, the fp32/bf16 prefill at T = 2048 of a d768 L12
@@ -48,11 +49,12 @@ bundle() {
   cmake -S "$ROOT" -B "$ROOT/build-gpu" -DCMAKE_BUILD_TYPE=Release -DMP_MPI=OFF -DMP_CUDA=ON \
         -DCMAKE_C_FLAGS_RELEASE="-O3 -march=x86-64-v3 -DNDEBUG" > "$ROOT/build-gpu.cmake.log" 2>&1 \
     || { cat "$ROOT/build-gpu.cmake.log"; die "configure"; }
-  cmake --build "$ROOT/build-gpu" -j"$JOBS" --target mechprobe test_gpu bench_gpu > "$ROOT/build-gpu/gpu_check.build.log" 2>&1 \
+  cmake --build "$ROOT/build-gpu" -j"$JOBS" --target mechprobe test_gpu test_cuda_train_ops test_gpu_train bench_gpu > "$ROOT/build-gpu/gpu_check.build.log" 2>&1 \
     || { tail -30 "$ROOT/build-gpu/gpu_check.build.log"; die "build"; }
   rm -rf "$BDIR" && mkdir -p "$BDIR/gpu_bundle/bin" "$BDIR/gpu_bundle/lib" "$BDIR/gpu_bundle/include"
   local B="$BDIR/gpu_bundle"
-  cp "$ROOT/build-gpu/mechprobe" "$ROOT/build-gpu/tests/test_gpu" "$ROOT/build-gpu/bench/bench_gpu" "$B/bin/"
+  cp "$ROOT/build-gpu/mechprobe" "$ROOT/build-gpu/tests/test_gpu" "$ROOT/build-gpu/tests/test_cuda_train_ops" \
+     "$ROOT/build-gpu/tests/test_gpu_train" "$ROOT/build-gpu/bench/bench_gpu" "$B/bin/"
   # the closure: every library ldd resolves for the binaries, less glibc and the driver
   local lib missing=0
   for bin in "$B"/bin/*; do
@@ -88,7 +90,7 @@ bundle() {
   rm -rf "$B"
 }
 
-# builds test_gpu and bench_gpu from the source tree with the bundle's headers and
+# builds the C gpu tests and bench_gpu from the source tree with the bundle's headers and
 # libraries into $1 (gcc and nvcc of that machine)
 build_from_source() {
   local out=$1 B=$2 NVCC
@@ -100,8 +102,10 @@ build_from_source() {
              -I"$ROOT/bench" -I"$B/include" -I"$B/include/hdf5" -I"$CUDA_HOME/include")
   local defs=(-DMP_HAVE_CUDA=1 -DMP_SHARED_DIR=\"$ROOT/../shared\" -DMP_TESTDATA=\"$ROOT/tests/data\")
   say "source build: nvcc $("$NVCC" --version | tail -1)"
-  "$NVCC" -O3 -std=c++17 --generate-code=arch=compute_90,code=sm_90 -c "$ROOT/runtime/cuda/cuda_kernels.cu" \
-    -o "$out/obj/cuda_kernels.o" || return 1
+  for f in "$ROOT"/runtime/cuda/*.cu; do
+    "$NVCC" -O3 -std=c++17 --generate-code=arch=compute_90,code=sm_90 -c "$f" \
+      -o "$out/obj/$(basename "${f%.cu}").o" || return 1
+  done
   local srcs=("$ROOT"/base/*.c "$ROOT"/runtime/*.c "$ROOT"/hooks/*.c "$ROOT"/runtime/cuda/*.c "$ROOT"/io/*.c
               "$ROOT/tests/testutil.c")
   local cflags=(-std=gnu11 -O2 -fopenmp "${inc[@]}" "${defs[@]}") pids=() fail=0 f o
@@ -117,11 +121,13 @@ build_from_source() {
               -l:libhdf5_serial.so.103 -L"$CUDA_HOME/lib64" -lcudart_static -lgomp -lpthread -ldl -lrt -lm)
   local objs=("$out"/obj/*.o)
   local core=(); for o in "${objs[@]}"; do case "$o" in */tests_testutil.o) ;; *) core+=("$o") ;; esac; done
-  gcc "${cflags[@]}" "$ROOT/tests/test_gpu.c" "${core[@]}" "$out/obj/tests_testutil.o" \
-      -o "$out/test_gpu" -lstdc++ "${libs[@]}" || return 1
+  for t in test_gpu test_cuda_train_ops test_gpu_train; do
+    gcc "${cflags[@]}" "$ROOT/tests/$t.c" "${core[@]}" "$out/obj/tests_testutil.o" \
+        -o "$out/$t" -lstdc++ "${libs[@]}" || return 1
+  done
   gcc "${cflags[@]}" "$ROOT/bench/bench_gpu.c" "${core[@]}" \
       -o "$out/bench_gpu" -lstdc++ "${libs[@]}" || return 1
-  say "source build: $out/test_gpu, $out/bench_gpu"
+  say "source build: $out/test_gpu, test_cuda_train_ops, test_gpu_train, bench_gpu"
 }
 
 run() {
@@ -170,10 +176,14 @@ run() {
 
   say "== gpu tests (the CPU is the reference; fp32 within 1e-4 of each tensor's scale)"
   local failed=0 ran=0 skipped=0 line rc
-  "$BIN/test_gpu" > "$TMP/test_gpu.out" 2>"$TMP/test_gpu.err"; rc=$?
-  line=$(tail -1 "$TMP/test_gpu.out")
-  case $rc in 0) ran=$((ran + 1)) ;; 77) skipped=$((skipped + 1)) ;; *) ran=$((ran + 1)); failed=$((failed + 1)); head -40 "$TMP/test_gpu.err" ;; esac
-  say "test_gpu: $line (exit $rc)"
+  local t
+  for t in test_gpu test_cuda_train_ops test_gpu_train; do # the forward, the training kernels, training steps
+    "$BIN/$t" > "$TMP/$t.out" 2>"$TMP/$t.err"; rc=$?
+    line=$(tail -1 "$TMP/$t.out")
+    case $rc in 0) ran=$((ran + 1)) ;; 77) skipped=$((skipped + 1)) ;; *) ran=$((ran + 1)); failed=$((failed + 1)); head -40 "$TMP/$t.err" ;; esac
+    say "$t: $line (exit $rc)"
+  done
+  "$BIN/test_gpu" > /dev/null 2>&1; rc=$?
   if [ $rc = 77 ]; then # no device: the same binary with the CPU on both sides shows it runs here
     "$BIN/test_gpu" --dry > "$TMP/dry.out" 2>&1
     say "test_gpu --dry (CPU against CPU, no device): $(tail -1 "$TMP/dry.out")"

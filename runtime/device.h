@@ -23,6 +23,7 @@ mp_status mp_precision_parse(const char *s, const char *what, mp_precision *out)
 
 struct mp_model;
 struct mp_kvcache_s;
+struct mp_adamw;
 
 /* A backend's entry points (runtime/cuda/cuda_model.c). */
 typedef struct mp_dev_ops {
@@ -34,6 +35,12 @@ typedef struct mp_dev_ops {
     mp_status (*forward)(const struct mp_model *m, const int *tokens, int B, int T, const void *fp, float *logits);
     /* Frees the device copy (m->dev); NULL-safe on m->dev. */
     void (*release)(struct mp_model *m);
+    /* mp_train_step on the device (train.h; ws is its mp_train_ws, hooks its
+     * mp_hooks), called after mp_train_step's checks, with the model owning its
+     * parameters and opt sized: the same step, the host weights and opt's
+     * moments updated as the CPU step would leave them. */
+    mp_status (*train_step)(struct mp_model *m, struct mp_adamw *opt, void *ws, const int *tokens, const int *targets,
+                            int B, int T, int accum, const void *hooks, float *loss);
 } mp_dev_ops;
 
 #endif

@@ -52,7 +52,7 @@ mp_forward_params mp_forward_params_default(void) {
     return (mp_forward_params){NULL, NULL, MP_LOGITS_ALL, 64, NULL, NULL};
 }
 
-mp_status mp_acts_init(mp_acts *a, const mp_config *c, int B, int T) {
+mp_status mp_acts_layout(mp_acts *a, const mp_config *c, int B, int T, float *mem, size_t *n_floats) {
     memset(a, 0, sizeof *a);
     if (B <= 0 || T <= 0) return mp_error(MP_ERR_ARG, "training buffers: batch (%d) and length (%d) must be positive", B, T);
     const size_t L = (size_t)c->n_layer, N = (size_t)B * T, D = (size_t)c->d_model;
@@ -78,16 +78,27 @@ mp_status mp_acts_init(mp_acts *a, const mp_config *c, int B, int T) {
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) bad |= mp_add_size(total, sz[i], &total);
     if (bad || mp_mul_size(total, sizeof(float), &tt))
         return mp_error(MP_ERR_NOMEM, "training buffers for batch %d x %d positions overflow", B, T);
-    if (!(a->mem = mp_malloc(total * sizeof(float), "training activations"))) return MP_ERR_NOMEM;
-    float *cur = a->mem;
+    *n_floats = total;
+    if (!mem) return MP_OK;
+    float *cur = mem;
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) {
         *f[i] = sz[i] ? cur : NULL;
         cur += sz[i];
     }
+    a->mem = mem;
     a->B = B;
     a->T = T;
     a->n_floats = total;
     return MP_OK;
+}
+
+mp_status mp_acts_init(mp_acts *a, const mp_config *c, int B, int T) {
+    size_t total;
+    mp_status st = mp_acts_layout(a, c, B, T, NULL, &total);
+    if (st) return st;
+    float *mem = mp_malloc(total * sizeof(float), "training activations");
+    if (!mem) return MP_ERR_NOMEM;
+    return mp_acts_layout(a, c, B, T, mem, &total);
 }
 
 void mp_acts_free(mp_acts *a) {

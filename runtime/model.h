@@ -330,6 +330,9 @@ mp_layer_acts mp_acts_layer(const mp_config *c, const mp_acts *a, int l);
 /* Allocates the store for B x T tokens (T may exceed ctx; the [L,B,H,T,T]
  * pattern limits T to a few hundred in practice). */
 mp_status mp_acts_init(mp_acts *a, const mp_config *c, int B, int T);
+/* The store's layout: *n_floats receives its size; with mem non-NULL (n_floats
+ * floats, e.g. device memory of a backend) the fields point into it. */
+mp_status mp_acts_layout(mp_acts *a, const mp_config *c, int B, int T, float *mem, size_t *n_floats);
 void mp_acts_free(mp_acts *a);
 
 typedef struct {

@@ -192,16 +192,22 @@ mp_status mp_train_step(mp_model *m, mp_adamw *opt, mp_train_ws *ws, const int *
     if ((st = mp_targets_check(&m->cfg, targets, B, T))) return st;
     if ((st = mp_model_make_owned(m))) return st;
     size_t n = mp_config_n_params(&m->cfg);
-    if (ws->grads.n != n) {
-        mp_grads_free(&ws->grads);
-        if ((st = mp_grads_init(&ws->grads, &m->cfg))) return st;
-    }
     if (opt->n != n) {
         if (opt->n != 0)
             return mp_error(MP_ERR_ARG, "train step: this optimizer holds state for %zu parameters, the model has "
                             "%zu (use a fresh optimizer per model)", opt->n, n);
         mp_adamw_params hp = opt->hp;
         if ((st = mp_adamw_init(opt, &hp, n))) return st;
+    }
+    if (m->dev_ops && m->dev_ops->train_step) { /* the model is on a device: the step runs there */
+        if (ws->sync)
+            return mp_error(MP_ERR_ARG, "train step: data-parallel training (MPI) runs on the CPU; move the model "
+                            "there first (m:to(\"cpu\"))");
+        return m->dev_ops->train_step(m, opt, ws, tokens, targets, B, T, accum, hooks, loss);
+    }
+    if (ws->grads.n != n) {
+        mp_grads_free(&ws->grads);
+        if ((st = mp_grads_init(&ws->grads, &m->cfg))) return st;
     }
     const int mb = B / accum;
     if (ws->acts.B != mb || ws->acts.T != T) {

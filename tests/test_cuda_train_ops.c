@@ -87,7 +87,9 @@ static void test_norm(int layer, int D) {
     else mp_rmsnorm_forward(out, rstd, x, w, N, D, 1e-5f);
     float *dx = rnd(nx, 1), *dw = rnd((size_t)D, 1), *db = rnd((size_t)D, 1);
     float *d_x = dev(x, nx * 4), *d_w = dev(w, (size_t)D * 4), *d_dout = dev(dout, nx * 4);
-    float *d_mean = dev(layer ? mean : rstd, (size_t)N * 4), *d_rstd = dev(rstd, (size_t)N * 4);
+    float *scale = malloc((size_t)N * 4); /* the device kernels take the forward's scale, 1 / rstd */
+    for (int n = 0; n < N; n++) scale[n] = 1.0f / rstd[n];
+    float *d_mean = dev(layer ? mean : rstd, (size_t)N * 4), *d_rstd = dev(scale, (size_t)N * 4);
     float *d_dx = dev(dx, nx * 4), *d_dw = dev(dw, (size_t)D * 4), *d_db = dev(db, (size_t)D * 4);
     if (layer) mp_layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, D);
     else mp_rmsnorm_backward(dx, dw, dout, x, w, rstd, N, D);
@@ -100,7 +102,7 @@ static void test_norm(int layer, int D) {
     if (layer) near("LayerNorm db", db, d_db, (size_t)D);
     cudaFree(d_x), cudaFree(d_w), cudaFree(d_dout), cudaFree(d_mean), cudaFree(d_rstd), cudaFree(d_dx),
         cudaFree(d_dw), cudaFree(d_db);
-    free(x), free(w), free(b), free(dout), free(out), free(mean), free(rstd), free(dx), free(dw), free(db);
+    free(x), free(w), free(b), free(dout), free(out), free(mean), free(rstd), free(scale), free(dx), free(dw), free(db);
 }
 
 static void test_bias(void) {

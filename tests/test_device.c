@@ -4,10 +4,12 @@
  * calls stay on the CPU (mp_cuda_cpu_reason), a refused move leaving the model
  * unchanged, and runtime/'s dispatch seam (m->dev_ops) exercised with a
  * stand-in backend whose forward is recognisable, so mp_model_forward's
- * routing, mp_model_forward_device and mp_model_free's release are checked
+ * routing, mp_model_forward_device, mp_train_step's hand-over (after its
+ * checks; data parallelism refused) and mp_model_free's release are checked
  * without a GPU. */
 #include "mp_cuda.h"
 #include "testutil.h"
+#include "train.h"
 
 #include <string.h>
 
@@ -45,7 +47,16 @@ static void fake_release(mp_model *m) {
     m->dev = NULL;
     m->dev_ops = NULL;
 }
-static const mp_dev_ops fake_ops = {"fake", fake_reason, fake_forward, fake_release};
+static int fake_steps;
+static mp_status fake_train_step(mp_model *m, mp_adamw *opt, void *ws, const int *tokens, const int *targets, int B,
+                                 int T, int accum, const void *hooks, float *loss) {
+    (void)m, (void)ws, (void)tokens, (void)targets, (void)B, (void)T, (void)accum, (void)hooks;
+    fake_steps++;
+    opt->step++;
+    *loss = 42.0f;
+    return MP_OK;
+}
+static const mp_dev_ops fake_ops = {"fake", fake_reason, fake_forward, fake_release, fake_train_step};
 static int noop_hook(void *u, const mp_hook_info *info, float *data) {
     (void)u;
     (void)info;
@@ -114,9 +125,10 @@ int main(void) {
     mp_acts acts;
     memset(&acts, 0, sizeof acts);
     fm.attn_mask = NULL;
-    fm.acts = &acts; /* training is refused on the device, not moved */
+    fm.acts = &acts; /* backward hooks' training-mode forward: the CPU's (training steps go to the device whole) */
     fm.hooks = hs;
-    CHECK(mp_cuda_cpu_reason(m, &fm) == NULL, "training");
+    r = mp_cuda_cpu_reason(m, &fm);
+    CHECK(r && strstr(r, "training-mode"), "%s", r ? r : "NULL");
 
     /* a refused move leaves the model as it was */
     const int toks[5] = {1, 4, 9, 16, 25};
@@ -149,6 +161,28 @@ int main(void) {
     CHECK(mp_model_forward_device(m, &fh) == MP_DEVICE_CPU, "cpu reason");
     CHECK(mp_model_forward(m, toks, 1, 5, &fh, out) == MP_OK && fake_calls == 1 && tu_max_abs_diff(ref, out, nl) == 0.0,
           "a call with a CPU reason runs on the CPU: calls %d", fake_calls);
+    /* mp_train_step: checked on the host, then the backend's step (the optimiser sized first) */
+    int tgt[5] = {4, 16, 25, 2, -1};
+    mp_adamw opt;
+    memset(&opt, 0, sizeof opt);
+    opt.hp = mp_adamw_params_default();
+    mp_train_ws ws;
+    memset(&ws, 0, sizeof ws);
+    float loss = 0;
+    CHECK(mp_train_step(m, &opt, &ws, toks, tgt, 1, 5, 1, NULL, &loss) == MP_OK && fake_steps == 1 && loss == 42.0f &&
+              opt.n == mp_config_n_params(&m->cfg) && ws.grads.n == 0,
+          "backend train step: steps %d, loss %g, moments %zu, host gradients %zu", fake_steps, loss, opt.n,
+          ws.grads.n);
+    int bad_tgt[5] = {4, 16, 99, 2, -1};
+    CHECK(mp_train_step(m, &opt, &ws, toks, bad_tgt, 1, 5, 1, NULL, &loss) == MP_ERR_ARG && fake_steps == 1,
+          "targets checked first");
+    mp_grad_sync sync = {0};
+    ws.sync = &sync;
+    CHECK(mp_train_step(m, &opt, &ws, toks, tgt, 1, 5, 1, NULL, &loss) == MP_ERR_ARG && fake_steps == 1 &&
+              strstr(mp_last_error(), "data-parallel") != NULL,
+          "data parallelism stays on the CPU: %s", mp_last_error());
+    mp_train_ws_free(&ws);
+    mp_adamw_free(&opt);
     mp_hooks_free(hs);
     mp_model_free(m); /* releases the backend's state */
     CHECK(fake_released == 1, "released %d", fake_released);

@@ -67,9 +67,10 @@ cudaError_t mp_cuk_rope_backward(float *dx, const float *cos_t, const float *sin
 /* dembed[tokens[n], :] += dout[n, :] */
 cudaError_t mp_cuk_embed_backward(float *dembed, const float *dout, const int *tokens, int N, int D, cudaStream_t s);
 /* RMSNorm (layer 0; mean unused) or LayerNorm: dx += the input gradient; with
- * dw non-NULL also dw += sum_n dout xhat and (LayerNorm) db += sum_n dout */
+ * dw non-NULL also dw += sum_n dout xhat and (LayerNorm) db += sum_n dout.
+ * mean and scale as mp_cuk_norm_scale wrote them (scale = 1 / rstd). */
 cudaError_t mp_cuk_norm_backward(float *dx, float *dw, float *db, const float *dout, const float *x, const float *w,
-                                 const float *mean, const float *rstd, int N, int D, int layer, cudaStream_t s);
+                                 const float *mean, const float *scale, int N, int D, int layer, cudaStream_t s);
 /* dbias[o] += sum_n dout[n, o] over [N, OUT] */
 cudaError_t mp_cuk_bias_backward(float *dbias, const float *dout, int N, int OUT, cudaStream_t s);
 /* SwiGLU: dgate, dup += ...; GELU (erf, or tanh): dx += ... */

@@ -15,6 +15,16 @@
  * first moves to the device (blas_load): linked, its 600 MB would load into
  * every mechprobe process, CPU-only ones included. Kernels: cuda_kernels.cu.
  *
+ * Training (cu_train_step, behind mp_train_step): the forward in training mode
+ * keeps every activation the backward reads in an mp_acts store laid out in
+ * device memory (model.h's layout), hooks live on the stored tensors; the
+ * loss and dlogits (one kernel), train.c's backward step for step (cuBLAS for
+ * the products' input and weight gradients, cuda_train_kernels.cu for the
+ * rest, the attention over the stored pattern), the global norm, clipping and
+ * AdamW (moments on the device, uploaded when the optimiser's state changed
+ * on the host). After each step the parameters and moments are copied back:
+ * the host stays authoritative (n floats three times a step; fp32 only).
+ *
  * A KV cache keeps a device copy of its keys and values (mp_kvcache.dev); the
  * host copy stays complete (the new rows are copied back every call), so a
  * cache can move between devices and the CPU fallback (mp_cuda_cpu_reason)
@@ -22,6 +32,7 @@
 #include "cuda_internal.h"
 #include "cuda_kernels.h"
 #include "fwd_hooks.h"
+#include "train.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -105,6 +116,18 @@ typedef struct {
     float *host;            /* pinned staging: positional tables, hook views */
     size_t host_n;          /* floats */
     int depth;              /* > 0 while a forward runs (a hook may not start another on this model) */
+    /* training (cu_train_step), allocated on first use */
+    mp_acts acts;           /* the activation store in device memory (model.h's layout; its rstd fields hold
+                             * the norms' scales, 1 / rstd, as k_norm_scale writes them) */
+    float *grads;           /* [n params] in mp_params order */
+    mp_params g;            /* device pointers into grads */
+    float *om, *ov;         /* AdamW's moments [n params] */
+    const void *opt;        /* the optimiser whose moments om/ov hold, at step opt_step */
+    long opt_step;
+    double *part;           /* the gradient norm's partial sums */
+    int *tgt;               /* targets [B*T] */
+    int *pos_ids;           /* learned positions: t of every row, for pos_embed's gradient */
+    size_t tgt_n;
 } cu_model;
 
 typedef struct {
@@ -153,6 +176,13 @@ static void cu_free(cu_model *d) {
     cudaFree(d->abf);
     cudaFree(d->ws);
     cudaFree(d->tok);
+    cudaFree(d->acts.mem);
+    cudaFree(d->grads);
+    cudaFree(d->om);
+    cudaFree(d->ov);
+    cudaFree(d->part);
+    cudaFree(d->tgt);
+    cudaFree(d->pos_ids);
     if (d->host) cudaFreeHost(d->host);
     if (d->blas) blas.destroy(d->blas);
     if (d->stream) cudaStreamDestroy(d->stream);
@@ -238,21 +268,22 @@ cleanup:
     return st;
 }
 
-/* The configured norm of x into out; with its scale point (sid, l) active, in
- * two steps around it (fwd_hooks.c mp_fwd_norm): the edited scale normalizes.
- * sc: 2N floats of workspace. */
+/* The configured norm of x into out; with its scale point (sid, l) active, or
+ * in training (keep: the scale and mean are kept for the backward), in two
+ * steps around it (fwd_hooks.c mp_fwd_norm): the edited scale normalizes.
+ * scale, mean: N floats each. */
 static mp_status norm(cu_model *d, const mp_fwd_ctx *f, mp_hook_id sid, int l, float *out, const float *x,
-                      const float *w, const float *b, float *sc) {
+                      const float *w, const float *b, float *scale, float *mean, int keep) {
     mp_status st = MP_OK;
     const mp_config *c = f->c;
     const int N = f->B * f->T, D = c->d_model, ln = c->norm == MP_NORM_LAYER;
-    if (!mp_hooks_active(f->hs, sid, l)) {
+    if (!keep && !mp_hooks_active(f->hs, sid, l)) {
         CU(mp_cuk_norm, (out, x, w, b, N, D, c->norm_eps, ln, d->stream));
         return MP_OK;
     }
-    CU(mp_cuk_norm_scale, (sc, sc + N, x, N, D, c->norm_eps, ln, d->stream));
-    TRY(hook_whole(d, f, sid, l, sc));
-    CU(mp_cuk_norm_apply, (out, x, sc + N, sc, w, b, N, D, ln, d->stream));
+    CU(mp_cuk_norm_scale, (scale, mean, x, N, D, c->norm_eps, ln, d->stream));
+    TRY(hook_whole(d, f, sid, l, scale));
+    CU(mp_cuk_norm_apply, (out, x, mean, scale, w, b, N, D, ln, d->stream));
 cleanup:
     return st;
 }
@@ -317,12 +348,16 @@ cleanup:
     return st;
 }
 
-static mp_status cu_forward(const mp_model *m, const int *tokens, int B, int T, const void *fpv, float *logits) {
-    const mp_forward_params *fp = fpv;
+/* The forward on the device. With A (a device activation store of B x T;
+ * training: no cache, logits ALL into A->logits, left on the device) every
+ * activation the backward reads is kept there, as model.c keeps it in its
+ * training mode: each layer's residual entering it, after attention and after
+ * the MLP, the norms' outputs, scales and means, rotated q and k, v, the full
+ * pattern (materialised in one block of T rows), z, the MLP's pre-activation,
+ * up projection and activation; hooks fire on (and edit) the stored tensors. */
+static mp_status forward_dev(const mp_model *m, const int *tokens, int B, int T, const mp_forward_params *fp,
+                             float *logits, const mp_acts *A) {
     cu_model *d = m->dev;
-    if (fp->acts)
-        return mp_error(MP_ERR_ARG, "forward: training runs on the CPU in this version; move the model back first "
-                        "(m:to(\"cpu\"))");
     if (d->depth > 0)
         return mp_error(MP_ERR_ARG, "forward: a model on the cuda device cannot run a forward pass from inside one "
                         "of its own hooks");
@@ -336,19 +371,20 @@ static mp_status cu_forward(const mp_model *m, const int *tokens, int B, int T, 
     const int half = Dh / 2;
     mp_kvcache *cache = fp->cache;
     const int pos0 = cache ? cache->len : 0, S = pos0 + T;
-    const int qb = fp->q_block > 0 ? (fp->q_block < T ? fp->q_block : T) : (T < 64 ? T : 64);
+    const int tr = A != NULL;
+    const int qb = tr ? T : fp->q_block > 0 ? (fp->q_block < T ? fp->q_block : T) : (T < 64 ? T : 64);
     const float scale = 1.0f / sqrtf((float)Dh);
     mp_fwd_ctx f = {c, fp->hooks, B, T, pos0, NULL, NULL};
     cu_kv *kv = NULL;
 
     int show_any = 0; /* some layer's scores/pattern hook: that layer materialises its pattern blocks */
-    for (int l = 0; l < c->n_layer; l++)
+    for (int l = 0; l < c->n_layer && !tr; l++)
         show_any |= mp_hooks_active(f.hs, MP_HOOK_ATTN_SCORES, l) || mp_hooks_active(f.hs, MP_HOOK_PATTERN, l);
     /* the workspace, in order */
     const size_t n_x = (size_t)N * D, n_q = (size_t)N * HD, n_k = (size_t)N * KD, n_h = (size_t)N * M;
     const size_t n_up = c->mlp == MP_MLP_SWIGLU ? n_h : 0, n_att = show_any ? (size_t)B * H * qb * S : 0;
     const size_t n_pos = 2 * (size_t)T * half + (size_t)T;
-    const size_t n_log = fp->logits == MP_LOGITS_ALL ? (size_t)N * V
+    const size_t n_log = tr ? 0 : fp->logits == MP_LOGITS_ALL ? (size_t)N * V
                        : fp->logits == MP_LOGITS_LAST ? (size_t)B * V + (size_t)B * D : 0;
     const size_t n_sc = 2 * (size_t)N; /* a norm's scale and mean (hook_scale) */
     const size_t total = 4 * n_x + 2 * n_q + 2 * n_k + n_h + n_up + n_att + n_pos + n_log + n_sc;
@@ -366,7 +402,8 @@ static mp_status cu_forward(const mp_model *m, const int *tokens, int B, int T, 
     float *pre = cur; cur += n_h;       /* gate / pre-activation, then the activation in place */
     float *up = cur; cur += n_up;
     float *att = cur; cur += n_att;     /* one block of pattern rows [B, H, qb, S] */
-    float *cos_t = cur, *sin_t = cur + (size_t)T * half, *q_scale = cur + 2 * (size_t)T * half;
+    float *cos_t = tr ? A->pos_tab : cur; /* training: the backward rotates back by the same tables */
+    float *sin_t = cos_t + (size_t)T * half, *q_scale = cos_t + 2 * (size_t)T * half;
     cur += n_pos;
     float *dlog = cur;                  /* logits [N, V], or [B, V] then the last rows [B, D] */
 
@@ -381,6 +418,7 @@ static mp_status cu_forward(const mp_model *m, const int *tokens, int B, int T, 
     }
     if (cache) TRY(kv_get(cache, c, &kv, s));
 
+    if (tr) x = A->resid; /* layer l's input is A->resid[l]; each layer writes the next */
     CU(mp_cuk_embed, (x, d->tok, p->embed, N, D, s));
     if (c->pos == MP_POS_LEARNED) { /* hook_embed = token + position embedding (fwd_hooks.c mp_fwd_pos_embed) */
         if (!mp_hooks_active(f.hs, MP_HOOK_POS_EMBED, -1)) {
@@ -396,8 +434,19 @@ static mp_status cu_forward(const mp_model *m, const int *tokens, int B, int T, 
     TRY(hook_whole(d, &f, MP_HOOK_EMBED, -1, x));
     for (int l = 0; l < c->n_layer; l++) {
         const mp_layer_params w = mp_params_layer(c, p, l); /* device pointers */
+        /* this layer's buffers: the stored activations in training, else the workspace */
+        const mp_layer_acts a = tr ? mp_acts_layer(c, A, l) : (mp_layer_acts){0};
+        if (tr) {
+            xn = a.ln1;
+            q = a.q;
+            k = a.k;
+            v = a.v;
+            z = a.z;
+            att = a.att;
+        }
         TRY(hook_whole(d, &f, MP_HOOK_RESID_PRE, l, x));
-        TRY(norm(d, &f, MP_HOOK_LN1_SCALE, l, xn, x, w.ln1_w, w.ln1_b, sc));
+        TRY(norm(d, &f, MP_HOOK_LN1_SCALE, l, xn, x, w.ln1_w, w.ln1_b, tr ? a.ln1_rstd : sc, tr ? a.ln1_mean : sc + N,
+                 tr));
         TRY(hook_whole(d, &f, MP_HOOK_LN1, l, xn));
         TRY(linear(d, q, xn, w.wq, w.bq, N, D, HD));
         TRY(linear(d, k, xn, w.wk, w.bk, N, D, KD));
@@ -426,7 +475,7 @@ static mp_status cu_forward(const mp_model *m, const int *tokens, int B, int T, 
             kc = kv->k + lay;
             vc = kv->v + lay;
         }
-        if (mp_hooks_active(f.hs, MP_HOOK_ATTN_SCORES, l) || mp_hooks_active(f.hs, MP_HOOK_PATTERN, l)) {
+        if (tr || mp_hooks_active(f.hs, MP_HOOK_ATTN_SCORES, l) || mp_hooks_active(f.hs, MP_HOOK_PATTERN, l)) {
             for (int q0 = 0; q0 < T; q0 += qb) { /* the pattern by blocks of query rows, as on the CPU */
                 const int rows = T - q0 < qb ? T - q0 : qb;
                 CU(mp_cuk_attn_scores, (att, q, kc, B, T, H, K, Dh, pos0, bstride, scale, q0, rows, s));
@@ -441,8 +490,18 @@ static mp_status cu_forward(const mp_model *m, const int *tokens, int B, int T, 
         TRY(hook_whole(d, &f, MP_HOOK_Z, l, z));
         TRY(linear(d, out, z, w.wo, w.bo, N, HD, D));
         TRY(hook_whole(d, &f, MP_HOOK_ATTN_OUT, l, out));
+        if (tr) { /* resid_mid = resid_in + attention, kept apart from resid_in */
+            CU(cudaMemcpyAsync, (a.resid_mid, x, n_x * sizeof(float), cudaMemcpyDeviceToDevice, s));
+            x = a.resid_mid;
+        }
         CU(mp_cuk_add, (x, out, n_x, s));
         TRY(hook_whole(d, &f, MP_HOOK_RESID_MID, l, x));
+        if (tr) { /* resid_out (the next layer's input) starts as resid_mid */
+            CU(cudaMemcpyAsync, (a.resid_out, x, n_x * sizeof(float), cudaMemcpyDeviceToDevice, s));
+            xn = a.ln2;
+            pre = a.pre;
+            up = a.up;
+        }
         if (M) {
             const float *mlp_in = x; /* hook_mlp_in: the MLP norm's own copy of resid_mid */
             if (mp_hooks_active(f.hs, MP_HOOK_MLP_IN, l)) {
@@ -450,27 +509,34 @@ static mp_status cu_forward(const mp_model *m, const int *tokens, int B, int T, 
                 TRY(hook_whole(d, &f, MP_HOOK_MLP_IN, l, buf));
                 mlp_in = buf;
             }
-            TRY(norm(d, &f, MP_HOOK_LN2_SCALE, l, xn, mlp_in, w.ln2_w, w.ln2_b, sc));
+            TRY(norm(d, &f, MP_HOOK_LN2_SCALE, l, xn, mlp_in, w.ln2_w, w.ln2_b, tr ? a.ln2_rstd : sc,
+                     tr ? a.ln2_mean : sc + N, tr));
             TRY(hook_whole(d, &f, MP_HOOK_LN2, l, xn));
             TRY(linear(d, pre, xn, w.w1, w.b1, N, D, M));
             TRY(hook_whole(d, &f, MP_HOOK_MLP_PRE, l, pre));
+            float *post = tr ? a.post : pre; /* inference: the activation in place */
             if (c->mlp == MP_MLP_SWIGLU) {
                 TRY(linear(d, up, xn, w.w3, w.b3, N, D, M));
                 TRY(hook_whole(d, &f, MP_HOOK_MLP_PRE_LINEAR, l, up));
-                CU(mp_cuk_swiglu, (pre, pre, up, n_h, s));
+                CU(mp_cuk_swiglu, (post, pre, up, n_h, s));
             } else {
-                CU(mp_cuk_gelu, (pre, pre, n_h, c->gelu_tanh, s));
+                CU(mp_cuk_gelu, (post, pre, n_h, c->gelu_tanh, s));
             }
-            TRY(hook_whole(d, &f, MP_HOOK_MLP_POST, l, pre));
-            TRY(linear(d, out, pre, w.w2, w.b2, N, M, D));
+            TRY(hook_whole(d, &f, MP_HOOK_MLP_POST, l, post));
+            TRY(linear(d, out, post, w.w2, w.b2, N, M, D));
             TRY(hook_whole(d, &f, MP_HOOK_MLP_OUT, l, out));
-            CU(mp_cuk_add, (x, out, n_x, s));
+            CU(mp_cuk_add, (tr ? a.resid_out : x, out, n_x, s));
         }
+        if (tr) x = a.resid_out;
         TRY(hook_whole(d, &f, MP_HOOK_RESID_POST, l, x));
     }
-    TRY(norm(d, &f, MP_HOOK_LNF_SCALE, -1, xn, x, p->lnf_w, p->lnf_b, sc));
+    if (tr) xn = A->lnf;
+    TRY(norm(d, &f, MP_HOOK_LNF_SCALE, -1, xn, x, p->lnf_w, p->lnf_b, tr ? A->lnf_rstd : sc, tr ? A->lnf_mean : sc + N,
+             tr));
     TRY(hook_whole(d, &f, MP_HOOK_LN_FINAL, -1, xn));
-    if (fp->logits == MP_LOGITS_ALL) {
+    if (tr) {
+        TRY(linear(d, A->logits, xn, p->unembed, NULL, N, D, V));
+    } else if (fp->logits == MP_LOGITS_ALL) {
         TRY(linear(d, dlog, xn, p->unembed, NULL, N, D, V));
         CU(cudaMemcpyAsync, (logits, dlog, (size_t)N * V * sizeof(float), cudaMemcpyDeviceToHost, s));
     } else if (fp->logits == MP_LOGITS_LAST) {
@@ -495,9 +561,245 @@ cleanup:
     return st;
 }
 
+static mp_status cu_forward(const mp_model *m, const int *tokens, int B, int T, const void *fpv, float *logits) {
+    const mp_forward_params *fp = fpv;
+    if (fp->acts)
+        return mp_error(MP_ERR_ARG, "forward: a model on the cuda device trains through mp_train_step (m:train, "
+                        "m:train_step), which keeps its activations on the device");
+    return forward_dev(m, tokens, B, T, fp, logits, NULL);
+}
+
+/* ---- training: the step of train.c on the device ---- */
+
+/* din [N,IN] += dout [N,OUT] @ w [OUT,IN] (din may be NULL); dw [OUT,IN] +=
+ * dout^T @ in [N,IN]; dbias [OUT] += column sums of dout (may be NULL): ops_backward.c
+ * mp_matmul_backward, row-major operands read as cuBLAS's column-major transposes. */
+static mp_status linear_bwd(cu_model *d, float *din, float *dw, float *dbias, const float *dout, const float *in,
+                            const float *w, int N, int IN, int OUT) {
+    mp_status st = MP_OK;
+    const float one = 1.0f;
+    if (din) CB(blas.sgemm, (d->blas, CUBLAS_OP_N, CUBLAS_OP_N, IN, N, OUT, &one, w, IN, dout, OUT, &one, din, IN));
+    CB(blas.sgemm, (d->blas, CUBLAS_OP_N, CUBLAS_OP_T, IN, OUT, N, &one, in, IN, dout, OUT, &one, dw, IN));
+    if (dbias) CU(mp_cuk_bias_backward, (dbias, dout, N, OUT, d->stream));
+cleanup:
+    return st;
+}
+
+#define ZERO(ptr, n) CU(cudaMemsetAsync, ((ptr), 0, (size_t)(n) * sizeof(float), s))
+
+/* train.c's backward over the device store A (A->logits holding dlogits):
+ * every parameter's gradient accumulated into d->g. */
+static mp_status backward_dev(const mp_model *m, const mp_acts *A) {
+    cu_model *d = m->dev;
+    const mp_config *c = &m->cfg;
+    const mp_params *p = &d->p, *g = &d->g;
+    const cudaStream_t s = d->stream;
+    const int B = A->B, T = A->T, N = B * T, D = c->d_model, H = c->n_head, K = c->n_kv_head, Dh = c->d_head;
+    const int M = c->mlp == MP_MLP_NONE ? 0 : c->d_mlp, HD = H * Dh, KD = K * Dh, half = Dh / 2;
+    const int ln = c->norm == MP_NORM_LAYER;
+    const size_t nx = (size_t)N * D, nq = (size_t)N * HD, nk = (size_t)N * KD, nh = (size_t)N * M;
+    float *dres = A->dresid, *dxn = A->dxn;
+    mp_status st = MP_OK;
+    ZERO(dxn, nx);
+    ZERO(dres, nx);
+    TRY(linear_bwd(d, dxn, g->unembed, NULL, A->logits, A->lnf, p->unembed, N, D, c->vocab));
+    CU(mp_cuk_norm_backward, (dres, g->lnf_w, g->lnf_b, dxn, A->resid + (size_t)c->n_layer * nx, p->lnf_w,
+                              A->lnf_mean, A->lnf_rstd, N, D, ln, s));
+    for (int l = c->n_layer - 1; l >= 0; l--) {
+        const mp_layer_params w = mp_params_layer(c, p, l), dw = mp_params_layer(c, g, l);
+        const mp_layer_acts a = mp_acts_layer(c, A, l);
+        if (M) {
+            ZERO(A->dpost, nh);
+            TRY(linear_bwd(d, A->dpost, dw.w2, dw.b2, dres, a.post, w.w2, N, M, D));
+            ZERO(A->dpre, nh);
+            ZERO(dxn, nx);
+            if (c->mlp == MP_MLP_SWIGLU) {
+                ZERO(A->dup, nh);
+                CU(mp_cuk_swiglu_backward, (A->dpre, A->dup, A->dpost, a.pre, a.up, nh, s));
+                TRY(linear_bwd(d, dxn, dw.w3, dw.b3, A->dup, a.ln2, w.w3, N, D, M));
+            } else {
+                CU(mp_cuk_gelu_backward, (A->dpre, A->dpost, a.pre, nh, c->gelu_tanh, s));
+            }
+            TRY(linear_bwd(d, dxn, dw.w1, dw.b1, A->dpre, a.ln2, w.w1, N, D, M));
+            CU(mp_cuk_norm_backward, (dres, dw.ln2_w, dw.ln2_b, dxn, a.resid_mid, w.ln2_w, a.ln2_mean, a.ln2_rstd, N,
+                                      D, ln, s));
+        }
+        ZERO(A->dz, nq);
+        TRY(linear_bwd(d, A->dz, dw.wo, dw.bo, dres, a.z, w.wo, N, HD, D));
+        ZERO(A->dq, nq);
+        ZERO(A->dk, nk);
+        ZERO(A->dv, nk);
+        CU(mp_cuk_attn_backward, (A->dq, A->dk, A->dv, A->datt, A->dz, a.q, a.k, a.v, a.att, B, T, H, K, Dh, s));
+        if (mp_pos_rotates(c)) { /* the forward's tables */
+            const float *cos_t = A->pos_tab, *sin_t = cos_t + (size_t)T * half;
+            const float *q_scale = mp_pos_has_logit_scale(c) ? sin_t + (size_t)T * half : NULL;
+            CU(mp_cuk_rope_backward, (A->dq, cos_t, sin_t, q_scale, B, T, H, Dh, s));
+            CU(mp_cuk_rope_backward, (A->dk, cos_t, sin_t, NULL, B, T, K, Dh, s));
+        }
+        ZERO(dxn, nx);
+        TRY(linear_bwd(d, dxn, dw.wq, dw.bq, A->dq, a.ln1, w.wq, N, D, HD));
+        TRY(linear_bwd(d, dxn, dw.wk, dw.bk, A->dk, a.ln1, w.wk, N, D, KD));
+        TRY(linear_bwd(d, dxn, dw.wv, dw.bv, A->dv, a.ln1, w.wv, N, D, KD));
+        CU(mp_cuk_norm_backward, (dres, dw.ln1_w, dw.ln1_b, dxn, a.resid_in, w.ln1_w, a.ln1_mean, a.ln1_rstd, N, D, ln,
+                                  s));
+    }
+    CU(mp_cuk_embed_backward, (g->embed, dres, d->tok, N, D, s));
+    if (g->pos_embed) CU(mp_cuk_embed_backward, (g->pos_embed, dres, d->pos_ids, N, D, s)); /* row t of each sequence */
+cleanup:
+    return st;
+}
+
+/* Device buffers of a step on micro-batches of mb x T: the store, the
+ * gradients and moments (n floats each), targets and position ids. */
+static mp_status train_reserve(cu_model *d, const mp_config *c, int mb, int T) {
+    mp_status st = MP_OK;
+    const size_t n = mp_config_n_params(c), N = (size_t)mb * T;
+    if (d->acts.B != mb || d->acts.T != T) {
+        cudaFree(d->acts.mem);
+        memset(&d->acts, 0, sizeof d->acts);
+        size_t nf;
+        mp_acts probe;
+        TRY(mp_acts_layout(&probe, c, mb, T, NULL, &nf));
+        float *mem = NULL;
+        CU(cudaMalloc, ((void **)&mem, nf * sizeof(float)));
+        TRY(mp_acts_layout(&d->acts, c, mb, T, mem, &nf));
+    }
+    if (!d->grads) {
+        CU(cudaMalloc, ((void **)&d->grads, (n ? n : 1) * sizeof(float)));
+        mp_params_layout(c, d->grads, &d->g);
+        CU(cudaMalloc, ((void **)&d->om, (n ? n : 1) * sizeof(float)));
+        CU(cudaMalloc, ((void **)&d->ov, (n ? n : 1) * sizeof(float)));
+        CU(cudaMalloc, ((void **)&d->part, 1024 * sizeof(double)));
+        d->opt = NULL;
+    }
+    if (d->tgt_n < N) {
+        cudaFree(d->tgt);
+        cudaFree(d->pos_ids);
+        d->tgt = d->pos_ids = NULL;
+        d->tgt_n = 0;
+        CU(cudaMalloc, ((void **)&d->tgt, N * sizeof(int)));
+        CU(cudaMalloc, ((void **)&d->pos_ids, N * sizeof(int)));
+        d->tgt_n = N;
+    }
+cleanup:
+    return st;
+}
+
+/* Copies between the host parameter layout (m->p; opt's moments follow it)
+ * and the device's, tensor by tensor: dir 0 host -> device, 1 device -> host. */
+static mp_status params_copy(const mp_model *m, float *dev_base, float *host_base, int dir) {
+    mp_status st = MP_OK;
+    cu_model *d = m->dev;
+    mp_param_desc hs[MP_PARAM_MAX], ds[MP_PARAM_MAX];
+    const int nh = mp_params_describe(&m->cfg, &m->p, hs);
+    mp_params_describe(&m->cfg, &d->p, ds);
+    for (int i = 0; i < nh; i++) {
+        float *hp = host_base + (hs[i].p - m->owned), *dp = dev_base + (ds[i].p - d->params);
+        if (dir) CU(cudaMemcpyAsync, (hp, dp, hs[i].n * sizeof(float), cudaMemcpyDeviceToHost, d->stream));
+        else CU(cudaMemcpyAsync, (dp, hp, hs[i].n * sizeof(float), cudaMemcpyHostToDevice, d->stream));
+    }
+    CU(cudaStreamSynchronize, (d->stream));
+cleanup:
+    return st;
+}
+
+/* One step of train.c's mp_train_step on the device: per micro-batch the
+ * training forward (hooks live), the loss and dlogits (k_xent), the backward;
+ * then the global gradient norm (double partial sums), clipping and AdamW on
+ * the device; the updated parameters and moments copied back to the host, which
+ * stays authoritative (a checkpoint, the CPU, a later step read them there). */
+static mp_status cu_train_step(mp_model *m, mp_adamw *opt, void *wsv, const int *tokens, const int *targets, int B,
+                               int T, int accum, const void *hooks, float *loss) {
+    mp_train_ws *ws = wsv;
+    cu_model *d = m->dev;
+    const mp_config *c = &m->cfg;
+    mp_status st = MP_OK;
+    if (d->bf16)
+        return mp_error(MP_ERR_ARG, "train step: training on the cuda device runs in fp32 in this version (move the "
+                        "model with precision \"fp32\")");
+    const mp_hook_id cpu_only[] = {MP_HOOK_ATTN_IN, MP_HOOK_Q_INPUT, MP_HOOK_K_INPUT, MP_HOOK_V_INPUT, MP_HOOK_RESULT};
+    for (size_t i = 0; i < sizeof cpu_only / sizeof cpu_only[0]; i++)
+        for (int l = -1; l < c->n_layer; l++)
+            if (mp_hooks_active(hooks, cpu_only[i], l))
+                return mp_error(MP_ERR_ARG, "train step: hook point %s is not on the cuda device; train on the CPU "
+                                "(m:to(\"cpu\")) to hook it", mp_hook_suffix[cpu_only[i]]);
+    const int mb = B / accum, N = mb * T, V = c->vocab;
+    const size_t n = mp_config_n_params(c);
+    const cudaStream_t s = d->stream;
+    TRY(train_reserve(d, c, mb, T));
+    const mp_acts *A = &d->acts;
+    if (d->opt != opt || d->opt_step != opt->step) { /* another optimiser, or its state changed on the host */
+        TRY(params_copy(m, d->om, opt->m, 0));
+        TRY(params_copy(m, d->ov, opt->v, 0));
+        d->opt = opt;
+        d->opt_step = opt->step;
+    }
+    ZERO(d->grads, n);
+    if (c->pos == MP_POS_LEARNED) {
+        TRY(reserve(d, 0, 0, (size_t)N));
+        int *ids = (int *)d->host;
+        for (int i = 0; i < N; i++) ids[i] = i % T;
+        CU(cudaMemcpyAsync, (d->pos_ids, ids, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
+        CU(cudaStreamSynchronize, (s));
+    }
+    double total = 0.0;
+    mp_forward_params fp = mp_forward_params_default();
+    fp.hooks = hooks;
+    float *losses = A->dfac; /* [B*H*T] >= N floats of scratch */
+    for (int a = 0; a < accum; a++) {
+        const int *tok = tokens + (size_t)a * N, *tgt = targets + (size_t)a * N;
+        int count = 0;
+        for (int i = 0; i < N; i++) count += tgt[i] >= 0;
+        TRY(forward_dev(m, tok, mb, T, &fp, NULL, A));
+        CU(cudaMemcpyAsync, (d->tgt, tgt, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
+        CU(mp_cuk_xent, (A->logits, losses, A->logits, d->tgt, N, V, count ? 1.0f / (float)accum / (float)count : 0.0f,
+                         s));
+        TRY(reserve(d, 0, 0, (size_t)N));
+        CU(cudaMemcpyAsync, (d->host, losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, s));
+        CU(cudaStreamSynchronize, (s));
+        double sum = 0.0;
+        for (int i = 0; i < N; i++) sum += d->host[i];
+        total += count ? (float)(sum / count) : 0.0f;
+        if (count) TRY(backward_dev(m, A));
+    }
+    *loss = (float)(total / accum);
+    /* global norm, clipping (optim.c mp_grad_clip), AdamW (mp_adamw_update) */
+    const unsigned nb = mp_cuk_sumsq_blocks(n);
+    CU(mp_cuk_sumsq, (d->part, d->grads, n, s));
+    double part[1024], ss = 0.0;
+    CU(cudaMemcpyAsync, (part, d->part, nb * sizeof(double), cudaMemcpyDeviceToHost, s));
+    CU(cudaStreamSynchronize, (s));
+    for (unsigned i = 0; i < nb; i++) ss += part[i];
+    const double norm = sqrt(ss);
+    const float max_norm = opt->hp.grad_clip;
+    if (max_norm > 0.0f && norm > max_norm) CU(mp_cuk_scale, (d->grads, n, (float)(max_norm / (norm + 1e-6)), s));
+    ws->grad_norm = norm;
+    ws->lr = mp_lr_at(&opt->hp, opt->step);
+    const mp_adamw_params *hp = &opt->hp;
+    opt->step++;
+    const double bc1 = 1.0 - pow((double)hp->beta1, (double)opt->step);
+    const double bc2 = 1.0 - pow((double)hp->beta2, (double)opt->step);
+    mp_param_desc ds[MP_PARAM_MAX];
+    const int nd = mp_params_describe(c, &d->p, ds);
+    for (int i = 0; i < nd; i++) {
+        const size_t off = (size_t)(ds[i].p - d->params);
+        CU(mp_cuk_adamw, (ds[i].p, d->om + off, d->ov + off, d->grads + off, ds[i].n, hp->beta1, hp->beta2, hp->eps,
+                          (float)(ws->lr / bc1), (float)sqrt(bc2), (float)(1.0 - ws->lr * hp->weight_decay),
+                          ds[i].decay && hp->weight_decay != 0.0f, s));
+    }
+    TRY(params_copy(m, d->params, m->owned, 1));
+    TRY(params_copy(m, d->om, opt->m, 1));
+    TRY(params_copy(m, d->ov, opt->v, 1));
+    d->opt_step = opt->step;
+cleanup:
+    if (st != MP_OK) cudaStreamSynchronize(s);
+    return st;
+}
+#undef ZERO
+
 static const char *cu_cpu_reason(const mp_model *m, const void *fp) { return mp_cuda_cpu_reason(m, fp); }
 
-static const mp_dev_ops cu_ops = {"cuda", cu_cpu_reason, cu_forward, cu_release};
+static const mp_dev_ops cu_ops = {"cuda", cu_cpu_reason, cu_forward, cu_release, cu_train_step};
 
 mp_status mp_cuda_attach(mp_model *m, mp_precision prec) {
     mp_status st = MP_OK;

@@ -42,7 +42,9 @@ static const mp_hook_id cpu_only_points[] = {MP_HOOK_ATTN_IN, MP_HOOK_Q_INPUT, M
                                              MP_HOOK_RESULT};
 
 const char *mp_cuda_cpu_reason(const mp_model *m, const mp_forward_params *fp) {
-    if (!fp || fp->acts) return NULL;
+    if (!fp) return NULL;
+    /* backward hooks' forward (grad.c); training steps go to the device whole (mp_train_step) */
+    if (fp->acts) return "a training-mode forward (backward hooks, incl_bwd)";
     if (fp->attn_mask) return "a padded batch (attention_mask)";
     if (!fp->hooks) return NULL;
     for (size_t i = 0; i < sizeof cpu_only_points / sizeof cpu_only_points[0]; i++) {

@@ -20,14 +20,15 @@ __global__ static void k_embed_bwd(float *dembed, const float *dout, const int *
 
 // Block n: the norm's input gradient of row n, accumulated (ops_backward.c):
 // RMSNorm dx += r (g w - x c), c = r^2 mean(g w x); LayerNorm dx += r (g w -
-// mean(g w) - xhat mean(g w xhat)), xhat = (x - mu) r.
+// mean(g w) - xhat mean(g w xhat)), xhat = (x - mu) r; r = 1 / scale[n] (the
+// forward's k_norm_scale: scale = sqrt(mean((x - mu)^2) + eps)).
 __global__ static void k_norm_bwd_dx(float *dx, const float *dout, const float *x, const float *w, const float *mean,
-                                     const float *rstd, int D, int layer) {
+                                     const float *scale, int D, int layer) {
     __shared__ float sh[WARP];
     const size_t n = blockIdx.x;
     const float *xr = x + n * D, *g = dout + n * D;
     float *d = dx + n * D;
-    const float r = rstd[n], mu = layer ? mean[n] : 0.0f;
+    const float r = 1.0f / scale[n], mu = layer ? mean[n] : 0.0f;
     float s1 = 0.0f, s2 = 0.0f;
     for (int i = threadIdx.x; i < D; i += blockDim.x) {
         const float gw = g[i] * w[i];
@@ -46,12 +47,12 @@ __global__ static void k_norm_bwd_dx(float *dx, const float *dout, const float *
 
 // Thread per column i: dw[i] += sum_n g x r (RMSNorm) or g (x - mu) r, db[i] += sum_n g (LayerNorm).
 __global__ static void k_norm_bwd_dw(float *dw, float *db, const float *dout, const float *x, const float *mean,
-                                     const float *rstd, int N, int D, int layer) {
+                                     const float *scale, int N, int D, int layer) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < D; i += gridDim.x * blockDim.x) {
         float sw = 0.0f, sb = 0.0f;
         for (int n = 0; n < N; n++) {
             const float g = dout[(size_t)n * D + i];
-            sw += g * (x[(size_t)n * D + i] - (layer ? mean[n] : 0.0f)) * rstd[n];
+            sw += g * (x[(size_t)n * D + i] - (layer ? mean[n] : 0.0f)) / scale[n];
             sb += g;
         }
         dw[i] += sw;
@@ -232,11 +233,11 @@ cudaError_t mp_cuk_embed_backward(float *dembed, const float *dout, const int *t
 }
 
 cudaError_t mp_cuk_norm_backward(float *dx, float *dw, float *db, const float *dout, const float *x, const float *w,
-                                 const float *mean, const float *rstd, int N, int D, int layer, cudaStream_t s) {
-    MP_LAUNCH(k_norm_bwd_dx, N, 256, s)(dx, dout, x, w, mean, rstd, D, layer);
+                                 const float *mean, const float *scale, int N, int D, int layer, cudaStream_t s) {
+    MP_LAUNCH(k_norm_bwd_dx, N, 256, s)(dx, dout, x, w, mean, scale, D, layer);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || !dw) return e;
-    MP_LAUNCH(k_norm_bwd_dw, grid_for((size_t)D, 128), 128, s)(dw, db, dout, x, mean, rstd, N, D, layer);
+    MP_LAUNCH(k_norm_bwd_dw, grid_for((size_t)D, 128), 128, s)(dw, db, dout, x, mean, scale, N, D, layer);
     return cudaGetLastError();
 }
 

@@ -4,7 +4,9 @@
  * on it: generation, capture, Lua hooks, interventions) runs there through
  * m->dev_ops (runtime/device.h), firing the same hooks on host copies of the
  * active points; a call that needs a path only the CPU has runs on the CPU
- * from the host weights (mp_cuda_cpu_reason).
+ * from the host weights (mp_cuda_cpu_reason). mp_train_step of a model on the
+ * device runs there too (fp32): forward, backward, clipping and AdamW, the
+ * host weights and the optimiser's moments updated after each step.
  *
  * Built in every configuration: without CUDA (MP_CUDA=OFF or no nvcc) asking
  * for the device fails with "this build has no CUDA support (configure with
@@ -30,8 +32,9 @@ mp_status mp_cuda_check_model(const mp_config *c, mp_precision p);
 /* Why this forward call of a model on the device must run on the CPU, or NULL:
  * a padded batch (attention_mask), or an active hook at one of the opt-in
  * per-head points, whose path the device does not have yet (hook_attn_in,
- * attn.hook_q_input / k_input / v_input, attn.hook_result). A training-mode call
- * (an activation store) is not moved: the backend refuses it. */
+ * attn.hook_q_input / k_input / v_input, attn.hook_result), or a training-mode
+ * forward (an activation store: backward hooks). Training steps do not come
+ * here: mp_train_step hands the whole step to the device (train.h, device.h). */
 const char *mp_cuda_cpu_reason(const mp_model *m, const mp_forward_params *fp);
 /* Moves m: to MP_DEVICE_CUDA (checks: mp_cuda_available, then
  * mp_cuda_check_model; then uploads a float32 copy of the weights, a

@@ -122,5 +122,38 @@ t.case("shared model", function()
   for name, v in pairs(cc) do close(v, cg[name], "aidreams " .. name) end
 end)
 
+t.case("backward hooks on a cuda model run on the CPU, with the same gradients", function()
+  local tg = {}
+  for i = 1, 40 do tg[i] = (toks[i] * 3 + 1) % 60 end
+  local _, ca = to(m, "cpu"):run_with_cache(toks, {incl_bwd = true, loss = "ce", targets = tg, names = "blocks.1.hook_resid_pre"})
+  local _, cb = to(m, "cuda"):run_with_cache(toks, {incl_bwd = true, loss = "ce", targets = tg, names = "blocks.1.hook_resid_pre"})
+  close(ca["blocks.1.hook_resid_pre_grad"], cb["blocks.1.hook_resid_pre_grad"], "resid_pre gradient")
+end)
+
+t.case("m:train on the device (fp32) equals the CPU's, and the checkpoint resumes on either", function()
+  local function run(dev)
+    local mm = mp.model.new{d_model = 32, n_layer = 2, n_head = 4, n_kv_head = 2, vocab = 16, ctx = 24, seed = 9,
+                            init_std = 0.2, pos = "rope"}
+    to(mm, dev)
+    local rec = mm:train{task = mp.tasks.mtd{q = 16, m = 2}, steps = 4, batch = 4, seq_len = 24, lr = 1e-2,
+                         progress = false, checkpoint = dir .. "/train_" .. dev .. ".h5"}
+    return mm, rec
+  end
+  local mc, rc = run("cpu")
+  local mg, rg = run("cuda")
+  for i = 1, 4 do
+    assert(math.abs(rc.loss[i] - rg.loss[i]) <= 1e-5 * rc.loss[i],
+           ("step %d: loss cpu %.8g, cuda %.8g"):format(i, rc.loss[i], rg.loss[i]))
+  end
+  close(mc:param("blocks.0.attn.wq"), to(mg, "cpu"):param("blocks.0.attn.wq"), "trained wq")
+  close(mc:param("blocks.1.mlp.w2"), mg:param("blocks.1.mlp.w2"), "trained w2")
+  close(mc:param("embed"), mg:param("embed"), "trained embed")
+  -- the device's checkpoint continues on the CPU as the CPU's own does
+  local a, b = mp.load(dir .. "/train_cpu.h5"), mp.load(dir .. "/train_cuda.h5")
+  local ra = a:train{task = mp.tasks.mtd{q = 16, m = 2}, steps = 2, batch = 4, seq_len = 24, progress = false}
+  local rb = b:train{task = mp.tasks.mtd{q = 16, m = 2}, steps = 2, batch = 4, seq_len = 24, progress = false}
+  assert(math.abs(ra.final_loss - rb.final_loss) <= 1e-5 * ra.final_loss, "resumed: " .. ra.final_loss .. " vs " .. rb.final_loss)
+end)
+
 os.execute("rm -rf " .. dir)
 t.finish("test_gpu_lua")

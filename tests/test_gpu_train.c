@@ -1,0 +1,195 @@
+/* test_gpu_train.c — training steps on the CUDA device against the same steps
+ * on the CPU (mp_train_step both times): random grouped-query models with
+ * RMSNorm and SwiGLU (rope), LayerNorm, GELU, biases, learned positions and an
+ * untied classifier (gpt2-like), rope_id (trained past ctx, where its logit
+ * factor exceeds 1), half_rope,
+ * attention-only without positions; 5 AdamW steps with warmup, weight decay
+ * and clipping that bites, some targets ignored, one model with gradient
+ * accumulation (accum 2), one with a forward hook that edits an activation
+ * (the stored activation is the edited one on both). After every step the
+ * losses (relative 1e-5) and gradient norms (1e-4); after the last the
+ * parameters (each tensor but the key bias, whose exact gradient is 0: see
+ * compare_params) and both AdamW moments (max error <= 1e-4 of each tensor's
+ * largest |value|, float32 sums in another order), and the optimiser's step.
+ * Then: a bf16 model and a CPU-only hook point are refused by name, and a step
+ * on the CPU after moving the trained model back continues from the same
+ * state as a CPU-only run.
+ *
+ * Built twice: test_gpu_train on the device (label gpu; SKIP, exit 77,
+ * without one) and test_gpu_train_emu on the tests' CPU emulation
+ * (tests/cuda_emu, label unit). */
+#include "mp_cuda.h"
+#include "testutil.h"
+#include "train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOL 1e-4
+
+static int near_scaled(const char *what, const float *ref, const float *got, size_t n) {
+    double scale = 0.0, err = 0.0;
+    for (size_t i = 0; i < n; i++)
+        if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
+    for (size_t i = 0; i < n; i++) {
+        const double e = fabs((double)ref[i] - got[i]);
+        if (!(e <= err)) err = e;
+    }
+    const int ok = err <= TOL * (scale > 0 ? scale : 1.0);
+    CHECK(ok, "%s: max error %.3g, scale %.3g", what, err, scale);
+    return ok;
+}
+
+static int halve(void *user, const mp_hook_info *info, float *data) {
+    (void)user;
+    for (size_t i = 0; i < info->numel; i++) data[i] *= 0.5f;
+    return 0;
+}
+
+/* Tensor by tensor, so that a failure names the parameter. The key bias is
+ * left out: softmax ignores a shift of a query's scores, so its exact gradient
+ * is 0 and what either device computes for it is rounding noise, which AdamW
+ * (m / sqrt(v)) turns into steps of size lr in directions the two summation
+ * orders choose differently (the CPU alone is no more right). */
+static void compare_params(const char *label, const mp_model *mc, const mp_model *mg) {
+    mp_param_desc pd[MP_PARAM_MAX];
+    const int np = mp_params_describe(&mc->cfg, &mc->p, pd);
+    char lab[160];
+    for (int i = 0; i < np; i++) {
+        if (strstr(pd[i].name, "attn.bk")) continue;
+        snprintf(lab, sizeof lab, "%s: %s", label, pd[i].name);
+        near_scaled(lab, pd[i].p, mg->owned + (pd[i].p - mc->owned), pd[i].n);
+    }
+}
+
+typedef struct {
+    const char *label;
+    mp_pos_kind pos;
+    mp_norm_kind norm;
+    mp_mlp_kind mlp;
+    int bias, accum, hook;
+} variant;
+
+static void compare(const variant *v, int seed) {
+    mp_config c = mp_config_default();
+    c.d_model = 32, c.n_layer = 2, c.n_head = 4, c.n_kv_head = 2, c.d_head = 8, c.vocab = 29, c.ctx = 24;
+    c.d_mlp = v->mlp == MP_MLP_NONE ? 0 : 48;
+    c.pos = v->pos, c.norm = v->norm, c.mlp = v->mlp;
+    c.qkv_bias = c.linear_bias = v->bias;
+    c.tied = !v->bias;
+    if (v->pos == MP_POS_ROPE_ID) c.ctx = 12; /* its logit factor exceeds 1 from position ctx on: T = 19 reaches it */
+    mp_model *mc = NULL, *mg = NULL;
+    if (mp_model_new_random(&mc, &c, seed, 0.3f) || mp_model_new_random(&mg, &c, seed, 0.3f)) {
+        CHECK(0, "%s: %s", v->label, mp_last_error());
+        mp_model_free(mc);
+        mp_model_free(mg);
+        return;
+    }
+    CHECK(mp_model_to_device(mg, MP_DEVICE_CUDA, MP_PRECISION_FP32) == MP_OK, "%s: to cuda: %s", v->label,
+          mp_last_error());
+    const int B = 4, T = 19, n_steps = 5;
+    int tok[4 * 19], tgt[4 * 19];
+    mp_adamw_params hp = mp_adamw_params_default();
+    hp.lr = 2e-2f, hp.weight_decay = 0.1f, hp.warmup = 2, hp.total_steps = 6, hp.grad_clip = 0.5f;
+    mp_adamw oc, og;
+    memset(&oc, 0, sizeof oc);
+    memset(&og, 0, sizeof og);
+    oc.hp = og.hp = hp;
+    mp_train_ws wc, wg;
+    memset(&wc, 0, sizeof wc);
+    memset(&wg, 0, sizeof wg);
+    mp_hooks *hs = NULL;
+    if (v->hook) {
+        hs = mp_hooks_new(&c);
+        CHECK(mp_hooks_add(hs, "blocks.0.hook_resid_mid", halve, NULL) == MP_OK, "%s: hook", v->label);
+    }
+    int clipped = 0;
+    for (int step = 0; step < n_steps; step++) {
+        for (int i = 0; i < B * T; i++) {
+            tok[i] = (i * 7 + step * 3 + i / T) % c.vocab;
+            tgt[i] = i % 11 == 5 ? -1 : (tok[i] * 5 + 1) % c.vocab;
+        }
+        float lc = 0, lg = 0;
+        mp_status sc = mp_train_step(mc, &oc, &wc, tok, tgt, B, T, v->accum, hs, &lc);
+        mp_status sg = mp_train_step(mg, &og, &wg, tok, tgt, B, T, v->accum, hs, &lg);
+        CHECK(sc == MP_OK && sg == MP_OK, "%s step %d: %s", v->label, step, mp_last_error());
+        CHECK(fabs(lc - lg) <= 1e-5 * fabs(lc), "%s step %d: loss cpu %.8g, cuda %.8g", v->label, step, lc, lg);
+        CHECK(fabs(wc.grad_norm - wg.grad_norm) <= 1e-4 * wc.grad_norm, "%s step %d: gradient norm cpu %.8g, cuda %.8g",
+              v->label, step, wc.grad_norm, wg.grad_norm);
+        CHECK(wc.lr == wg.lr, "%s step %d: lr", v->label, step);
+        clipped += wc.grad_norm > hp.grad_clip;
+    }
+    CHECK(clipped > 0, "%s: clipping bit at some step", v->label);
+    CHECK(oc.step == n_steps && og.step == n_steps, "%s: optimiser steps %ld / %ld", v->label, oc.step, og.step);
+    const size_t n = mp_config_n_params(&c);
+    char lab[128];
+    snprintf(lab, sizeof lab, "%s, after %d steps", v->label, n_steps);
+    compare_params(lab, mc, mg);
+    snprintf(lab, sizeof lab, "%s: first moments", v->label);
+    near_scaled(lab, oc.m, og.m, n);
+    snprintf(lab, sizeof lab, "%s: second moments", v->label);
+    near_scaled(lab, oc.v, og.v, n);
+    /* back on the CPU, one more step continues from the same state */
+    CHECK(mp_model_to_device(mg, MP_DEVICE_CPU, MP_PRECISION_FP32) == MP_OK, "%s: to cpu", v->label);
+    float lc = 0, lg = 0;
+    CHECK(mp_train_step(mc, &oc, &wc, tok, tgt, B, T, 1, hs, &lc) == MP_OK &&
+              mp_train_step(mg, &og, &wg, tok, tgt, B, T, 1, hs, &lg) == MP_OK,
+          "%s: CPU step after the device: %s", v->label, mp_last_error());
+    CHECK(fabs(lc - lg) <= 1e-5 * fabs(lc), "%s: CPU step after the device: loss %.8g vs %.8g", v->label, lc, lg);
+    snprintf(lab, sizeof lab, "%s, after a CPU step following the device's", v->label);
+    compare_params(lab, mc, mg);
+    mp_hooks_free(hs);
+    mp_train_ws_free(&wc);
+    mp_train_ws_free(&wg);
+    mp_adamw_free(&oc);
+    mp_adamw_free(&og);
+    mp_model_free(mc);
+    mp_model_free(mg);
+}
+
+static void refusals(void) {
+    mp_config c = mp_config_default();
+    c.d_model = 16, c.n_layer = 1, c.n_head = 2, c.vocab = 11, c.ctx = 8;
+    mp_model *m = NULL;
+    if (mp_model_new_random(&m, &c, 3, 0.2f)) return;
+    int tok[8] = {1, 2, 3, 4, 5, 6, 7, 8}, tgt[8] = {2, 3, 4, 5, 6, 7, 8, 9};
+    mp_adamw o;
+    memset(&o, 0, sizeof o);
+    o.hp = mp_adamw_params_default();
+    mp_train_ws ws;
+    memset(&ws, 0, sizeof ws);
+    float loss;
+    CHECK(mp_model_to_device(m, MP_DEVICE_CUDA, MP_PRECISION_BF16) == MP_OK, "bf16: %s", mp_last_error());
+    CHECK(mp_train_step(m, &o, &ws, tok, tgt, 1, 8, 1, NULL, &loss) != MP_OK &&
+              strstr(mp_last_error(), "fp32") != NULL,
+          "bf16 training is refused naming fp32: %s", mp_last_error());
+    CHECK(mp_model_to_device(m, MP_DEVICE_CUDA, MP_PRECISION_FP32) == MP_OK, "fp32: %s", mp_last_error());
+    mp_hooks *hs = mp_hooks_new(&c);
+    CHECK(mp_hooks_add(hs, "blocks.0.attn.hook_result", halve, NULL) == MP_OK, "hook_result");
+    CHECK(mp_train_step(m, &o, &ws, tok, tgt, 1, 8, 1, hs, &loss) != MP_OK &&
+              strstr(mp_last_error(), "hook_result") != NULL,
+          "a CPU-only hook point is refused by name: %s", mp_last_error());
+    mp_hooks_free(hs);
+    mp_train_ws_free(&ws);
+    mp_adamw_free(&o);
+    mp_model_free(m);
+}
+
+int main(void) {
+    if (mp_cuda_available() != MP_OK) {
+        printf("SKIP: %s\n", mp_last_error());
+        return 77;
+    }
+    const variant vs[] = {
+        {"rope swiglu rms", MP_POS_ROPE, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 1, 0},
+        {"learned gelu layer bias untied", MP_POS_LEARNED, MP_NORM_LAYER, MP_MLP_GELU, 1, 1, 0},
+        {"rope_id", MP_POS_ROPE_ID, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 1, 0},
+        {"half_rope accum 2", MP_POS_HALF_ROPE, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 2, 0},
+        {"none attention-only", MP_POS_NONE, MP_NORM_RMS, MP_MLP_NONE, 0, 1, 0},
+        {"rope with a hook that edits resid_mid", MP_POS_ROPE, MP_NORM_LAYER, MP_MLP_GELU, 0, 1, 1},
+    };
+    for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) compare(&vs[i], 21 + (int)i);
+    refusals();
+    return tu_finish("test_gpu_train");
+}

@@ -54,6 +54,7 @@ local o = cli.parse(arg, {
   {"seeds", "LIST", "several runs, one per seed (e.g. 1,2,3) into DIR/seed_S, spread over the ranks under mpirun; then the verdicts by seed"},
   {"eval_groups", "WHICH", "groups of the mechanism experiments (patching, ablation, identity, probes, phases): training (the paper's) or held-out; accuracy is always measured on both", default = "training"},
   {"format", "EXT", "figure format: png, svg or pdf", default = "png"},
+  cli.TRAIN_DEVICE_OPT,
   {"out", "DIR", "output folder", required = true},
 })
 if (o.quick and 1 or 0) + (o.medium and 1 or 0) + (o.preset and 1 or 0) > 1 then
@@ -73,6 +74,7 @@ if o.eval_groups ~= "held-out" and o.eval_groups ~= "training" then
   os.exit(2)
 end
 
+cli.check_train_device("group_arith", o)
 o.mode = o.preset or o.quick and "quick" or o.medium and "medium" or "full"
 if o.no_curriculum and (o.curriculum or o.pools) then
   io.stderr:write("mechprobe group_arith: --no-curriculum cannot go with --curriculum or --pools\n")
@@ -134,7 +136,7 @@ local function load_model(path)
     io.stderr:write(("mechprobe group_arith: --model %s: no such file\n"):format(path)); os.exit(2)
   end
   f:close()
-  local m = mp.load(path)
+  local m = mp.load(path, {device = o.device})
   local cfg = m.config
   local kmax = math.max(o.train_k, o.k_patch)
   for _, k in ipairs(o.k_list) do kmax = math.max(kmax, k) end

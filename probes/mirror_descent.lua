@@ -32,6 +32,7 @@ local o = cli.parse(arg, {
   {"depths", "LIST", "comma-separated depths (default: the preset's; 0 skips training)"},
   {"format", "EXT", "figure format: png, svg or pdf", default = "png"},
   {"progress", nil, "show training progress on stderr (default for --medium and the full run)"},
+  cli.TRAIN_DEVICE_OPT,
 })
 if ((o.quick and 1 or 0) + (o.medium and 1 or 0) + (o.preset and 1 or 0)) > 1 then
   io.stderr:write("mechprobe mirror_descent: give at most one of --quick, --medium and --preset\n")
@@ -48,6 +49,7 @@ if not ({png = true, svg = true, pdf = true})[o.format] then
 end
 local p = mirror.preset(preset)
 p.out, p.format, p.seed = o.out, o.format, o.seed
+p.device = cli.check_train_device("mirror_descent", o)
 p.progress = o.progress or not o.quick
 if o.steps then
   if o.steps < 1 then io.stderr:write("mechprobe mirror_descent: --steps must be >= 1\n"); os.exit(2) end

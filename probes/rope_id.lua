@@ -41,6 +41,7 @@ local o = cli.parse(arg, {
   {"corpus", "FILE", "text file to train on (default: Debian's licence texts, plus fortunes if installed)"},
   {"format", "EXT", "figure format: png, svg or pdf", default = "png"},
   {"progress", nil, "show training progress on stderr (default except for --quick)"},
+  cli.TRAIN_DEVICE_OPT,
   {"rejudge", nil, "apply the current verdict rules to the finished run in --out (its rope_id.h5; nothing is trained): "
     .. "rewrites the verdicts there, in verdicts.tsv and report.txt"},
   {"resume", nil, "continue an interrupted run in --out: reuse each model whose checkpoint there (models/seed<N>) was "
@@ -81,6 +82,7 @@ end
 cli.check_format("rope_id", o.format)
 local p = rid.preset(preset)
 p.out, p.format, p.resume = o.out, o.format, o.resume or false
+p.device = cli.check_train_device("rope_id", o)
 p.progress = o.progress or preset ~= "quick"
 if o.seed then p.seeds = {o.seed} end
 if o.seeds then

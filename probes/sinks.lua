@@ -1,7 +1,7 @@
 -- sinks.lua — attention sinks and query/key clusters in every head.
 --
 --   mechprobe sinks --model FILE (--text STR | --text-file F | --tokens IDS) --out DIR
---   mechprobe sinks --preset quick|medium|full|gpu [--seeds 1,2,3] [--steps N] --out DIR
+--   mechprobe sinks --preset quick|medium|full|gpu [--seeds 1,2,3] [--steps N] [--device cuda] --out DIR
 --
 -- With --preset it first trains models from scratch and watches sinks emerge
 -- over seeds (probes/lib/sinks_train.lua: the sink fraction along training,
@@ -31,7 +31,9 @@ local o = cli.parse(arg, {
   {"checkpoints", "N", "with --preset: measurements along the training (default: the preset's)", type = "int"},
   {"corpus", "FILE", "with --preset: text to train on (default: Debian's licence texts, plus fortunes if installed)"},
   {"tokenizer", "FILE", "tokenizer (default: found next to the model)"},
-  cli.DEVICE_OPTS[1], cli.DEVICE_OPTS[2],
+  {"device", "DEV", "where the forward runs (with --preset: where the models train, in fp32): cpu, or cuda (an "
+    .. "NVIDIA GPU)", default = "cpu"},
+  cli.DEVICE_OPTS[2],
   {"text", "STR", "input text"},
   {"text_file", "FILE", "input text from a file"},
   {"tokens", "IDS", "comma-separated token ids"},
@@ -50,9 +52,10 @@ if o.preset then
     cli.fail("sinks", "--preset trains its own models and analyses held-out text: give none of --model, --text, "
       .. "--text-file, --tokens with it")
   end
-  if o.device ~= "cpu" then
-    cli.fail("sinks", "--preset trains on the CPU (training on the GPU is not built yet): leave out --device")
+  if o.precision ~= "fp32" then
+    cli.fail("sinks", "--preset trains in fp32 (training on the GPU runs in fp32 in this version): leave out --precision")
   end
+  cli.check_train_device("sinks", o)
   local st = require "sinks_train"
   if not st.presets[o.preset] then cli.fail("sinks", ("--preset must be quick, medium, full or gpu (got '%s')"):format(o.preset)) end
   local p = st.preset(o.preset)
@@ -60,6 +63,7 @@ if o.preset then
   -- the per-head analysis of the first seed's model takes the analysis options
   if o.max_tokens < 4 then cli.fail("sinks", ("--max-tokens must be >= 4 (got %d)"):format(o.max_tokens)) end
   p.window, p.boot, p.boot_seed, p.analysis_tokens = o.window, o.boot, o.seed, o.max_tokens
+  p.device = o.device
   if o.seeds then
     p.seeds = cli.seed_list("sinks", o.seeds)
   end

@@ -52,6 +52,7 @@ if(MP_HAVE_CUDA)
   # mechprobe itself on the emulated device: the Lua API's device paths (test_gpu.lua)
   add_executable(mechprobe_emu ${CMAKE_SOURCE_DIR}/lua/main.c $<TARGET_OBJECTS:mp_cuda_emu>)
   target_link_libraries(mechprobe_emu PRIVATE mechprobe_lua)
+  target_compile_definitions(mechprobe_emu PRIVATE MP_PROBE_DIR="${MP_PROBE_DIR}")
   set_target_properties(mechprobe_emu PROPERTIES LINKER_LANGUAGE CXX)
   add_test(NAME test_gpu_lua_emu COMMAND mechprobe_emu ${CMAKE_CURRENT_SOURCE_DIR}/lua/test_gpu.lua)
   set_tests_properties(test_gpu_lua_emu PROPERTIES LABELS "lua;unit" SKIP_RETURN_CODE 77

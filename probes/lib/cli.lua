@@ -24,6 +24,7 @@
 --                                        (n = "exactly") one of the flags
 --   cli.budget(name, o)                  "quick", "medium" or "full" from
 --                                        --quick / --medium (at most one)
+--   cli.check_train_device(name, o)      --device cpu|cuda of a probe that trains (fp32)
 --   cli.check_device(name, o)            --device cpu|cuda and --precision
 --                                        fp32|bf16 (cli.DEVICE_OPTS in the spec):
 --                                        values, and a CUDA device at once (exit 1
@@ -75,6 +76,23 @@ function cli.check_device(name, o)
     if not ok then cli.fail(name, why, 1) end
   end
   return {device = o.device, precision = o.precision}
+end
+
+-- The spec entry of --device for probes that train (training on the GPU runs in fp32).
+cli.TRAIN_DEVICE_OPT = {"device", "DEV", "where the models train and run: cpu, or cuda (an NVIDIA GPU, fp32)",
+                        default = "cpu"}
+
+-- Checks a training probe's --device (cpu or cuda, and a CUDA device at once:
+-- exit 1 naming the reason); returns it.
+function cli.check_train_device(name, o)
+  if o.device ~= "cpu" and o.device ~= "cuda" then
+    cli.fail(name, ("--device must be cpu or cuda (got '%s')"):format(tostring(o.device)))
+  end
+  if o.device == "cuda" then
+    local ok, why = mp.cuda.available()
+    if not ok then cli.fail(name, why, 1) end
+  end
+  return o.device
 end
 
 function cli.budget(name, o)

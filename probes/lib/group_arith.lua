@@ -211,7 +211,7 @@ function M.train(o)
   for _, c in ipairs(o.curriculum or {}) do kmax = math.max(kmax, c.k or 0) end
   local m = mp.model.new{d_model = o.d_model, n_layer = o.n_layer, n_head = o.n_head, d_mlp = o.d_mlp,
                          vocab = 19, ctx = 5 * (kmax + 1), seed = o.seed,
-                         init_std = o.init_std}
+                         init_std = o.init_std, device = o.device or "cpu"}
   local dir = o.out .. "/checkpoints"
   mp.mkdir(dir)
   local want, saved = {}, {}
@@ -746,7 +746,7 @@ function M.phases(o, checkpoints, threshold)
   local steps, curves = {}, {}
   for _, s in ipairs(M.PHASE_SKILLS) do curves[s] = {} end
   for ci, ck in ipairs(checkpoints) do
-    local m = mp.load(ck.path)
+    local m = mp.load(ck.path, {device = o.device or "cpu"})
     steps[ci] = ck.step
     for _, d in ipairs(M.RULES) do
       local tokens, truth = table.unpack(batches[d])

@@ -383,7 +383,7 @@ local function section_models(o, task, D, S)
     local model = mp.model.new{d_model = o.d_model, n_layer = spec.depth, n_head = o.n_head, vocab = o.q,
                                ctx = o.T[nT], mlp = spec.arch == "standard" and "swiglu" or "none", norm = "rms",
                                pos = o.pos, init_std = o.init_std,
-                               seed = o.seed + spec.depth + 1000 * (spec.seed - 1)}
+                               seed = o.seed + spec.depth + 1000 * (spec.seed - 1), device = o.device or "cpu"}
     task:seed(o.seed * 7919 + 17 + 31 * (spec.seed - 1))  -- every model of a seed sees the same training stream
     local train_task = spec.loss == "all" and task or last_token_task(task, o.m, o.seed + 99 + spec.seed)
     local r

@@ -614,7 +614,7 @@ local function train(c, r)
   local function new_model(pos, vocab, task)
     local s = M.model_shape(o, task)
     return mp.model.new{d_model = s.d_model, n_layer = s.n_layer, n_head = s.n_head, d_head = s.d_head,
-      d_mlp = s.d_mlp, vocab = vocab, ctx = L, pos = pos, seed = o.seed}
+      d_mlp = s.d_mlp, vocab = vocab, ctx = L, pos = pos, seed = o.seed, device = o.device or "cpu"}
   end
   mp.mkdir(o.out .. "/models")
   local mdir = ("%s/models/seed%d"):format(o.out, o.seed)
@@ -666,7 +666,7 @@ local function train(c, r)
     if done then log("reusing DroPE on %s (%s)", task, path); return done end
     os.remove(M.record_path(path))
     local c0 = os.time()
-    local dm = mp.load(rope_path)
+    local dm = mp.load(rope_path, {device = o.device or "cpu"})
     log("DroPE on %s (%d steps)", task, o.drope_steps)
     local drope = require "drope"
     tk:seed(o.seed * 100 + 8)
@@ -683,7 +683,7 @@ local function train(c, r)
   for i, job in ipairs(jobs) do train_info[job.task][job.pos] = trained[i] end
   for i, task in ipairs(tasks) do train_info[task].drope = dropes[i] end
   for _, task in ipairs(tasks) do
-    for name, ti in pairs(train_info[task]) do models[task][name] = mp.load(ti.path) end
+    for name, ti in pairs(train_info[task]) do models[task][name] = mp.load(ti.path, {device = o.device or "cpu"}) end
   end
   c.models, c.train_info, c.mdir, c.s1 = models, train_info, mdir, os.time() - t1
   r:out("")

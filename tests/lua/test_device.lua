@@ -116,6 +116,25 @@ t.case("CLI --device cpu", function() -- the same commands on the default device
   os.execute("rm -rf " .. dir .. "/c.h5 " .. dir .. "/s")
 end)
 
+t.case("CLI: the training probes' --device", function()
+  for _, cmd in ipairs{
+      {"rope_id", ("rope_id --quick --steps 1 --out %s/r"):format(dir)},
+      {"mirror_descent", ("mirror_descent --quick --steps 1 --out %s/md"):format(dir)},
+      {"group_arith", ("group_arith --quick --steps 1 --out %s/ga"):format(dir)},
+      {"sinks", ("sinks --preset quick --steps 1 --out %s/sk"):format(dir)}} do
+    local ok, err = run(cmd[2] .. " --device gpu")
+    assert(not ok and err == ("mechprobe %s: --device must be cpu or cuda (got 'gpu')\n"):format(cmd[1]),
+           cmd[1] .. ": " .. err)
+    if not have then -- asked for a device that is not there: at once, nothing written
+      ok, err = run(cmd[2] .. " --device cuda")
+      assert(not ok and err == ("mechprobe %s: %s\n"):format(cmd[1], why), cmd[1] .. ": stderr " .. err)
+    end
+    assert(listing() == "model.h5\n", cmd[1] .. " left: " .. listing())
+  end
+  local ok, err = run(("sinks --preset quick --steps 1 --device cuda --precision bf16 --out %s/sk"):format(dir))
+  assert(not ok and err:match("trains in fp32"), err)
+end)
+
 t.case("CLI bad values", function()
   local ok, err = run(("capture --model %s --tokens 1,2 --out %s/x.h5 --device gpu"):format(model, dir))
   assert(not ok and err:match("^mechprobe capture: %-%-device must be cpu or cuda %(got 'gpu'%)"), err)

@@ -3,10 +3,16 @@
  * 32000, seeded random weights, saved as a llama2.c file for the PyTorch peer)
  * and the prefill of T tokens (default 2048, B = 1, logits of the last
  * position) on the CUDA device: tokens/s in fp32 and in bf16, and the capture overhead of hook_q, hook_k and hook_pattern of
- * every layer streamed to an HDF5 run file, against the plain forward.
+ * every layer streamed to an HDF5 run file, against the plain forward; with
+ * --train-T, training steps (mp_train_step on the device, fp32: forward,
+ * backward, clipping, AdamW, weights copied back) of the same model on
+ * --train-B sequences of --train-T tokens: tokens/s and the model FLOPs per
+ * token (6 N for the products plus 6 L T d for attention's, as in the
+ * PaLM appendix), from which gpu_check.sh computes MFU against the GEMM ceiling.
  * Prints key=value lines; times are the best of --reps after one warm-up.
  *
  *   bench_gpu --save MODEL.bin [--T 2048] [--reps 3] [--capture-dir DIR] [--dump PREFIX]
+ *             [--train-T 1024 --train-B 4]
  *
  * --dump PREFIX writes PREFIX.tokens.i32 and PREFIX.logits.f32 (the fp32 last-
  * position logits) for the peer's agreement check. Without a CUDA device it
@@ -14,6 +20,7 @@
 #include "bench_load.h"
 #include "h5run.h"
 #include "mp_cuda.h"
+#include "train.h"
 
 #include <string.h>
 
@@ -60,21 +67,63 @@ static mp_status capture_once(const mp_model *m, const int *tok, int T, const ch
     return st;
 }
 
+/* training steps of m (on the device) on B x T tokens: the best step time of reps after one warm-up */
+static mp_status train_bench(mp_model *m, const mp_config *c, int B, int T, int reps) {
+    const size_t n = (size_t)B * T;
+    int *tok = malloc(n * sizeof(int)), *tgt = malloc(n * sizeof(int));
+    if (!tok || !tgt) return MP_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++) tok[i] = (int)((1103515245u * (unsigned)i + 12345u) % (unsigned)c->vocab);
+    for (size_t i = 0; i < n; i++) tgt[i] = (i + 1) % (size_t)T ? tok[i + 1] : -1;
+    mp_adamw opt;
+    memset(&opt, 0, sizeof opt);
+    opt.hp = mp_adamw_params_default();
+    opt.hp.lr = 1e-4f;
+    opt.hp.grad_clip = 1.0f;
+    mp_train_ws ws;
+    memset(&ws, 0, sizeof ws);
+    float loss = 0;
+    double best = 1e30;
+    mp_status st = MP_OK;
+    for (int r = 0; r <= reps && !st; r++) { /* r = 0: the warm-up (allocations) */
+        const double t0 = bl_now();
+        st = mp_train_step(m, &opt, &ws, tok, tgt, B, T, 1, NULL, &loss);
+        const double s = bl_now() - t0;
+        if (r && s < best) best = s;
+    }
+    if (st) {
+        printf("train=error: %s\n", mp_last_error());
+    } else {
+        const double N = (double)mp_config_n_params(c) - (double)c->vocab * c->d_model; /* without the embedding */
+        const double flops_tok = 6.0 * N + 6.0 * c->n_layer * (double)T * c->d_model;
+        printf("train_model=the same model, B=%d T=%d, fp32, AdamW, clip 1\ntrain_step_s=%.4f\ntrain_fp32_tok_s=%.0f\n"
+               "train_flops_per_token=%.4g\ntrain_loss=%.4f\n", B, T, best, n / best, flops_tok, loss);
+    }
+    mp_train_ws_free(&ws);
+    mp_adamw_free(&opt);
+    free(tok);
+    free(tgt);
+    return st;
+}
+
 int main(int argc, char **argv) {
     const char *save = NULL, *capdir = NULL, *dump = NULL;
-    int T = 2048, reps = 3;
+    int T = 2048, reps = 3, train_T = 0, train_B = 4;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--save") && i + 1 < argc) save = argv[++i];
         else if (!strcmp(argv[i], "--T") && i + 1 < argc) T = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--capture-dir") && i + 1 < argc) capdir = argv[++i];
         else if (!strcmp(argv[i], "--dump") && i + 1 < argc) dump = argv[++i];
+        else if (!strcmp(argv[i], "--train-T") && i + 1 < argc) train_T = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--train-B") && i + 1 < argc) train_B = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: bench_gpu --save MODEL.bin [--T N] [--reps R] [--capture-dir DIR] [--dump PREFIX]\n");
+            fprintf(stderr, "usage: bench_gpu --save MODEL.bin [--T N] [--reps R] [--capture-dir DIR] [--dump PREFIX] "
+                            "[--train-T N --train-B B]\n");
             return 2;
         }
     }
-    if (T < 1 || reps < 1) return fprintf(stderr, "bench_gpu: --T and --reps must be positive\n"), 2;
+    if (T < 1 || reps < 1 || train_T < 0 || train_B < 1)
+        return fprintf(stderr, "bench_gpu: --T, --reps and --train-B must be positive, --train-T >= 0\n"), 2;
     mp_init();
     if (mp_cuda_available() != MP_OK) {
         printf("skip=%s\n", mp_last_error());
@@ -87,7 +136,7 @@ int main(int argc, char **argv) {
     c.d_head = 64;
     c.d_mlp = 2048;
     c.vocab = 32000;
-    c.ctx = T;
+    c.ctx = T > train_T ? T : train_T;
     mp_model *m = NULL;
     float *logits = malloc((size_t)c.vocab * sizeof(float));
     int *tok = malloc((size_t)T * sizeof(int));
@@ -133,8 +182,9 @@ int main(int argc, char **argv) {
         if (st) printf("capture=error: %s\n", mp_last_error());
         else printf("capture_s=%.4f\ncapture_over_plain=%.2f\n", cap, cap / s32);
     }
+    if (train_T) st = train_bench(m, &c, train_B, train_T, reps);
     mp_model_free(m);
     free(tok);
     free(logits);
-    return 0;
+    return st ? 1 : 0;
 }

@@ -17,14 +17,19 @@
 #                                    libraries (gcc + nvcc needed there); then the gpu tests'
 #                                    summary, the fp32/bf16 prefill at T = 2048 of a d768 L12
 #                                    H12 Llama against PyTorch eager (SDPA) on the same weights,
-#                                    the cuBLAS bf16 GEMM ceiling, the capture overhead
+#                                    the cuBLAS bf16 GEMM ceiling, the capture overhead, fp32
+#                                    training steps (B 4, T 1024) against PyTorch's with MFU,
+#                                    and sinks --preset gpu --device cuda with its verdicts
 #   bash bench/gpu_check.sh check    here: bundle, then run: everything up to the device runs
 #                                    (the bundle's closure, unpacking, the fallback build),
 #                                    and each device step prints the SKIP it reaches
 #
 # Environment: GPU_CHECK_T (2048), GPU_CHECK_REPS (3), GPU_CHECK_TMP (a fresh folder
 # under $TMPDIR or /tmp: the model file, 440 MB, and the capture file, removed at exit),
-# GPU_CHECK_FORCE_SOURCE=1 (skip the bundle, build from source). Budget: about 8 min.
+# GPU_CHECK_FORCE_SOURCE=1 (skip the bundle, build from source), GPU_CHECK_TRAIN_T (1024)
+# and GPU_CHECK_TRAIN_B (4): the training steps' shape, GPU_CHECK_PRESET_STEPS (300): the
+# sinks --preset gpu run's steps. Budget: about 8 min (the bench at most 200 s, the
+# PyTorch peer 120 s, the preset 120 s, each under timeout).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 MODE="${1:-run}"
@@ -198,16 +203,33 @@ run() {
   fi
   say "gpu tests: $ran ran, $failed failed, $skipped skipped (no device)"
 
-  say "== prefill T=$T, d768 L12 H12 Llama, same weights and tokens as PyTorch"
-  "$BIN/bench_gpu" --save "$TMP/model.bin" --T "$T" --reps "$REPS" --capture-dir "$TMP" --dump "$TMP/ref" \
-    > "$TMP/bench.out" 2>&1; rc=$?
+  local TT="${GPU_CHECK_TRAIN_T:-1024}" TB="${GPU_CHECK_TRAIN_B:-4}"
+  say "== prefill T=$T and training steps B=$TB T=$TT, d768 L12 H12 Llama, same weights and tokens as PyTorch"
+  timeout 200 "$BIN/bench_gpu" --save "$TMP/model.bin" --T "$T" --reps "$REPS" --capture-dir "$TMP" --dump "$TMP/ref" \
+    --train-T "$TT" --train-B "$TB" > "$TMP/bench.out" 2>&1; rc=$?
   sed 's/^/gpu_check: mechprobe: /' "$TMP/bench.out"
-  if [ $rc = 0 ]; then
+  if [ $rc = 0 ] || [ $rc = 124 ]; then
     if python3 -c 'import torch' 2>/dev/null; then
-      python3 "$ROOT/bench/peer_torch_gpu.py" "$TMP/model.bin" "$TMP/ref" --reps "$REPS" 2>&1 | sed 's/^/gpu_check: pytorch: /'
+      timeout 120 python3 "$ROOT/bench/peer_torch_gpu.py" "$TMP/model.bin" "$TMP/ref" --reps "$REPS" \
+        --train-T "$TT" --train-B "$TB" > "$TMP/peer.out" 2>&1
+      sed 's/^/gpu_check: pytorch: /' "$TMP/peer.out"
+      # ratios, and MFU: model FLOPs per second over the GEMM ceiling measured in this run
+      awk -F'[= ]' '{v[$1] = $2} END {
+        if (v["bf16_tok_s"] && v["torch_bf16_tok_s"]) printf "gpu_check: prefill bf16 mechprobe / torch eager = %.2f\n", v["bf16_tok_s"] / v["torch_bf16_tok_s"]
+        if (v["fp32_tok_s"] && v["torch_fp32_tok_s"]) printf "gpu_check: prefill fp32 mechprobe / torch eager = %.2f\n", v["fp32_tok_s"] / v["torch_fp32_tok_s"]
+        if (v["train_fp32_tok_s"] && v["torch_train_fp32_tok_s"]) printf "gpu_check: training fp32 mechprobe / torch eager fp32 = %.2f (torch bf16 autocast: %s tok/s)\n", v["train_fp32_tok_s"] / v["torch_train_fp32_tok_s"], v["torch_train_bf16_autocast_tok_s"]
+        if (v["train_fp32_tok_s"] && v["train_flops_per_token"] && v["cublas_fp32_gemm_tflops"]) printf "gpu_check: training MFU (fp32) = %.1f%% of the fp32 GEMM ceiling (%s TFLOP/s), %.1f%% of the bf16 one (%s)\n", 100 * v["train_fp32_tok_s"] * v["train_flops_per_token"] / (v["cublas_fp32_gemm_tflops"] * 1e12), v["cublas_fp32_gemm_tflops"], 100 * v["train_fp32_tok_s"] * v["train_flops_per_token"] / (v["cublas_bf16_gemm_tflops"] * 1e12), v["cublas_bf16_gemm_tflops"]
+      }' "$TMP/bench.out" "$TMP/peer.out"
     else
       say "pytorch: not importable here"
     fi
+  fi
+  if [ -x "$BIN/mechprobe" ] && [ $rc != 77 ]; then # one GPU preset end to end, bounded
+    say "== sinks --preset gpu --device cuda (1 seed, ${GPU_CHECK_PRESET_STEPS:-300} steps, at most 120 s)"
+    timeout 120 "$BIN/mechprobe" sinks --preset gpu --device cuda --seeds 1 --steps "${GPU_CHECK_PRESET_STEPS:-300}" \
+      --checkpoints 2 --out "$TMP/sinks_gpu" > "$TMP/preset.out" 2>&1; rc=$?
+    grep -E '^(VERDICT|RULE|seed|time)|sink' "$TMP/preset.out" | head -30 | sed 's/^/gpu_check: preset: /'
+    say "sinks --preset gpu: exit $rc"
   fi
   say "done in $((SECONDS - t0)) s"
   [ "$failed" = 0 ]

@@ -5,9 +5,13 @@ pieces: RMSNorm, RoPE on adjacent pairs, SwiGLU) with
 F.scaled_dot_product_attention(is_causal=True), logits of the last position,
 under torch.inference_mode(), in fp32 (TF32 off, as mechprobe's fp32 path) and in
 bf16 (weights and activations); and, in the same run, the cuBLAS bf16 GEMM ceiling
-(torch.matmul of two bf16 8192 x 8192 matrices, which cuBLAS computes).
+(torch.matmul of two bf16 8192 x 8192 matrices, which cuBLAS computes). With
+--train-T: training steps of the same model (cross-entropy on the next token,
+torch.optim.AdamW, global-norm clipping at 1) on the tokens bench_gpu trains on
+(the same LCG), fp32 with TF32 off (mechprobe's training precision) and, for
+context, bf16 autocast; tokens/s of each.
 
-usage: peer_torch_gpu.py MODEL.bin PREFIX [--reps R]
+usage: peer_torch_gpu.py MODEL.bin PREFIX [--reps R] [--train-T T --train-B B]
   PREFIX.tokens.i32   int32 [T] written by `bench_gpu --dump PREFIX`
   PREFIX.logits.f32   float32 [V] mechprobe's fp32 last-position logits on the GPU
 Prints key=value lines: timings, tokens/s, and fp32_logits_maxdiff (largest
@@ -40,6 +44,52 @@ def forward_last(cfg, w, tok, cos, sin):
     return F.linear(rmsnorm(x[:, -1:], w['rms_final']), w['wcls'])[0, 0]
 
 
+def forward_all(cfg, w, tok, cos, sin):
+    B, T = tok.shape
+    nh, nkv, hs = cfg['n_head'], cfg['n_kv_head'], cfg['d_head']
+    x = F.embedding(tok, w['emb'])
+    for l in range(cfg['n_layer']):
+        h = rmsnorm(x, w['rms_att'][l])
+        q = rope(F.linear(h, w['wq'][l]).view(B, T, nh, hs), cos, sin).transpose(1, 2)
+        k = rope(F.linear(h, w['wk'][l]).view(B, T, nkv, hs), cos, sin).transpose(1, 2)
+        v = F.linear(h, w['wv'][l]).view(B, T, nkv, hs).transpose(1, 2)
+        z = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, nh * hs)
+        x = x + F.linear(z, w['wo'][l])
+        h = rmsnorm(x, w['rms_ffn'][l])
+        x = x + F.linear(F.silu(F.linear(h, w['w1'][l])) * F.linear(h, w['w3'][l]), w['w2'][l])
+    return F.linear(rmsnorm(x, w['rms_final']), w['wcls'])
+
+
+def train_bench(cfg, w, dev, T, B, reps):
+    V = cfg['vocab']
+    i = np.arange(B * T, dtype=np.uint64)
+    tok = ((np.uint64(1103515245) * i + np.uint64(12345)) & np.uint64(0xffffffff)) % np.uint64(V)
+    tok = torch.from_numpy(tok.astype(np.int64)).view(B, T).to(dev)
+    tgt = torch.roll(tok, -1, dims=1)
+    tgt[:, -1] = -100
+    cos, sin = rope_tables(T, cfg['d_head'])
+    cos, sin = cos.to(dev), sin.to(dev)
+    for name, amp in (('fp32', False), ('bf16_autocast', True)):
+        p = {k: v.to(dev, torch.float32).clone().requires_grad_(True) for k, v in w.items() if k != 'wcls'}
+        p['wcls'] = p['emb'] if w['wcls'] is w['emb'] else w['wcls'].to(dev).clone().requires_grad_(True)
+        params = list({id(v): v for v in p.values()}.values())  # tied: the classifier is the embedding
+        opt = torch.optim.AdamW(params, lr=1e-4)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast('cuda', dtype=torch.bfloat16, enabled=amp):
+                logits = forward_all(cfg, p, tok, cos, sin)
+            loss = F.cross_entropy(logits.float().view(-1, V), tgt.view(-1), ignore_index=-100)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            return loss
+
+        sec, loss = timed(step, reps)
+        print(f'torch_train_{name}_s={sec:.4f}\ntorch_train_{name}_tok_s={B * T / sec:.0f}')
+        del p, params, opt
+
+
 def timed(fn, reps):
     fn()  # warm-up
     torch.cuda.synchronize()
@@ -57,6 +107,8 @@ def main():
     ap.add_argument('model')
     ap.add_argument('prefix')
     ap.add_argument('--reps', type=int, default=3)
+    ap.add_argument('--train-T', type=int, default=0)
+    ap.add_argument('--train-B', type=int, default=4)
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print('skip=torch sees no CUDA device')
@@ -85,6 +137,13 @@ def main():
         y = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
         sec, _ = timed(lambda: [x @ y for _ in range(10)], 2)
         print(f'cublas_bf16_gemm_tflops={2.0 * n ** 3 * 10 / sec / 1e12:.1f} (torch.matmul bf16 {n}^3)')
+        x = torch.randn(n, n, device=dev, dtype=torch.float32)
+        y = torch.randn(n, n, device=dev, dtype=torch.float32)
+        sec, _ = timed(lambda: [x @ y for _ in range(3)], 2)
+        print(f'cublas_fp32_gemm_tflops={2.0 * n ** 3 * 3 / sec / 1e12:.1f} (torch.matmul fp32 {n}^3, TF32 off)')
+        del x, y
+    if a.train_T:
+        train_bench(cfg, w, dev, a.train_T, a.train_B, a.reps)
     return 0
 
 

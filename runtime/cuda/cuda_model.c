@@ -23,7 +23,11 @@
  * rest, the attention over the stored pattern), the global norm, clipping and
  * AdamW (moments on the device, uploaded when the optimiser's state changed
  * on the host). After each step the parameters and moments are copied back:
- * the host stays authoritative (n floats three times a step; fp32 only).
+ * the host stays authoritative (n floats three times a step). Precision bf16:
+ * every product of the forward and the backward takes bfloat16 operands (the
+ * weights' copy, refreshed after each update; inputs and output gradients
+ * rounded) with fp32 accumulation into fp32; the master weights, AdamW's
+ * moments, activations, norms, softmax and every reduction stay fp32.
  *
  * A KV cache keeps a device copy of its keys and values (mp_kvcache.dev); the
  * host copy stays complete (the new rows are copied back every call), so a
@@ -109,6 +113,8 @@ typedef struct {
     unsigned short *pbf;    /* bf16: params rounded to bfloat16 (the same layout; the linear weights are read) */
     unsigned short *abf;    /* bf16: a product's input rounded to bfloat16 */
     size_t abf_n;
+    unsigned short *gbf;    /* bf16 training: a product's output gradient rounded to bfloat16 */
+    size_t gbf_n;
     float *ws;              /* device workspace of one forward call */
     size_t ws_n;            /* floats */
     int *tok;               /* device token ids */
@@ -174,6 +180,7 @@ static void cu_free(cu_model *d) {
     cudaFree(d->params);
     cudaFree(d->pbf);
     cudaFree(d->abf);
+    cudaFree(d->gbf);
     cudaFree(d->ws);
     cudaFree(d->tok);
     cudaFree(d->acts.mem);
@@ -288,6 +295,21 @@ cleanup:
     return st;
 }
 
+/* *buf (grown to n, *cap tracking its size) = x rounded to bfloat16 */
+static mp_status to_bf16(cu_model *d, unsigned short **buf, size_t *cap, const float *x, size_t n) {
+    mp_status st = MP_OK;
+    if (*cap < n) {
+        cudaFree(*buf);
+        *buf = NULL;
+        *cap = 0;
+        CU(cudaMalloc, ((void **)buf, n * sizeof(unsigned short)));
+        *cap = n;
+    }
+    CU(mp_cuk_to_bf16, (*buf, x, n, d->stream));
+cleanup:
+    return st;
+}
+
 /* out [N, OUT] = in [N, IN] @ w^T (+ bias): row-major operands read as the
  * column-major transposes cuBLAS sees (out^T = w @ in^T). */
 static mp_status linear(cu_model *d, float *out, const float *in, const float *w, const float *bias, int N, int IN,
@@ -295,15 +317,7 @@ static mp_status linear(cu_model *d, float *out, const float *in, const float *w
     mp_status st = MP_OK;
     const float one = 1.0f, zero = 0.0f;
     if (d->bf16) { /* bf16 operands (the weight's copy, the input rounded), fp32 accumulation and result */
-        const size_t n = (size_t)N * IN;
-        if (d->abf_n < n) {
-            cudaFree(d->abf);
-            d->abf = NULL;
-            d->abf_n = 0;
-            CU(cudaMalloc, ((void **)&d->abf, n * sizeof(unsigned short)));
-            d->abf_n = n;
-        }
-        CU(mp_cuk_to_bf16, (d->abf, in, n, d->stream));
+        TRY(to_bf16(d, &d->abf, &d->abf_n, in, (size_t)N * IN));
         const unsigned short *wb = d->pbf + (w - d->params);
         CB(blas.gemm_ex, (d->blas, CUBLAS_OP_T, CUBLAS_OP_N, OUT, N, IN, &one, wb, CUDA_R_16BF, IN, d->abf, CUDA_R_16BF,
                           IN, &zero, out, CUDA_R_32F, OUT, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -578,6 +592,19 @@ static mp_status linear_bwd(cu_model *d, float *din, float *dw, float *dbias, co
                             const float *w, int N, int IN, int OUT) {
     mp_status st = MP_OK;
     const float one = 1.0f;
+    if (d->bf16) { /* bf16 operands (dout and in rounded, the weight's copy), fp32 accumulation into fp32 */
+        TRY(to_bf16(d, &d->gbf, &d->gbf_n, dout, (size_t)N * OUT));
+        if (din) {
+            const unsigned short *wb = d->pbf + (w - d->params);
+            CB(blas.gemm_ex, (d->blas, CUBLAS_OP_N, CUBLAS_OP_N, IN, N, OUT, &one, wb, CUDA_R_16BF, IN, d->gbf,
+                              CUDA_R_16BF, OUT, &one, din, CUDA_R_32F, IN, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        }
+        TRY(to_bf16(d, &d->abf, &d->abf_n, in, (size_t)N * IN));
+        CB(blas.gemm_ex, (d->blas, CUBLAS_OP_N, CUBLAS_OP_T, IN, OUT, N, &one, d->abf, CUDA_R_16BF, IN, d->gbf,
+                          CUDA_R_16BF, OUT, &one, dw, CUDA_R_32F, IN, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        if (dbias) CU(mp_cuk_bias_backward, (dbias, dout, N, OUT, d->stream));
+        return MP_OK;
+    }
     if (din) CB(blas.sgemm, (d->blas, CUBLAS_OP_N, CUBLAS_OP_N, IN, N, OUT, &one, w, IN, dout, OUT, &one, din, IN));
     CB(blas.sgemm, (d->blas, CUBLAS_OP_N, CUBLAS_OP_T, IN, OUT, N, &one, in, IN, dout, OUT, &one, dw, IN));
     if (dbias) CU(mp_cuk_bias_backward, (dbias, dout, N, OUT, d->stream));
@@ -714,9 +741,6 @@ static mp_status cu_train_step(mp_model *m, mp_adamw *opt, void *wsv, const int 
     cu_model *d = m->dev;
     const mp_config *c = &m->cfg;
     mp_status st = MP_OK;
-    if (d->bf16)
-        return mp_error(MP_ERR_ARG, "train step: training on the cuda device runs in fp32 in this version (move the "
-                        "model with precision \"fp32\")");
     const mp_hook_id cpu_only[] = {MP_HOOK_ATTN_IN, MP_HOOK_Q_INPUT, MP_HOOK_K_INPUT, MP_HOOK_V_INPUT, MP_HOOK_RESULT};
     for (size_t i = 0; i < sizeof cpu_only / sizeof cpu_only[0]; i++)
         for (int l = -1; l < c->n_layer; l++)
@@ -787,6 +811,7 @@ static mp_status cu_train_step(mp_model *m, mp_adamw *opt, void *wsv, const int 
                           (float)(ws->lr / bc1), (float)sqrt(bc2), (float)(1.0 - ws->lr * hp->weight_decay),
                           ds[i].decay && hp->weight_decay != 0.0f, s));
     }
+    if (d->bf16) CU(mp_cuk_to_bf16, (d->pbf, d->params, n, s)); /* the products' copy of the new weights */
     TRY(params_copy(m, d->params, m->owned, 1));
     TRY(params_copy(m, d->om, opt->m, 1));
     TRY(params_copy(m, d->ov, opt->v, 1));

@@ -4,8 +4,8 @@
  * and the prefill of T tokens (default 2048, B = 1, logits of the last
  * position) on the CUDA device: tokens/s in fp32 and in bf16, and the capture overhead of hook_q, hook_k and hook_pattern of
  * every layer streamed to an HDF5 run file, against the plain forward; with
- * --train-T, training steps (mp_train_step on the device, fp32: forward,
- * backward, clipping, AdamW, weights copied back) of the same model on
+ * --train-T, training steps (mp_train_step on the device, fp32 and bf16 mixed
+ * precision: forward, backward, clipping, AdamW, weights copied back) of the same model on
  * --train-B sequences of --train-T tokens: tokens/s and the model FLOPs per
  * token (6 N for the products plus 6 L T d for attention's, as in the
  * PaLM appendix), from which gpu_check.sh computes MFU against the GEMM ceiling.
@@ -68,7 +68,7 @@ static mp_status capture_once(const mp_model *m, const int *tok, int T, const ch
 }
 
 /* training steps of m (on the device) on B x T tokens: the best step time of reps after one warm-up */
-static mp_status train_bench(mp_model *m, const mp_config *c, int B, int T, int reps) {
+static mp_status train_bench(mp_model *m, const mp_config *c, int B, int T, int reps, const char *prec) {
     const size_t n = (size_t)B * T;
     int *tok = malloc(n * sizeof(int)), *tgt = malloc(n * sizeof(int));
     if (!tok || !tgt) return MP_ERR_NOMEM;
@@ -91,12 +91,13 @@ static mp_status train_bench(mp_model *m, const mp_config *c, int B, int T, int 
         if (r && s < best) best = s;
     }
     if (st) {
-        printf("train=error: %s\n", mp_last_error());
+        printf("train_%s=error: %s\n", prec, mp_last_error());
     } else {
         const double N = (double)mp_config_n_params(c) - (double)c->vocab * c->d_model; /* without the embedding */
         const double flops_tok = 6.0 * N + 6.0 * c->n_layer * (double)T * c->d_model;
-        printf("train_model=the same model, B=%d T=%d, fp32, AdamW, clip 1\ntrain_step_s=%.4f\ntrain_fp32_tok_s=%.0f\n"
-               "train_flops_per_token=%.4g\ntrain_loss=%.4f\n", B, T, best, n / best, flops_tok, loss);
+        printf("train_model=the same model, B=%d T=%d, %s, AdamW, clip 1\ntrain_%s_step_s=%.4f\ntrain_%s_tok_s=%.0f\n"
+               "train_flops_per_token=%.4g\ntrain_%s_loss=%.4f\n", B, T, prec, prec, best, prec, n / best, flops_tok, prec,
+               loss);
     }
     mp_train_ws_free(&ws);
     mp_adamw_free(&opt);
@@ -182,7 +183,14 @@ int main(int argc, char **argv) {
         if (st) printf("capture=error: %s\n", mp_last_error());
         else printf("capture_s=%.4f\ncapture_over_plain=%.2f\n", cap, cap / s32);
     }
-    if (train_T) st = train_bench(m, &c, train_B, train_T, reps);
+    if (train_T) {
+        st = train_bench(m, &c, train_B, train_T, reps, "fp32");
+        mp_model *tb = NULL; /* bf16 mixed precision: a fresh copy of the same initial weights */
+        if (!st && mp_model_new_init(&tb, &c, 1, 0.02f) == MP_OK &&
+            mp_model_to_device(tb, MP_DEVICE_CUDA, MP_PRECISION_BF16) == MP_OK)
+            st = train_bench(tb, &c, train_B, train_T, reps, "bf16");
+        mp_model_free(tb);
+    }
     mp_model_free(m);
     free(tok);
     free(logits);

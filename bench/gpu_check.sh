@@ -217,8 +217,10 @@ run() {
       awk -F'[= ]' '{v[$1] = $2} END {
         if (v["bf16_tok_s"] && v["torch_bf16_tok_s"]) printf "gpu_check: prefill bf16 mechprobe / torch eager = %.2f\n", v["bf16_tok_s"] / v["torch_bf16_tok_s"]
         if (v["fp32_tok_s"] && v["torch_fp32_tok_s"]) printf "gpu_check: prefill fp32 mechprobe / torch eager = %.2f\n", v["fp32_tok_s"] / v["torch_fp32_tok_s"]
-        if (v["train_fp32_tok_s"] && v["torch_train_fp32_tok_s"]) printf "gpu_check: training fp32 mechprobe / torch eager fp32 = %.2f (torch bf16 autocast: %s tok/s)\n", v["train_fp32_tok_s"] / v["torch_train_fp32_tok_s"], v["torch_train_bf16_autocast_tok_s"]
-        if (v["train_fp32_tok_s"] && v["train_flops_per_token"] && v["cublas_fp32_gemm_tflops"]) printf "gpu_check: training MFU (fp32) = %.1f%% of the fp32 GEMM ceiling (%s TFLOP/s), %.1f%% of the bf16 one (%s)\n", 100 * v["train_fp32_tok_s"] * v["train_flops_per_token"] / (v["cublas_fp32_gemm_tflops"] * 1e12), v["cublas_fp32_gemm_tflops"], 100 * v["train_fp32_tok_s"] * v["train_flops_per_token"] / (v["cublas_bf16_gemm_tflops"] * 1e12), v["cublas_bf16_gemm_tflops"]
+        if (v["train_fp32_tok_s"] && v["torch_train_fp32_tok_s"]) printf "gpu_check: training fp32 mechprobe / torch eager fp32 = %.2f\n", v["train_fp32_tok_s"] / v["torch_train_fp32_tok_s"]
+        if (v["train_bf16_tok_s"] && v["torch_train_bf16_autocast_tok_s"]) printf "gpu_check: training bf16 mechprobe / torch eager bf16 autocast = %.2f\n", v["train_bf16_tok_s"] / v["torch_train_bf16_autocast_tok_s"]
+        if (v["train_fp32_tok_s"] && v["train_flops_per_token"] && v["cublas_fp32_gemm_tflops"]) printf "gpu_check: training MFU fp32 = %.1f%% of the fp32 GEMM ceiling (%s TFLOP/s)\n", 100 * v["train_fp32_tok_s"] * v["train_flops_per_token"] / (v["cublas_fp32_gemm_tflops"] * 1e12), v["cublas_fp32_gemm_tflops"]
+        if (v["train_bf16_tok_s"] && v["train_flops_per_token"] && v["cublas_bf16_gemm_tflops"]) printf "gpu_check: training MFU bf16 = %.1f%% of the bf16 GEMM ceiling (%s TFLOP/s; aim 35%%)\n", 100 * v["train_bf16_tok_s"] * v["train_flops_per_token"] / (v["cublas_bf16_gemm_tflops"] * 1e12), v["cublas_bf16_gemm_tflops"]
       }' "$TMP/bench.out" "$TMP/peer.out"
     else
       say "pytorch: not importable here"

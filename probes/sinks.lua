@@ -31,8 +31,8 @@ local o = cli.parse(arg, {
   {"checkpoints", "N", "with --preset: measurements along the training (default: the preset's)", type = "int"},
   {"corpus", "FILE", "with --preset: text to train on (default: Debian's licence texts, plus fortunes if installed)"},
   {"tokenizer", "FILE", "tokenizer (default: found next to the model)"},
-  {"device", "DEV", "where the forward runs (with --preset: where the models train, in fp32): cpu, or cuda (an "
-    .. "NVIDIA GPU)", default = "cpu"},
+  {"device", "DEV", "where the forward runs (with --preset: where the models train): cpu, or cuda (an NVIDIA GPU)",
+   default = "cpu"},
   cli.DEVICE_OPTS[2],
   {"text", "STR", "input text"},
   {"text_file", "FILE", "input text from a file"},
@@ -52,10 +52,7 @@ if o.preset then
     cli.fail("sinks", "--preset trains its own models and analyses held-out text: give none of --model, --text, "
       .. "--text-file, --tokens with it")
   end
-  if o.precision ~= "fp32" then
-    cli.fail("sinks", "--preset trains in fp32 (training on the GPU runs in fp32 in this version): leave out --precision")
-  end
-  cli.check_train_device("sinks", o)
+  cli.check_device("sinks", o)          -- bf16 (mixed-precision training) needs --device cuda
   local st = require "sinks_train"
   if not st.presets[o.preset] then cli.fail("sinks", ("--preset must be quick, medium, full or gpu (got '%s')"):format(o.preset)) end
   local p = st.preset(o.preset)
@@ -63,7 +60,7 @@ if o.preset then
   -- the per-head analysis of the first seed's model takes the analysis options
   if o.max_tokens < 4 then cli.fail("sinks", ("--max-tokens must be >= 4 (got %d)"):format(o.max_tokens)) end
   p.window, p.boot, p.boot_seed, p.analysis_tokens = o.window, o.boot, o.seed, o.max_tokens
-  p.device = o.device
+  p.device, p.precision = o.device, o.precision
   if o.seeds then
     p.seeds = cli.seed_list("sinks", o.seeds)
   end

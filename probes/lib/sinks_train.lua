@@ -167,7 +167,7 @@ local function train_seed(o, corpus, seed)
   local vtoks = vt:tolist()
   local m = mp.model.new{d_model = o.d_model, n_layer = o.n_layer, n_head = o.n_head, n_kv_head = o.n_kv_head,
                          d_head = o.d_head, d_mlp = o.d_mlp, vocab = task.vocab, ctx = o.L, pos = o.pos, seed = seed,
-                         tokenizer = "bytes", device = o.device or "cpu"}
+                         tokenizer = "bytes", device = o.device or "cpu", precision = o.precision or "fp32"}
   task:seed(seed * 100 + 7)
   local r = {step = {0}, tokens = {0}, A = {M.alpha0(m, vtoks)}, train_loss = {0 / 0}, val_loss = {m:loss(vt, vg)},
              frac = {}, count = {}}
@@ -198,6 +198,7 @@ local function write_h5(o, runs, pooled, V, H)
   f:set_attr("/", "format", "mechprobe.sinks_train")
   f:set_attr("/", "preset", o.preset)
   f:set_attr("/", "device", o.device or "cpu")
+  f:set_attr("/", "precision", o.precision or "fp32")
   f:set_attr("/", "seeds", table.concat(o.seeds, ","))
   f:set_attr("/", "eps", o.eps)
   f:set_attr("/", "unigram_entropy", H)

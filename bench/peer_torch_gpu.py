@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_torch import load_llama2c, rmsnorm, rope, rope_tables  # noqa: E402
+from peer_torch import forward, load_llama2c, rmsnorm, rope, rope_tables  # noqa: E402
 
 
 def forward_last(cfg, w, tok, cos, sin):
@@ -44,22 +44,6 @@ def forward_last(cfg, w, tok, cos, sin):
     return F.linear(rmsnorm(x[:, -1:], w['rms_final']), w['wcls'])[0, 0]
 
 
-def forward_all(cfg, w, tok, cos, sin):
-    B, T = tok.shape
-    nh, nkv, hs = cfg['n_head'], cfg['n_kv_head'], cfg['d_head']
-    x = F.embedding(tok, w['emb'])
-    for l in range(cfg['n_layer']):
-        h = rmsnorm(x, w['rms_att'][l])
-        q = rope(F.linear(h, w['wq'][l]).view(B, T, nh, hs), cos, sin).transpose(1, 2)
-        k = rope(F.linear(h, w['wk'][l]).view(B, T, nkv, hs), cos, sin).transpose(1, 2)
-        v = F.linear(h, w['wv'][l]).view(B, T, nkv, hs).transpose(1, 2)
-        z = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, nh * hs)
-        x = x + F.linear(z, w['wo'][l])
-        h = rmsnorm(x, w['rms_ffn'][l])
-        x = x + F.linear(F.silu(F.linear(h, w['w1'][l])) * F.linear(h, w['w3'][l]), w['w2'][l])
-    return F.linear(rmsnorm(x, w['rms_final']), w['wcls'])
-
-
 def train_bench(cfg, w, dev, T, B, reps):
     V = cfg['vocab']
     i = np.arange(B * T, dtype=np.uint64)
@@ -69,6 +53,7 @@ def train_bench(cfg, w, dev, T, B, reps):
     tgt[:, -1] = -100
     cos, sin = rope_tables(T, cfg['d_head'])
     cos, sin = cos.to(dev), sin.to(dev)
+    sdpa = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
     for name, amp in (('fp32', False), ('bf16_autocast', True)):
         p = {k: v.to(dev, torch.float32).clone().requires_grad_(True) for k, v in w.items() if k != 'wcls'}
         p['wcls'] = p['emb'] if w['wcls'] is w['emb'] else w['wcls'].to(dev).clone().requires_grad_(True)
@@ -78,7 +63,7 @@ def train_bench(cfg, w, dev, T, B, reps):
         def step():
             opt.zero_grad(set_to_none=True)
             with torch.autocast('cuda', dtype=torch.bfloat16, enabled=amp):
-                logits = forward_all(cfg, p, tok, cos, sin)
+                logits = forward(cfg, p, tok, cos, sin, sdpa)
             loss = F.cross_entropy(logits.float().view(-1, V), tgt.view(-1), ignore_index=-100)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)

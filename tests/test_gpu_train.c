@@ -64,6 +64,17 @@ static void compare_params(const char *label, const mp_model *mc, const mp_model
     }
 }
 
+/* a fresh optimiser with hyper-parameters hp and an empty workspace; and their release */
+static void fresh(mp_adamw *o, mp_train_ws *w, const mp_adamw_params *hp) {
+    memset(o, 0, sizeof *o);
+    o->hp = *hp;
+    memset(w, 0, sizeof *w);
+}
+static void release(mp_adamw *o, mp_train_ws *w) {
+    mp_train_ws_free(w);
+    mp_adamw_free(o);
+}
+
 typedef struct {
     const char *label;
     mp_pos_kind pos;
@@ -94,12 +105,9 @@ static void compare(const variant *v, int seed) {
     mp_adamw_params hp = mp_adamw_params_default();
     hp.lr = 2e-2f, hp.weight_decay = 0.1f, hp.warmup = 2, hp.total_steps = 6, hp.grad_clip = 0.5f;
     mp_adamw oc, og;
-    memset(&oc, 0, sizeof oc);
-    memset(&og, 0, sizeof og);
-    oc.hp = og.hp = hp;
     mp_train_ws wc, wg;
-    memset(&wc, 0, sizeof wc);
-    memset(&wg, 0, sizeof wg);
+    fresh(&oc, &wc, &hp);
+    fresh(&og, &wg, &hp);
     mp_hooks *hs = NULL;
     if (v->hook) {
         hs = mp_hooks_new(&c);
@@ -141,10 +149,8 @@ static void compare(const variant *v, int seed) {
     snprintf(lab, sizeof lab, "%s, after a CPU step following the device's", v->label);
     compare_params(lab, mc, mg);
     mp_hooks_free(hs);
-    mp_train_ws_free(&wc);
-    mp_train_ws_free(&wg);
-    mp_adamw_free(&oc);
-    mp_adamw_free(&og);
+    release(&oc, &wc);
+    release(&og, &wg);
     mp_model_free(mc);
     mp_model_free(mg);
 }
@@ -172,12 +178,9 @@ static void bf16_band(void) {
     mp_adamw_params hp = mp_adamw_params_default();
     hp.lr = 1e-2f, hp.warmup = 5, hp.total_steps = BF16_STEPS, hp.grad_clip = 1.0f;
     mp_adamw oc, og;
-    memset(&oc, 0, sizeof oc);
-    memset(&og, 0, sizeof og);
-    oc.hp = og.hp = hp;
     mp_train_ws wc, wg;
-    memset(&wc, 0, sizeof wc);
-    memset(&wg, 0, sizeof wg);
+    fresh(&oc, &wc, &hp);
+    fresh(&og, &wg, &hp);
     enum { B = 4, T = 16 };
     int tok[B * T], tgt[B * T];
     double worst = 0.0;
@@ -203,10 +206,8 @@ static void bf16_band(void) {
     CHECK(mg->precision == MP_PRECISION_BF16, "bf16: still bf16 after training");
     printf("bf16 band: %d steps, worst |loss difference| / first loss %.3g (band %.2g), final loss fp32 %.4f, bf16 %.4f\n",
            BF16_STEPS, worst, BF16_BAND, lc, lg);
-    mp_train_ws_free(&wc);
-    mp_train_ws_free(&wg);
-    mp_adamw_free(&oc);
-    mp_adamw_free(&og);
+    release(&oc, &wc);
+    release(&og, &wg);
     mp_model_free(mc);
     mp_model_free(mg);
 }

@@ -133,7 +133,8 @@ typedef struct {
     double *part;           /* the gradient norm's partial sums */
     int *tgt;               /* targets [B*T] */
     int *pos_ids;           /* learned positions: t of every row, for pos_embed's gradient */
-    size_t tgt_n;
+    size_t tgt_n;           /* rows both hold */
+    int pos_T;              /* the T of pos_ids */
 } cu_model;
 
 typedef struct {
@@ -699,14 +700,20 @@ static mp_status train_reserve(cu_model *d, const mp_config *c, int mb, int T) {
         CU(cudaMalloc, ((void **)&d->part, 1024 * sizeof(double)));
         d->opt = NULL;
     }
-    if (d->tgt_n < N) {
+    if (d->tgt_n < N || d->pos_T != T) { /* position ids: t of every row, for a learned table's gradient */
         cudaFree(d->tgt);
         cudaFree(d->pos_ids);
         d->tgt = d->pos_ids = NULL;
         d->tgt_n = 0;
         CU(cudaMalloc, ((void **)&d->tgt, N * sizeof(int)));
         CU(cudaMalloc, ((void **)&d->pos_ids, N * sizeof(int)));
+        TRY(reserve(d, 0, 0, N));
+        int *ids = (int *)d->host;
+        for (size_t i = 0; i < N; i++) ids[i] = (int)(i % (size_t)T);
+        CU(cudaMemcpyAsync, (d->pos_ids, ids, N * sizeof(int), cudaMemcpyHostToDevice, d->stream));
+        CU(cudaStreamSynchronize, (d->stream));
         d->tgt_n = N;
+        d->pos_T = T;
     }
 cleanup:
     return st;
@@ -741,12 +748,12 @@ static mp_status cu_train_step(mp_model *m, mp_adamw *opt, void *wsv, const int 
     cu_model *d = m->dev;
     const mp_config *c = &m->cfg;
     mp_status st = MP_OK;
-    const mp_hook_id cpu_only[] = {MP_HOOK_ATTN_IN, MP_HOOK_Q_INPUT, MP_HOOK_K_INPUT, MP_HOOK_V_INPUT, MP_HOOK_RESULT};
-    for (size_t i = 0; i < sizeof cpu_only / sizeof cpu_only[0]; i++)
-        for (int l = -1; l < c->n_layer; l++)
-            if (mp_hooks_active(hooks, cpu_only[i], l))
-                return mp_error(MP_ERR_ARG, "train step: hook point %s is not on the cuda device; train on the CPU "
-                                "(m:to(\"cpu\")) to hook it", mp_hook_suffix[cpu_only[i]]);
+    mp_forward_params fp = mp_forward_params_default();
+    fp.hooks = hooks;
+    const char *why = mp_cuda_cpu_reason(m, &fp); /* the hook points only the CPU forward has */
+    if (why)
+        return mp_error(MP_ERR_ARG, "train step: hook point %s is not on the cuda device; train on the CPU "
+                        "(m:to(\"cpu\")) to hook it", why);
     const int mb = B / accum, N = mb * T, V = c->vocab;
     const size_t n = mp_config_n_params(c);
     const cudaStream_t s = d->stream;
@@ -759,16 +766,7 @@ static mp_status cu_train_step(mp_model *m, mp_adamw *opt, void *wsv, const int 
         d->opt_step = opt->step;
     }
     ZERO(d->grads, n);
-    if (c->pos == MP_POS_LEARNED) {
-        TRY(reserve(d, 0, 0, (size_t)N));
-        int *ids = (int *)d->host;
-        for (int i = 0; i < N; i++) ids[i] = i % T;
-        CU(cudaMemcpyAsync, (d->pos_ids, ids, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
-        CU(cudaStreamSynchronize, (s));
-    }
     double total = 0.0;
-    mp_forward_params fp = mp_forward_params_default();
-    fp.hooks = hooks;
     float *losses = A->dfac; /* [B*H*T] >= N floats of scratch */
     for (int a = 0; a < accum; a++) {
         const int *tok = tokens + (size_t)a * N, *tgt = targets + (size_t)a * N;

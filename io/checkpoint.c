@@ -74,6 +74,8 @@ static mp_status write_f64(hid_t f, const char *path, const double *v, size_t n,
 }
 
 mp_status mp_checkpoint_save(const char *path, const mp_model *m, const mp_adamw *opt, const mp_train_log *log) {
+    mp_status ss = mp_model_sync(m); /* a model trained on a device: its newer weights and moments */
+    if (ss) return ss;
     if (m->q) { /* quantized weights: save a float32 copy (decoded on demand) */
         mp_model *f32 = NULL;
         mp_status qs = mp_model_dequantized_copy(m, &f32);

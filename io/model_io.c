@@ -133,6 +133,8 @@ mp_status mp_model_save_with(const mp_model *m, const char *path, const mp_model
     mp_model_save_params d = mp_model_save_params_default();
     if (!p) p = &d;
     if (!path) return mp_error(MP_ERR_ARG, "save: no path given");
+    mp_status ss = mp_model_sync(m); /* a model trained on a device: its newer weights */
+    if (ss) return ss;
     switch (mp_model_save_format(path, p->format)) {
     case MP_FORMAT_HF: {
         mp_status st = mp_model_save_hf(m, path);

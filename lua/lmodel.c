@@ -58,6 +58,12 @@ static int busy_release(lua_State *L) {
     busy_mark *b = luaL_checkudata(L, 1, BUSY_MT);
     if (b->lm) {
         b->lm->busy--;
+        /* training on a device leaves the newer weights and moments there: the
+         * host copy (views, saves, the optimizer) is current between calls */
+        if (b->lm->busy == 0 && b->lm->m && mp_model_sync(b->lm->m) != MP_OK) {
+            b->lm = NULL;
+            return luaL_error(L, "%s", mp_last_error());
+        }
         lua_getiuservalue(L, 1, 1); /* the model: training may have replaced its memory */
         mp_lua_params_detach(L, -1, "training copied the parameters into new memory; call m:param again");
         lua_pop(L, 1);

@@ -290,6 +290,8 @@ static int model_train(lua_State *L) {
         }
     }
     int oi = lua_gettop(L);
+    mp_status st = mp_model_sync(lm->m); /* the optimizer it replaces: its moments */
+    if (st) return mp_lua_fail(L, st);
     lua_pushvalue(L, oi);
     lua_setiuservalue(L, 1, 1);
     int on_step = mp_lua_opt_type(L, 2, "train", "on_step", LUA_TFUNCTION) ? lua_gettop(L) : 0;
@@ -302,7 +304,6 @@ static int model_train(lua_State *L) {
     const double t_start = mp_now();
     const int top = lua_gettop(L);
     float loss = 0.0f;
-    mp_status st;
     for (int i = 1; i <= steps; i++) {
         int b, t;
         sample_task(L, task, B, T, 0);
@@ -344,6 +345,7 @@ static int model_train(lua_State *L) {
             (st = mp_checkpoint_save(ckpt, lm->m, o, &lm->log)))
             return mp_lua_fail(L, st);
         if (on_step) {
+            if ((st = mp_model_sync(lm->m))) return mp_lua_fail(L, st); /* the callback may read the weights */
             lua_pushvalue(L, on_step);
             lua_pushinteger(L, gstep);
             lua_pushnumber(L, loss);

@@ -37,10 +37,14 @@ typedef struct mp_dev_ops {
     void (*release)(struct mp_model *m);
     /* mp_train_step on the device (train.h; ws is its mp_train_ws, hooks its
      * mp_hooks), called after mp_train_step's checks, with the model owning its
-     * parameters and opt sized: the same step, the host weights and opt's
-     * moments updated as the CPU step would leave them. */
+     * parameters and opt sized: the same step as the CPU's. The updated
+     * weights and opt's moments may stay on the device (sync brings them back). */
     mp_status (*train_step)(struct mp_model *m, struct mp_adamw *opt, void *ws, const int *tokens, const int *targets,
                             int B, int T, int accum, const void *hooks, float *loss);
+    /* Copies the weights and the last stepped optimiser's moments back to the
+     * host where device training steps left them newer; MP_OK at once when the
+     * host is current (mp_model_sync). */
+    mp_status (*sync)(const struct mp_model *m);
 } mp_dev_ops;
 
 #endif

@@ -338,6 +338,10 @@ mp_device mp_model_forward_device(const mp_model *m, const mp_forward_params *fp
     return m->dev_ops->cpu_reason(m, fp ? fp : &def) ? MP_DEVICE_CPU : m->device;
 }
 
+mp_status mp_model_sync(const mp_model *m) {
+    return m && m->dev && m->dev_ops && m->dev_ops->sync ? m->dev_ops->sync(m) : MP_OK;
+}
+
 mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, const mp_forward_params *fp_in,
                            float *logits) {
     mp_forward_params fp = fp_in ? *fp_in : mp_forward_params_default();
@@ -348,6 +352,7 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
     /* a model on a device (runtime/cuda): the backend runs the call, unless it
      * needs a path only the CPU has (then the host weights serve, as always) */
     if (mp_model_forward_device(m, &fp) != MP_DEVICE_CPU) return m->dev_ops->forward(m, tokens, B, T, &fp, logits);
+    if ((st = mp_model_sync(m))) return st; /* the CPU path reads the host weights */
     const mp_config *c = &m->cfg;
     const mp_params *p = &m->p;
     const mp_qparams *Q = m->q;

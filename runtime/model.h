@@ -357,6 +357,16 @@ mp_forward_params mp_forward_params_default(void);
 mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T,
                            const mp_forward_params *fp, float *logits);
 
+/* Brings the host copy of a model on a device up to date: training steps on
+ * the device (mp_train_step) leave the updated weights, and the moments of the
+ * optimiser they used, on the device, and this copies them back (into m's
+ * parameters and that optimiser's m and v, which must still be alive). MP_OK at
+ * once for a model on the CPU or a host already current. Checkpoint and model
+ * saves, moves between devices and forward calls that fall back to the CPU
+ * call it themselves; call it before reading the weights or the moments
+ * yourself (the Lua API does, after m:train and each m:train_step). */
+mp_status mp_model_sync(const mp_model *m);
+
 /* Where mp_model_forward runs this call (fp may be NULL): the model's device,
  * or MP_DEVICE_CPU for a model on the CPU and for a call its backend leaves to
  * the CPU (mp_cuda_cpu_reason in runtime/cuda/mp_cuda.h). */

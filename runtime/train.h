@@ -79,7 +79,10 @@ void mp_train_ws_free(mp_train_ws *ws);
  * With ws->sync, tokens/targets are this rank's shard and the step is the
  * global one: micro-batch a is the union of every rank's a-th micro-batch, its
  * loss the mean over all of its counted targets (with accum 1 exactly the
- * single-process step on the whole global batch). */
+ * single-process step on the whole global batch). A model on a device steps
+ * there and may keep the updated weights and opt's moments there: call
+ * mp_model_sync (model.h) before reading either on the host, and before
+ * freeing opt while the model lives on. */
 mp_status mp_train_step(mp_model *m, mp_adamw *opt, mp_train_ws *ws, const int *tokens, const int *targets,
                         int B, int T, int accum, const mp_hooks *hooks, float *loss);
 

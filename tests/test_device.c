@@ -5,8 +5,8 @@
  * unchanged, and runtime/'s dispatch seam (m->dev_ops) exercised with a
  * stand-in backend whose forward is recognisable, so mp_model_forward's
  * routing, mp_model_forward_device, mp_train_step's hand-over (after its
- * checks; data parallelism refused) and mp_model_free's release are checked
- * without a GPU. */
+ * checks; data parallelism refused), mp_model_sync before the CPU reads the
+ * host weights and the release on a move are checked without a GPU. */
 #include "mp_cuda.h"
 #include "testutil.h"
 #include "train.h"
@@ -47,16 +47,23 @@ static void fake_release(mp_model *m) {
     m->dev = NULL;
     m->dev_ops = NULL;
 }
-static int fake_steps;
+static int fake_steps, fake_stale, fake_synced;
 static mp_status fake_train_step(mp_model *m, mp_adamw *opt, void *ws, const int *tokens, const int *targets, int B,
                                  int T, int accum, const void *hooks, float *loss) {
     (void)m, (void)ws, (void)tokens, (void)targets, (void)B, (void)T, (void)accum, (void)hooks;
     fake_steps++;
+    fake_stale = 1; /* as a backend that keeps the updated weights on its device */
     opt->step++;
     *loss = 42.0f;
     return MP_OK;
 }
-static const mp_dev_ops fake_ops = {"fake", fake_reason, fake_forward, fake_release, fake_train_step};
+static mp_status fake_sync(const mp_model *m) {
+    (void)m;
+    fake_synced += fake_stale;
+    fake_stale = 0;
+    return MP_OK;
+}
+static const mp_dev_ops fake_ops = {"fake", fake_reason, fake_forward, fake_release, fake_train_step, fake_sync};
 static int noop_hook(void *u, const mp_hook_info *info, float *data) {
     (void)u;
     (void)info;
@@ -181,10 +188,24 @@ int main(void) {
     CHECK(mp_train_step(m, &opt, &ws, toks, tgt, 1, 5, 1, NULL, &loss) == MP_ERR_ARG && fake_steps == 1 &&
               strstr(mp_last_error(), "data-parallel") != NULL,
           "data parallelism stays on the CPU: %s", mp_last_error());
+    /* the backend's newer weights: brought back before the CPU reads the host copy */
+    ws.sync = NULL;
+    CHECK(fake_stale == 1 && fake_synced == 0, "a step leaves the state on the device");
+    CHECK(mp_model_forward(m, toks, 1, 5, NULL, out) == MP_OK && fake_synced == 0, "a device forward needs no sync");
+    CHECK(mp_model_forward(m, toks, 1, 5, &fh, out) == MP_OK && fake_synced == 1 && fake_stale == 0,
+          "a CPU fallback syncs first: %d", fake_synced);
+    CHECK(mp_model_sync(m) == MP_OK && fake_synced == 1, "sync of a current host does nothing");
+    CHECK(mp_train_step(m, &opt, &ws, toks, tgt, 1, 5, 1, NULL, &loss) == MP_OK && fake_stale == 1, "second step");
+    CHECK(mp_model_sync(m) == MP_OK && fake_synced == 2 && fake_stale == 0, "explicit sync: %d", fake_synced);
+    CHECK(mp_train_step(m, &opt, &ws, toks, tgt, 1, 5, 1, NULL, &loss) == MP_OK && fake_stale == 1, "third step");
+    CHECK(mp_model_to_device(m, MP_DEVICE_CPU, MP_PRECISION_FP32) == MP_OK && fake_synced == 3 && fake_released == 1 &&
+              !m->dev && m->device == MP_DEVICE_CPU,
+          "a move to the CPU syncs, then releases: synced %d, released %d", fake_synced, fake_released);
+    CHECK(mp_model_sync(m) == MP_OK, "sync on the CPU");
     mp_train_ws_free(&ws);
     mp_adamw_free(&opt);
     mp_hooks_free(hs);
-    mp_model_free(m); /* releases the backend's state */
+    mp_model_free(m); /* the backend's state went with the move */
     CHECK(fake_released == 1, "released %d", fake_released);
     return tu_finish("test_device");
 }

@@ -12,14 +12,19 @@
  * compare_params: max error <= 1e-4 of each tensor's largest |value|, float32
  * sums in another order) and both AdamW moments (1e-3: see TOL_MOM), and the
  * optimiser's step.
- * After moving the trained model back, a step on the CPU continues from the
- * same state as a CPU-only run. bf16 mixed precision: 60 steps stay within a
+ * The device keeps the updated state until mp_model_sync (the host weights
+ * are unchanged after unhooked steps). A checkpoint saved from the device and
+ * resumed on the device gives exactly the saver's next step, resumed on the
+ * CPU the same within the tolerances. After moving the trained model back
+ * (the move syncs), a step on the CPU continues from the same state as a
+ * CPU-only run. bf16 mixed precision: 60 steps stay within a
  * stated band of the fp32 CPU's curve (bf16_band). A CPU-only hook point is
  * refused by name.
  *
  * Built twice: test_gpu_train on the device (label gpu; SKIP, exit 77,
  * without one) and test_gpu_train_emu on the tests' CPU emulation
  * (tests/cuda_emu, label unit). */
+#include "checkpoint.h"
 #include "mp_cuda.h"
 #include "testutil.h"
 #include "train.h"
@@ -119,6 +124,9 @@ static void compare(const variant *v, int seed) {
         hs = mp_hooks_new(&c);
         CHECK(mp_hooks_add(hs, "blocks.0.hook_resid_mid", halve, NULL) == MP_OK, "%s: hook", v->label);
     }
+    const size_t np = mp_config_n_params(&c);
+    float *init = malloc(np * sizeof(float));
+    if (init) memcpy(init, mg->owned, np * sizeof(float));
     int clipped = 0;
     for (int step = 0; step < n_steps; step++) {
         for (int i = 0; i < B * T; i++) {
@@ -137,6 +145,11 @@ static void compare(const variant *v, int seed) {
     }
     CHECK(clipped > 0, "%s: clipping bit at some step", v->label);
     CHECK(oc.step == n_steps && og.step == n_steps, "%s: optimiser steps %ld / %ld", v->label, oc.step, og.step);
+    /* the updated state stays on the device until synced; a hooked step syncs itself */
+    if (init && !v->hook)
+        CHECK(memcmp(init, mg->owned, np * sizeof(float)) == 0, "%s: the host weights stay as they were until "
+              "mp_model_sync (no copy per step)", v->label);
+    CHECK(mp_model_sync(mg) == MP_OK, "%s: sync: %s", v->label, mp_last_error());
     char lab[128];
     snprintf(lab, sizeof lab, "%s, after %d steps", v->label, n_steps);
     compare_params(lab, mc, mc->owned, mg->owned, TOL);
@@ -144,9 +157,51 @@ static void compare(const variant *v, int seed) {
     compare_params(lab, mc, oc.m, og.m, TOL_MOM);
     snprintf(lab, sizeof lab, "%s: second moments", v->label);
     compare_params(lab, mc, oc.v, og.v, TOL_MOM);
-    /* back on the CPU, one more step continues from the same state */
-    CHECK(mp_model_to_device(mg, MP_DEVICE_CPU, MP_PRECISION_FP32) == MP_OK, "%s: to cpu", v->label);
     float lc = 0, lg = 0;
+    /* a checkpoint saved on the device (no sync first: the save brings the
+     * state back), resumed on the CPU and on the device: the next step of
+     * either equals that of the model that saved it */
+    CHECK(mp_train_step(mc, &oc, &wc, tok, tgt, B, T, 1, hs, &lc) == MP_OK &&
+              mp_train_step(mg, &og, &wg, tok, tgt, B, T, 1, hs, &lg) == MP_OK,
+          "%s: step before the save: %s", v->label, mp_last_error());
+    char path[128];
+    snprintf(path, sizeof path, "test_gpu_train_%d.h5", seed);
+    mp_model *rc = NULL, *rg = NULL;
+    mp_adamw orc, org;
+    mp_train_ws wrc, wrg;
+    fresh(&orc, &wrc, &hp);
+    fresh(&org, &wrg, &hp);
+    CHECK(mp_checkpoint_save(path, mg, &og, NULL) == MP_OK && mp_checkpoint_load(path, &rc, &orc, NULL) == MP_OK &&
+              mp_checkpoint_load(path, &rg, &org, NULL) == MP_OK &&
+              mp_model_to_device(rg, MP_DEVICE_CUDA, MP_PRECISION_FP32) == MP_OK,
+          "%s: save on the device, load twice: %s", v->label, mp_last_error());
+    remove(path);
+    if (rc && rg) {
+        float l1 = 0, l2 = 0, l3 = 0;
+        CHECK(mp_train_step(mg, &og, &wg, tok, tgt, B, T, 1, hs, &l1) == MP_OK &&
+                  mp_train_step(rc, &orc, &wrc, tok, tgt, B, T, 1, hs, &l2) == MP_OK &&
+                  mp_train_step(rg, &org, &wrg, tok, tgt, B, T, 1, hs, &l3) == MP_OK &&
+                  mp_model_sync(mg) == MP_OK && mp_model_sync(rg) == MP_OK,
+              "%s: the step after the resume: %s", v->label, mp_last_error());
+        CHECK(l1 == l3 && tu_max_abs_diff(mg->owned, rg->owned, np) == 0.0 && org.step == og.step &&
+                  tu_max_abs_diff(og.m, org.m, np) == 0.0 && tu_max_abs_diff(og.v, org.v, np) == 0.0,
+              "%s: resumed on the device: the same step exactly (loss %.9g vs %.9g, weights %.3g)", v->label, l1, l3,
+              tu_max_abs_diff(mg->owned, rg->owned, np));
+        CHECK(fabs(l1 - l2) <= 1e-5 * fabs(l1) && orc.step == og.step, "%s: resumed on the CPU: loss %.8g vs %.8g",
+              v->label, l1, l2);
+        snprintf(lab, sizeof lab, "%s, resumed on the CPU", v->label);
+        compare_params(lab, mc, mg->owned, rc->owned, TOL);
+        /* the CPU model the comparison follows takes the same extra step */
+        CHECK(mp_train_step(mc, &oc, &wc, tok, tgt, B, T, 1, hs, &lc) == MP_OK, "%s: cpu step", v->label);
+    }
+    release(&orc, &wrc);
+    release(&org, &wrg);
+    mp_model_free(rc);
+    mp_model_free(rg);
+    /* back on the CPU, one more step continues from the same state */
+    CHECK(mp_train_step(mg, &og, &wg, tok, tgt, B, T, 1, hs, &lg) == MP_OK, "%s: step before the move", v->label);
+    CHECK(mp_model_to_device(mg, MP_DEVICE_CPU, MP_PRECISION_FP32) == MP_OK, "%s: to cpu", v->label);
+    CHECK(mp_train_step(mc, &oc, &wc, tok, tgt, B, T, 1, hs, &lc) == MP_OK, "%s: cpu step", v->label);
     CHECK(mp_train_step(mc, &oc, &wc, tok, tgt, B, T, 1, hs, &lc) == MP_OK &&
               mp_train_step(mg, &og, &wg, tok, tgt, B, T, 1, hs, &lg) == MP_OK,
           "%s: CPU step after the device: %s", v->label, mp_last_error());
@@ -154,6 +209,7 @@ static void compare(const variant *v, int seed) {
     snprintf(lab, sizeof lab, "%s, after a CPU step following the device's", v->label);
     compare_params(lab, mc, mc->owned, mg->owned, TOL);
     mp_hooks_free(hs);
+    free(init);
     release(&oc, &wc);
     release(&og, &wg);
     mp_model_free(mc);

@@ -128,8 +128,9 @@ typedef struct {
     float *grads;           /* [n params] in mp_params order */
     mp_params g;            /* device pointers into grads */
     float *om, *ov;         /* AdamW's moments [n params] */
-    const void *opt;        /* the optimiser whose moments om/ov hold, at step opt_step */
+    mp_adamw *opt;          /* the optimiser whose moments om/ov hold, at step opt_step */
     long opt_step;
+    int stale;              /* the host's weights and opt's moments are older than params, om, ov (cu_sync) */
     double *part;           /* the gradient norm's partial sums */
     int *tgt;               /* targets [B*T] */
     int *pos_ids;           /* learned positions: t of every row, for pos_embed's gradient */
@@ -737,6 +738,23 @@ cleanup:
     return st;
 }
 
+/* The host copy brought up to date (mp_model_sync): after device steps, the
+ * weights into m's own memory and the moments into the optimiser that took
+ * them (alive: the caller's contract, model.h). */
+static mp_status cu_sync(const mp_model *m) {
+    cu_model *d = m->dev;
+    mp_status st = MP_OK;
+    if (!d->stale) return MP_OK;
+    TRY(params_copy(m, d->params, m->owned, 1));
+    if (d->opt) {
+        TRY(params_copy(m, d->om, d->opt->m, 1));
+        TRY(params_copy(m, d->ov, d->opt->v, 1));
+    }
+    d->stale = 0;
+cleanup:
+    return st;
+}
+
 /* One step of train.c's mp_train_step on the device: per micro-batch the
  * training forward (hooks live), the loss and dlogits (k_xent), the backward;
  * then the global gradient norm (double partial sums), clipping and AdamW on
@@ -760,6 +778,7 @@ static mp_status cu_train_step(mp_model *m, mp_adamw *opt, void *wsv, const int 
     TRY(train_reserve(d, c, mb, T));
     const mp_acts *A = &d->acts;
     if (d->opt != opt || d->opt_step != opt->step) { /* another optimiser, or its state changed on the host */
+        if (d->opt != opt) TRY(cu_sync(m)); /* the previous optimiser's moments first */
         TRY(params_copy(m, d->om, opt->m, 0));
         TRY(params_copy(m, d->ov, opt->v, 0));
         d->opt = opt;
@@ -810,10 +829,9 @@ static mp_status cu_train_step(mp_model *m, mp_adamw *opt, void *wsv, const int 
                           ds[i].decay && hp->weight_decay != 0.0f, s));
     }
     if (d->bf16) CU(mp_cuk_to_bf16, (d->pbf, d->params, n, s)); /* the products' copy of the new weights */
-    TRY(params_copy(m, d->params, m->owned, 1));
-    TRY(params_copy(m, d->om, opt->m, 1));
-    TRY(params_copy(m, d->ov, opt->v, 1));
     d->opt_step = opt->step;
+    d->stale = 1;
+    if (hooks) TRY(cu_sync(m)); /* the next step's callbacks may read the weights on the host */
 cleanup:
     if (st != MP_OK) cudaStreamSynchronize(s);
     return st;
@@ -822,7 +840,7 @@ cleanup:
 
 static const char *cu_cpu_reason(const mp_model *m, const void *fp) { return mp_cuda_cpu_reason(m, fp); }
 
-static const mp_dev_ops cu_ops = {"cuda", cu_cpu_reason, cu_forward, cu_release, cu_train_step};
+static const mp_dev_ops cu_ops = {"cuda", cu_cpu_reason, cu_forward, cu_release, cu_train_step, cu_sync};
 
 mp_status mp_cuda_attach(mp_model *m, mp_precision prec) {
     mp_status st = MP_OK;

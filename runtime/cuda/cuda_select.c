@@ -58,6 +58,7 @@ const char *mp_cuda_cpu_reason(const mp_model *m, const mp_forward_params *fp) {
 
 mp_status mp_model_to_device(mp_model *m, mp_device d, mp_precision p) {
     mp_status st;
+    if ((st = mp_model_sync(m))) return st; /* weights (and moments) a device's training steps left newer there */
     if (d == MP_DEVICE_CPU) {
         if (p != MP_PRECISION_FP32)
             return mp_error(MP_ERR_ARG, "precision \"%s\" needs device \"cuda\" (the CPU runtime computes in fp32)",

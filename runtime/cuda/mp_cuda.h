@@ -42,7 +42,8 @@ const char *mp_cuda_cpu_reason(const mp_model *m, const mp_forward_params *fp);
  * layers' operands; everything else stays fp32); the host weights stay), or back to
  * MP_DEVICE_CPU (frees the device copy; precision must be fp32). Moving to
  * the device again re-uploads the weights (after editing them in place).
- * On failure the model is unchanged. */
+ * Either way it first syncs (mp_model_sync) what device training steps left
+ * newer on the device. On failure the model is unchanged. */
 mp_status mp_model_to_device(mp_model *m, mp_device d, mp_precision p);
 
 #endif

@@ -52,13 +52,14 @@ mp_forward_params mp_forward_params_default(void) {
     return (mp_forward_params){NULL, NULL, MP_LOGITS_ALL, 64, NULL, NULL};
 }
 
-mp_status mp_acts_layout(mp_acts *a, const mp_config *c, int B, int T, float *mem, size_t *n_floats) {
+mp_status mp_acts_layout(mp_acts *a, const mp_config *c, int B, int T, int logit_rows, float *mem, size_t *n_floats) {
     memset(a, 0, sizeof *a);
     if (B <= 0 || T <= 0) return mp_error(MP_ERR_ARG, "training buffers: batch (%d) and length (%d) must be positive", B, T);
     const size_t L = (size_t)c->n_layer, N = (size_t)B * T, D = (size_t)c->d_model;
     const size_t HD = (size_t)c->n_head * c->d_head, KD = (size_t)c->n_kv_head * c->d_head;
     const size_t M = c->mlp == MP_MLP_NONE ? 0 : (size_t)c->d_mlp, H = (size_t)c->n_head;
     const size_t up = c->mlp == MP_MLP_SWIGLU ? M : 0;
+    const size_t R = logit_rows > 0 && (size_t)logit_rows < N ? (size_t)logit_rows : N;
     /* sizes in field order; an overflow anywhere fails the whole store */
     size_t att, tt;
     int bad = mp_mul_size((size_t)T, (size_t)T, &tt) || mp_mul_size(tt, (size_t)B * H, &att);
@@ -66,7 +67,7 @@ mp_status mp_acts_layout(mp_acts *a, const mp_config *c, int B, int T, float *me
         (L + 1) * N * D, L * N * D, L * N * D, L * N, L * N,          /* resid, resid_mid, ln1, mean, rstd */
         L * N * HD, L * N * KD, L * N * KD, L * att, L * N * HD,        /* q, k, v, att, z */
         L * N * D, L * N, L * N, L * N * M, L * N * up, L * N * M,     /* ln2, mean, rstd, pre, up, post */
-        N * D, N, N, N * (size_t)c->vocab,                             /* lnf, mean, rstd, logits */
+        N * D, N, N, R * (size_t)c->vocab,                             /* lnf, mean, rstd, logits */
         N * D, N * D, N * HD, N * KD, N * KD, N * HD, att, N * M, N * up, N * M,
         (size_t)T * (2 * (size_t)(c->d_head / 2) + 1),                  /* pos_tab */
         (size_t)B * H * T};                                             /* dfac */
@@ -89,16 +90,17 @@ mp_status mp_acts_layout(mp_acts *a, const mp_config *c, int B, int T, float *me
     a->B = B;
     a->T = T;
     a->n_floats = total;
+    a->logit_rows = (int)R;
     return MP_OK;
 }
 
 mp_status mp_acts_init(mp_acts *a, const mp_config *c, int B, int T) {
     size_t total;
-    mp_status st = mp_acts_layout(a, c, B, T, NULL, &total);
+    mp_status st = mp_acts_layout(a, c, B, T, 0, NULL, &total);
     if (st) return st;
     float *mem = mp_malloc(total * sizeof(float), "training activations");
     if (!mem) return MP_ERR_NOMEM;
-    return mp_acts_layout(a, c, B, T, mem, &total);
+    return mp_acts_layout(a, c, B, T, 0, mem, &total);
 }
 
 void mp_acts_free(mp_acts *a) {

@@ -293,7 +293,7 @@ typedef struct {
     float *lnf;        /* [N, D] final-norm output */
     float *lnf_mean;   /* [N] */
     float *lnf_rstd;   /* [N] */
-    float *logits;     /* [N, V] (the backward turns them into dlogits) */
+    float *logits;     /* [logit_rows, V] (the backward turns them into dlogits) */
     /* backward scratch */
     float *dresid;     /* [N, D] */
     float *dxn;        /* [N, D] */
@@ -309,6 +309,7 @@ typedef struct {
     float *dfac;       /* [B, H, T] backward scratch: gradient of each query row's attention-variant factor */
     float *mem;
     size_t n_floats;
+    int logit_rows;    /* rows `logits` holds: N, or a chunk's (a backend that fuses the classifier with the loss) */
 } mp_acts;
 
 /* One layer's slots of the activation store (N = B*T rows; NULL where the
@@ -331,8 +332,9 @@ mp_layer_acts mp_acts_layer(const mp_config *c, const mp_acts *a, int l);
  * pattern limits T to a few hundred in practice). */
 mp_status mp_acts_init(mp_acts *a, const mp_config *c, int B, int T);
 /* The store's layout: *n_floats receives its size; with mem non-NULL (n_floats
- * floats, e.g. device memory of a backend) the fields point into it. */
-mp_status mp_acts_layout(mp_acts *a, const mp_config *c, int B, int T, float *mem, size_t *n_floats);
+ * floats, e.g. device memory of a backend) the fields point into it. logits
+ * holds logit_rows rows (<= 0 or > B*T: all B*T). */
+mp_status mp_acts_layout(mp_acts *a, const mp_config *c, int B, int T, int logit_rows, float *mem, size_t *n_floats);
 void mp_acts_free(mp_acts *a);
 
 typedef struct {

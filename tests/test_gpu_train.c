@@ -5,7 +5,8 @@
  * factor exceeds 1), half_rope,
  * attention-only without positions; 5 AdamW steps with warmup, weight decay
  * and clipping that bites, some targets ignored, one model with gradient
- * accumulation (accum 2), one with a forward hook that edits an activation
+ * accumulation (accum 2), three with the device's classifier + loss in chunks
+ * (7 rows: the last chunk partial; 19; 1), one with a forward hook that edits an activation
  * (the stored activation is the edited one on both). After every step the
  * losses (relative 1e-5) and gradient norms (1e-4); after the last the
  * parameters (each tensor but the key bias, whose exact gradient is 0: see
@@ -25,7 +26,7 @@
  * without one) and test_gpu_train_emu on the tests' CPU emulation
  * (tests/cuda_emu, label unit). */
 #include "checkpoint.h"
-#include "mp_cuda.h"
+#include "cuda_internal.h"
 #include "testutil.h"
 #include "train.h"
 
@@ -92,6 +93,7 @@ typedef struct {
     mp_norm_kind norm;
     mp_mlp_kind mlp;
     int bias, accum, hook;
+    int ce_rows; /* rows per chunk of the classifier + loss on the device (0: automatic, here all rows) */
 } variant;
 
 static void compare(const variant *v, int seed) {
@@ -109,8 +111,9 @@ static void compare(const variant *v, int seed) {
         mp_model_free(mg);
         return;
     }
-    CHECK(mp_model_to_device(mg, MP_DEVICE_CUDA, MP_PRECISION_FP32) == MP_OK, "%s: to cuda: %s", v->label,
-          mp_last_error());
+    CHECK(mp_model_to_device(mg, MP_DEVICE_CUDA, MP_PRECISION_FP32) == MP_OK &&
+              mp_cuda_loss_chunk(mg, v->ce_rows) == MP_OK,
+          "%s: to cuda: %s", v->label, mp_last_error());
     const int B = 4, T = 19, n_steps = 5;
     int tok[4 * 19], tgt[4 * 19];
     mp_adamw_params hp = mp_adamw_params_default();
@@ -173,7 +176,8 @@ static void compare(const variant *v, int seed) {
     fresh(&org, &wrg, &hp);
     CHECK(mp_checkpoint_save(path, mg, &og, NULL) == MP_OK && mp_checkpoint_load(path, &rc, &orc, NULL) == MP_OK &&
               mp_checkpoint_load(path, &rg, &org, NULL) == MP_OK &&
-              mp_model_to_device(rg, MP_DEVICE_CUDA, MP_PRECISION_FP32) == MP_OK,
+              mp_model_to_device(rg, MP_DEVICE_CUDA, MP_PRECISION_FP32) == MP_OK &&
+              mp_cuda_loss_chunk(rg, v->ce_rows) == MP_OK,
           "%s: save on the device, load twice: %s", v->label, mp_last_error());
     remove(path);
     if (rc && rg) {
@@ -303,12 +307,13 @@ int main(void) {
         return 77;
     }
     const variant vs[] = {
-        {"rope swiglu rms", MP_POS_ROPE, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 1, 0},
-        {"learned gelu layer bias untied", MP_POS_LEARNED, MP_NORM_LAYER, MP_MLP_GELU, 1, 1, 0},
-        {"rope_id", MP_POS_ROPE_ID, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 1, 0},
-        {"half_rope accum 2", MP_POS_HALF_ROPE, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 2, 0},
-        {"none attention-only", MP_POS_NONE, MP_NORM_RMS, MP_MLP_NONE, 0, 1, 0},
-        {"rope with a hook that edits resid_mid", MP_POS_ROPE, MP_NORM_LAYER, MP_MLP_GELU, 0, 1, 1},
+        {"rope swiglu rms", MP_POS_ROPE, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 1, 0, 0},
+        {"learned gelu layer bias untied, loss in chunks of 7 rows", MP_POS_LEARNED, MP_NORM_LAYER, MP_MLP_GELU, 1, 1,
+         0, 7},
+        {"rope_id", MP_POS_ROPE_ID, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 1, 0, 0},
+        {"half_rope accum 2, loss in chunks of 19 rows", MP_POS_HALF_ROPE, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 2, 0, 19},
+        {"none attention-only, loss in chunks of 1 row", MP_POS_NONE, MP_NORM_RMS, MP_MLP_NONE, 0, 1, 0, 1},
+        {"rope with a hook that edits resid_mid", MP_POS_ROPE, MP_NORM_LAYER, MP_MLP_GELU, 0, 1, 1, 0},
     };
     for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) compare(&vs[i], 21 + (int)i);
     bf16_band();

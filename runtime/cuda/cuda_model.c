@@ -18,7 +18,8 @@
  * Training (cu_train_step, behind mp_train_step): the forward in training mode
  * keeps every activation the backward reads in an mp_acts store laid out in
  * device memory (model.h's layout), hooks live on the stored tensors; the
- * loss and dlogits (one kernel), train.c's backward step for step (cuBLAS for
+ * classifier, loss and dlogits in chunks of rows (train_head: the logits
+ * never exist whole), train.c's backward step for step (cuBLAS for
  * the products' input and weight gradients, cuda_train_kernels.cu for the
  * rest, the attention over the stored pattern), the global norm, clipping and
  * AdamW (moments on the device, uploaded when the optimiser's state changed
@@ -131,6 +132,7 @@ typedef struct {
     mp_adamw *opt;          /* the optimiser whose moments om/ov hold, at step opt_step */
     long opt_step;
     int stale;              /* the host's weights and opt's moments are older than params, om, ov (cu_sync) */
+    int ce_rows;            /* rows per chunk of the classifier + loss (train_head); 0: CE_FLOATS / vocab */
     double *part;           /* the gradient norm's partial sums */
     int *tgt;               /* targets [B*T] */
     int *pos_ids;           /* learned positions: t of every row, for pos_embed's gradient */
@@ -551,7 +553,7 @@ static mp_status forward_dev(const mp_model *m, const int *tokens, int B, int T,
              tr));
     TRY(hook_whole(d, &f, MP_HOOK_LN_FINAL, -1, xn));
     if (tr) {
-        TRY(linear(d, A->logits, xn, p->unembed, NULL, N, D, V));
+        /* training: the classifier runs chunk by chunk with the loss (train_head) */
     } else if (fp->logits == MP_LOGITS_ALL) {
         TRY(linear(d, dlog, xn, p->unembed, NULL, N, D, V));
         CU(cudaMemcpyAsync, (logits, dlog, (size_t)N * V * sizeof(float), cudaMemcpyDeviceToHost, s));
@@ -616,8 +618,32 @@ cleanup:
 
 #define ZERO(ptr, n) CU(cudaMemsetAsync, ((ptr), 0, (size_t)(n) * sizeof(float), s))
 
-/* train.c's backward over the device store A (A->logits holding dlogits):
- * every parameter's gradient accumulated into d->g. */
+/* The classifier, the cross-entropy and the start of their backward, R =
+ * A->logit_rows rows at a time, so that the [N, V] logits never exist whole:
+ * per chunk the logits (a product of the final norm's rows), each row's loss
+ * and dlogits in place (k_xent; scale = 1 / (accum * counted targets)), then
+ * that chunk's rows of dxn and its part of the classifier's gradient.
+ * losses: [N] on the device. */
+static mp_status train_head(const mp_model *m, const mp_acts *A, float *losses, float scale) {
+    cu_model *d = m->dev;
+    const mp_config *c = &m->cfg;
+    const int N = A->B * A->T, D = c->d_model, V = c->vocab, R = A->logit_rows;
+    const cudaStream_t s = d->stream;
+    mp_status st = MP_OK;
+    ZERO(A->dxn, (size_t)N * D);
+    for (int r0 = 0; r0 < N; r0 += R) {
+        const int rc = N - r0 < R ? N - r0 : R;
+        const float *xn = A->lnf + (size_t)r0 * D;
+        TRY(linear(d, A->logits, xn, d->p.unembed, NULL, rc, D, V));
+        CU(mp_cuk_xent, (A->logits, losses + r0, A->logits, d->tgt + r0, rc, V, scale, s));
+        TRY(linear_bwd(d, A->dxn + (size_t)r0 * D, d->g.unembed, NULL, A->logits, xn, d->p.unembed, rc, D, V));
+    }
+cleanup:
+    return st;
+}
+
+/* train.c's backward over the device store A, from dxn of the final norm's
+ * output (train_head): every parameter's gradient accumulated into d->g. */
 static mp_status backward_dev(const mp_model *m, const mp_acts *A) {
     cu_model *d = m->dev;
     const mp_config *c = &m->cfg;
@@ -629,9 +655,7 @@ static mp_status backward_dev(const mp_model *m, const mp_acts *A) {
     const size_t nx = (size_t)N * D, nq = (size_t)N * HD, nk = (size_t)N * KD, nh = (size_t)N * M;
     float *dres = A->dresid, *dxn = A->dxn;
     mp_status st = MP_OK;
-    ZERO(dxn, nx);
     ZERO(dres, nx);
-    TRY(linear_bwd(d, dxn, g->unembed, NULL, A->logits, A->lnf, p->unembed, N, D, c->vocab));
     CU(mp_cuk_norm_backward, (dres, g->lnf_w, g->lnf_b, dxn, A->resid + (size_t)c->n_layer * nx, p->lnf_w,
                               A->lnf_mean, A->lnf_rstd, N, D, ln, s));
     for (int l = c->n_layer - 1; l >= 0; l--) {
@@ -678,20 +702,34 @@ cleanup:
     return st;
 }
 
+/* The logits of one chunk of train_head: at most this many floats (128 MiB)
+ * unless a chunk of 64 rows needs more. */
+#define CE_FLOATS ((size_t)1 << 25)
+
+mp_status mp_cuda_loss_chunk(mp_model *m, int rows) {
+    if (m->device != MP_DEVICE_CUDA || !m->dev)
+        return mp_error(MP_ERR_ARG, "loss chunk: the model is not on the cuda device");
+    if (rows < 0) return mp_error(MP_ERR_ARG, "loss chunk: rows must be >= 0 (0: automatic), got %d", rows);
+    ((cu_model *)m->dev)->ce_rows = rows;
+    return MP_OK;
+}
+
 /* Device buffers of a step on micro-batches of mb x T: the store, the
  * gradients and moments (n floats each), targets and position ids. */
 static mp_status train_reserve(cu_model *d, const mp_config *c, int mb, int T) {
     mp_status st = MP_OK;
     const size_t n = mp_config_n_params(c), N = (size_t)mb * T;
-    if (d->acts.B != mb || d->acts.T != T) {
+    const size_t auto_rows = CE_FLOATS / (size_t)c->vocab;
+    const int R = d->ce_rows > 0 ? d->ce_rows : auto_rows < 64 ? 64 : auto_rows > N ? (int)N : (int)auto_rows;
+    if (d->acts.B != mb || d->acts.T != T || d->acts.logit_rows != (R < (int)N ? R : (int)N)) {
         cudaFree(d->acts.mem);
         memset(&d->acts, 0, sizeof d->acts);
         size_t nf;
         mp_acts probe;
-        TRY(mp_acts_layout(&probe, c, mb, T, NULL, &nf));
+        TRY(mp_acts_layout(&probe, c, mb, T, R, NULL, &nf));
         float *mem = NULL;
         CU(cudaMalloc, ((void **)&mem, nf * sizeof(float)));
-        TRY(mp_acts_layout(&d->acts, c, mb, T, mem, &nf));
+        TRY(mp_acts_layout(&d->acts, c, mb, T, R, mem, &nf));
     }
     if (!d->grads) {
         CU(cudaMalloc, ((void **)&d->grads, (n ? n : 1) * sizeof(float)));
@@ -772,7 +810,7 @@ static mp_status cu_train_step(mp_model *m, mp_adamw *opt, void *wsv, const int 
     if (why)
         return mp_error(MP_ERR_ARG, "train step: hook point %s is not on the cuda device; train on the CPU "
                         "(m:to(\"cpu\")) to hook it", why);
-    const int mb = B / accum, N = mb * T, V = c->vocab;
+    const int mb = B / accum, N = mb * T;
     const size_t n = mp_config_n_params(c);
     const cudaStream_t s = d->stream;
     TRY(train_reserve(d, c, mb, T));
@@ -792,16 +830,16 @@ static mp_status cu_train_step(mp_model *m, mp_adamw *opt, void *wsv, const int 
         int count = 0;
         for (int i = 0; i < N; i++) count += tgt[i] >= 0;
         TRY(forward_dev(m, tok, mb, T, &fp, NULL, A));
+        if (!count) continue; /* no target counted: no loss, no gradient (the forward ran for its hooks) */
         CU(cudaMemcpyAsync, (d->tgt, tgt, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
-        CU(mp_cuk_xent, (A->logits, losses, A->logits, d->tgt, N, V, count ? 1.0f / (float)accum / (float)count : 0.0f,
-                         s));
+        TRY(train_head(m, A, losses, 1.0f / (float)accum / (float)count));
         TRY(reserve(d, 0, 0, (size_t)N));
         CU(cudaMemcpyAsync, (d->host, losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, s));
         CU(cudaStreamSynchronize, (s));
         double sum = 0.0;
         for (int i = 0; i < N; i++) sum += d->host[i];
-        total += count ? (float)(sum / count) : 0.0f;
-        if (count) TRY(backward_dev(m, A));
+        total += (float)(sum / count);
+        TRY(backward_dev(m, A));
     }
     *loss = (float)(total / accum);
     /* global norm, clipping (optim.c mp_grad_clip), AdamW (mp_adamw_update) */

@@ -52,7 +52,8 @@ mp_forward_params mp_forward_params_default(void) {
     return (mp_forward_params){NULL, NULL, MP_LOGITS_ALL, 64, NULL, NULL};
 }
 
-mp_status mp_acts_layout(mp_acts *a, const mp_config *c, int B, int T, int logit_rows, float *mem, size_t *n_floats) {
+mp_status mp_acts_layout(mp_acts *a, const mp_config *c, int B, int T, int logit_rows, int no_pattern, float *mem,
+                         size_t *n_floats) {
     memset(a, 0, sizeof *a);
     if (B <= 0 || T <= 0) return mp_error(MP_ERR_ARG, "training buffers: batch (%d) and length (%d) must be positive", B, T);
     const size_t L = (size_t)c->n_layer, N = (size_t)B * T, D = (size_t)c->d_model;
@@ -63,6 +64,7 @@ mp_status mp_acts_layout(mp_acts *a, const mp_config *c, int B, int T, int logit
     /* sizes in field order; an overflow anywhere fails the whole store */
     size_t att, tt;
     int bad = mp_mul_size((size_t)T, (size_t)T, &tt) || mp_mul_size(tt, (size_t)B * H, &att);
+    if (no_pattern) att = 0;
     size_t sz[] = {
         (L + 1) * N * D, L * N * D, L * N * D, L * N, L * N,          /* resid, resid_mid, ln1, mean, rstd */
         L * N * HD, L * N * KD, L * N * KD, L * att, L * N * HD,        /* q, k, v, att, z */
@@ -70,11 +72,12 @@ mp_status mp_acts_layout(mp_acts *a, const mp_config *c, int B, int T, int logit
         N * D, N, N, R * (size_t)c->vocab,                             /* lnf, mean, rstd, logits */
         N * D, N * D, N * HD, N * KD, N * KD, N * HD, att, N * M, N * up, N * M,
         (size_t)T * (2 * (size_t)(c->d_head / 2) + 1),                  /* pos_tab */
-        (size_t)B * H * T};                                             /* dfac */
+        (size_t)B * H * T,                                              /* dfac */
+        no_pattern ? L * B * H * T : 0};                                /* lse */
     float **f[] = {&a->resid, &a->resid_mid, &a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->q, &a->k, &a->v, &a->att,
                    &a->z, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->pre, &a->up, &a->post, &a->lnf, &a->lnf_mean,
                    &a->lnf_rstd, &a->logits, &a->dresid, &a->dxn, &a->dq, &a->dk, &a->dv, &a->dz, &a->datt,
-                   &a->dpre, &a->dup, &a->dpost, &a->pos_tab, &a->dfac};
+                   &a->dpre, &a->dup, &a->dpost, &a->pos_tab, &a->dfac, &a->lse};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) bad |= mp_add_size(total, sz[i], &total);
     if (bad || mp_mul_size(total, sizeof(float), &tt))
@@ -96,11 +99,11 @@ mp_status mp_acts_layout(mp_acts *a, const mp_config *c, int B, int T, int logit
 
 mp_status mp_acts_init(mp_acts *a, const mp_config *c, int B, int T) {
     size_t total;
-    mp_status st = mp_acts_layout(a, c, B, T, 0, NULL, &total);
+    mp_status st = mp_acts_layout(a, c, B, T, 0, 0, NULL, &total);
     if (st) return st;
     float *mem = mp_malloc(total * sizeof(float), "training activations");
     if (!mem) return MP_ERR_NOMEM;
-    return mp_acts_layout(a, c, B, T, 0, mem, &total);
+    return mp_acts_layout(a, c, B, T, 0, 0, mem, &total);
 }
 
 void mp_acts_free(mp_acts *a) {

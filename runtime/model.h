@@ -307,6 +307,7 @@ typedef struct {
     float *dpost;      /* [N, M] */
     float *pos_tab;    /* positional tables of the T positions: cos [T, Dh/2], sin [T, Dh/2], q scale [T] */
     float *dfac;       /* [B, H, T] backward scratch: gradient of each query row's attention-variant factor */
+    float *lse;        /* [L, B, H, T] each query row's log-sum-exp (a backend's store without att/datt), or NULL */
     float *mem;
     size_t n_floats;
     int logit_rows;    /* rows `logits` holds: N, or a chunk's (a backend that fuses the classifier with the loss) */
@@ -333,8 +334,11 @@ mp_layer_acts mp_acts_layer(const mp_config *c, const mp_acts *a, int l);
 mp_status mp_acts_init(mp_acts *a, const mp_config *c, int B, int T);
 /* The store's layout: *n_floats receives its size; with mem non-NULL (n_floats
  * floats, e.g. device memory of a backend) the fields point into it. logits
- * holds logit_rows rows (<= 0 or > B*T: all B*T). */
-mp_status mp_acts_layout(mp_acts *a, const mp_config *c, int B, int T, int logit_rows, float *mem, size_t *n_floats);
+ * holds logit_rows rows (<= 0 or > B*T: all B*T). With no_pattern (a backend
+ * whose backward recomputes the pattern) att and datt are absent (NULL) and
+ * lse is laid out instead; the CPU's store has att, datt and no lse. */
+mp_status mp_acts_layout(mp_acts *a, const mp_config *c, int B, int T, int logit_rows, int no_pattern, float *mem,
+                         size_t *n_floats);
 void mp_acts_free(mp_acts *a);
 
 typedef struct {

@@ -151,8 +151,10 @@ __global__ static void k_rope(float *x, const float *cos_t, const float *sin_t, 
 // running output acc; for each key j, m' = max(m, s_j), l = l e^(m - m') +
 // e^(s_j - m'), acc = acc e^(m - m') + e^(s_j - m') v_j; at the end z = acc / l.
 // Lane `lane` holds channels lane, lane + 32, ... of q and acc.
-__global__ static void k_attn_flash(float *z, const float *q, const float *kc, const float *vc, int T, int H, int K,
-                                    int Dh, int pos0, size_t bstride, float scale) {
+// With lse non-NULL (training), each row's log-sum-exp m + log l goes to
+// lse[(b H + h) T + t], from which the backward recomputes the pattern.
+__global__ static void k_attn_flash(float *z, float *lse, const float *q, const float *kc, const float *vc, int T,
+                                    int H, int K, int Dh, int pos0, size_t bstride, float scale) {
     const int lane = threadIdx.x % WARP, t = blockIdx.x * FLASH_WARPS + threadIdx.x / WARP;
     const int h = blockIdx.y, b = blockIdx.z;
     if (t >= T) return; // the whole warp leaves together
@@ -195,6 +197,7 @@ __global__ static void k_attn_flash(float *z, const float *q, const float *kc, c
         const int d = lane + WARP * i;
         if (d < Dh) zp[d] = acc[i] / l;
     }
+    if (lse && lane == 0) lse[((size_t)b * H + h) * T + t] = m + logf(l);
 }
 
 // Block (i, h, b): the scaled scores of query row q0 + i against every key,
@@ -336,11 +339,11 @@ cudaError_t mp_cuk_rope_backward(float *dx, const float *cos_t, const float *sin
     return cudaGetLastError();
 }
 
-cudaError_t mp_cuk_attn_flash(float *z, const float *q, const float *kc, const float *vc, int B, int T, int H, int K,
-                              int Dh, int pos0, size_t bstride, float scale, cudaStream_t s) {
+cudaError_t mp_cuk_attn_flash(float *z, float *lse, const float *q, const float *kc, const float *vc, int B, int T,
+                              int H, int K, int Dh, int pos0, size_t bstride, float scale, cudaStream_t s) {
     if (Dh > MAX_DH) return cudaErrorInvalidValue;
     dim3 grid((unsigned)((T + FLASH_WARPS - 1) / FLASH_WARPS), (unsigned)H, (unsigned)B);
-    MP_LAUNCH(k_attn_flash, grid, FLASH_WARPS * WARP, s)(z, q, kc, vc, T, H, K, Dh, pos0, bstride, scale);
+    MP_LAUNCH(k_attn_flash, grid, FLASH_WARPS * WARP, s)(z, lse, q, kc, vc, T, H, K, Dh, pos0, bstride, scale);
     return cudaGetLastError();
 }
 

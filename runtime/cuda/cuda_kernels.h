@@ -44,9 +44,10 @@ cudaError_t mp_cuk_rope(float *x, const float *cos_t, const float *sin_t, const 
 /* Causal attention without the pattern (online softmax, one warp per query
  * row): z [B,T,H,Dh] from q [B,T,H,Dh] (rotated, logit factor applied) and the
  * keys/values kc, vc (batch stride bstride floats, row stride K*Dh) of
- * positions 0..pos0+T-1; query t sees keys 0..pos0+t. Dh <= 256. */
-cudaError_t mp_cuk_attn_flash(float *z, const float *q, const float *kc, const float *vc, int B, int T, int H, int K,
-                              int Dh, int pos0, size_t bstride, float scale, cudaStream_t s);
+ * positions 0..pos0+T-1; query t sees keys 0..pos0+t. Dh <= 256. lse
+ * (training; NULL otherwise): [B,H,T] each row's log-sum-exp of its scores. */
+cudaError_t mp_cuk_attn_flash(float *z, float *lse, const float *q, const float *kc, const float *vc, int B, int T,
+                              int H, int K, int Dh, int pos0, size_t bstride, float scale, cudaStream_t s);
 /* The materialised path for query rows q0..q0+rows-1 (att [B,H,rows,S], S =
  * pos0+T): scores (-inf past each row's last key), then softmax in place
  * (row i over keys 0..pos0+q0+i; a fully -inf row becomes 0; the rest 0), then
@@ -84,6 +85,16 @@ cudaError_t mp_cuk_gelu_backward(float *dx, const float *dout, const float *x, s
 cudaError_t mp_cuk_attn_backward(float *dq, float *dk, float *dv, float *dS, const float *dz, const float *q,
                                  const float *k, const float *v, const float *att, int B, int T, int H, int K, int Dh,
                                  cudaStream_t s);
+/* The same gradients without the pattern (flash-attention style, Dao 2023
+ * algorithm 2 with tiles of one row): from lse [B,H,T] of mp_cuk_attn_flash
+ * each score's softmax p = exp(s - lse) is recomputed where it is needed. One
+ * warp per query row: Drow[b,h,t] = sum_j p dP (dP = dz_t . v_j), then dq +=
+ * scale sum_j p (dP - Drow) k_j; one warp per key row and kv head: dv += sum
+ * p dz_t and dk += scale sum p (dP - Drow) q_t over the group's heads and the
+ * rows t >= j. No atomics: deterministic. Drow: [B,H,T] scratch. */
+cudaError_t mp_cuk_flash_backward(float *dq, float *dk, float *dv, float *Drow, const float *dz, const float *q,
+                                  const float *k, const float *v, const float *lse, int B, int T, int H, int K, int Dh,
+                                  cudaStream_t s);
 /* Cross-entropy of N rows of V logits: loss[n] = -log softmax(logits[n])[t]
  * and dlogits[n] = scale (softmax - onehot(t)); both 0 where targets[n] < 0.
  * dlogits may alias logits (ops_backward.c mp_crossentropy_backward). */

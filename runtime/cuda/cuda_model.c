@@ -19,12 +19,16 @@
  * keeps every activation the backward reads in an mp_acts store laid out in
  * device memory (model.h's layout), hooks live on the stored tensors; the
  * classifier, loss and dlogits in chunks of rows (train_head: the logits
- * never exist whole), train.c's backward step for step (cuBLAS for
- * the products' input and weight gradients, cuda_train_kernels.cu for the
- * rest, the attention over the stored pattern), the global norm, clipping and
- * AdamW (moments on the device, uploaded when the optimiser's state changed
- * on the host). After each step the parameters and moments are copied back:
- * the host stays authoritative (n floats three times a step). Precision bf16:
+ * never exist whole), train.c's backward step for step (cuBLAS for the
+ * products' input and weight gradients, cuda_train_kernels.cu for the rest;
+ * the attention recomputes the pattern from each row's log-sum-exp, or, where
+ * a hook shows the scores or the pattern, runs over the stored one), the
+ * global norm, clipping and AdamW (moments on the device, uploaded when the
+ * optimiser's state changed on the host). The updated weights and moments
+ * stay on the device (stale): cu_sync copies them back when the host needs
+ * them (mp_model_sync: saves, moves, CPU fallbacks, the Lua API after m:train
+ * and m:train_step), and after every step that has hooks, whose callbacks may
+ * read the host weights. Precision bf16:
  * every product of the forward and the backward takes bfloat16 operands (the
  * weights' copy, refreshed after each update; inputs and output gradients
  * rounded) with fp32 accumulation into fp32; the master weights, AdamW's
@@ -493,7 +497,12 @@ static mp_status forward_dev(const mp_model *m, const int *tokens, int B, int T,
             kc = kv->k + lay;
             vc = kv->v + lay;
         }
-        if (tr || mp_hooks_active(f.hs, MP_HOOK_ATTN_SCORES, l) || mp_hooks_active(f.hs, MP_HOOK_PATTERN, l)) {
+        const int show = mp_hooks_active(f.hs, MP_HOOK_ATTN_SCORES, l) || mp_hooks_active(f.hs, MP_HOOK_PATTERN, l);
+        if (tr && !att && show) {
+            st = mp_error(MP_ERR_ARG, "train step: layer %d's scores or pattern hook needs a store with the pattern", l);
+            goto cleanup;
+        }
+        if ((tr && att) || show) {
             for (int q0 = 0; q0 < T; q0 += qb) { /* the pattern by blocks of query rows, as on the CPU */
                 const int rows = T - q0 < qb ? T - q0 : qb;
                 CU(mp_cuk_attn_scores, (att, q, kc, B, T, H, K, Dh, pos0, bstride, scale, q0, rows, s));
@@ -503,7 +512,8 @@ static mp_status forward_dev(const mp_model *m, const int *tokens, int B, int T,
                 CU(mp_cuk_attn_pv, (z, att, vc, B, T, H, K, Dh, pos0, bstride, q0, rows, s));
             }
         } else {
-            CU(mp_cuk_attn_flash, (z, q, kc, vc, B, T, H, K, Dh, pos0, bstride, scale, s));
+            float *lse = tr ? A->lse + (size_t)l * B * H * T : NULL; /* training: the backward recomputes from it */
+            CU(mp_cuk_attn_flash, (z, lse, q, kc, vc, B, T, H, K, Dh, pos0, bstride, scale, s));
         }
         TRY(hook_whole(d, &f, MP_HOOK_Z, l, z));
         TRY(linear(d, out, z, w.wo, w.bo, N, HD, D));
@@ -682,7 +692,11 @@ static mp_status backward_dev(const mp_model *m, const mp_acts *A) {
         ZERO(A->dq, nq);
         ZERO(A->dk, nk);
         ZERO(A->dv, nk);
-        CU(mp_cuk_attn_backward, (A->dq, A->dk, A->dv, A->datt, A->dz, a.q, a.k, a.v, a.att, B, T, H, K, Dh, s));
+        if (a.att) /* the stored pattern (a hook showed it) */
+            CU(mp_cuk_attn_backward, (A->dq, A->dk, A->dv, A->datt, A->dz, a.q, a.k, a.v, a.att, B, T, H, K, Dh, s));
+        else /* recomputed from the rows' log-sum-exp; dfac holds each row's sum of p dP */
+            CU(mp_cuk_flash_backward, (A->dq, A->dk, A->dv, A->dfac, A->dz, a.q, a.k, a.v,
+                                       A->lse + (size_t)l * B * H * T, B, T, H, K, Dh, s));
         if (mp_pos_rotates(c)) { /* the forward's tables */
             const float *cos_t = A->pos_tab, *sin_t = cos_t + (size_t)T * half;
             const float *q_scale = mp_pos_has_logit_scale(c) ? sin_t + (size_t)T * half : NULL;
@@ -716,20 +730,21 @@ mp_status mp_cuda_loss_chunk(mp_model *m, int rows) {
 
 /* Device buffers of a step on micro-batches of mb x T: the store, the
  * gradients and moments (n floats each), targets and position ids. */
-static mp_status train_reserve(cu_model *d, const mp_config *c, int mb, int T) {
+static mp_status train_reserve(cu_model *d, const mp_config *c, int mb, int T, int no_pattern) {
     mp_status st = MP_OK;
     const size_t n = mp_config_n_params(c), N = (size_t)mb * T;
     const size_t auto_rows = CE_FLOATS / (size_t)c->vocab;
     const int R = d->ce_rows > 0 ? d->ce_rows : auto_rows < 64 ? 64 : auto_rows > N ? (int)N : (int)auto_rows;
-    if (d->acts.B != mb || d->acts.T != T || d->acts.logit_rows != (R < (int)N ? R : (int)N)) {
+    if (d->acts.B != mb || d->acts.T != T || d->acts.logit_rows != (R < (int)N ? R : (int)N) ||
+        (d->acts.lse != NULL) != (no_pattern != 0)) {
         cudaFree(d->acts.mem);
         memset(&d->acts, 0, sizeof d->acts);
         size_t nf;
         mp_acts probe;
-        TRY(mp_acts_layout(&probe, c, mb, T, R, NULL, &nf));
+        TRY(mp_acts_layout(&probe, c, mb, T, R, no_pattern, NULL, &nf));
         float *mem = NULL;
         CU(cudaMalloc, ((void **)&mem, nf * sizeof(float)));
-        TRY(mp_acts_layout(&d->acts, c, mb, T, R, mem, &nf));
+        TRY(mp_acts_layout(&d->acts, c, mb, T, R, no_pattern, mem, &nf));
     }
     if (!d->grads) {
         CU(cudaMalloc, ((void **)&d->grads, (n ? n : 1) * sizeof(float)));
@@ -813,7 +828,10 @@ static mp_status cu_train_step(mp_model *m, mp_adamw *opt, void *wsv, const int 
     const int mb = B / accum, N = mb * T;
     const size_t n = mp_config_n_params(c);
     const cudaStream_t s = d->stream;
-    TRY(train_reserve(d, c, mb, T));
+    int no_pattern = 1; /* the [T, T] pattern is stored only where a hook shows the scores or the pattern */
+    for (int l = 0; l < c->n_layer; l++)
+        if (mp_hooks_active(hooks, MP_HOOK_ATTN_SCORES, l) || mp_hooks_active(hooks, MP_HOOK_PATTERN, l)) no_pattern = 0;
+    TRY(train_reserve(d, c, mb, T, no_pattern));
     const mp_acts *A = &d->acts;
     if (d->opt != opt || d->opt_step != opt->step) { /* another optimiser, or its state changed on the host */
         if (d->opt != opt) TRY(cu_sync(m)); /* the previous optimiser's moments first */

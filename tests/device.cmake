@@ -43,6 +43,7 @@ if(MP_HAVE_CUDA)
   mp_c_test(test_gpu_train "gpu" test_gpu_train.c)
   add_executable(test_gpu_train_emu test_gpu_train.c $<TARGET_OBJECTS:mp_cuda_emu>)
   target_link_libraries(test_gpu_train_emu PRIVATE mp_testutil mechprobe_lua)
+  target_compile_definitions(test_gpu_train_emu PRIVATE BF16_STEPS=40)  # 200 on a device
   set_target_properties(test_gpu_train_emu PROPERTIES LINKER_LANGUAGE CXX)
   add_test(NAME test_gpu_train_emu COMMAND test_gpu_train_emu)
   set_tests_properties(test_gpu_train_emu PROPERTIES LABELS "unit" SKIP_RETURN_CODE 77)

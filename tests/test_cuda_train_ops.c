@@ -2,9 +2,9 @@
  * runtime/cuda/cuda_train_kernels.cu) against the CPU's ops_backward.c and
  * optim.c on random inputs: embedding, RMSNorm and LayerNorm (dx, dw, db),
  * linear bias, RoPE with a logit factor, SwiGLU, GELU (erf, tanh), causal
- * grouped-query attention over a softmax pattern and without it (the flash
- * forward's output and log-sum-exp, the backward that recomputes the
- * pattern, against the same CPU reference), cross-entropy (loss and
+ * grouped-query attention over a softmax pattern, the blocked attention's
+ * kernels (the softmax of a block of rows with their log-sum-exp, the pattern
+ * recomputed from it, the softmax backward), cross-entropy (loss and
  * dlogits, ignored rows, in place), the squared-norm partial sums and
  * clipping, and three AdamW steps on every parameter tensor of a model (decay
  * where the CPU decays). Every gradient output starts non-zero, so
@@ -194,37 +194,49 @@ static void test_attention(int B, int T, int H, int K, int Dh) {
     near(lab, dk, d_dk, nk);
     snprintf(lab, sizeof lab, "attention B%d T%d H%d K%d Dh%d: dv", B, T, H, K, Dh);
     near(lab, dv, d_dv, nk);
-    /* without the pattern: the forward's log-sum-exp, then the recomputing backward (same CPU reference) */
-    float *lse_d = dev(NULL, (size_t)B * H * T * 4), *drow = dev(NULL, (size_t)B * H * T * 4), *d_z = dev(NULL, nq * 4);
-    float *dq2 = rnd(nq, 1), *dk2 = rnd(nk, 1), *dv2 = rnd(nk, 1);
-    float *d_dq2 = dev(dq2, nq * 4), *d_dk2 = dev(dk2, nk * 4), *d_dv2 = dev(dv2, nk * 4);
-    float *z = calloc(nq, 4);
-    for (int b = 0; b < B; b++) /* z = pattern @ V, the reference for the forward's output */
+    /* the blocked attention's kernels on query rows q0.. (keys 0..T-1): the softmax with each row's
+     * log-sum-exp, the pattern recomputed from it, and the softmax backward with the scale */
+    const int q0 = T / 3, rows = T - q0, Tk = T;
+    const size_t nb = (size_t)B * H * rows * Tk, nl = (size_t)B * H * T;
+    float *S = malloc(nb * 4), *Pref = malloc(nb * 4), *lref = calloc(nl, 4), *gP = rnd(nb, 1), *dS = malloc(nb * 4);
+    for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
-            for (int i = 0; i < T; i++)
-                for (int d = 0; d < Dh; d++) {
-                    double acc = 0;
-                    for (int j = 0; j <= i; j++)
-                        acc += (double)att[(((size_t)b * H + h) * T + i) * T + j] *
-                               v[((size_t)b * T + j) * KD + (h / (H / K)) * Dh + d];
-                    z[((size_t)b * T + i) * HD + h * Dh + d] = (float)acc;
+            for (int i = 0; i < rows; i++) {
+                const int t = q0 + i;
+                const size_t o = (((size_t)b * H + h) * rows + i) * Tk;
+                double mx = -INFINITY, sum = 0, dot = 0;
+                for (int j = 0; j < Tk; j++) {
+                    double sc = 0;
+                    for (int d = 0; d < Dh; d++)
+                        sc += (double)q[((size_t)b * T + t) * HD + h * Dh + d] *
+                              k[((size_t)b * T + j) * KD + (h / (H / K)) * Dh + d];
+                    S[o + j] = (float)(sc * scale);
+                    if (j <= t) mx = fmax(mx, S[o + j]);
                 }
-    OK(mp_cuk_attn_flash(d_z, lse_d, d_q, d_k, d_v, B, T, H, K, Dh, 0, (size_t)T * KD, scale, NULL));
-    snprintf(lab, sizeof lab, "flash forward B%d T%d H%d K%d Dh%d: z", B, T, H, K, Dh);
-    near(lab, z, d_z, nq);
-    /* reset the CPU's accumulators to the same non-zero start, then its gradients again */
-    memcpy(dq, dq2, nq * 4), memcpy(dk, dk2, nk * 4), memcpy(dv, dv2, nk * 4);
-    memset(datt, 0, na * 4);
-    mp_attention_backward(dq, dk, dv, datt, dz, q, k, v, att, B, T, H, K, Dh);
-    OK(mp_cuk_flash_backward(d_dq2, d_dk2, d_dv2, drow, d_dz, d_q, d_k, d_v, lse_d, B, T, H, K, Dh, NULL));
-    snprintf(lab, sizeof lab, "flash backward B%d T%d H%d K%d Dh%d: dq", B, T, H, K, Dh);
-    near(lab, dq, d_dq2, nq);
-    snprintf(lab, sizeof lab, "flash backward B%d T%d H%d K%d Dh%d: dk", B, T, H, K, Dh);
-    near(lab, dk, d_dk2, nk);
-    snprintf(lab, sizeof lab, "flash backward B%d T%d H%d K%d Dh%d: dv", B, T, H, K, Dh);
-    near(lab, dv, d_dv2, nk);
-    cudaFree(lse_d), cudaFree(drow), cudaFree(d_z), cudaFree(d_dq2), cudaFree(d_dk2), cudaFree(d_dv2);
-    free(dq2), free(dk2), free(dv2), free(z);
+                for (int j = 0; j <= t; j++) sum += exp(S[o + j] - mx);
+                lref[((size_t)b * H + h) * T + t] = (float)(mx + log(sum));
+                for (int j = 0; j < Tk; j++) Pref[o + j] = att[(((size_t)b * H + h) * T + t) * T + j];
+                for (int j = 0; j < Tk; j++) dot += (double)Pref[o + j] * gP[o + j];
+                for (int j = 0; j < Tk; j++) dS[o + j] = (float)(scale * Pref[o + j] * (gP[o + j] - dot));
+            }
+    float *d_P = dev(S, nb * 4), *d_P2 = dev(S, nb * 4), *d_lse = dev(NULL, nl * 4), *d_gP = dev(gP, nb * 4);
+    float *lrows = malloc(nl * 4);
+    CHECK(cudaMemset(d_lse, 0, nl * 4) == cudaSuccess, "memset");
+    OK(mp_cuk_attn_softmax(d_P, d_lse, B, H, Tk, T, 0, q0, rows, NULL));
+    snprintf(lab, sizeof lab, "blocked softmax B%d T%d H%d K%d Dh%d rows %d..: pattern", B, T, H, K, Dh, q0);
+    near(lab, Pref, d_P, nb);
+    back(lrows, d_lse, nl * 4);
+    double lerr = 0;
+    for (size_t i = 0; i < nl; i++) lerr = fmax(lerr, fabs((double)lrows[i] - lref[i]));
+    CHECK(lerr <= 1e-5 * (1 + log((double)T)), "blocked softmax: log-sum-exp max error %.3g", lerr);
+    OK(mp_cuk_attn_recompute(d_P2, d_lse, B, H, T, Tk, q0, rows, NULL));
+    snprintf(lab, sizeof lab, "pattern recomputed from the log-sum-exp B%d T%d H%d", B, T, H);
+    near(lab, Pref, d_P2, nb);
+    OK(mp_cuk_attn_softmax_bwd(d_gP, d_P2, B, H, Tk, rows, scale, NULL));
+    snprintf(lab, sizeof lab, "softmax backward B%d T%d H%d", B, T, H);
+    near(lab, dS, d_gP, nb);
+    cudaFree(d_P), cudaFree(d_P2), cudaFree(d_lse), cudaFree(d_gP);
+    free(S), free(Pref), free(lref), free(gP), free(dS), free(lrows);
     cudaFree(d_q), cudaFree(d_k), cudaFree(d_v), cudaFree(d_dz), cudaFree(d_att), cudaFree(d_dq), cudaFree(d_dk),
         cudaFree(d_dv), cudaFree(d_ds);
     free(q), free(k), free(v), free(dz), free(att), free(dq), free(dk), free(dv), free(datt);

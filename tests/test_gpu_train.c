@@ -10,7 +10,7 @@
  * (the stored activation is the edited one on both), one with a hook that
  * edits the attention pattern (the device then stores the pattern and uses
  * the materialised attention backward; the others recompute it from each
- * row's log-sum-exp). After every step the
+ * row's log-sum-exp, in blocks of all T query rows or of 5, 7, 6 or 1 rows). After every step the
  * losses (relative 1e-5) and gradient norms (1e-4); after the last the
  * parameters (each tensor but the key bias, whose exact gradient is 0: see
  * compare_params: max error <= 1e-4 of each tensor's largest |value|, float32
@@ -96,7 +96,8 @@ typedef struct {
     mp_norm_kind norm;
     mp_mlp_kind mlp;
     int bias, accum, hook;
-    int ce_rows; /* rows per chunk of the classifier + loss on the device (0: automatic, here all rows) */
+    int ce_rows;  /* rows per chunk of the classifier + loss on the device (0: automatic, here all rows) */
+    int att_rows; /* query rows per block of the device's attention (0: automatic, here all T) */
 } variant;
 
 static void compare(const variant *v, int seed) {
@@ -115,7 +116,7 @@ static void compare(const variant *v, int seed) {
         return;
     }
     CHECK(mp_model_to_device(mg, MP_DEVICE_CUDA, MP_PRECISION_FP32) == MP_OK &&
-              mp_cuda_loss_chunk(mg, v->ce_rows) == MP_OK,
+              mp_cuda_loss_chunk(mg, v->ce_rows) == MP_OK && mp_cuda_attn_rows(mg, v->att_rows) == MP_OK,
           "%s: to cuda: %s", v->label, mp_last_error());
     const int B = 4, T = 19, n_steps = 5;
     int tok[4 * 19], tgt[4 * 19];
@@ -181,7 +182,7 @@ static void compare(const variant *v, int seed) {
     CHECK(mp_checkpoint_save(path, mg, &og, NULL) == MP_OK && mp_checkpoint_load(path, &rc, &orc, NULL) == MP_OK &&
               mp_checkpoint_load(path, &rg, &org, NULL) == MP_OK &&
               mp_model_to_device(rg, MP_DEVICE_CUDA, MP_PRECISION_FP32) == MP_OK &&
-              mp_cuda_loss_chunk(rg, v->ce_rows) == MP_OK,
+              mp_cuda_loss_chunk(rg, v->ce_rows) == MP_OK && mp_cuda_attn_rows(rg, v->att_rows) == MP_OK,
           "%s: save on the device, load twice: %s", v->label, mp_last_error());
     remove(path);
     if (rc && rg) {
@@ -317,15 +318,17 @@ int main(void) {
         return 77;
     }
     const variant vs[] = {
-        {"rope swiglu rms", MP_POS_ROPE, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 1, 0, 0},
-        {"learned gelu layer bias untied, loss in chunks of 7 rows", MP_POS_LEARNED, MP_NORM_LAYER, MP_MLP_GELU, 1, 1,
-         0, 7},
-        {"rope_id", MP_POS_ROPE_ID, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 1, 0, 0},
-        {"half_rope accum 2, loss in chunks of 19 rows", MP_POS_HALF_ROPE, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 2, 0, 19},
-        {"none attention-only, loss in chunks of 1 row", MP_POS_NONE, MP_NORM_RMS, MP_MLP_NONE, 0, 1, 0, 1},
-        {"rope with a hook that edits resid_mid", MP_POS_ROPE, MP_NORM_LAYER, MP_MLP_GELU, 0, 1, 1, 0},
-        {"half_rope with a hook that edits the pattern (stored)", MP_POS_HALF_ROPE, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 1, 2,
+        {"rope swiglu rms", MP_POS_ROPE, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 1, 0, 0, 0},
+        {"learned gelu layer bias untied, loss in chunks of 7 rows, attention in blocks of 5", MP_POS_LEARNED,
+         MP_NORM_LAYER, MP_MLP_GELU, 1, 1, 0, 7, 5},
+        {"rope_id, attention in blocks of 7", MP_POS_ROPE_ID, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 1, 0, 0, 7},
+        {"half_rope accum 2, loss in chunks of 19 rows", MP_POS_HALF_ROPE, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 2, 0, 19,
          0},
+        {"none attention-only, loss in chunks of 1 row, attention rows 1 by 1", MP_POS_NONE, MP_NORM_RMS, MP_MLP_NONE,
+         0, 1, 0, 1, 1},
+        {"rope with a hook that edits resid_mid", MP_POS_ROPE, MP_NORM_LAYER, MP_MLP_GELU, 0, 1, 1, 0, 6},
+        {"half_rope with a hook that edits the pattern (stored)", MP_POS_HALF_ROPE, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 1, 2,
+         0, 0},
     };
     for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) compare(&vs[i], 21 + (int)i);
     bf16_band();

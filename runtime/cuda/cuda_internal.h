@@ -14,5 +14,9 @@ mp_status mp_cuda_attach(mp_model *m, mp_precision prec);
  * logits are rows x vocab floats); 0 (the default): as many as fit 128 MiB,
  * at least 64. For tests and memory tuning; m must be on the device. */
 mp_status mp_cuda_loss_chunk(mp_model *m, int rows);
+/* Query rows per block of a device training step's attention (its P and dP
+ * are B x H x rows x T floats each); 0 (the default): as many as fit 256 MiB.
+ * For tests and memory tuning; m must be on the device. */
+mp_status mp_cuda_attn_rows(mp_model *m, int rows);
 
 #endif

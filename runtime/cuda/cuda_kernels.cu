@@ -151,10 +151,8 @@ __global__ static void k_rope(float *x, const float *cos_t, const float *sin_t, 
 // running output acc; for each key j, m' = max(m, s_j), l = l e^(m - m') +
 // e^(s_j - m'), acc = acc e^(m - m') + e^(s_j - m') v_j; at the end z = acc / l.
 // Lane `lane` holds channels lane, lane + 32, ... of q and acc.
-// With lse non-NULL (training), each row's log-sum-exp m + log l goes to
-// lse[(b H + h) T + t], from which the backward recomputes the pattern.
-__global__ static void k_attn_flash(float *z, float *lse, const float *q, const float *kc, const float *vc, int T,
-                                    int H, int K, int Dh, int pos0, size_t bstride, float scale) {
+__global__ static void k_attn_flash(float *z, const float *q, const float *kc, const float *vc, int T, int H, int K,
+                                    int Dh, int pos0, size_t bstride, float scale) {
     const int lane = threadIdx.x % WARP, t = blockIdx.x * FLASH_WARPS + threadIdx.x / WARP;
     const int h = blockIdx.y, b = blockIdx.z;
     if (t >= T) return; // the whole warp leaves together
@@ -197,7 +195,6 @@ __global__ static void k_attn_flash(float *z, float *lse, const float *q, const 
         const int d = lane + WARP * i;
         if (d < Dh) zp[d] = acc[i] / l;
     }
-    if (lse && lane == 0) lse[((size_t)b * H + h) * T + t] = m + logf(l);
 }
 
 // Block (i, h, b): the scaled scores of query row q0 + i against every key,
@@ -228,7 +225,8 @@ __global__ static void k_attn_scores(float *att, const float *q, const float *kc
 // Block (i, h, b): softmax of row i over keys 0 .. pos0 + q0 + i (ops.c
 // mp_softmax_rows: max-subtracted exponentials times 1/sum; a row that is
 // -inf throughout, which only a hook can make, becomes 0); later keys 0.
-__global__ static void k_attn_softmax(float *att, int H, int S, int pos0, int q0, int rows) {
+// With lse (training, pos0 0): the row's log-sum-exp to lse[(b H + h) T + q0 + i].
+__global__ static void k_attn_softmax(float *att, float *lse, int H, int S, int T, int pos0, int q0, int rows) {
     __shared__ float sh[WARP];
     const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     float *a = att + (((size_t)b * H + h) * rows + i) * S;
@@ -246,8 +244,9 @@ __global__ static void k_attn_softmax(float *att, int H, int S, int pos0, int q0
         a[j] = e;
         sum += e;
     }
-    const float inv = 1.0f / block_sum(sum, sh);
+    const float tot = block_sum(sum, sh), inv = 1.0f / tot;
     for (int j = threadIdx.x; j < S; j += blockDim.x) a[j] = j < n ? a[j] * inv : 0.0f;
+    if (lse && threadIdx.x == 0) lse[((size_t)b * H + h) * T + q0 + i] = mx + logf(tot);
 }
 
 // Block (i, h, b): z of query row q0 + i = pattern row @ V over the keys that
@@ -339,11 +338,11 @@ cudaError_t mp_cuk_rope_backward(float *dx, const float *cos_t, const float *sin
     return cudaGetLastError();
 }
 
-cudaError_t mp_cuk_attn_flash(float *z, float *lse, const float *q, const float *kc, const float *vc, int B, int T,
-                              int H, int K, int Dh, int pos0, size_t bstride, float scale, cudaStream_t s) {
+cudaError_t mp_cuk_attn_flash(float *z, const float *q, const float *kc, const float *vc, int B, int T, int H, int K,
+                              int Dh, int pos0, size_t bstride, float scale, cudaStream_t s) {
     if (Dh > MAX_DH) return cudaErrorInvalidValue;
     dim3 grid((unsigned)((T + FLASH_WARPS - 1) / FLASH_WARPS), (unsigned)H, (unsigned)B);
-    MP_LAUNCH(k_attn_flash, grid, FLASH_WARPS * WARP, s)(z, lse, q, kc, vc, T, H, K, Dh, pos0, bstride, scale);
+    MP_LAUNCH(k_attn_flash, grid, FLASH_WARPS * WARP, s)(z, q, kc, vc, T, H, K, Dh, pos0, bstride, scale);
     return cudaGetLastError();
 }
 
@@ -355,8 +354,10 @@ cudaError_t mp_cuk_attn_scores(float *att, const float *q, const float *kc, int 
     return cudaGetLastError();
 }
 
-cudaError_t mp_cuk_attn_softmax(float *att, int B, int H, int S, int pos0, int q0, int rows, cudaStream_t s) {
-    MP_LAUNCH(k_attn_softmax, dim3((unsigned)rows, (unsigned)H, (unsigned)B), 256, s)(att, H, S, pos0, q0, rows);
+cudaError_t mp_cuk_attn_softmax(float *att, float *lse, int B, int H, int S, int T, int pos0, int q0, int rows,
+                                cudaStream_t s) {
+    MP_LAUNCH(k_attn_softmax, dim3((unsigned)rows, (unsigned)H, (unsigned)B), 256, s)(att, lse, H, S, T, pos0, q0,
+                                                                                    rows);
     return cudaGetLastError();
 }
 

@@ -44,17 +44,18 @@ cudaError_t mp_cuk_rope(float *x, const float *cos_t, const float *sin_t, const 
 /* Causal attention without the pattern (online softmax, one warp per query
  * row): z [B,T,H,Dh] from q [B,T,H,Dh] (rotated, logit factor applied) and the
  * keys/values kc, vc (batch stride bstride floats, row stride K*Dh) of
- * positions 0..pos0+T-1; query t sees keys 0..pos0+t. Dh <= 256. lse
- * (training; NULL otherwise): [B,H,T] each row's log-sum-exp of its scores. */
-cudaError_t mp_cuk_attn_flash(float *z, float *lse, const float *q, const float *kc, const float *vc, int B, int T,
-                              int H, int K, int Dh, int pos0, size_t bstride, float scale, cudaStream_t s);
+ * positions 0..pos0+T-1; query t sees keys 0..pos0+t. Dh <= 256. */
+cudaError_t mp_cuk_attn_flash(float *z, const float *q, const float *kc, const float *vc, int B, int T, int H, int K,
+                              int Dh, int pos0, size_t bstride, float scale, cudaStream_t s);
 /* The materialised path for query rows q0..q0+rows-1 (att [B,H,rows,S], S =
  * pos0+T): scores (-inf past each row's last key), then softmax in place
- * (row i over keys 0..pos0+q0+i; a fully -inf row becomes 0; the rest 0), then
+ * (row i over keys 0..pos0+q0+i; a fully -inf row becomes 0; the rest 0;
+ * with lse non-NULL each row's log-sum-exp to lse [B,H,T] at row q0+i), then
  * z rows = pattern @ V over the keys model.c's sub-blocks of 64 rows read. */
 cudaError_t mp_cuk_attn_scores(float *att, const float *q, const float *kc, int B, int T, int H, int K, int Dh,
                                int pos0, size_t bstride, float scale, int q0, int rows, cudaStream_t s);
-cudaError_t mp_cuk_attn_softmax(float *att, int B, int H, int S, int pos0, int q0, int rows, cudaStream_t s);
+cudaError_t mp_cuk_attn_softmax(float *att, float *lse, int B, int H, int S, int T, int pos0, int q0, int rows,
+                                cudaStream_t s);
 cudaError_t mp_cuk_attn_pv(float *z, const float *att, const float *vc, int B, int T, int H, int K, int Dh, int pos0,
                            size_t bstride, int q0, int rows, cudaStream_t s);
 
@@ -85,16 +86,15 @@ cudaError_t mp_cuk_gelu_backward(float *dx, const float *dout, const float *x, s
 cudaError_t mp_cuk_attn_backward(float *dq, float *dk, float *dv, float *dS, const float *dz, const float *q,
                                  const float *k, const float *v, const float *att, int B, int T, int H, int K, int Dh,
                                  cudaStream_t s);
-/* The same gradients without the pattern (flash-attention style, Dao 2023
- * algorithm 2 with tiles of one row): from lse [B,H,T] of mp_cuk_attn_flash
- * each score's softmax p = exp(s - lse) is recomputed where it is needed. One
- * warp per query row: Drow[b,h,t] = sum_j p dP (dP = dz_t . v_j), then dq +=
- * scale sum_j p (dP - Drow) k_j; one warp per key row and kv head: dv += sum
- * p dz_t and dk += scale sum p (dP - Drow) q_t over the group's heads and the
- * rows t >= j. No atomics: deterministic. Drow: [B,H,T] scratch. */
-cudaError_t mp_cuk_flash_backward(float *dq, float *dk, float *dv, float *Drow, const float *dz, const float *q,
-                                  const float *k, const float *v, const float *lse, int B, int T, int H, int K, int Dh,
+/* The blocked attention of training without a stored pattern (cuda_model.c
+ * attn_train_bwd: cuBLAS products per block of query rows q0..q0+rows-1 over
+ * keys 0..Tk-1, Tk = q0+rows; P and dP [B,H,rows,Tk]): P = exp(P - lse) of
+ * each row (lse [B,H,T] from mp_cuk_attn_softmax) on its keys j <= q0+i, 0
+ * past them; then dP <- scale P (dP - sum_j P dP), the scores' gradient. */
+cudaError_t mp_cuk_attn_recompute(float *P, const float *lse, int B, int H, int T, int Tk, int q0, int rows,
                                   cudaStream_t s);
+cudaError_t mp_cuk_attn_softmax_bwd(float *dP, const float *P, int B, int H, int Tk, int rows, float scale,
+                                    cudaStream_t s);
 /* Cross-entropy of N rows of V logits: loss[n] = -log softmax(logits[n])[t]
  * and dlogits[n] = scale (softmax - onehot(t)); both 0 where targets[n] < 0.
  * dlogits may alias logits (ops_backward.c mp_crossentropy_backward). */

@@ -21,7 +21,8 @@
  * classifier, loss and dlogits in chunks of rows (train_head: the logits
  * never exist whole), train.c's backward step for step (cuBLAS for the
  * products' input and weight gradients, cuda_train_kernels.cu for the rest;
- * the attention recomputes the pattern from each row's log-sum-exp, or, where
+ * the attention, by blocks of query rows with its products in cuBLAS,
+ * recomputes the pattern from each row's log-sum-exp (attn_train), or, where
  * a hook shows the scores or the pattern, runs over the stored one), the
  * global norm, clipping and AdamW (moments on the device, uploaded when the
  * optimiser's state changed on the host). The updated weights and moments
@@ -66,6 +67,10 @@ typedef struct {
     cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
                               const void *, cudaDataType, int, const void *, cudaDataType, int, const void *, void *,
                               cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+    cublasStatus_t (*gemm_sb)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
+                              const void *, cudaDataType, int, long long, const void *, cudaDataType, int, long long,
+                              const void *, void *, cudaDataType, int, long long, int, cublasComputeType_t,
+                              cublasGemmAlgo_t);
     const char *(*status_string)(cublasStatus_t);
 } blas_api;
 static blas_api blas;
@@ -78,7 +83,7 @@ static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 static void blas_open(void) {
 #ifdef MP_CUDA_EMU /* the tests' CPU emulation (tests/cuda_emu) defines the functions itself */
     blas = (blas_api){(void *)&blas, cublasCreate_v2, cublasDestroy_v2, cublasSetStream_v2, cublasSetMathMode,
-                      cublasSgemm_v2, cublasGemmEx, cublasGetStatusString};
+                      cublasSgemm_v2, cublasGemmEx, cublasGemmStridedBatchedEx, cublasGetStatusString};
 #else
     static const char *const names[] = {"libcublas.so." MP_STR(CUBLAS_VER_MAJOR), "libcublas.so", "libcublas.so.12"};
     void *lib = NULL;
@@ -92,7 +97,7 @@ static void blas_open(void) {
         {(void **)&blas.create, "cublasCreate_v2"},         {(void **)&blas.destroy, "cublasDestroy_v2"},
         {(void **)&blas.set_stream, "cublasSetStream_v2"},  {(void **)&blas.set_math_mode, "cublasSetMathMode"},
         {(void **)&blas.sgemm, "cublasSgemm_v2"},           {(void **)&blas.status_string, "cublasGetStatusString"},
-        {(void **)&blas.gemm_ex, "cublasGemmEx"}};
+        {(void **)&blas.gemm_ex, "cublasGemmEx"},          {(void **)&blas.gemm_sb, "cublasGemmStridedBatchedEx"}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         if (!(*want[i].fn = dlsym(lib, want[i].sym))) {
             snprintf(blas_err, sizeof blas_err, "cuBLAS (%s) lacks %s", names[0], want[i].sym);
@@ -137,6 +142,9 @@ typedef struct {
     long opt_step;
     int stale;              /* the host's weights and opt's moments are older than params, om, ov (cu_sync) */
     int ce_rows;            /* rows per chunk of the classifier + loss (train_head); 0: CE_FLOATS / vocab */
+    int att_rows;           /* query rows per block of attn_train; 0: ATT_FLOATS / (B H T) */
+    float *ablk;            /* the blocked training attention's P and dP [B, H, rows, <= T] each (attn_train) */
+    size_t ablk_n;          /* floats */
     double *part;           /* the gradient norm's partial sums */
     int *tgt;               /* targets [B*T] */
     int *pos_ids;           /* learned positions: t of every row, for pos_embed's gradient */
@@ -198,6 +206,7 @@ static void cu_free(cu_model *d) {
     cudaFree(d->part);
     cudaFree(d->tgt);
     cudaFree(d->pos_ids);
+    cudaFree(d->ablk);
     if (d->host) cudaFreeHost(d->host);
     if (d->blas) blas.destroy(d->blas);
     if (d->stream) cudaStreamDestroy(d->stream);
@@ -370,6 +379,96 @@ cleanup:
     return st;
 }
 
+/* C[i] = alpha op(A[i]) op(B[i]) + beta C[i] for i < batch (cuBLAS's strided
+ * batch, column-major, fp32 operands): the blocked attention's products. TF32
+ * in precision bf16 (whose products are rounded further anyway), fp32 else. */
+static mp_status gemm_sb(cu_model *d, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+                         const float *A, int lda, long long sa, const float *B, int ldb, long long sb, float beta,
+                         float *C, int ldc, long long sc, int batch) {
+    mp_status st = MP_OK;
+    CB(blas.gemm_sb, (d->blas, ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, sa, B, CUDA_R_32F, ldb, sb, &beta, C,
+                      CUDA_R_32F, ldc, sc, batch, d->bf16 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+                      CUBLAS_GEMM_DEFAULT));
+cleanup:
+    return st;
+}
+
+/* P and dP of one block of query rows: at most this many floats each (256 MiB). */
+#define ATT_FLOATS ((size_t)1 << 26)
+
+/* Causal grouped-query attention of training without a stored pattern, by
+ * blocks of R query rows (R x T x B x H <= ATT_FLOATS, at least one row): block
+ * rows q0..q0+rows-1 see keys 0..Tk-1, Tk = q0+rows, and every product runs
+ * in cuBLAS, batched over the kv heads for each sequence and each member of a
+ * head group (a query head h = kh*group + g reads kv head kh).
+ * Forward (z non-NULL): P = softmax(scale Q K^T) of the block (-inf past each
+ * row's key, the row's log-sum-exp to lse), z rows = P V.
+ * Backward (dq non-NULL): P recomputed from lse, dP = dz V^T, dS = scale P (dP
+ * - rowsum(P dP)) (the rowsum from the pattern itself, so an edit of z by a
+ * hook does not enter it, as in the CPU's backward), dq += dS K, dk += dS^T Q,
+ * dv += P^T dz. q, z [B,T,H,Dh]; k, v [B,T,K,Dh]; lse [B,H,T]. */
+static mp_status attn_train(cu_model *d, float *z, float *lse, float *dq, float *dk, float *dv, const float *dz,
+                            const float *q, const float *k, const float *v, int B, int T, int H, int K, int Dh) {
+    mp_status st = MP_OK;
+    const cudaStream_t s = d->stream;
+    const int group = H / K, HD = H * Dh, KD = K * Dh;
+    const float scale = 1.0f / sqrtf((float)Dh);
+    const size_t per_row = (size_t)B * H * T;
+    const size_t want = d->att_rows > 0 ? (size_t)d->att_rows : ATT_FLOATS / per_row;
+    const int R = want < 1 ? 1 : want > (size_t)T ? T : (int)want;
+    const size_t need = 2 * per_row * (size_t)R;
+    if (d->ablk_n < need) {
+        cudaFree(d->ablk);
+        d->ablk = NULL;
+        d->ablk_n = 0;
+        CU(cudaMalloc, ((void **)&d->ablk, need * sizeof(float)));
+        d->ablk_n = need;
+    }
+    const cublasOperation_t N_ = CUBLAS_OP_N, T_ = CUBLAS_OP_T;
+    for (int q0 = 0; q0 < T; q0 += R) {
+        const int rows = T - q0 < R ? T - q0 : R, Tk = q0 + rows;
+        float *P = d->ablk, *dP = d->ablk + (size_t)B * H * rows * Tk;
+        const long long sP = (long long)group * rows * Tk; /* from kv head kh to kh+1 within a group member */
+        for (int b = 0; b < B; b++)
+            for (int g = 0; g < group; g++) {
+                const float *kb = k + (size_t)b * T * KD, *qb = q + ((size_t)b * T + q0) * HD + (size_t)g * Dh;
+                float *Pb = P + ((size_t)b * H + g) * rows * Tk;
+                /* scores: (P^T = K Q^T) column-major [Tk, rows] */
+                TRY(gemm_sb(d, T_, N_, Tk, rows, Dh, scale, kb, KD, Dh, qb, HD, (long long)group * Dh, 0.0f, Pb, Tk,
+                            sP, K));
+            }
+        if (z) {
+            CU(mp_cuk_attn_softmax, (P, lse, B, H, Tk, T, 0, q0, rows, s));
+        } else {
+            CU(mp_cuk_attn_recompute, (P, lse, B, H, T, Tk, q0, rows, s));
+            for (int b = 0; b < B; b++)
+                for (int g = 0; g < group; g++) {
+                    const float *vb = v + (size_t)b * T * KD, *dzb = dz + ((size_t)b * T + q0) * HD + (size_t)g * Dh;
+                    float *dPb = dP + ((size_t)b * H + g) * rows * Tk;
+                    TRY(gemm_sb(d, T_, N_, Tk, rows, Dh, 1.0f, vb, KD, Dh, dzb, HD, (long long)group * Dh, 0.0f, dPb,
+                                Tk, sP, K));
+                }
+            CU(mp_cuk_attn_softmax_bwd, (dP, P, B, H, Tk, rows, scale, s));
+        }
+        for (int b = 0; b < B; b++)
+            for (int g = 0; g < group; g++) {
+                const size_t qo = ((size_t)b * T + q0) * HD + (size_t)g * Dh, ko = (size_t)b * T * KD;
+                const float *Pb = P + ((size_t)b * H + g) * rows * Tk, *dSb = dP + ((size_t)b * H + g) * rows * Tk;
+                const long long sq = (long long)group * Dh;
+                if (z) { /* z^T = V^T P^T */
+                    TRY(gemm_sb(d, N_, N_, Dh, rows, Tk, 1.0f, v + ko, KD, Dh, Pb, Tk, sP, 0.0f, z + qo, HD, sq, K));
+                    continue;
+                }
+                /* dq^T += K^T dS^T; dk^T += Q^T dS; dv^T += dz^T P */
+                TRY(gemm_sb(d, N_, N_, Dh, rows, Tk, 1.0f, k + ko, KD, Dh, dSb, Tk, sP, 1.0f, dq + qo, HD, sq, K));
+                TRY(gemm_sb(d, N_, T_, Dh, Tk, rows, 1.0f, q + qo, HD, sq, dSb, Tk, sP, 1.0f, dk + ko, KD, Dh, K));
+                TRY(gemm_sb(d, N_, T_, Dh, Tk, rows, 1.0f, dz + qo, HD, sq, Pb, Tk, sP, 1.0f, dv + ko, KD, Dh, K));
+            }
+    }
+cleanup:
+    return st;
+}
+
 /* The forward on the device. With A (a device activation store of B x T;
  * training: no cache, logits ALL into A->logits, left on the device) every
  * activation the backward reads is kept there, as model.c keeps it in its
@@ -507,13 +606,14 @@ static mp_status forward_dev(const mp_model *m, const int *tokens, int B, int T,
                 const int rows = T - q0 < qb ? T - q0 : qb;
                 CU(mp_cuk_attn_scores, (att, q, kc, B, T, H, K, Dh, pos0, bstride, scale, q0, rows, s));
                 TRY(hook_block(d, &f, MP_HOOK_ATTN_SCORES, l, q0, rows, att));
-                CU(mp_cuk_attn_softmax, (att, B, H, S, pos0, q0, rows, s));
+                CU(mp_cuk_attn_softmax, (att, NULL, B, H, S, T, pos0, q0, rows, s));
                 TRY(hook_block(d, &f, MP_HOOK_PATTERN, l, q0, rows, att));
                 CU(mp_cuk_attn_pv, (z, att, vc, B, T, H, K, Dh, pos0, bstride, q0, rows, s));
             }
+        } else if (tr) { /* no pattern stored: the rows' log-sum-exp, from which the backward recomputes it */
+            TRY(attn_train(d, z, A->lse + (size_t)l * B * H * T, NULL, NULL, NULL, NULL, q, k, v, B, T, H, K, Dh));
         } else {
-            float *lse = tr ? A->lse + (size_t)l * B * H * T : NULL; /* training: the backward recomputes from it */
-            CU(mp_cuk_attn_flash, (z, lse, q, kc, vc, B, T, H, K, Dh, pos0, bstride, scale, s));
+            CU(mp_cuk_attn_flash, (z, q, kc, vc, B, T, H, K, Dh, pos0, bstride, scale, s));
         }
         TRY(hook_whole(d, &f, MP_HOOK_Z, l, z));
         TRY(linear(d, out, z, w.wo, w.bo, N, HD, D));
@@ -694,9 +794,9 @@ static mp_status backward_dev(const mp_model *m, const mp_acts *A) {
         ZERO(A->dv, nk);
         if (a.att) /* the stored pattern (a hook showed it) */
             CU(mp_cuk_attn_backward, (A->dq, A->dk, A->dv, A->datt, A->dz, a.q, a.k, a.v, a.att, B, T, H, K, Dh, s));
-        else /* recomputed from the rows' log-sum-exp; dfac holds each row's sum of p dP */
-            CU(mp_cuk_flash_backward, (A->dq, A->dk, A->dv, A->dfac, A->dz, a.q, a.k, a.v,
-                                       A->lse + (size_t)l * B * H * T, B, T, H, K, Dh, s));
+        else /* the pattern recomputed from the rows' log-sum-exp */
+            TRY(attn_train(d, NULL, A->lse + (size_t)l * B * H * T, A->dq, A->dk, A->dv, A->dz, a.q, a.k, a.v, B, T, H,
+                           K, Dh));
         if (mp_pos_rotates(c)) { /* the forward's tables */
             const float *cos_t = A->pos_tab, *sin_t = cos_t + (size_t)T * half;
             const float *q_scale = mp_pos_has_logit_scale(c) ? sin_t + (size_t)T * half : NULL;
@@ -725,6 +825,14 @@ mp_status mp_cuda_loss_chunk(mp_model *m, int rows) {
         return mp_error(MP_ERR_ARG, "loss chunk: the model is not on the cuda device");
     if (rows < 0) return mp_error(MP_ERR_ARG, "loss chunk: rows must be >= 0 (0: automatic), got %d", rows);
     ((cu_model *)m->dev)->ce_rows = rows;
+    return MP_OK;
+}
+
+mp_status mp_cuda_attn_rows(mp_model *m, int rows) {
+    if (m->device != MP_DEVICE_CUDA || !m->dev)
+        return mp_error(MP_ERR_ARG, "attention rows: the model is not on the cuda device");
+    if (rows < 0) return mp_error(MP_ERR_ARG, "attention rows: rows must be >= 0 (0: automatic), got %d", rows);
+    ((cu_model *)m->dev)->att_rows = rows;
     return MP_OK;
 }
 

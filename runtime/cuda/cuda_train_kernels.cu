@@ -6,9 +6,10 @@
 // outputs accumulate (+=) as on the CPU. The attention backward comes twice:
 // the materialised one, over the stored pattern as train.c's (one block per
 // query row for dP, dS and dq, one per key row and kv head for dk and dv),
-// used when a hook shows the scores or the pattern; and one that recomputes
-// the pattern from each row's log-sum-exp (k_flash_bwd_*), which needs no
-// [T, T] memory.
+// used when a hook shows the scores or the pattern; and the kernels of the
+// blocked one (cuBLAS products by blocks of query rows, the pattern
+// recomputed from each row's log-sum-exp: k_attn_recompute,
+// k_attn_softmax_bwd), which needs no [T, T] memory.
 #include "cuda_kernels.h"
 #include "cuda_common.cuh"
 
@@ -228,108 +229,27 @@ __global__ static void k_adamw(float *p, float *m, float *v, const float *g, siz
 
 // ---- launchers ----
 
-// ---- attention backward without the pattern ----
+// ---- the blocked attention of training (cuda_model.c attn_train_bwd) ----
 
-// Warp (t, h, b): query row t of head h. Pass 1: Drow = sum_j p_j dP_j, where
-// p_j = exp(s_j - lse) recomputes the pattern and dP_j = dz_t . v_j (this is
-// the row's sum of pattern times its gradient: what the softmax backward
-// subtracts). Pass 2: dq_t += scale sum_j p_j (dP_j - Drow) k_j. Lane `lane`
-// holds channels lane, lane + 32, ... (as k_attn_flash).
-__global__ static void k_flash_bwd_dq(float *dq, float *Drow, const float *dz, const float *q, const float *k,
-                                      const float *v, const float *lse, int T, int H, int K, int Dh, float scale) {
-    const int lane = threadIdx.x % WARP, t = blockIdx.x * FLASH_WARPS + threadIdx.x / WARP;
-    const int h = blockIdx.y, b = blockIdx.z;
-    if (t >= T) return; // the whole warp leaves together
-    const int HD = H * Dh, KD = K * Dh, group = H / K;
-    const size_t qo = ((size_t)b * T + t) * HD + (size_t)h * Dh;
-    const float *kp = k + (size_t)b * T * KD + (size_t)(h / group) * Dh;
-    const float *vp = v + (size_t)b * T * KD + (size_t)(h / group) * Dh;
+// Block (i, h, b): row i of a block of query rows (t = q0 + i): the scores
+// turned back into the pattern, exp(s - lse_t) on keys 0..t, 0 past them.
+__global__ static void k_attn_recompute(float *P, const float *lse, int H, int T, int Tk, int q0, int rows) {
+    const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, t = q0 + i;
+    float *a = P + (((size_t)b * H + h) * rows + i) * Tk;
     const float L = lse[((size_t)b * H + h) * T + t];
-    float qr[DH_PER_LANE], gr[DH_PER_LANE], acc[DH_PER_LANE];
-#pragma unroll
-    for (int i = 0; i < DH_PER_LANE; i++) {
-        const int d = lane + WARP * i;
-        qr[i] = d < Dh ? q[qo + d] : 0.0f;
-        gr[i] = d < Dh ? dz[qo + d] : 0.0f;
-        acc[i] = 0.0f;
-    }
-    float Dsum = 0.0f;
-    for (int j = 0; j <= t; j++) {
-        const float *kr = kp + (size_t)j * KD, *vr = vp + (size_t)j * KD;
-        float ps = 0.0f, pd = 0.0f;
-#pragma unroll
-        for (int i = 0; i < DH_PER_LANE; i++) {
-            const int d = lane + WARP * i;
-            if (d < Dh) ps += qr[i] * kr[d], pd += gr[i] * vr[d];
-        }
-        Dsum += expf(warp_sum(ps) * scale - L) * warp_sum(pd);
-    }
-    for (int j = 0; j <= t; j++) {
-        const float *kr = kp + (size_t)j * KD, *vr = vp + (size_t)j * KD;
-        float ps = 0.0f, pd = 0.0f;
-#pragma unroll
-        for (int i = 0; i < DH_PER_LANE; i++) {
-            const int d = lane + WARP * i;
-            if (d < Dh) ps += qr[i] * kr[d], pd += gr[i] * vr[d];
-        }
-        const float p = expf(warp_sum(ps) * scale - L), ds = p * (warp_sum(pd) - Dsum) * scale;
-#pragma unroll
-        for (int i = 0; i < DH_PER_LANE; i++) {
-            const int d = lane + WARP * i;
-            if (d < Dh) acc[i] += ds * kr[d];
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < DH_PER_LANE; i++) {
-        const int d = lane + WARP * i;
-        if (d < Dh) dq[qo + d] += acc[i];
-    }
-    if (lane == 0) Drow[((size_t)b * H + h) * T + t] = Dsum;
+    for (int j = threadIdx.x; j < Tk; j += blockDim.x) a[j] = j <= t ? expf(a[j] - L) : 0.0f;
 }
 
-// Warp (j, kh, b): key row j of kv head kh, over the query heads of its group
-// and the query rows t >= j that see it: dv_j += sum p dz_t, dk_j += scale sum
-// p (dP - Drow_t) q_t, with p and dP recomputed as in k_flash_bwd_dq.
-__global__ static void k_flash_bwd_dkv(float *dk, float *dv, const float *Drow, const float *dz, const float *q,
-                                       const float *k, const float *v, const float *lse, int T, int H, int K, int Dh,
-                                       float scale) {
-    const int lane = threadIdx.x % WARP, j = blockIdx.x * FLASH_WARPS + threadIdx.x / WARP;
-    const int kh = blockIdx.y, b = blockIdx.z;
-    if (j >= T) return;
-    const int HD = H * Dh, KD = K * Dh, group = H / K;
-    const size_t ko = ((size_t)b * T + j) * KD + (size_t)kh * Dh;
-    float kr[DH_PER_LANE], vr[DH_PER_LANE], ak[DH_PER_LANE], av[DH_PER_LANE];
-#pragma unroll
-    for (int i = 0; i < DH_PER_LANE; i++) {
-        const int d = lane + WARP * i;
-        kr[i] = d < Dh ? k[ko + d] : 0.0f;
-        vr[i] = d < Dh ? v[ko + d] : 0.0f;
-        ak[i] = av[i] = 0.0f;
-    }
-    for (int h = kh * group; h < (kh + 1) * group; h++) {
-        const float *Lh = lse + ((size_t)b * H + h) * T, *Dr = Drow + ((size_t)b * H + h) * T;
-        for (int t = j; t < T; t++) {
-            const size_t qo = ((size_t)b * T + t) * HD + (size_t)h * Dh;
-            const float *qr = q + qo, *gr = dz + qo;
-            float ps = 0.0f, pd = 0.0f;
-#pragma unroll
-            for (int i = 0; i < DH_PER_LANE; i++) {
-                const int d = lane + WARP * i;
-                if (d < Dh) ps += qr[d] * kr[i], pd += gr[d] * vr[i];
-            }
-            const float p = expf(warp_sum(ps) * scale - Lh[t]), ds = p * (warp_sum(pd) - Dr[t]) * scale;
-#pragma unroll
-            for (int i = 0; i < DH_PER_LANE; i++) {
-                const int d = lane + WARP * i;
-                if (d < Dh) av[i] += p * gr[d], ak[i] += ds * qr[d];
-            }
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < DH_PER_LANE; i++) {
-        const int d = lane + WARP * i;
-        if (d < Dh) dk[ko + d] += ak[i], dv[ko + d] += av[i];
-    }
+// Block (i, h, b): dS = scale P (dP - sum_j P dP) of row i, in place in dP
+// (ops_backward.c's softmax backward; the scores' scale folded in).
+__global__ static void k_attn_softmax_bwd(float *dP, const float *P, int H, int Tk, int rows, float scale) {
+    __shared__ float sh[WARP];
+    const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const size_t o = (((size_t)b * H + h) * rows + i) * Tk;
+    float part = 0.0f;
+    for (int j = threadIdx.x; j < Tk; j += blockDim.x) part += P[o + j] * dP[o + j];
+    const float D = block_sum(part, sh);
+    for (int j = threadIdx.x; j < Tk; j += blockDim.x) dP[o + j] = scale * P[o + j] * (dP[o + j] - D);
 }
 
 extern "C" {
@@ -379,18 +299,15 @@ cudaError_t mp_cuk_attn_backward(float *dq, float *dk, float *dv, float *dS, con
     return cudaGetLastError();
 }
 
-cudaError_t mp_cuk_flash_backward(float *dq, float *dk, float *dv, float *Drow, const float *dz, const float *q,
-                                  const float *k, const float *v, const float *lse, int B, int T, int H, int K, int Dh,
+cudaError_t mp_cuk_attn_recompute(float *P, const float *lse, int B, int H, int T, int Tk, int q0, int rows,
                                   cudaStream_t s) {
-    if (Dh > MAX_DH) return cudaErrorInvalidValue;
-    const float scale = 1.0f / sqrtf((float)Dh);
-    const unsigned rows = (unsigned)((T + FLASH_WARPS - 1) / FLASH_WARPS);
-    MP_LAUNCH(k_flash_bwd_dq, dim3(rows, (unsigned)H, (unsigned)B), FLASH_WARPS * WARP, s)(dq, Drow, dz, q, k, v, lse,
-                                                                                          T, H, K, Dh, scale);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
-    MP_LAUNCH(k_flash_bwd_dkv, dim3(rows, (unsigned)K, (unsigned)B), FLASH_WARPS * WARP, s)(dk, dv, Drow, dz, q, k, v,
-                                                                                           lse, T, H, K, Dh, scale);
+    MP_LAUNCH(k_attn_recompute, dim3((unsigned)rows, (unsigned)H, (unsigned)B), 256, s)(P, lse, H, T, Tk, q0, rows);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_attn_softmax_bwd(float *dP, const float *P, int B, int H, int Tk, int rows, float scale,
+                                    cudaStream_t s) {
+    MP_LAUNCH(k_attn_softmax_bwd, dim3((unsigned)rows, (unsigned)H, (unsigned)B), 256, s)(dP, P, H, Tk, rows, scale);
     return cudaGetLastError();
 }
 

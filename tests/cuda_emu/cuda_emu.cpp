@@ -627,4 +627,24 @@ cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperatio
     return CUBLAS_STATUS_SUCCESS;
 }
 
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                          int k, const void *alpha, const void *A, cudaDataType Atype, int lda,
+                                          long long sa, const void *B, cudaDataType Btype, int ldb, long long sb,
+                                          const void *beta, void *C, cudaDataType Ctype, int ldc, long long sc,
+                                          int batch, cublasComputeType_t ct, cublasGemmAlgo_t algo) {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    if (batch < 0) {
+        fprintf(stderr, "cuda_emu: cublasGemmStridedBatchedEx: batch count %d\n", batch);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    const size_t ea = Atype == CUDA_R_32F ? 4 : 2, eb = Btype == CUDA_R_32F ? 4 : 2;
+    for (int i = 0; i < batch; i++) { /* one product after another, as the device's result defines them */
+        cublasStatus_t s = cublasGemmEx(h, ta, tb, m, n, k, alpha, (const char *)A + (size_t)(sa * i) * ea, Atype, lda,
+                                        (const char *)B + (size_t)(sb * i) * eb, Btype, ldb, beta,
+                                        (char *)C + (size_t)(sc * i) * 4, Ctype, ldc, ct, algo);
+        if (s != CUBLAS_STATUS_SUCCESS) return s;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 } // extern "C"

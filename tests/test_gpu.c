@@ -100,28 +100,39 @@ static void compare_model(mp_model *m, const char *label, int B, int T) {
 }
 
 /* Prefill 20 tokens, then 6 single-token steps over a KV cache: the last
- * logits of each call, without hooks (the online-softmax path) and with the
- * pattern captured (the materialised path at pos0 > 0). */
+ * logits of each call, without hooks (the blocked attention for the prefill,
+ * the online-softmax kernel for the steps), with the pattern captured (the
+ * materialised path at pos0 > 0), and (variant 2) without hooks, the prefill
+ * split into 4 + 16 tokens (the blocked attention at pos0 4) with the device's
+ * attention in blocks of 5 query rows. */
 static void compare_decode(mp_model *m, const char *label) {
     const int V = m->cfg.vocab, n0 = 20, steps = 6;
     int tok[26];
     for (int i = 0; i < n0 + steps; i++) tok[i] = (i * 5 + 1) % V;
-    for (int hooked = 0; hooked < 2; hooked++) {
+    for (int hooked = 0; hooked < 3; hooked++) {
         float *out[2];
         for (int dev = 0; dev < 2; dev++) {
             to(m, dev ? MP_DEVICE_CUDA : MP_DEVICE_CPU);
+            if (dev && !dry && hooked == 2)
+                CHECK(mp_cuda_attn_rows(m, 5) == MP_OK, "%s: attention rows: %s", label, mp_last_error());
             out[dev] = malloc((size_t)(steps + 1) * V * sizeof(float));
             mp_kvcache kc;
             CHECK(mp_kvcache_init(&kc, &m->cfg, 1, 32) == MP_OK, "cache");
             static tu_capture cap;
             memset(&cap, 0, sizeof cap);
             mp_hooks *hs = mp_hooks_new(&m->cfg);
-            if (hooked) mp_hooks_add(hs, "blocks.*.attn.hook_pattern", tu_capture_cb, &cap);
+            if (hooked == 1) mp_hooks_add(hs, "blocks.*.attn.hook_pattern", tu_capture_cb, &cap);
             mp_forward_params fp = mp_forward_params_default();
             fp.cache = &kc;
             fp.logits = MP_LOGITS_LAST;
-            fp.hooks = hooked ? hs : NULL;
-            CHECK(mp_model_forward(m, tok, 1, n0, &fp, out[dev]) == MP_OK, "%s prefill: %s", label, mp_last_error());
+            fp.hooks = hooked == 1 ? hs : NULL;
+            if (hooked == 2) /* the first 4 tokens, then 16 more over the cache */
+                CHECK(mp_model_forward(m, tok, 1, 4, &fp, out[dev]) == MP_OK &&
+                          mp_model_forward(m, tok + 4, 1, n0 - 4, &fp, out[dev]) == MP_OK,
+                      "%s split prefill: %s", label, mp_last_error());
+            else
+                CHECK(mp_model_forward(m, tok, 1, n0, &fp, out[dev]) == MP_OK, "%s prefill: %s", label,
+                      mp_last_error());
             for (int s = 0; s < steps; s++)
                 CHECK(mp_model_forward(m, tok + n0 + s, 1, 1, &fp, out[dev] + (size_t)(s + 1) * V) == MP_OK,
                       "%s step %d: %s", label, s, mp_last_error());
@@ -130,8 +141,10 @@ static void compare_decode(mp_model *m, const char *label) {
             tu_capture_free(&cap);
             mp_kvcache_free(&kc);
         }
+        if (!dry) CHECK(mp_cuda_attn_rows(m, 0) == MP_OK, "%s: attention rows back to automatic", label);
         char what[128];
-        snprintf(what, sizeof what, "%s decode%s", label, hooked ? " (pattern hooked)" : "");
+        snprintf(what, sizeof what, "%s decode%s", label,
+                 hooked == 1 ? " (pattern hooked)" : hooked == 2 ? " (split prefill, blocks of 5 rows)" : "");
         near_scaled(what, out[0], out[1], (size_t)(steps + 1) * V);
         free(out[0]);
         free(out[1]);

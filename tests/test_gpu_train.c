@@ -29,7 +29,7 @@
  * without one) and test_gpu_train_emu on the tests' CPU emulation
  * (tests/cuda_emu, label unit). */
 #include "checkpoint.h"
-#include "cuda_internal.h"
+#include "mp_cuda.h"
 #include "testutil.h"
 #include "train.h"
 

@@ -22,7 +22,7 @@
  * never exist whole), train.c's backward step for step (cuBLAS for the
  * products' input and weight gradients, cuda_train_kernels.cu for the rest;
  * the attention, by blocks of query rows with its products in cuBLAS,
- * recomputes the pattern from each row's log-sum-exp (attn_train), or, where
+ * recomputes the pattern from each row's log-sum-exp (attn_blocked), or, where
  * a hook shows the scores or the pattern, runs over the stored one), the
  * global norm, clipping and AdamW (moments on the device, uploaded when the
  * optimiser's state changed on the host). The updated weights and moments
@@ -142,8 +142,8 @@ typedef struct {
     long opt_step;
     int stale;              /* the host's weights and opt's moments are older than params, om, ov (cu_sync) */
     int ce_rows;            /* rows per chunk of the classifier + loss (train_head); 0: CE_FLOATS / vocab */
-    int att_rows;           /* query rows per block of attn_train; 0: ATT_FLOATS / (B H T) */
-    float *ablk;            /* the blocked training attention's P and dP [B, H, rows, <= T] each (attn_train) */
+    int att_rows;           /* query rows per block of attn_blocked; 0: ATT_FLOATS / (B H S) */
+    float *ablk;            /* the blocked training attention's P and dP [B, H, rows, <= T] each (attn_blocked) */
     size_t ablk_n;          /* floats */
     double *part;           /* the gradient norm's partial sums */
     int *tgt;               /* targets [B*T] */
@@ -395,28 +395,34 @@ cleanup:
 
 /* P and dP of one block of query rows: at most this many floats each (256 MiB). */
 #define ATT_FLOATS ((size_t)1 << 26)
+/* Calls of at least this many query rows run the blocked attention (shorter
+ * ones, decoding above all, the one-warp-per-row kernel). */
+#define BLOCKED_MIN_T 16
 
-/* Causal grouped-query attention of training without a stored pattern, by
- * blocks of R query rows (R x T x B x H <= ATT_FLOATS, at least one row): block
- * rows q0..q0+rows-1 see keys 0..Tk-1, Tk = q0+rows, and every product runs
- * in cuBLAS, batched over the kv heads for each sequence and each member of a
- * head group (a query head h = kh*group + g reads kv head kh).
- * Forward (z non-NULL): P = softmax(scale Q K^T) of the block (-inf past each
- * row's key, the row's log-sum-exp to lse), z rows = P V.
- * Backward (dq non-NULL): P recomputed from lse, dP = dz V^T, dS = scale P (dP
- * - rowsum(P dP)) (the rowsum from the pattern itself, so an edit of z by a
- * hook does not enter it, as in the CPU's backward), dq += dS K, dk += dS^T Q,
- * dv += P^T dz. q, z [B,T,H,Dh]; k, v [B,T,K,Dh]; lse [B,H,T]. */
-static mp_status attn_train(cu_model *d, float *z, float *lse, float *dq, float *dk, float *dv, const float *dz,
-                            const float *q, const float *k, const float *v, int B, int T, int H, int K, int Dh) {
+/* Causal grouped-query attention without a stored pattern, by blocks of R
+ * query rows (R x S x B x H <= ATT_FLOATS, S = pos0 + T keys, at least one
+ * row): block rows q0..q0+rows-1 (positions pos0+q0..) see keys 0..Tk-1, Tk =
+ * pos0+q0+rows, and every product runs in cuBLAS, batched over the kv heads
+ * for each sequence and each member of a head group (a query head h =
+ * kh*group + g reads kv head kh). Keys and values: kc, vc with batch stride
+ * bstride floats (a KV cache's, or T*K*Dh), rows K*Dh apart.
+ * Forward (z non-NULL): P = softmax(scale Q K^T) of the block (0 past each
+ * row's key; with lse, training, the row's log-sum-exp to lse), z rows = P V.
+ * Backward (dq non-NULL; training: pos0 0): P recomputed from lse, dP = dz
+ * V^T, dS = scale P (dP - rowsum(P dP)) (the rowsum from the pattern itself,
+ * so an edit of z by a hook does not enter it, as in the CPU's backward), dq
+ * += dS K, dk += dS^T Q, dv += P^T dz. q, z [B,T,H,Dh]; lse [B,H,T]. */
+static mp_status attn_blocked(cu_model *d, float *z, float *lse, float *dq, float *dk, float *dv, const float *dz,
+                              const float *q, const float *kc, const float *vc, int B, int T, int H, int K, int Dh,
+                              int pos0, size_t bstride) {
     mp_status st = MP_OK;
     const cudaStream_t s = d->stream;
     const int group = H / K, HD = H * Dh, KD = K * Dh;
     const float scale = 1.0f / sqrtf((float)Dh);
-    const size_t per_row = (size_t)B * H * T;
+    const size_t per_row = (size_t)B * H * (pos0 + T);
     const size_t want = d->att_rows > 0 ? (size_t)d->att_rows : ATT_FLOATS / per_row;
     const int R = want < 1 ? 1 : want > (size_t)T ? T : (int)want;
-    const size_t need = 2 * per_row * (size_t)R;
+    const size_t need = (dq ? 2 : 1) * per_row * (size_t)R;
     if (d->ablk_n < need) {
         cudaFree(d->ablk);
         d->ablk = NULL;
@@ -426,24 +432,24 @@ static mp_status attn_train(cu_model *d, float *z, float *lse, float *dq, float 
     }
     const cublasOperation_t N_ = CUBLAS_OP_N, T_ = CUBLAS_OP_T;
     for (int q0 = 0; q0 < T; q0 += R) {
-        const int rows = T - q0 < R ? T - q0 : R, Tk = q0 + rows;
+        const int rows = T - q0 < R ? T - q0 : R, Tk = pos0 + q0 + rows;
         float *P = d->ablk, *dP = d->ablk + (size_t)B * H * rows * Tk;
         const long long sP = (long long)group * rows * Tk; /* from kv head kh to kh+1 within a group member */
         for (int b = 0; b < B; b++)
             for (int g = 0; g < group; g++) {
-                const float *kb = k + (size_t)b * T * KD, *qb = q + ((size_t)b * T + q0) * HD + (size_t)g * Dh;
+                const float *kb = kc + b * bstride, *qb = q + ((size_t)b * T + q0) * HD + (size_t)g * Dh;
                 float *Pb = P + ((size_t)b * H + g) * rows * Tk;
                 /* scores: (P^T = K Q^T) column-major [Tk, rows] */
                 TRY(gemm_sb(d, T_, N_, Tk, rows, Dh, scale, kb, KD, Dh, qb, HD, (long long)group * Dh, 0.0f, Pb, Tk,
                             sP, K));
             }
         if (z) {
-            CU(mp_cuk_attn_softmax, (P, lse, B, H, Tk, T, 0, q0, rows, s));
+            CU(mp_cuk_attn_softmax, (P, lse, B, H, Tk, T, pos0, q0, rows, s));
         } else {
             CU(mp_cuk_attn_recompute, (P, lse, B, H, T, Tk, q0, rows, s));
             for (int b = 0; b < B; b++)
                 for (int g = 0; g < group; g++) {
-                    const float *vb = v + (size_t)b * T * KD, *dzb = dz + ((size_t)b * T + q0) * HD + (size_t)g * Dh;
+                    const float *vb = vc + b * bstride, *dzb = dz + ((size_t)b * T + q0) * HD + (size_t)g * Dh;
                     float *dPb = dP + ((size_t)b * H + g) * rows * Tk;
                     TRY(gemm_sb(d, T_, N_, Tk, rows, Dh, 1.0f, vb, KD, Dh, dzb, HD, (long long)group * Dh, 0.0f, dPb,
                                 Tk, sP, K));
@@ -452,15 +458,15 @@ static mp_status attn_train(cu_model *d, float *z, float *lse, float *dq, float 
         }
         for (int b = 0; b < B; b++)
             for (int g = 0; g < group; g++) {
-                const size_t qo = ((size_t)b * T + q0) * HD + (size_t)g * Dh, ko = (size_t)b * T * KD;
+                const size_t qo = ((size_t)b * T + q0) * HD + (size_t)g * Dh, ko = b * bstride;
                 const float *Pb = P + ((size_t)b * H + g) * rows * Tk, *dSb = dP + ((size_t)b * H + g) * rows * Tk;
                 const long long sq = (long long)group * Dh;
                 if (z) { /* z^T = V^T P^T */
-                    TRY(gemm_sb(d, N_, N_, Dh, rows, Tk, 1.0f, v + ko, KD, Dh, Pb, Tk, sP, 0.0f, z + qo, HD, sq, K));
+                    TRY(gemm_sb(d, N_, N_, Dh, rows, Tk, 1.0f, vc + ko, KD, Dh, Pb, Tk, sP, 0.0f, z + qo, HD, sq, K));
                     continue;
                 }
                 /* dq^T += K^T dS^T; dk^T += Q^T dS; dv^T += dz^T P */
-                TRY(gemm_sb(d, N_, N_, Dh, rows, Tk, 1.0f, k + ko, KD, Dh, dSb, Tk, sP, 1.0f, dq + qo, HD, sq, K));
+                TRY(gemm_sb(d, N_, N_, Dh, rows, Tk, 1.0f, kc + ko, KD, Dh, dSb, Tk, sP, 1.0f, dq + qo, HD, sq, K));
                 TRY(gemm_sb(d, N_, T_, Dh, Tk, rows, 1.0f, q + qo, HD, sq, dSb, Tk, sP, 1.0f, dk + ko, KD, Dh, K));
                 TRY(gemm_sb(d, N_, T_, Dh, Tk, rows, 1.0f, dz + qo, HD, sq, Pb, Tk, sP, 1.0f, dv + ko, KD, Dh, K));
             }
@@ -611,8 +617,11 @@ static mp_status forward_dev(const mp_model *m, const int *tokens, int B, int T,
                 CU(mp_cuk_attn_pv, (z, att, vc, B, T, H, K, Dh, pos0, bstride, q0, rows, s));
             }
         } else if (tr) { /* no pattern stored: the rows' log-sum-exp, from which the backward recomputes it */
-            TRY(attn_train(d, z, A->lse + (size_t)l * B * H * T, NULL, NULL, NULL, NULL, q, k, v, B, T, H, K, Dh));
-        } else {
+            TRY(attn_blocked(d, z, A->lse + (size_t)l * B * H * T, NULL, NULL, NULL, NULL, q, k, v, B, T, H, K, Dh, 0,
+                             (size_t)T * KD));
+        } else if (T >= BLOCKED_MIN_T) { /* prefill: the products in cuBLAS */
+            TRY(attn_blocked(d, z, NULL, NULL, NULL, NULL, NULL, q, kc, vc, B, T, H, K, Dh, pos0, bstride));
+        } else { /* decoding and short calls: one warp per query row */
             CU(mp_cuk_attn_flash, (z, q, kc, vc, B, T, H, K, Dh, pos0, bstride, scale, s));
         }
         TRY(hook_whole(d, &f, MP_HOOK_Z, l, z));
@@ -795,8 +804,8 @@ static mp_status backward_dev(const mp_model *m, const mp_acts *A) {
         if (a.att) /* the stored pattern (a hook showed it) */
             CU(mp_cuk_attn_backward, (A->dq, A->dk, A->dv, A->datt, A->dz, a.q, a.k, a.v, a.att, B, T, H, K, Dh, s));
         else /* the pattern recomputed from the rows' log-sum-exp */
-            TRY(attn_train(d, NULL, A->lse + (size_t)l * B * H * T, A->dq, A->dk, A->dv, A->dz, a.q, a.k, a.v, B, T, H,
-                           K, Dh));
+            TRY(attn_blocked(d, NULL, A->lse + (size_t)l * B * H * T, A->dq, A->dk, A->dv, A->dz, a.q, a.k, a.v, B, T,
+                             H, K, Dh, 0, (size_t)T * KD));
         if (mp_pos_rotates(c)) { /* the forward's tables */
             const float *cos_t = A->pos_tab, *sin_t = cos_t + (size_t)T * half;
             const float *q_scale = mp_pos_has_logit_scale(c) ? sin_t + (size_t)T * half : NULL;
@@ -820,18 +829,12 @@ cleanup:
  * unless a chunk of 64 rows needs more. */
 #define CE_FLOATS ((size_t)1 << 25)
 
-mp_status mp_cuda_loss_chunk(mp_model *m, int rows) {
-    if (m->device != MP_DEVICE_CUDA || !m->dev)
-        return mp_error(MP_ERR_ARG, "loss chunk: the model is not on the cuda device");
-    if (rows < 0) return mp_error(MP_ERR_ARG, "loss chunk: rows must be >= 0 (0: automatic), got %d", rows);
+mp_status mp_cuda_loss_chunk_dev(mp_model *m, int rows) {
     ((cu_model *)m->dev)->ce_rows = rows;
     return MP_OK;
 }
 
-mp_status mp_cuda_attn_rows(mp_model *m, int rows) {
-    if (m->device != MP_DEVICE_CUDA || !m->dev)
-        return mp_error(MP_ERR_ARG, "attention rows: the model is not on the cuda device");
-    if (rows < 0) return mp_error(MP_ERR_ARG, "attention rows: rows must be >= 0 (0: automatic), got %d", rows);
+mp_status mp_cuda_attn_rows_dev(mp_model *m, int rows) {
     ((cu_model *)m->dev)->att_rows = rows;
     return MP_OK;
 }

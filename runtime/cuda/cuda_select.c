@@ -82,3 +82,27 @@ mp_status mp_model_to_device(mp_model *m, mp_device d, mp_precision p) {
     return mp_error(MP_ERR_ARG, "this build has no CUDA support (configure with -DMP_CUDA=ON)");
 #endif
 }
+
+/* the knobs: checked here, set in cuda_model.c */
+static mp_status knob_check(const mp_model *m, const char *what, int rows) {
+    if (!m || m->device != MP_DEVICE_CUDA || !m->dev)
+        return mp_error(MP_ERR_ARG, "%s: the model is not on the cuda device", what);
+    if (rows < 0) return mp_error(MP_ERR_ARG, "%s: rows must be >= 0 (0: automatic), got %d", what, rows);
+    return MP_OK;
+}
+
+mp_status mp_cuda_loss_chunk(mp_model *m, int rows) {
+    mp_status st = knob_check(m, "loss chunk", rows);
+#ifdef MP_HAVE_CUDA
+    if (!st) st = mp_cuda_loss_chunk_dev(m, rows);
+#endif
+    return st;
+}
+
+mp_status mp_cuda_attn_rows(mp_model *m, int rows) {
+    mp_status st = knob_check(m, "attention rows", rows);
+#ifdef MP_HAVE_CUDA
+    if (!st) st = mp_cuda_attn_rows_dev(m, rows);
+#endif
+    return st;
+}

@@ -46,4 +46,15 @@ const char *mp_cuda_cpu_reason(const mp_model *m, const mp_forward_params *fp);
  * newer on the device. On failure the model is unchanged. */
 mp_status mp_model_to_device(mp_model *m, mp_device d, mp_precision p);
 
+/* Memory knobs of a model on the cuda device (for tests and tuning; rows 0,
+ * the default, is automatic). mp_cuda_loss_chunk: rows per chunk of a
+ * training step's classifier + cross-entropy (the chunk's logits are rows x
+ * vocab floats; automatic: as many as fit 128 MiB, at least 64).
+ * mp_cuda_attn_rows: query rows per block of the attention without a stored
+ * pattern (training, and prefill of 16 rows or more; a block's scores are
+ * B x n_head x rows x keys floats; automatic: as many as fit 256 MiB).
+ * MP_ERR_ARG when m is not on the device or rows < 0. */
+mp_status mp_cuda_loss_chunk(mp_model *m, int rows);
+mp_status mp_cuda_attn_rows(mp_model *m, int rows);
+
 #endif

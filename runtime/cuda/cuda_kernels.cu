@@ -197,29 +197,12 @@ __global__ static void k_attn_flash(float *z, const float *q, const float *kc, c
     }
 }
 
-// Block (i, h, b): the scaled scores of query row q0 + i against every key,
-// -inf past its last key (model.c's scores with the pattern shown).
-__global__ static void k_attn_scores(float *att, const float *q, const float *kc, int T, int H, int K, int Dh, int pos0,
-                                     size_t bstride, float scale, int q0, int rows) {
-    __shared__ float qs[MAX_DH];
-    const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, t = q0 + i, S = pos0 + T;
-    const int HD = H * Dh, KD = K * Dh, group = H / K;
-    const float *qp = q + ((size_t)b * T + t) * HD + (size_t)h * Dh;
-    const float *kp = kc + (size_t)b * bstride + (size_t)(h / group) * Dh;
-    for (int d = threadIdx.x; d < Dh; d += blockDim.x) qs[d] = qp[d];
-    __syncthreads();
+// Block (i, h, b): -inf past row i's last key (pos0 + q0 + i), as the
+// scores model.c shows; the keys before it are left as the product wrote them.
+__global__ static void k_attn_mask(float *att, int H, int S, int pos0, int q0, int rows) {
+    const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     float *a = att + (((size_t)b * H + h) * rows + i) * S;
-    const int n = pos0 + t + 1;
-    for (int j = threadIdx.x; j < S; j += blockDim.x) {
-        if (j < n) {
-            const float *kr = kp + (size_t)j * KD;
-            float s = 0.0f;
-            for (int d = 0; d < Dh; d++) s += qs[d] * kr[d];
-            a[j] = s * scale;
-        } else {
-            a[j] = -INFINITY;
-        }
-    }
+    for (int j = pos0 + q0 + i + 1 + threadIdx.x; j < S; j += blockDim.x) a[j] = -INFINITY;
 }
 
 // Block (i, h, b): softmax of row i over keys 0 .. pos0 + q0 + i (ops.c
@@ -247,25 +230,6 @@ __global__ static void k_attn_softmax(float *att, float *lse, int H, int S, int 
     const float tot = block_sum(sum, sh), inv = 1.0f / tot;
     for (int j = threadIdx.x; j < S; j += blockDim.x) a[j] = j < n ? a[j] * inv : 0.0f;
     if (lse && threadIdx.x == 0) lse[((size_t)b * H + h) * T + q0 + i] = mx + logf(tot);
-}
-
-// Block (i, h, b): z of query row q0 + i = pattern row @ V over the keys that
-// model.c's product reads for it: its sub-block of 64 rows (r0 ..) reads keys
-// 0 .. pos0 + q0 + r0 + rr - 1 (entries past the row's own last key are 0
-// unless a pattern hook wrote there; then both devices use them alike).
-__global__ static void k_attn_pv(float *z, const float *att, const float *vc, int T, int H, int K, int Dh, int pos0,
-                                 size_t bstride, int q0, int rows) {
-    const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, S = pos0 + T;
-    const int HD = H * Dh, KD = K * Dh, group = H / K;
-    const int r0 = (i / 64) * 64, rr = rows - r0 < 64 ? rows - r0 : 64, lim = pos0 + q0 + r0 + rr;
-    const float *a = att + (((size_t)b * H + h) * rows + i) * S;
-    const float *vp = vc + (size_t)b * bstride + (size_t)(h / group) * Dh;
-    float *zp = z + ((size_t)b * T + q0 + i) * HD + (size_t)h * Dh;
-    for (int d = threadIdx.x; d < Dh; d += blockDim.x) {
-        float acc = 0.0f;
-        for (int j = 0; j < lim; j++) acc += a[j] * vp[(size_t)j * KD + d];
-        zp[d] = acc;
-    }
 }
 
 // ---- launchers ----
@@ -346,11 +310,8 @@ cudaError_t mp_cuk_attn_flash(float *z, const float *q, const float *kc, const f
     return cudaGetLastError();
 }
 
-cudaError_t mp_cuk_attn_scores(float *att, const float *q, const float *kc, int B, int T, int H, int K, int Dh,
-                               int pos0, size_t bstride, float scale, int q0, int rows, cudaStream_t s) {
-    if (Dh > MAX_DH) return cudaErrorInvalidValue;
-    MP_LAUNCH(k_attn_scores, dim3((unsigned)rows, (unsigned)H, (unsigned)B), 128, s)(att, q, kc, T, H, K, Dh, pos0,
-                                                                               bstride, scale, q0, rows);
+cudaError_t mp_cuk_attn_mask(float *att, int B, int H, int S, int pos0, int q0, int rows, cudaStream_t s) {
+    MP_LAUNCH(k_attn_mask, dim3((unsigned)rows, (unsigned)H, (unsigned)B), 128, s)(att, H, S, pos0, q0, rows);
     return cudaGetLastError();
 }
 
@@ -358,13 +319,6 @@ cudaError_t mp_cuk_attn_softmax(float *att, float *lse, int B, int H, int S, int
                                 cudaStream_t s) {
     MP_LAUNCH(k_attn_softmax, dim3((unsigned)rows, (unsigned)H, (unsigned)B), 256, s)(att, lse, H, S, T, pos0, q0,
                                                                                     rows);
-    return cudaGetLastError();
-}
-
-cudaError_t mp_cuk_attn_pv(float *z, const float *att, const float *vc, int B, int T, int H, int K, int Dh, int pos0,
-                           size_t bstride, int q0, int rows, cudaStream_t s) {
-    MP_LAUNCH(k_attn_pv, dim3((unsigned)rows, (unsigned)H, (unsigned)B), 128, s)(z, att, vc, T, H, K, Dh, pos0, bstride,
-                                                                           q0, rows);
     return cudaGetLastError();
 }
 

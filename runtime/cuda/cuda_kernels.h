@@ -47,18 +47,15 @@ cudaError_t mp_cuk_rope(float *x, const float *cos_t, const float *sin_t, const 
  * positions 0..pos0+T-1; query t sees keys 0..pos0+t. Dh <= 256. */
 cudaError_t mp_cuk_attn_flash(float *z, const float *q, const float *kc, const float *vc, int B, int T, int H, int K,
                               int Dh, int pos0, size_t bstride, float scale, cudaStream_t s);
-/* The materialised path for query rows q0..q0+rows-1 (att [B,H,rows,S], S =
- * pos0+T): scores (-inf past each row's last key), then softmax in place
- * (row i over keys 0..pos0+q0+i; a fully -inf row becomes 0; the rest 0;
- * with lse non-NULL each row's log-sum-exp to lse [B,H,T] at row q0+i), then
- * z rows = pattern @ V over the keys model.c's sub-blocks of 64 rows read. */
-cudaError_t mp_cuk_attn_scores(float *att, const float *q, const float *kc, int B, int T, int H, int K, int Dh,
-                               int pos0, size_t bstride, float scale, int q0, int rows, cudaStream_t s);
+/* The materialised path's softmax for query rows q0..q0+rows-1 (att
+ * [B,H,rows,S], S = pos0+T; the scores from cuBLAS, cuda_model.c): row i
+ * over keys 0..pos0+q0+i (a fully -inf row becomes 0; the rest 0; with lse
+ * non-NULL each row's log-sum-exp to lse [B,H,T] at row q0+i). */
 cudaError_t mp_cuk_attn_softmax(float *att, float *lse, int B, int H, int S, int T, int pos0, int q0, int rows,
                                 cudaStream_t s);
-cudaError_t mp_cuk_attn_pv(float *z, const float *att, const float *vc, int B, int T, int H, int K, int Dh, int pos0,
-                           size_t bstride, int q0, int rows, cudaStream_t s);
-
+/* -inf past each row's last key (pos0+q0+i) of att [B,H,rows,S]: the scores'
+ * mask after a product (cuda_model.c pattern_scores) wrote keys 0..pos0+q0+rows-1 */
+cudaError_t mp_cuk_attn_mask(float *att, int B, int H, int S, int pos0, int q0, int rows, cudaStream_t s);
 /* The backward of mp_cuk_rope: dx <- q_scale[t] R(-angle) dx (ops_backward.c
  * mp_rope_backward, then the factor as pos.c mp_pos_apply) */
 cudaError_t mp_cuk_rope_backward(float *dx, const float *cos_t, const float *sin_t, const float *q_scale, int B, int T,

@@ -393,6 +393,47 @@ cleanup:
     return st;
 }
 
+/* The materialised path's products for query rows q0..q0+rows-1 (att [B, H,
+ * rows, S], S = pos0 + T), batched over the kv heads per sequence and head
+ * group member as attn_blocked's: the scaled scores of keys 0..Tk-1 (Tk =
+ * pos0+q0+rows), then -inf past each row's last key (mp_cuk_attn_mask), what
+ * hook_attn_scores shows. */
+static mp_status pattern_scores(cu_model *d, float *att, const float *q, const float *kc, int B, int T, int H, int K,
+                                int Dh, int pos0, size_t bstride, float scale, int q0, int rows) {
+    mp_status st = MP_OK;
+    const int group = H / K, HD = H * Dh, KD = K * Dh, S = pos0 + T, Tk = pos0 + q0 + rows;
+    const long long sP = (long long)group * rows * S;
+    for (int b = 0; b < B; b++)
+        for (int g = 0; g < group; g++)
+            TRY(gemm_sb(d, CUBLAS_OP_T, CUBLAS_OP_N, Tk, rows, Dh, scale, kc + b * bstride, KD, Dh,
+                        q + ((size_t)b * T + q0) * HD + (size_t)g * Dh, HD, (long long)group * Dh, 0.0f,
+                        att + ((size_t)b * H + g) * rows * S, S, sP, K));
+    CU(mp_cuk_attn_mask, (att, B, H, S, pos0, q0, rows, d->stream));
+cleanup:
+    return st;
+}
+
+/* z rows q0.. = pattern @ V over the keys model.c's product reads: its
+ * sub-blocks of 64 rows (r0..) read keys 0..pos0+q0+r0+rr-1 (entries past a
+ * row's own last key are 0 unless a pattern hook wrote there; then both
+ * devices use them alike). */
+static mp_status pattern_pv(cu_model *d, float *z, const float *att, const float *vc, int B, int T, int H, int K,
+                            int Dh, int pos0, size_t bstride, int q0, int rows) {
+    mp_status st = MP_OK;
+    const int group = H / K, HD = H * Dh, KD = K * Dh, S = pos0 + T;
+    const long long sP = (long long)group * rows * S;
+    for (int r0 = 0; r0 < rows; r0 += 64) {
+        const int rr = rows - r0 < 64 ? rows - r0 : 64, lim = pos0 + q0 + r0 + rr;
+        for (int b = 0; b < B; b++)
+            for (int g = 0; g < group; g++)
+                TRY(gemm_sb(d, CUBLAS_OP_N, CUBLAS_OP_N, Dh, rr, lim, 1.0f, vc + b * bstride, KD, Dh,
+                            att + (((size_t)b * H + g) * rows + r0) * S, S, sP, 0.0f,
+                            z + ((size_t)b * T + q0 + r0) * HD + (size_t)g * Dh, HD, (long long)group * Dh, K));
+    }
+cleanup:
+    return st;
+}
+
 /* P and dP of one block of query rows: at most this many floats each (256 MiB). */
 #define ATT_FLOATS ((size_t)1 << 26)
 /* Calls of at least this many query rows run the blocked attention (shorter
@@ -610,11 +651,11 @@ static mp_status forward_dev(const mp_model *m, const int *tokens, int B, int T,
         if ((tr && att) || show) {
             for (int q0 = 0; q0 < T; q0 += qb) { /* the pattern by blocks of query rows, as on the CPU */
                 const int rows = T - q0 < qb ? T - q0 : qb;
-                CU(mp_cuk_attn_scores, (att, q, kc, B, T, H, K, Dh, pos0, bstride, scale, q0, rows, s));
+                TRY(pattern_scores(d, att, q, kc, B, T, H, K, Dh, pos0, bstride, scale, q0, rows));
                 TRY(hook_block(d, &f, MP_HOOK_ATTN_SCORES, l, q0, rows, att));
                 CU(mp_cuk_attn_softmax, (att, NULL, B, H, S, T, pos0, q0, rows, s));
                 TRY(hook_block(d, &f, MP_HOOK_PATTERN, l, q0, rows, att));
-                CU(mp_cuk_attn_pv, (z, att, vc, B, T, H, K, Dh, pos0, bstride, q0, rows, s));
+                TRY(pattern_pv(d, z, att, vc, B, T, H, K, Dh, pos0, bstride, q0, rows));
             }
         } else if (tr) { /* no pattern stored: the rows' log-sum-exp, from which the backward recomputes it */
             TRY(attn_blocked(d, z, A->lse + (size_t)l * B * H * T, NULL, NULL, NULL, NULL, q, k, v, B, T, H, K, Dh, 0,

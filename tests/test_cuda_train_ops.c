@@ -2,9 +2,10 @@
  * runtime/cuda/cuda_train_kernels.cu) against the CPU's ops_backward.c and
  * optim.c on random inputs: embedding, RMSNorm and LayerNorm (dx, dw, db),
  * linear bias, RoPE with a logit factor, SwiGLU, GELU (erf, tanh), causal
- * grouped-query attention over a softmax pattern, the blocked attention's
- * kernels (the softmax of a block of rows with their log-sum-exp, the pattern
- * recomputed from it, the softmax backward), cross-entropy (loss and
+ * attention's row kernels (the softmax of a block of rows with their
+ * log-sum-exp, the pattern recomputed from it, the softmax backward on a
+ * block and on rows of a stored pattern; the products are cuBLAS's, checked
+ * by test_gpu_train), cross-entropy (loss and
  * dlogits, ignored rows, in place), the squared-norm partial sums and
  * clipping, and three AdamW steps on every parameter tensor of a model (decay
  * where the CPU decays). Every gradient output starts non-zero, so
@@ -181,19 +182,27 @@ static void test_attention(int B, int T, int H, int K, int Dh) {
                 }
                 mp_softmax_rows(row, 1, i + 1, T);
             }
-    float *dq = rnd(nq, 1), *dk = rnd(nk, 1), *dv = rnd(nk, 1), *datt = calloc(na, 4);
-    float *d_q = dev(q, nq * 4), *d_k = dev(k, nk * 4), *d_v = dev(v, nk * 4), *d_dz = dev(dz, nq * 4),
-          *d_att = dev(att, na * 4), *d_dq = dev(dq, nq * 4), *d_dk = dev(dk, nk * 4), *d_dv = dev(dv, nk * 4),
-          *d_ds = dev(NULL, na * 4);
-    mp_attention_backward(dq, dk, dv, datt, dz, q, k, v, att, B, T, H, K, Dh);
-    OK(mp_cuk_attn_backward(d_dq, d_dk, d_dv, d_ds, d_dz, d_q, d_k, d_v, d_att, B, T, H, K, Dh, NULL));
+    float *d_q = dev(q, nq * 4), *d_k = dev(k, nk * 4), *d_att = dev(att, na * 4);
+    /* the softmax backward over the stored pattern [B,H,T,T]: rows r0.. (the CPU's 64-row sub-blocks
+     * start there), keys up to the end, 0 past each row's own key */
     char lab[96];
-    snprintf(lab, sizeof lab, "attention B%d T%d H%d K%d Dh%d: dq", B, T, H, K, Dh);
-    near(lab, dq, d_dq, nq);
-    snprintf(lab, sizeof lab, "attention B%d T%d H%d K%d Dh%d: dk", B, T, H, K, Dh);
-    near(lab, dk, d_dk, nk);
-    snprintf(lab, sizeof lab, "attention B%d T%d H%d K%d Dh%d: dv", B, T, H, K, Dh);
-    near(lab, dv, d_dv, nk);
+    const int r0 = T / 2, rr = T - r0;
+    float *gS = rnd(na, 1), *refS = malloc(na * 4), *d_gS = dev(gS, na * 4);
+    memcpy(refS, gS, na * 4);
+    for (size_t bh = 0; bh < (size_t)B * H; bh++)
+        for (int i = r0; i < T; i++) {
+            const float *pr = att + (bh * T + i) * T;
+            float *dr = refS + (bh * T + i) * T;
+            double dot = 0;
+            for (int j = 0; j <= i; j++) dot += (double)pr[j] * dr[j];
+            for (int j = 0; j < T; j++) dr[j] = j <= i ? (float)(scale * pr[j] * (dr[j] - dot)) : 0.0f;
+        }
+    OK(mp_cuk_attn_softmax_bwd(d_gS + (size_t)r0 * T, d_att + (size_t)r0 * T, B, H, (size_t)T * T, T, T, r0, rr,
+                               scale, NULL));
+    snprintf(lab, sizeof lab, "softmax backward over the stored pattern B%d T%d H%d, rows %d..", B, T, H, r0);
+    near(lab, refS, d_gS, na);
+    cudaFree(d_gS);
+    free(gS), free(refS);
     /* the blocked attention's kernels on query rows q0.. (keys 0..T-1): the softmax with each row's
      * log-sum-exp, the pattern recomputed from it, and the softmax backward with the scale */
     const int q0 = T / 3, rows = T - q0, Tk = T;
@@ -232,14 +241,13 @@ static void test_attention(int B, int T, int H, int K, int Dh) {
     OK(mp_cuk_attn_recompute(d_P2, d_lse, B, H, T, Tk, q0, rows, NULL));
     snprintf(lab, sizeof lab, "pattern recomputed from the log-sum-exp B%d T%d H%d", B, T, H);
     near(lab, Pref, d_P2, nb);
-    OK(mp_cuk_attn_softmax_bwd(d_gP, d_P2, B, H, Tk, rows, scale, NULL));
+    OK(mp_cuk_attn_softmax_bwd(d_gP, d_P2, B, H, (size_t)rows * Tk, Tk, Tk, q0, rows, scale, NULL));
     snprintf(lab, sizeof lab, "softmax backward B%d T%d H%d", B, T, H);
     near(lab, dS, d_gP, nb);
     cudaFree(d_P), cudaFree(d_P2), cudaFree(d_lse), cudaFree(d_gP);
     free(S), free(Pref), free(lref), free(gP), free(dS), free(lrows);
-    cudaFree(d_q), cudaFree(d_k), cudaFree(d_v), cudaFree(d_dz), cudaFree(d_att), cudaFree(d_dq), cudaFree(d_dk),
-        cudaFree(d_dv), cudaFree(d_ds);
-    free(q), free(k), free(v), free(dz), free(att), free(dq), free(dk), free(dv), free(datt);
+    cudaFree(d_q), cudaFree(d_k), cudaFree(d_att);
+    free(q), free(k), free(v), free(dz), free(att);
 }
 
 static void test_xent(void) {

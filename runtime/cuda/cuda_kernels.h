@@ -77,21 +77,17 @@ cudaError_t mp_cuk_swiglu_backward(float *dgate, float *dup, const float *dout, 
                                    size_t n, cudaStream_t s);
 cudaError_t mp_cuk_gelu_backward(float *dx, const float *dout, const float *x, size_t n, int tanh_approx,
                                  cudaStream_t s);
-/* Causal grouped-query softmax attention over the stored pattern att
- * [B,H,T,T] (q, z [B,T,H,Dh]; k, v [B,T,K,Dh]): dq, dk, dv accumulated; dS
- * [B,H,T,T] receives the scores' gradient (ops_backward.c mp_attention_backward). */
-cudaError_t mp_cuk_attn_backward(float *dq, float *dk, float *dv, float *dS, const float *dz, const float *q,
-                                 const float *k, const float *v, const float *att, int B, int T, int H, int K, int Dh,
-                                 cudaStream_t s);
-/* The blocked attention of training without a stored pattern (cuda_model.c
- * attn_train_bwd: cuBLAS products per block of query rows q0..q0+rows-1 over
- * keys 0..Tk-1, Tk = q0+rows; P and dP [B,H,rows,Tk]): P = exp(P - lse) of
- * each row (lse [B,H,T] from mp_cuk_attn_softmax) on its keys j <= q0+i, 0
- * past them; then dP <- scale P (dP - sum_j P dP), the scores' gradient. */
+/* The attention backward's row kernels (its products run in cuBLAS,
+ * cuda_model.c). mp_cuk_attn_recompute, for the blocked attention (query rows
+ * q0..q0+rows-1 over keys 0..Tk-1, Tk = q0+rows; P [B,H,rows,Tk]): P =
+ * exp(P - lse) of each row (lse [B,H,T] from mp_cuk_attn_softmax) on its keys
+ * j <= q0+i, 0 past them. mp_cuk_attn_softmax_bwd: rows i < rows of each
+ * (b, h) (bh floats apart, rows ld apart, positions t0+i): dP <- scale P (dP -
+ * sum_j P dP) on keys j <= t0+i, 0 on the later keys up to width. */
 cudaError_t mp_cuk_attn_recompute(float *P, const float *lse, int B, int H, int T, int Tk, int q0, int rows,
                                   cudaStream_t s);
-cudaError_t mp_cuk_attn_softmax_bwd(float *dP, const float *P, int B, int H, int Tk, int rows, float scale,
-                                    cudaStream_t s);
+cudaError_t mp_cuk_attn_softmax_bwd(float *dP, const float *P, int B, int H, size_t bh, int ld, int width, int t0,
+                                    int rows, float scale, cudaStream_t s);
 /* Cross-entropy of N rows of V logits: loss[n] = -log softmax(logits[n])[t]
  * and dlogits[n] = scale (softmax - onehot(t)); both 0 where targets[n] < 0.
  * dlogits may alias logits (ops_backward.c mp_crossentropy_backward). */

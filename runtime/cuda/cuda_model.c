@@ -495,7 +495,7 @@ static mp_status attn_blocked(cu_model *d, float *z, float *lse, float *dq, floa
                     TRY(gemm_sb(d, T_, N_, Tk, rows, Dh, 1.0f, vb, KD, Dh, dzb, HD, (long long)group * Dh, 0.0f, dPb,
                                 Tk, sP, K));
                 }
-            CU(mp_cuk_attn_softmax_bwd, (dP, P, B, H, Tk, rows, scale, s));
+            CU(mp_cuk_attn_softmax_bwd, (dP, P, B, H, (size_t)rows * Tk, Tk, Tk, q0, rows, scale, s));
         }
         for (int b = 0; b < B; b++)
             for (int g = 0; g < group; g++) {
@@ -511,6 +511,47 @@ static mp_status attn_blocked(cu_model *d, float *z, float *lse, float *dq, floa
                 TRY(gemm_sb(d, N_, T_, Dh, Tk, rows, 1.0f, q + qo, HD, sq, dSb, Tk, sP, 1.0f, dk + ko, KD, Dh, K));
                 TRY(gemm_sb(d, N_, T_, Dh, Tk, rows, 1.0f, dz + qo, HD, sq, Pb, Tk, sP, 1.0f, dv + ko, KD, Dh, K));
             }
+    }
+cleanup:
+    return st;
+}
+
+/* The attention backward over a stored pattern att [B,H,T,T] (a hook showed
+ * it), ops_backward.c mp_attention_backward's products in cuBLAS, by
+ * sub-blocks of 64 query rows r0.. over keys 0..kk-1 (kk = r0 + rows): dP = dz
+ * V^T and dv += P^T dz (the pattern's entries up to kk, as the CPU reads
+ * them), dS = scale P (dP - rowsum) on keys j <= i and 0 past them (into
+ * datt), dq += dS K, dk += dS^T Q. Batched as attn_blocked's. */
+static mp_status attn_stored_bwd(cu_model *d, float *dq, float *dk, float *dv, float *datt, const float *dz,
+                                 const float *q, const float *k, const float *v, const float *att, int B, int T, int H,
+                                 int K, int Dh) {
+    mp_status st = MP_OK;
+    const int group = H / K, HD = H * Dh, KD = K * Dh;
+    const float scale = 1.0f / sqrtf((float)Dh);
+    const long long sTT = (long long)group * T * T, sq = (long long)group * Dh;
+    const cublasOperation_t N_ = CUBLAS_OP_N, T_ = CUBLAS_OP_T;
+    for (int r0 = 0; r0 < T; r0 += 64) {
+        const int rr = T - r0 < 64 ? T - r0 : 64, kk = r0 + rr;
+        for (int pass = 0; pass < 2; pass++) {
+            if (pass) CU(mp_cuk_attn_softmax_bwd, (datt + (size_t)r0 * T, att + (size_t)r0 * T, B, H, (size_t)T * T, T,
+                                                   kk, r0, rr, scale, d->stream));
+            for (int b = 0; b < B; b++)
+                for (int g = 0; g < group; g++) {
+                    const size_t bh = ((size_t)b * H + g) * T * T + (size_t)r0 * T;
+                    const size_t qo = ((size_t)b * T + r0) * HD + (size_t)g * Dh, ko = (size_t)b * T * KD;
+                    if (!pass) { /* dP^T = V dz^T; dv^T += dz^T P */
+                        TRY(gemm_sb(d, T_, N_, kk, rr, Dh, 1.0f, v + ko, KD, Dh, dz + qo, HD, sq, 0.0f, datt + bh, T,
+                                    sTT, K));
+                        TRY(gemm_sb(d, N_, T_, Dh, kk, rr, 1.0f, dz + qo, HD, sq, att + bh, T, sTT, 1.0f, dv + ko, KD,
+                                    Dh, K));
+                    } else { /* dq^T += K^T dS^T; dk^T += Q^T dS */
+                        TRY(gemm_sb(d, N_, N_, Dh, rr, kk, 1.0f, k + ko, KD, Dh, datt + bh, T, sTT, 1.0f, dq + qo, HD,
+                                    sq, K));
+                        TRY(gemm_sb(d, N_, T_, Dh, kk, rr, 1.0f, q + qo, HD, sq, datt + bh, T, sTT, 1.0f, dk + ko, KD,
+                                    Dh, K));
+                    }
+                }
+        }
     }
 cleanup:
     return st;
@@ -843,7 +884,7 @@ static mp_status backward_dev(const mp_model *m, const mp_acts *A) {
         ZERO(A->dk, nk);
         ZERO(A->dv, nk);
         if (a.att) /* the stored pattern (a hook showed it) */
-            CU(mp_cuk_attn_backward, (A->dq, A->dk, A->dv, A->datt, A->dz, a.q, a.k, a.v, a.att, B, T, H, K, Dh, s));
+            TRY(attn_stored_bwd(d, A->dq, A->dk, A->dv, A->datt, A->dz, a.q, a.k, a.v, a.att, B, T, H, K, Dh));
         else /* the pattern recomputed from the rows' log-sum-exp */
             TRY(attn_blocked(d, NULL, A->lse + (size_t)l * B * H * T, A->dq, A->dk, A->dv, A->dz, a.q, a.k, a.v, B, T,
                              H, K, Dh, 0, (size_t)T * KD));

@@ -3,13 +3,10 @@
 // compute, the cross-entropy, and AdamW with its gradient-norm clipping. Each
 // mirrors one function of runtime/ops_backward.c or optim.c, with the same
 // formulas, in float32 with float32 accumulation (tree reductions); gradient
-// outputs accumulate (+=) as on the CPU. The attention backward comes twice:
-// the materialised one, over the stored pattern as train.c's (one block per
-// query row for dP, dS and dq, one per key row and kv head for dk and dv),
-// used when a hook shows the scores or the pattern; and the kernels of the
-// blocked one (cuBLAS products by blocks of query rows, the pattern
-// recomputed from each row's log-sum-exp: k_attn_recompute,
-// k_attn_softmax_bwd), which needs no [T, T] memory.
+// outputs accumulate (+=) as on the CPU. The attention's products run in
+// cuBLAS (cuda_model.c); here are its row kernels: the pattern recomputed
+// from each row's log-sum-exp (k_attn_recompute) and the softmax backward
+// (k_attn_softmax_bwd), for the blocked attention and the stored pattern.
 #include "cuda_kernels.h"
 #include "cuda_common.cuh"
 
@@ -100,66 +97,6 @@ __global__ static void k_gelu_bwd(float *dx, const float *dout, const float *x, 
     }
 }
 
-// ---- attention (materialised, causal, grouped-query) ----
-
-// Block (i, h, b): dP_ij = dz_i . v_j for keys j <= i, then through the
-// softmax: dS_ij = P_ij (dP_ij - sum_k dP_ik P_ik) * scale; 0 for j > i.
-__global__ static void k_attn_bwd_ds(float *dS, const float *dz, const float *v, const float *att, int T, int H,
-                                     int K, int Dh, float scale) {
-    __shared__ float sh[WARP];
-    __shared__ float dzs[MAX_DH];
-    const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, HD = H * Dh, KD = K * Dh, kh = h / (H / K);
-    const float *dzp = dz + ((size_t)b * T + i) * HD + (size_t)h * Dh;
-    for (int d = threadIdx.x; d < Dh; d += blockDim.x) dzs[d] = dzp[d];
-    __syncthreads();
-    const size_t row = (((size_t)b * H + h) * T + i) * T;
-    const float *P = att + row;
-    float *ds = dS + row;
-    float part = 0.0f;
-    for (int j = threadIdx.x; j <= i; j += blockDim.x) {
-        const float *vr = v + ((size_t)b * T + j) * KD + (size_t)kh * Dh;
-        float dp = 0.0f;
-        for (int d = 0; d < Dh; d++) dp += dzs[d] * vr[d];
-        ds[j] = dp;
-        part += dp * P[j];
-    }
-    const float sum = block_sum(part, sh);
-    for (int j = threadIdx.x; j < T; j += blockDim.x) ds[j] = j <= i ? P[j] * (ds[j] - sum) * scale : 0.0f;
-}
-
-// Block (i, h, b): dq_i += sum_{j <= i} dS_ij k_j.
-__global__ static void k_attn_bwd_dq(float *dq, const float *dS, const float *k, int T, int H, int K, int Dh) {
-    const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, HD = H * Dh, KD = K * Dh, kh = h / (H / K);
-    const float *ds = dS + (((size_t)b * H + h) * T + i) * T;
-    float *dqp = dq + ((size_t)b * T + i) * HD + (size_t)h * Dh;
-    for (int d = threadIdx.x; d < Dh; d += blockDim.x) {
-        float acc = 0.0f;
-        for (int j = 0; j <= i; j++) acc += ds[j] * k[((size_t)b * T + j) * KD + (size_t)kh * Dh + d];
-        dqp[d] += acc;
-    }
-}
-
-// Block (j, kh, b): over the group's heads and the queries i >= j,
-// dk_j += sum dS_ij q_i and dv_j += sum P_ij dz_i.
-__global__ static void k_attn_bwd_dkv(float *dk, float *dv, const float *dS, const float *att, const float *q,
-                                      const float *dz, int T, int H, int K, int Dh) {
-    const int j = blockIdx.x, kh = blockIdx.y, b = blockIdx.z, HD = H * Dh, KD = K * Dh, group = H / K;
-    float *dkp = dk + ((size_t)b * T + j) * KD + (size_t)kh * Dh, *dvp = dv + ((size_t)b * T + j) * KD + (size_t)kh * Dh;
-    for (int d = threadIdx.x; d < Dh; d += blockDim.x) {
-        float ak = 0.0f, av = 0.0f;
-        for (int h = kh * group; h < (kh + 1) * group; h++) {
-            const size_t base = ((size_t)b * H + h) * T * (size_t)T;
-            for (int i = j; i < T; i++) {
-                const size_t qi = ((size_t)b * T + i) * HD + (size_t)h * Dh + d;
-                ak += dS[base + (size_t)i * T + j] * q[qi];
-                av += att[base + (size_t)i * T + j] * dz[qi];
-            }
-        }
-        dkp[d] += ak;
-        dvp[d] += av;
-    }
-}
-
 // ---- cross-entropy ----
 
 // Block n: p = softmax(logits[n]); loss[n] = -log p[t] (0 where t < 0);
@@ -229,7 +166,7 @@ __global__ static void k_adamw(float *p, float *m, float *v, const float *g, siz
 
 // ---- launchers ----
 
-// ---- the blocked attention of training (cuda_model.c attn_train_bwd) ----
+// ---- the attention's row kernels (cuda_model.c attn_blocked, attn_stored_bwd) ----
 
 // Block (i, h, b): row i of a block of query rows (t = q0 + i): the scores
 // turned back into the pattern, exp(s - lse_t) on keys 0..t, 0 past them.
@@ -240,16 +177,20 @@ __global__ static void k_attn_recompute(float *P, const float *lse, int H, int T
     for (int j = threadIdx.x; j < Tk; j += blockDim.x) a[j] = j <= t ? expf(a[j] - L) : 0.0f;
 }
 
-// Block (i, h, b): dS = scale P (dP - sum_j P dP) of row i, in place in dP
-// (ops_backward.c's softmax backward; the scores' scale folded in).
-__global__ static void k_attn_softmax_bwd(float *dP, const float *P, int H, int Tk, int rows, float scale) {
+// Block (i, h, b): row i (position t0 + i) of (b, h)'s rows (bh floats
+// apart, rows ld apart): on its keys j <= t0 + i, dS = scale P (dP - sum_j P
+// dP), in place in dP; 0 on the later keys up to width (ops_backward.c's
+// softmax backward, the scores' scale folded in).
+__global__ static void k_attn_softmax_bwd(float *dP, const float *P, int H, size_t bh, int ld, int width, int t0,
+                                          float scale) {
     __shared__ float sh[WARP];
     const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const size_t o = (((size_t)b * H + h) * rows + i) * Tk;
+    const size_t o = ((size_t)b * H + h) * bh + (size_t)i * ld;
+    const int lim = t0 + i + 1 < width ? t0 + i + 1 : width;
     float part = 0.0f;
-    for (int j = threadIdx.x; j < Tk; j += blockDim.x) part += P[o + j] * dP[o + j];
+    for (int j = threadIdx.x; j < lim; j += blockDim.x) part += P[o + j] * dP[o + j];
     const float D = block_sum(part, sh);
-    for (int j = threadIdx.x; j < Tk; j += blockDim.x) dP[o + j] = scale * P[o + j] * (dP[o + j] - D);
+    for (int j = threadIdx.x; j < width; j += blockDim.x) dP[o + j] = j < lim ? scale * P[o + j] * (dP[o + j] - D) : 0.0f;
 }
 
 extern "C" {
@@ -285,29 +226,16 @@ cudaError_t mp_cuk_gelu_backward(float *dx, const float *dout, const float *x, s
     return cudaGetLastError();
 }
 
-cudaError_t mp_cuk_attn_backward(float *dq, float *dk, float *dv, float *dS, const float *dz, const float *q,
-                                 const float *k, const float *v, const float *att, int B, int T, int H, int K, int Dh,
-                                 cudaStream_t s) {
-    if (Dh > MAX_DH) return cudaErrorInvalidValue;
-    const float scale = 1.0f / sqrtf((float)Dh);
-    MP_LAUNCH(k_attn_bwd_ds, dim3((unsigned)T, (unsigned)H, (unsigned)B), 128, s)(dS, dz, v, att, T, H, K, Dh, scale);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
-    MP_LAUNCH(k_attn_bwd_dq, dim3((unsigned)T, (unsigned)H, (unsigned)B), 64, s)(dq, dS, k, T, H, K, Dh);
-    if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    MP_LAUNCH(k_attn_bwd_dkv, dim3((unsigned)T, (unsigned)K, (unsigned)B), 64, s)(dk, dv, dS, att, q, dz, T, H, K, Dh);
-    return cudaGetLastError();
-}
-
 cudaError_t mp_cuk_attn_recompute(float *P, const float *lse, int B, int H, int T, int Tk, int q0, int rows,
                                   cudaStream_t s) {
     MP_LAUNCH(k_attn_recompute, dim3((unsigned)rows, (unsigned)H, (unsigned)B), 256, s)(P, lse, H, T, Tk, q0, rows);
     return cudaGetLastError();
 }
 
-cudaError_t mp_cuk_attn_softmax_bwd(float *dP, const float *P, int B, int H, int Tk, int rows, float scale,
-                                    cudaStream_t s) {
-    MP_LAUNCH(k_attn_softmax_bwd, dim3((unsigned)rows, (unsigned)H, (unsigned)B), 256, s)(dP, P, H, Tk, rows, scale);
+cudaError_t mp_cuk_attn_softmax_bwd(float *dP, const float *P, int B, int H, size_t bh, int ld, int width, int t0,
+                                    int rows, float scale, cudaStream_t s) {
+    MP_LAUNCH(k_attn_softmax_bwd, dim3((unsigned)rows, (unsigned)H, (unsigned)B), 256, s)(dP, P, H, bh, ld, width, t0,
+                                                                                        scale);
     return cudaGetLastError();
 }
 

@@ -227,23 +227,25 @@ static void cu_release(mp_model *m) {
     m->dev_ops = NULL;
 }
 
+/* Grows the device buffer *p (holding *have elements of `size` bytes) to at
+ * least `need` elements; its contents are not kept. */
+static mp_status dev_grow(void **p, size_t *have, size_t need, size_t size) {
+    mp_status st = MP_OK;
+    if (*have >= need) return MP_OK;
+    cudaFree(*p);
+    *p = NULL;
+    *have = 0;
+    CU(cudaMalloc, (p, need * size));
+    *have = need;
+cleanup:
+    return st;
+}
+
 /* Grows the workspace / token buffer / pinned staging to at least the sizes given. */
 static mp_status reserve(cu_model *d, size_t ws_n, size_t tok_n, size_t host_n) {
     mp_status st = MP_OK;
-    if (d->ws_n < ws_n) {
-        cudaFree(d->ws);
-        d->ws = NULL;
-        d->ws_n = 0;
-        CU(cudaMalloc, ((void **)&d->ws, ws_n * sizeof(float)));
-        d->ws_n = ws_n;
-    }
-    if (d->tok_n < tok_n) {
-        cudaFree(d->tok);
-        d->tok = NULL;
-        d->tok_n = 0;
-        CU(cudaMalloc, ((void **)&d->tok, tok_n * sizeof(int)));
-        d->tok_n = tok_n;
-    }
+    TRY(dev_grow((void **)&d->ws, &d->ws_n, ws_n, sizeof(float)));
+    TRY(dev_grow((void **)&d->tok, &d->tok_n, tok_n, sizeof(int)));
     if (d->host_n < host_n) {
         if (d->host) cudaFreeHost(d->host);
         d->host = NULL;
@@ -463,14 +465,7 @@ static mp_status attn_blocked(cu_model *d, float *z, float *lse, float *dq, floa
     const size_t per_row = (size_t)B * H * (pos0 + T);
     const size_t want = d->att_rows > 0 ? (size_t)d->att_rows : ATT_FLOATS / per_row;
     const int R = want < 1 ? 1 : want > (size_t)T ? T : (int)want;
-    const size_t need = (dq ? 2 : 1) * per_row * (size_t)R;
-    if (d->ablk_n < need) {
-        cudaFree(d->ablk);
-        d->ablk = NULL;
-        d->ablk_n = 0;
-        CU(cudaMalloc, ((void **)&d->ablk, need * sizeof(float)));
-        d->ablk_n = need;
-    }
+    TRY(dev_grow((void **)&d->ablk, &d->ablk_n, (dq ? 2 : 1) * per_row * (size_t)R, sizeof(float)));
     const cublasOperation_t N_ = CUBLAS_OP_N, T_ = CUBLAS_OP_T;
     for (int q0 = 0; q0 < T; q0 += R) {
         const int rows = T - q0 < R ? T - q0 : R, Tk = pos0 + q0 + rows;
@@ -911,14 +906,9 @@ cleanup:
  * unless a chunk of 64 rows needs more. */
 #define CE_FLOATS ((size_t)1 << 25)
 
-mp_status mp_cuda_loss_chunk_dev(mp_model *m, int rows) {
-    ((cu_model *)m->dev)->ce_rows = rows;
-    return MP_OK;
-}
-
-mp_status mp_cuda_attn_rows_dev(mp_model *m, int rows) {
-    ((cu_model *)m->dev)->att_rows = rows;
-    return MP_OK;
+void mp_cuda_set_rows_dev(mp_model *m, int attn, int rows) {
+    cu_model *d = m->dev;
+    *(attn ? &d->att_rows : &d->ce_rows) = rows;
 }
 
 /* Device buffers of a step on micro-batches of mb x T: the store, the
@@ -927,8 +917,9 @@ static mp_status train_reserve(cu_model *d, const mp_config *c, int mb, int T, i
     mp_status st = MP_OK;
     const size_t n = mp_config_n_params(c), N = (size_t)mb * T;
     const size_t auto_rows = CE_FLOATS / (size_t)c->vocab;
-    const int R = d->ce_rows > 0 ? d->ce_rows : auto_rows < 64 ? 64 : auto_rows > N ? (int)N : (int)auto_rows;
-    if (d->acts.B != mb || d->acts.T != T || d->acts.logit_rows != (R < (int)N ? R : (int)N) ||
+    const size_t want = d->ce_rows > 0 ? (size_t)d->ce_rows : auto_rows < 64 ? 64 : auto_rows;
+    const int R = want < N ? (int)want : (int)N; /* as mp_acts_layout clamps it */
+    if (d->acts.B != mb || d->acts.T != T || d->acts.logit_rows != R ||
         (d->acts.lse != NULL) != (no_pattern != 0)) {
         cudaFree(d->acts.mem);
         memset(&d->acts, 0, sizeof d->acts);

@@ -84,25 +84,16 @@ mp_status mp_model_to_device(mp_model *m, mp_device d, mp_precision p) {
 }
 
 /* the knobs: checked here, set in cuda_model.c */
-static mp_status knob_check(const mp_model *m, const char *what, int rows) {
+static mp_status set_rows(mp_model *m, int attn, int rows) {
+    const char *what = attn ? "attention rows" : "loss chunk";
     if (!m || m->device != MP_DEVICE_CUDA || !m->dev)
         return mp_error(MP_ERR_ARG, "%s: the model is not on the cuda device", what);
     if (rows < 0) return mp_error(MP_ERR_ARG, "%s: rows must be >= 0 (0: automatic), got %d", what, rows);
+#ifdef MP_HAVE_CUDA
+    mp_cuda_set_rows_dev(m, attn, rows);
+#endif
     return MP_OK;
 }
 
-mp_status mp_cuda_loss_chunk(mp_model *m, int rows) {
-    mp_status st = knob_check(m, "loss chunk", rows);
-#ifdef MP_HAVE_CUDA
-    if (!st) st = mp_cuda_loss_chunk_dev(m, rows);
-#endif
-    return st;
-}
-
-mp_status mp_cuda_attn_rows(mp_model *m, int rows) {
-    mp_status st = knob_check(m, "attention rows", rows);
-#ifdef MP_HAVE_CUDA
-    if (!st) st = mp_cuda_attn_rows_dev(m, rows);
-#endif
-    return st;
-}
+mp_status mp_cuda_loss_chunk(mp_model *m, int rows) { return set_rows(m, 0, rows); }
+mp_status mp_cuda_attn_rows(mp_model *m, int rows) { return set_rows(m, 1, rows); }

@@ -237,7 +237,11 @@ static unsigned char *slot(const mp_hooks *hs, mp_hook_id id, int layer) {
     return &hs->active[(size_t)(layer + 1) * MP_HOOK_COUNT + id];
 }
 
-mp_status mp_hooks_add_at(mp_hooks *hs, mp_hook_id id, int layer, mp_hook_fn fn, void *user) {
+/* A point's byte in hs->active: bit 0 something is registered, bit 1 some callback there may write. */
+#define SLOT_ACTIVE 1
+#define SLOT_WRITER 2
+
+static mp_status add_entry(mp_hooks *hs, mp_hook_id id, int layer, mp_hook_fn fn, void *user, int writer) {
     if ((int)id < 0 || id >= MP_HOOK_COUNT || layer < -1 || layer >= hs->cfg.n_layer ||
         (layer >= 0) != (mp_hook_per_layer[id] != 0))
         return mp_error(MP_ERR_ARG, "invalid hook point (id %d, layer %d)", (int)id, layer);
@@ -249,21 +253,30 @@ mp_status mp_hooks_add_at(mp_hooks *hs, mp_hook_id id, int layer, mp_hook_fn fn,
         hs->cap = cap;
     }
     hs->e[hs->n++] = (hook_entry){id, layer, fn, user};
-    *slot(hs, id, layer) = 1;
+    *slot(hs, id, layer) |= (unsigned char)(SLOT_ACTIVE | (writer ? SLOT_WRITER : 0));
     return MP_OK;
+}
+
+mp_status mp_hooks_add_at(mp_hooks *hs, mp_hook_id id, int layer, mp_hook_fn fn, void *user) {
+    return add_entry(hs, id, layer, fn, user, 1);
+}
+
+mp_status mp_hooks_add_reader_at(mp_hooks *hs, mp_hook_id id, int layer, mp_hook_fn fn, void *user) {
+    return add_entry(hs, id, layer, fn, user, 0);
 }
 
 typedef struct {
     mp_hooks *hs;
     mp_hook_fn fn;
     void *user;
+    int writer;
     mp_status st;
 } add_ctx;
 
 static void add_visit(void *u, mp_hook_id id, int layer, const char *name) {
     (void)name;
     add_ctx *c = u;
-    if (c->st == MP_OK) c->st = mp_hooks_add_at(c->hs, id, layer, c->fn, c->user);
+    if (c->st == MP_OK) c->st = add_entry(c->hs, id, layer, c->fn, c->user, c->writer);
 }
 
 /* Does the glob match an opt-in point by fnmatch alone (but not spell it)? */
@@ -277,7 +290,7 @@ static int opt_in_only(const mp_config *cfg, const char *glob) {
     return 0;
 }
 
-mp_status mp_hooks_add(mp_hooks *hs, const char *globs, mp_hook_fn fn, void *user) {
+static mp_status add_globs(mp_hooks *hs, const char *globs, mp_hook_fn fn, void *user, int writer) {
     char bad[256];
     if (!globs || !*globs) return mp_error(MP_ERR_ARG, "empty hook name");
     int n = mp_hook_select(&hs->cfg, globs, NULL, NULL, bad, sizeof bad);
@@ -292,9 +305,17 @@ mp_status mp_hooks_add(mp_hooks *hs, const char *globs, mp_hook_fn fn, void *use
                         "(names look like 'blocks.0.attn.hook_pattern'; '*' matches any run of characters)",
                         bad);
     if (n == 0) return mp_error(MP_ERR_ARG, "hook names '%s' match no hook point", globs);
-    add_ctx c = {hs, fn, user, MP_OK};
+    add_ctx c = {hs, fn, user, writer, MP_OK};
     mp_hook_select(&hs->cfg, globs, add_visit, &c, NULL, 0);
     return c.st;
+}
+
+mp_status mp_hooks_add(mp_hooks *hs, const char *globs, mp_hook_fn fn, void *user) {
+    return add_globs(hs, globs, fn, user, 1);
+}
+
+mp_status mp_hooks_add_reader(mp_hooks *hs, const char *globs, mp_hook_fn fn, void *user) {
+    return add_globs(hs, globs, fn, user, 0);
 }
 
 void mp_hooks_clear(mp_hooks *hs) {
@@ -306,6 +327,10 @@ int mp_hooks_count(const mp_hooks *hs) { return hs ? hs->n : 0; }
 
 int mp_hooks_active(const mp_hooks *hs, mp_hook_id id, int layer) {
     return hs && *slot(hs, id, layer);
+}
+
+int mp_hooks_readonly(const mp_hooks *hs, mp_hook_id id, int layer) {
+    return hs && *slot(hs, id, layer) == SLOT_ACTIVE;
 }
 
 mp_status mp_hooks_fire(const mp_hooks *hs, mp_hook_info *info, float *data) {

@@ -142,12 +142,22 @@ void mp_hooks_free(mp_hooks *hs);
 mp_status mp_hooks_add(mp_hooks *hs, const char *globs, mp_hook_fn fn, void *user);
 /* Registers fn at one hook point. */
 mp_status mp_hooks_add_at(mp_hooks *hs, mp_hook_id id, int layer, mp_hook_fn fn, void *user);
+/* Registers fn at one hook point as a reader: it only reads the data (a
+ * capture, a cache), never writes it. Where every callback at a point is a
+ * reader, a device backend need not stop the forward pass for them: it may
+ * hand them a copy later in the same pass (in registration and point order,
+ * all before the pass returns), and it copies nothing back. */
+mp_status mp_hooks_add_reader_at(mp_hooks *hs, mp_hook_id id, int layer, mp_hook_fn fn, void *user);
+/* mp_hooks_add for readers: fn at every point matching `globs`, as a reader. */
+mp_status mp_hooks_add_reader(mp_hooks *hs, const char *globs, mp_hook_fn fn, void *user);
 void mp_hooks_clear(mp_hooks *hs);
 int mp_hooks_count(const mp_hooks *hs);
 
 /* Runtime side: is anything registered at (id, layer)? One byte read, so a
  * forward pass with no hooks pays nothing measurable. hs may be NULL. */
 int mp_hooks_active(const mp_hooks *hs, mp_hook_id id, int layer);
+/* Whether something is registered at (id, layer) and every callback there is a reader. */
+int mp_hooks_readonly(const mp_hooks *hs, mp_hook_id id, int layer);
 /* Fires every callback at info->id/info->layer in registration order. */
 mp_status mp_hooks_fire(const mp_hooks *hs, mp_hook_info *info, float *data);
 

@@ -772,7 +772,7 @@ static void capture_visit(void *u, mp_hook_id id, int layer, const char *name) {
      * causal diagonal, decode-time cells) read back alike. */
     const float *fill = id == MP_HOOK_ATTN_SCORES ? &neg_inf : id == MP_HOOK_PATTERN ? &zero : NULL;
     c->st = run_dataset(c->run, path, ndim, shape, t_axis, fill, bhts, &ds);
-    if (c->st == MP_OK) c->st = mp_hooks_add_at(c->hooks, id, layer, capture_cb, ds);
+    if (c->st == MP_OK) c->st = mp_hooks_add_reader_at(c->hooks, id, layer, capture_cb, ds);
 }
 
 mp_status mp_h5run_capture(mp_h5run *run, mp_hooks *hooks, const mp_config *cfg, const char *globs, int B, int T) {

@@ -230,7 +230,7 @@ static void capture_visit(void *u, mp_hook_id id, int layer, const char *name) {
     lua_pushfstring(c->L, "%s%s", name, c->suffix);
     lua_pushvalue(c->L, -2);
     lua_rawset(c->L, c->tbl);
-    c->st = mp_hooks_add_at(c->hooks, id, layer, copy_cb, t);
+    c->st = mp_hooks_add_reader_at(c->hooks, id, layer, copy_cb, t);
     lua_pop(c->L, 1); /* the table keeps it */
 }
 

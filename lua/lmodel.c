@@ -155,7 +155,7 @@ static void cache_visit(void *u, mp_hook_id id, int layer, const char *name) {
     int nd = mp_hook_shape(c->cfg, id, c->B, c->T, c->pos0, shape);
     mp_tensor *t = mp_lua_tensor_new(c->L, nd, shape);
     lua_setfield(c->L, c->cache, name);
-    c->st = mp_hooks_add_at(c->hooks, id, layer, cache_cb, t);
+    c->st = mp_hooks_add_reader_at(c->hooks, id, layer, cache_cb, t);
 }
 
 static void name_visit(void *u, mp_hook_id id, int layer, const char *name) {

@@ -11,18 +11,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+void mp_fwd_whole_info(const mp_fwd_ctx *f, mp_hook_id id, int l, mp_hook_info *info) {
+    memset(info, 0, sizeof *info);
+    info->id = id;
+    info->layer = l;
+    info->ndim = mp_hook_shape(f->c, id, f->B, f->T, f->pos0, info->shape);
+    memcpy(info->full, info->shape, sizeof info->full);
+    info->axis = 1;
+    info->pos0 = f->pos0;
+    info->numel = 1;
+    for (int i = 0; i < info->ndim; i++) info->numel *= (size_t)info->shape[i];
+}
+
 mp_status mp_fwd_fire(const mp_fwd_ctx *f, mp_hook_id id, int l, float *data) {
     if (!mp_hooks_active(f->hs, id, l)) return MP_OK;
     mp_hook_info info;
-    memset(&info, 0, sizeof info);
-    info.id = id;
-    info.layer = l;
-    info.ndim = mp_hook_shape(f->c, id, f->B, f->T, f->pos0, info.shape);
-    memcpy(info.full, info.shape, sizeof info.full);
-    info.axis = 1;
-    info.pos0 = f->pos0;
-    info.numel = 1;
-    for (int i = 0; i < info.ndim; i++) info.numel *= (size_t)info.shape[i];
+    mp_fwd_whole_info(f, id, l, &info);
     return mp_hooks_fire(f->hs, &info, data);
 }
 

@@ -17,6 +17,8 @@ typedef struct {
     const int *pos_ids; /* [B*T] per-token positions of a padded batch, or NULL (pos0 + t) */
 } mp_fwd_ctx;
 
+/* The view of the whole [B,T,...] point (id, l), as mp_fwd_fire hands it. */
+void mp_fwd_whole_info(const mp_fwd_ctx *f, mp_hook_id id, int l, mp_hook_info *info);
 /* Fires hook (id, l) on a whole [B,T,...] view (no-op when inactive). */
 mp_status mp_fwd_fire(const mp_fwd_ctx *f, mp_hook_id id, int l, float *data);
 /* The view of a scores/pattern block [B,H,rows,S] of query rows q0.. (axis 2,

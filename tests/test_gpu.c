@@ -6,7 +6,9 @@
  * (the norms' scales, hook_pos_embed and hook_mlp_in included) and the logits,
  * for a batch of 2 x 37 tokens with the pattern in one block and in blocks of
  * 16 query rows; KV-cached decoding (with and without the pattern hooks);
- * greedy generation (equal tokens); each C intervention; the shared llama2.c
+ * greedy generation (equal tokens); each C intervention; readers (captures
+ * the device copies on its copy stream) alone, beside writers, and failing;
+ * the shared llama2.c
  * model. fp32 tolerance: max |gpu - cpu| <= 1e-4 of the tensor's scale (its
  * largest finite |value|); -inf (masked scores) must match exactly. bf16
  * (bfloat16 operands of every product, fp32 accumulation and everything
@@ -46,10 +48,11 @@ static int near_scaled(const char *what, const float *ref, const float *got, siz
 }
 
 /* forward with every default hook point captured; logits ALL */
+static int readers; /* run_all registers its captures as readers (mp_hooks_add_reader: the device's copy stream) */
 static mp_status run_all(const mp_model *m, const int *tok, int B, int T, int q_block, const char *globs,
                          tu_capture *cap, float *logits) {
     mp_hooks *hs = mp_hooks_new(&m->cfg);
-    mp_status st = mp_hooks_add(hs, globs, tu_capture_cb, cap);
+    mp_status st = (readers ? mp_hooks_add_reader : mp_hooks_add)(hs, globs, tu_capture_cb, cap);
     mp_forward_params fp = mp_forward_params_default();
     fp.hooks = hs;
     fp.q_block = q_block;
@@ -64,15 +67,19 @@ static void to(mp_model *m, mp_device d) {
     CHECK(st == MP_OK && m->device == d, "to %s: %s", mp_device_name(d), mp_last_error());
 }
 
-/* Every hook and the logits on both devices, for q_block 0 (one block: T < 64) and 16. */
+/* Every hook and the logits on both devices, for q_block 0 (one block: T < 64)
+ * and 16; and for 16 again with the captures registered as readers (the
+ * device hands them copies made on its copy stream while the forward goes on:
+ * the same values, the same order). */
 static void compare_model(mp_model *m, const char *label, int B, int T) {
     const size_t nl = (size_t)B * T * m->cfg.vocab;
     int *tok = malloc((size_t)B * T * sizeof(int));
     float *lc = malloc(nl * sizeof(float)), *lg = malloc(nl * sizeof(float));
     for (int i = 0; i < B * T; i++) tok[i] = (i * 7 + 3) % m->cfg.vocab;
     static tu_capture cc, cg;
-    const int qbs[2] = {0, 16};
-    for (int qi = 0; qi < 2; qi++) {
+    const int qbs[3] = {0, 16, 16};
+    for (int qi = 0; qi < 3; qi++) {
+        readers = qi == 2;
         memset(&cc, 0, sizeof cc);
         memset(&cg, 0, sizeof cg);
         to(m, MP_DEVICE_CPU);
@@ -81,18 +88,19 @@ static void compare_model(mp_model *m, const char *label, int B, int T) {
         CHECK(dry || mp_model_forward_device(m, NULL) == MP_DEVICE_CUDA, "%s: on the device", label);
         CHECK(run_all(m, tok, B, T, qbs[qi], "*", &cg, lg) == MP_OK, "%s cuda: %s", label, mp_last_error());
         char what[160];
-        snprintf(what, sizeof what, "%s q_block %d: logits", label, qbs[qi]);
+        snprintf(what, sizeof what, "%s q_block %d%s: logits", label, qbs[qi], readers ? " (readers)" : "");
         near_scaled(what, lc, lg, nl);
         CHECK(cc.n == cg.n && cc.n > 10, "%s: %d vs %d points", label, cc.n, cg.n);
         for (int k = 0; k < cc.n && k < cg.n; k++) {
             CHECK(strcmp(cc.name[k], cg.name[k]) == 0 && cc.numel[k] == cg.numel[k], "%s: %s vs %s", label,
                   cc.name[k], cg.name[k]);
-            snprintf(what, sizeof what, "%s q_block %d: %s", label, qbs[qi], cc.name[k]);
+            snprintf(what, sizeof what, "%s q_block %d%s: %s", label, qbs[qi], readers ? " (readers)" : "", cc.name[k]);
             near_scaled(what, cc.buf[k], cg.buf[k], cc.numel[k]);
         }
         tu_capture_free(&cc);
         tu_capture_free(&cg);
     }
+    readers = 0;
     to(m, MP_DEVICE_CPU);
     free(tok);
     free(lc);
@@ -203,6 +211,74 @@ static void compare_interventions(mp_model *m) {
     to(m, MP_DEVICE_CPU);
 }
 
+static int fail_cb(void *user, const mp_hook_info *info, float *data) {
+    (void)user, (void)info, (void)data;
+    mp_error(MP_ERR_HOOK, "reader refuses");
+    return 1;
+}
+
+/* Readers at every point beside a writer (a pattern scale in layer 0, a steer
+ * at blocks.1.hook_resid_pre, where a reader sits too): every reader sees what
+ * the writers made, in the CPU's order, and the logits agree. Then a reader
+ * that fails after others are in flight: the forward fails naming its point,
+ * and the next forward on the same model is whole. */
+static void compare_readers(mp_model *m) {
+    const int B = 2, T = 21, V = m->cfg.vocab;
+    int tok[42];
+    for (int i = 0; i < B * T; i++) tok[i] = (5 * i + 1) % V;
+    float vec[64], lo[2][42 * 64];
+    for (int i = 0; i < 64; i++) vec[i] = 0.05f * (float)(i % 7) - 0.15f;
+    static tu_capture cap[2];
+    for (int dev = 0; dev < 2; dev++) {
+        memset(&cap[dev], 0, sizeof cap[dev]);
+        mp_intervention sc = mp_intervention_scale(0.5f), st = mp_intervention_steer(vec, (size_t)m->cfg.d_model, 1.5f);
+        to(m, dev ? MP_DEVICE_CUDA : MP_DEVICE_CPU);
+        mp_hooks *hs = mp_hooks_new(&m->cfg);
+        CHECK(mp_hooks_add(hs, "blocks.0.attn.hook_pattern", mp_intervention_apply, &sc) == MP_OK &&
+                  mp_hooks_add_reader(hs, "*", tu_capture_cb, &cap[dev]) == MP_OK &&
+                  mp_hooks_add(hs, "blocks.1.hook_resid_pre", mp_intervention_apply, &st) == MP_OK,
+              "readers: %s", mp_last_error());
+        mp_forward_params fp = mp_forward_params_default();
+        fp.hooks = hs;
+        fp.q_block = 8;
+        CHECK(mp_model_forward(m, tok, B, T, &fp, lo[dev]) == MP_OK, "readers beside writers: %s", mp_last_error());
+        mp_hooks_free(hs);
+        mp_intervention_free(&sc);
+        mp_intervention_free(&st);
+    }
+    near_scaled("readers beside writers: logits", lo[0], lo[1], (size_t)B * T * V);
+    CHECK(cap[0].n == cap[1].n && cap[0].n > 10, "readers: %d vs %d deliveries", cap[0].n, cap[1].n);
+    for (int k = 0; k < cap[0].n && k < cap[1].n; k++) {
+        char what[160];
+        CHECK(strcmp(cap[0].name[k], cap[1].name[k]) == 0 && cap[0].numel[k] == cap[1].numel[k],
+              "readers: delivery %d: %s vs %s", k, cap[0].name[k], cap[1].name[k]);
+        snprintf(what, sizeof what, "readers beside writers: %s", cap[0].name[k]);
+        near_scaled(what, cap[0].buf[k], cap[1].buf[k], cap[0].numel[k]);
+    }
+    tu_capture_free(&cap[0]);
+    tu_capture_free(&cap[1]);
+    /* a failing reader: blocks.1.hook_resid_post, with the earlier points' readers in flight */
+    static tu_capture c2;
+    memset(&c2, 0, sizeof c2);
+    mp_hooks *hs = mp_hooks_new(&m->cfg);
+    mp_hooks_add_reader(hs, "*", tu_capture_cb, &c2);
+    mp_hooks_add_reader(hs, "blocks.1.hook_resid_post", fail_cb, NULL);
+    mp_forward_params fp = mp_forward_params_default();
+    fp.hooks = hs;
+    const mp_status st = mp_model_forward(m, tok, B, T, &fp, lo[1]);
+    CHECK(st == MP_ERR_HOOK && strstr(mp_last_error(), "blocks.1.hook_resid_post") &&
+              strstr(mp_last_error(), "reader refuses"),
+          "a failing reader: status %d, %s", (int)st, mp_last_error());
+    mp_hooks_free(hs);
+    tu_capture_free(&c2);
+    fp.hooks = NULL;
+    float l3[42 * 64];
+    CHECK(mp_model_forward(m, tok, B, T, &fp, l3) == MP_OK, "after the failing reader: %s", mp_last_error());
+    to(m, MP_DEVICE_CPU);
+    CHECK(mp_model_forward(m, tok, B, T, &fp, lo[0]) == MP_OK, "cpu: %s", mp_last_error());
+    near_scaled("the forward after a failing reader: logits", lo[0], l3, (size_t)B * T * V);
+}
+
 typedef struct {
     const char *label;
     mp_pos_kind pos;
@@ -275,6 +351,7 @@ int main(int argc, char **argv) {
         if (i == 0) {
             compare_generate(m, vs[i].label);
             compare_interventions(m);
+            compare_readers(m);
         }
         mp_model_free(m);
     }

@@ -1,7 +1,8 @@
 /* test_hooks.c — the hook layer: names and globs against the DESIGN.md table,
  * every hook point writable (a perturbation changes the logits; writing back
  * the captured values leaves them bit-identical), block delivery of attention
- * maps, aborting from a callback, and unknown names. Uses the committed
+ * maps, aborting from a callback, unknown names, and readers (read-only
+ * points). Uses the committed
  * reference model tests/data/ref_gqa_untied.bin (GQA, untied classifier). */
 #include "model.h"
 #include "testutil.h"
@@ -150,6 +151,45 @@ static void test_writable(const mp_model *m) {
     free(out);
 }
 
+static int count_cb(void *user, const mp_hook_info *info, float *data) {
+    (void)info, (void)data;
+    ++*(int *)user;
+    return 0;
+}
+
+/* Readers (mp_hooks_add_reader_at): a point is read-only while every callback
+ * there is one; a writer added beside them, or nothing registered, is not;
+ * clearing forgets both; the readers fire like any callback (the CPU forward
+ * hands them the tensor in place). */
+static void test_readers(const mp_model *m) {
+    const mp_config *c = &m->cfg;
+    mp_hooks *hs = mp_hooks_new(c);
+    int n = 0;
+    CHECK(!mp_hooks_readonly(hs, MP_HOOK_RESID_PRE, 0), "nothing registered: not read-only");
+    CHECK(mp_hooks_add_reader_at(hs, MP_HOOK_RESID_PRE, 0, count_cb, &n) == MP_OK &&
+              mp_hooks_add_reader_at(hs, MP_HOOK_RESID_PRE, 0, count_cb, &n) == MP_OK,
+          "%s", mp_last_error());
+    CHECK(mp_hooks_active(hs, MP_HOOK_RESID_PRE, 0) && mp_hooks_readonly(hs, MP_HOOK_RESID_PRE, 0),
+          "two readers: active and read-only");
+    CHECK(!mp_hooks_readonly(hs, MP_HOOK_RESID_PRE, 1), "another layer: not read-only");
+    CHECK(mp_hooks_add_at(hs, MP_HOOK_RESID_PRE, 0, count_cb, &n) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_hooks_active(hs, MP_HOOK_RESID_PRE, 0) && !mp_hooks_readonly(hs, MP_HOOK_RESID_PRE, 0),
+          "a writer beside the readers: not read-only");
+    CHECK(mp_hooks_add_reader_at(hs, MP_HOOK_RESID_PRE, c->n_layer, count_cb, &n) == MP_ERR_ARG,
+          "a reader at a layer past the model is refused");
+    int toks[6] = {1, 2, 3, 4, 5, 6};
+    mp_forward_params fp = mp_forward_params_default();
+    fp.hooks = hs;
+    float *out = malloc((size_t)6 * c->vocab * sizeof(float));
+    CHECK(out && mp_model_forward(m, toks, 1, 6, &fp, out) == MP_OK && n == 3, "readers and writer fired %d times", n);
+    mp_hooks_clear(hs);
+    CHECK(!mp_hooks_active(hs, MP_HOOK_RESID_PRE, 0) && !mp_hooks_readonly(hs, MP_HOOK_RESID_PRE, 0), "cleared");
+    CHECK(mp_hooks_add_reader_at(hs, MP_HOOK_RESID_PRE, 0, count_cb, &n) == MP_OK &&
+              mp_hooks_readonly(hs, MP_HOOK_RESID_PRE, 0), "a reader after clearing: read-only");
+    free(out);
+    mp_hooks_free(hs);
+}
+
 int main(void) {
     mp_init();
     mp_model *m;
@@ -158,6 +198,7 @@ int main(void) {
     if (st) return tu_finish("test_hooks");
     test_names(&m->cfg);
     test_writable(m);
+    test_readers(m);
     mp_model_free(m);
     return tu_finish("test_hooks");
 }

@@ -114,6 +114,19 @@ static mp_status blas_load(void) {
     return blas.lib ? MP_OK : mp_error(MP_ERR_CUDA, "%s", blas_err);
 }
 
+/* Reader-only points in flight: at most RD_SLOTS, and RD_FLOATS floats on the
+ * device and as many pinned (a larger tensor goes the synchronous way). */
+#define RD_SLOTS 16
+#define RD_FLOATS ((size_t)1 << 26)
+
+typedef struct {
+    float *dev;             /* the point's tensor, snapshotted on the stream */
+    float *host;            /* pinned: the copy stream's copy of dev */
+    size_t cap;             /* floats of each */
+    cudaEvent_t done;       /* recorded on the copy stream after the copy */
+    mp_hook_info info;      /* what the readers are handed */
+} rd_slot;
+
 typedef struct {
     cudaStream_t stream;
     cublasHandle_t blas;
@@ -150,6 +163,15 @@ typedef struct {
     int *pos_ids;           /* learned positions: t of every row, for pos_embed's gradient */
     size_t tgt_n;           /* rows both hold */
     int pos_T;              /* the T of pos_ids */
+    /* reader-only hook points (every callback there a reader: captures, caches):
+     * their tensors are snapshotted on the stream and copied to pinned memory
+     * on the copy stream while the forward goes on; the readers get them in
+     * order as the copies complete, all before the forward returns (rd_push) */
+    cudaStream_t copy;      /* device -> pinned host copies of the snapshots (created on first use) */
+    cudaEvent_t snap;       /* recorded on stream after a snapshot; the copy stream waits for it */
+    rd_slot rd[RD_SLOTS];   /* a ring: rd_n pending from rd_head on, the rest idle (buffers kept) */
+    int rd_head, rd_n;
+    size_t rd_floats;       /* held by all slots (each side: device and pinned) */
 } cu_model;
 
 typedef struct {
@@ -208,6 +230,14 @@ static void cu_free(cu_model *d) {
     cudaFree(d->pos_ids);
     cudaFree(d->ablk);
     if (d->host) cudaFreeHost(d->host);
+    if (d->copy) cudaStreamSynchronize(d->copy);
+    for (int i = 0; i < RD_SLOTS; i++) {
+        cudaFree(d->rd[i].dev);
+        if (d->rd[i].host) cudaFreeHost(d->rd[i].host);
+        if (d->rd[i].done) cudaEventDestroy(d->rd[i].done);
+    }
+    if (d->snap) cudaEventDestroy(d->snap);
+    if (d->copy) cudaStreamDestroy(d->copy);
     if (d->blas) blas.destroy(d->blas);
     if (d->stream) cudaStreamDestroy(d->stream);
     free(d);
@@ -259,10 +289,122 @@ cleanup:
 
 /* ---- hooks: device tensor -> pinned host -> callbacks -> device ---- */
 
+/* Fires the oldest pending reader-only point if its copy is complete (wait:
+ * after waiting for it); *fired says whether it did. */
+static mp_status rd_fire_one(cu_model *d, const mp_fwd_ctx *f, int wait, int *fired) {
+    mp_status st = MP_OK;
+    *fired = 0;
+    rd_slot *r = &d->rd[d->rd_head];
+    if (wait) CU(cudaEventSynchronize, (r->done));
+    else {
+        cudaError_t e = cudaEventQuery(r->done);
+        if (e == cudaErrorNotReady) return MP_OK;
+        if (e != cudaSuccess) {
+            st = mp_error(MP_ERR_CUDA, "CUDA: cudaEventQuery: %s", cudaGetErrorString(e));
+            goto cleanup;
+        }
+    }
+    d->rd_head = (d->rd_head + 1) % RD_SLOTS;
+    d->rd_n--;
+    *fired = 1;
+    TRY(mp_hooks_fire(f->hs, &r->info, r->host));
+cleanup:
+    return st;
+}
+
+/* The pending reader-only points, in order: those whose copies are complete
+ * (rd_poll), or all of them, waiting (rd_drain). */
+static mp_status rd_poll(cu_model *d, const mp_fwd_ctx *f) {
+    mp_status st = MP_OK;
+    int fired = 1;
+    while (d->rd_n > 0 && fired) TRY(rd_fire_one(d, f, 0, &fired));
+cleanup:
+    return st;
+}
+static mp_status rd_drain(cu_model *d, const mp_fwd_ctx *f) {
+    mp_status st = MP_OK;
+    int fired;
+    while (d->rd_n > 0) TRY(rd_fire_one(d, f, 1, &fired));
+cleanup:
+    return st;
+}
+/* After a failure: the pending points are dropped once their copies are done (their buffers are reused). */
+static void rd_discard(cu_model *d) {
+    if (d->copy) cudaStreamSynchronize(d->copy);
+    d->rd_head = d->rd_n = 0;
+}
+
+/* A reader-only point: info's tensor at dptr is snapshotted on the stream (a
+ * device copy, in order with what wrote it and what overwrites it next) and
+ * copied to pinned memory on the copy stream while the forward goes on;
+ * rd_poll hands it to the readers when the copy is complete. *queued = 0 when
+ * the tensor is over RD_FLOATS: the caller fires it the synchronous way. */
+static mp_status rd_push(cu_model *d, const mp_fwd_ctx *f, const mp_hook_info *info, const float *dptr, int *queued) {
+    mp_status st = MP_OK;
+    const size_t n = info->numel;
+    *queued = 0;
+    if (n > RD_FLOATS) return MP_OK;
+    if (!d->copy) { /* the copy stream carries copies only: its priority (the highest) matters to no kernel */
+        int least = 0, greatest = 0;
+        CU(cudaDeviceGetStreamPriorityRange, (&least, &greatest));
+        CU(cudaStreamCreateWithPriority, (&d->copy, cudaStreamNonBlocking, greatest));
+        CU(cudaEventCreateWithFlags, (&d->snap, cudaEventDisableTiming));
+    }
+    if (d->rd_n == RD_SLOTS) {
+        int fired;
+        TRY(rd_fire_one(d, f, 1, &fired));
+    }
+    rd_slot *r = &d->rd[(d->rd_head + d->rd_n) % RD_SLOTS];
+    if (!r->done) CU(cudaEventCreateWithFlags, (&r->done, cudaEventDisableTiming));
+    if (r->cap < n) {
+        if (d->rd_floats - r->cap + n > RD_FLOATS) { /* over the bound: empty the queue, free the idle buffers */
+            TRY(rd_drain(d, f));
+            for (int i = 0; i < RD_SLOTS; i++)
+                if (&d->rd[i] != r && d->rd[i].cap) {
+                    cudaFree(d->rd[i].dev);
+                    cudaFreeHost(d->rd[i].host);
+                    d->rd_floats -= d->rd[i].cap;
+                    d->rd[i].dev = d->rd[i].host = NULL;
+                    d->rd[i].cap = 0;
+                }
+            r = &d->rd[(d->rd_head + d->rd_n) % RD_SLOTS];
+            if (!r->done) CU(cudaEventCreateWithFlags, (&r->done, cudaEventDisableTiming));
+        }
+        cudaFree(r->dev);
+        if (r->host) cudaFreeHost(r->host);
+        d->rd_floats -= r->cap;
+        r->dev = r->host = NULL;
+        r->cap = 0;
+        CU(cudaMalloc, ((void **)&r->dev, n * sizeof(float)));
+        CU(cudaMallocHost, ((void **)&r->host, n * sizeof(float)));
+        r->cap = n;
+        d->rd_floats += n;
+    }
+    CU(cudaMemcpyAsync, (r->dev, dptr, n * sizeof(float), cudaMemcpyDeviceToDevice, d->stream));
+    CU(cudaEventRecord, (d->snap, d->stream));
+    CU(cudaStreamWaitEvent, (d->copy, d->snap, 0));
+    CU(cudaMemcpyAsync, (r->host, r->dev, n * sizeof(float), cudaMemcpyDeviceToHost, d->copy));
+    CU(cudaEventRecord, (r->done, d->copy));
+    r->info = *info;
+    d->rd_n++;
+    *queued = 1;
+    TRY(rd_poll(d, f));
+cleanup:
+    return st;
+}
+
 /* Fires the whole [B,T,...] point (id, l) on a host copy of dptr. */
 static mp_status hook_whole(cu_model *d, const mp_fwd_ctx *f, mp_hook_id id, int l, float *dptr) {
     if (!mp_hooks_active(f->hs, id, l)) return MP_OK;
     mp_status st = MP_OK;
+    int queued = 0;
+    if (mp_hooks_readonly(f->hs, id, l)) {
+        mp_hook_info info;
+        mp_fwd_whole_info(f, id, l, &info);
+        TRY(rd_push(d, f, &info, dptr, &queued));
+        if (queued) return MP_OK;
+    }
+    TRY(rd_drain(d, f)); /* the points before this one reach their readers first */
     int64_t shape[4];
     const int nd = mp_hook_shape(f->c, id, f->B, f->T, f->pos0, shape);
     size_t n = 1;
@@ -284,6 +426,12 @@ static mp_status hook_block(cu_model *d, const mp_fwd_ctx *f, mp_hook_id id, int
     mp_status st = MP_OK;
     mp_hook_info info;
     mp_fwd_block_info(f, id, l, q0, rows, &info);
+    int queued = 0;
+    if (mp_hooks_readonly(f->hs, id, l)) {
+        TRY(rd_push(d, f, &info, datt, &queued));
+        if (queued) return MP_OK;
+    }
+    TRY(rd_drain(d, f));
     TRY(reserve(d, 0, 0, info.numel));
     CU(cudaMemcpyAsync, (d->host, datt, info.numel * sizeof(float), cudaMemcpyDeviceToHost, d->stream));
     CU(cudaStreamSynchronize, (d->stream));
@@ -762,6 +910,7 @@ static mp_status forward_dev(const mp_model *m, const int *tokens, int B, int T,
         CU(cudaMemcpyAsync, (logits, dlog, (size_t)B * V * sizeof(float), cudaMemcpyDeviceToHost, s));
     }
     CU(cudaStreamSynchronize, (s));
+    TRY(rd_drain(d, &f)); /* the reader-only points still in flight */
     if (cache) {
         cache->len += T;
         kv->synced = cache->len;
@@ -769,6 +918,7 @@ static mp_status forward_dev(const mp_model *m, const int *tokens, int B, int T,
 cleanup:
     if (st != MP_OK) {
         cudaStreamSynchronize(s); /* nothing of this call may still be running */
+        rd_discard(d);
         if (kv) kv->synced = -1;  /* its device rows may be partly written: resync from the host next time */
     }
     d->depth--;

@@ -61,7 +61,7 @@ struct allocation {
     size_t n;        // bytes asked for
 };
 static std::map<uintptr_t, allocation> dev; // by p
-static std::set<void *> pinned;
+static std::map<void *, size_t> pinned; // cudaMallocHost's allocations and their sizes
 static int open_depth;
 static size_t page_size;
 static struct sigaction old_segv;
@@ -427,7 +427,7 @@ cudaError_t cudaMallocHost(void **p, size_t n) {
     std::lock_guard<std::recursive_mutex> lock(mu);
     *p = malloc(n ? n : 1);
     if (!*p) return fail(cudaErrorMemoryAllocation), cudaErrorMemoryAllocation;
-    pinned.insert(*p);
+    pinned[*p] = n;
     return cudaSuccess;
 }
 
@@ -467,9 +467,6 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind
     return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t) {
-    return cudaMemcpy(dst, src, n, kind);
-}
 
 cudaError_t cudaMemset(void *dst, int v, size_t n) {
     std::lock_guard<std::recursive_mutex> lock(mu);
@@ -486,29 +483,183 @@ cudaError_t cudaMemset(void *dst, int v, size_t n) {
 
 cudaError_t cudaMemsetAsync(void *dst, int v, size_t n, cudaStream_t) { return cudaMemset(dst, v, n); }
 
-static std::set<cudaStream_t> streams;
+// Streams. Kernels, cuBLAS calls and copies run at once on every stream (the
+// order of one host thread's calls is a valid order for all of them), except
+// the copies on a stream created with a priority (cudaStreamCreateWithPriority,
+// priority != 0: the runtime's copy stream): they wait in a queue until the
+// stream or an event recorded after them is synchronized, waited on by
+// another stream, or queried a second time (the first query of such an event
+// answers cudaErrorNotReady). So a host read of a copy's destination before
+// its event completed, or a reuse of its source before then, shows as wrong
+// data. Such a copy's host side must be pinned (cudaMallocHost).
+struct pending_copy {
+    void *dst;
+    const void *src;
+    size_t n;
+};
+struct stream_state {
+    bool deferred = false;
+    std::vector<pending_copy> q; // not yet run; q[i] is op number done + i
+    uint64_t enq = 0, done = 0;  // ops enqueued / run
+};
+static std::map<cudaStream_t, stream_state> streams;
+
+static void flush(stream_state &ss, uint64_t upto) {
+    dev_open open;
+    size_t k = 0;
+    while (ss.done < upto && k < ss.q.size()) {
+        memmove(ss.q[k].dst, ss.q[k].src, ss.q[k].n);
+        k++, ss.done++;
+    }
+    ss.q.erase(ss.q.begin(), ss.q.begin() + (long)k);
+}
+
+static bool pinned_range(const void *p, size_t n) {
+    auto it = pinned.upper_bound((void *)p);
+    if (it == pinned.begin()) return false;
+    --it;
+    return (const char *)p >= (const char *)it->first && (const char *)p + n <= (const char *)it->first + it->second;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s) {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    auto it = s ? streams.find(s) : streams.end();
+    if (s && it == streams.end()) return fail(cudaErrorInvalidResourceHandle), cudaErrorInvalidResourceHandle;
+    if (it == streams.end() || !it->second.deferred || !n) return cudaMemcpy(dst, src, n, kind);
+    const bool dd = find_dev(dst) != nullptr, sd = find_dev(src) != nullptr;
+    const bool ok = kind == cudaMemcpyDeviceToHost ? sd && !dd && dev_range(src, n) && pinned_range(dst, n)
+                  : kind == cudaMemcpyHostToDevice ? !sd && dd && dev_range(dst, n) && pinned_range(src, n)
+                  : kind == cudaMemcpyDeviceToDevice && sd && dd && dev_range(src, n) && dev_range(dst, n);
+    if (!ok) {
+        fprintf(stderr, "cuda_emu: cudaMemcpyAsync on a copy stream of %zu bytes, kind %d, from %p to %p: the pointers "
+                        "do not match the kind, run past an allocation, or the host side is not pinned\n",
+                n, (int)kind, src, dst);
+        fail(cudaErrorInvalidValue);
+        return cudaErrorInvalidValue;
+    }
+    it->second.q.push_back({dst, src, n});
+    it->second.enq++;
+    return cudaSuccess;
+}
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int) {
     std::lock_guard<std::recursive_mutex> lock(mu);
     *s = (cudaStream_t)malloc(1);
-    streams.insert(*s);
+    streams[*s] = stream_state();
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned int flags, int priority) {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    cudaStreamCreateWithFlags(s, flags);
+    streams[*s].deferred = priority != 0;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
+    if (least) *least = 0;
+    if (greatest) *greatest = -5;
     return cudaSuccess;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
     std::lock_guard<std::recursive_mutex> lock(mu);
-    if (!streams.erase(s)) return fail(cudaErrorInvalidResourceHandle), cudaErrorInvalidResourceHandle;
+    auto it = streams.find(s);
+    if (it == streams.end()) return fail(cudaErrorInvalidResourceHandle), cudaErrorInvalidResourceHandle;
+    flush(it->second, it->second.enq);
+    streams.erase(it);
     free((void *)s);
     return cudaSuccess;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     std::lock_guard<std::recursive_mutex> lock(mu);
-    if (s && !streams.count(s)) return fail(cudaErrorInvalidResourceHandle), cudaErrorInvalidResourceHandle;
+    if (!s) return cudaSuccess;
+    auto it = streams.find(s);
+    if (it == streams.end()) return fail(cudaErrorInvalidResourceHandle), cudaErrorInvalidResourceHandle;
+    flush(it->second, it->second.enq);
     return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    for (auto &kv : streams) flush(kv.second, kv.second.enq);
+    return cudaSuccess;
+}
+
+struct event_state {
+    cudaStream_t stream = nullptr; // where it was last recorded (nullptr: never)
+    uint64_t seq = 0;              // the ops of that stream before it
+    bool queried = false;          // its first query since the record answered "not ready"
+};
+static std::map<cudaEvent_t, event_state> events;
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int) {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    *e = (cudaEvent_t)malloc(1);
+    events[*e] = event_state();
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    if (!events.erase(e)) return fail(cudaErrorInvalidResourceHandle), cudaErrorInvalidResourceHandle;
+    free((void *)e);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    auto ev = events.find(e);
+    auto st = s ? streams.find(s) : streams.end();
+    if (ev == events.end() || (s && st == streams.end()))
+        return fail(cudaErrorInvalidResourceHandle), cudaErrorInvalidResourceHandle;
+    ev->second.stream = s;
+    ev->second.seq = s ? st->second.enq : 0;
+    ev->second.queried = false;
+    return cudaSuccess;
+}
+
+// runs what event e waits for; whether anything was left to run
+static bool complete(event_state &es) {
+    if (!es.stream) return false;
+    auto st = streams.find(es.stream);
+    if (st == streams.end() || st->second.done >= es.seq) return false;
+    flush(st->second, es.seq);
+    return true;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    auto ev = events.find(e);
+    if (ev == events.end()) return fail(cudaErrorInvalidResourceHandle), cudaErrorInvalidResourceHandle;
+    event_state &es = ev->second;
+    auto st = es.stream ? streams.find(es.stream) : streams.end();
+    if (st != streams.end() && st->second.done < es.seq && !es.queried) {
+        es.queried = true;
+        return cudaErrorNotReady;
+    }
+    complete(es);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    auto ev = events.find(e);
+    if (ev == events.end()) return fail(cudaErrorInvalidResourceHandle), cudaErrorInvalidResourceHandle;
+    complete(ev->second);
+    return cudaSuccess;
+}
+
+// A stream waits for an event: what the event waits for runs now, so the waiting stream's later ops come after it.
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    auto ev = events.find(e);
+    if (ev == events.end() || (s && !streams.count(s)))
+        return fail(cudaErrorInvalidResourceHandle), cudaErrorInvalidResourceHandle;
+    complete(ev->second);
+    return cudaSuccess;
+}
 
 // ---------------------------------------------------------------- cuBLAS
 

@@ -211,7 +211,7 @@ run() {
   if [ $rc = 0 ] || [ $rc = 124 ]; then
     if python3 -c 'import torch' 2>/dev/null; then
       timeout 120 python3 "$ROOT/bench/peer_torch_gpu.py" "$TMP/model.bin" "$TMP/ref" --reps "$REPS" \
-        --train-T "$TT" --train-B "$TB" > "$TMP/peer.out" 2>&1
+        --train-T "$TT" --train-B "$TB" --budget 110 > "$TMP/peer.out" 2>&1
       sed 's/^/gpu_check: pytorch: /' "$TMP/peer.out"
       # ratios, and MFU: model FLOPs per second over the GEMM ceiling measured in this run
       awk -F'[= ]' '{v[$1] = $2} END {
@@ -219,6 +219,7 @@ run() {
         if (v["fp32_tok_s"] && v["torch_fp32_tok_s"]) printf "gpu_check: prefill fp32 mechprobe / torch eager = %.2f\n", v["fp32_tok_s"] / v["torch_fp32_tok_s"]
         if (v["train_fp32_tok_s"] && v["torch_train_fp32_tok_s"]) printf "gpu_check: training fp32 mechprobe / torch eager fp32 = %.2f\n", v["train_fp32_tok_s"] / v["torch_train_fp32_tok_s"]
         if (v["train_bf16_tok_s"] && v["torch_train_bf16_autocast_tok_s"]) printf "gpu_check: training bf16 mechprobe / torch eager bf16 autocast = %.2f\n", v["train_bf16_tok_s"] / v["torch_train_bf16_autocast_tok_s"]
+        if (v["train_bf16_tok_s"] && v["torch_train_bf16_autocast_compiled_tok_s"]) printf "gpu_check: training bf16 mechprobe / torch.compile bf16 autocast = %.2f\n", v["train_bf16_tok_s"] / v["torch_train_bf16_autocast_compiled_tok_s"]
         if (v["train_fp32_tok_s"] && v["train_flops_per_token"] && v["cublas_fp32_gemm_tflops"]) printf "gpu_check: training MFU fp32 = %.1f%% of the fp32 GEMM ceiling (%s TFLOP/s)\n", 100 * v["train_fp32_tok_s"] * v["train_flops_per_token"] / (v["cublas_fp32_gemm_tflops"] * 1e12), v["cublas_fp32_gemm_tflops"]
         if (v["train_bf16_tok_s"] && v["train_flops_per_token"] && v["cublas_bf16_gemm_tflops"]) printf "gpu_check: training MFU bf16 = %.1f%% of the bf16 GEMM ceiling (%s TFLOP/s; aim 35%%)\n", 100 * v["train_bf16_tok_s"] * v["train_flops_per_token"] / (v["cublas_bf16_gemm_tflops"] * 1e12), v["cublas_bf16_gemm_tflops"]
       }' "$TMP/bench.out" "$TMP/peer.out"

@@ -8,17 +8,19 @@ bf16 (weights and activations); and, in the same run, the cuBLAS bf16 GEMM ceili
 (torch.matmul of two bf16 8192 x 8192 matrices, which cuBLAS computes). With
 --train-T: training steps of the same model (cross-entropy on the next token,
 torch.optim.AdamW, global-norm clipping at 1) on the tokens bench_gpu trains on
-(the same LCG), fp32 with TF32 off (mechprobe's training precision) and, for
-context, bf16 autocast; tokens/s of each.
+(the same LCG), fp32 with TF32 off (mechprobe's training precision), bf16
+autocast, and bf16 autocast with the forward and loss under torch.compile (if it
+works there and --budget, 110 s, leaves time: else a torch_compile= line says
+why); tokens/s of each.
 
-usage: peer_torch_gpu.py MODEL.bin PREFIX [--reps R] [--train-T T --train-B B]
+usage: peer_torch_gpu.py MODEL.bin PREFIX [--reps R] [--train-T T --train-B B] [--budget S]
   PREFIX.tokens.i32   int32 [T] written by `bench_gpu --dump PREFIX`
   PREFIX.logits.f32   float32 [V] mechprobe's fp32 last-position logits on the GPU
 Prints key=value lines: timings, tokens/s, and fp32_logits_maxdiff (largest
 |torch - mechprobe| over the logits, with their scale), so we know both ran the
 same computation. Needs torch with CUDA and numpy (the GPU machine has them).
 """
-import argparse, os, sys, time
+import argparse, os, signal, sys, time
 
 import numpy as np
 import torch
@@ -44,7 +46,11 @@ def forward_last(cfg, w, tok, cos, sin):
     return F.linear(rmsnorm(x[:, -1:], w['rms_final']), w['wcls'])[0, 0]
 
 
-def train_bench(cfg, w, dev, T, B, reps):
+class OutOfTime(Exception):
+    pass
+
+
+def train_bench(cfg, w, dev, T, B, reps, deadline):
     V = cfg['vocab']
     i = np.arange(B * T, dtype=np.uint64)
     tok = ((np.uint64(1103515245) * i + np.uint64(12345)) & np.uint64(0xffffffff)) % np.uint64(V)
@@ -54,23 +60,55 @@ def train_bench(cfg, w, dev, T, B, reps):
     cos, sin = rope_tables(T, cfg['d_head'])
     cos, sin = cos.to(dev), sin.to(dev)
     sdpa = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
-    for name, amp in (('fp32', False), ('bf16_autocast', True)):
+    # eager fp32, eager bf16 autocast, then the bf16 autocast forward and loss under
+    # torch.compile if it works here and the time left allows (compiling a 12-layer
+    # model can take a minute): on failure or past the deadline it says so and stops
+    for name, amp, compiled in (('fp32', False, False), ('bf16_autocast', True, False),
+                                ('bf16_autocast_compiled', True, True)):
         p = {k: v.to(dev, torch.float32).clone().requires_grad_(True) for k, v in w.items() if k != 'wcls'}
         p['wcls'] = p['emb'] if w['wcls'] is w['emb'] else w['wcls'].to(dev).clone().requires_grad_(True)
         params = list({id(v): v for v in p.values()}.values())  # tied: the classifier is the embedding
         opt = torch.optim.AdamW(params, lr=1e-4)
 
-        def step():
-            opt.zero_grad(set_to_none=True)
+        def fwd_loss():
             with torch.autocast('cuda', dtype=torch.bfloat16, enabled=amp):
                 logits = forward(cfg, p, tok, cos, sin, sdpa)
-            loss = F.cross_entropy(logits.float().view(-1, V), tgt.view(-1), ignore_index=-100)
+            return F.cross_entropy(logits.float().view(-1, V), tgt.view(-1), ignore_index=-100)
+
+        fl = fwd_loss
+        if compiled:
+            left = deadline - time.monotonic()
+            if not hasattr(torch, 'compile') or left < 20:
+                print(f'torch_compile=skipped ({"no torch.compile" if not hasattr(torch, "compile") else f"{left:.0f} s left"})')
+                break
+            fl = torch.compile(fwd_loss)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss = fl()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
             return loss
 
-        sec, loss = timed(step, reps)
+        if compiled:
+            def alarm(signum, frame):
+                raise OutOfTime()
+            old = signal.signal(signal.SIGALRM, alarm)
+            signal.alarm(max(1, int(deadline - time.monotonic())))
+            try:
+                sec, loss = timed(step, reps)
+            except OutOfTime:
+                print('torch_compile=out of time (compiling and timing did not finish before the deadline)')
+                break
+            except Exception as e:  # a backend that cannot compile here
+                print(f'torch_compile=failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ""}')
+                break
+            finally:
+                signal.alarm(0)
+                signal.signal(signal.SIGALRM, old)
+        else:
+            sec, loss = timed(step, reps)
         print(f'torch_train_{name}_s={sec:.4f}\ntorch_train_{name}_tok_s={B * T / sec:.0f}')
         del p, params, opt
 
@@ -94,7 +132,9 @@ def main():
     ap.add_argument('--reps', type=int, default=3)
     ap.add_argument('--train-T', type=int, default=0)
     ap.add_argument('--train-B', type=int, default=4)
+    ap.add_argument('--budget', type=float, default=110, help='seconds for the whole run (torch.compile only within it)')
     a = ap.parse_args()
+    deadline = time.monotonic() + a.budget
     if not torch.cuda.is_available():
         print('skip=torch sees no CUDA device')
         return 77
@@ -128,7 +168,7 @@ def main():
         print(f'cublas_fp32_gemm_tflops={2.0 * n ** 3 * 3 / sec / 1e12:.1f} (torch.matmul fp32 {n}^3, TF32 off)')
         del x, y
     if a.train_T:
-        train_bench(cfg, w, dev, a.train_T, a.train_B, a.reps)
+        train_bench(cfg, w, dev, a.train_T, a.train_B, a.reps, deadline)
     return 0
 
 

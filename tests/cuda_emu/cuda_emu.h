@@ -14,7 +14,11 @@
 // that another thread writes without a barrier between sees the old value),
 // launch limits, and device memory kept apart from the host's (device memory
 // is inaccessible outside kernels, copies and cuBLAS calls, with a guard page
-// past each allocation's end). What it cannot: real concurrency (races between
+// past each allocation's end), and the waits around a copy stream (the copies
+// on a stream created with a priority run only when an event recorded after
+// them is synchronized, waited on or queried twice, or the stream is
+// synchronized, so reading a copy too early or reusing its source too soon
+// gives wrong data; their host side must be pinned). What it cannot: real concurrency (races between
 // blocks or between threads that the barriers do not order), timing, the
 // device's memory model, and speed.
 #ifndef MP_CUDA_EMU_H

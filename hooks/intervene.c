@@ -114,12 +114,24 @@ static int head_axis(mp_shape_kind k) {
                                                                                              : -1;
 }
 
-int mp_intervention_apply(void *user, const mp_hook_info *info, float *data) {
-    mp_intervention *iv = user;
+int mp_intervention_prepare(mp_intervention *iv, const mp_hook_info *info, mp_intervention_plan *pl) {
     const char *what = mp_intervention_name(iv->kind);
     mp_shape_kind sk = mp_hook_shape_kind[info->id];
-    int hax = head_axis(sk), pax = sk == MP_SHAPE_BHTS ? 2 : 1;
-    int64_t s[4] = {1, 1, 1, 1}, f[4] = {1, 1, 1, 1};
+    memset(pl, 0, sizeof *pl);
+    pl->kind = iv->kind;
+    pl->head = iv->head;
+    pl->hax = head_axis(sk);
+    pl->pax = sk == MP_SHAPE_BHTS ? 2 : 1;
+    pl->ndim = info->ndim;
+    pl->axis = info->axis;
+    pl->offset = info->offset;
+    pl->pos0 = info->pos0;
+    pl->npos = iv->npos;
+    memcpy(pl->pos, iv->pos, sizeof pl->pos);
+    pl->scale = iv->scale;
+    const int hax = pl->hax, pax = pl->pax;
+    int64_t *s = pl->s, *f = pl->f;
+    for (int i = 0; i < 4; i++) s[i] = f[i] = 1;
     for (int i = 0; i < info->ndim; i++) { s[i] = info->shape[i]; f[i] = info->full[i]; }
     if (iv->head >= 0 && hax < 0)
         return mp_error(MP_ERR_ARG, "%s: head=%d given, but %s has no head axis", what, iv->head, info->name), 1;
@@ -133,22 +145,33 @@ int mp_intervention_apply(void *user, const mp_hook_info *info, float *data) {
     for (int i = hax + 1; hax >= 0 && i < info->ndim; i++)
         if (i != pax) nwithin *= (size_t)f[i];
     size_t full_numel = (size_t)f[0] * f[1] * f[2] * f[3];
-    const float *src = iv->data;
-    size_t nsrc = iv->data ? iv->n_data : 0;
-    if (iv->kind == MP_INTERVENTION_PATCH && nsrc != full_numel)
+    pl->src = iv->data;
+    pl->nsrc = iv->data ? iv->n_data : 0;
+    if (iv->kind == MP_INTERVENTION_PATCH && pl->nsrc != full_numel)
         return mp_error(MP_ERR_ARG, "patch at %s: the source has %zu values but the activation has %zu "
-                        "(patch from a run with the same batch and length)", info->name, nsrc, full_numel), 1;
+                        "(patch from a run with the same batch and length)", info->name, pl->nsrc, full_numel), 1;
     if (iv->kind == MP_INTERVENTION_MEAN) {
         if (!iv->mean && iv_compute_mean(iv, info, pax, nfeat)) return 1;
         if (iv->mean_n != nfeat)
             return mp_error(MP_ERR_ARG, "mean ablation at %s: the mean has %zu values, expected %zu", info->name,
                             iv->mean_n, nfeat), 1;
-        src = iv->mean;
+        pl->src = iv->mean;
+        pl->nsrc = iv->mean_n;
     }
-    int use_within = iv->kind == MP_INTERVENTION_STEER && iv->head >= 0;
-    if (iv->kind == MP_INTERVENTION_STEER && nsrc != (use_within ? nwithin : nfeat))
-        return mp_error(MP_ERR_ARG, "steer at %s: the vector has %zu values, expected %zu", info->name, nsrc,
-                        use_within ? nwithin : nfeat), 1;
+    pl->use_within = iv->kind == MP_INTERVENTION_STEER && iv->head >= 0;
+    if (iv->kind == MP_INTERVENTION_STEER && pl->nsrc != (pl->use_within ? nwithin : nfeat))
+        return mp_error(MP_ERR_ARG, "steer at %s: the vector has %zu values, expected %zu", info->name, pl->nsrc,
+                        pl->use_within ? nwithin : nfeat), 1;
+    if (iv->kind == MP_INTERVENTION_ZERO || iv->kind == MP_INTERVENTION_SCALE) pl->src = NULL, pl->nsrc = 0;
+    return 0;
+}
+
+int mp_intervention_apply(void *user, const mp_hook_info *info, float *data) {
+    mp_intervention_plan pl;
+    if (mp_intervention_prepare(user, info, &pl)) return 1;
+    const int64_t *s = pl.s, *f = pl.f;
+    const int hax = pl.hax, pax = pl.pax;
+    const float *src = pl.src;
     size_t e = 0;
     int64_t idx[4];
     for (idx[0] = 0; idx[0] < s[0]; idx[0]++)
@@ -156,27 +179,27 @@ int mp_intervention_apply(void *user, const mp_hook_info *info, float *data) {
             for (idx[2] = 0; idx[2] < s[2]; idx[2]++)
                 for (idx[3] = 0; idx[3] < s[3]; idx[3]++, e++) {
                     int64_t g[4] = {idx[0], idx[1], idx[2], idx[3]};
-                    g[info->axis] += info->offset;
-                    if (iv->head >= 0 && g[hax] != iv->head) continue;
-                    if (iv->npos) {
-                        int p = info->pos0 + (int)g[pax], hit = 0;
-                        for (int k = 0; k < iv->npos && !hit; k++) hit = iv->pos[k] == p;
+                    g[pl.axis] += pl.offset;
+                    if (pl.head >= 0 && g[hax] != pl.head) continue;
+                    if (pl.npos) {
+                        int p = pl.pos0 + (int)g[pax], hit = 0;
+                        for (int k = 0; k < pl.npos && !hit; k++) hit = pl.pos[k] == p;
                         if (!hit) continue;
                     }
                     size_t feat = 0, within = 0;
-                    for (int i = 1; i < info->ndim; i++) {
+                    for (int i = 1; i < pl.ndim; i++) {
                         if (i == pax) continue;
                         feat = feat * (size_t)f[i] + (size_t)g[i];
                         if (hax >= 0 && i > hax) within = within * (size_t)f[i] + (size_t)g[i];
                     }
-                    switch (iv->kind) {
+                    switch (pl.kind) {
                     case MP_INTERVENTION_ZERO: data[e] = 0.0f; break;
                     case MP_INTERVENTION_MEAN: data[e] = src[feat]; break;
                     case MP_INTERVENTION_PATCH:
                         data[e] = src[((size_t)g[0] * f[1] * f[2] + (size_t)g[1] * f[2] + (size_t)g[2]) * f[3] + g[3]];
                         break;
-                    case MP_INTERVENTION_STEER: data[e] += iv->scale * src[use_within ? within : feat]; break;
-                    case MP_INTERVENTION_SCALE: data[e] *= iv->scale; break;
+                    case MP_INTERVENTION_STEER: data[e] += pl.scale * src[pl.use_within ? within : feat]; break;
+                    case MP_INTERVENTION_SCALE: data[e] *= pl.scale; break;
                     }
                 }
     return 0;

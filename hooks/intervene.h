@@ -73,6 +73,28 @@ void mp_intervention_free(mp_intervention *iv);
 /* "zero ablation", "mean ablation", "patch", "steer", "scale". */
 const char *mp_intervention_name(mp_intervention_kind k);
 
+/* What one firing of an intervention does, checked and resolved against the
+ * view it fires on: for a backend that applies it to its own copy of the data
+ * (the CUDA device runs this as a kernel). Element e of the view [s] is at
+ * g = its index with g[axis] += offset in the full tensor [f]; it is touched
+ * when head < 0 or g[hax] == head, and npos == 0 or pos0 + g[pax] is one of
+ * pos; feat / within index src as in mp_intervention_apply. */
+typedef struct {
+    mp_intervention_kind kind;
+    int head, hax, pax, ndim, axis, npos, pos0, use_within;
+    int64_t offset;
+    int64_t s[4], f[4];
+    int pos[MP_INTERVENTION_MAX_POS];
+    float scale;
+    const float *src; /* host: patch source, mean, steering vector (NULL for zero and scale) */
+    size_t nsrc;
+} mp_intervention_plan;
+
+/* Checks iv against the view info (info->name set) and fills *pl; computes
+ * the mean of a mean ablation the first time. 0, or 1 with the message set
+ * (the faults mp_intervention_apply reports). */
+int mp_intervention_prepare(mp_intervention *iv, const mp_hook_info *info, mp_intervention_plan *pl);
+
 /* The hook callback: user is an mp_intervention *. Returns 0, or 1 with the
  * message set (MP_ERR_ARG kinds of faults: head out of range or on a hook
  * without a head axis, source / vector / reference of the wrong size). */

@@ -329,6 +329,18 @@ int mp_hooks_active(const mp_hooks *hs, mp_hook_id id, int layer) {
     return hs && *slot(hs, id, layer);
 }
 
+int mp_hooks_at(const mp_hooks *hs, mp_hook_id id, int layer, mp_hook_fn *fns, void **users, int max) {
+    if (!mp_hooks_active(hs, id, layer)) return 0;
+    int n = 0;
+    for (int i = 0; i < hs->n; i++) {
+        const hook_entry *e = &hs->e[i];
+        if (e->id != id || e->layer != layer) continue;
+        if (n < max) fns[n] = e->fn, users[n] = e->user;
+        n++;
+    }
+    return n;
+}
+
 int mp_hooks_readonly(const mp_hooks *hs, mp_hook_id id, int layer) {
     return hs && *slot(hs, id, layer) == SLOT_ACTIVE;
 }

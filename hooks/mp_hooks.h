@@ -156,6 +156,9 @@ int mp_hooks_count(const mp_hooks *hs);
 /* Runtime side: is anything registered at (id, layer)? One byte read, so a
  * forward pass with no hooks pays nothing measurable. hs may be NULL. */
 int mp_hooks_active(const mp_hooks *hs, mp_hook_id id, int layer);
+/* The callbacks at (id, layer) in registration order: fills fns / users with
+ * up to max of them and returns how many there are (0 when none; hs may be NULL). */
+int mp_hooks_at(const mp_hooks *hs, mp_hook_id id, int layer, mp_hook_fn *fns, void **users, int max);
 /* Whether something is registered at (id, layer) and every callback there is a reader. */
 int mp_hooks_readonly(const mp_hooks *hs, mp_hook_id id, int layer);
 /* Fires every callback at info->id/info->layer in registration order. */

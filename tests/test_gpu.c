@@ -6,7 +6,9 @@
  * (the norms' scales, hook_pos_embed and hook_mlp_in included) and the logits,
  * for a batch of 2 x 37 tokens with the pattern in one block and in blocks of
  * 16 query rows; KV-cached decoding (with and without the pattern hooks);
- * greedy generation (equal tokens); each C intervention; readers (captures
+ * greedy generation (equal tokens); each C intervention (the device runs
+ * them as kernels: maps in blocks at row offsets, one head, positions, two at
+ * one point in order, a fault's message); readers (captures
  * the device copies on its copy stream) alone, beside writers, and failing;
  * the shared llama2.c
  * model. fp32 tolerance: max |gpu - cpu| <= 1e-4 of the tensor's scale (its
@@ -187,10 +189,15 @@ static void compare_interventions(mp_model *m) {
         {"blocks.0.hook_resid_post", mp_intervention_patch(src, (size_t)T * m->cfg.d_model)},
         {"blocks.1.hook_resid_pre", mp_intervention_steer(vec, (size_t)m->cfg.d_model, 2.0f)},
         {"blocks.0.attn.hook_pattern", mp_intervention_scale(0.5f)},
+        {"blocks.1.attn.hook_v", mp_intervention_steer(vec, (size_t)m->cfg.d_head, -1.0f)},
+        {"blocks.1.attn.hook_pattern", mp_intervention_zero()},
     };
     cases[0].iv.head = 1;
-    const int pos[2] = {3, 7};
+    const int pos[2] = {3, 7}, pos2[3] = {2, 5, 11};
     mp_intervention_set_positions(&cases[3].iv, pos, 2);
+    cases[5].iv.head = 1; /* one kv head's Dh values */
+    cases[6].iv.head = 3;
+    mp_intervention_set_positions(&cases[6].iv, pos2, 3); /* query rows in the first, second and third block of 5 */
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         float lo[2][12 * 64];
         for (int dev = 0; dev < 2; dev++) {
@@ -199,6 +206,7 @@ static void compare_interventions(mp_model *m) {
             mp_hooks_add(hs, cases[c].where, mp_intervention_apply, &cases[c].iv);
             mp_forward_params fp = mp_forward_params_default();
             fp.hooks = hs;
+            fp.q_block = 5; /* the maps arrive in blocks at row offsets 0, 5, 10 */
             CHECK(mp_model_forward(m, tok, B, T, &fp, lo[dev]) == MP_OK, "%s: %s",
                   mp_intervention_name(cases[c].iv.kind), mp_last_error());
             mp_hooks_free(hs);
@@ -207,6 +215,36 @@ static void compare_interventions(mp_model *m) {
         snprintf(what, sizeof what, "%s at %s", mp_intervention_name(cases[c].iv.kind), cases[c].where);
         near_scaled(what, lo[0], lo[1], (size_t)T * V);
         mp_intervention_free(&cases[c].iv);
+    }
+    /* two interventions at one point apply in order (scale, then steer: not
+     * the same as the other order), and a fault gives the CPU's message */
+    {
+        float lo2[2][12 * 64], keep[2][12 * 64];
+        char msg[2][512];
+        for (int dev = 0; dev < 2; dev++) {
+            to(m, dev ? MP_DEVICE_CUDA : MP_DEVICE_CPU);
+            mp_intervention a = mp_intervention_scale(3.0f), b = mp_intervention_steer(vec, (size_t)m->cfg.d_model, 1.0f);
+            mp_hooks *hs = mp_hooks_new(&m->cfg);
+            mp_hooks_add(hs, "blocks.0.hook_resid_post", mp_intervention_apply, &a);
+            mp_hooks_add(hs, "blocks.0.hook_resid_post", mp_intervention_apply, &b);
+            mp_forward_params fp = mp_forward_params_default();
+            fp.hooks = hs;
+            CHECK(mp_model_forward(m, tok, B, T, &fp, lo2[dev]) == MP_OK, "two interventions: %s", mp_last_error());
+            memcpy(keep[dev], lo2[dev], sizeof keep[dev]);
+            mp_hooks_free(hs);
+            mp_intervention bad = mp_intervention_zero();
+            bad.head = 9; /* 4 heads */
+            hs = mp_hooks_new(&m->cfg);
+            mp_hooks_add(hs, "blocks.1.attn.hook_z", mp_intervention_apply, &bad);
+            fp.hooks = hs;
+            const mp_status st = mp_model_forward(m, tok, B, T, &fp, lo2[dev]);
+            CHECK(st == MP_ERR_HOOK, "head 9 of 4: status %d", (int)st);
+            snprintf(msg[dev], sizeof msg[dev], "%s", mp_last_error());
+            mp_hooks_free(hs);
+        }
+        near_scaled("scale then steer at one point", keep[0], keep[1], (size_t)T * V);
+        CHECK(strcmp(msg[0], msg[1]) == 0 && strstr(msg[0], "head=9 out of range"), "the fault: cpu '%s', cuda '%s'",
+              msg[0], msg[1]);
     }
     to(m, MP_DEVICE_CPU);
 }

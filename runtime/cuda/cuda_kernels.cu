@@ -16,6 +16,38 @@ __global__ static void k_to_bf16(__nv_bfloat16 *out, const float *in, size_t n) 
         out[i] = __float2bfloat16_rn(in[i]);
 }
 
+__global__ static void k_intervene(float *data, const float *src, mp_cuk_iv p, size_t n) {
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+        long long g[4];
+        size_t r = e;
+        for (int i = 3; i >= 0; i--) {
+            g[i] = (long long)(r % (size_t)p.s[i]);
+            r /= (size_t)p.s[i];
+        }
+        g[p.axis] += p.offset;
+        if (p.head >= 0 && g[p.hax] != p.head) continue;
+        if (p.npos) {
+            const int q = p.pos0 + (int)g[p.pax];
+            int hit = 0;
+            for (int k = 0; k < p.npos && !hit; k++) hit = p.pos[k] == q;
+            if (!hit) continue;
+        }
+        size_t feat = 0, within = 0;
+        for (int i = 1; i < p.ndim; i++) {
+            if (i == p.pax) continue;
+            feat = feat * (size_t)p.f[i] + (size_t)g[i];
+            if (p.hax >= 0 && i > p.hax) within = within * (size_t)p.f[i] + (size_t)g[i];
+        }
+        switch (p.kind) {
+        case 0: data[e] = 0.0f; break;
+        case 1: data[e] = src[feat]; break;
+        case 2: data[e] = src[(((size_t)g[0] * p.f[1] + g[1]) * p.f[2] + g[2]) * p.f[3] + g[3]]; break;
+        case 3: data[e] += p.scale * src[p.use_within ? within : feat]; break;
+        default: data[e] *= p.scale; break;
+        }
+    }
+}
+
 __global__ static void k_embed(float *out, const int *tokens, const float *embed, int D) {
     const size_t n = blockIdx.x;
     const float *src = embed + (size_t)tokens[n] * D;
@@ -307,6 +339,11 @@ cudaError_t mp_cuk_attn_flash(float *z, const float *q, const float *kc, const f
     if (Dh > MAX_DH) return cudaErrorInvalidValue;
     dim3 grid((unsigned)((T + FLASH_WARPS - 1) / FLASH_WARPS), (unsigned)H, (unsigned)B);
     MP_LAUNCH(k_attn_flash, grid, FLASH_WARPS * WARP, s)(z, q, kc, vc, T, H, K, Dh, pos0, bstride, scale);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_intervene(float *data, const float *src, const mp_cuk_iv *p, size_t n, cudaStream_t s) {
+    MP_LAUNCH(k_intervene, grid_for(n, 256), 256, s)(data, src, *p, n);
     return cudaGetLastError();
 }
 

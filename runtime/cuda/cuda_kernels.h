@@ -13,6 +13,20 @@
 extern "C" {
 #endif
 
+/* One intervention's firing on a view (hooks/intervene.h mp_intervention_plan,
+ * its host pointers left out): kind 0 zero, 1 mean, 2 patch, 3 steer, 4 scale. */
+typedef struct {
+    int kind, head, hax, pax, ndim, axis, npos, pos0, use_within;
+    long long offset;
+    long long s[4], f[4];
+    int pos[64];
+    float scale;
+} mp_cuk_iv;
+
+/* The intervention p on the n elements of a view in place (intervene.c
+ * mp_intervention_apply's loop, an element a thread); src on the device:
+ * the patch source, the mean or the steering vector (NULL for zero / scale) */
+cudaError_t mp_cuk_intervene(float *data, const float *src, const mp_cuk_iv *p, size_t n, cudaStream_t s);
 /* out[i] = in[i] rounded to bfloat16 (round to nearest even; out holds n
  * 16-bit values): the bf16 path's weights and GEMM inputs */
 cudaError_t mp_cuk_to_bf16(void *out, const float *in, size_t n, cudaStream_t s);

@@ -42,6 +42,7 @@
 #include "cuda_internal.h"
 #include "cuda_kernels.h"
 #include "fwd_hooks.h"
+#include "intervene.h"
 #include "train.h"
 
 #include <cublas_v2.h>
@@ -172,6 +173,8 @@ typedef struct {
     rd_slot rd[RD_SLOTS];   /* a ring: rd_n pending from rd_head on, the rest idle (buffers kept) */
     int rd_head, rd_n;
     size_t rd_floats;       /* held by all slots (each side: device and pinned) */
+    float *ivsrc;           /* a C intervention's data on the device: patch source, mean, steering vector */
+    size_t ivsrc_n;         /* floats */
 } cu_model;
 
 typedef struct {
@@ -229,6 +232,7 @@ static void cu_free(cu_model *d) {
     cudaFree(d->tgt);
     cudaFree(d->pos_ids);
     cudaFree(d->ablk);
+    cudaFree(d->ivsrc);
     if (d->host) cudaFreeHost(d->host);
     if (d->copy) cudaStreamSynchronize(d->copy);
     for (int i = 0; i < RD_SLOTS; i++) {
@@ -393,14 +397,53 @@ cleanup:
     return st;
 }
 
+/* A point whose callbacks are all C interventions (mp_intervention_apply, at
+ * most IV_MAX): the device applies them in registration order as kernels on
+ * the view at dptr, which never leaves the device (*done = 1; a fault is the
+ * message mp_hooks_fire would give). *done = 0: the point has other hooks. */
+#define IV_MAX 8
+static mp_status dev_interventions(cu_model *d, const mp_fwd_ctx *f, mp_hook_info *info, float *dptr, int *done) {
+    mp_status st = MP_OK;
+    mp_hook_fn fns[IV_MAX];
+    void *users[IV_MAX];
+    *done = 0;
+    const int n = mp_hooks_at(f->hs, info->id, info->layer, fns, users, IV_MAX);
+    if (n < 1 || n > IV_MAX) return MP_OK;
+    for (int i = 0; i < n; i++)
+        if (fns[i] != mp_intervention_apply) return MP_OK;
+    *done = 1;
+    const char *name = info->name = mp_hook_name(info->id, info->layer, info->namebuf, sizeof info->namebuf);
+    for (int i = 0; i < n; i++) {
+        mp_intervention_plan pl;
+        if (mp_intervention_prepare(users[i], info, &pl)) {
+            if (!mp_last_error()[0]) return mp_error(MP_ERR_HOOK, "hook at %s aborted the forward pass", name);
+            mp_error_prefix(MP_ERR_HOOK, "hook at %s", name);
+            return MP_ERR_HOOK;
+        }
+        mp_cuk_iv k = {(int)pl.kind, pl.head, pl.hax, pl.pax, pl.ndim, pl.axis, pl.npos, pl.pos0, pl.use_within,
+                       (long long)pl.offset, {0}, {0}, {0}, pl.scale};
+        for (int j = 0; j < 4; j++) k.s[j] = pl.s[j], k.f[j] = pl.f[j];
+        memcpy(k.pos, pl.pos, sizeof k.pos);
+        if (pl.nsrc) { /* in stream order: the previous intervention's kernel has read the buffer before this copy */
+            TRY(dev_grow((void **)&d->ivsrc, &d->ivsrc_n, pl.nsrc, sizeof(float)));
+            CU(cudaMemcpyAsync, (d->ivsrc, pl.src, pl.nsrc * sizeof(float), cudaMemcpyHostToDevice, d->stream));
+        }
+        CU(mp_cuk_intervene, (dptr, pl.nsrc ? d->ivsrc : NULL, &k, info->numel, d->stream));
+    }
+cleanup:
+    return st;
+}
+
 /* Fires the whole [B,T,...] point (id, l) on a host copy of dptr. */
 static mp_status hook_whole(cu_model *d, const mp_fwd_ctx *f, mp_hook_id id, int l, float *dptr) {
     if (!mp_hooks_active(f->hs, id, l)) return MP_OK;
     mp_status st = MP_OK;
-    int queued = 0;
+    int queued = 0, done = 0;
+    mp_hook_info info;
+    mp_fwd_whole_info(f, id, l, &info);
+    TRY(dev_interventions(d, f, &info, dptr, &done));
+    if (done) return MP_OK;
     if (mp_hooks_readonly(f->hs, id, l)) {
-        mp_hook_info info;
-        mp_fwd_whole_info(f, id, l, &info);
         TRY(rd_push(d, f, &info, dptr, &queued));
         if (queued) return MP_OK;
     }
@@ -426,7 +469,9 @@ static mp_status hook_block(cu_model *d, const mp_fwd_ctx *f, mp_hook_id id, int
     mp_status st = MP_OK;
     mp_hook_info info;
     mp_fwd_block_info(f, id, l, q0, rows, &info);
-    int queued = 0;
+    int queued = 0, done = 0;
+    TRY(dev_interventions(d, f, &info, datt, &done));
+    if (done) return MP_OK;
     if (mp_hooks_readonly(f->hs, id, l)) {
         TRY(rd_push(d, f, &info, datt, &queued));
         if (queued) return MP_OK;

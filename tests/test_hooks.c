@@ -164,7 +164,7 @@ static int count_cb(void *user, const mp_hook_info *info, float *data) {
 static void test_readers(const mp_model *m) {
     const mp_config *c = &m->cfg;
     mp_hooks *hs = mp_hooks_new(c);
-    int n = 0;
+    int n = 0, other = 0;
     CHECK(!mp_hooks_readonly(hs, MP_HOOK_RESID_PRE, 0), "nothing registered: not read-only");
     CHECK(mp_hooks_add_reader_at(hs, MP_HOOK_RESID_PRE, 0, count_cb, &n) == MP_OK &&
               mp_hooks_add_reader_at(hs, MP_HOOK_RESID_PRE, 0, count_cb, &n) == MP_OK,
@@ -175,13 +175,25 @@ static void test_readers(const mp_model *m) {
     CHECK(mp_hooks_add_at(hs, MP_HOOK_RESID_PRE, 0, count_cb, &n) == MP_OK, "%s", mp_last_error());
     CHECK(mp_hooks_active(hs, MP_HOOK_RESID_PRE, 0) && !mp_hooks_readonly(hs, MP_HOOK_RESID_PRE, 0),
           "a writer beside the readers: not read-only");
+    {
+        mp_hook_fn fns[2];
+        void *users[2];
+        mp_hooks_add_at(hs, MP_HOOK_RESID_MID, 0, count_cb, &other);
+        CHECK(mp_hooks_at(hs, MP_HOOK_RESID_PRE, 0, fns, users, 2) == 3 && fns[0] == count_cb && users[1] == &n,
+              "mp_hooks_at: three callbacks at resid_pre 0, the first two listed");
+        CHECK(mp_hooks_at(hs, MP_HOOK_RESID_MID, 0, fns, users, 2) == 1 && users[0] == &other &&
+                  mp_hooks_at(hs, MP_HOOK_RESID_POST, 0, fns, users, 2) == 0 && mp_hooks_at(NULL, MP_HOOK_RESID_PRE, 0,
+                                                                                            fns, users, 2) == 0,
+              "mp_hooks_at: one at resid_mid, none at resid_post or in no registry");
+    }
     CHECK(mp_hooks_add_reader_at(hs, MP_HOOK_RESID_PRE, c->n_layer, count_cb, &n) == MP_ERR_ARG,
           "a reader at a layer past the model is refused");
     int toks[6] = {1, 2, 3, 4, 5, 6};
     mp_forward_params fp = mp_forward_params_default();
     fp.hooks = hs;
     float *out = malloc((size_t)6 * c->vocab * sizeof(float));
-    CHECK(out && mp_model_forward(m, toks, 1, 6, &fp, out) == MP_OK && n == 3, "readers and writer fired %d times", n);
+    CHECK(out && mp_model_forward(m, toks, 1, 6, &fp, out) == MP_OK && n == 3 && other == 1,
+          "readers and writer fired %d times (3), resid_mid's %d (1)", n, other);
     mp_hooks_clear(hs);
     CHECK(!mp_hooks_active(hs, MP_HOOK_RESID_PRE, 0) && !mp_hooks_readonly(hs, MP_HOOK_RESID_PRE, 0), "cleared");
     CHECK(mp_hooks_add_reader_at(hs, MP_HOOK_RESID_PRE, 0, count_cb, &n) == MP_OK &&

@@ -2,10 +2,15 @@
  * device copy (its weights in one cudaMalloc laid out as mp_params, a stream,
  * a cuBLAS handle, a workspace grown on demand, pinned staging memory) and the
  * forward pass on the device, step for step the order of model.c's forward,
- * with the same hook points fired through the same dispatch (mp_fwd_fire) on
- * host copies: an active point's tensor is copied to pinned host memory, the
+ * with the same hook points fired through the same dispatch on host copies.
+ * An active point whose callbacks are all C interventions runs them as device
+ * kernels (dev_interventions: nothing leaves the device). One whose callbacks
+ * all only read (readers: captures, caches) is snapshotted on the device and
+ * copied to pinned memory on a copy stream while the forward goes on; the
+ * readers get it as the copy completes, in order, before the call returns
+ * (rd_push). Any other active point is copied to pinned host memory, its
  * callbacks see and may edit it, and it is copied back before the next step
- * reads it (synchronous copies: simple first). Inactive points cost nothing.
+ * reads it (after the pending readers). Inactive points cost nothing.
  * Matrix products: cuBLAS sgemm in its default math mode, which does not use
  * TF32 (the fp32 reference path). Precision bf16: the linear weights get a
  * bfloat16 copy, each product's input is rounded to bfloat16 and cublasGemmEx

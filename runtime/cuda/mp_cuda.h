@@ -2,11 +2,13 @@
  * to the GPU and back, and the host-side checks that decide what may run
  * there. Once a model is on the device, mp_model_forward (and everything built
  * on it: generation, capture, Lua hooks, interventions) runs there through
- * m->dev_ops (runtime/device.h), firing the same hooks on host copies of the
- * active points; a call that needs a path only the CPU has runs on the CPU
+ * m->dev_ops (runtime/device.h), firing the same hooks (the C interventions as
+ * device kernels, readers from a copy stream, other hooks on host copies of
+ * the active points); a call that needs a path only the CPU has runs on the CPU
  * from the host weights (mp_cuda_cpu_reason). mp_train_step of a model on the
- * device runs there too (fp32): forward, backward, clipping and AdamW, the
- * host weights and the optimiser's moments updated after each step.
+ * device runs there too (fp32 or bf16 mixed precision): forward, backward,
+ * clipping and AdamW, the weights and the optimiser's moments kept on the
+ * device until mp_model_sync brings them back.
  *
  * Built in every configuration: without CUDA (MP_CUDA=OFF or no nvcc) asking
  * for the device fails with "this build has no CUDA support (configure with

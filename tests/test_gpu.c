@@ -267,34 +267,43 @@ static void compare_readers(mp_model *m) {
     float vec[64], lo[2][42 * 64];
     for (int i = 0; i < 64; i++) vec[i] = 0.05f * (float)(i % 7) - 0.15f;
     static tu_capture cap[2];
-    for (int dev = 0; dev < 2; dev++) {
-        memset(&cap[dev], 0, sizeof cap[dev]);
-        mp_intervention sc = mp_intervention_scale(0.5f), st = mp_intervention_steer(vec, (size_t)m->cfg.d_model, 1.5f);
-        to(m, dev ? MP_DEVICE_CUDA : MP_DEVICE_CPU);
-        mp_hooks *hs = mp_hooks_new(&m->cfg);
-        CHECK(mp_hooks_add(hs, "blocks.0.attn.hook_pattern", mp_intervention_apply, &sc) == MP_OK &&
-                  mp_hooks_add_reader(hs, "*", tu_capture_cb, &cap[dev]) == MP_OK &&
-                  mp_hooks_add(hs, "blocks.1.hook_resid_pre", mp_intervention_apply, &st) == MP_OK,
-              "readers: %s", mp_last_error());
-        mp_forward_params fp = mp_forward_params_default();
-        fp.hooks = hs;
-        fp.q_block = 8;
-        CHECK(mp_model_forward(m, tok, B, T, &fp, lo[dev]) == MP_OK, "readers beside writers: %s", mp_last_error());
-        mp_hooks_free(hs);
-        mp_intervention_free(&sc);
-        mp_intervention_free(&st);
+    /* with the automatic bound, and with 1500 floats in flight: the [2, 21, 64]
+     * points (2688) go the synchronous way, and a second pattern block
+     * (2 x 4 x 8 x 21 = 1344) empties the queue and frees the idle buffers */
+    for (int bound = 0; bound <= 1500; bound += 1500) {
+        for (int dev = 0; dev < 2; dev++) {
+            memset(&cap[dev], 0, sizeof cap[dev]);
+            mp_intervention sc = mp_intervention_scale(0.5f);
+            mp_intervention st = mp_intervention_steer(vec, (size_t)m->cfg.d_model, 1.5f);
+            to(m, dev ? MP_DEVICE_CUDA : MP_DEVICE_CPU);
+            if (dev && !dry) CHECK(mp_cuda_reader_floats(m, bound) == MP_OK, "reader floats: %s", mp_last_error());
+            mp_hooks *hs = mp_hooks_new(&m->cfg);
+            CHECK(mp_hooks_add(hs, "blocks.0.attn.hook_pattern", mp_intervention_apply, &sc) == MP_OK &&
+                      mp_hooks_add_reader(hs, "*", tu_capture_cb, &cap[dev]) == MP_OK &&
+                      mp_hooks_add(hs, "blocks.1.hook_resid_pre", mp_intervention_apply, &st) == MP_OK,
+                  "readers: %s", mp_last_error());
+            mp_forward_params fp = mp_forward_params_default();
+            fp.hooks = hs;
+            fp.q_block = 8;
+            CHECK(mp_model_forward(m, tok, B, T, &fp, lo[dev]) == MP_OK, "readers beside writers: %s", mp_last_error());
+            mp_hooks_free(hs);
+            mp_intervention_free(&sc);
+            mp_intervention_free(&st);
+        }
+        near_scaled(bound ? "readers beside writers, 1500 floats in flight: logits" : "readers beside writers: logits",
+                    lo[0], lo[1], (size_t)B * T * V);
+        CHECK(cap[0].n == cap[1].n && cap[0].n > 10, "readers: %d vs %d deliveries", cap[0].n, cap[1].n);
+        for (int k = 0; k < cap[0].n && k < cap[1].n; k++) {
+            char what[160];
+            CHECK(strcmp(cap[0].name[k], cap[1].name[k]) == 0 && cap[0].numel[k] == cap[1].numel[k],
+                  "readers: delivery %d: %s vs %s", k, cap[0].name[k], cap[1].name[k]);
+            snprintf(what, sizeof what, "readers beside writers (bound %d): %s", bound, cap[0].name[k]);
+            near_scaled(what, cap[0].buf[k], cap[1].buf[k], cap[0].numel[k]);
+        }
+        tu_capture_free(&cap[0]);
+        tu_capture_free(&cap[1]);
     }
-    near_scaled("readers beside writers: logits", lo[0], lo[1], (size_t)B * T * V);
-    CHECK(cap[0].n == cap[1].n && cap[0].n > 10, "readers: %d vs %d deliveries", cap[0].n, cap[1].n);
-    for (int k = 0; k < cap[0].n && k < cap[1].n; k++) {
-        char what[160];
-        CHECK(strcmp(cap[0].name[k], cap[1].name[k]) == 0 && cap[0].numel[k] == cap[1].numel[k],
-              "readers: delivery %d: %s vs %s", k, cap[0].name[k], cap[1].name[k]);
-        snprintf(what, sizeof what, "readers beside writers: %s", cap[0].name[k]);
-        near_scaled(what, cap[0].buf[k], cap[1].buf[k], cap[0].numel[k]);
-    }
-    tu_capture_free(&cap[0]);
-    tu_capture_free(&cap[1]);
+    if (!dry) CHECK(mp_cuda_reader_floats(m, 0) == MP_OK, "reader floats: %s", mp_last_error());
     /* a failing reader: blocks.1.hook_resid_post, with the earlier points' readers in flight */
     static tu_capture c2;
     memset(&c2, 0, sizeof c2);

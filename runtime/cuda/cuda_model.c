@@ -121,7 +121,8 @@ static mp_status blas_load(void) {
 }
 
 /* Reader-only points in flight: at most RD_SLOTS, and RD_FLOATS floats on the
- * device and as many pinned (a larger tensor goes the synchronous way). */
+ * device and as many pinned (mp_cuda_reader_floats changes it; a larger tensor
+ * goes the synchronous way). */
 #define RD_SLOTS 16
 #define RD_FLOATS ((size_t)1 << 26)
 
@@ -178,6 +179,7 @@ typedef struct {
     rd_slot rd[RD_SLOTS];   /* a ring: rd_n pending from rd_head on, the rest idle (buffers kept) */
     int rd_head, rd_n;
     size_t rd_floats;       /* held by all slots (each side: device and pinned) */
+    size_t rd_max;          /* their bound (mp_cuda_reader_floats; 0: RD_FLOATS) */
     float *ivsrc;           /* a C intervention's data on the device: patch source, mean, steering vector */
     size_t ivsrc_n;         /* floats */
 } cu_model;
@@ -350,9 +352,9 @@ static void rd_discard(cu_model *d) {
  * the tensor is over RD_FLOATS: the caller fires it the synchronous way. */
 static mp_status rd_push(cu_model *d, const mp_fwd_ctx *f, const mp_hook_info *info, const float *dptr, int *queued) {
     mp_status st = MP_OK;
-    const size_t n = info->numel;
+    const size_t n = info->numel, bound = d->rd_max ? d->rd_max : RD_FLOATS;
     *queued = 0;
-    if (n > RD_FLOATS) return MP_OK;
+    if (n > bound) return MP_OK;
     if (!d->copy) { /* the copy stream carries copies only: its priority (the highest) matters to no kernel */
         int least = 0, greatest = 0;
         CU(cudaDeviceGetStreamPriorityRange, (&least, &greatest));
@@ -366,7 +368,7 @@ static mp_status rd_push(cu_model *d, const mp_fwd_ctx *f, const mp_hook_info *i
     rd_slot *r = &d->rd[(d->rd_head + d->rd_n) % RD_SLOTS];
     if (!r->done) CU(cudaEventCreateWithFlags, (&r->done, cudaEventDisableTiming));
     if (r->cap < n) {
-        if (d->rd_floats - r->cap + n > RD_FLOATS) { /* over the bound: empty the queue, free the idle buffers */
+        if (d->rd_floats - r->cap + n > bound) { /* over the bound: empty the queue, free the idle buffers */
             TRY(rd_drain(d, f));
             for (int i = 0; i < RD_SLOTS; i++)
                 if (&d->rd[i] != r && d->rd[i].cap) {
@@ -1106,9 +1108,10 @@ cleanup:
  * unless a chunk of 64 rows needs more. */
 #define CE_FLOATS ((size_t)1 << 25)
 
-void mp_cuda_set_rows_dev(mp_model *m, int attn, int rows) {
+void mp_cuda_set_knob_dev(mp_model *m, int which, int value) {
     cu_model *d = m->dev;
-    *(attn ? &d->att_rows : &d->ce_rows) = rows;
+    if (which == 2) d->rd_max = (size_t)value;
+    else *(which ? &d->att_rows : &d->ce_rows) = value;
 }
 
 /* Device buffers of a step on micro-batches of mb x T: the store, the

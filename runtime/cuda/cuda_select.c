@@ -83,17 +83,20 @@ mp_status mp_model_to_device(mp_model *m, mp_device d, mp_precision p) {
 #endif
 }
 
-/* the knobs: checked here, set in cuda_model.c */
-static mp_status set_rows(mp_model *m, int attn, int rows) {
-    const char *what = attn ? "attention rows" : "loss chunk";
+/* the knobs: checked here, set in cuda_model.c (which: 0 loss chunk, 1 attention rows, 2 reader floats) */
+static mp_status set_knob(mp_model *m, int which, int value) {
+    static const char *const what[3] = {"loss chunk", "attention rows", "reader floats"};
+    static const char *const unit[3] = {"rows", "rows", "floats"};
     if (!m || m->device != MP_DEVICE_CUDA || !m->dev)
-        return mp_error(MP_ERR_ARG, "%s: the model is not on the cuda device", what);
-    if (rows < 0) return mp_error(MP_ERR_ARG, "%s: rows must be >= 0 (0: automatic), got %d", what, rows);
+        return mp_error(MP_ERR_ARG, "%s: the model is not on the cuda device", what[which]);
+    if (value < 0)
+        return mp_error(MP_ERR_ARG, "%s: %s must be >= 0 (0: automatic), got %d", what[which], unit[which], value);
 #ifdef MP_HAVE_CUDA
-    mp_cuda_set_rows_dev(m, attn, rows);
+    mp_cuda_set_knob_dev(m, which, value);
 #endif
     return MP_OK;
 }
 
-mp_status mp_cuda_loss_chunk(mp_model *m, int rows) { return set_rows(m, 0, rows); }
-mp_status mp_cuda_attn_rows(mp_model *m, int rows) { return set_rows(m, 1, rows); }
+mp_status mp_cuda_loss_chunk(mp_model *m, int rows) { return set_knob(m, 0, rows); }
+mp_status mp_cuda_attn_rows(mp_model *m, int rows) { return set_knob(m, 1, rows); }
+mp_status mp_cuda_reader_floats(mp_model *m, int floats) { return set_knob(m, 2, floats); }

@@ -55,8 +55,12 @@ mp_status mp_model_to_device(mp_model *m, mp_device d, mp_precision p);
  * mp_cuda_attn_rows: query rows per block of the attention without a stored
  * pattern (training, and prefill of 16 rows or more; a block's scores are
  * B x n_head x rows x keys floats; automatic: as many as fit 256 MiB).
- * MP_ERR_ARG when m is not on the device or rows < 0. */
+ * mp_cuda_reader_floats: the floats that hook points whose callbacks only read
+ * may hold in flight (on the device and as many pinned; automatic: 2^26, 256
+ * MiB; a larger point's tensor goes the synchronous way).
+ * MP_ERR_ARG when m is not on the device or the value is < 0. */
 mp_status mp_cuda_loss_chunk(mp_model *m, int rows);
 mp_status mp_cuda_attn_rows(mp_model *m, int rows);
+mp_status mp_cuda_reader_floats(mp_model *m, int floats);
 
 #endif

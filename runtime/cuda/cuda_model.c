@@ -309,7 +309,10 @@ static mp_status rd_fire_one(cu_model *d, const mp_fwd_ctx *f, int wait, int *fi
     if (wait) CU(cudaEventSynchronize, (r->done));
     else {
         cudaError_t e = cudaEventQuery(r->done);
-        if (e == cudaErrorNotReady) return MP_OK;
+        if (e == cudaErrorNotReady) { /* not an error, but the runtime may keep it as the last one, which the */
+            (void)cudaGetLastError(); /* next launcher's cudaGetLastError would report: every launch is checked */
+            return MP_OK;             /* at once, so nothing else is pending there */
+        }
         if (e != cudaSuccess) {
             st = mp_error(MP_ERR_CUDA, "CUDA: cudaEventQuery: %s", cudaGetErrorString(e));
             goto cleanup;

@@ -372,7 +372,7 @@ static mp_status rd_push(cu_model *d, const mp_fwd_ctx *f, const mp_hook_info *i
     if (!r->done) CU(cudaEventCreateWithFlags, (&r->done, cudaEventDisableTiming));
     if (r->cap < n) {
         if (d->rd_floats - r->cap + n > bound) { /* over the bound: empty the queue, free the idle buffers */
-            TRY(rd_drain(d, f));
+            TRY(rd_drain(d, f)); /* (r stays the free slot: the head moves to it) */
             for (int i = 0; i < RD_SLOTS; i++)
                 if (&d->rd[i] != r && d->rd[i].cap) {
                     cudaFree(d->rd[i].dev);
@@ -381,8 +381,6 @@ static mp_status rd_push(cu_model *d, const mp_fwd_ctx *f, const mp_hook_info *i
                     d->rd[i].dev = d->rd[i].host = NULL;
                     d->rd[i].cap = 0;
                 }
-            r = &d->rd[(d->rd_head + d->rd_n) % RD_SLOTS];
-            if (!r->done) CU(cudaEventCreateWithFlags, (&r->done, cudaEventDisableTiming));
         }
         cudaFree(r->dev);
         if (r->host) cudaFreeHost(r->host);
@@ -444,57 +442,41 @@ cleanup:
     return st;
 }
 
-/* Fires the whole [B,T,...] point (id, l) on a host copy of dptr. */
-static mp_status hook_whole(cu_model *d, const mp_fwd_ctx *f, mp_hook_id id, int l, float *dptr) {
-    if (!mp_hooks_active(f->hs, id, l)) return MP_OK;
+/* Fires the hooks of the view info at dptr (device): C interventions alone as
+ * device kernels, readers alone from the copy stream (rd_push), anything else
+ * on a host copy that is copied back, after the pending readers. */
+static mp_status hook_view(cu_model *d, const mp_fwd_ctx *f, mp_hook_info *info, float *dptr) {
     mp_status st = MP_OK;
-    int queued = 0, done = 0;
-    mp_hook_info info;
-    mp_fwd_whole_info(f, id, l, &info);
-    TRY(dev_interventions(d, f, &info, dptr, &done));
-    if (done) return MP_OK;
-    if (mp_hooks_readonly(f->hs, id, l)) {
-        TRY(rd_push(d, f, &info, dptr, &queued));
-        if (queued) return MP_OK;
-    }
+    int handled = 0;
+    if (mp_hooks_readonly(f->hs, info->id, info->layer)) TRY(rd_push(d, f, info, dptr, &handled));
+    else TRY(dev_interventions(d, f, info, dptr, &handled));
+    if (handled) return MP_OK;
     TRY(rd_drain(d, f)); /* the points before this one reach their readers first */
-    int64_t shape[4];
-    const int nd = mp_hook_shape(f->c, id, f->B, f->T, f->pos0, shape);
-    size_t n = 1;
-    for (int i = 0; i < nd; i++) n *= (size_t)shape[i];
-    TRY(reserve(d, 0, 0, n));
-    CU(cudaMemcpyAsync, (d->host, dptr, n * sizeof(float), cudaMemcpyDeviceToHost, d->stream));
+    TRY(reserve(d, 0, 0, info->numel));
+    CU(cudaMemcpyAsync, (d->host, dptr, info->numel * sizeof(float), cudaMemcpyDeviceToHost, d->stream));
     CU(cudaStreamSynchronize, (d->stream));
-    TRY(mp_fwd_fire(f, id, l, d->host));
-    CU(cudaMemcpyAsync, (dptr, d->host, n * sizeof(float), cudaMemcpyHostToDevice, d->stream));
+    TRY(mp_hooks_fire(f->hs, info, d->host));
+    CU(cudaMemcpyAsync, (dptr, d->host, info->numel * sizeof(float), cudaMemcpyHostToDevice, d->stream));
     CU(cudaStreamSynchronize, (d->stream)); /* the staging buffer is reused by the next point */
 cleanup:
     return st;
 }
 
+/* Fires the whole [B,T,...] point (id, l) on dptr. */
+static mp_status hook_whole(cu_model *d, const mp_fwd_ctx *f, mp_hook_id id, int l, float *dptr) {
+    if (!mp_hooks_active(f->hs, id, l)) return MP_OK;
+    mp_hook_info info;
+    mp_fwd_whole_info(f, id, l, &info);
+    return hook_view(d, f, &info, dptr);
+}
+
 /* Fires a scores/pattern block [B,H,rows,S] of query rows q0.. as model.c
- * does (mp_fwd_block_info: axis 2, offset q0), on a host copy of datt. */
+ * does (mp_fwd_block_info: axis 2, offset q0) on datt. */
 static mp_status hook_block(cu_model *d, const mp_fwd_ctx *f, mp_hook_id id, int l, int q0, int rows, float *datt) {
     if (!mp_hooks_active(f->hs, id, l)) return MP_OK;
-    mp_status st = MP_OK;
     mp_hook_info info;
     mp_fwd_block_info(f, id, l, q0, rows, &info);
-    int queued = 0, done = 0;
-    TRY(dev_interventions(d, f, &info, datt, &done));
-    if (done) return MP_OK;
-    if (mp_hooks_readonly(f->hs, id, l)) {
-        TRY(rd_push(d, f, &info, datt, &queued));
-        if (queued) return MP_OK;
-    }
-    TRY(rd_drain(d, f));
-    TRY(reserve(d, 0, 0, info.numel));
-    CU(cudaMemcpyAsync, (d->host, datt, info.numel * sizeof(float), cudaMemcpyDeviceToHost, d->stream));
-    CU(cudaStreamSynchronize, (d->stream));
-    TRY(mp_hooks_fire(f->hs, &info, d->host));
-    CU(cudaMemcpyAsync, (datt, d->host, info.numel * sizeof(float), cudaMemcpyHostToDevice, d->stream));
-    CU(cudaStreamSynchronize, (d->stream));
-cleanup:
-    return st;
+    return hook_view(d, f, &info, datt);
 }
 
 /* The configured norm of x into out; with its scale point (sid, l) active, or

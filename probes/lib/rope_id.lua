@@ -74,6 +74,10 @@ M.ret_kinds = {
 -- per L, periods 32..L/2) spans log2(L/64) octaves, 3 at L = 512 against 1 at
 -- 128 (where the model is mostly NoPE) and 0 at 64; the verdicts on RoPE-ID
 -- (C5-C7) need >= 2 (rules.MIN_OCTAVES). It evaluates to 8L = 4096, 3 seeds.
+-- Its text models take the search's full_lr_hi_b16 recipe (600 steps of
+-- 16 x 512 at lr 1e-2: 5 of 32 sink heads from 1.2M tokens on) and its
+-- retrieval models medium's shape and steps, so that a seed is about an hour
+-- of two cores (with 1500 steps of the text shape for every model it was 5 h).
 -- gpu: the same lengths at a width and step count for the GPU backend; its
 -- keyed tasks have keys of one symbol of their own (key_symbols) and train on
 -- 8 queries a sequence (evaluated on one): the only recipe of the search here
@@ -93,8 +97,9 @@ M.presets = {
   },
   full = {
     L = 512, mults = {1, 2, 4, 8}, d_model = 128, n_layer = 4, n_head = 8, d_mlp = 256,
-    text_steps = 1500, ret_steps = 1500, drope_steps = 300, value_len = 2, lr = 1e-2, ret_lr = 5e-3,
-    B_text = 4, B_ret = 64, B_geo = 2, window = 64, seeds = {1, 2, 3},
+    ret = {d_model = 64, n_layer = 4, n_head = 4, d_mlp = 128},
+    text_steps = 600, ret_steps = 400, drope_steps = 150, value_len = 2, lr = 1e-2, ret_lr = 1e-2,
+    B_text = 4, B_ret = 32, B_geo = 2, window = 64, seeds = {1, 2, 3},
   },
   gpu = {
     L = 512, mults = {1, 2, 4, 8}, d_model = 512, n_layer = 8, n_head = 8, d_head = 64, d_mlp = 2048,

@@ -9,6 +9,8 @@ mp_lua_test(test_lua_quant "lua;golden" lua/test_quant.lua)
 mp_lua_test(test_lua_config "lua" lua/test_config.lua)
 mp_lua_test(test_lua_options "lua" lua/test_options.lua)
 mp_lua_test(test_api_doc "unit;lua" lua/test_api_doc.lua)
+# the verdict engine of every probe on planted data (<1 s)
+mp_lua_test(test_verdicts "lua;unit" lua/test_verdicts.lua)
 mp_lua_test(test_hook_points "lua;unit" lua/test_hook_points.lua)
 # `mechprobe sinks --preset`: the verdict rules on planted fractions, option
 # errors (<1 s); a tiny 3-seed run end to end and the gpu shape (~20 s)

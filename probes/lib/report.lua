@@ -31,6 +31,11 @@ function M.verdict(id, claim, paper, ours, word, rule)
   return {id = id, claim = clean(claim), paper = clean(paper), ours = clean(ours), word = word, rule = rule}
 end
 
+-- The verdict engine's rows (verdicts.lua): VERDICT, RULE and DESCRIBE lines.
+function R:engine_verdicts(V, widths)
+  for _, line in ipairs(require("verdicts").report_lines(V, widths)) do self:out(line) end
+end
+
 function R:verdicts(V, widths)
   local fmt = ("VERDICT %%s | %%-%ds | %%-%ds | %%-%ds | %%s"):format(widths[1], widths[2], widths[3])
   for _, v in ipairs(V) do self:out(fmt, v.id, v.claim, v.paper, v.ours, v.word) end

@@ -2,11 +2,14 @@
 --
 --   mechprobe sinks --model FILE (--text STR | --text-file F | --tokens IDS) --out DIR
 --   mechprobe sinks --preset quick|medium|full|gpu [--seeds 1,2,3] [--steps N] [--device cuda] --out DIR
+--   mechprobe sinks --rejudge --out DIR     (the current rules on a finished --preset run: DIR/sinks_train.h5)
 --
 -- With --preset it first trains models from scratch and watches sinks emerge
 -- over seeds (probes/lib/sinks_train.lua: the sink fraction along training,
--- two verdicts, DIR/sinks_train.h5), then analyses the first seed's model as
--- below (DIR/analysis).
+-- two verdicts built from DIR/sinks_train.h5), then analyses the first seed's
+-- model as below (DIR/analysis). --rejudge rebuilds a finished run's verdicts
+-- (the run file's /verdicts, DIR/verdicts.tsv, the report's verdict section)
+-- from DIR/sinks_train.h5 alone, byte for byte as the run wrote them.
 -- Captures q/k before and after the positional scheme, the attention patterns
 -- and the residual stream to DIR/sinks.h5; computes for each (layer, head): the
 -- attention each key receives (alpha_k, Gu et al.), whether the head sinks into
@@ -44,7 +47,25 @@ local o = cli.parse(arg, {
   {"seed", "N", "bootstrap seed", default = 1, type = "int"},
   {"format", "EXT", "figure format: png, svg or pdf", default = "png"},
   {"out", "DIR", "output folder", required = true},
+  {"rejudge", nil, "apply the current verdict rules to the finished --preset run in --out (its sinks_train.h5; nothing "
+    .. "is trained): rewrites the verdicts there, in verdicts.tsv and report.txt"},
 })
+if o.rejudge then
+  for _, k in ipairs{"preset", "model", "text", "text_file", "tokens", "seeds", "steps", "length", "d_model",
+                     "checkpoints", "corpus", "tokenizer"} do
+    if o[k] then
+      cli.fail("sinks", ("--rejudge reads %s/sinks_train.h5 only: give no --%s with it"):format(o.out,
+        (k:gsub("_", "-"))))
+    end
+  end
+  local st = require "sinks_train"
+  local ok, rows, rewrote = pcall(st.rejudge, o.out)
+  if not ok then cli.fail("sinks", "--rejudge: " .. tostring(rows), 1) end
+  for _, l in ipairs(st.verdict_lines(rows)) do print(l) end
+  print(("rejudged from %s/sinks_train.h5: its /verdicts, %s/verdicts.tsv%s"):format(o.out, o.out,
+    rewrote and (", the verdict section of " .. o.out .. "/report.txt") or " (no report.txt to rewrite)"))
+  return
+end
 if o.window < 1 then cli.fail("sinks", ("--window must be a positive number of positions (got %d)"):format(o.window)) end
 cli.check_format("sinks", o.format)
 if o.preset then

@@ -12,7 +12,9 @@ mp_lua_test(test_api_doc "unit;lua" lua/test_api_doc.lua)
 # the verdict engine of every probe on planted data (<1 s)
 mp_lua_test(test_verdicts "lua;unit" lua/test_verdicts.lua)
 mp_lua_test(test_hook_points "lua;unit" lua/test_hook_points.lua)
-# `mechprobe sinks --preset`: the verdict rules on planted fractions, option
-# errors (<1 s); a tiny 3-seed run end to end and the gpu shape (~20 s)
+# `mechprobe sinks --preset`: the verdict rules on planted fractions, --rejudge
+# on a planted and on the stored tiny run (tests/data/rejudge/sinks), option
+# errors (~2 s); a tiny 3-seed run end to end, --rejudge on a copy of its folder
+# byte for byte, and the gpu shape (~15 s)
 mp_lua_test(test_sinks_train "lua;unit" lua/test_sinks_train.lua unit)
 mp_lua_test(test_sinks_train_run "lua" lua/test_sinks_train.lua run)

@@ -3,11 +3,13 @@
 -- over seeds (Gu et al., "When Attention Sink Emerges in Language Models: An
 -- Empirical View", ICLR 2025: sinks appear in every LM pre-trained on enough
 -- data, after enough optimization; their metric Sink_eps, eps = 0.3, the share
--- of heads whose mean attention to the first token exceeds eps).
+-- of heads whose mean attention to the first token exceeds eps); and
+-- `mechprobe sinks --rejudge --out DIR`: the current rules on a finished run.
 --
 --   local st = require "sinks_train"
 --   local p = st.preset("quick"); p.out = DIR
 --   local res = st.run(p)    -- {verdicts, h5, seeds, frac[seed i] = {per checkpoint}}
+--   local rows = st.rejudge(DIR)   -- from DIR/sinks_train.h5 alone
 --
 -- For every seed: a model (RMSNorm, SwiGLU, RoPE, grouped KV heads) trained on
 -- the rope_id corpus (Debian's licences and fortunes, or --corpus), each window
@@ -15,19 +17,21 @@
 -- experiments/sink_recipe.lua), at a high learning rate; at step 0 and at
 -- `checkpoints` points along the training: every head's alpha_0 (the mean over
 -- queries t >= 1 of pattern[t, 0] on held-out windows of the training length),
--- the sink heads (alpha_0 > eps), the training and held-out loss. Then the
--- fraction of sink heads pooled over the seeds (mean, 95% t-interval), the
--- verdicts (C1, C2 below), DIR/sinks_train.h5, DIR/report.txt,
--- DIR/verdicts.tsv, DIR/sink_fraction.<fmt>, the checkpoints
--- DIR/models/seed<N>.h5, and the per-head sinks analysis of the first seed's
--- model on held-out text in DIR/analysis/ (as `mechprobe sinks --model`).
+-- the sink heads (alpha_0 > eps), the training and held-out loss. Every number
+-- goes into DIR/sinks_train.h5 first; the verdicts (C1, C2 below, judged by
+-- the one verdict engine, verdicts.lua) are then built from that file by the
+-- function --rejudge uses (M.judge_file), so a run and its rejudge agree byte
+-- for byte. Also DIR/report.txt, DIR/verdicts.tsv, DIR/sink_fraction.<fmt>,
+-- the checkpoints DIR/models/seed<N>.h5, and the per-head sinks analysis of
+-- the first seed's model on held-out text in DIR/analysis/ (as `mechprobe
+-- sinks --model`).
 local M = {}
 local report = require "report"
-local rules_ci = require("mirror_rules").mean_ci
+local V = require "verdicts"
 
-local S, N, I = "SUPPORTED", "NOT SUPPORTED", "INCONCLUSIVE"
-M.MIN_SEEDS = 3
 M.FLOOR = 0.01     -- a sink fraction below 1% of heads counts as none (Gu et al.'s level before sinks emerge)
+M.FILE = "sinks_train.h5"
+M.FORMAT = "mechprobe.sinks_train"
 
 -- analysis_tokens, window, boot, boot_seed: the per-head analysis of the
 -- first seed's model (sinks --max-tokens, --window, --boot, --seed)
@@ -87,63 +91,96 @@ function M.sink_fraction(A, eps)
 end
 
 -- ---------------------------------------------------------------- rules
--- Pure functions of per-seed numbers, unit-tested on planted inputs
--- (tests/lua/test_sinks_train.lua). x.final[i], x.init[i]: seed i's sink
--- fraction at the end and at step 0; x.learned: every model's held-out loss is
--- below the corpus's unigram entropy (it uses context). Each returns
--- {id, claim, paper, ours, word, rule, lo, hi, seeds}.
+-- Pure functions of per-seed numbers (the verdict engine, verdicts.lua, gives
+-- the word), unit-tested on planted inputs (tests/lua/test_sinks_train.lua).
+-- x: seeds = {N, ...}; per seed i: init[i] (the sink fraction at step 0),
+-- first[i] (at the first checkpoint after step 0; nil with none between step 0
+-- and the end), final[i] (at the end), val_loss[i] (held-out loss at the end);
+-- H (the corpus's byte unigram entropy, nats/byte); scale (our compute against
+-- the paper's, printed when a model did not learn); describe = {C1 =, C2 =}
+-- (descriptive text, never judged). M.rules(x) gives the rows {C1, C2}.
 
-local ci_text = require("rope_id_rules").ci_text
-
-local function nseeds(n) return n == 1 and "1 seed" or ("%d seeds"):format(n) end
-
-local PAPER = "Gu et al. (60M LLaMA, context 2048, the Pile): sink heads (Sink_0.3) under 1% after 50M tokens, "
+M.SOURCE = "Gu et al., When Attention Sink Emerges in Language Models: An Empirical View, ICLR 2025: Sink_0.3 "
+  .. "along the pre-training of a 60M LLaMA on 5B tokens of the Pile (figure no. unverified)"
+M.PAPER = "Gu et al. (60M LLaMA, context 2048, the Pile): sink heads (Sink_0.3) under 1% after 50M tokens, "
   .. "about 4% after 0.5B, 18% after 5B"
+M.WIDTHS = {52, 60, 52}   -- claim, paper, ours in the report's VERDICT rows
 
--- C1: the recipe grows sink heads.
-function M.C1(x)
-  local m, lo, hi = rules_ci(x.final)
-  local ours = ("sink fraction at the end %s (%s)"):format(ci_text(m, lo, hi), nseeds(#x.final))
-  local word
-  if not x.learned then word = I; ours = ours .. "; a model did not learn the text (held-out loss >= unigram entropy)"
-  elseif #x.final < M.MIN_SEEDS then word = I; ours = ours .. ("; %d seeds needed"):format(M.MIN_SEEDS)
-  elseif lo > M.FLOOR then word = S
-  elseif hi < M.FLOOR then word = N
-  else word = I end
-  return {id = "C1", claim = "the models grow attention-sink heads", paper = PAPER, ours = ours, word = word,
-          lo = lo, hi = hi, seeds = #x.final,
-          rule = ("precondition: every model's held-out loss below the unigram entropy and >= %d seeds, else "
-            .. "INCONCLUSIVE; the fraction of heads with alpha_0 > eps at the end of training, mean and 95%% "
-            .. "t-interval over the seeds: SUPPORTED if the interval is above %.2f, NOT SUPPORTED if below, else "
-            .. "INCONCLUSIVE"):format(M.MIN_SEEDS, M.FLOOR)}
-end
-
--- C2: the sinks emerge in training (absent at initialization).
-function M.C2(x)
-  local d = {}
-  for i = 1, #x.final do d[i] = x.final[i] - x.init[i] end
-  local m, lo, hi = rules_ci(d)
-  local fm, flo = rules_ci(x.final)
-  local ours = ("sink fraction gained in training %s (%s)"):format(ci_text(m, lo, hi), nseeds(#d))
-  local word
-  if not x.learned then word = I; ours = ours .. "; a model did not learn the text"
-  elseif #d < M.MIN_SEEDS then word = I; ours = ours .. ("; %d seeds needed"):format(M.MIN_SEEDS)
-  elseif lo > M.FLOOR then word = S
-  elseif hi < M.FLOOR and flo > M.FLOOR then word = N   -- sink heads at the end, but already there at step 0
-  else
-    word = I
-    if not (flo > M.FLOOR) then
-      ours = ours .. ("; sink heads at the end not established (%.3f, interval not above %.2f)"):format(fm, M.FLOOR)
-    end
+-- The learned-task test: every seed's held-out loss at the end below the
+-- unigram entropy (the model uses context); names the seeds that fail.
+function M.learned(x)
+  local bad, vals = {}, {}
+  for i, s in ipairs(x.seeds) do
+    local v = x.val_loss[i]
+    vals[i] = V.num(v, "%.3f")
+    if not (v < x.H) then bad[#bad + 1] = ("seed %s (%s)"):format(s, V.num(v, "%.3f")) end
   end
-  return {id = "C2", claim = "sink heads emerge in training (none at initialization)",
-          paper = "Gu et al.: sinks emerge after effective optimization on enough data", ours = ours, word = word,
-          lo = lo, hi = hi, seeds = #d,
-          rule = ("precondition as C1; per seed the sink fraction at the end minus at step 0, mean and 95%% "
-            .. "t-interval over the seeds: SUPPORTED if above %.2f; NOT SUPPORTED if below %.2f while the end's "
-            .. "fraction is above it (sinks present at initialization); else INCONCLUSIVE (also when no sink "
-            .. "heads are there at the end)"):format(M.FLOOR, M.FLOOR)}
+  if #bad == 0 then
+    return {ok = true, text = ("held-out loss at the end below the unigram entropy %.3f nats/byte in every seed "
+      .. "(%s)"):format(x.H, table.concat(vals, ", "))}
+  end
+  return {ok = false, text = ("held-out loss at the end not below the unigram entropy %.3f nats/byte: %s")
+    :format(x.H, table.concat(bad, ", "))}
 end
+
+-- The seeds as the rows carry them: their labels ("4", not 4.000, which is
+-- how verdicts.cells prints a number in the seeds column).
+local function labels(seeds)
+  local t = {}
+  for i, s in ipairs(seeds) do t[i] = tostring(s) end
+  return t
+end
+
+local function stat(x, what)
+  return ("fraction of heads with alpha_0 > %g on held-out windows: %s"):format(x.eps or 0.3, what)
+end
+
+-- C1: training grows sink heads (against the untrained model, same code).
+function M.C1(x)
+  return V.judge{
+    id = "C1", claim = "training grows attention-sink heads", paper = M.PAPER, source = M.SOURCE,
+    statistic = stat(x, "at the end of training minus at step 0"), seeds = labels(x.seeds),
+    name = "sink fraction at the end", values = x.final,
+    control = {name = "untrained model (step 0)", values = x.init}, above = M.FLOOR,
+    learned = M.learned(x), scale = x.scale, describe = x.describe and x.describe.C1,
+    rule = ("per seed the sink fraction at the end of training minus that of the untrained model (step 0), both "
+      .. "measured by the same code on the same held-out windows; mean and 95%% t-interval over the seeds: "
+      .. "SUPPORTED if the interval lies above %.2f, NOT SUPPORTED if below, else INCONCLUSIVE; INCONCLUSIVE "
+      .. "first when a seed's held-out loss at the end is not below the corpus's unigram entropy (not learned) "
+      .. "or with fewer than %d seeds"):format(M.FLOOR, V.MIN_SEEDS)}
+end
+
+-- C2: sinks emerge only after enough training: at the first checkpoint after
+-- step 0 the fraction is below the end's. Premise: sink heads at the end (no
+-- sinks at all refute nothing about when they appear), and a checkpoint
+-- between step 0 and the end.
+function M.C2(x)
+  local m, lo, hi = V.mean_ci(x.final)
+  local few = #x.seeds < V.MIN_SEEDS       -- then the engine says "too few seeds", not "precondition absent"
+  local pre = {
+    {ok = few or lo > M.FLOOR, text = ("sink heads at the end: fraction %s over the seeds, %s %.2f"):format(
+      V.ci_text(m, lo, hi), lo > M.FLOOR and "above" or "not above", M.FLOOR)},
+    {ok = x.first ~= nil, text = x.first and "a checkpoint between step 0 and the end"
+      or "no checkpoint between step 0 and the end (--checkpoints 1)"},
+  }
+  local first = x.first
+  if not first then first = {}; for i = 1, #x.seeds do first[i] = x.final[i] end end
+  return V.judge{
+    id = "C2", claim = "sinks emerge only after enough training (fewer at the first checkpoint than at the end)",
+    paper = "Gu et al.: sinks emerge after effective optimization on sufficient data; under 1% of heads after 50M "
+      .. "tokens, 18% after 5B", source = M.SOURCE,
+    statistic = stat(x, "at the end minus at the first checkpoint after step 0"), seeds = labels(x.seeds),
+    name = "sink fraction at the end", values = x.final,
+    control = {name = "first checkpoint after step 0", values = first}, above = M.FLOOR,
+    learned = M.learned(x), pre = pre, scale = x.scale, describe = x.describe and x.describe.C2,
+    rule = ("premise: the sink fraction at the end, mean and 95%% t-interval over the seeds, above %.2f, and a "
+      .. "checkpoint between step 0 and the end, else INCONCLUSIVE; per seed the sink fraction at the end minus "
+      .. "at the first checkpoint after step 0, mean and 95%% t-interval over the seeds: SUPPORTED if above "
+      .. "%.2f, NOT SUPPORTED if below (the sinks were all there early), else INCONCLUSIVE; learned-task test "
+      .. "and seeds as C1"):format(M.FLOOR, M.FLOOR)}
+end
+
+function M.rules(x) return {M.C1(x), M.C2(x)} end
 
 -- ---------------------------------------------------------------- the run
 
@@ -191,11 +228,11 @@ local function train_seed(o, corpus, seed)
   return r
 end
 
-local function write_h5(o, runs, pooled, V, H)
-  local path = o.out .. "/sinks_train.h5"
-  local out <close> = mp.output(path)           -- written under a temporary name, renamed when complete
-  local f <close> = mp.h5.open(out.tmp, "w")
-  f:set_attr("/", "format", "mechprobe.sinks_train")
+-- Writes every number of the run into the run file at `path` (the verdicts
+-- are added by M.judge_file).
+local function write_data(o, runs, pooled, H, path)
+  local f <close> = mp.h5.open(path, "w")
+  f:set_attr("/", "format", M.FORMAT)
   f:set_attr("/", "preset", o.preset)
   f:set_attr("/", "device", o.device or "cpu")
   f:set_attr("/", "precision", o.precision or "fp32")
@@ -221,15 +258,168 @@ local function write_h5(o, runs, pooled, V, H)
   end
   f:write("pooled/sink_fraction", {pooled.mean, pooled.lo, pooled.hi})   -- [mean, lo, hi][checkpoint]
   f:set_attr("pooled/sink_fraction", "rows", "mean,lo,hi (95% t-interval over the seeds; -inf/inf with one seed)")
-  for _, v in ipairs(V) do
-    local g = "verdicts/" .. v.id
-    f:write(g .. "/interval", {v.lo, v.hi})
-    for _, k in ipairs{"claim", "paper", "ours", "word", "rule"} do f:set_attr(g, k, v[k]) end
-    f:set_attr(g, "seeds", v.seeds)
-  end
   f:close()
+end
+
+-- ---------------------------------------------------------------- from the run file
+
+-- Reads what the verdicts need from the open run file f (path: its name in
+-- errors): the seeds and, per seed, the sink fraction, sink heads, tokens and
+-- held-out loss at each measurement (the first at step 0); the unigram entropy
+-- and eps (root attributes). Returns the rules' input (M.rules). Errors name
+-- the file: another format, a missing dataset or attribute, seeds that
+-- disagree in their checkpoints.
+function M.read(f, path)
+  local A = f:attrs("/")
+  if A.format ~= M.FORMAT then
+    error(("%s: not a sinks_train run file (format %s)"):format(path, tostring(A.format)), 0)
+  end
+  if type(A.unigram_entropy) ~= "number" then error(("%s: no unigram_entropy attribute"):format(path), 0) end
+  local seeds = {}
+  for item in tostring(A.seeds or ""):gmatch("[^,]+") do
+    local s = math.tointeger(tonumber(item))
+    if not s then error(("%s: seeds attribute '%s' is not a list of integers"):format(path, tostring(A.seeds)), 0) end
+    seeds[#seeds + 1] = s
+  end
+  if #seeds == 0 then error(("%s: no seeds (root attribute seeds)"):format(path), 0) end
+  local function need(name)
+    local ok, kind = f:has(name)
+    if not ok or kind ~= "dataset" then error(("%s: no dataset %s"):format(path, name), 0) end
+    return f:read(name)
+  end
+  local x = {seeds = seeds, init = {}, first = {}, final = {}, val_loss = {}, H = A.unigram_entropy, eps = A.eps}
+  local n, tokens, heads, cnt0, cnt1, means = nil, nil, nil, 0, 0, {}
+  for i, s in ipairs(seeds) do
+    local g = ("seeds/%d/"):format(s)
+    local frac, step = need(g .. "sink_fraction"):totable(), need(g .. "step"):totable()
+    local vl, count = need(g .. "val_loss"):totable(), need(g .. "sink_heads"):totable()
+    local shape = f:shape(g .. "alpha0")
+    n = n or #frac
+    if #frac ~= n or #step ~= n or #vl ~= n or #count ~= n or shape[1] ~= n then
+      error(("%s: seed %d has not the %d measurements of seed %d in every dataset"):format(path, s, n, seeds[1]), 0)
+    end
+    if n < 2 or step[1] ~= 0 then
+      error(("%s: seed %d: no step-0 measurement followed by a later one"):format(path, s), 0)
+    end
+    x.init[i], x.final[i], x.val_loss[i] = frac[1], frac[n], vl[n]
+    x.first[i] = frac[2]
+    tokens = tokens or need(g .. "tokens"):totable()
+    heads = shape[2] * shape[3]
+    cnt0, cnt1 = cnt0 + count[1], cnt1 + count[n]
+    for k = 1, n do means[k] = (means[k] or 0) + frac[k] / #seeds end
+  end
+  if n < 3 then x.first = nil end      -- step 0 and the end only: nothing between
+  -- our compute against the paper's (6ND; Gu et al.: 60M parameters, 5B tokens)
+  if A.n_layer and A.d_model and A.n_head and A.n_kv_head and A.d_head and A.d_mlp then
+    local P = A.n_layer * (A.d_model * A.d_head * 2 * (A.n_head + A.n_kv_head) + 3 * A.d_model * A.d_mlp)
+    local D = tokens[n]
+    x.scale = ("our models: %.2gM parameters besides the byte embeddings, %.2gM training tokens: about %.0e of "
+      .. "the paper's compute (60M parameters, 5B tokens)"):format(P / 1e6, D / 1e6, P * D / (60e6 * 5e9))
+  end
+  local curve = {}
+  for k = 1, n do curve[k] = ("%.2fM %.3f"):format(tokens[k] / 1e6, means[k]) end
+  x.describe = {
+    C1 = ("sink heads, all seeds' heads together: %d of %d at the end, %d of %d at step 0"):format(cnt1,
+      heads * #seeds, cnt0, heads * #seeds),
+    C2 = "mean sink fraction over the seeds by training tokens: " .. table.concat(curve, ", "),
+  }
+  return x
+end
+
+-- Judges the run file at `path` (open read-write; label: its name in errors
+-- and messages) and writes its /verdicts (verdicts.write_h5). The one place
+-- the verdicts come from: the run and --rejudge both call it. Returns the rows.
+function M.judge_file(path, label)
+  local f <close> = mp.h5.open(path, "r+")
+  local rows = M.rules(M.read(f, label or path))
+  V.write_h5(f, rows)
+  f:close()
+  return rows
+end
+
+-- The report's verdict section: its header and the engine's lines.
+function M.verdict_lines(rows)
+  local lines = {"-- verdicts"}
+  for _, l in ipairs(V.report_lines(rows, M.WIDTHS)) do lines[#lines + 1] = l end
+  return lines
+end
+
+-- The report's text with its verdict section (the line "-- verdicts" up to the
+-- next blank line or "files:" line) replaced by the rows; nil when it has none.
+function M.replace_verdicts(text, rows)
+  if text:sub(-1) ~= "\n" then text = text .. "\n" end
+  local lines = {}
+  for line in text:gmatch("([^\n]*)\n") do lines[#lines + 1] = line end
+  local k = 1
+  while k <= #lines and lines[k] ~= "-- verdicts" do k = k + 1 end
+  if k > #lines then return nil end
+  local j = k + 1
+  while j <= #lines and lines[j] ~= "" and not lines[j]:match("^files:") do j = j + 1 end
+  local out = {}
+  for i = 1, k - 1 do out[#out + 1] = lines[i] end
+  for _, l in ipairs(M.verdict_lines(rows)) do out[#out + 1] = l end
+  for i = j, #lines do out[#out + 1] = lines[i] end
+  return table.concat(out, "\n") .. "\n"
+end
+
+-- Copies group g of the H5 handle src into dst, leaving out the top-level
+-- names in skip. Datasets are float32 (read and written exactly) but for the
+-- int32 ones (step, sink_heads).
+local INT32 = {step = true, sink_heads = true}
+local function copy_group(src, dst, g, skip)
+  for _, name in ipairs(src:list(g)) do
+    local p = g == "/" and name or (g .. "/" .. name)
+    if not (g == "/" and skip[name]) then
+      local _, kind = src:has(p)
+      if kind == "group" then
+        copy_group(src, dst, p, skip)
+      elseif kind == "dataset" then
+        dst:write(p, src:read(p), INT32[name] and {int32 = true} or nil)
+        for k, v in pairs(src:attrs(p)) do dst:set_attr(p, k, v) end
+      end
+    end
+  end
+  local A = src:attrs(g)
+  if next(A) and (g == "/" or dst:has(g)) then for k, v in pairs(A) do dst:set_attr(g, k, v) end end
+end
+
+-- Re-judges the finished run in DIR from DIR/sinks_train.h5 alone: rewrites
+-- the file's /verdicts, DIR/verdicts.tsv and the verdict section of
+-- DIR/report.txt (when there is a report.txt; one without a verdict section is
+-- an error). Everything is computed and checked before anything is replaced;
+-- the run file is rebuilt (without its old /verdicts) under a temporary name
+-- and renamed over the old one, the texts are written the same way. Returns
+-- the rows and whether the report was rewritten.
+function M.rejudge(dir)
+  local path = dir .. "/" .. M.FILE
+  local fh = io.open(path, "rb")
+  if not fh then error(("%s: no such run file"):format(path), 0) end
+  fh:close()
+  local ok, src = pcall(mp.h5.open, path, "r")
+  if not ok then error(("%s: cannot be read as a run file: %s"):format(path, tostring(src)), 0) end
+  M.read(src, path)                                  -- a foreign or incomplete file fails here
+  local rpath = dir .. "/report.txt"
+  local text
+  fh = io.open(rpath, "rb")
+  if fh then text = fh:read("a"); fh:close() end
+  if text and not M.replace_verdicts(text, {}) then
+    src:close()
+    error(("%s: no '-- verdicts' section to rewrite"):format(rpath), 0)
+  end
+  local out <close> = mp.output(path)                -- removed unless committed
+  do
+    local dst <close> = mp.h5.open(out.tmp, "w")
+    copy_group(src, dst, "/", {verdicts = true})
+    dst:close()
+  end
+  src:close()
+  local rows = M.judge_file(out.tmp, path)
+  local tsv, report_text = V.tsv(rows), text and M.replace_verdicts(text, rows)
   out:commit()
-  return path
+  local cli = require "cli"
+  cli.write_text(dir .. "/verdicts.tsv", tsv)
+  if report_text then cli.write_text(rpath, report_text) end
+  return rows, report_text ~= nil
 end
 
 -- The sink fraction against training tokens: each seed (runs[i].tokens,
@@ -307,21 +497,23 @@ function M.run(o)
   for i = 1, #runs[1].frac do
     local v = {}
     for k, run in ipairs(runs) do v[k] = run.frac[i] end
-    pooled.mean[i], pooled.lo[i], pooled.hi[i] = rules_ci(v)
+    pooled.mean[i], pooled.lo[i], pooled.hi[i] = V.mean_ci(v)
   end
   r:out("")
   r:out("-- sink fraction over the seeds (mean [95% t-interval])")
   for i = 1, #runs[1].step do
     r:out("%8d steps %10.2fM tokens  %s", runs[1].step[i], runs[1].tokens[i] / 1e6,
-        ci_text(pooled.mean[i], pooled.lo[i], pooled.hi[i]))
+        V.ci_text(pooled.mean[i], pooled.lo[i], pooled.hi[i]))
   end
-  local final, init, learned = {}, {}, true
-  for k, run in ipairs(runs) do
-    final[k], init[k] = run.frac[#run.frac], run.frac[1]
-    if not (run.val_loss[#run.val_loss] < H) then learned = false end
+  -- the evidence first: every number into the run file, then the verdicts from it
+  local h5 = o.out .. "/" .. M.FILE
+  local rows
+  do
+    local out <close> = mp.output(h5)           -- written under a temporary name, renamed when complete
+    write_data(o, runs, pooled, H, out.tmp)
+    rows = M.judge_file(out.tmp, h5)
+    out:commit()
   end
-  local V = {M.C1{final = final, init = init, learned = learned}, M.C2{final = final, init = init, learned = learned}}
-  local h5 = write_h5(o, runs, pooled, V, H)
   local fig = M.figure(o, runs, pooled)
   -- the first seed's model, head by head, on held-out text (as `sinks --model`)
   local sinks = require "sinks"
@@ -336,20 +528,15 @@ function M.run(o)
   for _, run in ipairs(runs) do run.model:close(); run.task:close() end
   r:out("")
   r:out("-- verdicts")
-  r:verdicts(V, {52, 60, 52})
-  r:rules(V)
+  r:engine_verdicts(rows, M.WIDTHS)
   r:out("")
   r:out("files: %s, %s, %s/verdicts.tsv, %s/models/seed<N>.h5", h5, fig, o.out, o.out)
   r:out("time: total %ds", os.time() - t_start)
-  local tsv = {"id\tclaim\tours\tlo\thi\tseeds\tverdict"}
-  for _, v in ipairs(V) do
-    tsv[#tsv + 1] = ("%s\t%s\t%s\t%.6g\t%.6g\t%d\t%s"):format(v.id, v.claim, v.ours, v.lo, v.hi, v.seeds, v.word)
-  end
-  require("cli").write_text(o.out .. "/verdicts.tsv", table.concat(tsv, "\n") .. "\n")
+  require("cli").write_text(o.out .. "/verdicts.tsv", V.tsv(rows))
   r:save(o.out .. "/report.txt")
   local frac = {}
   for i, run in ipairs(runs) do frac[i] = run.frac end
-  return {verdicts = V, h5 = h5, seeds = o.seeds, frac = frac, pooled = pooled, figure = fig}
+  return {verdicts = rows, h5 = h5, seeds = o.seeds, frac = frac, pooled = pooled, figure = fig}
 end
 
 return M

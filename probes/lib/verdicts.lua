@@ -294,7 +294,7 @@ function M.cells(v)
     if t.values then sv[#sv + 1] = prefix .. list(t.values, "%.6g", ",") end
     if t.control then cv[#cv + 1] = prefix .. list(t.control, "%.6g", ","); cn[#cn + 1] = t.control_name end
   end
-  return {v.id, v.claim, v.paper, v.source, v.statistic, v.unit, tostring(v.n_seeds), list(v.seeds, nil, ","),
+  return {v.id, v.claim, v.paper, v.source, v.statistic, v.unit, tostring(v.n_seeds), list(v.seeds, "%d", ","),
           table.concat(sv, "; "), g6(v.mean), g6(v.lo), g6(v.hi), table.concat(cn, "; "), table.concat(cv, "; "),
           v.word, v.reason, v.rule, v.ours, v.describe}
 end

@@ -124,7 +124,7 @@ t.case("the same columns everywhere: TSV, report, run file", function()
     local n = select(2, l:gsub("\t", "")) + 1
     assert(n == #V.COLUMNS, ("%d cells, not %d: %s"):format(n, #V.COLUMNS, l))
   end
-  assert(lines[2]:find("\t0.957,0.445,0.605\t", 1, true), "seed values in the TSV")
+  assert(lines[2]:find("\t3\t1,2,3\t0.957,0.445,0.605\t", 1, true), "n seeds, seed labels, seed values: " .. lines[2])
   assert(lines[2]:find("\tINCONCLUSIVE\tinterval straddles\t", 1, true), "word and reason in the TSV")
   local rep = table.concat(V.report_lines(rows, {20, 10, 30}), "\n")
   local parsed = V.parse(rep)

@@ -15,7 +15,8 @@
 -- vs past L, and the prefix-frame key geometry (stable rank and first-singular-
 -- value share of the keys [0, t) a query at t sees, the pre-rotation keys as
 -- control, q/k centroid cosine) at t = L, 2L, 4L, 8L. Every seed is a full
--- set of models; the verdicts (probes/lib/rope_id_rules.lua) pool the seeds.
+-- set of models; the verdicts (probes/lib/rope_id_rules.lua, judged by the one
+-- engine probes/lib/verdicts.lua) take one value per seed.
 -- Writes DIR/rope_id.h5 (every number), the figures (first seed), the
 -- checkpoints (DIR/models/seed<N>), DIR/report.txt, DIR/verdicts.tsv, and
 -- prints the report with its verdict table. Presets: --quick about a minute
@@ -61,14 +62,14 @@ if o.merge then
   local ok, V, seeds = pcall(rid.merge, o.out, o.merge)
   if not ok then fail(tostring(V)) end
   print(("merged: seeds %s in %s/rope_id.h5"):format(table.concat(seeds, ","), o.out))
-  for _, v in ipairs(V) do print(("VERDICT %s | %s | %s"):format(v.id, v.ours, v.word)) end
+  for _, line in ipairs(require("verdicts").report_lines(V, {58, 40, 62})) do print(line) end
   return
 end
 if o.rejudge then
   local fh = io.open(o.out .. "/rope_id.h5", "rb")
   if not fh then fail(("--rejudge: %s/rope_id.h5: no such run file"):format(o.out)) end
   fh:close()
-  for _, v in ipairs(rid.rejudge(o.out)) do print(("VERDICT %s | %s | %s"):format(v.id, v.ours, v.word)) end
+  for _, line in ipairs(require("verdicts").report_lines(rid.rejudge(o.out), {58, 40, 62})) do print(line) end
   return
 end
 if ((o.quick and 1 or 0) + (o.medium and 1 or 0) + (o.preset and 1 or 0)) > 1 then

@@ -2,9 +2,12 @@
 # its helpers against independent computations (~1 s), and
 # `mechprobe rope_id --quick` end to end with its verdict table (~40 s).
 mp_lua_test(test_rope_id "lua" lua/test_rope_id.lua unit)
-# every verdict rule on planted numbers, each of its three words (<1 s)
+# every claim's row on planted numbers: each of its words and reasons (<1 s)
 mp_lua_test(test_rope_id_rules "lua;unit" lua/test_rope_id_rules.lua)
 mp_lua_test(test_rope_id_quick "lua" lua/test_rope_id.lua quick)
+# --rejudge on the small stored run tests/data/rejudge/rope_id (--quick, seeds
+# 1-3): its verdicts.tsv and report.txt byte for byte (<1 s)
+mp_lua_test(test_rope_id_rejudge "lua;unit" lua/test_rope_id.lua rejudge)
 # --resume: a tiny quick run (3 steps) continued: every model reused, missing or
 # stale ones trained again to the same loss, other settings refused (~20 s)
 mp_lua_test(test_rope_id_resume "lua" lua/test_rope_id.lua resume)

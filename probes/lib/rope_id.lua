@@ -24,12 +24,14 @@
 --      centroid cosine; inside L vs past L; and the prefix-frame key geometry
 --      (rope_id_geo.lua) at t = L, 2L, 4L, 8L
 -- then the figures (first seed), the losses and accuracies pooled over the
--- seeds, and the verdict table (rules in rope_id_rules.lua; rows "VERDICT id |
--- claim | paper | ours | verdict", each decided by the rule printed under it
--- as "RULE id: ...").
+-- seeds, and the verdict table (claims in rope_id_rules.lua, judged by the one
+-- engine verdicts.lua from one value per seed, read back from the run file;
+-- rows "VERDICT id | claim | paper | ours | verdict | reason", each with its
+-- "RULE id: ..." and "DESCRIBE id: ..." lines).
 local M = {}
 local report = require "report"
 local rules = require "rope_id_rules"
+local Vx = require "verdicts"
 local geo = require "rope_id_geo"
 
 -- ---------------------------------------------------------------- presets
@@ -1044,9 +1046,9 @@ local function pooled(runs, r, f)
       for i = 1, #lengths do
         local xs = {}
         for s, c in ipairs(runs) do xs[s] = what[3](c.E[v.name])[i] end
-        local m, lo, hi = rules.mean_ci(xs)
+        local m, lo, hi = Vx.mean_ci(xs)
         means[i], los[i], his[i] = m, lo, hi
-        parts[i] = ("T=%d %s"):format(lengths[i], rules.ci_text(m, lo, hi))
+        parts[i] = ("T=%d %s"):format(lengths[i], Vx.ci_text(m, lo, hi))
       end
       r:out("POOLED %-8s %-15s %s", what[1], v.name, table.concat(parts, "; "))
       local g = ("pooled/%s/%s"):format(what[1], v.name)
@@ -1057,46 +1059,64 @@ local function pooled(runs, r, f)
   end
 end
 
--- 7. The verdicts: each rule of rope_id_rules.lua on the numbers of every seed.
+-- 7. The verdicts: each rule of rope_id_rules.lua on the numbers of every seed,
+-- as the run file holds them (load_runs: the run judges the numbers it has
+-- written and read back, so --rejudge reproduces its rows byte for byte).
 local function judge(runs)
   local c1 = runs[1]
-  local lengths, L = c1.lengths, c1.L
+  local lengths, L, o = c1.lengths, c1.L, c1.o
   -- the prefix length the geometry rules read: 4L (or the longest evaluated below it)
   local j4 = 1
   for i, T in ipairs(lengths) do if T <= 4 * L then j4 = i end end
   local i2 = 1
   for i, T in ipairs(lengths) do if T == 2 * L then i2 = i end end
   local octaves = rules.band_octaves(L)
-  local ns = #runs
-  -- per-head values pooled over the seeds, each with its seed (seed_of): the
-  -- rules' intervals are over the seed means
-  local x1 = {ratio_rot = {}, ratio_pre = {}, seed_of = {}, seeds = ns, T = lengths[j4], L = L}
-  local x2 = {ratio_rot = {}, ratio_pre = {}, seed_of = {}, seeds = ns, T = lengths[j4], L = L, cos_L = 0, cos_T = 0,
-              octaves = octaves}
-  local x3 = {pos_in = {}, pos_past = {}, seed_of = {}, seeds = ns}
-  local x4 = {retention = {}, seed_of = {}, seeds = ns, best = -1}
-  local x5 = {retention = {}, srank_excess = {}, retention_seed = {}, excess_seed = {}, seeds = ns, octaves = octaves,
-              L = L}
+  local seeds = {}    -- as text: the rows print them as given (a number would print as 1.000)
+  for s, c in ipairs(runs) do seeds[s] = tostring(c.seed) end
+  -- the text models' learned-task numbers, per seed; the scale of the models
+  local text = {rope = {loss_in = {}, untrained = {}}, rope_id = {loss_in = {}, untrained = {}}}
+  for s, c in ipairs(runs) do
+    for name, t in pairs(text) do t.loss_in[s], t.untrained[s] = c.E[name].loss_in, c.train.text[name].first end
+  end
+  local function scale(task, what)
+    local shape = M.model_shape(o, task)
+    return rules.scale_text{what = what, params = rules.n_params(shape, task == "text" and 257 or 0),
+                            embedding = task == "text", steps = c1.train[task].rope.steps, batch = o.batch, L = L}
+  end
+  local tscale = scale("text", "text")
+  local function base(extra)
+    local x = {seeds = seeds, text = text, scale = tscale, L = L, T = lengths[j4], octaves = octaves}
+    for k, v in pairs(extra) do x[k] = v end
+    return x
+  end
+  -- per-head values with their seed (head_seed): the rules average them per seed
+  local x1 = base{rot = {}, pre = {}, head_seed = {}}
+  local x2 = base{rot = {}, pre = {}, head_seed = {}, cos_L = 0, cos_T = 0}
+  local x3 = base{pos_in = {}, pos_past = {}, head_seed = {}, best = -1}
+  local x4 = base{retention = {}, head_seed = {}, best = -1}
+  local x5 = base{retention = {}, ret_seed = {}, rot = x2.rot, pre = x2.pre, head_seed = x2.head_seed, best = -1}
+  local x7 = base{rise_rope = {}, rise_id = {}, T = c1.Tmax}
   -- retrieval rows: the other tasks first (C6, C8, ...), passkey last as its own row
   local rets = {}
-  for _, name in ipairs(c1.o.tasks) do
-    rets[#rets + 1] = {task = name, chance = M.ret_kinds[name].chance(c1.o), get = function(e) return e.racc[name] end}
+  for _, name in ipairs(o.tasks) do
+    rets[#rets + 1] = {task = name, key = name, chance = M.ret_kinds[name].chance(o),
+                       get = function(e) return e.racc[name] end}
   end
-  rets[#rets + 1] = {task = "passkey", chance = 0.1 ^ c1.o.value_len, get = function(e) return e.acc end}
+  rets[#rets + 1] = {task = "passkey", key = "ret", chance = 0.1 ^ o.value_len, get = function(e) return e.acc end}
   for k, x in ipairs(rets) do
     x.row = k == 1 and "C6" or ("C%d"):format(6 + k)
-    x.rope, x.id, x.rope_L, x.id_L, x.T, x.octaves = {}, {}, {}, {}, lengths[i2], octaves
+    x.rope, x.id, x.rope_L, x.id_L, x.T, x.octaves, x.L, x.seeds = {}, {}, {}, {}, lengths[i2], octaves, L, seeds
+    x.scale = scale(x.key, x.task)
   end
-  local x7 = {rise_rope = {}, rise_id = {}, T = c1.Tmax, octaves = octaves}
   local function add(dst, src) for _, v in ipairs(src) do dst[#dst + 1] = v end end
   local function tag(dst, n, s) for _ = #dst + 1, n do dst[#dst + 1] = s end end
   local ncos = 0
   for s, c in ipairs(runs) do
     local PR, PI = c.PG.rope, c.PG.rope_id
-    geo.head_ratios(PR, "srank_rot", j4, x1.ratio_rot)
-    geo.head_ratios(PR, "srank_pre", j4, x1.ratio_pre)
-    geo.head_ratios(PI, "srank_rot", j4, x2.ratio_rot)   -- C2: RoPE-ID's own excess (sigma1 share = 1/srank)
-    geo.head_ratios(PI, "srank_pre", j4, x2.ratio_pre)
+    geo.head_ratios(PR, "srank_rot", j4, x1.rot)
+    geo.head_ratios(PR, "srank_pre", j4, x1.pre)
+    geo.head_ratios(PI, "srank_rot", j4, x2.rot)   -- C2: RoPE-ID's own (sigma1 share = 1/srank)
+    geo.head_ratios(PI, "srank_pre", j4, x2.pre)
     for _, hs in ipairs(PR.cos_rot) do
       for _, v in ipairs(hs) do x2.cos_L, x2.cos_T, ncos = x2.cos_L + v[1], x2.cos_T + v[j4], ncos + 1 end
     end
@@ -1104,16 +1124,15 @@ local function judge(runs)
     add(x3.pos_in, SR.pos_in_h)
     add(x3.pos_past, SR.pos_past_h)
     add(x4.retention, SR.retention_h)
-    x4.best = math.max(x4.best, SR.first_best)
+    x3.best = math.max(x3.best, SR.first_best)
+    x4.best = x3.best
     add(x5.retention, SI.retention_h)
-    local rr, rp = geo.head_ratios(PI, "srank_rot", j4), geo.head_ratios(PI, "srank_pre", j4)
-    add(x5.srank_excess, rules.ratios(rr, rp))
-    tag(x1.seed_of, #x1.ratio_rot, s)
-    tag(x2.seed_of, #x2.ratio_rot, s)
-    tag(x3.seed_of, #x3.pos_in, s)
-    tag(x4.seed_of, #x4.retention, s)
-    tag(x5.retention_seed, #x5.retention, s)
-    tag(x5.excess_seed, #x5.srank_excess, s)
+    x5.best = math.max(x5.best, SI.first_best)
+    tag(x1.head_seed, #x1.rot, seeds[s])
+    tag(x2.head_seed, #x2.rot, seeds[s])
+    tag(x3.head_seed, #x3.pos_in, seeds[s])
+    tag(x4.head_seed, #x4.retention, seeds[s])
+    tag(x5.ret_seed, #x5.retention, seeds[s])
     for _, x in ipairs(rets) do
       x.rope[s], x.id[s] = x.get(c.E.rope)[i2], x.get(c.E.rope_id)[i2]
       x.rope_L[s], x.id_L[s] = x.get(c.E.rope)[1], x.get(c.E.rope_id)[1]
@@ -1125,64 +1144,41 @@ local function judge(runs)
   local V = {rules.C1(x1), rules.C2(x2), rules.C3(x3), rules.C4(x4), rules.C5(x5)}
   local tail = {}
   for k, x in ipairs(rets) do
-    local row = rules.C6(x)
-    -- every length, not only 2L
+    -- every length, not only 2L (described)
     local at = {}
     for i, T in ipairs(lengths) do
       local a, b = 0, 0
-      for _, c in ipairs(runs) do a, b = a + x.get(c.E.rope)[i] / ns, b + x.get(c.E.rope_id)[i] / ns end
+      for _, c in ipairs(runs) do a, b = a + x.get(c.E.rope)[i] / #runs, b + x.get(c.E.rope_id)[i] / #runs end
       at[i] = ("%d: %.2f/%.2f"):format(T, a, b)
     end
-    row.ours = row.ours .. "; RoPE/RoPE-ID at " .. table.concat(at, ", ")
+    x.at = table.concat(at, ", ")
+    local row = rules.C6(x)
     if k == 1 then V[6] = row else tail[#tail + 1] = row end
   end
   V[7] = rules.C7(x7)
   for _, row in ipairs(tail) do V[#V + 1] = row end
-  for i, v in ipairs(V) do
-    V[i] = report.verdict(v.id, v.claim, v.paper, v.ours, v.word, v.rule)
-    V[i].n, V[i].seeds, V[i].lo, V[i].hi = v.n, v.seeds, v.lo, v.hi
-  end
   return V
 end
 
--- The verdict table and its rules into the report, the run file (which then
--- takes its final name) and DIR/verdicts.tsv; the closing lines and DIR/report.txt.
+-- The verdict table into the report: a header, the engine's VERDICT, RULE and
+-- DESCRIBE lines.
 local function verdict_section(r, V, nseeds)
-  r:out("-- Verdicts (rows: VERDICT id | claim | paper | ours | verdict; text models for C1-C5 and C7; %d seed(s))",
-      nseeds)
-  r:verdicts(V, {58, 40, 62})
-  r:rules(V)
+  r:out("-- Verdicts (rows: VERDICT id | claim | paper | ours | verdict | reason; the seed is the unit; text models "
+      .. "for C1-C5 and C7; %d seed(s))", nseeds)
+  r:engine_verdicts(V, {58, 40, 62})
 end
 
--- The rows into the run file f (/verdicts/<id>: 1 / 0 / -1 and the row as
--- attributes) and the text of verdicts.tsv.
-local function write_verdicts(V, f)
-  local tsv = {"id\tclaim\tpaper\tours\tn\tseeds\tlo\thi\tverdict\trule"}
-  for _, v in ipairs(V) do
-    local g = "verdicts/" .. v.id
-    f:write(g, {v.word == "SUPPORTED" and 1 or v.word == "NOT SUPPORTED" and 0 or -1})
-    f:set_attr(g, "claim", v.claim)
-    f:set_attr(g, "paper", v.paper)
-    f:set_attr(g, "ours", v.ours)
-    f:set_attr(g, "verdict", v.word)
-    f:set_attr(g, "rule", v.rule)
-    f:set_attr(g, "n", v.n)
-    f:set_attr(g, "seeds", v.seeds)
-    f:set_attr(g, "lo", v.lo)
-    f:set_attr(g, "hi", v.hi)
-    tsv[#tsv + 1] = table.concat({v.id, v.claim, v.paper, v.ours, v.n, v.seeds, ("%.6g"):format(v.lo),
-                                  ("%.6g"):format(v.hi), v.word, v.rule}, "\t")
-  end
-  return table.concat(tsv, "\n") .. "\n"
+-- The run file's numbers the verdicts read, per seed (load_runs), and the
+-- rows judged from them: the run and --rejudge both judge what the file holds.
+local function judge_file(f, path)
+  local runs = M.load_runs(f, path)
+  return judge(runs), runs
 end
 
-local function finish(c, r, V, f)
+local function finish(c, r, V, nseeds)
   r:out("")
-  verdict_section(r, V, #c.seeds)
-  local tsv = write_verdicts(V, f)
-  f:close()
-  assert(os.rename(c.tmp, c.h5))
-  require("cli").write_text(c.o.out .. "/verdicts.tsv", tsv)
+  verdict_section(r, V, nseeds)
+  require("cli").write_text(c.o.out .. "/verdicts.tsv", Vx.tsv(V))
   r:out("")
   r:out("HDF5: %s", c.h5)
   r:out("verdicts: %s/verdicts.tsv", c.o.out)
@@ -1194,10 +1190,11 @@ local function finish(c, r, V, f)
 end
 
 -- Rebuilds, per seed of the run file f (path: its name in errors), what
--- pooled() and judge() read: every variant's losses and accuracies, and for
--- RoPE and RoPE-ID the prefix statistics and the window statistics' sink
--- summary. Returns the runs, the root attributes and the preset.
-local function load_runs(f, path)
+-- pooled() and judge() read: every variant's losses and accuracies, for RoPE
+-- and RoPE-ID the prefix statistics and the window statistics' sink summary,
+-- and the RoPE / RoPE-ID models' training curves (first point: the untrained
+-- loss; length: the steps). Returns the runs, the root attributes and the preset.
+function M.load_runs(f, path)
   local a = f:attrs("/")
   if a.format ~= "mechprobe.rope_id" then error(("%s: not a rope_id run file (format %s)"):format(path, tostring(a.format)), 0) end
   if not M.presets[a.preset] then error(("%s: unknown preset '%s'"):format(path, tostring(a.preset)), 0) end
@@ -1209,7 +1206,16 @@ local function load_runs(f, path)
   for seed in tostring(a.seeds):gmatch("%d+") do seeds[#seeds + 1] = tonumber(seed) end
   local runs = {}
   for _, seed in ipairs(seeds) do
-    local c = {L = a.L, lengths = lengths, Tmax = lengths[#lengths], o = o, PG = {}, SINK = {}, E = {}, seeds = seeds}
+    local c = {L = a.L, lengths = lengths, Tmax = lengths[#lengths], o = o, PG = {}, SINK = {}, E = {}, seeds = seeds,
+               seed = seed, train = {}}
+    for _, task in ipairs({"text", "ret", table.unpack(o.tasks)}) do
+      c.train[task] = {}
+      for _, v in ipairs({"rope", "rope_id"}) do
+        local g = ("seeds/%d/train/%s/%s/loss_curve"):format(seed, task == "ret" and "retrieval" or task, v)
+        local curve = get(g)
+        c.train[task][v] = {first = curve[1], steps = #curve}
+      end
+    end
     for _, var in ipairs(M.variants) do
       local v = var.name
       local g = ("seeds/%d/variants/%s/"):format(seed, v)
@@ -1250,8 +1256,8 @@ local function read_lines(path)
   return lines
 end
 
--- The lines of report.txt with its verdict section (header, VERDICT and RULE
--- lines) replaced by the rows V.
+-- The lines of report.txt with its verdict section (header, VERDICT, RULE and
+-- DESCRIBE lines) replaced by the rows V.
 local function replace_verdicts(lines, V, nseeds)
   local r = report.new()
   r.root = false
@@ -1260,30 +1266,12 @@ local function replace_verdicts(lines, V, nseeds)
   while k <= #lines and not lines[k]:match("^%-%- Verdicts ") do out[#out + 1] = lines[k]; k = k + 1 end
   if k > #lines then return nil end
   k = k + 1
-  while k <= #lines and (lines[k]:match("^VERDICT ") or lines[k]:match("^RULE ")) do k = k + 1 end
+  while k <= #lines and (lines[k]:match("^VERDICT ") or lines[k]:match("^RULE ") or lines[k]:match("^DESCRIBE ")) do
+    k = k + 1
+  end
   for _, line in ipairs(r.lines) do out[#out + 1] = line end
   for j2 = k, #lines do out[#out + 1] = lines[j2] end
   return out
-end
-
--- Re-judges a finished run from DIR/rope_id.h5 alone (every number behind the
--- verdicts is stored there): rebuilds, per seed, what judge() reads (prefix
--- statistics, the window statistics' sink summary, losses and accuracies),
--- applies the current rules, and rewrites the verdicts in the run file,
--- DIR/verdicts.tsv and the verdict section of DIR/report.txt (when present).
--- Returns the rows. Training, evaluation and geometry are not repeated.
-function M.rejudge(dir)
-  local path = dir .. "/rope_id.h5"
-  local f <close> = mp.h5.open(path, "r+")
-  local runs = load_runs(f, path)
-  local V = judge(runs)
-  local tsv = write_verdicts(V, f)
-  f:close()
-  require("cli").write_text(dir .. "/verdicts.tsv", tsv)
-  local lines = read_lines(dir .. "/report.txt")
-  local out = lines and replace_verdicts(lines, V, #runs)
-  if out then require("cli").write_text(dir .. "/report.txt", table.concat(out, "\n") .. "\n") end
-  return V
 end
 
 -- Copies group g (and everything under it) of the H5 handle src into dst.
@@ -1299,6 +1287,58 @@ local function copy_group(src, dst, g)
     end
   end
   for k, v in pairs(src:attrs(g)) do dst:set_attr(g, k, v) end
+end
+
+-- A copy of the run file at path as a new file tmp, without its /verdicts
+-- (rewritten whole by the caller: a row's datasets change with its seeds, and
+-- a run file of the rules before the engine has one dataset per row there).
+-- Returns tmp open for writing.
+local function copy_without_verdicts(path, tmp)
+  local src <close> = mp.h5.open(path, "r")
+  local dst = mp.h5.open(tmp, "w")
+  local ok, err = pcall(function()
+    for _, name in ipairs(src:list("/")) do
+      if name ~= "verdicts" then
+        local _, kind = src:has(name)
+        if kind == "group" then
+          copy_group(src, dst, name)
+        elseif kind == "dataset" then
+          dst:write(name, src:read(name))
+          for k, v in pairs(src:attrs(name)) do dst:set_attr(name, k, v) end
+        end
+      end
+    end
+    for k, v in pairs(src:attrs("/")) do dst:set_attr("/", k, v) end
+  end)
+  if not ok then dst:close(); os.remove(tmp); error(err, 0) end
+  return dst
+end
+
+-- Re-judges a finished run from DIR/rope_id.h5 alone (every number behind the
+-- verdicts is stored there): rebuilds, per seed, what judge() reads (prefix
+-- statistics, the window statistics' sink summary, losses, accuracies and the
+-- training curves), applies the current rules, and rewrites the verdicts in
+-- the run file (through a copy that replaces it when complete),
+-- DIR/verdicts.tsv and the verdict section of DIR/report.txt (when present).
+-- Returns the rows. Training, evaluation and geometry are not repeated.
+function M.rejudge(dir)
+  local path = dir .. "/rope_id.h5"
+  local tmp = path .. ".rejudge.tmp"
+  local V, runs
+  do
+    local f <close> = mp.h5.open(path, "r")
+    V, runs = judge_file(f, path)
+  end
+  local f = copy_without_verdicts(path, tmp)
+  local ok, err = pcall(Vx.write_h5, f, V)
+  f:close()
+  if not ok then os.remove(tmp); error(err, 0) end
+  assert(os.rename(tmp, path))
+  require("cli").write_text(dir .. "/verdicts.tsv", Vx.tsv(V))
+  local lines = read_lines(dir .. "/report.txt")
+  local out = lines and replace_verdicts(lines, V, #runs)
+  if out then require("cli").write_text(dir .. "/report.txt", table.concat(out, "\n") .. "\n") end
+  return V
 end
 
 -- Pools the seeds of another finished run (OTHER/rope_id.h5, the same preset,
@@ -1337,29 +1377,25 @@ function M.merge(dir, other)
       if mine[s] then fail("--merge: seed %s is in both %s and %s", s, path, opath) end
     end
   end
-  -- the copy that takes the run file's place
-  do
-    local fi = assert(io.open(path, "rb"))
-    local data = fi:read("a")
-    fi:close()
-    local fo = io.open(tmp, "wb")
-    if not fo or not fo:write(data) or not fo:close() then fail("--merge: %s: cannot write", tmp) end
-  end
-  local f = mp.h5.open(tmp, "r+")
+  -- the copy that takes the run file's place (its verdicts are judged anew)
+  local okc, f = pcall(copy_without_verdicts, path, tmp)
+  if not okc then fail("--merge: %s: cannot write (%s)", tmp, tostring(f)) end
   local r = report.new()
   r.root = false
-  local ok, runs, V, tsv = pcall(function()
+  local ok, runs, V = pcall(function()
     local a = f:attrs("/")
     for s in tostring(b.seeds):gmatch("%d+") do copy_group(src, f, "seeds/" .. s) end
     f:set_attr("/", "seeds", tostring(a.seeds) .. "," .. tostring(b.seeds))
     f:set_attr("/", "merged_from", (a.merged_from and (a.merged_from .. ";") or "") .. opath)
-    local runs_ = load_runs(f, tmp)
+    local runs_ = M.load_runs(f, tmp)
     pooled(runs_, r, f)
     local V_ = judge(runs_)
-    return runs_, V_, write_verdicts(V_, f)
+    Vx.write_h5(f, V_)
+    return runs_, V_
   end)
   f:close()
   if not ok then fail("--merge: %s", tostring(runs)) end
+  local tsv = Vx.tsv(V)
   -- report.txt: DIR's header (seed list updated) and seed sections, the other
   -- run's seed sections (when its report can be read), the new pooled and
   -- verdict sections, DIR's tail and a line naming the merge
@@ -1380,7 +1416,7 @@ function M.merge(dir, other)
     while #out > 0 and out[#out] == "" do out[#out] = nil end
     return out
   end
-  local function append(dst, src) for _, line in ipairs(src) do dst[#dst + 1] = line end end
+  local function append(dst, src_) for _, line in ipairs(src_) do dst[#dst + 1] = line end end
   local text
   local mine = read_lines(dir .. "/report.txt")
   local s1 = mine and seed_sections(mine, seeds[1])
@@ -1465,9 +1501,16 @@ function M.run(o)
   end
   if #runs == 0 then return nil end
   local c = runs[1]
-  pooled(runs, r, f)
-  local V = judge(runs)
-  finish(c, r, V, f)
+  -- the pooled numbers and the verdicts from the run file as written (float32
+  -- datasets), read back as --rejudge and --merge read it
+  f:close()
+  f = mp.h5.open(c.tmp, "r+")
+  local V, back = judge_file(f, c.tmp)
+  pooled(back, r, f)
+  Vx.write_h5(f, V)
+  f:close()
+  assert(os.rename(c.tmp, c.h5))
+  finish(c, r, V, #back)
   local E, summary, sinks = {}, {}, {}
   for i, ci_ in ipairs(runs) do E[i], summary[i], sinks[i] = ci_.E, ci_.summary, ci_.SINK end
   return {verdicts = V, h5 = c.h5, figures = c.figs, E = E, summary = summary, sinks = sinks, seeds = seeds}

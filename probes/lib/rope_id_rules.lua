@@ -1,253 +1,303 @@
--- rope_id_rules.lua — the verdict rules of the rope_id probe (issue 21) as pure
--- functions of the numbers each needs (per-head or per-seed values, the
--- preconditions), so that every rule can be unit-tested on planted inputs
--- (tests/lua/test_rope_id.lua, mode "unit"). Each rule returns one row
---   {id, claim, paper, ours, word, rule, n, seeds, lo, hi}
--- word: SUPPORTED, NOT SUPPORTED or INCONCLUSIVE; INCONCLUSIVE whenever the
--- claim's precondition is absent (no sink head, no RoPE-ID band, a saturated
--- quantity, too few seeds) or the 95% interval of the quantity the rule reads
--- straddles its threshold. [lo, hi] is that interval, n what it is over.
+-- rope_id_rules.lua — the claims of the rope_id probe (Wertheimer et al.,
+-- "Frayed RoPE and long inputs", ICLR 2026) as rows of the one verdict engine
+-- (verdicts.lua). Each rule is a pure function of the numbers it needs (per
+-- head values with their seeds, or per seed values; each text model's loss
+-- inside L and its untrained loss; the retrieval accuracies at L and 2L) and
+-- returns the engine's row: the engine alone decides the word from one value
+-- per seed (heads of one model averaged per seed first: they are not
+-- replicates), with the learned-task test, the claim's premise, its minimum of
+-- seeds and, where the rule compares, the paired comparison as the engine's
+-- control. Unit-tested on planted inputs in tests/lua/test_rope_id_rules.lua.
 --
 --   local rules = require "rope_id_rules"
---   local row = rules.C1{ratio_rot = {...}, ratio_pre = {...}, seeds = 3, T = 256, L = 64}
+--   local row = rules.C1{rot = {...}, pre = {...}, head_seed = {...}, seeds = {1, 2, 3},
+--                        text = {rope = {loss_in = {...}, untrained = {...}}}, T = 256, L = 64, scale = "..."}
 --   rules.band_octaves(L)     -- octaves of RoPE-ID's rotating band at training length L
+local V = require "verdicts"
 local M = {}
 
-local S, N, I = "SUPPORTED", "NOT SUPPORTED", "INCONCLUSIVE"
-M.MIN_SEEDS = 3          -- loss and accuracy rows: fewer seeds -> INCONCLUSIVE
 M.MIN_OCTAVES = 2        -- RoPE-ID's band must span at least this many octaves at L
-
--- 95% t-interval of a list (mirror_rules' Student quantiles): mean, lo, hi;
--- fewer than 2 values give an infinite interval.
-M.mean_ci = require("mirror_rules").mean_ci
+M.LEARN_MARGIN = 1.0     -- a text model learned: its loss inside L this far (nats/byte) below its untrained loss
+M.SATURATED = 0.95       -- C3: the q.k>0 share inside L at or above this leaves no room to rise
+M.PAPER = 'Wertheimer et al., "Frayed RoPE and long inputs", ICLR 2026'
 
 -- Octaves of RoPE-ID's (and high_freq's) rotating band at training length L:
 -- its frequencies run from one turn per 32 tokens to two turns per L
 -- (runtime/pos.c), periods 32 .. L/2, so log2(L/64) octaves (0 when L <= 64).
 function M.band_octaves(L) return math.max(0, math.log(L / 64, 2)) end
 
--- The interval [lo, hi] against a threshold x: "above" (lo > x), "below" (hi < x) or nil (straddles).
-local function side(lo, hi, x)
-  if lo > x then return "above" end
-  if hi < x then return "below" end
-  return nil
+-- Parameters of one of our models (mp.model: tied embedding, RMSNorm, SwiGLU,
+-- as many key/value heads as query heads): shape {d_model, n_layer, n_head,
+-- d_head, d_mlp}; vocab 0 leaves the embedding out.
+function M.n_params(s, vocab)
+  local d = s.d_model
+  return s.n_layer * (4 * d * s.n_head * s.d_head + 3 * d * s.d_mlp + 2 * d) + (vocab + 1) * d
 end
 
-local function row(id, claim, paper, ours, word, rule, n, seeds, lo, hi)
-  return {id = id, claim = claim, paper = paper, ours = ours, word = word, rule = rule, n = n, seeds = seeds,
-          lo = lo, hi = hi}
+local function mega(n) return ("%.2gM"):format(n / 1e6) end
+
+-- x rounded to two significant figures, as an integer (x >= 10)
+local function round2(x)
+  local e = 10 ^ (math.floor(math.log(x, 10)) - 1)
+  return math.floor(math.floor(x / e + 0.5) * e + 0.5)
 end
 
--- per-head (or per-seed) ratios a[i] / b[i]
-function M.ratios(a, b)
-  local r = {}
-  for i = 1, #a do r[i] = a[i] / b[i] end
-  return r
+-- The scale text of a row (printed when a model did not learn its task):
+-- s = {what = "text" | task, params =, steps =, batch =, L =, embedding = false
+-- (params without the embedding)}. The paper's RULER models have 1B
+-- parameters; its training tokens, and the size of the models behind its
+-- geometry figures, are not stated in this repository, so no compute ratio.
+function M.scale_text(s)
+  local ours = ("our %s models: about %s parameters%s x %s training tokens (%d steps of %d x %d)"):format(s.what,
+    mega(s.params), s.embedding == false and " (without the embedding)" or "", mega(s.steps * s.batch * s.L), s.steps,
+    s.batch, s.L)
+  return ("%s; the paper's RULER models: 1B parameters (about %dx ours; training tokens not stated here)")
+    :format(ours, round2(1e9 / s.params))
 end
 
--- The mean and 95% t-interval with the seed as the unit: values[i] belongs to
--- seed seed_of[i]; each seed's mean over its entries (heads) is one value, the
--- mean and interval are over those (the heads of one model are not independent
--- replicates: pooled as units they give intervals far too narrow — on the
--- medium run, C5's retention 0.578 [0.497, 0.660] over 14 heads against
--- 0.594 [0.244, 0.945] over 3 seeds). One seed: no interval. Without seed_of
--- every value is its own unit (planted unit inputs). Returns mean, lo, hi, seeds.
-function M.seed_ci(values, seed_of)
-  if not seed_of then
-    local m, lo, hi = M.mean_ci(values)
-    return m, lo, hi, #values
+local function list(xs, fmt)
+  local t = {}
+  for i, x in ipairs(xs) do t[i] = (fmt or "%.2f"):format(x) end
+  return table.concat(t, ", ")
+end
+
+local function mean(xs)
+  local s = 0
+  for _, x in ipairs(xs) do s = s + x end
+  return #xs > 0 and s / #xs or 0 / 0
+end
+
+local LABEL = {rope = "RoPE", rope_id = "RoPE-ID"}
+
+-- The learned-task test of the text models `names` ("rope", "rope_id"):
+-- x.text[name].loss_in[i] (validation loss inside L, seed x.seeds[i]) at least
+-- M.LEARN_MARGIN below x.text[name].untrained[i] (the first point of the
+-- model's own training curve, about ln 257 = 5.55 nats/byte) in every seed.
+-- The corpus's unigram entropy would be the sharper floor, but the run file
+-- does not hold it; the untrained loss it does.
+function M.text_learned(x, names)
+  local ok, parts = true, {}
+  for _, name in ipairs(names) do
+    local t = x.text[name]
+    local bad = 0
+    for i = 1, #t.loss_in do
+      if not (t.loss_in[i] <= t.untrained[i] - M.LEARN_MARGIN) then bad = bad + 1 end
+    end
+    if #t.loss_in == 0 then bad = 1 end
+    ok = ok and bad == 0
+    parts[#parts + 1] = ("%s's text loss inside L per seed %s, untrained %s (%s)"):format(LABEL[name], list(t.loss_in),
+      list(t.untrained), bad == 0 and "learned" or ("not %.1f nat/byte below it in %d of %d seeds"):format(
+        M.LEARN_MARGIN, bad, #t.loss_in))
   end
-  local sum, cnt, order = {}, {}, {}
-  for i, v in ipairs(values) do
-    local s = seed_of[i]
-    if not sum[s] then sum[s], cnt[s], order[#order + 1] = 0, 0, s end
-    sum[s], cnt[s] = sum[s] + v, cnt[s] + 1
-  end
-  local means = {}
-  for k, s in ipairs(order) do means[k] = sum[s] / cnt[s] end
-  local m, lo, hi = M.mean_ci(means)
-  return m, lo, hi, #order
+  return {ok = ok, text = table.concat(parts, "; ")}
 end
 
--- "n = 12 heads in 3 seeds, interval over seed means" / "n = 12 heads"
-local function units(n, x, ns)
-  if x then return ("n = %d heads in %d seeds, interval over the seed means"):format(n, ns) end
-  return ("n = %d heads"):format(n)
+local function text_learned_rule(which)
+  return ("learned: %s text loss inside L at least %.1f nat/byte below its untrained loss (the first point of its "
+    .. "training curve) in every seed, else INCONCLUSIVE (not learned)"):format(which, M.LEARN_MARGIN)
 end
 
-local function ci_text(m, lo, hi)
-  if lo == -math.huge then return ("%.3f [no interval]"):format(m) end
-  return ("%.3f [%.3f, %.3f]"):format(m, lo, hi)
+local function band_pre(x)
+  return {ok = x.octaves >= M.MIN_OCTAVES,
+          text = ("RoPE-ID's band spans %.1f octaves at L = %d (the rows on RoPE-ID need >= %d)"):format(x.octaves, x.L,
+            M.MIN_OCTAVES)}
 end
-M.ci_text = ci_text
+
+-- the seed means of per-head values (head_seed[i]: the seed of values[i])
+-- for the seeds `want` (a list of seeds), in that order
+local function means_for(values, head_seed, want)
+  local m, order = V.seed_means(values, head_seed)
+  local at = {}
+  for k, s in ipairs(order) do at[s] = m[k] end
+  local out = {}
+  for i, s in ipairs(want) do out[i] = at[s] end
+  return out
+end
+
+local function count_per_seed(head_seed, seeds)
+  local n = {}
+  for _, s in ipairs(head_seed) do n[s] = (n[s] or 0) + 1 end
+  local t = {}
+  for i, s in ipairs(seeds) do t[i] = ("%s: %d"):format(tostring(s), n[s] or 0) end
+  return table.concat(t, ", ")
+end
+
+local SRANK_RISE = 0.10   -- C1, C2, C5: rotated minus pre-rotation prefix srank ratio
 
 -- C1: past L, the keys a RoPE query sees rotate into angles unseen in training,
 -- so the stable rank of the prefix keys (in the query's frame) rises.
--- x.ratio_rot[i]: per head (and seed) srank(keys of [0, T)) / srank(keys of [0, L)),
--- rotated keys (hook_rot_k); x.ratio_pre[i]: the same for the pre-rotation keys
--- (hook_k, the control). The rule reads the excess ratio_rot / ratio_pre.
+-- x.rot[i], x.pre[i]: per RoPE head (seed x.head_seed[i]) srank(keys of [0, T))
+-- / srank(keys of [0, L)) of the rotated keys (hook_rot_k) and of the
+-- pre-rotation keys (hook_k, the control, measured by the same code).
 function M.C1(x)
-  local e = M.ratios(x.ratio_rot, x.ratio_pre)
-  local m, lo, hi, ns = M.seed_ci(e, x.seed_of)
-  local mr = M.mean_ci(x.ratio_rot)
-  local mp_ = M.mean_ci(x.ratio_pre)
-  local word = ({above = S, below = N})[side(lo, hi, 1.10) or ""] or I
-  return row("C1", "past L, the keys a RoPE query sees smear: prefix key stable rank rises",
-    "paper: key clusters smear past L (RoPE; figure no. unverified)",
-    ("RoPE prefix srank [0,%d)/[0,%d): rotated x%.2f, pre-rotation x%.2f; excess %s (%s; %d seeds)")
-      :format(x.T, x.L, mr, mp_, ci_text(m, lo, hi), units(#e, x.seed_of, ns), x.seeds),
-    word, ("RoPE's stable rank of the prefix keys [0, T) over [0, L) (query frame, T = %d), divided by the same ratio "
-      .. "of the pre-rotation keys, per head, averaged per seed: SUPPORTED if the 95%% interval over the seeds is "
-      .. "above 1.10, NOT SUPPORTED if below, else INCONCLUSIVE (one seed: no interval)"):format(x.T),
-    #e, x.seeds, lo, hi)
+  local rot, seeds = V.seed_means(x.rot, x.head_seed)
+  local pre = V.seed_means(x.pre, x.head_seed)
+  return V.judge{
+    id = "C1", claim = "past L, the keys a RoPE query sees smear: prefix key stable rank rises",
+    paper = "paper: key clusters smear past L (RoPE; figure no. unverified)",
+    source = M.PAPER .. " (figure no. unverified)",
+    statistic = ("RoPE prefix key stable rank [0,%d)/[0,%d), mean over heads per seed"):format(x.T, x.L),
+    seeds = seeds, name = "rotated", values = rot, control = {name = "pre-rotation", values = pre},
+    above = SRANK_RISE, learned = M.text_learned(x, {"rope"}), scale = x.scale,
+    describe = ("%d heads in %d seeds: rotated x%.2f, pre-rotation x%.2f"):format(#x.rot, #seeds, mean(rot), mean(pre)),
+    rule = ("RoPE's stable rank of the prefix keys [0, T) over [0, L) (query frame, T = %d), per head, averaged per "
+      .. "seed, minus the same ratio of the pre-rotation keys (the control): SUPPORTED if the 95%% interval of the "
+      .. "difference over the seeds is above %.2f, NOT SUPPORTED if below, else INCONCLUSIVE; %s; >= %d seeds")
+      :format(x.T, SRANK_RISE, text_learned_rule("RoPE's"), V.MIN_SEEDS)}
 end
 
 -- C2: RoPE-ID's prefix keys do NOT smear past L (the other half of the paper's
 -- claim; C1 is RoPE's half). The sigma1 share of the keys is exactly 1 / stable
--- rank, so judging it beside C1 would repeat C1; C2 reads RoPE-ID's excess instead.
--- x.ratio_rot / x.ratio_pre: per RoPE-ID head (and seed) srank([0, T)) / srank([0, L))
--- of the rotated / pre-rotation keys; x.octaves: RoPE-ID's band at L (precondition:
--- >= MIN_OCTAVES, else RoPE-ID is mostly NoPE and the row cannot test it);
--- x.cos_L, x.cos_T (optional): RoPE's mean q/k centroid cosine of the prefix at L and T (reported).
+-- rank, so judging it beside this would repeat it. x.rot / x.pre / x.head_seed:
+-- as C1, per RoPE-ID head; x.octaves: RoPE-ID's band at L (premise: >=
+-- MIN_OCTAVES, else RoPE-ID is mostly NoPE); x.cos_L, x.cos_T (optional):
+-- RoPE's mean q/k centroid cosine of the prefix at L and T (described).
 function M.C2(x)
-  local e = M.ratios(x.ratio_rot, x.ratio_pre)
-  local m, lo, hi, ns = M.seed_ci(e, x.seed_of)
+  local rot, seeds = V.seed_means(x.rot, x.head_seed)
+  local pre = V.seed_means(x.pre, x.head_seed)
   local cos = x.cos_L and ("; RoPE q/k centroid cos %.2f -> %.2f"):format(x.cos_L, x.cos_T) or ""
-  local rule = ("precondition: RoPE-ID's band spans >= %d octaves at L, else INCONCLUSIVE; RoPE-ID's stable rank of "
-    .. "the prefix keys [0, T) over [0, L) (query frame, T = %d), divided by the same ratio of its pre-rotation keys, "
-    .. "per head, averaged per seed: SUPPORTED if the 95%% interval over the seeds is below 1.10, NOT SUPPORTED if "
-    .. "above, else INCONCLUSIVE") :format(M.MIN_OCTAVES, x.T)
-  local ours = ("RoPE-ID prefix srank [0,%d)/[0,%d) over control: %s (%s; %d seeds)%s")
-    :format(x.T, x.L, ci_text(m, lo, hi), units(#e, x.seed_of, ns), x.seeds, cos)
-  local word
-  if (x.octaves or 0) < M.MIN_OCTAVES then
-    word = I
-    ours = ("no RoPE-ID band: %.1f octaves at L = %d; "):format(x.octaves or 0, x.L) .. ours
-  else
-    word = ({below = S, above = N})[side(lo, hi, 1.10) or ""] or I
-  end
-  return row("C2", "past L, RoPE-ID's prefix keys keep their geometry (no smear)",
-    "paper: RoPE-ID keeps the key clusters past L", ours, word, rule, #e, x.seeds, lo, hi)
+  return V.judge{
+    id = "C2", claim = "past L, RoPE-ID's prefix keys keep their geometry (no smear)",
+    paper = "paper: RoPE-ID keeps the key clusters past L", source = M.PAPER .. " (figure no. unverified)",
+    statistic = ("RoPE-ID prefix key stable rank [0,%d)/[0,%d), mean over heads per seed"):format(x.T, x.L),
+    seeds = seeds, name = "rotated", values = rot, control = {name = "pre-rotation", values = pre},
+    below = SRANK_RISE, learned = M.text_learned(x, {"rope_id"}), pre = {band_pre(x)}, scale = x.scale,
+    describe = ("%d heads in %d seeds: rotated x%.2f, pre-rotation x%.2f%s"):format(#x.rot, #seeds, mean(rot),
+      mean(pre), cos),
+    rule = ("premise: RoPE-ID's band spans >= %d octaves at L, else INCONCLUSIVE (precondition absent); RoPE-ID's "
+      .. "stable rank of the prefix keys [0, T) over [0, L) (query frame, T = %d), per head, averaged per seed, minus "
+      .. "the same ratio of its pre-rotation keys (the control): SUPPORTED if the 95%% interval of the difference over "
+      .. "the seeds is below %.2f, NOT SUPPORTED if above, else INCONCLUSIVE; %s; >= %d seeds")
+      :format(M.MIN_OCTAVES, x.T, SRANK_RISE, text_learned_rule("RoPE-ID's"), V.MIN_SEEDS)}
+end
+
+local function sink_pre(n, who, best)
+  return {ok = n > 0, text = ("no %s sink head (first-token attention > eps inside L) in any seed%s"):format(who,
+    best and (" (best first-token attention %.2f)"):format(best) or "")}
 end
 
 -- C3: past L, some q.k turn positive under RoPE (sink heads only).
--- x.pos_in[i], x.pos_past[i]: per RoPE sink head (and seed) the share of queries whose
--- largest q.k over keys 1..t is positive, inside / past L. No sink head: INCONCLUSIVE;
--- inside share already >= 0.95 (no room for the rise): INCONCLUSIVE.
+-- x.pos_in[i], x.pos_past[i]: per RoPE sink head (seed x.head_seed[i]) the
+-- share of queries whose largest q.k over keys 1..t is positive, inside / past
+-- L. Premises: sink heads; the share inside L below M.SATURATED (room to rise).
+-- The row's seeds are those with sink heads (>= 3 of them, else too few seeds).
 function M.C3(x)
-  local n = #x.pos_in
-  local rule = "RoPE sink heads (1st-token attention > eps inside L) only: the share of queries whose largest "
-    .. "q.k (keys after the first) is positive, past L minus inside L, per head, averaged per seed: SUPPORTED if "
-    .. "the 95% interval over the seeds is above 0.05, NOT SUPPORTED if below; INCONCLUSIVE without sink heads, "
-    .. "with the share inside L >= 0.95 (saturated), or when the interval straddles 0.05 (one seed: no interval)"
-  local claim, paper = "past L, some q.k turn positive under RoPE (sink heads)",
-    "paper: sink heads' q.k < 0 inside L, > 0 past"
-  if n == 0 then
-    return row("C3", claim, paper, ("no RoPE sink head (%d seeds)"):format(x.seeds), I, rule, 0, x.seeds, 0 / 0, 0 / 0)
-  end
   local d = {}
-  for i = 1, n do d[i] = x.pos_past[i] - x.pos_in[i] end
-  local m, lo, hi, ns = M.seed_ci(d, x.seed_of)
-  local min = M.mean_ci(x.pos_in)
-  local word = ({above = S, below = N})[side(lo, hi, 0.05) or ""] or I
-  if min >= 0.95 then word = I end
-  return row("C3", claim, paper,
-    ("%d sink heads: q.k>0 share inside %.2f; past - inside %s (%s; %d seeds)"):format(n, min, ci_text(m, lo, hi),
-      units(n, x.seed_of, ns), x.seeds),
-    word, rule, n, x.seeds, lo, hi)
+  for i = 1, #x.pos_in do d[i] = x.pos_past[i] - x.pos_in[i] end
+  local vals, seeds = V.seed_means(d, x.head_seed)
+  local pin = V.seed_means(x.pos_in, x.head_seed)
+  local ppast = V.seed_means(x.pos_past, x.head_seed)
+  local min = mean(pin)
+  return V.judge{
+    id = "C3", claim = "past L, some q.k turn positive under RoPE (sink heads)",
+    paper = "paper: sink heads' q.k < 0 inside L, > 0 past", source = M.PAPER .. " (figure no. unverified)",
+    statistic = "share of queries with max q.k > 0, past L minus inside L, mean over RoPE sink heads per seed",
+    seeds = seeds, name = "past - inside", values = vals, above = 0.05, fmt = "%.3f",
+    learned = M.text_learned(x, {"rope"}), scale = x.scale,
+    pre = {sink_pre(#x.pos_in, "RoPE", x.best),
+           {ok = not (min >= M.SATURATED), text = ("q.k>0 share inside L %.2f >= %.2f: saturated, no room to rise")
+             :format(min, M.SATURATED)}},
+    describe = ("%d RoPE sink heads (per seed %s); q.k>0 share inside L %.2f, past L %.2f (means of the seed means)")
+      :format(#x.pos_in, count_per_seed(x.head_seed, x.seeds), min, mean(ppast)),
+    rule = ("RoPE sink heads (first-token attention > eps inside L) only: the share of queries whose largest q.k "
+      .. "(keys after the first) is positive, past L minus inside L, per head, averaged per seed, over the seeds with "
+      .. "sink heads: SUPPORTED if the 95%% interval over the seeds is above 0.05, NOT SUPPORTED if below, else "
+      .. "INCONCLUSIVE; premises: sink heads, and the share inside L below %.2f (not saturated), else INCONCLUSIVE "
+      .. "(precondition absent); %s; sink heads in >= %d seeds")
+      :format(M.SATURATED, text_learned_rule("RoPE's"), V.MIN_SEEDS)}
 end
 
--- C4: the sink fails past L under RoPE. x.retention[i]: per RoPE sink head (and
--- seed) first-token attention past L / inside L.
+-- C4: the sink fails past L under RoPE. x.retention[i]: per RoPE sink head
+-- (seed x.head_seed[i]) first-token attention past L / inside L; x.best: the
+-- best first-token attention of any head (described when there is no sink head).
 function M.C4(x)
-  local n = #x.retention
-  local rule = "RoPE sink heads: first-token attention past L over inside L, per head, averaged per seed: "
-    .. "SUPPORTED if the 95% interval over the seeds is below 0.67, NOT SUPPORTED if above; INCONCLUSIVE without "
-    .. "sink heads or when it straddles 0.67 (one seed: no interval)"
-  local claim, paper = "the sink fails past L under RoPE", "paper: sink attention collapses past L"
-  if n == 0 then
-    return row("C4", claim, paper, ("no RoPE sink head (best 1st-token attention %.2f; %d seeds)"):format(x.best or 0 / 0, x.seeds), I,
-      rule, 0, x.seeds, 0 / 0, 0 / 0)
-  end
-  local m, lo, hi, ns = M.seed_ci(x.retention, x.seed_of)
-  return row("C4", claim, paper, ("%d sink heads keep %s (%s; %d seeds)"):format(n, ci_text(m, lo, hi),
-      units(n, x.seed_of, ns), x.seeds),
-    ({below = S, above = N})[side(lo, hi, 0.67) or ""] or I, rule, n, x.seeds, lo, hi)
+  local vals, seeds = V.seed_means(x.retention, x.head_seed)
+  return V.judge{
+    id = "C4", claim = "the sink fails past L under RoPE", paper = "paper: sink attention collapses past L",
+    source = M.PAPER .. " (figure no. unverified)",
+    statistic = "first-token attention past L / inside L, mean over RoPE sink heads per seed",
+    seeds = seeds, name = "retention", values = vals, below = 0.67,
+    learned = M.text_learned(x, {"rope"}), scale = x.scale, pre = {sink_pre(#x.retention, "RoPE", x.best)},
+    describe = ("%d RoPE sink heads (per seed %s)"):format(#x.retention, count_per_seed(x.head_seed, x.seeds)),
+    rule = ("RoPE sink heads: first-token attention past L over inside L, per head, averaged per seed, over the seeds "
+      .. "with sink heads: SUPPORTED if the 95%% interval over the seeds is below 0.67, NOT SUPPORTED if above, else "
+      .. "INCONCLUSIVE; premise: sink heads, else INCONCLUSIVE (precondition absent); %s; sink heads in >= %d seeds")
+      :format(text_learned_rule("RoPE's"), V.MIN_SEEDS)}
 end
 
--- C5: RoPE-ID keeps the clusters and the sink past L. x.octaves: its band at L;
--- x.retention[i]: per RoPE-ID sink head first-token retention; x.srank_excess[i]:
--- per RoPE-ID head its C1 excess ratio (prefix srank rise over the control).
+-- C5: RoPE-ID keeps the clusters and the sink past L. x.retention[i]: per
+-- RoPE-ID sink head (seed x.ret_seed[i]) first-token retention; x.rot, x.pre,
+-- x.head_seed: per RoPE-ID head, as C2. Both tests over the seeds with sink
+-- heads; premises: the band, sink heads.
 function M.C5(x)
-  local rule = ("precondition: RoPE-ID's band spans >= %d octaves at L and RoPE-ID has sink heads, else "
-    .. "INCONCLUSIVE; per head, averaged per seed, 95%% intervals over the seeds: SUPPORTED if the sink heads' "
-    .. "retention interval is above 0.8 and the prefix stable rank excess interval (as C1) below 1.10; NOT "
-    .. "SUPPORTED if retention is below 0.8 or the excess above 1.10; else INCONCLUSIVE"):format(M.MIN_OCTAVES)
-  local claim, paper = "RoPE-ID keeps the clusters and the sink past L",
-    "paper: RoPE-ID keeps clusters and sink"
-  local me, elo, ehi = M.seed_ci(x.srank_excess, x.excess_seed)
-  local stext = ("srank excess %s (%d seeds)"):format(ci_text(me, elo, ehi), x.seeds)
-  if x.octaves < M.MIN_OCTAVES then
-    return row("C5", claim, paper, ("no RoPE-ID band: %.1f octaves at L = %d; %s"):format(x.octaves, x.L, stext), I,
-      rule, #x.srank_excess, x.seeds, elo, ehi)
-  end
-  local n = #x.retention
-  if n == 0 then
-    return row("C5", claim, paper, ("no RoPE-ID sink head; %s"):format(stext), I, rule, 0, x.seeds, elo, ehi)
-  end
-  local mr, rlo, rhi, ns = M.seed_ci(x.retention, x.retention_seed)
-  local rs, es = side(rlo, rhi, 0.8), side(elo, ehi, 1.10)
-  local word = I
-  if rs == "below" or es == "above" then word = N elseif rs == "above" and es == "below" then word = S end
-  return row("C5", claim, paper,
-    ("%d sink heads keep %s (%s); %s"):format(n, ci_text(mr, rlo, rhi), units(n, x.retention_seed, ns), stext),
-    word, rule, n,
-    x.seeds, rlo, rhi)
+  local ret, seeds = V.seed_means(x.retention, x.ret_seed)
+  local rot, pre = means_for(x.rot, x.head_seed, seeds), means_for(x.pre, x.head_seed, seeds)
+  local arot, aseeds = V.seed_means(x.rot, x.head_seed)
+  local apre = V.seed_means(x.pre, x.head_seed)
+  return V.judge{
+    id = "C5", claim = "RoPE-ID keeps the clusters and the sink past L", paper = "paper: RoPE-ID keeps clusters and sink",
+    source = M.PAPER .. " (figure no. unverified)",
+    statistic = "RoPE-ID sink heads' retention; prefix srank ratio rotated minus pre-rotation (as C2), per seed",
+    seeds = seeds,
+    tests = {{name = "retention", values = ret, above = 0.8},
+             {name = "srank rotated", values = rot, control = {name = "pre-rotation", values = pre}, below = SRANK_RISE}},
+    learned = M.text_learned(x, {"rope_id"}), scale = x.scale,
+    pre = {band_pre(x), sink_pre(#x.retention, "RoPE-ID", x.best)},
+    describe = ("%d RoPE-ID sink heads (per seed %s); every seed's prefix srank: rotated x%.2f, pre-rotation x%.2f "
+      .. "(%d seeds)"):format(#x.retention, count_per_seed(x.ret_seed, x.seeds), mean(arot), mean(apre), #aseeds),
+    rule = ("RoPE-ID sink heads' first-token attention past L over inside L, and RoPE-ID's prefix srank ratio minus "
+      .. "its pre-rotation control (as C2), per head, averaged per seed, over the seeds with sink heads, 95%% "
+      .. "intervals over the seeds: SUPPORTED if retention is above 0.8 and the srank difference below %.2f; NOT "
+      .. "SUPPORTED if retention is below 0.8 or the difference above %.2f; else INCONCLUSIVE; premises: RoPE-ID's "
+      .. "band spans >= %d octaves at L and RoPE-ID has sink heads, else INCONCLUSIVE (precondition absent); %s; sink "
+      .. "heads in >= %d seeds"):format(SRANK_RISE, SRANK_RISE, M.MIN_OCTAVES, text_learned_rule("RoPE-ID's"),
+        V.MIN_SEEDS)}
 end
 
 -- C6 (and further rows, one per retrieval task): RoPE-ID generalises better
--- than RoPE on retrieval at 2L. x.rope[s], x.id[s]: per-seed accuracy at 2L;
--- x.rope_L[s], x.id_L[s] (optional): at L; x.chance (default 0): the task's
--- chance level; x.task names it; x.octaves the band; x.row the id (default C6).
+-- than RoPE on retrieval at 2L. x.rope[i], x.id[i]: accuracy at 2L of seed
+-- x.seeds[i]; x.rope_L[i], x.id_L[i]: at L; x.chance: the task's chance level;
+-- x.task names it; x.octaves, x.L the band; x.row the id (default C6);
+-- x.at (optional): the accuracies at every length (described).
 function M.C6(x)
-  local ns = #x.rope
   local chance = x.chance or 0
-  local d, ra, ia, rl, il = {}, 0, 0, 0, 0
-  for s = 1, ns do
-    d[s] = x.id[s] - x.rope[s]; ra = ra + x.rope[s] / ns; ia = ia + x.id[s] / ns
-    rl = rl + (x.rope_L and x.rope_L[s] or 1) / ns; il = il + (x.id_L and x.id_L[s] or 1) / ns
-  end
-  local m, lo, hi = M.mean_ci(d)
-  local rule = ("%s, chance %.3f. Precondition: >= %d seeds, RoPE-ID's band >= %d octaves at L, both models learned "
-    .. "the task at L (mean accuracy at L >= chance + 0.1) and not both >= 0.95 at 2L (nothing to separate), else "
-    .. "INCONCLUSIVE; RoPE-ID minus RoPE accuracy at 2L per seed: SUPPORTED if its 95%% interval is above 0.05, NOT "
-    .. "SUPPORTED if below, else INCONCLUSIVE"):format(x.task, chance, M.MIN_SEEDS, M.MIN_OCTAVES)
-  local word = ({above = S, below = N})[side(lo, hi, 0.05) or ""] or I
+  local rl, il, ra, ia = mean(x.rope_L), mean(x.id_L), mean(x.rope), mean(x.id)
   local learned = rl >= chance + 0.1 and il >= chance + 0.1
-  if ns < M.MIN_SEEDS or x.octaves < M.MIN_OCTAVES or not learned or (ra >= 0.95 and ia >= 0.95) then word = I end
-  return row(x.row or "C6", ("RoPE-ID generalises better than RoPE on retrieval at 2x L (%s)"):format(x.task),
-    "1B RULER at 2x: RoPE 0.01, RoPE-ID 35.64",
-    ("%s at %d: RoPE %.3f, RoPE-ID %.3f (at L: %.2f, %.2f); difference %s (%d seeds, band %.1f oct.)"):format(x.task,
-      x.T, ra, ia, rl, il, ci_text(m, lo, hi), ns, x.octaves),
-    word, rule, ns, ns, lo, hi)
+  return V.judge{
+    id = x.row or "C6", claim = ("RoPE-ID generalises better than RoPE on retrieval at 2x L (%s)"):format(x.task),
+    paper = "1B RULER at 2x: RoPE 0.01, RoPE-ID 35.64", source = M.PAPER .. ", RULER at 2x the training length, 1B "
+      .. "models (table/figure no. unverified)",
+    statistic = ("%s exact-match accuracy at T = %d (2L), RoPE-ID minus RoPE per seed"):format(x.task, x.T),
+    seeds = x.seeds, name = "RoPE-ID", values = x.id, control = {name = "RoPE", values = x.rope}, above = 0.05,
+    learned = {ok = learned, text = ("%s accuracy at L (mean of the seeds): RoPE %.2f, RoPE-ID %.2f (%s chance %.3f "
+      .. "+ 0.1)"):format(x.task, rl, il, learned and "both >=" or "not both >=", chance)},
+    scale = x.scale,
+    pre = {band_pre(x),
+           {ok = not (ra >= 0.95 and ia >= 0.95),
+            text = ("both >= 0.95 at 2L (RoPE %.2f, RoPE-ID %.2f): nothing to separate"):format(ra, ia)}},
+    describe = ("%s at L: RoPE %.2f, RoPE-ID %.2f; at %d: RoPE %.3f, RoPE-ID %.3f%s"):format(x.task, rl, il, x.T, ra, ia,
+      x.at and ("; RoPE/RoPE-ID at " .. x.at) or ""),
+    rule = ("%s, chance %.3f: RoPE-ID minus RoPE exact-match accuracy at 2L, per seed: SUPPORTED if its 95%% interval "
+      .. "over the seeds is above 0.05, NOT SUPPORTED if below, else INCONCLUSIVE; learned: both models' mean "
+      .. "accuracy at L >= chance + 0.1, else INCONCLUSIVE (not learned); premises: RoPE-ID's band spans >= %d "
+      .. "octaves at L and not both >= 0.95 at 2L (nothing to separate), else INCONCLUSIVE (precondition absent); "
+      .. ">= %d seeds"):format(x.task, chance, M.MIN_OCTAVES, V.MIN_SEEDS)}
 end
 
--- C7: RoPE-ID's text loss past L degrades less than RoPE's. x.rise_rope[s],
--- x.rise_id[s]: per seed the loss past L minus inside L.
+-- C7: RoPE-ID's text loss past L degrades less than RoPE's. x.rise_rope[i],
+-- x.rise_id[i]: per seed x.seeds[i] the loss past L minus inside L.
 function M.C7(x)
-  local ns = #x.rise_rope
-  local d, rr, ri = {}, 0, 0
-  for s = 1, ns do d[s] = x.rise_rope[s] - x.rise_id[s]; rr = rr + x.rise_rope[s] / ns; ri = ri + x.rise_id[s] / ns end
-  local m, lo, hi = M.mean_ci(d)
-  local rule = ("precondition: >= %d seeds and RoPE-ID's band >= %d octaves at L, else INCONCLUSIVE; RoPE's rise of "
-    .. "the loss past L (windows past L minus inside L) minus RoPE-ID's, per seed: SUPPORTED if its 95%% interval "
-    .. "is above 0.02 nats, NOT SUPPORTED if below, else INCONCLUSIVE"):format(M.MIN_SEEDS, M.MIN_OCTAVES)
-  local word = ({above = S, below = N})[side(lo, hi, 0.02) or ""] or I
-  if ns < M.MIN_SEEDS or x.octaves < M.MIN_OCTAVES then word = I end
-  return row("C7", "RoPE-ID's text loss past L degrades less than RoPE's", "(implied: RoPE-ID extrapolates)",
-    ("rise past L: RoPE %+.3f, RoPE-ID %+.3f; RoPE - RoPE-ID %s (T = %d, %d seeds)"):format(rr, ri, ci_text(m, lo, hi),
-      x.T, ns),
-    word, rule, ns, ns, lo, hi)
+  return V.judge{
+    id = "C7", claim = "RoPE-ID's text loss past L degrades less than RoPE's", paper = "(implied: RoPE-ID extrapolates)",
+    source = M.PAPER .. " (implied by its claims; no figure)",
+    statistic = ("text loss past L minus inside L (T = %d), RoPE minus RoPE-ID per seed"):format(x.T),
+    seeds = x.seeds, name = "RoPE rise", values = x.rise_rope, control = {name = "RoPE-ID rise", values = x.rise_id},
+    above = 0.02, learned = M.text_learned(x, {"rope", "rope_id"}), pre = {band_pre(x)}, scale = x.scale,
+    describe = ("rise past L (mean of the seeds): RoPE %+.3f, RoPE-ID %+.3f"):format(mean(x.rise_rope), mean(x.rise_id)),
+    rule = ("RoPE's rise of the text loss past L (windows past L minus inside L) minus RoPE-ID's, per seed: SUPPORTED "
+      .. "if its 95%% interval over the seeds is above 0.02 nats, NOT SUPPORTED if below, else INCONCLUSIVE; %s; "
+      .. "premise: RoPE-ID's band spans >= %d octaves at L, else INCONCLUSIVE (precondition absent); >= %d seeds")
+      :format(text_learned_rule("each model's"), M.MIN_OCTAVES, V.MIN_SEEDS)}
 end
 
 return M

@@ -240,7 +240,7 @@ function M.judge(x)
     error(("verdicts.judge %s: a trained-model row needs at least %d seeds, not %d"):format(x.id, M.MIN_SEEDS, min), 2)
   end
   if not word and trained and #seeds < min then
-    word, reason, why = M.I, M.FEW_SEEDS, ("%d of %d seeds"):format(#seeds, min)
+    word, reason, why = M.I, M.FEW_SEEDS, ("%d seeds, %d needed"):format(#seeds, min)
   end
   if not word then
     local any_against, all_for = false, true
@@ -266,7 +266,7 @@ end
 -- claim/paper/ours padded to widths (default none), then "RULE id: rule",
 -- "SOURCE id: ..." and "DESCRIBE id: ..." (item-pooled numbers, not judged).
 function M.report_lines(rows, widths)
-  widths = widths or {0, 0, 0}
+  widths = widths or {1, 1, 1}
   local fmt = ("VERDICT %%s | %%-%ds | %%-%ds | %%-%ds | %%s | %%s"):format(widths[1], widths[2], widths[3])
   local lines = {}
   for _, v in ipairs(rows) do

@@ -9,9 +9,12 @@
 --          same loss, the record parser refusing partial records,
 --          other settings refused;
 --   quick  `mechprobe rope_id --quick` end to end (~40 s): it exits 0, its
---          verdict table parses (7 rows, fixed columns, a rule for each), every
---          figure, report.txt and the HDF5 file exist, and the file's numbers
---          agree with the printed tables and with each other.
+--          verdict table parses (9 rows of the engine's 6 fields, a rule for
+--          each), every figure, report.txt and the HDF5 file exist, and the
+--          file's numbers agree with the printed tables and with each other;
+--   rejudge `--rejudge` on the small stored run tests/data/rejudge/rope_id
+--          (--quick, seeds 1-3; a copy in a temporary folder) reproduces its
+--          verdicts.tsv and report.txt byte for byte (<1 s).
 local mode = arg[1] or "unit"
 local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
 local check, near = t.ok, t.ok_near
@@ -248,9 +251,12 @@ if mode == "unit" then
       x.rr[h], x.rp[h] = a.srank[2] / a.srank[1], b.srank[2] / b.srank[1]
       near(a.s1[1] * a.srank[1], 1, 1e-4, "sigma1 share = 1 / stable rank (why C2 does not judge it)")
     end
-    local c1 = rules.C1{ratio_rot = x.rr, ratio_pre = x.rp, seeds = 1, T = TT, L = LL}
-    local c2 = rules.C2{ratio_rot = x.rr, ratio_pre = x.rp, seeds = 1, T = TT, L = LL, octaves = octaves or 3}
-    return c1, c2
+    -- every planted head is its own draw of noise: here each stands for a seed
+    local hs, good = {}, {loss_in = {}, untrained = {}}
+    for h = 1, #specs do hs[h] = tostring(h); good.loss_in[h], good.untrained[h] = 2, 5.5 end
+    local xx = {rot = x.rr, pre = x.rp, head_seed = hs, seeds = hs, text = {rope = good, rope_id = good}, T = TT, L = LL,
+                octaves = octaves or 3}
+    return rules.C1(xx), rules.C2(xx)
   end
   local fast = {{[3] = 2}, {[4] = 2}, {[3] = 2, [4] = 1}, {[3] = 1, [4] = 2}, {[4] = 2, [5] = 0.5}}
   local mixed = {{[3] = 2}, {[7] = 2}, {[3] = 2, [4] = 1}, {[6] = 2}}
@@ -263,9 +269,10 @@ if mode == "unit" then
   c1, c2 = head_set(mixed, true)
   check(c1.word == "INCONCLUSIVE" and c2.word == "INCONCLUSIVE",
         ("half the heads in slow pairs: C1 %s [%.3f, %.3f], C2 %s"):format(c1.word, c1.lo, c1.hi, c2.word))
-  check(c1.n == 4 and c1.ours:find("n = 4", 1, true) and c1.rule:find("1.10", 1, true), "C1 row names n and its rule")
+  check(c1.n_seeds == 4 and c1.describe:find("4 heads", 1, true) and c1.rule:find("0.10", 1, true),
+        "C1 row names its seeds, heads and rule")
   c1, c2 = head_set(fast, false, 1)
-  check(c2.word == "INCONCLUSIVE" and c2.ours:find("no RoPE-ID band", 1, true) ~= nil,
+  check(c2.word == "INCONCLUSIVE" and c2.reason == "precondition absent" and c2.ours:find("1.0 octaves", 1, true) ~= nil,
         "C2 without a RoPE-ID band (1 octave) is INCONCLUSIVE: " .. c2.word)
   -- every other rule on planted numbers: test_rope_id_rules.lua
   os.execute("rm -rf " .. dir)
@@ -361,6 +368,44 @@ elseif mode == "resume" then
   text, ok1 = rerun("--resume --rejudge")
   check(not ok1 and text:find("--resume trains", 1, true) ~= nil, "--resume with --rejudge refused")
   os.execute("rm -rf " .. dir)
+elseif mode == "rejudge" then
+  -- ---- --rejudge on a small stored run (tests/data/rejudge/rope_id: `mechprobe
+  -- rope_id --quick --seeds 1,2,3 --format svg`, its run file, verdicts.tsv and
+  -- report.txt kept): a copy in a temporary folder, re-judged from its run file
+  -- alone, gives its verdicts.tsv and report.txt byte for byte, twice
+  local data = os.getenv("MP_TESTDATA") or ((src or ".") .. "/tests/data")
+  local stored = data .. "/rejudge/rope_id"
+  local function slurp(p) local fh = io.open(p, "rb"); if not fh then return nil end; local s = fh:read("a"); fh:close(); return s end
+  local dir = os.tmpname(); os.remove(dir); mp.mkdir(dir)
+  local want = {}
+  for _, name in ipairs{"rope_id.h5", "verdicts.tsv", "report.txt"} do
+    want[name] = slurp(stored .. "/" .. name)
+    check(want[name] ~= nil, "stored " .. name)
+    local fo = io.open(dir .. "/" .. name, "wb"); fo:write(want[name] or ""); fo:close()
+  end
+  local verdicts = require "verdicts"
+  local rows = verdicts.parse(want["report.txt"] or "")
+  check(#rows == 9 and #verdicts.problems(rows) == 0, "the stored report: 9 well-formed verdict rows")
+  local seeded = 0
+  for _, r in ipairs(rows) do if r[4]:find("seeds ", 1, true) then seeded = seeded + 1 end end
+  check(seeded == 9, "every stored row shows its per-seed values")
+  for pass = 1, 2 do
+    local ph = io.popen(("%s rope_id --rejudge --out %s 2>&1"):format(arg[-1], dir))
+    local said = ph:read("a")
+    check(ph:close() and said:find("VERDICT C1 |", 1, true) ~= nil, "rope_id --rejudge ran:\n" .. said)
+    check(slurp(dir .. "/verdicts.tsv") == want["verdicts.tsv"], ("rejudge %d: verdicts.tsv byte for byte"):format(pass))
+    check(slurp(dir .. "/report.txt") == want["report.txt"], ("rejudge %d: report.txt byte for byte"):format(pass))
+  end
+  do
+    local f <close> = mp.h5.open(dir .. "/rope_id.h5", "r")
+    local wrote = {}
+    for _, id in ipairs(f:list("verdicts")) do wrote[#wrote + 1] = id end
+    table.sort(wrote)
+    check(table.concat(wrote, ",") == "C1,C2,C3,C4,C5,C6,C7,C8,C9", "the run file's /verdicts: " .. table.concat(wrote, ","))
+    check(f:attrs("verdicts/C1").seeds == "1,2,3" and f:read("verdicts/C1/t1/values"):numel() == 3,
+          "/verdicts/C1: 3 seeds, one value each")
+  end
+  os.execute("rm -rf " .. dir)
 elseif mode == "gpu" then
   -- ---- --preset gpu's shape at a tiny size, two seeds
   local report, ok, out, dir = t.run_probe("rope_id",
@@ -376,17 +421,17 @@ elseif mode == "gpu" then
   check(A.preset == "gpu" and A.L == 64 and tostring(A.seeds) == "1,2", "root attributes: gpu, L = 64, seeds 1,2")
   check(f:read("lengths"):numel() == 4 and f:read("lengths"):get(4) == 512, "lengths 1x..8x L")
   -- pooled = mean of the two seeds' numbers, with a t-interval (df 1: 12.706)
-  local rules = require "rope_id_rules"
   local a, b = f:read("seeds/1/text/loss"), f:read("seeds/2/text/loss")
   local pl = f:read("pooled/loss/rope")
-  local m, lo, hi = rules.mean_ci{a:get(1, 2), b:get(1, 2)}
+  local m, lo, hi = verdicts.mean_ci{a:get(1, 2), b:get(1, 2)}
   near(pl:get(1, 2), m, 1e-5, "pooled loss = mean of the seeds (stored as float)")
   near(pl:get(3, 2) - pl:get(1, 2), 12.706 * math.abs(a:get(1, 2) - b:get(1, 2)) / 2, 1e-4, "pooled interval half-width")
   check(f:read("seeds/2/variants/rope/prefix/srank_rot"):size(3) == 4, "seed 2 prefix geometry at 4 lengths")
   check(f:read("seeds/2/retrieval_tasks/vartrack/acc"):size(2) == 4, "seed 2 vartrack accuracy at 4 lengths")
-  -- the C1 row pools both seeds' heads: 2 x 64
+  -- the C1 row: both seeds' heads (2 x 64), one value per seed, too few seeds
   local c1 = f:attrs("verdicts/C1")
-  check(c1.n == 128 and c1.seeds == 2, ("C1 over 128 heads of 2 seeds (n %s, seeds %s)"):format(tostring(c1.n), tostring(c1.seeds)))
+  check(c1.n_seeds == "2" and c1.describe:find("128 heads in 2 seeds", 1, true) and c1.reason ~= "",
+        ("C1 over 128 heads of 2 seeds (%s; %s)"):format(tostring(c1.n_seeds), tostring(c1.describe)))
   check(io.open(out .. "/models/seed2/vartrack_rope_id.h5") ~= nil, "seed 2's checkpoints")
   -- the keyed tasks: keys of one of 10 key symbols, trained on as many queries
   -- as fit in L = 64 (a query of a 1-symbol key and a 2-digit value is 8 tokens
@@ -407,12 +452,14 @@ else
   local report, ok, out, dir = t.run_probe("rope_id", "--quick --format svg")
   check(ok, "rope_id --quick exited non-zero:\n" .. report)
 
-  -- verdict table: VERDICT id | claim | paper | ours | verdict, and a RULE per row
+  -- verdict table: VERDICT id | claim | paper | ours | verdict | reason, and a RULE per row
   local verdicts = require "verdicts"
   local rows = verdicts.parse(report)
   local bad, ids = verdicts.problems(rows)
   check(#bad == 0, "verdict rows well formed:\n" .. table.concat(bad, "\n"))
   check(#rows == 9, ("9 verdict rows, got %d:\n%s"):format(#rows, report))
+  for _, r in ipairs(rows) do check(#r == 6, r[1] .. ": the engine's 6 fields") end
+  local function describe(id) return report:match("\nDESCRIBE " .. id .. ": ([^\n]*)") or "" end
   for id in pairs(ids) do check(report:find("\nRULE " .. id .. ": ", 1, true), "rule for " .. id) end
 
   for _, name in ipairs{"text_loss", "retrieval_accuracy", "retrieval_tasks", "geometry_schemes", "geometry_rope_variants",
@@ -481,33 +528,44 @@ else
   -- verdicts in the file = printed
   for _, r in ipairs(rows) do
     local va = f:attrs("verdicts/" .. r[1])
-    check(va.verdict == r[5], r[1] .. " verdict in the file: " .. tostring(va.verdict))
+    check(va.word == r[5] and va.reason == (r[6] == "-" and "" or r[6]), r[1] .. " verdict in the file: " .. tostring(va.word))
     check(va.claim == r[2], r[1] .. " claim in the file")
+    check(va.n_seeds == "1" and f:read("verdicts/" .. r[1] .. "/t1/interval"):numel() == 3, r[1] .. ": one seed, its interval")
   end
   -- C1 quotes RoPE's mean prefix srank ratio [0, 4L) / [0, L) of the file
   do
     local pr = f:read("seeds/1/variants/rope/prefix/srank_rot")
     local sum = 0
     for l = 1, 2 do for h = 1, 4 do sum = sum + pr:get(l, h, 3) / pr:get(l, h, 1) / 8 end end
-    local c1
-    for _, r in ipairs(rows) do if r[1] == "C1" then c1 = r[4] end end
-    local q = tonumber((c1 or ""):match("rotated x([%d.]+)"))
+    local q = tonumber(describe("C1"):match("rotated x([%d.]+)"))
     near(q or -1, sum, 5e-3 + 1e-9, "C1 quotes the file's prefix srank ratio")
     -- quick: one seed (the rules' intervals are over seeds: none with one) and
     -- L = 64 without a RoPE-ID band: no row can decide
     for _, r in ipairs(rows) do
       if r[1]:match("^C%d$") then check(r[5] == "INCONCLUSIVE", r[1] .. " inconclusive with one seed at L = 64") end
     end
+    for _, id in ipairs{"C2", "C5", "C7"} do
+      for _, r in ipairs(rows) do
+        if r[1] == id then check(r[6] == "precondition absent" or r[6] == "not learned at this scale",
+                                 id .. ": no RoPE-ID band at L = 64 (or not learned): " .. r[6]) end
+      end
+    end
   end
-  -- verdicts.tsv = printed
+  -- verdicts.tsv = printed (the engine's columns)
   do
     local fh = io.open(out .. "/verdicts.tsv")
     check(fh ~= nil, "verdicts.tsv")
-    local n, same = 0, 0
+    local n, same, col = 0, 0, {}
     for line in (fh and fh:read("a") or ""):gmatch("[^\n]+") do
       local fld = {}
       for x in (line .. "\t"):gmatch("(.-)\t") do fld[#fld + 1] = x end
-      for _, r in ipairs(rows) do if r[1] == fld[1] and r[5] == fld[9] then same = same + 1 end end
+      if n == 0 then
+        for i, name in ipairs(fld) do col[name] = i end
+        check(#fld == #verdicts.COLUMNS, "verdicts.tsv has the engine's columns")
+      end
+      for _, r in ipairs(rows) do
+        if r[1] == fld[1] and r[5] == fld[col.word] and r[6] == (fld[col.reason] or "") then same = same + 1 end
+      end
       n = n + 1
     end
     if fh then fh:close() end
@@ -526,18 +584,16 @@ else
       check(#vals == 3, ("printed %s row of %s"):format(task[1], v))
       for j = 1, #vals do near(vals[j], ta:get(i, j), 5e-4 + 1e-9, ("%s %s at %d"):format(task[1], v, lengths:get(j))) end
     end
-    local ours
-    for _, r in ipairs(rows) do if r[1] == task[2] then ours = r[4] end end
-    local ar, ai = (ours or ""):match(task[1] .. " at 128: RoPE ([%d.]+), RoPE%-ID ([%d.]+)")
+    local ours = describe(task[2])
+    local ar, ai = ours:match("; at 128: RoPE ([%d.]+), RoPE%-ID ([%d.]+)")
     local ir, ii
     for i, v in ipairs(variants) do if v == "rope" then ir = i elseif v == "rope_id" then ii = i end end
     check(ar and math.abs(tonumber(ar) - ta:get(ir, 2)) <= 5e-4 + 1e-9 and math.abs(tonumber(ai) - ta:get(ii, 2)) <= 5e-4 + 1e-9,
           task[2] .. " quotes the accuracies at 2L: " .. tostring(ours))
   end
   -- C9 (passkey) quotes the accuracies at 2L
-  local c6
-  for _, r in ipairs(rows) do if r[1] == "C9" then c6 = r[4] end end
-  local ar, ai = (c6 or ""):match("RoPE ([%d.]+), RoPE%-ID ([%d.]+)")
+  local c6 = describe("C9")
+  local ar, ai = c6:match("; at 128: RoPE ([%d.]+), RoPE%-ID ([%d.]+)")
   local irope, iid
   for i, v in ipairs(variants) do if v == "rope" then irope = i elseif v == "rope_id" then iid = i end end
   check(ar and math.abs(tonumber(ar) - acc:get(irope, 2)) <= 5e-4 + 1e-9 and math.abs(tonumber(ai) - acc:get(iid, 2)) <= 5e-4 + 1e-9,
@@ -608,7 +664,8 @@ else
       end
       check(fm:attrs("pooled/loss/" .. v).n_seeds == 2, "pooled over 2 seeds")
     end
-    check(fm:attrs("verdicts/C1").seeds == 2 and fm:attrs("verdicts/C7").seeds == 2, "verdict rows count 2 seeds")
+    check(fm:attrs("verdicts/C1").n_seeds == "2" and fm:attrs("verdicts/C7").seeds == "1,7"
+          and fm:read("verdicts/C7/t1/values"):numel() == 2, "verdict rows count 2 seeds")
   end
   local rep2 = slurp(mg .. "/report.txt") or ""
   check(rep2:find("== mechprobe rope_id (quick; seeds 1,7) ==", 1, true) and rep2:find("\n== seed 1 ==\n", 1, true)

@@ -1,73 +1,162 @@
--- test_rope_id_rules.lua — the rope_id probe's verdict rules
--- (probes/lib/rope_id_rules.lua) on planted numbers: every rule says each of
--- its words (SUPPORTED, NOT SUPPORTED, INCONCLUSIVE: no sink head, no band, too
--- few seeds, a straddling interval), intervals over seeds when the values name
--- their seeds, and the band and t-interval helpers against closed forms. C1 and
--- C2 on planted key geometry are in test_rope_id.lua (unit), beside rope_id_geo.
+-- test_rope_id_rules.lua — the rope_id probe's claims (probes/lib/rope_id_rules.lua)
+-- as rows of the one verdict engine, on planted numbers: every rule says each
+-- of its words (SUPPORTED, NOT SUPPORTED, INCONCLUSIVE) and each reason class
+-- that applies to it (precondition absent: no sink head, no RoPE-ID band, a
+-- saturated share, nothing to separate; not learned at this scale; too few
+-- seeds, sink heads in 2 seeds included; interval straddles), heads averaged
+-- per seed before the interval, a source on every row, the scale text on the
+-- not-learned rows, and the helpers (band, parameter count, scale) against
+-- closed forms. C1 and C2 on planted key geometry are in test_rope_id.lua (unit).
 local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
 local check, near = t.ok, t.ok_near
 local src = os.getenv("MP_SRC")
 if src then package.path = src .. "/probes/lib/?.lua;" .. package.path end
 local rules = require "rope_id_rules"
+local V = require "verdicts"
+local S, N, I = V.S, V.N, V.I
+local PRE, NL, FEW, STR = V.PRECONDITION, V.NOT_LEARNED, V.FEW_SEEDS, V.STRADDLES
 
--- ---- every other rule says each of its words on planted numbers
-local function word(r) return r.word end
-local S, N, I = "SUPPORTED", "NOT SUPPORTED", "INCONCLUSIVE"
+-- ---- helpers against closed forms
 near(rules.band_octaves(64), 0, 1e-12, "no band at L = 64")
 near(rules.band_octaves(128), 1, 1e-12, "one octave at L = 128")
 near(rules.band_octaves(512), 3, 1e-12, "three octaves at L = 512")
-local m_, lo_, hi_ = rules.mean_ci{1, 2, 3}
-near(m_, 2, 1e-12, "mean"); near(hi_ - m_, 4.303 / math.sqrt(3), 1e-9, "95% t half-width, 3 values")
+for _, s in ipairs{{d_model = 128, n_layer = 4, n_head = 8, d_head = 16, d_mlp = 256},
+                   {d_model = 64, n_layer = 2, n_head = 4, d_head = 16, d_mlp = 128}} do
+  local m = mp.model.new{d_model = s.d_model, n_layer = s.n_layer, n_head = s.n_head, d_head = s.d_head, d_mlp = s.d_mlp,
+                         vocab = 257, ctx = 16, pos = "rope", seed = 1}
+  local n = 0
+  for _, p in ipairs(m:params()) do n = n + m:param(p):numel() end
+  check(rules.n_params(s, 257) == n, ("parameter count of d %d x %d layers: %d, the model has %d"):format(s.d_model,
+    s.n_layer, rules.n_params(s, 257), n))
+end
+local sc = rules.scale_text{what = "text", params = 689408, steps = 600, batch = 16, L = 512}
+check(sc:find("0.69M parameters", 1, true) and sc:find("4.9M training tokens (600 steps of 16 x 512)", 1, true)
+      and sc:find("1B parameters (about 1500x ours", 1, true), "scale text: " .. sc)
+
+-- ---- planted rows
+local seeds3 = {"1", "2", "3"}
+local good = {loss_in = {1.9, 2.0, 1.95}, untrained = {5.44, 5.44, 5.45}}
+local flat = {loss_in = {5.2, 2.0, 1.95}, untrained = {5.44, 5.44, 5.45}}     -- seed 1 did not learn
+local good2 = {loss_in = {1.9, 2.0}, untrained = {5.44, 5.44}}
+local hs = {"1", "1", "2", "2", "3", "3"}                                       -- two heads a seed
+local function x(over)
+  local r = {seeds = seeds3, text = {rope = good, rope_id = good}, T = 256, L = 64, octaves = 3, scale = "SCALE TEXT"}
+  for k, v in pairs(over) do r[k] = v end
+  return r
+end
+local not_learned = {rope = flat, rope_id = flat}
+local two = {seeds = {"1", "2"}, text = {rope = good2, rope_id = good2}}
+local function with(a, b) local r = {}; for k, v in pairs(a) do r[k] = v end; for k, v in pairs(b) do r[k] = v end; return r end
+local smear = {rot = {1.4, 1.5, 1.45, 1.42, 1.38, 1.47}, pre = {1, 1, 1.01, 0.99, 1, 1}, head_seed = hs}
+local still = {rot = {1.0, 1.02, 1.01, 1.0, 0.99, 1.01}, pre = {1, 1, 1.01, 0.99, 1, 1}, head_seed = hs}
+local mixed = {rot = {1.0, 1.0, 1.6, 1.6, 1.1, 1.1}, pre = {1, 1, 1, 1, 1, 1}, head_seed = hs}
+local qk = {pos_in = {0.5, 0.52, 0.48, 0.5, 0.45, 0.5}, pos_past = {0.7, 0.73, 0.69, 0.7, 0.7, 0.68}, head_seed = hs}
+local qk_flat = {pos_in = {0.5, 0.52, 0.48, 0.5, 0.45, 0.5}, pos_past = {0.5, 0.51, 0.49, 0.5, 0.46, 0.5}, head_seed = hs}
+local qk_mixed = {pos_in = {0.5, 0.5, 0.5, 0.5, 0.5, 0.5}, pos_past = {0.5, 0.5, 0.9, 0.9, 0.55, 0.55}, head_seed = hs}
+local qk_sat = {pos_in = {0.97, 0.98, 0.99, 0.99, 0.98, 0.97}, pos_past = {1, 1, 1, 1, 1, 1}, head_seed = hs}
+local none = {pos_in = {}, pos_past = {}, head_seed = {}, best = 0.1}
+local kept = {retention = {0.95, 0.97, 0.99, 0.96, 0.98, 0.97}, ret_seed = hs}
+local lost = {retention = {0.3, 0.35, 0.32, 0.31, 0.3, 0.33}, ret_seed = hs}
+local ret_mixed = {retention = {0.5, 0.6, 1.0, 1.0, 0.9, 0.9}, ret_seed = hs}
+local r_hi = {rope = {0.2, 0.25, 0.22}, id = {0.6, 0.65, 0.62}, rope_L = {0.9, 0.8, 0.9}, id_L = {0.9, 0.9, 0.9},
+              chance = 0.25, task = "t", T = 128}
 local cases = {
-  {"C3", {pos_in = {}, pos_past = {}, seeds = 3}, I, "no sink head"},
-  {"C3", {pos_in = {0.5, 0.52, 0.48}, pos_past = {0.7, 0.73, 0.69}, seeds = 1}, S, "q.k turn positive"},
-  {"C3", {pos_in = {0.5, 0.52, 0.48}, pos_past = {0.5, 0.51, 0.49}, seeds = 1}, N, "no rise"},
-  {"C3", {pos_in = {0.97, 0.98, 0.99}, pos_past = {1, 1, 1}, seeds = 1}, I, "saturated inside L"},
-  {"C3", {pos_in = {0.5, 0.5, 0.5, 0.5}, pos_past = {0.5, 0.7, 0.5, 0.7}, seeds = 1}, I, "straddles 0.05"},
-  {"C4", {retention = {}, seeds = 3, best = 0.1}, I, "no sink head"},
-  {"C4", {retention = {0.3, 0.32, 0.28}, seeds = 1}, S, "sink collapses"},
-  {"C4", {retention = {1.0, 1.02, 0.98}, seeds = 1}, N, "sink kept"},
-  {"C4", {retention = {0.3, 1.0, 0.5, 0.9}, seeds = 1}, I, "straddles 0.67"},
-  {"C5", {retention = {0.95, 0.97, 0.99}, srank_excess = {1, 1.01, 1.02}, seeds = 3, octaves = 0, L = 64}, I, "no band"},
-  {"C5", {retention = {}, srank_excess = {1, 1.01, 1.02}, seeds = 3, octaves = 3, L = 512}, I, "no RoPE-ID sink"},
-  {"C5", {retention = {0.95, 0.97, 0.99}, srank_excess = {1, 1.01, 1.02}, seeds = 3, octaves = 3, L = 512}, S, "kept"},
-  {"C5", {retention = {0.3, 0.35, 0.32}, srank_excess = {1, 1.01, 1.02}, seeds = 3, octaves = 3, L = 512}, N, "sink lost"},
-  {"C5", {retention = {0.95, 0.97, 0.99}, srank_excess = {1.4, 1.5, 1.45}, seeds = 3, octaves = 3, L = 512}, N, "smeared"},
-  {"C5", {retention = {0.5, 1.0, 0.6, 1.0}, srank_excess = {1, 1.01, 1.02}, seeds = 3, octaves = 3, L = 512}, I, "straddles"},
-  {"C6", {rope = {0.2, 0.25, 0.22}, id = {0.6, 0.65, 0.62}, task = "t", T = 1024, octaves = 3}, S, "RoPE-ID better"},
-  {"C6", {rope = {0.6, 0.62, 0.61}, id = {0.6, 0.62, 0.61}, task = "t", T = 1024, octaves = 3}, N, "equal"},
-  {"C6", {rope = {0.2, 0.25, 0.22}, id = {0.6, 0.65, 0.62}, task = "t", T = 1024, octaves = 1}, I, "no band"},
-  {"C6", {rope = {0.2, 0.25}, id = {0.6, 0.65}, task = "t", T = 1024, octaves = 3}, I, "two seeds"},
-  {"C6", {rope = {0.99, 1, 0.98}, id = {1, 1, 1}, task = "t", T = 1024, octaves = 3}, I, "ceiling"},
-  {"C6", {rope = {0.2, 0.2, 0.2}, id = {0.2, 0.5, 0.25}, task = "t", T = 1024, octaves = 3}, I, "straddles"},
-  {"C6", {rope = {0.2, 0.25, 0.22}, id = {0.6, 0.65, 0.62}, rope_L = {0.3, 0.3, 0.3}, id_L = {0.9, 0.9, 0.9},
-          chance = 0.25, task = "t", T = 1024, octaves = 3}, I, "RoPE did not learn the task at L"},
-  {"C6", {rope = {0.2, 0.25, 0.22}, id = {0.6, 0.65, 0.62}, rope_L = {0.9, 0.8, 0.9}, id_L = {0.9, 0.9, 0.9},
-          chance = 0.25, task = "t", T = 1024, octaves = 3}, S, "both learned at L, RoPE-ID better at 2L"},
-  {"C7", {rise_rope = {1, 1.1, 1.05}, rise_id = {0.2, 0.25, 0.22}, T = 4096, octaves = 3}, S, "RoPE-ID rises less"},
-  {"C7", {rise_rope = {1, 1.1, 1.05}, rise_id = {1, 1.1, 1.05}, T = 4096, octaves = 3}, N, "same rise"},
-  {"C7", {rise_rope = {1, 1.1, 1.05}, rise_id = {1, 0.8, 1.1}, T = 4096, octaves = 3}, I, "straddles"},
-  {"C7", {rise_rope = {1, 1.1}, rise_id = {0.2, 0.25}, T = 4096, octaves = 3}, I, "two seeds"},
-  -- the seed as the unit (seed_of): heads of one model are not replicates.
-  -- The medium run's C5 in miniature: 14 heads whose pooled interval is below
-  -- 0.8 (NOT SUPPORTED as units) but whose 3 seed means 0.55, 0.48, 0.75 straddle it
-  {"C5", {retention = {0.5, 0.6, 0.55, 0.55, 0.4, 0.5, 0.45, 0.55, 0.5, 0.48, 0.7, 0.8, 0.75, 0.75},
-          srank_excess = {1, 1.01, 1.02}, seeds = 3, octaves = 3, L = 512}, N, "14 heads as units"},
-  {"C5", {retention = {0.5, 0.6, 0.55, 0.55, 0.4, 0.5, 0.45, 0.55, 0.5, 0.48, 0.7, 0.8, 0.75, 0.75},
-          retention_seed = {1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3},
-          srank_excess = {1, 1.01, 1.02}, excess_seed = {1, 2, 3}, seeds = 3, octaves = 3, L = 512}, I,
-          "the same heads, interval over 3 seeds straddles 0.8"},
-  {"C4", {retention = {0.01, 0.02, 0.03, 0.02, 0.04, 0.03}, seed_of = {1, 1, 1, 2, 3, 3}, seeds = 3}, S,
-          "every seed's sink collapses"},
-  {"C4", {retention = {0.01, 0.02, 0.03, 0.02}, seed_of = {1, 1, 1, 1}, seeds = 1}, I, "one seed: no interval"},
-  {"C1", {ratio_rot = {1.4, 1.5, 1.45, 1.42, 1.38, 1.47}, ratio_pre = {1, 1, 1, 1, 1, 1},
-          seed_of = {1, 1, 2, 2, 3, 3}, seeds = 3, T = 1024, L = 256}, S, "all seeds smear"},
-  {"C3", {pos_in = {0.5, 0.52, 0.48, 0.5}, pos_past = {0.5, 0.51, 0.49, 0.5}, seed_of = {1, 2, 3, 3}, seeds = 3}, N,
-          "no rise in any seed"},
+  {"C1", x(smear), S, nil, "every seed's keys smear over the control"},
+  {"C1", x(still), N, nil, "rotated as the control"},
+  {"C1", x(mixed), I, STR, "one seed smears, two do not"},
+  {"C1", x(with(smear, {text = not_learned})), I, NL, "RoPE text model not learned in seed 1"},
+  {"C1", x(with(two, {rot = {1.4, 1.5, 1.45, 1.42}, pre = {1, 1, 1, 1}, head_seed = {"1", "1", "2", "2"}})), I, FEW,
+   "two seeds"},
+  {"C2", x(still), S, nil, "RoPE-ID's keys as the control"},
+  {"C2", x(smear), N, nil, "RoPE-ID's keys smear"},
+  {"C2", x(mixed), I, STR, "straddles"},
+  {"C2", x(with(still, {octaves = 1})), I, PRE, "no band (1 octave)"},
+  {"C2", x(with(still, {text = not_learned})), I, NL, "RoPE-ID text model not learned"},
+  {"C2", x(with(two, {rot = {1, 1, 1, 1}, pre = {1, 1, 1, 1}, head_seed = {"1", "1", "2", "2"}})), I, FEW, "two seeds"},
+  {"C3", x(qk), S, nil, "q.k turn positive"},
+  {"C3", x(qk_flat), N, nil, "no rise"},
+  {"C3", x(qk_mixed), I, STR, "straddles 0.05"},
+  {"C3", x(none), I, PRE, "no sink head"},
+  {"C3", x(qk_sat), I, PRE, "saturated inside L"},
+  {"C3", x(with(qk, {text = not_learned})), I, NL, "not learned"},
+  {"C3", x{pos_in = {0.5, 0.52, 0.48, 0.5}, pos_past = {0.7, 0.73, 0.69, 0.7}, head_seed = {"1", "1", "3", "3"}}, I, FEW,
+   "sink heads in 2 of 3 seeds"},
+  {"C4", x{retention = {0.3, 0.32, 0.28, 0.3, 0.31, 0.29}, head_seed = hs}, S, nil, "sink collapses"},
+  {"C4", x{retention = {1.0, 1.02, 0.98, 1, 0.99, 1.01}, head_seed = hs}, N, nil, "sink kept"},
+  {"C4", x{retention = {0.3, 0.3, 1.0, 1.0, 0.6, 0.6}, head_seed = hs}, I, STR, "straddles 0.67"},
+  {"C4", x{retention = {}, head_seed = {}, best = 0.1}, I, PRE, "no sink head"},
+  {"C4", x{retention = {0.3, 0.32, 0.28, 0.3}, head_seed = hs, text = not_learned}, I, NL, "not learned"},
+  -- the full run's C4 before the engine: sink heads in seeds 1 and 3 only, SUPPORTED from 2 seeds; now too few
+  {"C4", x{retention = {0.16, 0.17, 0.15, 0.12, 0.13, 0.11}, head_seed = {"1", "1", "1", "3", "3", "3"}}, I, FEW,
+   "sink heads in 2 of 3 seeds"},
+  {"C5", x(with(still, kept)), S, nil, "kept"},
+  {"C5", x(with(still, lost)), N, nil, "sink lost"},
+  {"C5", x(with(smear, kept)), N, nil, "smeared"},
+  {"C5", x(with(still, ret_mixed)), I, STR, "retention straddles 0.8"},
+  {"C5", x(with(still, with(kept, {octaves = 0}))), I, PRE, "no band"},
+  {"C5", x(with(still, {retention = {}, ret_seed = {}})), I, PRE, "no RoPE-ID sink head"},
+  {"C5", x(with(still, with(kept, {text = not_learned}))), I, NL, "not learned"},
+  {"C5", x(with(still, {retention = {0.95, 0.97}, ret_seed = {"1", "1"}})), I, FEW, "sink heads in 1 seed"},
+  {"C6", x(r_hi), S, nil, "both learned at L, RoPE-ID better at 2L"},
+  {"C6", x(with(r_hi, {id = {0.2, 0.25, 0.22}})), N, nil, "equal"},
+  {"C6", x(with(r_hi, {id = {0.2, 0.5, 0.25}, rope = {0.2, 0.2, 0.2}})), I, STR, "straddles"},
+  {"C6", x(with(r_hi, {octaves = 1})), I, PRE, "no band"},
+  {"C6", x(with(r_hi, {rope = {0.99, 1, 0.98}, id = {1, 1, 1}})), I, PRE, "ceiling: nothing to separate"},
+  {"C6", x(with(r_hi, {rope_L = {0.3, 0.3, 0.3}})), I, NL, "RoPE did not learn the task at L"},
+  {"C6", x(with(r_hi, {seeds = {"1", "2"}, rope = {0.2, 0.25}, id = {0.6, 0.65}, rope_L = {0.9, 0.9},
+                       id_L = {0.9, 0.9}})), I, FEW, "two seeds"},
+  {"C7", x{rise_rope = {1, 1.1, 1.05}, rise_id = {0.2, 0.25, 0.22}}, S, nil, "RoPE-ID rises less"},
+  {"C7", x{rise_rope = {1, 1.1, 1.05}, rise_id = {1, 1.1, 1.05}}, N, nil, "same rise"},
+  {"C7", x{rise_rope = {1, 1.1, 1.05}, rise_id = {1, 0.8, 1.1}}, I, STR, "straddles"},
+  {"C7", x{rise_rope = {1, 1.1, 1.05}, rise_id = {0.2, 0.25, 0.22}, octaves = 0}, I, PRE, "no band"},
+  {"C7", x{rise_rope = {1, 1.1, 1.05}, rise_id = {0.2, 0.25, 0.22}, text = {rope = good, rope_id = flat}}, I, NL,
+   "RoPE-ID's text model not learned"},
+  {"C7", x(with(two, {rise_rope = {1, 1.1}, rise_id = {0.2, 0.25}})), I, FEW, "two seeds"},
 }
+local said = {}
 for _, cs in ipairs(cases) do
   local r = rules[cs[1]](cs[2])
-  check(word(r) == cs[3], ("%s, %s: %s, want %s (%s)"):format(cs[1], cs[4], r.word, cs[3], r.ours))
-  check(r.claim ~= "" and r.paper ~= "" and r.rule ~= "" and r.ours:find("seed", 1, true), cs[1] .. " row complete")
+  local reason = cs[4] or ""
+  check(r.word == cs[3] and r.reason == reason, ("%s, %s: %s (%s), want %s (%s): %s"):format(cs[1], cs[5], r.word,
+    r.reason, cs[3], reason, r.ours))
+  check(r.id == cs[1] and r.claim ~= "" and r.paper ~= "" and r.rule ~= "" and r.statistic ~= "-" and r.unit == "seed"
+        and r.source:find("Wertheimer", 1, true), cs[1] .. " row complete, with its source")
+  if r.reason == NL then check(r.ours:find("SCALE TEXT", 1, true), cs[1] .. " not learned: the scale is printed") end
+  said[cs[1] .. " " .. r.word .. " " .. r.reason] = true
+end
+-- each rule: each word, and each reason class that applies to it
+local applies = {C1 = {NL, FEW, STR}, C2 = {PRE, NL, FEW, STR}, C3 = {PRE, NL, FEW, STR}, C4 = {PRE, NL, FEW, STR},
+                 C5 = {PRE, NL, FEW, STR}, C6 = {PRE, NL, FEW, STR}, C7 = {PRE, NL, FEW, STR}}
+for id, reasons in pairs(applies) do
+  check(said[id .. " " .. S .. " "] and said[id .. " " .. N .. " "], id .. " says SUPPORTED and NOT SUPPORTED")
+  for _, why in ipairs(reasons) do check(said[id .. " " .. I .. " " .. why], ("%s says INCONCLUSIVE (%s)"):format(id, why)) end
+end
+
+-- ---- the seed is the unit: heads of one model are averaged per seed first.
+-- The medium run's C5 in miniature: 14 heads whose pooled interval would be
+-- below 0.8, but whose 3 seed means 0.55, 0.48, 0.75 straddle it
+do
+  local r = rules.C5(x(with(still, {retention = {0.5, 0.6, 0.55, 0.55, 0.4, 0.5, 0.45, 0.55, 0.5, 0.48, 0.7, 0.8, 0.75, 0.75},
+                                    ret_seed = {"1", "1", "1", "1", "2", "2", "2", "2", "2", "2", "3", "3", "3", "3"}})))
+  check(r.word == I and r.reason == STR, "14 heads in 3 seeds: interval over the seed means straddles 0.8: " .. r.ours)
+  check(r.n_seeds == 3, "3 seeds, not 14 heads")
+  near(r.tests[1].values[2], (0.4 + 0.5 + 0.45 + 0.55 + 0.5 + 0.48) / 6, 1e-12, "seed 2's value: the mean of its 6 heads")
+  local rows = r.tests[1].values
+  local m, lo, hi = V.mean_ci(rows)
+  near(r.lo, lo, 1e-12, "the row's interval: over the seed means"); near(r.mean, m, 1e-12, "mean"); near(r.hi, hi, 1e-12, "hi")
+end
+-- C1's control: the pre-rotation keys, judged on the paired difference per seed
+do
+  local r = rules.C1(x(smear))
+  check(r.tests[1].control_name == "pre-rotation" and #r.tests[1].control == 3, "C1's control: pre-rotation, per seed")
+  near(r.tests[1].judged[1], (1.4 + 1.5) / 2 - 1, 1e-12, "seed 1: rotated minus pre-rotation")
+  check(r.describe:find("6 heads in 3 seeds", 1, true) ~= nil, "C1 describes its heads: " .. r.describe)
+end
+-- the learned-task test reads every seed of every model it names
+do
+  local l = rules.text_learned({text = {rope = good, rope_id = flat}}, {"rope", "rope_id"})
+  check(not l.ok and l.text:find("RoPE-ID's text loss", 1, true) and l.text:find("in 1 of 3 seeds", 1, true),
+        "RoPE-ID not learned in seed 1: " .. l.text)
+  check(rules.text_learned({text = {rope = good}}, {"rope"}).ok, "RoPE learned in every seed")
 end
 t.finish("test_rope_id_rules")

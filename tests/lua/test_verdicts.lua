@@ -61,7 +61,8 @@ end)
 t.case("reason: too few seeds", function()
   local r = V.judge{id = "C2", claim = "c", rule = "r", seeds = {1, 2}, learned = yes, values = {0.99, 0.99},
                     above = 0.5}
-  assert(r.word == I and r.reason == V.FEW_SEEDS, r.reason)
+  assert(r.word == I and r.reason == V.FEW_SEEDS and r.why == "2 seeds, 3 needed", r.reason .. " " .. r.why)
+  assert(V.report_lines({r})[1]:find("| INCONCLUSIVE | too few seeds", 1, true), "report lines without widths")
   t.expect_error(function() row{values = {1, 1, 1}, above = 0.5, min_seeds = 2} end, "at least 3 seeds",
     "a minimum below the one minimum")
 end)

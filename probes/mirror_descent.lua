@@ -3,6 +3,7 @@
 -- of mirror descent (D'Angelo & Flammarion)?
 --
 --   mechprobe mirror_descent [--quick | --medium | --preset NAME] --out DIR
+--   mechprobe mirror_descent --rejudge --out DIR    (the current rules on a finished run's mirror.h5)
 --
 -- Runs the estimators alone against the context length T (Bayes posterior mean
 -- by Gibbs, mirror descent with tuned or fixed steps, the three-layer
@@ -33,7 +34,17 @@ local o = cli.parse(arg, {
   {"format", "EXT", "figure format: png, svg or pdf", default = "png"},
   {"progress", nil, "show training progress on stderr (default for --medium and the full run)"},
   cli.TRAIN_DEVICE_OPT,
+  {"rejudge", nil, "apply the current verdict rules to the finished run in --out (its mirror.h5 alone; nothing is "
+    .. "trained): rewrites the verdicts there, in verdicts.tsv and in report.txt's verdict section"},
 })
+if o.rejudge then
+  local ok, V, rewrote = pcall(mirror.rejudge, o.out)
+  if not ok then cli.fail("mirror_descent", "--rejudge: " .. tostring(V)) end
+  for _, line in ipairs(mirror.verdict_lines(V)) do print(line) end
+  print(("rejudged from %s/mirror.h5: its /verdicts, %s/verdicts.tsv%s"):format(o.out, o.out,
+    rewrote and (", the verdict section of " .. o.out .. "/report.txt") or " (no report.txt verdict section)"))
+  return
+end
 if ((o.quick and 1 or 0) + (o.medium and 1 or 0) + (o.preset and 1 or 0)) > 1 then
   io.stderr:write("mechprobe mirror_descent: give at most one of --quick, --medium and --preset\n")
   os.exit(2)

@@ -16,10 +16,11 @@
 --   4. the three-layer construction: as algebra (softmax(beta mean gamma)) and as
 --      hand-set weights of a runtime model (mirror_construct.lua) run by the forward
 -- M.run chains named stages: stage_data, section_estimators, stage_c1_interval,
--- stage_construction, report_estimators, section_models, report_models, the files
--- (mirror_report.lua) and M.verdict_rows (rules in mirror_rules.lua), then the
--- verdict table (rows "VERDICT id | claim | paper | ours | verdict" and a line with
--- n, seeds, interval and rule) and DIR/verdicts.tsv.
+-- stage_construction, report_estimators, section_models, report_models, the run
+-- file DIR/mirror.h5 (mirror_report.lua), then the verdicts, built from that file
+-- alone by M.judge_file (mirror_report.read_evidence -> mirror_rules.rows, rows of
+-- the verdict engine probes/lib/verdicts.lua), as `--rejudge` (M.rejudge) builds
+-- them: /verdicts in the file, DIR/verdicts.tsv, the report's verdict section.
 local M = {}
 
 -- ---------------------------------------------------------------- presets
@@ -391,10 +392,13 @@ local function section_models(o, task, D, S)
       r = model:train{task = train_task, steps = math.max(1, math.floor(o.steps * stage.frac + 0.5)), batch = o.batch,
                       seq_len = stage.T, lr = o.lr, warmup = o.warmup, progress = o.progress or false}
     end
+    local n_params = 0
+    for _, name in ipairs(model:params()) do n_params = n_params + model:param(name):numel() end
     local logits = model:forward(D.eval_tok)
     local kl, probs = model_kl(o, D, logits)
     local res = {spec = spec, name = model_name(spec), kl = kl, mean = mp.zeros{nT}, lo = mp.zeros{nT},
-                 hi = mp.zeros{nT}, loss = r.loss, final_loss = r.final_loss, tokens_per_s = r.tokens_per_s}
+                 hi = mp.zeros{nT}, loss = r.loss, final_loss = r.final_loss, tokens_per_s = r.tokens_per_s,
+                 n_params = n_params}
     for i = 1, nT do
       local e, lo, hi = ci(kl[i], o, 500 + 10 * i + si)
       res.mean:set(e, i); res.lo:set(lo, i); res.hi:set(hi, i)
@@ -471,21 +475,10 @@ end
 local function stage_c1_interval(o, task, S)
   local i1 = 1
   for i, T in ipairs(o.T) do if T == o.m + 1 then i1 = i end end
-  local te, pb, B = S.tok_eval[i1], S.pred.bayes[i1], o.B_eval
-  local state, etas = o.seed * 7 + 3, {}
-  local nb = math.min(o.boot, 200)
-  for r = 1, nb do
-    local tk, pr = mp.zeros{B, te:size(2)}, mp.zeros{B, o.q}
-    for b = 1, B do
-      state = (state * 6364136223846793005 + 1442695040888963407) & 0x7fffffffffffffff
-      local j = (state >> 17) % B + 1
-      tk[b]:copy_(te[j]); pr[b]:copy_(pb[j])
-    end
-    etas[r] = mp.mtd.tune(task, tk, pr, {method = "md", steps = 1, grid = o.eta_grid}).best
-  end
-  table.sort(etas)
-  S.c1 = {i = i1, eta = S.best_eta.bayes_match:get(i1), lo = etas[math.max(1, math.floor(0.025 * nb + 0.5))],
-          hi = etas[math.min(nb, math.ceil(0.975 * nb))], n = B}
+  local etas = require("mirror_report").c1_bootstrap(task, S.tok_eval[i1], S.pred.bayes[i1], o.eta_grid, o.seed,
+                                                     o.boot)
+  local lo, hi = require("mirror_rules").boot_interval(etas)
+  S.c1 = {i = i1, eta = S.best_eta.bayes_match:get(i1), lo = lo, hi = hi, n = o.B_eval, boot = etas}
 end
 
 -- stage: the construction as transformer weights, run by the ordinary forward
@@ -618,62 +611,112 @@ local function report_models(out, o, S, models)
   end
 end
 
--- stage: the verdict rows (probes/lib/mirror_rules.lua) from the estimators,
--- the construction's weights and the models trained on all tokens, by group
-function M.verdict_rows(o, S, W, models)
-  local Rl = require "mirror_rules"
-  local m, nT = o.m, #o.T
-  local rows = {}
-  rows[#rows + 1] = Rl.C1{eta = S.c1.eta, lo = S.c1.lo, hi = S.c1.hi, eta0 = 1 / (m + 1), n = S.c1.n}
-  local fl = S.fit_large or S.fit
-  local Tl = S.fit_large and S.fit_large_T or S.fit_T
-  local el, rms = {}, 0
-  for j, T in ipairs(Tl) do
-    for i, T2 in ipairs(o.T) do if T2 == T then el[j] = S.best_eta.md1:get(i) end end
-    rms = rms + (math.log(el[j]) - fl.intercept - fl.slope * math.log(T)) ^ 2 / #Tl
+-- ---------------------------------------------------------------- verdicts
+
+-- The verdict section's header and the claim/paper widths of its rows
+local SECTION = "-- Verdicts (the verdict engine, probes/lib/verdicts.lua: VERDICT id | claim | paper | ours | word | "
+  .. "reason; RULE and DESCRIBE lines; trained-model rows: models trained on all tokens, one value per seed)"
+local WIDTHS = {58, 36, 1}   -- (a width of 0 makes "%-0s", which string.format refuses)
+
+-- The verdict rows of the run file at path (the one source of the verdicts:
+-- the run and --rejudge both build them here, from the file alone)
+function M.judge_file(path, name)
+  local f <close> = mp.h5.open(path, "r")
+  local E = require("mirror_report").read_evidence(f, name or path)
+  return require("mirror_rules").rows(E)
+end
+
+-- The verdict section's lines (header, then the engine's rows)
+function M.verdict_lines(rows)
+  local r = require("report").new()
+  r.root = false
+  r:out(SECTION)
+  r:engine_verdicts(rows, WIDTHS)
+  return r.lines
+end
+
+-- the lines of report text with its verdict section replaced by new_lines
+-- (nil when it has none); an older report's section (VERDICT rows each with
+-- an "   n ..., rule: ..." line) is replaced too
+local function replace_section(text, new_lines)
+  local lines = {}
+  for line in text:gmatch("([^\n]*)\n") do lines[#lines + 1] = line end
+  local out, k = {}, 1
+  while k <= #lines and not lines[k]:match("^%-%- Verdicts") do out[#out + 1] = lines[k]; k = k + 1 end
+  if k > #lines then return nil end
+  k = k + 1
+  while k <= #lines and (lines[k]:match("^VERDICT ") or lines[k]:match("^RULE ") or lines[k]:match("^DESCRIBE ")
+                         or lines[k]:match("^   n %d+, seeds %d+, 95%% interval")) do
+    k = k + 1
   end
-  rows[#rows + 1] = Rl.C2{slope = fl.slope, se = fl.slope_se, n = #Tl, rms_power = math.sqrt(rms), T = Tl, eta = el,
-                          Tmax = o.T[nT]}
-  rows[#rows + 1] = Rl.C6{diff = W.diff, md = W.md, n = #W.diff, max_dp = W.max_dp}
-  -- the trained models by (arch, depth), loss on all tokens
-  local groups, order = {}, {}
-  for _, r in ipairs(models) do
-    if r.spec.loss == "all" then
-      local g = groups[r.group]
-      if not g then
-        g = {name = r.group:gsub("%-all$", ""), depth = r.spec.depth, arch = r.spec.arch, seeds = {}}
-        groups[r.group] = g; order[#order + 1] = g
+  for _, line in ipairs(new_lines) do out[#out + 1] = line end
+  for j = k, #lines do out[#out + 1] = lines[j] end
+  return table.concat(out, "\n") .. "\n"
+end
+M.replace_section = replace_section
+
+-- Copies everything of the open file src but /verdicts into dst (datasets are
+-- float32, so exactly; attributes with their types)
+local function copy_tree(src, dst, g)
+  for _, name in ipairs(src:list(g)) do
+    local p = (g == "/" and "" or (g .. "/")) .. name
+    if p ~= "verdicts" then
+      local _, kind = src:has(p)
+      if kind == "group" then
+        copy_tree(src, dst, p)
+      elseif kind == "dataset" then
+        dst:write(p, src:read(p))
+        for k, v in pairs(src:attrs(p)) do dst:set_attr(p, k, v) end
       end
-      local dmin = math.huge
-      for _, e in ipairs(M.estimators) do if not e.fixed and e.key ~= "uniform" then dmin = math.min(dmin, r.dist[e.key]) end end
-      g.seeds[#g.seeds + 1] = {attn_kl = r.attn.kl[r.attn.best], uniform_kl = r.attn.uniform_kl, kl_avg = r.kl_avg,
-                               ablate_best = r.ablate_best, ablate_control = r.ablate_control or r.ablate_best,
-                               dist = dmin}
     end
   end
-  if #order > 0 then
-    rows[#rows + 1] = Rl.C3(order)
-    local md = 0
-    for i = 1, nT do md = md + S.mean.md1:get(i) / nT end
-    rows[#rows + 1] = Rl.C4(order, md)
-    local est, keys = {}, {"md1", "md2", "md3", "bayes"}
-    for _, k in ipairs(keys) do
-      local a = 0
-      for i = 1, nT do a = a + S.mean[k]:get(i) / nT end
-      est[#est + 1] = {key = k, steps = EST[k].steps, kl_avg = a}
-    end
-    local spread = 0
-    for x = 1, #keys do for y = 1, #keys do if x ~= y then
-      local d = 0
-      for i = 1, nT do d = d + mp.mtd.kl(S.pred[keys[x]][i], S.pred[keys[y]][i]):mean() / nT end
-      spread = math.max(spread, d)
-    end end end
-    local first = {}
-    for _, g in ipairs(order) do if g.arch == o.archs[1] then first[#first + 1] = g end end
-    rows[#rows + 1] = Rl.C5(first, est, spread)
-    rows[#rows + 1] = Rl.C7(order)
+  local a = src:attrs(g)   -- a group's attributes once it exists in dst (an empty group's are lost)
+  if next(a) and (g == "/" or dst:has(g)) then
+    for k, v in pairs(a) do dst:set_attr(g, k, v) end
   end
-  return rows
+end
+
+local function pending_text(path, text)
+  local out = mp.output(path)
+  local fh = assert(io.open(out.tmp, "w"))
+  local ok, err = fh:write(text)
+  local closed, cerr = fh:close()
+  if not ok or not closed then out:abort(); error(("%s: cannot write: %s"):format(path, tostring(err or cerr)), 0) end
+  return out
+end
+
+-- Re-judges the finished run in dir from dir/mirror.h5 alone: the verdicts
+-- under the current rules into dir/verdicts.tsv, the file's /verdicts and the
+-- verdict section of dir/report.txt (when it has one). Every output is written
+-- under a temporary name first and renamed only when all are ready. Returns
+-- the rows and whether report.txt was rewritten.
+function M.rejudge(dir)
+  local V = require "verdicts"
+  local path = dir .. "/mirror.h5"
+  local fh = io.open(path, "rb")
+  if not fh then error(("%s: no such run file"):format(path), 0) end
+  fh:close()
+  local ok, rows = pcall(M.judge_file, path)
+  if not ok then error(tostring(rows):find(path, 1, true) and rows or (path .. ": " .. tostring(rows)), 0) end
+  local report_path, report_text = dir .. "/report.txt", nil
+  local rf = io.open(report_path, "r")
+  if rf then
+    local text = rf:read("a"); rf:close()
+    report_text = replace_section(text, M.verdict_lines(rows))
+    if not report_text then io.stderr:write(("%s has no verdict section: left as it is\n"):format(report_path)) end
+  end
+  local h5 <close> = mp.output(path)
+  do
+    local src <close> = mp.h5.open(path, "r")
+    local dst <close> = mp.h5.open(h5.tmp, "w")
+    copy_tree(src, dst, "/")
+    V.write_h5(dst, rows)
+  end
+  local tsv <close> = pending_text(dir .. "/verdicts.tsv", V.tsv(rows))
+  local rep <close> = report_text and pending_text(report_path, report_text) or nil
+  h5:commit(); tsv:commit()
+  if rep then rep:commit() end
+  return rows, report_text ~= nil
 end
 
 function M.run(o)
@@ -732,20 +775,27 @@ function M.run(o)
   local s2 = os.time() - t2
   report_models(out, o, S, models)
 
-  -- output files
+  -- output files: the run file first (under a temporary name), the verdicts
+  -- from its contents (as --rejudge builds them), then the file's /verdicts,
+  -- its final name, verdicts.tsv and the report
   local Rp = require "mirror_report"
+  local Vn = require "verdicts"
   Rp.setup{estimators = M.estimators, EST = EST, lag_weights = lag_weights}
   local h5 = o.out .. "/mirror.h5"
-  Rp.write_h5(o, h5, task, D, S, models, G, W)
+  local V
+  do
+    local pending <close> = mp.output(h5)
+    Rp.write_h5(o, pending.tmp, task, D, S, models, G, W)
+    V = M.judge_file(pending.tmp, h5)
+    local f <close> = mp.h5.open(pending.tmp, "r+")
+    Vn.write_h5(f, V)
+    f:close()
+    pending:commit()
+  end
   local figs = Rp.figures(o, S, models)
-
-  -- verdicts
-  local V = M.verdict_rows(o, S, W, models)
-  local Rl = require "mirror_rules"
   out("")
-  out("-- Verdicts (rows: VERDICT id | claim | paper | ours | verdict; then n, seeds, 95% interval, rule in words)")
-  for _, l in ipairs(Rl.lines(V)) do out("%s", l) end
-  require("cli").write_text(o.out .. "/verdicts.tsv", Rl.tsv(V))
+  for _, l in ipairs(M.verdict_lines(V)) do out("%s", l) end
+  require("cli").write_text(o.out .. "/verdicts.tsv", Vn.tsv(V))
   out("")
   out("HDF5: %s", h5)
   for _, p in ipairs(figs) do out("figure: %s", p) end

@@ -42,6 +42,10 @@ function R.write_h5(o, path, task, D, S, models, G, W)
     f:set_attr("estimators/best_eta/md1", "fit_large_T_min", 8 * o.m)
   end
   f:set_attr("estimators/best_eta/bayes_match", "fit_slope", S.fit_bayes.slope)
+  -- C1's evidence: the bootstrap resamples' re-tuned etas (sorted), at T = m + 1
+  f:write("estimators/best_eta/bayes_match_boot", S.c1.boot)
+  f:set_attr("estimators/best_eta/bayes_match_boot", "T", o.T[S.c1.i])
+  f:set_attr("estimators/best_eta/bayes_match_boot", "sequences", S.c1.n)
   f:set_attr("estimators/construction_fixed/kl", "beta", S.beta)
   f:write("estimators/construction/rel_diff_vs_md1", S.rel_diff)
   f:write("estimators/construction/best_beta", S.best_beta)
@@ -75,13 +79,15 @@ function R.write_h5(o, path, task, D, S, models, G, W)
                       any_layer = r.any.layer, any_head = r.any.head - 1, any_attn_kl = r.any.kl,
                       ablate_any = r.ablate_any,
                       ablate_best = r.ablate_best, ablate_control = r.ablate_control or -1,
-                      final_loss = r.final_loss, seconds = r.seconds, seed = r.spec.seed or 1} do
+                      final_loss = r.final_loss, seconds = r.seconds, seed = r.spec.seed or 1,
+                      n_params = r.n_params} do
       f:set_attr(g .. "/kl", k, v)
     end
   end
   local names = {}
   for i, e in ipairs(C.estimators) do names[i] = e.key end
   f:set_attr("T", "estimators", table.concat(names, ","))
+  f:set_attr("T", "archs", table.concat(o.archs, ","))
 end
 
 function R.figures(o, S, models)
@@ -236,6 +242,193 @@ function R.figures(o, S, models)
     paths[#paths + 1] = save(fig, "ablation")
   end
   return paths
+end
+
+-- ---------------------------------------------------------------- reading the evidence back
+
+-- tokens [B, Tmax] -> [B, T] (a copy)
+local function prefix(tok, T)
+  local B = tok:size(1)
+  local out = mp.zeros{B, T}
+  for b = 1, B do out[b]:copy_(tok[b]:narrow(1, T)) end
+  return out
+end
+
+-- C1's bootstrap: resample the sequences (te [B, T], their Bayes predictions
+-- pb [B, q]) nb = min(boot, 200) times with a fixed LCG, re-tune one MD step's
+-- eta on each against the Bayes predictor; returns the etas, sorted. The run
+-- calls it with the task, a rejudge of a file that predates the stored
+-- resamples with {pi =, m =} from the file.
+function R.c1_bootstrap(mtd, te, pb, grid, seed, boot)
+  local B, q = te:size(1), pb:size(2)
+  local state, etas = seed * 7 + 3, {}
+  local nb = math.min(boot, 200)
+  for r = 1, nb do
+    local tk, pr = mp.zeros{B, te:size(2)}, mp.zeros{B, q}
+    for b = 1, B do
+      state = (state * 6364136223846793005 + 1442695040888963407) & 0x7fffffffffffffff
+      local j = (state >> 17) % B + 1
+      tk[b]:copy_(te[j]); pr[b]:copy_(pb[j])
+    end
+    etas[r] = mp.mtd.tune(mtd, tk, pr, {method = "md", steps = 1, grid = grid}).best
+  end
+  table.sort(etas)
+  return etas
+end
+
+-- the parameters of a freshly built model of a stored shape (files that
+-- predate the n_params attribute)
+local function count_params(a, arch, depth, Tmax)
+  local m = mp.model.new{d_model = a.d_model, n_layer = depth, n_head = a.n_head, vocab = a.q, ctx = Tmax,
+                         mlp = arch == "standard" and "swiglu" or "none", norm = "rms", pos = a.pos or "rope",
+                         init_std = a.init_std or 0.02, seed = 1}
+  local n = 0
+  for _, p in ipairs(m:params()) do n = n + m:param(p):numel() end
+  m:close()
+  return n
+end
+
+-- Everything the verdict rules (mirror_rules.rows) read, from an open run
+-- file f (path: its name in errors): the estimators' numbers, C1's bootstrap,
+-- the construction's per-sequence differences and every model's summary.
+-- Files written before the C1 resamples and n_params were stored (commit
+-- 4d4655c and older) get them recomputed from the file's own tokens, pi and
+-- Bayes lambda, and from the stored model shape; E.notes says so.
+function R.read_evidence(f, path)
+  local function need(name)
+    if not f:has(name) then error(("%s: not a complete mirror_descent run file (no /%s)"):format(path, name), 0) end
+  end
+  for _, name in ipairs{"T", "pi", "eval/tokens", "estimators/eta_grid", "estimators/best_eta/md1",
+                        "estimators/best_eta/bayes_match", "estimators/uniform/kl_mean", "estimators/md1/kl",
+                        "estimators/md1/kl_mean", "estimators/construction_weights/kl_diff_vs_md1",
+                        "estimators/construction_weights/kl_mean"} do
+    need(name)
+  end
+  local a = f:attrs("T")
+  for _, k in ipairs{"m", "q", "seed", "boot", "estimators"} do
+    if a[k] == nil then error(("%s: /T lacks the attribute %s: not a mirror_descent run file"):format(path, k), 0) end
+  end
+  local function get(name) return f:read(name):totable() end
+  local m = math.tointeger(a.m) or a.m
+  local T = {}
+  for i, x in ipairs(get("T")) do T[i] = math.floor(x + 0.5) end
+  local nT, Tmax = #T, T[#T]
+  local E = {m = m, q = a.q, T = T, preset = a.preset, notes = {}}
+  local function avg_over_T(name)
+    local s = 0
+    for _, x in ipairs(get(name)) do s = s + x end
+    return s / nT
+  end
+  E.uniform_kl, E.md_kl = avg_over_T("estimators/uniform/kl_mean"), avg_over_T("estimators/md1/kl_mean")
+  -- C1
+  local i1 = 1
+  for i, x in ipairs(T) do if x == m + 1 then i1 = i end end
+  local tok = f:read("eval/tokens")
+  local mtd = {pi = f:read("pi"), m = m}
+  local boot
+  if f:has("estimators/best_eta/bayes_match_boot") then
+    boot = get("estimators/best_eta/bayes_match_boot")
+  else
+    need("estimators/bayes/lambda")
+    local te = prefix(tok, T[i1])
+    local pb = mp.mtd.predict(mtd, te, f:read("estimators/bayes/lambda")[i1])
+    boot = R.c1_bootstrap(mtd, te, pb, get("estimators/eta_grid"), a.seed, a.boot)
+    E.notes[#E.notes + 1] = "C1's bootstrap recomputed from the file's tokens, pi and Bayes lambda (the file "
+      .. "predates the stored resamples)"
+  end
+  local Rl = require "mirror_rules"
+  local lo, hi = Rl.boot_interval(boot)
+  E.c1 = {eta = get("estimators/best_eta/bayes_match")[i1], lo = lo, hi = hi, eta0 = 1 / (m + 1), n = tok:size(1),
+          nb = #boot, T = T[i1], note = E.notes[1]}
+  -- C2: the tuned one-step eta at T >= 8m
+  local eta = get("estimators/best_eta/md1")
+  E.c2 = {T = {}, eta = {}, m = m}
+  for i, x in ipairs(T) do
+    if x >= 8 * m then E.c2.T[#E.c2.T + 1] = x; E.c2.eta[#E.c2.eta + 1] = eta[i] end
+  end
+  -- C6: the construction's weights against one-step MD on the first n_seq sequences
+  local diff = get("estimators/construction_weights/kl_diff_vs_md1")
+  local n_seq = #diff // nT
+  local kl_md1 = get("estimators/md1/kl")
+  local md = 0
+  for i = 1, nT do
+    local s = 0
+    for b = 1, n_seq do s = s + kl_md1[i][b] end
+    md = md + s / n_seq / nT
+  end
+  E.c6 = {diff = diff, md = md, n_seq = n_seq, nT = nT,
+          max_dp = f:attrs("estimators/construction_weights/kl_mean").max_prob_diff_vs_md1}
+  -- the models
+  local keys = {}
+  for k in tostring(a.estimators):gmatch("[^,]+") do keys[#keys + 1] = k end
+  local archs = {}
+  for x in tostring(a.archs or "standard,attn-only"):gmatch("[^,]+") do archs[#archs + 1] = x end
+  E.models = {}
+  local params = {}
+  if f:has("models") then
+    for _, name in ipairs(f:list("models")) do
+      local g = "models/" .. name
+      for _, d in ipairs{"/kl", "/attn_kl", "/dist_to_estimators"} do need(g .. d) end
+      local ma = f:attrs(g .. "/kl")
+      for _, k in ipairs{"arch", "depth", "loss", "seed", "kl_avg", "best_head", "uniform_attn_kl", "ablate_best",
+                         "ablate_control"} do
+        if ma[k] == nil then error(("%s: /%s/kl lacks the attribute %s"):format(path, g, k), 0) end
+      end
+      local attn, dv, dist = get(g .. "/attn_kl"), get(g .. "/dist_to_estimators"), {}
+      for i, k in ipairs(keys) do dist[k] = dv[i] end
+      local key = ma.arch .. "/" .. ma.depth
+      local np = ma.n_params or params[key]
+      if not np then
+        np = count_params(a, ma.arch, ma.depth, Tmax)
+        if #E.notes < 2 then E.notes[#E.notes + 1] = "parameters counted from the stored shape" end
+      end
+      params[key] = np
+      E.models[#E.models + 1] = {name = name, arch = ma.arch, depth = ma.depth, loss = ma.loss, seed = ma.seed,
+        kl_avg = ma.kl_avg, attn_kl = attn[ma.best_head + 1], uniform_attn_kl = ma.uniform_attn_kl,
+        ablate_best = ma.ablate_best, ablate_control = ma.ablate_control >= 0 and ma.ablate_control or ma.ablate_best,
+        dist = dist, n_params = np}
+    end
+  end
+  -- in the run's order: architecture (as the run lists them), depth, loss, seed
+  local rank = {}
+  for i, x in ipairs(archs) do rank[x] = i end
+  table.sort(E.models, function(x, y)
+    local ax, ay = rank[x.arch] or #archs + 1, rank[y.arch] or #archs + 1
+    if ax ~= ay then return ax < ay end
+    if x.arch ~= y.arch then return x.arch < y.arch end
+    if x.depth ~= y.depth then return x.depth < y.depth end
+    if x.loss ~= y.loss then return x.loss < y.loss end
+    return x.seed < y.seed
+  end)
+  E.arch = archs[1]
+  local plo, phi = math.huge, 0
+  for _, r in ipairs(E.models) do
+    if r.loss == "all" then plo = math.min(plo, r.n_params); phi = math.max(phi, r.n_params) end
+  end
+  if a.steps and a.batch and phi > 0 then
+    E.train = {steps = a.steps, batch = a.batch, Tmax = Tmax, params_lo = plo, params_hi = phi}
+  end
+  -- C5's spread: the largest mean KL (over T) between two of md1, md2, md3, bayes
+  E.spread = 0
+  if #E.models > 0 then
+    local ek = {"md1", "md2", "md3", "bayes"}
+    local lam = {}
+    for _, k in ipairs(ek) do
+      need("estimators/" .. k .. "/lambda")
+      lam[k] = f:read("estimators/" .. k .. "/lambda")
+    end
+    local d = {}
+    for i, x in ipairs(T) do
+      local te, pred = prefix(tok, x), {}
+      for _, k in ipairs(ek) do pred[k] = mp.mtd.predict(mtd, te, lam[k][i]) end
+      for u = 1, #ek do for v = 1, #ek do if u ~= v then
+        local key = u * 10 + v
+        d[key] = (d[key] or 0) + mp.mtd.kl(pred[ek[u]], pred[ek[v]]):mean() / nT
+      end end end
+    end
+    for _, x in pairs(d) do E.spread = math.max(E.spread, x) end
+  end
+  return E
 end
 
 return R

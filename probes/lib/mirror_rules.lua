@@ -1,58 +1,48 @@
--- mirror_rules.lua — the verdict rules of the mirror_descent probe as pure
--- functions of summary numbers, so each rule can be unit-tested on planted
--- inputs (tests/lua/test_mirror_rules.lua). Every rule returns one row:
---   {id, claim, paper, ours, word, n, seeds, lo, hi, rule}
--- word is SUPPORTED, NOT SUPPORTED or INCONCLUSIVE; n what the interval is
--- over; seeds the number of trained-model seeds behind it (1 for estimators on
--- one data draw); [lo, hi] a 95% interval of the quantity the rule reads; rule
--- the rule in words, printed under the row and written to verdicts.tsv.
+-- mirror_rules.lua — the claims of the mirror_descent probe (C1..C7) as rows of
+-- the one verdict engine (probes/lib/verdicts.lua): each rule is a pure function
+-- of numbers read from the run file (mirror_report.read_evidence) and returns
+-- verdicts.judge's row, so each is unit-tested on planted inputs
+-- (tests/lua/test_mirror_rules.lua). M.rows(E) builds the whole table from the
+-- run file's evidence E; the run and `--rejudge` both call it on the file.
+--
+-- C1, C2 and C6 are about estimators (and hand-set weights) on one data draw:
+-- trained = false, with their own unit. C3, C4, C5 and C7 are about trained
+-- models: one value per seed within each (architecture, depth) group, a
+-- learned-task test per seed (the model's KL to the truth, averaged over the T
+-- grid, at most halfway from the uniform-lambda predictor's to one-step MD's)
+-- and the scale of our models beside it.
+local V = require "verdicts"
 local M = {}
 
-local S, N, I = "SUPPORTED", "NOT SUPPORTED", "INCONCLUSIVE"
-M.MIN_SEEDS = 3
+-- other probes' rule files once took their interval from here
+M.mean_ci = V.mean_ci
 
--- two-sided 97.5% quantile of Student's t with df degrees of freedom
-local T975 = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-              2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-              2.045, 2.042}
-function M.t975(df)
-  if df < 1 then return math.huge end
-  return T975[df] or (1.96 + 2.4 / df)   -- within 0.002 of the exact value for df > 30
-end
+M.SOURCE = "D'Angelo & Flammarion (MTD in-context estimation)"
+M.MIN_DEPTH = 3            -- the construction's depth: C3, C4, C7 judge models at least this deep
+M.C2_BAND = 0.1            -- C2: the slope within -1 +- this
+M.C3_BELOW = 0.9           -- C3: KL(gamma, best L0 head) / KL(gamma, uniform) below this
+M.C4_BAND = 0.5            -- C4: (model KL - MD KL) / MD KL within +- this
+M.C7_ABOVE = 0.1           -- C7: (ablated - control-ablated) / intact KL above this
 
--- mean and 95% t-interval of a list (n = 1: an infinite interval)
-function M.mean_ci(xs)
-  local n, s = #xs, 0
-  for _, x in ipairs(xs) do s = s + x end
-  local mean = s / n
-  if n < 2 then return mean, -math.huge, math.huge end
-  local v = 0
-  for _, x in ipairs(xs) do v = v + (x - mean) ^ 2 end
-  local h = M.t975(n - 1) * math.sqrt(v / (n - 1) / n)
-  return mean, mean - h, mean + h
-end
+-- ---------------------------------------------------------------- fits
 
-local function row(id, claim, paper, ours, word, n, seeds, lo, hi, rule)
-  return {id = id, claim = claim, paper = paper, ours = ours, word = word, n = n, seeds = seeds, lo = lo, hi = hi,
-          rule = rule}
-end
-
--- the interval [lo, hi] against a band [a, b]: inside, outside or straddling
-local function band(lo, hi, a, b)
-  if lo >= a and hi <= b then return S end
-  if hi < a or lo > b then return N end
-  return I
-end
-
--- C1: the one-step eta closest to Bayes with no evidence (T = m + 1) against
--- 1/(m+1). x = {eta, lo, hi (bootstrap over sequences), eta0, n}
-function M.C1(x)
-  return row("C1", "one MD step from uniform = Bayes mean to first order",
-    ("eta = 1/(m+1) = %.3f at no evidence"):format(x.eta0),
-    ("eta closest to Bayes at N=1: %.3f [%.3f, %.3f]"):format(x.eta, x.lo, x.hi),
-    band(x.lo, x.hi, 0.75 * x.eta0, 1.25 * x.eta0), x.n, 1, x.lo, x.hi,
-    "SUPPORTED if the 95% bootstrap interval of the eta closest to Bayes (T = m+1) lies within 1/(m+1) +- 25%, "
-      .. "NOT SUPPORTED if it lies outside, else INCONCLUSIVE")
+-- least squares of log eta = c + slope log T: slope, its standard error, c and
+-- the RMS log residual
+function M.fit_loglog(T, eta)
+  local n, sx, sy = #T, 0, 0
+  for i = 1, n do sx = sx + math.log(T[i]); sy = sy + math.log(eta[i]) end
+  local mx, my = sx / n, sy / n
+  local sxx, sxy = 0, 0
+  for i = 1, n do
+    local dx = math.log(T[i]) - mx
+    sxx = sxx + dx * dx; sxy = sxy + dx * (math.log(eta[i]) - my)
+  end
+  local slope = sxy / sxx
+  local c = my - slope * mx
+  local ss = 0
+  for i = 1, n do ss = ss + (math.log(eta[i]) - c - slope * math.log(T[i])) ^ 2 end
+  local se = n > 2 and math.sqrt(ss / (n - 2) / sxx) or 0 / 0
+  return slope, se, c, math.sqrt(ss / n)
 end
 
 -- least squares of log eta = log a - log(T + b) over b in [-(min T)+1, 100 max T]
@@ -82,213 +72,356 @@ function M.fit_offset(T, eta)
   return a, b, math.sqrt(s / n)
 end
 
--- C2: stable steps ~ 1/T. x = {slope, se, n (points, T >= 8m), rms_power (RMS log
--- residual of the power fit), T = {...}, eta = {...} (the same points), Tmax}
+-- The 2.5% and 97.5% order statistics of sorted bootstrap values (the run's rule)
+function M.boot_interval(sorted)
+  local nb = #sorted
+  return sorted[math.max(1, math.floor(0.025 * nb + 0.5))], sorted[math.min(nb, math.ceil(0.975 * nb))]
+end
+
+-- ---------------------------------------------------------------- estimator rows
+
+-- C1: the one-step eta closest to Bayes with no evidence (T = m + 1) against
+-- 1/(m+1). x = {eta, lo, hi (bootstrap over sequences), eta0, n (sequences),
+-- nb (resamples), T, note (optional, described)}
+function M.C1(x)
+  return V.judge{
+    id = "C1", claim = "one MD step from uniform = Bayes mean to first order",
+    paper = ("eta = 1/(m+1) = %.3f at no evidence"):format(x.eta0), source = M.SOURCE,
+    statistic = ("the one-step eta closest to the Bayes predictor at T = %d"):format(x.T),
+    trained = false, unit = ("%d sequences (bootstrap, %d resamples, eta re-tuned on each)"):format(x.n, x.nb),
+    name = "eta", est = x.eta, lo = x.lo, hi = x.hi, inside = {0.75 * x.eta0, 1.25 * x.eta0}, fmt = "%.4f",
+    describe = x.note,
+    rule = "SUPPORTED if the 95% bootstrap interval (sequences resampled, eta re-tuned) of the one-step eta closest "
+      .. "to Bayes at T = m+1 lies within 1/(m+1) +- 25%, NOT SUPPORTED if it lies outside, else INCONCLUSIVE"}
+end
+
+-- C2: stable steps ~ 1/T. x = {T = {...}, eta = {...}} (the tuned one-step eta
+-- at T >= 8m), m
 function M.C2(x)
-  local h = M.t975(x.n - 2) * x.se
-  local lo, hi = x.slope - h, x.slope + h
-  local a, b, rms = M.fit_offset(x.T, x.eta)
-  -- eta T = a T / (T + b) has reached >= 80% of its plateau a at the largest T
-  local levels = rms <= x.rms_power and b <= x.Tmax / 4
-  local word
-  if x.n < 3 then word = I
-  elseif levels or (lo <= -1 and hi >= -1 and h <= 0.15) then word = S
-  elseif lo <= -1 and hi >= -1 then word = I          -- contains -1, but too wide to say
-  else word = N end
-  return row("C2", "stable (best) step sizes scale as 1/T (large T)", "slope -1",
-    ("slope %.3f [%.3f, %.3f], %d T; a/(T+b): b = %.3g, eta T at T=%d: %.0f%% of a; RMS log residual %.3f "
-      .. "(power %.3f)"):format(x.slope, lo, hi, x.n, b, x.Tmax, 100 * x.Tmax / (x.Tmax + b), rms, x.rms_power),
-    word, x.n, 1, lo, hi,
-    "SUPPORTED if the 95% interval of the log-log slope (T >= 8m) contains -1 and is at most +-0.15 wide, or "
-      .. "eta = a/(T+b) fits as well as the power law with b <= Tmax/4 (eta*T has levelled off); INCONCLUSIVE if "
-      .. "the interval contains -1 but is wider, or with fewer than 3 points; NOT SUPPORTED otherwise")
-end
-
--- per-group seed check: INCONCLUSIVE reasons for groups with too few seeds
-local function seeds_of(groups)
-  local smin = math.huge
-  for _, g in ipairs(groups) do smin = math.min(smin, #g.seeds) end
-  return smin == math.huge and 0 or smin
-end
-
--- per seed of a group: KL(gamma || best layer-0 head) / KL(gamma || uniform on the
--- lags); its mean and 95% interval (below 1: closer to gamma than uniform is)
-local function attn_ratio(g)
-  local d = {}
-  for i, s in ipairs(g.seeds) do d[i] = s.attn_kl / s.uniform_kl end
-  return M.mean_ci(d)
-end
-
--- C3: first-layer attention ~ gamma. groups = {{name, depth, seeds = {{attn_kl,
--- uniform_kl, ...}, ...}}, ...}
-function M.C3(groups)
-  local smin, n_closer, n_not, best, best_name, best_lo, best_hi = seeds_of(groups), 0, 0, math.huge, "", 0, 0
-  for _, g in ipairs(groups) do
-    local r, lo, hi = attn_ratio(g)
-    if hi < 1 then n_closer = n_closer + 1 end
-    if lo > 0.9 then n_not = n_not + 1 end
-    if r < best then best, best_name, best_lo, best_hi = r, g.name, lo, hi end
+  local n = #x.T
+  local slope, se, _, rms = 0 / 0, 0 / 0, 0, 0 / 0
+  if n >= 2 then slope, se, _, rms = M.fit_loglog(x.T, x.eta) end
+  local h = V.t975(n - 2) * se
+  local lo, hi = slope - h, slope + h
+  if n < 3 then lo, hi = -math.huge, math.huge end
+  local describe = ""
+  if n >= 3 then
+    local a, b, rms_off = M.fit_offset(x.T, x.eta)
+    local tmax = x.T[n]
+    describe = ("eta = a/(T+b) fit: b = %.3g, eta T at T = %d is %.0f%% of a; RMS log residual %.3f (power law "
+      .. "%.3f); T %s"):format(b, tmax, 100 * tmax / (tmax + b), rms_off, rms, table.concat(x.T, ","))
   end
-  local word
-  if #groups == 0 or smin < M.MIN_SEEDS then word = I
-  elseif n_closer * 2 > #groups then word = S
-  elseif n_not * 2 > #groups then word = N
-  else word = I end
-  return row("C3", "first-layer attention approximates the responsibilities", "KL 0.0376 at T=192",
-    ("%d/%d groups closer to gamma than uniform; best %s: KL / uniform KL %.3f [%.3f, %.3f]"):format(n_closer,
-      #groups, best_name, best, best_lo, best_hi),
-    word, #groups, smin, best_lo, best_hi,
-    "per (arch, depth): 95% t-interval over seeds of KL(gamma || best layer-0 head) / KL(gamma || uniform on the "
-      .. "lags); SUPPORTED if it lies below 1 for most groups, NOT SUPPORTED if it lies above 0.9 for most (no "
-      .. "head even 10% closer than uniform), else (or < 3 seeds) INCONCLUSIVE")
-end
-
--- C4: models match one-step MD. groups = {{name, depth, seeds = {{kl_avg}, ...}}},
--- md = one-step MD's KL to the truth averaged over T. A group matches when the
--- interval of (model - MD) / MD lies within +-50%.
-function M.C4(groups, md, min_depth)
-  min_depth = min_depth or 3
-  local smin, judged, n_match, n_miss, parts = seeds_of(groups), 0, 0, 0, {}
-  local wlo, whi = math.huge, -math.huge
-  for _, g in ipairs(groups) do
-    local r = {}
-    for i, s in ipairs(g.seeds) do r[i] = s.kl_avg / md - 1 end
-    local m, lo, hi = M.mean_ci(r)
-    local v = band(lo, hi, -0.5, 0.5)
-    parts[#parts + 1] = ("%s %+.0f%%"):format(g.name, 100 * m)
-    if g.depth >= min_depth then
-      judged = judged + 1
-      if v == S then n_match = n_match + 1 elseif v == N then n_miss = n_miss + 1 end
-      wlo, whi = math.min(wlo, lo), math.max(whi, hi)
-    end
-  end
-  local word
-  if judged == 0 or smin < M.MIN_SEEDS then word = I
-  elseif n_match == judged then word = S
-  elseif n_miss > 0 then word = N
-  else word = I end
-  return row("C4", "trained models match one-step MD (KL to the truth)", "model ~ one-step MD",
-    ("%d/%d groups (depth >= %d) within +-50%% of MD %.4f: %s"):format(n_match, judged, min_depth, md,
-      table.concat(parts, ", ")),
-    word, judged, smin, judged > 0 and wlo or 0, judged > 0 and whi or 0,
-    ("every (arch, depth >= %d) group: 95%% t-interval over seeds of (model KL - MD KL) / MD KL, KL to the truth "
-      .. "averaged over T; SUPPORTED if every interval lies within +-50%%, NOT SUPPORTED if any lies outside, else "
-      .. "(or < 3 seeds) INCONCLUSIVE"):format(min_depth))
-end
-
--- C5: deeper models ~ more MD steps. groups (one architecture, by depth) =
--- {{name, depth, seeds = {{kl_avg, dist}}}} with dist = min over estimators of
--- mean KL(estimator || model); est = {{key, steps, kl_avg}} (md1, md2, md3,
--- bayes) and spread = the largest mean KL between two of them.
-function M.C5(groups, est, spread)
-  local smin = seeds_of(groups)
-  table.sort(groups, function(a, b) return a.depth < b.depth end)
-  local dmax, parts, steps, ambiguous = 0, {}, {}, false
-  local lo1, hi1 = 0, 0
-  for gi, g in ipairs(groups) do
-    local d, k = {}, {}
-    for i, s in ipairs(g.seeds) do d[i] = s.dist; k[i] = s.kl_avg end
-    local dm = M.mean_ci(d)
-    dmax = math.max(dmax, dm)
-    local km, lo, hi = M.mean_ci(k)
-    if gi == #groups then lo1, hi1 = lo, hi end
-    -- the estimators whose KL lies in the group's interval
-    local inside, near, nd = {}, nil, math.huge
-    for _, e in ipairs(est) do
-      if e.kl_avg >= lo and e.kl_avg <= hi then inside[#inside + 1] = e end
-      if math.abs(e.kl_avg - km) < nd then near, nd = e, math.abs(e.kl_avg - km) end
-    end
-    if #inside > 1 then ambiguous = true end
-    steps[gi] = (#inside == 1 and inside[1] or near).steps
-    parts[#parts + 1] = ("L%d:%s"):format(g.depth, #inside == 1 and inside[1].key or
-      (#inside > 1 and "several" or (near.key .. "?")))
-  end
-  local word
-  if #groups < 3 or smin < M.MIN_SEEDS then word = I
-  elseif dmax > spread then word = I
-  elseif ambiguous then word = I
-  else
-    local mono = true
-    for i = 2, #steps do if steps[i] < steps[i - 1] then mono = false end end
-    word = (mono and steps[#steps] > steps[1]) and S or N
-  end
-  return row("C5", "deeper models track multi-step MD", "more layers ~ more steps",
-    ("%s; model-estimator distance %.4f vs spread between estimators %.4f"):format(table.concat(parts, " "), dmax,
-      spread),
-    word, #groups, smin, lo1, hi1,
-    "INCONCLUSIVE if the models' distance to their closest estimator (mean KL(estimator || model)) exceeds the "
-      .. "largest distance between two estimators, or a depth's 95% t-interval (over seeds) of KL to the truth "
-      .. "contains several estimators' KL, or < 3 depths / seeds; else SUPPORTED if the matched number of MD steps "
-      .. "grows with depth (non-decreasing, deepest > shallowest), NOT SUPPORTED otherwise")
+  return V.judge{
+    id = "C2", claim = "stable (best) step sizes scale as 1/T (large T)", paper = "slope -1", source = M.SOURCE,
+    statistic = ("log-log slope of the tuned one-step eta against T (T >= 8m = %d)"):format(8 * x.m),
+    trained = false, unit = ("%d T values (t-interval of the fitted slope, %d df)"):format(n, math.max(n - 2, 0)),
+    name = "slope", est = slope, lo = lo, hi = hi, inside = {-1 - M.C2_BAND, -1 + M.C2_BAND}, fmt = "%.3f",
+    pre = {{ok = n >= 3, text = ("%d T values >= 8m: a slope interval needs 3"):format(n)}},
+    describe = describe,
+    rule = ("SUPPORTED if the 95%% interval of the log-log slope of the tuned one-step eta against T (T >= 8m) lies "
+      .. "within -1 +- %g, NOT SUPPORTED if it lies outside, else INCONCLUSIVE; fewer than 3 T values: "
+      .. "precondition absent"):format(M.C2_BAND)}
 end
 
 -- C6: the construction as transformer weights against one-step MD with the
--- same step. x = {diff = per-sequence KL(construction) - KL(MD), pooled over
--- T, md = MD's mean KL, n}
+-- same step. x = {diff = per sequence x T KL(construction) - KL(MD), md = MD's
+-- mean KL on the same sequences, max_dp, n_seq, nT}
 function M.C6(x)
-  local m, lo, hi = M.mean_ci(x.diff)
+  local m, lo, hi = V.mean_ci(x.diff)
   local tol = 0.01 * x.md
-  return row("C6", "the 3-layer construction (as weights) implements one MD step", "exact construction",
-    ("runtime forward vs MD: KL diff %.2e [%.2e, %.2e] (MD KL %.4f), max |p diff| %.1e"):format(m, lo, hi, x.md,
+  return V.judge{
+    id = "C6", claim = "the 3-layer construction (as weights) implements one MD step", paper = "exact construction",
+    source = M.SOURCE,
+    statistic = "KL(truth, construction forward) - KL(truth, one-step MD, same eta)",
+    trained = false, unit = ("%d sequences x %d T (t-interval)"):format(x.n_seq, x.nT),
+    name = "KL difference", est = m, lo = lo, hi = hi, inside = {-tol, tol}, fmt = "%.2e",
+    describe = ("MD mean KL %.4f on the same sequences; max abs. probability difference %.1e"):format(x.md,
       x.max_dp or 0),
-    band(lo, hi, -tol, tol), x.n, 1, lo, hi,
-    "95% t-interval over sequences x T of KL(truth || construction forward) - KL(truth || one-step MD, same eta); "
-      .. "SUPPORTED if within +-1% of MD's mean KL, NOT SUPPORTED if outside, else INCONCLUSIVE")
+    rule = "95% t-interval over sequences x T of KL(truth, construction forward) - KL(truth, one-step MD, same "
+      .. "eta); SUPPORTED if within +-1% of MD's mean KL, NOT SUPPORTED if outside, else INCONCLUSIVE"}
 end
 
--- C7: zeroing the gamma head hurts. groups as C3, each seed also {kl_avg,
--- ablate_best, ablate_control}. Judged only on groups whose best head is
--- measurably closer to gamma than uniform attention.
-function M.C7(groups)
-  local smin, judged, n_hurt, n_not = seeds_of(groups), 0, 0, 0
-  local wlo, whi = math.huge, -math.huge
-  for _, g in ipairs(groups) do
-    local _, _, hi = attn_ratio(g)
-    if hi < 1 then
-      judged = judged + 1
-      local d = {}
-      for i, s in ipairs(g.seeds) do d[i] = (s.ablate_best - s.ablate_control) / s.kl_avg end
-      local _, lo, h = M.mean_ci(d)
-      wlo, whi = math.min(wlo, lo), math.max(whi, h)
-      if lo > 0.1 then n_hurt = n_hurt + 1 elseif h <= 0.1 then n_not = n_not + 1 end
+-- ---------------------------------------------------------------- trained-model rows
+
+-- The learned-task test: a seed learned when its KL to the truth (mean over
+-- the T grid) is at most halfway from the uniform-lambda predictor's KL to
+-- one-step MD's. E = {uniform_kl, md_kl}
+function M.learn_threshold(E) return E.uniform_kl - 0.5 * (E.uniform_kl - E.md_kl) end
+
+-- The models trained on all tokens by (architecture, depth), in order of first
+-- appearance: {name, arch, depth, seeds = {ids}, models = {per seed}}; each
+-- model gets .learned.
+local function groups_of(E)
+  local thr = M.learn_threshold(E)
+  local by, order = {}, {}
+  for _, r in ipairs(E.models) do
+    if r.loss == "all" then
+      local key = ("%s-L%d"):format(r.arch, r.depth)
+      local g = by[key]
+      if not g then
+        g = {name = key, arch = r.arch, depth = r.depth, seeds = {}, models = {}}
+        by[key] = g; order[#order + 1] = g
+      end
+      r.learned = r.kl_avg <= thr
+      g.seeds[#g.seeds + 1] = r.seed
+      g.models[#g.models + 1] = r
     end
   end
-  local word
-  if judged == 0 or smin < M.MIN_SEEDS then word = I
-  elseif n_hurt * 2 > judged then word = S
-  elseif n_not * 2 > judged then word = N
-  else word = I end
-  return row("C7", "zeroing the responsibility head hurts prediction", "mechanism is causal",
-    judged == 0 and "no group has a layer-0 head closer to gamma than uniform attention"
-      or ("%d/%d gamma-like groups: ablation hurts > 10%% more than the control head"):format(n_hurt, judged),
-    word, judged, smin, judged > 0 and wlo or 0, judged > 0 and whi or 0,
-    "judged on the groups whose best layer-0 head is closer to gamma than uniform (C3's interval below 1); "
-      .. "per group the 95% t-interval over seeds of (KL after zeroing that head - KL after zeroing the control "
-      .. "head) / intact KL; SUPPORTED if it lies above 10% for most, NOT SUPPORTED if at or below 10% for most, "
-      .. "INCONCLUSIVE otherwise or when no group qualifies")
+  for _, g in ipairs(order) do
+    g.n_learned = 0
+    for _, r in ipairs(g.models) do if r.learned then g.n_learned = g.n_learned + 1 end end
+    g.learned = g.n_learned == #g.models and #g.models > 0
+  end
+  return order
+end
+M.groups = groups_of
+
+-- the seeds every group has (in the first group's order) and each group's
+-- values f(model) on them
+local function common_seeds(gs)
+  if #gs == 0 then return {} end
+  local seeds = {}
+  for _, s in ipairs(gs[1].seeds) do
+    local all = true
+    for k = 2, #gs do
+      local has = false
+      for _, t in ipairs(gs[k].seeds) do if t == s then has = true end end
+      all = all and has
+    end
+    if all then seeds[#seeds + 1] = s end
+  end
+  return seeds
 end
 
--- The report lines and the TSV of the rows.
-function M.lines(rows)
+local function values_on(g, seeds, f)
+  local v = {}
+  for i, s in ipairs(seeds) do
+    for k, t in ipairs(g.seeds) do if t == s then v[i] = f(g.models[k]) end end
+  end
+  return v
+end
+
+local function range_text(xs, fmt)
+  local lo, hi = math.huge, -math.huge
+  for _, x in ipairs(xs) do lo = math.min(lo, x); hi = math.max(hi, x) end
+  if lo == math.huge then return "-" end
+  return (fmt .. "-" .. fmt):format(lo, hi)
+end
+
+-- the learned-task test over the groups gs: {ok, text}
+local function learned_test(E, gs)
+  local parts, kls, ok = {}, {}, false
+  for _, g in ipairs(gs) do
+    parts[#parts + 1] = ("%s %d/%d"):format(g.name, g.n_learned, #g.models)
+    for _, r in ipairs(g.models) do kls[#kls + 1] = r.kl_avg end
+    ok = ok or g.learned
+  end
+  return {ok = ok, text = ("seeds learned (KL to the truth over the T grid <= %.4f, halfway from the uniform-lambda "
+    .. "predictor's %.4f to one-step MD's %.4f): %s; the models' KL %s"):format(M.learn_threshold(E), E.uniform_kl,
+    E.md_kl,
+    #parts > 0 and table.concat(parts, ", ") or "no group", range_text(kls, "%.4f"))}
+end
+
+-- The groups a claim on the mechanism judges: depth >= M.MIN_DEPTH and every
+-- seed learned (when none learned: all deep groups, shown but not judged).
+-- Returns the judged groups, the deep groups, the others' names and the learned test.
+local function deep_groups(E)
+  local all = groups_of(E)
+  local deep, shallow, judged = {}, {}, {}
+  for _, g in ipairs(all) do
+    if g.depth >= M.MIN_DEPTH then deep[#deep + 1] = g else shallow[#shallow + 1] = g end
+  end
+  for _, g in ipairs(deep) do if g.learned then judged[#judged + 1] = g end end
+  local learned = learned_test(E, #deep > 0 and deep or all)
+  local pre = {ok = #deep > 0, text = ("no group of depth >= %d (the construction's depth)"):format(M.MIN_DEPTH)}
+  if #judged == 0 then judged = #deep > 0 and deep or all end   -- shown, not judged (the learned test or pre fails)
+  if #deep == 0 then deep, shallow = all, {} end
+  return judged, deep, shallow, learned, pre
+end
+
+local function not_judged_text(deep, judged)
   local out = {}
-  for _, v in ipairs(rows) do
-    local function clean(x) return (tostring(x):gsub("|", "/")) end
-    out[#out + 1] = ("VERDICT %s | %-55s | %-30s | %s | %s"):format(v.id, clean(v.claim), clean(v.paper),
-      clean(v.ours), v.word)
-    out[#out + 1] = ("   n %d, seeds %d, 95%% interval [%.4g, %.4g]; rule: %s"):format(v.n, v.seeds, v.lo, v.hi,
-      v.rule)
+  for _, g in ipairs(deep) do
+    local inn = false
+    for _, h in ipairs(judged) do if h == g then inn = true end end
+    if not inn then out[#out + 1] = g.name end
   end
-  return out
+  return #out > 0 and (" not learned, not judged: " .. table.concat(out, ", ") .. ";") or ""
 end
 
-function M.tsv(rows)
-  local t = {"id\tclaim\tpaper\tours\tn\tseeds\tlo\thi\trule\tverdict\n"}
-  for _, v in ipairs(rows) do
-    local function c(x) return (tostring(x):gsub("[\t\n]", " ")) end
-    t[#t + 1] = ("%s\t%s\t%s\t%s\t%d\t%d\t%.6g\t%.6g\t%s\t%s\n"):format(v.id, c(v.claim), c(v.paper), c(v.ours), v.n,
-      v.seeds, v.lo, v.hi, c(v.rule), v.word)
+local function seed_mean_text(gs, f, fmt)
+  local out = {}
+  for _, g in ipairs(gs) do
+    local v = {}
+    for k, r in ipairs(g.models) do v[k] = f(r) end
+    out[#out + 1] = ("%s " .. fmt):format(g.name, (V.mean_ci(v)))
   end
-  return table.concat(t)
+  return #out > 0 and table.concat(out, ", ") or "none"
+end
+
+local function attn_ratio(r) return r.attn_kl / r.uniform_attn_kl end
+
+-- C3: first-layer attention ~ gamma. E = {models = {{arch, depth, loss, seed,
+-- kl_avg, attn_kl (best L0 head), uniform_attn_kl}}, uniform_kl, md_kl, scale}
+function M.C3(E)
+  local judged, deep, shallow, learned, pre = deep_groups(E)
+  local seeds = common_seeds(judged)
+  local tests = {}
+  for _, g in ipairs(judged) do
+    tests[#tests + 1] = {name = g.name, values = values_on(g, seeds, attn_ratio), below = M.C3_BELOW}
+  end
+  if #tests == 0 then tests = {{name = "no group", values = {}, below = M.C3_BELOW}} end
+  return V.judge{
+    id = "C3", claim = "first-layer attention approximates the responsibilities", paper = "KL 0.0376 at T=192",
+    source = M.SOURCE, seeds = seeds, tests = tests, learned = learned, pre = {pre}, scale = E.scale,
+    statistic = "per seed: KL(gamma, best layer-0 head) / KL(gamma, uniform attention on the lags)",
+    describe = ("seed means: %s;%s shallower (not judged): %s"):format(seed_mean_text(deep, attn_ratio, "%.3f"),
+      not_judged_text(deep, judged), seed_mean_text(shallow, attn_ratio, "%.3f")),
+    rule = ("one test per (architecture, depth >= %d) group whose seeds all learned: the 95%% t-interval over seeds "
+      .. "of KL(gamma, best layer-0 head) / KL(gamma, uniform on the lags); SUPPORTED if every group's lies below "
+      .. "%g, NOT SUPPORTED if any lies above, else INCONCLUSIVE"):format(M.MIN_DEPTH, M.C3_BELOW)}
+end
+
+-- C4: models match one-step MD. E as C3, and md_kl (one-step MD's KL averaged over T)
+function M.C4(E)
+  local judged, deep, shallow, learned, pre = deep_groups(E)
+  local seeds = common_seeds(judged)
+  local function rel(r) return r.kl_avg / E.md_kl - 1 end
+  local tests = {}
+  for _, g in ipairs(judged) do
+    tests[#tests + 1] = {name = g.name, values = values_on(g, seeds, rel), inside = {-M.C4_BAND, M.C4_BAND}}
+  end
+  if #tests == 0 then tests = {{name = "no group", values = {}, inside = {-M.C4_BAND, M.C4_BAND}}} end
+  return V.judge{
+    id = "C4", claim = "trained models match one-step MD (KL to the truth)", paper = "model ~ one-step MD",
+    source = M.SOURCE, seeds = seeds, tests = tests, learned = learned, pre = {pre}, scale = E.scale,
+    statistic = ("per seed: (model KL - MD KL) / MD KL, KL to the truth averaged over the T grid (MD %.4f)")
+      :format(E.md_kl),
+    describe = ("seed means: %s;%s shallower (not judged): %s"):format(seed_mean_text(deep, rel, "%+.3f"),
+      not_judged_text(deep, judged), seed_mean_text(shallow, rel, "%+.3f")),
+    rule = ("one test per (architecture, depth >= %d) group whose seeds all learned: the 95%% t-interval over seeds "
+      .. "of (model KL - one-step MD KL) / MD KL; SUPPORTED if every group's lies within +-%g, NOT SUPPORTED if any "
+      .. "lies outside, else INCONCLUSIVE"):format(M.MIN_DEPTH, M.C4_BAND)}
+end
+
+-- C5: deeper models ~ more MD steps, on the first architecture. E as C3 with
+-- per model dist = {md1, md2, md3, bayes: mean KL(estimator, model)}, arch
+-- (the architecture judged) and spread (the largest mean KL between two of
+-- md1, md2, md3, bayes)
+function M.C5(E)
+  local gs = {}
+  for _, g in ipairs(groups_of(E)) do if g.arch == E.arch then gs[#gs + 1] = g end end
+  table.sort(gs, function(a, b) return a.depth < b.depth end)
+  local learned = learned_test(E, gs)
+  local all_learned = #gs > 0
+  for _, g in ipairs(gs) do all_learned = all_learned and g.learned end
+  learned.ok = all_learned
+  if #gs == 0 then learned.text = "no group of " .. tostring(E.arch) end
+  local lo, hi = gs[1], gs[#gs]
+  local pair = lo and hi and lo ~= hi and {lo, hi} or {}
+  local seeds = common_seeds(pair)
+  local function g_of(r) return r.dist.md1 - r.dist.bayes end
+  local vals = {}
+  if #pair == 2 then
+    local a, b = values_on(lo, seeds, g_of), values_on(hi, seeds, g_of)
+    for i = 1, #seeds do vals[i] = b[i] - a[i] end
+  end
+  -- the premise: every depth's models as near their closest estimator as the
+  -- estimators are to each other (else which one they track cannot be read)
+  local dmax, near = 0, {}
+  for _, g in ipairs(gs) do
+    local d = {}
+    for k, r in ipairs(g.models) do
+      d[k] = math.min(r.dist.md1, r.dist.md2, r.dist.md3, r.dist.bayes)
+    end
+    local dm = V.mean_ci(d)
+    dmax = math.max(dmax, dm)
+    near[#near + 1] = ("L%d %.4f"):format(g.depth, dm)
+  end
+  local pre = {
+    {ok = #pair == 2, text = ("%d depth(s) of %s: the claim needs two"):format(#gs, tostring(E.arch))},
+    {ok = #gs > 0 and dmax <= E.spread,
+     text = ("the models' distance to their closest estimator (%s) exceeds the largest distance between two "
+       .. "estimators (%.4f)"):format(table.concat(near, ", "), E.spread)},
+  }
+  return V.judge{
+    id = "C5", claim = "deeper models track multi-step MD", paper = "more layers ~ more steps", source = M.SOURCE,
+    seeds = seeds, name = #pair == 2 and ("L%d - L%d"):format(hi.depth, lo.depth) or "deepest - shallowest",
+    values = vals, above = 0,
+    fmt = "%.4f", learned = learned, pre = pre, scale = E.scale,
+    statistic = ("per seed, %s: [KL(MD1, model) - KL(Bayes, model)] at the deepest depth minus at the shallowest")
+      :format(tostring(E.arch)),
+    describe = ("closest-estimator distance by depth %s vs spread between estimators %.4f; KL(MD1, model) - "
+      .. "KL(Bayes, model) seed means %s"):format(table.concat(near, ", "), E.spread,
+      seed_mean_text(gs, g_of, "%+.4f")),
+    rule = "on the first architecture: per seed, how much nearer Bayes than one-step MD the deepest model's "
+      .. "predictions are, minus the same for the shallowest (distances: mean KL(estimator, model)); SUPPORTED if "
+      .. "the 95% t-interval over seeds lies above 0, NOT SUPPORTED if below, else INCONCLUSIVE; precondition: every "
+      .. "depth's models lie as near their closest estimator (MD 1-3 steps, Bayes) as two estimators lie apart"}
+end
+
+-- C7: zeroing the gamma head hurts. E as C3, each model also ablate_best,
+-- ablate_control (KL after zeroing the best / worst-matching L0 head).
+-- Judged on the groups whose best layer-0 head passes C3's test.
+function M.C7(E)
+  local judged, deep, _, learned, pre_deep = deep_groups(E)
+  local seeds = common_seeds(judged)
+  local gamma_like = {}
+  for _, g in ipairs(judged) do
+    local _, _, hi = V.mean_ci(values_on(g, seeds, attn_ratio))
+    if hi < M.C3_BELOW then gamma_like[#gamma_like + 1] = g end
+  end
+  local function hurt(r) return (r.ablate_best - r.kl_avg) / r.kl_avg end
+  local function ctl(r) return (r.ablate_control - r.kl_avg) / r.kl_avg end
+  local show = #gamma_like > 0 and gamma_like or judged
+  local tests = {}
+  for _, g in ipairs(show) do
+    tests[#tests + 1] = {name = g.name, values = values_on(g, seeds, hurt), above = M.C7_ABOVE,
+                         control = {name = "control head zeroed", values = values_on(g, seeds, ctl)}}
+  end
+  if #tests == 0 then tests = {{name = "no group", values = {}, above = M.C7_ABOVE}} end
+  return V.judge{
+    id = "C7", claim = "zeroing the responsibility head hurts prediction", paper = "mechanism is causal",
+    source = M.SOURCE, seeds = seeds, tests = tests, learned = learned, scale = E.scale,
+    pre = {pre_deep, {ok = #gamma_like > 0,
+      text = ("no judged group's best layer-0 head is gamma-like (C3's interval below %g)")
+      :format(M.C3_BELOW)}},
+    statistic = "per seed: (KL after zeroing the best-matching L0 head - intact KL) / intact KL, against the same "
+      .. "for the worst-matching L0 head (control)",
+    describe = ("seed means of the relative damage: %s; control head: %s"):format(seed_mean_text(deep, hurt, "%+.3f"),
+      seed_mean_text(deep, ctl, "%+.3f")),
+    rule = ("on the groups C3 judges whose best layer-0 head is gamma-like (C3's interval below %g): per seed (KL "
+      .. "after zeroing that head - KL after zeroing the worst-matching L0 head) / intact KL; SUPPORTED if every "
+      .. "group's 95%% t-interval over seeds lies above %g, NOT SUPPORTED if any lies below, else INCONCLUSIVE; no "
+      .. "gamma-like head: precondition absent"):format(M.C3_BELOW, M.C7_ABOVE)}
+end
+
+-- ---------------------------------------------------------------- the table
+
+-- The scale text of the trained-model rows. E.train = {steps, batch, Tmax,
+-- params_lo, params_hi}
+function M.scale_text(tr)
+  local tokens = tr.steps * tr.batch * tr.Tmax
+  return ("our models: %.0fk-%.0fk parameters x %.2fM training tokens (%d steps x %d sequences x %d); the paper's "
+    .. "model size and tokens are not recorded in this repository"):format(tr.params_lo / 1000, tr.params_hi / 1000,
+    tokens / 1e6, tr.steps, tr.batch, tr.Tmax)
+end
+
+-- Every row, from the run file's evidence (mirror_report.read_evidence):
+-- C1, C2, C6 always; C3, C4, C5, C7 when the run trained models.
+function M.rows(E)
+  E.scale = E.scale or (E.train and M.scale_text(E.train))
+  local rows = {M.C1(E.c1), M.C2(E.c2)}
+  local any = false
+  for _, r in ipairs(E.models) do if r.loss == "all" then any = true end end
+  if any then
+    rows[#rows + 1] = M.C3(E)
+    rows[#rows + 1] = M.C4(E)
+    rows[#rows + 1] = M.C5(E)
+  end
+  rows[#rows + 1] = M.C6(E.c6)
+  if any then rows[#rows + 1] = M.C7(E) end
+  return rows
 end
 
 return M

@@ -2,9 +2,10 @@
 -- argument errors, and `mechprobe mirror_descent --quick` end to end: it exits 0,
 -- its verdict table parses (one row per claim, fixed columns), every figure and
 -- the HDF5 file exist, and the file's numbers agree with the printed report and
--- with the definitions (oracle KL ~ 0, means of the per-sequence KLs); each
--- verdict row is followed by its n, seeds, interval and rule, verdicts.tsv
--- holds the same rows; the construction made of transformer weights agrees
+-- with the definitions (oracle KL ~ 0, means of the per-sequence KLs); every
+-- verdict row has its RULE line, verdicts.tsv the engine's columns, the run
+-- file /verdicts, and --rejudge rebuilds verdicts.tsv and report.txt from the
+-- run file byte for byte; the construction made of transformer weights agrees
 -- with one-step MD; and --preset gpu runs on the CPU at a tiny step count.
 local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
 local check, near = t.ok, t.ok_near
@@ -75,14 +76,33 @@ for _, r in ipairs(rows) do
     check(r[5] == "INCONCLUSIVE", r[1] .. " on one seed: " .. r[5])
   end
 end
-local n_rule = select(2, report:gsub("\n   n %d+, seeds %d+, 95%% interval %[[^\n]*; rule: ", ""))
-check(n_rule == 7, "a rule line under every verdict row, got " .. n_rule)
-local tsvf = io.open(out .. "/verdicts.tsv")
-check(tsvf ~= nil, "verdicts.tsv")
-if tsvf then
-  local tsv = tsvf:read("a"); tsvf:close()
-  check(select(2, tsv:gsub("\n", "")) == 8 and tsv:find("^id\tclaim\tpaper\tours\tn\tseeds\tlo\thi\trule\tverdict\n"),
-        "verdicts.tsv: header and 7 rows")
+local n_rule = select(2, report:gsub("\nRULE C%d+: ", ""))
+check(n_rule == 7, "a RULE line for every verdict row, got " .. n_rule)
+local function slurp(path)
+  local fh = io.open(path, "rb")
+  if not fh then return nil end
+  local x = fh:read("a"); fh:close()
+  return x
+end
+local tsv = slurp(out .. "/verdicts.tsv")
+check(tsv ~= nil, "verdicts.tsv")
+if tsv then
+  check(select(2, tsv:gsub("\n", "")) == 8 and tsv:sub(1, #table.concat(verdicts.COLUMNS, "\t") + 1)
+        == table.concat(verdicts.COLUMNS, "\t") .. "\n", "verdicts.tsv: the engine's header and 7 rows")
+end
+do -- the run file holds the verdicts, and --rejudge rebuilds them from it byte for byte
+  do
+    local f <close> = mp.h5.open(out .. "/mirror.h5")
+    for _, r in ipairs(rows) do
+      check(f:has("verdicts/" .. r[1]) and f:attrs("verdicts/" .. r[1]).word == r[5], "/verdicts/" .. r[1])
+    end
+  end
+  local rep0 = slurp(out .. "/report.txt")
+  local p = io.popen(("%s mirror_descent --rejudge --out %s 2>&1"):format(arg[-1], out))
+  local said = p:read("a")
+  check(p:close(), "--rejudge exited non-zero:\n" .. said)
+  check(slurp(out .. "/verdicts.tsv") == tsv, "--rejudge: verdicts.tsv byte for byte as the run wrote it")
+  check(slurp(out .. "/report.txt") == rep0, "--rejudge: report.txt byte for byte as the run wrote it")
 end
 local wdiff = report:match("predictor vs one%-step MD max |diff| ([%d.e+-]+)")
 check(wdiff and tonumber(wdiff) < 1e-3, "weights construction vs MD probabilities: " .. tostring(wdiff))

@@ -1,111 +1,58 @@
--- test_mirror_rules.lua — the mirror_descent verdict rules (probes/lib/mirror_rules.lua)
--- on planted inputs: each rule reaches SUPPORTED, NOT SUPPORTED and INCONCLUSIVE
--- where its words say, the t-interval and the a/(T+b) fit against closed forms,
--- and the rows carry n, seeds, an interval and the rule in words.
+-- test_mirror_rules.lua — the mirror_descent claims (probes/lib/mirror_rules.lua)
+-- as rows of the verdict engine, on planted inputs: every rule reaches
+-- SUPPORTED, NOT SUPPORTED and INCONCLUSIVE where its words say, with each
+-- reason class that applies to it (interval straddles, precondition absent,
+-- not learned at this scale, too few seeds); the fits against closed forms;
+-- the whole table (M.rows) in claim order, parsed back and as verdicts.tsv.
 local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
 package.path = (os.getenv("MP_SRC") or ".") .. "/probes/lib/?.lua;" .. package.path
 local R = require "mirror_rules"
-local S, N, I = "SUPPORTED", "NOT SUPPORTED", "INCONCLUSIVE"
+local V = require "verdicts"
+local S, N, I = V.S, V.N, V.I
 
-t.case("t-interval", function()
-  local m, lo, hi = R.mean_ci({1, 2, 3})
-  -- mean 2, sd 1, n 3: 2 +- 4.303 / sqrt(3)
-  t.near(m, 2, 1e-12, "mean"); t.near(hi - m, 4.303 / math.sqrt(3), 1e-9, "half width")
-  t.near(lo, 2 - 4.303 / math.sqrt(3), 1e-9, "lo")
-  local _, l1, h1 = R.mean_ci({5})
-  assert(l1 == -math.huge and h1 == math.huge, "one value: infinite interval")
-  t.near(R.t975(60), 2.000, 0.002, "t(60)")
-end)
+local function is(row, word, reason, what)
+  assert(row.word == word and row.reason == (reason or ""),
+         ("%s: %s (%s), expected %s (%s): %s"):format(what, row.word, row.reason, word, reason or "", row.ours))
+end
 
-t.case("a/(T+b) fit recovers a planted curve", function()
+t.case("fits and the bootstrap interval", function()
   local T, eta = {24, 32, 48, 64, 96, 128, 192}, {}
+  for i, x in ipairs(T) do eta[i] = 3 * x ^ -0.8 end
+  local slope, se, c, rms = R.fit_loglog(T, eta)
+  t.near(slope, -0.8, 1e-12, "slope"); t.near(c, math.log(3), 1e-12, "intercept")
+  assert(se < 1e-10 and rms < 1e-12, "exact power law: no residual")
   for i, x in ipairs(T) do eta[i] = 3 / (x + 10) end
-  local a, b, rms = R.fit_offset(T, eta)
-  t.near(a, 3, 1e-3, "a"); t.near(b, 10, 1e-2, "b"); assert(rms < 1e-5, "rms " .. rms)
+  local a, b, r2 = R.fit_offset(T, eta)
+  t.near(a, 3, 1e-3, "a"); t.near(b, 10, 1e-2, "b"); assert(r2 < 1e-5, "rms " .. r2)
+  local sorted = {}
+  for i = 1, 200 do sorted[i] = i end
+  local lo, hi = R.boot_interval(sorted)
+  assert(lo == 5 and hi == 195, ("2.5%% / 97.5%% of 200: %d, %d"):format(lo, hi))
+  assert(R.mean_ci == V.mean_ci, "mean_ci is the engine's (kept for rope_id_rules, test_sinks_train)")
 end)
-
-local function word(r) return r.word end
 
 t.case("C1", function()
-  assert(word(R.C1{eta = 0.24, lo = 0.22, hi = 0.27, eta0 = 0.25, n = 256}) == S, "inside the band")
-  assert(word(R.C1{eta = 0.5, lo = 0.45, hi = 0.55, eta0 = 0.25, n = 256}) == N, "outside the band")
-  assert(word(R.C1{eta = 0.3, lo = 0.2, hi = 0.4, eta0 = 0.25, n = 256}) == I, "straddles")
+  local function c1(eta, lo, hi) return R.C1{eta = eta, lo = lo, hi = hi, eta0 = 0.25, n = 256, nb = 200, T = 4} end
+  is(c1(0.24, 0.22, 0.27), S, nil, "inside the band")
+  is(c1(0.5, 0.45, 0.55), N, nil, "outside the band")
+  is(c1(0.3, 0.2, 0.4), I, V.STRADDLES, "straddles")
+  local r = c1(0.24, 0.22, 0.27)
+  assert(r.unit:find("256 sequences (bootstrap, 200 resamples", 1, true) and r.n_seeds == 0, "unit: " .. r.unit)
 end)
 
 t.case("C2", function()
-  local T = {24, 32, 48, 64, 96, 128, 192}
-  local function pts(f)
+  local function pts(T, f)
     local e = {}
-    for i, x in ipairs(T) do e[i] = f(x) end
+    for i, x in ipairs(T) do e[i] = f(x) * (1 + 0.01 * ((i % 3) - 1)) end   -- a little noise: a finite interval
     return e
   end
-  -- slope -0.91 +- 0.01: the old rule passed it; a pure power law does not level off
-  local pw = pts(function(x) return 2 * x ^ -0.91 end)
-  local r = R.C2{slope = -0.91, se = 0.005, n = 7, rms_power = 0.001, T = T, eta = pw, Tmax = 192}
-  assert(r.word == N, "slope -0.91 with a tight interval and no plateau: " .. r.ours)
-  -- the interval contains -1
-  r = R.C2{slope = -0.97, se = 0.02, n = 7, rms_power = 0.001, T = T, eta = pts(function(x) return x ^ -0.97 end),
-           Tmax = 192}
-  assert(r.word == S, "interval contains -1: " .. r.ours)
-  r = R.C2{slope = -0.9, se = 0.2, n = 7, rms_power = 0.001, T = T, eta = pts(function(x) return x ^ -0.9 end),
-           Tmax = 192}
-  assert(r.word == I, "contains -1 but +-0.5 wide: " .. r.ours)
-  -- levels off: eta = 2/(T + 8) fits better than the power law, b small
-  r = R.C2{slope = -0.91, se = 0.005, n = 7, rms_power = 0.02, T = T, eta = pts(function(x) return 2 / (x + 8) end),
-           Tmax = 192}
-  assert(r.word == S, "eta*T levels off: " .. r.ours)
-  assert(R.C2{slope = -1, se = 0.1, n = 2, rms_power = 0, T = {24, 32}, eta = {0.1, 0.08}, Tmax = 32}.word == I,
-         "two points")
-  assert(r.n == 7 and r.seeds == 1 and r.lo < r.hi and r.rule:find("contains %-1"), "row fields")
-end)
-
-local function group(name, depth, seeds) return {name = name, depth = depth, seeds = seeds} end
-local function seeds(fn, n)
-  local s = {}
-  for i = 1, n or 3 do s[i] = fn(i) end
-  return s
-end
-
-t.case("C3", function()
-  local close = group("a", 3, seeds(function(i) return {attn_kl = 0.05 + 0.01 * i, uniform_kl = 0.46} end))
-  local far = group("b", 3, seeds(function(i) return {attn_kl = 1 + 0.1 * i, uniform_kl = 0.46} end))
-  local noisy = group("c", 3, seeds(function(i) return {attn_kl = ({0.1, 0.9, 0.3})[i], uniform_kl = 0.46} end))
-  assert(R.C3{close, close, far}.word == S, "most groups closer")
-  assert(R.C3{far, far, close}.word == N, "most groups not closer")
-  assert(R.C3{noisy, noisy}.word == I, "intervals straddle 0.9 and 1")
-  local unif = group("e", 3, seeds(function(i) return {attn_kl = 0.4618 + 1e-4 * i, uniform_kl = 0.4618} end))
-  assert(R.C3{unif, unif, close}.word == N, "heads collapsed to uniform attention are not gamma")
-  local two = group("d", 3, seeds(function() return {attn_kl = 0.01, uniform_kl = 0.46} end, 2))
-  local r = R.C3{two}
-  assert(r.word == I and r.seeds == 2, "fewer than 3 seeds")
-end)
-
-t.case("C4", function()
-  local md = 0.04
-  local function g(name, depth, kls) return group(name, depth, seeds(function(i) return {kl_avg = kls[i]} end)) end
-  local good = g("standard-L3", 3, {0.041, 0.043, 0.039})
-  local bad = g("standard-L4", 4, {0.09, 0.095, 0.1})
-  local wide = g("attn-only-L3", 3, {0.03, 0.08, 0.05})
-  local shallow = g("standard-L2", 2, {0.2, 0.2, 0.2})        -- below the construction's depth: not judged
-  assert(R.C4({good, good, shallow}, md).word == S, "every judged group within 50%")
-  assert(R.C4({good, bad}, md).word == N, "one group outside")
-  assert(R.C4({good, wide}, md).word == I, "one interval straddles the band")
-  local r = R.C4({good, shallow}, md)
-  assert(r.n == 1 and r.ours:find("standard-L2", 1, true), "depth 2 listed, not judged: " .. r.ours)
-end)
-
-t.case("C5", function()
-  local est = {{key = "md1", steps = 1, kl_avg = 0.040}, {key = "md2", steps = 2, kl_avg = 0.030},
-               {key = "md3", steps = 3, kl_avg = 0.025}, {key = "bayes", steps = math.huge, kl_avg = 0.020}}
-  local function g(depth, kl, dist)
-    return group("L" .. depth, depth, seeds(function(i) return {kl_avg = kl + 0.0005 * (i - 2), dist = dist} end))
-  end
-  assert(R.C5({g(2, 0.040, 0.001), g(3, 0.030, 0.001), g(4, 0.025, 0.001)}, est, 0.004).word == S, "steps grow")
-  assert(R.C5({g(2, 0.025, 0.001), g(3, 0.030, 0.001), g(4, 0.040, 0.001)}, est, 0.004).word == N, "steps shrink")
-  local r = R.C5({g(2, 0.040, 0.02), g(3, 0.030, 0.02), g(4, 0.025, 0.02)}, est, 0.004)
-  assert(r.word == I and r.ours:find("0.0200", 1, true), "distance above the spread: " .. r.ours)
-  local wide = group("L3", 3, seeds(function(i) return {kl_avg = ({0.02, 0.045, 0.03})[i], dist = 0.001} end))
-  assert(R.C5({g(2, 0.040, 0.001), wide, g(4, 0.025, 0.001)}, est, 0.004).word == I, "several estimators inside")
+  local T = {24, 32, 48, 64, 96, 128, 192, 256, 384, 512}
+  is(R.C2{T = T, eta = pts(T, function(x) return 2 / x end), m = 3}, S, nil, "slope -1")
+  is(R.C2{T = T, eta = pts(T, function(x) return 2 * x ^ -0.7 end), m = 3}, N, nil, "slope -0.7")
+  local r = R.C2{T = T, eta = pts(T, function(x) return 2 * x ^ -0.9 end), m = 3}
+  is(r, I, V.STRADDLES, "slope -0.9, on the band's edge")
+  assert(r.describe:find("a/(T+b)", 1, true), "the offset fit is described: " .. r.describe)
+  is(R.C2{T = {24, 32}, eta = {0.1, 0.08}, m = 3}, I, V.PRECONDITION, "two points")
 end)
 
 t.case("C6", function()
@@ -114,32 +61,121 @@ t.case("C6", function()
     for i = 1, n do d[i] = mu + sd * ((i % 2 == 0) and 1 or -1) end
     return d
   end
-  assert(R.C6{diff = diffs(1e-7, 1e-6, 200), md = 0.02, n = 200}.word == S, "agrees to 1e-7")
-  assert(R.C6{diff = diffs(0.01, 1e-4, 200), md = 0.02, n = 200}.word == N, "off by half")
-  assert(R.C6{diff = diffs(0.0002, 0.002, 20), md = 0.02, n = 20}.word == I, "noisy around the band edge")
+  local function c6(d) return R.C6{diff = d, md = 0.02, n_seq = #d, nT = 1, max_dp = 1e-5} end
+  is(c6(diffs(1e-7, 1e-6, 200)), S, nil, "agrees to 1e-7")
+  is(c6(diffs(0.01, 1e-4, 200)), N, nil, "off by half")
+  is(c6(diffs(0.0002, 0.002, 20)), I, V.STRADDLES, "noisy around the band edge")
+end)
+
+-- planted trained models: uniform-lambda KL 0.10, one-step MD 0.04 (learned:
+-- KL <= 0.07), three seeds per group unless said
+local function model(arch, depth, seed, x)
+  local r = {name = ("%s-L%d-all-s%d"):format(arch, depth, seed), arch = arch, depth = depth, loss = "all", seed = seed,
+             kl_avg = 0.045, attn_kl = 0.1, uniform_attn_kl = 0.46, ablate_best = 0.09, ablate_control = 0.046,
+             dist = {md1 = 0.001, md2 = 0.0015, md3 = 0.0016, bayes = 0.002}}
+  for k, v in pairs(x or {}) do r[k] = v end
+  return r
+end
+-- groups: {{arch, depth, fn(seed) -> fields}}
+local function planted(groups, nseeds)
+  local E = {uniform_kl = 0.10, md_kl = 0.04, spread = 0.004, arch = "standard",
+             scale = "our models: 19k-148k parameters x 3.07M training tokens", models = {}}
+  for _, g in ipairs(groups) do
+    for s = 1, nseeds or 3 do E.models[#E.models + 1] = model(g[1], g[2], s, g[3] and g[3](s)) end
+  end
+  return E
+end
+
+t.case("learned-task test", function()
+  t.near(R.learn_threshold{uniform_kl = 0.10, md_kl = 0.04}, 0.07, 1e-12, "halfway from uniform to MD")
+  local E = planted{{"standard", 3, function() return {kl_avg = 0.09} end}}
+  for _, f in ipairs{R.C3, R.C4, R.C5, R.C7} do
+    local r = f(E)
+    is(r, I, V.NOT_LEARNED, r.id .. " when no seed learned")
+    assert(r.ours:find("standard-L3 0/3", 1, true) and r.ours:find("19k-148k parameters", 1, true),
+           r.id .. ": the learned test and the scale are printed: " .. r.ours)
+  end
+end)
+
+t.case("C3", function()
+  local close = function(s) return {attn_kl = 0.05 + 0.01 * s} end
+  local far = function(s) return {attn_kl = 0.45 + 0.001 * s} end
+  local noisy = function(s) return {attn_kl = ({0.1, 0.6, 0.3})[s]} end
+  is(R.C3(planted{{"standard", 3, close}, {"attn-only", 3, close}, {"standard", 2, far}}), S, nil,
+     "every deep group closer; depth 2 not judged")
+  is(R.C3(planted{{"standard", 3, close}, {"attn-only", 3, far}}), N, nil, "one deep group at uniform")
+  is(R.C3(planted{{"standard", 3, noisy}}), I, V.STRADDLES, "straddles 0.9")
+  is(R.C3(planted({{"standard", 3, close}}, 2)), I, V.FEW_SEEDS, "two seeds")
+  is(R.C3(planted{{"standard", 2, close}}), I, V.PRECONDITION, "no group of depth >= 3")
+  -- a deep group that did not learn is described, the learned one judged
+  local r = R.C3(planted{{"standard", 3, close}, {"attn-only", 3, function(s) return {kl_avg = 0.09, attn_kl = 2} end}})
+  assert(r.word == S and r.describe:find("not learned, not judged: attn-only-L3", 1, true), r.describe)
+end)
+
+t.case("C4", function()
+  local good = function(s) return {kl_avg = 0.040 + 0.001 * (s - 2)} end
+  local bad = function(s) return {kl_avg = 0.065 + 0.001 * s} end
+  local wide = function(s) return {kl_avg = ({0.03, 0.068, 0.05})[s]} end
+  local r = R.C4(planted{{"standard", 3, good}, {"standard", 4, good},
+                         {"standard", 2, function() return {kl_avg = 0.2} end}})
+  is(r, S, nil, "every deep group within 50%")
+  assert(r.describe:find("standard-L2", 1, true), "depth 2 described: " .. r.describe)
+  is(R.C4(planted{{"standard", 3, good}, {"standard", 4, bad}}), N, nil, "one group 65% off")
+  is(R.C4(planted{{"standard", 3, good}, {"attn-only", 3, wide}}), I, V.STRADDLES, "one interval straddles")
+  is(R.C4(planted({{"standard", 3, good}}, 1)), I, V.FEW_SEEDS, "one seed")
+end)
+
+t.case("C5", function()
+  -- g = KL(MD1, model) - KL(Bayes, model): -0.001 at depth 2; deeper: nearer Bayes (g up) or not
+  local function d(g, s)
+    return {dist = {md1 = 0.001, md2 = 0.0012, md3 = 0.0013, bayes = 0.001 - g + 1e-4 * (s - 2)}}
+  end
+  local function at(g) return function(s) return d(g, s) end end
+  is(R.C5(planted{{"standard", 2, at(-0.001)}, {"standard", 3, at(0)}, {"standard", 4, at(0.001)}}), S, nil,
+     "deeper nearer Bayes")
+  is(R.C5(planted{{"standard", 2, at(0.001)}, {"standard", 4, at(-0.001)}}), N, nil, "deeper nearer one-step MD")
+  local noisy = function(s) return d(({-0.003, 0.004, 0.001})[s], 0) end
+  is(R.C5(planted{{"standard", 2, at(0)}, {"standard", 4, noisy}}), I, V.STRADDLES, "straddles 0")
+  local E = planted{{"standard", 2, at(-0.001)}, {"standard", 4, at(0.001)}}
+  E.spread = 0.0005
+  local r = R.C5(E)
+  is(r, I, V.PRECONDITION, "models farther from every estimator than the estimators from each other")
+  assert(r.ours:find("0.0005", 1, true), "the spread is printed: " .. r.ours)
+  is(R.C5(planted{{"standard", 3, at(0)}}), I, V.PRECONDITION, "one depth")
+  is(R.C5(planted{{"attn-only", 2, at(0)}, {"attn-only", 4, at(0.001)}}), I, V.NOT_LEARNED,
+     "only the first architecture is judged: none of it here")
 end)
 
 t.case("C7", function()
-  local function g(attn, abl, ctl)
-    return group("x", 3, seeds(function(i)
-      return {attn_kl = attn, uniform_kl = 0.46, kl_avg = 0.05, ablate_best = abl + 0.001 * i, ablate_control = ctl}
-    end))
-  end
-  assert(R.C7{g(0.05, 0.10, 0.05)}.word == S, "gamma head, ablation hurts twice")
-  assert(R.C7{g(0.05, 0.05, 0.05)}.word == N, "gamma head, ablation harmless")
-  local r = R.C7{g(0.9, 0.10, 0.05)}
-  assert(r.word == I and r.ours:find("no group", 1, true), "no gamma-like head: " .. r.ours)
+  local hurt = function(s) return {ablate_best = 0.09 + 0.001 * s, ablate_control = 0.046} end
+  local harmless = function(s) return {ablate_best = 0.046 + 0.0002 * s, ablate_control = 0.046} end
+  local noisy = function(s) return {ablate_best = ({0.046, 0.08, 0.06})[s], ablate_control = 0.046} end
+  local r = R.C7(planted{{"standard", 3, hurt}})
+  is(r, S, nil, "gamma head, zeroing it doubles the KL")
+  assert(r.ours:find("control head zeroed", 1, true), "the control is printed: " .. r.ours)
+  is(R.C7(planted{{"standard", 3, harmless}}), N, nil, "gamma head, zeroing it harmless")
+  is(R.C7(planted{{"standard", 3, noisy}}), I, V.STRADDLES, "straddles 10%")
+  is(R.C7(planted{{"standard", 3, function(s) return {attn_kl = 0.46, ablate_best = 0.09} end}}), I, V.PRECONDITION,
+     "no gamma-like head")
 end)
 
-t.case("report lines and TSV", function()
-  local rows = {R.C1{eta = 0.24, lo = 0.22, hi = 0.27, eta0 = 0.25, n = 256}}
-  local lines = R.lines(rows)
-  local verdicts = require "verdicts"
-  local parsed = verdicts.parse(table.concat(lines, "\n"))
-  assert(#parsed == 1 and #verdicts.problems(parsed) == 0, "a well-formed VERDICT row")
-  assert(lines[2]:find("n 256, seeds 1, 95% interval", 1, true), "n, seeds, interval: " .. lines[2])
-  local tsv = R.tsv(rows)
-  assert(select(2, tsv:gsub("\n", "")) == 2 and tsv:find("^id\tclaim"), "TSV header and one row")
+t.case("the table: M.rows, the report lines, verdicts.tsv", function()
+  local E = planted{{"standard", 2}, {"standard", 3}, {"attn-only", 3}}
+  E.c1 = {eta = 0.24, lo = 0.22, hi = 0.27, eta0 = 0.25, n = 256, nb = 200, T = 4}
+  E.c2 = {T = {24, 32, 48}, eta = {0.08, 0.06, 0.04}, m = 3}
+  E.c6 = {diff = {1e-7, -1e-7, 2e-7}, md = 0.04, n_seq = 3, nT = 1, max_dp = 1e-5}
+  local rows = R.rows(E)
+  local ids = {}
+  for i, r in ipairs(rows) do ids[i] = r.id end
+  assert(table.concat(ids, ",") == "C1,C2,C3,C4,C5,C6,C7", "claim order: " .. table.concat(ids, ","))
+  local lines = V.report_lines(rows, {58, 36, 1})
+  local parsed = V.parse(table.concat(lines, "\n"))
+  assert(#parsed == 7 and #V.problems(parsed) == 0, "well-formed rows: " .. table.concat(V.problems(parsed), "; "))
+  local tsv = V.tsv(rows)
+  assert(select(2, tsv:gsub("\n", "")) == 8 and tsv:find("^id\tclaim\tpaper\tsource\tstatistic"), "TSV header, 7 rows")
+  -- without trained models: C1, C2, C6 only
+  E.models = {}
+  assert(#R.rows(E) == 3, "no models: three rows")
 end)
 
 t.finish("test_mirror_rules")

@@ -439,6 +439,14 @@ int mp_h5_exists(hid_t loc, const char *path, mp_h5_kind *kind) {
     return 1;
 }
 
+mp_status mp_h5_delete(hid_t loc, const char *path) {
+    mp_h5_init();
+    if (!path || mp_h5_is_self(path)) return mp_h5_fail_plain(MP_ERR_ARG, loc, "/", "the root group cannot be deleted");
+    if (!mp_h5_exists(loc, path, NULL)) return mp_h5_fail_plain(MP_ERR_ARG, loc, mp_h5_objname(path), "no such object");
+    if (H5Ldelete(loc, path, H5P_DEFAULT) < 0) return mp_h5_fail(MP_ERR_HDF5, loc, path, "cannot delete");
+    return MP_OK;
+}
+
 void mp_h5_list_free(mp_h5_entry *e, int n) {
     if (!e) return;
     for (int i = 0; i < n; i++) free(e[i].name);

@@ -124,6 +124,10 @@ void mp_h5_list_free(mp_h5_entry *e, int n);
  * kind non-NULL, the kind of the object is stored there. Links that leave the
  * file (external, user-defined) count as missing: they are never followed. */
 int mp_h5_exists(hid_t loc, const char *path, mp_h5_kind *kind);
+/* Removes the link `path` (a dataset, or a group with everything under it) from
+ * a file open for writing. A missing path is MP_ERR_ARG naming it; "/" cannot be
+ * removed. The space is not reclaimed (HDF5 keeps the file's size). */
+mp_status mp_h5_delete(hid_t loc, const char *path);
 /* MP_OK when every link along `path` is a hard link (no soft, external or
  * user-defined link on the way), else MP_ERR_FORMAT naming the object. For
  * readers of untrusted files that read only the objects their schema names. */

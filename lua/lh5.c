@@ -175,6 +175,14 @@ static int m_has(lua_State *L) {
     return 2;
 }
 
+/* f:delete(name): removes a dataset or a group with everything under it */
+static int m_delete(lua_State *L) {
+    lh5 *h = check_writable(L);
+    mp_status st = mp_h5_delete(h->f, luaL_checkstring(L, 2));
+    if (st != MP_OK) return mp_lua_fail(L, st);
+    return 0;
+}
+
 /* f:write(name, tensor_or_table [, {compress = N, int32 = true}]); int32: stored
  * as int32, every value an integer in int32's range (else an error, nothing written) */
 static int m_write(lua_State *L) {
@@ -283,6 +291,7 @@ void mp_lua_open_h5(lua_State *L) {
     static const luaL_Reg methods[] = {
         {"read", m_read},       {"read_int", m_read_int}, {"shape", m_shape}, {"attrs", m_attrs},
         {"list", m_list},       {"has", m_has},           {"write", m_write}, {"set_attr", m_set_attr},
+        {"delete", m_delete},
         {"close", m_close},     {NULL, NULL},
     };
     static const luaL_Reg meta[] = {

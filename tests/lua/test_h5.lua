@@ -136,5 +136,22 @@ check("read an h5py-written run file", function()
   assert(math.abs(logits:sum() - s) <= 1e-9 * math.max(1, math.abs(s)), "sum")
 end)
 
+t.case("delete: a group with what is under it, a dataset; errors name the object", function()
+  local path = dir .. "/delete.h5"
+  do
+    local f <close> = mp.h5.open(path, "w")
+    f:write("g/x", {1, 2}); f:write("g/sub/y", {3}); f:write("keep", {4, 5, 6}); f:set_attr("g", "note", "hi")
+    f:delete("g")
+    assert(not f:has("g") and not f:has("g/sub/y"), "the group and everything under it are gone")
+    f:write("g/x", {7})                                   -- the name can be used again
+    f:delete("keep")
+    t.expect_error(function() f:delete("keep") end, "keep: no such object", "deleting twice")
+    t.expect_error(function() f:delete("/") end, "the root group cannot be deleted", "the root")
+  end
+  local f <close> = mp.h5.open(path, "r")
+  assert(f:read("g/x"):tolist()[1] == 7 and not f:has("keep") and f:attrs("g").note == nil, "as written after the deletes")
+  t.expect_error(function() f:delete("g") end, "opened read-only", "a read-only file")
+end)
+
 os.execute("rm -rf " .. dir)
 t.finish("test_h5")

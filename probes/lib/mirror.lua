@@ -616,7 +616,7 @@ end
 -- The verdict section's header and the claim/paper widths of its rows
 local SECTION = "-- Verdicts (the verdict engine, probes/lib/verdicts.lua: VERDICT id | claim | paper | ours | word | "
   .. "reason; RULE and DESCRIBE lines; trained-model rows: models trained on all tokens, one value per seed)"
-local WIDTHS = {58, 36, 1}   -- (a width of 0 makes "%-0s", which string.format refuses)
+local WIDTHS = {58, 36, 1}
 
 -- The verdict rows of the run file at path (the one source of the verdicts:
 -- the run and --rejudge both build them here, from the file alone)
@@ -635,46 +635,13 @@ function M.verdict_lines(rows)
   return r.lines
 end
 
--- the lines of report text with its verdict section replaced by new_lines
--- (nil when it has none); an older report's section (VERDICT rows each with
--- an "   n ..., rule: ..." line) is replaced too
-local function replace_section(text, new_lines)
-  local lines = {}
-  for line in text:gmatch("([^\n]*)\n") do lines[#lines + 1] = line end
-  local out, k = {}, 1
-  while k <= #lines and not lines[k]:match("^%-%- Verdicts") do out[#out + 1] = lines[k]; k = k + 1 end
-  if k > #lines then return nil end
-  k = k + 1
-  while k <= #lines and (lines[k]:match("^VERDICT ") or lines[k]:match("^RULE ") or lines[k]:match("^DESCRIBE ")
-                         or lines[k]:match("^   n %d+, seeds %d+, 95%% interval")) do
-    k = k + 1
-  end
-  for _, line in ipairs(new_lines) do out[#out + 1] = line end
-  for j = k, #lines do out[#out + 1] = lines[j] end
-  return table.concat(out, "\n") .. "\n"
+-- the report's text with its verdict section replaced by the rows (nil when
+-- it has none); an older report's section (VERDICT rows each with an
+-- "   n ..., rule: ..." line) is replaced too
+local function replace_section(text, rows)
+  return require("verdicts").replace_section(text, require("verdicts").report_lines(rows, WIDTHS), "^%-%- Verdicts")
 end
 M.replace_section = replace_section
-
--- Copies everything of the open file src but /verdicts into dst (datasets are
--- float32, so exactly; attributes with their types)
-local function copy_tree(src, dst, g)
-  for _, name in ipairs(src:list(g)) do
-    local p = (g == "/" and "" or (g .. "/")) .. name
-    if p ~= "verdicts" then
-      local _, kind = src:has(p)
-      if kind == "group" then
-        copy_tree(src, dst, p)
-      elseif kind == "dataset" then
-        dst:write(p, src:read(p))
-        for k, v in pairs(src:attrs(p)) do dst:set_attr(p, k, v) end
-      end
-    end
-  end
-  local a = src:attrs(g)   -- a group's attributes once it exists in dst (an empty group's are lost)
-  if next(a) and (g == "/" or dst:has(g)) then
-    for k, v in pairs(a) do dst:set_attr(g, k, v) end
-  end
-end
 
 local function pending_text(path, text)
   local out = mp.output(path)
@@ -702,14 +669,12 @@ function M.rejudge(dir)
   local rf = io.open(report_path, "r")
   if rf then
     local text = rf:read("a"); rf:close()
-    report_text = replace_section(text, M.verdict_lines(rows))
+    report_text = replace_section(text, rows)
     if not report_text then io.stderr:write(("%s has no verdict section: left as it is\n"):format(report_path)) end
   end
-  local h5 <close> = mp.output(path)
+  local h5 <close> = V.copy_run_file(path)      -- a copy without /verdicts, renamed below
   do
-    local src <close> = mp.h5.open(path, "r")
-    local dst <close> = mp.h5.open(h5.tmp, "w")
-    copy_tree(src, dst, "/")
+    local dst <close> = mp.h5.open(h5.tmp, "r+")
     V.write_h5(dst, rows)
   end
   local tsv <close> = pending_text(dir .. "/verdicts.tsv", V.tsv(rows))

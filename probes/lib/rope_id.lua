@@ -1289,31 +1289,6 @@ local function copy_group(src, dst, g)
   for k, v in pairs(src:attrs(g)) do dst:set_attr(g, k, v) end
 end
 
--- A copy of the run file at path as a new file tmp, without its /verdicts
--- (rewritten whole by the caller: a row's datasets change with its seeds, and
--- a run file of the rules before the engine has one dataset per row there).
--- Returns tmp open for writing.
-local function copy_without_verdicts(path, tmp)
-  local src <close> = mp.h5.open(path, "r")
-  local dst = mp.h5.open(tmp, "w")
-  local ok, err = pcall(function()
-    for _, name in ipairs(src:list("/")) do
-      if name ~= "verdicts" then
-        local _, kind = src:has(name)
-        if kind == "group" then
-          copy_group(src, dst, name)
-        elseif kind == "dataset" then
-          dst:write(name, src:read(name))
-          for k, v in pairs(src:attrs(name)) do dst:set_attr(name, k, v) end
-        end
-      end
-    end
-    for k, v in pairs(src:attrs("/")) do dst:set_attr("/", k, v) end
-  end)
-  if not ok then dst:close(); os.remove(tmp); error(err, 0) end
-  return dst
-end
-
 -- Re-judges a finished run from DIR/rope_id.h5 alone (every number behind the
 -- verdicts is stored there): rebuilds, per seed, what judge() reads (prefix
 -- statistics, the window statistics' sink summary, losses, accuracies and the
@@ -1323,17 +1298,17 @@ end
 -- Returns the rows. Training, evaluation and geometry are not repeated.
 function M.rejudge(dir)
   local path = dir .. "/rope_id.h5"
-  local tmp = path .. ".rejudge.tmp"
   local V, runs
   do
     local f <close> = mp.h5.open(path, "r")
     V, runs = judge_file(f, path)
   end
-  local f = copy_without_verdicts(path, tmp)
-  local ok, err = pcall(Vx.write_h5, f, V)
-  f:close()
-  if not ok then os.remove(tmp); error(err, 0) end
-  assert(os.rename(tmp, path))
+  local out <close> = Vx.copy_run_file(path)   -- without /verdicts (rewritten whole: a row's datasets change
+  do                                          -- with its seeds); it replaces the run file when complete
+    local f <close> = mp.h5.open(out.tmp, "r+")
+    Vx.write_h5(f, V)
+  end
+  out:commit()
   require("cli").write_text(dir .. "/verdicts.tsv", Vx.tsv(V))
   local lines = read_lines(dir .. "/report.txt")
   local out = lines and replace_verdicts(lines, V, #runs)
@@ -1351,8 +1326,8 @@ end
 -- it only when everything is written. Returns the rows and the seeds.
 function M.merge(dir, other)
   local path, opath = dir .. "/rope_id.h5", other .. "/rope_id.h5"
-  local tmp = path .. ".merge.tmp"
-  local function fail(fmt, ...) os.remove(tmp); error(fmt:format(...), 0) end
+  local out                                   -- the copy that takes the run file's place
+  local function fail(fmt, ...) if out then out:abort() end; error(fmt:format(...), 0) end
   local src <close> = mp.h5.open(opath, "r")
   local b = src:attrs("/")
   if b.format ~= "mechprobe.rope_id" then fail("%s: not a rope_id run file (format %s)", opath, tostring(b.format)) end
@@ -1378,8 +1353,11 @@ function M.merge(dir, other)
     end
   end
   -- the copy that takes the run file's place (its verdicts are judged anew)
-  local okc, f = pcall(copy_without_verdicts, path, tmp)
-  if not okc then fail("--merge: %s: cannot write (%s)", tmp, tostring(f)) end
+  local okc, o = pcall(Vx.copy_run_file, path)
+  if not okc then fail("--merge: %s", tostring(o)) end
+  out = o
+  local tmp = out.tmp
+  local f = mp.h5.open(tmp, "r+")
   local r = report.new()
   r.root = false
   local ok, runs, V = pcall(function()
@@ -1446,7 +1424,7 @@ function M.merge(dir, other)
     local out = replace_verdicts(mine, V, #runs)
     text = out and table.concat(out, "\n") .. "\n"
   end
-  assert(os.rename(tmp, path))
+  out:commit()
   require("cli").write_text(dir .. "/verdicts.tsv", tsv)
   if text then require("cli").write_text(dir .. "/report.txt", text) end
   return V, runs[1].seeds

@@ -344,50 +344,17 @@ function M.verdict_lines(rows)
   return lines
 end
 
--- The report's text with its verdict section (the line "-- verdicts" up to the
--- next blank line or "files:" line) replaced by the rows; nil when it has none.
+-- The report's text with its verdict section (after the line "-- verdicts")
+-- replaced by the rows; nil when it has none.
 function M.replace_verdicts(text, rows)
-  if text:sub(-1) ~= "\n" then text = text .. "\n" end
-  local lines = {}
-  for line in text:gmatch("([^\n]*)\n") do lines[#lines + 1] = line end
-  local k = 1
-  while k <= #lines and lines[k] ~= "-- verdicts" do k = k + 1 end
-  if k > #lines then return nil end
-  local j = k + 1
-  while j <= #lines and lines[j] ~= "" and not lines[j]:match("^files:") do j = j + 1 end
-  local out = {}
-  for i = 1, k - 1 do out[#out + 1] = lines[i] end
-  for _, l in ipairs(M.verdict_lines(rows)) do out[#out + 1] = l end
-  for i = j, #lines do out[#out + 1] = lines[i] end
-  return table.concat(out, "\n") .. "\n"
-end
-
--- Copies group g of the H5 handle src into dst, leaving out the top-level
--- names in skip. Datasets are float32 (read and written exactly) but for the
--- int32 ones (step, sink_heads).
-local INT32 = {step = true, sink_heads = true}
-local function copy_group(src, dst, g, skip)
-  for _, name in ipairs(src:list(g)) do
-    local p = g == "/" and name or (g .. "/" .. name)
-    if not (g == "/" and skip[name]) then
-      local _, kind = src:has(p)
-      if kind == "group" then
-        copy_group(src, dst, p, skip)
-      elseif kind == "dataset" then
-        dst:write(p, src:read(p), INT32[name] and {int32 = true} or nil)
-        for k, v in pairs(src:attrs(p)) do dst:set_attr(p, k, v) end
-      end
-    end
-  end
-  local A = src:attrs(g)
-  if next(A) and (g == "/" or dst:has(g)) then for k, v in pairs(A) do dst:set_attr(g, k, v) end end
+  return V.replace_section(text, V.report_lines(rows, M.WIDTHS), "^%-%- verdicts$")
 end
 
 -- Re-judges the finished run in DIR from DIR/sinks_train.h5 alone: rewrites
 -- the file's /verdicts, DIR/verdicts.tsv and the verdict section of
 -- DIR/report.txt (when there is a report.txt; one without a verdict section is
 -- an error). Everything is computed and checked before anything is replaced;
--- the run file is rebuilt (without its old /verdicts) under a temporary name
+-- the run file is copied (without its old /verdicts) under a temporary name
 -- and renamed over the old one, the texts are written the same way. Returns
 -- the rows and whether the report was rewritten.
 function M.rejudge(dir)
@@ -406,13 +373,8 @@ function M.rejudge(dir)
     src:close()
     error(("%s: no '-- verdicts' section to rewrite"):format(rpath), 0)
   end
-  local out <close> = mp.output(path)                -- removed unless committed
-  do
-    local dst <close> = mp.h5.open(out.tmp, "w")
-    copy_group(src, dst, "/", {verdicts = true})
-    dst:close()
-  end
   src:close()
+  local out <close> = V.copy_run_file(path)          -- without /verdicts; removed unless committed
   local rows = M.judge_file(out.tmp, path)
   local tsv, report_text = V.tsv(rows), text and M.replace_verdicts(text, rows)
   out:commit()

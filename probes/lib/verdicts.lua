@@ -324,6 +324,59 @@ function M.write_h5(f, rows, group)
   end
 end
 
+-- ---------------------------------------------------------------- re-judging
+
+-- An Output (mp.output) holding a byte copy of the run file at path with its
+-- /<group> (default "verdicts") removed, ready for the new rows: the caller
+-- judges from out.tmp, writes the rows (M.write_h5) and commits; an error
+-- before the commit leaves the run file as it was. Errors name the file.
+function M.copy_run_file(path, group)
+  group = group or "verdicts"
+  local fi = io.open(path, "rb")
+  if not fi then error(("%s: no such run file"):format(path), 0) end
+  local data = fi:read("a")
+  fi:close()
+  local out = mp.output(path)
+  local fo = io.open(out.tmp, "wb")
+  if not (fo and fo:write(data) and fo:close()) then
+    out:abort()
+    error(("%s: cannot write a copy of the run file"):format(out.tmp), 0)
+  end
+  local ok, err = pcall(function()
+    local f <close> = mp.h5.open(out.tmp, "r+")
+    if f:has(group) then f:delete(group) end
+  end)
+  if not ok then
+    out:abort()
+    error(("%s: %s"):format(path, tostring(err)), 0)
+  end
+  return out
+end
+
+-- The text with its verdict section replaced by lines: the lines from the
+-- first one that matches `first` (a Lua pattern) through the last line of
+-- the VERDICT/RULE/DESCRIBE block after it (and lines indented by three
+-- spaces, as older reports continued a row); nil when there is no such section.
+-- Lines between the header and the first VERDICT line are kept.
+function M.replace_section(text, lines, first)
+  local all = {}
+  for l in (text .. (text:sub(-1) == "\n" and "" or "\n")):gmatch("(.-)\n") do all[#all + 1] = l end
+  local k
+  for i, l in ipairs(all) do if l:match(first) then k = i; break end end
+  if not k then return nil end
+  local a = k + 1
+  while a <= #all and not all[a]:match("^VERDICT ") do a = a + 1 end
+  if a > #all then return nil end
+  local b = a
+  while b + 1 <= #all and (all[b + 1]:match("^VERDICT ") or all[b + 1]:match("^RULE ")
+                          or all[b + 1]:match("^DESCRIBE ") or all[b + 1]:match("^   %S")) do b = b + 1 end
+  local out = {}
+  for i = 1, a - 1 do out[#out + 1] = all[i] end
+  for _, l in ipairs(lines) do out[#out + 1] = l end
+  for i = b + 1, #all do out[#out + 1] = all[i] end
+  return table.concat(out, "\n") .. "\n"
+end
+
 -- ---------------------------------------------------------------- reading back
 
 -- The VERDICT rows of a printed report: {id, claim, paper, ours, word[, reason], line =}.

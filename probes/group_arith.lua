@@ -5,6 +5,8 @@
 --   mechprobe group_arith [--quick | --medium | --preset P] --out DIR   (train, then test)
 --   mechprobe group_arith --seeds 1,2,3 --out DIR                      (one run per seed, pooled verdicts)
 --   mechprobe group_arith --model DIR/model.h5 --out DIR2              (test a trained model)
+--   mechprobe group_arith --control --out DIR     (the untrained control of a run made before it existed)
+--   mechprobe group_arith --rejudge --out DIR     (the current rules on a finished run, from its run files)
 --
 -- Trains a small transformer on sequences of facts "a b = c" whose symbols
 -- are re-assigned to group elements in every sequence (checkpoints along the
@@ -20,9 +22,14 @@
 --      last layer's attention output
 --   6. closure and cancellation: linear probes on the residual stream by layer
 --   7. phases: accuracy per skill at each checkpoint, and the order of crossing 90%
--- Writes DIR/group_arith.h5 (every number and every evaluation item), figures,
--- DIR/verdicts.tsv, and prints the verdict table (claim | rule | paper | ours
--- | n | seeds | verdict).
+-- Writes DIR/group_arith.h5 (every number, every evaluation item, and the
+-- untrained step-0 model's answers to the same items under /control/untrained),
+-- figures, DIR/verdicts.tsv and DIR/report.txt, and prints the report. The
+-- verdicts are built from the run files alone (group_arith_report.judge_dir,
+-- the same function --rejudge calls): one value per seed, a 95% t-interval over
+-- the seeds (verdicts.lua); a one-seed run's rows say "too few seeds". With
+-- --seeds, DIR/seed_S/group_arith.h5 per seed and DIR/group_arith.h5 holds the
+-- pooled /verdicts only.
 -- Sizes: --quick about a minute (a tiny model that does not learn the task:
 -- the pipeline), --medium about 10 minutes, the default (full) the recipe sized
 -- for copying (73M tokens a seed, about 25-30 minutes a seed on a quiet 2-core
@@ -30,6 +37,7 @@
 local cli = require "cli"
 local ga = require "group_arith"
 local report = require "group_arith_report"
+local textreport = require "report"
 
 local o = cli.parse(arg, {
   name = "group_arith",
@@ -51,12 +59,38 @@ local o = cli.parse(arg, {
   {"train_k", "N", "facts in a training sequence (default: by size; evaluation at k past it is a length test)", type = "int"},
   {"n_eval", "N", "sequences per accuracy cell (default: by size); the other experiments' samples scale with it", type = "int"},
   {"seed", "N", "seed of the model, the data and the bootstrap", default = 1, type = "int"},
-  {"seeds", "LIST", "several runs, one per seed (e.g. 1,2,3) into DIR/seed_S, spread over the ranks under mpirun; then the verdicts by seed"},
+  {"seeds", "LIST", "several runs, one per seed (e.g. 1,2,3) into DIR/seed_S, spread over the ranks under mpirun; then the verdicts over the seeds (one value per seed)"},
   {"eval_groups", "WHICH", "groups of the mechanism experiments (patching, ablation, identity, probes, phases): training (the paper's) or held-out; accuracy is always measured on both", default = "training"},
   {"format", "EXT", "figure format: png, svg or pdf", default = "png"},
   cli.TRAIN_DEVICE_OPT,
+  {"control", nil, "compute the untrained control of the finished run in --out (each seed's checkpoints/step_000000.h5 "
+    .. "on its run file's /eval items, into /control/untrained) where a run file lacks it; nothing is trained"},
+  {"rejudge", nil, "apply the current verdict rules to the finished run in --out from its run files alone "
+    .. "(DIR/seed_S/group_arith.h5, or DIR/group_arith.h5 for one seed): rewrites verdicts.tsv, /verdicts and "
+    .. "report.txt's verdict section"},
   {"out", "DIR", "output folder", required = true},
 })
+if o.control or o.rejudge then
+  for _, key in ipairs{"quick", "medium", "preset", "model", "seeds", "steps"} do
+    if o[key] then cli.fail("group_arith", ("--%s trains or tests a model: it goes with neither --control nor --rejudge")
+      :format(key)) end
+  end
+  local fh = io.open(o.out, "r")
+  if not fh then cli.fail("group_arith", ("--out %s: no such folder"):format(o.out)) end
+  fh:close()
+  if o.control then
+    local ok, msgs = pcall(report.control_dir, o.out, o)
+    if not ok then cli.fail("group_arith", "--control: " .. tostring(msgs)) end
+    for _, m in ipairs(msgs) do print(m) end
+  end
+  if o.rejudge then
+    local ok, rows, section = pcall(report.rejudge, o.out)
+    if not ok then cli.fail("group_arith", "--rejudge: " .. tostring(rows)) end
+    print(table.concat(section, "\n"))
+    print(("verdicts: %s/verdicts.tsv, %s/group_arith.h5 /verdicts, %s/report.txt"):format(o.out, o.out, o.out))
+  end
+  return
+end
 if (o.quick and 1 or 0) + (o.medium and 1 or 0) + (o.preset and 1 or 0) > 1 then
   io.stderr:write("mechprobe group_arith: give at most one of --quick, --medium and --preset\n")
   os.exit(2)
@@ -211,9 +245,10 @@ local function run_one(o, say)
 
   local h5 = o.out .. "/group_arith.h5"
   report.write_h5(h5, o, R)
+  local step0                                      -- the untrained control: the same seed's step-0 checkpoint
+  for _, c in ipairs(R.train.checkpoints or {}) do if c.step == 0 then step0 = c.path end end
+  report.untrained_control(h5, step0, o, "no step-0 checkpoint next to the given model")
   local figs = report.figures(o, R)
-  local S = report.stats(o, R)
-  local rows = report.verdicts(S, o.boot)
 
   say(("group_arith (%s): d_model=%d n_layer=%d n_head=%d, %d training steps%s; mechanism experiments on %s groups"):format(
     o.mode, o.d_model, o.n_layer, o.n_head, o.steps,
@@ -226,21 +261,32 @@ local function run_one(o, say)
   end
   say(("self-patching check (a head patched with its own clean output): max |logit change| = %g"):format(
     R.copying.self_patch_diff))
-  report.print_verdicts(rows, o.out .. "/verdicts.tsv", say)
   say("results: " .. h5)
-  say("verdicts: " .. o.out .. "/verdicts.tsv")
   for _, p in ipairs(figs) do say("figure: " .. p) end
   say(("took %d s"):format(os.time() - o.t0))
-  return rows, S
 end
 
-if not o.seeds then
-  mp.mpi.sweep({o.seed}, function() run_one(o, print) end)   -- under mpirun: one run, on rank 0 alone
+-- The verdict section, judged from the run files in o.out alone (as --rejudge
+-- does), into the report r; then r is saved as DIR/report.txt.
+local function finish(r, seeds)
+  local _, section = report.judge_dir(o.out, seeds)
+  for _, line in ipairs(section) do r:out(line) end
+  r:out("verdicts: " .. o.out .. "/verdicts.tsv")
+  r:out(("verdicts in HDF5: %s/group_arith.h5 (/verdicts)"):format(o.out))
+  r:save(o.out .. "/report.txt")
+end
+
+if not o.seeds then   -- under mpirun: one run, on rank 0 alone
+  mp.mpi.sweep({o.seed}, function()
+    local r = textreport.new()
+    run_one(o, function(line) r:out(line) end)
+    finish(r)
+  end)
   return
 end
 -- several seeds: independent runs, spread over the ranks (mp.mpi.sweep); rank 0
--- prints each run's report in seed order, then the verdicts of all seeds pooled
--- (per-item data concatenated) and each seed's verdict side by side
+-- prints each run's report in seed order, then the verdicts over the seeds,
+-- judged from DIR/seed_S/group_arith.h5
 local seeds = seed_list
 local runs = mp.mpi.sweep(seeds, function(seed)
   local oo = {}
@@ -248,33 +294,13 @@ local runs = mp.mpi.sweep(seeds, function(seed)
   oo.seed, oo.out, oo.t0 = seed, ("%s/seed_%d"):format(o.out, seed), os.time()
   mp.mkdir(oo.out)
   local lines = {}
-  local rows, S = run_one(oo, function(line) lines[#lines + 1] = line end)
-  return {lines = lines, rows = rows, stats = S}
+  run_one(oo, function(line) lines[#lines + 1] = line end)
+  return {lines = lines}
 end)
 if not runs then return end
-local all = {}
+local r = textreport.new()
 for i, seed in ipairs(seeds) do
-  print(("== seed %d (%s/seed_%d)"):format(seed, o.out, seed))
-  print(table.concat(runs[i].lines, "\n"))
-  all[i] = runs[i].stats
+  r:out(("== seed %d (%s/seed_%d)"):format(seed, o.out, seed))
+  for _, line in ipairs(runs[i].lines) do r:out(line) end
 end
-local pooled = report.verdicts(report.merge(all), o.boot)
-report.print_verdicts(pooled, o.out .. "/verdicts.tsv", print, ("VERDICTS (seeds %s pooled)"):format(table.concat(seeds, ",")))
-local tsv = {"claim\tpooled"}
-for _, seed in ipairs(seeds) do tsv[#tsv + 1] = ("\tseed %d\tseed %d ours"):format(seed, seed) end
-tsv[#tsv + 1] = "\n"
-print("VERDICTS BY SEED")
-for j, r in ipairs(pooled) do
-  local cells, tcells = {}, {}
-  for i = 1, #seeds do
-    cells[i] = runs[i].rows[j].verdict
-    tcells[#tcells + 1] = runs[i].rows[j].verdict
-    tcells[#tcells + 1] = runs[i].rows[j].ours
-  end
-  print(("%s | pooled %s | %s"):format(r.claim, r.verdict, table.concat(cells, " | ")))
-  tsv[#tsv + 1] = r.claim .. "\t" .. r.verdict .. "\t" .. table.concat(tcells, "\t") .. "\n"
-end
-print("END VERDICTS BY SEED")
-cli.write_text(o.out .. "/verdicts_by_seed.tsv", table.concat(tsv))
-print("verdicts (pooled): " .. o.out .. "/verdicts.tsv")
-print("verdicts by seed: " .. o.out .. "/verdicts_by_seed.tsv")
+finish(r, seeds)

@@ -1,19 +1,22 @@
 -- group_arith_report.lua (library) — the output of `mechprobe group_arith`:
 -- every number into DIR/group_arith.h5 (with every evaluation item under
--- /eval, so that anyone can re-check it), the figures (accuracy bars, patching
--- heatmaps, phase curves, PCA scatter, probe accuracy by layer), and the
--- verdict table (DIR/verdicts.tsv and on stdout) comparing each claim of the
--- paper with ours: SUPPORTED / NOT SUPPORTED / INCONCLUSIVE by a stated rule
--- on 95% intervals, with n and the seeds.
+-- /eval, so that anyone can re-check it, and the untrained model's answers to
+-- the same items under /control/untrained), the figures (accuracy bars,
+-- patching heatmaps, phase curves, PCA scatter, probe accuracy by layer), and
+-- the verdicts, built from the run files alone by the one verdict engine
+-- (verdicts.lua): one value per seed, a 95% t-interval over the seeds, each
+-- row's learned-task test (the skill above the untrained model by a margin in
+-- every seed) and premise first.
 --
 --   local report = require "group_arith_report"
 --   report.write_h5(path, o, R)       -- R = {train=, accuracy=, coverage=, copying=, identity=, probes=, phases=}
+--   report.untrained_control(path, ckpt [, o])  -- the step-0 checkpoint on the file's /eval items, into the file
 --   local figs = report.figures(o, R)
---   local S = report.stats(o, R)      -- the per-item data the verdicts use
---   local rows = report.verdicts(S [, boot]) -- S of one run, or report.merge{S1, S2, ...} over seeds
---   report.print_verdicts(rows, path [, out])   -- out: the print function (default print)
---   report.parse_verdicts(text)       -- the inverse of the printed table (tests use it)
---   report.rule_*(...)                -- each rule on its own (tests plant inputs)
+--   local E = report.load(path)       -- what the verdicts read, from one seed's run file
+--   local rows = report.judge{E1, E2, ...}      -- verdicts.judge rows C1, C2, ... over the seeds
+--   local rows, section = report.judge_dir(dir [, seeds])   -- the run's files -> verdicts.tsv, /verdicts
+--   report.rejudge(dir)               -- the same, and the verdict section of DIR/report.txt
+local V = require "verdicts"
 local ga = require "group_arith"
 local paper = require "group_arith_paper"
 local M = {}
@@ -310,547 +313,766 @@ function M.figures(o, R)
   return figs
 end
 
--- ---------------------------------------------------------------- verdicts
+-- ---------------------------------------------------------------- the untrained control
 
--- ---------------------------------------------------------------- statistics
-
-M.SUP, M.NOT, M.INC = "SUPPORTED", "NOT SUPPORTED", "INCONCLUSIVE"
-M.BOOT = 2000
-
-local function mean(t)
-  local s = 0
-  for _, v in ipairs(t) do s = s + v end
-  return #t > 0 and s / #t or 0 / 0
+-- The untrained model's answers to the run's own evaluation items: the step-0
+-- checkpoint of the same seed (ckpt) run on every /eval/<population>/<dist>_k<K>
+-- tokens of the run file at path, by the same code as the trained model
+-- (ga.final_logits, argmax at the final '='). Written into the run file as
+--   /control/untrained/<population>/<dist>_k<K>/predicted [n] int32
+--   /control/untrained/accuracy/<population>/acc [k, distribution] float32
+-- and /control/untrained/available = 1, with attributes checkpoint (the path
+-- as given, relative to the run file's folder when it lies under it), step 0,
+-- absent "". ckpt = nil records why there is no control instead (available =
+-- 0, attribute absent); the learned-task tests then fail and say so. The file
+-- is rewritten atomically (a copy, then a rename).
+local function copy_file(src, dst)
+  local i = assert(io.open(src, "rb"))
+  local o = assert(io.open(dst, "wb"))
+  while true do
+    local b = i:read(1 << 20)
+    if not b then break end
+    assert(o:write(b))
+  end
+  i:close()
+  assert(o:close())
 end
 
--- Percentile bootstrap 95% interval of f(means of the lists), each list
--- resampled on its own (lists of paired values are given as one list of
--- differences). Returns estimate, lo, hi.
-function M.boot(lists, f, B, seed)
-  f = f or function(m) return m[1] end
-  B = B or M.BOOT
-  local rng = paper.rng(seed or 17)
-  local means = {}
-  for i, l in ipairs(lists) do means[i] = mean(l) end
-  local est = f(means)
-  for _, l in ipairs(lists) do if #l == 0 then return est, 0 / 0, 0 / 0 end end
-  local vals = {}
-  for r = 1, B do
-    local m = {}
-    for i, l in ipairs(lists) do
-      local s, n = 0, #l
-      for _ = 1, n do s = s + l[rng(n)] end
-      m[i] = s / n
+-- Runs fn(f) on the HDF5 file at path opened "r+", atomically: on a copy that
+-- is renamed over path only when fn returns.
+local function rewrite_h5(path, fn)
+  local out <close> = mp.output(path)
+  copy_file(path, out.tmp)
+  local f = mp.h5.open(out.tmp, "r+")
+  local ok, err = pcall(fn, f)
+  f:close()
+  if not ok then error(err, 0) end
+  out:commit()
+end
+
+local function run_dir(path) return path:match("^(.*)/[^/]*$") or "." end
+
+function M.untrained_control(path, ckpt, o, absent)
+  local f = mp.h5.open(path)
+  local k_list = f:read("meta/k_list"):totable()
+  local pred, acc = {}, {}
+  if ckpt then
+    local m = mp.load(ckpt, {device = o and o.device or "cpu"})
+    for _, pop in ipairs(ga.POPULATIONS) do
+      pred[pop], acc[pop] = {}, mp.zeros{#k_list, #ga.DISTS}
+      for ki, k in ipairs(k_list) do
+        for di, d in ipairs(ga.DISTS) do
+          local base = ("eval/%s/%s_k%d/"):format(pop, d, k)
+          if not f:has(base .. "tokens") then
+            m:close(); f:close()
+            error(("%s: no %stokens (not a complete group_arith run file)"):format(path, base), 0)
+          end
+          local tokens = mp.tensor(f:read_int(base .. "tokens"))
+          local target = f:read_int(base .. "target")
+          local rows, p, right = ga.final_logits(m, tokens), mp.zeros{#target}, 0
+          for b, row in ipairs(rows) do
+            local a = ga.argmax(row)
+            p:set(a, b)
+            if a == target[b] then right = right + 1 end
+          end
+          pred[pop][base] = p
+          acc[pop]:set(right / #target, ki, di)
+        end
+      end
     end
-    vals[r] = f(m)
+    m:close()
   end
-  table.sort(vals)
-  return est, vals[math.max(1, math.floor(0.025 * B + 0.5))], vals[math.min(B, math.floor(0.975 * B + 0.5))]
-end
-
--- Normal-approximation 95% interval of a proportion p measured on n items.
-local function prop_ci(p, n)
-  if n <= 0 or p ~= p then return 0 / 0, 0 / 0 end
-  local h = 1.96 * math.sqrt(math.max(p * (1 - p), 0.25 / n) / n)
-  return math.max(0, p - h), math.min(1, p + h)
-end
-
-local function pct(x) return x == x and ("%.1f%%"):format(100 * x) or "n/a" end
-local function ci_pct(e, lo, hi) return ("%s [%s, %s]"):format(pct(e), pct(lo), pct(hi)) end
-local function ci_num(e, lo, hi) return ("%+.2f [%+.2f, %+.2f]"):format(e, lo, hi) end
-
--- ---------------------------------------------------------------- preconditions
--- The project's rule: a row is INCONCLUSIVE when the claim's precondition is
--- absent (or not established) or when its interval straddles the threshold.
--- Each rule below checks its precondition first, from its own arguments, and
--- says which one failed in its text.
-
--- "The model has the skill": its accuracy interval's low end >= 50%, above
--- the chance 1/|G| of every training group (at most 1/3, C3) and about three
--- times their mean (17%). A model below this does not do what the mechanism
--- rows explain, so they have nothing to test.
-M.SOLVED = 0.5
--- "A copying head exists": the head's exact-copy IE interval low end >= 0.1.
-M.HEAD_FLOOR = 0.1
-
--- Precondition "solved": ok, text.
-function M.pre_solved(items, what, boot, seed)
-  local e, lo, hi = M.boot({items}, nil, boot, seed)
-  return lo >= M.SOLVED, ("%s %s"):format(what, ci_pct(e, lo, hi))
-end
-
--- Precondition "a copying head exists": ok, text.
-function M.pre_head(ie, boot, seed)
-  local e, lo, hi = M.boot({ie}, nil, boot, seed)
-  return lo >= M.HEAD_FLOOR, ("top head exact-copy IE %s"):format(ci_num(e, lo, hi))
-end
-
-local function absent(why, text)
-  return M.INC, ("precondition not met (%s): %s"):format(text, why)
-end
-
--- ---------------------------------------------------------------- rules
--- Each rule returns verdict, text (our numbers with their intervals).
-
--- "Reaches at least x": SUPPORTED when the interval's lower end is >= x, NOT
--- SUPPORTED when its upper end is below x, else INCONCLUSIVE. Precondition:
--- none (an accuracy row measures the skill itself).
-function M.rule_at_least(items, x, boot, seed)
-  local e, lo, hi = M.boot({items}, nil, boot, seed)
-  local v = lo >= x and M.SUP or hi < x and M.NOT or M.INC
-  return v, ci_pct(e, lo, hi)
-end
-
--- Generalisation to held-out groups: their accuracy reaches x. Precondition:
--- the model solves the training families (train_items: natural queries on
--- them, "solved"); a model that has not learned the task has nothing to
--- generalise, and its low held-out accuracy says nothing about generalising.
-function M.rule_held_out(items, train_items, x, boot, seed)
-  local ok, pre = M.pre_solved(train_items, "training families", boot, (seed or 17) + 50)
-  if not ok then return absent("the model does not solve the training families", pre) end
-  local v, t = M.rule_at_least(items, x, boot, seed)
-  return v, t .. "; " .. pre
-end
-
--- Associativity is the hardest distribution: associate above chance (its
--- interval above the mean chance 1/|G| of its items) and every other
--- distribution above associate (the interval of each difference above 0).
--- NOT SUPPORTED when associate's interval lies at or below chance or some
--- other distribution's difference lies below 0. Precondition: copy, commute,
--- identity and cancel are each learned at all (interval low end above
--- chance): the claim orders difficulties, and skills that all sit at the
--- floor have no order to compare.
-function M.rule_hardest(acc, chance, boot, seed)
-  local ch = mean(chance)
-  local below = {}
-  for i, d in ipairs{"copy", "commute", "identity", "cancel"} do
-    local e, lo, hi = M.boot({acc[d]}, nil, boot, (seed or 17) + 10 + i)
-    if not (lo > ch) then below[#below + 1] = ("%s %s"):format(d, ci_pct(e, lo, hi)) end
-  end
-  if #below > 0 then
-    return absent("not every other distribution is learned, so there is no order of difficulty to test",
-      ("%s not above chance %s"):format(table.concat(below, ", "), pct(ch)))
-  end
-  local e, lo, hi = M.boot({acc.associate}, nil, boot, seed)
-  local sup, no = lo > ch, hi <= ch
-  local parts = {("associate %s vs chance %s"):format(ci_pct(e, lo, hi), pct(ch))}
-  for i, d in ipairs{"copy", "commute", "identity", "cancel"} do
-    local de, dlo, dhi = M.boot({acc[d], acc.associate}, function(m) return m[1] - m[2] end, boot, (seed or 17) + i)
-    sup = sup and dlo > 0
-    no = no or dhi < 0
-    parts[#parts + 1] = ("%s-assoc %+.1f [%+.1f, %+.1f]"):format(d, 100 * de, 100 * dlo, 100 * dhi)
-  end
-  return no and M.NOT or sup and M.SUP or M.INC, table.concat(parts, "; ")
-end
-
--- One dedicated copying head: the top head's IE >= 0.5 and every other head's
--- < 0.15 (the second-largest's interval decides for all the others).
--- Precondition: the model copies (copy: its copy accuracy per item, "solved");
--- a model that copies through many heads, none dedicated, is NOT SUPPORTED.
-function M.rule_dedicated(top, second, copy, boot, seed)
-  local ok, pre = M.pre_solved(copy, "copy accuracy", boot, (seed or 17) + 50)
-  if not ok then return absent("the model does not copy, no copying head to test", pre) end
-  local e1, lo1, hi1 = M.boot({top}, nil, boot, seed)
-  local e2, lo2, hi2 = M.boot({second}, nil, boot, (seed or 17) + 1)
-  local v = (lo1 >= 0.5 and hi2 < 0.15) and M.SUP or (hi1 < 0.5 or lo2 >= 0.15) and M.NOT or M.INC
-  return v, ("top %s, next %s; %s"):format(ci_num(e1, lo1, hi1), ci_num(e2, lo2, hi2), pre)
-end
-
--- The copying head also serves commuted copies: its IE on commuted copies is at
--- least half its IE on exact copies (the paper: 0.48 of 0.91), i.e. the
--- interval of IE_commuted - IE_exact / 2 is above 0 (SUPPORTED) or below 0 (NOT
--- SUPPORTED). Precondition: the head is a copying head (its exact IE interval's
--- low end >= 0.1).
-function M.rule_commuted(exact, commuted, boot, seed)
-  local ok, pre = M.pre_head(exact, boot, seed)
-  if not ok then return absent("no copying head to test", pre) end
-  local ee, elo, ehi = M.boot({exact}, nil, boot, seed)
-  local ce, clo, chi = M.boot({commuted}, nil, boot, (seed or 17) + 1)
-  local de, dlo, dhi = M.boot({commuted, exact}, function(m) return m[1] - 0.5 * m[2] end, boot, (seed or 17) + 2)
-  local v = dhi < 0 and M.NOT or dlo > 0 and M.SUP or M.INC
-  return v, ("exact %s, commuted %s, commuted - exact/2 %s"):format(ci_num(ee, elo, ehi), ci_num(ce, clo, chi),
-    ci_num(de, dlo, dhi))
-end
-
--- Ablating the copying head hurts copying: copy drops >= 20 points while
--- identity, cancel and associate drop < 10 points each (commute is not judged:
--- a head that also serves commuted copies, as the paper's does, may hurt it).
--- drops: per-item paired differences (clean - ablated, 0/1) per distribution.
--- Preconditions: the model copies (copy: clean copy accuracy per item,
--- "solved"; a 20-point drop needs copying to drop from) and the ablated head
--- is a copying head (head_ie: its exact-copy IE per item, low end >= 0.1).
-function M.rule_ablation(drops, copy, head_ie, boot, seed)
-  local ok, pre = M.pre_solved(copy, "copy accuracy", boot, (seed or 17) + 50)
-  if not ok then return absent("the model does not copy, no copying head to test", pre) end
-  local ok2, pre2 = M.pre_head(head_ie, boot, (seed or 17) + 51)
-  if not ok2 then return absent("no copying head to test", pre2) end
-  local ce, clo, chi = M.boot({drops.copy}, nil, boot, seed)
-  local sup, no = clo >= 0.2, chi < 0.2
-  local parts = {("drop: copy %s"):format(ci_pct(ce, clo, chi))}
-  for i, d in ipairs{"identity", "cancel", "associate"} do
-    local e, lo, hi = M.boot({drops[d]}, nil, boot, (seed or 17) + i)
-    sup = sup and hi < 0.1
-    no = no or lo >= 0.1
-    parts[#parts + 1] = ("%s %s"):format(d, ci_pct(e, lo, hi))
-  end
-  if drops.commute then
-    local e, lo, hi = M.boot({drops.commute}, nil, boot, (seed or 17) + 9)
-    parts[#parts + 1] = ("(commute %s, not judged)"):format(ci_pct(e, lo, hi))
-  end
-  return no and M.NOT or sup and M.SUP or M.INC, table.concat(parts, ", ")
-end
-
--- Identity recognition, selective as in the paper: the promoting head raises
--- the query variables (> 0) and more than the identity; the suppressing head
--- lowers the identity (< 0) and more than the query variables; two heads.
--- I: per-item lists promote_q, promote_e, suppress_q, suppress_e; same_head.
--- Precondition: the model solves identity facts (ident: identity accuracy per
--- item, "solved"); without it there is no identity mechanism to find.
-function M.rule_identity(I, ident, boot, seed)
-  local ok, pre = M.pre_solved(ident, "identity accuracy", boot, (seed or 17) + 50)
-  if not ok then return absent("the model does not solve identity facts, no identity mechanism to test", pre) end
-  local function diff(x, y) local d = {} for i = 1, #x do d[i] = x[i] - y[i] end return d end
-  local qe, qlo, qhi = M.boot({I.promote_q}, nil, boot, seed)
-  local de, dlo, dhi = M.boot({diff(I.promote_q, I.promote_e)}, nil, boot, (seed or 17) + 1)
-  local ee, elo, ehi = M.boot({I.suppress_e}, nil, boot, (seed or 17) + 2)
-  local se, slo, shi = M.boot({diff(I.suppress_q, I.suppress_e)}, nil, boot, (seed or 17) + 3)
-  local v
-  if I.same_head or qhi <= 0 or dhi <= 0 or elo >= 0 or shi <= 0 then v = M.NOT
-  elseif qlo > 0 and dlo > 0 and ehi < 0 and slo > 0 then v = M.SUP
-  else v = M.INC end
-  return v, ("%spromoter a,b %s (minus e %s); suppressor e %s (a,b minus e %s)"):format(
-    I.heads and (I.heads .. ": ") or "", ci_num(qe, qlo, qhi), ci_num(de, dlo, dhi), ci_num(ee, elo, ehi),
-    ci_num(se, slo, shi))
-end
-
--- A proportion p measured on n items reaches x (normal-approximation interval).
--- Precondition: none (the probe rows use it: group membership and answered
--- symbols are properties of the context, and the claim is that the residual
--- stream carries them, whether or not the model solves the task).
-function M.rule_prop(p, n, x)
-  local lo, hi = prop_ci(p, n)
-  return lo >= x and M.SUP or hi < x and M.NOT or M.INC, ci_pct(p, lo, hi)
-end
-
--- PC1 of the last attention output separates identity facts: rule_prop at x.
--- Precondition: the model solves identity facts (ident, "solved"): the
--- separation is the output of the identity mechanism.
-function M.rule_pc1(p, n, x, ident, boot, seed)
-  local ok, pre = M.pre_solved(ident, "identity accuracy", boot, (seed or 17) + 50)
-  if not ok then return absent("the model does not solve identity facts, no identity mechanism to test", pre) end
-  local v, t = M.rule_prop(p, n, x)
-  return v, t .. "; " .. pre
-end
-
--- Phases in the paper's order: structure <= closure <= copy <= identity, cancel
--- <= associate (first checkpoint at >= threshold). NOT SUPPORTED when two skills
--- that both crossed did so out of order, SUPPORTED when all crossed in order,
--- else (some never crossed) INCONCLUSIVE. crossing: skill -> step or nil.
--- Precondition: the skills are learned (a skill that never crosses has no
--- step to order), which the INCONCLUSIVE case above is.
-M.PHASE_ORDER = {{"structure", "closure"}, {"closure", "copy"}, {"copy", "identity"}, {"copy", "cancel"},
-                 {"identity", "associate"}, {"cancel", "associate"}}
-function M.rule_phases(crossing)
-  local all, bad = true, {}
-  for _, p in ipairs(M.PHASE_ORDER) do
-    local a, b = crossing[p[1]], crossing[p[2]]
-    if a and b then
-      if a > b then bad[#bad + 1] = p[2] .. " before " .. p[1] end
+  f:close()
+  local dir = run_dir(path)
+  local rel = ckpt and (ckpt:sub(1, #dir + 1) == dir .. "/" and ckpt:sub(#dir + 2) or ckpt)
+  rewrite_h5(path, function(g)
+    if ckpt then
+      for _, pop in ipairs(ga.POPULATIONS) do
+        for base, p in pairs(pred[pop]) do g:write("control/untrained/" .. base:sub(6) .. "predicted", p, {int32 = true}) end
+        g:write(("control/untrained/accuracy/%s/acc"):format(pop), acc[pop])
+        g:set_attr("control/untrained/accuracy/" .. pop, "columns", table.concat(ga.DISTS, ","))
+      end
+      g:write("control/untrained/available", mp.tensor{1})
+      g:set_attr("control/untrained", "absent", "")
+      g:set_attr("control/untrained", "checkpoint", rel)
+      g:set_attr("control/untrained", "step", 0)
+      g:set_attr("control/untrained", "what", "the same seed's step-0 checkpoint (untrained) on the /eval items: its "
+        .. "argmax at the final '=' by the code that scores the trained model")
     else
-      all = false
+      g:write("control/untrained/available", mp.tensor{0})
+      g:set_attr("control/untrained", "absent", absent or "no step-0 checkpoint")
+    end
+  end)
+end
+
+-- mechprobe group_arith --control --out DIR: the untrained control of every run
+-- file of the run in DIR that lacks it (a run made before the control existed),
+-- from DIR[/seed_S]/checkpoints/step_000000.h5. Every file and checkpoint is
+-- checked before any is written; each file is rewritten atomically. Returns
+-- one line per file.
+function M.control_dir(dir, o)
+  local paths = M.run_files(dir)
+  local todo, msgs = {}, {}
+  for _, path in ipairs(paths) do
+    local ok, f = pcall(mp.h5.open, path)
+    if not ok then error(("%s: cannot read: %s"):format(path, tostring(f)), 0) end
+    local fmt, has, complete = f:attrs("/").format, f:has("control/untrained"), f:has("eval") and f:has("meta/k_list")
+    local absent = has and f:attrs("control/untrained").absent
+    if absent == "" then absent = nil end
+    f:close()
+    if fmt ~= "mechprobe.group_arith" then error(("%s: not a group_arith run file (format %s)"):format(path, tostring(fmt)), 0) end
+    if not complete then error(("%s: no /eval items (not a complete group_arith run file)"):format(path), 0) end
+    local ckpt = run_dir(path) .. "/checkpoints/step_000000.h5"
+    local fh = io.open(ckpt, "rb")
+    if fh then fh:close() end
+    if has and not absent then
+      msgs[#msgs + 1] = ("%s: /control/untrained already there"):format(path)
+    elseif fh then
+      todo[#todo + 1] = {path = path, ckpt = ckpt}
+    elseif absent then
+      msgs[#msgs + 1] = ("%s: /control/untrained still absent (%s; no %s)"):format(path, tostring(absent), ckpt)
+    else
+      error(("%s: no untrained checkpoint %s to compute its control from"):format(path, ckpt), 0)
     end
   end
-  for _, s in ipairs(ga.PHASE_SKILLS) do if not crossing[s] then all = false end end
-  local v = #bad > 0 and M.NOT or all and M.SUP or M.INC
-  return v, #bad > 0 and table.concat(bad, ", ") or nil
+  for _, t in ipairs(todo) do
+    M.untrained_control(t.path, t.ckpt, o)
+    msgs[#msgs + 1] = ("%s: /control/untrained from %s"):format(t.path, t.ckpt)
+  end
+  return msgs
 end
 
--- Accuracy keeps up with the copy..cancel solvers on natural queries: the
--- per-item model-minus-solvers difference has its interval's low end >= -5
--- points (SUPPORTED) or its high end < -5 (NOT SUPPORTED). Precondition: none
--- (it compares the model with what the solvers answer on the same items; a
--- model that has learned nothing genuinely does not keep up).
-function M.rule_keeps_up(diff, model, cov4, boot, seed)
-  local e, lo, hi = M.boot({diff}, nil, boot, seed)
-  local v = lo >= -0.05 and M.SUP or hi < -0.05 and M.NOT or M.INC
-  return v, ("model %s, solvers %s, difference %+.1f [%+.1f, %+.1f] points"):format(pct(mean(model)),
-    pct(mean(cov4)), 100 * e, 100 * lo, 100 * hi)
-end
+-- ---------------------------------------------------------------- reading a run file
 
--- ---------------------------------------------------------------- per-item statistics
-
--- The per-item data the verdicts read, from one run's results R.
-function M.stats(o, R)
-  local S = {seeds = {o.seed}, k_list = o.k_list, k_mech = o.k_mech, k_patch = o.k_patch, pop = o.eval_groups,
-             acc = {}, chance = {}}
+-- Everything the verdicts read, from one seed's run file (path) alone: per
+-- population, k and distribution the accuracy (/eval: predicted == target),
+-- the chance 1/|G| (mean over the items of 1 / the order of the query's group)
+-- and the untrained model's accuracy (/control/untrained); the coverage; both
+-- patching designs' top and second heads; the ablation drops; the identity
+-- heads; PC1's separation; the probes' best layer; the phases' crossings; the
+-- model's size and training tokens. Each a seed's mean over its items (the
+-- item lists are not the unit of replication). Errors name the file.
+function M.load(path)
+  local fh = io.open(path, "rb")
+  if not fh then error(("%s: no such run file"):format(path), 0) end
+  fh:close()
+  local okf, f = pcall(mp.h5.open, path)
+  if not okf then error(("%s: cannot read: %s"):format(path, tostring(f)), 0) end
+  local function fail(msg) f:close(); error(("%s: %s"):format(path, msg), 0) end
+  local function need(name)
+    if not f:has(name) then fail(("no %s (not a complete group_arith run file)"):format(name)) end
+    return name
+  end
+  local root = f:attrs("/")
+  if root.format ~= "mechprobe.group_arith" then
+    fail(("not a group_arith run file (format %s)"):format(tostring(root.format)))
+  end
+  local meta = f:attrs(need("meta"))
+  for _, key in ipairs{"seed", "k_mech", "k_patch", "n_layer", "d_model", "d_mlp", "batch", "train_k"} do
+    if type(meta[key]) ~= "number" then fail(("meta has no %s attribute (not a complete group_arith run file)"):format(key)) end
+  end
+  local E = {path = path, seed = math.tointeger(meta.seed) or meta.seed, meta = meta,
+             k_list = f:read(need("meta/k_list")):totable(), k_mech = math.tointeger(meta.k_mech),
+             k_patch = math.tointeger(meta.k_patch), pop = meta.eval_groups}
+  for i, k in ipairs(E.k_list) do E.k_list[i] = math.tointeger(k) or k end
+  -- accuracy, chance, untrained
+  local has_control = f:has("control/untrained")
+  local cattr = has_control and f:attrs("control/untrained") or {}
+  if not has_control then
+    E.control_missing = true
+  elseif cattr.absent and cattr.absent ~= "" then
+    E.control_absent = tostring(cattr.absent)
+  end
+  E.acc, E.chance, E.untrained, E.n = {}, {}, {}, {}
   for _, pop in ipairs(ga.POPULATIONS) do
-    S.acc[pop], S.chance[pop] = {}, {}
-    for _, k in ipairs(o.k_list) do
-      S.acc[pop][k], S.chance[pop][k] = {}, {}
+    E.acc[pop], E.chance[pop], E.untrained[pop], E.n[pop] = {}, {}, {}, {}
+    for _, k in ipairs(E.k_list) do
+      E.acc[pop][k], E.chance[pop][k], E.untrained[pop][k], E.n[pop][k] = {}, {}, {}, {}
       for _, d in ipairs(ga.DISTS) do
-        S.acc[pop][k][d] = R.accuracy[pop][k][d].correct
-        S.chance[pop][k][d] = R.accuracy[pop][k][d].chance
+        local base = ("eval/%s/%s_k%d/"):format(pop, d, k)
+        local target, pred = f:read_int(need(base .. "target")), f:read_int(need(base .. "predicted"))
+        local asg = f:read_int(need(base .. "assignment"))
+        local right, ch = 0, 0
+        for b = 1, #target do
+          if pred[b] == target[b] then right = right + 1 end
+          local order = 0
+          for _, s in ipairs(asg[b]) do if s >= 0 then order = order + 1 end end
+          ch = ch + 1 / order
+        end
+        local n = #target
+        if n == 0 then fail(base .. "target is empty") end
+        E.acc[pop][k][d], E.chance[pop][k][d], E.n[pop][k][d] = right / n, ch / n, n
+        if has_control and not E.control_absent then
+          local cbase = ("control/untrained/%s/%s_k%d/predicted"):format(pop, d, k)
+          local up = f:read_int(need(cbase))
+          if #up ~= n then fail(("%s has %d items, %starget %d"):format(cbase, #up, base, n)) end
+          local ur = 0
+          for b = 1, n do if up[b] == target[b] then ur = ur + 1 end end
+          E.untrained[pop][k][d] = ur / n
+        end
       end
     end
   end
-  S.cov = {}
-  for _, k in ipairs(o.k_list) do
-    local c, d = R.coverage[k], {}
-    for b = 1, #c.items_correct do d[b] = c.items_correct[b] - c.items_cov4[b] end
-    S.cov[k] = {diff = d, model = c.items_correct, cov4 = c.items_cov4}
-  end
-  local C = R.copying
-  S.patch = {}
+  -- coverage: the model's accuracy and the share copy..cancel answer (cumulative column 4)
+  local cum, cacc = f:read(need("coverage/cumulative")), f:read(need("coverage/model_accuracy"))
+  E.cov = {}
+  for ki, k in ipairs(E.k_list) do E.cov[k] = {model = cacc:get(ki), cov4 = cum:get(ki, 4)} end
+  -- copying heads, both designs
+  E.patch = {}
   for _, design in ipairs{"paper", "ours"} do
-    local D = C[design]
-    S.patch[design] = {top = D.exact.items[D.top.l][D.top.h], second = D.exact.items[D.second.l][D.second.h],
-                       commuted = D.commuted.items[D.top.l][D.top.h],
-                       heads = {("L%dH%d"):format(D.top.l, D.top.h)}, k = D.exact.k}
+    local g = "copying/" .. design
+    local ie, iec = f:read(need(g .. "/ie_exact")), f:read(need(g .. "/ie_commuted"))
+    local best, second = ga.top2(ie)
+    E.patch[design] = {top = best.value, second = second.value, commuted = iec:get(best.l + 1, best.h + 1),
+                       head = ("L%dH%d"):format(best.l, best.h), next_head = ("L%dH%d"):format(second.l, second.h),
+                       k = math.tointeger(f:attrs(g).k)}
   end
-  S.drops, S.ablated_head = C.drop_items, {("L%dH%d"):format(C.top.l, C.top.h)}
-  local I = R.identity
-  S.ident = {promote_q = I.items.promote_q, promote_e = I.items.promote_e, suppress_q = I.items.suppress_q,
-             suppress_e = I.items.suppress_e, same_head = I.promote.l == I.suppress.l and I.promote.h == I.suppress.h,
-             heads = ("L%dH%d/L%dH%d"):format(I.promote.l, I.promote.h, I.suppress.l, I.suppress.h)}
-  S.pc1 = {{v = I.pc1_separation, n = #I.labels}}
-  S.probes = {in_group = {{v = R.probes.in_group.best, n = R.probes.n_test}},
-              answered = {{v = R.probes.answered.best, n = R.probes.n_test}}}
-  S.phases = R.phases and #R.phases.steps > 1 and {R.phases.crossing} or {}
-  return S
-end
-
--- The statistics of several runs (seeds) pooled: per-item lists concatenated
--- (head lists are each run's own top heads), proportions weighted by n.
-function M.merge(list)
-  if #list == 1 then return list[1] end
-  local function cat(get)
-    local out = {}
-    for _, S in ipairs(list) do for _, v in ipairs(get(S)) do out[#out + 1] = v end end
-    return out
+  local drop = f:read(need("copying/ablation_drop")):totable()
+  E.drop = {}
+  for ri, r in ipairs(ga.RULES) do E.drop[r] = drop[ri] end
+  E.ablation = tostring(f:attrs("copying").ablation or "")
+  E.ablated_head = E.patch.ours.head
+  -- identity
+  local dq, de = f:read(need("identity/dla_query")), f:read(need("identity/dla_identity"))
+  local ph, sh = f:read(need("identity/promote_head")):totable(), f:read(need("identity/suppress_head")):totable()
+  local pl, phh, sl, shh = math.tointeger(ph[1]), math.tointeger(ph[2]), math.tointeger(sh[1]), math.tointeger(sh[2])
+  E.ident = {promote_q = dq:get(pl + 1, phh + 1), promote_e = de:get(pl + 1, phh + 1),
+             suppress_q = dq:get(sl + 1, shh + 1), suppress_e = de:get(sl + 1, shh + 1),
+             same_head = pl == sl and phh == shh, heads = ("L%dH%d/L%dH%d"):format(pl, phh, sl, shh)}
+  E.pc1 = f:attrs(need("identity")).pc1_separation
+  if type(E.pc1) ~= "number" then fail("identity has no pc1_separation attribute") end
+  -- probes: the best layer's held-out balanced accuracy
+  E.probes = {}
+  for _, prop in ipairs{"in_group", "answered"} do
+    local best = -math.huge
+    for _, v in ipairs(f:read(need("probes/" .. prop .. "_balanced_accuracy")):totable()) do
+      if v == v and v > best then best = v end
+    end
+    E.probes[prop] = best > -math.huge and best or 0 / 0
   end
-  local S1 = list[1]
-  local S = {seeds = cat(function(S) return S.seeds end), k_list = S1.k_list, k_mech = S1.k_mech, k_patch = S1.k_patch,
-             pop = S1.pop, acc = {}, chance = {}, cov = {}, patch = {}}
-  for pop in pairs(S1.acc) do
-    S.acc[pop], S.chance[pop] = {}, {}
-    for k in pairs(S1.acc[pop]) do
-      S.acc[pop][k], S.chance[pop][k] = {}, {}
-      for d in pairs(S1.acc[pop][k]) do
-        S.acc[pop][k][d] = cat(function(x) return x.acc[pop][k][d] end)
-        S.chance[pop][k][d] = cat(function(x) return x.chance[pop][k][d] end)
-      end
+  -- phases: the first checkpoint at >= threshold per skill (-1: never)
+  if f:has("phases/crossing_step") then
+    local cross = f:read("phases/crossing_step"):totable()
+    local skills = {}
+    for s in tostring(f:attrs("phases").skills):gmatch("[^,]+") do skills[#skills + 1] = s end
+    E.phases = {}
+    for i, s in ipairs(skills) do
+      local v = cross[i]
+      if v and v >= 0 then E.phases[s] = math.tointeger(v) or v end
     end
   end
-  for k in pairs(S1.cov) do
-    S.cov[k] = {diff = cat(function(x) return x.cov[k].diff end), model = cat(function(x) return x.cov[k].model end),
-                cov4 = cat(function(x) return x.cov[k].cov4 end)}
-  end
-  for design in pairs(S1.patch) do
-    S.patch[design] = {k = S1.patch[design].k}
-    for _, f in ipairs{"top", "second", "commuted", "heads"} do
-      S.patch[design][f] = cat(function(x) return x.patch[design][f] end)
+  -- size: non-embedding parameters and training tokens (per step: the stage's batch x 5 (k + 1))
+  E.params = meta.n_layer * (4 * meta.d_model ^ 2 + 2 * meta.d_model * meta.d_mlp)
+  if f:has("train/k") then
+    local tok = 0
+    for _, k in ipairs(f:read("train/k"):totable()) do
+      local b = math.max(1, math.floor(meta.batch * (meta.train_k + 1) / (k + 1) + 0.5))
+      tok = tok + b * 5 * (k + 1)
     end
+    E.tokens = tok
   end
-  S.drops = {}
-  for d in pairs(S1.drops) do S.drops[d] = cat(function(x) return x.drops[d] end) end
-  S.ablated_head = cat(function(x) return x.ablated_head end)
-  S.ident = {same_head = false}
-  local heads = {}
-  for _, x in ipairs(list) do
-    S.ident.same_head = S.ident.same_head or x.ident.same_head
-    heads[#heads + 1] = x.ident.heads
-  end
-  S.ident.heads = table.concat(heads, ",")
-  for _, f in ipairs{"promote_q", "promote_e", "suppress_q", "suppress_e"} do
-    S.ident[f] = cat(function(x) return x.ident[f] end)
-  end
-  S.pc1 = cat(function(x) return x.pc1 end)
-  S.probes = {in_group = cat(function(x) return x.probes.in_group end),
-              answered = cat(function(x) return x.probes.answered end)}
-  S.phases = cat(function(x) return x.phases end)
-  return S
-end
-
-local function pooled(list)
-  local s, n = 0, 0
-  for _, x in ipairs(list) do s, n = s + x.v * x.n, n + x.n end
-  return n > 0 and s / n or 0 / 0, n
+  f:close()
+  return E
 end
 
 -- ---------------------------------------------------------------- verdicts
 
--- Figure 3c of the paper (Todd et al., arXiv 2512.16902; values as quoted in
--- issue 16): accuracy by distribution at k = 50 and k = 100.
+-- Figure 3c of the paper (Todd et al., "In-Context Algebra", arXiv 2512.16902;
+-- values as quoted in issue 16): accuracy by distribution at k = 50 and k = 100.
 M.PAPER_ACC = {[50] = {copy = 1.00, commute = 1.00, identity = 1.00, cancel = 0.96, associate = 0.55},
                [100] = {copy = 1.00, commute = 0.99, identity = 1.00, cancel = 0.90, associate = 0.50}}
+M.PAPER = 'Todd et al., "In-Context Algebra", arXiv 2512.16902'
+M.SOURCE_ACC = M.PAPER .. ", Figure 3c"
+M.SOURCE_NA = M.PAPER .. ", figure no. unverified"
 
--- The verdict rows of statistics S (one run, or M.merge of several):
--- {claim, rule, paper, ours, n, seeds, verdict}.
-function M.verdicts(S, boot)
+-- The learned-task test: the skill's accuracy above the untrained model's
+-- (the same seed's step-0 checkpoint on the same items) by this much, in every
+-- seed. The untrained model scores about 2-3% on the paper's cancel
+-- construction, below 1/|G|: chance is not the floor, the untrained model is.
+M.MARGIN = 0.10
+-- The premise "the model solves it": the seed's accuracy >= 50% (above the
+-- chance 1/|G| of every training group, at most 1/3), in every seed.
+M.SOLVED = 0.5
+-- The premise "a copying head exists": the seed's top head's mean exact-copy IE >= 0.1, in every seed.
+M.HEAD_FLOOR = 0.1
+
+local function per(Es, fn) local t = {} for i, E in ipairs(Es) do t[i] = fn(E) end return t end
+local function f3(x) return V.num(x, "%.3f") end
+local function list3(xs) local t = {} for i, x in ipairs(xs) do t[i] = f3(x) end return table.concat(t, ", ") end
+local function pct(x) return x == x and ("%.1f%%"):format(100 * x) or "n/a" end
+
+-- seeds failing a per-seed condition, as "seeds 2, 3" (or nil when none)
+local function failing(Es, ok)
+  local bad = {}
+  for i, E in ipairs(Es) do if not ok[i] then bad[#bad + 1] = tostring(E.seed) end end
+  if #bad == 0 then return nil end
+  return (#bad == 1 and "seed " or "seeds ") .. table.concat(bad, ", ")
+end
+
+-- learned = {ok, text}: get(E) above the untrained model's uget(E) by M.MARGIN in every seed.
+local function learned(Es, what, get, uget)
+  local missing = {}
+  for _, E in ipairs(Es) do
+    if E.control_absent or E.control_missing then
+      missing[#missing + 1] = ("seed %s: %s"):format(E.seed, E.control_absent or "no /control/untrained")
+    end
+  end
+  if #missing > 0 then
+    return {ok = false, text = ("no untrained control to compare %s with (%s)"):format(what, table.concat(missing, "; "))}
+  end
+  local v, u, ok = per(Es, get), per(Es, uget), {}
+  for i = 1, #Es do ok[i] = v[i] - u[i] >= M.MARGIN end
+  local bad = failing(Es, ok)
+  return {ok = bad == nil, text = ("%s %s vs untrained %s (needs +%.2f in every seed)%s"):format(
+    what, list3(v), list3(u), M.MARGIN, bad and ("; fails in " .. bad) or "")}
+end
+
+-- pre = {ok, text}: get(E) >= x in every seed (a premise, per seed).
+local function each_seed(Es, what, get, x)
+  local v, ok = per(Es, get), {}
+  for i = 1, #Es do ok[i] = v[i] >= x end
+  local bad = failing(Es, ok)
+  return {ok = bad == nil, text = ("%s %s (>= %s in every seed)%s"):format(what, list3(v), f3(x),
+    bad and ("; fails in " .. bad) or "")}
+end
+
+-- Item-pooled accuracy over the seeds: described, never judged.
+local function pooled_acc(Es, pop, k, d)
+  local right, n = 0, 0
+  for _, E in ipairs(Es) do
+    right, n = right + E.acc[pop][k][d] * E.n[pop][k][d], n + E.n[pop][k][d]
+  end
+  return ("items pooled over the seeds: %s of %d"):format(pct(right / n), n)
+end
+
+-- The compute ratio to the paper, printed beside a row that was not learned:
+-- non-embedding parameters x training tokens, ours (the first seed's run file)
+-- against the paper's setup (ga.PAPER_SETUP, as probes/lib/group_arith.lua states it).
+function M.scale_text(Es)
+  local P = ga.PAPER_SETUP
+  local pp = P.n_layer * (4 * P.d_model ^ 2 + 2 * P.d_model * P.d_mlp)
+  local ptok = P.steps * P.batch * P.T
+  local E = Es[1]
+  local theirs = ("the paper's %.3g x %.3g (%d layers, d_model %d; %dk steps of %d x %d tokens)"):format(pp, ptok,
+    P.n_layer, P.d_model, P.steps // 1000, P.batch, P.T)
+  if not E.tokens then
+    return ("scale: our parameters x tokens %.3g x unknown (a given model); %s"):format(E.params, theirs)
+  end
+  return ("scale: our parameters x tokens %.3g x %.3g, %s: %.1e times ours"):format(E.params, E.tokens, theirs,
+    pp * ptok / (E.params * E.tokens))
+end
+
+-- The verdict rows of the seeds' loaded run files Es (M.load), in seed order:
+-- verdicts.judge rows with ids C1, C2, ... (see README "How the probes judge a claim").
+function M.judge(Es)
+  assert(#Es >= 1, "group_arith_report.judge: no seeds")
+  local E1 = Es[1]
+  for _, E in ipairs(Es) do
+    if table.concat(E.k_list, ",") ~= table.concat(E1.k_list, ",") or E.k_mech ~= E1.k_mech or E.pop ~= E1.pop then
+      error(("%s and %s were not run with the same design (k list, k_mech, --eval-groups)"):format(E1.path, E.path), 0)
+    end
+  end
+  local seeds = per(Es, function(E) return E.seed end)
+  local P, kk, km = E1.pop, E1.k_list[#E1.k_list], E1.k_mech
+  local scale = M.scale_text(Es)
   local rows = {}
-  local seeds = table.concat(S.seeds, ",")
-  local function add(claim, rule, paperv, ours, n, verdict)
-    rows[#rows + 1] = {claim = claim, rule = rule, paper = paperv, ours = ours, n = tostring(n), seeds = seeds,
-                       verdict = verdict}
+  local function add(x)
+    x.id = "C" .. (#rows + 1)
+    x.seeds, x.scale = seeds, scale
+    rows[#rows + 1] = V.judge(x)
   end
-  local P = S.pop
-  local kk = S.k_list[#S.k_list]
-  -- copy accuracy for the copying-head preconditions: at the patching k when it
-  -- is measured, else at k_mech (--preset gpu patches at k = 200)
-  local function copy_k(k) return S.acc[P][k] and k or S.k_mech end
-  local function copy_items(k) return S.acc[P][copy_k(k)].copy end
-  do
-    local items = S.acc["held-out"][kk].natural
-    local v, t = M.rule_held_out(items, S.acc.training[kk].natural, 0.9, boot, 1)
-    add(("generalises to held-out groups Q8, C2xC4, C2xC2xC2 (natural queries, k=%d)"):format(kk),
-        "precondition: the model solves the training families (natural queries there: interval low end >= 50%), else INCONCLUSIVE; "
-        .. "SUPPORTED if the 95% interval's low end >= 90%, NOT SUPPORTED if its high end < 90%", "near-perfect",
-        t, #items, v)
+  local function acc(pop, k, d) return function(E) return E.acc[pop][k][d] end end
+  local function unt(pop, k, d) return function(E) return E.untrained[pop][k][d] end end
+  local function learned_acc(pop, k, d)
+    return learned(Es, ("%s accuracy (%s, k=%d)"):format(d, pop, k), acc(pop, k, d), unt(pop, k, d))
   end
-  for _, k in ipairs(S.k_list) do
+  local LEARNED = ("learned: the skill's accuracy above the untrained step-0 model's on the same items by >= %.0f "
+    .. "points in every seed"):format(100 * M.MARGIN)
+  -- copy accuracy for the copying-head rows: at the patching k when measured, else at k_mech
+  local function copy_k(k) return E1.acc[P][k] and k or km end
+
+  -- generalisation to held-out groups
+  add{claim = ("generalises to held-out groups Q8, C2xC4, C2xC2xC2 (natural queries, k=%d)"):format(kk),
+      paper = "near-perfect", source = M.SOURCE_NA, statistic = ("held-out natural accuracy at k = %d"):format(kk),
+      values = per(Es, acc("held-out", kk, "natural")), above = 0.9,
+      learned = learned_acc(P, kk, "natural"),
+      pre = {each_seed(Es, ("the training families solved: natural accuracy (k=%d)"):format(kk), acc(P, kk, "natural"),
+                       M.SOLVED)},
+      describe = pooled_acc(Es, "held-out", kk, "natural"),
+      rule = LEARNED .. " (natural queries, training families); premise: the training families solved (natural "
+        .. ">= 50% in every seed); SUPPORTED if the interval over the seeds lies above 0.90, NOT SUPPORTED if below"}
+  -- accuracy per distribution against Figure 3c
+  for _, k in ipairs(E1.k_list) do
     local pa = M.PAPER_ACC[k]
     if pa then
       for _, d in ipairs(ga.RULES) do
-        local items = S.acc[P][k][d]
-        local v, t = M.rule_at_least(items, pa[d] - 0.05, boot, 2)
-        add(("%s accuracy, %s families, k=%d%s"):format(d, P, k, ga.CONSTRUCTED[d] and " (paper's construction)" or ""),
-            "precondition: none; SUPPORTED if the interval's low end >= paper - 5 points, NOT SUPPORTED if its high end < paper - 5 points",
-            pct(pa[d]), t, #items, v)
-      end
-      for _, d in ipairs{"cancel", "associate"} do
-        local items = S.acc[P][k][d .. "_natural"]
-        local v, t = M.rule_at_least(items, pa[d] - 0.05, boot, 3)
-        add(("%s accuracy, %s families, k=%d, natural contexts filtered by our solver (our design, not the paper's)"):format(d, P, k),
-            "precondition: none; as above, against the paper's figure for its own construction", pct(pa[d]), t, #items, v)
+        local describe = ("%s; chance (1 / the group's order) by seed %s"):format(pooled_acc(Es, P, k, d),
+          list3(per(Es, function(E) return E.chance[P][k][d] end)))
+        if ga.CONSTRUCTED[d] then
+          local nat = d .. "_natural"
+          describe = describe .. ("; our design (natural contexts filtered by our solver, not the paper's "
+            .. "construction): seeds %s, %s"):format(list3(per(Es, acc(P, k, nat))), pooled_acc(Es, P, k, nat))
+        end
+        add{claim = ("%s accuracy, %s families, k=%d%s"):format(d, P, k, ga.CONSTRUCTED[d] and " (paper's construction)" or ""),
+            paper = ("%.2f"):format(pa[d]), source = M.SOURCE_ACC, statistic = ("%s accuracy at k = %d"):format(d, k),
+            values = per(Es, acc(P, k, d)), above = pa[d] - 0.05,
+            learned = learned_acc(P, k, d), describe = describe,
+            rule = LEARNED .. "; SUPPORTED if the interval over the seeds lies above the paper's figure minus 5 points, "
+              .. "NOT SUPPORTED if below"}
       end
     end
   end
+  -- associativity is the hardest
   do
-    local A = S.acc[P][kk]
-    local v, t = M.rule_hardest({copy = A.copy, commute = A.commute, identity = A.identity, cancel = A.cancel,
-                                 associate = A.associate}, S.chance[P][kk].associate, boot, 4)
-    add(("associativity is the hardest distribution, k=%d"):format(kk),
-        "precondition: copy, commute, identity, cancel each learned at all (interval low end above chance 1/|G|), else INCONCLUSIVE; "
-        .. "SUPPORTED if associate's interval is above chance 1/|G| and each other distribution minus associate is above 0; "
-        .. "NOT SUPPORTED if associate's is at or below chance or a difference is below 0", pct((M.PAPER_ACC[kk] or
-        M.PAPER_ACC[100]).associate) .. " (lowest)", t, #A.associate, v)
+    local others = {"copy", "commute", "identity", "cancel"}
+    local tests = {{name = "associate - chance", values = per(Es, acc(P, kk, "associate")),
+                    control = {name = "chance 1/order", values = per(Es, function(E) return E.chance[P][kk].associate end)},
+                    above = 0}}
+    local parts, okall, texts = {}, true, {}
+    for _, d in ipairs(others) do
+      tests[#tests + 1] = {name = d .. " - associate", values = per(Es, acc(P, kk, d)),
+                           control = {name = "associate", values = per(Es, acc(P, kk, "associate"))}, above = 0}
+      local l = learned_acc(P, kk, d)
+      okall = okall and l.ok
+      texts[#texts + 1] = l.text
+    end
+    local pa = M.PAPER_ACC[kk] or M.PAPER_ACC[100]
+    add{claim = ("associativity is the hardest distribution, k=%d"):format(kk),
+        paper = ("associate %.2f, the lowest"):format(pa.associate), source = M.SOURCE_ACC,
+        statistic = ("accuracy differences at k = %d"):format(kk), tests = tests,
+        learned = {ok = okall, text = table.concat(texts, "; ")},
+        rule = "learned: copy, commute, identity and cancel each above the untrained model by the margin in every seed "
+          .. "(skills at the floor have no order); SUPPORTED if associate minus chance (1 / the group's order) and each other distribution "
+          .. "minus associate lie above 0, NOT SUPPORTED if one lies below 0"}
   end
-  do
-    local c = S.cov[kk]
-    local v, t = M.rule_keeps_up(c.diff, c.model, c.cov4, boot, 5)
-    add(("accuracy keeps up with the copy..cancel solvers, natural queries, k=%d"):format(kk),
-        "precondition: none; model accuracy minus the share copy..cancel answer: SUPPORTED if the interval's low end >= -5 points, NOT SUPPORTED if its high end < -5",
-        "accuracy tracks the solvers", t, #c.diff, v)
-  end
+  -- accuracy keeps up with the copy..cancel solvers
+  add{claim = ("accuracy keeps up with the copy..cancel solvers, natural queries, k=%d"):format(kk),
+      paper = "accuracy tracks the solvers", source = M.SOURCE_NA,
+      statistic = ("model accuracy minus the share copy..cancel answer, k = %d"):format(kk),
+      name = "model - solvers", values = per(Es, function(E) return E.cov[kk].model - E.cov[kk].cov4 end), above = -0.05,
+      learned = learned_acc(P, kk, "natural"),
+      describe = ("model %s, solvers %s by seed"):format(list3(per(Es, function(E) return E.cov[kk].model end)),
+        list3(per(Es, function(E) return E.cov[kk].cov4 end))),
+      rule = LEARNED .. " (natural queries); SUPPORTED if the model-minus-solvers interval lies above -0.05, "
+        .. "NOT SUPPORTED if below"}
+  -- the copying head, both designs
   for _, design in ipairs{"paper", "ours"} do
-    local D = S.patch[design]
-    local what = design == "paper" and "the paper's design: unrelated base with no copy" or "our design: corrupted copy in the same context"
-    local v, t = M.rule_dedicated(D.top, D.second, copy_items(D.k), boot, 6)
-    add(("one dedicated copying head (%s, k=%d)"):format(what, D.k),
-        ("precondition: the model copies (copy accuracy, k=%d: interval low end >= 50%%), else INCONCLUSIVE; "):format(copy_k(D.k))
-        .. "SUPPORTED if the top head's IE interval low end >= 0.5 and the next head's high end < 0.15; NOT SUPPORTED if the top's high end < 0.5 or the next's low end >= 0.15",
-        "0.91, others < 0.08", table.concat(D.heads, ",") .. " " .. t, #D.top, v)
-    v, t = M.rule_commuted(D.top, D.commuted, boot, 7)
-    add(("the copying head also serves commuted copies (%s)"):format(what),
-        "precondition: a copying head (its exact IE interval low end >= 0.1), else INCONCLUSIVE; SUPPORTED if IE(commuted) - IE(exact)/2 has its interval above 0, NOT SUPPORTED if below 0",
-        "0.48 of 0.91", t, #D.top, v)
+    local D1 = E1.patch[design]
+    local what = design == "paper" and "the paper's design: unrelated base with no copy"
+                 or "our design: corrupted copy in the same context"
+    local ck = copy_k(D1.k)
+    local heads = table.concat(per(Es, function(E) return E.patch[design].head end), ",")
+    local lcopy = learned_acc(P, ck, "copy")
+    local pcopy = each_seed(Es, ("the model copies: copy accuracy (k=%d)"):format(ck), acc(P, ck, "copy"), M.SOLVED)
+    add{claim = ("one dedicated copying head (%s, k=%d)"):format(what, D1.k), paper = "IE 0.91, others < 0.08",
+        source = M.SOURCE_NA, statistic = "top head's mean exact-copy IE; the next head's",
+        tests = {{name = "top head IE", values = per(Es, function(E) return E.patch[design].top end), above = 0.5},
+                 {name = "next head IE", values = per(Es, function(E) return E.patch[design].second end), below = 0.15}},
+        learned = lcopy, pre = {pcopy}, extra = "heads " .. heads,
+        rule = ("learned: copy accuracy (k=%d) above the untrained model by the margin in every seed; premise: the "
+          .. "model copies (copy >= 50%% in every seed); SUPPORTED if the top head's IE lies above 0.5 and the next "
+          .. "head's below 0.15, NOT SUPPORTED if either lies on the other side"):format(ck)}
+    add{claim = ("the copying head also serves commuted copies (%s)"):format(what), paper = "0.48 of 0.91",
+        source = M.SOURCE_NA, statistic = "top head's commuted-copy IE minus half its exact-copy IE",
+        name = "commuted IE", values = per(Es, function(E) return E.patch[design].commuted end),
+        control = {name = "exact IE / 2", values = per(Es, function(E) return E.patch[design].top / 2 end)}, above = 0,
+        learned = lcopy,
+        pre = {each_seed(Es, "a copying head: top head's exact-copy IE", function(E) return E.patch[design].top end,
+                         M.HEAD_FLOOR)},
+        extra = "heads " .. heads,
+        rule = ("learned: copy accuracy (k=%d) above the untrained model by the margin in every seed; premise: a "
+          .. "copying head (top exact IE >= 0.1 in every seed); SUPPORTED if commuted IE - exact IE / 2 lies above 0, "
+          .. "NOT SUPPORTED if below"):format(ck)}
   end
+  -- ablation of our design's top copying head
   do
-    local v, t = M.rule_ablation(S.drops, S.acc[P][S.k_mech].copy, S.patch.ours.top, boot, 8)
-    add(("mean-ablating the copying head (%s) hurts copying, not identity/cancel/associate, k=%d"):format(
-        table.concat(S.ablated_head, ","), S.k_mech),
-        "precondition: the model copies (clean copy accuracy: interval low end >= 50%) and the ablated head is a copying head (exact IE low end >= 0.1), else INCONCLUSIVE; "
-        .. "SUPPORTED if copy's drop has its interval low end >= 20 points and identity, cancel, associate each a high end < 10; NOT SUPPORTED if copy's high end < 20 or another's low end >= 10",
-        "copy hurt", t, #S.drops.copy, v)
+    local heads = table.concat(per(Es, function(E) return E.ablated_head end), ",")
+    local ours_head = {}
+    for i, E in ipairs(Es) do ours_head[i] = E.ablation:find("our design", 1, true) ~= nil end
+    local bad = failing(Es, ours_head)
+    add{claim = ("mean-ablating our design's top copying head (%s) hurts copying, not identity/cancel/associate, k=%d")
+          :format(heads, km),
+        paper = "copy hurt", source = M.SOURCE_NA, statistic = ("accuracy drop (clean - ablated) at k = %d"):format(km),
+        tests = {{name = "copy drop", values = per(Es, function(E) return E.drop.copy end), above = 0.2},
+                 {name = "identity drop", values = per(Es, function(E) return E.drop.identity end), below = 0.1},
+                 {name = "cancel drop", values = per(Es, function(E) return E.drop.cancel end), below = 0.1},
+                 {name = "associate drop", values = per(Es, function(E) return E.drop.associate end), below = 0.1}},
+        learned = learned_acc(P, km, "copy"),
+        pre = {each_seed(Es, ("the model copies: copy accuracy (k=%d)"):format(km), acc(P, km, "copy"), M.SOLVED),
+               each_seed(Es, "the ablated head is a copying head: our design's top exact-copy IE",
+                         function(E) return E.patch.ours.top end, M.HEAD_FLOOR),
+               {ok = bad == nil, text = bad and ("the run file of %s ablated another head than our design's (an older "
+                  .. "run)"):format(bad) or "the run files ablated our design's top head"}},
+        describe = ("commute drop %s by seed (a head that serves commuted copies may hurt it: not judged)"):format(
+          list3(per(Es, function(E) return E.drop.commute end))),
+        rule = ("learned: copy accuracy (k=%d) above the untrained model by the margin in every seed; premises: the "
+          .. "model copies (>= 50%% in every seed), the ablated head (our design's top head) has exact IE >= 0.1 in "
+          .. "every seed; SUPPORTED if copy's drop lies above 0.20 and identity's, cancel's, associate's each below "
+          .. "0.10, NOT SUPPORTED if one lies on the other side"):format(km)}
   end
+  -- identity recognition
   do
-    local v, t = M.rule_identity(S.ident, S.acc[P][S.k_mech].identity, boot, 9)
-    add("identity: one head promotes the query variables, another lowers the identity (each more than the other kind)",
-        ("precondition: the model solves identity facts (identity accuracy, k=%d: interval low end >= 50%%), else INCONCLUSIVE; "):format(S.k_mech)
-        .. "SUPPORTED if all four intervals (promoter a,b > 0 and > e; suppressor e < 0 and below a,b) are on the right side of 0 and the heads differ; NOT SUPPORTED if one is on the wrong side or one head does both",
-        "two heads", t, #S.ident.promote_q, v)
+    local lid = learned_acc(P, km, "identity")
+    local pid = each_seed(Es, ("the model solves identity facts: identity accuracy (k=%d)"):format(km),
+                          acc(P, km, "identity"), M.SOLVED)
+    local I = function(f) return per(Es, function(E) return E.ident[f] end) end
+    add{claim = "identity: one head promotes the query variables, another lowers the identity (each more than the other kind)",
+        paper = "two heads", source = M.SOURCE_NA, statistic = "direct logit attribution of the two heads (centred)",
+        tests = {{name = "promoter a,b", values = I("promote_q"), above = 0},
+                 {name = "promoter a,b - e", values = I("promote_q"), control = {name = "promoter e", values = I("promote_e")},
+                  above = 0},
+                 {name = "suppressor e", values = I("suppress_e"), below = 0},
+                 {name = "suppressor a,b - e", values = I("suppress_q"),
+                  control = {name = "suppressor e", values = I("suppress_e")}, above = 0},
+                 {name = "two distinct heads", values = per(Es, function(E) return E.ident.same_head and 0 or 1 end),
+                  above = 0.5}},
+        learned = lid, pre = {pid},
+        extra = "heads (promoter/suppressor) " .. table.concat(per(Es, function(E) return E.ident.heads end), ","),
+        rule = ("learned: identity accuracy (k=%d) above the untrained model by the margin in every seed; premise: "
+          .. "identity solved (>= 50%% in every seed); SUPPORTED if the promoter's a,b logit and its excess over e "
+          .. "lie above 0, the suppressor's e logit below 0 and its a,b excess above 0, and the heads differ (1 per "
+          .. "seed, above 0.5); NOT SUPPORTED if one lies on the other side"):format(km)}
+    add{claim = "PC1 of the last attention output separates identity facts", paper = "separated",
+        source = M.SOURCE_NA, statistic = "best threshold accuracy on PC1",
+        name = "PC1 separation", values = per(Es, function(E) return E.pc1 end), above = 0.9,
+        learned = lid, pre = {pid},
+        rule = ("learned: identity accuracy (k=%d) above the untrained model by the margin in every seed; premise: "
+          .. "identity solved (>= 50%% in every seed); SUPPORTED if the separation lies above 0.90, NOT SUPPORTED if "
+          .. "below"):format(km)}
   end
+  -- closure / cancellation probes
+  for _, pr in ipairs{{"in_group", "closure: query-group membership linearly decodable", "natural"},
+                      {"answered", "cancellation: answered symbols linearly decodable", "cancel"}} do
+    add{claim = pr[2], paper = "decodable", source = M.SOURCE_NA,
+        statistic = "best layer's held-out balanced accuracy",
+        name = "balanced accuracy", values = per(Es, function(E) return E.probes[pr[1]] end), above = 0.8,
+        learned = learned_acc(P, km, pr[3]),
+        rule = ("learned: %s accuracy (k=%d) above the untrained model by the margin in every seed (the skill the "
+          .. "representation serves); SUPPORTED if the best layer's balanced accuracy lies above 0.80, NOT SUPPORTED "
+          .. "if below"):format(pr[3], km)}
+  end
+  -- phases
   do
-    local p, n = pooled(S.pc1)
-    local v, t = M.rule_pc1(p, n, 0.9, S.acc[P][S.k_mech].identity, boot, 10)
-    add("PC1 of the last attention output separates identity facts",
-        ("precondition: the model solves identity facts (identity accuracy, k=%d: interval low end >= 50%%), else INCONCLUSIVE; "):format(S.k_mech)
-        .. "best threshold accuracy: SUPPORTED if the interval's low end >= 90%, NOT SUPPORTED if its high end < 90% (normal approximation)",
-        "separated", t, n, v)
-  end
-  for _, pr in ipairs{{"in_group", "closure: query-group membership linearly decodable"},
-                      {"answered", "cancellation: answered symbols linearly decodable"}} do
-    local p, n = pooled(S.probes[pr[1]])
-    local v, t = M.rule_prop(p, n, 0.8)
-    add(pr[2], "precondition: none (a property of the context); best layer's held-out balanced accuracy: SUPPORTED if the interval's low end >= 80%, NOT SUPPORTED if its high end < 80% (normal approximation, n = test items)",
-        "decodable", t, n, v)
-  end
-  do
-    local verdicts, texts = {}, {}
-    for i, c in ipairs(S.phases) do
-      local v, why = M.rule_phases(c)
-      verdicts[i] = v
+    local texts, out_of_order, crossed_all = {}, {}, {}
+    for i, E in ipairs(Es) do
+      local c = E.phases or {}
       local order = {}
       for j, s in ipairs(ga.PHASE_SKILLS) do order[j] = ("%s %s"):format(s, c[s] and tostring(c[s]) or "never") end
-      texts[i] = table.concat(order, " ") .. (why and (" (" .. why .. ")") or "")
-    end
-    local v = #verdicts == 0 and M.INC or M.SUP
-    for _, x in ipairs(verdicts) do
-      if x == M.NOT then v = M.NOT elseif x == M.INC and v ~= M.NOT then v = M.INC end
-    end
-    add("phases: structure, closure, copy, then identity + cancel, associate last (first checkpoint at >= 90%)",
-        "precondition: the skills are learned (one never crossed: INCONCLUSIVE); per run: NOT SUPPORTED if two skills that both crossed did so out of order, SUPPORTED if all crossed in order, else INCONCLUSIVE; over runs: any NOT, else any INCONCLUSIVE (no interval: an order of crossings)",
-        "that order", #texts > 0 and table.concat(texts, "; ") or "no checkpoints", #S.phases, v)
-  end
-  return rows
-end
-
-M.COLUMNS = {"claim", "rule", "paper", "ours", "n", "seeds", "verdict"}
-M.HEADER = table.concat(M.COLUMNS, " | ")
-
-function M.print_verdicts(rows, path, out, title)
-  local lines = {title or "VERDICTS", M.HEADER}
-  for _, r in ipairs(rows) do
-    local c = {}
-    for i, key in ipairs(M.COLUMNS) do c[i] = r[key] end
-    lines[#lines + 1] = table.concat(c, " | ")
-  end
-  lines[#lines + 1] = "END VERDICTS"
-  ;(out or print)(table.concat(lines, "\n"))
-  if path then
-    local tsv = {table.concat(M.COLUMNS, "\t") .. "\n"}
-    for _, r in ipairs(rows) do
-      local c = {}
-      for i, key in ipairs(M.COLUMNS) do c[i] = r[key] end
-      tsv[#tsv + 1] = table.concat(c, "\t") .. "\n"
-    end
-    require("cli").write_text(path, table.concat(tsv))
-  end
-end
-
--- Parses the printed table ("VERDICTS" ... "END VERDICTS") back into rows;
--- nil and a message when it is malformed.
-function M.parse_verdicts(text)
-  local body = text:match("VERDICTS[^\n]*\n(.-)\nEND VERDICTS")
-  if not body then return nil, "no VERDICTS ... END VERDICTS block" end
-  local rows, first = {}, true
-  for line in (body .. "\n"):gmatch("(.-)\n") do
-    if first then
-      if line ~= M.HEADER then return nil, "bad header: " .. line end
-      first = false
-    else
-      local f = {}
-      for x in (line .. " | "):gmatch("(.-) | ") do f[#f + 1] = x end
-      if #f ~= #M.COLUMNS then return nil, "bad row (" .. #f .. " fields): " .. line end
-      local r = {}
-      for i, key in ipairs(M.COLUMNS) do r[key] = f[i] end
-      if r.verdict ~= M.SUP and r.verdict ~= M.NOT and r.verdict ~= M.INC then
-        return nil, "bad verdict '" .. r.verdict .. "' in: " .. line
+      local bad, all = 0, E.phases ~= nil
+      for _, p in ipairs(M.PHASE_ORDER) do
+        if c[p[1]] and c[p[2]] and c[p[1]] > c[p[2]] then bad = bad + 1 end
       end
-      rows[#rows + 1] = r
+      for _, s in ipairs(ga.PHASE_SKILLS) do if not c[s] then all = false end end
+      out_of_order[i], crossed_all[i] = bad, all
+      texts[i] = ("seed %s: %s"):format(E.seed, E.phases and table.concat(order, " ") or "no checkpoints")
     end
+    local nl = failing(Es, crossed_all)
+    add{claim = "phases: structure, closure, copy, then identity + cancel, associate last (first checkpoint at >= 90%)",
+        paper = "that order", source = M.SOURCE_NA, statistic = "pairs of skills crossing 90% out of the paper's order",
+        name = "pairs out of order", fmt = "%.2f", values = out_of_order, below = 0.5,
+        learned = {ok = nl == nil, text = "every skill crosses 90% in every seed" .. (nl and ("; not in " .. nl) or "")},
+        describe = table.concat(texts, "; "),
+        rule = "learned: every skill reaches 90% at some checkpoint in every seed (a skill that never does has no step "
+          .. "to order); per seed the number of the paper's ordered pairs (structure<=closure<=copy<=identity,cancel"
+          .. "<=associate) crossed out of order; SUPPORTED if it lies below 0.5, NOT SUPPORTED if above"}
   end
   return rows
+end
+
+M.PHASE_ORDER = {{"structure", "closure"}, {"closure", "copy"}, {"copy", "identity"}, {"copy", "cancel"},
+                 {"identity", "associate"}, {"cancel", "associate"}}
+
+-- ---------------------------------------------------------------- the verdict section and files
+
+M.WIDTHS = {1, 1, 1}   -- no padding
+M.HEADER = "== verdicts (one value per seed; the mean and 95% t-interval over the seeds; rows C1, C2, ...)"
+
+-- The report's verdict section: the header, then the engine's VERDICT, RULE
+-- and DESCRIBE lines (V.replace_section splices them in again on --rejudge).
+function M.section(rows)
+  local lines = {M.HEADER}
+  for _, l in ipairs(V.report_lines(rows, M.WIDTHS)) do lines[#lines + 1] = l end
+  return lines
+end
+
+-- The run files of the run in dir: DIR/seed_S/group_arith.h5 for a run of
+-- several seeds (pooled = dir/group_arith.h5 then holds /verdicts only), else
+-- DIR/group_arith.h5 (one seed). Returns the paths, the seeds' folders order
+-- (numeric), and whether the run is pooled.
+function M.run_files(dir, seeds)
+  if seeds then
+    local paths = {}
+    for i, s in ipairs(seeds) do paths[i] = ("%s/seed_%d/group_arith.h5"):format(dir, s) end
+    return paths, true
+  end
+  local single = dir .. "/group_arith.h5"
+  local fh = io.open(single, "rb")
+  if fh then
+    fh:close()
+    local ok, f = pcall(mp.h5.open, single)
+    if not ok then error(("%s: cannot read: %s"):format(single, tostring(f)), 0) end
+    local a = f:attrs("/")
+    f:close()
+    if a.format == "mechprobe.group_arith" then return {single}, false end
+    if a.format ~= "mechprobe.group_arith.verdicts" then
+      error(("%s: neither a group_arith run file nor its pooled verdicts (format %s)"):format(single, tostring(a.format)), 0)
+    end
+    local listed = {}                          -- the seeds the pooled verdicts were made from: each must be there
+    for sd in tostring(a.seeds or ""):gmatch("%d+") do listed[#listed + 1] = tonumber(sd) end
+    if #listed > 0 then
+      local paths = M.run_files(dir, listed)
+      for _, path in ipairs(paths) do
+        local g = io.open(path, "rb")
+        if not g then error(("%s: no such run file (%s names seeds %s)"):format(path, single, a.seeds), 0) end
+        g:close()
+      end
+      return paths, true
+    end
+  end
+  local found = {}
+  local p = io.popen(("ls -1 '%s' 2>/dev/null"):format(dir))
+  for name in p:lines() do
+    local s = name:match("^seed_(%d+)$")
+    if s then
+      local path = ("%s/%s/group_arith.h5"):format(dir, name)
+      local g = io.open(path, "rb")
+      if g then g:close(); found[#found + 1] = tonumber(s) end
+    end
+  end
+  p:close()
+  if #found == 0 then
+    error(("%s: no group_arith run file (neither %s/group_arith.h5 nor %s/seed_S/group_arith.h5)"):format(dir, dir, dir), 0)
+  end
+  table.sort(found)
+  local paths = {}
+  for i, s in ipairs(found) do paths[i] = ("%s/seed_%d/group_arith.h5"):format(dir, s) end
+  return paths, true
+end
+
+-- The rows of the run in dir, judged from its run files alone (M.load of
+-- each, then M.judge): rows, the seeds, the paths, whether the run is pooled.
+local function judged(dir, seeds)
+  local paths, pooled = M.run_files(dir, seeds)
+  local Es = {}
+  for i, path in ipairs(paths) do
+    Es[i] = M.load(path)
+    if Es[i].control_missing then
+      error(("%s: no /control/untrained (the untrained model's accuracy); compute it with `mechprobe group_arith "
+        .. "--control --out %s` (reads %s/checkpoints/step_000000.h5)"):format(path, dir, run_dir(path)), 0)
+    end
+  end
+  return M.judge(Es), per(Es, function(E) return E.seed end), paths, pooled
+end
+
+-- Outputs under temporary names (mp.output), committed by the caller when all are ready.
+local function pending_text(path, text)
+  local out = mp.output(path)
+  local fh = io.open(out.tmp, "w")
+  local ok, err = fh and fh:write(text)
+  local closed, cerr = fh and fh:close()
+  if not ok or not closed then out:abort(); error(("%s: cannot write: %s"):format(path, tostring(err or cerr)), 0) end
+  return out
+end
+
+-- /verdicts: for several seeds a pooled file dir/group_arith.h5 of the
+-- verdicts alone (written whole); for one seed its run file (a copy without
+-- the old /verdicts, V.copy_run_file).
+local function pending_h5(dir, rows, seeds, paths, pooled)
+  local path = dir .. "/group_arith.h5"
+  local out, f
+  if pooled then
+    out = mp.output(path)
+    f = mp.h5.open(out.tmp, "w")
+    f:set_attr("/", "format", "mechprobe.group_arith.verdicts")
+    f:set_attr("/", "seeds", table.concat(seeds, ","))
+    local rel = {}
+    for i, p in ipairs(paths) do rel[i] = p:sub(#dir + 2) end
+    f:set_attr("/", "run_files", table.concat(rel, ","))
+  else
+    out = V.copy_run_file(path)
+    f = mp.h5.open(out.tmp, "r+")
+  end
+  local ok, err = pcall(function()
+    f:set_attr("/", "learned_margin", M.MARGIN)
+    V.write_h5(f, rows)
+  end)
+  f:close()
+  if not ok then out:abort(); error(("%s: %s"):format(path, tostring(err)), 0) end
+  return out
+end
+
+-- Judges the run in dir from its run files alone and writes dir/verdicts.tsv
+-- (V.tsv) and /verdicts (V.write_h5), both committed together after
+-- everything has been read and judged. Returns the rows and the report's
+-- verdict section (lines). The run calls it once its files are written.
+function M.judge_dir(dir, seeds)
+  local rows, sseeds, paths, pooled = judged(dir, seeds)
+  local h5 <close> = pending_h5(dir, rows, sseeds, paths, pooled)
+  local tsv <close> = pending_text(dir .. "/verdicts.tsv", V.tsv(rows))
+  h5:commit(); tsv:commit()
+  return rows, M.section(rows)
+end
+
+-- A report written before issue 37 (its tables "VERDICTS" .. "END VERDICTS",
+-- per seed and pooled, and "VERDICTS BY SEED", with the lines naming their
+-- files): the tables removed and the section put where the last one was (the
+-- end when none). Lines in, lines out.
+function M.replace_old_tables(lines, section)
+  local out, at, k = {}, nil, 1
+  while k <= #lines do
+    local l = lines[k]
+    if l:match("^VERDICTS") then
+      at = #out
+      k = k + 1
+      while k <= #lines and not lines[k]:match("^END VERDICTS") do k = k + 1 end
+      k = k + 1
+    elseif l:match("^verdicts: .*/seed_%d+/verdicts%.tsv$") or l:match("^verdicts by seed: ") then
+      k = k + 1                            -- the per-seed tables' files, gone
+    elseif l:match("^verdicts %(pooled%): ") then
+      out[#out + 1] = "verdicts: " .. l:match("^verdicts %(pooled%): (.*)$")
+      k = k + 1
+    else
+      out[#out + 1] = l
+      k = k + 1
+    end
+  end
+  at = at or #out
+  local res = {}
+  for i = 1, at do res[#res + 1] = out[i] end
+  for _, l in ipairs(section) do res[#res + 1] = l end
+  for i = at + 1, #out do res[#res + 1] = out[i] end
+  return res
+end
+
+-- The report's text with its verdict section replaced: this format's (the
+-- engine's splice after M.HEADER), else an older report's tables
+-- (M.replace_old_tables); a report without either gets the section at its end.
+function M.replace_section(text, rows)
+  local new = V.replace_section(text, V.report_lines(rows, M.WIDTHS), "^== verdicts")
+  if new then return new end
+  local lines = {}
+  for line in (text .. (text:sub(-1) == "\n" and "" or "\n")):gmatch("(.-)\n") do lines[#lines + 1] = line end
+  if text == "" then lines = {} end
+  return table.concat(M.replace_old_tables(lines, M.section(rows)), "\n") .. "\n"
+end
+
+-- mechprobe group_arith --rejudge --out DIR: the verdicts from the run files
+-- alone; rewrites DIR/verdicts.tsv, /verdicts and DIR/report.txt's verdict
+-- section (none: report.txt is written with the section alone), every output
+-- under a temporary name first, all renamed once all are ready. A stale
+-- DIR/verdicts_by_seed.tsv of an older run is removed. Returns the rows and
+-- the section.
+function M.rejudge(dir)
+  local rows, sseeds, paths, pooled = judged(dir)
+  local report_path, text = dir .. "/report.txt", ""
+  local rf = io.open(report_path, "r")
+  if rf then text = rf:read("a"); rf:close() end
+  local h5 <close> = pending_h5(dir, rows, sseeds, paths, pooled)
+  local tsv <close> = pending_text(dir .. "/verdicts.tsv", V.tsv(rows))
+  local rep <close> = pending_text(report_path, M.replace_section(text, rows))
+  h5:commit(); tsv:commit(); rep:commit()
+  os.remove(dir .. "/verdicts_by_seed.tsv")
+  return rows, M.section(rows)
 end
 
 return M

@@ -9,10 +9,12 @@
 -- column only, associate contexts of one triplet that derives the answer, the
 -- counterfactual pairs; (6) every verdict rule on planted inputs, each of its
 -- three outcomes (in test_group_arith_report.lua); (7) `mechprobe group_arith --quick` end to end: its verdict
--- table parses and agrees with verdicts.tsv, the HDF5 file and the figures
--- exist, and every stored evaluation item re-checks (target from the stored
--- group table and assignment, predicted from the saved model); (8) --preset
--- gpu at a tiny size runs end to end. Argument "quick" runs (7), "gpu" (8),
+-- rows (one seed: INCONCLUSIVE with a reason) parse and agree with
+-- verdicts.tsv and report.txt, --rejudge rewrites them byte for byte, the
+-- untrained control is in the file (re-checked against the step-0
+-- checkpoint), the HDF5 file and the figures exist, and every stored evaluation
+-- item re-checks (target from the stored group table and assignment, predicted
+-- from the saved model); (8) --preset gpu at a tiny size runs end to end. Argument "quick" runs (7), "gpu" (8),
 -- "unit" (1)-(6).
 local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
 local check = t.ok
@@ -21,6 +23,7 @@ local exe = arg[-1]
 local ga = require "group_arith"
 local report = require "group_arith_report"
 local paper = require "group_arith_paper"
+local V = require "verdicts"
 
 if which == "unit" or which == "all" then
   -- (1) self-patching on a random model and real algebra sequences
@@ -108,12 +111,6 @@ if which == "unit" or which == "all" then
   check(steps[1] == 0 and steps[#steps] == 1000 and #steps == 9, "checkpoint schedule " .. table.concat(steps, ","))
   local best, second = ga.top2(mp.tensor{{0.1, 0.9}, {0.3, -1}})
   check(best.l == 0 and best.h == 1 and second.l == 1 and second.h == 0, "top2 (0-based)")
-  local parsed = report.parse_verdicts("x\nVERDICTS\n" .. report.HEADER .. "\na | r | p | o | 3 | 1 | SUPPORTED\nEND VERDICTS\n")
-  check(parsed and #parsed == 1 and parsed[1].verdict == "SUPPORTED" and parsed[1].n == "3", "parse_verdicts on a hand-made table")
-  check(report.parse_verdicts("VERDICTS\nbad\nEND VERDICTS") == nil, "parse_verdicts rejects a bad header")
-  check(report.parse_verdicts("VERDICTS\n" .. report.HEADER .. "\na | r | p | o | 3 | 1 | yes\nEND VERDICTS") == nil,
-        "parse_verdicts rejects a verdict word outside the three")
-
   -- f:write(..., {int32 = true}) (the /eval datasets): int32 on disk, values kept, a fraction refused
   do
     local path = os.tmpname()
@@ -230,22 +227,83 @@ if which == "quick" or which == "all" then
   -- (7) the quick probe end to end
   local out, ok, dir, root = t.run_probe("group_arith", "--quick --curriculum")
   check(ok, "group_arith --quick exited non-zero:\n" .. out)
-  local rows, err = report.parse_verdicts(out)
-  check(rows ~= nil, "verdict table parses: " .. tostring(err) .. "\n" .. out)
-  rows = rows or {}
-  check(#rows >= 27, ("%d verdict rows"):format(#rows))
-  local f = io.open(dir .. "/verdicts.tsv")
-  check(f ~= nil, "verdicts.tsv written")
-  if f then
+  local rows = V.parse(out)
+  check(#rows == 23 and #V.problems(rows) == 0, ("%d verdict rows in the engine's form: %s"):format(#rows,
+    table.concat(V.problems(rows), "; ")))
+  for _, r in ipairs(rows) do
+    check(r[5] == V.I and V.reasons[r[6]], ("%s: one seed is INCONCLUSIVE with a reason (%s, %s)"):format(r[1],
+      tostring(r[5]), tostring(r[6])))
+  end
+  local function read(path)
+    local fh = io.open(path, "rb")
+    if not fh then return nil end
+    local s = fh:read("a")
+    fh:close()
+    return s
+  end
+  local tsv, rep = read(dir .. "/verdicts.tsv"), read(dir .. "/report.txt")
+  check(tsv ~= nil and rep ~= nil, "verdicts.tsv and report.txt written")
+  if tsv and rep then
     local lines = {}
-    for line in f:lines() do lines[#lines + 1] = line end
-    f:close()
-    check(lines[1] == table.concat(report.COLUMNS, "\t") and #lines == #rows + 1, "verdicts.tsv has the same rows")
+    for line in tsv:gmatch("([^\n]*)\n") do lines[#lines + 1] = line end
+    check(lines[1] == table.concat(V.COLUMNS, "\t") and #lines == #rows + 1, "verdicts.tsv: the engine's columns, the same rows")
     for i, r in ipairs(rows) do
       local c = {}
-      for j, key in ipairs(report.COLUMNS) do c[j] = r[key] end
-      check(lines[i + 1] == table.concat(c, "\t"), "tsv row " .. i)
-      check(r.seeds == "1" and tonumber(r.n) and tonumber(r.n) >= 1, "row " .. i .. " states n and the seed")
+      for col in (lines[i + 1] .. "\t"):gmatch("([^\t]*)\t") do c[#c + 1] = col end
+      check(c[1] == r[1] and c[8] == "1" and c[15] == r[5], "tsv row " .. i .. ": id, the seed, the word")
+    end
+    local rrows, same = V.parse(rep), 0
+    for i, r in ipairs(rrows) do if rows[i] and r.line == rows[i].line then same = same + 1 end end
+    check(#rrows == #rows and same == #rows, "report.txt holds the printed verdict rows")
+    -- --rejudge: the same verdicts from the file alone, byte for byte
+    local p = io.popen(("%s group_arith --rejudge --out %s 2>&1"):format(exe, dir))
+    local rj = p:read("a")
+    check(p:close(), "--rejudge exited 0:\n" .. rj)
+    check(read(dir .. "/verdicts.tsv") == tsv and read(dir .. "/report.txt") == rep,
+      "--rejudge rewrites verdicts.tsv and report.txt byte for byte")
+    -- a run file made before the control existed (every group but /control and
+    -- /verdicts, copied with h5copy): --rejudge refuses it by name, --control
+    -- computes the control from the step-0 checkpoint, the same as the run's
+    local old = root .. "/old"
+    mp.mkdir(old .. "/checkpoints")
+    os.execute(("cp '%s/checkpoints/step_000000.h5' '%s/checkpoints/'"):format(dir, old))
+    local src = mp.h5.open(dir .. "/group_arith.h5")
+    local groups = src:list("/")
+    src:close()
+    local copied = true
+    for _, g in ipairs(groups) do
+      if g ~= "control" and g ~= "verdicts" then
+        copied = os.execute(("h5copy -i '%s/group_arith.h5' -o '%s/group_arith.h5' -s '/%s' -d '/%s' 2>&1"):format(
+          dir, old, g, g)) and copied
+      end
+    end
+    if copied then
+      local of = mp.h5.open(old .. "/group_arith.h5", "r+")
+      of:set_attr("/", "format", "mechprobe.group_arith")
+      of:close()
+      local p2 = io.popen(("%s group_arith --rejudge --out %s 2>&1"):format(exe, old))
+      local msg = p2:read("a")
+      check(not p2:close() and msg:find(old .. "/group_arith.h5: no /control/untrained", 1, true)
+        and msg:find("--control", 1, true), "--rejudge without the control names the file and --control:\n" .. msg)
+      check(read(old .. "/verdicts.tsv") == nil, "nothing written without the control")
+      p2 = io.popen(("%s group_arith --control --out %s 2>&1"):format(exe, old))
+      msg = p2:read("a")
+      check(p2:close() and msg:find("/control/untrained from", 1, true), "--control computes it:\n" .. msg)
+      local a, b = mp.h5.open(dir .. "/group_arith.h5"), mp.h5.open(old .. "/group_arith.h5")
+      local same = true
+      for _, pop in ipairs(ga.POPULATIONS) do
+        for _, d in ipairs(ga.DISTS) do
+          local n = ("control/untrained/%s/%s_k100/predicted"):format(pop, d)
+          if table.concat(a:read_int(n), ",") ~= table.concat(b:read_int(n), ",") then same = false end
+        end
+      end
+      a:close(); b:close()
+      check(same, "--control's untrained predictions equal the run's own")
+      p2 = io.popen(("%s group_arith --rejudge --out %s 2>&1"):format(exe, old))
+      msg = p2:read("a")
+      check(p2:close() and read(old .. "/verdicts.tsv") == tsv, "then --rejudge gives the run's verdicts.tsv:\n" .. msg)
+    else
+      io.write("h5copy failed: the --control case is skipped\n")
     end
   end
   check(out:find("max |logit change| = 0\n", 1, true), "the probe's own self-patching check is exact")
@@ -327,6 +385,17 @@ if which == "quick" or which == "all" then
   end
   check(cells == 2 * 2 * #ga.DISTS, "every population x k x distribution stored under /eval")
   model:close()
+  -- the untrained control: the step-0 checkpoint's argmax on the same stored tokens
+  check(h5:attrs("control/untrained").checkpoint == "checkpoints/step_000000.h5", "the control names its checkpoint")
+  local m0 = mp.load(dir .. "/checkpoints/step_000000.h5")
+  local base = "eval/training/copy_k50/"
+  local lg = m0:forward(mp.tensor(h5:read_int(base .. "tokens")), {logits = "last"}):totable()
+  local up, same = h5:read_int("control/untrained/training/copy_k50/predicted"), 0
+  for b, row in ipairs(lg) do if ga.argmax(row) == up[b] then same = same + 1 end end
+  check(same == #lg and #lg == 24, ("the untrained control's predictions re-check on %d of %d"):format(same, #lg))
+  m0:close()
+  local vf = h5:attrs("verdicts/C2")
+  check(vf.word == V.I and vf.seeds == "1", "/verdicts/C2 in the one seed's run file")
   h5:close()
   for _, fig in ipairs{"accuracy", "coverage", "patching", "identity_dla", "identity_pca", "probes", "phases"} do
     local g = io.open(("%s/%s.png"):format(dir, fig), "rb")
@@ -341,8 +410,8 @@ if which == "gpu" or which == "all" then
   -- positions for 1005 tokens) at a tiny width and step count, end to end
   local out, ok, dir, root = t.run_probe("group_arith", "--preset gpu --steps 2 --batch 2 --d-model 32 --heads 8 --n-eval 4")
   check(ok, "group_arith --preset gpu (tiny) exited non-zero:\n" .. out)
-  local rows = report.parse_verdicts(out) or {}
-  check(#rows >= 27, ("gpu preset: %d verdict rows"):format(#rows))
+  local rows = V.parse(out)
+  check(#rows == 23 and #V.problems(rows) == 0, ("gpu preset: %d verdict rows"):format(#rows))
   check(out:find("group_arith (gpu): d_model=32 n_layer=4 n_head=8", 1, true) ~= nil, "gpu preset: 4 layers x 8 heads")
   local h5 = mp.h5.open(dir .. "/group_arith.h5")
   check(h5:attrs("copying/paper").k == 200 and h5:read("copying/paper/ie_exact"):size(2) == 8, "gpu preset: paper-design patching at k = 200 over 8 heads")

@@ -240,7 +240,7 @@ function M.judge(x)
     error(("verdicts.judge %s: a trained-model row needs at least %d seeds, not %d"):format(x.id, M.MIN_SEEDS, min), 2)
   end
   if not word and trained and #seeds < min then
-    word, reason, why = M.I, M.FEW_SEEDS, ("%d seeds, %d needed"):format(#seeds, min)
+    word, reason, why = M.I, M.FEW_SEEDS, ("%d seed%s, %d needed"):format(#seeds, #seeds == 1 and "" or "s", min)
   end
   if not word then
     local any_against, all_for = false, true

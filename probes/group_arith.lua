@@ -3,7 +3,7 @@
 -- closure when a transformer does arithmetic over variable symbols.
 --
 --   mechprobe group_arith [--quick | --medium | --preset P] --out DIR   (train, then test)
---   mechprobe group_arith --seeds 1,2,3 --out DIR                      (one run per seed, pooled verdicts)
+--   mechprobe group_arith --seeds 1,2,3 --out DIR                      (one run per seed, verdicts over the seeds)
 --   mechprobe group_arith --model DIR/model.h5 --out DIR2              (test a trained model)
 --   mechprobe group_arith --control --out DIR     (the untrained control of a run made before it existed)
 --   mechprobe group_arith --rejudge --out DIR     (the current rules on a finished run, from its run files)

@@ -84,13 +84,7 @@ local function log(fmt, ...)
   io.stderr:write(("[mirror%s %s] " .. fmt .. "\n"):format(who, os.date("%H:%M:%S"), ...)); io.stderr:flush()
 end
 
--- tokens [B, Tmax] -> [B, T] (a copy)
-local function prefix(tok, T)
-  local B = tok:size(1)
-  local out = mp.zeros{B, T}
-  for b = 1, B do out[b]:copy_(tok[b]:narrow(1, T)) end
-  return out
-end
+local prefix = require("mirror_report").prefix   -- tokens [B, Tmax] -> [B, T] (a copy)
 
 -- next [B, Tmax, q] -> [B, q] at position T-1 (1-based row T)
 local function truth_at(nxt, T)

@@ -246,13 +246,14 @@ end
 
 -- ---------------------------------------------------------------- reading the evidence back
 
--- tokens [B, Tmax] -> [B, T] (a copy)
-local function prefix(tok, T)
+-- tokens [B, Tmax] -> [B, T] (a copy); mirror.lua uses it too
+function R.prefix(tok, T)
   local B = tok:size(1)
   local out = mp.zeros{B, T}
   for b = 1, B do out[b]:copy_(tok[b]:narrow(1, T)) end
   return out
 end
+local prefix = R.prefix
 
 -- C1's bootstrap: resample the sequences (te [B, T], their Bayes predictions
 -- pb [B, q]) nb = min(boot, 200) times with a fixed LCG, re-tune one MD step's

@@ -234,13 +234,7 @@ if which == "quick" or which == "all" then
     check(r[5] == V.I and V.reasons[r[6]], ("%s: one seed is INCONCLUSIVE with a reason (%s, %s)"):format(r[1],
       tostring(r[5]), tostring(r[6])))
   end
-  local function read(path)
-    local fh = io.open(path, "rb")
-    if not fh then return nil end
-    local s = fh:read("a")
-    fh:close()
-    return s
-  end
+  local read = t.read_file
   local tsv, rep = read(dir .. "/verdicts.tsv"), read(dir .. "/report.txt")
   check(tsv ~= nil and rep ~= nil, "verdicts.tsv and report.txt written")
   if tsv and rep then

@@ -13,19 +13,8 @@ local check = t.ok
 
 local src = (os.getenv("MP_TESTDATA") or ((os.getenv("MP_SRC") or ".") .. "/tests/data")) .. "/rejudge/mirror"
 local exe = arg[-1]
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-local function sh(cmd)
-  local p = io.popen(cmd .. " 2>&1")
-  local out = p:read("a")
-  local ok = p:close()
-  return ok, out
-end
+local read = t.read_file
+local function sh(cmd) local out, ok = t.sh(cmd); return ok, out end
 local function tsv_rows(text)
   local rows = {}
   for line in text:gmatch("[^\n]+") do
@@ -36,18 +25,10 @@ local function tsv_rows(text)
   return rows
 end
 
-local stored_tsv, stored_report = read(src .. "/verdicts.tsv"), read(src .. "/report.txt")
-check(stored_tsv and stored_report and read(src .. "/mirror.h5"), "the stored run is there: " .. src)
-local root = os.tmpname(); os.remove(root)
-mp.mkdir(root)
-local dir = root .. "/run"
-os.execute(("cp -r '%s' '%s'"):format(src, dir))
-
 -- ---- re-judged byte for byte
-local ok, out = sh(("%s mirror_descent --rejudge --out %s"):format(exe, dir))
-check(ok, "rejudge exited 0:\n" .. out)
-check(read(dir .. "/verdicts.tsv") == stored_tsv, "verdicts.tsv re-judged byte for byte as the run wrote it")
-check(read(dir .. "/report.txt") == stored_report, "report.txt re-judged byte for byte (the verdict section in place)")
+local dir, out, stored_tsv = t.rejudge_stored("mirror_descent", "mirror")
+local ok
+local root = dir:match("^(.*)/run$")
 local printed = V.parse(out)
 check(#printed == 7 and #V.problems(printed) == 0, ("--rejudge prints the 7 rows in the engine's form, got %d")
   :format(#printed))

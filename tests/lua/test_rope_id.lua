@@ -375,7 +375,7 @@ elseif mode == "rejudge" then
   -- alone, gives its verdicts.tsv and report.txt byte for byte, twice
   local data = os.getenv("MP_TESTDATA") or ((src or ".") .. "/tests/data")
   local stored = data .. "/rejudge/rope_id"
-  local function slurp(p) local fh = io.open(p, "rb"); if not fh then return nil end; local s = fh:read("a"); fh:close(); return s end
+  local slurp = t.read_file
   local dir = os.tmpname(); os.remove(dir); mp.mkdir(dir)
   local want = {}
   for _, name in ipairs{"rope_id.h5", "verdicts.tsv", "report.txt"} do
@@ -601,7 +601,7 @@ else
   -- --rejudge rebuilds every verdict from rope_id.h5 alone (no checkpoint, no
   -- training): the same rows, byte for byte, in verdicts.tsv and report.txt
   f:close()
-  local function slurp(p) local fh = io.open(p, "rb"); if not fh then return nil end; local s = fh:read("a"); fh:close(); return s end
+  local slurp = t.read_file
   local tsv0, rep0 = slurp(out .. "/verdicts.tsv"), slurp(out .. "/report.txt")
   os.execute("rm -rf " .. out .. "/models")
   local ph = io.popen(("%s rope_id --rejudge --out %s 2>&1"):format(arg[-1], out))

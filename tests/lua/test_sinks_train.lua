@@ -31,13 +31,7 @@ local st = require "sinks_train"
 local V = require "verdicts"
 local T975_2 = 4.303                 -- Student's t, 97.5%, 2 degrees of freedom
 
-local function slurp(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local slurp = t.read_file
 
 local function spit(path, s)
   local f = assert(io.open(path, "wb"))
@@ -283,20 +277,10 @@ if mode == "unit" then
     os.execute("rm -rf " .. dir)
   end)
 
-  t.case("--rejudge on the stored tiny run: byte for byte", function()
-    local data = (os.getenv("MP_TESTDATA") or ((src or ".") .. "/tests/data")) .. "/rejudge/sinks"
-    local dir = tmpdir()
-    for _, n in ipairs{"sinks_train.h5", "verdicts.tsv", "report.txt"} do
-      local s = slurp(data .. "/" .. n)
-      assert(s, data .. "/" .. n .. " missing")
-      spit(dir .. "/" .. n, s)
-    end
-    local msg, ok = sinks_cli("--rejudge --out " .. dir)
-    assert(ok, msg)
-    assert(slurp(dir .. "/verdicts.tsv") == slurp(data .. "/verdicts.tsv"), "verdicts.tsv byte for byte")
-    assert(slurp(dir .. "/report.txt") == slurp(data .. "/report.txt"), "report.txt byte for byte")
-    os.execute("rm -rf " .. dir)
-  end)
+  do   -- --rejudge on the stored tiny run: verdicts.tsv and report.txt byte for byte
+    local dir = t.rejudge_stored("sinks", "sinks")
+    os.execute("rm -rf " .. dir:match("^(.*)/run$"))
+  end
 
   for _, c in ipairs{{"--preset huge", "--preset must be quick, medium, full or gpu"},
                      {"--preset quick --model x.h5", "give none of --model"},

@@ -5,6 +5,7 @@
 --   local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
 --   t.ok(x == 1, "x is 1")                    -- counts; prints FAIL: msg when false
 --   t.case("sum", function() t.near(s, 3, 1e-6, "sum") end)  -- counts; an error fails it
+--   t.read_file(p), t.sh(cmd), t.rejudge_stored(probe, name)   -- files, commands, a stored run re-judged
 --   t.finish("test_x")                        -- "test_x: N passed, M failed"; exit 1 on failures
 local M = {passed = 0, failed = 0}
 
@@ -65,6 +66,40 @@ function M.run_probe(name, args)
   local ok = p:close()
   io.write(("%s %s: %d s\n"):format(name, args, os.time() - t0))
   return report, ok, out, root
+end
+
+-- A file's bytes (nil when it cannot be opened).
+function M.read_file(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- A shell command's stdout and stderr together, and whether it exited 0.
+function M.sh(cmd)
+  local p = io.popen(cmd .. " 2>&1")
+  local out = p:read("a")
+  return out, p:close() == true
+end
+
+-- `mechprobe PROBE --rejudge` on a copy of the stored run tests/data/rejudge/NAME
+-- (a small run kept with the verdicts.tsv and report.txt it wrote): checks that
+-- they come back byte for byte. Returns the copy's folder, what --rejudge
+-- printed, and the stored verdicts.tsv text.
+function M.rejudge_stored(probe, name)
+  local src = (os.getenv("MP_TESTDATA") or ((os.getenv("MP_SRC") or ".") .. "/tests/data")) .. "/rejudge/" .. name
+  local tsv, report = M.read_file(src .. "/verdicts.tsv"), M.read_file(src .. "/report.txt")
+  M.ok(tsv and report, "the stored run is there: " .. src)
+  local root = os.tmpname(); os.remove(root); mp.mkdir(root)
+  local dir = root .. "/run"
+  os.execute(("cp -r '%s' '%s'"):format(src, dir))
+  local out, ok = M.sh(("'%s' %s --rejudge --out '%s'"):format(arg[-1], probe, dir))
+  M.ok(ok, probe .. " --rejudge exited 0:\n" .. out)
+  M.ok(M.read_file(dir .. "/verdicts.tsv") == tsv, probe .. ": verdicts.tsv re-judged byte for byte as the run wrote it")
+  M.ok(M.read_file(dir .. "/report.txt") == report, probe .. ": report.txt re-judged byte for byte")
+  return dir, out, tsv
 end
 
 -- The closing line; a non-zero exit when anything failed.

@@ -263,20 +263,33 @@ local function attn_ratio(r) return r.attn_kl / r.uniform_attn_kl end
 
 -- C3: first-layer attention ~ gamma. E = {models = {{arch, depth, loss, seed,
 -- kl_avg, attn_kl (best L0 head), uniform_attn_kl}}, uniform_kl, md_kl, scale}
-function M.C3(E)
+-- What C3 and C4 share: one test per learned group of depth >= MIN_DEPTH on
+-- the per-seed value f (the threshold fields of thr: below / inside), "no
+-- group" when none is left, and the seed means of every group as the
+-- description (fmt their format).
+local function group_row(E, f, thr, fmt)
   local judged, deep, shallow, learned, pre = deep_groups(E)
   local seeds = common_seeds(judged)
-  local tests = {}
-  for _, g in ipairs(judged) do
-    tests[#tests + 1] = {name = g.name, values = values_on(g, seeds, attn_ratio), below = M.C3_BELOW}
+  local function test(name, values)
+    local t = {name = name, values = values}
+    for k, v in pairs(thr) do t[k] = v end
+    return t
   end
-  if #tests == 0 then tests = {{name = "no group", values = {}, below = M.C3_BELOW}} end
+  local tests = {}
+  for _, g in ipairs(judged) do tests[#tests + 1] = test(g.name, values_on(g, seeds, f)) end
+  if #tests == 0 then tests = {test("no group", {})} end
+  return {seeds = seeds, tests = tests, learned = learned, pre = {pre},
+          describe = ("seed means: %s;%s shallower (not judged): %s"):format(seed_mean_text(deep, f, fmt),
+            not_judged_text(deep, judged), seed_mean_text(shallow, f, fmt))}
+end
+
+function M.C3(E)
+  local G = group_row(E, attn_ratio, {below = M.C3_BELOW}, "%.3f")
   return V.judge{
     id = "C3", claim = "first-layer attention approximates the responsibilities", paper = "KL 0.0376 at T=192",
-    source = M.SOURCE, seeds = seeds, tests = tests, learned = learned, pre = {pre}, scale = E.scale,
+    source = M.SOURCE, seeds = G.seeds, tests = G.tests, learned = G.learned, pre = G.pre, scale = E.scale,
     statistic = "per seed: KL(gamma, best layer-0 head) / KL(gamma, uniform attention on the lags)",
-    describe = ("seed means: %s;%s shallower (not judged): %s"):format(seed_mean_text(deep, attn_ratio, "%.3f"),
-      not_judged_text(deep, judged), seed_mean_text(shallow, attn_ratio, "%.3f")),
+    describe = G.describe,
     rule = ("one test per (architecture, depth >= %d) group whose seeds all learned: the 95%% t-interval over seeds "
       .. "of KL(gamma, best layer-0 head) / KL(gamma, uniform on the lags); SUPPORTED if every group's lies below "
       .. "%g, NOT SUPPORTED if any lies above, else INCONCLUSIVE"):format(M.MIN_DEPTH, M.C3_BELOW)}
@@ -284,21 +297,14 @@ end
 
 -- C4: models match one-step MD. E as C3, and md_kl (one-step MD's KL averaged over T)
 function M.C4(E)
-  local judged, deep, shallow, learned, pre = deep_groups(E)
-  local seeds = common_seeds(judged)
   local function rel(r) return r.kl_avg / E.md_kl - 1 end
-  local tests = {}
-  for _, g in ipairs(judged) do
-    tests[#tests + 1] = {name = g.name, values = values_on(g, seeds, rel), inside = {-M.C4_BAND, M.C4_BAND}}
-  end
-  if #tests == 0 then tests = {{name = "no group", values = {}, inside = {-M.C4_BAND, M.C4_BAND}}} end
+  local G = group_row(E, rel, {inside = {-M.C4_BAND, M.C4_BAND}}, "%+.3f")
   return V.judge{
     id = "C4", claim = "trained models match one-step MD (KL to the truth)", paper = "model ~ one-step MD",
-    source = M.SOURCE, seeds = seeds, tests = tests, learned = learned, pre = {pre}, scale = E.scale,
+    source = M.SOURCE, seeds = G.seeds, tests = G.tests, learned = G.learned, pre = G.pre, scale = E.scale,
     statistic = ("per seed: (model KL - MD KL) / MD KL, KL to the truth averaged over the T grid (MD %.4f)")
       :format(E.md_kl),
-    describe = ("seed means: %s;%s shallower (not judged): %s"):format(seed_mean_text(deep, rel, "%+.3f"),
-      not_judged_text(deep, judged), seed_mean_text(shallow, rel, "%+.3f")),
+    describe = G.describe,
     rule = ("one test per (architecture, depth >= %d) group whose seeds all learned: the 95%% t-interval over seeds "
       .. "of (model KL - one-step MD KL) / MD KL; SUPPORTED if every group's lies within +-%g, NOT SUPPORTED if any "
       .. "lies outside, else INCONCLUSIVE"):format(M.MIN_DEPTH, M.C4_BAND)}

@@ -73,12 +73,24 @@ static void test_embed(void) {
     for (int n = 0; n < N; n++) tok[n] = (n * 5 + n / 3) % V; /* repeated ids: colliding rows */
     float *dout = rnd((size_t)N * D, 1), *de = rnd((size_t)V * D, 1);
     float *d_dout = dev(dout, (size_t)N * D * 4), *d_de = dev(de, (size_t)V * D * 4);
-    int *d_tok = dev(tok, sizeof tok);
+    int groups[3 * 40 + 1];
+    const int ng = mp_cuk_embed_groups(tok, N, groups);
+    CHECK(ng == V, "embed groups: %d distinct ids, %d expected", ng, V);
+    int *d_groups = dev(groups, sizeof groups);
+    float *de0 = malloc((size_t)V * D * 4);
+    memcpy(de0, de, (size_t)V * D * 4);
     mp_embed_backward(de, dout, tok, N, D);
-    OK(mp_cuk_embed_backward(d_de, d_dout, d_tok, N, D, NULL));
+    OK(mp_cuk_embed_backward(d_de, d_dout, d_groups, N, ng, D, NULL));
     near("embed backward", de, d_de, (size_t)V * D);
-    cudaFree(d_dout), cudaFree(d_de), cudaFree(d_tok);
-    free(dout), free(de);
+    /* deterministic: the same sum, bit for bit, from a second launch (the emulator permutes the blocks anew) */
+    float *first = malloc((size_t)V * D * 4), *second = malloc((size_t)V * D * 4);
+    CHECK(cudaMemcpy(first, d_de, (size_t)V * D * 4, cudaMemcpyDeviceToHost) == cudaSuccess, "copy back");
+    CHECK(cudaMemcpy(d_de, de0, (size_t)V * D * 4, cudaMemcpyHostToDevice) == cudaSuccess, "reset");
+    OK(mp_cuk_embed_backward(d_de, d_dout, d_groups, N, ng, D, NULL));
+    CHECK(cudaMemcpy(second, d_de, (size_t)V * D * 4, cudaMemcpyDeviceToHost) == cudaSuccess, "copy back");
+    CHECK(memcmp(first, second, (size_t)V * D * 4) == 0, "embed backward: two launches differ");
+    cudaFree(d_dout), cudaFree(d_de), cudaFree(d_groups);
+    free(dout), free(de), free(de0), free(first), free(second);
 }
 
 static void test_norm(int layer, int D) {

@@ -14,7 +14,10 @@
  * model. fp32 tolerance: max |gpu - cpu| <= 1e-4 of the tensor's scale (its
  * largest finite |value|); -inf (masked scores) must match exactly. bf16
  * (bfloat16 operands of every product, fp32 accumulation and everything
- * else): max error <= 3e-2 of each tensor's scale, against the fp32 CPU.
+ * else; the attention's score products in TF32, which the emulator rounds
+ * as the tensor cores do): max error <= 4e-2 of each tensor's scale, against
+ * the fp32 CPU (the pattern, the most sensitive, measured 0.032 on the
+ * emulator with TF32 scores, 0.028 without).
  * `test_gpu --dry` runs every comparison with the CPU on both sides (no device
  * needed): a check of the test's own set-up, not of the backend. */
 #include "intervene.h"
@@ -25,7 +28,7 @@
 #include <string.h>
 
 #define TOL_FP32 1e-4
-#define TOL_BF16 3e-2
+#define TOL_BF16 4e-2
 static double TOL = TOL_FP32;
 static mp_precision PREC = MP_PRECISION_FP32;
 static int dry; /* --dry: "cuda" is the CPU */

@@ -77,8 +77,14 @@ cudaError_t mp_cuk_rope_backward(float *dx, const float *cos_t, const float *sin
 
 /* ---- training (cuda_train_kernels.cu): as ops_backward.c, gradients ACCUMULATED ---- */
 
-/* dembed[tokens[n], :] += dout[n, :] */
-cudaError_t mp_cuk_embed_backward(float *dembed, const float *dout, const int *tokens, int N, int D, cudaStream_t s);
+/* The rows of N ids grouped by id for mp_cuk_embed_backward (host code): groups (at least 3 N + 1 ints) gets
+ * rows [N] (sorted by id, ascending within an id), starts [ng + 1] and ids [ng] of the ng distinct ids;
+ * returns ng, or -1 when out of memory. */
+int mp_cuk_embed_groups(const int *ids, int N, int *groups);
+/* dembed[id, :] += dout[n, :] for every row n of each id (groups from mp_cuk_embed_groups, on the device),
+ * the rows of one id added in ascending order by one block: deterministic, no atomics. */
+cudaError_t mp_cuk_embed_backward(float *dembed, const float *dout, const int *groups, int N, int ngroups, int D,
+                                  cudaStream_t s);
 /* RMSNorm (layer 0; mean unused) or LayerNorm: dx += the input gradient; with
  * dw non-NULL also dw += sum_n dout xhat and (LayerNorm) db += sum_n dout.
  * mean and scale as mp_cuk_norm_scale wrote them (scale = 1 / rstd). */

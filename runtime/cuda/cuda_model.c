@@ -167,9 +167,16 @@ typedef struct {
     size_t ablk_n;          /* floats */
     double *part;           /* the gradient norm's partial sums */
     int *tgt;               /* targets [B*T] */
-    int *pos_ids;           /* learned positions: t of every row, for pos_embed's gradient */
+    int *pos_ids;           /* learned positions: the rows grouped by t (mp_cuk_embed_groups: 3 N + 1 ints), for
+                             * pos_embed's gradient */
+    int pos_ng;             /* its groups (T) */
     size_t tgt_n;           /* rows both hold */
     int pos_T;              /* the T of pos_ids */
+    int *tok_groups;        /* the micro-batch's rows grouped by token (mp_cuk_embed_groups), for embed's gradient */
+    size_t tok_groups_n;    /* ints */
+    int tok_ng;             /* its groups */
+    int *hgroups;           /* host scratch of mp_cuk_embed_groups */
+    size_t hgroups_n;       /* ints */
     /* reader-only hook points (every callback there a reader: captures, caches):
      * their tensors are snapshotted on the stream and copied to pinned memory
      * on the copy stream while the forward goes on; the readers get them in
@@ -189,12 +196,16 @@ typedef struct {
     int synced;             /* positions whose rows equal the host cache's */
 } cu_kv;
 
-/* Failing calls become MP_ERR_CUDA messages that name the call. */
+/* Failing calls become MP_ERR_CUDA messages that name the call. The runtime
+ * keeps a failed call's error (an out-of-memory cudaMalloc's too) as its last
+ * error, which every launcher returns (cudaGetLastError): reported here, it is
+ * cleared, so the next kernel does not fail with it. */
 #define CU(fn, args)                                                                                 \
     do {                                                                                             \
         cudaError_t e_ = fn args;                                                                    \
         if (e_ != cudaSuccess) {                                                                     \
             st = mp_error(MP_ERR_CUDA, "CUDA: %s: %s", #fn, cudaGetErrorString(e_));                \
+            (void)cudaGetLastError(); /* reported: not again by the next launch's check */           \
             goto cleanup;                                                                            \
         }                                                                                            \
     } while (0)
@@ -222,9 +233,22 @@ mp_status mp_cuda_probe(void) {
     return MP_OK;
 }
 
+/* Frees device memory (pinned host memory: host = 1) that work queued on d's
+ * streams may still read or write: after that work. cudaFree's reference does
+ * not promise to wait for a non-blocking stream. Buffers are freed only when
+ * they grow or the model goes, so the wait costs nothing that matters. */
+static void cu_free_after(cu_model *d, void *p, int host) {
+    if (!p) return;
+    if (d->stream) cudaStreamSynchronize(d->stream);
+    if (d->copy) cudaStreamSynchronize(d->copy);
+    if (host) cudaFreeHost(p);
+    else cudaFree(p);
+}
+
 static void cu_free(cu_model *d) {
     if (!d) return;
     if (d->stream) cudaStreamSynchronize(d->stream);
+    if (d->copy) cudaStreamSynchronize(d->copy);
     cudaFree(d->params);
     cudaFree(d->pbf);
     cudaFree(d->abf);
@@ -238,10 +262,11 @@ static void cu_free(cu_model *d) {
     cudaFree(d->part);
     cudaFree(d->tgt);
     cudaFree(d->pos_ids);
+    cudaFree(d->tok_groups);
+    free(d->hgroups);
     cudaFree(d->ablk);
     cudaFree(d->ivsrc);
     if (d->host) cudaFreeHost(d->host);
-    if (d->copy) cudaStreamSynchronize(d->copy);
     for (int i = 0; i < RD_SLOTS; i++) {
         cudaFree(d->rd[i].dev);
         if (d->rd[i].host) cudaFreeHost(d->rd[i].host);
@@ -257,6 +282,7 @@ static void cu_free(cu_model *d) {
 static void cu_kv_free(void *p) {
     cu_kv *kv = p;
     if (!kv) return;
+    cudaDeviceSynchronize(); /* the cache's owner has no stream of ours: whatever may still read it is done */
     cudaFree(kv->k);
     cudaFree(kv->v);
     free(kv);
@@ -270,10 +296,10 @@ static void cu_release(mp_model *m) {
 
 /* Grows the device buffer *p (holding *have elements of `size` bytes) to at
  * least `need` elements; its contents are not kept. */
-static mp_status dev_grow(void **p, size_t *have, size_t need, size_t size) {
+static mp_status dev_grow(cu_model *d, void **p, size_t *have, size_t need, size_t size) {
     mp_status st = MP_OK;
     if (*have >= need) return MP_OK;
-    cudaFree(*p);
+    cu_free_after(d, *p, 0);
     *p = NULL;
     *have = 0;
     CU(cudaMalloc, (p, need * size));
@@ -285,10 +311,10 @@ cleanup:
 /* Grows the workspace / token buffer / pinned staging to at least the sizes given. */
 static mp_status reserve(cu_model *d, size_t ws_n, size_t tok_n, size_t host_n) {
     mp_status st = MP_OK;
-    TRY(dev_grow((void **)&d->ws, &d->ws_n, ws_n, sizeof(float)));
-    TRY(dev_grow((void **)&d->tok, &d->tok_n, tok_n, sizeof(int)));
+    TRY(dev_grow(d, (void **)&d->ws, &d->ws_n, ws_n, sizeof(float)));
+    TRY(dev_grow(d, (void **)&d->tok, &d->tok_n, tok_n, sizeof(int)));
     if (d->host_n < host_n) {
-        if (d->host) cudaFreeHost(d->host);
+        cu_free_after(d, d->host, 1);
         d->host = NULL;
         d->host_n = 0;
         CU(cudaMallocHost, ((void **)&d->host, host_n * sizeof(float)));
@@ -375,15 +401,15 @@ static mp_status rd_push(cu_model *d, const mp_fwd_ctx *f, const mp_hook_info *i
             TRY(rd_drain(d, f)); /* (r stays the free slot: the head moves to it) */
             for (int i = 0; i < RD_SLOTS; i++)
                 if (&d->rd[i] != r && d->rd[i].cap) {
-                    cudaFree(d->rd[i].dev);
-                    cudaFreeHost(d->rd[i].host);
+                    cu_free_after(d, d->rd[i].dev, 0);
+                    cu_free_after(d, d->rd[i].host, 1);
                     d->rd_floats -= d->rd[i].cap;
                     d->rd[i].dev = d->rd[i].host = NULL;
                     d->rd[i].cap = 0;
                 }
         }
-        cudaFree(r->dev);
-        if (r->host) cudaFreeHost(r->host);
+        cu_free_after(d, r->dev, 0);
+        cu_free_after(d, r->host, 1);
         d->rd_floats -= r->cap;
         r->dev = r->host = NULL;
         r->cap = 0;
@@ -433,7 +459,7 @@ static mp_status dev_interventions(cu_model *d, const mp_fwd_ctx *f, mp_hook_inf
         for (int j = 0; j < 4; j++) k.s[j] = pl.s[j], k.f[j] = pl.f[j];
         memcpy(k.pos, pl.pos, sizeof k.pos);
         if (pl.nsrc) { /* in stream order: the previous intervention's kernel has read the buffer before this copy */
-            TRY(dev_grow((void **)&d->ivsrc, &d->ivsrc_n, pl.nsrc, sizeof(float)));
+            TRY(dev_grow(d, (void **)&d->ivsrc, &d->ivsrc_n, pl.nsrc, sizeof(float)));
             CU(cudaMemcpyAsync, (d->ivsrc, pl.src, pl.nsrc * sizeof(float), cudaMemcpyHostToDevice, d->stream));
         }
         CU(mp_cuk_intervene, (dptr, pl.nsrc ? d->ivsrc : NULL, &k, info->numel, d->stream));
@@ -503,7 +529,7 @@ cleanup:
 static mp_status to_bf16(cu_model *d, unsigned short **buf, size_t *cap, const float *x, size_t n) {
     mp_status st = MP_OK;
     if (*cap < n) {
-        cudaFree(*buf);
+        cu_free_after(d, *buf, 0);
         *buf = NULL;
         *cap = 0;
         CU(cudaMalloc, ((void **)buf, n * sizeof(unsigned short)));
@@ -650,7 +676,7 @@ static mp_status attn_blocked(cu_model *d, float *z, float *lse, float *dq, floa
     const size_t per_row = (size_t)B * H * (pos0 + T);
     const size_t want = d->att_rows > 0 ? (size_t)d->att_rows : ATT_FLOATS / per_row;
     const int R = want < 1 ? 1 : want > (size_t)T ? T : (int)want;
-    TRY(dev_grow((void **)&d->ablk, &d->ablk_n, (dq ? 2 : 1) * per_row * (size_t)R, sizeof(float)));
+    TRY(dev_grow(d, (void **)&d->ablk, &d->ablk_n, (dq ? 2 : 1) * per_row * (size_t)R, sizeof(float)));
     const cublasOperation_t N_ = CUBLAS_OP_N, T_ = CUBLAS_OP_T;
     for (int q0 = 0; q0 < T; q0 += R) {
         const int rows = T - q0 < R ? T - q0 : R, Tk = pos0 + q0 + rows;
@@ -1083,8 +1109,9 @@ static mp_status backward_dev(const mp_model *m, const mp_acts *A) {
         CU(mp_cuk_norm_backward, (dres, dw.ln1_w, dw.ln1_b, dxn, a.resid_in, w.ln1_w, a.ln1_mean, a.ln1_rstd, N, D, ln,
                                   s));
     }
-    CU(mp_cuk_embed_backward, (g->embed, dres, d->tok, N, D, s));
-    if (g->pos_embed) CU(mp_cuk_embed_backward, (g->pos_embed, dres, d->pos_ids, N, D, s)); /* row t of each sequence */
+    CU(mp_cuk_embed_backward, (g->embed, dres, d->tok_groups, N, d->tok_ng, D, s));
+    if (g->pos_embed) /* row t of each sequence */
+        CU(mp_cuk_embed_backward, (g->pos_embed, dres, d->pos_ids, N, d->pos_ng, D, s));
 cleanup:
     return st;
 }
@@ -1109,7 +1136,7 @@ static mp_status train_reserve(cu_model *d, const mp_config *c, int mb, int T, i
     const int R = want < N ? (int)want : (int)N; /* as mp_acts_layout clamps it */
     if (d->acts.B != mb || d->acts.T != T || d->acts.logit_rows != R ||
         (d->acts.lse != NULL) != (no_pattern != 0)) {
-        cudaFree(d->acts.mem);
+        cu_free_after(d, d->acts.mem, 0);
         memset(&d->acts, 0, sizeof d->acts);
         size_t nf;
         mp_acts probe;
@@ -1127,16 +1154,21 @@ static mp_status train_reserve(cu_model *d, const mp_config *c, int mb, int T, i
         d->opt = NULL;
     }
     if (d->tgt_n < N || d->pos_T != T) { /* position ids: t of every row, for a learned table's gradient */
-        cudaFree(d->tgt);
-        cudaFree(d->pos_ids);
+        cu_free_after(d, d->tgt, 0);
+        cu_free_after(d, d->pos_ids, 0);
         d->tgt = d->pos_ids = NULL;
         d->tgt_n = 0;
         CU(cudaMalloc, ((void **)&d->tgt, N * sizeof(int)));
-        CU(cudaMalloc, ((void **)&d->pos_ids, N * sizeof(int)));
-        TRY(reserve(d, 0, 0, N));
-        int *ids = (int *)d->host;
+        CU(cudaMalloc, ((void **)&d->pos_ids, (3 * N + 1) * sizeof(int)));
+        TRY(reserve(d, 0, 0, 4 * N + 1));
+        int *ids = (int *)d->host, *groups = ids + N;
         for (size_t i = 0; i < N; i++) ids[i] = (int)(i % (size_t)T);
-        CU(cudaMemcpyAsync, (d->pos_ids, ids, N * sizeof(int), cudaMemcpyHostToDevice, d->stream));
+        d->pos_ng = mp_cuk_embed_groups(ids, (int)N, groups);
+        if (d->pos_ng < 0) {
+            st = mp_error(MP_ERR_NOMEM, "out of memory grouping the position rows (%zu)", N);
+            goto cleanup;
+        }
+        CU(cudaMemcpyAsync, (d->pos_ids, groups, (3 * N + 1) * sizeof(int), cudaMemcpyHostToDevice, d->stream));
         CU(cudaStreamSynchronize, (d->stream));
         d->tgt_n = N;
         d->pos_T = T;
@@ -1176,6 +1208,26 @@ static mp_status cu_sync(const mp_model *m) {
         TRY(params_copy(m, d->ov, d->opt->v, 1));
     }
     d->stale = 0;
+cleanup:
+    return st;
+}
+
+/* The micro-batch's rows grouped by token on the device (d->tok_groups, d->tok_ng): the embedding gradient
+ * adds each token's rows in one block, in row order (deterministic: no atomics). */
+static mp_status token_groups(cu_model *d, const int *tok, int N) {
+    mp_status st = MP_OK;
+    const size_t need = 3 * (size_t)N + 1;
+    if (d->hgroups_n < need) {
+        int *h = realloc(d->hgroups, need * sizeof(int));
+        if (!h) return mp_error(MP_ERR_NOMEM, "out of memory grouping %d token rows", N);
+        d->hgroups = h;
+        d->hgroups_n = need;
+    }
+    d->tok_ng = mp_cuk_embed_groups(tok, N, d->hgroups);
+    if (d->tok_ng < 0) return mp_error(MP_ERR_NOMEM, "out of memory grouping %d token rows", N);
+    TRY(dev_grow(d, (void **)&d->tok_groups, &d->tok_groups_n, need, sizeof(int)));
+    /* pageable source: the runtime stages it before returning, so hgroups may be reused at once */
+    CU(cudaMemcpyAsync, (d->tok_groups, d->hgroups, need * sizeof(int), cudaMemcpyHostToDevice, d->stream));
 cleanup:
     return st;
 }
@@ -1221,6 +1273,7 @@ static mp_status cu_train_step(mp_model *m, mp_adamw *opt, void *wsv, const int 
         for (int i = 0; i < N; i++) count += tgt[i] >= 0;
         TRY(forward_dev(m, tok, mb, T, &fp, NULL, A));
         if (!count) continue; /* no target counted: no loss, no gradient (the forward ran for its hooks) */
+        TRY(token_groups(d, tok, N));
         CU(cudaMemcpyAsync, (d->tgt, tgt, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
         TRY(train_head(m, A, losses, 1.0f / (float)accum / (float)count));
         TRY(reserve(d, 0, 0, (size_t)N));
@@ -1299,14 +1352,16 @@ mp_status mp_cuda_attach(mp_model *m, mp_precision prec) {
             st = mp_error(MP_ERR_ARG, "to cuda: parameter %s has no host data", hs[i].name);
             goto cleanup;
         }
-        CU(cudaMemcpy, (ds[i].p, hs[i].p, hs[i].n * sizeof(float), cudaMemcpyHostToDevice));
+        /* on the model's stream, which every kernel of it runs on: a cudaMemcpy would go to the legacy
+         * stream, which this non-blocking stream never waits for */
+        CU(cudaMemcpyAsync, (ds[i].p, hs[i].p, hs[i].n * sizeof(float), cudaMemcpyHostToDevice, d->stream));
     }
     if (prec == MP_PRECISION_BF16) { /* the bfloat16 copy the products read */
         d->bf16 = 1;
         CU(cudaMalloc, ((void **)&d->pbf, (n ? n : 1) * sizeof(unsigned short)));
         CU(mp_cuk_to_bf16, (d->pbf, d->params, n, d->stream));
-        CU(cudaStreamSynchronize, (d->stream));
     }
+    CU(cudaStreamSynchronize, (d->stream)); /* the weights are on the device before the host's may change */
     if (m->dev && m->dev_ops) m->dev_ops->release(m);
     m->dev = d;
     m->dev_ops = &cu_ops;

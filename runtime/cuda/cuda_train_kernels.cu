@@ -10,13 +10,24 @@
 #include "cuda_kernels.h"
 #include "cuda_common.cuh"
 
+#include <stdlib.h>
+
 // ---- embedding, norms, linear bias ----
 
-// Block n: dembed[tokens[n], :] += dout[n, :] (rows of one id collide: atomic adds).
-__global__ static void k_embed_bwd(float *dembed, const float *dout, const int *tokens, int D) {
-    const size_t n = blockIdx.x;
-    float *dst = dembed + (size_t)tokens[n] * D;
-    for (int i = threadIdx.x; i < D; i += blockDim.x) atomicAdd(dst + i, dout[n * D + i]);
+// Block j: dembed[ids[j], :] += dout[rows[k], :] for k in starts[j] .. starts[j+1]-1, in that order (the
+// rows of one id, ascending: mp_cuk_embed_groups). One block owns each id's row, so no two blocks add to the
+// same row and the sum's rounding is the same whatever order the blocks run in: a resumed step matches an
+// uninterrupted one bit for bit, which atomicAdd's block-order-dependent sums would not.
+__global__ static void k_embed_bwd(float *dembed, const float *dout, const int *rows, const int *starts, const int *ids,
+                                   int D) {
+    const int j = blockIdx.x;
+    float *dst = dembed + (size_t)ids[j] * D;
+    const int k0 = starts[j], k1 = starts[j + 1];
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        float acc = dst[i];
+        for (int k = k0; k < k1; k++) acc += dout[(size_t)rows[k] * D + i];
+        dst[i] = acc;
+    }
 }
 
 // Block n: the norm's input gradient of row n, accumulated (ops_backward.c):
@@ -195,8 +206,36 @@ __global__ static void k_attn_softmax_bwd(float *dP, const float *P, int H, size
 
 extern "C" {
 
-cudaError_t mp_cuk_embed_backward(float *dembed, const float *dout, const int *tokens, int N, int D, cudaStream_t s) {
-    MP_LAUNCH(k_embed_bwd, N, 256, s)(dembed, dout, tokens, D);
+static int cmp_i64(const void *a, const void *b) {
+    const long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x > y) - (x < y);
+}
+
+int mp_cuk_embed_groups(const int *ids, int N, int *groups) {
+    if (N <= 0) {
+        groups[0] = 0;
+        return 0;
+    }
+    long long *key = (long long *)malloc((size_t)N * sizeof *key);
+    if (!key) return -1;
+    for (int n = 0; n < N; n++) key[n] = (long long)ids[n] << 32 | (unsigned)n; /* by id, then row */
+    qsort(key, (size_t)N, sizeof *key, cmp_i64);
+    int *rows = groups, *starts = groups + N, ng = 0;
+    for (int k = 0; k < N; k++) {
+        rows[k] = (int)(key[k] & 0xffffffffll);
+        if (k == 0 || key[k] >> 32 != key[k - 1] >> 32) starts[ng++] = k;
+    }
+    starts[ng] = N;
+    int *gid = starts + ng + 1;
+    for (int j = 0; j < ng; j++) gid[j] = (int)(key[starts[j]] >> 32);
+    free(key);
+    return ng;
+}
+
+cudaError_t mp_cuk_embed_backward(float *dembed, const float *dout, const int *groups, int N, int ngroups, int D,
+                                  cudaStream_t s) {
+    if (ngroups <= 0) return cudaSuccess;
+    MP_LAUNCH(k_embed_bwd, ngroups, 256, s)(dembed, dout, groups, groups + N, groups + N + ngroups + 1, D);
     return cudaGetLastError();
 }
 

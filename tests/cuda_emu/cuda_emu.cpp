@@ -1,9 +1,10 @@
 // cuda_emu.cpp — the CPU emulation of the CUDA runtime and cuBLAS calls the
 // backend makes (runtime/cuda/), for tests without a GPU (see cuda_emu.h):
-// device memory, copies, streams, error state, kernel launches (the grid run
-// block by block, each block's threads as coroutines), and cuBLAS's sgemm and
-// GemmEx through OpenBLAS (column-major, as cuBLAS). Linked instead of cudart
-// and cuBLAS into the emulated test binaries only; never into mechprobe.
+// device memory, copies, streams and events, error state, kernel launches
+// (queued on their stream; the grid run block by block in a permuted order,
+// each block's threads as coroutines), and cuBLAS's sgemm and GemmEx through
+// OpenBLAS (column-major, as cuBLAS). Linked instead of cudart and cuBLAS into
+// the emulated test binaries only; never into mechprobe.
 //
 // Device memory is mmap'ed apart from the host's, PROT_NONE except while a
 // kernel, a copy or a cuBLAS call runs, with a PROT_NONE page after each
@@ -11,14 +12,20 @@
 // an allocation's end, stops with a message naming the allocation.
 // Misuse the real runtime would also refuse (a copy whose direction does not
 // match its pointers, a range past an allocation, a bad launch shape, a
-// kernel given a host pointer) is reported on stderr; the call fails as the
-// real one would, or, where the device would fault, the process aborts.
+// kernel given a host pointer, an allocation past the device's memory) is
+// reported on stderr; the call fails as the real one would, or, where the
+// device would fault or the result would be undefined (memory freed under
+// queued work, a divergent barrier, a shuffle from an exited lane), the
+// process aborts with a message naming the kernel or the call.
 #include "cuda_emu.h"
 
 #include <cblas.h>
 #include <cublas_v2.h>
 
+#include <cmath>
+#include <deque>
 #include <map>
+#include <string>
 #include <mutex>
 #include <set>
 #include <vector>
@@ -142,6 +149,7 @@ struct thread_state {
     void *sp;
     char *stack;     // usable stack (a guard page below it)
     int state;
+    const char *site; // where it waits (WAIT_BLOCK, WAIT_WARP): file:line of the barrier or shuffle
     uint3 tid;
 #if !defined(__x86_64__)
     ucontext_t uc;
@@ -263,18 +271,47 @@ static void resume(unsigned i) {
 #endif
 }
 
-void sync_block() {
+void sync_block(const char *site) {
     th[cur].state = WAIT_BLOCK;
+    th[cur].site = site;
     to_scheduler(false);
 }
 
-void sync_warp() {
+void sync_warp(const char *site) {
     th[cur].state = WAIT_WARP;
+    th[cur].site = site;
     to_scheduler(false);
 }
 
 uint64_t *exchange_slot(unsigned tid) { return &xch[tid]; }
-int thread_live(unsigned tid) { return tid < n_threads && th[tid].state != DONE; }
+
+// A shuffle reads lane src of the caller's warp: one that has returned (or is
+// past the block's last thread) has no value to give (undefined on a device).
+void check_shfl_source(unsigned tid, unsigned src, const char *site) {
+    if (src < n_threads && th[src].state != DONE) return;
+    fprintf(stderr,
+            "cuda_emu: kernel %s, block (%u, %u, %u): thread %u's warp shuffle at %s reads lane %u, which %s\n",
+            cur_kernel, g_blockIdx.x, g_blockIdx.y, g_blockIdx.z, tid, site, src & 31u,
+            src < n_threads ? "has exited" : "does not exist (the block is not a whole number of warps)");
+    abort();
+}
+
+// The threads [i0, i1) that wait in `state` all wait at one call site, or the process aborts.
+static void check_sites(unsigned i0, unsigned i1, int state, const char *what) {
+    const char *first = nullptr;
+    unsigned fi = 0;
+    for (unsigned i = i0; i < i1; i++) {
+        if (th[i].state != state) continue;
+        if (!first) {
+            first = th[i].site, fi = i;
+        } else if (strcmp(first, th[i].site) != 0) {
+            fprintf(stderr,
+                    "cuda_emu: kernel %s, block (%u, %u, %u): divergent %s: thread %u waits at %s, thread %u at %s\n",
+                    cur_kernel, g_blockIdx.x, g_blockIdx.y, g_blockIdx.z, what, fi, first, i, th[i].site);
+            abort();
+        }
+    }
+}
 
 // One warp at a time, each as far as it can go (to __syncthreads or its
 // end) before the next starts; the warps in ascending order in even blocks,
@@ -296,6 +333,7 @@ static void run_block(bool reverse) {
                     ww += th[i].state == WAIT_WARP;
                 }
                 if (!ww || ww != wl) break;
+                check_sites(w0, w1, WAIT_WARP, "warp shuffle");
                 for (unsigned i = w0; i < w1; i++) th[i].state = READY; // the warp's shuffle completes
             }
         }
@@ -307,6 +345,7 @@ static void run_block(bool reverse) {
         }
         if (!live) return;
         if (at_block == live) {
+            check_sites(0, n_threads, WAIT_BLOCK, "__syncthreads");
             for (unsigned i = 0; i < n_threads; i++)
                 if (th[i].state == WAIT_BLOCK) th[i].state = READY;
             continue;
@@ -319,21 +358,22 @@ static void run_block(bool reverse) {
     }
 }
 
-void run_grid(const char *kernel, dim3 grid, dim3 block, void (*body)(void *), void *ctx) {
-    std::lock_guard<std::recursive_mutex> lock(mu);
-    init_once();
+static uint64_t launches; // launches so far: each permutes its blocks differently
+
+static uint64_t mix(uint64_t x) { // splitmix64
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+// Runs the grid now: every block, in an order permuted by the launch's number
+// (a device promises no order between blocks), its threads as coroutines.
+static void run_grid(const char *kernel, dim3 grid, dim3 block, uint64_t launch_no, const std::function<void()> &body) {
     const unsigned long long nt = (unsigned long long)block.x * block.y * block.z;
-    if (!nt || nt > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64 || !grid.x || !grid.y || !grid.z ||
-        grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535) {
-        fprintf(stderr, "cuda_emu: kernel %s: launch grid (%u, %u, %u), block (%u, %u, %u) outside the device's limits\n",
-                kernel, grid.x, grid.y, grid.z, block.x, block.y, block.z);
-        fail(cudaErrorInvalidConfiguration);
-        return;
-    }
-    dev_open open;
     cur_kernel = kernel;
-    cur_body = body;
-    cur_ctx = ctx;
+    cur_body = [](void *p) { (*(const std::function<void()> *)p)(); };
+    cur_ctx = (void *)&body;
     n_threads = (unsigned)nt;
     if (th.size() < nt) th.resize(nt);
     if (xch.size() < nt) xch.resize(nt);
@@ -344,15 +384,137 @@ void run_grid(const char *kernel, dim3 grid, dim3 block, void (*body)(void *), v
     }
     g_blockDim = block;
     g_gridDim = grid;
-    for (unsigned z = 0; z < grid.z; z++)
-        for (unsigned y = 0; y < grid.y; y++)
-            for (unsigned x = 0; x < grid.x; x++) {
-                g_blockIdx.x = x;
-                g_blockIdx.y = y;
-                g_blockIdx.z = z;
-                run_block((x + y + z) & 1);
-            }
+    const uint64_t nb = (uint64_t)grid.x * grid.y * grid.z;
+    std::vector<uint64_t> order(nb);
+    for (uint64_t i = 0; i < nb; i++) order[i] = i;
+    uint64_t r = mix(launch_no ^ 0x6d70636575ull);
+    for (uint64_t i = nb; i > 1; i--) { // Fisher-Yates
+        r = mix(r);
+        std::swap(order[i - 1], order[r % i]);
+    }
+    for (uint64_t k = 0; k < nb; k++) {
+        const uint64_t b = order[k];
+        g_blockIdx.x = (unsigned)(b % grid.x);
+        g_blockIdx.y = (unsigned)(b / grid.x % grid.y);
+        g_blockIdx.z = (unsigned)(b / ((uint64_t)grid.x * grid.y));
+        run_block(k & 1);
+    }
     cur_kernel = "";
+}
+
+// ---------------------------------------------------------------- streams
+//
+// Every kernel, copy, memset and cuBLAS call is an op queued on its stream and
+// run when the stream is synchronized, an event recorded after it is
+// synchronized or waited on by another stream or queried a second time (the
+// first query of a pending event answers cudaErrorNotReady), or the device is
+// synchronized. The legacy default stream (0) takes cudaMemcpy and cudaMemset;
+// it waits for the blocking streams and they for it, but a stream created
+// with cudaStreamNonBlocking never waits for it: a kernel there that reads
+// what a cudaMemcpy wrote, with no synchronization between, sees the old data.
+// Copies from pageable host memory read it when called (the runtime stages
+// it); to pageable host memory they run the stream first and finish before
+// returning (both as the runtime does). Copies from or to pinned memory
+// (cudaMallocHost) touch it only when they run.
+
+struct op {
+    std::function<void()> run;
+    std::vector<const void *> uses; // the device allocations and pinned blocks it reads or writes (their bases)
+    std::string what;
+};
+struct stream_state {
+    bool nonblocking = false;
+    std::deque<op> q; // not yet run; q[i] is op number done + i
+    uint64_t enq = 0, done = 0; // ops enqueued / run
+};
+static std::map<cudaStream_t, stream_state> streams; // the legacy stream under nullptr
+
+static cudaStream_t canon(cudaStream_t s) { return s == cudaStreamLegacy || s == cudaStreamPerThread ? nullptr : s; }
+static stream_state *find_stream(cudaStream_t s) {
+    auto it = streams.find(canon(s));
+    if (it != streams.end()) return &it->second;
+    if (!canon(s)) return &streams[nullptr];
+    return nullptr;
+}
+
+static void flush(stream_state &ss, uint64_t upto) {
+    while (ss.done < upto && !ss.q.empty()) {
+        op o = std::move(ss.q.front());
+        ss.q.pop_front();
+        ss.done++;
+        dev_open open;
+        o.run();
+    }
+}
+
+// What a legacy-stream op (or a host-synchronous call on it) waits for: the legacy stream's own work and every
+// blocking stream's.
+static void flush_legacy() {
+    for (auto &kv : streams)
+        if (kv.first && !kv.second.nonblocking) flush(kv.second, kv.second.enq);
+    stream_state &l = streams[nullptr];
+    flush(l, l.enq);
+}
+
+// The base of the device allocation or pinned block holding p (nullptr: neither).
+static const void *use_of(const void *p) {
+    if (const allocation *a = find_dev(p)) return a->p;
+    auto it = pinned.upper_bound((void *)p);
+    if (it == pinned.begin()) return nullptr;
+    --it;
+    return (const char *)p >= (const char *)it->first && (const char *)p < (const char *)it->first + (it->second ? it->second : 1)
+               ? it->first
+               : nullptr;
+}
+
+static cudaError_t enqueue(cudaStream_t s, std::function<void()> run, std::vector<const void *> ptrs, std::string what) {
+    stream_state *ss = find_stream(s);
+    if (!ss) return fail(cudaErrorInvalidResourceHandle), cudaErrorInvalidResourceHandle;
+    if (!canon(s)) { // the legacy stream waits for the blocking streams
+        for (auto &kv : streams)
+            if (kv.first && !kv.second.nonblocking) flush(kv.second, kv.second.enq);
+    } else if (!ss->nonblocking) { // a blocking stream waits for the legacy stream
+        stream_state &l = streams[nullptr];
+        flush(l, l.enq);
+    }
+    op o{std::move(run), {}, std::move(what)};
+    for (const void *p : ptrs)
+        if (const void *u = use_of(p)) o.uses.push_back(u);
+    ss = find_stream(s); // (streams[] above may have grown the map: find again)
+    ss->q.push_back(std::move(o));
+    ss->enq++;
+    return cudaSuccess;
+}
+
+// Memory about to be freed (base, device or pinned) that a queued op uses: the process aborts.
+static void check_unused(const void *base, const char *call) {
+    for (auto &kv : streams)
+        for (const op &o : kv.second.q)
+            for (const void *u : o.uses)
+                if (u == base) {
+                    fprintf(stderr, "cuda_emu: %s(%p) while %s queued on %s %p still uses it: free it after "
+                                    "synchronizing that stream\n",
+                            call, base, o.what.c_str(), kv.first ? "stream" : "the legacy stream", (void *)kv.first);
+                    abort();
+                }
+}
+
+void launch(const char *kernel, dim3 grid, dim3 block, cudaStream_t s, std::function<void()> body,
+            std::vector<const void *> uses) {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    init_once();
+    const unsigned long long nt = (unsigned long long)block.x * block.y * block.z;
+    if (!nt || nt > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64 || !grid.x || !grid.y || !grid.z ||
+        grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535) {
+        fprintf(stderr, "cuda_emu: kernel %s: launch grid (%u, %u, %u), block (%u, %u, %u) outside the device's limits\n",
+                kernel, grid.x, grid.y, grid.z, block.x, block.y, block.z);
+        fail(cudaErrorInvalidConfiguration);
+        return;
+    }
+    const uint64_t no = launches++;
+    auto b = std::make_shared<std::function<void()>>(std::move(body));
+    enqueue(s, [kernel, grid, block, no, b]() { run_grid(kernel, grid, block, no, *b); }, std::move(uses),
+            std::string("kernel ") + kernel);
 }
 
 } // namespace emu
@@ -391,19 +553,34 @@ const char *cudaGetErrorString(cudaError_t e) {
     }
 }
 
+// The emulated device's memory: 80 GiB (an H100's), MP_CUDA_EMU_MEM bytes, or what a test sets.
+static size_t dev_used, dev_limit;
+static size_t mem_limit() {
+    if (!dev_limit) {
+        const char *e = getenv("MP_CUDA_EMU_MEM");
+        dev_limit = e && *e ? (size_t)strtoull(e, nullptr, 10) : (size_t)80 << 30;
+    }
+    return dev_limit;
+}
+
 cudaError_t cudaMalloc(void **p, size_t n) {
     std::lock_guard<std::recursive_mutex> lock(mu);
     init_once();
+    *p = nullptr;
+    if (n > mem_limit() - dev_used) {
+        fail(cudaErrorMemoryAllocation);
+        return cudaErrorMemoryAllocation;
+    }
     const size_t want = (n + 15) & ~(size_t)15;
     const size_t data = ((want ? want : 16) + page_size - 1) / page_size * page_size;
     char *m = (char *)mmap(nullptr, data + page_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) {
-        *p = nullptr;
         fail(cudaErrorMemoryAllocation);
         return cudaErrorMemoryAllocation;
     }
     allocation a{m, data + page_size, m + data - want, n};
     dev[(uintptr_t)a.p] = a;
+    dev_used += n;
     if (open_depth) mprotect(a.map, data, PROT_READ | PROT_WRITE);
     *p = a.p;
     return cudaSuccess;
@@ -418,6 +595,8 @@ cudaError_t cudaFree(void *p) {
         fail(cudaErrorInvalidValue);
         return cudaErrorInvalidValue;
     }
+    check_unused(p, "cudaFree");
+    dev_used -= it->second.n;
     munmap(it->second.map, it->second.map_len);
     dev.erase(it);
     return cudaSuccess;
@@ -434,85 +613,18 @@ cudaError_t cudaMallocHost(void **p, size_t n) {
 cudaError_t cudaFreeHost(void *p) {
     std::lock_guard<std::recursive_mutex> lock(mu);
     if (!p) return cudaSuccess;
-    if (!pinned.erase(p)) {
+    if (!pinned.count(p)) {
         fprintf(stderr, "cuda_emu: cudaFreeHost(%p): not from cudaMallocHost\n", p);
         fail(cudaErrorInvalidValue);
         return cudaErrorInvalidValue;
     }
+    check_unused(p, "cudaFreeHost");
+    pinned.erase(p);
     free(p);
     return cudaSuccess;
 }
 
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
-    std::lock_guard<std::recursive_mutex> lock(mu);
-    if (!n) return cudaSuccess;
-    const bool dd = find_dev(dst) != nullptr, sd = find_dev(src) != nullptr;
-    bool ok;
-    switch (kind) {
-    case cudaMemcpyHostToDevice: ok = !sd && dd && dev_range(dst, n); break;
-    case cudaMemcpyDeviceToHost: ok = sd && !dd && dev_range(src, n); break;
-    case cudaMemcpyDeviceToDevice: ok = sd && dd && dev_range(src, n) && dev_range(dst, n); break;
-    case cudaMemcpyHostToHost: ok = !sd && !dd; break;
-    default: ok = (!sd || dev_range(src, n)) && (!dd || dev_range(dst, n)); break;
-    }
-    if (!ok) {
-        fprintf(stderr, "cuda_emu: cudaMemcpy of %zu bytes, kind %d, from %p (%s) to %p (%s): the pointers do not "
-                        "match the kind or run past an allocation\n",
-                n, (int)kind, src, sd ? "device" : "host", dst, dd ? "device" : "host");
-        fail(cudaErrorInvalidValue);
-        return cudaErrorInvalidValue;
-    }
-    dev_open open;
-    memmove(dst, src, n);
-    return cudaSuccess;
-}
-
-
-cudaError_t cudaMemset(void *dst, int v, size_t n) {
-    std::lock_guard<std::recursive_mutex> lock(mu);
-    if (!n) return cudaSuccess;
-    if (!dev_range(dst, n)) {
-        fprintf(stderr, "cuda_emu: cudaMemset of %zu bytes at %p: not inside a device allocation\n", n, dst);
-        fail(cudaErrorInvalidValue);
-        return cudaErrorInvalidValue;
-    }
-    dev_open open;
-    memset(dst, v, n);
-    return cudaSuccess;
-}
-
-cudaError_t cudaMemsetAsync(void *dst, int v, size_t n, cudaStream_t) { return cudaMemset(dst, v, n); }
-
-// Streams. Kernels, cuBLAS calls and copies run at once on every stream (the
-// order of one host thread's calls is a valid order for all of them), except
-// the copies on a stream created with a priority (cudaStreamCreateWithPriority,
-// priority != 0: the runtime's copy stream): they wait in a queue until the
-// stream or an event recorded after them is synchronized, waited on by
-// another stream, or queried a second time (the first query of such an event
-// answers cudaErrorNotReady). So a host read of a copy's destination before
-// its event completed, or a reuse of its source before then, shows as wrong
-// data. Such a copy's host side must be pinned (cudaMallocHost).
-struct pending_copy {
-    void *dst;
-    const void *src;
-    size_t n;
-};
-struct stream_state {
-    bool deferred = false;
-    std::vector<pending_copy> q; // not yet run; q[i] is op number done + i
-    uint64_t enq = 0, done = 0;  // ops enqueued / run
-};
-static std::map<cudaStream_t, stream_state> streams;
-
-static void flush(stream_state &ss, uint64_t upto) {
-    dev_open open;
-    size_t k = 0;
-    while (ss.done < upto && k < ss.q.size()) {
-        memmove(ss.q[k].dst, ss.q[k].src, ss.q[k].n);
-        k++, ss.done++;
-    }
-    ss.q.erase(ss.q.begin(), ss.q.begin() + (long)k);
-}
+} // extern "C"
 
 static bool pinned_range(const void *p, size_t n) {
     auto it = pinned.upper_bound((void *)p);
@@ -521,39 +633,96 @@ static bool pinned_range(const void *p, size_t n) {
     return (const char *)p >= (const char *)it->first && (const char *)p + n <= (const char *)it->first + it->second;
 }
 
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s) {
-    std::lock_guard<std::recursive_mutex> lock(mu);
-    auto it = s ? streams.find(s) : streams.end();
-    if (s && it == streams.end()) return fail(cudaErrorInvalidResourceHandle), cudaErrorInvalidResourceHandle;
-    if (it == streams.end() || !it->second.deferred || !n) return cudaMemcpy(dst, src, n, kind);
+// The kind a copy's pointers say (cudaMemcpyDefault), and whether they fit it: device sides inside one allocation.
+static bool copy_ok(void *dst, const void *src, size_t n, cudaMemcpyKind &kind) {
     const bool dd = find_dev(dst) != nullptr, sd = find_dev(src) != nullptr;
-    const bool ok = kind == cudaMemcpyDeviceToHost ? sd && !dd && dev_range(src, n) && pinned_range(dst, n)
-                  : kind == cudaMemcpyHostToDevice ? !sd && dd && dev_range(dst, n) && pinned_range(src, n)
-                  : kind == cudaMemcpyDeviceToDevice && sd && dd && dev_range(src, n) && dev_range(dst, n);
-    if (!ok) {
-        fprintf(stderr, "cuda_emu: cudaMemcpyAsync on a copy stream of %zu bytes, kind %d, from %p to %p: the pointers "
-                        "do not match the kind, run past an allocation, or the host side is not pinned\n",
-                n, (int)kind, src, dst);
+    if (kind == cudaMemcpyDefault)
+        kind = sd ? (dd ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost) : (dd ? cudaMemcpyHostToDevice : cudaMemcpyHostToHost);
+    switch (kind) {
+    case cudaMemcpyHostToDevice: return !sd && dd && dev_range(dst, n);
+    case cudaMemcpyDeviceToHost: return sd && !dd && dev_range(src, n);
+    case cudaMemcpyDeviceToDevice: return sd && dd && dev_range(src, n) && dev_range(dst, n);
+    case cudaMemcpyHostToHost: return !sd && !dd;
+    default: return false;
+    }
+}
+
+// A copy on stream s (legacy: nullptr). Pageable sources are read now; a copy to pageable memory runs its stream
+// first and finishes now; everything else runs in stream order.
+static cudaError_t copy_on(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t s, const char *call) {
+    if (!n) return cudaSuccess;
+    if (!copy_ok(dst, src, n, kind)) {
+        fprintf(stderr, "cuda_emu: %s of %zu bytes, kind %d, from %p to %p: the pointers do not match the kind or run "
+                        "past an allocation\n",
+                call, n, (int)kind, src, dst);
         fail(cudaErrorInvalidValue);
         return cudaErrorInvalidValue;
     }
-    it->second.q.push_back({dst, src, n});
-    it->second.enq++;
-    return cudaSuccess;
+    stream_state *ss = find_stream(s);
+    if (!ss) return fail(cudaErrorInvalidResourceHandle), cudaErrorInvalidResourceHandle;
+    if ((kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyHostToHost) && !pinned_range(dst, n)) {
+        if (canon(s)) flush(*ss, ss->enq);
+        else flush_legacy();
+        dev_open open;
+        memmove(dst, src, n);
+        return cudaSuccess;
+    }
+    if ((kind == cudaMemcpyHostToDevice || kind == cudaMemcpyHostToHost) && !pinned_range(src, n)) {
+        auto staged = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
+        return enqueue(s, [dst, staged]() { memcpy(dst, staged->data(), staged->size()); }, {dst}, call);
+    }
+    return enqueue(s, [dst, src, n]() { memmove(dst, src, n); }, {dst, src}, call);
 }
 
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int) {
+static cudaError_t memset_on(void *dst, int v, size_t n, cudaStream_t s, const char *call) {
+    if (!n) return cudaSuccess;
+    if (!dev_range(dst, n)) {
+        fprintf(stderr, "cuda_emu: %s of %zu bytes at %p: not inside a device allocation\n", call, n, dst);
+        fail(cudaErrorInvalidValue);
+        return cudaErrorInvalidValue;
+    }
+    return enqueue(s, [dst, v, n]() { memset(dst, v, n); }, {dst}, call);
+}
+
+extern "C" {
+
+// cudaMemcpy: on the legacy stream, after its work; from pageable memory it returns once the source is staged
+// (the device copy may still be queued), to the host once done.
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    flush_legacy();
+    return copy_on(dst, src, n, kind, nullptr, "cudaMemcpy");
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s) {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    return copy_on(dst, src, n, kind, s, "cudaMemcpyAsync");
+}
+
+cudaError_t cudaMemset(void *dst, int v, size_t n) {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    return memset_on(dst, v, n, nullptr, "cudaMemset");
+}
+
+cudaError_t cudaMemsetAsync(void *dst, int v, size_t n, cudaStream_t s) {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    return memset_on(dst, v, n, s, "cudaMemsetAsync");
+}
+
+void cuda_emu_set_mem_limit(size_t bytes) {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    dev_limit = bytes;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
     std::lock_guard<std::recursive_mutex> lock(mu);
     *s = (cudaStream_t)malloc(1);
-    streams[*s] = stream_state();
+    streams[*s].nonblocking = (flags & cudaStreamNonBlocking) != 0;
     return cudaSuccess;
 }
 
-cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned int flags, int priority) {
-    std::lock_guard<std::recursive_mutex> lock(mu);
-    cudaStreamCreateWithFlags(s, flags);
-    streams[*s].deferred = priority != 0;
-    return cudaSuccess;
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned int flags, int) {
+    return cudaStreamCreateWithFlags(s, flags);
 }
 
 cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
@@ -562,9 +731,10 @@ cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
     return cudaSuccess;
 }
 
+// The stream's work still completes (run now); the handle is gone.
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
     std::lock_guard<std::recursive_mutex> lock(mu);
-    auto it = streams.find(s);
+    auto it = canon(s) ? streams.find(s) : streams.end();
     if (it == streams.end()) return fail(cudaErrorInvalidResourceHandle), cudaErrorInvalidResourceHandle;
     flush(it->second, it->second.enq);
     streams.erase(it);
@@ -574,21 +744,28 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     std::lock_guard<std::recursive_mutex> lock(mu);
-    if (!s) return cudaSuccess;
-    auto it = streams.find(s);
-    if (it == streams.end()) return fail(cudaErrorInvalidResourceHandle), cudaErrorInvalidResourceHandle;
-    flush(it->second, it->second.enq);
+    if (!canon(s)) return flush_legacy(), cudaSuccess;
+    stream_state *ss = find_stream(s);
+    if (!ss) return fail(cudaErrorInvalidResourceHandle), cudaErrorInvalidResourceHandle;
+    flush(*ss, ss->enq);
     return cudaSuccess;
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
     std::lock_guard<std::recursive_mutex> lock(mu);
-    for (auto &kv : streams) flush(kv.second, kv.second.enq);
+    for (bool more = true; more;) { // (an op never queues another, but stay safe)
+        more = false;
+        for (auto &kv : streams) {
+            more |= kv.second.done < kv.second.enq;
+            flush(kv.second, kv.second.enq);
+        }
+    }
     return cudaSuccess;
 }
 
 struct event_state {
-    cudaStream_t stream = nullptr; // where it was last recorded (nullptr: never)
+    bool recorded = false;
+    cudaStream_t stream = nullptr; // where it was last recorded (canonical: nullptr is the legacy stream)
     uint64_t seq = 0;              // the ops of that stream before it
     bool queried = false;          // its first query since the record answered "not ready"
 };
@@ -611,22 +788,25 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     std::lock_guard<std::recursive_mutex> lock(mu);
     auto ev = events.find(e);
-    auto st = s ? streams.find(s) : streams.end();
-    if (ev == events.end() || (s && st == streams.end()))
-        return fail(cudaErrorInvalidResourceHandle), cudaErrorInvalidResourceHandle;
-    ev->second.stream = s;
-    ev->second.seq = s ? st->second.enq : 0;
+    stream_state *ss = find_stream(s);
+    if (ev == events.end() || !ss) return fail(cudaErrorInvalidResourceHandle), cudaErrorInvalidResourceHandle;
+    if (!canon(s)) flush_legacy(); // (the legacy stream's record waits for the blocking streams: run them now)
+    ev->second.recorded = true;
+    ev->second.stream = canon(s);
+    ev->second.seq = ss->enq;
     ev->second.queried = false;
     return cudaSuccess;
 }
 
-// runs what event e waits for; whether anything was left to run
-static bool complete(event_state &es) {
-    if (!es.stream) return false;
+static stream_state *event_stream(const event_state &es) {
+    if (!es.recorded) return nullptr;
     auto st = streams.find(es.stream);
-    if (st == streams.end() || st->second.done >= es.seq) return false;
-    flush(st->second, es.seq);
-    return true;
+    return st == streams.end() ? nullptr : &st->second;
+}
+
+// runs what event e waits for
+static void complete(event_state &es) {
+    if (stream_state *ss = event_stream(es)) flush(*ss, es.seq);
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t e) {
@@ -634,8 +814,8 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
     auto ev = events.find(e);
     if (ev == events.end()) return fail(cudaErrorInvalidResourceHandle), cudaErrorInvalidResourceHandle;
     event_state &es = ev->second;
-    auto st = es.stream ? streams.find(es.stream) : streams.end();
-    if (st != streams.end() && st->second.done < es.seq && !es.queried) {
+    stream_state *ss = event_stream(es);
+    if (ss && ss->done < es.seq && !es.queried) {
         es.queried = true;
         return cudaErrorNotReady;
     }
@@ -655,7 +835,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
     std::lock_guard<std::recursive_mutex> lock(mu);
     auto ev = events.find(e);
-    if (ev == events.end() || (s && !streams.count(s)))
+    if (ev == events.end() || !find_stream(s))
         return fail(cudaErrorInvalidResourceHandle), cudaErrorInvalidResourceHandle;
     complete(ev->second);
     return cudaSuccess;
@@ -726,26 +906,31 @@ static cublasStatus_t gemm_check(const char *fn, cublasOperation_t ta, cublasOpe
     return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasSgemm_v2(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                              const float *alpha, const float *A, int lda, const float *B, int ldb, const float *beta,
-                              float *C, int ldc) {
-    std::lock_guard<std::recursive_mutex> lock(mu);
-    cublasStatus_t s = gemm_check("cublasSgemm", ta, tb, m, n, k, A, 4, lda, B, 4, ldb, C, 4, ldc);
-    if (s != CUBLAS_STATUS_SUCCESS || !m || !n) return s;
-    dev_open open;
-    cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
-                m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
-    return CUBLAS_STATUS_SUCCESS;
+// fp32 inputs of a tensor-core compute type as the tensor cores read them: TF32 keeps 10 mantissa bits, fast
+// bf16 7 (rounded to nearest, ties away from zero, as cvt.rna does).
+static float round_mantissa(float x, int keep) {
+    if (!std::isfinite(x)) return x;
+    uint32_t b;
+    memcpy(&b, &x, 4);
+    const int drop = 23 - keep;
+    b += 1u << (drop - 1);
+    b &= ~((1u << drop) - 1);
+    memcpy(&x, &b, 4);
+    return x;
+}
+static int kept_bits(cublasComputeType_t ct) {
+    return ct == CUBLAS_COMPUTE_32F_FAST_TF32 ? 10 : ct == CUBLAS_COMPUTE_32F_FAST_16BF ? 7 : 23;
 }
 
-// A column-major rows x cols operand (leading dimension ld) of type t as float32.
-static std::vector<float> widen(const void *p, cudaDataType t, int rows, int cols, int ld) {
+// A column-major rows x cols operand (leading dimension ld) of type t as float32, fp32 values rounded to `keep`
+// mantissa bits (23: as they are).
+static std::vector<float> widen(const void *p, cudaDataType t, int rows, int cols, int ld, int keep) {
     std::vector<float> out((size_t)ld * (cols > 0 ? cols : 0));
     for (int c = 0; c < cols; c++)
         for (int r = 0; r < rows; r++) {
             const size_t i = (size_t)c * ld + r;
             if (t == CUDA_R_32F) {
-                out[i] = ((const float *)p)[i];
+                out[i] = keep < 23 ? round_mantissa(((const float *)p)[i], keep) : ((const float *)p)[i];
             } else {
                 const uint32_t bits = (uint32_t)((const uint16_t *)p)[i] << 16;
                 memcpy(&out[i], &bits, 4);
@@ -754,7 +939,39 @@ static std::vector<float> widen(const void *p, cudaDataType t, int rows, int col
     return out;
 }
 
-cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+// Queues C = alpha op(A) op(B) + beta C on the handle's stream (alpha and beta read now: host pointer mode).
+static void gemm_queue(cublasHandle_t h, const char *fn, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                       int k, float alpha, const void *A, cudaDataType at, int lda, const void *B, cudaDataType bt,
+                       int ldb, float beta, float *C, int ldc, int keep) {
+    enqueue(h->stream,
+            [=]() {
+                const int ra = ta == CUBLAS_OP_N ? m : k, ca = ta == CUBLAS_OP_N ? k : m;
+                const int rb = tb == CUBLAS_OP_N ? k : n, cb = tb == CUBLAS_OP_N ? n : k;
+                const CBLAS_TRANSPOSE oa = ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans;
+                const CBLAS_TRANSPOSE ob = tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans;
+                if (at == CUDA_R_32F && bt == CUDA_R_32F && keep == 23) {
+                    cblas_sgemm(CblasColMajor, oa, ob, m, n, k, alpha, (const float *)A, lda, (const float *)B, ldb,
+                                beta, C, ldc);
+                    return;
+                }
+                std::vector<float> a = widen(A, at, ra, ca, lda, keep), b = widen(B, bt, rb, cb, ldb, keep);
+                cblas_sgemm(CblasColMajor, oa, ob, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc);
+            },
+            {A, B, C}, fn);
+}
+
+cublasStatus_t cublasSgemm_v2(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                              const float *alpha, const float *A, int lda, const float *B, int ldb, const float *beta,
+                              float *C, int ldc) {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    cublasStatus_t s = gemm_check("cublasSgemm", ta, tb, m, n, k, A, 4, lda, B, 4, ldb, C, 4, ldc);
+    if (s != CUBLAS_STATUS_SUCCESS || !m || !n) return s;
+    const int keep = (h->mode & CUBLAS_TF32_TENSOR_OP_MATH) == CUBLAS_TF32_TENSOR_OP_MATH ? 10 : 23;
+    gemm_queue(h, "cublasSgemm", ta, tb, m, n, k, *alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, *beta, C, ldc, keep);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                             const void *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
                             cudaDataType Btype, int ldb, const void *beta, void *C, cudaDataType Ctype, int ldc,
                             cublasComputeType_t ct, cublasGemmAlgo_t) {
@@ -769,12 +986,8 @@ cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperatio
     const size_t ea = Atype == CUDA_R_32F ? 4 : 2, eb = Btype == CUDA_R_32F ? 4 : 2;
     cublasStatus_t s = gemm_check("cublasGemmEx", ta, tb, m, n, k, A, ea, lda, B, eb, ldb, C, 4, ldc);
     if (s != CUBLAS_STATUS_SUCCESS || !m || !n) return s;
-    dev_open open;
-    const int ra = ta == CUBLAS_OP_N ? m : k, ca = ta == CUBLAS_OP_N ? k : m;
-    const int rb = tb == CUBLAS_OP_N ? k : n, cb = tb == CUBLAS_OP_N ? n : k;
-    std::vector<float> a = widen(A, Atype, ra, ca, lda), b = widen(B, Btype, rb, cb, ldb);
-    cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
-                m, n, k, *(const float *)alpha, a.data(), lda, b.data(), ldb, *(const float *)beta, (float *)C, ldc);
+    gemm_queue(h, "cublasGemmEx", ta, tb, m, n, k, *(const float *)alpha, A, Atype, lda, B, Btype, ldb,
+               *(const float *)beta, (float *)C, ldc, kept_bits(ct));
     return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -18,7 +18,20 @@ if(MP_HAVE_CUDA)
               ${CMAKE_SOURCE_DIR}/runtime/cuda/cuda_select.c
               ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu/kernels_emu.cpp ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu/train_kernels_emu.cpp
               ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu/cuda_emu.cpp)
-  target_compile_definitions(mp_cuda_emu PRIVATE MP_HAVE_CUDA=1 MP_CUDA_EMU=1)
+  # the kernels' registers and shared memory as ptxas gives them, for the emulator's launch checks
+  list(GET CMAKE_CUDA_ARCHITECTURES 0 _mp_arch)
+  string(REGEX REPLACE "[^0-9].*" "" _mp_arch "${_mp_arch}")
+  set(_mp_cu ${CMAKE_SOURCE_DIR}/runtime/cuda/cuda_kernels.cu ${CMAKE_SOURCE_DIR}/runtime/cuda/cuda_train_kernels.cu)
+  add_custom_command(OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/cuda_resources.txt
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu/resources.sh ${CMAKE_CUDA_COMPILER} ${_mp_arch}
+            ${CMAKE_CURRENT_BINARY_DIR}/cuda_resources.txt ${_mp_cu}
+    DEPENDS ${_mp_cu} ${CMAKE_SOURCE_DIR}/runtime/cuda/cuda_common.cuh ${CMAKE_SOURCE_DIR}/runtime/cuda/cuda_kernels.h
+            ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu/resources.sh
+    COMMENT "ptxas resource usage of the CUDA kernels (sm_${_mp_arch}) for the emulator's launch checks")
+  add_custom_target(mp_cuda_resources DEPENDS ${CMAKE_CURRENT_BINARY_DIR}/cuda_resources.txt)
+  add_dependencies(mp_cuda_emu mp_cuda_resources)
+  target_compile_definitions(mp_cuda_emu PRIVATE MP_HAVE_CUDA=1 MP_CUDA_EMU=1
+                             MP_CUDA_EMU_RESOURCES_FILE="${CMAKE_CURRENT_BINARY_DIR}/cuda_resources.txt")
   target_include_directories(mp_cuda_emu PRIVATE ${CMAKE_SOURCE_DIR}/runtime/cuda ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu
                              ${CUDAToolkit_INCLUDE_DIRS})
   target_link_libraries(mp_cuda_emu PRIVATE mp_runtime PkgConfig::OPENBLAS)
@@ -29,6 +42,15 @@ if(MP_HAVE_CUDA)
   target_link_libraries(test_gpu_emu PRIVATE mp_testutil mechprobe_lua)
   target_compile_definitions(test_gpu_emu PRIVATE MP_SHARED_DIR="${MP_SHARED_DIR}" MP_TESTDATA="${MP_TESTDATA}")
   set_target_properties(test_gpu_emu PROPERTIES LINKER_LANGUAGE CXX)
+  # the emulator's own strictness, each shown on a planted defect (tests/cuda_emu/test_cuda_emu.cpp)
+  add_executable(test_cuda_emu ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu/test_cuda_emu.cpp
+                 ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu/cuda_emu.cpp)
+  target_compile_definitions(test_cuda_emu PRIVATE MP_CUDA_EMU=1)
+  target_include_directories(test_cuda_emu PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu ${CUDAToolkit_INCLUDE_DIRS})
+  target_link_libraries(test_cuda_emu PRIVATE PkgConfig::OPENBLAS)
+  set_target_properties(test_cuda_emu PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON)
+  add_test(NAME test_cuda_emu COMMAND test_cuda_emu)
+  set_tests_properties(test_cuda_emu PROPERTIES LABELS "unit")
   # the training kernels against ops_backward.c / optim.c: on a device (gpu) and emulated (unit)
   mp_c_test(test_cuda_train_ops "gpu" test_cuda_train_ops.c)
   target_include_directories(test_cuda_train_ops PRIVATE ${CMAKE_SOURCE_DIR}/runtime/cuda ${CUDAToolkit_INCLUDE_DIRS})

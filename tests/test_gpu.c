@@ -252,6 +252,37 @@ static void compare_interventions(mp_model *m) {
     to(m, MP_DEVICE_CPU);
 }
 
+/* An out-of-memory failure is reported once. The runtime keeps a failed
+ * cudaMalloc's error as its last error, which every kernel launcher returns:
+ * a backend that did not clear it where it was reported failed the next
+ * forward, at its first kernel, with the same "out of memory". On the
+ * emulator only (cuda_emu_set_mem_limit, weak: absent from a device build),
+ * which can cap the device's memory. */
+void cuda_emu_set_mem_limit(size_t bytes) __attribute__((weak));
+static void compare_oom(mp_model *m) {
+    if (dry || !cuda_emu_set_mem_limit) return;
+    const int B = 2, T0 = 8, T = 40, V = m->cfg.vocab;
+    int tok[2 * 40];
+    for (int i = 0; i < B * T; i++) tok[i] = (i * 5 + 1) % V;
+    float *lc = malloc((size_t)B * T * V * sizeof(float)), *lg = malloc((size_t)B * T * V * sizeof(float));
+    mp_forward_params fp = mp_forward_params_default();
+    to(m, MP_DEVICE_CPU);
+    CHECK(mp_model_forward(m, tok, B, T, &fp, lc) == MP_OK, "oom: cpu: %s", mp_last_error());
+    to(m, MP_DEVICE_CUDA);
+    CHECK(mp_model_forward(m, tok, B, T0, &fp, lg) == MP_OK, "oom: the first forward: %s", mp_last_error());
+    cuda_emu_set_mem_limit(1); /* nothing more fits: the larger forward's workspace cannot grow */
+    const mp_status st = mp_model_forward(m, tok, B, T, &fp, lg);
+    CHECK(st != MP_OK && strstr(mp_last_error(), "out of memory"), "oom: the forward past the memory: %s",
+          st == MP_OK ? "succeeded" : mp_last_error());
+    cuda_emu_set_mem_limit(0);
+    CHECK(mp_model_forward(m, tok, B, T, &fp, lg) == MP_OK, "oom: the same forward with memory again: %s",
+          mp_last_error());
+    near_scaled("oom: the forward after an out-of-memory failure: logits", lc, lg, (size_t)B * T * V);
+    to(m, MP_DEVICE_CPU);
+    free(lc);
+    free(lg);
+}
+
 static int fail_cb(void *user, const mp_hook_info *info, float *data) {
     (void)user, (void)info, (void)data;
     mp_error(MP_ERR_HOOK, "reader refuses");
@@ -402,6 +433,7 @@ int main(int argc, char **argv) {
             compare_generate(m, vs[i].label);
             compare_interventions(m);
             compare_readers(m);
+            compare_oom(m);
         }
         mp_model_free(m);
     }

@@ -341,6 +341,7 @@ static mp_status rd_fire_one(cu_model *d, const mp_fwd_ctx *f, int wait, int *fi
         }
         if (e != cudaSuccess) {
             st = mp_error(MP_ERR_CUDA, "CUDA: cudaEventQuery: %s", cudaGetErrorString(e));
+            (void)cudaGetLastError(); /* reported (see CU) */
             goto cleanup;
         }
     }
@@ -572,6 +573,7 @@ static mp_status kv_get(mp_kvcache *cache, const mp_config *c, cu_kv **out, cuda
         cudaError_t e = cudaMalloc((void **)&fresh->k, n * sizeof(float));
         if (e == cudaSuccess) e = cudaMalloc((void **)&fresh->v, n * sizeof(float));
         if (e != cudaSuccess) {
+            (void)cudaGetLastError(); /* reported below (see CU) */
             cu_kv_free(fresh);
             return mp_error(MP_ERR_CUDA, "CUDA: cudaMalloc: %s (the KV cache's device copy, 2 x %zu floats)",
                             cudaGetErrorString(e), n);

@@ -334,7 +334,8 @@ static void run_block(bool reverse) {
                 }
                 if (!ww || ww != wl) break;
                 check_sites(w0, w1, WAIT_WARP, "warp shuffle");
-                for (unsigned i = w0; i < w1; i++) th[i].state = READY; // the warp's shuffle completes
+                for (unsigned i = w0; i < w1; i++) // the warp's shuffle completes (its returned lanes stay so)
+                    if (th[i].state == WAIT_WARP) th[i].state = READY;
             }
         }
         // every thread has returned or waits at __syncthreads (or at a shuffle its warp cannot complete)
@@ -499,6 +500,55 @@ static void check_unused(const void *base, const char *call) {
                 }
 }
 
+// What ptxas gave each kernel (tests/cuda_emu/resources.sh, run on the backend's
+// sources at build time): registers per thread and static shared memory. The
+// file is MP_CUDA_EMU_RESOURCES (environment), else the build's table.
+#ifndef MP_CUDA_EMU_RESOURCES_FILE
+#define MP_CUDA_EMU_RESOURCES_FILE ""
+#endif
+struct kernel_resources {
+    unsigned regs, smem;
+};
+static std::map<std::string, kernel_resources> resources;
+static void load_resources() {
+    static bool done;
+    if (done) return;
+    done = true;
+    const char *e = getenv("MP_CUDA_EMU_RESOURCES");
+    const char *path = e && *e ? e : MP_CUDA_EMU_RESOURCES_FILE;
+    FILE *f = *path ? fopen(path, "r") : nullptr;
+    if (!f) return;
+    char name[256];
+    unsigned regs, smem;
+    while (fscanf(f, "%255s %u %u", name, &regs, &smem) == 3) resources[name] = {regs, smem};
+    fclose(f);
+}
+
+// A launch the device would refuse for its resources: a block's registers (per
+// thread as ptxas allocated them, rounded to the 256 a warp is given at a time)
+// past the 65536 of an SM, or its shared memory past the 48 KiB a block gets
+// without opting in (MP_LAUNCH asks for no dynamic shared memory).
+static bool resources_fit(const char *kernel, unsigned long long nt) {
+    load_resources();
+    auto it = resources.find(kernel);
+    if (it == resources.end()) return true;
+    const unsigned long long per_warp = (it->second.regs * 32ull + 255) / 256 * 256, warps = (nt + 31) / 32;
+    if (warps * per_warp > 65536) {
+        fprintf(stderr, "cuda_emu: kernel %s: %llu threads of %u registers (%llu per warp) need %llu registers, more "
+                        "than a block's 65536\n",
+                kernel, nt, it->second.regs, per_warp, warps * per_warp);
+        fail(cudaErrorLaunchOutOfResources);
+        return false;
+    }
+    if (it->second.smem > 48 * 1024) {
+        fprintf(stderr, "cuda_emu: kernel %s: %u bytes of shared memory, more than a block's 49152\n", kernel,
+                it->second.smem);
+        fail(cudaErrorInvalidValue);
+        return false;
+    }
+    return true;
+}
+
 void launch(const char *kernel, dim3 grid, dim3 block, cudaStream_t s, std::function<void()> body,
             std::vector<const void *> uses) {
     std::lock_guard<std::recursive_mutex> lock(mu);
@@ -511,6 +561,7 @@ void launch(const char *kernel, dim3 grid, dim3 block, cudaStream_t s, std::func
         fail(cudaErrorInvalidConfiguration);
         return;
     }
+    if (!resources_fit(kernel, nt)) return;
     const uint64_t no = launches++;
     auto b = std::make_shared<std::function<void()>>(std::move(body));
     enqueue(s, [kernel, grid, block, no, b]() { run_grid(kernel, grid, block, no, *b); }, std::move(uses),
@@ -549,6 +600,8 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected (cuda_emu: MP_CUDA_EMU_NO_DEVICE)";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
+    case cudaErrorNotReady: return "device not ready";
     default: return "cuda_emu: unknown error";
     }
 }
@@ -567,7 +620,7 @@ cudaError_t cudaMalloc(void **p, size_t n) {
     std::lock_guard<std::recursive_mutex> lock(mu);
     init_once();
     *p = nullptr;
-    if (n > mem_limit() - dev_used) {
+    if (dev_used > mem_limit() || n > mem_limit() - dev_used) {
         fail(cudaErrorMemoryAllocation);
         return cudaErrorMemoryAllocation;
     }

@@ -29,7 +29,10 @@
 //   copies and cuBLAS calls, a guard page past each allocation's end), and a
 //   finite device (80 GiB, MP_CUDA_EMU_MEM bytes, or cuda_emu_set_mem_limit);
 // - cuBLAS's TF32 and fast-bf16 compute types round their fp32 inputs as the
-//   tensor cores do (10 and 7 mantissa bits).
+//   tensor cores do (10 and 7 mantissa bits);
+// - launch resources: each kernel's registers and shared memory as ptxas gave
+//   them (tests/cuda_emu/resources.sh, at build time) against a block's limits,
+//   so a launch the device would refuse for its size fails here too.
 // What it cannot: real concurrency (races between threads that the barriers
 // do not order), timing, the device's memory model, and speed.
 #ifndef MP_CUDA_EMU_H

@@ -214,6 +214,7 @@ typedef struct {
         cublasStatus_t e_ = fn args;                                                                 \
         if (e_ != CUBLAS_STATUS_SUCCESS) {                                                           \
             st = mp_error(MP_ERR_CUDA, "cuBLAS: %s: %s", #fn, blas.status_string(e_));              \
+            (void)cudaGetLastError(); /* whatever the runtime kept of it (see CU) */                  \
             goto cleanup;                                                                            \
         }                                                                                            \
     } while (0)

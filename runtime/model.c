@@ -40,6 +40,10 @@ mp_status mp_kvcache_init(mp_kvcache *c, const mp_config *cfg, int B, int cap) {
     return MP_OK;
 }
 
+mp_status mp_kvcache_sync(mp_kvcache *c) {
+    return c && c->dev && c->dev_sync ? c->dev_sync(c) : MP_OK;
+}
+
 void mp_kvcache_free(mp_kvcache *c) {
     if (c->dev && c->dev_free) c->dev_free(c->dev);
     free(c->k);
@@ -358,6 +362,7 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
      * needs a path only the CPU has (then the host weights serve, as always) */
     if (mp_model_forward_device(m, &fp) != MP_DEVICE_CPU) return m->dev_ops->forward(m, tokens, B, T, &fp, logits);
     if ((st = mp_model_sync(m))) return st; /* the CPU path reads the host weights */
+    if ((st = mp_kvcache_sync(fp.cache))) return st; /* and the host cache, whose rows a device may hold newer */
     const mp_config *c = &m->cfg;
     const mp_params *p = &m->p;
     const mp_qparams *Q = m->q;

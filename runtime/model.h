@@ -250,20 +250,28 @@ void mp_model_free(mp_model *m);
  * layer for B sequences of up to `cap` positions, and the forward pass's
  * working buffers of its calls (kept between decoding steps, so a step
  * allocates nothing; a call needing more than MP_KV_SCRATCH_KEEP floats, a
- * long prefill, allocates its own). */
+ * long prefill, allocates its own). A model on a device keeps the cache's
+ * rows in a device copy (dev) and brings the host k/v up to date only when
+ * asked: call mp_kvcache_sync before reading (or writing) k/v on the host
+ * after a device forward (the CPU forward does). */
 #define MP_KV_SCRATCH_KEEP ((size_t)1 << 22)
-typedef struct {
+typedef struct mp_kvcache_s {
     int B, cap, len;   /* len: positions filled */
     float *k;          /* [L, B, cap, K*Dh] */
     float *v;          /* [L, B, cap, K*Dh] */
     float *scratch;    /* forward-pass buffers reused across calls (owned) */
     size_t scratch_n;  /* floats in scratch */
-    void *dev;         /* a backend's device copy of k/v (the host k/v stay complete), or NULL */
+    void *dev;         /* a backend's device copy of k/v (its rows may be newer than the host's), or NULL */
     void (*dev_free)(void *dev); /* frees dev (mp_kvcache_free calls it) */
+    /* copies dev's rows 0..len-1 that the host k/v lack back to them (mp_kvcache_sync calls it), or NULL */
+    mp_status (*dev_sync)(struct mp_kvcache_s *c);
 } mp_kvcache;
 
 mp_status mp_kvcache_init(mp_kvcache *c, const mp_config *cfg, int B, int cap);
 void mp_kvcache_free(mp_kvcache *c);
+/* The host k/v brought up to date with a device copy's rows 0..len-1 (after
+ * forward calls on a device); MP_OK at once when they are current. */
+mp_status mp_kvcache_sync(mp_kvcache *c);
 
 /* Options of one forward call. */
 typedef enum { MP_LOGITS_NONE = 0, MP_LOGITS_ALL, MP_LOGITS_LAST } mp_logits_mode;

@@ -1,6 +1,8 @@
 /* test_cuda_train_ops.c — the CUDA backend's training kernels (cuda_kernels.h,
  * runtime/cuda/cuda_train_kernels.cu) against the CPU's ops_backward.c and
- * optim.c on random inputs: embedding, RMSNorm and LayerNorm (dx, dw, db),
+ * optim.c on random inputs: embedding, RMSNorm and LayerNorm (dx, dw, db;
+ * dw and db over several chunks of rows and tiles of columns, the same bits
+ * on a second run),
  * linear bias, RoPE with a logit factor, SwiGLU, GELU (erf, tanh), causal
  * attention's row kernels (the softmax of a block of rows with their
  * log-sum-exp, the pattern recomputed from it, the softmax backward on a
@@ -93,8 +95,12 @@ static void test_embed(void) {
     free(dout), free(de), free(de0), free(first), free(second);
 }
 
-static void test_norm(int layer, int D) {
-    const int N = 9;
+/* N rows of D: with N over 64 the weight gradient's rows span several chunks
+ * of partial sums, with D over 32 its columns several tiles (a D not a
+ * multiple of 32: a tile's last lanes idle); the gradients are also run a
+ * second time from the same start and must equal the first bit for bit (the
+ * partials are added in a fixed order). */
+static void test_norm(int layer, int N, int D) {
     const size_t nx = (size_t)N * D;
     float *x = rnd(nx, 2), *w = rnd((size_t)D, 1), *b = rnd((size_t)D, 1), *dout = rnd(nx, 1);
     float *out = malloc(nx * 4), *mean = malloc((size_t)N * 4), *rstd = malloc((size_t)N * 4);
@@ -106,17 +112,29 @@ static void test_norm(int layer, int D) {
     for (int n = 0; n < N; n++) scale[n] = 1.0f / rstd[n];
     float *d_mean = dev(layer ? mean : rstd, (size_t)N * 4), *d_rstd = dev(scale, (size_t)N * 4);
     float *d_dx = dev(dx, nx * 4), *d_dw = dev(dw, (size_t)D * 4), *d_db = dev(db, (size_t)D * 4);
+    float *d_dw2 = dev(dw, (size_t)D * 4), *d_db2 = dev(db, (size_t)D * 4), *d_dx2 = dev(dx, nx * 4);
+    float *d_work = dev(NULL, mp_cuk_norm_dw_floats(N, D) * 4);
     if (layer) mp_layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, D);
     else mp_rmsnorm_backward(dx, dw, dout, x, w, rstd, N, D);
-    OK(mp_cuk_norm_backward(d_dx, d_dw, d_db, d_dout, d_x, d_w, d_mean, d_rstd, N, D, layer, NULL));
+    OK(mp_cuk_norm_backward(d_dx, d_dw, d_db, d_dout, d_x, d_w, d_mean, d_rstd, N, D, layer, d_work, NULL));
+    OK(mp_cuk_norm_backward(d_dx2, d_dw2, d_db2, d_dout, d_x, d_w, d_mean, d_rstd, N, D, layer, d_work, NULL));
     char lab[64];
-    snprintf(lab, sizeof lab, "%s D=%d dx", layer ? "LayerNorm" : "RMSNorm", D);
+    snprintf(lab, sizeof lab, "%s N=%d D=%d dx", layer ? "LayerNorm" : "RMSNorm", N, D);
     near(lab, dx, d_dx, nx);
-    snprintf(lab, sizeof lab, "%s D=%d dw", layer ? "LayerNorm" : "RMSNorm", D);
+    snprintf(lab, sizeof lab, "%s N=%d D=%d dw", layer ? "LayerNorm" : "RMSNorm", N, D);
     near(lab, dw, d_dw, (size_t)D);
-    if (layer) near("LayerNorm db", db, d_db, (size_t)D);
+    snprintf(lab, sizeof lab, "LayerNorm N=%d D=%d db", N, D);
+    if (layer) near(lab, db, d_db, (size_t)D);
+    float *g1 = malloc((size_t)D * 4), *g2 = malloc((size_t)D * 4);
+    for (int k = 0; k < 1 + layer; k++) { /* dw, then db: the second run's bits are the first's */
+        back(g1, k ? d_db : d_dw, (size_t)D * 4);
+        back(g2, k ? d_db2 : d_dw2, (size_t)D * 4);
+        CHECK(memcmp(g1, g2, (size_t)D * 4) == 0, "%s N=%d D=%d %s: two runs differ", layer ? "LayerNorm" : "RMSNorm",
+              N, D, k ? "db" : "dw");
+    }
+    free(g1), free(g2);
     cudaFree(d_x), cudaFree(d_w), cudaFree(d_dout), cudaFree(d_mean), cudaFree(d_rstd), cudaFree(d_dx),
-        cudaFree(d_dw), cudaFree(d_db);
+        cudaFree(d_dw), cudaFree(d_db), cudaFree(d_dw2), cudaFree(d_db2), cudaFree(d_dx2), cudaFree(d_work);
     free(x), free(w), free(b), free(dout), free(out), free(mean), free(rstd), free(scale), free(dx), free(dw), free(db);
 }
 
@@ -354,10 +372,13 @@ int main(void) {
         return 77;
     }
     test_embed();
-    test_norm(0, 64);
-    test_norm(0, 300);
-    test_norm(1, 64);
-    test_norm(1, 300);
+    test_norm(0, 9, 64);
+    test_norm(0, 9, 300);
+    test_norm(1, 9, 64);
+    test_norm(1, 9, 300);
+    test_norm(0, 333, 77);   /* 6 chunks of 56 rows (the last 53), 3 column tiles (the last 13 wide) */
+    test_norm(1, 333, 77);
+    test_norm(1, 9000, 40);  /* at most 128 chunks: 127 of 71 rows (the last 54) */
     test_bias();
     test_rope();
     test_mlp();

@@ -5,7 +5,9 @@
  * and YaRN), both norms, every MLP kind, biases: every hook point "*" fires
  * (the norms' scales, hook_pos_embed and hook_mlp_in included) and the logits,
  * for a batch of 2 x 37 tokens with the pattern in one block and in blocks of
- * 16 query rows; KV-cached decoding (with and without the pattern hooks);
+ * 16 query rows; KV-cached decoding (with and without the pattern hooks); a
+ * long cache (300 positions and more: the decode kernel's key slices) moved
+ * between the device and the CPU, its host copy read back (mp_kvcache_sync);
  * greedy generation (equal tokens); each C intervention (the device runs
  * them as kernels: maps in blocks at row offsets, one head, positions, two at
  * one point in order, a fault's message); readers (captures
@@ -162,6 +164,72 @@ static void compare_decode(mp_model *m, const char *label) {
         free(out[0]);
         free(out[1]);
     }
+    to(m, MP_DEVICE_CPU);
+}
+
+/* The cache's rows 0..len-1 of every layer and sequence, packed: [L, B, len, K*Dh] of k, then of v. */
+static float *cache_rows(const mp_model *m, const mp_kvcache *kc) {
+    const size_t KD = (size_t)m->cfg.n_kv_head * m->cfg.d_head, run = (size_t)kc->len * KD;
+    const size_t nlb = (size_t)m->cfg.n_layer * kc->B;
+    float *out = malloc(2 * nlb * run * sizeof(float));
+    for (size_t lb = 0; lb < nlb; lb++) {
+        memcpy(out + lb * run, kc->k + lb * kc->cap * KD, run * sizeof(float));
+        memcpy(out + (nlb + lb) * run, kc->v + lb * kc->cap * KD, run * sizeof(float));
+    }
+    return out;
+}
+
+/* A long cache: 2 sequences prefilled with 300 tokens on the device, then
+ * steps of 1 token and a call of 5 (the decode kernel: a row's 301..313 keys
+ * cut into slices of 38 to 40 per warp; several query rows per call); the host
+ * copy, brought up to date by mp_kvcache_sync after those device calls, equals
+ * the CPU's cache; 2 more device steps (the host copy lags again), then 2
+ * steps on the CPU (the model moved there: its forward completes the host
+ * copy first) and 2 on the device again (the host's new rows uploaded). Every
+ * call's last logits and both caches' rows against the same calls all on the
+ * CPU. */
+static void compare_long_cache(mp_model *m, const char *label) {
+    enum { B = 2, NCALL = 10, CAP = 320 };
+    const int len[NCALL] = {300, 1, 1, 5, 1, 1, 1, 1, 1, 1}, on_dev[NCALL] = {1, 1, 1, 1, 1, 1, 0, 0, 1, 1};
+    const int V = m->cfg.vocab;
+    float *lo[2], *mid[2] = {NULL, NULL}, *end[2] = {NULL, NULL};
+    int *tok = malloc((size_t)B * CAP * sizeof(int));
+    for (int run = 0; run < 2; run++) { /* 0: all on the CPU; 1: as on_dev says */
+        lo[run] = malloc((size_t)NCALL * B * V * sizeof(float));
+        mp_kvcache kc;
+        CHECK(mp_kvcache_init(&kc, &m->cfg, B, CAP) == MP_OK, "%s: cache", label);
+        const size_t ncache = (size_t)m->cfg.n_layer * B * CAP * m->cfg.n_kv_head * m->cfg.d_head;
+        for (size_t j = 0; j < ncache; j++) kc.k[j] = kc.v[j] = NAN; /* a row read before it is written shows */
+        mp_forward_params fp = mp_forward_params_default();
+        fp.cache = &kc;
+        fp.logits = MP_LOGITS_LAST;
+        for (int i = 0; i < NCALL; i++) {
+            const int T = len[i], p0 = kc.len;
+            to(m, run && on_dev[i] ? MP_DEVICE_CUDA : MP_DEVICE_CPU);
+            for (int b = 0; b < B; b++)
+                for (int t = 0; t < T; t++) tok[b * T + t] = ((p0 + t) * 7 + 3 * b + 1) % V;
+            CHECK(mp_model_forward(m, tok, B, T, &fp, lo[run] + (size_t)i * B * V) == MP_OK,
+                  "%s long cache call %d: %s", label, i, mp_last_error());
+            if (i == 3) { /* after the device's calls (307 positions): the host copy read back */
+                CHECK(mp_kvcache_sync(&kc) == MP_OK, "%s: cache sync: %s", label, mp_last_error());
+                mid[run] = cache_rows(m, &kc);
+            }
+        }
+        CHECK(kc.len == 313, "%s: long cache length %d", label, kc.len);
+        CHECK(mp_kvcache_sync(&kc) == MP_OK, "%s: cache sync: %s", label, mp_last_error());
+        end[run] = cache_rows(m, &kc);
+        mp_kvcache_free(&kc);
+    }
+    const size_t rows = (size_t)2 * m->cfg.n_layer * B * m->cfg.n_kv_head * m->cfg.d_head;
+    char what[128];
+    snprintf(what, sizeof what, "%s long cache: logits of every call", label);
+    near_scaled(what, lo[0], lo[1], (size_t)NCALL * B * V);
+    snprintf(what, sizeof what, "%s long cache: host copy after the device's calls", label);
+    near_scaled(what, mid[0], mid[1], rows * 307);
+    snprintf(what, sizeof what, "%s long cache: host copy at the end", label);
+    near_scaled(what, end[0], end[1], rows * 313);
+    for (int r = 0; r < 2; r++) free(lo[r]), free(mid[r]), free(end[r]);
+    free(tok);
     to(m, MP_DEVICE_CPU);
 }
 
@@ -435,6 +503,25 @@ int main(int argc, char **argv) {
             compare_readers(m);
             compare_oom(m);
         }
+        mp_model_free(m);
+    }
+    { /* a long KV cache (rope, swiglu, RMSNorm) */
+        mp_config c = mp_config_default();
+        c.d_model = 64;
+        c.n_layer = 2;
+        c.n_head = 4;
+        c.n_kv_head = 2;
+        c.d_head = 16;
+        c.d_mlp = 96;
+        c.vocab = 50;
+        c.ctx = 320;
+        c.pos = MP_POS_ROPE;
+        c.norm = MP_NORM_RMS;
+        c.mlp = MP_MLP_SWIGLU;
+        c.tied = 1;
+        mp_model *m = NULL;
+        CHECK(mp_model_new_random(&m, &c, 99, 0.2f) == MP_OK, "long cache model: %s", mp_last_error());
+        if (m) compare_long_cache(m, "rope swiglu rms");
         mp_model_free(m);
     }
     /* the shared llama2.c model (present in the project's checkout) */

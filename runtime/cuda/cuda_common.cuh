@@ -15,7 +15,7 @@
 #endif
 
 #define WARP 32
-#define FLASH_WARPS 4 /* query rows per block of mp_cuk_attn_flash */
+#define DECODE_WARPS 8 /* key slices (warps) per query row of mp_cuk_attn_flash */
 #define MAX_DH 256    /* MP_CUDA_MAX_DHEAD */
 #define DH_PER_LANE (MAX_DH / WARP)
 

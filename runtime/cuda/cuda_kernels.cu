@@ -177,21 +177,34 @@ __global__ static void k_rope(float *x, const float *cos_t, const float *sin_t, 
 
 // ---- attention ----
 
-// Causal attention of one query row per warp, without the pattern: the
-// online softmax of the flash-attention paper (Dao et al. 2022, algorithm 1,
-// here with a tile of one key): running maximum m, running normaliser l and
-// running output acc; for each key j, m' = max(m, s_j), l = l e^(m - m') +
-// e^(s_j - m'), acc = acc e^(m - m') + e^(s_j - m') v_j; at the end z = acc / l.
-// Lane `lane` holds channels lane, lane + 32, ... of q and acc.
+// Causal attention of one query row per block, without the pattern: the
+// flash-decoding pattern (Dao et al. 2023). A decoding step has one query row
+// per head and sequence, so a warp per row (this kernel's earlier shape)
+// walked the whole cache alone on B x H warps; here the row's keys 0..n-1 (n
+// = pos0 + t + 1) are cut into DECODE_WARPS consecutive slices, one per warp
+// of the block, and each warp runs the online softmax of the flash-attention
+// paper (Dao et al. 2022, algorithm 1, a tile of one key) over its slice:
+// running maximum m, normaliser l and output acc; for each key j, m' = max(m,
+// s_j), l = l e^(m - m') + e^(s_j - m'), acc = acc e^(m - m') + e^(s_j - m')
+// v_j. The warps' (m, l, acc) then meet in shared memory: M = max_w m_w, z =
+// sum_w e^(m_w - M) acc_w / sum_w e^(m_w - M) l_w, over the warps in order (a
+// fixed order: the same bits every run). A warp whose slice is empty (n <
+// DECODE_WARPS) keeps to the barriers and is left out of the sums. Lane `lane`
+// holds channels lane, lane + 32, ... of q and acc. Every lane of a warp runs
+// the same keys (the shuffles of warp_sum see all 32), and no thread returns
+// before the barrier.
 __global__ static void k_attn_flash(float *z, const float *q, const float *kc, const float *vc, int T, int H, int K,
                                     int Dh, int pos0, size_t bstride, float scale) {
-    const int lane = threadIdx.x % WARP, t = blockIdx.x * FLASH_WARPS + threadIdx.x / WARP;
-    const int h = blockIdx.y, b = blockIdx.z;
-    if (t >= T) return; // the whole warp leaves together
+    __shared__ float s_acc[DECODE_WARPS][MAX_DH];
+    __shared__ float s_m[DECODE_WARPS], s_l[DECODE_WARPS];
+    const int lane = threadIdx.x % WARP, wid = threadIdx.x / WARP;
+    const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int HD = H * Dh, KD = K * Dh, group = H / K;
     const float *qp = q + ((size_t)b * T + t) * HD + (size_t)h * Dh;
     const float *kp = kc + (size_t)b * bstride + (size_t)(h / group) * Dh;
     const float *vp = vc + (size_t)b * bstride + (size_t)(h / group) * Dh;
+    const int n = pos0 + t + 1, per = (n + DECODE_WARPS - 1) / DECODE_WARPS; // keys 0 .. pos0 + t
+    const int j0 = wid * per, j1 = j0 + per < n ? j0 + per : n;
     float qr[DH_PER_LANE], acc[DH_PER_LANE];
 #pragma unroll
     for (int i = 0; i < DH_PER_LANE; i++) {
@@ -200,8 +213,7 @@ __global__ static void k_attn_flash(float *z, const float *q, const float *kc, c
         acc[i] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    const int n = pos0 + t + 1; // keys 0 .. pos0 + t
-    for (int j = 0; j < n; j++) {
+    for (int j = j0; j < j1; j++) {
         const float *kr = kp + (size_t)j * KD, *vr = vp + (size_t)j * KD;
         float part = 0.0f;
 #pragma unroll
@@ -211,7 +223,7 @@ __global__ static void k_attn_flash(float *z, const float *q, const float *kc, c
         }
         const float sj = warp_sum(part) * scale;
         const float mn = fmaxf(m, sj);
-        const float corr = expf(m - mn); // 0 for the first key (m = -inf)
+        const float corr = expf(m - mn); // 0 for the slice's first key (m = -inf)
         const float p = expf(sj - mn);
         l = l * corr + p;
 #pragma unroll
@@ -221,11 +233,26 @@ __global__ static void k_attn_flash(float *z, const float *q, const float *kc, c
         }
         m = mn;
     }
-    float *zp = z + ((size_t)b * T + t) * HD + (size_t)h * Dh;
 #pragma unroll
     for (int i = 0; i < DH_PER_LANE; i++) {
         const int d = lane + WARP * i;
-        if (d < Dh) zp[d] = acc[i] / l;
+        if (d < Dh) s_acc[wid][d] = acc[i];
+    }
+    if (lane == 0) {
+        s_m[wid] = m;
+        s_l[wid] = l;
+    }
+    __syncthreads();
+    const int used = (n + per - 1) / per; // warps 0 .. used-1 had keys
+    float M = -INFINITY;
+    for (int w = 0; w < used; w++) M = fmaxf(M, s_m[w]);
+    float L = 0.0f;
+    for (int w = 0; w < used; w++) L += s_l[w] * expf(s_m[w] - M);
+    float *zp = z + ((size_t)b * T + t) * HD + (size_t)h * Dh;
+    for (int d = threadIdx.x; d < Dh; d += blockDim.x) {
+        float o = 0.0f;
+        for (int w = 0; w < used; w++) o += s_acc[w][d] * expf(s_m[w] - M);
+        zp[d] = o / L;
     }
 }
 
@@ -337,8 +364,8 @@ cudaError_t mp_cuk_rope_backward(float *dx, const float *cos_t, const float *sin
 cudaError_t mp_cuk_attn_flash(float *z, const float *q, const float *kc, const float *vc, int B, int T, int H, int K,
                               int Dh, int pos0, size_t bstride, float scale, cudaStream_t s) {
     if (Dh > MAX_DH) return cudaErrorInvalidValue;
-    dim3 grid((unsigned)((T + FLASH_WARPS - 1) / FLASH_WARPS), (unsigned)H, (unsigned)B);
-    MP_LAUNCH(k_attn_flash, grid, FLASH_WARPS * WARP, s)(z, q, kc, vc, T, H, K, Dh, pos0, bstride, scale);
+    dim3 grid((unsigned)T, (unsigned)H, (unsigned)B);
+    MP_LAUNCH(k_attn_flash, grid, DECODE_WARPS * WARP, s)(z, q, kc, vc, T, H, K, Dh, pos0, bstride, scale);
     return cudaGetLastError();
 }
 

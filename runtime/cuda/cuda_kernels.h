@@ -55,8 +55,9 @@ cudaError_t mp_cuk_gelu(float *out, const float *x, size_t n, int tanh_approx, c
  * row t, then (q_scale non-NULL) every value times q_scale[t] where it is not 1 */
 cudaError_t mp_cuk_rope(float *x, const float *cos_t, const float *sin_t, const float *q_scale, int B, int T, int nh,
                         int Dh, cudaStream_t s);
-/* Causal attention without the pattern (online softmax, one warp per query
- * row): z [B,T,H,Dh] from q [B,T,H,Dh] (rotated, logit factor applied) and the
+/* Causal attention without the pattern (online softmax, one block per query
+ * row and head, its warps on slices of the keys, combined in shared memory:
+ * flash-decoding): z [B,T,H,Dh] from q [B,T,H,Dh] (rotated, logit factor applied) and the
  * keys/values kc, vc (batch stride bstride floats, row stride K*Dh) of
  * positions 0..pos0+T-1; query t sees keys 0..pos0+t. Dh <= 256. */
 cudaError_t mp_cuk_attn_flash(float *z, const float *q, const float *kc, const float *vc, int B, int T, int H, int K,
@@ -87,9 +88,14 @@ cudaError_t mp_cuk_embed_backward(float *dembed, const float *dout, const int *g
                                   cudaStream_t s);
 /* RMSNorm (layer 0; mean unused) or LayerNorm: dx += the input gradient; with
  * dw non-NULL also dw += sum_n dout xhat and (LayerNorm) db += sum_n dout.
- * mean and scale as mp_cuk_norm_scale wrote them (scale = 1 / rstd). */
+ * mean and scale as mp_cuk_norm_scale wrote them (scale = 1 / rstd). work:
+ * device scratch of mp_cuk_norm_dw_floats(N, D) floats (with dw; the column
+ * sums' partials by chunks of rows, added in a fixed order: the same bits
+ * every run). */
 cudaError_t mp_cuk_norm_backward(float *dx, float *dw, float *db, const float *dout, const float *x, const float *w,
-                                 const float *mean, const float *scale, int N, int D, int layer, cudaStream_t s);
+                                 const float *mean, const float *scale, int N, int D, int layer, float *work,
+                                 cudaStream_t s);
+size_t mp_cuk_norm_dw_floats(int N, int D);
 /* dbias[o] += sum_n dout[n, o] over [N, OUT] */
 cudaError_t mp_cuk_bias_backward(float *dbias, const float *dout, int N, int OUT, cudaStream_t s);
 /* SwiGLU: dgate, dup += ...; GELU (erf, or tanh): dx += ... */

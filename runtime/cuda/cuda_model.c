@@ -13,8 +13,9 @@
  * reads it (after the pending readers). Inactive points cost nothing.
  * Matrix products: cuBLAS sgemm in its default math mode, which does not use
  * TF32 (the fp32 reference path). Precision bf16: the linear weights get a
- * bfloat16 copy, each product's input is rounded to bfloat16 and cublasGemmEx
- * multiplies them with fp32 accumulation and an fp32 result; everything else
+ * bfloat16 copy, each product's input is rounded to bfloat16 (once for the
+ * products that share it: q, k and v; the MLP's gate and up; bf16_input) and
+ * cublasGemmEx multiplies them with fp32 accumulation and an fp32 result; everything else
  * (the residual stream, norms and their statistics, positions, softmax and
  * the attention, hook views) stays fp32. cuBLAS is loaded with dlopen when a model
  * first moves to the device (blas_load): linked, its 600 MB would load into
@@ -40,10 +41,15 @@
  * rounded) with fp32 accumulation into fp32; the master weights, AdamW's
  * moments, activations, norms, softmax and every reduction stay fp32.
  *
- * A KV cache keeps a device copy of its keys and values (mp_kvcache.dev); the
- * host copy stays complete (the new rows are copied back every call), so a
- * cache can move between devices and the CPU fallback (mp_cuda_cpu_reason)
- * continues from it. */
+ * A KV cache keeps a device copy of its keys and values (mp_kvcache.dev),
+ * where the forward appends each call's rows; the host copy is brought up to
+ * date lazily (cu_kv_sync, installed as mp_kvcache.dev_sync): only when the
+ * host needs it, through mp_kvcache_sync, which the CPU forward calls before
+ * it reads or extends the cache (the CPU fallback, mp_cuda_cpu_reason, or the
+ * model moved to the CPU), as must any other reader of the host k/v. A cache
+ * whose host rows are newer than the device's (the CPU extended it) is
+ * uploaded whole on the next device call (kv_get). Decoding thus copies
+ * nothing back per token. */
 #include "cuda_internal.h"
 #include "cuda_kernels.h"
 #include "fwd_hooks.h"
@@ -193,7 +199,12 @@ typedef struct {
 
 typedef struct {
     float *k, *v;           /* device [L, B, cap, K*Dh] each */
-    int synced;             /* positions whose rows equal the host cache's */
+    int dev_len;            /* positions 0..dev_len-1 of the device copy hold the cache's rows; -1: none (the
+                             * host's are complete, kv_get uploads them) */
+    int host_len;           /* positions 0..host_len-1 of the host copy equal the device's (host_len <= dev_len);
+                             * the device's later rows reach the host in cu_kv_sync, when the host needs them */
+    int L;                  /* layers */
+    size_t KD;              /* floats of a position's row (n_kv_head * d_head) */
 } cu_kv;
 
 /* Failing calls become MP_ERR_CUDA messages that name the call. The runtime
@@ -542,16 +553,31 @@ cleanup:
     return st;
 }
 
+/* Precision bf16: *inb = the n floats of `in` rounded to bfloat16 (in
+ * d->abf), for the products that share that input (q, k and v; the MLP's
+ * gate and up; the classifier's forward and backward): one rounding instead
+ * of one per product. They must follow at once: every product that rounds
+ * its own input (inb NULL) writes d->abf, and a hook between them could edit
+ * `in`. fp32: *inb = NULL. */
+static mp_status bf16_input(cu_model *d, const float *in, size_t n, const unsigned short **inb) {
+    *inb = NULL;
+    if (!d->bf16) return MP_OK;
+    mp_status st = to_bf16(d, &d->abf, &d->abf_n, in, n);
+    if (st == MP_OK) *inb = d->abf;
+    return st;
+}
+
 /* out [N, OUT] = in [N, IN] @ w^T (+ bias): row-major operands read as the
- * column-major transposes cuBLAS sees (out^T = w @ in^T). */
-static mp_status linear(cu_model *d, float *out, const float *in, const float *w, const float *bias, int N, int IN,
-                        int OUT) {
+ * column-major transposes cuBLAS sees (out^T = w @ in^T). bf16: inb, the
+ * input already rounded (bf16_input), or NULL to round it here. */
+static mp_status linear_pre(cu_model *d, float *out, const float *in, const unsigned short *inb, const float *w,
+                            const float *bias, int N, int IN, int OUT) {
     mp_status st = MP_OK;
     const float one = 1.0f, zero = 0.0f;
     if (d->bf16) { /* bf16 operands (the weight's copy, the input rounded), fp32 accumulation and result */
-        TRY(to_bf16(d, &d->abf, &d->abf_n, in, (size_t)N * IN));
+        if (!inb) TRY(bf16_input(d, in, (size_t)N * IN, &inb));
         const unsigned short *wb = d->pbf + (w - d->params);
-        CB(blas.gemm_ex, (d->blas, CUBLAS_OP_T, CUBLAS_OP_N, OUT, N, IN, &one, wb, CUDA_R_16BF, IN, d->abf, CUDA_R_16BF,
+        CB(blas.gemm_ex, (d->blas, CUBLAS_OP_T, CUBLAS_OP_N, OUT, N, IN, &one, wb, CUDA_R_16BF, IN, inb, CUDA_R_16BF,
                           IN, &zero, out, CUDA_R_32F, OUT, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     } else {
         CB(blas.sgemm, (d->blas, CUBLAS_OP_T, CUBLAS_OP_N, OUT, N, IN, &one, w, IN, in, IN, &zero, out, OUT));
@@ -560,8 +586,45 @@ static mp_status linear(cu_model *d, float *out, const float *in, const float *w
 cleanup:
     return st;
 }
+static mp_status linear(cu_model *d, float *out, const float *in, const float *w, const float *bias, int N, int IN,
+                        int OUT) {
+    return linear_pre(d, out, in, NULL, w, bias, N, IN, OUT);
+}
 
-/* The device copy of a host KV cache, created or brought up to the host's rows. */
+/* The host copy of a KV cache brought up to date with its device copy
+ * (mp_kvcache.dev_sync, called through mp_kvcache_sync by whatever reads or
+ * writes the host k/v: the CPU forward continuing from the cache, a hook or
+ * caller that reads it): rows host_len..min(len, dev_len)-1 of every layer
+ * and sequence copied back, synchronously. The device forward writes the
+ * cache only on its own stream and synchronizes it before it returns, so the
+ * device rows of every completed call are final (a call in progress has not
+ * yet counted its rows in len: they are not copied). Afterwards the device
+ * copy counts no rows past len (dev_len <= len): a caller that rewound len
+ * and writes new rows on the host makes kv_get upload them. */
+static mp_status cu_kv_sync(struct mp_kvcache_s *cache) {
+    mp_status st = MP_OK;
+    cu_kv *kv = cache->dev;
+    if (!kv || kv->dev_len < 0) return MP_OK; /* the host's rows are the only ones */
+    const int upto = cache->len < kv->dev_len ? cache->len : kv->dev_len;
+    if (kv->host_len < upto) {
+        const size_t row = (size_t)kv->host_len * kv->KD, n = (size_t)(upto - kv->host_len) * kv->KD;
+        const size_t bstride = (size_t)cache->cap * kv->KD;
+        for (size_t lb = 0; lb < (size_t)kv->L * cache->B; lb++) { /* one run of rows per layer and sequence */
+            const size_t at = lb * bstride + row;
+            CU(cudaMemcpy, (cache->k + at, kv->k + at, n * sizeof(float), cudaMemcpyDeviceToHost));
+            CU(cudaMemcpy, (cache->v + at, kv->v + at, n * sizeof(float), cudaMemcpyDeviceToHost));
+        }
+    }
+    kv->host_len = upto;
+    kv->dev_len = upto;
+cleanup:
+    return st;
+}
+
+/* The device copy of a host KV cache, created or brought up to the cache's
+ * rows: kept when it holds exactly len positions (the device wrote them, the
+ * host copy may lag: cu_kv_sync), else (rows written on the host by the CPU
+ * forward, or len rewound) the host copy, completed first, uploaded whole. */
 static mp_status kv_get(mp_kvcache *cache, const mp_config *c, cu_kv **out, cudaStream_t s) {
     mp_status st = MP_OK;
     const size_t n = (size_t)c->n_layer * cache->B * cache->cap * c->n_kv_head * c->d_head;
@@ -580,15 +643,20 @@ static mp_status kv_get(mp_kvcache *cache, const mp_config *c, cu_kv **out, cuda
                             cudaGetErrorString(e), n);
         }
         kv = fresh;
-        kv->synced = 0;
+        kv->dev_len = kv->host_len = 0; /* no rows yet: a cache the CPU filled is uploaded below */
+        kv->L = c->n_layer;
+        kv->KD = (size_t)c->n_kv_head * c->d_head;
         cache->dev = kv;
         cache->dev_free = cu_kv_free;
+        cache->dev_sync = cu_kv_sync;
     }
-    if (kv->synced != cache->len) { /* filled elsewhere (the CPU): take the host's rows */
+    if (kv->dev_len != cache->len) { /* filled elsewhere (the CPU) or rewound: take the host's rows */
+        TRY(cu_kv_sync(cache));  /* the device's rows the host lacks, first */
+        kv->dev_len = -1;        /* until the upload is complete */
         CU(cudaMemcpyAsync, (kv->k, cache->k, n * sizeof(float), cudaMemcpyHostToDevice, s));
         CU(cudaMemcpyAsync, (kv->v, cache->v, n * sizeof(float), cudaMemcpyHostToDevice, s));
         CU(cudaStreamSynchronize, (s));
-        kv->synced = cache->len;
+        kv->dev_len = kv->host_len = cache->len;
     }
     *out = kv;
 cleanup:
@@ -653,7 +721,8 @@ cleanup:
 /* P and dP of one block of query rows: at most this many floats each (256 MiB). */
 #define ATT_FLOATS ((size_t)1 << 26)
 /* Calls of at least this many query rows run the blocked attention (shorter
- * ones, decoding above all, the one-warp-per-row kernel). */
+ * ones, decoding above all, the decode kernel: a block per query row, its
+ * warps on slices of the keys). */
 #define BLOCKED_MIN_T 16
 
 /* Causal grouped-query attention without a stored pattern, by blocks of R
@@ -866,9 +935,11 @@ static mp_status forward_dev(const mp_model *m, const int *tokens, int B, int T,
         TRY(norm(d, &f, MP_HOOK_LN1_SCALE, l, xn, x, w.ln1_w, w.ln1_b, tr ? a.ln1_rstd : sc, tr ? a.ln1_mean : sc + N,
                  tr));
         TRY(hook_whole(d, &f, MP_HOOK_LN1, l, xn));
-        TRY(linear(d, q, xn, w.wq, w.bq, N, D, HD));
-        TRY(linear(d, k, xn, w.wk, w.bk, N, D, KD));
-        TRY(linear(d, v, xn, w.wv, w.bv, N, D, KD));
+        const unsigned short *xb; /* bf16: xn rounded once for q, k and v (no hook fires between them) */
+        TRY(bf16_input(d, xn, n_x, &xb));
+        TRY(linear_pre(d, q, xn, xb, w.wq, w.bq, N, D, HD));
+        TRY(linear_pre(d, k, xn, xb, w.wk, w.bk, N, D, KD));
+        TRY(linear_pre(d, v, xn, xb, w.wv, w.bv, N, D, KD));
         TRY(hook_whole(d, &f, MP_HOOK_Q, l, q));
         TRY(hook_whole(d, &f, MP_HOOK_K, l, k));
         TRY(hook_whole(d, &f, MP_HOOK_V, l, v));
@@ -880,15 +951,13 @@ static mp_status forward_dev(const mp_model *m, const int *tokens, int B, int T,
         TRY(hook_whole(d, &f, MP_HOOK_ROT_K, l, k));
         const float *kc = k, *vc = v;
         size_t bstride = (size_t)T * KD;
-        if (cache) { /* append this call's rows to the device cache, and to the host's */
+        if (cache) { /* append this call's rows to the device cache (the host's follows lazily: cu_kv_sync) */
             bstride = (size_t)cache->cap * KD;
             const size_t lay = (size_t)l * B * bstride, row = (size_t)pos0 * KD, len = (size_t)T * KD;
             for (int bb = 0; bb < B; bb++) {
                 const size_t at = lay + bb * bstride + row;
                 CU(cudaMemcpyAsync, (kv->k + at, k + bb * len, len * sizeof(float), cudaMemcpyDeviceToDevice, s));
                 CU(cudaMemcpyAsync, (kv->v + at, v + bb * len, len * sizeof(float), cudaMemcpyDeviceToDevice, s));
-                CU(cudaMemcpyAsync, (cache->k + at, k + bb * len, len * sizeof(float), cudaMemcpyDeviceToHost, s));
-                CU(cudaMemcpyAsync, (cache->v + at, v + bb * len, len * sizeof(float), cudaMemcpyDeviceToHost, s));
             }
             kc = kv->k + lay;
             vc = kv->v + lay;
@@ -912,7 +981,7 @@ static mp_status forward_dev(const mp_model *m, const int *tokens, int B, int T,
                              (size_t)T * KD));
         } else if (T >= BLOCKED_MIN_T) { /* prefill: the products in cuBLAS */
             TRY(attn_blocked(d, z, NULL, NULL, NULL, NULL, NULL, q, kc, vc, B, T, H, K, Dh, pos0, bstride));
-        } else { /* decoding and short calls: one warp per query row */
+        } else { /* decoding and short calls: a block per query row, the keys split across its warps */
             CU(mp_cuk_attn_flash, (z, q, kc, vc, B, T, H, K, Dh, pos0, bstride, scale, s));
         }
         TRY(hook_whole(d, &f, MP_HOOK_Z, l, z));
@@ -940,11 +1009,14 @@ static mp_status forward_dev(const mp_model *m, const int *tokens, int B, int T,
             TRY(norm(d, &f, MP_HOOK_LN2_SCALE, l, xn, mlp_in, w.ln2_w, w.ln2_b, tr ? a.ln2_rstd : sc,
                      tr ? a.ln2_mean : sc + N, tr));
             TRY(hook_whole(d, &f, MP_HOOK_LN2, l, xn));
-            TRY(linear(d, pre, xn, w.w1, w.b1, N, D, M));
+            /* gate and up back to back from one rounding of xn (bf16): up does not read pre, so computing it
+             * before hook_mlp_pre fires changes nothing (model.c's decoding step does the same) */
+            TRY(bf16_input(d, xn, n_x, &xb));
+            TRY(linear_pre(d, pre, xn, xb, w.w1, w.b1, N, D, M));
+            if (c->mlp == MP_MLP_SWIGLU) TRY(linear_pre(d, up, xn, xb, w.w3, w.b3, N, D, M));
             TRY(hook_whole(d, &f, MP_HOOK_MLP_PRE, l, pre));
             float *post = tr ? a.post : pre; /* inference: the activation in place */
             if (c->mlp == MP_MLP_SWIGLU) {
-                TRY(linear(d, up, xn, w.w3, w.b3, N, D, M));
                 TRY(hook_whole(d, &f, MP_HOOK_MLP_PRE_LINEAR, l, up));
                 CU(mp_cuk_swiglu, (post, pre, up, n_h, s));
             } else {
@@ -979,13 +1051,13 @@ static mp_status forward_dev(const mp_model *m, const int *tokens, int B, int T,
     TRY(rd_drain(d, &f)); /* the reader-only points still in flight */
     if (cache) {
         cache->len += T;
-        kv->synced = cache->len;
+        kv->dev_len = cache->len; /* the host copy still ends at host_len */
     }
 cleanup:
     if (st != MP_OK) {
         cudaStreamSynchronize(s); /* nothing of this call may still be running */
         rd_discard(d);
-        if (kv) kv->synced = -1;  /* its device rows may be partly written: resync from the host next time */
+        /* kv: only rows from len on were written, which len does not count: dev_len and host_len stay */
     }
     d->depth--;
     return st;
@@ -1004,8 +1076,8 @@ static mp_status cu_forward(const mp_model *m, const int *tokens, int B, int T, 
 /* din [N,IN] += dout [N,OUT] @ w [OUT,IN] (din may be NULL); dw [OUT,IN] +=
  * dout^T @ in [N,IN]; dbias [OUT] += column sums of dout (may be NULL): ops_backward.c
  * mp_matmul_backward, row-major operands read as cuBLAS's column-major transposes. */
-static mp_status linear_bwd(cu_model *d, float *din, float *dw, float *dbias, const float *dout, const float *in,
-                            const float *w, int N, int IN, int OUT) {
+static mp_status linear_bwd_pre(cu_model *d, float *din, float *dw, float *dbias, const float *dout, const float *in,
+                                const unsigned short *inb, const float *w, int N, int IN, int OUT) {
     mp_status st = MP_OK;
     const float one = 1.0f;
     if (d->bf16) { /* bf16 operands (dout and in rounded, the weight's copy), fp32 accumulation into fp32 */
@@ -1015,8 +1087,8 @@ static mp_status linear_bwd(cu_model *d, float *din, float *dw, float *dbias, co
             CB(blas.gemm_ex, (d->blas, CUBLAS_OP_N, CUBLAS_OP_N, IN, N, OUT, &one, wb, CUDA_R_16BF, IN, d->gbf,
                               CUDA_R_16BF, OUT, &one, din, CUDA_R_32F, IN, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         }
-        TRY(to_bf16(d, &d->abf, &d->abf_n, in, (size_t)N * IN));
-        CB(blas.gemm_ex, (d->blas, CUBLAS_OP_N, CUBLAS_OP_T, IN, OUT, N, &one, d->abf, CUDA_R_16BF, IN, d->gbf,
+        if (!inb) TRY(bf16_input(d, in, (size_t)N * IN, &inb)); /* (after gbf: d->abf is not written there) */
+        CB(blas.gemm_ex, (d->blas, CUBLAS_OP_N, CUBLAS_OP_T, IN, OUT, N, &one, inb, CUDA_R_16BF, IN, d->gbf,
                           CUDA_R_16BF, OUT, &one, dw, CUDA_R_32F, IN, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         if (dbias) CU(mp_cuk_bias_backward, (dbias, dout, N, OUT, d->stream));
         return MP_OK;
@@ -1026,6 +1098,10 @@ static mp_status linear_bwd(cu_model *d, float *din, float *dw, float *dbias, co
     if (dbias) CU(mp_cuk_bias_backward, (dbias, dout, N, OUT, d->stream));
 cleanup:
     return st;
+}
+static mp_status linear_bwd(cu_model *d, float *din, float *dw, float *dbias, const float *dout, const float *in,
+                            const float *w, int N, int IN, int OUT) {
+    return linear_bwd_pre(d, din, dw, dbias, dout, in, NULL, w, N, IN, OUT);
 }
 
 #define ZERO(ptr, n) CU(cudaMemsetAsync, ((ptr), 0, (size_t)(n) * sizeof(float), s))
@@ -1046,9 +1122,12 @@ static mp_status train_head(const mp_model *m, const mp_acts *A, float *losses, 
     for (int r0 = 0; r0 < N; r0 += R) {
         const int rc = N - r0 < R ? N - r0 : R;
         const float *xn = A->lnf + (size_t)r0 * D;
-        TRY(linear(d, A->logits, xn, d->p.unembed, NULL, rc, D, V));
+        const unsigned short *xb; /* bf16: the chunk's rows rounded once for the product and its backward */
+        TRY(bf16_input(d, xn, (size_t)rc * D, &xb));
+        TRY(linear_pre(d, A->logits, xn, xb, d->p.unembed, NULL, rc, D, V));
         CU(mp_cuk_xent, (A->logits, losses + r0, A->logits, d->tgt + r0, rc, V, scale, s));
-        TRY(linear_bwd(d, A->dxn + (size_t)r0 * D, d->g.unembed, NULL, A->logits, xn, d->p.unembed, rc, D, V));
+        TRY(linear_bwd_pre(d, A->dxn + (size_t)r0 * D, d->g.unembed, NULL, A->logits, xn, xb, d->p.unembed, rc, D,
+                           V));
     }
 cleanup:
     return st;
@@ -1067,9 +1146,12 @@ static mp_status backward_dev(const mp_model *m, const mp_acts *A) {
     const size_t nx = (size_t)N * D, nq = (size_t)N * HD, nk = (size_t)N * KD, nh = (size_t)N * M;
     float *dres = A->dresid, *dxn = A->dxn;
     mp_status st = MP_OK;
+    /* the norms' weight gradients take their partial sums in the forward's workspace, idle during the backward
+     * (stream order: the forward's kernels that used it are done before these run) */
+    TRY(reserve(d, mp_cuk_norm_dw_floats(N, D), 0, 0));
     ZERO(dres, nx);
     CU(mp_cuk_norm_backward, (dres, g->lnf_w, g->lnf_b, dxn, A->resid + (size_t)c->n_layer * nx, p->lnf_w,
-                              A->lnf_mean, A->lnf_rstd, N, D, ln, s));
+                              A->lnf_mean, A->lnf_rstd, N, D, ln, d->ws, s));
     for (int l = c->n_layer - 1; l >= 0; l--) {
         const mp_layer_params w = mp_params_layer(c, p, l), dw = mp_params_layer(c, g, l);
         const mp_layer_acts a = mp_acts_layer(c, A, l);
@@ -1078,16 +1160,19 @@ static mp_status backward_dev(const mp_model *m, const mp_acts *A) {
             TRY(linear_bwd(d, A->dpost, dw.w2, dw.b2, dres, a.post, w.w2, N, M, D));
             ZERO(A->dpre, nh);
             ZERO(dxn, nx);
+            const unsigned short *lb; /* bf16: ln2 rounded once for up's and the gate's weight gradients */
             if (c->mlp == MP_MLP_SWIGLU) {
                 ZERO(A->dup, nh);
                 CU(mp_cuk_swiglu_backward, (A->dpre, A->dup, A->dpost, a.pre, a.up, nh, s));
-                TRY(linear_bwd(d, dxn, dw.w3, dw.b3, A->dup, a.ln2, w.w3, N, D, M));
+                TRY(bf16_input(d, a.ln2, nx, &lb));
+                TRY(linear_bwd_pre(d, dxn, dw.w3, dw.b3, A->dup, a.ln2, lb, w.w3, N, D, M));
             } else {
                 CU(mp_cuk_gelu_backward, (A->dpre, A->dpost, a.pre, nh, c->gelu_tanh, s));
+                TRY(bf16_input(d, a.ln2, nx, &lb));
             }
-            TRY(linear_bwd(d, dxn, dw.w1, dw.b1, A->dpre, a.ln2, w.w1, N, D, M));
+            TRY(linear_bwd_pre(d, dxn, dw.w1, dw.b1, A->dpre, a.ln2, lb, w.w1, N, D, M));
             CU(mp_cuk_norm_backward, (dres, dw.ln2_w, dw.ln2_b, dxn, a.resid_mid, w.ln2_w, a.ln2_mean, a.ln2_rstd, N,
-                                      D, ln, s));
+                                      D, ln, d->ws, s));
         }
         ZERO(A->dz, nq);
         TRY(linear_bwd(d, A->dz, dw.wo, dw.bo, dres, a.z, w.wo, N, HD, D));
@@ -1106,11 +1191,13 @@ static mp_status backward_dev(const mp_model *m, const mp_acts *A) {
             CU(mp_cuk_rope_backward, (A->dk, cos_t, sin_t, NULL, B, T, K, Dh, s));
         }
         ZERO(dxn, nx);
-        TRY(linear_bwd(d, dxn, dw.wq, dw.bq, A->dq, a.ln1, w.wq, N, D, HD));
-        TRY(linear_bwd(d, dxn, dw.wk, dw.bk, A->dk, a.ln1, w.wk, N, D, KD));
-        TRY(linear_bwd(d, dxn, dw.wv, dw.bv, A->dv, a.ln1, w.wv, N, D, KD));
+        const unsigned short *lb; /* bf16: ln1 rounded once for the three weight gradients */
+        TRY(bf16_input(d, a.ln1, nx, &lb));
+        TRY(linear_bwd_pre(d, dxn, dw.wq, dw.bq, A->dq, a.ln1, lb, w.wq, N, D, HD));
+        TRY(linear_bwd_pre(d, dxn, dw.wk, dw.bk, A->dk, a.ln1, lb, w.wk, N, D, KD));
+        TRY(linear_bwd_pre(d, dxn, dw.wv, dw.bv, A->dv, a.ln1, lb, w.wv, N, D, KD));
         CU(mp_cuk_norm_backward, (dres, dw.ln1_w, dw.ln1_b, dxn, a.resid_in, w.ln1_w, a.ln1_mean, a.ln1_rstd, N, D, ln,
-                                  s));
+                                  d->ws, s));
     }
     CU(mp_cuk_embed_backward, (g->embed, dres, d->tok_groups, N, d->tok_ng, D, s));
     if (g->pos_embed) /* row t of each sequence */

@@ -57,15 +57,62 @@ __global__ static void k_norm_bwd_dx(float *dx, const float *dout, const float *
     }
 }
 
-// Thread per column i: dw[i] += sum_n g x r (RMSNorm) or g (x - mu) r, db[i] += sum_n g (LayerNorm).
-__global__ static void k_norm_bwd_dw(float *dw, float *db, const float *dout, const float *x, const float *mean,
-                                     const float *scale, int N, int D, int layer) {
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < D; i += gridDim.x * blockDim.x) {
-        float sw = 0.0f, sb = 0.0f;
-        for (int n = 0; n < N; n++) {
+// The norm's weight (and LayerNorm's bias) gradient, dw[i] += sum_n g x r
+// (RMSNorm) or g (x - mu) r and db[i] += sum_n g (LayerNorm), in two
+// deterministic stages. One thread per column walking all N rows gave D / 128
+// blocks (4 for d 512): most of a large device idled while each thread summed
+// N rows alone. Stage 1, k_norm_bwd_dw_part: block (tile, chunk) takes 32
+// columns (a warp's lanes: each row's 32 floats are one coalesced read) by one
+// chunk of rows; its NORM_DW_WARPS warps sum rows r0 + w, r0 + w + 8, ... of
+// the chunk, then a tree in shared memory adds the warps' sums in a fixed
+// order and the chunk's partial of each column goes to part (dw's [chunks, D],
+// then db's). Stage 2, k_norm_bwd_dw_sum: a thread per column adds the chunks'
+// partials in chunk order. No atomics and no order that depends on which
+// block runs first: the same bits every run.
+#define NORM_DW_WARPS 8
+#define NORM_DW_ROWS 64    /* rows per chunk at least */
+#define NORM_DW_CHUNKS 128 /* chunks at most (the workspace: 2 x 128 x D floats) */
+
+static int norm_dw_chunks(int N) {
+    const int c = (N + NORM_DW_ROWS - 1) / NORM_DW_ROWS;
+    return c < 1 ? 1 : c > NORM_DW_CHUNKS ? NORM_DW_CHUNKS : c;
+}
+
+__global__ static void k_norm_bwd_dw_part(float *part, const float *dout, const float *x, const float *mean,
+                                          const float *scale, int N, int D, int rows, int layer) {
+    __shared__ float shw[NORM_DW_WARPS][WARP], shb[NORM_DW_WARPS][WARP];
+    const int lane = threadIdx.x % WARP, wid = threadIdx.x / WARP;
+    const int i = blockIdx.x * WARP + lane, chunk = blockIdx.y, chunks = gridDim.y;
+    const int r0 = chunk * rows, r1 = r0 + rows < N ? r0 + rows : N;
+    float sw = 0.0f, sb = 0.0f;
+    if (i < D) // columns past D: no work, but every thread reaches the barriers below
+        for (int n = r0 + wid; n < r1; n += NORM_DW_WARPS) {
             const float g = dout[(size_t)n * D + i];
             sw += g * (x[(size_t)n * D + i] - (layer ? mean[n] : 0.0f)) / scale[n];
             sb += g;
+        }
+    shw[wid][lane] = sw;
+    shb[wid][lane] = sb;
+    __syncthreads();
+    for (int h = NORM_DW_WARPS / 2; h > 0; h /= 2) { // warp w adds warp w + h's sums: a fixed tree
+        if (wid < h) {
+            shw[wid][lane] += shw[wid + h][lane];
+            shb[wid][lane] += shb[wid + h][lane];
+        }
+        __syncthreads();
+    }
+    if (wid == 0 && i < D) {
+        part[(size_t)chunk * D + i] = shw[0][lane];
+        if (layer) part[((size_t)chunks + chunk) * D + i] = shb[0][lane];
+    }
+}
+
+__global__ static void k_norm_bwd_dw_sum(float *dw, float *db, const float *part, int D, int chunks, int layer) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < D; i += gridDim.x * blockDim.x) {
+        float sw = 0.0f, sb = 0.0f;
+        for (int c = 0; c < chunks; c++) {
+            sw += part[(size_t)c * D + i];
+            if (layer) sb += part[((size_t)chunks + c) * D + i];
         }
         dw[i] += sw;
         if (layer) db[i] += sb;
@@ -240,13 +287,21 @@ cudaError_t mp_cuk_embed_backward(float *dembed, const float *dout, const int *g
 }
 
 cudaError_t mp_cuk_norm_backward(float *dx, float *dw, float *db, const float *dout, const float *x, const float *w,
-                                 const float *mean, const float *scale, int N, int D, int layer, cudaStream_t s) {
+                                 const float *mean, const float *scale, int N, int D, int layer, float *work,
+                                 cudaStream_t s) {
     MP_LAUNCH(k_norm_bwd_dx, N, 256, s)(dx, dout, x, w, mean, scale, D, layer);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || !dw) return e;
-    MP_LAUNCH(k_norm_bwd_dw, grid_for((size_t)D, 128), 128, s)(dw, db, dout, x, mean, scale, N, D, layer);
+    if (!work) return cudaErrorInvalidValue;
+    const int rows = (N + norm_dw_chunks(N) - 1) / norm_dw_chunks(N), chunks = (N + rows - 1) / rows; // none empty
+    const dim3 grid((unsigned)((D + WARP - 1) / WARP), (unsigned)chunks);
+    MP_LAUNCH(k_norm_bwd_dw_part, grid, NORM_DW_WARPS * WARP, s)(work, dout, x, mean, scale, N, D, rows, layer);
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    MP_LAUNCH(k_norm_bwd_dw_sum, grid_for((size_t)D, 128), 128, s)(dw, db, work, D, chunks, layer);
     return cudaGetLastError();
 }
+
+size_t mp_cuk_norm_dw_floats(int N, int D) { return 2 * (size_t)norm_dw_chunks(N) * (size_t)D; }
 
 cudaError_t mp_cuk_bias_backward(float *dbias, const float *dout, int N, int OUT, cudaStream_t s) {
     MP_LAUNCH(k_bias_bwd, grid_for((size_t)OUT, 128), 128, s)(dbias, dout, N, OUT);

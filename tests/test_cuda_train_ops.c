@@ -138,16 +138,26 @@ static void test_norm(int layer, int N, int D) {
     free(x), free(w), free(b), free(dout), free(out), free(mean), free(rstd), free(scale), free(dx), free(dw), free(db);
 }
 
-static void test_bias(void) {
-    const int N = 13, OUT = 300;
+/* N rows of OUT columns: one chunk (13 rows), and 333 rows (6 chunks, the last 53) by 77 columns (the last tile
+ * 13 wide); a second launch gives the same bits */
+static void test_bias(int N, int OUT) {
     float *dout = rnd((size_t)N * OUT, 1), *db = rnd(OUT, 1);
-    float *d_dout = dev(dout, (size_t)N * OUT * 4), *d_db = dev(db, OUT * 4);
+    float *d_dout = dev(dout, (size_t)N * OUT * 4), *d_db = dev(db, OUT * 4), *d_db2 = dev(db, OUT * 4);
+    float *d_work = dev(NULL, mp_cuk_bias_bwd_floats(N, OUT) * 4);
     for (int o = 0; o < OUT; o++)
         for (int n = 0; n < N; n++) db[o] += dout[(size_t)n * OUT + o];
-    OK(mp_cuk_bias_backward(d_db, d_dout, N, OUT, NULL));
-    near("bias backward", db, d_db, OUT);
-    cudaFree(d_dout), cudaFree(d_db);
-    free(dout), free(db);
+    OK(mp_cuk_bias_backward(d_db, d_dout, N, OUT, d_work, NULL));
+    OK(mp_cuk_bias_backward(d_db2, d_dout, N, OUT, d_work, NULL));
+    char lab[64];
+    snprintf(lab, sizeof lab, "bias backward N=%d OUT=%d", N, OUT);
+    near(lab, db, d_db, OUT);
+    float *g1 = malloc((size_t)OUT * 4), *g2 = malloc((size_t)OUT * 4);
+    back(g1, d_db, (size_t)OUT * 4);
+    back(g2, d_db2, (size_t)OUT * 4);
+    CHECK(memcmp(g1, g2, (size_t)OUT * 4) == 0, "%s: two runs differ", lab);
+    CHECK(mp_cuk_bias_backward(d_db, d_dout, N, OUT, NULL, NULL) == cudaErrorInvalidValue, "%s: no workspace", lab);
+    cudaFree(d_dout), cudaFree(d_db), cudaFree(d_db2), cudaFree(d_work);
+    free(dout), free(db), free(g1), free(g2);
 }
 
 static void test_rope(void) {
@@ -379,7 +389,8 @@ int main(void) {
     test_norm(0, 333, 77);   /* 6 chunks of 56 rows (the last 53), 3 column tiles (the last 13 wide) */
     test_norm(1, 333, 77);
     test_norm(1, 9000, 40);  /* at most 128 chunks: 127 of 71 rows (the last 54) */
-    test_bias();
+    test_bias(13, 300);
+    test_bias(333, 77);
     test_rope();
     test_mlp();
     test_attention(1, 5, 2, 2, 4);

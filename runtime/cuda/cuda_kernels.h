@@ -96,8 +96,11 @@ cudaError_t mp_cuk_norm_backward(float *dx, float *dw, float *db, const float *d
                                  const float *mean, const float *scale, int N, int D, int layer, float *work,
                                  cudaStream_t s);
 size_t mp_cuk_norm_dw_floats(int N, int D);
-/* dbias[o] += sum_n dout[n, o] over [N, OUT] */
-cudaError_t mp_cuk_bias_backward(float *dbias, const float *dout, int N, int OUT, cudaStream_t s);
+/* dbias[o] += sum_n dout[n, o] over [N, OUT], deterministic (chunks of rows summed in order); work: device
+ * scratch of mp_cuk_bias_bwd_floats(N, OUT) floats */
+cudaError_t mp_cuk_bias_backward(float *dbias, const float *dout, int N, int OUT, float *work, cudaStream_t s);
+/* floats of the device scratch mp_cuk_bias_backward's work needs */
+size_t mp_cuk_bias_bwd_floats(int N, int OUT);
 /* SwiGLU: dgate, dup += ...; GELU (erf, or tanh): dx += ... */
 cudaError_t mp_cuk_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
                                    size_t n, cudaStream_t s);

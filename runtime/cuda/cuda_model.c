@@ -1090,12 +1090,12 @@ static mp_status linear_bwd_pre(cu_model *d, float *din, float *dw, float *dbias
         if (!inb) TRY(bf16_input(d, in, (size_t)N * IN, &inb)); /* (after gbf: d->abf is not written there) */
         CB(blas.gemm_ex, (d->blas, CUBLAS_OP_N, CUBLAS_OP_T, IN, OUT, N, &one, inb, CUDA_R_16BF, IN, d->gbf,
                           CUDA_R_16BF, OUT, &one, dw, CUDA_R_32F, IN, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        if (dbias) CU(mp_cuk_bias_backward, (dbias, dout, N, OUT, d->stream));
+        if (dbias) CU(mp_cuk_bias_backward, (dbias, dout, N, OUT, d->ws, d->stream)); /* ws: see backward_dev */
         return MP_OK;
     }
     if (din) CB(blas.sgemm, (d->blas, CUBLAS_OP_N, CUBLAS_OP_N, IN, N, OUT, &one, w, IN, dout, OUT, &one, din, IN));
     CB(blas.sgemm, (d->blas, CUBLAS_OP_N, CUBLAS_OP_T, IN, OUT, N, &one, in, IN, dout, OUT, &one, dw, IN));
-    if (dbias) CU(mp_cuk_bias_backward, (dbias, dout, N, OUT, d->stream));
+    if (dbias) CU(mp_cuk_bias_backward, (dbias, dout, N, OUT, d->ws, d->stream)); /* ws: see backward_dev */
 cleanup:
     return st;
 }
@@ -1146,9 +1146,13 @@ static mp_status backward_dev(const mp_model *m, const mp_acts *A) {
     const size_t nx = (size_t)N * D, nq = (size_t)N * HD, nk = (size_t)N * KD, nh = (size_t)N * M;
     float *dres = A->dresid, *dxn = A->dxn;
     mp_status st = MP_OK;
-    /* the norms' weight gradients take their partial sums in the forward's workspace, idle during the backward
-     * (stream order: the forward's kernels that used it are done before these run) */
-    TRY(reserve(d, mp_cuk_norm_dw_floats(N, D), 0, 0));
+    /* the norms' weight gradients and the biases' take their partial sums in the forward's workspace, idle
+     * during the backward (stream order: the forward's kernels that used it are done before these run) */
+    size_t wide = (size_t)D;
+    const size_t outs[3] = {(size_t)M, (size_t)HD, (size_t)KD};
+    for (int i = 0; i < 3; i++) wide = outs[i] > wide ? outs[i] : wide;
+    const size_t nw = mp_cuk_norm_dw_floats(N, D), nb = mp_cuk_bias_bwd_floats(N, (int)wide);
+    TRY(reserve(d, nw > nb ? nw : nb, 0, 0));
     ZERO(dres, nx);
     CU(mp_cuk_norm_backward, (dres, g->lnf_w, g->lnf_b, dxn, A->resid + (size_t)c->n_layer * nx, p->lnf_w,
                               A->lnf_mean, A->lnf_rstd, N, D, ln, d->ws, s));

@@ -119,13 +119,26 @@ __global__ static void k_norm_bwd_dw_sum(float *dw, float *db, const float *part
     }
 }
 
-// Thread per column o: dbias[o] += sum_n dout[n, o].
-__global__ static void k_bias_bwd(float *dbias, const float *dout, int N, int OUT) {
-    for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < OUT; o += gridDim.x * blockDim.x) {
-        float s = 0.0f;
-        for (int n = 0; n < N; n++) s += dout[(size_t)n * OUT + o];
-        dbias[o] += s;
+// A linear layer's bias gradient, dbias[o] += sum_n dout[n, o], in the same
+// two deterministic stages as the norm's (and for the same reason): block
+// (tile, chunk) sums 32 columns over one chunk of rows, its warps' sums added
+// by a fixed tree into part [chunks, OUT]; k_norm_bwd_dw_sum then adds the
+// chunks in order.
+__global__ static void k_bias_bwd_part(float *part, const float *dout, int N, int OUT, int rows) {
+    __shared__ float sh[NORM_DW_WARPS][WARP];
+    const int lane = threadIdx.x % WARP, wid = threadIdx.x / WARP;
+    const int o = blockIdx.x * WARP + lane, chunk = blockIdx.y;
+    const int r0 = chunk * rows, r1 = r0 + rows < N ? r0 + rows : N;
+    float sb = 0.0f;
+    if (o < OUT) // columns past OUT: no work, but every thread reaches the barriers below
+        for (int n = r0 + wid; n < r1; n += NORM_DW_WARPS) sb += dout[(size_t)n * OUT + o];
+    sh[wid][lane] = sb;
+    __syncthreads();
+    for (int h = NORM_DW_WARPS / 2; h > 0; h /= 2) {
+        if (wid < h) sh[wid][lane] += sh[wid + h][lane];
+        __syncthreads();
     }
+    if (wid == 0 && o < OUT) part[(size_t)chunk * OUT + o] = sh[0][lane];
 }
 
 // ---- MLP activations ----
@@ -303,8 +316,16 @@ cudaError_t mp_cuk_norm_backward(float *dx, float *dw, float *db, const float *d
 
 size_t mp_cuk_norm_dw_floats(int N, int D) { return 2 * (size_t)norm_dw_chunks(N) * (size_t)D; }
 
-cudaError_t mp_cuk_bias_backward(float *dbias, const float *dout, int N, int OUT, cudaStream_t s) {
-    MP_LAUNCH(k_bias_bwd, grid_for((size_t)OUT, 128), 128, s)(dbias, dout, N, OUT);
+size_t mp_cuk_bias_bwd_floats(int N, int OUT) { return (size_t)norm_dw_chunks(N) * (size_t)OUT; }
+
+cudaError_t mp_cuk_bias_backward(float *dbias, const float *dout, int N, int OUT, float *work, cudaStream_t s) {
+    if (!work) return cudaErrorInvalidValue;
+    const int rows = (N + norm_dw_chunks(N) - 1) / norm_dw_chunks(N), chunks = (N + rows - 1) / rows; // none empty
+    const dim3 grid((unsigned)((OUT + WARP - 1) / WARP), (unsigned)chunks);
+    MP_LAUNCH(k_bias_bwd_part, grid, NORM_DW_WARPS * WARP, s)(work, dout, N, OUT, rows);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    MP_LAUNCH(k_norm_bwd_dw_sum, grid_for((size_t)OUT, 128), 128, s)(dbias, (float *)NULL, work, OUT, chunks, 0);
     return cudaGetLastError();
 }
 

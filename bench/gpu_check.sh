@@ -74,7 +74,14 @@ TAR="$BDIR/gpu_bundle.tar.xz"
 INFO="$BDIR/gpu_bundle.info"
 LIMIT=$((64 * 1024 * 1024))
 JOBS=$(nproc 2>/dev/null || echo 2)
-PY="${GPU_CHECK_PYTHON:-python3}"
+# the PyTorch peer's python: GPU_CHECK_PYTHON, else the first of python3 and /usr/bin/python3 that imports torch
+PY="${GPU_CHECK_PYTHON:-}"
+if [ -z "$PY" ]; then
+  PY=python3
+  for cand in python3 /usr/bin/python3; do
+    if "$cand" -c 'import torch' > /dev/null 2>&1; then PY=$cand; break; fi
+  done
+fi
 SHARED_SRC="${GPU_CHECK_SHARED:-$ROOT/../shared}"
 SHARED_FILES=(models/aidreams260K.bin models/aidreams260K.tok512.bin) # what test_gpu and test_gpu.lua read
 say() { printf 'gpu_check: %s\n' "$*"; }

@@ -438,6 +438,20 @@ typedef struct {
     int gelu_tanh, bias;
 } variant;
 
+/* the tests' model shape: d 64, 2 layers of 4 query and 2 kv heads of 16, d_mlp 96, vocab 50, ctx positions */
+static mp_config small_config(int ctx) {
+    mp_config c = mp_config_default();
+    c.d_model = 64;
+    c.n_layer = 2;
+    c.n_head = 4;
+    c.n_kv_head = 2;
+    c.d_head = 16;
+    c.d_mlp = 96;
+    c.vocab = 50;
+    c.ctx = ctx;
+    return c;
+}
+
 int main(int argc, char **argv) {
     dry = argc > 1 && strcmp(argv[1], "--dry") == 0;
     if (!dry && mp_cuda_available() != MP_OK) {
@@ -457,15 +471,8 @@ int main(int argc, char **argv) {
         {"rope YaRN", MP_POS_ROPE, 0, MP_ROPE_SCALING_YARN, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 1},
     };
     for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) {
-        mp_config c = mp_config_default();
-        c.d_model = 64;
-        c.n_layer = 2;
-        c.n_head = 4;
-        c.n_kv_head = 2;
-        c.d_head = 16;
+        mp_config c = small_config(48);
         c.d_mlp = vs[i].mlp == MP_MLP_NONE ? 0 : 96;
-        c.vocab = 50;
-        c.ctx = 48;
         c.pos = vs[i].pos;
         c.pos_no_temp = vs[i].pos_no_temp;
         c.norm = vs[i].norm;
@@ -506,15 +513,7 @@ int main(int argc, char **argv) {
         mp_model_free(m);
     }
     { /* a long KV cache (rope, swiglu, RMSNorm) */
-        mp_config c = mp_config_default();
-        c.d_model = 64;
-        c.n_layer = 2;
-        c.n_head = 4;
-        c.n_kv_head = 2;
-        c.d_head = 16;
-        c.d_mlp = 96;
-        c.vocab = 50;
-        c.ctx = 320;
+        mp_config c = small_config(320);
         c.pos = MP_POS_ROPE;
         c.norm = MP_NORM_RMS;
         c.mlp = MP_MLP_SWIGLU;

@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #define MP_VERSION "0.1.0"
 
@@ -93,31 +94,59 @@ double mp_now(void);
  * temporary with the permissions of a plain create (0666 & ~umask) and
  * registers it so that SIGINT, SIGTERM, SIGHUP and SIGXFSZ remove it before
  * the process dies of the signal (handlers are installed only for signals
- * whose disposition is the default). */
+ * whose disposition is the default). The temporary is written through the
+ * descriptor of its exclusive create, never reopened by name, and locked
+ * (flock) while it lives: a stale temporary is removed only when its lock is
+ * free. A destination name too long for the suffix gets a temporary
+ * ".mp<hash>.tmp.<host>.<pid>.<n>" in the same folder. */
 typedef struct {
     char *path;   /* destination */
     char *tmp;    /* temporary name; NULL once renamed or removed */
-    int fd;       /* open for writing on tmp; -1 once closed or handed to fp */
-    FILE *fp;     /* set by mp_out_fdopen */
+    int fd;       /* the temporary, open read-write from its exclusive create
+                     until commit/abort, holding flock(LOCK_EX): writers use it
+                     (or a dup: fdopen, the HDF5 driver), never the name */
+    FILE *fp;     /* set by mp_out_fdopen (on a dup of fd) */
     int slot;     /* signal-cleanup slot, -1 when none */
+    int by_name;  /* mp_out_close_fd: the caller writes through the name */
+    dev_t dev;    /* the temporary's identity, checked before the rename */
+    ino_t ino;
 } mp_out;
 
 mp_status mp_out_begin(mp_out *o, const char *path);
-/* A stdio stream on the temporary file ("wb"), owned by o (commit/abort close it). */
+/* A stdio stream on the temporary file ("wb", a dup of o->fd), owned by o
+ * (commit/abort close it). */
 FILE *mp_out_fdopen(mp_out *o);
-/* Closes the descriptor (the caller writes through the temporary's name, as
- * HDF5 does); commit and abort still rename or remove the file. */
+/* Only for a caller that must write through the temporary's name (Lua's
+ * out.tmp): closes the stdio stream if any, keeps o->fd (the lock), and makes
+ * commit check only that the name is still a regular file (the caller may
+ * replace it, e.g. by an atomic write of its own). */
 void mp_out_close_fd(mp_out *o);
-/* Flushes and closes what is open, fsyncs the file when `sync` (by name when
- * it was closed already), checks the destination once more, renames the
- * temporary over it and syncs the directory (best effort). On failure the
- * temporary is removed. Always releases o. */
+/* Flushes and closes the stream, fsyncs the file when `sync`, checks that
+ * the temporary's name is still the file created (same device and inode,
+ * a regular file: refused otherwise) and that the destination is still a
+ * regular file or missing, renames the temporary over it and syncs the
+ * directory (best effort). On failure the temporary is removed. Always
+ * releases o. */
 mp_status mp_out_commit(mp_out *o, int sync);
+/* MP_OK when the temporary's name is still the file mp_out_begin created
+ * (same device and inode, a regular file; by name: a regular file), else
+ * MP_ERR_IO "path: the temporary file T was replaced by a symbolic link ...".
+ * mp_out_commit checks this; a writer may too, to explain a failure. */
+mp_status mp_out_verify(const mp_out *o);
 /* Closes and removes the temporary; safe on a zeroed struct and after commit. */
 void mp_out_abort(mp_out *o);
 /* Zeroes o so that mp_out_abort on it is a no-op (for cleanup paths that run
  * before mp_out_begin). */
 void mp_out_init(mp_out *o);
+/* MP_ERR_ARG "out: the output is the same file as the input IN; ..." when
+ * `out` names one of the n inputs (same device and inode when both exist;
+ * the same resolved name when the output does not exist yet); NULL inputs
+ * are skipped. For commands whose output could replace their input. */
+mp_status mp_out_check_inputs(const char *out, const char *const *inputs, int n);
+/* Test hook, a weak no-op in mp_out.c that a test may define: called with
+ * "created" when mp_out_begin has made the temporary and with "commit" before
+ * mp_out_commit checks and renames it. */
+void mp_out_test_hook(const char *step, const mp_out *o);
 
 /* Inputs: MP_OK when `path` is a regular file (symbolic links followed) or does
  * not exist (the caller's open reports that); otherwise MP_ERR_IO "path: is a

@@ -5,7 +5,19 @@
  * the destination on success. This file also holds the destination checks (never
  * replace a device, FIFO, socket, directory or symbolic link), the signal
  * cleanup of registered temporaries, the removal of stale temporaries left by
- * dead processes of this host, and the regular-file check for inputs. */
+ * dead processes of this host, and the regular-file check for inputs.
+ *
+ * The temporary is created exclusively (O_EXCL | O_NOFOLLOW) and its
+ * descriptor is kept until the rename: every writer writes through it (stdio
+ * through fdopen, HDF5 through mechprobe's driver given the descriptor), never
+ * by reopening the name, and mp_out_commit checks that the name still is that
+ * file (same device and inode, a regular file) before renaming it, so a
+ * temporary swapped for a link by another user is refused. The writer holds
+ * flock(LOCK_EX) on it for its whole life: the stale cleanup removes a
+ * temporary only when it can take that lock (its writer is dead, also in
+ * another PID namespace). When "<path>.tmp.<host>.<pid>.<n>" would be longer
+ * than NAME_MAX the temporary is ".mp<hash of the name>.tmp.<host>.<pid>.<n>"
+ * in the same folder. */
 #define _GNU_SOURCE
 #include "mp_common.h"
 
@@ -15,8 +27,11 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -167,28 +182,106 @@ static long stale_pid(const char *s, const char *host) {
     return pid;
 }
 
-/* Removes "<path>.tmp.<host>.<pid>.<n>..." files of this host whose pid is
- * not a live process. */
+/* The stem of the temporaries of base (a file name without folder): base
+ * itself, or ".mp<16 hex digits of a hash of base>" when base + the longest
+ * suffix ".tmp.<host>.<pid>.<n>" would not fit in NAME_MAX. */
+#define SUFFIX_MAX (5 + HOST_LEN + 1 + 20 + 1 + 10)
+static void tmp_stem(const char *base, char *out, size_t n) {
+    if (strlen(base) + SUFFIX_MAX <= NAME_MAX) {
+        snprintf(out, n, "%s", base);
+        return;
+    }
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)base; *p; p++) h = (h ^ *p) * 1099511628211ull;
+    snprintf(out, n, ".mp%016llx", (unsigned long long)h);
+}
+
+/* Removes "<stem>.tmp.<host>.<pid>.<n>..." files of this host whose pid is
+ * not a live process here and whose writer holds no lock on them (a writer in
+ * another PID namespace of the same host name holds flock on its temporary
+ * while it lives): the file is opened without following links, locked without
+ * waiting, checked to be the file under that name still, and only then
+ * removed. */
 static void remove_stale(const char *path, const char *host) {
     char *dir;
     const char *base;
+    char stem[NAME_MAX + 1];
     if (split_path(path, &dir, &base) != 0) return;
-    size_t bl = strlen(base);
+    tmp_stem(base, stem, sizeof stem);
+    size_t bl = strlen(stem);
     DIR *d = opendir(dir);
     if (d) {
         struct dirent *e;
         while ((e = readdir(d))) {
-            if (strncmp(e->d_name, base, bl) != 0 || strncmp(e->d_name + bl, ".tmp.", 5) != 0) continue;
+            if (strncmp(e->d_name, stem, bl) != 0 || strncmp(e->d_name + bl, ".tmp.", 5) != 0) continue;
             long pid = stale_pid(e->d_name + bl + 5, host);
             if (pid < 0 || pid == (long)getpid()) continue;
             if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */
-            struct stat sb;
-            if (fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode))
+            int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+            if (fd < 0) continue;
+            struct stat sb, nb;
+            if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+                fstatat(dirfd(d), e->d_name, &nb, AT_SYMLINK_NOFOLLOW) == 0 && nb.st_dev == sb.st_dev &&
+                nb.st_ino == sb.st_ino)
                 unlinkat(dirfd(d), e->d_name, 0);
+            close(fd); /* releases the lock */
         }
         closedir(d);
     }
     free(dir);
+}
+
+/* Test hook (a weak no-op the tests override): runs at fixed steps of an
+ * output's life, "created" (the temporary exists, mp_out_begin is about to
+ * return) and "commit" (content written, before the checks and the rename),
+ * so that a test can swap the temporary at exactly those moments. */
+__attribute__((weak)) void mp_out_test_hook(const char *step, const mp_out *o) {
+    (void)step;
+    (void)o;
+}
+
+/* ---- outputs that are inputs ---- */
+
+/* "<realpath of the folder>/<base>" of path (the file itself need not
+ * exist), or NULL. */
+static char *canonical(const char *path) {
+    char *dir, *rd, *r = NULL;
+    const char *base;
+    if (split_path(path, &dir, &base) != 0) return NULL;
+    if ((rd = realpath(dir, NULL))) {
+        size_t n = strlen(rd) + strlen(base) + 2;
+        if ((r = malloc(n))) snprintf(r, n, "%s/%s", strcmp(rd, "/") ? rd : "", base);
+        free(rd);
+    }
+    free(dir);
+    return r;
+}
+
+mp_status mp_out_check_inputs(const char *out, const char *const *inputs, int n) {
+    struct stat os, is;
+    if (!out) return MP_OK;
+    int out_exists = stat(out, &os) == 0;
+    char *oc = NULL;
+    for (int i = 0; i < n; i++) {
+        const char *in = inputs[i];
+        if (!in) continue;
+        int same = 0;
+        if (out_exists && stat(in, &is) == 0) {
+            same = os.st_dev == is.st_dev && os.st_ino == is.st_ino;
+        } else if (!out_exists) { /* not there yet: the same name is the same file */
+            if (!oc) oc = canonical(out);
+            char *ic = canonical(in);
+            same = !strcmp(out, in) || (oc && ic && !strcmp(oc, ic));
+            free(ic);
+        }
+        if (same) {
+            free(oc);
+            return mp_error(MP_ERR_ARG, "%s: the output is the same file as the input %s; refusing to replace an "
+                            "input (choose another output name)", out, in);
+        }
+    }
+    free(oc);
+    return MP_OK;
 }
 
 /* ---- the writer's side ---- */
@@ -209,26 +302,56 @@ mp_status mp_out_begin(mp_out *o, const char *path) {
     host_token(host);
     remove_stale(path, host);
     install_handlers();
-    size_t n = strlen(path) + strlen(host) + 48;
+    char *dir = NULL, stem[NAME_MAX + 1];
+    const char *base;
+    if (split_path(path, &dir, &base) != 0) return mp_error(MP_ERR_NOMEM, "%s: out of memory for a file name", path);
+    if (!*base) {
+        free(dir);
+        return mp_error(MP_ERR_ARG, "%s: is a directory name, not a file name", path);
+    }
+    tmp_stem(base, stem, sizeof stem);
+    size_t n = strlen(dir) + strlen(stem) + strlen(host) + 48;
     o->path = strdup(path);
     o->tmp = malloc(n);
     if (!o->path || !o->tmp) {
+        free(dir);
         mp_out_abort(o);
         return mp_error(MP_ERR_NOMEM, "%s: out of memory for a file name", path);
     }
+    /* the folder as given (so "out.bin" stays "out.bin.tmp...", not "./...") */
+    const char *pre = strchr(path, '/') ? dir : NULL;
+    int root = pre && !strcmp(dir, "/");
     int err = 0;
     for (int tries = 0; tries < 1000; tries++) {
-        snprintf(o->tmp, n, "%s.tmp.%s.%ld.%u", path, host, (long)getpid(), atomic_fetch_add(&counter, 1u));
+        snprintf(o->tmp, n, "%s%s%s.tmp.%s.%ld.%u", pre ? pre : "", pre && !root ? "/" : "", stem, host,
+                 (long)getpid(), atomic_fetch_add(&counter, 1u));
         /* register first, so that a signal arriving right after the create
          * still finds the name (unlinking a name not yet created is harmless) */
         o->slot = slot_register(o->tmp);
-        o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (o->fd >= 0) break;
-        err = errno;
+        o->fd = open(o->tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        if (o->fd >= 0) {
+            /* held until the rename: the stale cleanup of another process (PID
+             * namespace) leaves a locked temporary alone. A cleaner that took
+             * the lock first, or removed the name before we locked it, makes
+             * us try the next name. */
+            struct stat fb, nb;
+            if (flock(o->fd, LOCK_EX | LOCK_NB) == 0 && fstat(o->fd, &fb) == 0 && lstat(o->tmp, &nb) == 0 &&
+                fb.st_dev == nb.st_dev && fb.st_ino == nb.st_ino) {
+                o->dev = fb.st_dev;
+                o->ino = fb.st_ino;
+                break;
+            }
+            close(o->fd);
+            o->fd = -1;
+            err = EEXIST;
+        } else {
+            err = errno;
+        }
         slot_release(o->slot);
         o->slot = -1;
         if (err != EEXIST) break;
     }
+    free(dir);
     if (o->fd < 0) {
         st = mp_error(MP_ERR_IO, "%s: cannot create (a temporary file in its directory): %s", path,
                       strerror(err ? err : EEXIST));
@@ -237,6 +360,7 @@ mp_status mp_out_begin(mp_out *o, const char *path) {
         mp_out_abort(o);
         return st;
     }
+    mp_out_test_hook("created", o);
     return MP_OK;
 }
 
@@ -246,28 +370,47 @@ FILE *mp_out_fdopen(mp_out *o) {
         mp_error(MP_ERR_ARG, "%s: output is not open", o->path ? o->path : "?");
         return NULL;
     }
-    o->fp = fdopen(o->fd, "wb");
+    /* a second descriptor of the same open file: o->fd (and its lock) stays */
+    int fd = fcntl(o->fd, F_DUPFD_CLOEXEC, 0);
+    o->fp = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!o->fp) {
-        mp_error(MP_ERR_IO, "%s: cannot write: %s", o->path, strerror(errno));
+        int e = errno;
+        if (fd >= 0) close(fd);
+        mp_error(MP_ERR_IO, "%s: cannot write: %s", o->path, strerror(e));
         return NULL;
     }
-    o->fd = -1;
     return o->fp;
 }
 
 void mp_out_close_fd(mp_out *o) {
     if (o->fp) fclose(o->fp);
-    if (o->fd >= 0) close(o->fd);
     o->fp = NULL;
-    o->fd = -1;
+    o->by_name = 1; /* o->fd stays open: it holds the lock */
 }
 
 static int sync_name(const char *p, int dir) {
-    int fd = open(p, dir ? (O_RDONLY | O_DIRECTORY | O_CLOEXEC) : (O_RDONLY | O_CLOEXEC));
+    int fd = open(p, dir ? (O_RDONLY | O_DIRECTORY | O_CLOEXEC) : (O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
     if (fd < 0) return errno;
     int r = fsync(fd) == 0 ? 0 : errno;
     close(fd);
     return r;
+}
+
+/* MP_OK when the temporary's name still is the file this output created (by
+ * name: still a regular file), else the error: renaming would publish
+ * another file (a link swapped in by another user) under the destination. */
+mp_status mp_out_verify(const mp_out *o) {
+    struct stat nb;
+    if (lstat(o->tmp, &nb) != 0)
+        return mp_error(MP_ERR_IO, "%s: the temporary file %s disappeared while it was written: %s", o->path, o->tmp,
+                        strerror(errno));
+    if (!S_ISREG(nb.st_mode))
+        return mp_error(MP_ERR_IO, "%s: the temporary file %s was replaced by %s while it was written; refused",
+                        o->path, o->tmp, mp_file_kind(nb.st_mode));
+    if (!o->by_name && (nb.st_dev != o->dev || nb.st_ino != o->ino))
+        return mp_error(MP_ERR_IO, "%s: the temporary file %s was replaced by another file while it was written; "
+                        "refused", o->path, o->tmp);
+    return MP_OK;
 }
 
 mp_status mp_out_commit(mp_out *o, int sync) {
@@ -281,17 +424,16 @@ mp_status mp_out_commit(mp_out *o, int sync) {
         if (fflush(o->fp) != 0 || (sync && fsync(fileno(o->fp)) != 0)) e = errno;
         if (fclose(o->fp) != 0 && !e) e = errno;
         o->fp = NULL;
-    } else if (o->fd >= 0) {
-        if (sync && fsync(o->fd) != 0) e = errno;
-        if (close(o->fd) != 0 && !e) e = errno;
-        o->fd = -1;
     } else if (sync) {
-        e = sync_name(o->tmp, 0);
+        if (o->by_name) e = sync_name(o->tmp, 0);
+        else if (o->fd >= 0 && fsync(o->fd) != 0) e = errno;
     }
     if (e) {
         st = mp_error(MP_ERR_IO, "%s: write failed: %s", o->path, strerror(e));
         goto cleanup;
     }
+    mp_out_test_hook("commit", o);
+    if ((st = mp_out_verify(o)) != MP_OK) goto cleanup;
     /* The destination may have changed since begin (a FIFO put there meanwhile). */
     if ((st = check_dest(o->path)) != MP_OK) goto cleanup;
     if (rename(o->tmp, o->path) != 0) {

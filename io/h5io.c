@@ -262,20 +262,54 @@ mp_status mp_h5_close_checked(hid_t f, const char *what) {
     return MP_OK;
 }
 
+/* For writing a file in place ("w" and "a"/"r+" through mp_h5_open): opens
+ * `path` without following a symbolic link (refused with a clear message,
+ * as is anything but a regular file), read-write, created when `create`;
+ * -1 with the error set. */
+static int open_for_write(const char *path, int create) {
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        if (S_ISLNK(sb.st_mode))
+            mp_error(MP_ERR_IO, "%s: is a symbolic link; mechprobe does not write through links "
+                     "(give the link's target, or remove the link)", path);
+        else
+            mp_error(MP_ERR_IO, "%s: is %s, not a regular file", path, mp_file_kind(sb.st_mode));
+        return -1;
+    }
+    int fd = open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | (create ? O_CREAT : 0), 0666);
+    if (fd < 0) {
+        int e = errno;
+        if (e == ELOOP) mp_error(MP_ERR_IO, "%s: is a symbolic link; mechprobe does not write through links", path);
+        else mp_error(MP_ERR_IO, "%s: cannot %s: %s", path, create ? "create" : "open for writing", strerror(e));
+        return -1;
+    }
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        mp_error(MP_ERR_IO, "%s: is %s, not a regular file", path, mp_file_kind(sb.st_mode));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 mp_status mp_h5_open(hid_t *out, const char *path, mp_h5_mode mode) {
     mp_h5_init();
     *out = H5I_INVALID_HID;
     if (!path || !*path) return mp_error(MP_ERR_ARG, "HDF5 file name is empty");
     mp_status st = MP_OK;
+    int wfd = -1;
     hid_t fapl = strong_fapl();
     if (fapl < 0) return mp_h5_error(MP_ERR_HDF5, "%s: cannot open", path);
-    int exists = access(path, F_OK) == 0;
+    struct stat lsb;
+    int exists = lstat(path, &lsb) == 0;
     int err = errno;
     if (mode == MP_H5_TRUNC || (mode == MP_H5_APPEND && !exists)) {
         H5Pclose(fapl);
+        if ((wfd = open_for_write(path, 1)) < 0) return MP_ERR_IO;
         fapl = create_fapl();
-        if (fapl < 0 || mp_h5_stream_set(fapl) < 0) { /* large writes by O_DIRECT, as the run files' */
+        /* large writes by O_DIRECT, as the run files'; the file opened above, never the name again */
+        if (fapl < 0 || mp_h5_stream_set_fd(fapl, wfd) < 0) {
             if (fapl >= 0) H5Pclose(fapl);
+            close(wfd);
             return mp_h5_error(MP_ERR_HDF5, "%s: cannot create", path);
         }
         *out = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
@@ -285,6 +319,16 @@ mp_status mp_h5_open(hid_t *out, const char *path, mp_h5_mode mode) {
     if (!exists) {
         st = mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(err));
         goto cleanup;
+    }
+    if (mode != MP_H5_READ) { /* in place: never through a link, never a non-regular file */
+        if ((wfd = open_for_write(path, 0)) < 0) {
+            st = MP_ERR_IO;
+            goto cleanup;
+        }
+        if (mp_h5_stream_set_fd(fapl, wfd) < 0) {
+            st = mp_h5_error(MP_ERR_HDF5, "%s: cannot open for writing", path);
+            goto cleanup;
+        }
     }
     htri_t is = H5Fis_hdf5(path);
     if (is == 0) {
@@ -301,6 +345,7 @@ mp_status mp_h5_open(hid_t *out, const char *path, mp_h5_mode mode) {
     if (*out < 0) st = mp_h5_error(MP_ERR_IO, "%s: cannot open%s", path, mode == MP_H5_READ ? "" : " for writing");
 cleanup:
     H5Pclose(fapl);
+    if (wfd >= 0) close(wfd); /* the driver holds its own duplicate */
     return st;
 }
 
@@ -322,10 +367,29 @@ mp_status mp_h5_close(hid_t *f) {
     return mp_h5_close_checked(id, what);
 }
 
+/* Opens the temporary of a (begun) with HDF5 through its descriptor:
+ * created (truncated) or, when `update`, opened as it is (a copy of the old
+ * file). */
+static mp_status atomic_open_tmp(mp_h5_atomic *a, const char *path, int update) {
+    mp_status st = MP_OK;
+    hid_t fapl = update ? strong_fapl() : create_fapl();
+    /* HDF5 gets the descriptor of the exclusive create: the temporary's name
+     * is never looked up again (a link swapped in meanwhile is not followed) */
+    if (fapl < 0 || mp_h5_stream_set_fd(fapl, a->out.fd) < 0) {
+        st = mp_h5_error(MP_ERR_HDF5, "%s: cannot create", path);
+    } else {
+        a->file = update ? H5Fopen(a->out.tmp, H5F_ACC_RDWR, fapl) : H5Fcreate(a->out.tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+        /* (HDF5 itself notices a temporary swapped for a link: say so in words) */
+        if (a->file < 0 && (st = mp_out_verify(&a->out)) == MP_OK)
+            st = mp_h5_error(MP_ERR_IO, "%s: cannot %s %s", path, update ? "open" : "create", a->out.tmp);
+    }
+    if (fapl >= 0) H5Pclose(fapl);
+    return st;
+}
+
 mp_status mp_h5_atomic_create(mp_h5_atomic *a, const char *path) {
     mp_h5_init();
     mp_status st = MP_OK;
-    hid_t fapl = H5I_INVALID_HID;
     memset(a, 0, sizeof *a);
     mp_out_init(&a->out);
     a->file = H5I_INVALID_HID;
@@ -333,15 +397,72 @@ mp_status mp_h5_atomic_create(mp_h5_atomic *a, const char *path) {
     /* checks the destination, creates the temporary (0666 & ~umask) and
      * registers it for removal on SIGINT/SIGTERM/SIGHUP/SIGXFSZ */
     if ((st = mp_out_begin(&a->out, path)) != MP_OK) return st;
-    mp_out_close_fd(&a->out);   /* HDF5 reopens it by name */
     a->path = a->out.path;
-    fapl = create_fapl();
-    if (fapl < 0 || mp_h5_stream_set(fapl) < 0) { st = mp_h5_error(MP_ERR_HDF5, "%s: cannot create", path); goto cleanup; }
-    a->file = H5Fcreate(a->out.tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-    if (a->file < 0) st = mp_h5_error(MP_ERR_IO, "%s: cannot create %s", path, a->out.tmp);
-cleanup:
-    if (fapl >= 0) H5Pclose(fapl);
-    if (st != MP_OK) mp_h5_atomic_abort(a);
+    if ((st = atomic_open_tmp(a, path, 0)) != MP_OK) mp_h5_atomic_abort(a);
+    return st;
+}
+
+/* Copies all of descriptor in to descriptor out (from offset 0): 0 or errno. */
+static int copy_fd(int in, int out) {
+    static const size_t N = (size_t)1 << 20;
+    char *buf = malloc(N);
+    if (!buf) return ENOMEM;
+    int e = 0;
+    off_t off = 0;
+    for (;;) {
+        ssize_t k = pread(in, buf, N, off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) { e = errno; break; }
+        if (k == 0) break;
+        for (ssize_t w = 0; w < k;) {
+            ssize_t r = pwrite(out, buf + w, (size_t)(k - w), off + w);
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) { e = r < 0 ? errno : EIO; break; }
+            w += r;
+        }
+        if (e) break;
+        off += k;
+    }
+    free(buf);
+    return e;
+}
+
+/* 1 when the file open on fd has an HDF5 superblock signature where the
+ * format puts it (offset 0, 512, 1024, 2048, ...). */
+static int has_signature(int fd, off_t size) {
+    static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+    unsigned char b[8];
+    for (off_t off = 0; off + 8 <= size; off = off ? off * 2 : 512)
+        if (pread(fd, b, 8, off) == 8 && !memcmp(b, sig, 8)) return 1;
+    return 0;
+}
+
+mp_status mp_h5_atomic_update(mp_h5_atomic *a, const char *path) {
+    mp_h5_init();
+    memset(a, 0, sizeof *a);
+    mp_out_init(&a->out);
+    a->file = H5I_INVALID_HID;
+    if (!path || !*path) return mp_error(MP_ERR_ARG, "HDF5 file name is empty");
+    struct stat sb;
+    if (lstat(path, &sb) != 0 && errno == ENOENT) return mp_h5_atomic_create(a, path);
+    mp_status st = mp_out_begin(&a->out, path); /* refuses links and non-regular files */
+    if (st != MP_OK) return st;
+    a->path = a->out.path;
+    int in = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    int e = in < 0 ? errno : 0;
+    if (!e && (fstat(in, &sb) != 0 || !S_ISREG(sb.st_mode))) e = EINVAL;
+    if (!e) e = copy_fd(in, a->out.fd);
+    if (in >= 0) close(in);
+    if (e == EINVAL) st = mp_error(MP_ERR_IO, "%s: is not a regular file", path);
+    else if (e) st = mp_error(MP_ERR_IO, "%s: cannot copy it for the update: %s", path,
+                              mp_h5_errno_words(e) ? mp_h5_errno_words(e) : strerror(e));
+    if (!st) {
+        if (fchmod(a->out.fd, sb.st_mode & 07777) != 0) { /* keep 0666 & ~umask */ }
+        if (!has_signature(a->out.fd, sb.st_size)) /* a non-HDF5 file would be replaced */
+            st = mp_error(MP_ERR_FORMAT, "%s: cannot open: not an HDF5 file", path);
+    }
+    if (!st) st = atomic_open_tmp(a, path, 1);
+    if (st) mp_h5_atomic_abort(a);
     return st;
 }
 
@@ -357,7 +478,7 @@ mp_status mp_h5_atomic_commit(mp_h5_atomic *a) {
     hid_t f = a->file;
     a->file = H5I_INVALID_HID;
     if ((st = mp_h5_close_checked(f, what)) != MP_OK) goto cleanup;
-    /* fsync by name, rename over the destination, sync the directory */
+    /* fsync, check the temporary is still ours, rename over the destination, sync the directory */
     st = mp_out_commit(&a->out, 1);
 cleanup:
     mp_h5_atomic_abort(a);

@@ -52,7 +52,9 @@ typedef enum {
 
 /* Opens `path`. A missing file is MP_ERR_IO "path: cannot open: No such file
  * or directory"; a file that is not HDF5 is MP_ERR_FORMAT. *out is set to
- * H5I_INVALID_HID on failure. */
+ * H5I_INVALID_HID on failure. The writing modes work in place (not atomic:
+ * see mp_h5_atomic_*) and refuse a symbolic link or non-regular `path`
+ * (opened with O_NOFOLLOW; HDF5 is handed that descriptor, not the name). */
 mp_status mp_h5_open(hid_t *out, const char *path, mp_h5_mode mode);
 /* Closes the file (and, with it, any object still open in it) and sets *f to
  * H5I_INVALID_HID; a no-op when *f is already invalid. Returns the H5Fclose
@@ -72,6 +74,12 @@ typedef struct {
 /* Creates the temporary file (mode 0666 & ~umask). An unwritable or missing
  * directory is MP_ERR_IO naming `path`; nothing is left behind on failure. */
 mp_status mp_h5_atomic_create(mp_h5_atomic *a, const char *path);
+/* An atomic update of an existing HDF5 file: its content is copied into the
+ * temporary (a symbolic link or non-regular `path` is refused; the copy keeps
+ * the file's permissions), which is opened read-write; commit renames it over
+ * `path`, abort leaves `path` as it was. A missing `path`: as
+ * mp_h5_atomic_create. */
+mp_status mp_h5_atomic_update(mp_h5_atomic *a, const char *path);
 /* Closes every object of the file, fsyncs and renames it to the final name.
  * On failure the temporary file is removed. Always releases `a`. */
 mp_status mp_h5_atomic_commit(mp_h5_atomic *a);

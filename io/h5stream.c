@@ -1,6 +1,9 @@
 /* h5stream.c — the HDF5 file driver of the files mechprobe writes (see
  * h5stream.h): POSIX reads and writes as in HDF5's sec2 driver, and large
- * aligned raw-data writes staged and written with O_DIRECT by an I/O thread. */
+ * aligned raw-data writes staged and written with O_DIRECT by an I/O thread.
+ * A file-access property list may carry an open descriptor (driver info
+ * st_info): the driver then writes that file (through duplicates of the
+ * descriptor) and never looks its name up. */
 #define _GNU_SOURCE /* O_DIRECT */
 #include "h5stream.h"
 
@@ -9,6 +12,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -49,6 +53,8 @@ typedef struct {
     int started, stop;
     pthread_t thr;
     int err; /* first errno of the I/O thread, until reported */
+    int defer;    /* mp_h5_stream_defer_errors: write errors are kept, not reported to HDF5 */
+    int deferred; /* the first such error */
 } st_file;
 
 static unsigned long long stat_staged, stat_direct, stat_plain;
@@ -192,23 +198,62 @@ static int take_error(st_file *f, const char *func) {
     pthread_mutex_lock(&f->mu);
     int e = f->err;
     f->err = 0;
+    if (e && f->defer) {
+        if (!f->deferred) f->deferred = e;
+        e = 0;
+    }
     pthread_mutex_unlock(&f->mu);
     if (!e) return 0;
     push_errno(func, H5E_IO, H5E_WRITEERROR, "file write failed (staged raw data)", e);
     return -1;
 }
 
+/* The driver's property: a descriptor to use instead of opening the name
+ * (-1: open the name, as sec2). */
+typedef struct {
+    int fd;
+} st_info;
+
+/* A second, O_DIRECT, open of the file that descriptor fd is open on,
+ * through /proc/self/fd (the open file, not its name in a folder: a name
+ * swapped meanwhile is not followed); -1 where that is not possible. */
+static int reopen_direct(int fd) {
+    char p[64];
+    snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+    struct stat a, b;
+    int d = open(p, O_WRONLY | O_DIRECT | O_CLOEXEC);
+    if (d < 0) return -1;
+    if (fstat(fd, &a) != 0 || fstat(d, &b) != 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino) {
+        close(d);
+        return -1;
+    }
+    return d;
+}
+
 static H5FD_t *st_open(const char *name, unsigned flags, hid_t fapl, haddr_t maxaddr) {
-    (void)fapl;
-    if (!name || !*name || maxaddr == 0 || maxaddr == HADDR_UNDEF) {
+    const st_info *info = fapl >= 0 ? H5Pget_driver_info(fapl) : NULL;
+    int given = info && info->fd >= 0;
+    H5Eclear2(H5E_DEFAULT);
+    if ((!given && (!name || !*name)) || maxaddr == 0 || maxaddr == HADDR_UNDEF) {
         H5Epush2(H5E_DEFAULT, __FILE__, __func__, __LINE__, H5E_ERR_CLS, H5E_ARGS, H5E_BADVALUE, "invalid file name or address");
         return NULL;
     }
-    int o = (flags & H5F_ACC_RDWR) ? O_RDWR : O_RDONLY;
-    if (flags & H5F_ACC_TRUNC) o |= O_TRUNC;
-    if (flags & H5F_ACC_CREAT) o |= O_CREAT;
-    if (flags & H5F_ACC_EXCL) o |= O_EXCL;
-    int fd = open(name, o | O_CLOEXEC, 0666);
+    int fd;
+    if (given) {
+        fd = fcntl(info->fd, F_DUPFD_CLOEXEC, 0);
+        if (fd >= 0 && (flags & H5F_ACC_TRUNC) && ftruncate(fd, 0) != 0) {
+            int e = errno;
+            close(fd);
+            errno = e;
+            fd = -1;
+        }
+    } else {
+        int o = (flags & H5F_ACC_RDWR) ? O_RDWR : O_RDONLY;
+        if (flags & H5F_ACC_TRUNC) o |= O_TRUNC;
+        if (flags & H5F_ACC_CREAT) o |= O_CREAT;
+        if (flags & H5F_ACC_EXCL) o |= O_EXCL;
+        fd = open(name, o | O_CLOEXEC, 0666);
+    }
     if (fd < 0) {
         push_errno(__func__, H5E_FILE, H5E_CANTOPENFILE, "unable to open file", errno);
         return NULL;
@@ -223,7 +268,8 @@ static H5FD_t *st_open(const char *name, unsigned flags, hid_t fapl, haddr_t max
     }
     f->fd = fd;
     const char *env = getenv("MECHPROBE_DIRECT_IO"); /* "0": every write through the page cache */
-    f->dfd = (flags & H5F_ACC_RDWR) && !(env && !strcmp(env, "0")) ? open(name, O_WRONLY | O_DIRECT | O_CLOEXEC) : -1;
+    int direct = (flags & H5F_ACC_RDWR) && !(env && !strcmp(env, "0"));
+    f->dfd = !direct ? -1 : given ? reopen_direct(fd) : open(name, O_WRONLY | O_DIRECT | O_CLOEXEC);
     f->eof = (haddr_t)sb.st_size;
     f->dev = sb.st_dev;
     f->ino = sb.st_ino;
@@ -380,6 +426,12 @@ static herr_t st_write(H5FD_t *file, H5FD_mem_t type, hid_t dxpl, haddr_t addr, 
     if (!staged) {
         settle(f, addr, size);
         int e = write_all(f->fd, buf, size, (off_t)addr);
+        if (e && f->defer) { /* kept for mp_h5_stream_deferred; HDF5 goes on */
+            pthread_mutex_lock(&f->mu);
+            if (!f->deferred) f->deferred = e;
+            pthread_mutex_unlock(&f->mu);
+            e = 0;
+        }
         if (e) {
             push_errno(__func__, H5E_IO, H5E_WRITEERROR, "file write failed", e);
             return -1;
@@ -409,7 +461,7 @@ static herr_t st_truncate(H5FD_t *file, hid_t dxpl, hbool_t closing) {
     pthread_mutex_unlock(&f->mu);
     if (take_error(f, __func__)) return -1;
     if (f->eoa != f->eof) {
-        if (ftruncate(f->fd, (off_t)f->eoa) != 0) {
+        if (ftruncate(f->fd, (off_t)f->eoa) != 0 && !(f->defer && (f->deferred = f->deferred ? f->deferred : errno))) {
             push_errno(__func__, H5E_IO, H5E_SEEKERROR, "unable to extend file properly", errno);
             return -1;
         }
@@ -424,7 +476,7 @@ static const H5FD_class_t st_class = {
     H5F_CLOSE_WEAK,
     NULL, /* terminate */
     NULL, NULL, NULL, /* no superblock driver info: plain HDF5 files */
-    0, NULL, NULL, NULL, /* no driver properties */
+    sizeof(st_info), NULL, NULL, NULL, /* the descriptor to use (copied as bytes) */
     0, NULL, NULL,
     st_open, st_close, st_cmp, st_query,
     NULL, /* get_type_map */
@@ -444,13 +496,16 @@ hid_t mp_h5_stream_driver(void) {
     return st_id;
 }
 
-herr_t mp_h5_stream_set(hid_t fapl) {
+herr_t mp_h5_stream_set_fd(hid_t fapl, int fd) {
     hid_t id = mp_h5_stream_driver();
+    st_info info = {fd};
     if (id < 0) return -1;
-    if (H5Pset_driver(fapl, id, NULL) < 0) return -1;
+    if (H5Pset_driver(fapl, id, &info) < 0) return -1;
     /* chunks of 4 KiB and more start on a 4 KiB boundary: O_DIRECT writes them */
     return H5Pset_alignment(fapl, ST_ALIGN, ST_ALIGN);
 }
+
+herr_t mp_h5_stream_set(hid_t fapl) { return mp_h5_stream_set_fd(fapl, -1); }
 
 static st_file *file_of(hid_t f) {
     hid_t id = mp_h5_stream_driver(), fapl = H5Fget_access_plist(f);
@@ -490,4 +545,24 @@ int mp_h5_stream_redirect(hid_t f, int nfd) {
     }
     pthread_mutex_unlock(&s->mu);
     return 0;
+}
+
+int mp_h5_stream_defer_errors(hid_t f, int on) {
+    st_file *s = file_of(f);
+    if (!s) return -1;
+    pthread_mutex_lock(&s->mu);
+    s->defer = on != 0;
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+int mp_h5_stream_deferred(hid_t f) {
+    st_file *s = file_of(f);
+    if (!s) return 0;
+    pthread_mutex_lock(&s->mu);
+    if (s->defer && s->err && !s->deferred) s->deferred = s->err;
+    if (s->defer) s->err = 0;
+    int e = s->deferred;
+    pthread_mutex_unlock(&s->mu);
+    return e;
 }

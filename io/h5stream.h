@@ -28,6 +28,12 @@ hid_t mp_h5_stream_driver(void);
 /* Sets the driver (and the 4 KiB alignment of raw data it needs to write
  * directly) on a file-access property list; <0 on failure. */
 herr_t mp_h5_stream_set(hid_t fapl);
+/* The same with an open descriptor (read-write): files opened with this
+ * list are that file (the driver writes through duplicates of fd, truncating
+ * it for H5F_ACC_TRUNC; its O_DIRECT descriptor is opened through
+ * /proc/self/fd), whatever name H5Fcreate/H5Fopen is given: the name is never
+ * looked up. The caller keeps fd open until the file is closed. */
+herr_t mp_h5_stream_set_fd(hid_t fapl, int fd);
 
 /* The buffered descriptor of file f when it is open with this driver, else -1. */
 int mp_h5_stream_fd(hid_t f);
@@ -37,6 +43,16 @@ int mp_h5_stream_fd(hid_t f);
  * pending error, and points both descriptors at nfd. 0, or -1 when f is not
  * open with this driver. */
 int mp_h5_stream_redirect(hid_t f, int nfd);
+
+/* Deferred write errors, for a file that is thrown away when a write fails
+ * (the dataset capture): with `on`, a failed write (a full disk) is not
+ * reported to HDF5, which goes on as if it had succeeded (HDF5 1.10 cannot
+ * recover from a failed metadata flush, and frees neither the chunks whose
+ * write failed nor a file whose close failed), but kept: mp_h5_stream_deferred
+ * returns its errno (0: none). The caller checks after each step and throws
+ * the file away on an error. 0, or -1 when f is not open with this driver. */
+int mp_h5_stream_defer_errors(hid_t f, int on);
+int mp_h5_stream_deferred(hid_t f);
 
 /* Counters of the files this process wrote with the driver (tests, benchmarks). */
 typedef struct {

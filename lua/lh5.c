@@ -1,14 +1,21 @@
 /* lh5.c — HDF5 files from Lua: mp.h5.open(path [, mode]) returns a
  * "mechprobe.H5" handle with read/read_int/shape/attrs/list/has/write/
  * set_attr/close, built on io/h5io. Modes: "r" (default), "r+" (read-write),
- * "w" (create or truncate; not atomic), "a" (read-write, created if missing).
+ * "w" (create or replace, atomically: written under a temporary name that
+ * close() or the end of a <close> scope renames over `path`; an error in that
+ * scope, or a handle collected without close, leaves `path` as it was), "a"
+ * (read-write, created atomically as "w" if missing). "r+" and "a" on an
+ * existing file update it in place and refuse a symbolic link or a
+ * non-regular file.
  * Every dataset comes back as a float32 Tensor (integers converted); read_int
  * gives small integer data such as /tokens as nested Lua tables. */
 #include "mp_lua.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "h5io.h"
 
@@ -18,7 +25,20 @@ typedef struct {
     hid_t f;          /* H5I_INVALID_HID once closed */
     mp_h5_mode mode;
     char *path;
+    int atomic;       /* f is at.file: close commits, an error or __gc aborts */
+    mp_h5_atomic at;
 } lh5;
+
+/* Closes h: commits an atomic file when `commit`, else throws it away. */
+static mp_status close_h5(lh5 *h, int commit) {
+    if (!h->atomic) return mp_h5_close(&h->f);
+    h->atomic = 0;
+    h->at.file = h->f;
+    h->f = H5I_INVALID_HID;
+    if (commit) return mp_h5_atomic_commit(&h->at);
+    mp_h5_atomic_abort(&h->at);
+    return MP_OK;
+}
 
 static lh5 *check_h5(lua_State *L) {
     lh5 *h = luaL_checkudata(L, 1, H5_MT);
@@ -42,11 +62,20 @@ static int l_open(lua_State *L) {
     h->f = H5I_INVALID_HID;
     h->mode = mv[m];
     h->path = NULL;
+    h->atomic = 0;
     luaL_setmetatable(L, H5_MT);
     h->path = strdup(path);
     if (!h->path) return luaL_error(L, "out of memory");
+    struct stat sb;
     mp_status st = mp_check_regular_file(path); /* a FIFO would block, a device is no HDF5 file */
-    if (st == MP_OK) st = mp_h5_open(&h->f, path, mv[m]);
+    if (st == MP_OK && (mv[m] == MP_H5_TRUNC || (mv[m] == MP_H5_APPEND && lstat(path, &sb) != 0 && errno == ENOENT))) {
+        if ((st = mp_h5_atomic_create(&h->at, path)) == MP_OK) { /* refuses a link, a FIFO, a device */
+            h->f = h->at.file;
+            h->atomic = 1;
+        }
+    } else if (st == MP_OK) {
+        st = mp_h5_open(&h->f, path, mv[m]);
+    }
     if (st != MP_OK) return mp_lua_fail(L, st);
     return 1;
 }
@@ -261,22 +290,26 @@ static int m_set_attr(lua_State *L) {
 
 static int m_close(lua_State *L) {
     lh5 *h = luaL_checkudata(L, 1, H5_MT);
-    mp_status st = mp_h5_close(&h->f);
+    mp_status st = close_h5(h, 1);
     if (st != MP_OK) return mp_lua_fail(L, st);
     return 0;
 }
 
 static int mt_gc(lua_State *L) {
     lh5 *h = luaL_checkudata(L, 1, H5_MT);
-    mp_h5_close(&h->f);
+    close_h5(h, 0); /* never closed: an atomic file is not committed */
     free(h->path);
     h->path = NULL;
     return 0;
 }
 
+/* __close(h, err): the end of a <close> scope commits an atomic file, unless
+ * the scope ends by an error (then it is thrown away). */
 static int mt_close(lua_State *L) {
     lh5 *h = luaL_checkudata(L, 1, H5_MT);
-    mp_h5_close(&h->f);
+    int ok = lua_isnoneornil(L, 2);
+    mp_status st = close_h5(h, ok);
+    if (ok && st != MP_OK) return mp_lua_fail(L, st);
     return 0;
 }
 

@@ -5,7 +5,8 @@
  * destination is refused; the temporary is removed on SIGINT/SIGTERM/SIGHUP/
  * SIGXFSZ); out:commit() renames it over `path`; out:abort(), __close and
  * __gc remove it when it was not committed, so an error half way leaves
- * nothing under the final name. */
+ * nothing under the final name. mp.check_output(out, input...) refuses an
+ * output that is one of the inputs (capture --out equal to --model). */
 #include "mp_lua.h"
 
 #include <string.h>
@@ -25,8 +26,10 @@ static int l_output(lua_State *L) {
     luaL_setmetatable(L, OUT_MT);
     mp_status st = mp_out_begin(&x->o, path);
     if (st != MP_OK) return mp_lua_fail(L, st);
-    /* The temporary is written by name (capture replaces it, HDF5 reopens it):
-     * keep no descriptor on it; commit syncs it by name. */
+    /* The temporary is written by name from Lua (io.open(out.tmp), capture
+     * replaces it): the descriptor stays open only to hold the lock that
+     * keeps the stale cleanup away; commit syncs it by name and checks that
+     * the name is still a regular file (not a link swapped in). */
     mp_out_close_fd(&x->o);
     x->open = 1;
     return 1;
@@ -74,6 +77,21 @@ static int mt_tostring(lua_State *L) {
     return 1;
 }
 
+/* mp.check_output(out, input...) — raises an error when `out` is the same
+ * file as one of the inputs (nil inputs are skipped): writing it would
+ * replace that input (mp_out_check_inputs). */
+static int l_check_output(lua_State *L) {
+    const char *out = luaL_checkstring(L, 1);
+    int n = lua_gettop(L) - 1;
+    const char **in = lua_newuserdatauv(L, (size_t)(n > 0 ? n : 1) * sizeof *in, 0);
+    int k = 0;
+    for (int i = 2; i <= n + 1; i++)
+        if (!lua_isnil(L, i)) in[k++] = luaL_checkstring(L, i);
+    mp_status st = mp_out_check_inputs(out, in, k);
+    if (st != MP_OK) return mp_lua_fail(L, st);
+    return 0;
+}
+
 void mp_lua_open_output(lua_State *L) {
     static const luaL_Reg meta[] = {
         {"__index", mt_index}, {"__gc", mt_abort}, {"__close", mt_abort}, {"__tostring", mt_tostring}, {NULL, NULL},
@@ -82,4 +100,6 @@ void mp_lua_open_output(lua_State *L) {
     lua_pop(L, 1);
     lua_pushcfunction(L, l_output);
     lua_setfield(L, -2, "output");
+    lua_pushcfunction(L, l_check_output);
+    lua_setfield(L, -2, "check_output");
 }

@@ -502,13 +502,11 @@ static int m_save(lua_State *L) {
     static const char *const known[] = {"compress", NULL};
     mp_lua_opt_check(L, 4, "Tensor:save", known);
     int compress = (int)mp_lua_opt_int(L, 4, "Tensor:save", "compress", 0, 0, 9);
-    hid_t f;
-    /* updated in place (not atomic): never a FIFO or a device */
-    mp_status st = mp_check_regular_file(path);
-    if (st != MP_OK || (st = mp_h5_open(&f, path, MP_H5_APPEND)) != MP_OK) return mp_lua_fail(L, st);
-    st = mp_h5_write_f32(f, name, t->ndim, t->shape, t->data, compress);
-    mp_status st2 = mp_h5_close(&f);
-    if (st == MP_OK) st = st2;
+    mp_h5_atomic a; /* atomic: a copy of the file gets the dataset, then replaces it */
+    mp_status st = mp_h5_atomic_update(&a, path);
+    if (st == MP_OK && (st = mp_h5_write_f32(a.file, name, t->ndim, t->shape, t->data, compress)) != MP_OK)
+        mp_h5_atomic_abort(&a);
+    if (st == MP_OK) st = mp_h5_atomic_commit(&a);
     if (st != MP_OK) return mp_lua_fail(L, st);
     lua_settop(L, 1);
     return 1;

@@ -21,6 +21,7 @@
 #include <hdf5.h>
 
 #include "h5io.h"
+#include "h5stream.h"
 #include "h5run.h"
 #include "config.h"
 #include "mp_mpi.h"
@@ -133,6 +134,17 @@ static mp_status add_ds(mp_h5cap *c, const char *path, hid_t type, int ndim, con
     return MP_OK;
 }
 
+/* The error of a failed step `what` of the capture: the deferred write error
+ * of the driver in words when there is one ("no space left on device"),
+ * else HDF5's. */
+static mp_status deferred_error(const mp_h5cap *c, const char *what) {
+    int e = c->size == 1 ? mp_h5_stream_deferred(c->file) : 0;
+    if (!e) return mp_h5_error(MP_ERR_IO, "%s: cannot write (%s)", c->out, what);
+    H5Eclear2(H5E_DEFAULT);
+    const char *w = mp_h5_errno_words(e);
+    return mp_error(MP_ERR_IO, "%s: cannot write (%s): %s", c->out, what, w ? w : strerror(e));
+}
+
 static mp_status write_block(cap_ds *d, hid_t type, const int64_t *off, const int64_t *cnt, const void *data) {
     hsize_t start[MP_H5_MAXDIM], count[MP_H5_MAXDIM];
     size_t numel = 1;
@@ -148,6 +160,8 @@ static mp_status write_block(cap_ds *d, hid_t type, const int64_t *off, const in
         H5Dwrite(d->id, type, ms, d->fspace, H5P_DEFAULT, data) < 0)
         st = mp_h5_error(MP_ERR_HDF5, "%s: %s: cannot write row %lld", d->cap->out, d->path, (long long)off[0]);
     if (ms >= 0) H5Sclose(ms);
+    if (!st && d->cap->size == 1 && mp_h5_stream_deferred(d->cap->file)) /* a chunk evicted to a full disk */
+        st = deferred_error(d->cap, d->path);
     return st;
 }
 
@@ -199,7 +213,9 @@ static mp_status make_tmp(mp_h5cap *c, const char *out) {
     if (c->rank == 0) {
         st0 = mp_out_begin(&c->o, out);
         if (!st0) {
-            mp_out_close_fd(&c->o); /* HDF5 opens it by name */
+            /* one process: HDF5 writes through c->o.fd (mechprobe's driver);
+             * several: MPI-IO opens the name on every rank, and the commit
+             * checks that the name is still the file rank 0 created */
             if (strlen(c->o.tmp) >= sizeof c->tmp) {
                 st0 = mp_error(MP_ERR_ARG, "%s: file name too long", out);
                 mp_out_abort(&c->o);
@@ -293,14 +309,21 @@ mp_status mp_h5cap_create(mp_h5cap **out, const mp_h5cap_params *p, const mp_con
     if (!st && c->size > 1) st = mp_error(MP_ERR_ARG, "%s: HDF5 without parallel support", p->out);
 #endif
     if (!st && c->size == 1 && (H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0 ||
-                                H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST) < 0))
+                                H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST) < 0 ||
+                                mp_h5_stream_set_fd(fapl, c->o.fd) < 0))
         st = mp_h5_error(MP_ERR_HDF5, "%s: cannot create", p->out);
     if (mp_mpi_first_failed(st != MP_OK) >= 0) { /* H5Fcreate is collective */
         if (!st) st = mp_error(MP_ERR_IO, "%s: not written: another rank could not open it", p->out);
         goto cleanup;
     }
     c->file = H5Fcreate(c->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-    if (c->file < 0) st = mp_h5_error(MP_ERR_IO, "%s: cannot create %s", p->out, c->tmp);
+    /* one process: write errors (a full disk) are kept from HDF5 and checked
+     * after each write and flush, so HDF5 never meets one it cannot recover
+     * from (a failed metadata flush; chunks whose write failed leak) */
+    if (c->file >= 0 && c->size == 1 && mp_h5_stream_defer_errors(c->file, 1) < 0)
+        st = mp_error(MP_ERR_HDF5, "%s: not written with mechprobe's HDF5 driver", p->out);
+    if (c->file < 0 && (c->rank != 0 || (st = mp_out_verify(&c->o)) == MP_OK))
+        st = mp_h5_error(MP_ERR_IO, "%s: cannot create %s", p->out, c->tmp);
     if (!st && ((st = mp_h5_attr_set_string(c->file, "/", "format", "mechprobe.run")) ||
                 (st = mp_h5_attr_set_int(c->file, "/", "version", 1)) ||
                 (st = mp_h5_attr_set_string(c->file, "/", "mechprobe_version", MP_VERSION)) ||
@@ -363,13 +386,25 @@ mp_status mp_h5cap_finish(mp_h5cap *c, mp_status failed) {
     mp_status st = MP_OK, cst = MP_OK;
     if (failed) snprintf(msg, sizeof msg, "%s", mp_last_error());
     /* one process: write what HDF5 still caches while a failure (a full disk)
-     * can still be undone (MPI-IO writes through) */
+     * can still be undone (MPI-IO writes through); the driver keeps write
+     * errors from HDF5 (deferred, see create) and they are checked here */
     if (!failed && c->size == 1) {
         for (cap_ds *d = c->ds; d && !cst; d = d->next)
-            if (d->id >= 0 && H5Dflush(d->id) < 0) {
-                cst = mp_h5_error(MP_ERR_IO, "%s: cannot write (%s)", c->out, d->path);
+            if (d->id >= 0 && (H5Dflush(d->id) < 0 || mp_h5_stream_deferred(c->file))) {
+                cst = deferred_error(c, d->path);
                 snprintf(msg, sizeof msg, "%s", mp_last_error());
             }
+        if (!cst) { /* the remaining metadata, still deferred; then the checked close */
+            close_datasets(c);
+            if (H5Fflush(c->file, H5F_SCOPE_LOCAL) < 0 || mp_h5_stream_deferred(c->file)) {
+                char what[PATH_MAX + 32];
+                snprintf(what, sizeof what, "closing %s", c->tmp);
+                cst = deferred_error(c, what);
+                snprintf(msg, sizeof msg, "%s", mp_last_error());
+            } else {
+                mp_h5_stream_defer_errors(c->file, 0);
+            }
+        }
     }
     int first = mp_mpi_first_failed(failed || cst);
     /* close on every rank together (collective under MPI-IO) */

@@ -40,6 +40,7 @@ end
 local dev = cli.check_device("capture", o)
 
 local t0 = os.clock()
+mp.check_output(o.out, o.model, o.tokenizer, o.text_file, o.tokens_file) -- never replace an input
 local model = mp.load(o.model, {tokenizer = o.tokenizer, device = dev.device, precision = dev.precision})
 
 if o.text_file or o.tokens_file then

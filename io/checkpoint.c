@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -508,20 +509,78 @@ static _Noreturn void child_main(int fd, const char *path, uint64_t fsize, int w
  * hung with a second thread allocating) leaves the child blocked for ever. The
  * spawned image finds its task in CKPT_READER_ENV, read by the constructor
  * below before main() runs, and never returns to the program. Where the image
- * cannot be spawned, the child is a fork of this process as before. */
+ * cannot be spawned, the child is a fork of this process as before.
+ *
+ * The variable cannot make an ordinary process a reader by accident: its value
+ * carries a random token made for this one load, and the parent writes the
+ * same token into a second pipe the child gets as descriptor `tfd`; the child
+ * is a reader only when the value parses, `tfd` is a pipe holding exactly that
+ * token, and `fd` is a pipe open for writing only. Anything else (a stray
+ * MECHPROBE_CHECKPOINT_READER=1 in the environment, a value copied from
+ * another process) is removed from the environment and has no effect. */
 #define CKPT_READER_ENV "MECHPROBE_CHECKPOINT_READER"
-#define CKPT_READER_FD 3
+#define CKPT_TOKEN_LEN 32 /* hex digits */
+
+/* Whether fd is an open pipe (a FIFO) whose access mode is `acc`. */
+static int is_pipe(int fd, int acc) {
+    struct stat sb;
+    if (fd < 3 || fstat(fd, &sb) != 0 || !S_ISFIFO(sb.st_mode)) return 0;
+    int fl = fcntl(fd, F_GETFL);
+    return fl >= 0 && (fl & O_ACCMODE) == acc;
+}
 
 __attribute__((constructor)) static void ckpt_reader_entry(void) {
     const char *e = getenv(CKPT_READER_ENV);
     if (!e) return;
-    int fd, want_opt, want_log, fault, used = 0;
+    int fd, tfd, want_opt, want_log, fault, used = 0;
     unsigned timeout;
     unsigned long long fsize;
-    if (sscanf(e, "%d,%d,%d,%u,%d,%llu,%n", &fd, &want_opt, &want_log, &timeout, &fault, &fsize, &used) != 6 ||
-        used == 0 || e[used] == '\0')
-        _exit(4);
+    char token[CKPT_TOKEN_LEN + 1] = "", got[CKPT_TOKEN_LEN + 2];
+    if (sscanf(e, "%d,%d,%d,%d,%u,%d,%llu,%32[0-9a-f],%n", &fd, &tfd, &want_opt, &want_log, &timeout, &fault,
+               &fsize, token, &used) != 8 ||
+        used == 0 || e[used] == '\0' || strlen(token) != CKPT_TOKEN_LEN || fd == tfd || (want_opt | want_log) > 1 ||
+        want_opt < 0 || want_log < 0 || fault < 0 || fault > MP_CKPT_FAULT_HANG || timeout > 10000000u ||
+        !is_pipe(tfd, O_RDONLY) || !is_pipe(fd, O_WRONLY))
+        goto ignore;
+    /* the token pipe: written and closed by the parent before the spawn */
+    int fl = fcntl(tfd, F_GETFL);
+    if (fl < 0 || fcntl(tfd, F_SETFL, fl | O_NONBLOCK) != 0) goto ignore;
+    size_t n = 0;
+    for (;;) {
+        ssize_t k = read(tfd, got + n, sizeof got - n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        n += (size_t)k;
+        if (n == sizeof got) break;
+    }
+    if (n != CKPT_TOKEN_LEN || memcmp(got, token, CKPT_TOKEN_LEN) != 0) goto ignore;
+    close(tfd);
     child_main(fd, e + used, (uint64_t)fsize, want_opt, want_log, timeout, fault);
+ignore:
+    unsetenv(CKPT_READER_ENV);
+}
+
+/* A fresh random token, CKPT_TOKEN_LEN hex digits. */
+static void make_token(char out[CKPT_TOKEN_LEN + 1]) {
+    unsigned char r[CKPT_TOKEN_LEN / 2];
+    size_t n = 0;
+    while (n < sizeof r) {
+        ssize_t k = getrandom(r + n, sizeof r - n, 0);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        n += (size_t)k;
+    }
+    if (n < sizeof r) { /* no getrandom: the clock and the pid, still checked through the pipe */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t x = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 32);
+        for (size_t i = 0; i < sizeof r; i++) {
+            x ^= x >> 33;
+            x *= 0xff51afd7ed558ccdull;
+            r[i] = (unsigned char)(x >> 56);
+        }
+    }
+    for (size_t i = 0; i < sizeof r; i++) snprintf(out + 2 * i, 3, "%02x", r[i]);
 }
 
 extern char **environ;
@@ -544,24 +603,40 @@ static int main_has_reader(void) {
 }
 
 /* Starts the reader image with the write end of the pipe as its descriptor
- * CKPT_READER_FD (or the next one when that is the write end itself); 0 and
- * *pid set, or an errno value (then fork instead). */
+ * cfd and the read end of a pipe holding the token as tfd (the lowest numbers
+ * from 3 that are neither of the parent's descriptors, so that no dup2 undoes
+ * another and each clears close-on-exec); 0 and *pid set, or an errno value
+ * (then fork instead). */
 static int spawn_reader(pid_t *pid, int wfd, const char *path, uint64_t fsize, int want_opt, int want_log,
                         unsigned timeout, int fault) {
     if (!main_has_reader()) return ENOEXEC;
+    char token[CKPT_TOKEN_LEN + 1];
+    make_token(token);
+    int tp[2];
+    if (pipe2(tp, O_CLOEXEC) != 0) return errno;
+    if (write(tp[1], token, CKPT_TOKEN_LEN) != CKPT_TOKEN_LEN) { /* a fresh pipe holds 64 KiB */
+        close(tp[0]);
+        close(tp[1]);
+        return EIO;
+    }
+    close(tp[1]);
     size_t n = 0;
     while (environ && environ[n]) n++;
     char **envp = malloc((n + 3) * sizeof *envp);
-    size_t tlen = strlen(path) + 128;
+    size_t tlen = strlen(path) + 160;
     char *task = malloc(tlen);
     if (!envp || !task) {
         free(envp);
         free(task);
+        close(tp[0]);
         return ENOMEM;
     }
-    const int cfd = wfd == CKPT_READER_FD ? CKPT_READER_FD + 1 : CKPT_READER_FD; /* the child's descriptor */
-    snprintf(task, tlen, CKPT_READER_ENV "=%d,%d,%d,%u,%d,%llu,%s", cfd, want_opt, want_log, timeout,
-             fault, (unsigned long long)fsize, path);
+    int cfd = 3;
+    while (cfd == wfd || cfd == tp[0]) cfd++;
+    int tfd = cfd + 1;
+    while (tfd == wfd || tfd == tp[0]) tfd++;
+    snprintf(task, tlen, CKPT_READER_ENV "=%d,%d,%d,%d,%u,%d,%llu,%s,%s", cfd, tfd, want_opt, want_log, timeout,
+             fault, (unsigned long long)fsize, token, path);
     size_t k = 0;
     envp[k++] = task;
     /* no BLAS thread pool in a process that multiplies nothing */
@@ -581,6 +656,7 @@ static int spawn_reader(pid_t *pid, int wfd, const char *path, uint64_t fsize, i
         if (!(err = posix_spawnattr_init(&at))) {
             /* dup2 onto another number clears close-on-exec there */
             err = posix_spawn_file_actions_adddup2(&fa, wfd, cfd);
+            if (!err) err = posix_spawn_file_actions_adddup2(&fa, tp[0], tfd);
             if (!err) err = posix_spawnattr_setsigmask(&at, &none);
             if (!err) err = posix_spawnattr_setsigdefault(&at, &all);
             if (!err) err = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
@@ -590,6 +666,7 @@ static int spawn_reader(pid_t *pid, int wfd, const char *path, uint64_t fsize, i
         }
         posix_spawn_file_actions_destroy(&fa);
     }
+    close(tp[0]);
     free(task);
     free(envp);
     return err;
@@ -689,7 +766,20 @@ fail:
 }
 
 /* Seconds the child may take: g->timeout_s, else MECHPROBE_LOAD_TIMEOUT,
- * else 30 s plus 1 s per 32 MiB of file. */
+ * else 5 s plus 1 s per 16 MiB of file (a small corrupt file fails in
+ * seconds; a valid one loads at well over 16 MiB/s), four times that in a
+ * sanitizer build (slower to start and to read). */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define CKPT_SLOWDOWN 4.0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define CKPT_SLOWDOWN 4.0
+#endif
+#endif
+#ifndef CKPT_SLOWDOWN
+#define CKPT_SLOWDOWN 1.0
+#endif
+
 static double load_timeout(const mp_checkpoint_guard *g, uint64_t fsize) {
     if (g && g->timeout_s > 0) return g->timeout_s;
     const char *e = getenv("MECHPROBE_LOAD_TIMEOUT");
@@ -698,7 +788,7 @@ static double load_timeout(const mp_checkpoint_guard *g, uint64_t fsize) {
         double t = strtod(e, &end);
         if (*end == '\0' && t > 0 && t < 1e6) return t;
     }
-    return 30.0 + (double)(fsize >> 25);
+    return CKPT_SLOWDOWN * (5.0 + (double)(fsize >> 24));
 }
 
 mp_status mp_checkpoint_load_guarded(const char *path, mp_model **out, mp_adamw *opt, mp_train_log *log,

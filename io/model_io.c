@@ -57,9 +57,20 @@ mp_status mp_model_load_with(mp_model **out, const char *path, mp_model_load_par
     struct stat sb;
     /* missing (or not even stat-able): the llama2.c loader's open names the reason */
     if (stat(path, &sb) != 0) return mp_model_load_llama2c(out, path);
+    /* a file or folder we may not read is not "no model": say why (permission denied) */
+    if (S_ISREG(sb.st_mode) && access(path, R_OK) != 0)
+        return mp_error(MP_ERR_IO, "%s: cannot open the model file: %s", path, strerror(errno));
     if (!S_ISDIR(sb.st_mode))
         return mp_error(MP_ERR_IO, "%s: is %s, not a model file or folder", path, mp_file_kind(sb.st_mode));
-    return mp_error(MP_ERR_FORMAT, "%s: a folder without config.json (not a Hugging Face model folder)", path);
+    if (access(path, R_OK | X_OK) != 0)
+        return mp_error(MP_ERR_IO, "%s: is a directory that cannot be read: %s", path, strerror(errno));
+    char cfg[4200];
+    snprintf(cfg, sizeof cfg, "%s/config.json", path);
+    if (stat(cfg, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return mp_error(MP_ERR_IO, "%s: is %s, not a regular file", cfg, mp_file_kind(sb.st_mode));
+    if (stat(cfg, &sb) != 0 && errno != ENOENT)
+        return mp_error(MP_ERR_IO, "%s: cannot open: %s", cfg, strerror(errno));
+    return mp_error(MP_ERR_FORMAT, "%s: is a directory, a folder without config.json (not a Hugging Face model folder)", path);
 }
 
 mp_status mp_model_load(mp_model **out, const char *path) { return mp_model_load_with(out, path, NULL); }

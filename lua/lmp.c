@@ -2,12 +2,15 @@
  * registered by the other binding files and holds the shared helpers. */
 #include "mp_lua.h"
 #include "h5io.h"
+#include "mp_input.h"
 
 #include <errno.h>
 #include <math.h>
 #include <lualib.h>
 #include <string.h>
+#include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int mp_lua_fail(lua_State *L, mp_status s) {
     (void)s;
@@ -67,6 +70,48 @@ static int l_mkdir(lua_State *L) {
     return 1;
 }
 
+/* Options of mp.read_file / mp.input_size: {max_bytes = N, what = "--corpus"}. */
+static void input_opts(lua_State *L, const char *fn, uint64_t *max, const char **what) {
+    static const char *const known[] = {"max_bytes", "what", NULL};
+    mp_lua_opt_check(L, 2, fn, known);
+    *max = (uint64_t)mp_lua_opt_int(L, 2, fn, "max_bytes", (lua_Integer)MP_INPUT_DEFAULT_MAX, 0,
+                                    (lua_Integer)1 << 40);
+    *what = mp_lua_opt_str(L, 2, fn, "what", NULL);
+}
+
+/* mp.read_file(path [, {max_bytes = N, what = "--text-file"}]) -> string: the
+ * whole of an input file; a FIFO, device or directory is refused before it is
+ * opened, and so is a file over max_bytes (default 1 GiB); errors name `what`
+ * and the file. */
+static int l_read_file(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    uint64_t max;
+    const char *what;
+    input_opts(L, "mp.read_file", &max, &what);
+    char *buf;
+    size_t n;
+    mp_status st = mp_read_input(path, what, max, &buf, &n);
+    if (st != MP_OK) return mp_lua_fail(L, st);
+    lua_pushlstring(L, buf, n);
+    free(buf);
+    return 1;
+}
+
+/* mp.input_size(path [, opts]) -> bytes: the checks of mp.read_file without
+ * reading (for a file a C reader reads later, e.g. mp.tasks.text's corpus). */
+static int l_input_size(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    uint64_t max, size;
+    const char *what;
+    int fd;
+    input_opts(L, "mp.input_size", &max, &what);
+    mp_status st = mp_open_input(path, what, max, &fd, &size);
+    if (st != MP_OK) return mp_lua_fail(L, st);
+    close(fd);
+    lua_pushinteger(L, (lua_Integer)size);
+    return 1;
+}
+
 int luaopen_mechprobe(lua_State *L) {
     mp_io_init();
     lua_newtable(L);
@@ -76,6 +121,10 @@ int luaopen_mechprobe(lua_State *L) {
     lua_setfield(L, -2, "version");
     lua_pushcfunction(L, l_mkdir);
     lua_setfield(L, -2, "mkdir");
+    lua_pushcfunction(L, l_read_file);
+    lua_setfield(L, -2, "read_file");
+    lua_pushcfunction(L, l_input_size);
+    lua_setfield(L, -2, "input_size");
     mp_lua_open_tensor(L);
     mp_lua_open_h5(L);
     mp_lua_open_output(L);

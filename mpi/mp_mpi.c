@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef MP_HAVE_MPI
@@ -35,6 +36,8 @@ static int g_init, g_final, g_alone, g_wrank, g_wsize = 1;
 /* A communicator of its own for the failure exit (mp_mpi_abort), so that its
  * barrier can never be matched with a collective the other ranks are in. */
 static MPI_Comm g_exit_comm = MPI_COMM_NULL;
+/* And one for naming the ranks that did not answer a collective in time. */
+static MPI_Comm g_diag_comm = MPI_COMM_NULL;
 
 static mp_status mpi_fail(int rc, const char *what) {
     char msg[MPI_MAX_ERROR_STRING];
@@ -45,6 +48,105 @@ static mp_status mpi_fail(int rc, const char *what) {
 
 static MPI_Comm comm(void) { return g_alone ? MPI_COMM_SELF : MPI_COMM_WORLD; }
 static int active(void) { return g_init && !g_final && !g_alone && g_wsize > 1; }
+
+/* ---- collectives with a deadline ----
+ * A rank that stops (SIGSTOP, a hung device, a node lost without its
+ * connections closing) would leave the others in a blocking collective for
+ * ever. Each collective is started non-blocking and polled until
+ * MECHPROBE_MPI_TIMEOUT seconds (default 600) have passed; then the ranks that
+ * timed out tell each other so on g_diag_comm for a few seconds, and the
+ * error names every rank that said nothing. */
+static double wall_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double mpi_timeout(void) {
+    const char *e = getenv("MECHPROBE_MPI_TIMEOUT");
+    if (e && *e) {
+        char *end;
+        double t = strtod(e, &end);
+        if (*end == '\0' && t > 0 && t < 1e7) return t;
+    }
+    return 600.0;
+}
+
+/* The error after a timeout: asks every other rank on g_diag_comm whether it
+ * is there (waiting up to 3 s for the answers) and names those that are not. */
+static mp_status timed_out(const char *what, double limit) {
+    int n = g_wsize, me = g_wrank;
+    char missing[512] = "";
+    size_t len = 0;
+    int n_missing = 0;
+    if (g_diag_comm != MPI_COMM_NULL && n <= 4096) {
+        MPI_Request *rq = malloc((size_t)2 * n * sizeof *rq);
+        int *in = calloc((size_t)n, sizeof *in);
+        if (rq && in) {
+            for (int r = 0; r < 2 * n; r++) rq[r] = MPI_REQUEST_NULL;
+            for (int r = 0; r < n; r++) {
+                if (r == me) continue;
+                MPI_Irecv(&in[r], 1, MPI_INT, r, 77, g_diag_comm, &rq[r]);
+                MPI_Isend(&me, 1, MPI_INT, r, 77, g_diag_comm, &rq[n + r]);
+            }
+            double end = wall_s() + 3.0;
+            int all = 0;
+            while (!all && wall_s() < end) {
+                all = 1;
+                for (int r = 0; r < n; r++) {
+                    int done = 1;
+                    if (rq[r] != MPI_REQUEST_NULL) MPI_Test(&rq[r], &done, MPI_STATUS_IGNORE);
+                    if (!done) all = 0;
+                }
+                if (!all) usleep(2000);
+            }
+            for (int r = 0; r < n; r++) {
+                if (r == me || rq[r] == MPI_REQUEST_NULL) continue;
+                MPI_Cancel(&rq[r]);
+                MPI_Request_free(&rq[r]);
+                if (len < sizeof missing - 16)
+                    len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%d", n_missing ? ", " : "", r);
+                n_missing++;
+            }
+            for (int r = 0; r < n; r++)
+                if (rq[n + r] != MPI_REQUEST_NULL) MPI_Request_free(&rq[n + r]);
+        }
+        free(rq);
+        free(in);
+    }
+    if (n_missing)
+        return mp_error(MP_ERR_IO, "MPI: %s: rank %d waited %g s; rank%s %s did not answer (stopped, hung, or busy "
+                        "for longer than the limit: MECHPROBE_MPI_TIMEOUT=SECONDS)", what, me, limit,
+                        n_missing > 1 ? "s" : "", missing);
+    return mp_error(MP_ERR_IO, "MPI: %s: rank %d waited %g s for the other ranks (MECHPROBE_MPI_TIMEOUT=SECONDS "
+                    "sets the limit)", what, me, limit);
+}
+
+/* Completes n started requests before the deadline, or fails naming the ranks
+ * that did not answer. */
+static mp_status wait_all(MPI_Request *req, int n, const char *what) {
+    double limit = mpi_timeout(), end = wall_s() + limit;
+    for (long it = 0;; it++) {
+        int flag = 0;
+        int rc = MPI_Testall(n, req, &flag, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) return mpi_fail(rc, what);
+        if (flag) return MP_OK;
+        if (it > 200) {
+            if ((it & 63) == 0 && wall_s() > end) return timed_out(what, limit);
+            usleep(it < 2000 ? 20 : 200);
+        }
+    }
+}
+
+/* Starts a non-blocking collective (its last argument &rq) and waits for it. */
+#define COLLECTIVE(what, call)                      \
+    do {                                            \
+        MPI_Request rq;                             \
+        int rc_ = (call);                           \
+        if (rc_ != MPI_SUCCESS) return mpi_fail(rc_, what); \
+        mp_status ws_ = wait_all(&rq, 1, what);     \
+        if (ws_ != MP_OK) return ws_;               \
+    } while (0)
 
 mp_status mp_mpi_init(int *argc, char ***argv) {
     if (g_init || !launched()) return MP_OK;
@@ -57,6 +159,7 @@ mp_status mp_mpi_init(int *argc, char ***argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &g_wrank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_wsize);
     if (g_wsize > 1 && MPI_Comm_dup(MPI_COMM_WORLD, &g_exit_comm) != MPI_SUCCESS) g_exit_comm = MPI_COMM_NULL;
+    if (g_wsize > 1 && MPI_Comm_dup(MPI_COMM_WORLD, &g_diag_comm) != MPI_SUCCESS) g_diag_comm = MPI_COMM_NULL;
     return MP_OK;
 }
 
@@ -65,6 +168,7 @@ void mp_mpi_finalize(void) {
     if (g_init && !g_final) {
         g_final = 1;
         if (g_exit_comm != MPI_COMM_NULL) MPI_Comm_free(&g_exit_comm);
+        if (g_diag_comm != MPI_COMM_NULL) MPI_Comm_free(&g_diag_comm);
         MPI_Finalize();
     }
 }
@@ -110,22 +214,21 @@ void *mp_mpi_comm_ptr(void) {
 
 mp_status mp_mpi_barrier(void) {
     if (!active()) return MP_OK;
-    int rc = MPI_Barrier(comm());
-    return rc == MPI_SUCCESS ? MP_OK : mpi_fail(rc, "barrier");
+    COLLECTIVE("barrier", MPI_Ibarrier(comm(), &rq));
+    return MP_OK;
 }
 
 mp_status mp_mpi_sum_f64(double *v, int n) {
     if (!active() || n <= 0) return MP_OK;
-    int rc = MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, comm());
-    return rc == MPI_SUCCESS ? MP_OK : mpi_fail(rc, "sum");
+    COLLECTIVE("sum", MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, comm(), &rq));
+    return MP_OK;
 }
 
 mp_status mp_mpi_sum_f32(float *v, size_t n) {
     if (!active()) return MP_OK;
     for (size_t done = 0; done < n;) { /* MPI counts are int */
         int k = n - done > (size_t)1 << 30 ? 1 << 30 : (int)(n - done);
-        int rc = MPI_Allreduce(MPI_IN_PLACE, v + done, k, MPI_FLOAT, MPI_SUM, comm());
-        if (rc != MPI_SUCCESS) return mpi_fail(rc, "sum");
+        COLLECTIVE("sum", MPI_Iallreduce(MPI_IN_PLACE, v + done, k, MPI_FLOAT, MPI_SUM, comm(), &rq));
         done += (size_t)k;
     }
     return MP_OK;
@@ -133,21 +236,21 @@ mp_status mp_mpi_sum_f32(float *v, size_t n) {
 
 mp_status mp_mpi_max_i64(int64_t *v, int n) {
     if (!active() || n <= 0) return MP_OK;
-    int rc = MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_INT64_T, MPI_MAX, comm());
-    return rc == MPI_SUCCESS ? MP_OK : mpi_fail(rc, "max");
+    COLLECTIVE("max", MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_INT64_T, MPI_MAX, comm(), &rq));
+    return MP_OK;
 }
 
 mp_status mp_mpi_allgather_i64(int64_t v, int64_t *all) {
     if (!active()) { all[0] = v; return MP_OK; }
-    int rc = MPI_Allgather(&v, 1, MPI_INT64_T, all, 1, MPI_INT64_T, comm());
-    return rc == MPI_SUCCESS ? MP_OK : mpi_fail(rc, "allgather");
+    COLLECTIVE("allgather", MPI_Iallgather(&v, 1, MPI_INT64_T, all, 1, MPI_INT64_T, comm(), &rq));
+    return MP_OK;
 }
 
 mp_status mp_mpi_bcast(void *buf, size_t n, int root) {
     if (!active()) return MP_OK;
     if (n > (size_t)1 << 30) return mp_error(MP_ERR_ARG, "MPI: broadcast of %zu bytes (at most 1 GiB)", n);
-    int rc = MPI_Bcast(buf, (int)n, MPI_BYTE, root, comm());
-    return rc == MPI_SUCCESS ? MP_OK : mpi_fail(rc, "broadcast");
+    COLLECTIVE("broadcast", MPI_Ibcast(buf, (int)n, MPI_BYTE, root, comm(), &rq));
+    return MP_OK;
 }
 
 mp_status mp_mpi_allgatherv_i32(const int32_t *mine, int n_mine, int32_t *all, const int64_t *counts) {
@@ -167,9 +270,11 @@ mp_status mp_mpi_allgatherv_i32(const int32_t *mine, int n_mine, int32_t *all, c
         c[g_wsize + r] = (int)off;
         off += counts[r];
     }
-    int rc = MPI_Allgatherv(mine, n_mine, MPI_INT32_T, all, c, c + g_wsize, MPI_INT32_T, comm());
-    free(c);
-    return rc == MPI_SUCCESS ? MP_OK : mpi_fail(rc, "allgather");
+    MPI_Request rq;
+    int rc = MPI_Iallgatherv(mine, n_mine, MPI_INT32_T, all, c, c + g_wsize, MPI_INT32_T, comm(), &rq);
+    mp_status st = rc == MPI_SUCCESS ? wait_all(&rq, 1, "allgather") : mpi_fail(rc, "allgather");
+    free(c); /* (after a timeout the job ends: the request is never completed) */
+    return st;
 }
 
 mp_status mp_mpi_gather_bytes(const void *buf, size_t n, int root, char **out, size_t *lens) {
@@ -188,15 +293,18 @@ mp_status mp_mpi_gather_bytes(const void *buf, size_t n, int root, char **out, s
     mp_status st = MP_OK;
     int rc;
     if (!all || !counts || !displs) { st = MP_ERR_NOMEM; goto cleanup; }
-    if ((rc = MPI_Gather(&mine, 1, MPI_INT64_T, all, 1, MPI_INT64_T, root, comm())) != MPI_SUCCESS) {
+    MPI_Request rq;
+    if ((rc = MPI_Igather(&mine, 1, MPI_INT64_T, all, 1, MPI_INT64_T, root, comm(), &rq)) != MPI_SUCCESS) {
         st = mpi_fail(rc, "gather");
         goto cleanup;
     }
+    if ((st = wait_all(&rq, 1, "gather")) != MP_OK) goto cleanup;
     /* everyone learns whether the total fits MPI's int counts */
     int64_t total = 0;
     if (me == root)
         for (int r = 0; r < size; r++) total += all[r];
-    if ((rc = MPI_Bcast(&total, 1, MPI_INT64_T, root, comm())) != MPI_SUCCESS) { st = mpi_fail(rc, "gather"); goto cleanup; }
+    if ((rc = MPI_Ibcast(&total, 1, MPI_INT64_T, root, comm(), &rq)) != MPI_SUCCESS) { st = mpi_fail(rc, "gather"); goto cleanup; }
+    if ((st = wait_all(&rq, 1, "gather")) != MP_OK) goto cleanup;
     if (total > INT32_MAX) {
         st = mp_error(MP_ERR_ARG, "MPI: gathering %lld bytes of results on rank %d (at most 2 GiB)", (long long)total,
                       root);
@@ -214,8 +322,10 @@ mp_status mp_mpi_gather_bytes(const void *buf, size_t n, int root, char **out, s
     }
     /* (a root that could not allocate has left above with MP_ERR_NOMEM: its caller raises the error, which
        ends the job, the other ranks included) */
-    if ((rc = MPI_Gatherv(buf, (int)n, MPI_BYTE, *out, counts, displs, MPI_BYTE, root, comm())) != MPI_SUCCESS)
+    if ((rc = MPI_Igatherv(buf, (int)n, MPI_BYTE, *out, counts, displs, MPI_BYTE, root, comm(), &rq)) != MPI_SUCCESS)
         st = mpi_fail(rc, "gather");
+    else
+        st = wait_all(&rq, 1, "gather");
 cleanup:
     if (st != MP_OK && *out) { free(*out); *out = NULL; }
     free(all);
@@ -227,7 +337,10 @@ cleanup:
 int mp_mpi_first_failed(int failed) {
     if (!active()) return failed ? 0 : -1;
     int v = failed ? g_wrank : g_wsize, lowest = v;
-    if (MPI_Allreduce(&v, &lowest, 1, MPI_INT, MPI_MIN, comm()) != MPI_SUCCESS) return failed ? g_wrank : 0;
+    MPI_Request rq;
+    if (MPI_Iallreduce(&v, &lowest, 1, MPI_INT, MPI_MIN, comm(), &rq) != MPI_SUCCESS ||
+        wait_all(&rq, 1, "agreeing on a failure") != MP_OK)
+        return failed ? g_wrank : 0;
     return lowest < g_wsize ? lowest : -1;
 }
 
@@ -253,8 +366,8 @@ static mp_status gs_counts(void *user, int64_t *counts, int n) {
     gsync *s = user;
     s->off = 0;
     s->n_req = 0;
-    int rc = MPI_Allreduce(MPI_IN_PLACE, counts, n, MPI_INT64_T, MPI_SUM, comm());
-    return rc == MPI_SUCCESS ? MP_OK : mpi_fail(rc, "summing the target counts");
+    COLLECTIVE("summing the target counts", MPI_Iallreduce(MPI_IN_PLACE, counts, n, MPI_INT64_T, MPI_SUM, comm(), &rq));
+    return MP_OK;
 }
 
 /* Calls fn(segment, floats) for the gradient tensors of bucket `layer`
@@ -307,16 +420,16 @@ static mp_status gs_ready(void *user, mp_grads *g, const mp_config *c, int layer
 
 static mp_status gs_finish(void *user, mp_grads *g, double *loss) {
     gsync *s = user;
-    int rc = MPI_Waitall(s->n_req, s->req, MPI_STATUSES_IGNORE);
-    if (rc != MPI_SUCCESS) return mpi_fail(rc, "waiting for the gradient all-reduce");
+    mp_status ws = wait_all(s->req, s->n_req, "waiting for the gradient all-reduce");
+    if (ws != MP_OK) return ws;
     if (s->n_req != s->cfg->n_layer + 1)
         return mp_error(MP_ERR_ARG, "MPI: %d gradient buckets reduced, expected %d", s->n_req, s->cfg->n_layer + 1);
     s->n_req = 0;
     /* the sums back into the gradients, in the order they were packed */
     s->off = 0;
     for (int l = s->cfg->n_layer - 1; l >= -1; l--) each_segment(s->cfg, g, l, copy_seg, s, 0);
-    rc = MPI_Allreduce(MPI_IN_PLACE, loss, 1, MPI_DOUBLE, MPI_SUM, comm());
-    return rc == MPI_SUCCESS ? MP_OK : mpi_fail(rc, "summing the loss");
+    COLLECTIVE("summing the loss", MPI_Iallreduce(MPI_IN_PLACE, loss, 1, MPI_DOUBLE, MPI_SUM, comm(), &rq));
+    return MP_OK;
 }
 
 const mp_grad_sync *mp_mpi_grad_sync(void) {

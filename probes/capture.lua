@@ -23,7 +23,7 @@ local o = cli.parse(arg, {
   {"tokens_file", "FILE", "like --text-file, each line comma-separated token ids"},
   {"hooks", "GLOBS", "hook names, '*' also matches dots", default = "*"},
   {"logits", nil, "also store /logits [B,T,V]"},
-  {"compress", "N", "deflate level 0-9 (with shuffle)", default = 0, type = "int"},
+  {"compress", "N", "deflate level 0-9 (with shuffle)", default = 0, type = "int", max = 9},
   {"out", "FILE.h5", "output run file (written atomically)", required = true},
 })
 local given = (o.text and 1 or 0) + (o.tokens and 1 or 0) + (o.text_file and 1 or 0) + (o.tokens_file and 1 or 0)
@@ -45,11 +45,10 @@ local model = mp.load(o.model, {tokenizer = o.tokenizer, device = dev.device, pr
 
 if o.text_file or o.tokens_file then
   local path = o.text_file or o.tokens_file
-  local f, err = io.open(path, "rb")
-  if not f then error(("capture: %s"):format(err), 0) end
+  local text = mp.read_file(path, {what = o.text_file and "--text-file" or "--tokens-file", max_bytes = 1 << 30})
   local lines = {}
-  for line in f:lines() do lines[#lines + 1] = line:gsub("\r$", "") end
-  f:close()
+  for line in text:gmatch("([^\n]*)\n?") do lines[#lines + 1] = line:gsub("\r$", "") end
+  if text == "" then lines = {} end
   if #lines == 0 then error(("capture: %s: no prompts (the file is empty)"):format(path), 0) end
   -- this rank's lines; each rank reads and checks only its own
   local first, count = mp.mpi.split(#lines)

@@ -12,8 +12,8 @@ local o = cli.parse(arg, {
   cli.DEVICE_OPTS[1], cli.DEVICE_OPTS[2],
   {"prompt", "STR", "prompt text (default: start from BOS)", default = ""},
   {"steps", "N", "new tokens at most", default = 64, type = "int"},
-  {"temperature", "T", "0 = greedy", default = 1.0, type = "number"},
-  {"top_p", "P", "nucleus sampling mass", default = 0.9, type = "number"},
+  {"temperature", "T", "0 = greedy", default = 1.0, type = "number", min = 0},
+  {"top_p", "P", "nucleus sampling mass", default = 0.9, type = "number", min = 0, max = 1},
   {"seed", "S", "random seed", default = 1234, type = "int"},
 })
 local dev = cli.check_device("generate", o)

@@ -165,11 +165,10 @@ local function model_path_of(seed)
   return o.seeds and (o.model:gsub("%%d", tostring(seed))) or o.model
 end
 local function load_model(path)
-  local f = io.open(path, "rb")
-  if not f then
-    io.stderr:write(("mechprobe group_arith: --model %s: no such file\n"):format(path)); os.exit(2)
+  local ok, err = pcall(mp.input_size, path, {what = "--model", max_bytes = 1 << 40})
+  if not ok then
+    io.stderr:write(("mechprobe group_arith: %s\n"):format(err)); os.exit(2)
   end
-  f:close()
   local m = mp.load(path, {device = o.device})
   local cfg = m.config
   local kmax = math.max(o.train_k, o.k_patch)

@@ -29,26 +29,27 @@ local o = cli.parse(arg, {
   {"model", "FILE", "analyse this checkpoint instead of training one"},
   {"seed", "N", "random seed", default = 1, type = "int"},
 })
-mp.mkdir(o.out)
 
 local function read(path)
-  local f = io.open(path, "rb")
-  if not f then
-    io.stderr:write(("mechprobe quickstart: %s: cannot open (give a text file with --corpus)\n"):format(path))
+  local ok, s = pcall(mp.read_file, path, {what = "--corpus", max_bytes = 1 << 32})
+  if not ok then
+    io.stderr:write(("mechprobe quickstart: %s (give a text file with --corpus)\n"):format(s))
     os.exit(1)
   end
-  local s = f:read("a")
-  f:close()
   return s
 end
+
+-- a given corpus is checked and read before the output folder is made
+local corpus = o.corpus and read(o.corpus)
+mp.mkdir(o.out)
 
 -- 1. train (or load)
 local m
 if not o.corpus then
   o.corpus = o.out .. "/corpus.txt"
   require("rope_id").build_corpus(o.corpus)
+  corpus = read(o.corpus)
 end
-local corpus = read(o.corpus)
 local held_out = corpus:sub(math.floor(#corpus * 0.9) + 1)   -- the task's validation split
 local model_path = o.model or (o.out .. "/model.h5")
 if o.model then

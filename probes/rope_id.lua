@@ -55,9 +55,9 @@ if o.resume and (o.rejudge or o.merge) then fail("--resume trains: it goes with 
 if o.merge then
   if o.rejudge then fail("give at most one of --rejudge and --merge") end
   for _, d in ipairs({o.out, o.merge}) do
-    local fh = io.open(d .. "/rope_id.h5", "rb")
-    if not fh then fail(("--merge: %s/rope_id.h5: no such run file"):format(d)) end
-    fh:close()
+    local ok, err = pcall(mp.input_size, d .. "/rope_id.h5", {what = "--merge: run file", max_bytes = 1 << 40})
+    if not ok and err:find("No such file", 1, true) then fail(("--merge: %s/rope_id.h5: no such run file"):format(d)) end
+    if not ok then fail(err) end
   end
   local ok, V, seeds = pcall(rid.merge, o.out, o.merge)
   if not ok then fail(tostring(V)) end
@@ -66,9 +66,9 @@ if o.merge then
   return
 end
 if o.rejudge then
-  local fh = io.open(o.out .. "/rope_id.h5", "rb")
-  if not fh then fail(("--rejudge: %s/rope_id.h5: no such run file"):format(o.out)) end
-  fh:close()
+  local ok, err = pcall(mp.input_size, o.out .. "/rope_id.h5", {what = "--rejudge: run file", max_bytes = 1 << 40})
+  if not ok and err:find("No such file", 1, true) then fail(("--rejudge: %s/rope_id.h5: no such run file"):format(o.out)) end
+  if not ok then fail(err) end
   for _, line in ipairs(require("verdicts").report_lines(rid.rejudge(o.out), {58, 40, 62})) do print(line) end
   return
 end
@@ -118,9 +118,8 @@ if o.sequences then
   p.B_ret, p.B_text, p.B_geo = o.sequences, o.sequences, math.min(p.B_geo, o.sequences)
 end
 if o.corpus then
-  local f = io.open(o.corpus, "rb")
-  if not f then fail(("--corpus %s: cannot open"):format(o.corpus)) end
-  f:close()
+  local ok, err = pcall(mp.input_size, o.corpus, {what = "--corpus", max_bytes = 1 << 32})
+  if not ok then fail(err) end
   p.corpus = o.corpus
 end
 rid.run(p)

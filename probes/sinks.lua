@@ -40,10 +40,10 @@ local o = cli.parse(arg, {
   {"text", "STR", "input text"},
   {"text_file", "FILE", "input text from a file"},
   {"tokens", "IDS", "comma-separated token ids"},
-  {"max_tokens", "N", "truncate the input to N tokens", default = 256, type = "int"},
-  {"eps", "X", "a head sinks when alpha_0 > X", default = 0.3, type = "number"},
+  {"max_tokens", "N", "truncate the input to N tokens", default = 256, type = "int", min = 4, max = 1 << 20},
+  {"eps", "X", "a head sinks when alpha_0 > X", default = 0.3, type = "number", min = 0, max = 1},
   {"window", "N", "position window for the stable-rank curve", default = 32, type = "int"},
-  {"boot", "N", "bootstrap resamples", default = 1000, type = "int"},
+  {"boot", "N", "bootstrap resamples", default = 1000, type = "int", min = 1, max = 1000000},
   {"seed", "N", "bootstrap seed", default = 1, type = "int"},
   {"format", "EXT", "figure format: png, svg or pdf", default = "png"},
   {"out", "DIR", "output folder", required = true},
@@ -103,9 +103,8 @@ if o.preset then
     p.d_model, p.d_mlp = o.d_model, math.min(p.d_mlp, 4 * o.d_model)
   end
   if o.corpus then
-    local f = io.open(o.corpus, "rb")
-    if not f then cli.fail("sinks", ("--corpus %s: cannot open"):format(o.corpus)) end
-    f:close()
+    local ok, err = pcall(mp.input_size, o.corpus, {what = "--corpus", max_bytes = 1 << 32})
+    if not ok then cli.fail("sinks", err) end
     p.corpus = o.corpus
   end
   p.progress = o.preset ~= "quick"
@@ -129,10 +128,9 @@ if o.tokens then
 else
   local text = o.text
   if o.text_file then
-    local f = io.open(o.text_file, "rb")
-    if not f then cli.fail("sinks", ("%s: cannot open"):format(o.text_file), 1) end
-    text = f:read("a")
-    f:close()
+    local ok, t = pcall(mp.read_file, o.text_file, {what = "--text-file", max_bytes = 1 << 30})
+    if not ok then cli.fail("sinks", t, 1) end
+    text = t
   end
   tokens = m:to_tokens(text)
 end

@@ -130,6 +130,9 @@ static mp_status parse_header(const unsigned char *h, size_t size, const char *p
     return mp_config_validate(c, path);
 }
 
+/* llama2.c files below this size are read into memory, larger ones mapped. */
+#define L2C_COPY_BELOW ((size_t)64 << 20)
+
 mp_status mp_model_load_llama2c(mp_model **out, const char *path) {
     mp_status st = MP_OK;
     mp_model *m = NULL;
@@ -182,13 +185,39 @@ mp_status mp_model_load_llama2c(mp_model **out, const char *path) {
                       path, size - expect, expect, size);
         goto cleanup;
     }
-    m->map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m->map == MAP_FAILED) {
-        m->map = NULL;
-        st = mp_error(MP_ERR_IO, "%s: mmap failed: %s", path, strerror(errno));
-        goto cleanup;
+    if (size < L2C_COPY_BELOW) {
+        /* Small files are copied into (anonymous, then read-only) memory: a file
+         * mapped from disk that is truncated in place while in use (rewritten by
+         * another program) ends the process with SIGBUS on the next access. */
+        m->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m->map == MAP_FAILED) {
+            m->map = NULL;
+            st = mp_error(MP_ERR_NOMEM, "%s: out of memory for %zu bytes of parameters", path, size);
+            goto cleanup;
+        }
+        m->map_len = size;
+        for (size_t done = 0; done < size;) {
+            ssize_t k = pread(fd, (char *)m->map + done, size - done, (off_t)done);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) {
+                st = mp_error(MP_ERR_IO, "%s: read failed after %zu of %zu bytes: %s", path, done, size,
+                              k < 0 ? strerror(errno) : "the file shrank while read");
+                goto cleanup;
+            }
+            done += (size_t)k;
+        }
+        mprotect(m->map, size, PROT_READ);
+    } else {
+        /* Larger files are mapped: truncating one in place while mechprobe uses it
+         * ends the process with SIGBUS (documented in the README). */
+        m->map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m->map == MAP_FAILED) {
+            m->map = NULL;
+            st = mp_error(MP_ERR_IO, "%s: mmap failed: %s", path, strerror(errno));
+            goto cleanup;
+        }
+        m->map_len = size;
     }
-    m->map_len = size;
     float *p = (float *)((char *)m->map + header);   /* header is a multiple of 4 */
     for (int i = 0; i < na; i++) {
         if (arr[i].dst) *arr[i].dst = p;

@@ -4,7 +4,8 @@
 --   local opts = cli.parse(arg, {
 --     name = "capture", summary = "one line",
 --     {"model", "FILE", "model checkpoint (llama2.c .bin)", required = true},
---     {"steps", "N", "number of steps", default = 64, type = "int"},
+--     {"steps", "N", "number of steps", default = 64, type = "int"},   -- 0..2^31-1 unless min/max
+--     {"lr", "X", "learning rate", type = "number", min = 0},         -- finite; min/max when given
 --     {"logits", nil, "also store the logits"},          -- a flag
 --   })
 --
@@ -132,6 +133,38 @@ local function fail(spec, msg)
   os.exit(2)
 end
 
+-- The range of an option of type "int" without min/max: a count, size, step or
+-- seed (a larger or negative value is a mistake, or would wrap further on).
+cli.INT_MIN, cli.INT_MAX = 0, 2147483647
+
+-- Checks a numeric option's text: an int is decimal digits only (a hex
+-- "0x8000000000000000" would wrap to a negative integer) within
+-- [o.min or 0, o.max or 2^31-1]; a number is finite (no nan, inf or 1e999)
+-- within [o.min, o.max] when given. Returns the value.
+function cli.check_number(spec, name, o, val)
+  local n = tonumber(val)
+  if o.type == "int" then
+    if not tostring(val):match("^%s*[+-]?%d+%s*$") or not n then
+      fail(spec, ("option --%s: an integer expected, got '%s'"):format(name, val))
+    end
+  elseif not n then
+    fail(spec, ("option --%s: a number expected, got '%s'"):format(name, val))
+  end
+  if n ~= n or n == math.huge or n == -math.huge then
+    fail(spec, ("option --%s: a finite number expected, got '%s'"):format(name, val))
+  end
+  local lo, hi = o.min, o.max
+  if o.type == "int" then lo, hi = lo or cli.INT_MIN, hi or cli.INT_MAX end
+  if math.type(n) == "float" and o.type == "int" then  -- decimal digits beyond the 64-bit integers
+    fail(spec, ("option --%s = %s is out of range (%d..%d)"):format(name, val, lo, hi))
+  end
+  if (lo and n < lo) or (hi and n > hi) then
+    fail(spec, ("option --%s = %s is out of range (%s..%s)"):format(name, val, lo and tostring(lo) or "",
+      hi and tostring(hi) or ""))
+  end
+  return n
+end
+
 function cli.parse(argv, spec)
   local byname, opts = {}, {}
   for _, o in ipairs(spec) do
@@ -158,11 +191,7 @@ function cli.parse(argv, spec)
         if val == nil then fail(spec, ("option --%s needs a value (%s)"):format(name, o[2])) end
       end
       if o.type == "int" or o.type == "number" then
-        local n = tonumber(val)
-        if not n or (o.type == "int" and math.type(n) ~= "integer") then
-          fail(spec, ("option --%s: %s expected, got '%s'"):format(name, o.type == "int" and "an integer" or "a number", val))
-        end
-        val = n
+        val = cli.check_number(spec, name, o, val)
       end
       opts[o[1]] = val
     end
@@ -175,12 +204,18 @@ function cli.parse(argv, spec)
 end
 
 -- "1,2,3" -> {1, 2, 3}; errors name the option.
-function cli.int_list(s, what)
+-- Items are decimal integers (a hex item could wrap) within lo..hi when given.
+function cli.int_list(s, what, lo, hi)
   local t = {}
   for item in tostring(s):gmatch("[^,]+") do
     local n = tonumber(item)
-    if not n or math.type(n) ~= "integer" then
+    if not n or math.type(n) ~= "integer" or not item:match("^%s*[+-]?%d+%s*$") then
       io.stderr:write(("mechprobe: %s: '%s' is not an integer\n"):format(what, item))
+      os.exit(2)
+    end
+    if (lo and n < lo) or (hi and n > hi) then
+      io.stderr:write(("mechprobe: %s: %s is out of range (%d..%d)\n"):format(what, item, lo or math.mininteger,
+        hi or math.maxinteger))
       os.exit(2)
     end
     t[#t + 1] = n
@@ -192,7 +227,7 @@ end
 -- A --seeds list: integers, none twice (a repeated seed would count one run as
 -- two independent replicates in every interval).
 function cli.seed_list(name, s)
-  local seeds, seen = cli.int_list(s, "--seeds"), {}
+  local seeds, seen = cli.int_list(s, "--seeds", cli.INT_MIN, cli.INT_MAX), {}
   for _, v in ipairs(seeds) do
     if seen[v] then cli.fail(name, ("--seeds: seed %d given twice"):format(v)) end
     seen[v] = true

@@ -1446,10 +1446,7 @@ function M.run(o)
     mp.mpi.barrier()                  -- the other ranks read it
   end
   do                                  -- its size: part of the text models' settings (--resume)
-    local fh = io.open(ci.path, "rb")
-    if not fh then error(("rope_id: %s: cannot open the corpus"):format(ci.path), 0) end
-    ci.size = fh:seek("end")
-    fh:close()
+    ci.size = mp.input_size(ci.path, {what = "--corpus", max_bytes = 1 << 32})
   end
   local runs, f = {}, nil
   for si, seed in ipairs(seeds) do

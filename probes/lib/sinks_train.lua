@@ -422,9 +422,7 @@ function M.run(o)
   end
   local H
   do
-    local fh = assert(io.open(corpus, "rb"))
-    H = M.unigram_entropy(fh:read("a"))
-    fh:close()
+    H = M.unigram_entropy(mp.read_file(corpus, {what = "--corpus", max_bytes = 1 << 32}))
   end
   local r = report.new()
   local t_start = os.time()

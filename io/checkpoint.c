@@ -6,22 +6,20 @@
  * the file really holds before anything is allocated. */
 #define _GNU_SOURCE /* pipe2, strsignal */
 #include "checkpoint.h"
+#include "guard_spawn.h"
 #include "h5config.h"
 #include "h5io.h"
 #include "quant.h"
 
 #include <errno.h>
-#include <link.h>
 #include <fcntl.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -511,164 +509,35 @@ static _Noreturn void child_main(int fd, const char *path, uint64_t fsize, int w
  * below before main() runs, and never returns to the program. Where the image
  * cannot be spawned, the child is a fork of this process as before.
  *
- * The variable cannot make an ordinary process a reader by accident: its value
- * carries a random token made for this one load, and the parent writes the
- * same token into a second pipe the child gets as descriptor `tfd`; the child
- * is a reader only when the value parses, `tfd` is a pipe holding exactly that
- * token, and `fd` is a pipe open for writing only. Anything else (a stray
- * MECHPROBE_CHECKPOINT_READER=1 in the environment, a value copied from
- * another process) is removed from the environment and has no effect. */
+ * The variable cannot make an ordinary process a reader by accident (a
+ * per-load token, checked through a pipe: guard_spawn.h). */
 #define CKPT_READER_ENV "MECHPROBE_CHECKPOINT_READER"
-#define CKPT_TOKEN_LEN 32 /* hex digits */
-
-/* Whether fd is an open pipe (a FIFO) whose access mode is `acc`. */
-static int is_pipe(int fd, int acc) {
-    struct stat sb;
-    if (fd < 3 || fstat(fd, &sb) != 0 || !S_ISFIFO(sb.st_mode)) return 0;
-    int fl = fcntl(fd, F_GETFL);
-    return fl >= 0 && (fl & O_ACCMODE) == acc;
-}
 
 __attribute__((constructor)) static void ckpt_reader_entry(void) {
-    const char *e = getenv(CKPT_READER_ENV);
-    if (!e) return;
-    int fd, tfd, want_opt, want_log, fault, used = 0;
+    int fd, want_opt, want_log, fault, used = 0;
     unsigned timeout;
     unsigned long long fsize;
-    char token[CKPT_TOKEN_LEN + 1] = "", got[CKPT_TOKEN_LEN + 2];
-    if (sscanf(e, "%d,%d,%d,%d,%u,%d,%llu,%32[0-9a-f],%n", &fd, &tfd, &want_opt, &want_log, &timeout, &fault,
-               &fsize, token, &used) != 8 ||
-        used == 0 || e[used] == '\0' || strlen(token) != CKPT_TOKEN_LEN || fd == tfd || (want_opt | want_log) > 1 ||
-        want_opt < 0 || want_log < 0 || fault < 0 || fault > MP_CKPT_FAULT_HANG || timeout > 10000000u ||
-        !is_pipe(tfd, O_RDONLY) || !is_pipe(fd, O_WRONLY))
-        goto ignore;
-    /* the token pipe: written and closed by the parent before the spawn */
-    int fl = fcntl(tfd, F_GETFL);
-    if (fl < 0 || fcntl(tfd, F_SETFL, fl | O_NONBLOCK) != 0) goto ignore;
-    size_t n = 0;
-    for (;;) {
-        ssize_t k = read(tfd, got + n, sizeof got - n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        n += (size_t)k;
-        if (n == sizeof got) break;
+    const char *task = mp_guard_task(CKPT_READER_ENV, &fd);
+    if (!task) return;
+    if (sscanf(task, "%d,%d,%u,%d,%llu,%n", &want_opt, &want_log, &timeout, &fault, &fsize, &used) != 5 ||
+        used == 0 || task[used] == '\0' || (want_opt | want_log) > 1 || want_opt < 0 || want_log < 0 || fault < 0 ||
+        fault > MP_CKPT_FAULT_HANG || timeout > 10000000u) {
+        unsetenv(CKPT_READER_ENV);
+        return;
     }
-    if (n != CKPT_TOKEN_LEN || memcmp(got, token, CKPT_TOKEN_LEN) != 0) goto ignore;
-    close(tfd);
-    child_main(fd, e + used, (uint64_t)fsize, want_opt, want_log, timeout, fault);
-ignore:
-    unsetenv(CKPT_READER_ENV);
+    child_main(fd, task + used, (uint64_t)fsize, want_opt, want_log, timeout, fault);
 }
 
-/* A fresh random token, CKPT_TOKEN_LEN hex digits. */
-static void make_token(char out[CKPT_TOKEN_LEN + 1]) {
-    unsigned char r[CKPT_TOKEN_LEN / 2];
-    size_t n = 0;
-    while (n < sizeof r) {
-        ssize_t k = getrandom(r + n, sizeof r - n, 0);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        n += (size_t)k;
-    }
-    if (n < sizeof r) { /* no getrandom: the clock and the pid, still checked through the pipe */
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t x = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 32);
-        for (size_t i = 0; i < sizeof r; i++) {
-            x ^= x >> 33;
-            x *= 0xff51afd7ed558ccdull;
-            r[i] = (unsigned char)(x >> 56);
-        }
-    }
-    for (size_t i = 0; i < sizeof r; i++) snprintf(out + 2 * i, 3, "%02x", r[i]);
-}
-
-extern char **environ;
-
-/* Whether this code is part of the main program (not a shared object loaded by
- * another one): only then does /proc/self/exe carry the reader's entry. */
-static int main_has_reader_cb(struct dl_phdr_info *info, size_t size, void *u) {
-    (void)size;
-    const uintptr_t fn = (uintptr_t)u;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        uintptr_t lo = (uintptr_t)info->dlpi_addr + ph->p_vaddr;
-        if (ph->p_type == PT_LOAD && fn >= lo && fn < lo + ph->p_memsz) return 1;
-    }
-    return -1; /* the first object listed is the main program: stop there */
-}
-
-static int main_has_reader(void) {
-    return dl_iterate_phdr(main_has_reader_cb, (void *)(uintptr_t)&ckpt_reader_entry) == 1;
-}
-
-/* Starts the reader image with the write end of the pipe as its descriptor
- * cfd and the read end of a pipe holding the token as tfd (the lowest numbers
- * from 3 that are neither of the parent's descriptors, so that no dup2 undoes
- * another and each clears close-on-exec); 0 and *pid set, or an errno value
- * (then fork instead). */
+/* Starts the reader image (guard_spawn.h); 0 and *pid set, or an errno value (then fork instead). */
 static int spawn_reader(pid_t *pid, int wfd, const char *path, uint64_t fsize, int want_opt, int want_log,
                         unsigned timeout, int fault) {
-    if (!main_has_reader()) return ENOEXEC;
-    char token[CKPT_TOKEN_LEN + 1];
-    make_token(token);
-    int tp[2];
-    if (pipe2(tp, O_CLOEXEC) != 0) return errno;
-    if (write(tp[1], token, CKPT_TOKEN_LEN) != CKPT_TOKEN_LEN) { /* a fresh pipe holds 64 KiB */
-        close(tp[0]);
-        close(tp[1]);
-        return EIO;
-    }
-    close(tp[1]);
-    size_t n = 0;
-    while (environ && environ[n]) n++;
-    char **envp = malloc((n + 3) * sizeof *envp);
-    size_t tlen = strlen(path) + 160;
+    size_t tlen = strlen(path) + 96;
     char *task = malloc(tlen);
-    if (!envp || !task) {
-        free(envp);
-        free(task);
-        close(tp[0]);
-        return ENOMEM;
-    }
-    int cfd = 3;
-    while (cfd == wfd || cfd == tp[0]) cfd++;
-    int tfd = cfd + 1;
-    while (tfd == wfd || tfd == tp[0]) tfd++;
-    snprintf(task, tlen, CKPT_READER_ENV "=%d,%d,%d,%d,%u,%d,%llu,%s,%s", cfd, tfd, want_opt, want_log, timeout,
-             fault, (unsigned long long)fsize, token, path);
-    size_t k = 0;
-    envp[k++] = task;
-    /* no BLAS thread pool in a process that multiplies nothing */
-    envp[k++] = "OPENBLAS_NUM_THREADS=1";
-    for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], CKPT_READER_ENV "=", sizeof CKPT_READER_ENV) &&
-            strncmp(environ[i], "OPENBLAS_NUM_THREADS=", 21))
-            envp[k++] = environ[i];
-    envp[k] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t at;
-    sigset_t none, all;
-    sigemptyset(&none);
-    sigfillset(&all);
-    int err = posix_spawn_file_actions_init(&fa);
-    if (!err) {
-        if (!(err = posix_spawnattr_init(&at))) {
-            /* dup2 onto another number clears close-on-exec there */
-            err = posix_spawn_file_actions_adddup2(&fa, wfd, cfd);
-            if (!err) err = posix_spawn_file_actions_adddup2(&fa, tp[0], tfd);
-            if (!err) err = posix_spawnattr_setsigmask(&at, &none);
-            if (!err) err = posix_spawnattr_setsigdefault(&at, &all);
-            if (!err) err = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-            char *argv[] = {"mechprobe (checkpoint reader)", NULL};
-            if (!err) err = posix_spawn(pid, "/proc/self/exe", &fa, &at, argv, envp);
-            posix_spawnattr_destroy(&at);
-        }
-        posix_spawn_file_actions_destroy(&fa);
-    }
-    close(tp[0]);
+    if (!task) return ENOMEM;
+    snprintf(task, tlen, "%d,%d,%u,%d,%llu,%s", want_opt, want_log, timeout, fault, (unsigned long long)fsize, path);
+    int err = mp_guard_spawn(pid, CKPT_READER_ENV, (const void *)&ckpt_reader_entry, wfd, task,
+                             "mechprobe (checkpoint reader)");
     free(task);
-    free(envp);
     return err;
 }
 
@@ -765,30 +634,9 @@ fail:
     return st;
 }
 
-/* Seconds the child may take: g->timeout_s, else MECHPROBE_LOAD_TIMEOUT,
- * else 5 s plus 1 s per 16 MiB of file (a small corrupt file fails in
- * seconds; a valid one loads at well over 16 MiB/s), four times that in a
- * sanitizer build (slower to start and to read). */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define CKPT_SLOWDOWN 4.0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define CKPT_SLOWDOWN 4.0
-#endif
-#endif
-#ifndef CKPT_SLOWDOWN
-#define CKPT_SLOWDOWN 1.0
-#endif
-
+/* Seconds the child may take: g->timeout_s, else mp_guard_timeout's. */
 static double load_timeout(const mp_checkpoint_guard *g, uint64_t fsize) {
-    if (g && g->timeout_s > 0) return g->timeout_s;
-    const char *e = getenv("MECHPROBE_LOAD_TIMEOUT");
-    if (e && *e) {
-        char *end;
-        double t = strtod(e, &end);
-        if (*end == '\0' && t > 0 && t < 1e6) return t;
-    }
-    return CKPT_SLOWDOWN * (5.0 + (double)(fsize >> 24));
+    return g && g->timeout_s > 0 ? g->timeout_s : mp_guard_timeout(fsize);
 }
 
 mp_status mp_checkpoint_load_guarded(const char *path, mp_model **out, mp_adamw *opt, mp_train_log *log,

@@ -5,6 +5,7 @@
  * strings. Failures name the file, the object and the attribute. */
 #include "h5io.h"
 #include "h5io_priv.h"
+#include "h5guard.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,6 +144,10 @@ typedef struct {
 static herr_t attr_cb(hid_t o, const char *name, const H5A_info_t *ai, void *u) {
     (void)ai;
     attr_ctx *c = u;
+    if (c->n >= MP_H5_MAX_ATTRS) {
+        c->st = mp_h5_fail_plain(MP_ERR_FORMAT, c->loc, c->obj, "more than %d attributes (refused)", MP_H5_MAX_ATTRS);
+        return -1;
+    }
     if (c->n == c->cap) {
         int cap = c->cap ? 2 * c->cap : 16;
         mp_h5_attr *a = realloc(c->a, (size_t)cap * sizeof *a);

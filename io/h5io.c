@@ -8,6 +8,7 @@
 #include "h5io.h"
 #include "h5stream.h"
 #include "h5io_priv.h"
+#include "h5guard.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -479,7 +480,10 @@ mp_status mp_h5_atomic_commit(mp_h5_atomic *a) {
     a->file = H5I_INVALID_HID;
     if ((st = mp_h5_close_checked(f, what)) != MP_OK) goto cleanup;
     /* fsync, check the temporary is still ours, rename over the destination, sync the directory */
+    char *done = strdup(a->path); /* mp_out_commit releases the name */
     st = mp_out_commit(&a->out, 1);
+    if (st == MP_OK && done) mp_h5_trust_note(done); /* written by this process: reopening it needs no check */
+    free(done);
 cleanup:
     mp_h5_atomic_abort(a);
     return st;
@@ -506,6 +510,7 @@ void mp_h5_atomic_abort(mp_h5_atomic *a) {
  * or user-defined) or, with hard_only, is a soft link — never followed. */
 static int link_walk(hid_t loc, const char *path, int hard_only) {
     if (mp_h5_is_self(path)) return 1;
+    if (mp_h5_path_depth(path) > MP_H5_MAX_DEPTH) return 0; /* each prefix is walked: quadratic in the depth */
     size_t n = strlen(path);
     char *buf = malloc(n + 1);
     if (!buf) return 0;
@@ -574,46 +579,70 @@ void mp_h5_list_free(mp_h5_entry *e, int n) {
     free(e);
 }
 
+typedef struct {
+    mp_h5_entry *e;
+    int n, cap;
+    mp_status st;
+    hid_t loc;
+    const char *gname;
+} list_ctx;
+
+static herr_t list_cb(hid_t g, const char *name, const H5L_info_t *li, void *u) {
+    (void)li;
+    list_ctx *c = u;
+    if (c->n >= (int)MP_H5_MAX_OBJECTS) {
+        c->st = mp_h5_fail_plain(MP_ERR_FORMAT, c->loc, c->gname, "more than %u links in one group (refused)",
+                                 MP_H5_MAX_OBJECTS);
+        return -1;
+    }
+    if (c->n == c->cap) {
+        int cap = c->cap ? 2 * c->cap : 16;
+        mp_h5_entry *e = realloc(c->e, (size_t)cap * sizeof *e);
+        if (!e) { c->st = mp_error(MP_ERR_NOMEM, "out of memory listing a group"); return -1; }
+        c->e = e;
+        c->cap = cap;
+    }
+    char *copy = strdup(name);
+    if (!copy) { c->st = mp_error(MP_ERR_NOMEM, "out of memory listing a group"); return -1; }
+    c->e[c->n].name = copy;
+    c->e[c->n].kind = MP_H5_OTHER;
+    hid_t o = H5Oopen(g, name, H5P_DEFAULT);
+    if (o >= 0) { c->e[c->n].kind = kind_of(o); H5Oclose(o); }
+    else H5Eclear2(H5E_DEFAULT); /* dangling soft/external link */
+    c->n++;
+    return 0;
+}
+
+/* One pass of H5Literate (in name order): listing by index would cost a
+ * lookup per link, quadratic in a large group. */
 mp_status mp_h5_list(hid_t loc, const char *group, mp_h5_entry **out, int *n) {
     mp_h5_init();
-    mp_status st = MP_OK;
-    mp_h5_entry *e = NULL;
-    int count = 0;
     hid_t g = H5I_INVALID_HID;
     const char *gname = mp_h5_is_self(group) ? "." : group;
     mp_h5_kind kind;
     *out = NULL;
     *n = 0;
+    if (!mp_h5_is_self(group) && mp_h5_path_depth(group) > MP_H5_MAX_DEPTH)
+        return mp_h5_fail_plain(MP_ERR_ARG, loc, group, "path deeper than %d groups (refused)", MP_H5_MAX_DEPTH);
     if (!mp_h5_exists(loc, gname, &kind)) return mp_h5_fail_plain(MP_ERR_ARG, loc, mp_h5_objname(group), "no such group");
     if (kind != MP_H5_GROUP) return mp_h5_fail_plain(MP_ERR_ARG, loc, mp_h5_objname(group), "not a group");
+    list_ctx c = {NULL, 0, 0, MP_OK, loc, gname};
     g = H5Oopen(loc, gname, H5P_DEFAULT);
     H5G_info_t gi;
-    if (g < 0 || H5Gget_info(g, &gi) < 0) { st = mp_h5_fail(MP_ERR_HDF5, loc, gname, "cannot open group"); goto cleanup; }
-    if (gi.nlinks > (hsize_t)(1 << 30)) { st = mp_h5_fail_plain(MP_ERR_FORMAT, loc, gname, "too many links"); goto cleanup; }
-    e = mp_calloc((size_t)gi.nlinks, sizeof *e, "a group listing");
-    if (!e) { st = MP_ERR_NOMEM; goto cleanup; }
-    for (hsize_t i = 0; i < gi.nlinks; i++) {
-        ssize_t len = H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, NULL, 0, H5P_DEFAULT);
-        if (len < 0) { st = mp_h5_fail(MP_ERR_HDF5, loc, gname, "cannot list link %llu", (unsigned long long)i); goto cleanup; }
-        char *name = mp_malloc((size_t)len + 1, "a link name");
-        if (!name) { st = MP_ERR_NOMEM; goto cleanup; }
-        if (H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, (size_t)len + 1, H5P_DEFAULT) < 0) {
-            free(name);
-            st = mp_h5_fail(MP_ERR_HDF5, loc, gname, "cannot list link %llu", (unsigned long long)i);
-            goto cleanup;
-        }
-        e[count].name = name;
-        e[count].kind = MP_H5_OTHER;
-        count++;
-        hid_t o = H5Oopen(g, name, H5P_DEFAULT);
-        if (o >= 0) { e[count - 1].kind = kind_of(o); H5Oclose(o); }
-        else H5Eclear2(H5E_DEFAULT); /* dangling soft/external link */
+    if (g < 0 || H5Gget_info(g, &gi) < 0) { c.st = mp_h5_fail(MP_ERR_HDF5, loc, gname, "cannot open group"); goto cleanup; }
+    if (gi.nlinks > (hsize_t)MP_H5_MAX_OBJECTS) {
+        c.st = mp_h5_fail_plain(MP_ERR_FORMAT, loc, gname, "%llu links in one group, more than %u (refused)",
+                                (unsigned long long)gi.nlinks, MP_H5_MAX_OBJECTS);
+        goto cleanup;
     }
+    hsize_t idx = 0;
+    if (H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, &idx, list_cb, &c) < 0 && c.st == MP_OK)
+        c.st = mp_h5_fail(MP_ERR_HDF5, loc, gname, "cannot list the group");
 cleanup:
     if (g >= 0) H5Oclose(g);
-    if (st != MP_OK) { mp_h5_list_free(e, count); return st; }
-    *out = e;
-    *n = count;
+    if (c.st != MP_OK) { mp_h5_list_free(c.e, c.n); return c.st; }
+    *out = c.e;
+    *n = c.n;
     return MP_OK;
 }
 
@@ -688,6 +717,19 @@ static mp_status open_dataset(hid_t loc, const char *name, mp_h5_dsinfo *info, h
         info->shape[i] = (int64_t)dims[i];
     }
     info->numel = numel;
+    if (info->elem_size == 0) {
+        st = mp_h5_fail_plain(MP_ERR_FORMAT, loc, name, "element type of size 0");
+        goto cleanup;
+    }
+    if (numel == 0) { /* nothing to read, but a reader may still walk the extents (read_int's tables) */
+        double extent = 1;
+        for (int i = 0; i < nd; i++) extent *= dims[i] ? (double)dims[i] : 1.0;
+        if (extent > (double)MP_H5_EMPTY_MAX) {
+            st = mp_h5_fail_plain(MP_ERR_FORMAT, loc, name, "empty dataset (a zero extent) whose other extents multiply "
+                                  "to %.0f, more than %u (refused)", extent, MP_H5_EMPTY_MAX);
+            goto cleanup;
+        }
+    }
 cleanup:
     if (type >= 0) H5Tclose(type);
     if (space >= 0) H5Sclose(space);
@@ -728,21 +770,111 @@ static int missing_filter(hid_t ds, char *what, size_t n) {
     return found;
 }
 
+mp_status mp_h5_check_held(hid_t loc, const char *name, const mp_h5_dsinfo *info) {
+    /* allocate by the data present, not by a declared size: beyond 64 MiB,
+     * the file must hold the data (compressed at most 1100:1) */
+    double want = (double)info->numel * (double)info->elem_size;
+    double held = (double)info->storage * (info->filtered ? 1100.0 : 1.0);
+    if (want > (double)(64u << 20) && want > held * 1.01 + 65536.0)
+        return mp_h5_fail_plain(MP_ERR_FORMAT, loc, name, "declares %zu values (%.0f bytes) but the file holds only "
+                                "%llu bytes of them (refused: not allocating what the file does not contain)",
+                                info->numel, want, (unsigned long long)info->storage);
+    return MP_OK;
+}
+
+/* int32 reads: a value outside int32's range aborts the conversion (HDF5
+ * would saturate it); the value is then looked up to be named. */
+typedef struct {
+    int hit;
+} range_ctx;
+
+static H5T_conv_ret_t range_cb(H5T_conv_except_t ex, hid_t src, hid_t dst, void *sbuf, void *dbuf, void *u) {
+    (void)src; (void)dst; (void)sbuf; (void)dbuf;
+    range_ctx *c = u;
+    if (ex == H5T_CONV_EXCEPT_RANGE_HI || ex == H5T_CONV_EXCEPT_RANGE_LOW || ex == H5T_CONV_EXCEPT_PINF ||
+        ex == H5T_CONV_EXCEPT_NINF || ex == H5T_CONV_EXCEPT_NAN) {
+        c->hit = 1;
+        return H5T_CONV_ABORT;
+    }
+    return H5T_CONV_UNHANDLED; /* truncation of a fraction: as before */
+}
+
+/* Finds the first element of ds outside int32's range (read row block by
+ * row block as int64 or double) and reports it. */
+static mp_status range_error(hid_t loc, const char *name, hid_t ds, const mp_h5_dsinfo *info) {
+    int isint = info->is_int;
+    hid_t ftype = H5Dget_type(ds);
+    int uns = ftype >= 0 && isint && H5Tget_sign(ftype) == H5T_SGN_NONE;
+    if (ftype >= 0) H5Tclose(ftype);
+    hid_t mtype = !isint ? H5T_NATIVE_DOUBLE : uns ? H5T_NATIVE_UINT64 : H5T_NATIVE_INT64;
+    size_t per = 1; /* elements per index of axis 0 */
+    for (int i = 1; i < info->ndim; i++) per *= (size_t)info->shape[i];
+    size_t rows = info->ndim ? (size_t)info->shape[0] : 1, step = per ? ((size_t)1 << 20) / per : rows;
+    if (step < 1) step = 1;
+    void *buf = mp_malloc((step < rows ? step : rows) * (per ? per : 1) * 8, name);
+    if (!buf) return MP_ERR_NOMEM;
+    hid_t fs = H5Dget_space(ds);
+    mp_status st = MP_OK;
+    for (size_t r0 = 0; r0 < rows && st == MP_OK; r0 += step) {
+        size_t nr = rows - r0 < step ? rows - r0 : step;
+        hsize_t start[MP_H5_MAXDIM] = {0}, count[MP_H5_MAXDIM], m = (hsize_t)(nr * per);
+        for (int i = 0; i < info->ndim; i++) count[i] = (hsize_t)info->shape[i];
+        if (info->ndim) { start[0] = r0; count[0] = nr; }
+        hid_t ms = H5Screate_simple(1, &m, NULL);
+        int bad = ms < 0 || fs < 0 || (info->ndim && H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) < 0) ||
+                  H5Dread(ds, mtype, info->ndim ? ms : H5S_ALL, info->ndim ? fs : H5S_ALL, H5P_DEFAULT, buf) < 0;
+        if (ms >= 0) H5Sclose(ms);
+        if (bad) { st = mp_h5_fail(MP_ERR_HDF5, loc, name, "cannot read"); break; }
+        for (size_t i = 0; i < nr * per; i++) {
+            char v[64] = "";
+            if (!isint) {
+                double d = ((double *)buf)[i];
+                if (!(d > -2147483649.0 && d < 2147483648.0)) snprintf(v, sizeof v, "%g", d);
+            } else if (uns) {
+                uint64_t x = ((uint64_t *)buf)[i];
+                if (x > (uint64_t)INT32_MAX) snprintf(v, sizeof v, "%llu", (unsigned long long)x);
+            } else {
+                int64_t x = ((int64_t *)buf)[i];
+                if (x > INT32_MAX || x < INT32_MIN) snprintf(v, sizeof v, "%lld", (long long)x);
+            }
+            if (v[0]) {
+                st = mp_h5_fail_plain(MP_ERR_FORMAT, loc, name, "value %s (element %zu) is outside int32's range "
+                                      "(refused rather than clamped)", v, r0 * per + i);
+                break;
+            }
+        }
+    }
+    if (fs >= 0) H5Sclose(fs);
+    free(buf);
+    if (st == MP_OK) st = mp_h5_fail_plain(MP_ERR_FORMAT, loc, name, "a value is outside int32's range (refused rather than clamped)");
+    return st;
+}
+
 static mp_status read_into(hid_t loc, const char *name, hid_t mtype, void *buf, size_t cap, mp_h5_dsinfo *out) {
     mp_h5_init();
     mp_h5_dsinfo info;
-    hid_t ds;
+    hid_t ds, dxpl = H5P_DEFAULT;
+    range_ctx rc = {0};
     mp_status st = open_dataset(loc, name, &info, &ds);
     if (st != MP_OK) return st;
     if (info.numel != cap) {
         st = mp_h5_fail_plain(MP_ERR_ARG, loc, name, "dataset has %zu elements, the buffer %zu", info.numel, cap);
         goto cleanup;
     }
+    if (H5Tequal(mtype, H5T_NATIVE_INT32) > 0) {
+        dxpl = H5Pcreate(H5P_DATASET_XFER);
+        if (dxpl < 0 || H5Pset_type_conv_cb(dxpl, range_cb, &rc) < 0) {
+            st = mp_h5_fail(MP_ERR_HDF5, loc, name, "cannot read");
+            goto cleanup;
+        }
+    }
     char nofilter[256];
     int lacks = info.numel > 0 && missing_filter(ds, nofilter, sizeof nofilter); /* before the read's error stack */
-    if (info.numel > 0 && H5Dread(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
-        st = lacks ? mp_h5_fail_plain(MP_ERR_FORMAT, loc, name, "%s", nofilter) : mp_h5_fail(MP_ERR_HDF5, loc, name, "cannot read");
+    if (info.numel > 0 && H5Dread(ds, mtype, H5S_ALL, H5S_ALL, dxpl, buf) < 0)
+        st = rc.hit ? range_error(loc, name, ds, &info)
+           : lacks ? mp_h5_fail_plain(MP_ERR_FORMAT, loc, name, "%s", nofilter) : mp_h5_fail(MP_ERR_HDF5, loc, name, "cannot read");
 cleanup:
+    if (dxpl >= 0 && dxpl != H5P_DEFAULT) H5Pclose(dxpl);
     H5Dclose(ds);
     if (st == MP_OK && out) *out = info;
     return st;
@@ -762,13 +894,7 @@ static mp_status read_alloc(hid_t loc, const char *name, hid_t mtype, size_t ele
     *data = NULL;
     mp_status st = mp_h5_dataset_info(loc, name, in);
     if (st != MP_OK) return st;
-    /* allocate by the data present, not by a declared size: beyond 64 MiB,
-     * the file must hold the data (compressed at most 1100:1) */
-    double want = (double)in->numel * (double)elem, held = (double)in->storage * (in->filtered ? 1100.0 : 1.0);
-    if (want > (double)(64u << 20) && want > held * 1.01 + 65536.0)
-        return mp_h5_fail_plain(MP_ERR_FORMAT, loc, name, "declares %zu values but the file holds only %llu bytes of them "
-                          "(refused: not allocating what the file does not contain)", in->numel,
-                          (unsigned long long)in->storage);
+    if ((st = mp_h5_check_held(loc, name, in)) != MP_OK) return st;
     void *buf = mp_calloc(in->numel, elem, name);
     if (!buf) return MP_ERR_NOMEM;
     st = read_into(loc, name, mtype, buf, in->numel, in);

@@ -124,7 +124,8 @@ typedef struct {
 
 /* Children of `group` (relative to loc; "/" or "." for loc itself) in name
  * order. *out is an array of *n entries, freed with mp_h5_list_free. A missing
- * group or a path that is not a group is MP_ERR_ARG naming it. */
+ * group or a path that is not a group is MP_ERR_ARG naming it; a group of more
+ * than MP_H5_MAX_OBJECTS links (h5guard.h) is MP_ERR_FORMAT. */
 mp_status mp_h5_list(hid_t loc, const char *group, mp_h5_entry **out, int *n);
 void mp_h5_list_free(mp_h5_entry *e, int n);
 
@@ -154,14 +155,20 @@ typedef struct {
     uint64_t storage;            /* bytes of storage in the file (H5Dget_storage_size) */
 } mp_h5_dsinfo;
 
-/* Shape and type class of dataset `name`. A missing name, a non-numeric type
- * or a rank above MP_H5_MAXDIM is an error naming file and dataset; so is a
+/* Shape and type class of dataset `name`. A missing name, a non-numeric type,
+ * a rank above MP_H5_MAXDIM or an empty dataset whose other extents multiply
+ * past MP_H5_EMPTY_MAX (h5guard.h) is an error naming file and dataset; so is a
  * dataset whose data would come from outside the file (external storage,
  * a virtual dataset, an external link on the way): every reader refuses those. */
 mp_status mp_h5_dataset_info(hid_t loc, const char *name, mp_h5_dsinfo *info);
+/* A dataset declaring more than 64 MiB of data (numel x elem_size) that the
+ * file does not hold (storage, compressed: 1100 times it) is MP_ERR_FORMAT
+ * naming file and dataset. Every reader calls it before allocating. */
+mp_status mp_h5_check_held(hid_t loc, const char *name, const mp_h5_dsinfo *info);
 /* Reads the whole dataset converted to float32 / int32 into buf, which holds
- * `cap` elements (must equal the dataset's numel). Conversion is HDF5's: out-
- * of-range integers saturate. */
+ * `cap` elements (must equal the dataset's numel). Conversion is HDF5's,
+ * except that a value outside int32's range (or a NaN/infinity) read as int32
+ * is MP_ERR_FORMAT naming the dataset and the value, not saturated. */
 mp_status mp_h5_read_f32_into(hid_t loc, const char *name, float *buf, size_t cap);
 mp_status mp_h5_read_i32_into(hid_t loc, const char *name, int32_t *buf, size_t cap);
 /* Allocating variants: *data (free()) and the shape in *info. */

@@ -8,15 +8,22 @@
  * existing file update it in place and refuse a symbolic link or a
  * non-regular file.
  * Every dataset comes back as a float32 Tensor (integers converted); read_int
- * gives small integer data such as /tokens as nested Lua tables. */
+ * gives small integer data such as /tokens as nested Lua tables.
+ * Trust (h5guard.h): an existing file opened in any mode but "w" is first
+ * checked by a guarded child process, unless this process wrote or checked it
+ * already (unchanged since) or the caller says {trusted = true}; paths are at
+ * most MP_H5_MAX_DEPTH groups deep; sizes are checked before allocating. */
 #include "mp_lua.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "h5guard.h"
 #include "h5io.h"
 
 #define H5_MT "mechprobe.H5"
@@ -53,11 +60,51 @@ static lh5 *check_writable(lua_State *L) {
     return h;
 }
 
+/* A path argument: deeper than MP_H5_MAX_DEPTH groups is refused (each
+ * prefix is looked up: the cost grows with the square of the depth). */
+static const char *check_path(lua_State *L, lh5 *h, int idx, const char *def) {
+    const char *p = def ? luaL_optstring(L, idx, def) : luaL_checkstring(L, idx);
+    if (mp_h5_path_depth(p) > MP_H5_MAX_DEPTH) {
+        char head[81];
+        snprintf(head, sizeof head, "%s", p);
+        luaL_error(L, "%s: %s...: path deeper than %d groups (refused)", h->path, head, MP_H5_MAX_DEPTH);
+    }
+    return p;
+}
+
+/* The read side of opening: an existing file is checked by the guarded child
+ * (h5guard.h) unless trusted; then its identity is compared with the one
+ * checked, so that a file replaced meanwhile is not read unchecked. */
+static mp_status open_checked(lh5 *h, const char *path, mp_h5_mode mode, int trusted) {
+    mp_h5_fileid id;
+    int check = !trusted && mode != MP_H5_TRUNC && !(mode == MP_H5_APPEND && access(path, F_OK) != 0);
+    mp_status st;
+    if (check && ((st = mp_h5_fileid_of(path, &id)) != MP_OK || (st = mp_h5_validate(path, NULL)) != MP_OK)) return st;
+    if ((st = mp_h5_open(&h->f, path, mode)) != MP_OK) return st;
+    /* opening for writing writes to the file (its size and times change):
+     * then only a replaced file (another inode) counts */
+    if (check && mode != MP_H5_READ) id.size = 0, id.mtime_ns = id.ctime_ns = -1;
+    if (check && mp_h5_file_is(h->f, &id) == 0) {
+        mp_h5_close(&h->f);
+        return mp_error(MP_ERR_IO, "%s: the file changed while it was being checked (open it again)", path);
+    }
+    return MP_OK;
+}
+
+/* mp.h5.open(path [, mode] [, {trusted = true}]), or mp.h5.open(path, {mode = m, trusted = b}) */
 static int l_open(lua_State *L) {
     static const char *const modes[] = {"r", "r+", "w", "a", NULL};
     static const mp_h5_mode mv[] = {MP_H5_READ, MP_H5_RDWR, MP_H5_TRUNC, MP_H5_APPEND};
+    static const char *const known[] = {"mode", "trusted", NULL};
     const char *path = luaL_checkstring(L, 1);
-    int m = luaL_checkoption(L, 2, "r", modes);
+    lua_settop(L, 3);
+    int oi = lua_istable(L, 2) ? 2 : 3;
+    if (oi == 2 && !lua_isnil(L, 3)) return luaL_argerror(L, 3, "unexpected after an options table");
+    mp_lua_opt_check(L, oi, "mp.h5.open", known);
+    int m;
+    if (oi == 2) m = mp_lua_opt_enum(L, 2, "mp.h5.open", "mode", 0, modes);
+    else m = luaL_checkoption(L, 2, "r", modes);
+    int trusted = mp_lua_opt_bool(L, oi, "mp.h5.open", "trusted", 0);
     lh5 *h = lua_newuserdatauv(L, sizeof *h, 0);
     h->f = H5I_INVALID_HID;
     h->mode = mv[m];
@@ -73,8 +120,8 @@ static int l_open(lua_State *L) {
             h->f = h->at.file;
             h->atomic = 1;
         }
-    } else if (st == MP_OK) {
-        st = mp_h5_open(&h->f, path, mv[m]);
+    } else if (st == MP_OK) { /* an existing file: checked first (h5guard.h) unless trusted */
+        st = open_checked(h, path, mv[m], trusted);
     }
     if (st != MP_OK) return mp_lua_fail(L, st);
     return 1;
@@ -83,9 +130,10 @@ static int l_open(lua_State *L) {
 /* f:read(name) -> Tensor (a number for a scalar dataset) */
 static int m_read(lua_State *L) {
     lh5 *h = check_h5(L);
-    const char *name = luaL_checkstring(L, 2);
+    const char *name = check_path(L, h, 2, NULL);
     mp_h5_dsinfo info;
     mp_status st = mp_h5_dataset_info(h->f, name, &info);
+    if (st == MP_OK) st = mp_h5_check_held(h->f, name, &info); /* before allocating */
     if (st != MP_OK) return mp_lua_fail(L, st);
     if (info.ndim == 0) {
         float v;
@@ -112,9 +160,10 @@ static void push_ints(lua_State *L, const int32_t *d, int ndim, const int64_t *s
 /* f:read_int(name) -> nested tables of integers ([B][T] for /tokens) */
 static int m_read_int(lua_State *L) {
     lh5 *h = check_h5(L);
-    const char *name = luaL_checkstring(L, 2);
+    const char *name = check_path(L, h, 2, NULL);
     mp_h5_dsinfo info;
     mp_status st = mp_h5_dataset_info(h->f, name, &info);
+    if (st == MP_OK) st = mp_h5_check_held(h->f, name, &info); /* before allocating */
     if (st != MP_OK) return mp_lua_fail(L, st);
     /* The buffer is a userdata so that a Lua error while building the
      * tables cannot leak it. */
@@ -129,7 +178,7 @@ static int m_read_int(lua_State *L) {
 static int m_shape(lua_State *L) {
     lh5 *h = check_h5(L);
     mp_h5_dsinfo info;
-    mp_status st = mp_h5_dataset_info(h->f, luaL_checkstring(L, 2), &info);
+    mp_status st = mp_h5_dataset_info(h->f, check_path(L, h, 2, NULL), &info);
     if (st != MP_OK) return mp_lua_fail(L, st);
     lua_createtable(L, info.ndim, 0);
     for (int i = 0; i < info.ndim; i++) {
@@ -160,7 +209,7 @@ static void push_attr(lua_State *L, const mp_h5_attr *a) {
 /* f:attrs([obj]) -> {key = value}; unsupported attribute types are left out */
 static int m_attrs(lua_State *L) {
     lh5 *h = check_h5(L);
-    const char *obj = luaL_optstring(L, 2, "/");
+    const char *obj = check_path(L, h, 2, "/");
     mp_h5_attr *a;
     int n;
     mp_status st = mp_h5_attrs_read(h->f, obj, &a, &n);
@@ -179,7 +228,7 @@ static int m_attrs(lua_State *L) {
 /* f:list([group]) -> sorted table of child names */
 static int m_list(lua_State *L) {
     lh5 *h = check_h5(L);
-    const char *g = luaL_optstring(L, 2, "/");
+    const char *g = check_path(L, h, 2, "/");
     mp_h5_entry *e;
     int n;
     mp_status st = mp_h5_list(h->f, g, &e, &n);
@@ -197,7 +246,7 @@ static int m_list(lua_State *L) {
 static int m_has(lua_State *L) {
     lh5 *h = check_h5(L);
     mp_h5_kind k;
-    int ok = mp_h5_exists(h->f, luaL_checkstring(L, 2), &k);
+    int ok = mp_h5_exists(h->f, check_path(L, h, 2, NULL), &k);
     lua_pushboolean(L, ok);
     if (!ok) return 1;
     lua_pushstring(L, k == MP_H5_GROUP ? "group" : k == MP_H5_DATASET ? "dataset" : "other");

@@ -152,10 +152,16 @@ do
   t.ok(ok and out == ("mechprobe %s\n"):format(mp.VERSION) or (ok and out:find(mp.VERSION, 1, true) and #out < 80),
     ("forged reader variable (old format): %s %s, %d bytes on stdout"):format(how, code, #out))
   -- the new format with a made-up token and standard output: no reader either
-  forged = ("MECHPROBE_CHECKPOINT_READER=%s "):format(q("1,0,0,0,30,0,100," .. ("ab"):rep(16) .. "," .. data .. "/ref_tied.h5"))
+  forged = ("MECHPROBE_CHECKPOINT_READER=%s "):format(q("1,0," .. ("ab"):rep(16) .. ",0,0,30,0,100," .. data .. "/ref_tied.h5"))
   ok, how, code, out = run("--version", forged)
   t.ok(ok and out:find(mp.VERSION, 1, true) and #out < 80, ("forged reader variable (new format): %s %s, %d bytes on stdout")
     :format(how, code, #out))
+  -- the same for the HDF5 file check's variable (mp.h5.open's guarded child)
+  for _, v in ipairs({"1", "1,1,30," .. data .. "/ref_tied.h5", "1,0," .. ("ab"):rep(16) .. ",1,30," .. data .. "/ref_tied.h5"}) do
+    ok, how, code, out = run("--version", ("MECHPROBE_H5_VALIDATOR=%s "):format(q(v)))
+    t.ok(ok and out:find(mp.VERSION, 1, true) and #out < 80, ("MECHPROBE_H5_VALIDATOR=%s mechprobe --version: %s %s, %d bytes on stdout")
+      :format(v, how, code, #out))
+  end
   -- a script that loads a checkpoint with the variable set works as usual
   spit(dir .. "/load.lua", ("local m = mp.load(%q); print('vocab', m.config.vocab)"):format(data .. "/train_ref_a.h5"))
   ok, how, code, out, err = run(q(dir .. "/load.lua"), "MECHPROBE_CHECKPOINT_READER=1 ")

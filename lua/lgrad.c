@@ -267,6 +267,7 @@ static double run_fwd_bwd(lua_State *L, const mp_model *m, const int *tokens, in
         mp_lua_hooks_rethrow(L, ftbl);
         mp_lua_fail(L, st);
     }
+    lt = mp_lua_tensor_check(L, li); /* Lua ran since the caller checked it (hooks): still valid? */
     memcpy(lt->data, w->acts.logits, lt->numel * sizeof(float));
     double v = loss_eval(L, ls, lt, li, bh ? w->dlogits : NULL, w->rows, fn);
     if (bh && (st = mp_model_backward_acts(m, &w->acts, w->dlogits, mp_hooks_count(bh) ? bh : NULL))) {
@@ -398,11 +399,15 @@ static int l_attribution_patch(lua_State *L) {
     lua_pop(L, 2);
     capture(L, acts, globs, "|corrupt", hx->hooks, B, T, cfg, 1, 0, fn);
     capture(L, acts, globs, "|grad", hb->hooks, B, T, cfg, 1, 0, fn);
+    /* each run gives the metric logits of its own: the metric may keep its
+     * argument, or close it, without touching the other run's */
     int64_t ls3[3] = {B, T, cfg->vocab};
     mp_tensor *lt = mp_lua_tensor_new(L, 3, ls3);
     int li = lua_gettop(L);
     /* the clean run: activations and the metric's value */
     double vc = run_fwd_bwd(L, m, gc->ints, B, T, hc->hooks, 0, NULL, 0, &ls, lt, li, fn);
+    lt = mp_lua_tensor_new(L, 3, ls3);
+    li = lua_gettop(L);
     /* the corrupted run: activations and gradients */
     double vx = run_fwd_bwd(L, m, gx->ints, B, T, hx->hooks, 0, hb->hooks, 0, &ls, lt, li, fn);
     lua_newtable(L);

@@ -144,7 +144,7 @@ typedef struct {
     lfnhook *h;
     const mp_hook_info *info;
     float *data;
-    mp_tensor *view; /* set once the view exists: detached whatever happens */
+    mp_storage *st; /* the view's storage, one reference ours: invalidated whatever happens */
 } hook_call;
 
 /* Runs under lua_pcall with (call record, function): calls the Lua function
@@ -155,7 +155,8 @@ static int hook_call_body(lua_State *L) {
     hook_call *c = lua_touserdata(L, 1);
     const mp_hook_info *info = c->info;
     lua_settop(L, 2);
-    c->view = mp_lua_tensor_wrap(L, info->ndim, info->shape, c->data);
+    c->st = mp_lua_storage_external(L, c->data, info->numel);
+    mp_lua_tensor_on(L, c->st, 0, info->ndim, info->shape);
     lua_createtable(L, 0, 6);
     lua_pushstring(L, info->name); lua_setfield(L, -2, "name");
     lua_pushinteger(L, info->layer); lua_setfield(L, -2, "layer");
@@ -167,11 +168,11 @@ static int hook_call_body(lua_State *L) {
     lua_setfield(L, -2, "full_shape");
     lua_call(L, 2, 1);
     mp_tensor *ret = mp_lua_tensor_test(L, -1); /* raises for a released or detached Tensor */
-    if (ret && ret != c->view) {
+    if (ret) {
         if (ret->numel != info->numel)
             return luaL_error(L, "the hook function returned a Tensor of %I values for a view of %I",
                               (lua_Integer)ret->numel, (lua_Integer)info->numel);
-        memmove(c->data, ret->data, info->numel * sizeof(float));
+        if (ret->data != c->data) memmove(c->data, ret->data, info->numel * sizeof(float)); /* else: the view */
     }
     return 0;
 }
@@ -220,7 +221,9 @@ static int lua_hook_cb(void *user, const mp_hook_info *info, float *data) {
         lua_pcall(L, 3, 0, 0); /* a failure (out of memory) leaves the status alone to report it */
         rc = 1;
     }
-    mp_lua_tensor_detach(c.view, MP_TENSOR_WHY_HOOK);
+    /* the view and every view made of it in the callback (kept, or closed) */
+    mp_lua_storage_invalidate(c.st, MP_TENSOR_WHY_HOOK);
+    mp_lua_storage_release(c.st);
     lua_settop(L, top);
     return rc;
 }
@@ -275,8 +278,19 @@ int mp_lua_add_hooks_opt(lua_State *L, int opt, mp_hooks *hooks, int n_pos, cons
                                          "(0..%d; positions are 0-based)", field, (int)i, mp_intervention_name(iv->kind),
                                       iv->pos[k], n_pos, n_pos - 1);
             /* its Tensor must still be valid (a hook view made into a source is
-             * detached when its callback returns): raises if it is not */
-            if (lua_getiuservalue(L, -1, 1) != LUA_TNIL) iv_set_data(iv, mp_lua_tensor_test(L, -1));
+             * invalidated when its callback returns): raises if it is not. The
+             * forward reads it through a private view, a reference to its
+             * storage of our own: a hook that closes the script's Tensor
+             * (a <close> variable) cannot free the memory under the forward. */
+            if (lua_getiuservalue(L, -1, 1) != LUA_TNIL) {
+                const mp_tensor *src = mp_lua_tensor_test(L, -1);
+                if (src) {
+                    mp_tensor *own = mp_lua_tensor_on(L, src->st, (size_t)(src->data - src->st->data), src->ndim,
+                                                      src->shape);
+                    iv_set_data(iv, own);
+                    lua_rawseti(L, ftbl, -(int)(2000000 + i)); /* alive for the whole call */
+                }
+            }
             lua_pop(L, 1);
             lua_pushvalue(L, -1);
             lua_rawseti(L, ftbl, -(int)(1000000 + i)); /* keep it alive */

@@ -22,7 +22,8 @@ typedef struct {
     mp_train_ws ws;     /* training buffers (gradients, activations) */
     mp_train_log log;   /* loss curve, saved in the checkpoint's /train */
     int busy;           /* > 0 while a method that can call back into Lua runs (mp_lua_model_busy) */
-    unsigned long views_gen; /* m->mem_gen when the parameter views were last checked (lweights.c) */
+    unsigned long views_gen; /* m->mem_gen when pst was made (lweights.c) */
+    mp_storage *pst;    /* the storage every parameter view shares (NULL: none yet), see lweights.c */
 } lmodel;
 /* The model userdata's user value 1 is its optimizer (the last one used by
  * train_step / train, or the one loaded from a checkpoint). */
@@ -101,10 +102,11 @@ extern const luaL_Reg mp_lua_weight_methods[];
  * an error saying the model has none) of the model at idx and returns 1; 0
  * (nothing pushed) for any other key. */
 int mp_lua_weights_index(lua_State *L, int idx, const char *key);
-/* Detaches the parameter views (m:param) of the model at idx when it was
- * closed ("the model was closed") or its parameter memory was replaced since
- * the views were made (mp_model.mem_gen moved: `why`, or a generic reason when
- * NULL); a no-op otherwise (cheap: call it wherever the memory may go). */
+/* Invalidates the parameter views (m:param and every view derived from them:
+ * they share one storage) of the model at idx when it was closed ("the model
+ * was closed") or its parameter memory was replaced since the views were made
+ * (mp_model.mem_gen moved: `why`, or a generic reason when NULL); a no-op
+ * otherwise (cheap: call it wherever the memory may go). */
 void mp_lua_params_detach(lua_State *L, int idx, const char *why);
 /* mp.load's options for TL's weight processing (default false, as
  * from_pretrained_no_processing) and their application to the model at

@@ -1,6 +1,8 @@
 /* ltensor.c — the Lua Tensor type of module `mp` (metatable "mechprobe.Tensor"):
  * float32, row-major, up to MP_MAXDIM dims, reference-counted storage shared by
- * views along leading dims, 1-based indices (negative ones count from the end).
+ * a Tensor and every view derived from it, however indirectly (invalidated
+ * once for all of them when the memory goes: a model's parameters, a hook's
+ * activation), 1-based indices (negative ones count from the end).
  * Constructors mp.tensor/zeros/ones/full, element access, views, the helpers
  * the other Tensor files share (lua/ltensor.h), the metatable, and t:save()
  * through io/h5io. Shape ops, matmul and ranges are in lua/ltensor_ops.c;
@@ -19,13 +21,13 @@
 
 /* Raises the error for a tensor that is not valid, with the reason its data went. */
 static int invalid_error(lua_State *L, const mp_tensor *t) {
-    const char *why = t->st && t->st->why ? t->st->why : t->why ? t->why : "it was closed";
+    const char *why = t->st && t->st->why ? t->st->why : "it was closed";
     return luaL_error(L, "Tensor is no longer valid (%s)", why);
 }
 
 /* ---- storage and userdata ---- */
 
-static void storage_release(mp_storage *st) {
+void mp_lua_storage_release(mp_storage *st) {
     if (!st) return;
     if (--st->refs <= 0) {
         if (!st->external) free(st->data);
@@ -33,49 +35,79 @@ static void storage_release(mp_storage *st) {
     }
 }
 
+void mp_lua_storage_invalidate(mp_storage *st, const char *why) {
+    if (!st || !st->data) return;
+    if (!st->external) free(st->data);
+    st->data = NULL;
+    st->n = 0;
+    st->why = why;
+}
+
 static int valid(const mp_tensor *t) { return t->st && t->st->data; }
 
 static void ensure_metatable(lua_State *L);
 
+/* A new userdata with the Tensor metatable; its user value 1 is what keeps
+ * the memory it views alive (the model of a parameter view), nil otherwise. */
 static mp_tensor *push_raw(lua_State *L) {
-    mp_tensor *t = lua_newuserdatauv(L, sizeof *t, 0);
+    mp_tensor *t = lua_newuserdatauv(L, sizeof *t, 1);
     memset(t, 0, sizeof *t);
     ensure_metatable(L);
     lua_setmetatable(L, -2);
     return t;
 }
 
-/* numel of a shape, raising on a negative extent or overflow. */
+/* Largest extent product: numel * sizeof(float) must fit a size_t. */
+#define NUMEL_MAX (SIZE_MAX / sizeof(float))
+
+/* numel of a shape, raising on a negative extent or overflow. The product of
+ * the non-zero extents is bounded too, so that a Tensor with no elements
+ * cannot carry extents whose products (the outer and inner counts of every
+ * op) overflow. */
 static size_t checked_numel(lua_State *L, int ndim, const int64_t *shape) {
-    size_t n = 1;
+    size_t n = 1, nz = 1;
     if (ndim < 0 || ndim > MP_MAXDIM) luaL_error(L, "Tensor rank %d outside 0..%d", ndim, MP_MAXDIM);
     for (int i = 0; i < ndim; i++) {
-        if (shape[i] < 0) luaL_error(L, "negative Tensor extent %lld in dim %d", (long long)shape[i], i + 1);
-        if ((uint64_t)shape[i] > SIZE_MAX || mp_mul_size(n, (size_t)shape[i], &n))
-            luaL_error(L, "Tensor size overflows");
+        /* (lua_pushfstring knows %I, not %lld) */
+        if (shape[i] < 0) luaL_error(L, "negative Tensor extent %I in dim %d", (lua_Integer)shape[i], i + 1);
+        if ((uint64_t)shape[i] > NUMEL_MAX)
+            luaL_error(L, "Tensor size overflows (extent %I in dim %d)", (lua_Integer)shape[i], i + 1);
+        n *= (size_t)shape[i]; /* at most nz, checked below */
+        if (shape[i] && (mp_mul_size(nz, (size_t)shape[i], &nz) || nz > NUMEL_MAX)) {
+            char s[160];
+            mp_lua_tensor_shape_str(ndim, shape, s, sizeof s);
+            luaL_error(L, "Tensor size overflows (shape %s)", s);
+        }
     }
-    if (mp_mul_size(n, sizeof(float), &(size_t){0})) luaL_error(L, "Tensor size overflows");
     return n;
 }
+
+static mp_storage *storage_new(lua_State *L, float *data, size_t n, int external) {
+    mp_storage *st = malloc(sizeof *st);
+    if (!st) {
+        if (!external) free(data);
+        luaL_error(L, "out of memory allocating a Tensor");
+    }
+    st->data = data;
+    st->n = n;
+    st->refs = 1;
+    st->external = external;
+    st->why = NULL;
+    return st;
+}
+
+mp_storage *mp_lua_storage_external(lua_State *L, float *data, size_t n) { return storage_new(L, data, n, 1); }
 
 mp_tensor *mp_lua_tensor_new(lua_State *L, int ndim, const int64_t *shape) {
     size_t n = checked_numel(L, ndim, shape);
     mp_tensor *t = push_raw(L);
     float *data = calloc(n ? n : 1, sizeof(float));
-    mp_storage *st = data ? malloc(sizeof *st) : NULL;
-    if (!st) {
-        free(data);
+    if (!data) {
         char b[32];
         luaL_error(L, "out of memory allocating a Tensor of %s", mp_fmt_bytes((double)n * sizeof(float), b));
-        return NULL; /* not reached */
     }
-    st->data = data;
-    st->n = n;
-    st->refs = 1;
-    st->external = 0;
-    st->why = NULL;
-    t->st = st;
-    t->data = st->data;
+    t->st = storage_new(L, data, n, 0);
+    t->data = data;
     t->ndim = ndim;
     memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
     t->numel = n;
@@ -88,50 +120,28 @@ mp_tensor *mp_lua_tensor_from(lua_State *L, int ndim, const int64_t *shape, cons
     return t;
 }
 
-mp_tensor *mp_lua_tensor_wrap(lua_State *L, int ndim, const int64_t *shape, float *data) {
+mp_tensor *mp_lua_tensor_on(lua_State *L, mp_storage *st, size_t off, int ndim, const int64_t *shape) {
     size_t n = checked_numel(L, ndim, shape);
+    if (!st->data) luaL_error(L, "Tensor is no longer valid (%s)", st->why ? st->why : "it was closed");
+    if (off > st->n || n > st->n - off) luaL_error(L, "a Tensor view outside its storage");
     mp_tensor *t = push_raw(L);
-    mp_storage *st = malloc(sizeof *st);
-    if (!st) luaL_error(L, "out of memory allocating a Tensor");
-    st->data = data;
-    st->n = n;
-    st->refs = 1;
-    st->external = 1;
-    st->why = NULL;
     t->st = st;
-    t->data = data;
+    st->refs++;
+    t->data = st->data + off;
     t->ndim = ndim;
     memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
     t->numel = n;
     return t;
 }
 
-void mp_lua_tensor_detach(mp_tensor *t, const char *why) {
-    if (!t || !t->st) return;
-    t->why = why;
-    /* Views made during the callback share the storage: clearing its data
-     * pointer invalidates all of them at once. */
-    if (t->st->external) {
-        t->st->data = NULL;
-        t->st->n = 0;
-        t->st->why = why;
-    }
-    storage_release(t->st);
-    t->st = NULL;
-    t->data = NULL;
-}
-
-/* A view of parent: `off` floats in, with the given shape. */
-mp_tensor *mp_lua_tensor_view(lua_State *L, const mp_tensor *parent, size_t off, int ndim, const int64_t *shape) {
-    mp_tensor *v = push_raw(L);
-    v->st = parent->st;
-    v->st->refs++;
-    v->data = parent->data + off;
-    v->ndim = ndim;
-    memcpy(v->shape, shape, (size_t)ndim * sizeof *shape);
-    size_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
-    v->numel = n;
+/* A view of the (valid) Tensor at pidx: `off` floats in, with the given shape;
+ * it shares the parent's storage and keeps what the parent keeps alive. */
+mp_tensor *mp_lua_tensor_view(lua_State *L, int pidx, size_t off, int ndim, const int64_t *shape) {
+    pidx = lua_absindex(L, pidx);
+    const mp_tensor *parent = mp_lua_tensor_check(L, pidx);
+    mp_tensor *v = mp_lua_tensor_on(L, parent->st, (size_t)(parent->data - parent->st->data) + off, ndim, shape);
+    lua_getiuservalue(L, pidx, 1);
+    lua_setiuservalue(L, -2, 1);
     return v;
 }
 
@@ -211,8 +221,29 @@ mp_tensor *mp_lua_tensor_arg(lua_State *L, int idx) {
     return NULL;
 }
 
+/* Most empty tables a Tensor with no elements may become as nested tables
+ * (t:totable(), topk's indices): {n, 0} is n empty tables, and n may be huge. */
+#define EMPTY_TABLES_MAX ((size_t)1 << 24)
+
+/* Raises unless a Tensor of that shape with no elements makes at most
+ * EMPTY_TABLES_MAX tables (one per index of the dims before the first 0). */
+static void check_empty_tables(lua_State *L, int ndim, const int64_t *shape, const char *fn) {
+    size_t count = 0, level = 1;
+    for (int i = 0; i < ndim && level; i++) {
+        count += level; /* the tables at depth i */
+        if (count > EMPTY_TABLES_MAX ||
+            (shape[i] && (mp_mul_size(level, (size_t)shape[i], &level) || level > EMPTY_TABLES_MAX))) {
+            char s[160];
+            mp_lua_tensor_shape_str(ndim, shape, s, sizeof s);
+            luaL_error(L, "%s: the Tensor %s has no elements, but as nested tables it would be more than %d "
+                          "empty tables", fn, s, (int)EMPTY_TABLES_MAX);
+        }
+        if (!shape[i]) level = 0;
+    }
+}
+
 static void push_totable(lua_State *L, const float *d, int ndim, const int64_t *shape) {
-    lua_createtable(L, (int)shape[0], 0);
+    lua_createtable(L, shape[0] > INT_MAX ? 0 : (int)shape[0], 0);
     if (ndim == 1) {
         for (int64_t i = 0; i < shape[0]; i++) {
             lua_pushnumber(L, d[i]);
@@ -258,7 +289,7 @@ static void push_indices(lua_State *L, const int64_t **p, int ndim, const int64_
         lua_pushinteger(L, (lua_Integer)*(*p)++ + 1);
         return;
     }
-    lua_createtable(L, (int)shape[0], 0);
+    lua_createtable(L, shape[0] > INT_MAX ? 0 : (int)shape[0], 0);
     for (int64_t i = 0; i < shape[0]; i++) {
         push_indices(L, p, ndim - 1, shape + 1);
         lua_rawseti(L, -2, i + 1);
@@ -267,6 +298,9 @@ static void push_indices(lua_State *L, const int64_t **p, int ndim, const int64_
 
 void mp_lua_tensor_push_indices(lua_State *L, const int64_t *idx, int ndim, const int64_t *shape) {
     luaL_checkstack(L, ndim + 4, "index tables nested too deep");
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= (size_t)shape[i]; /* fits: a Tensor's shape */
+    if (n == 0) check_empty_tables(L, ndim, shape, "indices");
     push_indices(L, &idx, ndim, shape);
 }
 
@@ -425,7 +459,7 @@ static void push_select(lua_State *L, mp_tensor *t, int64_t j) {
         return;
     }
     size_t stride = t->numel / (size_t)(t->shape[0] ? t->shape[0] : 1);
-    mp_lua_tensor_view(L, t, (size_t)j * stride, t->ndim - 1, t->shape + 1);
+    mp_lua_tensor_view(L, 1, (size_t)j * stride, t->ndim - 1, t->shape + 1);
 }
 
 static int m_select(lua_State *L) {
@@ -460,14 +494,19 @@ static int m_reshape(lua_State *L) {
         luaL_argerror(L, 2, lua_pushfstring(L, "shape has %I elements, the Tensor %s has %I", (lua_Integer)known, s,
                                             (lua_Integer)t->numel));
     }
-    mp_lua_tensor_view(L, t, 0, ndim, shape);
+    mp_lua_tensor_view(L, 1, 0, ndim, shape);
     return 1;
 }
 
 static int m_totable(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
-    if (t->ndim == 0) lua_pushnumber(L, t->data[0]);
-    else push_totable(L, t->data, t->ndim, t->shape);
+    if (t->ndim == 0) {
+        lua_pushnumber(L, t->data[0]);
+        return 1;
+    }
+    if (t->numel == 0) check_empty_tables(L, t->ndim, t->shape, "totable");
+    luaL_checkstack(L, t->ndim + 4, "Tensor nested too deep");
+    push_totable(L, t->data, t->ndim, t->shape);
     return 1;
 }
 
@@ -502,6 +541,7 @@ static int m_save(lua_State *L) {
     static const char *const known[] = {"compress", NULL};
     mp_lua_opt_check(L, 4, "Tensor:save", known);
     int compress = (int)mp_lua_opt_int(L, 4, "Tensor:save", "compress", 0, 0, 9);
+    t = mp_lua_tensor_check(L, 1); /* reading the options may run Lua (an __index) that closed it */
     mp_h5_atomic a; /* atomic: a copy of the file gets the dataset, then replaces it */
     mp_status st = mp_h5_atomic_update(&a, path);
     if (st == MP_OK && (st = mp_h5_write_f32(a.file, name, t->ndim, t->shape, t->data, compress)) != MP_OK)
@@ -516,7 +556,7 @@ static int m_save(lua_State *L) {
 
 static int mt_gc(lua_State *L) {
     mp_tensor *t = luaL_checkudata(L, 1, MP_TENSOR_MT);
-    storage_release(t->st);
+    mp_lua_storage_release(t->st);
     t->st = NULL;
     t->data = NULL;
     return 0;

@@ -16,8 +16,11 @@ void mp_lua_tensor_shape_str(int ndim, const int64_t *shape, char *buf, size_t n
  * ndim_extra widens the range for functions that insert a dim (unsqueeze,
  * stack: 1..ndim+1, -1 meaning a new last dim). */
 int mp_lua_tensor_dim(lua_State *L, int arg, int ndim, int ndim_extra, const char *fn);
-/* Pushes a view of parent: `off` floats in, with the given shape (numel must fit). */
-mp_tensor *mp_lua_tensor_view(lua_State *L, const mp_tensor *parent, size_t off, int ndim, const int64_t *shape);
+/* Pushes a view of the Tensor at stack index pidx: `off` floats in, with the
+ * given shape (checked to fit). It shares the parent's storage, so it stays
+ * valid exactly as long as every other Tensor on that storage, and it keeps
+ * the parent's user value (a parameter view's model) alive. */
+mp_tensor *mp_lua_tensor_view(lua_State *L, int pidx, size_t off, int ndim, const int64_t *shape);
 /* Pushes nested tables of the 0-based indices idx (row-major, of that shape) as
  * 1-based integers; a plain integer for a 0-dim shape. */
 void mp_lua_tensor_push_indices(lua_State *L, const int64_t *idx, int ndim, const int64_t *shape);

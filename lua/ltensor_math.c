@@ -376,6 +376,7 @@ static int reduction(lua_State *L, reduce_kind k, const char *fn) {
     int64_t shape[MP_MAXDIM];
     int nd = reduced_shape(t, d, keep, shape);
     size_t m = (size_t)(s.outer * s.inner);
+    if (m == 0) s.outer = 0; /* no result: the loops below must not run over a huge outer extent */
     if (is_arg || k == R_MAX || k == R_MIN) {
         int64_t *idx = lua_newuserdatauv(L, (m ? m : 1) * sizeof(int64_t), 0);
         int ui = lua_gettop(L);
@@ -425,9 +426,10 @@ static double var_strided(const float *d, int64_t n, int64_t s, int unbiased) {
 
 /* t:var([dim [, opts]]) / t:std(...): opts already checked by the caller. */
 static int var_std(lua_State *L, int is_std, const char *fn) {
-    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    /* the options first: reading them may run Lua (an __index), which may close the Tensor */
     int unbiased = mp_lua_opt_bool(L, 3, fn, "unbiased", 1);
     int keep = mp_lua_opt_bool(L, 3, fn, "keepdim", 0);
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
     if (lua_isnoneornil(L, 2)) {
         if (t->numel == 0) return luaL_error(L, "%s of an empty Tensor", fn);
         double v = var_strided(t->data, (int64_t)t->numel, 1, unbiased);
@@ -440,6 +442,7 @@ static int var_std(lua_State *L, int is_std, const char *fn) {
     int64_t shape[MP_MAXDIM];
     int nd = reduced_shape(t, d, keep, shape);
     mp_tensor *r = mp_lua_tensor_new(L, nd, shape);
+    if (r->numel == 0) s.outer = 0;
     for (int64_t o = 0; o < s.outer; o++)
         for (int64_t i = 0; i < s.inner; i++) {
             double v = var_strided(t->data + o * s.n * s.inner + i, s.n, s.inner, unbiased);
@@ -505,6 +508,7 @@ static int m_norm(lua_State *L) {
     int64_t shape[MP_MAXDIM];
     int nd = reduced_shape(t, d, keep, shape);
     mp_tensor *r = mp_lua_tensor_new(L, nd, shape);
+    if (r->numel == 0) s.outer = 0;
     for (int64_t o = 0; o < s.outer; o++)
         for (int64_t i = 0; i < s.inner; i++)
             r->data[o * s.inner + i] = (float)pnorm_strided(t->data + o * s.n * s.inner + i, s.n, s.inner, p);
@@ -521,6 +525,7 @@ static int softmax(lua_State *L, int logsm, const char *fn) {
     int d = mp_lua_tensor_dim(L, 2, t->ndim, 0, fn);
     split3 s = split_at(t, d);
     mp_tensor *r = mp_lua_tensor_new(L, t->ndim, t->shape);
+    if (r->numel == 0) return 1; /* outer may be huge with nothing to compute */
     for (int64_t o = 0; o < s.outer; o++)
         for (int64_t i = 0; i < s.inner; i++) {
             const float *x = t->data + o * s.n * s.inner + i;
@@ -583,11 +588,12 @@ static int m_topk(lua_State *L) {
     int64_t shape[MP_MAXDIM];
     memcpy(shape, t->shape, sizeof shape);
     shape[d] = k;
-    vi *buf = lua_newuserdatauv(L, (size_t)(s.n ? s.n : 1) * sizeof(vi), 0);
     size_t m = (size_t)(s.outer * k * s.inner);
+    vi *buf = lua_newuserdatauv(L, (size_t)(s.n && m ? s.n : 1) * sizeof(vi), 0);
     int64_t *idx = lua_newuserdatauv(L, (m ? m : 1) * sizeof(int64_t), 0);
     int ub = lua_gettop(L) - 1;
     mp_tensor *r = mp_lua_tensor_new(L, t->ndim, shape);
+    if (r->numel == 0) s.outer = 0; /* nothing to select: no loop over a huge outer extent */
     for (int64_t o = 0; o < s.outer; o++)
         for (int64_t i = 0; i < s.inner; i++) {
             const float *x = t->data + o * s.n * s.inner + i;
@@ -621,6 +627,7 @@ static int cos_sim(lua_State *L, int ia, int ib, int idim, const char *fn) {
     int64_t rs[MP_MAXDIM];
     int rn = reduced_shape(a, d, 0, rs);
     mp_tensor *r = mp_lua_tensor_new(L, rn, rs);
+    if (r->numel == 0) s.outer = 0;
     for (int64_t o = 0; o < s.outer; o++)
         for (int64_t i = 0; i < s.inner; i++) {
             const float *x = a->data + o * s.n * s.inner + i, *y = b->data + o * s.n * s.inner + i;

@@ -53,14 +53,14 @@ static int m_permute(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
     int nd = t->ndim, perm[MP_MAXDIM], used[MP_MAXDIM] = {0};
     int from_table = lua_istable(L, 2);
-    int given = from_table ? (int)luaL_len(L, 2) : lua_gettop(L) - 1;
+    lua_Integer given = from_table ? (lua_Integer)lua_rawlen(L, 2) : lua_gettop(L) - 1; /* raw: no metamethod runs */
     if (given != nd)
-        return luaL_error(L, "bad argument #1 to 'permute' (%d dims given for a %d-dim Tensor)", given, nd);
+        return luaL_error(L, "bad argument #1 to 'permute' (%I dims given for a %d-dim Tensor)", given, nd);
     for (int i = 0; i < nd; i++) {
         int ok;
         lua_Integer d;
         if (from_table) {
-            lua_geti(L, 2, i + 1);
+            lua_rawgeti(L, 2, i + 1);
             d = lua_tointegerx(L, -1, &ok);
             lua_pop(L, 1);
         } else {
@@ -110,7 +110,7 @@ static int m_unsqueeze(lua_State *L) {
     if (t->ndim == MP_MAXDIM) return luaL_error(L, "unsqueeze: a Tensor has at most %d dims", MP_MAXDIM);
     int64_t shape[MP_MAXDIM];
     for (int i = 0, j = 0; i <= t->ndim; i++) shape[i] = i == d ? 1 : t->shape[j++];
-    mp_lua_tensor_view(L, t, 0, t->ndim + 1, shape);
+    mp_lua_tensor_view(L, 1, 0, t->ndim + 1, shape);
     return 1;
 }
 
@@ -120,7 +120,7 @@ static int m_squeeze(lua_State *L) {
     int nd = 0, only = lua_isnoneornil(L, 2) ? -1 : mp_lua_tensor_dim(L, 2, t->ndim, 0, "squeeze");
     for (int i = 0; i < t->ndim; i++)
         if (t->shape[i] != 1 || (only >= 0 && i != only)) shape[nd++] = t->shape[i];
-    mp_lua_tensor_view(L, t, 0, nd, shape);
+    mp_lua_tensor_view(L, 1, 0, nd, shape);
     return 1;
 }
 
@@ -129,7 +129,7 @@ static int m_flatten(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
     if (t->ndim == 0) {
         int64_t one = 1;
-        mp_lua_tensor_view(L, t, 0, 1, &one);
+        mp_lua_tensor_view(L, 1, 0, 1, &one);
         return 1;
     }
     int s = lua_isnoneornil(L, 2) ? 0 : mp_lua_tensor_dim(L, 2, t->ndim, 0, "flatten");
@@ -142,7 +142,7 @@ static int m_flatten(lua_State *L) {
     for (int i = s; i <= e; i++) shape[nd] *= t->shape[i];
     nd++;
     for (int i = e + 1; i < t->ndim; i++) shape[nd++] = t->shape[i];
-    mp_lua_tensor_view(L, t, 0, nd, shape);
+    mp_lua_tensor_view(L, 1, 0, nd, shape);
     return 1;
 }
 
@@ -173,8 +173,9 @@ static mp_tensor *push_gather(lua_State *L, const mp_tensor *t, int d, const int
     for (int i = 0; i < d; i++) outer *= t->shape[i];
     for (int i = d + 1; i < t->ndim; i++) inner *= t->shape[i];
     mp_tensor *r = mp_lua_tensor_new(L, t->ndim, shape);
+    if (r->numel == 0) return r; /* outer may be huge with nothing to copy */
     float *dst = r->data;
-    for (int64_t o = 0; o < outer && inner; o++)
+    for (int64_t o = 0; o < outer; o++)
         for (int64_t k = 0; k < count; k++, dst += inner)
             memcpy(dst, t->data + (o * n + idx[k]) * inner, (size_t)inner * sizeof(float));
     return r;
@@ -188,7 +189,7 @@ static void push_range(lua_State *L, const mp_tensor *t, int d, int64_t first, i
         memcpy(shape, t->shape, sizeof shape);
         shape[0] = count;
         size_t stride = t->shape[0] ? t->numel / (size_t)t->shape[0] : 0;
-        mp_lua_tensor_view(L, t, (size_t)first * stride, t->ndim, shape);
+        mp_lua_tensor_view(L, 1, (size_t)first * stride, t->ndim, shape);
         return;
     }
     int64_t *idx = lua_newuserdatauv(L, (size_t)(count ? count : 1) * sizeof(int64_t), 0);
@@ -231,7 +232,7 @@ static int m_slice(lua_State *L) {
         return luaL_error(L, "slice: stop %I out of range for dim %d of extent %I from start %I (stop >= start - 1)",
                           e, d + 1, (lua_Integer)n, s);
     int64_t len = j1 - j0 + 1;
-    push_range(L, t, d, j0, (len + step - 1) / step, step);
+    push_range(L, t, d, j0, len ? 1 + (len - 1) / step : 0, step); /* step may be huge: no len + step */
     return 1;
 }
 
@@ -314,6 +315,7 @@ static int l_cat(lua_State *L) {
     for (int i = 0; i < d; i++) outer *= t0->shape[i];
     for (int i = d + 1; i < t0->ndim; i++) inner *= t0->shape[i];
     mp_tensor *r = mp_lua_tensor_new(L, t0->ndim, shape);
+    if (r->numel == 0) return 1; /* outer may be huge with nothing to copy */
     float *dst = r->data;
     for (int64_t o = 0; o < outer; o++)
         for (int i = 0; i < n; i++) {
@@ -347,8 +349,9 @@ static int l_stack(lua_State *L) {
     for (int i = 0; i < d; i++) outer *= t0->shape[i];
     for (int i = d; i < t0->ndim; i++) inner *= t0->shape[i];
     mp_tensor *r = mp_lua_tensor_new(L, t0->ndim + 1, shape);
+    if (r->numel == 0) return 1;
     float *dst = r->data;
-    for (int64_t o = 0; o < outer && inner; o++)
+    for (int64_t o = 0; o < outer; o++)
         for (int i = 0; i < n; i++, dst += inner)
             memcpy(dst, mp_lua_tensor_check(L, first + i)->data + o * inner, (size_t)inner * sizeof(float));
     return 1;

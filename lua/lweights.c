@@ -7,17 +7,18 @@
  * m:set_weight(name, [l,] t) writes a TL-shaped tensor back; and
  * m:process_weights{...} binds runtime/weights_process.h.
  *
- * Lifetime of views: the views of a model are keys of a weak table (one per
- * model, found in a registry table keyed weakly by the model), so views a
- * script drops are collected. lmodel.c calls mp_lua_params_detach where the
- * parameter memory goes (close, __close, __gc, dequantize, and the release of
- * every busy mark, which covers training: it dequantizes or copies the weights
- * first, mp_model_make_owned); m:process_weights calls it too (it may copy or
- * untie the parameters). It detaches the model's views when the model was
- * closed or its mp_model.mem_gen moved since the views were made, so a later
- * use of a view raises an error naming why instead of touching freed memory.
- * A view keeps its model alive (a second registry table, keyed weakly by the
- * view, maps it to the model). A model with quantized weights gives no views
+ * Lifetime of views: every view of a model's parameters (m:param's Tensors
+ * and every view derived from them: rows, narrows, reshapes, views of views)
+ * shares one storage per parameter memory, lm->pst. lmodel.c calls
+ * mp_lua_params_detach where the parameter memory goes (close, __close, __gc,
+ * dequantize, and the release of every busy mark, which covers training: it
+ * dequantizes or copies the weights first, mp_model_make_owned);
+ * m:process_weights calls it too (it may copy or untie the parameters). When
+ * the model was closed or its mp_model.mem_gen moved since the storage was
+ * made, it invalidates that storage, so a later use of any view raises an
+ * error naming why instead of touching freed memory; the next m:param makes a
+ * new one. A view keeps its model alive (the model is the view's user value,
+ * which views of it inherit). A model with quantized weights gives no views
  * at all until m:dequantize() (its float32 norms and biases would be replaced
  * by training); parameters memory-mapped read-only from a llama2.c file are
  * refused too. */
@@ -26,42 +27,6 @@
 
 #include "lmodel.h"
 #include "weights_process.h"
-#define VIEWS_KEY "mechprobe.param_views"
-#define OWNER_KEY "mechprobe.param_owner"
-
-/* Pushes a new table whose keys are weak. */
-static void push_weak_table(lua_State *L) {
-    lua_newtable(L);
-    lua_newtable(L);
-    lua_pushliteral(L, "k");
-    lua_setfield(L, -2, "__mode");
-    lua_setmetatable(L, -2);
-}
-
-/* Pushes the registry's weak-keyed table under key, creating it the first time. */
-static void push_weak_registry(lua_State *L, const char *key) {
-    if (lua_getfield(L, LUA_REGISTRYINDEX, key) == LUA_TTABLE) return;
-    lua_pop(L, 1);
-    push_weak_table(L);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, LUA_REGISTRYINDEX, key);
-}
-
-/* Pushes the list of views of the model at idx (creating it when `create`), or nil. */
-static int push_view_list(lua_State *L, int idx, int create) {
-    idx = lua_absindex(L, idx);
-    push_weak_registry(L, VIEWS_KEY);
-    lua_pushvalue(L, idx);
-    if (lua_rawget(L, -2) != LUA_TTABLE && create) {
-        lua_pop(L, 1);
-        push_weak_table(L); /* the model's views, as weak keys */
-        lua_pushvalue(L, idx);
-        lua_pushvalue(L, -2);
-        lua_rawset(L, -4);
-    }
-    lua_remove(L, -2);
-    return lua_type(L, -1) == LUA_TTABLE;
-}
 
 #define WHY_CLOSED "the model was closed"
 #define WHY_REPLACED "the model's parameter memory was replaced (training, m:dequantize() and m:process_weights copy " \
@@ -69,23 +34,11 @@ static int push_view_list(lua_State *L, int idx, int create) {
 
 void mp_lua_params_detach(lua_State *L, int idx, const char *why) {
     lmodel *lm = luaL_testudata(L, idx, MODEL_MT);
-    if (!lm || (lm->m && lm->m->mem_gen == lm->views_gen)) return;
+    if (!lm || !lm->pst || (lm->m && lm->m->mem_gen == lm->views_gen)) return;
     why = !lm->m ? WHY_CLOSED : why ? why : WHY_REPLACED;
-    if (lm->m) lm->views_gen = lm->m->mem_gen;
-    idx = lua_absindex(L, idx);
-    if (!push_view_list(L, idx, 0)) { lua_pop(L, 1); return; }
-    lua_pushnil(L);
-    while (lua_next(L, -2)) {
-        lua_pop(L, 1); /* the value (true) */
-        mp_tensor *t = luaL_testudata(L, -1, MP_TENSOR_MT);
-        if (t) mp_lua_tensor_detach(t, why);
-    }
-    lua_pop(L, 1);
-    lua_getfield(L, LUA_REGISTRYINDEX, VIEWS_KEY);
-    lua_pushvalue(L, idx);
-    lua_pushnil(L);
-    lua_rawset(L, -3);
-    lua_pop(L, 1);
+    mp_lua_storage_invalidate(lm->pst, why); /* every view of it, however derived */
+    mp_lua_storage_release(lm->pst);
+    lm->pst = NULL;
 }
 
 /* Finds `name` ("embed", "blocks.3.attn.wq", ...): its description and, for a
@@ -144,19 +97,20 @@ static int model_param(lua_State *L) {
     if (!lm->m->owned || p < lm->m->owned || p + per > lm->m->owned + total)
         return luaL_error(L, "m:param: \"%s\" is read-only (memory-mapped from %s)", name,
                           lm->m->source[0] ? lm->m->source : "its file");
-    mp_lua_params_detach(L, 1, NULL); /* views of an older memory go first: the list is for this one */
+    mp_lua_params_detach(L, 1, NULL); /* views of an older memory go first: the storage is for this one */
+    if (lm->pst && (lm->pst->data != lm->m->owned || lm->pst->n != total)) { /* replaced without a mem_gen move */
+        mp_lua_storage_invalidate(lm->pst, WHY_REPLACED);
+        mp_lua_storage_release(lm->pst);
+        lm->pst = NULL;
+    }
+    if (!lm->pst) {
+        lm->pst = mp_lua_storage_external(L, lm->m->owned, total);
+        lm->views_gen = lm->m->mem_gen;
+    }
     int64_t shape[2] = {d.shape[0], d.shape[1]};
-    mp_lua_tensor_wrap(L, d.ndim, shape, p);
-    push_view_list(L, 1, 1);
-    lua_pushvalue(L, -2);
-    lua_pushboolean(L, 1);
-    lua_rawset(L, -3);
-    lua_pop(L, 1);
-    push_weak_registry(L, OWNER_KEY);
-    lua_pushvalue(L, -2);
-    lua_pushvalue(L, 1);
-    lua_rawset(L, -3);
-    lua_pop(L, 1);
+    mp_lua_tensor_on(L, lm->pst, (size_t)(p - lm->m->owned), d.ndim, shape);
+    lua_pushvalue(L, 1); /* the view (and every view of it) keeps the model alive */
+    lua_setiuservalue(L, -2, 1);
     return 1;
 }
 

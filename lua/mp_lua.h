@@ -17,34 +17,45 @@
 #define MP_MAXDIM 8
 #define MP_TENSOR_MT "mechprobe.Tensor"
 
+/* One storage per block of memory: the Tensor that made it and every view
+ * derived from it (directly or through other views) share it, each holding a
+ * reference. Invalidating it (the model closed, its parameter memory replaced,
+ * a hook returned) clears `data` once for all of them: every access checks
+ * the storage first and raises "Tensor is no longer valid (<why>)". The
+ * struct (and owned data) is freed when the last reference goes. */
 typedef struct mp_storage {
-    float *data;
-    size_t n;       /* floats */
+    float *data;     /* NULL once invalidated */
+    size_t n;        /* floats */
     int refs;
-    int external;   /* data not owned (never freed by the storage) */
-    const char *why; /* once detached: why the data went (a static string), else NULL */
+    int external;    /* data not owned (never freed by the storage) */
+    const char *why; /* once invalidated: why the data went (a static string), else NULL */
 } mp_storage;
 
 typedef struct {
-    mp_storage *st; /* NULL once released */
-    float *data;    /* st->data + offset */
+    mp_storage *st; /* NULL once released (closed or collected) */
+    float *data;    /* st->data + offset, meaningful only while st->data is non-NULL */
     int ndim;
     int64_t shape[MP_MAXDIM];
     size_t numel;
-    const char *why; /* once detached: why (a static string); NULL: closed or never detached */
 } mp_tensor;
 
 /* Pushes a new zero-filled tensor of the given shape (error on overflow/OOM). */
 mp_tensor *mp_lua_tensor_new(lua_State *L, int ndim, const int64_t *shape);
 /* Pushes a new tensor copying `data`. */
 mp_tensor *mp_lua_tensor_from(lua_State *L, int ndim, const int64_t *shape, const float *data);
-/* Pushes a tensor that views external memory (valid only while that memory
- * is: call mp_lua_tensor_detach when it goes so later use raises an error). */
-mp_tensor *mp_lua_tensor_wrap(lua_State *L, int ndim, const int64_t *shape, float *data);
-/* Detaches t and every view made of it; a later use raises "Tensor is no
- * longer valid (<why>)", why a static string ("the model was closed"). */
-void mp_lua_tensor_detach(mp_tensor *t, const char *why);
-/* The reason given for hook views (detached when their callback returns). */
+/* A storage over external memory (n floats; not freed by the storage), with
+ * one reference, the caller's: raises on OOM. Keep it while the memory lives,
+ * push Tensors on it with mp_lua_tensor_on, and when the memory goes call
+ * mp_lua_storage_invalidate then mp_lua_storage_release. */
+mp_storage *mp_lua_storage_external(lua_State *L, float *data, size_t n);
+/* Clears the storage's data for every Tensor on it; why: a static string. Idempotent. */
+void mp_lua_storage_invalidate(mp_storage *st, const char *why);
+/* Drops one reference (NULL: nothing); frees the storage after the last. */
+void mp_lua_storage_release(mp_storage *st);
+/* Pushes a Tensor on st (a new reference): `off` floats in, with the given
+ * shape (checked: it must fit in st). The Tensor's user value is nil. */
+mp_tensor *mp_lua_tensor_on(lua_State *L, mp_storage *st, size_t off, int ndim, const int64_t *shape);
+/* The reason given for hook views (invalidated when their callback returns). */
 #define MP_TENSOR_WHY_HOOK "hook views live only during the callback; use :clone()"
 /* luaL_checkudata with a clear error; also rejects a released/detached tensor. */
 mp_tensor *mp_lua_tensor_check(lua_State *L, int idx);

@@ -13,9 +13,12 @@
  * by reopening the name, and mp_out_commit checks that the name still is that
  * file (same device and inode, a regular file) before renaming it, so a
  * temporary swapped for a link by another user is refused. The writer holds
- * flock(LOCK_EX) on it for its whole life: the stale cleanup removes a
- * temporary only when it can take that lock (its writer is dead, also in
- * another PID namespace). When "<path>.tmp.<host>.<pid>.<n>" would be longer
+ * an open-file-description write lock (F_OFD_SETLK) on it for its whole life:
+ * the stale cleanup removes a temporary only when nobody holds that lock (its
+ * writer is dead, also in another PID namespace). Not flock(): libhdf5 takes
+ * flock() on the files it opens (a run file's temporary reopened with
+ * mp.h5.open, the file check's child), which our flock would make fail with
+ * EWOULDBLOCK; the two kinds of lock do not interact. When "<path>.tmp.<host>.<pid>.<n>" would be longer
  * than NAME_MAX the temporary is ".mp<hash of the name>.tmp.<host>.<pid>.<n>"
  * in the same folder. */
 #define _GNU_SOURCE
@@ -196,12 +199,32 @@ static void tmp_stem(const char *base, char *out, size_t n) {
     snprintf(out, n, ".mp%016llx", (unsigned long long)h);
 }
 
+/* The writer's lock on its temporary: a write lock on the whole file, held by
+ * the open file description (fd must be open for writing). 0 or -1. */
+static int hold_lock(int fd) {
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    return fcntl(fd, F_OFD_SETLK, &fl);
+}
+
+/* Whether nobody holds a lock on the file open at fd (any access mode). */
+static int lock_free(int fd) {
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    return fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type == F_UNLCK;
+}
+
 /* Removes "<stem>.tmp.<host>.<pid>.<n>..." files of this host whose pid is
  * not a live process here and whose writer holds no lock on them (a writer in
- * another PID namespace of the same host name holds flock on its temporary
- * while it lives): the file is opened without following links, locked without
- * waiting, checked to be the file under that name still, and only then
- * removed. */
+ * another PID namespace of the same host name holds its lock on its
+ * temporary while it lives): the file is opened without following links,
+ * checked to be unlocked and to be the file under that name still, and only
+ * then removed (a writer that locks it in between finds its name gone and
+ * takes the next one). */
 static void remove_stale(const char *path, const char *host) {
     char *dir;
     const char *base;
@@ -220,11 +243,11 @@ static void remove_stale(const char *path, const char *host) {
             int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
             if (fd < 0) continue;
             struct stat sb, nb;
-            if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+            if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && lock_free(fd) &&
                 fstatat(dirfd(d), e->d_name, &nb, AT_SYMLINK_NOFOLLOW) == 0 && nb.st_dev == sb.st_dev &&
                 nb.st_ino == sb.st_ino)
                 unlinkat(dirfd(d), e->d_name, 0);
-            close(fd); /* releases the lock */
+            close(fd);
         }
         closedir(d);
     }
@@ -335,7 +358,7 @@ mp_status mp_out_begin(mp_out *o, const char *path) {
              * the lock first, or removed the name before we locked it, makes
              * us try the next name. */
             struct stat fb, nb;
-            if (flock(o->fd, LOCK_EX | LOCK_NB) == 0 && fstat(o->fd, &fb) == 0 && lstat(o->tmp, &nb) == 0 &&
+            if (hold_lock(o->fd) == 0 && fstat(o->fd, &fb) == 0 && lstat(o->tmp, &nb) == 0 &&
                 fb.st_dev == nb.st_dev && fb.st_ino == nb.st_ino) {
                 o->dev = fb.st_dev;
                 o->ino = fb.st_ino;

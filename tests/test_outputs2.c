@@ -183,7 +183,8 @@ static void test_stale_locked(void) {
     pid_t child = fork();
     if (child == 0) { /* a live writer: its temporary, locked, as mp_out keeps it */
         int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL, 0666);
-        char c = fd >= 0 && flock(fd, LOCK_EX) == 0 && write(fd, "partial", 7) == 7 ? 'y' : 'n';
+        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET}; /* the lock mp_out holds (mp_out.c) */
+        char c = fd >= 0 && fcntl(fd, F_OFD_SETLK, &fl) == 0 && write(fd, "partial", 7) == 7 ? 'y' : 'n';
         if (write(ready[1], &c, 1) != 1) _exit(2);
         if (read(go[0], &c, 1) < 0) _exit(3);
         _exit(0);

@@ -68,14 +68,7 @@ int mp_h5_fileid_same(const mp_h5_fileid *a, const mp_h5_fileid *b) {
 }
 
 int mp_h5_file_is(hid_t f, const mp_h5_fileid *id) {
-    int fd = -1, r = -1;
-    hid_t fapl = H5Fget_access_plist(f);
-    if (fapl >= 0) {
-        int *fdp = NULL;
-        if (H5Pget_driver(fapl) == H5FD_SEC2 && H5Fget_vfd_handle(f, fapl, (void **)&fdp) >= 0 && fdp) fd = *fdp;
-        H5Pclose(fapl);
-    }
-    H5Eclear2(H5E_DEFAULT);
+    int fd = mp_h5_file_fd(f), r = -1; /* sec2, or mechprobe's driver given the descriptor */
     struct stat sb;
     if (fd >= 0 && fstat(fd, &sb) == 0) {
         mp_h5_fileid now = {(uint64_t)sb.st_dev, (uint64_t)sb.st_ino, (uint64_t)sb.st_size,

@@ -185,8 +185,8 @@ static hid_t create_fapl(void) {
     return fapl;
 }
 
-/* The descriptor of open file f (sec2 or mechprobe's stream driver), or -1. */
-static int file_fd(hid_t f) {
+/* The descriptor of open file f (sec2 or mechprobe's stream driver), or -1 (h5io_priv.h). */
+int mp_h5_file_fd(hid_t f) {
     int fd = mp_h5_stream_fd(f);
     if (fd >= 0) return fd;
     hid_t fapl = H5Fget_access_plist(f);
@@ -210,7 +210,7 @@ static _Thread_local struct { int raised; struct rlimit old; } fsize_saved;
 void mp_h5_discard_writes(hid_t f) {
     if (f < 0) return;
     mp_h5_init();
-    int fd = file_fd(f);
+    int fd = mp_h5_file_fd(f);
     int nfd = fd >= 0 ? memfd_create("mechprobe-discard", MFD_CLOEXEC) : -1;
     if (nfd >= 0) {
         /* the stream driver drops its staged writes and a pending error too */
@@ -242,7 +242,7 @@ void mp_h5_discard_close(hid_t f) {
  * met here, by us, and the file is discarded (discard_close). Returns MP_OK
  * or sets the error "<what>: <reason>". */
 mp_status mp_h5_close_checked(hid_t f, const char *what) {
-    int fd = file_fd(f);
+    int fd = mp_h5_file_fd(f);
     haddr_t eoa = 0;
     if (fd >= 0 && H5Fget_eoa(f, &eoa) >= 0 && eoa > 0) {
         /* fallocate, not posix_fallocate: no slow emulation where unsupported */

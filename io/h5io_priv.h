@@ -18,4 +18,7 @@ static inline const char *mp_h5_objname(const char *p) { return (p && *p) ? p : 
 /* the path names the location itself ("", ".", "/", "//") */
 static inline int mp_h5_is_self(const char *p) { return !p || !*p || strcmp(p, ".") == 0 || strspn(p, "/") == strlen(p); }
 
+/* The descriptor of open file f (sec2 or mechprobe's stream driver), or -1. */
+int mp_h5_file_fd(hid_t f);
+
 #endif

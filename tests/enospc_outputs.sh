@@ -66,8 +66,14 @@ if mount -t tmpfs -o size=64k tmpfs "$work/mnt" 2>/dev/null; then
   # LeakSanitizer where liblsan is installed: it used to die of SIGSEGV at
   # exit (status 139; a file whose close failed, freed by HDF5 but kept as an
   # id) and to leak libhdf5's chunk buffers
-  lsan=$(ls /usr/lib/*/liblsan.so.0 /usr/lib/liblsan.so.0 2>/dev/null | head -n 1)
-  [ -n "$lsan" ] || echo "note: no liblsan here: the capture runs without LeakSanitizer"
+  # (an ASan build has LeakSanitizer built in: preloading liblsan there stops it at start)
+  lsan=""
+  if ldd "$exe" 2>/dev/null | grep -q libasan; then
+    echo "note: an AddressSanitizer build: its own LeakSanitizer checks the capture"
+  else
+    lsan=$(ls /usr/lib/*/liblsan.so.0 /usr/lib/liblsan.so.0 2>/dev/null | head -n 1)
+    [ -n "$lsan" ] || echo "note: no liblsan here: the capture runs without LeakSanitizer"
+  fi
   for size in 4k 8k 12k 16k 32k 64k 128k; do
     mount -t tmpfs -o size=$size tmpfs "$work/mnt" || { echo "FAIL: cannot mount $size"; fail=1; continue; }
     LD_PRELOAD=$lsan LSAN_OPTIONS=exitcode=23:fast_unwind_on_malloc=0:max_leaks=20 \

@@ -439,11 +439,12 @@ static stream_state *find_stream(cudaStream_t s) {
 }
 
 static void flush(stream_state &ss, uint64_t upto) {
+    if (ss.done >= upto || ss.q.empty()) return;
+    dev_open open; // once for the batch: opening and closing device memory is an mprotect of every allocation
     while (ss.done < upto && !ss.q.empty()) {
         op o = std::move(ss.q.front());
         ss.q.pop_front();
         ss.done++;
-        dev_open open;
         o.run();
     }
 }

@@ -389,17 +389,6 @@ cleanup:
 #define CKPT_MAGIC 0x4b43504du        /* "MPCK" */
 #define CKPT_HEADROOM ((size_t)512 << 20) /* address space for the HDF5 library itself */
 
-#if defined(__SANITIZE_ADDRESS__)
-#define CKPT_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer)
-#define CKPT_SANITIZED 1
-#endif
-#endif
-#ifndef CKPT_SANITIZED
-#define CKPT_SANITIZED 0
-#endif
-
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -410,7 +399,7 @@ static double now_s(void) {
  * (not under sanitizers, whose shadow memory needs terabytes of it). */
 static void child_reserve(void *ctx, size_t bytes) {
     (void)ctx;
-    if (CKPT_SANITIZED) return;
+    if (MP_GUARD_SANITIZED) return;
     FILE *fp = fopen("/proc/self/statm", "r");
     unsigned long pages = 0;
     int ok = fp && fscanf(fp, "%lu", &pages) == 1;

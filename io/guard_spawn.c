@@ -18,16 +18,7 @@
 
 #define TOKEN_LEN 32 /* hex digits */
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define GUARD_SLOWDOWN 4.0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define GUARD_SLOWDOWN 4.0
-#endif
-#endif
-#ifndef GUARD_SLOWDOWN
-#define GUARD_SLOWDOWN 1.0
-#endif
+#define GUARD_SLOWDOWN (MP_GUARD_SANITIZED ? 4.0 : 1.0)
 
 double mp_guard_timeout(uint64_t fsize) {
     const char *e = getenv("MECHPROBE_LOAD_TIMEOUT");

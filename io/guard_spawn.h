@@ -18,6 +18,18 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* Whether this is a sanitizer build (its shadow memory needs terabytes of address space, and it runs slower). */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define MP_GUARD_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define MP_GUARD_SANITIZED 1
+#endif
+#endif
+#ifndef MP_GUARD_SANITIZED
+#define MP_GUARD_SANITIZED 0
+#endif
+
 /* Starts /proc/self/exe with NAME=<cfd>,<tfd>,<token>,<task> in its
  * environment and wfd (the write end of the parent's pipe) as its descriptor
  * cfd; entry is the child's constructor, which must be in the main program

@@ -31,17 +31,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define H5G_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer)
-#define H5G_SANITIZED 1
-#endif
-#endif
-#ifndef H5G_SANITIZED
-#define H5G_SANITIZED 0
-#endif
-
 #define H5G_MAGIC 0x4b484d4du             /* "MHK" */
 #define H5G_HEADROOM ((size_t)512 << 20) /* address space for the HDF5 library in the child */
 #define H5G_BLOCK ((size_t)4 << 20)      /* bytes of data read at a time by the walk */
@@ -373,7 +362,7 @@ static double now_s(void) {
 /* Limits the child's address space to what it maps now plus the headroom
  * (not under sanitizers, whose shadow memory needs terabytes of it). */
 static void child_limit(void) {
-    if (H5G_SANITIZED) return;
+    if (MP_GUARD_SANITIZED) return;
     FILE *fp = fopen("/proc/self/statm", "r");
     unsigned long pages = 0;
     int ok = fp && fscanf(fp, "%lu", &pages) == 1;

@@ -26,17 +26,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#ifndef SANITIZED
-#define SANITIZED 0
-#endif
-
 static char dir[256];
 
 static const char *tmp(const char *name) {
@@ -106,7 +95,7 @@ static int load_measured(const char *path, char *msg, size_t n, double *rss_mb, 
     pid_t pid = fork();
     if (pid == 0) {
         close(pfd[0]);
-        if (!SANITIZED) { /* a loader without the size checks fails here instead of swapping */
+        if (!TU_SANITIZED) { /* a loader without the size checks fails here instead of swapping */
             struct rlimit rl = {(rlim_t)4 << 30, (rlim_t)4 << 30};
             setrlimit(RLIMIT_AS, &rl);
         }

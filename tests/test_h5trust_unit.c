@@ -15,17 +15,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#ifndef SANITIZED
-#define SANITIZED 0
-#endif
-
 int main(void) {
     mp_io_init();
     char path[512];
@@ -50,7 +39,7 @@ int main(void) {
     /* two real fuzzing finds (tests/data): libhdf5 crashes on the first, loops on the second */
     const char *bad[2] = {MP_TESTDATA "/ckpt_hostile_crash.h5", MP_TESTDATA "/ckpt_hostile_hang.h5"};
     /* under AddressSanitizer the child reports libhdf5's bad memcpy and exits 1 instead */
-    const char *why[2] = {SANITIZED ? "corrupt HDF5 file: the" : "the HDF5 library crashed reading it (signal 11",
+    const char *why[2] = {TU_SANITIZED ? "corrupt HDF5 file: the" : "the HDF5 library crashed reading it (signal 11",
                           "checking the HDF5 file timed out after 2 s"};
     for (int k = 0; k < 2; k++)
         for (int fk = 0; fk < 2; fk++) {

@@ -10,17 +10,6 @@
 #include <string.h>
 #include <time.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#ifndef SANITIZED
-#define SANITIZED 0
-#endif
-
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -29,7 +18,7 @@ static double now_s(void) {
 
 int main(void) {
     const char *p = tu_data("train_ref_c.h5");
-    const double limit = SANITIZED ? 20.0 : 5.0;
+    const double limit = TU_SANITIZED ? 20.0 : 5.0;
     char want[64];
     snprintf(want, sizeof want, "timed out after %g s", limit);
     unsetenv("MECHPROBE_LOAD_TIMEOUT");

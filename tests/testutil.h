@@ -60,4 +60,16 @@ typedef struct {
 } tu_fd_result;
 tu_fd_result tu_fd_model(const char *label, mp_model *m, const int *tok, const int *tgt, int B, int T,
                          float eps, int per_tensor, int skip_kinks, unsigned seed);
+/* Whether the tests run under AddressSanitizer (slower; no address-space limits). */
+#if defined(__SANITIZE_ADDRESS__)
+#define TU_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TU_SANITIZED 1
+#endif
+#endif
+#ifndef TU_SANITIZED
+#define TU_SANITIZED 0
+#endif
+
 #endif

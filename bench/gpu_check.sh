@@ -460,7 +460,7 @@ preset() {
   say "== sinks --preset gpu --device cuda: THROUGHPUT only ($steps steps of 32 x 2048 tokens, fp32, d512 L8; not a verdict run)"
   if [ ! -x "$BIN/mechprobe" ]; then note "preset throughput: not run (a source build has no mechprobe)"; return; fi
   step preset_throughput 55 "${MPX[@]}" "$BIN/mechprobe" sinks --preset gpu --device cuda --seeds 1 --steps "$steps" \
-    --checkpoints 1 --boot 20 --corpus "$ROOT/README.md" --out "$TMP/sinks_gpu"
+    --checkpoints 1 --boot 20 --corpus "$ROOT/docs/API.md" --out "$TMP/sinks_gpu"
   [ "$RC" = 125 ] && return
   grep -E '^step [0-9]+/' "$OUTDIR/preset_throughput.log" | tail -3 | sed 's/^/gpu_check: preset: /'
   if grep -q 'no CUDA device' "$OUTDIR/preset_throughput.log"; then

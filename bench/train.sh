@@ -14,7 +14,7 @@ PY=/usr/bin/python3
 N="${BENCH_THREADS:-$(nproc)}"
 export OMP_NUM_THREADS="$N"
 # passive waiting for both sides, the same for both (mechprobe alone would spin
-# briefly, GOMP_SPINCOUNT=1000: README "Idle OpenMP threads"; spinning threads
+# briefly, GOMP_SPINCOUNT=1000: docs/mpi.md "Idle OpenMP threads"; spinning threads
 # collapse when anything else shares the cores)
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 [[ -x "$BIN" ]] || { echo "train.sh: build $BIN first (cmake --build $BUILD --target bench_train)" >&2; exit 1; }

@@ -1,6 +1,6 @@
 -- sink_recipe.lua — which training recipe makes a small rotary model on this
 -- machine grow attention-sink heads (issue 21's search; the evidence behind the
--- README's "Sink recipe" paragraph).
+-- docs/rope_id.md's "Sink recipe" paragraph).
 --
 --   mechprobe experiments/sink_recipe.lua --out DIR [--config NAME,...] [--corpus FILE]
 --

@@ -209,7 +209,7 @@ mp_status mp_model_load_llama2c(mp_model **out, const char *path) {
         mprotect(m->map, size, PROT_READ);
     } else {
         /* Larger files are mapped: truncating one in place while mechprobe uses it
-         * ends the process with SIGBUS (documented in the README). */
+         * ends the process with SIGBUS (documented in docs/trust.md). */
         m->map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m->map == MAP_FAILED) {
             m->map = NULL;

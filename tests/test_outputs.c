@@ -218,7 +218,7 @@ static void test_modes(void) {
 
 /* ---- item 10: stale temporaries ---- */
 
-/* The host part of a temporary's name, as README states it: the host name with
+/* The host part of a temporary's name, as docs/trust.md states it: the host name with
  * characters other than [A-Za-z0-9-] replaced by '_' (at most 64). */
 static void host_part(char *out, size_t n) {
     char h[256] = "";

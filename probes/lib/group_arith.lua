@@ -96,7 +96,7 @@ function M.flops(cfg, T, tokens)
   local N = cfg.n_layer * (4 * cfg.d_model ^ 2 + 2 * cfg.d_model * cfg.d_mlp)
   return (6 * N + 6 * cfg.n_layer * T * cfg.d_model) * tokens
 end
--- The paper's training setup (README "Setup against the paper"): 4 layers,
+-- The paper's training setup (docs/group_arith.md "Setup against the paper"): 4 layers,
 -- d_model 1024, d_mlp 4096, 200k steps of 128 sequences of 1024 tokens.
 M.PAPER_SETUP = {n_layer = 4, d_model = 1024, d_mlp = 4096, steps = 200000, batch = 128, T = 1024}
 M.PAPER_FLOPS = M.flops(M.PAPER_SETUP, M.PAPER_SETUP.T, M.PAPER_SETUP.steps * M.PAPER_SETUP.batch * M.PAPER_SETUP.T)

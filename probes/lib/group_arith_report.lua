@@ -663,7 +663,7 @@ function M.scale_text(Es)
 end
 
 -- The verdict rows of the seeds' loaded run files Es (M.load), in seed order:
--- verdicts.judge rows with ids C1, C2, ... (see README "How the probes judge a claim").
+-- verdicts.judge rows with ids C1, C2, ... (see docs/probes.md "How the probes judge a claim").
 function M.judge(Es)
   assert(#Es >= 1, "group_arith_report.judge: no seeds")
   local E1 = Es[1]

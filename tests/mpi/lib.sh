@@ -1,7 +1,7 @@
 # lib.sh — what the MPI tests share (sourced by tests/mpi/test_*.sh, run by ctest
 # with the mechprobe binary as $1): a scratch folder, the checks that SKIP
 # (exit 77) when mechprobe is built without MPI or mpirun cannot start two
-# ranks here, and `mpi N ARGS...`, the launcher line the README documents.
+# ranks here, and `mpi N ARGS...`, the launcher line docs/mpi.md documents.
 set -u
 MP=$1
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

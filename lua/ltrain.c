@@ -7,19 +7,19 @@
  * from Lua: lr, beta1, beta2, eps, weight_decay, warmup, total_steps, min_lr,
  * grad_clip, step; opt:lr_at(step) gives the scheduled rate (0-based step).
  *
- * Under mpirun (mpi/mp_mpi.h) train_step and train are data parallel: every
- * rank gets the same global batch, keeps its contiguous share of the rows and
- * the gradients are summed across ranks, so the parameters stay identical;
- * rank 0 alone draws the progress line and writes checkpoints. */
+ * m:train is a binding of the C training loop (mpi/trainloop.h: options over
+ * mp_train_params_default, the task and on_step as its callbacks) and
+ * m:train_step of its logged step. Under mpirun (mpi/mp_mpi.h) both are data
+ * parallel: every rank gets the same global batch, keeps its contiguous share
+ * of the rows and the gradients are summed across ranks, so the parameters
+ * stay identical; rank 0 alone draws the progress line and writes checkpoints. */
 #include "lmodel.h"
-#include "checkpoint.h"
-#include "mp_mpi.h"
 #include "optim.h"
+#include "trainloop.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include <string.h>
 
@@ -131,40 +131,6 @@ static void read_batch(lua_State *L, int vocab, int ti, int gi, guard *gt, guard
         luaL_error(L, "targets: shape [%d,%d] differs from the tokens' [%d,%d]", B2, T2, *B, *T);
 }
 
-/* This rank's rows of a global batch of B rows under data parallelism
- * (sync != NULL: mp_mpi_grad_sync()); the whole batch otherwise. */
-typedef struct {
-    const mp_grad_sync *sync;
-    int first, rows;
-} shard;
-
-static shard shard_of(lua_State *L, int B, int accum, int dp, const char *what) {
-    shard s = {dp ? mp_mpi_grad_sync() : NULL, 0, B};
-    if (!s.sync) return s;
-    int size = mp_mpi_size();
-    if (accum < 1 || B % (size * accum) != 0)
-        luaL_error(L, "%s: the global batch (%d) must split evenly over the %d ranks and accum (%d) micro-batches "
-                      "(a multiple of %d)", what, B, size, accum, size * (accum < 1 ? 1 : accum));
-    s.rows = B / size;
-    s.first = mp_mpi_rank() * s.rows;
-    return s;
-}
-
-/* One step with the model's buffers on this rank's shard of tok/tgt [B, T];
- * appends to the loss curve (tokens counted over the global batch). */
-static mp_status lm_step(lmodel *lm, mp_adamw *o, const int *tok, const int *tgt, int B, int T, int accum,
-                         const mp_hooks *hooks, shard sh, float *loss) {
-    double t0 = mp_now();
-    const size_t off = (size_t)sh.first * T;
-    lm->ws.sync = sh.sync;
-    mp_status st = mp_train_step(lm->m, o, &lm->ws, tok + off, tgt + off, sh.rows, T, accum, hooks, loss);
-    lm->ws.sync = NULL;
-    if (st) return st;
-    double wall = (lm->log.n ? lm->log.wall[lm->log.n - 1] : 0.0) + (mp_now() - t0);
-    double tokens = (lm->log.n ? lm->log.tokens[lm->log.n - 1] : 0.0) + (double)B * T;
-    return mp_train_log_add(&lm->log, (int32_t)o->step, *loss, (float)lm->ws.lr, tokens, wall);
-}
-
 /* m:train_step(opt, tokens, targets [, {fwd_hooks=, accum=1, data_parallel=true}]) -> loss, grad_norm */
 static int model_train_step(lua_State *L) {
     lua_settop(L, 5);
@@ -180,10 +146,10 @@ static int model_train_step(lua_State *L) {
     if (!gt->hooks) return luaL_error(L, "out of memory");
     int ftbl = mp_lua_add_fwd_hooks(L, opt, gt, T);
     int accum = (int)mp_lua_opt_int(L, opt, "train_step", "accum", 1, 1, INT_MAX);
-    shard sh = shard_of(L, B, accum, mp_lua_opt_bool(L, opt, "train_step", "data_parallel", 1), "train_step");
+    int dp = mp_lua_opt_bool(L, opt, "train_step", "data_parallel", 1);
     float loss;
-    mp_status st = lm_step(lm, o, gt->ints, gg->ints, B, T, accum, mp_hooks_count(gt->hooks) ? gt->hooks : NULL,
-                           sh, &loss);
+    mp_status st = mp_train_step_logged(lm->m, o, &lm->ws, &lm->log, gt->ints, gg->ints, B, T, accum,
+                                        mp_hooks_count(gt->hooks) ? gt->hooks : NULL, dp, "train_step", &loss);
     if (st) {
         mp_lua_hooks_rethrow(L, ftbl);
         return mp_lua_fail(L, st);
@@ -195,45 +161,78 @@ static int model_train_step(lua_State *L) {
     return 2;
 }
 
-static void fmt_time(char *buf, size_t n, double s) {
-    if (!(s >= 0) || s > 1e7) { snprintf(buf, n, "--:--"); return; }
-    long t = (long)(s + 0.5);
-    if (t >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
-    else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
-}
+/* m:train's callbacks into Lua (mpi/trainloop.h's mp_train_data). Each runs
+ * its Lua under lua_pcall, so that no Lua error unwinds through the C loop: a
+ * failure leaves the error object on top of the stack (err: its index) and
+ * the loop returns; model_train raises it unchanged. */
+typedef struct {
+    lua_State *L;
+    int task, on_step; /* absolute stack indices in model_train's frame */
+    int vocab, err;
+    guard *gt, *gg;
+} train_cb;
 
-/* The progress line: step, bar, loss, tokens/s, ETA. */
-static void progress(int tty, int step, int total, float loss, double tps, double eta, double elapsed, int done) {
-    char e[32], el[32];
-    fmt_time(e, sizeof e, eta);
-    fmt_time(el, sizeof el, elapsed);
-    if (tty) {
-        char bar[31];
-        int fill = total ? (int)(30.0 * step / total) : 30;
-        for (int i = 0; i < 30; i++) bar[i] = i < fill ? '=' : i == fill ? '>' : ' ';
-        bar[30] = '\0';
-        fprintf(stderr, "\r%*d/%d [%s] loss %.4f | %.3g tok/s | %s %s\033[K", (int)snprintf(NULL, 0, "%d", total),
-                step, total, bar, (double)loss, tps, done ? "took" : "ETA", done ? el : e);
-        if (done) fputc('\n', stderr);
-    } else {
-        fprintf(stderr, "step %d/%d  loss %.4f  %.3g tok/s  %s %s\n", step, total, (double)loss, tps,
-                done ? "took" : "ETA", done ? el : e);
-    }
-    fflush(stderr);
-}
-
-/* Calls task:sample(B, T) (or task:eval_sample when eval and present),
- * leaving tokens and targets on the stack. */
-static void sample_task(lua_State *L, int task, int B, int T, int eval) {
-    if (!eval || lua_getfield(L, task, "eval_sample") == LUA_TNIL) {
+/* Under lua_pcall with (train_cb, task, eval, B, T): calls task:sample(B, T)
+ * (or task:eval_sample when eval and present) and reads the tokens and
+ * targets it returns into the guards. */
+static int sample_body(lua_State *L) {
+    train_cb *c = lua_touserdata(L, 1);
+    const int eval = lua_toboolean(L, 3);
+    const lua_Integer B = lua_tointeger(L, 4), T = lua_tointeger(L, 5);
+    lua_settop(L, 2);
+    if (!eval || lua_getfield(L, 2, "eval_sample") == LUA_TNIL) {
         if (eval) lua_pop(L, 1);
-        if (lua_getfield(L, task, "sample") == LUA_TNIL) luaL_error(L, "train: the task has no sample(B, T) method");
+        if (lua_getfield(L, 2, "sample") == LUA_TNIL) luaL_error(L, "train: the task has no sample(B, T) method");
     }
-    lua_pushvalue(L, task);
+    lua_pushvalue(L, 2);
     lua_pushinteger(L, B);
     lua_pushinteger(L, T);
     lua_call(L, 3, 2);
     if (lua_isnil(L, -1)) luaL_error(L, "train: task:sample(B, T) must return tokens and targets");
+    int b, t;
+    read_batch(L, c->vocab, 3, 4, c->gt, c->gg, &b, &t);
+    lua_pushinteger(L, b);
+    lua_pushinteger(L, t);
+    return 2;
+}
+
+static mp_status train_sample(void *user, int eval, int B, int T, const int **tokens, const int **targets, int *b,
+                              int *t) {
+    train_cb *c = user;
+    lua_State *L = c->L;
+    if (!lua_checkstack(L, 8)) return mp_error(MP_ERR_NOMEM, "train: out of memory for the Lua stack");
+    lua_pushcfunction(L, sample_body);
+    lua_pushlightuserdata(L, c);
+    lua_pushvalue(L, c->task);
+    lua_pushboolean(L, eval);
+    lua_pushinteger(L, B);
+    lua_pushinteger(L, T);
+    if (lua_pcall(L, 5, 2, 0) != LUA_OK) {
+        c->err = lua_gettop(L);
+        return mp_error(MP_ERR_HOOK, "train: task:sample failed");
+    }
+    *b = (int)lua_tointeger(L, -2);
+    *t = (int)lua_tointeger(L, -1);
+    lua_pop(L, 2);
+    *tokens = c->gt->ints;
+    *targets = c->gg->ints;
+    return MP_OK;
+}
+
+static mp_status train_on_step(void *user, int step, float loss, int *stop) {
+    train_cb *c = user;
+    lua_State *L = c->L;
+    if (!lua_checkstack(L, 4)) return mp_error(MP_ERR_NOMEM, "train: out of memory for the Lua stack");
+    lua_pushvalue(L, c->on_step);
+    lua_pushinteger(L, step);
+    lua_pushnumber(L, loss);
+    if (lua_pcall(L, 2, 1, 0) != LUA_OK) {
+        c->err = lua_gettop(L);
+        return mp_error(MP_ERR_HOOK, "train: on_step failed");
+    }
+    *stop = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    return MP_OK;
 }
 
 /* m:train{task=, steps=, batch=8, seq_len=ctx, lr=1e-3, warmup=0, min_lr=0.1 lr,
@@ -242,8 +241,10 @@ static void sample_task(lua_State *L, int task, int B, int T, int eval) {
  *         checkpoint_every=0, progress=true, log_every=, fwd_hooks=, on_step=fn,
  *         data_parallel=true}
  * -> {step=, loss=, lr=, tokens=, time=, eval_step=, eval_loss=, final_loss=, tokens_per_s=}
- * Continues the model's optimizer (from a loaded checkpoint or an earlier
- * train) unless optimizer= or resume=false is given. */
+ * The options over mp_train_params_default(steps) (mpi/trainloop.h), then
+ * mp_train_run with the task and on_step as its callbacks. Continues the
+ * model's optimizer (from a loaded checkpoint or an earlier train) unless
+ * optimizer= or resume=false is given. */
 static int model_train(lua_State *L) {
     lua_settop(L, 2);
     lmodel *lm = mp_lua_model_busy(L, 1, "train", 1);
@@ -257,16 +258,17 @@ static int model_train(lua_State *L) {
     if (mp_lua_opt_int(L, 2, "train", "steps", 0, 0, INT_MAX) == 0)
         return luaL_error(L, "train: option 'steps' (a positive integer) is required");
     const int steps = (int)mp_lua_opt_int(L, 2, "train", "steps", 0, 1, INT_MAX);
-    const int B = (int)mp_lua_opt_int(L, 2, "train", "batch", 8, 1, INT_MAX);
-    const int T = (int)mp_lua_opt_int(L, 2, "train", "seq_len", lm->m->cfg.ctx, 1, INT_MAX);
-    const int accum = (int)mp_lua_opt_int(L, 2, "train", "accum", 1, 1, INT_MAX);
-    const int eval_every = (int)mp_lua_opt_int(L, 2, "train", "eval_every", 0, 0, INT_MAX);
-    const int eval_batches = (int)mp_lua_opt_int(L, 2, "train", "eval_batches", 4, 1, INT_MAX);
-    const int ck_every = (int)mp_lua_opt_int(L, 2, "train", "checkpoint_every", 0, 0, INT_MAX);
-    const int dp = mp_lua_opt_bool(L, 2, "train", "data_parallel", 1), root = mp_mpi_rank() == 0;
-    const int show = mp_lua_opt_bool(L, 2, "train", "progress", 1) && root, tty = isatty(2);
-    const int log_every = (int)mp_lua_opt_int(L, 2, "train", "log_every", steps >= 20 ? steps / 20 : 1, 1, INT_MAX);
-    const char *ckpt = mp_lua_opt_str(L, 2, "train", "checkpoint", NULL); /* stays on the stack */
+    mp_train_params tp = mp_train_params_default(steps);
+    tp.batch = (int)mp_lua_opt_int(L, 2, "train", "batch", tp.batch, 1, INT_MAX);
+    tp.seq_len = (int)mp_lua_opt_int(L, 2, "train", "seq_len", lm->m->cfg.ctx, 1, INT_MAX);
+    tp.accum = (int)mp_lua_opt_int(L, 2, "train", "accum", tp.accum, 1, INT_MAX);
+    tp.eval_every = (int)mp_lua_opt_int(L, 2, "train", "eval_every", tp.eval_every, 0, INT_MAX);
+    tp.eval_batches = (int)mp_lua_opt_int(L, 2, "train", "eval_batches", tp.eval_batches, 1, INT_MAX);
+    tp.checkpoint_every = (int)mp_lua_opt_int(L, 2, "train", "checkpoint_every", tp.checkpoint_every, 0, INT_MAX);
+    tp.data_parallel = mp_lua_opt_bool(L, 2, "train", "data_parallel", tp.data_parallel);
+    tp.progress = mp_lua_opt_bool(L, 2, "train", "progress", tp.progress);
+    tp.log_every = (int)mp_lua_opt_int(L, 2, "train", "log_every", tp.log_every, 1, INT_MAX);
+    tp.checkpoint = mp_lua_opt_str(L, 2, "train", "checkpoint", NULL); /* stays on the stack */
     /* the optimizer */
     mp_adamw *o = NULL;
     if (lua_getfield(L, 2, "optimizer") != LUA_TNIL) {
@@ -279,13 +281,9 @@ static int model_train(lua_State *L) {
             lua_pop(L, 1);
             mp_adamw fresh;
             memset(&fresh, 0, sizeof fresh);
-            fresh.hp = mp_adamw_params_default();
-            fresh.hp.weight_decay = 0.1f;
-            fresh.hp.beta2 = 0.95f;
-            fresh.hp.grad_clip = 1.0f;
-            fresh.hp.total_steps = steps;
-            adamw_params(L, 2, "train", &fresh.hp);
-            if (mp_adamw_params_check(&fresh.hp)) return luaL_error(L, "train: %s", mp_last_error());
+            adamw_params(L, 2, "train", &tp.opt);
+            if (mp_adamw_params_check(&tp.opt)) return luaL_error(L, "train: %s", mp_last_error());
+            fresh.hp = tp.opt;
             o = mp_lua_optim_push(L, &fresh);
         }
     }
@@ -298,79 +296,27 @@ static int model_train(lua_State *L) {
     guard *gt = mp_lua_guard_push(L), *gg = mp_lua_guard_push(L);
     gt->hooks = mp_hooks_new(&lm->m->cfg);
     if (!gt->hooks) return luaL_error(L, "out of memory");
-    const int ftbl = mp_lua_add_fwd_hooks(L, 2, gt, T);
-    const mp_hooks *hooks = mp_hooks_count(gt->hooks) ? gt->hooks : NULL;
-    const size_t first = lm->log.n, first_eval = lm->log.n_eval;
-    const double t_start = mp_now();
-    const int top = lua_gettop(L);
-    float loss = 0.0f;
-    for (int i = 1; i <= steps; i++) {
-        int b, t;
-        sample_task(L, task, B, T, 0);
-        read_batch(L, lm->m->cfg.vocab, top + 1, top + 2, gt, gg, &b, &t);
-        lua_settop(L, top);
-        shard sh = shard_of(L, b, accum, dp, "train");
-        if ((st = lm_step(lm, o, gt->ints, gg->ints, b, t, accum, hooks, sh, &loss))) {
-            mp_lua_hooks_rethrow(L, ftbl);
-            return mp_lua_fail(L, st);
-        }
-        const int gstep = (int)o->step;
-        if (eval_every > 0 && (i % eval_every == 0 || i == steps)) {
-            double sum = 0.0;
-            for (int e = 0; e < eval_batches; e++) {
-                float el;
-                sample_task(L, task, B, T, 1);
-                read_batch(L, lm->m->cfg.vocab, top + 1, top + 2, gt, gg, &b, &t);
-                lua_settop(L, top);
-                /* data parallel: each rank its rows, weighted by their counted targets */
-                shard sh = shard_of(L, b, 1, dp, "train (evaluation)");
-                const size_t off = (size_t)sh.first * t;
-                if ((st = mp_model_loss(lm->m, gt->ints + off, gg->ints + off, sh.rows, t, hooks, &el))) {
-                    mp_lua_hooks_rethrow(L, ftbl);
-                    return mp_lua_fail(L, st);
-                }
-                if (sh.sync) {
-                    double part[2] = {0.0, 0.0};
-                    for (size_t k = 0; k < (size_t)sh.rows * t; k++) part[1] += gg->ints[off + k] >= 0;
-                    part[0] = (double)el * part[1];
-                    if ((st = mp_mpi_sum_f64(part, 2))) return mp_lua_fail(L, st);
-                    el = part[1] > 0 ? (float)(part[0] / part[1]) : 0.0f;
-                }
-                sum += el;
-            }
-            if ((st = mp_train_log_add_eval(&lm->log, gstep, (float)(sum / (eval_batches > 0 ? eval_batches : 1)))))
-                return mp_lua_fail(L, st);
-        }
-        if (ckpt && root && ck_every > 0 && i % ck_every == 0 && i != steps &&
-            (st = mp_checkpoint_save(ckpt, lm->m, o, &lm->log)))
-            return mp_lua_fail(L, st);
-        if (on_step) {
-            if ((st = mp_model_sync(lm->m))) return mp_lua_fail(L, st); /* the callback may read the weights */
-            lua_pushvalue(L, on_step);
-            lua_pushinteger(L, gstep);
-            lua_pushnumber(L, loss);
-            lua_call(L, 2, 1);
-            int stop = lua_toboolean(L, -1);
-            lua_settop(L, top);
-            if (stop) break;
-        }
-        if (show && (tty || i % log_every == 0 || i == steps)) {
-            double el = mp_now() - t_start;
-            double tps = el > 0 ? (double)i * B * T / el : 0.0;
-            progress(tty, i, steps, loss, tps, el / i * (steps - i), el, 0);
-        }
+    const int ftbl = mp_lua_add_fwd_hooks(L, 2, gt, tp.seq_len);
+    tp.hooks = mp_hooks_count(gt->hooks) ? gt->hooks : NULL;
+    train_cb cb = {L, task, on_step, lm->m->cfg.vocab, 0, gt, gg};
+    mp_train_data data = {&cb, train_sample, on_step ? train_on_step : NULL};
+    mp_train_result r;
+    st = mp_train_run(lm->m, o, &lm->ws, &lm->log, &tp, &data, &r);
+    if (cb.err) { /* a Lua error in task:sample or on_step: raised as it was */
+        lua_pushvalue(L, cb.err);
+        return lua_error(L);
     }
-    double took = mp_now() - t_start;
-    size_t n_run = lm->log.n - first;
-    if (show && tty) progress(tty, (int)n_run, steps, loss, took > 0 ? (double)n_run * B * T / took : 0, 0, took, 1);
-    if (ckpt && root && (st = mp_checkpoint_save(ckpt, lm->m, o, &lm->log))) return mp_lua_fail(L, st);
+    if (st) {
+        mp_lua_hooks_rethrow(L, ftbl);
+        return mp_lua_fail(L, st);
+    }
     /* result: this run's part of the curve */
     lua_createtable(L, 0, 9);
     const char *keys[] = {"step", "loss", "lr", "tokens", "time"};
     for (int k = 0; k < 5; k++) {
-        lua_createtable(L, (int)n_run, 0);
-        for (size_t j = 0; j < n_run; j++) {
-            size_t at = first + j;
+        lua_createtable(L, (int)r.n, 0);
+        for (size_t j = 0; j < r.n; j++) {
+            size_t at = r.first + j;
             switch (k) {
             case 0: lua_pushinteger(L, lm->log.step[at]); break;
             case 1: lua_pushnumber(L, lm->log.loss[at]); break;
@@ -384,17 +330,17 @@ static int model_train(lua_State *L) {
     }
     lua_createtable(L, 0, 0);
     lua_createtable(L, 0, 0);
-    for (size_t j = first_eval; j < lm->log.n_eval; j++) {
-        lua_pushinteger(L, lm->log.eval_step[j]);
-        lua_rawseti(L, -3, (lua_Integer)(j - first_eval) + 1);
-        lua_pushnumber(L, lm->log.eval_loss[j]);
-        lua_rawseti(L, -2, (lua_Integer)(j - first_eval) + 1);
+    for (size_t j = 0; j < r.n_eval; j++) {
+        lua_pushinteger(L, lm->log.eval_step[r.first_eval + j]);
+        lua_rawseti(L, -3, (lua_Integer)j + 1);
+        lua_pushnumber(L, lm->log.eval_loss[r.first_eval + j]);
+        lua_rawseti(L, -2, (lua_Integer)j + 1);
     }
     lua_setfield(L, -3, "eval_loss");
     lua_setfield(L, -2, "eval_step");
-    lua_pushnumber(L, loss);
+    lua_pushnumber(L, r.final_loss);
     lua_setfield(L, -2, "final_loss");
-    lua_pushnumber(L, took > 0 ? (double)n_run * B * T / took : 0.0);
+    lua_pushnumber(L, r.tokens_per_s);
     lua_setfield(L, -2, "tokens_per_s");
     return 1;
 }

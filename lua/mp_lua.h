@@ -128,6 +128,9 @@ void mp_lua_open_mirror(lua_State *L);
 #define MP_OPTIM_MT "mechprobe.Optimizer"
 struct mp_adamw;
 void mp_lua_open_train(lua_State *L);
+/* mp.capture{...} (lua/lcapture.c): `mechprobe capture` in one call of
+ * mp_capture_run (mpi/capture.h); into the mp table on top. */
+void mp_lua_open_capture(lua_State *L);
 struct mp_adamw *mp_lua_optim_check(lua_State *L, int idx);
 /* Pushes a new Optimizer taking over *state (moments, step, hyper-parameters). */
 struct mp_adamw *mp_lua_optim_push(lua_State *L, const struct mp_adamw *state);

@@ -374,6 +374,8 @@ mp_status mp_h5cap_begin(mp_h5cap *c, int i, const int *tokens) {
     return write_block(c->tokens, H5T_NATIVE_INT, off, cnt, tokens);
 }
 
+int64_t mp_h5cap_tmax(const mp_h5cap *c) { return c->tmax; }
+
 mp_status mp_h5cap_write_logits(mp_h5cap *c, int i, const float *logits) {
     if (!c->logits) return mp_error(MP_ERR_ARG, "%s: logits were not asked for", c->out);
     int64_t off[3] = {c->row0 + i, 0, 0}, cnt[3] = {1, c->len_mine[i], c->vocab};

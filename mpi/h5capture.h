@@ -49,6 +49,8 @@ mp_status mp_h5cap_create(mp_h5cap **out, const mp_h5cap_params *p, const struct
 /* Before this rank's prompt i (0-based) runs: writes its /tokens row and
  * points the hook callbacks at its row. */
 mp_status mp_h5cap_begin(mp_h5cap *c, int i, const int *tokens);
+/* Tmax: the longest prompt over every rank (the files' second axis). */
+int64_t mp_h5cap_tmax(const mp_h5cap *c);
 /* Writes prompt i's logits [length, V]. */
 mp_status mp_h5cap_write_logits(mp_h5cap *c, int i, const float *logits);
 /* Collective: agrees on whether some rank failed (`failed`: this rank's

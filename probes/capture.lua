@@ -1,5 +1,8 @@
 -- capture.lua — DESIGN.md's capture command: run a model on some tokens and
 -- stream the chosen hook points (and optionally the logits) to an HDF5 run file.
+-- This file parses the arguments and loads the model; the workflow itself
+-- (tokenizing, splitting over ranks, the forward, the file) is mp.capture, C's
+-- mp_capture_run (mpi/capture.h).
 --
 --   mechprobe capture --model FILE [--tokenizer FILE] (--text STR | --tokens 1,2,3)
 --                     [--hooks GLOB[,GLOB...]] [--logits] [--compress N] --out FILE.h5
@@ -44,39 +47,12 @@ mp.check_output(o.out, o.model, o.tokenizer, o.text_file, o.tokens_file) -- neve
 local model = mp.load(o.model, {tokenizer = o.tokenizer, device = dev.device, precision = dev.precision})
 
 if o.text_file or o.tokens_file then
+  -- the C capture workflow (mp.capture, mpi/capture.h): each rank reads the
+  -- file, tokenizes and checks only its own lines, and writes its rows
   local path = o.text_file or o.tokens_file
-  local text = mp.read_file(path, {what = o.text_file and "--text-file" or "--tokens-file", max_bytes = 1 << 30})
-  local lines = {}
-  for line in text:gmatch("([^\n]*)\n?") do lines[#lines + 1] = line:gsub("\r$", "") end
-  if text == "" then lines = {} end
-  if #lines == 0 then error(("capture: %s: no prompts (the file is empty)"):format(path), 0) end
-  -- this rank's lines; each rank reads and checks only its own
-  local first, count = mp.mpi.split(#lines)
-  local prompts = {}
-  for i = first, first + count - 1 do
-    local line = lines[i]
-    local toks
-    if o.tokens_file then
-      toks = {}
-      for field in (line .. ","):gmatch("([^,]*),") do
-        local v = tonumber(field:match("^%s*(.-)%s*$"))
-        if not v or v ~= math.floor(v) then
-          error(("capture: %s:%d: '%s' is not a token id"):format(path, i, field), 0)
-        end
-        if v < 0 or v >= model.config.vocab then
-          error(("capture: %s:%d: token id %d is outside the vocabulary (0..%d)"):format(path, i, v,
-                model.config.vocab - 1), 0)
-        end
-        toks[#toks + 1] = math.tointeger(v)
-      end
-    else
-      toks = model:to_tokens(line)
-    end
-    if #toks == 0 then error(("capture: %s:%d: the prompt is empty (no tokens)"):format(path, i), 0) end
-    prompts[#prompts + 1] = toks
-  end
-  local n, total = model:capture_prompts(prompts, {out = o.out, hooks = o.hooks, logits = o.logits,
-                                                   compress = o.compress})
+  local n, total = mp.capture{model = model, out = o.out, hooks = o.hooks, logits = o.logits, compress = o.compress,
+                              text_file = o.text_file, tokens_file = o.tokens_file,
+                              what = o.text_file and "--text-file" or "--tokens-file"}
   if mp.mpi.rank() == 0 then
     print(("wrote %s: %d datasets, %d prompts from %s, model %s, %d rank%s (%.2f s CPU on rank 0)"):format(
       o.out, n, total, path, o.model, mp.mpi.size(), mp.mpi.size() > 1 and "s" or "", os.clock() - t0))
@@ -85,8 +61,8 @@ if o.text_file or o.tokens_file then
 end
 
 if mp.mpi.rank() ~= 0 then return end   -- one prompt: rank 0 alone writes it under mpirun
-local tokens = o.tokens and cli.int_list(o.tokens, "--tokens") or model:to_tokens(o.text)
-if o.tokens then  -- ids the model cannot embed: say which, before anything is written
+local tokens = o.tokens and cli.int_list(o.tokens, "--tokens")
+if tokens then  -- ids the model cannot embed: say which, before anything is written
   local V = model.config.vocab
   for i, id in ipairs(tokens) do
     if id < 0 or id >= V then
@@ -96,6 +72,7 @@ if o.tokens then  -- ids the model cannot embed: say which, before anything is w
     end
   end
 end
-local n = model:capture(tokens, {out = o.out, hooks = o.hooks, logits = o.logits, compress = o.compress})
+local n, _, T = mp.capture{model = model, out = o.out, hooks = o.hooks, logits = o.logits, compress = o.compress,
+                           tokens = tokens, text = not tokens and o.text or nil}
 print(("wrote %s: %d datasets, tokens [1,%d], model %s (%.2f s CPU)"):format(
-  o.out, n, #tokens, o.model, os.clock() - t0))
+  o.out, n, T, o.model, os.clock() - t0))

@@ -8,7 +8,7 @@
 #include <string.h>
 
 mp_adamw_params mp_adamw_params_default(void) {
-    return (mp_adamw_params){1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, -1.0f, 0, 0, 0.0f};
+    return (mp_adamw_params){1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, -1.0f, 0, 0, 1.0f};
 }
 
 mp_status mp_adamw_params_check(const mp_adamw_params *hp) {

@@ -19,8 +19,11 @@ typedef struct {
     float grad_clip;    /* max global gradient norm; 0: no clipping */
 } mp_adamw_params;
 
-/* torch defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01;
- * no warmup, no decay, no clipping. */
+/* mechprobe's one set of optimizer defaults, those of its training loop
+ * (mpi/trainloop.h) and of every probe: lr 1e-3, betas (0.9, 0.95), eps 1e-8,
+ * weight_decay 0.1, grad_clip 1.0; min_lr 0.1 lr; no warmup, no decay
+ * (total_steps 0). torch.optim.AdamW's own defaults differ in betas (0.9,
+ * 0.999), weight_decay 0.01 and no clipping: set them to compare with it. */
 mp_adamw_params mp_adamw_params_default(void);
 /* MP_ERR_ARG naming the first hyper-parameter out of range. */
 mp_status mp_adamw_params_check(const mp_adamw_params *hp);

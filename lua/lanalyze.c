@@ -41,11 +41,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <gsl/gsl_statistics_double.h>
-
 #include "geometry.h"
 #include "sinks.h"
 #include "stats.h"
+#include "tensor.h"
 
 /* ---- helpers ---- */
 
@@ -380,12 +379,6 @@ static double lua_stat(const double *x, size_t n, void *vctx) {
     return v;
 }
 
-static double stat_median(const double *x, size_t n, void *ctx) {
-    double *buf = ctx;   /* scratch of n doubles */
-    memcpy(buf, x, n * sizeof *buf);
-    return gsl_stats_median(buf, 1, n);
-}
-
 static int l_bootstrap(lua_State *L) {
     static const char *const known[] = {"n", "level", "seed", "stat", NULL};
     mp_lua_opt_check(L, 2, "mp.analyze.bootstrap", known);
@@ -414,7 +407,7 @@ static int l_bootstrap(lua_State *L) {
         } else if (lua_isstring(L, -1)) {
             const char *s = lua_tostring(L, -1);
             if (strcmp(s, "median") == 0) {
-                fn = stat_median;
+                fn = mp_tensor_stat_median; /* ctx: its scratch of n doubles */
                 ctx = lua_newuserdatauv(L, n * sizeof(double), 0);
             } else if (strcmp(s, "mean") != 0)
                 return luaL_error(L, "mp.analyze.bootstrap: stat '%s' unknown (use \"mean\", \"median\" or a function)", s);

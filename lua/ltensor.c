@@ -1,14 +1,15 @@
-/* ltensor.c — the Lua Tensor type of module `mp` (metatable "mechprobe.Tensor"):
- * float32, row-major, up to MP_MAXDIM dims, reference-counted storage shared by
- * a Tensor and every view derived from it, however indirectly (invalidated
- * once for all of them when the memory goes: a model's parameters, a hook's
- * activation), 1-based indices (negative ones count from the end).
- * Constructors mp.tensor/zeros/ones/full, element access, views, the helpers
- * the other Tensor files share (lua/ltensor.h), the metatable, and t:save()
- * through io/h5io. Shape ops, matmul and ranges are in lua/ltensor_ops.c;
- * arithmetic, elementwise functions and reductions in lua/ltensor_math.c.
- * Every tensor is contiguous: views only select or narrow leading dims, or
- * reshape. */
+/* ltensor.c — the Lua Tensor type of module `mp` (metatable "mechprobe.Tensor"),
+ * a binding of the C tensor core analyze/tensor.h: the userdata holds the
+ * mp_tensor (float32, row-major, up to MP_MAXDIM dims, on a reference-counted
+ * storage shared by a Tensor and every view derived from it, however
+ * indirectly, invalidated once for all of them when the memory goes: a model's
+ * parameters, a hook's activation); 1-based indices (negative ones count from
+ * the end). Constructors mp.tensor/zeros/ones/full, element access, views, the
+ * helpers the other Tensor files share (lua/ltensor.h), the metatable, and
+ * t:save() through io/h5io. Shape ops, matmul and ranges are in
+ * lua/ltensor_ops.c; arithmetic, elementwise functions and reductions in
+ * lua/ltensor_math.c. Every tensor is contiguous: views only select or narrow
+ * leading dims, or reshape. */
 #include "ltensor.h"
 
 #include <limits.h>
@@ -19,31 +20,25 @@
 
 #include "h5io.h"
 
+void mp_lua_tensor_try(lua_State *L, mp_status st, const char *fn) {
+    if (st == MP_OK) return;
+    if (fn) luaL_error(L, "%s: %s", fn, mp_last_error());
+    luaL_error(L, "%s", mp_last_error());
+}
+
 /* Raises the error for a tensor that is not valid, with the reason its data went. */
 static int invalid_error(lua_State *L, const mp_tensor *t) {
-    const char *why = t->st && t->st->why ? t->st->why : "it was closed";
-    return luaL_error(L, "Tensor is no longer valid (%s)", why);
+    mp_lua_tensor_try(L, mp_tensor_check_valid(t), NULL);
+    return 0;
 }
 
 /* ---- storage and userdata ---- */
 
-void mp_lua_storage_release(mp_storage *st) {
-    if (!st) return;
-    if (--st->refs <= 0) {
-        if (!st->external) free(st->data);
-        free(st);
-    }
-}
+void mp_lua_storage_release(mp_storage *st) { mp_storage_release(st); }
 
-void mp_lua_storage_invalidate(mp_storage *st, const char *why) {
-    if (!st || !st->data) return;
-    if (!st->external) free(st->data);
-    st->data = NULL;
-    st->n = 0;
-    st->why = why;
-}
+void mp_lua_storage_invalidate(mp_storage *st, const char *why) { mp_storage_invalidate(st, why); }
 
-static int valid(const mp_tensor *t) { return t->st && t->st->data; }
+static int valid(const mp_tensor *t) { return mp_tensor_valid(t); }
 
 static void ensure_metatable(lua_State *L);
 
@@ -57,81 +52,39 @@ static mp_tensor *push_raw(lua_State *L) {
     return t;
 }
 
-/* Largest extent product: numel * sizeof(float) must fit a size_t. */
-#define NUMEL_MAX (SIZE_MAX / sizeof(float))
+mp_tensor *mp_lua_tensor_push(lua_State *L) { return push_raw(L); }
 
-/* numel of a shape, raising on a negative extent or overflow. The product of
- * the non-zero extents is bounded too, so that a Tensor with no elements
- * cannot carry extents whose products (the outer and inner counts of every
- * op) overflow. */
-static size_t checked_numel(lua_State *L, int ndim, const int64_t *shape) {
-    size_t n = 1, nz = 1;
-    if (ndim < 0 || ndim > MP_MAXDIM) luaL_error(L, "Tensor rank %d outside 0..%d", ndim, MP_MAXDIM);
-    for (int i = 0; i < ndim; i++) {
-        /* (lua_pushfstring knows %I, not %lld) */
-        if (shape[i] < 0) luaL_error(L, "negative Tensor extent %I in dim %d", (lua_Integer)shape[i], i + 1);
-        if ((uint64_t)shape[i] > NUMEL_MAX)
-            luaL_error(L, "Tensor size overflows (extent %I in dim %d)", (lua_Integer)shape[i], i + 1);
-        n *= (size_t)shape[i]; /* at most nz, checked below */
-        if (shape[i] && (mp_mul_size(nz, (size_t)shape[i], &nz) || nz > NUMEL_MAX)) {
-            char s[160];
-            mp_lua_tensor_shape_str(ndim, shape, s, sizeof s);
-            luaL_error(L, "Tensor size overflows (shape %s)", s);
-        }
-    }
-    return n;
-}
-
-static mp_storage *storage_new(lua_State *L, float *data, size_t n, int external) {
-    mp_storage *st = malloc(sizeof *st);
-    if (!st) {
-        if (!external) free(data);
-        luaL_error(L, "out of memory allocating a Tensor");
-    }
-    st->data = data;
-    st->n = n;
-    st->refs = 1;
-    st->external = external;
-    st->why = NULL;
+mp_storage *mp_lua_storage_external(lua_State *L, float *data, size_t n) {
+    mp_storage *st;
+    mp_lua_tensor_try(L, mp_storage_external(&st, data, n), NULL);
     return st;
 }
 
-mp_storage *mp_lua_storage_external(lua_State *L, float *data, size_t n) { return storage_new(L, data, n, 1); }
-
 mp_tensor *mp_lua_tensor_new(lua_State *L, int ndim, const int64_t *shape) {
-    size_t n = checked_numel(L, ndim, shape);
     mp_tensor *t = push_raw(L);
-    float *data = calloc(n ? n : 1, sizeof(float));
-    if (!data) {
-        char b[32];
-        luaL_error(L, "out of memory allocating a Tensor of %s", mp_fmt_bytes((double)n * sizeof(float), b));
-    }
-    t->st = storage_new(L, data, n, 0);
-    t->data = data;
-    t->ndim = ndim;
-    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
-    t->numel = n;
+    mp_lua_tensor_try(L, mp_tensor_init(t, ndim, shape), NULL);
     return t;
 }
 
 mp_tensor *mp_lua_tensor_from(lua_State *L, int ndim, const int64_t *shape, const float *data) {
-    mp_tensor *t = mp_lua_tensor_new(L, ndim, shape);
-    if (t->numel) memcpy(t->data, data, t->numel * sizeof(float));
+    mp_tensor *t = push_raw(L);
+    mp_lua_tensor_try(L, mp_tensor_init_from(t, ndim, shape, data), NULL);
     return t;
 }
 
 mp_tensor *mp_lua_tensor_on(lua_State *L, mp_storage *st, size_t off, int ndim, const int64_t *shape) {
-    size_t n = checked_numel(L, ndim, shape);
-    if (!st->data) luaL_error(L, "Tensor is no longer valid (%s)", st->why ? st->why : "it was closed");
-    if (off > st->n || n > st->n - off) luaL_error(L, "a Tensor view outside its storage");
     mp_tensor *t = push_raw(L);
-    t->st = st;
-    st->refs++;
-    t->data = st->data + off;
-    t->ndim = ndim;
-    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
-    t->numel = n;
+    mp_lua_tensor_try(L, mp_tensor_on(t, st, off, ndim, shape), NULL);
     return t;
+}
+
+void mp_lua_tensor_keep(lua_State *L, int pidx) {
+    pidx = lua_absindex(L, pidx);
+    const mp_tensor *parent = lua_touserdata(L, pidx), *t = lua_touserdata(L, -1);
+    if (t->st && t->st == parent->st) {
+        lua_getiuservalue(L, pidx, 1);
+        lua_setiuservalue(L, -2, 1);
+    }
 }
 
 /* A view of the (valid) Tensor at pidx: `off` floats in, with the given shape;
@@ -139,7 +92,8 @@ mp_tensor *mp_lua_tensor_on(lua_State *L, mp_storage *st, size_t off, int ndim, 
 mp_tensor *mp_lua_tensor_view(lua_State *L, int pidx, size_t off, int ndim, const int64_t *shape) {
     pidx = lua_absindex(L, pidx);
     const mp_tensor *parent = mp_lua_tensor_check(L, pidx);
-    mp_tensor *v = mp_lua_tensor_on(L, parent->st, (size_t)(parent->data - parent->st->data) + off, ndim, shape);
+    mp_tensor *v = push_raw(L);
+    mp_lua_tensor_try(L, mp_tensor_view(v, parent, off, ndim, shape), NULL);
     lua_getiuservalue(L, pidx, 1);
     lua_setiuservalue(L, -2, 1);
     return v;
@@ -261,13 +215,6 @@ static void push_totable(lua_State *L, const float *d, int ndim, const int64_t *
 
 /* ---- helpers ---- */
 
-void mp_lua_tensor_shape_str(int ndim, const int64_t *shape, char *buf, size_t n) {
-    size_t k = (size_t)snprintf(buf, n, "[");
-    for (int i = 0; i < ndim && k < n; i++)
-        k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? "," : "", (long long)shape[i]);
-    if (k < n) snprintf(buf + k, n - k, "]");
-}
-
 static void shape_str(const mp_tensor *t, char *buf, size_t n) { mp_lua_tensor_shape_str(t->ndim, t->shape, buf, n); }
 
 int mp_lua_tensor_dim(lua_State *L, int arg, int ndim, int ndim_extra, const char *fn) {
@@ -340,22 +287,12 @@ static int shape_args(lua_State *L, int arg, int64_t *shape, int allow_infer) {
 }
 
 static void same_shape(lua_State *L, const mp_tensor *a, const mp_tensor *b, int arg) {
-    int same = a->ndim == b->ndim;
-    for (int i = 0; same && i < a->ndim; i++) same = a->shape[i] == b->shape[i];
-    if (!same) {
+    if (!mp_tensor_same_shape(a, b)) {
         char sa[128], sb[128];
         shape_str(a, sa, sizeof sa);
         shape_str(b, sb, sizeof sb);
         luaL_argerror(L, arg, lua_pushfstring(L, "shapes %s and %s differ", sa, sb));
     }
-}
-
-/* Dot product accumulated in double. (Not cblas_dsdot: OpenBLAS's kernel
- * loses about 5e-9 relative, measured, against a double accumulation.) */
-static double dot_f(const float *a, const float *b, size_t n) {
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += (double)a[i] * (double)b[i];
-    return s;
 }
 
 /* ---- constructors ---- */
@@ -376,9 +313,8 @@ static int filled(lua_State *L, int arg, float v, int vtop) {
     if (lua_gettop(L) < arg) luaL_argerror(L, arg, "shape expected (a table or dims)");
     if (vtop) lua_settop(L, arg); /* value already read; keep the shape only */
     int ndim = shape_args(L, arg, shape, 0);
-    mp_tensor *t = mp_lua_tensor_new(L, ndim, shape);
-    if (v != 0)
-        for (size_t i = 0; i < t->numel; i++) t->data[i] = v;
+    mp_tensor *t = push_raw(L);
+    mp_lua_tensor_try(L, mp_tensor_init_full(t, ndim, shape, v), NULL);
     return 1;
 }
 
@@ -458,8 +394,9 @@ static void push_select(lua_State *L, mp_tensor *t, int64_t j) {
         lua_pushnumber(L, t->data[j]);
         return;
     }
-    size_t stride = t->numel / (size_t)(t->shape[0] ? t->shape[0] : 1);
-    mp_lua_tensor_view(L, 1, (size_t)j * stride, t->ndim - 1, t->shape + 1);
+    mp_tensor *v = push_raw(L);
+    mp_lua_tensor_try(L, mp_tensor_select(v, t, j), NULL);
+    mp_lua_tensor_keep(L, 1);
 }
 
 static int m_select(lua_State *L) {
@@ -473,28 +410,10 @@ static int m_reshape(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
     int64_t shape[MP_MAXDIM];
     if (lua_gettop(L) < 2) luaL_argerror(L, 2, "shape expected (a table or dims)");
-    int ndim = shape_args(L, 2, shape, 1), infer = -1;
-    size_t known = 1;
-    for (int i = 0; i < ndim; i++) {
-        if (shape[i] == -1) {
-            if (infer >= 0) luaL_argerror(L, 2, "at most one extent may be -1");
-            infer = i;
-        } else if (mp_mul_size(known, (size_t)shape[i], &known)) {
-            luaL_argerror(L, 2, "shape overflows");
-        }
-    }
-    if (infer >= 0) {
-        if (known == 0 || t->numel % known) luaL_argerror(L, 2, "cannot infer the -1 extent");
-        shape[infer] = (int64_t)(t->numel / known);
-        known = t->numel;
-    }
-    if (known != t->numel) {
-        char s[128];
-        shape_str(t, s, sizeof s);
-        luaL_argerror(L, 2, lua_pushfstring(L, "shape has %I elements, the Tensor %s has %I", (lua_Integer)known, s,
-                                            (lua_Integer)t->numel));
-    }
-    mp_lua_tensor_view(L, 1, 0, ndim, shape);
+    int ndim = shape_args(L, 2, shape, 1);
+    mp_tensor *v = push_raw(L);
+    if (mp_tensor_reshape(v, t, ndim, shape) != MP_OK) luaL_argerror(L, 2, mp_last_error());
+    mp_lua_tensor_keep(L, 1);
     return 1;
 }
 
@@ -512,14 +431,15 @@ static int m_totable(lua_State *L) {
 
 static int m_clone(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
-    mp_lua_tensor_from(L, t->ndim, t->shape, t->data);
+    mp_tensor *r = push_raw(L);
+    mp_lua_tensor_try(L, mp_tensor_clone(r, t), NULL);
     return 1;
 }
 
 static int m_fill_(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
     float v = (float)luaL_checknumber(L, 2);
-    for (size_t i = 0; i < t->numel; i++) t->data[i] = v;
+    mp_tensor_fill_(t, v);
     lua_settop(L, 1);
     return 1;
 }
@@ -528,8 +448,9 @@ static int m_dot(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
     mp_tensor *o = mp_lua_tensor_arg(L, 2);
     if (t->ndim != 1) luaL_argerror(L, 1, "dot needs 1-D Tensors");
-    same_shape(L, t, o, 2);
-    lua_pushnumber(L, dot_f(t->data, o->data, t->numel));
+    double d;
+    if (mp_tensor_dot(t, o, &d) != MP_OK) luaL_argerror(L, 2, mp_last_error());
+    lua_pushnumber(L, d);
     return 1;
 }
 
@@ -555,10 +476,7 @@ static int m_save(lua_State *L) {
 /* ---- metamethods ---- */
 
 static int mt_gc(lua_State *L) {
-    mp_tensor *t = luaL_checkudata(L, 1, MP_TENSOR_MT);
-    mp_lua_storage_release(t->st);
-    t->st = NULL;
-    t->data = NULL;
+    mp_tensor_free(luaL_checkudata(L, 1, MP_TENSOR_MT));
     return 0;
 }
 
@@ -633,7 +551,9 @@ static int mt_newindex(lua_State *L) {
     sub.ndim = t->ndim - 1;
     memcpy(sub.shape, t->shape + 1, (size_t)sub.ndim * sizeof *sub.shape);
     same_shape(L, &sub, src, 3);
-    memmove(dst, src->data, stride * sizeof(float));
+    sub.data = dst;
+    sub.numel = stride;
+    mp_tensor_copy_(&sub, src); /* same shape: a memmove */
     return 0;
 }
 

@@ -1,16 +1,26 @@
-/* ltensor.h — internal interface between the files of the Lua Tensor type:
- * lua/ltensor.c (storage, constructors, element access, views, the metatable),
- * lua/ltensor_ops.c (shape ops, slicing, cat/stack, matmul, ranges) and
- * lua/ltensor_math.c (broadcasting arithmetic, elementwise functions, softmax,
- * reductions over any dim, topk, cosine similarity). Not part of mp_lua.h:
- * nothing outside these files needs it. */
+/* ltensor.h — internal interface between the files of the Lua Tensor type, a
+ * binding of the C tensor core analyze/tensor.h (the userdata holds an
+ * mp_tensor; the numeric work is mp_tensor_*): lua/ltensor.c (userdata,
+ * constructors, element access, views, the metatable), lua/ltensor_ops.c
+ * (shape ops, slicing, cat/stack, matmul, ranges) and lua/ltensor_math.c
+ * (broadcasting arithmetic, elementwise functions, softmax, reductions over
+ * any dim, topk, cosine similarity). Not part of mp_lua.h: nothing outside
+ * these files needs it. */
 #ifndef MP_LTENSOR_H
 #define MP_LTENSOR_H
 
 #include "mp_lua.h"
 
 /* "[2,3]" into buf (at most n bytes). */
-void mp_lua_tensor_shape_str(int ndim, const int64_t *shape, char *buf, size_t n);
+#define mp_lua_tensor_shape_str mp_tensor_shape_str
+/* Pushes a new, empty ({0}) Tensor userdata for an mp_tensor_* call to fill. */
+mp_tensor *mp_lua_tensor_push(lua_State *L);
+/* Raises the core's message (mp_last_error) for a failed st, prefixed with
+ * "fn: " when fn is not NULL; nothing for MP_OK. */
+void mp_lua_tensor_try(lua_State *L, mp_status st, const char *fn);
+/* The Tensor at the top, when it shares the storage of the Tensor at pidx (a
+ * view), gets pidx's user value (what keeps the viewed memory alive). */
+void mp_lua_tensor_keep(lua_State *L, int pidx);
 /* A dim argument at arg: 1..ndim, or negative counting from the end (-1 the
  * last); returns it 0-based, or raises "fn: dim 4 out of range 1..3 (or -3..-1)".
  * ndim_extra widens the range for functions that insert a dim (unsqueeze,

@@ -2,12 +2,13 @@
  * permute/transpose/t (contiguous copies), view/unsqueeze/squeeze/flatten
  * (views), narrow/slice/index_select along any dim (views along dim 1 where
  * the rows stay contiguous, copies otherwise), mp.cat/mp.stack, matmul and
- * batched matmul through OpenBLAS's cblas_sgemm, item/contiguous, and the
- * constructors mp.arange/mp.linspace/mp.eye. Dims and indices are 1-based,
- * negative ones counting from the end. */
+ * batched matmul (mp_tensor_matmul, OpenBLAS's sgemm), item/contiguous,
+ * and the constructors mp.arange/mp.linspace/mp.eye. Dims and indices are
+ * 1-based, negative ones counting from the end; the work is done by the C
+ * tensor core (analyze/tensor.h), these functions check and convert the Lua
+ * arguments. */
 #include "ltensor.h"
 
-#include <cblas.h>
 #include <limits.h>
 #include <math.h>
 #include <string.h>
@@ -23,28 +24,8 @@ static void shape_err(lua_State *L, const char *fn, const char *what, const mp_t
 
 /* Pushes a contiguous copy of t with dim i of the result = dim perm[i] of t. */
 static mp_tensor *push_permuted(lua_State *L, const mp_tensor *t, const int *perm) {
-    int nd = t->ndim;
-    int64_t shape[MP_MAXDIM], stride[MP_MAXDIM], ostride[MP_MAXDIM];
-    if (nd == 0) return mp_lua_tensor_from(L, 0, t->shape, t->data);
-    stride[nd - 1] = 1;
-    for (int i = nd - 2; i >= 0; i--) stride[i] = stride[i + 1] * t->shape[i + 1];
-    for (int i = 0; i < nd; i++) {
-        shape[i] = t->shape[perm[i]];
-        ostride[i] = stride[perm[i]];
-    }
-    mp_tensor *o = mp_lua_tensor_new(L, nd, shape);
-    int64_t idx[MP_MAXDIM] = {0}, src = 0;
-    int64_t inner = shape[nd - 1], is = ostride[nd - 1];
-    if (o->numel == 0) return o;
-    for (size_t e = 0; e < o->numel; e += (size_t)inner) {
-        for (int64_t k = 0; k < inner; k++) o->data[e + (size_t)k] = t->data[src + k * is];
-        for (int i = nd - 2; i >= 0; i--) { /* odometer over the outer output dims */
-            src += ostride[i];
-            if (++idx[i] < shape[i]) break;
-            src -= ostride[i] * shape[i];
-            idx[i] = 0;
-        }
-    }
+    mp_tensor *o = mp_lua_tensor_push(L);
+    mp_lua_tensor_try(L, mp_tensor_permute(o, t, perm), NULL);
     return o;
 }
 
@@ -107,42 +88,30 @@ static int m_t(lua_State *L) {
 static int m_unsqueeze(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
     int d = mp_lua_tensor_dim(L, 2, t->ndim, 1, "unsqueeze");
-    if (t->ndim == MP_MAXDIM) return luaL_error(L, "unsqueeze: a Tensor has at most %d dims", MP_MAXDIM);
-    int64_t shape[MP_MAXDIM];
-    for (int i = 0, j = 0; i <= t->ndim; i++) shape[i] = i == d ? 1 : t->shape[j++];
-    mp_lua_tensor_view(L, 1, 0, t->ndim + 1, shape);
+    mp_lua_tensor_try(L, mp_tensor_unsqueeze(mp_lua_tensor_push(L), t, d), "unsqueeze");
+    mp_lua_tensor_keep(L, 1);
     return 1;
 }
 
 static int m_squeeze(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
-    int64_t shape[MP_MAXDIM];
-    int nd = 0, only = lua_isnoneornil(L, 2) ? -1 : mp_lua_tensor_dim(L, 2, t->ndim, 0, "squeeze");
-    for (int i = 0; i < t->ndim; i++)
-        if (t->shape[i] != 1 || (only >= 0 && i != only)) shape[nd++] = t->shape[i];
-    mp_lua_tensor_view(L, 1, 0, nd, shape);
+    int only = lua_isnoneornil(L, 2) ? -1 : mp_lua_tensor_dim(L, 2, t->ndim, 0, "squeeze");
+    mp_lua_tensor_try(L, mp_tensor_squeeze(mp_lua_tensor_push(L), t, only), "squeeze");
+    mp_lua_tensor_keep(L, 1);
     return 1;
 }
 
 /* t:flatten([start [, end]]): dims start..end merged into one (a view). */
 static int m_flatten(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
-    if (t->ndim == 0) {
-        int64_t one = 1;
-        mp_lua_tensor_view(L, 1, 0, 1, &one);
-        return 1;
+    int s = 0, e = 0;
+    if (t->ndim > 0) {
+        s = lua_isnoneornil(L, 2) ? 0 : mp_lua_tensor_dim(L, 2, t->ndim, 0, "flatten");
+        e = lua_isnoneornil(L, 3) ? t->ndim - 1 : mp_lua_tensor_dim(L, 3, t->ndim, 0, "flatten");
     }
-    int s = lua_isnoneornil(L, 2) ? 0 : mp_lua_tensor_dim(L, 2, t->ndim, 0, "flatten");
-    int e = lua_isnoneornil(L, 3) ? t->ndim - 1 : mp_lua_tensor_dim(L, 3, t->ndim, 0, "flatten");
-    if (e < s) return luaL_error(L, "flatten: end dim %d is before start dim %d", e + 1, s + 1);
-    int64_t shape[MP_MAXDIM];
-    int nd = 0;
-    for (int i = 0; i < s; i++) shape[nd++] = t->shape[i];
-    shape[nd] = 1;
-    for (int i = s; i <= e; i++) shape[nd] *= t->shape[i];
-    nd++;
-    for (int i = e + 1; i < t->ndim; i++) shape[nd++] = t->shape[i];
-    mp_lua_tensor_view(L, 1, 0, nd, shape);
+    lua_settop(L, 1);
+    mp_lua_tensor_try(L, mp_tensor_flatten(mp_lua_tensor_push(L), t, s, e), "flatten");
+    mp_lua_tensor_keep(L, 1);
     return 1;
 }
 
@@ -165,37 +134,11 @@ static int m_item(lua_State *L) {
 
 /* ---- selecting along a dim ---- */
 
-/* Pushes the rows idx[0..count-1] (0-based, checked) of dim d of t, a copy. */
-static mp_tensor *push_gather(lua_State *L, const mp_tensor *t, int d, const int64_t *idx, int64_t count) {
-    int64_t shape[MP_MAXDIM], outer = 1, inner = 1, n = t->shape[d];
-    memcpy(shape, t->shape, sizeof shape);
-    shape[d] = count;
-    for (int i = 0; i < d; i++) outer *= t->shape[i];
-    for (int i = d + 1; i < t->ndim; i++) inner *= t->shape[i];
-    mp_tensor *r = mp_lua_tensor_new(L, t->ndim, shape);
-    if (r->numel == 0) return r; /* outer may be huge with nothing to copy */
-    float *dst = r->data;
-    for (int64_t o = 0; o < outer; o++)
-        for (int64_t k = 0; k < count; k++, dst += inner)
-            memcpy(dst, t->data + (o * n + idx[k]) * inner, (size_t)inner * sizeof(float));
-    return r;
-}
-
 /* Pushes t's rows first, first+step, ... (count of them) along d: a view when
- * d is the first dim and step is 1, else a copy. */
+ * d is the first dim and step is 1, else a copy. t is the Tensor at 1. */
 static void push_range(lua_State *L, const mp_tensor *t, int d, int64_t first, int64_t count, int64_t step) {
-    if (d == 0 && step == 1) {
-        int64_t shape[MP_MAXDIM];
-        memcpy(shape, t->shape, sizeof shape);
-        shape[0] = count;
-        size_t stride = t->shape[0] ? t->numel / (size_t)t->shape[0] : 0;
-        mp_lua_tensor_view(L, 1, (size_t)first * stride, t->ndim, shape);
-        return;
-    }
-    int64_t *idx = lua_newuserdatauv(L, (size_t)(count ? count : 1) * sizeof(int64_t), 0);
-    for (int64_t k = 0; k < count; k++) idx[k] = first + k * step;
-    push_gather(L, t, d, idx, count);
-    lua_remove(L, -2);
+    mp_lua_tensor_try(L, mp_tensor_slice(mp_lua_tensor_push(L), t, d, first, count, step), NULL);
+    mp_lua_tensor_keep(L, 1);
 }
 
 /* t:narrow(start, len) along dim 1, or t:narrow(dim, start, len) as torch. */
@@ -266,7 +209,7 @@ static int m_index_select(lua_State *L) {
                               (lua_Integer)k + 1, (lua_Integer)n, d + 1);
         idx[k] = v < 0 ? n + (int64_t)v : (int64_t)v - 1;
     }
-    push_gather(L, t, d, idx, count);
+    mp_lua_tensor_try(L, mp_tensor_index_select(mp_lua_tensor_push(L), t, d, idx, count), "index_select");
     return 1;
 }
 
@@ -291,6 +234,14 @@ static int list_arg(lua_State *L, int arg, const char *fn, int *first) {
     return n;
 }
 
+/* The n Tensors at stack slots first.. as an array of pointers (a userdata
+ * pushed on the stack). */
+static const mp_tensor **list_ptrs(lua_State *L, int first, int n) {
+    const mp_tensor **ts = lua_newuserdatauv(L, (size_t)n * sizeof *ts, 0);
+    for (int i = 0; i < n; i++) ts[i] = mp_lua_tensor_check(L, first + i);
+    return ts;
+}
+
 /* mp.cat(list [, dim]): joined along dim (default 1), a copy. */
 static int l_cat(lua_State *L) {
     lua_settop(L, 2);
@@ -298,32 +249,8 @@ static int l_cat(lua_State *L) {
     const mp_tensor *t0 = mp_lua_tensor_check(L, first);
     if (t0->ndim == 0) return luaL_error(L, "cat: entry 1 is a 0-dim Tensor");
     int d = lua_isnoneornil(L, 2) ? 0 : mp_lua_tensor_dim(L, 2, t0->ndim, 0, "cat");
-    int64_t shape[MP_MAXDIM], outer = 1, inner = 1;
-    memcpy(shape, t0->shape, sizeof shape);
-    shape[d] = 0;
-    for (int i = 0; i < n; i++) {
-        const mp_tensor *ti = mp_lua_tensor_check(L, first + i);
-        int ok = ti->ndim == t0->ndim;
-        for (int k = 0; ok && k < t0->ndim; k++) ok = k == d || ti->shape[k] == t0->shape[k];
-        if (!ok) {
-            char what[96];
-            snprintf(what, sizeof what, "(entries 1 and %d) may differ only in dim %d", i + 1, d + 1);
-            shape_err(L, "cat", what, t0, ti);
-        }
-        shape[d] += ti->shape[d];
-    }
-    for (int i = 0; i < d; i++) outer *= t0->shape[i];
-    for (int i = d + 1; i < t0->ndim; i++) inner *= t0->shape[i];
-    mp_tensor *r = mp_lua_tensor_new(L, t0->ndim, shape);
-    if (r->numel == 0) return 1; /* outer may be huge with nothing to copy */
-    float *dst = r->data;
-    for (int64_t o = 0; o < outer; o++)
-        for (int i = 0; i < n; i++) {
-            const mp_tensor *ti = mp_lua_tensor_check(L, first + i);
-            size_t len = (size_t)(ti->shape[d] * inner);
-            if (len) memcpy(dst, ti->data + (size_t)o * len, len * sizeof(float));
-            dst += len;
-        }
+    const mp_tensor **ts = list_ptrs(L, first, n);
+    mp_lua_tensor_try(L, mp_tensor_cat(mp_lua_tensor_push(L), ts, n, d), "cat");
     return 1;
 }
 
@@ -334,98 +261,25 @@ static int l_stack(lua_State *L) {
     const mp_tensor *t0 = mp_lua_tensor_check(L, first);
     if (t0->ndim == MP_MAXDIM) return luaL_error(L, "stack: a Tensor has at most %d dims", MP_MAXDIM);
     int d = lua_isnoneornil(L, 2) ? 0 : mp_lua_tensor_dim(L, 2, t0->ndim, 1, "stack");
-    for (int i = 1; i < n; i++) {
-        const mp_tensor *ti = mp_lua_tensor_check(L, first + i);
-        int ok = ti->ndim == t0->ndim;
-        for (int k = 0; ok && k < t0->ndim; k++) ok = ti->shape[k] == t0->shape[k];
-        if (!ok) {
-            char what[64];
-            snprintf(what, sizeof what, "(entries 1 and %d) differ", i + 1);
-            shape_err(L, "stack", what, t0, ti);
-        }
-    }
-    int64_t shape[MP_MAXDIM], outer = 1, inner = 1;
-    for (int i = 0, j = 0; i <= t0->ndim; i++) shape[i] = i == d ? n : t0->shape[j++];
-    for (int i = 0; i < d; i++) outer *= t0->shape[i];
-    for (int i = d; i < t0->ndim; i++) inner *= t0->shape[i];
-    mp_tensor *r = mp_lua_tensor_new(L, t0->ndim + 1, shape);
-    if (r->numel == 0) return 1;
-    float *dst = r->data;
-    for (int64_t o = 0; o < outer; o++)
-        for (int i = 0; i < n; i++, dst += inner)
-            memcpy(dst, mp_lua_tensor_check(L, first + i)->data + o * inner, (size_t)inner * sizeof(float));
+    const mp_tensor **ts = list_ptrs(L, first, n);
+    mp_lua_tensor_try(L, mp_tensor_stack(mp_lua_tensor_push(L), ts, n, d), "stack");
     return 1;
 }
 
 /* ---- matmul ---- */
 
-static void int_dims(lua_State *L, const char *fn, int64_t a, int64_t b, int64_t c) {
-    if (a > INT_MAX || b > INT_MAX || c > INT_MAX) luaL_error(L, "%s: a matrix extent exceeds %d", fn, INT_MAX);
-}
-
-/* a @ b with torch.matmul's rules: 1-D . 1-D a number; a 1-D left side is a
- * row [1, k], a 1-D right side a column [k, 1] (the added dim dropped from
- * the result); leading (batch) dims broadcast. */
+/* a @ b with torch.matmul's rules (mp_tensor_matmul); 1-D . 1-D a number
+ * (mp_tensor_dot). */
 static int matmul(lua_State *L, const char *fn) {
     const mp_tensor *a = mp_lua_tensor_arg(L, 1), *b = mp_lua_tensor_arg(L, 2);
-    if (a->ndim == 0 || b->ndim == 0) shape_err(L, fn, "cannot multiply (a 0-dim Tensor)", a, b);
     if (a->ndim == 1 && b->ndim == 1) {
         if (a->shape[0] != b->shape[0]) shape_err(L, fn, "differ (1-D matmul is a dot product)", a, b);
-        double s = 0;
-        for (int64_t i = 0; i < a->shape[0]; i++) s += (double)a->data[i] * b->data[i];
+        double s;
+        mp_lua_tensor_try(L, mp_tensor_dot(a, b, &s), fn);
         lua_pushnumber(L, s);
         return 1;
     }
-    int64_t n = a->ndim == 1 ? 1 : a->shape[a->ndim - 2], k = a->shape[a->ndim - 1];
-    int64_t k2 = b->ndim == 1 ? b->shape[0] : b->shape[b->ndim - 2], m = b->ndim == 1 ? 1 : b->shape[b->ndim - 1];
-    if (k != k2) {
-        char what[96];
-        snprintf(what, sizeof what, "do not multiply (%lld columns against %lld rows)", (long long)k, (long long)k2);
-        shape_err(L, fn, what, a, b);
-    }
-    int nba = a->ndim > 2 ? a->ndim - 2 : 0, nbb = b->ndim > 2 ? b->ndim - 2 : 0;
-    int nb = nba > nbb ? nba : nbb;
-    int64_t bs[MP_MAXDIM], sa[MP_MAXDIM], sb[MP_MAXDIM], batch = 1, sta = 1, stb = 1;
-    for (int i = nb - 1; i >= 0; i--) { /* batch shape and strides, in matrices */
-        int ia = i - (nb - nba), ib = i - (nb - nbb);
-        int64_t ea = ia >= 0 ? a->shape[ia] : 1, eb = ib >= 0 ? b->shape[ib] : 1;
-        if (ea != eb && ea != 1 && eb != 1) shape_err(L, fn, "have batch dims that do not broadcast", a, b);
-        bs[i] = ea == 1 ? eb : ea;
-        sa[i] = ea == 1 ? 0 : sta;
-        sb[i] = eb == 1 ? 0 : stb;
-        sta *= ea;
-        stb *= eb;
-        batch *= bs[i];
-    }
-    int64_t shape[MP_MAXDIM];
-    int nd = 0;
-    for (int i = 0; i < nb; i++) shape[nd++] = bs[i];
-    if (a->ndim > 1) shape[nd++] = n;
-    if (b->ndim > 1) shape[nd++] = m;
-    if (nd > MP_MAXDIM) shape_err(L, fn, "give a result of too many dims", a, b);
-    mp_tensor *r = mp_lua_tensor_new(L, nd, shape);
-    if (r->numel == 0 || k == 0) return 1;
-    int_dims(L, fn, n, k, m);
-    const float *A = a->data, *B = b->data;
-    float *C = r->data;
-    if (stb == 1 && sta == batch && batch * n <= INT_MAX) { /* one right matrix: stack the left ones */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(batch * n), (int)m, (int)k, 1.0f, A, (int)k, B,
-                    (int)m, 0.0f, C, (int)m);
-        return 1;
-    }
-    int64_t idx[MP_MAXDIM] = {0}, oa = 0, ob = 0;
-    for (int64_t e = 0; e < batch; e++) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)m, (int)k, 1.0f, A + oa * n * k, (int)k,
-                    B + ob * k * m, (int)m, 0.0f, C + e * n * m, (int)m);
-        for (int i = nb - 1; i >= 0; i--) { /* odometer over the batch */
-            oa += sa[i];
-            ob += sb[i];
-            if (++idx[i] < bs[i]) break;
-            oa -= sa[i] * bs[i];
-            ob -= sb[i] * bs[i];
-            idx[i] = 0;
-        }
-    }
+    mp_lua_tensor_try(L, mp_tensor_matmul(mp_lua_tensor_push(L), a, b), fn);
     return 1;
 }
 
@@ -441,13 +295,6 @@ static int m_mm(lua_State *L) {
 
 /* ---- ranges ---- */
 
-static mp_tensor *push_1d(lua_State *L, lua_Number count, const char *fn) {
-    if (!(count >= 0) || count > (lua_Number)(INT64_MAX / 8))
-        luaL_error(L, "%s: %f elements is not a valid size", fn, (double)count);
-    int64_t n = (int64_t)count;
-    return mp_lua_tensor_new(L, 1, &n);
-}
-
 /* mp.arange(end) or mp.arange(start, end [, step]): start, start + step, ...
  * up to but excluding end, as torch.arange (values, not indices). */
 static int l_arange(lua_State *L) {
@@ -459,13 +306,7 @@ static int l_arange(lua_State *L) {
         e = luaL_checknumber(L, 2);
         step = luaL_optnumber(L, 3, 1);
     }
-    if (step == 0 || isnan(step) || !isfinite(s) || !isfinite(e))
-        return luaL_error(L, "mp.arange: start and end must be finite and step non-zero");
-    if ((e - s) * step < 0)
-        return luaL_error(L, "mp.arange: step %f goes away from end (start %f, end %f)", (double)step, (double)s,
-                          (double)e);
-    mp_tensor *r = push_1d(L, ceil((e - s) / step), "mp.arange");
-    for (size_t i = 0; i < r->numel; i++) r->data[i] = (float)(s + (double)i * step);
+    mp_lua_tensor_try(L, mp_tensor_arange(mp_lua_tensor_push(L), s, e, step), "mp.arange");
     return 1;
 }
 
@@ -473,21 +314,14 @@ static int l_arange(lua_State *L) {
 static int l_linspace(lua_State *L) {
     lua_Number s = luaL_checknumber(L, 1), e = luaL_checknumber(L, 2);
     lua_Integer n = luaL_checkinteger(L, 3);
-    if (n < 0) return luaL_error(L, "mp.linspace: steps = %I must be >= 0", n);
-    mp_tensor *r = push_1d(L, (lua_Number)n, "mp.linspace");
-    double h = n > 1 ? (e - s) / (double)(n - 1) : 0;
-    for (lua_Integer i = 0; i < n; i++) /* from the nearer end, so that both ends are exact */
-        r->data[i] = (float)(n == 1 || i < n / 2 ? s + (double)i * h : e - (double)(n - 1 - i) * h);
+    mp_lua_tensor_try(L, mp_tensor_linspace(mp_lua_tensor_push(L), s, e, (int64_t)n), "mp.linspace");
     return 1;
 }
 
 /* mp.eye(n [, m]) */
 static int l_eye(lua_State *L) {
     lua_Integer n = luaL_checkinteger(L, 1), m = luaL_optinteger(L, 2, n);
-    if (n < 0 || m < 0) return luaL_error(L, "mp.eye: extents %I, %I must be >= 0", n, m);
-    int64_t shape[2] = {n, m};
-    mp_tensor *r = mp_lua_tensor_new(L, 2, shape);
-    for (lua_Integer i = 0; i < n && i < m; i++) r->data[i * m + i] = 1.0f;
+    mp_lua_tensor_try(L, mp_tensor_eye(mp_lua_tensor_push(L), (int64_t)n, (int64_t)m), "mp.eye");
     return 1;
 }
 

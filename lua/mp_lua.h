@@ -14,30 +14,12 @@
 
 #include "mp_common.h"
 
-#define MP_MAXDIM 8
 #define MP_TENSOR_MT "mechprobe.Tensor"
 
-/* One storage per block of memory: the Tensor that made it and every view
- * derived from it (directly or through other views) share it, each holding a
- * reference. Invalidating it (the model closed, its parameter memory replaced,
- * a hook returned) clears `data` once for all of them: every access checks
- * the storage first and raises "Tensor is no longer valid (<why>)". The
- * struct (and owned data) is freed when the last reference goes. */
-typedef struct mp_storage {
-    float *data;     /* NULL once invalidated */
-    size_t n;        /* floats */
-    int refs;
-    int external;    /* data not owned (never freed by the storage) */
-    const char *why; /* once invalidated: why the data went (a static string), else NULL */
-} mp_storage;
-
-typedef struct {
-    mp_storage *st; /* NULL once released (closed or collected) */
-    float *data;    /* st->data + offset, meaningful only while st->data is non-NULL */
-    int ndim;
-    int64_t shape[MP_MAXDIM];
-    size_t numel;
-} mp_tensor;
+/* The Tensor is the C tensor of analyze/tensor.h (mp_tensor, on a shared,
+ * reference-counted mp_storage, MP_MAXDIM dims); its Lua userdata holds the
+ * struct itself, and lua/ltensor*.c bind the mp_tensor_* functions. */
+#include "tensor.h"
 
 /* Pushes a new zero-filled tensor of the given shape (error on overflow/OOM). */
 mp_tensor *mp_lua_tensor_new(lua_State *L, int ndim, const int64_t *shape);

@@ -3,27 +3,23 @@
  * and loss curve. (Format detection and dispatch: model_io.c.)
  * Checkpoints are untrusted input: they are parsed in a child process with a
  * time and memory limit, and every declared size is checked against the data
- * the file really holds before anything is allocated. */
-#define _GNU_SOURCE /* pipe2, strsignal */
+ * the file really holds before anything is allocated. The child process
+ * itself is sandbox.c's. */
 #include "checkpoint.h"
 #include "guard_spawn.h"
+#include "sandbox.h"
 #include "h5config.h"
 #include "h5io.h"
 #include "quant.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #define CKPT_FORMAT "mechprobe.checkpoint"
@@ -92,7 +88,7 @@ mp_status mp_checkpoint_save(const char *path, const mp_model *m, const mp_adamw
     if (!st) st = mp_h5_attr_set_int(f, "/", "version", CKPT_VERSION);
     if (!st) st = mp_h5_attr_set_string(f, "/", "source", m->source);
     if (!st) st = make_group(f, "/config", path);
-    if (!st) st = mp_h5_config_write(f, "/config", c, 0, m->tokenizer);
+    if (!st) st = mp_h5_config_write(f, "/config", c, m->tokenizer);
     if (!st) st = make_group(f, "/params", path);
     if (!st) st = write_tensors(f, "/params", c, NULL, m);
     if (!st && opt && opt->n) {
@@ -378,7 +374,7 @@ cleanup:
     return st;
 }
 
-/* ---- the supervisor: the load runs in a child process ----
+/* ---- the supervisor: the load runs in a child process (sandbox.h) ----
  * The child parses the file (time limit, address-space limit, no HDF5
  * plugins) and streams the result through a pipe: a header (magic, status),
  * then an error message, or the config, parameters, optimizer state and curve.
@@ -387,59 +383,18 @@ cleanup:
  * of time or stopped mid-answer into an error naming the file. */
 
 #define CKPT_MAGIC 0x4b43504du        /* "MPCK" */
-#define CKPT_HEADROOM ((size_t)512 << 20) /* address space for the HDF5 library itself */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Child: limits the address space to what it maps now + bytes + headroom
- * (not under sanitizers, whose shadow memory needs terabytes of it). */
+/* Child: the address space grows by what the load is about to allocate. */
 static void child_reserve(void *ctx, size_t bytes) {
     (void)ctx;
-    if (MP_GUARD_SANITIZED) return;
-    FILE *fp = fopen("/proc/self/statm", "r");
-    unsigned long pages = 0;
-    int ok = fp && fscanf(fp, "%lu", &pages) == 1;
-    if (fp) fclose(fp);
-    if (!ok) return;
-    long psz = sysconf(_SC_PAGESIZE);
-    rlim_t lim = (rlim_t)pages * (rlim_t)(psz > 0 ? psz : 4096);
-    if (bytes > RLIM_INFINITY / 4 || lim > RLIM_INFINITY / 4) return;
-    lim += (rlim_t)bytes + CKPT_HEADROOM;
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_AS, &rl) != 0) return;
-    if (rl.rlim_max != RLIM_INFINITY && lim > rl.rlim_max) lim = rl.rlim_max;
-    rl.rlim_cur = lim;
-    setrlimit(RLIMIT_AS, &rl);
+    mp_sandbox_limit(bytes);
 }
 
-static void wr(int fd, const void *buf, size_t n) {
-    const char *p = buf;
-    while (n) {
-        ssize_t k = write(fd, p, n > ((size_t)1 << 30) ? (size_t)1 << 30 : n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) _exit(3);
-        p += k;
-        n -= (size_t)k;
-    }
-}
-
-static void wr_u64(int fd, uint64_t v) { wr(fd, &v, sizeof v); }
+static void wr_u64(int fd, uint64_t v) { mp_sandbox_write(fd, &v, sizeof v); }
 
 static _Noreturn void child_main(int fd, const char *path, uint64_t fsize, int want_opt, int want_log,
                                  unsigned timeout, int fault) {
-    /* the parent's handlers (temporary-file cleanup...) are not the child's, and
-     * a fault must end the child by its signal (also under sanitizers) */
-    int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGPIPE, SIGXFSZ, SIGUSR1, SIGUSR2,
-                  SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) signal(sigs[i], SIG_DFL);
-    alarm(timeout + 5); /* ends the child even if the parent is gone */
-    child_reserve(NULL, 0);
-    mp_io_init();
-    H5PLset_loading_state(0); /* a file cannot make us load filter plugins */
+    mp_sandbox_child_begin(timeout);
     if (fault == MP_CKPT_FAULT_CRASH) raise(SIGSEGV);
     if (fault == MP_CKPT_FAULT_HANG)
         for (;;) pause();
@@ -447,25 +402,25 @@ static _Noreturn void child_main(int fd, const char *path, uint64_t fsize, int w
     ckpt_data d;
     mp_status st = load_hdf5(&cx, want_opt, want_log, &d);
     uint32_t hdr[2] = {CKPT_MAGIC, (uint32_t)st};
-    wr(fd, hdr, sizeof hdr);
+    mp_sandbox_write(fd, hdr, sizeof hdr);
     if (st) {
         const char *msg = mp_last_error();
         size_t len = strlen(msg);
         if (len > 4000) len = 4000;
         wr_u64(fd, len);
-        wr(fd, msg, len);
+        mp_sandbox_write(fd, msg, len);
         _exit(0);
     }
-    wr(fd, &d.cfg, sizeof d.cfg);
-    wr(fd, d.tokenizer, sizeof d.tokenizer);
+    mp_sandbox_write(fd, &d.cfg, sizeof d.cfg);
+    mp_sandbox_write(fd, d.tokenizer, sizeof d.tokenizer);
     wr_u64(fd, d.n);
-    wr(fd, d.params, d.n * sizeof(float));
+    mp_sandbox_write(fd, d.params, d.n * sizeof(float));
     wr_u64(fd, (uint64_t)d.has_opt);
     if (d.has_opt) {
-        wr(fd, &d.opt.hp, sizeof d.opt.hp);
+        mp_sandbox_write(fd, &d.opt.hp, sizeof d.opt.hp);
         wr_u64(fd, (uint64_t)d.opt.step);
-        wr(fd, d.opt.m, d.n * sizeof(float));
-        wr(fd, d.opt.v, d.n * sizeof(float));
+        mp_sandbox_write(fd, d.opt.m, d.n * sizeof(float));
+        mp_sandbox_write(fd, d.opt.v, d.n * sizeof(float));
     }
     wr_u64(fd, (uint64_t)d.has_log);
     if (d.has_log) {
@@ -473,15 +428,15 @@ static _Noreturn void child_main(int fd, const char *path, uint64_t fsize, int w
         wr_u64(fd, l->n);
         wr_u64(fd, l->n_eval);
         if (l->n) {
-            wr(fd, l->step, l->n * 4);
-            wr(fd, l->loss, l->n * 4);
-            wr(fd, l->lr, l->n * 4);
-            wr(fd, l->tokens, l->n * 8);
-            wr(fd, l->wall, l->n * 8);
+            mp_sandbox_write(fd, l->step, l->n * 4);
+            mp_sandbox_write(fd, l->loss, l->n * 4);
+            mp_sandbox_write(fd, l->lr, l->n * 4);
+            mp_sandbox_write(fd, l->tokens, l->n * 8);
+            mp_sandbox_write(fd, l->wall, l->n * 8);
         }
         if (l->n_eval) {
-            wr(fd, l->eval_step, l->n_eval * 4);
-            wr(fd, l->eval_loss, l->n_eval * 4);
+            mp_sandbox_write(fd, l->eval_step, l->n_eval * 4);
+            mp_sandbox_write(fd, l->eval_loss, l->n_eval * 4);
         }
     }
     wr_u64(fd, CKPT_MAGIC);
@@ -496,7 +451,8 @@ static _Noreturn void child_main(int fd, const char *path, uint64_t fsize, int w
  * hung with a second thread allocating) leaves the child blocked for ever. The
  * spawned image finds its task in CKPT_READER_ENV, read by the constructor
  * below before main() runs, and never returns to the program. Where the image
- * cannot be spawned, the child is a fork of this process as before.
+ * cannot be spawned, the child is a fork of this process as before
+ * (sandbox.h).
  *
  * The variable cannot make an ordinary process a reader by accident (a
  * per-load token, checked through a pipe: guard_spawn.h). */
@@ -517,51 +473,26 @@ __attribute__((constructor)) static void ckpt_reader_entry(void) {
     child_main(fd, task + used, (uint64_t)fsize, want_opt, want_log, timeout, fault);
 }
 
-/* Starts the reader image (guard_spawn.h); 0 and *pid set, or an errno value (then fork instead). */
-static int spawn_reader(pid_t *pid, int wfd, const char *path, uint64_t fsize, int want_opt, int want_log,
-                        unsigned timeout, int fault) {
-    size_t tlen = strlen(path) + 96;
-    char *task = malloc(tlen);
-    if (!task) return ENOMEM;
-    snprintf(task, tlen, "%d,%d,%u,%d,%llu,%s", want_opt, want_log, timeout, fault, (unsigned long long)fsize, path);
-    int err = mp_guard_spawn(pid, CKPT_READER_ENV, (const void *)&ckpt_reader_entry, wfd, task,
-                             "mechprobe (checkpoint reader)");
-    free(task);
-    return err;
-}
-
+/* The fork fallback's child (sandbox.h). */
 typedef struct {
-    int fd;
-    double deadline;
-    int timed_out, eof;
-} reader;
+    const char *path;
+    uint64_t fsize;
+    int want_opt, want_log, fault;
+    unsigned timeout;
+} reader_task;
 
-/* Reads exactly n bytes before the deadline; 0, or -1 (timed_out or eof set). */
-static int rd(reader *r, void *buf, size_t n) {
-    char *p = buf;
-    while (n) {
-        double left = r->deadline - now_s();
-        if (left <= 0) { r->timed_out = 1; return -1; }
-        struct pollfd pfd = {r->fd, POLLIN, 0};
-        int k = poll(&pfd, 1, left > 1e6 ? 1000000000 : (int)(left * 1000) + 1);
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0) { r->eof = 1; return -1; }
-        if (k == 0) continue; /* the deadline check above decides */
-        ssize_t got = read(r->fd, p, n);
-        if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-        if (got <= 0) { r->eof = 1; return -1; }
-        p += got;
-        n -= (size_t)got;
-    }
-    return 0;
+static void reader_run(int fd, void *arg) {
+    const reader_task *t = arg;
+    child_main(fd, t->path, t->fsize, t->want_opt, t->want_log, t->timeout, t->fault);
 }
 
-static int rd_u64(reader *r, uint64_t *v) { return rd(r, v, sizeof *v); }
+static int rd(mp_sandbox *r, void *buf, size_t n) { return mp_sandbox_read(r, buf, n); }
+static int rd_u64(mp_sandbox *r, uint64_t *v) { return rd(r, v, sizeof *v); }
 
 /* Parent: receives the child's answer into a model (and opt, log). Returns
  * MP_OK, the child's own error, or -1 when the stream broke off (the caller
  * then says why from the child's exit status). */
-static int receive(reader *r, const char *path, uint64_t fsize, mp_model **out, mp_adamw *opt, mp_train_log *log) {
+static int receive(mp_sandbox *r, const char *path, uint64_t fsize, mp_model **out, mp_adamw *opt, mp_train_log *log) {
     uint32_t hdr[2];
     uint64_t v, n;
     mp_model *m = NULL;
@@ -641,35 +572,21 @@ mp_status mp_checkpoint_load_guarded(const char *path, mp_model **out, mp_adamw 
     if (access(path, R_OK) != 0) return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     uint64_t fsize = (uint64_t)sb.st_size;
     double timeout = load_timeout(g, fsize);
-    int pfd[2];
-    if (pipe2(pfd, O_CLOEXEC) != 0) return mp_error(MP_ERR_IO, "%s: cannot load (pipe: %s)", path, strerror(errno));
-    int fault = g ? g->child_fault : 0;
-    pid_t pid = -1;
-    if (!(g && g->fork_only) &&
-        spawn_reader(&pid, pfd[1], path, fsize, opt != NULL, log != NULL, (unsigned)timeout + 1, fault) != 0)
-        pid = -1;
-    if (pid < 0) {
-        fflush(NULL);
-        pid = fork();
-        if (pid < 0) {
-            int e = errno;
-            close(pfd[0]);
-            close(pfd[1]);
-            return mp_error(MP_ERR_NOMEM, "%s: cannot load (fork: %s)", path, strerror(e));
-        }
-        if (pid == 0) {
-            close(pfd[0]);
-            child_main(pfd[1], path, fsize, opt != NULL, log != NULL, (unsigned)timeout + 1, fault);
-        }
-    }
-    close(pfd[1]);
-    reader r = {pfd[0], now_s() + timeout, 0, 0};
+    reader_task t = {path, fsize, opt != NULL, log != NULL, g ? g->child_fault : 0, (unsigned)timeout + 1};
+    size_t tlen = strlen(path) + 96;
+    char *task = malloc(tlen); /* NULL: the fork fallback */
+    if (task)
+        snprintf(task, tlen, "%d,%d,%u,%d,%llu,%s", t.want_opt, t.want_log, t.timeout, t.fault,
+                 (unsigned long long)fsize, path);
+    const mp_sandbox_spec spec = {CKPT_READER_ENV, (const void *)&ckpt_reader_entry, task,
+                                  "mechprobe (checkpoint reader)", g && g->fork_only, reader_run, &t,
+                                  "load", "reading the HDF5 checkpoint", "HDF5 checkpoint", "loader"};
+    mp_sandbox r;
+    mp_status ss = mp_sandbox_start(&r, &spec, path, timeout);
+    free(task);
+    if (ss != MP_OK) return ss;
     int st = receive(&r, path, fsize, out, opt, log);
-    if (st != MP_OK) kill(pid, SIGKILL); /* a child stuck or mid-answer ends here */
-    close(pfd[0]);
-    int ws = 0;
-    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
-    if (st == MP_OK && !(WIFEXITED(ws) && WEXITSTATUS(ws) == 0)) {
+    if (!mp_sandbox_end(&r, st == MP_OK) && st == MP_OK) {
         mp_model_free(*out);
         *out = NULL;
         if (opt) mp_adamw_free(opt);
@@ -683,17 +600,7 @@ mp_status mp_checkpoint_load_guarded(const char *path, mp_model **out, mp_adamw 
         }
         return (mp_status)st;
     }
-    if (r.timed_out)
-        return mp_error(MP_ERR_FORMAT, "%s: reading the HDF5 checkpoint timed out after %g s (a corrupt file, or "
-                        "a file too large for the limit: MECHPROBE_LOAD_TIMEOUT=SECONDS)", path, timeout);
-    if (WIFSIGNALED(ws) && WTERMSIG(ws) != SIGKILL)
-        return mp_error(MP_ERR_FORMAT, "%s: corrupt HDF5 checkpoint: the HDF5 library crashed reading it (signal %d, %s)",
-                        path, WTERMSIG(ws), strsignal(WTERMSIG(ws)));
-    if (WIFSIGNALED(ws))
-        return mp_error(MP_ERR_FORMAT, "%s: corrupt HDF5 checkpoint: the loader was killed (signal %d; out of memory?)",
-                        path, WTERMSIG(ws));
-    return mp_error(MP_ERR_FORMAT, "%s: corrupt HDF5 checkpoint: the loader stopped without an answer (exit status %d)",
-                    path, WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
+    return mp_sandbox_failure(&r);
 }
 
 mp_status mp_checkpoint_load(const char *path, mp_model **out, mp_adamw *opt, mp_train_log *log) {

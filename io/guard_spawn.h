@@ -1,5 +1,5 @@
 /* guard_spawn.h — the child processes of the guarded readers (checkpoint.c's
- * loader, h5guard.c's file check): a fresh image of this program
+ * loader, h5guard.c's file check, both through sandbox.h): a fresh image of this program
  * (/proc/self/exe) that finds its task in an environment variable, and the
  * time limit they share.
  *

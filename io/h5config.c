@@ -18,7 +18,7 @@ double mp_h5_float_decimal(float f) {
     return (double)f;
 }
 
-mp_status mp_h5_config_write(hid_t f, const char *obj, const mp_config *c, int label, const char *tokenizer) {
+mp_status mp_h5_config_write(hid_t f, const char *obj, const mp_config *c, const char *tokenizer) {
     mp_status st = MP_OK;
     for (int i = 0; !st && i < mp_config_n_fields; i++) {
         const mp_config_field *fd = &mp_config_fields[i];
@@ -29,7 +29,7 @@ mp_status mp_h5_config_write(hid_t f, const char *obj, const mp_config *c, int l
         case MP_CF_BOOL:
         case MP_CF_NOTBOOL: st = mp_h5_attr_set_int(f, obj, fd->attr, (int64_t)v); break;
         case MP_CF_FLOAT: st = mp_h5_attr_set_float(f, obj, fd->attr, mp_h5_float_decimal((float)v)); break;
-        case MP_CF_KIND: st = mp_h5_attr_set_string(f, obj, fd->attr, mp_config_kind_name(c, i, label)); break;
+        case MP_CF_KIND: st = mp_h5_attr_set_string(f, obj, fd->attr, mp_config_kind_name(c, i, 1)); break;
         case MP_CF_FLOATS: {
             int n;
             const float *x = mp_config_floats(c, i, &n);
@@ -88,7 +88,9 @@ static mp_status read_field(hid_t f, const char *obj, mp_config *c, int i, const
         return MP_OK;
     case MP_CF_KIND:
         if ((st = mp_h5_attr_get(f, obj, fd->attr, &a))) return st;
-        if (a.kind != MP_H5_ATTR_STRING || mp_config_set_kind(c, i, a.s, 0) < 0)
+        /* label = 1: mlp "gelu_tanh" (files since issue 38) sets gelu_tanh; older
+         * /config groups say "gelu" and carry gelu_tanh = 1 */
+        if (a.kind != MP_H5_ATTR_STRING || mp_config_set_kind(c, i, a.s, 1) < 0)
             st = mp_error(MP_ERR_FORMAT, "%s: %s attribute '%s' is not one of the known kinds", path, obj, fd->attr);
         mp_h5_attr_clear(&a);
         return st;
@@ -114,6 +116,14 @@ mp_status mp_h5_config_read(hid_t f, const char *obj, mp_config *c, const char *
         if (!mp_config_written(&dflt, i) && H5Aexists_by_name(f, obj, mp_config_fields[i].attr, H5P_DEFAULT) <= 0)
             continue;
         st = read_field(f, obj, c, i, path);
+    }
+    if (!st && c->mlp == MP_MLP_GELU && !c->gelu_tanh) {   /* mlp "gelu_tanh" with gelu_tanh = 0 */
+        mp_h5_attr a;
+        if (mp_h5_attr_get(f, obj, "mlp", &a) == MP_OK) {
+            if (a.kind == MP_H5_ATTR_STRING && !strcmp(a.s, "gelu_tanh"))
+                st = mp_error(MP_ERR_FORMAT, "%s: %s attribute 'mlp' is \"gelu_tanh\" but 'gelu_tanh' is 0", path, obj);
+            mp_h5_attr_clear(&a);
+        }
     }
     return st;
 }

@@ -15,15 +15,17 @@
 double mp_h5_float_decimal(float f);
 
 /* The attributes of c on group obj (which must exist): every field whose
- * `written` column holds, with the value in force; KIND fields by name
- * (label = 1: the /model label, mlp="gelu_tanh" for a gelu_tanh model, as
- * /model always had it; 0: /config's names); then tokenizer when non-empty. */
-mp_status mp_h5_config_write(hid_t f, const char *obj, const mp_config *c, int label, const char *tokenizer);
+ * `written` column holds, with the value in force; KIND fields by name, mlp
+ * under its label ("gelu_tanh" for a gelu_tanh model, with gelu_tanh = 1 too);
+ * then tokenizer when non-empty. /config and /model get the same values. */
+mp_status mp_h5_config_write(hid_t f, const char *obj, const mp_config *c, const char *tokenizer);
 
 /* Reads c from the attributes of obj over mp_config_default(): the fields
  * written for every config (those the default config writes) are required,
  * the others optional; types, kind names, 0/1 flags and list lengths checked
- * (MP_ERR_FORMAT naming path, obj and the attribute). Does not validate. */
+ * (MP_ERR_FORMAT naming path, obj and the attribute). mlp "gelu_tanh" and the
+ * older mlp "gelu" + gelu_tanh = 1 both read as a gelu_tanh model; "gelu_tanh"
+ * with gelu_tanh = 0 is refused. Does not validate. */
 mp_status mp_h5_config_read(hid_t f, const char *obj, mp_config *c, const char *path);
 
 /* A scalar attribute as an int32 (an integer attribute in range) or as a

@@ -10,29 +10,23 @@
  * in-process reader uses, and reads each dataset's data in blocks (or, for a
  * file over MP_H5_CHECK_FULL_MAX, walks its chunk index). The parent turns a
  * child that crashed, ran out of time or broke off into an error naming the
- * file. Files that passed, and files this process wrote, are remembered by
+ * file (the child process and its supervision: sandbox.c). Files that passed, and files this process wrote, are remembered by
  * identity (device, inode, size, modification and change times). */
 #define _GNU_SOURCE
 #include "h5guard.h"
 #include "guard_spawn.h"
 #include "h5io_priv.h"
+#include "sandbox.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #define H5G_MAGIC 0x4b484d4du             /* "MHK" */
-#define H5G_HEADROOM ((size_t)512 << 20) /* address space for the HDF5 library in the child */
 #define H5G_BLOCK ((size_t)4 << 20)      /* bytes of data read at a time by the walk */
 #define H5G_ENV "MECHPROBE_H5_VALIDATOR"
 
@@ -351,60 +345,18 @@ mp_status mp_h5_walk(const char *path, int full_read) {
     return st;
 }
 
-/* ---- the child ---- */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Limits the child's address space to what it maps now plus the headroom
- * (not under sanitizers, whose shadow memory needs terabytes of it). */
-static void child_limit(void) {
-    if (MP_GUARD_SANITIZED) return;
-    FILE *fp = fopen("/proc/self/statm", "r");
-    unsigned long pages = 0;
-    int ok = fp && fscanf(fp, "%lu", &pages) == 1;
-    if (fp) fclose(fp);
-    if (!ok) return;
-    long psz = sysconf(_SC_PAGESIZE);
-    rlim_t lim = (rlim_t)pages * (rlim_t)(psz > 0 ? psz : 4096) + H5G_HEADROOM;
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_AS, &rl) != 0) return;
-    if (rl.rlim_max != RLIM_INFINITY && lim > rl.rlim_max) lim = rl.rlim_max;
-    if (rl.rlim_cur != RLIM_INFINITY && lim > rl.rlim_cur) return;
-    rl.rlim_cur = lim;
-    setrlimit(RLIMIT_AS, &rl);
-}
-
-static void wr(int fd, const void *buf, size_t n) {
-    const char *p = buf;
-    while (n) {
-        ssize_t k = write(fd, p, n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) _exit(3);
-        p += k;
-        n -= (size_t)k;
-    }
-}
+/* ---- the child (sandbox.h) ---- */
 
 static _Noreturn void child_main(int fd, const char *path, int full, unsigned timeout) {
-    int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGPIPE, SIGXFSZ, SIGUSR1, SIGUSR2,
-                  SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) signal(sigs[i], SIG_DFL);
-    alarm(timeout + 5); /* ends the child even if the parent is gone */
-    child_limit();
-    mp_io_init();
-    H5PLset_loading_state(0); /* a file cannot make us load filter plugins */
+    mp_sandbox_child_begin(timeout);
     mp_status st = mp_h5_walk(path, full);
     uint32_t hdr[2] = {H5G_MAGIC, (uint32_t)st};
-    wr(fd, hdr, sizeof hdr);
+    mp_sandbox_write(fd, hdr, sizeof hdr);
     const char *msg = st ? mp_last_error() : "";
     uint32_t len = (uint32_t)strlen(msg);
     if (len > 4000) len = 4000;
-    wr(fd, &len, sizeof len);
-    wr(fd, msg, len);
+    mp_sandbox_write(fd, &len, sizeof len);
+    mp_sandbox_write(fd, msg, len);
     _exit(0);
 }
 
@@ -421,35 +373,16 @@ __attribute__((constructor)) static void h5_validator_entry(void) {
     child_main(fd, task + used, full, timeout);
 }
 
-/* Starts /proc/self/exe as the check (guard_spawn.h); 0 and *pid, or an errno value (then fork instead). */
-static int spawn_child(pid_t *pid, int wfd, const char *path, int full, unsigned timeout) {
-    size_t tlen = strlen(path) + 32;
-    char *task = malloc(tlen);
-    if (!task) return ENOMEM;
-    snprintf(task, tlen, "%d,%u,%s", full, timeout, path);
-    int err = mp_guard_spawn(pid, H5G_ENV, (const void *)&h5_validator_entry, wfd, task, "mechprobe (HDF5 file check)");
-    free(task);
-    return err;
-}
+/* The fork fallback's child (sandbox.h). */
+typedef struct {
+    const char *path;
+    int full;
+    unsigned timeout;
+} check_task;
 
-/* Reads exactly n bytes before the deadline: 0, 1 timed out, -1 end of stream. */
-static int rd(int fd, double deadline, void *buf, size_t n) {
-    char *p = buf;
-    while (n) {
-        double left = deadline - now_s();
-        if (left <= 0) return 1;
-        struct pollfd pfd = {fd, POLLIN, 0};
-        int k = poll(&pfd, 1, left > 1e6 ? 1000000000 : (int)(left * 1000) + 1);
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0) return -1;
-        if (k == 0) continue;
-        ssize_t got = read(fd, p, n);
-        if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-        if (got <= 0) return -1;
-        p += got;
-        n -= (size_t)got;
-    }
-    return 0;
+static void check_run(int fd, void *arg) {
+    const check_task *t = arg;
+    child_main(fd, t->path, t->full, t->timeout);
 }
 
 /* Seconds the check may take: g->timeout_s, else the checkpoint loader's (mp_guard_timeout). */
@@ -465,39 +398,25 @@ mp_status mp_h5_validate(const char *path, const mp_h5_guard *g) {
     if (access(path, R_OK) != 0) return mp_error(MP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     if (mp_h5_trust_known(&id)) return MP_OK;
     double timeout = check_timeout(g, id.size);
-    int full = id.size <= MP_H5_CHECK_FULL_MAX;
-    int pfd[2];
-    if (pipe2(pfd, O_CLOEXEC) != 0) return mp_error(MP_ERR_IO, "%s: cannot check the file (pipe: %s)", path, strerror(errno));
-    pid_t pid = -1;
-    if (!(g && g->fork_only) && spawn_child(&pid, pfd[1], path, full, (unsigned)timeout + 1) != 0) pid = -1;
-    if (pid < 0) {
-        fflush(NULL);
-        pid = fork();
-        if (pid < 0) {
-            int e = errno;
-            close(pfd[0]);
-            close(pfd[1]);
-            return mp_error(MP_ERR_NOMEM, "%s: cannot check the file (fork: %s)", path, strerror(e));
-        }
-        if (pid == 0) {
-            close(pfd[0]);
-            child_main(pfd[1], path, full, (unsigned)timeout + 1);
-        }
-    }
-    close(pfd[1]);
-    double deadline = now_s() + timeout;
+    check_task t = {path, id.size <= MP_H5_CHECK_FULL_MAX, (unsigned)timeout + 1};
+    size_t tlen = strlen(path) + 32;
+    char *task = malloc(tlen); /* NULL: the fork fallback */
+    if (task) snprintf(task, tlen, "%d,%u,%s", t.full, t.timeout, path);
+    const mp_sandbox_spec spec = {H5G_ENV, (const void *)&h5_validator_entry, task, "mechprobe (HDF5 file check)",
+                                  g && g->fork_only, check_run, &t,
+                                  "check the file", "checking the HDF5 file", "HDF5 file", "check"};
+    mp_sandbox sb;
+    st = mp_sandbox_start(&sb, &spec, path, timeout);
+    free(task);
+    if (st != MP_OK) return st;
     uint32_t hdr[2] = {0, 0}, len = 0;
     char msg[4001];
-    int r = rd(pfd[0], deadline, hdr, sizeof hdr);
+    int r = mp_sandbox_read(&sb, hdr, sizeof hdr);
     if (r == 0 && hdr[0] != H5G_MAGIC) r = -1;
-    if (r == 0) r = rd(pfd[0], deadline, &len, sizeof len);
+    if (r == 0) r = mp_sandbox_read(&sb, &len, sizeof len);
     if (r == 0 && len > 4000) r = -1;
-    if (r == 0) r = rd(pfd[0], deadline, msg, len);
-    if (r != 0) kill(pid, SIGKILL);
-    close(pfd[0]);
-    int ws = 0;
-    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
-    if (r == 0 && WIFEXITED(ws) && WEXITSTATUS(ws) == 0) {
+    if (r == 0) r = mp_sandbox_read(&sb, msg, len);
+    if (mp_sandbox_end(&sb, r == 0) && r == 0) {
         if (hdr[1] == MP_OK) {
             mp_h5_fileid now;
             if (mp_h5_fileid_of(path, &now) == MP_OK && mp_h5_fileid_same(&now, &id)) trust_id(&id);
@@ -511,15 +430,5 @@ mp_status mp_h5_validate(const char *path, const mp_h5_guard *g) {
         if (strncmp(msg, path, strlen(path)) == 0) return mp_error(MP_ERR_FORMAT, "%s", msg);
         return mp_error(MP_ERR_FORMAT, "%s: %s", path, msg);
     }
-    if (r == 1)
-        return mp_error(MP_ERR_FORMAT, "%s: checking the HDF5 file timed out after %g s (a corrupt file, or a file "
-                        "too large for the limit: MECHPROBE_LOAD_TIMEOUT=SECONDS)", path, timeout);
-    if (WIFSIGNALED(ws) && WTERMSIG(ws) != SIGKILL)
-        return mp_error(MP_ERR_FORMAT, "%s: corrupt HDF5 file: the HDF5 library crashed reading it (signal %d, %s)",
-                        path, WTERMSIG(ws), strsignal(WTERMSIG(ws)));
-    if (WIFSIGNALED(ws))
-        return mp_error(MP_ERR_FORMAT, "%s: corrupt HDF5 file: the check was killed (signal %d; out of memory?)",
-                        path, WTERMSIG(ws));
-    return mp_error(MP_ERR_FORMAT, "%s: corrupt HDF5 file: the check stopped without an answer (exit status %d)",
-                    path, WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
+    return mp_sandbox_failure(&sb);
 }

@@ -207,9 +207,8 @@ mp_status mp_h5_write_model_attrs(hid_t f, const char *what, const mp_config *c,
         if (g < 0) return mp_h5_error(MP_ERR_HDF5, "%s: /model: cannot create group", what);
         H5Gclose(g);
     }
-    /* the same fields as a checkpoint's /config (one loop over MP_CONFIG_TABLE);
-     * mlp keeps its /model label ("gelu_tanh") */
-    st = mp_h5_config_write(f, "/model", c, 1, tokenizer);
+    /* the same fields and values as a checkpoint's /config (one loop over MP_CONFIG_TABLE) */
+    st = mp_h5_config_write(f, "/model", c, tokenizer);
     if (st == MP_OK) st = mp_h5_attr_set_string(f, "/model", "source", source ? source : "");
     return st;
 }

@@ -53,9 +53,9 @@ mp_status mp_h5run_create(mp_h5run **out, const char *path, const mp_h5run_param
 /* Root attributes device ("cpu" / "cuda") and precision ("fp32" / "bf16"):
  * where the forward that produced the run ran. */
 mp_status mp_h5run_write_device(mp_h5run *run, const char *device, const char *precision);
-/* /model with the config as attributes: the fields of a checkpoint's /config
- * (MP_CONFIG_TABLE, io/h5config.h), mlp under its /model label ("gelu_tanh"
- * for a gelu_tanh model), `tokenizer` when non-empty (may be NULL) and
+/* /model with the config as attributes: the fields and values of a
+ * checkpoint's /config (MP_CONFIG_TABLE, io/h5config.h; mlp "gelu_tanh" for a
+ * gelu_tanh model), `tokenizer` when non-empty (may be NULL) and
  * `source` (may be NULL: ""). */
 mp_status mp_h5run_write_model(mp_h5run *run, const struct mp_config *cfg, const char *source,
                                const char *tokenizer);

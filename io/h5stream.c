@@ -470,21 +470,50 @@ static herr_t st_truncate(H5FD_t *file, hid_t dxpl, hbool_t closing) {
     return 0;
 }
 
+/* Designated initializers: HDF5 1.10 (Debian 12) and 1.14 (Debian 13) lay
+ * H5FD_class_t out differently. 1.14 (H5FD_CLASS_VERSION, from 1.13.2) opens
+ * with a struct version and a driver value and adds read/write_vector,
+ * read/write_selection, del and ctl; the callbacks below have the same
+ * signatures in both, and every member not named here is NULL / 0. */
 static const H5FD_class_t st_class = {
-    "mechprobe_stream", /* name */
-    (haddr_t)INT64_MAX, /* maxaddr: off_t */
-    H5F_CLOSE_WEAK,
-    NULL, /* terminate */
-    NULL, NULL, NULL, /* no superblock driver info: plain HDF5 files */
-    sizeof(st_info), NULL, NULL, NULL, /* the descriptor to use (copied as bytes) */
-    0, NULL, NULL,
-    st_open, st_close, st_cmp, st_query,
-    NULL, /* get_type_map */
-    NULL, NULL, /* alloc, free: the library's */
-    st_get_eoa, st_set_eoa, st_get_eof, st_get_handle,
-    st_read, st_write, st_flush, st_truncate,
-    NULL, NULL, /* lock, unlock: mechprobe writes temporary files of its own */
-    H5FD_FLMAP_DICHOTOMY,
+#ifdef H5FD_CLASS_VERSION
+    .version = H5FD_CLASS_VERSION,
+    .value = (H5FD_class_value_t)500, /* 256..511: drivers not registered with The HDF Group */
+#endif
+    .name = "mechprobe_stream",
+    .maxaddr = (haddr_t)INT64_MAX, /* off_t */
+    .fc_degree = H5F_CLOSE_WEAK,
+    .terminate = NULL,
+    /* no superblock driver info (sb_size, sb_encode, sb_decode): plain HDF5 files */
+    .fapl_size = sizeof(st_info), /* the descriptor to use (copied as bytes) */
+    .dxpl_size = 0,
+    .open = st_open,
+    .close = st_close,
+    .cmp = st_cmp,
+    .query = st_query,
+    /* get_type_map, alloc, free: the library's */
+    .get_eoa = st_get_eoa,
+    .set_eoa = st_set_eoa,
+    .get_eof = st_get_eof,
+    .get_handle = st_get_handle,
+    .read = st_read,
+    .write = st_write,
+#ifdef H5FD_CLASS_VERSION
+    /* the library splits vector and selection I/O into read / write calls */
+    .read_vector = NULL,
+    .write_vector = NULL,
+    .read_selection = NULL,
+    .write_selection = NULL,
+#endif
+    .flush = st_flush,
+    .truncate = st_truncate,
+    .lock = NULL, /* lock, unlock: mechprobe writes temporary files of its own */
+    .unlock = NULL,
+#ifdef H5FD_CLASS_VERSION
+    .del = NULL, /* H5Fdelete then fails ("no 'del' method"): mechprobe removes its files itself */
+    .ctl = NULL, /* no driver-specific operations: as sec2's, an op that must be known fails */
+#endif
+    .fl_map = H5FD_FLMAP_DICHOTOMY,
 };
 
 static hid_t st_id = H5I_INVALID_HID;

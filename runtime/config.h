@@ -111,9 +111,9 @@ typedef enum { MP_CF_INT, MP_CF_FLOAT, MP_CF_BOOL, MP_CF_NOTBOOL, MP_CF_KIND, MP
  *   written  when /config and /model carry the attribute (older readers
  *            still read files of plain models: optional ones only when used)
  *   shown    when m.config carries the key
- * mlp is a KIND whose label in /model and m.config is "gelu_tanh" for a
- * gelu_tanh model (mp_mlp_label), as always; /config keeps mlp="gelu" with
- * gelu_tanh=1, and /model now carries gelu_tanh too. */
+ * mlp is a KIND whose label in /config, /model and m.config is "gelu_tanh"
+ * for a gelu_tanh model (mp_mlp_label), with gelu_tanh = 1 as well; /config of
+ * files before issue 38 says mlp="gelu" with gelu_tanh=1 (still read). */
 #define MP_CONFIG_TABLE(X)                                                                                            \
     X(d_model, MP_CF_INT, "d_model", "d_model", NULL, 0, 0, MP_CF_REQ, c->d_model, 1, 1)                               \
     X(n_layer, MP_CF_INT, "n_layer", "n_layer", NULL, 0, 0, MP_CF_REQ, c->n_layer, 1, 1)                               \
@@ -180,9 +180,9 @@ void mp_config_set(mp_config *c, int i, double v);
 /* FLOATS: the array and its length (n values; MP_ERR_ARG beyond MP_ROPE_FREQS_MAX). */
 const float *mp_config_floats(const mp_config *c, int i, int *n);
 mp_status mp_config_set_floats(mp_config *c, int i, const double *v, size_t n);
-/* The name a KIND field is written and shown as: names[value] in /config;
- * label = 1 (the /model and m.config label) gives "gelu_tanh" for mlp of a
- * gelu_tanh model. */
+/* The name a KIND field is written and shown as: label = 1 (what /config,
+ * /model and m.config carry) gives "gelu_tanh" for mlp of a gelu_tanh model;
+ * label = 0 the kind's own name (names[value]). */
 const char *mp_config_kind_name(const mp_config *c, int i, int label);
 /* Sets a KIND field from a name (label = 1 also accepts "gelu_tanh" for mlp,
  * setting gelu_tanh); -1 (nothing set) when the name is not one of the kind's. */

@@ -9,9 +9,11 @@
  * \u0000 and integer literals beyond int64 are refused; nesting is limited to
  * MP_JSON_MAX_DEPTH. Errors name the input and give line and column.
  *
- * The whole tree lives in one document (an arena freed by mp_json_free).
- * Accessors accept NULL and nodes of the wrong kind and then return
- * NULL / 0, so lookups chain: mp_json_get(mp_json_get(root, "a"), "b"). */
+ * A document is jansson's own tree (json.c is a thin adapter over json_t, no
+ * copy); it lives until mp_json_free. Accessors accept NULL and nodes of the
+ * wrong kind and then return NULL / 0, so lookups chain:
+ * mp_json_get(mp_json_get(root, "a"), "b"). Members of an object are visited
+ * in document order with mp_json_first / mp_json_next. */
 #ifndef MP_JSON_H
 #define MP_JSON_H
 
@@ -39,12 +41,25 @@ const char *mp_json_type_name(mp_json_type t);    /* "object", "string", ... */
 
 /* Arrays and objects: number of elements / members (0 for other kinds). */
 size_t mp_json_len(const mp_json *v);
-/* Element i of an array, or the value of member i of an object (document order). */
+/* Element i of an array (NULL for other kinds and out of range). */
 const mp_json *mp_json_at(const mp_json *v, size_t i);
-/* Key of member i of an object (NUL-terminated; *len, if given, gets its length). */
-const char *mp_json_key_at(const mp_json *v, size_t i, size_t *len);
-/* Member of an object by key (binary search), NULL when absent. */
+/* Member of an object by key (hash lookup), NULL when absent. */
 const mp_json *mp_json_get(const mp_json *obj, const char *key);
+
+/* One member of an object, visited in document order:
+ *     mp_json_member m;
+ *     for (mp_json_first(obj, &m); m.value; mp_json_next(&m)) use(m.key, m.key_len, m.value);
+ * key is NUL-terminated (keys never hold NUL: the parser refuses them);
+ * value is NULL past the last member, and at once when obj is not an object. */
+typedef struct {
+    const char *key;
+    size_t key_len;
+    const mp_json *value;
+    size_t index;                  /* 0, 1, ... in document order */
+    const mp_json *obj_; void *it_;   /* private */
+} mp_json_member;
+void mp_json_first(const mp_json *obj, mp_json_member *m);
+void mp_json_next(mp_json_member *m);
 
 /* Strings: NUL-terminated UTF-8 (an escaped \u0000 is kept; *len is exact). */
 const char *mp_json_string(const mp_json *v, size_t *len);

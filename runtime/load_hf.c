@@ -14,6 +14,7 @@
 #include "safetensors.h"
 
 #include <errno.h>
+#include <jansson.h> /* config.json is written with it (write_config) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -386,7 +387,9 @@ static int is_gpt2_like(const mp_config *c) {
            c->linear_bias && c->n_kv_head == c->n_head && c->d_head * c->n_head == c->d_model;
 }
 
-/* %.9g keeps every float exact */
+/* config.json, built as a jansson tree and dumped into mp_out's temporary file
+ * (renamed over the final name by mp_out_commit). Reals with 9 significant
+ * digits (JSON_REAL_PRECISION(9)) keep every float exact. */
 static mp_status write_config(const mp_model *m, const char *dir) {
     const mp_config *c = &m->cfg;
     char path[4096];
@@ -394,36 +397,51 @@ static mp_status write_config(const mp_model *m, const char *dir) {
     mp_status st;
     if (snprintf(path, sizeof path, "%s/config.json", dir) >= (int)sizeof path)
         return mp_error(MP_ERR_ARG, "%s: path too long", dir);
-    if ((st = mp_out_begin(&out, path)) != MP_OK) return st;
-    FILE *f = mp_out_fdopen(&out);
-    if (!f) { mp_out_abort(&out); return MP_ERR_IO; }
+    json_t *j;
     if (is_gpt2_like(c)) {
-        fprintf(f, "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
-                   "  \"n_embd\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": %d,\n"
-                   "  \"n_positions\": %d,\n  \"vocab_size\": %d,\n  \"layer_norm_epsilon\": %.9g,\n"
-                   "  \"activation_function\": \"%s\",\n  \"tie_word_embeddings\": %s\n}\n",
-                c->d_model, c->n_layer, c->n_head, c->d_mlp, c->ctx, c->vocab, (double)c->norm_eps,
-                c->gelu_tanh ? "gelu_new" : "gelu", c->tied ? "true" : "false");
+        j = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:s, s:b}", "architectures", "GPT2LMHeadModel",
+                      "model_type", "gpt2", "n_embd", c->d_model, "n_layer", c->n_layer, "n_head", c->n_head,
+                      "n_inner", c->d_mlp, "n_positions", c->ctx, "vocab_size", c->vocab, "layer_norm_epsilon",
+                      (double)c->norm_eps, "activation_function", c->gelu_tanh ? "gelu_new" : "gelu",
+                      "tie_word_embeddings", c->tied);
     } else {
-        fprintf(f, "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n"
-                   "  \"hidden_size\": %d,\n  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
-                   "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n  \"intermediate_size\": %d,\n"
-                   "  \"vocab_size\": %d,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %.9g,\n"
-                   "  \"rope_theta\": %.9g,\n  \"hidden_act\": \"silu\",\n  \"tie_word_embeddings\": %s,\n",
-                c->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM", c->qkv_bias ? "qwen2" : "llama", c->d_model,
-                c->n_layer, c->n_head, c->n_kv_head, c->d_head, c->d_mlp, c->vocab, c->ctx, (double)c->norm_eps,
-                (double)c->rope_theta, c->tied ? "true" : "false");
-        if (c->rope_scale > 0.0f && c->rope_scale != 1.0f)
-            fprintf(f, "  \"rope_scaling\": {\"type\": \"linear\", \"factor\": %.9g},\n", (double)c->rope_scale);
-        fprintf(f, "  \"torch_dtype\": \"float32\"\n}\n");
+        j = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:s, s:b}", "architectures",
+                      c->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM", "model_type",
+                      c->qkv_bias ? "qwen2" : "llama", "hidden_size", c->d_model, "num_hidden_layers", c->n_layer,
+                      "num_attention_heads", c->n_head, "num_key_value_heads", c->n_kv_head, "head_dim", c->d_head,
+                      "intermediate_size", c->d_mlp, "vocab_size", c->vocab, "max_position_embeddings", c->ctx,
+                      "rms_norm_eps", (double)c->norm_eps, "rope_theta", (double)c->rope_theta, "hidden_act", "silu",
+                      "tie_word_embeddings", c->tied);
+        if (j && c->rope_scale > 0.0f && c->rope_scale != 1.0f &&
+            json_object_set_new(j, "rope_scaling", json_pack("{s:s, s:f}", "type", "linear", "factor",
+                                                             (double)c->rope_scale)) != 0) {
+            json_decref(j);
+            j = NULL;
+        }
+        if (j && json_object_set_new(j, "torch_dtype", json_string("float32")) != 0) {
+            json_decref(j);
+            j = NULL;
+        }
     }
-    if (ferror(f)) {
+    if (!j) return mp_error(MP_ERR_NOMEM, "%s: out of memory", path);
+    if ((st = mp_out_begin(&out, path)) != MP_OK) {
+        json_decref(j);
+        return st;
+    }
+    FILE *f = mp_out_fdopen(&out);
+    if (!f) {
+        json_decref(j);
+        mp_out_abort(&out);
+        return MP_ERR_IO;
+    }
+    int bad = json_dumpf(j, f, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) != 0 || fputc('\n', f) == EOF || ferror(f);
+    json_decref(j);
+    if (bad) {
         mp_out_abort(&out);
         return mp_error(MP_ERR_IO, "%s: write failed", path);
     }
     return mp_out_commit(&out, 0);
 }
-
 
 mp_status mp_model_save_hf(const mp_model *m, const char *dir) {
     if (m->q) { /* quantized weights: save a float32 copy (decoded on demand) */

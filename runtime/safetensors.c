@@ -196,22 +196,20 @@ static mp_status parse_shard(mp_safetensors *st, shard *s) {
     uint64_t data_size = s->size - 8 - hlen;
     const unsigned char *data = s->base + 8 + hlen;
     size_t first = st->n_t;
-    for (size_t i = 0; i < mp_json_len(root); i++) {
-        size_t kl;
-        const char *key = mp_json_key_at(root, i, &kl);
-        const mp_json *v = mp_json_at(root, i);
-        if (!strcmp(key, "__metadata__")) {
+    mp_json_member e, m;
+    for (mp_json_first(root, &e); e.value; mp_json_next(&e)) {
+        const mp_json *v = e.value;
+        if (!strcmp(e.key, "__metadata__")) {
             if (mp_json_type_of(v) != MP_JSON_OBJECT)
                 return mp_error(MP_ERR_FORMAT, "%s: __metadata__ is a %s, not an object of strings", p,
                                 mp_json_type_name(mp_json_type_of(v)));
-            for (size_t j = 0; j < mp_json_len(v); j++)
-                if (mp_json_type_of(mp_json_at(v, j)) != MP_JSON_STRING)
-                    return mp_error(MP_ERR_FORMAT, "%s: __metadata__ value of '%.60s' is not a string", p,
-                                    mp_json_key_at(v, j, NULL));
+            for (mp_json_first(v, &m); m.value; mp_json_next(&m))
+                if (mp_json_type_of(m.value) != MP_JSON_STRING)
+                    return mp_error(MP_ERR_FORMAT, "%s: __metadata__ value of '%.60s' is not a string", p, m.key);
             s->meta = v;
             continue;
         }
-        if ((rc = parse_entry(st, s, key, kl, v, data_size, data))) return rc;
+        if ((rc = parse_entry(st, s, e.key, e.key_len, v, data_size, data))) return rc;
     }
     /* No two tensors of this shard may share bytes. */
     size_t n = st->n_t - first;
@@ -319,11 +317,12 @@ static mp_status open_indexed(mp_safetensors *st, const char *dir, const char *i
     }
     size_t n = mp_json_len(map);
     if (!(files = calloc(n ? n : 1, sizeof *files))) { rc = mp_error(MP_ERR_NOMEM, "out of memory"); goto cleanup; }
-    for (size_t i = 0; i < n; i++) {
-        const char *f = mp_json_string(mp_json_at(map, i), NULL);
+    mp_json_member m;
+    for (mp_json_first(map, &m); m.value; mp_json_next(&m)) {
+        const char *f = mp_json_string(m.value, NULL);
         if (!f || !safe_name(f)) {
             rc = mp_error(MP_ERR_FORMAT, "%s: weight_map entry '%.60s' is not a file name in the folder",
-                          index_path, mp_json_key_at(map, i, NULL));
+                          index_path, m.key);
             goto cleanup;
         }
         files[nf++] = (char *)f;
@@ -337,8 +336,8 @@ static mp_status open_indexed(mp_safetensors *st, const char *dir, const char *i
         path = NULL;
     }
     if ((rc = index_names(st))) goto cleanup;
-    for (size_t i = 0; i < n; i++) {
-        const char *name = mp_json_key_at(map, i, NULL), *f = mp_json_string(mp_json_at(map, i), NULL);
+    for (mp_json_first(map, &m); m.value; mp_json_next(&m)) {
+        const char *name = m.key, *f = mp_json_string(m.value, NULL);
         const mp_st_tensor *t = mp_safetensors_find(st, name);
         const char *base = t ? strrchr(t->file, '/') : NULL;
         if (!t || strcmp(base ? base + 1 : t->file, f)) {

@@ -132,12 +132,20 @@ mp_status mp_tok_load_hf(mp_tok **out, const char *path) {
     }
     /* the vocabulary size: the largest id + 1 over vocab and added_tokens */
     int64_t n_tok = 0, id;
-    size_t nv = mp_json_len(vocab), na = mp_json_len(added);
-    for (size_t i = 0; i < nv + na; i++) {
-        const mp_json *v = i < nv ? mp_json_at(vocab, i) : mp_json_get(mp_json_at(added, i - nv), "id");
-        if (mp_json_int64(v, &id) != 0 || id < 0 || id >= (1 << 24)) {
-            st = mp_error(MP_ERR_FORMAT, "%s: %s %zu has no valid id (0..%d)", path,
-                          i < nv ? "model.vocab entry" : "added_tokens entry", i < nv ? i : i - nv, (1 << 24) - 1);
+    size_t na = mp_json_len(added);
+    mp_json_member vm;
+    for (mp_json_first(vocab, &vm); vm.value; mp_json_next(&vm)) {
+        if (mp_json_int64(vm.value, &id) != 0 || id < 0 || id >= (1 << 24)) {
+            st = mp_error(MP_ERR_FORMAT, "%s: model.vocab entry %zu has no valid id (0..%d)", path, vm.index,
+                          (1 << 24) - 1);
+            goto cleanup;
+        }
+        if (id + 1 > n_tok) n_tok = id + 1;
+    }
+    for (size_t i = 0; i < na; i++) {
+        if (mp_json_int64(mp_json_get(mp_json_at(added, i), "id"), &id) != 0 || id < 0 || id >= (1 << 24)) {
+            st = mp_error(MP_ERR_FORMAT, "%s: added_tokens entry %zu has no valid id (0..%d)", path, i,
+                          (1 << 24) - 1);
             goto cleanup;
         }
         if (id + 1 > n_tok) n_tok = id + 1;
@@ -147,12 +155,12 @@ mp_status mp_tok_load_hf(mp_tok **out, const char *path) {
         st = MP_ERR_NOMEM;
         goto cleanup;
     }
-    for (size_t i = 0; i < nv; i++) {
-        size_t kl;
-        const char *k = mp_json_key_at(vocab, i, &kl);
-        mp_json_int64(mp_json_at(vocab, i), &id);
+    for (mp_json_first(vocab, &vm); vm.value; mp_json_next(&vm)) {
+        size_t kl = vm.key_len;
+        const char *k = vm.key;
+        mp_json_int64(vm.value, &id);
         if (strlen(k) != kl || tokens[id]) {
-            st = mp_error(MP_ERR_FORMAT, "%s: model.vocab entry %zu ('%.60s'): %s", path, i, k,
+            st = mp_error(MP_ERR_FORMAT, "%s: model.vocab entry %zu ('%.60s'): %s", path, vm.index, k,
                           tokens[id] ? "its id is used twice" : "holds a NUL character");
             goto cleanup;
         }

@@ -22,15 +22,17 @@ static uint64_t walk(const mp_json *v, int depth) {
     const char *s = mp_json_string(v, &len);
     if (s && s[len] != 0) abort();
     h += len * (s != NULL) + (uint64_t)mp_json_bool(v) + (uint64_t)(mp_json_int64(v, &iv) == 0);
-    for (size_t i = 0; i < mp_json_len(v); i++) {
-        if (mp_json_type_of(v) == MP_JSON_OBJECT) {
-            size_t kl;
-            const char *k = mp_json_key_at(v, i, &kl);
-            if (!k || k[kl] != 0) abort();
-            if (strlen(k) == kl && mp_json_get(v, k) != mp_json_at(v, i)) abort();   /* keys are unique */
+    if (mp_json_type_of(v) == MP_JSON_OBJECT) {
+        mp_json_member m;
+        size_t n = 0;
+        for (mp_json_first(v, &m); m.value; mp_json_next(&m), n++) {
+            if (!m.key || m.key[m.key_len] != 0 || m.index != n) abort();
+            if (strlen(m.key) == m.key_len && mp_json_get(v, m.key) != m.value) abort();   /* keys are unique */
+            h += walk(m.value, depth + 1);
         }
-        h += walk(mp_json_at(v, i), depth + 1);
-    }
+        if (n != mp_json_len(v)) abort();
+    } else
+        for (size_t i = 0; i < mp_json_len(v); i++) h += walk(mp_json_at(v, i), depth + 1);
     return h;
 }
 

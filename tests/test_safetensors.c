@@ -49,7 +49,17 @@ static void test_json(void) {
     CHECK(mp_json_int64(mp_json_at(a, 1), &iv) == -1, "-2.5e3 is not an integer literal");
     CHECK(mp_json_int64(mp_json_get(r, "big"), &iv) == -1 && mp_json_number(mp_json_get(r, "big")) > 1.2e29, "huge int as double");
     CHECK(mp_json_get(r, "") != NULL && mp_json_get(r, "nope") == NULL, "empty key found, absent key not");
-    CHECK(!strcmp(mp_json_key_at(r, 1, NULL), "b"), "document order kept");
+    {
+        static const char *const order[] = {"a", "b", "", "z", "big"};
+        mp_json_member m;
+        size_t n = 0;
+        for (mp_json_first(r, &m); m.value; mp_json_next(&m), n++)
+            CHECK(n < 5 && m.index == n && !strcmp(m.key, order[n]) && m.key_len == strlen(order[n]) &&
+                  m.value == mp_json_get(r, order[n]), "member %zu in document order", n);
+        CHECK(n == 5, "5 members visited, not %zu", n);
+        mp_json_first(a, &m);
+        CHECK(m.value == NULL && mp_json_at(r, 0) == NULL, "arrays have no members, objects no elements");
+    }
     CHECK(mp_json_get(NULL, "a") == NULL && mp_json_len(NULL) == 0 && mp_json_string(a, NULL) == NULL, "NULL-safe accessors");
     mp_json_free(doc);
     json_ok("\"\\u0000a\"", &doc);

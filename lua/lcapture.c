@@ -11,11 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* counts the opt-in points (mp_hook_opt_in) a glob list selects */
-static void opt_in_visit(void *u, mp_hook_id id, int layer, const char *name) {
+/* counts the points a glob list selects that the CUDA forward lacks (mp_hook_on_device) */
+static void cpu_only_visit(void *u, mp_hook_id id, int layer, const char *name) {
     (void)layer;
     (void)name;
-    if (mp_hook_opt_in(id)) ++*(int *)u;
+    if (!mp_hook_on_device(id)) ++*(int *)u;
 }
 
 static int model_capture_prompts(lua_State *L) {
@@ -74,13 +74,13 @@ static int model_capture_prompts(lua_State *L) {
     mp_h5cap *cap_w = NULL;
     int64_t n_total = 0;
     int n_ds = 0;
-    /* where the forwards will run: the opt-in per-head points the globs may
-     * capture keep a cuda model's calls on the CPU (mp_cuda_cpu_reason) */
+    /* where the forwards will run: points the device forward lacks (the
+     * per-head ones) keep a cuda model's calls on the CPU (mp_cuda_cpu_reason) */
     mp_forward_params probe = mp_forward_params_default();
     probe.hooks = g->hooks;
-    int opt_in = 0;
-    if (p.globs && p.globs[0]) mp_hook_select(cfg, p.globs, opt_in_visit, &opt_in, NULL, 0);
-    const mp_device ran = opt_in ? MP_DEVICE_CPU : mp_model_forward_device(lm->m, &probe);
+    int cpu_only = 0;
+    if (p.globs && p.globs[0]) mp_hook_select(cfg, p.globs, cpu_only_visit, &cpu_only, NULL, 0);
+    const mp_device ran = cpu_only ? MP_DEVICE_CPU : mp_model_forward_device(lm->m, &probe);
     p.device = mp_device_name(ran);
     p.precision = mp_precision_name(ran == MP_DEVICE_CPU ? MP_PRECISION_FP32 : lm->m->precision);
     mp_status st = mp_h5cap_create(&cap_w, &p, cfg, len, (int)n, g->hooks, &n_total, &n_ds);

@@ -9,44 +9,70 @@
 #include <string.h>
 
 const char *const mp_hook_suffix[MP_HOOK_COUNT] = {
-#define MP_X(id, name, per_layer, shape) name,
+#define MP_X(id, name, per_layer, shape, when, opt_in, grad, device) name,
     MP_HOOK_TABLE(MP_X)
 #undef MP_X
 };
 const int mp_hook_per_layer[MP_HOOK_COUNT] = {
-#define MP_X(id, name, per_layer, shape) per_layer,
+#define MP_X(id, name, per_layer, shape, when, opt_in, grad, device) per_layer,
     MP_HOOK_TABLE(MP_X)
 #undef MP_X
 };
 const mp_shape_kind mp_hook_shape_kind[MP_HOOK_COUNT] = {
-#define MP_X(id, name, per_layer, shape) shape,
+#define MP_X(id, name, per_layer, shape, when, opt_in, grad, device) shape,
+    MP_HOOK_TABLE(MP_X)
+#undef MP_X
+};
+
+static const mp_hook_when hook_when[MP_HOOK_COUNT] = {
+#define MP_X(id, name, per_layer, shape, when, opt_in, grad, device) when,
+    MP_HOOK_TABLE(MP_X)
+#undef MP_X
+};
+static const unsigned char hook_opt_in[MP_HOOK_COUNT] = {
+#define MP_X(id, name, per_layer, shape, when, opt_in, grad, device) opt_in,
+    MP_HOOK_TABLE(MP_X)
+#undef MP_X
+};
+static const unsigned char hook_grad[MP_HOOK_COUNT] = {
+#define MP_X(id, name, per_layer, shape, when, opt_in, grad, device) grad,
+    MP_HOOK_TABLE(MP_X)
+#undef MP_X
+};
+static const unsigned char hook_device[MP_HOOK_COUNT] = {
+#define MP_X(id, name, per_layer, shape, when, opt_in, grad, device) device,
     MP_HOOK_TABLE(MP_X)
 #undef MP_X
 };
 
 int mp_hook_exists(const mp_config *cfg, mp_hook_id id) {
-    switch (id) {
-    case MP_HOOK_MLP_PRE:
-    case MP_HOOK_MLP_POST:
-    case MP_HOOK_MLP_OUT:
-    case MP_HOOK_LN2:
-    case MP_HOOK_LN2_SCALE:
-    case MP_HOOK_MLP_IN:
-        return cfg->mlp != MP_MLP_NONE;
-    case MP_HOOK_POS_EMBED:
-        return cfg->pos == MP_POS_LEARNED;
-    case MP_HOOK_MLP_PRE_LINEAR:
-        return cfg->mlp == MP_MLP_SWIGLU;
-    case MP_HOOK_RESID_MID:
-        return 1;
-    default:
-        return 1;
+    switch (hook_when[id]) {
+    case MP_WHEN_MLP: return cfg->mlp != MP_MLP_NONE;
+    case MP_WHEN_SWIGLU: return cfg->mlp == MP_MLP_SWIGLU;
+    case MP_WHEN_LEARNED_POS: return cfg->pos == MP_POS_LEARNED;
+    case MP_WHEN_ALWAYS: break;
     }
+    return 1;
 }
 
-int mp_hook_opt_in(mp_hook_id id) {
-    return id == MP_HOOK_ATTN_IN || id == MP_HOOK_Q_INPUT || id == MP_HOOK_K_INPUT || id == MP_HOOK_V_INPUT ||
-           id == MP_HOOK_RESULT;
+int mp_hook_opt_in(mp_hook_id id) { return hook_opt_in[id]; }
+int mp_hook_has_grad(mp_hook_id id) { return hook_grad[id]; }
+int mp_hook_on_device(mp_hook_id id) { return hook_device[id]; }
+
+const char *mp_hook_suffixes(int (*has)(mp_hook_id), char *buf, size_t n) {
+    int k = 0, total = 0;
+    for (int i = 0; i < MP_HOOK_COUNT; i++) total += has((mp_hook_id)i) != 0;
+    size_t len = 0;
+    if (n) buf[0] = '\0';
+    for (int i = 0; i < MP_HOOK_COUNT && len < n; i++) {
+        if (!has((mp_hook_id)i)) continue;
+        const char *sep = k == 0 ? "" : k == total - 1 ? " and " : ", ";
+        int w = snprintf(buf + len, n - len, "%s%s", sep, mp_hook_suffix[i]);
+        if (w < 0) break;
+        len += (size_t)w;
+        k++;
+    }
+    return buf;
 }
 
 const char *mp_hook_name(mp_hook_id id, int layer, char *buf, size_t n) {
@@ -294,11 +320,13 @@ static mp_status add_globs(mp_hooks *hs, const char *globs, mp_hook_fn fn, void 
     char bad[256];
     if (!globs || !*globs) return mp_error(MP_ERR_ARG, "empty hook name");
     int n = mp_hook_select(&hs->cfg, globs, NULL, NULL, bad, sizeof bad);
-    if (bad[0] && opt_in_only(&hs->cfg, bad))
+    if (bad[0] && opt_in_only(&hs->cfg, bad)) {
+        char names[256];
         return mp_error(MP_ERR_ARG,
-                        "hook name '%s' matches only opt-in points (hook_attn_in, attn.hook_q_input / "
-                        "hook_k_input / hook_v_input, attn.hook_result), which a glob selects only when it spells "
-                        "their name ('blocks.*.attn.hook_result')", bad);
+                        "hook name '%s' matches only opt-in points (%s), which a glob selects only when it spells "
+                        "their name ('blocks.*.attn.hook_result')",
+                        bad, mp_hook_suffixes(mp_hook_opt_in, names, sizeof names));
+    }
     if (bad[0])
         return mp_error(MP_ERR_ARG,
                         "unknown hook name '%s': it matches no hook point of this model "

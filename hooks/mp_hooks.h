@@ -28,44 +28,67 @@ typedef enum {
     MP_SHAPE_BTKX  /* [B,T,K,D] per-kv-head copies in d_model */
 } mp_shape_kind;
 
-/* X(ID, name, per_layer, shape kind)
- * per-layer names are "blocks.<L>.<name>". Order = order of firing: the
- * global points before the first per-layer one fire before block 0, those
- * after the last one after the last block. */
-#define MP_HOOK_TABLE(X)                                          \
-    X(EMBED,          "hook_embed",               0, MP_SHAPE_BTD)  \
-    X(POS_EMBED,      "hook_pos_embed",           0, MP_SHAPE_BTD)  \
-    X(RESID_PRE,      "hook_resid_pre",           1, MP_SHAPE_BTD)  \
-    X(LN1_SCALE,      "ln1.hook_scale",           1, MP_SHAPE_BT1)  \
-    X(LN1,            "ln1.hook_normalized",      1, MP_SHAPE_BTD)  \
-    X(ATTN_IN,        "hook_attn_in",             1, MP_SHAPE_BTHX) \
-    X(Q_INPUT,        "attn.hook_q_input",        1, MP_SHAPE_BTHX) \
-    X(K_INPUT,        "attn.hook_k_input",        1, MP_SHAPE_BTKX) \
-    X(V_INPUT,        "attn.hook_v_input",        1, MP_SHAPE_BTKX) \
-    X(Q,              "attn.hook_q",              1, MP_SHAPE_BTHD) \
-    X(K,              "attn.hook_k",              1, MP_SHAPE_BTKD) \
-    X(V,              "attn.hook_v",              1, MP_SHAPE_BTKD) \
-    X(ROT_Q,          "attn.hook_rot_q",          1, MP_SHAPE_BTHD) \
-    X(ROT_K,          "attn.hook_rot_k",          1, MP_SHAPE_BTKD) \
-    X(ATTN_SCORES,    "attn.hook_attn_scores",    1, MP_SHAPE_BHTS) \
-    X(PATTERN,        "attn.hook_pattern",        1, MP_SHAPE_BHTS) \
-    X(Z,              "attn.hook_z",              1, MP_SHAPE_BTHD) \
-    X(RESULT,         "attn.hook_result",         1, MP_SHAPE_BTHX) \
-    X(ATTN_OUT,       "hook_attn_out",            1, MP_SHAPE_BTD)  \
-    X(RESID_MID,      "hook_resid_mid",           1, MP_SHAPE_BTD)  \
-    X(MLP_IN,         "hook_mlp_in",              1, MP_SHAPE_BTD)  \
-    X(LN2_SCALE,      "ln2.hook_scale",           1, MP_SHAPE_BT1)  \
-    X(LN2,            "ln2.hook_normalized",      1, MP_SHAPE_BTD)  \
-    X(MLP_PRE,        "mlp.hook_pre",             1, MP_SHAPE_BTM)  \
-    X(MLP_PRE_LINEAR, "mlp.hook_pre_linear",      1, MP_SHAPE_BTM)  \
-    X(MLP_POST,       "mlp.hook_post",            1, MP_SHAPE_BTM)  \
-    X(MLP_OUT,        "hook_mlp_out",             1, MP_SHAPE_BTD)  \
-    X(RESID_POST,     "hook_resid_post",          1, MP_SHAPE_BTD)  \
-    X(LNF_SCALE,      "ln_final.hook_scale",      0, MP_SHAPE_BT1)  \
-    X(LN_FINAL,       "ln_final.hook_normalized", 0, MP_SHAPE_BTD)
+/* Which models have a hook point (the "when" column). */
+typedef enum {
+    MP_WHEN_ALWAYS,      /* every model */
+    MP_WHEN_MLP,         /* a model with an MLP (mlp != none) */
+    MP_WHEN_SWIGLU,      /* a SwiGLU MLP (its second input projection) */
+    MP_WHEN_LEARNED_POS  /* learned absolute positions */
+} mp_hook_when;
+
+/* X(ID, name, per_layer, shape kind, when, opt_in, grad, device)
+ * One row per hook point; everything the code knows about a point is a
+ * column here, read through the functions below, so adding a point is one
+ * row (plus its fire in the forward and its step in the backward).
+ *   name      per-layer names are "blocks.<L>.<name>"
+ *   per_layer 1: one point per block; 0: a global point
+ *   shape     its tensor (mp_shape_kind)
+ *   when      which models have it (mp_hook_exists)
+ *   opt_in    1: selected only by a glob that spells its name (the per-head
+ *             copies, H x d_model floats per position; mp_hook_opt_in)
+ *   grad      1: the backward forms a gradient there (backward hooks,
+ *             incl_bwd, attribution; mp_hook_has_grad)
+ *   device    1: the CUDA forward fires it; 0: a forward hooking it runs on
+ *             the CPU (mp_hook_on_device)
+ * Order = order of firing: the global points before the first per-layer one
+ * fire before block 0, those after the last one after the last block. An
+ * unhooked point costs nothing; hook_pos_embed, hook_mlp_in, the hook_scale
+ * points and the opt-in ones have a path of their own (runtime/fwd_hooks.c)
+ * that the forward takes only when they are hooked. */
+#define MP_HOOK_TABLE(X)                                                                         \
+    X(EMBED,          "hook_embed",               0, MP_SHAPE_BTD,  MP_WHEN_ALWAYS,     0, 1, 1) \
+    X(POS_EMBED,      "hook_pos_embed",           0, MP_SHAPE_BTD,  MP_WHEN_LEARNED_POS, 0, 1, 1) \
+    X(RESID_PRE,      "hook_resid_pre",           1, MP_SHAPE_BTD,  MP_WHEN_ALWAYS,     0, 1, 1) \
+    X(LN1_SCALE,      "ln1.hook_scale",           1, MP_SHAPE_BT1,  MP_WHEN_ALWAYS,     0, 1, 1) \
+    X(LN1,            "ln1.hook_normalized",      1, MP_SHAPE_BTD,  MP_WHEN_ALWAYS,     0, 1, 1) \
+    X(ATTN_IN,        "hook_attn_in",             1, MP_SHAPE_BTHX, MP_WHEN_ALWAYS,     1, 0, 0) \
+    X(Q_INPUT,        "attn.hook_q_input",        1, MP_SHAPE_BTHX, MP_WHEN_ALWAYS,     1, 0, 0) \
+    X(K_INPUT,        "attn.hook_k_input",        1, MP_SHAPE_BTKX, MP_WHEN_ALWAYS,     1, 0, 0) \
+    X(V_INPUT,        "attn.hook_v_input",        1, MP_SHAPE_BTKX, MP_WHEN_ALWAYS,     1, 0, 0) \
+    X(Q,              "attn.hook_q",              1, MP_SHAPE_BTHD, MP_WHEN_ALWAYS,     0, 1, 1) \
+    X(K,              "attn.hook_k",              1, MP_SHAPE_BTKD, MP_WHEN_ALWAYS,     0, 1, 1) \
+    X(V,              "attn.hook_v",              1, MP_SHAPE_BTKD, MP_WHEN_ALWAYS,     0, 1, 1) \
+    X(ROT_Q,          "attn.hook_rot_q",          1, MP_SHAPE_BTHD, MP_WHEN_ALWAYS,     0, 1, 1) \
+    X(ROT_K,          "attn.hook_rot_k",          1, MP_SHAPE_BTKD, MP_WHEN_ALWAYS,     0, 1, 1) \
+    X(ATTN_SCORES,    "attn.hook_attn_scores",    1, MP_SHAPE_BHTS, MP_WHEN_ALWAYS,     0, 1, 1) \
+    X(PATTERN,        "attn.hook_pattern",        1, MP_SHAPE_BHTS, MP_WHEN_ALWAYS,     0, 1, 1) \
+    X(Z,              "attn.hook_z",              1, MP_SHAPE_BTHD, MP_WHEN_ALWAYS,     0, 1, 1) \
+    X(RESULT,         "attn.hook_result",         1, MP_SHAPE_BTHX, MP_WHEN_ALWAYS,     1, 1, 0) \
+    X(ATTN_OUT,       "hook_attn_out",            1, MP_SHAPE_BTD,  MP_WHEN_ALWAYS,     0, 1, 1) \
+    X(RESID_MID,      "hook_resid_mid",           1, MP_SHAPE_BTD,  MP_WHEN_ALWAYS,     0, 1, 1) \
+    X(MLP_IN,         "hook_mlp_in",              1, MP_SHAPE_BTD,  MP_WHEN_MLP,        0, 1, 1) \
+    X(LN2_SCALE,      "ln2.hook_scale",           1, MP_SHAPE_BT1,  MP_WHEN_MLP,        0, 1, 1) \
+    X(LN2,            "ln2.hook_normalized",      1, MP_SHAPE_BTD,  MP_WHEN_MLP,        0, 1, 1) \
+    X(MLP_PRE,        "mlp.hook_pre",             1, MP_SHAPE_BTM,  MP_WHEN_MLP,        0, 1, 1) \
+    X(MLP_PRE_LINEAR, "mlp.hook_pre_linear",      1, MP_SHAPE_BTM,  MP_WHEN_SWIGLU,     0, 1, 1) \
+    X(MLP_POST,       "mlp.hook_post",            1, MP_SHAPE_BTM,  MP_WHEN_MLP,        0, 1, 1) \
+    X(MLP_OUT,        "hook_mlp_out",             1, MP_SHAPE_BTD,  MP_WHEN_MLP,        0, 1, 1) \
+    X(RESID_POST,     "hook_resid_post",          1, MP_SHAPE_BTD,  MP_WHEN_ALWAYS,     0, 1, 1) \
+    X(LNF_SCALE,      "ln_final.hook_scale",      0, MP_SHAPE_BT1,  MP_WHEN_ALWAYS,     0, 1, 1) \
+    X(LN_FINAL,       "ln_final.hook_normalized", 0, MP_SHAPE_BTD,  MP_WHEN_ALWAYS,     0, 1, 1)
 
 typedef enum {
-#define MP_X(id, name, per_layer, shape) MP_HOOK_##id,
+#define MP_X(id, name, per_layer, shape, when, opt_in, grad, device) MP_HOOK_##id,
     MP_HOOK_TABLE(MP_X)
 #undef MP_X
     MP_HOOK_COUNT
@@ -74,13 +97,22 @@ typedef enum {
 /* The per-head copies (hook_attn_in, attn.hook_q_input / k_input / v_input)
  * and attn.hook_result hold H x d_model floats per position, as
  * TransformerLens's use_attn_in / use_split_qkv_input / use_attn_result points,
- * which exist only when asked for: a glob selects them only when its text
- * spells the point's last name component ("blocks.*.attn.hook_result",
- * "*hook_q_input"), so "*" or "blocks.0.*" leave them (and their cost) out.
- * MP_HOOK_GLOB_ALL selects every point, these included. */
-#define MP_HOOK_GLOB_ALL "*,*hook_attn_in,*hook_q_input,*hook_k_input,*hook_v_input,*hook_result"
-/* 1 for the points above (selected only by a glob that spells them). */
-int mp_hook_opt_in(mp_hook_id id);
+ * which exist only when asked for: a glob selects them (the opt_in column)
+ * only when its text spells the point's last name component
+ * ("blocks.*.attn.hook_result", "*hook_q_input"), so "*" or "blocks.0.*" leave
+ * them (and their cost) out. MP_HOOK_GLOB_ALL selects every point, these
+ * included ("*" and "*<name>" for each opt-in row). */
+#define MP_HOOK_GLOB_OPT_0(name)
+#define MP_HOOK_GLOB_OPT_1(name) ",*" name
+#define MP_HOOK_GLOB_X(id, name, per_layer, shape, when, opt_in, grad, device) MP_HOOK_GLOB_OPT_##opt_in(name)
+#define MP_HOOK_GLOB_ALL "*" MP_HOOK_TABLE(MP_HOOK_GLOB_X)
+/* The table's columns. */
+int mp_hook_opt_in(mp_hook_id id);    /* 1 for an opt-in point */
+int mp_hook_has_grad(mp_hook_id id);  /* 1 where the backward forms a gradient */
+int mp_hook_on_device(mp_hook_id id); /* 1 where the CUDA forward fires it */
+/* The names (suffixes) of the points whose column `has` gives 1, as
+ * "a, b and c" into buf (truncated to n); returns buf. */
+const char *mp_hook_suffixes(int (*has)(mp_hook_id), char *buf, size_t n);
 
 extern const char *const mp_hook_suffix[MP_HOOK_COUNT];
 extern const int mp_hook_per_layer[MP_HOOK_COUNT];

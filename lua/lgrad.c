@@ -217,6 +217,8 @@ typedef struct {
     mp_status st;
 } capture_ctx;
 
+static int no_grad(mp_hook_id id) { return !mp_hook_has_grad(id); }
+
 static void capture_visit(void *u, mp_hook_id id, int layer, const char *name) {
     capture_ctx *c = u;
     if (c->st || c->nograd[0]) return;
@@ -393,9 +395,11 @@ static int l_attribution_patch(lua_State *L) {
     int acts = lua_gettop(L);
     capture(L, acts, globs, "|clean", hc->hooks, B, T, cfg, 1, 0, fn);
     lua_pushnil(L);
-    if (!lua_next(L, acts)) /* a glob skipped every point it matched: an empty result would say nothing */
-        luaL_error(L, "%s: names '%s' selects no hook point with a gradient (hook_scale, hook_pos_embed, "
-                      "hook_mlp_in, the per-head inputs and hook_result have none yet)", fn, globs);
+    if (!lua_next(L, acts)) { /* a glob skipped every point it matched: an empty result would say nothing */
+        char none[256];
+        luaL_error(L, "%s: names '%s' selects no hook point with a gradient (%s have none yet)", fn, globs,
+                   mp_hook_suffixes(no_grad, none, sizeof none));
+    }
     lua_pop(L, 2);
     capture(L, acts, globs, "|corrupt", hx->hooks, B, T, cfg, 1, 0, fn);
     capture(L, acts, globs, "|grad", hb->hooks, B, T, cfg, 1, 0, fn);

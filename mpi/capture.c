@@ -86,11 +86,11 @@ fail:
 
 /* ---- a dataset: mpi/h5capture.h's file ---- */
 
-/* counts the opt-in points (mp_hook_opt_in) a glob list selects */
-static void opt_in_visit(void *u, mp_hook_id id, int layer, const char *name) {
+/* counts the points a glob list selects that the CUDA forward lacks (mp_hook_on_device) */
+static void cpu_only_visit(void *u, mp_hook_id id, int layer, const char *name) {
     (void)layer;
     (void)name;
-    if (mp_hook_opt_in(id)) ++*(int *)u;
+    if (!mp_hook_on_device(id)) ++*(int *)u;
 }
 
 /* Collective: this rank's n prompts (all, one after the other; len[i] each). */
@@ -106,13 +106,13 @@ static mp_status capture_dataset(const mp_capture_params *p, mp_hooks *hooks, co
     float *logits = NULL;
     if (p->logits && !(logits = mp_malloc((size_t)tmax * (size_t)cfg->vocab * sizeof(float), "logits")))
         return MP_ERR_NOMEM; /* before anything collective, as the Lua allocation it replaces */
-    /* where the forwards will run: the opt-in per-head points the globs may
-     * capture keep a cuda model's calls on the CPU (mp_cuda_cpu_reason) */
+    /* where the forwards will run: points the device forward lacks (the
+     * per-head ones) keep a cuda model's calls on the CPU (mp_cuda_cpu_reason) */
     mp_forward_params probe = mp_forward_params_default();
     probe.hooks = hooks;
-    int opt_in = 0;
-    if (hp.globs[0]) mp_hook_select(cfg, hp.globs, opt_in_visit, &opt_in, NULL, 0);
-    const mp_device ran = opt_in ? MP_DEVICE_CPU : mp_model_forward_device(m, &probe);
+    int cpu_only = 0;
+    if (hp.globs[0]) mp_hook_select(cfg, hp.globs, cpu_only_visit, &cpu_only, NULL, 0);
+    const mp_device ran = cpu_only ? MP_DEVICE_CPU : mp_model_forward_device(m, &probe);
     hp.device = mp_device_name(ran);
     hp.precision = mp_precision_name(ran == MP_DEVICE_CPU ? MP_PRECISION_FP32 : m->precision);
     /* collective from here: every failure becomes a status that finish shares */

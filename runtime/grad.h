@@ -9,7 +9,8 @@
  * (an mp_hooks of its own) with d metric / d activation at each hook point, in
  * reverse firing order. A callback may edit the gradient in place and the edit
  * propagates upstream, as TL's backward hooks can. Parameter gradients are
- * not computed, and the training backward (train.c) is untouched.
+ * not computed; the walk is the training step's (runtime/backward.c), each
+ * keeping the bytes it has always had.
  *
  * Conventions: the gradient at a hook has the hook's shape. A forward hook's
  * edit is treated as part of the input (the backward runs through the edited
@@ -22,8 +23,8 @@
 #include "model.h"
 #include "mp_hooks.h"
 
-/* 1 when the backward computes a gradient at hook point id (every point of the
- * DESIGN.md table; 0 for points added since that have no backward yet). */
+/* 1 when the backward computes a gradient at hook point id: the grad column of
+ * MP_HOOK_TABLE (mp_hook_has_grad); 0 for the per-head input copies. */
 int mp_grad_has_hook(mp_hook_id id);
 
 /* Backward from dlogits [B,T,V] (read only) through the activations in A (the

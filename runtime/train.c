@@ -1,8 +1,8 @@
-/* train.c — backward pass of the whole model over the activations stored by
- * the training-mode forward, the masked cross-entropy loss, gradient buffers,
- * and the training step (accumulation, clipping, AdamW). See train.h. */
+/* train.c — the masked cross-entropy loss and its gradient through the model
+ * (the backward walk is backward.c's, with weight gradients on), gradient
+ * buffers, and the training step (accumulation, clipping, AdamW). See train.h. */
 #include "train.h"
-#include "attn_variants.h"
+#include "backward.h"
 #include "ops.h"
 
 #include <stdlib.h>
@@ -40,87 +40,6 @@ mp_status mp_targets_check(const mp_config *c, const int *targets, int B, int T)
     return MP_OK;
 }
 
-static void norm_bwd(const mp_config *c, float *dx, float *dw, float *db, const float *dout, const float *x,
-                     const float *w, const float *mean, const float *rstd, int N) {
-    if (c->norm == MP_NORM_LAYER) mp_layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, c->d_model);
-    else mp_rmsnorm_backward(dx, dw, dout, x, w, rstd, N, c->d_model);
-}
-
-/* Backward through everything after the loss gradient sits in A->logits.
- * With sync, each block's gradients are handed to sync->ready once final. */
-static mp_status backward(const mp_model *m, mp_acts *A, mp_grads *G, const int *tokens, const mp_grad_sync *sync) {
-    const mp_config *c = &m->cfg;
-    const mp_params *p = &m->p;
-    mp_params *g = &G->g;
-    const int B = A->B, T = A->T, N = B * T, D = c->d_model, H = c->n_head, K = c->n_kv_head, Dh = c->d_head;
-    const int M = c->mlp == MP_MLP_NONE ? 0 : c->d_mlp, HD = H * Dh, KD = K * Dh;
-    const size_t nx = (size_t)N * D, nq = (size_t)N * HD, nk = (size_t)N * KD, nh = (size_t)N * M;
-    const int half = Dh / 2;
-    float *dres = A->dresid, *dxn = A->dxn;
-
-    /* classifier */
-    memset(dxn, 0, nx * sizeof(float));
-    memset(dres, 0, nx * sizeof(float));
-    mp_matmul_backward(dxn, g->unembed, NULL, A->logits, A->lnf, p->unembed, N, D, c->vocab);
-    norm_bwd(c, dres, g->lnf_w, g->lnf_b, dxn, A->resid + (size_t)c->n_layer * nx, p->lnf_w, A->lnf_mean,
-             A->lnf_rstd, N);
-    for (int l = c->n_layer - 1; l >= 0; l--) {
-        /* this layer's weights, their gradients, and its stored activations */
-        const mp_layer_params w = mp_params_layer(c, p, l), dw = mp_params_layer(c, g, l);
-        const mp_layer_acts a = mp_acts_layer(c, A, l);
-        if (M) {
-            memset(A->dpost, 0, nh * sizeof(float));
-            mp_matmul_backward(A->dpost, dw.w2, dw.b2, dres, a.post, w.w2, N, M, D);
-            memset(A->dpre, 0, nh * sizeof(float));
-            memset(dxn, 0, nx * sizeof(float));
-            if (c->mlp == MP_MLP_SWIGLU) {
-                memset(A->dup, 0, nh * sizeof(float));
-                mp_swiglu_backward(A->dpre, A->dup, A->dpost, a.pre, a.up, nh);
-                mp_matmul_backward(dxn, dw.w3, dw.b3, A->dup, a.ln2, w.w3, N, D, M);
-            } else if (c->gelu_tanh) {
-                mp_gelu_tanh_backward(A->dpre, A->dpost, a.pre, nh);
-            } else {
-                mp_gelu_backward(A->dpre, A->dpost, a.pre, nh);
-            }
-            mp_matmul_backward(dxn, dw.w1, dw.b1, A->dpre, a.ln2, w.w1, N, D, M);
-            norm_bwd(c, dres, dw.ln2_w, dw.ln2_b, dxn, a.resid_mid, w.ln2_w, a.ln2_mean, a.ln2_rstd, N);
-        }
-        /* attention */
-        memset(A->dz, 0, nq * sizeof(float));
-        mp_matmul_backward(A->dz, dw.wo, dw.bo, dres, a.z, w.wo, N, HD, D);
-        memset(A->dq, 0, nq * sizeof(float));
-        memset(A->dk, 0, nk * sizeof(float));
-        memset(A->dv, 0, nk * sizeof(float));
-        const mp_attn_layer av = mp_attn_layer_of(c, p, l);
-        mp_attention_backward_variant(A->dq, A->dk, A->dv, A->datt, A->dfac, A->dz, a.q, a.k, a.v, a.att, B, T, H, K,
-                                      Dh, &av);
-        /* the variant's per-head parameters (ssmax s; asentmax delta, beta, gamma) */
-        mp_attn_factor_backward(&av, dw.ssmax_s, dw.as_delta, dw.as_beta, dw.as_gamma, A->dfac, B, H, T, 1);
-        if (mp_pos_rotates(c)) { /* the forward's tables (A->pos_tab) */
-            const float *cos_t = A->pos_tab, *sin_t = cos_t + (size_t)T * half;
-            const float *q_scale = mp_pos_has_logit_scale(c) ? sin_t + (size_t)T * half : NULL;
-            mp_pos_apply(c, cos_t, sin_t, q_scale, A->dq, B, T, H, 1);
-            mp_pos_apply(c, cos_t, sin_t, NULL, A->dk, B, T, K, 1);
-        }
-        memset(dxn, 0, nx * sizeof(float));
-        mp_matmul_backward(dxn, dw.wq, dw.bq, A->dq, a.ln1, w.wq, N, D, HD);
-        mp_matmul_backward(dxn, dw.wk, dw.bk, A->dk, a.ln1, w.wk, N, D, KD);
-        mp_matmul_backward(dxn, dw.wv, dw.bv, A->dv, a.ln1, w.wv, N, D, KD);
-        norm_bwd(c, dres, dw.ln1_w, dw.ln1_b, dxn, a.resid_in, w.ln1_w, a.ln1_mean, a.ln1_rstd, N);
-        mp_status st;
-        if (sync && (st = sync->ready(sync->user, G, c, l))) return st;
-    }
-    mp_embed_backward(g->embed, dres, tokens, N, D);
-    if (g->pos_embed) /* learned positions: row t of every sequence */
-        for (int b = 0; b < B; b++)
-            for (int t = 0; t < T; t++) {
-                float *dp = g->pos_embed + (size_t)t * D;
-                const float *dr = dres + ((size_t)b * T + t) * D;
-                for (int i = 0; i < D; i++) dp[i] += dr[i];
-            }
-    return sync ? sync->ready(sync->user, G, c, -1) : MP_OK;
-}
-
 /* Hands every bucket to sync->ready unchanged (a rank with nothing counted
  * still takes part in the reduction). */
 static mp_status sync_all(const mp_grad_sync *sync, mp_grads *g, const mp_config *c) {
@@ -148,7 +67,8 @@ static mp_status forward_backward(const mp_model *m, const int *tokens, const in
     if (n_counted) *n_counted = count;
     if (!count || grad_scale == 0.0f) return sync ? sync_all(sync, g, &m->cfg) : MP_OK;
     mp_crossentropy_backward(acts->logits, acts->logits, targets, N, V, grad_scale / (float)count);
-    return backward(m, acts, g, tokens, sync);
+    const mp_backward_params bp = {g, tokens, sync, NULL};
+    return mp_backward(m, acts, acts->logits, &bp);
 }
 
 mp_status mp_model_forward_backward(const mp_model *m, const int *tokens, const int *targets, int B, int T,

@@ -36,19 +36,16 @@ mp_status mp_cuda_check_model(const mp_config *c, mp_precision p) {
     return MP_OK;
 }
 
-/* hook points whose extra computation (fwd_hooks.c) only the CPU forward has:
- * the opt-in per-head points (a glob must spell them; "*" leaves them out) */
-static const mp_hook_id cpu_only_points[] = {MP_HOOK_ATTN_IN, MP_HOOK_Q_INPUT, MP_HOOK_K_INPUT, MP_HOOK_V_INPUT,
-                                             MP_HOOK_RESULT};
-
 const char *mp_cuda_cpu_reason(const mp_model *m, const mp_forward_params *fp) {
     if (!fp) return NULL;
     /* backward hooks' forward (grad.c); training steps go to the device whole (mp_train_step) */
     if (fp->acts) return "a training-mode forward (backward hooks, incl_bwd)";
     if (fp->attn_mask) return "a padded batch (attention_mask)";
     if (!fp->hooks) return NULL;
-    for (size_t i = 0; i < sizeof cpu_only_points / sizeof cpu_only_points[0]; i++) {
-        const mp_hook_id id = cpu_only_points[i];
+    /* the points whose path only the CPU forward has (the device column of MP_HOOK_TABLE) */
+    for (int i = 0; i < MP_HOOK_COUNT; i++) {
+        const mp_hook_id id = (mp_hook_id)i;
+        if (mp_hook_on_device(id)) continue;
         if (mp_hooks_active(fp->hooks, id, -1)) return mp_hook_suffix[id];
         for (int l = 0; l < m->cfg.n_layer; l++)
             if (mp_hooks_active(fp->hooks, id, l)) return mp_hook_suffix[id];

@@ -68,15 +68,15 @@ static void read_ids(lua_State *L, int spec, int which, int *out, int B, int V, 
                        (int)luaL_len(L, v), B);
         for (int b = 0; b < B; b++) {
             lua_geti(L, v, b + 1);
-            const char *w = lua_pushfstring(L, "%s: loss logit_diff: %s[%d]", fn, what, b + 1);
-            out[b] = (int)mp_lua_checkint(L, -2, w, 0, V - 1);
+            const char *w = lua_pushfstring(L, "loss logit_diff: %s[%d]", what, b + 1);
+            out[b] = (int)mp_lua_int_at(L, -2, fn, w, 0, V - 1);
             lua_pop(L, 2);
         }
     } else {
         if (lua_isnil(L, v))
             luaL_error(L, "%s: loss logit_diff needs {correct, wrong} (token ids, or lists of one per row)", fn);
-        const char *w = lua_pushfstring(L, "%s: loss logit_diff: %s", fn, what);
-        int id = (int)mp_lua_checkint(L, v, w, 0, V - 1);
+        const char *w = lua_pushfstring(L, "loss logit_diff: %s", what);
+        int id = (int)mp_lua_int_at(L, v, fn, w, 0, V - 1);
         lua_pop(L, 1);
         for (int b = 0; b < B; b++) out[b] = id;
     }

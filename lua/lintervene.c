@@ -55,9 +55,7 @@ static lintervention *push_iv(lua_State *L, mp_intervention_kind kind, int opt, 
         if (lua_getfield(L, opt, "positions") != LUA_TNIL) {
             int pi = lua_gettop(L);
             if (lua_type(L, pi) == LUA_TNUMBER) {
-                const char *what = lua_pushfstring(L, "%s: positions", fn); /* as every integer option */
-                iv->pos[iv->npos++] = (int)mp_lua_checkint(L, pi, what, 0, INT_MAX);
-                lua_pop(L, 1);
+                iv->pos[iv->npos++] = (int)mp_lua_int_at(L, pi, fn, "option 'positions'", 0, INT_MAX);
             } else {
                 if (lua_type(L, pi) != LUA_TTABLE)
                     luaL_error(L, "%s: option 'positions' must be an integer or a list of integers, got %s", fn,
@@ -66,8 +64,8 @@ static lintervention *push_iv(lua_State *L, mp_intervention_kind kind, int opt, 
                 if (n > 64) luaL_error(L, "%s: option 'positions' has %I entries (at most 64)", fn, n);
                 for (lua_Integer i = 1; i <= n; i++) {
                     lua_geti(L, pi, i);
-                    const char *what = lua_pushfstring(L, "%s: positions[%I]", fn, i);
-                    iv->pos[iv->npos++] = (int)mp_lua_checkint(L, -2, what, 0, INT_MAX);
+                    const char *what = lua_pushfstring(L, "option 'positions'[%I]", i);
+                    iv->pos[iv->npos++] = (int)mp_lua_int_at(L, -2, fn, what, 0, INT_MAX);
                     lua_pop(L, 2);
                 }
             }

@@ -57,11 +57,10 @@ static void read_args(lua_State *L, margs *a, const char *fn) {
         luaL_error(L, "mp.mtd.%s: argument 1 must be an MTD task or a table {pi =, m =} (got %s)", fn,
                    luaL_typename(L, 1));
     /* m */
-    if (lua_getfield(L, 1, "m") != LUA_TNUMBER || !lua_isinteger(L, -1))
-        luaL_error(L, "mp.mtd.%s: argument 1 has no integer field m (the number of lags)", fn);
-    lua_Integer m = lua_tointeger(L, -1);
-    lua_pop(L, 1);
-    if (m < 1 || m > 1024) luaL_error(L, "mp.mtd.%s: m must be in 1..1024 (got %I)", fn, m);
+    lua_getfield(L, 1, "m");
+    const char *name = lua_pushfstring(L, "mp.mtd.%s", fn);
+    lua_Integer m = mp_lua_int_at(L, -2, name, "argument #1's field m (the number of lags)", 1, 1024);
+    lua_pop(L, 2);
     /* pi: a method (task:pi()) or a field */
     if (lua_getfield(L, 1, "pi") == LUA_TFUNCTION) {
         lua_pushvalue(L, 1);
@@ -117,10 +116,10 @@ static double opt_number(lua_State *L, int idx, const char *fn, const char *key,
 }
 
 static int opt_int(lua_State *L, int idx, const char *fn, const char *key, int def, int lo, int hi) {
-    double v = opt_number(L, idx, fn, key, def, 0);
-    if (v != floor(v) || v < lo || v > hi)
-        luaL_error(L, "mp.mtd.%s: option '%s' must be an integer in %d..%d (got %f)", fn, key, lo, hi, v);
-    return (int)v;
+    const char *name = lua_pushfstring(L, "mp.mtd.%s", fn);
+    int v = (int)mp_lua_opt_int(L, idx, name, key, def, lo, hi);
+    lua_pop(L, 1);
+    return v;
 }
 
 static void check_opts(lua_State *L, int idx, const char *fn, const char *const *known) {

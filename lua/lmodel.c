@@ -325,9 +325,6 @@ static const char *lm_piece(const lmodel *lm, int prev, int id, char *buf, size_
     return buf;
 }
 
-/* The tokenizer at spec, by content (mp_tok_load_any); errors name spec. */
-static mp_status load_tok(mp_tok **t, const char *spec, int vocab) { return mp_tok_load_any(t, spec, vocab); }
-
 static void attach_tok(lmodel *lm, mp_tok *t, const char *spec) {
     mp_tok_free(lm->tok);
     lm->tok = t;
@@ -346,7 +343,7 @@ static void attach_bytes(lua_State *L, lmodel *lm) {
     snprintf(lm->m->tokenizer, sizeof lm->m->tokenizer, "bytes");
 }
 
-/* Attaches a tokenizer: "bytes", or a tokenizer source (load_tok). */
+/* Attaches a tokenizer: "bytes", or a tokenizer source (mp_tok_load_for). */
 static void set_tokenizer(lua_State *L, lmodel *lm, const char *spec) {
     if (strcmp(spec, "bytes") == 0) {
         if (lm->m->cfg.vocab < MP_TOK_BYTES_BOS + 1)
@@ -356,14 +353,8 @@ static void set_tokenizer(lua_State *L, lmodel *lm, const char *spec) {
         return;
     }
     mp_tok *t;
-    mp_status st = load_tok(&t, spec, lm->m->cfg.vocab);
+    mp_status st = mp_tok_load_for(&t, spec, lm->m->cfg.vocab); /* by content; errors name spec */
     if (st) mp_lua_fail(L, st);
-    if (mp_tok_vocab(t) > lm->m->cfg.vocab) {
-        int tv = mp_tok_vocab(t);
-        mp_tok_free(t);
-        mp_lua_fail(L, mp_error(MP_ERR_ARG, "%s: the tokenizer has %d tokens, more than the model's vocabulary (%d)",
-                                spec, tv, lm->m->cfg.vocab));
-    }
     attach_tok(lm, t, spec);
 }
 
@@ -372,13 +363,6 @@ static int model_set_tokenizer(lua_State *L) {
     set_tokenizer(L, mp_lua_model_check(L, 1), luaL_checkstring(L, 2));
     lua_settop(L, 1);
     return 1;
-}
-
-/* The id padding a batch: the tokenizer's EOS, else its BOS, else 0 (no
- * tokenizer kind mechprobe reads carries a pad id of its own). */
-static int lm_pad_id(const lmodel *lm) {
-    int eos = mp_tok_eos(lm->tok), bos = mp_tok_bos(lm->tok);
-    return eos >= 0 ? eos : bos >= 0 ? bos : 0;
 }
 
 /* opts.prepend_space as MP_TOK_* flags: absent 0 (the tokenizer's own rule),
@@ -397,7 +381,7 @@ static int lm_prefix_flags(lua_State *L, const lmodel *lm, int opt) {
 
 /* m:to_tokens(text | {texts...} [, {bos|prepend_bos=, eos=, padding_side=, prepend_space=}])
  * -> a flat table of ids; for a list of texts, a padded batch [B][T] and its
- * attention mask [B][T] (ltokarg.c mp_lua_push_padded; pad id lm_pad_id) */
+ * attention mask [B][T] (runtime/ragged.c mp_pad_batch via ltokarg.c; pad id mp_tok_pad_id) */
 static int model_to_tokens(lua_State *L) {
     lua_settop(L, 3);
     lmodel *lm = mp_lua_model_busy(L, 1, "to_tokens", 0);
@@ -456,7 +440,7 @@ static int model_to_tokens(lua_State *L) {
         lens->ints[b - 1] = n;
         lua_pop(L, 1);
     }
-    mp_lua_push_padded(L, all->ints, lens->ints, (int)B, lm_pad_id(lm), left);
+    mp_lua_push_padded(L, all->ints, lens->ints, (int)B, mp_tok_pad_id(lm->tok), left);
     return 2;
 }
 
@@ -732,22 +716,16 @@ static int l_load(lua_State *L) {
         mp_lua_optim_push(L, &o);
         lua_setiuservalue(L, -2, 1);
     }
-    mp_model_format fmt = lp.format;
-    const char *own_tok = lp.tok_source[0] ? lp.tok_source : NULL; /* the model file's own tokenizer source */
-    const char *tp = NULL;
-    tp = mp_lua_opt_str(L, opt, "mp.load", "tokenizer", NULL);
-    char found[1024];
-    /* a checkpoint that names its vocabulary ("bytes") is not second-guessed by
-     * a tokenizer file that happens to lie next to it */
-    if (!tp && own_tok) { /* GGUF metadata / HF tokenizer: a failure leaves the model without one */
-        mp_tok *t;
-        if ((st = load_tok(&t, own_tok, lm->m->cfg.vocab)) == MP_OK) attach_tok(lm, t, own_tok);
-        else if (fmt != MP_FORMAT_GGUF || !strstr(mp_last_error(), "no tokenizer"))
-            fprintf(stderr, "mechprobe: warning: %s: tokenizer not loaded: %s\n", path, mp_last_error());
-    }
-    if (!tp && !own_tok && !lm->m->tokenizer[0] && mp_tok_find_beside(path, found, sizeof found)) tp = found;
+    const char *tp = mp_lua_opt_str(L, opt, "mp.load", "tokenizer", NULL);
     if (tp) set_tokenizer(L, lm, tp);
-    else if (!lm->tok && strcmp(lm->m->tokenizer, "bytes") == 0) attach_bytes(L, lm); /* a byte-level checkpoint */
+    else { /* the model's own, one beside it, or the bytes hint: runtime/tok_find.c decides */
+        mp_tok_found f;
+        st = mp_tok_discover(path, lp.tok_source, lm->m->tokenizer, lm->m->cfg.vocab, &f);
+        if (f.own_failed) fprintf(stderr, "mechprobe: warning: %s: tokenizer not loaded: %s\n", path, f.why);
+        if (st) return mp_lua_fail(L, st);
+        if (f.tok) attach_tok(lm, f.tok, f.source);
+        else if (f.origin == MP_TOK_FROM_BYTES) attach_bytes(L, lm);
+    }
     mp_lua_load_process(L, opt, 3); /* fold_ln= etc.: TL's weight processing */
     mp_lua_device_move(L, lm, "mp.load", dev, prec); /* the processed weights */
     lua_settop(L, 3);

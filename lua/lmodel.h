@@ -57,7 +57,8 @@ int *mp_lua_opt_mask(lua_State *L, int opt, const char *fn, int B, int T);
 /* Pushes a padded batch of B encoded rows (n[b] tokens each, one after the
  * other in ids) as two tables
  * [B][T] (T the longest row): the tokens, padded with `pad` on the left
- * (left != 0) or the right, and the attention mask (1 real, 0 pad). */
+ * (left != 0) or the right, and the attention mask (1 real, 0 pad); the
+ * padding is runtime/ragged.c's mp_pad_batch. */
 void mp_lua_push_padded(lua_State *L, const int *ids, const int *n, int B, int pad, int left);
 /* lconfig.c: the config from MP_CONFIG_TABLE. Pushes m.config (the fields
  * the table shows, with the values in force, then n_rope_freqs, tokenizer,

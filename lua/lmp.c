@@ -5,7 +5,6 @@
 #include "mp_input.h"
 
 #include <errno.h>
-#include <math.h>
 #include <lualib.h>
 #include <string.h>
 #include <stdlib.h>
@@ -22,24 +21,6 @@ int mp_lua_fail(lua_State *L, mp_status s) {
     lua_pushvalue(L, -1);
     lua_setfield(L, LUA_REGISTRYINDEX, MP_LUA_INPUT_ERROR);
     return lua_error(L);
-}
-
-lua_Integer mp_lua_checkint(lua_State *L, int idx, const char *what, lua_Integer lo, lua_Integer hi) {
-    idx = lua_absindex(L, idx);
-    int isint;
-    lua_Integer v = lua_tointegerx(L, idx, &isint);
-    if (!isint) {
-        int isnum;
-        lua_Number n = lua_tonumberx(L, idx, &isnum);
-        if (!isnum) return luaL_error(L, "%s must be an integer (got %s)", what, luaL_typename(L, idx));
-        lua_pushvalue(L, idx);
-        const char *s = luaL_tolstring(L, -1, NULL); /* as Lua prints it: 1.7, 1e+10, nan, inf */
-        if (n == floor(n)) /* integral but beyond the 64-bit integers */
-            return luaL_error(L, "%s = %s is out of range (%I..%I)", what, s, lo, hi);
-        return luaL_error(L, "%s must be an integer (got %s)", what, s);
-    }
-    if (v < lo || v > hi) return luaL_error(L, "%s = %I is out of range (%I..%I)", what, v, lo, hi);
-    return v;
 }
 
 static int l_version(lua_State *L) {

@@ -21,6 +21,7 @@
 #include "mp_lua.h"
 #include "mp_mpi.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -245,10 +246,8 @@ static void gather_value(lua_State *L, int idx, int root, const char *what) {
     lua_pop(L, 2);
 }
 
-static int check_root(lua_State *L, int idx) {
-    lua_Integer root = luaL_optinteger(L, idx, 0);
-    luaL_argcheck(L, root >= 0 && root < mp_mpi_size(), idx, "root must be a rank (0 .. size-1)");
-    return (int)root;
+static int check_root(lua_State *L, int idx, const char *fn) {
+    return (int)mp_lua_arg_optint(L, idx, fn, "root", 0, 0, mp_mpi_size() - 1);
 }
 
 /* ---- functions ---- */
@@ -265,8 +264,7 @@ static int l_barrier(lua_State *L) {
 }
 
 static int l_split(lua_State *L) {
-    lua_Integer n = luaL_checkinteger(L, 1);
-    luaL_argcheck(L, n >= 0, 1, "a count (>= 0) expected");
+    lua_Integer n = mp_lua_arg_int(L, 1, "mp.mpi.split", "n", 0, LUA_MAXINTEGER / mp_mpi_size()); /* n * rank fits */
     lua_Integer size = mp_mpi_size(), r = mp_mpi_rank();
     lua_Integer lo = n * r / size, hi = n * (r + 1) / size;
     lua_pushinteger(L, lo + 1);
@@ -289,13 +287,13 @@ static int l_sum(lua_State *L) {
 
 static int l_gather(lua_State *L) {
     luaL_checkany(L, 1);
-    int root = check_root(L, 2);
+    int root = check_root(L, 2, "mp.mpi.gather");
     gather_value(L, 1, root, "mp.mpi.gather");
     return 1;
 }
 
 static int l_bcast(lua_State *L) {
-    int root = check_root(L, 2);
+    int root = check_root(L, 2, "mp.mpi.bcast");
     lua_settop(L, 1);
     uint64_t n = 0;
     if (mp_mpi_rank() == root) {
@@ -369,7 +367,7 @@ static int l_sweep(lua_State *L) {
 static int l_exit(lua_State *L) {
     int code;
     if (lua_isboolean(L, 1)) code = lua_toboolean(L, 1) ? EXIT_SUCCESS : EXIT_FAILURE;
-    else code = (int)luaL_optinteger(L, 1, EXIT_SUCCESS);
+    else code = (int)mp_lua_arg_optint(L, 1, "os.exit", "code", EXIT_SUCCESS, INT_MIN, INT_MAX);
     fflush(NULL);
     if (code != 0) mp_mpi_abort(code);
     mp_mpi_finalize();

@@ -1,7 +1,10 @@
-/* lopt.c — the one reader of options tables for every Lua function (see
- * mp_lua.h): unknown keys are errors ("mp.model.new: unknown option
- * 'rope_thetaa'"), every value's type is checked ("mp.plot.figure: option
- * 'width' must be a number, got string"), booleans are true/false only. */
+/* lopt.c — the one reader of options tables for every Lua function, and of
+ * every integer argument (see mp_lua.h): unknown keys are errors
+ * ("mp.model.new: unknown option 'rope_thetaa'"), every value's type is
+ * checked ("mp.plot.figure: option 'width' must be a number, got string"),
+ * booleans are true/false only, and every integer, argument or option, is
+ * checked by mp_lua_int_at with one message shape ("generate: option
+ * 'max_new_tokens' must be an integer in [0, 2147483646], got 2.5"). */
 #include "mp_lua.h"
 
 #include <string.h>
@@ -43,6 +46,42 @@ int mp_lua_opt_type(lua_State *L, int idx, const char *fn, const char *key, int 
     return 1;
 }
 
+lua_Integer mp_lua_int_at(lua_State *L, int idx, const char *fn, const char *what, lua_Integer lo, lua_Integer hi) {
+    idx = lua_absindex(L, idx);
+    int isint = 0;
+    lua_Integer v = lua_type(L, idx) == LUA_TNUMBER ? lua_tointegerx(L, idx, &isint) : 0;
+    if (isint && v >= lo && v <= hi) return v;
+    const char *got;
+    if (lua_type(L, idx) == LUA_TNUMBER) {
+        lua_pushvalue(L, idx);
+        got = luaL_tolstring(L, -1, NULL); /* as Lua prints it: -1, 1.7, 1e+300, nan, inf */
+    } else {
+        got = luaL_typename(L, idx);
+    }
+    return luaL_error(L, "%s%s%s must be an integer in [%I, %I], got %s", fn ? fn : "", fn ? ": " : "", what, lo, hi,
+                      got);
+}
+
+lua_Integer mp_lua_checkint(lua_State *L, int idx, const char *what, lua_Integer lo, lua_Integer hi) {
+    return mp_lua_int_at(L, idx, NULL, what, lo, hi);
+}
+
+lua_Integer mp_lua_arg_int(lua_State *L, int arg, const char *fn, const char *name, lua_Integer lo, lua_Integer hi) {
+    int idx = lua_absindex(L, arg), n = idx;
+    lua_Debug ar;
+    if (lua_getstack(L, 0, &ar) && lua_getinfo(L, "n", &ar) && ar.namewhat && strcmp(ar.namewhat, "method") == 0)
+        n--; /* m:f(x): x is argument #1 to the caller, as luaL_argerror counts */
+    const char *what = lua_pushfstring(L, "argument #%d (%s)", n, name);
+    lua_Integer v = mp_lua_int_at(L, idx, fn, what, lo, hi);
+    lua_pop(L, 1);
+    return v;
+}
+
+lua_Integer mp_lua_arg_optint(lua_State *L, int arg, const char *fn, const char *name, lua_Integer def, lua_Integer lo,
+                              lua_Integer hi) {
+    return lua_isnoneornil(L, arg) ? def : mp_lua_arg_int(L, arg, fn, name, lo, hi);
+}
+
 lua_Integer mp_lua_opt_int(lua_State *L, int idx, const char *fn, const char *key, lua_Integer def, lua_Integer lo,
                            lua_Integer hi) {
     int t = mp_lua_opt_get(L, idx, key);
@@ -50,11 +89,8 @@ lua_Integer mp_lua_opt_int(lua_State *L, int idx, const char *fn, const char *ke
         lua_pop(L, 1);
         return def;
     }
-    if (t != LUA_TNUMBER)
-        luaL_error(L, "%s%soption '%s' must be a number, got %s", fn ? fn : "", fn ? ": " : "", key,
-                   luaL_typename(L, -1));
-    const char *what = fn ? lua_pushfstring(L, "%s: %s", fn, key) : lua_pushfstring(L, "option '%s'", key);
-    lua_Integer v = mp_lua_checkint(L, -2, what, lo, hi);
+    const char *what = lua_pushfstring(L, "option '%s'", key);
+    lua_Integer v = mp_lua_int_at(L, -2, fn, what, lo, hi);
     lua_pop(L, 2);
     return v;
 }

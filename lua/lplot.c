@@ -106,14 +106,12 @@ static int l_figure(lua_State *L) {
                                         "dpi", NULL};
     mp_lua_opt_check(L, 1, fn, known);
     mp_figure_params p = mp_figure_params_default();
-    double rows = mp_lua_opt_num(L, 1, fn, "rows", 1), cols = mp_lua_opt_num(L, 1, fn, "cols", 1);
+    lua_Integer rows = mp_lua_opt_int(L, 1, fn, "rows", 1, 1, 16), cols = mp_lua_opt_int(L, 1, fn, "cols", 1, 1, 16);
     p.font_size = mp_lua_opt_num(L, 1, fn, "font_size", p.font_size);
     p.share_x = mp_lua_opt_bool(L, 1, fn, "sharex", 0);
     p.share_y = mp_lua_opt_bool(L, 1, fn, "sharey", 0);
     p.title = mp_lua_opt_str(L, 1, fn, "title", NULL);
     double w = mp_lua_opt_num(L, 1, fn, "width", 432), h = mp_lua_opt_num(L, 1, fn, "height", 324), dpi = mp_lua_opt_num(L, 1, fn, "dpi", 150);
-    if (!(rows >= 1 && rows <= 16 && cols >= 1 && cols <= 16 && rows == floor(rows) && cols == floor(cols)))
-        return luaL_error(L, "mp.plot.figure: rows and cols must be integers in 1..16");
     if (!(w >= 16 && w <= 1e5 && h >= 16 && h <= 1e5))
         return luaL_error(L, "mp.plot.figure: width and height must be in 16..100000 points");
     if (!(dpi > 0 && dpi <= 4800)) return luaL_error(L, "mp.plot.figure: dpi must be in (0, 4800]");
@@ -127,10 +125,8 @@ static int l_figure(lua_State *L) {
 
 static int m_fig_axes(lua_State *L) {
     lfigure *f = check_figure(L, 1);
-    lua_Integer r = luaL_optinteger(L, 2, 1), c = luaL_optinteger(L, 3, 1);
     int R = mp_figure_rows(f->fig), C = mp_figure_cols(f->fig);
-    if (r < 1 || r > R || c < 1 || c > C)
-        return luaL_error(L, "fig:axes: (%d, %d) is outside the %d x %d grid", (int)r, (int)c, R, C);
+    lua_Integer r = mp_lua_arg_optint(L, 2, "fig:axes", "row", 1, 1, R), c = mp_lua_arg_optint(L, 3, "fig:axes", "col", 1, 1, C);
     laxes *a = lua_newuserdatauv(L, sizeof *a, 1);
     a->row = (int)r - 1;
     a->col = (int)c - 1;
@@ -392,8 +388,7 @@ static int m_bars(lua_State *L) {
     size_t ngroups;
     const char **glabels = NULL;
     if (lua_type(L, 2) == LUA_TNUMBER) {
-        lua_Integer g = lua_tointeger(L, 2);
-        if (g < 1 || g > 10000) return luaL_argerror(L, 2, "ax:bars: number of groups must be in 1..10000");
+        lua_Integer g = mp_lua_arg_int(L, 2, fn, "number of groups", 1, 10000);
         ngroups = (size_t)g;
     } else {
         luaL_checktype(L, 2, LUA_TTABLE);

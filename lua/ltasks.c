@@ -11,7 +11,7 @@
  * task also has t.vocab, t.params (a table of the constructor's options that
  * rebuilds the same task), t:seed(s) (restart the sample stream) and t:close()
  * (also __close/__gc, idempotent). Bad options raise an error naming the
- * option, e.g. "mp.tasks.mtd: q must be >= 2 (got 1)". */
+ * option, e.g. "mp.tasks.mtd: option 'q' must be an integer in [2, 2147483647], got 1". */
 #include "ltasks.h"
 
 #include <limits.h>
@@ -111,47 +111,23 @@ int lt_fail(lua_State *L, const char *where, const char *cprefix) {
 
 /* ---- options tables ---- */
 
-/* The integer at the stack top (popped), checked against lo..hi; `what` names it. */
-lua_Integer lt_int_value(lua_State *L, const char *fn, const char *what, lua_Integer lo, lua_Integer hi) {
-    int ok = 0;
-    lua_Integer v = lua_type(L, -1) == LUA_TNUMBER ? lua_tointegerx(L, -1, &ok) : 0;
-    if (!ok) {
-        const char *s = lua_type(L, -1) == LUA_TNUMBER ? luaL_tolstring(L, -1, NULL) : luaL_typename(L, -1);
-        luaL_error(L, "%s: %s must be an integer (got %s)", fn, what, s);
-    }
-    if (v < lo) luaL_error(L, "%s: %s must be >= %I (got %I)", fn, what, lo, v);
-    if (v > hi) luaL_error(L, "%s: %s must be <= %I (got %I)", fn, what, hi, v);
-    lua_pop(L, 1);
-    return v;
-}
-
+/* Integer options and arguments: mp_lua_opt_int / mp_lua_arg_int (lua/lopt.c),
+ * "fn: option 'q' must be an integer in [2, 2147483647], got 1". */
 int lt_opt_int(lua_State *L, int idx, const char *fn, const char *key, int def, int lo, int hi) {
-    if (mp_lua_opt_get(L, idx, key) == LUA_TNIL) {
-        lua_pop(L, 1);
-        return def;
-    }
-    return (int)lt_int_value(L, fn, key, lo, hi);
+    return (int)mp_lua_opt_int(L, idx, fn, key, def, lo, hi);
 }
 
 uint64_t lt_opt_seed(lua_State *L, int idx, const char *fn) {
-    if (mp_lua_opt_get(L, idx, "seed") == LUA_TNIL) {
-        lua_pop(L, 1);
-        return 1;
-    }
-    return (uint64_t)lt_int_value(L, fn, "seed", 0, LUA_MAXINTEGER);
+    return (uint64_t)mp_lua_opt_int(L, idx, fn, "seed", 1, 0, LUA_MAXINTEGER);
 }
 
 /* A positional count argument (B, T) >= lo. */
 int lt_arg_count(lua_State *L, int arg, const char *fn, const char *what, int lo) {
-    if (lua_isnoneornil(L, arg)) luaL_error(L, "%s: %s expected (an integer >= %d)", fn, what, lo);
-    lua_pushvalue(L, arg);
-    return (int)lt_int_value(L, fn, what, lo, INT_MAX);
+    return (int)mp_lua_arg_int(L, arg, fn, what, lo, INT_MAX);
 }
 
 int lt_m_seed_common(lua_State *L, const char *fn, uint64_t *seed) {
-    lua_pushvalue(L, 2);
-    if (lua_isnil(L, -1)) luaL_error(L, "%s: seed expected (an integer >= 0)", fn);
-    *seed = (uint64_t)lt_int_value(L, fn, "seed", 0, LUA_MAXINTEGER);
+    *seed = (uint64_t)mp_lua_arg_int(L, 2, fn, "seed", 0, LUA_MAXINTEGER);
     lua_settop(L, 1);
     return 1;
 }
@@ -680,8 +656,7 @@ static int ret_seed(lua_State *L) {
 static int ret_token_name(lua_State *L) {
     mp_retrieval *r = lt_check_task(L, 1, &RET_TYPE);
     const mp_retrieval_params *p = mp_retrieval_get_params(r);
-    lua_pushvalue(L, 2);
-    int id = (int)lt_int_value(L, "RetrievalTask:token_name", "id", 0, mp_retrieval_vocab(p) - 1);
+    int id = (int)mp_lua_arg_int(L, 2, "RetrievalTask:token_name", "id", 0, mp_retrieval_vocab(p) - 1);
     char buf[32];
     lua_pushstring(L, mp_retrieval_token_name(p, id, buf));
     return 1;

@@ -33,7 +33,6 @@ int lt_t_tostring(lua_State *L);
 int lt_t_index(lua_State *L);
 void lt_register_type(lua_State *L, const task_type *tt, const luaL_Reg *methods);
 int lt_fail(lua_State *L, const char *where, const char *cprefix);
-lua_Integer lt_int_value(lua_State *L, const char *fn, const char *what, lua_Integer lo, lua_Integer hi);
 int lt_opt_int(lua_State *L, int idx, const char *fn, const char *key, int def, int lo, int hi);
 uint64_t lt_opt_seed(lua_State *L, int idx, const char *fn);
 int lt_arg_count(lua_State *L, int arg, const char *fn, const char *what, int lo);

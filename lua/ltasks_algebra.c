@@ -309,17 +309,13 @@ static void row_context(lua_State *L, int arg, int nf_arg, const char *fn, mp_al
     size_t len;
     int32_t *row = lt_arg_ids(L, arg, fn, "tokens", MP_ALGEBRA_VOCAB, &len);
     lua_Integer nf = len >= 1 ? (lua_Integer)((len - 1) / 5) : 0;
-    if (!lua_isnoneornil(L, nf_arg)) {
-        lua_pushvalue(L, nf_arg);
-        nf = lt_int_value(L, fn, "n_facts", 0, nf);
-    }
+    nf = mp_lua_arg_optint(L, nf_arg, fn, "n_facts", nf, 0, nf);
     if (len == 0) luaL_error(L, "%s: tokens is empty", fn);
     if (mp_algebra_context_from_tokens(ctx, row, (int)nf) != MP_OK) lt_fail(L, fn, "algebra");
 }
 
 static int arg_symbol(lua_State *L, int arg, const char *fn, const char *what) {
-    lua_pushvalue(L, arg);
-    return (int)lt_int_value(L, fn, what, 0, MP_ALGEBRA_N_SYMBOLS - 1);
+    return (int)mp_lua_arg_int(L, arg, fn, what, 0, MP_ALGEBRA_N_SYMBOLS - 1);
 }
 
 /* mp.tasks.algebra_solve(rule, tokens_row, a, b [, n_facts]) -> symbol, or -1 when

@@ -34,14 +34,17 @@ static void tok_range_check(lua_State *L, const tok_range *r, const char *where,
 
 static int tok_value(lua_State *L, int idx, const tok_range *r, lua_Integer b, lua_Integer t, int nested) {
     idx = lua_absindex(L, idx);
-    if (lua_type(L, idx) != LUA_TNUMBER)
-        return luaL_error(L, "%s: token ids must be integers (got %s)", r->what, luaL_typename(L, idx));
     const char *where = nested ? lua_pushfstring(L, "%s[%I][%I]", r->what, b, t) : lua_pushfstring(L, "%s[%I]", r->what, t);
-    lua_Integer v = mp_lua_checkint(L, idx, where, LUA_MININTEGER, LUA_MAXINTEGER); /* integer-ness, before any cast */
-    tok_range_check(L, r, where, v);
-    if (v < INT_MIN || v > INT_MAX) luaL_error(L, "%s = %I is out of range (not an int)", where, v);
+    int isint = 0;
+    lua_Integer i = lua_type(L, idx) == LUA_TNUMBER ? lua_tointegerx(L, idx, &isint) : 0;
+    if (isint) tok_range_check(L, r, where, i); /* an integer outside the vocabulary: the vocabulary's message */
+    /* anything else (a fraction, nan, 1e300, a string): the integer reader's,
+     * with the values the argument takes; checked before any cast */
+    const lua_Integer lo = r->mask ? 0 : r->vocab ? (r->ignore ? -1 : 0) : INT_MIN,
+                      hi = r->mask ? 1 : r->vocab ? r->vocab - 1 : INT_MAX;
+    int v = (int)mp_lua_int_at(L, idx, NULL, where, lo, hi);
     lua_pop(L, 1);
-    return (int)v;
+    return v;
 }
 
 /* Reads tokens from a flat table (B = 1), a table of equal-length tables [B][T],
@@ -76,26 +79,27 @@ int *mp_lua_opt_mask(lua_State *L, int opt, const char *fn, int B, int T) {
 }
 
 void mp_lua_push_padded(lua_State *L, const int *ids, const int *n, int B, int pad, int left) {
-    int T = 0;
-    for (int b = 0; b < B; b++) T = n[b] > T ? n[b] : T;
+    const int T = mp_pad_width(n, B);
+    guard *g = mp_lua_guard_push(L);
+    if (!(g->ints = malloc(2 * (size_t)B * T * sizeof(int)))) luaL_error(L, "out of memory padding a batch");
+    int *tokens = g->ints, *mask = g->ints + (size_t)B * T;
+    mp_pad_batch(ids, n, B, T, pad, left, tokens, mask); /* runtime/ragged.c */
     luaL_checkstack(L, 8, "padded batch");
     lua_createtable(L, B, 0);
     lua_createtable(L, B, 0);
     for (int b = 0; b < B; b++) {
-        const int off = left ? T - n[b] : 0;
         lua_createtable(L, T, 0);
         lua_createtable(L, T, 0);
         for (int t = 0; t < T; t++) {
-            const int real = t >= off && t < off + n[b];
-            lua_pushinteger(L, real ? ids[t - off] : pad);
+            lua_pushinteger(L, tokens[(size_t)b * T + t]);
             lua_rawseti(L, -3, t + 1);
-            lua_pushinteger(L, real);
+            lua_pushinteger(L, mask[(size_t)b * T + t]);
             lua_rawseti(L, -2, t + 1);
         }
         lua_rawseti(L, -3, b + 1);
         lua_rawseti(L, -3, b + 1);
-        ids += n[b];
     }
+    lua_remove(L, -3); /* the guard (its __gc frees the ints) */
 }
 
 static void read_ints(lua_State *L, int idx, guard *g, int *B, int *T, const tok_range r) {

@@ -4,7 +4,8 @@
  * model's own memory (PyTorch nn.Linear layout [out, in]); TransformerLens's
  * weight shortcuts (m.W_E, m.W_pos, m.W_U, m:W_Q(l), ..., b_*) return copies
  * in TL's shapes ([d_model, d_head] per head where we keep [out, in]) and
- * m:set_weight(name, [l,] t) writes a TL-shaped tensor back; and
+ * m:set_weight(name, [l,] t) writes a TL-shaped tensor back (the names,
+ * shapes and copies are runtime/weights_tl.h's; this file binds them); and
  * m:process_weights{...} binds runtime/weights_process.h.
  *
  * Lifetime of views: every view of a model's parameters (m:param's Tensors
@@ -27,6 +28,7 @@
 
 #include "lmodel.h"
 #include "weights_process.h"
+#include "weights_tl.h"
 
 #define WHY_CLOSED "the model was closed"
 #define WHY_REPLACED "the model's parameter memory was replaced (training, m:dequantize() and m:process_weights copy " \
@@ -115,156 +117,28 @@ static int model_param(lua_State *L) {
 }
 
 
-/* ---- TransformerLens's weight shortcuts: copies in TL's shapes ---- */
+/* ---- TransformerLens's weight shortcuts: copies in TL's shapes (runtime/weights_tl.h) ---- */
 
-typedef enum {
-    W_PLAIN,     /* the same values, TL's shape (biases [D], W_E [V, D], b_Q [H, Dh]) */
-    W_T,         /* a transpose: [out, in] -> [in, out] */
-    W_HEADS_IN,  /* W [nh*Dh, D] -> [H, D, Dh], query head h reading source head h / rep */
-    W_HEADS_OUT, /* W_O [D, H*Dh] -> [H, Dh, D] */
-    W_BIAS_HEADS /* b [nh*Dh] -> [H, Dh], h reading source head h / rep */
-} wkind;
-
-/* A shortcut resolved on a model: one layer's source (layer 0 of a per-layer
- * one; the next layer `stride` floats further) and its TL shape. */
-typedef struct {
-    float *p;
-    size_t stride, numel;
-    wkind kind;
-    int per_layer, rep, rows, cols; /* rows, cols: the source matrix (W_T, heads) */
-    int ndim;
-    int64_t shape[3];
-} wref;
-
-static const char *const shortcut_names[] = {"W_E", "W_pos", "W_U", "b_U", "W_Q", "W_K", "W_V", "_W_K", "_W_V",
-                                             "W_O", "W_in", "W_gate", "W_out", "b_Q", "b_K", "b_V", "_b_K",
-                                             "_b_V", "b_O", "b_in", "b_gate", "b_out", NULL};
-
-/* Resolves `name` on the model or raises an error naming what the model's
- * config lacks. fn: the calling method for messages. */
-static wref resolve(lua_State *L, const mp_model *m, const char *name, const char *fn) {
-    const mp_config *c = &m->cfg;
-    const mp_params *p = &m->p;
-    const int D = c->d_model, H = c->n_head, K = c->n_kv_head, Dh = c->d_head, V = c->vocab;
-    const int M = c->mlp == MP_MLP_NONE ? 0 : c->d_mlp, L_ = c->n_layer, group = H / K;
-    const int swiglu = c->mlp == MP_MLP_SWIGLU;
-    wref r;
-    memset(&r, 0, sizeof r);
-    int known = 0;
-    for (int i = 0; shortcut_names[i]; i++) known |= strcmp(shortcut_names[i], name) == 0;
-    if (!known)
-        luaL_error(L, "%s: unknown weight \"%s\" (W_E, W_pos, W_U, W_Q, W_K, W_V, _W_K, _W_V, W_O, W_in, W_gate, "
-                      "W_out, b_Q, b_K, b_V, _b_K, _b_V, b_O, b_in, b_gate, b_out)", fn, name);
-    if (strcmp(name, "b_U") == 0)
-        luaL_error(L, "%s: b_U: mechprobe models have no unembedding bias (logits = ln_final(x) W_U); after "
-                      "fold_ln a LayerNorm model's ln_final.bias plays its part", fn);
-    if (strcmp(name, "W_pos") == 0 && !p->pos_embed)
-        luaL_error(L, "%s: W_pos: the model has no learned positions (pos = \"%s\")", fn, mp_pos_name(c->pos));
-    int is_mlp = strstr(name, "_in") || strstr(name, "_gate") || strstr(name, "_out");
-    if (is_mlp && !M) luaL_error(L, "%s: %s: the model has no MLP (mlp = \"none\")", fn, name);
-    if (strstr(name, "_gate") && !swiglu)
-        luaL_error(L, "%s: %s: the model's MLP (mlp = \"%s\") has no gate (SwiGLU only)", fn, name, mp_mlp_label(c));
-    int qkv_b = strcmp(name, "b_Q") == 0 || strstr(name, "b_K") || strstr(name, "b_V");
-    if (qkv_b && !p->bq)
-        luaL_error(L, "%s: %s: the model has no query/key/value biases (qkv_bias = false)", fn, name);
-    if (name[0] == 'b' && !qkv_b && !(strcmp(name, "b_O") == 0 ? p->bo : p->b2))
-        luaL_error(L, "%s: %s: the model has no linear-layer biases (linear_bias = false)", fn, name);
-    const mp_layer_params w = mp_params_layer(c, p, 0), w1 = mp_params_layer(c, p, L_ > 1 ? 1 : 0);
-#define PER(f) (r.per_layer = 1, r.stride = w.f && L_ > 1 ? (size_t)(w1.f - w.f) : 0, w.f)
-    int kv = strstr(name, "_K") || strstr(name, "_V"), under = name[0] == '_';
-    int nh = kv ? K : H;
-    r.rep = kv && !under ? group : 1;
-    const int TH = under ? K : H; /* heads in the TL shape */
-    if (strcmp(name, "W_E") == 0) {
-        r.p = p->embed, r.kind = W_PLAIN, r.ndim = 2, r.shape[0] = V, r.shape[1] = D;
-    } else if (strcmp(name, "W_pos") == 0) {
-        r.p = p->pos_embed, r.kind = W_PLAIN, r.ndim = 2, r.shape[0] = c->ctx, r.shape[1] = D;
-    } else if (strcmp(name, "W_U") == 0) {
-        r.p = p->unembed, r.kind = W_T, r.rows = V, r.cols = D;
-    } else if (strstr(name, "W_Q") || strstr(name, "W_K") || strstr(name, "W_V")) {
-        r.p = name[strlen(name) - 1] == 'Q' ? PER(wq) : name[strlen(name) - 1] == 'K' ? PER(wk) : PER(wv);
-        r.kind = W_HEADS_IN, r.rows = nh * Dh, r.cols = D;
-        r.ndim = 3, r.shape[0] = TH, r.shape[1] = D, r.shape[2] = Dh;
-    } else if (strcmp(name, "W_O") == 0) {
-        r.p = PER(wo), r.kind = W_HEADS_OUT, r.rows = D, r.cols = H * Dh;
-        r.ndim = 3, r.shape[0] = H, r.shape[1] = Dh, r.shape[2] = D;
-    } else if (strcmp(name, "W_in") == 0 || strcmp(name, "W_gate") == 0) {
-        r.p = swiglu && strcmp(name, "W_in") == 0 ? PER(w3) : PER(w1), r.kind = W_T, r.rows = M, r.cols = D;
-    } else if (strcmp(name, "W_out") == 0) {
-        r.p = PER(w2), r.kind = W_T, r.rows = D, r.cols = M;
-    } else if (qkv_b) {
-        r.p = name[strlen(name) - 1] == 'Q' ? PER(bq) : name[strlen(name) - 1] == 'K' ? PER(bk) : PER(bv);
-        r.kind = W_BIAS_HEADS, r.ndim = 2, r.shape[0] = TH, r.shape[1] = Dh;
-    } else if (strcmp(name, "b_O") == 0 || strcmp(name, "b_out") == 0) {
-        r.p = name[2] == 'O' ? PER(bo) : PER(b2), r.kind = W_PLAIN, r.ndim = 1, r.shape[0] = D;
-    } else { /* b_in, b_gate */
-        r.p = swiglu && strcmp(name, "b_in") == 0 ? PER(b3) : PER(b1), r.kind = W_PLAIN, r.ndim = 1, r.shape[0] = M;
-    }
-#undef PER
-    if (r.kind == W_T) r.ndim = 2, r.shape[0] = r.cols, r.shape[1] = r.rows;
-    r.numel = 1;
-    for (int i = 0; i < r.ndim; i++) r.numel *= (size_t)r.shape[i];
-    if (!r.p)
-        luaL_error(L, "%s: %s: the model has quantized weights (%s): call m:dequantize() first", fn, name,
-                   m->source[0] ? m->source : "GGUF");
-    return r;
-}
-
-/* Copies one layer between the model's layout (src) and TL's (tl): to_tl 1
- * reads the model, 0 writes it (only with rep 1: a one-to-one map). */
-static void xfer(const wref *r, float *src, float *tl, int to_tl) {
-#define MOVE(i, j) do { if (to_tl) tl[i] = src[j]; else src[j] = tl[i]; } while (0)
-    switch (r->kind) {
-    case W_PLAIN:
-        for (size_t i = 0; i < r->numel; i++) MOVE(i, i);
-        break;
-    case W_T:
-        for (size_t i = 0; i < (size_t)r->cols; i++)
-            for (size_t j = 0; j < (size_t)r->rows; j++) MOVE(i * r->rows + j, j * r->cols + i);
-        break;
-    case W_HEADS_IN: { /* tl[h][d][e] = src[(h/rep) Dh + e][d] */
-        const size_t TH = (size_t)r->shape[0], D = (size_t)r->shape[1], Dh = (size_t)r->shape[2];
-        for (size_t h = 0; h < TH; h++)
-            for (size_t d = 0; d < D; d++)
-                for (size_t e = 0; e < Dh; e++) MOVE((h * D + d) * Dh + e, ((h / r->rep) * Dh + e) * D + d);
-        break;
-    }
-    case W_HEADS_OUT: { /* tl[h][e][d] = src[d][h Dh + e] */
-        const size_t H = (size_t)r->shape[0], Dh = (size_t)r->shape[1], D = (size_t)r->shape[2];
-        for (size_t h = 0; h < H; h++)
-            for (size_t e = 0; e < Dh; e++)
-                for (size_t d = 0; d < D; d++) MOVE((h * Dh + e) * D + d, d * H * Dh + h * Dh + e);
-        break;
-    }
-    case W_BIAS_HEADS: {
-        const size_t TH = (size_t)r->shape[0], Dh = (size_t)r->shape[1];
-        for (size_t h = 0; h < TH; h++)
-            for (size_t e = 0; e < Dh; e++) MOVE(h * Dh + e, (h / r->rep) * Dh + e);
-        break;
-    }
-    }
-#undef MOVE
+/* Resolves `name` on the model or raises "fn: <why>" (mp_tl_weight_info's message). */
+static mp_tl_weight resolve(lua_State *L, const mp_model *m, const char *name, const char *fn) {
+    mp_tl_weight w;
+    if (mp_tl_weight_info(m, name, &w)) luaL_error(L, "%s: %s", fn, mp_last_error());
+    return w;
 }
 
 /* The layer argument at idx (0-based), or -1 when absent/nil (all layers). */
 static int layer_arg(lua_State *L, int idx, const mp_model *m, const char *name) {
     if (lua_isnoneornil(L, idx)) return -1;
-    char what[64];
-    snprintf(what, sizeof what, "%s: layer", name);
-    return (int)mp_lua_checkint(L, idx, what, 0, m->cfg.n_layer - 1);
+    return (int)mp_lua_arg_int(L, idx, name, "layer", 0, m->cfg.n_layer - 1);
 }
 
 /* Pushes a copy of `name` (layer l, or every layer stacked [n_layer, ...] when l < 0). */
 static void push_shortcut(lua_State *L, const mp_model *m, const char *name, int l) {
-    wref r = resolve(L, m, name, name);
+    mp_tl_weight w = resolve(L, m, name, name);
     int64_t shape[4];
-    int nd = 0;
-    if (r.per_layer && l < 0) shape[nd++] = m->cfg.n_layer;
-    for (int i = 0; i < r.ndim; i++) shape[nd++] = r.shape[i];
+    int nd = mp_tl_weight_shape(m, &w, l, shape);
     mp_tensor *t = mp_lua_tensor_new(L, nd, shape);
-    if (!r.per_layer) { xfer(&r, r.p, t->data, 1); return; }
-    int l0 = l < 0 ? 0 : l, l1 = l < 0 ? m->cfg.n_layer : l + 1;
-    for (int k = l0; k < l1; k++) xfer(&r, r.p + (size_t)k * r.stride, t->data + (size_t)(k - l0) * r.numel, 1);
+    if (mp_tl_weight_get(m, &w, l, t->data)) luaL_error(L, "%s: %s", name, mp_last_error());
 }
 
 /* m:W_Q(l) etc.: a copy of layer l (0-based) in TL's shape; m:W_Q() stacks the layers. */
@@ -302,42 +176,26 @@ static int model_set_weight(lua_State *L) {
         return luaL_error(L, "mp.Model:set_weight: the model is in use (called from inside its own "
                              "forward/generate/train callback)");
     const char *name = luaL_checkstring(L, 2);
-    wref r = resolve(L, lm->m, name, "set_weight");
+    mp_tl_weight w = resolve(L, lm->m, name, "set_weight");
     int l = -1, ti = 3;
     if (!lua_isnoneornil(L, 4)) {
         l = layer_arg(L, 3, lm->m, name);
         ti = 4;
-        if (!r.per_layer || l < 0) return luaL_error(L, "set_weight: %s has no layers: m:set_weight(\"%s\", t)", name, name);
+        if (!w.per_layer || l < 0) return luaL_error(L, "set_weight: %s has no layers: m:set_weight(\"%s\", t)", name, name);
     }
-    if (r.rep > 1)
-        return luaL_error(L, "set_weight: %s is repeated over the %d query heads of each key/value head (n_kv_head = %d): "
-                             "write the key/value heads with \"_%s\" [n_kv_head, ...]", name, r.rep,
-                          lm->m->cfg.n_kv_head, name);
-    if (mp_model_is_quantized(lm->m))
-        return luaL_error(L, "set_weight: the model has quantized weights: call m:dequantize() first");
+    if (mp_tl_weight_settable(lm->m, &w)) return luaL_error(L, "set_weight: %s", mp_last_error());
     mp_tensor *t = mp_lua_tensor_arg(L, ti);
     int64_t want[4];
-    int nd = 0;
-    if (r.per_layer && l < 0) want[nd++] = lm->m->cfg.n_layer;
-    for (int i = 0; i < r.ndim; i++) want[nd++] = r.shape[i];
+    int nd = mp_tl_weight_shape(lm->m, &w, l, want);
     int same = t->ndim == nd;
     for (int i = 0; same && i < nd; i++) same = t->shape[i] == want[i];
     if (!same) {
         char a[96], b[96];
         return luaL_error(L, "set_weight: %s%s must be %s (TransformerLens's shape), got %s", name,
-                          r.per_layer && l < 0 ? " (all layers)" : "", shape_str(a, sizeof a, nd, want),
+                          w.per_layer && l < 0 ? " (all layers)" : "", shape_str(a, sizeof a, nd, want),
                           shape_str(b, sizeof b, t->ndim, t->shape));
     }
-    const mp_model *m = lm->m;
-    size_t total = mp_config_n_params(&m->cfg);
-    if (!m->owned || r.p < m->owned || r.p >= m->owned + total)
-        return luaL_error(L, "set_weight: %s is read-only (memory-mapped from %s)", name,
-                          m->source[0] ? m->source : "its file");
-    if (!r.per_layer) xfer(&r, r.p, t->data, 0);
-    else {
-        int l0 = l < 0 ? 0 : l, l1 = l < 0 ? m->cfg.n_layer : l + 1;
-        for (int k = l0; k < l1; k++) xfer(&r, r.p + (size_t)k * r.stride, t->data + (size_t)(k - l0) * r.numel, 0);
-    }
+    if (mp_tl_weight_set(lm->m, &w, l, t->data)) return luaL_error(L, "set_weight: %s", mp_last_error());
     lua_settop(L, 1);
     return 1;
 }

@@ -46,11 +46,25 @@ mp_tensor *mp_lua_tensor_test(lua_State *L, int idx);
  * tensor (pushing a new one onto the stack if it had to convert). */
 mp_tensor *mp_lua_tensor_arg(lua_State *L, int idx);
 
-/* The integer at idx, checked before any cast: a number (or numeric string)
- * with an integral value in lo..hi; otherwise an error naming `what` and the
- * value ("d_model = 1099511627776 is out of range (0..2147483647)", "tokens[2]
- * must be an integer (got 1.7)"). */
+/* ---- integers (lua/lopt.c): the one reader of every integer from Lua ----
+ * A value is accepted when it is a number with an integral value in
+ * [lo, hi], checked before any cast; anything else raises one message shape:
+ *   "FN: WHAT must be an integer in [LO, HI], got X"
+ * WHAT names the value: "argument #N (name)" (mp_lua_arg_int; N as the caller
+ * counts, self not counted in a method call), "option 'key'" (mp_lua_opt_int),
+ * or the caller's description of an element ("tokens[2]", "option
+ * 'positions'[2]"); X is the value as Lua prints it (-1, 1.5, 1e+300, nan) or
+ * the type of a non-number (string, nil). fn NULL: no "FN: " prefix. */
+lua_Integer mp_lua_int_at(lua_State *L, int idx, const char *fn, const char *what, lua_Integer lo, lua_Integer hi);
+/* Argument `arg` (a stack index) of function fn, called `name` in messages. */
+lua_Integer mp_lua_arg_int(lua_State *L, int arg, const char *fn, const char *name, lua_Integer lo, lua_Integer hi);
+/* The same, def when the argument is absent or nil. */
+lua_Integer mp_lua_arg_optint(lua_State *L, int arg, const char *fn, const char *name, lua_Integer def, lua_Integer lo,
+                              lua_Integer hi);
+/* The older entry point, kept for binding files not yet converted:
+ * mp_lua_int_at(L, idx, NULL, what, lo, hi) (what: "fn: name"). */
 lua_Integer mp_lua_checkint(lua_State *L, int idx, const char *what, lua_Integer lo, lua_Integer hi);
+
 /* ---- options tables (lua/lopt.c): the one reader for every function ----
  * idx is the stack index of the options table (0 or nil: no options); fn
  * names the function in messages. mp_lua_opt_check rejects a non-table and
@@ -64,8 +78,8 @@ int mp_lua_opt_get(lua_State *L, int idx, const char *key);
 /* Pushes opts[key] and returns 1 when present and of Lua type `type`; 0
  * (nothing pushed) when absent; error when of another type. */
 int mp_lua_opt_type(lua_State *L, int idx, const char *fn, const char *key, int type);
-/* An integer checked as mp_lua_checkint ("fn: key = 5 is out of range (0..4)";
- * fn NULL: "option 'key' = 5 is out of range (0..4)"). */
+/* An integer option read by mp_lua_int_at: "fn: option 'key' must be an
+ * integer in [0, 4], got 5" (fn NULL: no prefix). */
 lua_Integer mp_lua_opt_int(lua_State *L, int idx, const char *fn, const char *key, lua_Integer def, lua_Integer lo,
                            lua_Integer hi);
 lua_Number mp_lua_opt_num(lua_State *L, int idx, const char *fn, const char *key, lua_Number def);

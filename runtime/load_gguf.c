@@ -410,10 +410,13 @@ cleanup:
 
 /* ---- tokenizer from tokenizer.ggml.* ---- */
 
-mp_status mp_tok_load_gguf(mp_tok **out, const char *path) {
+mp_status mp_tok_load_gguf(mp_tok **out, const char *path) { return mp_tok_load_gguf_ex(out, path, NULL); }
+
+mp_status mp_tok_load_gguf_ex(mp_tok **out, const char *path, int *absent) {
     mp_gguf *g = NULL;
     const char **toks = NULL, **merges = NULL;
     *out = NULL;
+    if (absent) *absent = 0;
     mp_status st = mp_gguf_open(path, &g);
     if (st) return st;
     mp_tok_params tp = mp_tok_params_default();
@@ -422,6 +425,7 @@ mp_status mp_tok_load_gguf(mp_tok **out, const char *path) {
     uint64_t nt = 0, nm = 0, n;
     if (mp_gguf_get_str(g, "tokenizer.ggml.model", &tp.model) != MP_GGUF_FOUND) {
         st = mp_error(MP_ERR_FORMAT, "%s: no tokenizer (tokenizer.ggml.model is missing)", path);
+        if (absent) *absent = 1;
         goto cleanup;
     }
     if (mp_gguf_get_str_array(g, "tokenizer.ggml.tokens", &ts, &nt) != MP_GGUF_FOUND || nt == 0 || nt > (1u << 24)) {

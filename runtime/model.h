@@ -212,6 +212,9 @@ typedef struct mp_tok mp_tok;   /* tok.h */
 mp_status mp_model_load_gguf(mp_model **out, const char *path);
 /* The tokenizer of a GGUF file (tokenizer.ggml.*: model "llama" or "gpt2"). */
 mp_status mp_tok_load_gguf(mp_tok **out, const char *path);
+/* The same; *absent (when not NULL) is set to 1 when the file has no
+ * tokenizer at all (no tokenizer.ggml.model: MP_ERR_FORMAT), 0 otherwise. */
+mp_status mp_tok_load_gguf_ex(mp_tok **out, const char *path, int *absent);
 /* A Hugging Face folder (config.json + *.safetensors, sharded or not):
  * model_type llama, mistral, qwen2 or gpt2. */
 mp_status mp_model_load_hf(mp_model **out, const char *dir);
@@ -227,6 +230,39 @@ mp_status mp_tok_load_any(mp_tok **out, const char *spec, int vocab);
  * .tok4096.bin or .tok32000.bin. 1 with the path in out[0, n) when a readable
  * one exists, else 0. */
 int mp_tok_find_beside(const char *model_path, char *out, size_t n);
+/* mp_tok_load_any for a model of `vocab` tokens: MP_ERR_ARG ("spec: the
+ * tokenizer has N tokens, more than the model's vocabulary (V)") when the
+ * tokenizer has more tokens than the model. */
+mp_status mp_tok_load_for(mp_tok **out, const char *spec, int vocab);
+
+/* Which tokenizer goes with a model just loaded from model_path when the
+ * caller names none (mp.load without tokenizer=), in this order:
+ *   1. the model file's own tokenizer (own_source: mp_model_load_params.
+ *      tok_source, a GGUF's metadata or a Hugging Face folder): loaded; when
+ *      it is there but fails to load, no tokenizer and own_failed = 1 with
+ *      the reason in why (a warning, not an error); a GGUF file without
+ *      tokenizer.ggml.model simply has none (own_failed 0);
+ *   2. with no own source and no tokenizer hint in the model (mp_model.
+ *      tokenizer empty), a llama2.c tokenizer next to the model file
+ *      (mp_tok_find_beside), loaded by mp_tok_load_for: a failure is an error;
+ *   3. the hint "bytes" (a byte-level checkpoint): origin MP_TOK_FROM_BYTES
+ *      (the caller attaches mp_tok_new_bytes) when nothing was loaded.
+ * Returns MP_OK except for a failed tokenizer found next to the model. */
+typedef enum {
+    MP_TOK_FROM_NONE,   /* no tokenizer */
+    MP_TOK_FROM_OWN,    /* tok: the model file's own */
+    MP_TOK_FROM_BESIDE, /* tok: a tokenizer file next to the model */
+    MP_TOK_FROM_BYTES   /* the model's hint says "bytes" */
+} mp_tok_origin;
+typedef struct {
+    mp_tok *tok;          /* the tokenizer loaded (the caller owns it), or NULL */
+    mp_tok_origin origin;
+    char source[1024];    /* where tok came from */
+    int own_failed;       /* the model's own tokenizer is there but did not load */
+    char why[1024];       /* ... and why (mp_last_error's text) */
+} mp_tok_found;
+mp_status mp_tok_discover(const char *model_path, const char *own_source, const char *hint, int vocab,
+                          mp_tok_found *out);
 /* Writes a Hugging Face folder: config.json and model.safetensors (F32, q/k rows
  * permuted to the half-split HF layout; GPT-2 as Conv1D weights). Creates dir. */
 mp_status mp_model_save_hf(const mp_model *m, const char *dir);
@@ -410,6 +446,12 @@ void mp_mask_gather_tables(const float *cos_t, const float *sin_t, const float *
 void mp_mask_scores(const int *mask_row, float *a, int rows, int q0, size_t ld);
 /* The index of the last real token of a mask row (T - 1 when there is none). */
 int mp_mask_last_real(const int *mask_row, int T);
+/* Pads B token rows to one length (HF's padding, m:to_tokens of a list): row b
+ * has n[b] ids, the rows concatenated in ids; mp_pad_width is T = max n[b].
+ * tokens [B, T] gets each row's ids after its padding (left) or before it
+ * (right), the padding being pad; mask [B, T] is 1 on real tokens, 0 on pads. */
+int mp_pad_width(const int *n, int B);
+void mp_pad_batch(const int *ids, const int *n, int B, int T, int pad, int left, int *tokens, int *mask);
 /* mp_model_loss of a padded batch (mask NULL: every token real): a position
  * counts when it and the next position are real tokens (TransformerLens's
  * rule: the target is the next token, so a pad target is not counted) and its

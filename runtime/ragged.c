@@ -3,7 +3,8 @@
  * implies (HF's position_ids = cumsum(mask) - 1: each row's first real token
  * is position 0, so left padding shifts positions and right padding keeps
  * them), the per-row positional tables gathered from the per-position ones,
- * the masking of a block of attention scores, and the loss of a padded batch.
+ * the masking of a block of attention scores, the loss of a padded batch,
+ * and the padding of token rows of different lengths into such a batch.
  * model.c calls these only when a mask is given, so its unmasked path is
  * unchanged. */
 #include "model.h"
@@ -101,4 +102,23 @@ mp_status mp_model_loss_masked(const mp_model *m, const int *tokens, const int *
     free(logits);
     free(tgt);
     return st;
+}
+
+int mp_pad_width(const int *n, int B) {
+    int T = 0;
+    for (int b = 0; b < B; b++) T = n[b] > T ? n[b] : T;
+    return T;
+}
+
+void mp_pad_batch(const int *ids, const int *n, int B, int T, int pad, int left, int *tokens, int *mask) {
+    for (int b = 0; b < B; b++) {
+        const int off = left ? T - n[b] : 0;
+        int *tr = tokens + (size_t)b * T, *mr = mask + (size_t)b * T;
+        for (int t = 0; t < T; t++) {
+            const int real = t >= off && t < off + n[b];
+            tr[t] = real ? ids[t - off] : pad;
+            mr[t] = real;
+        }
+        ids += n[b];
+    }
 }

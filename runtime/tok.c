@@ -471,6 +471,7 @@ mp_tok_kind mp_tok_get_kind(const mp_tok *t) { return t->kind; }
 int mp_tok_vocab(const mp_tok *t) { return t->n_vocab; }
 int mp_tok_bos(const mp_tok *t) { return t->bos; }
 int mp_tok_eos(const mp_tok *t) { return t->eos; }
+int mp_tok_pad_id(const mp_tok *t) { return t->eos >= 0 ? t->eos : t->bos >= 0 ? t->bos : 0; }
 int mp_tok_add_bos(const mp_tok *t) { return t->add_bos; }
 int mp_tok_add_eos(const mp_tok *t) { return t->add_eos; }
 const char *mp_tok_pre(const mp_tok *t) { return t->kind == MP_TOK_KIND_BPE ? t->pre_name : NULL; }

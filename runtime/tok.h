@@ -122,6 +122,9 @@ mp_tok_kind mp_tok_get_kind(const mp_tok *t);
 int mp_tok_vocab(const mp_tok *t);
 int mp_tok_bos(const mp_tok *t);       /* -1 when none */
 int mp_tok_eos(const mp_tok *t);
+/* The id that pads a ragged batch (mp_pad_batch): EOS, else BOS, else 0 (no
+ * tokenizer kind mechprobe reads carries a pad id of its own). */
+int mp_tok_pad_id(const mp_tok *t);
 int mp_tok_add_bos(const mp_tok *t);   /* 1 if the model expects BOS prepended */
 int mp_tok_add_eos(const mp_tok *t);
 /* The pre-tokenizer preset in use ("gpt2", "llama3", ..., "custom"), or NULL

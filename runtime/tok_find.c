@@ -1,7 +1,9 @@
 /* tok_find.c — which tokenizer goes with a model: loading a tokenizer source by
  * its content (GGUF, Hugging Face folder or tokenizer.json, llama2.c
- * tokenizer.bin) and finding a llama2.c tokenizer next to a model file. The
- * Lua binding (mp.load, m:set_tokenizer) and C programs share these. */
+ * tokenizer.bin), finding a llama2.c tokenizer next to a model file, and the
+ * whole discovery for a model loaded without a tokenizer named (its own, one
+ * beside it, or the bytes hint). The Lua binding (mp.load, m:set_tokenizer)
+ * and C programs share these. */
 #include "model.h"
 #include "tok.h"
 
@@ -10,10 +12,11 @@
 #include <string.h>
 #include <unistd.h>
 
-static mp_status load_any(mp_tok **out, const char *spec, int vocab) {
+static mp_status load_any(mp_tok **out, const char *spec, int vocab, int *absent) {
     size_t n = strlen(spec);
+    *absent = 0;
     switch (mp_model_detect(spec)) {
-    case MP_FORMAT_GGUF: return mp_tok_load_gguf(out, spec);
+    case MP_FORMAT_GGUF: return mp_tok_load_gguf_ex(out, spec, absent);
     case MP_FORMAT_HF: return mp_tok_load_hf_dir(out, spec);
     default: break;
     }
@@ -22,7 +25,19 @@ static mp_status load_any(mp_tok **out, const char *spec, int vocab) {
 }
 
 mp_status mp_tok_load_any(mp_tok **out, const char *spec, int vocab) {
-    return mp_error_name_path(load_any(out, spec, vocab), spec);
+    int absent;
+    return mp_error_name_path(load_any(out, spec, vocab, &absent), spec);
+}
+
+mp_status mp_tok_load_for(mp_tok **out, const char *spec, int vocab) {
+    mp_status st = mp_tok_load_any(out, spec, vocab);
+    if (st) return st;
+    int tv = mp_tok_vocab(*out);
+    if (tv <= vocab) return MP_OK;
+    mp_tok_free(*out);
+    *out = NULL;
+    return mp_error(MP_ERR_ARG, "%s: the tokenizer has %d tokens, more than the model's vocabulary (%d)", spec, tv,
+                    vocab);
 }
 
 static int readable(const char *p) { return access(p, R_OK) == 0; }
@@ -44,4 +59,34 @@ int mp_tok_find_beside(const char *model_path, char *out, size_t n) {
         if ((size_t)snprintf(out, n, "%s/%s%s", dir, stem, suffixes[i]) < n && readable(out)) return 1;
     out[0] = '\0';
     return 0;
+}
+
+mp_status mp_tok_discover(const char *model_path, const char *own_source, const char *hint, int vocab,
+                          mp_tok_found *out) {
+    memset(out, 0, sizeof *out);
+    if (own_source && own_source[0]) { /* 1. the model file's own: a failure leaves the model without one */
+        int absent = 0;
+        mp_status st = mp_error_name_path(load_any(&out->tok, own_source, vocab, &absent), own_source);
+        if (!st) {
+            out->origin = MP_TOK_FROM_OWN;
+            snprintf(out->source, sizeof out->source, "%s", own_source);
+            return MP_OK;
+        }
+        out->tok = NULL;
+        if (!absent) {
+            out->own_failed = 1;
+            snprintf(out->why, sizeof out->why, "%s", mp_last_error());
+        }
+    } else if (!hint || !hint[0]) { /* 2. a tokenizer file beside the model (not with a checkpoint's own hint) */
+        char found[1024];
+        if (mp_tok_find_beside(model_path, found, sizeof found)) {
+            mp_status st = mp_tok_load_for(&out->tok, found, vocab);
+            if (st) return st;
+            out->origin = MP_TOK_FROM_BESIDE;
+            snprintf(out->source, sizeof out->source, "%s", found);
+            return MP_OK;
+        }
+    }
+    if (hint && strcmp(hint, "bytes") == 0) out->origin = MP_TOK_FROM_BYTES; /* 3. a byte-level checkpoint */
+    return MP_OK;
 }

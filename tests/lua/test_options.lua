@@ -46,7 +46,7 @@ t.case("types and booleans", function()
   exactly(function() mp.tasks.mtd{q = 3, m = 2, concentration = "x"} end,
     "mp.tasks.mtd: option 'concentration' must be a number, got string")
   -- integers keep their range message
-  exactly(function() mp.model.new(with("d_model", 1.5)) end, "mp.model.new: d_model must be an integer (got 1.5)")
+  exactly(function() mp.model.new(with("d_model", 1.5)) end, "mp.model.new: option 'd_model' must be an integer in [0, 2147483647], got 1.5")
   -- a valid call still works
   t.ok(m:forward(toks, {logits = "last"}):size(1) == 1, "a known option is accepted")
 end)
@@ -102,17 +102,17 @@ t.case("every family", function()
 end)
 
 t.case("intervention options follow the rule", function()
-  -- type errors: "fn: option 'k' ..."; integer values: "fn: k = v is out of range" as lopt.c's
-  exactly(function() mp.ablate.zero{head = "x"} end, "mp.ablate.zero: option 'head' must be a number, got string")
-  exactly(function() mp.ablate.zero{head = 1.5} end, "mp.ablate.zero: head must be an integer (got 1.5)")
+  -- type errors: "fn: option 'k' ..."; integers: "fn: option 'k' must be an integer in [lo, hi], got v" (lopt.c)
+  exactly(function() mp.ablate.zero{head = "x"} end, "mp.ablate.zero: option 'head' must be an integer in [0, 2147483647], got string")
+  exactly(function() mp.ablate.zero{head = 1.5} end, "mp.ablate.zero: option 'head' must be an integer in [0, 2147483647], got 1.5")
   exactly(function() mp.ablate.zero{positions = "x"} end,
     "mp.ablate.zero: option 'positions' must be an integer or a list of integers, got string")
   exactly(function() mp.ablate.zero{positions = {1, "a"}} end,
-    "mp.ablate.zero: positions[2] must be an integer (got string)")
+    "mp.ablate.zero: option 'positions'[2] must be an integer in [0, 2147483647], got string")
   exactly(function() mp.steer({1, 2}, {positions = 1.5}) end,
-    "mp.steer: positions must be an integer (got 1.5)")
+    "mp.steer: option 'positions' must be an integer in [0, 2147483647], got 1.5")
   exactly(function() mp.ablate.zero{positions = -1} end,
-    "mp.ablate.zero: positions = -1 is out of range (0..2147483647)")
+    "mp.ablate.zero: option 'positions' must be an integer in [0, 2147483647], got -1")
   local many = {}
   for i = 1, 65 do many[i] = i end
   exactly(function() mp.ablate.zero{positions = many} end,
@@ -125,7 +125,7 @@ t.case("set_rope_scaling checks every option, also for type none", function()
   exactly(function() r:set_rope_scaling{type = "none", factor = "big"} end,
     "set_rope_scaling: option 'factor' must be a number, got string")
   exactly(function() r:set_rope_scaling{type = "none", original_ctx = 1.5} end,
-    "set_rope_scaling: original_ctx must be an integer (got 1.5)")
+    "set_rope_scaling: option 'original_ctx' must be an integer in [0, 2147483647], got 1.5")
   exactly(function() r:set_rope_scaling{type = "none", factor = 2} end,
     "set_rope_scaling: option 'factor' applies to type \"pi\", \"ntk\" and \"yarn\" only " ..
     "(type \"none\" switches scaling off)")

@@ -107,7 +107,7 @@ end)
 check("misuse and bad paths raise errors naming the problem", function()
   local fig = mp.plot.figure{rows = 1, cols = 2}
   local ax = fig:axes(1, 2)
-  expect_error(function() fig:axes(2, 1) end, "outside the 1 x 2 grid", "axes out of range")
+  expect_error(function() fig:axes(2, 1) end, "fig:axes: argument #1 (row) must be an integer in [1, 1], got 2", "axes out of range")
   expect_error(function() ax:scatter({1, 2}, {1}) end, "x has 2 values but y has 1", "length mismatch")
   expect_error(function() ax:scatter({1, 2}, {1, 2}, {cmap = "jet"}) end, "jet", "unknown cmap")
   expect_error(function() ax:heatmap({1, 2, 3}) end, "2-D", "1-D heatmap")

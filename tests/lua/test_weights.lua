@@ -171,7 +171,7 @@ t.case("shortcuts the config lacks are errors naming it", function()
   t.expect_error(function() return m.b_U end, "no unembedding bias", "b_U")
   t.expect_error(function() return m:b_Q(0) end, "qkv_bias = false", "b_Q")
   t.expect_error(function() return m:b_O(0) end, "linear_bias = false", "b_O")
-  t.expect_error(function() return m:W_Q(2) end, "W_Q: layer = 2 is out of range (0..1)", "layer 2")
+  t.expect_error(function() return m:W_Q(2) end, "W_Q: argument #1 (layer) must be an integer in [0, 1], got 2", "layer 2")
   local g <close> = gpt2like()
   t.expect_error(function() return g:W_gate(0) end, 'has no gate (SwiGLU only)', "W_gate of GELU")
   local a <close> = mp.model.new{d_model = 8, n_layer = 1, n_head = 2, vocab = 5, ctx = 4, mlp = "none"}

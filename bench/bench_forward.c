@@ -22,6 +22,7 @@
 #include "h5io.h"
 #include "h5run.h"
 #include "h5stream.h"
+#include "formats.h"
 #include "model.h"
 #include "mp_hooks.h"
 

@@ -24,6 +24,7 @@
  * is the median over the timed repetitions after one warm-up; maxrss_mib; other_cores). */
 #include "omp_env.h"
 #include "bench_load.h"
+#include "formats.h"
 #include "model.h"
 #include "optim.h"
 #include "qdot.h"

@@ -27,6 +27,7 @@
  * overlap measurement (its T is at most --T). Without a CUDA device it
  * prints `skip=<reason>` and exits 77. */
 #include "bench_load.h"
+#include "formats.h"
 #include "h5run.h"
 #include "mp_cuda.h"
 #include "train.h"

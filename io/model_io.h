@@ -6,6 +6,7 @@
 #ifndef MP_MODEL_IO_H
 #define MP_MODEL_IO_H
 
+#include "formats.h"
 #include "model.h"
 #include "optim.h"
 #include "train.h"

@@ -718,7 +718,7 @@ static int l_load(lua_State *L) {
     }
     const char *tp = mp_lua_opt_str(L, opt, "mp.load", "tokenizer", NULL);
     if (tp) set_tokenizer(L, lm, tp);
-    else { /* the model's own, one beside it, or the bytes hint: runtime/tok_find.c decides */
+    else { /* the model's own, one beside it, or the bytes hint: formats/tok_find.c decides */
         mp_tok_found f;
         st = mp_tok_discover(path, lp.tok_source, lm->m->tokenizer, lm->m->cfg.vocab, &f);
         if (f.own_failed) fprintf(stderr, "mechprobe: warning: %s: tokenizer not loaded: %s\n", path, f.why);

@@ -2,7 +2,6 @@
  * mp_qparams; loaded by load_gguf.c, computed with qdot.h): the embedding
  * lookup from quantized rows, the weight-type summary, and decoding to
  * float32 on demand (in place for training, as a copy for the writers). */
-#include "gguf.h"
 #include "model.h"
 #include "quant.h"
 
@@ -80,7 +79,7 @@ void mp_qparams_free(mp_qparams *q) {
         free(c);
         c = next;
     }
-    mp_gguf_close(q->file);
+    if (q->file && q->file_close) q->file_close(q->file);
     free(q->mats);
     free(q);
 }

@@ -1,4 +1,4 @@
-# tests/bpe.cmake — tokenizers behind mp_tok (runtime/tok.c, runtime/pretok.c):
+# tests/bpe.cmake — tokenizers behind mp_tok (tokenizers/tok.c, tokenizers/pretok.c):
 # byte-level BPE against GPT-2 / Llama 3 reference encodings and JavaScript's
 # pre-tokenizer splits (golden data in tests/data/bpe_*, made by
 # tests/tools/make_bpe_golden.sh), hand-built vocabularies and faults. The second

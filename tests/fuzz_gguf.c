@@ -1,9 +1,9 @@
-/* fuzz_gguf.c — fuzz target for the GGUF reader (runtime/gguf.c): parses the
+/* fuzz_gguf.c — fuzz target for the GGUF reader (formats/gguf.c): parses the
  * input, and when it is accepted walks every metadata value, checks the
  * invariants the reader promises (every tensor inside the buffer, lookups
  * consistent) and dequantises every tensor. Built two ways:
  *   libFuzzer: clang -g -O1 -fsanitize=fuzzer,address,undefined \
- *              -Ibase -Iruntime tests/fuzz_gguf.c runtime/gguf.c runtime/quant.c base/mp_common.c -lgsl -lm
+ *              -Ibase -Iruntime -Iformats tests/fuzz_gguf.c formats/gguf.c runtime/quant.c base/mp_common.c -lgsl -lm
  *   plain:     with tests/fuzz_driver.c (a bounded mutation loop, run by ctest). */
 #include "gguf.h"
 

@@ -1,10 +1,10 @@
 /* fuzz_safetensors.c — fuzz target for the safetensors reader and the strict
- * JSON parser (runtime/safetensors.c, runtime/json.c): the input is parsed as
+ * JSON parser (formats/safetensors.c, base/json.c): the input is parsed as
  * a safetensors file (accepted tensors must lie inside the buffer and are
  * decoded) and, independently, as a JSON document whose whole tree is walked.
  * Built two ways:
- *   libFuzzer: clang -g -O1 -fsanitize=fuzzer,address,undefined -Ibase -Iruntime \
- *              tests/fuzz_safetensors.c runtime/safetensors.c runtime/json.c runtime/quant.c \
+ *   libFuzzer: clang -g -O1 -fsanitize=fuzzer,address,undefined -Ibase -Iruntime -Iformats \
+ *              tests/fuzz_safetensors.c formats/safetensors.c base/json.c runtime/quant.c \
  *              base/mp_common.c base/mp_out.c -ljansson -lgsl -lm
  *   plain:     with tests/fuzz_driver.c (a bounded mutation loop, run by ctest). */
 #include "json.h"

@@ -1,6 +1,6 @@
 # tests/gguf.cmake — the model-file layer: ggml types and dequantisation
-# (runtime/quant.c), GGUF reader/writer (runtime/gguf.c, gguf_write.c), strict
-# JSON and safetensors (runtime/json.c, runtime/safetensors.c), and bounded
+# (runtime/quant.c), GGUF reader/writer (formats/gguf.c, gguf_write.c), strict
+# JSON and safetensors (base/json.c, formats/safetensors.c), and bounded
 # fuzzing sessions of both parsers (tests/fuzz_*.c; the plain driver runs a
 # deterministic mutation loop; see the headers of fuzz_gguf.c and
 # fuzz_safetensors.c for the libFuzzer build with clang).

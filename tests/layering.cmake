@@ -17,7 +17,16 @@ set(_mp_layer_cases
   mp_analyze ok   stats.h      mp_analyze fail model.h      mp_analyze fail h5io.h
   mp_plots   ok   figure.h     mp_plots   fail model.h      mp_plots  fail h5io.h
   mechprobe_mpi ok h5run.h     mechprobe_mpi fail mp_lua.h
-  mechprobe_lua ok mp_mpi.h     mechprobe_lua ok mp_cuda.h)
+  mechprobe_lua ok mp_mpi.h     mechprobe_lua ok mp_cuda.h
+  mp_base    ok   json.h       mp_base    fail tok.h        mp_base   fail formats.h
+  mp_tokenizers ok tok.h       mp_tokenizers ok json.h      mp_tokenizers fail model.h
+  mp_tokenizers fail formats.h mp_runtime fail tok.h        mp_runtime fail formats.h
+  mp_runtime fail gguf.h       mp_runtime fail safetensors.h
+  mp_formats ok   formats.h    mp_formats ok   model.h      mp_formats ok   tok.h
+  mp_formats fail h5io.h       mp_formats fail mp_cuda.h    mp_formats fail mp_lua.h
+  mp_cuda    fail formats.h    mp_io      ok   formats.h    mp_io     ok   sandbox.h
+  mp_runtime fail sandbox.h    mp_io      fail trainloop.h  mechprobe_mpi ok trainloop.h
+  mp_analyze ok   tensor.h     mp_runtime fail tensor.h     mechprobe_lua ok tensor.h)
 set(_mp_layer_args)
 list(LENGTH _mp_layer_cases _n)
 math(EXPR _last "${_n} - 1")
@@ -32,3 +41,6 @@ foreach(i RANGE 0 ${_last} 3)
 endforeach()
 add_test(NAME layering COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/layering.sh ${_mp_layer_args})
 set_tests_properties(layering PROPERTIES LABELS "unit" ENVIRONMENT "CC=${CMAKE_C_COMPILER}")
+# ... and no quoted include reaches around it by a relative path ("../io/x.h", "runtime/x.h")
+add_test(NAME layering_includes COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/layering_includes.sh ${CMAKE_SOURCE_DIR})
+set_tests_properties(layering_includes PROPERTIES LABELS "unit")

@@ -1,4 +1,4 @@
-# tests/models.cmake — real-model formats and architectures (runtime/load_gguf.c,
+# tests/models.cmake — real-model formats and architectures (formats/load_gguf.c,
 # load_hf.c, export_gguf.c): Qwen2 / GPT-2 golden activations from HF folders and
 # GGUF files (tests/tools/make_arch_ref.py), round trips through the GGUF
 # (F32/F16/Q8_0) and safetensors writers, exported tokenizers, gradients of the

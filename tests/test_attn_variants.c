@@ -27,6 +27,7 @@
 #include "attn_variants.h"
 #include "checkpoint.h"
 #include "h5io.h"
+#include "formats.h"
 #include "model.h"
 #include "quant.h"
 #include "train.h"

@@ -1,4 +1,4 @@
-/* test_bpe.c — the mp_tok tokenizers (runtime/tok.c, runtime/pretok.c):
+/* test_bpe.c — the mp_tok tokenizers (tokenizers/tok.c, tokenizers/pretok.c):
  *   - GPT-2 byte-level BPE with GPT-2's real vocabulary and merges against
  *     tests/data/bpe_gpt2_golden.tsv (ids from the npm packages gpt-3-encoder and
  *     gpt-tokenizer, which agree; see tests/tools/make_bpe_golden.js);

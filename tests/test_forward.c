@@ -6,6 +6,7 @@
  * attention block size not changing results. Tolerance: 1e-4 absolute (values
  * of order 1-10), as the golden data's README states. */
 #include "h5io.h"
+#include "formats.h"
 #include "model.h"
 #include "testutil.h"
 

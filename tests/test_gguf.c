@@ -1,4 +1,4 @@
-/* test_gguf.c — GGUF reader and writer (runtime/gguf.c, gguf_write.c):
+/* test_gguf.c — GGUF reader and writer (formats/gguf.c, gguf_write.c):
  * a writer -> reader round trip with every metadata type and tensors of every
  * type; the independent fixture tests/data/gguf_fixture.gguf (GGUF v2,
  * alignment 64, written by tests/data/gguf_fixture.py with numpy-dequantised

@@ -22,6 +22,7 @@
  * emulator with TF32 scores, 0.028 without).
  * `test_gpu --dry` runs every comparison with the CPU on both sides (no device
  * needed): a check of the test's own set-up, not of the backend. */
+#include "formats.h"
 #include "intervene.h"
 #include "mp_cuda.h"
 #include "testutil.h"

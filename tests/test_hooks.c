@@ -4,6 +4,7 @@
  * maps, aborting from a callback, unknown names, and readers (read-only
  * points). Uses the committed
  * reference model tests/data/ref_gqa_untied.bin (GQA, untied classifier). */
+#include "formats.h"
 #include "model.h"
 #include "testutil.h"
 

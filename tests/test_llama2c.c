@@ -3,6 +3,7 @@
  * fail with the right mp_status and a message naming the file, without a crash.
  * References: tests/data/ref_*.bin written by tests/tools/make_ref_models.py
  * (numpy, independent of this code) and ../shared/models/aidreams260K.bin. */
+#include "formats.h"
 #include "model.h"
 #include "testutil.h"
 

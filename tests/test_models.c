@@ -17,6 +17,7 @@
 #include "checkpoint.h"
 #include "gguf.h"
 #include "h5io.h"
+#include "formats.h"
 #include "model.h"
 #include "testutil.h"
 #include "train.h"

@@ -14,6 +14,7 @@
 #include "figure.h"
 #include "gguf.h"
 #include "h5run.h"
+#include "formats.h"
 #include "model.h"
 #include "safetensors.h"
 #include "testutil.h"

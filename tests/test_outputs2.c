@@ -18,6 +18,7 @@
 #include "h5capture.h"
 #include "h5io.h"
 #include "h5run.h"
+#include "formats.h"
 #include "model.h"
 #include "testutil.h"
 

@@ -29,6 +29,7 @@
 #include "checkpoint.h"
 #include "h5io.h"
 #include "gguf.h"
+#include "formats.h"
 #include "model.h"
 #include "qdot.h"
 #include "quant.h"

@@ -1,5 +1,5 @@
-/* test_safetensors.c — the strict JSON documents (runtime/json.c) and the
- * safetensors reader/writer (runtime/safetensors.c): JSON accept/reject cases;
+/* test_safetensors.c — the strict JSON documents (base/json.c) and the
+ * safetensors reader/writer (formats/safetensors.c): JSON accept/reject cases;
  * a file built byte by byte here (F32, F16, BF16, a scalar, an I64 tensor);
  * the independent fixture tests/data/gguf_fixture.safetensors (numpy-written,
  * with NAME.expected companions); writer round trips; Hugging Face folders

@@ -6,6 +6,7 @@
  * byte vocabulary a "bytes" model's GGUF export carries (read back as a
  * byte-level BPE tokenizer). */
 #include "tok.h"
+#include "formats.h"
 #include "model.h"
 #include "quant.h"
 #include "testutil.h"

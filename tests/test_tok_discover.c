@@ -1,5 +1,5 @@
 /* test_tok_discover.c — the tokenizer mp.load attaches when none is named
- * (runtime/tok_find.c mp_tok_discover): a GGUF's own tokenizer is loaded; a
+ * (formats/tok_find.c mp_tok_discover): a GGUF's own tokenizer is loaded; a
  * GGUF without one simply has none (no warning); an own source that fails is
  * a warning with the reason, not an error, and then the "bytes" hint still
  * applies; without an own source, a llama2.c tokenizer.bin next to the model
@@ -7,6 +7,7 @@
  * naming it; mp_tok_load_for refuses a tokenizer with more tokens than the
  * model; the pad id (EOS, else BOS); and the padding of ragged
  * token rows (runtime/ragged.c mp_pad_batch) against hand-written batches. */
+#include "formats.h"
 #include "model.h"
 #include "tok.h"
 #include "tok_llama2c.h"

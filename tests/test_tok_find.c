@@ -1,8 +1,9 @@
-/* test_tok_find.c — which tokenizer goes with a model (runtime/tok_find.c):
+/* test_tok_find.c — which tokenizer goes with a model (formats/tok_find.c):
  * mp_tok_find_beside's search order next to a model file, and
  * mp_tok_load_any's detection by content (llama2.c tokenizer.bin, a Hugging
  * Face tokenizer.json, a GGUF file's tokenizer), each checked against the
  * format's own loader on the same file; errors name the source. */
+#include "formats.h"
 #include "model.h"
 #include "tok.h"
 #include "quant.h"

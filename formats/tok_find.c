@@ -4,8 +4,7 @@
  * whole discovery for a model loaded without a tokenizer named (its own, one
  * beside it, or the bytes hint). The Lua binding (mp.load, m:set_tokenizer)
  * and C programs share these. */
-#include "model.h"
-#include "tok.h"
+#include "formats.h"
 
 #include <libgen.h>
 #include <stdio.h>

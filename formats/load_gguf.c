@@ -14,9 +14,8 @@
  * x[i + n_rot/2]); they are permuted here (mp_rope_permute_rows), biases too.
  * gpt2: fused attn_qkv split into wq/wk/wv, learned positions, biases,
  * LayerNorm, GELU with the tanh approximation (ggml_gelu). */
-#include "tok.h"
+#include "formats.h"
 #include "gguf.h"
-#include "model.h"
 #include "ops.h"
 #include "qdot.h"
 
@@ -31,6 +30,9 @@ typedef struct {
     const char *arch;
     mp_qparams *q;   /* quantized mode: linear weights stay in the file's encoding */
 } gctx;
+
+/* mp_qparams.file_close: the GGUF file a quantized model maps */
+static void close_gguf(void *file) { mp_gguf_close(file); }
 
 static mp_status meta_int(const gctx *x, const char *key, int required, int64_t def, int64_t lo, int64_t hi,
                           int *out) {
@@ -394,6 +396,7 @@ mp_status mp_model_load_gguf(mp_model **out, const char *path) {
     m->format = strcmp(x.arch, "llama") == 0 ? "gguf-llama" : strcmp(x.arch, "qwen2") == 0 ? "gguf-qwen2" : "gguf-gpt2";
     if (quant) {
         m->q->file = g; /* the weights point into its mapping: closed with the model */
+        m->q->file_close = close_gguf;
         g = NULL;
     } else if (other) { /* report what dequantising cost when the file was not float32 */
         fprintf(stderr, "mechprobe: %s: %.1f MiB of tensor data dequantised to %.1f MiB of float32\n", path,

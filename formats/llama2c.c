@@ -3,7 +3,7 @@
  * header, export.py's version1_export order). Loading memory-maps the file and
  * points mp_params into it after validating every header field and the exact
  * file size; saving writes either version atomically (mp_out: temp file + rename). */
-#include "model.h"
+#include "formats.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -7,9 +7,8 @@
  * i + Dh/2); they are permuted to mechprobe's adjacent pairs on load
  * (mp_rope_permute_rows) and back on save, biases too. GPT-2 stores Conv1D
  * weights [in, out] and a fused c_attn [D, 3D]: transposed and split on load. */
-#include "tok.h"
 #include "json.h"
-#include "model.h"
+#include "formats.h"
 #include "ops.h"
 #include "safetensors.h"
 

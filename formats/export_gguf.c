@@ -8,10 +8,9 @@
  * RoPE), mechprobe's layout: q/k rows are written as they are. qwen2 uses the
  * NeoX (half-split) RoPE, so q/k rows and biases are permuted back to
  * half-split. gpt2 has no RoPE; its q/k/v are fused into attn_qkv. */
-#include "tok.h"
 #include "gguf.h"
 #include "json.h"
-#include "model.h"
+#include "formats.h"
 #include "ops.h"
 
 #include <stdio.h>

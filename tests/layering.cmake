@@ -17,7 +17,11 @@ set(_mp_layer_cases
   mp_analyze ok   stats.h      mp_analyze fail model.h      mp_analyze fail h5io.h
   mp_plots   ok   figure.h     mp_plots   fail model.h      mp_plots  fail h5io.h
   mechprobe_mpi ok h5run.h     mechprobe_mpi fail mp_lua.h
-  mechprobe_lua ok mp_mpi.h     mechprobe_lua ok mp_cuda.h)
+  mp_view    ok   view.h       mp_view    ok   h5io.h       mp_view   ok   geometry.h
+  mp_view    fail mp_lua.h     mp_view    fail mp_mpi.h     mp_view   fail figure.h
+  mp_io      fail view.h       mp_analyze fail view.h       mp_plots  fail view.h
+  mechprobe_mpi fail view.h
+  mechprobe_lua ok mp_mpi.h     mechprobe_lua ok mp_cuda.h    mechprobe_lua ok view.h)
 set(_mp_layer_args)
 list(LENGTH _mp_layer_cases _n)
 math(EXPR _last "${_n} - 1")

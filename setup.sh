@@ -12,8 +12,11 @@ JOBS=$(nproc 2>/dev/null || echo 2)
 # Debian packages the build and tests need (the benchmarks add PyTorch etc.);
 # fortunes is text (2 MB) for the rope_id probe's byte-level corpus; Open MPI and
 # the HDF5 built against it for scale-out (mpirun; CMake's MP_MPI=AUTO finds them).
-PKGS="build-essential cmake pkg-config libgsl-dev libhdf5-dev hdf5-tools libcairo2-dev libpango1.0-dev liblua5.4-dev libopenblas-openmp-dev libpcre2-dev libjansson-dev fortunes openmpi-bin libopenmpi-dev libhdf5-openmpi-dev"
+PKGS="build-essential cmake pkg-config libgsl-dev libhdf5-dev hdf5-tools libcairo2-dev libpango1.0-dev liblua5.4-dev libopenblas-openmp-dev libpcre2-dev libjansson-dev zlib1g-dev fortunes openmpi-bin libopenmpi-dev libhdf5-openmpi-dev"
 BENCH_PKGS="python3-torch python3-numpy python3-h5py python3-matplotlib bc"
+# The test modes add a headless browser for the `mechprobe view` pages
+# (tests/view.cmake: Debian's chromium, driven by a python3 script).
+TEST_PKGS="chromium python3"
 
 install_missing() {
   local missing=()
@@ -46,18 +49,18 @@ case "$mode" in
     mkdir -p build && build build
     ;;
   test)
-    install_missing $PKGS
+    install_missing $PKGS $TEST_PKGS
     mkdir -p build && build build
     ctest --test-dir build --output-on-failure -j"$JOBS" "${@:2}"
     ;;
   asan)
-    install_missing $PKGS
+    install_missing $PKGS $TEST_PKGS
     mkdir -p build-asan && build build-asan -DCMAKE_BUILD_TYPE=Debug -DMP_SANITIZE=ON
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       ctest --test-dir build-asan --output-on-failure -j"$JOBS" "${@:2}"
     ;;
   serial)
-    install_missing $PKGS
+    install_missing $PKGS $TEST_PKGS
     mkdir -p build-serial && build build-serial -DMP_MPI=OFF
     ctest --test-dir build-serial --output-on-failure -j"$JOBS" "${@:2}"
     ;;

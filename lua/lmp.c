@@ -117,5 +117,6 @@ int luaopen_mechprobe(lua_State *L) {
     mp_lua_open_probe(L);
     mp_lua_open_mirror(L);
     mp_lua_open_mpi(L);
+    mp_lua_open_view(L);
     return 1;
 }

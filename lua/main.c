@@ -35,7 +35,7 @@ static const char *usage =
     "\n"
     "Scripts see the module as the global `mp` (also require \"mechprobe\").\n"
     "Shipped probes: quickstart, capture, generate, sinks, mirror_descent, group_arith,\n"
-    "rope_id (run `mechprobe NAME --help`).\n"
+    "rope_id, view (run `mechprobe NAME --help`).\n"
     "Probe directory: $MECHPROBE_PROBES, else " MP_PROBE_DIR "\n";
 
 static int shipped_probe; /* the script is one of probes/NAME.lua */

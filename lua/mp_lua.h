@@ -117,6 +117,8 @@ void mp_lua_open_probe(lua_State *L);
 void mp_lua_open_mpi(lua_State *L);
 /* mp.mtd: in-context estimators of MTD mixture weights (lua/lmirror.c). */
 void mp_lua_open_mirror(lua_State *L);
+/* mp.view: interactive HTML pages of run files and results folders (lua/lview.c). */
+void mp_lua_open_view(lua_State *L);
 
 /* Training (lua/ltrain.c): mp.optim.adamw{...} -> Optimizer userdata
  * ("mechprobe.Optimizer") wrapping an mp_adamw; registered into the `mp`

@@ -26,7 +26,12 @@ set(_mp_layer_cases
   mp_formats fail h5io.h       mp_formats fail mp_cuda.h    mp_formats fail mp_lua.h
   mp_cuda    fail formats.h    mp_io      ok   formats.h    mp_io     ok   sandbox.h
   mp_runtime fail sandbox.h    mp_io      fail trainloop.h  mechprobe_mpi ok trainloop.h
-  mp_analyze ok   tensor.h     mp_runtime fail tensor.h     mechprobe_lua ok tensor.h)
+  mp_analyze ok   tensor.h     mp_runtime fail tensor.h     mechprobe_lua ok tensor.h
+  mp_view    ok   view.h       mp_view    ok   h5io.h       mp_view   ok   geometry.h
+  mp_view    fail mp_lua.h     mp_view    fail mp_mpi.h     mp_view   fail figure.h
+  mp_io      fail view.h       mp_analyze fail view.h       mp_plots  fail view.h
+  mechprobe_mpi fail view.h
+  mechprobe_lua ok view.h)
 set(_mp_layer_args)
 list(LENGTH _mp_layer_cases _n)
 math(EXPR _last "${_n} - 1")

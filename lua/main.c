@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifndef MP_PROBE_DIR
@@ -80,7 +81,8 @@ static const char *probe_dir(void) {
 
 /* Resolves NAME to probes/NAME.lua when it is not an existing file. */
 static const char *resolve_script(const char *name, char *buf, size_t n) {
-    if (access(name, F_OK) == 0) return name;
+    struct stat sb; /* a folder of that name (e.g. ./view beside `mechprobe view`) is not a script */
+    if (stat(name, &sb) == 0 && !S_ISDIR(sb.st_mode)) return name;
     size_t len = strlen(name);
     if (len > 4 && strcmp(name + len - 4, ".lua") == 0) return name; /* let loadfile report it */
     if (strchr(name, '/')) return name;

@@ -34,7 +34,7 @@ local o = cli.parse(argv, {
   name = "view",
   summary = "mechprobe view RUN.h5|RESULTS_DIR --out FILE.html [options]: an interactive, self-contained HTML page\n"
     .. "of a run file (attention, token activations, Q/K geometry) or of a probe's results folder (docs/VIEW.md).",
-  {"out", "FILE.html", "the page (written atomically)", required = true},
+  {"out", "FILE.html", "the page (written atomically; its folder is made when missing)", required = true},
   {"title", "T", "page title (default: the input's name)"},
   {"model", "FILE", "decode the tokens with this model's tokenizer"},
   {"tokenizer", "FILE", "tokenizer file for --model"},
@@ -50,6 +50,8 @@ local o = cli.parse(argv, {
 })
 if not input then cli.fail("view", "give the run file (.h5) or the results folder to show") end
 mp.check_output(o.out, input)
+local out_dir = o.out:match("^(.*)/[^/]*$")   -- --out DIR/index.html: DIR is made when missing
+if out_dir and out_dir ~= "" then mp.mkdir(out_dir) end
 
 local function is_dir(path)   -- reading a folder fails with EISDIR
   local f = io.open(path, "r")

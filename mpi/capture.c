@@ -195,13 +195,16 @@ static int field_number(const char *s, size_t n, double *v) {
 static mp_status read_prompts(const mp_capture_params *p, prompts *ps) {
     const int vocab = p->model->cfg.vocab, is_tok = p->tokens_file != NULL;
     const char *path = is_tok ? p->tokens_file : p->text_file;
-    if (!is_tok && !p->tok)
-        return mp_error(MP_ERR_ARG, "this model has no tokenizer: load it with mp.load(path, {tokenizer=\"tokenizer.bin\"}), "
-                        "or {tokenizer=\"bytes\"} for a byte-level model");
     char *text = NULL;
     size_t len = 0;
+    /* the file's own faults (a FIFO, a folder, too large) first, as the CLI reported them */
     mp_status st = mp_read_input(path, p->file_what, (uint64_t)1 << 30, &text, &len);
     if (st) return st;
+    if (!is_tok && !p->tok) {
+        free(text);
+        return mp_error(MP_ERR_ARG, "this model has no tokenizer: load it with mp.load(path, {tokenizer=\"tokenizer.bin\"}), "
+                        "or {tokenizer=\"bytes\"} for a byte-level model");
+    }
     /* the lines: split at \n (a final \n ends the last line), each without a final \r */
     size_t n_lines = 0;
     for (size_t i = 0; i < len; i++) n_lines += text[i] == '\n';

@@ -112,11 +112,10 @@ static void push_doubles(lua_State *L, int ndim, const int64_t *shape, const dou
 static int l_pca(lua_State *L) {
     size_t n, d;
     const float *X = cloud_arg(L, 1, "pca", &n, &d);
-    lua_Integer k = luaL_optinteger(L, 2, (lua_Integer)d);
+    lua_Integer k = mp_lua_arg_optint(L, 2, "mp.analyze.pca", "k", (lua_Integer)d, 1, (lua_Integer)d);
     static const char *const known[] = {"proj", NULL};
     mp_lua_opt_check(L, 3, "mp.analyze.pca", known);
     int want_proj = mp_lua_opt_bool(L, 3, "mp.analyze.pca", "proj", 1);
-    if (k < 1 || (size_t)k > d) return luaL_argerror(L, 2, lua_pushfstring(L, "k = %d must be in 1..%d", (int)k, (int)d));
     guard *g = push_guard(L);
     mp_status st = mp_analyze_pca(X, n, d, (size_t)k, want_proj, &g->u.pca);
     if (st != MP_OK) return fail(L, "pca", st);
@@ -220,9 +219,7 @@ static int l_sinks(lua_State *L) {
     mp_lua_opt_check(L, 2, "mp.analyze.sinks", known);
     mp_sink_params p = mp_analyze_sink_params_default();
     p.eps = mp_lua_opt_num(L, 2, "mp.analyze.sinks", "eps", p.eps);
-    double bins = mp_lua_opt_num(L, 2, "mp.analyze.sinks", "bins", 0);
-    if (bins < 0 || bins > 1e9) return luaL_error(L, "mp.analyze.sinks: bins = %f must be >= 1", bins);
-    p.bins = (size_t)bins;
+    p.bins = (size_t)mp_lua_opt_int(L, 2, "mp.analyze.sinks", "bins", 0, 0, 1000000000);
     const float *A = pattern_arg(L, 1, "sinks", &t, &P, &T);
     guard *g = push_guard(L);
     mp_status st = mp_analyze_sinks(A, P, T, &p, &g->u.sinks);

@@ -63,9 +63,7 @@ static int has(lua_State *L, const char *name) {
 /* layer argument: nil or -1 = n_layer (the final residual), else 0..n_layer */
 static int layer_arg(lua_State *L, int idx, const char *fn, int nl) {
     if (lua_isnoneornil(L, idx)) return nl;
-    char what[64];
-    snprintf(what, sizeof what, "%s: layer", fn);
-    int l = (int)mp_lua_checkint(L, idx, what, -1, nl);
+    int l = (int)mp_lua_arg_int(L, idx, fn, "layer", -1, nl);
     return l < 0 ? nl : l;
 }
 
@@ -321,26 +319,30 @@ static int cache_apply_ln_to_stack(lua_State *L) {
     return 1;
 }
 
-/* tokens argument: one id for every batch row, or a list / 1-D Tensor of B ids */
-static int *tokens_arg(lua_State *L, int idx, const char *what, int B) {
+/* tokens argument: one id for every batch row, or a list / 1-D Tensor of B
+ * ids; what names it in messages ("argument #2 (tokens)", "option
+ * 'incorrect_tokens'"), and its entries as what[b]. */
+static int *tokens_arg(lua_State *L, int idx, const char *fn, const char *what, int B) {
+    idx = lua_absindex(L, idx);
     int *v = lua_newuserdatauv(L, (size_t)B * sizeof(int), 0);
     lua_Integer big = 0x7fffffff;
     if (lua_type(L, idx) == LUA_TNUMBER) {
-        int t = (int)mp_lua_checkint(L, idx, what, 0, big);
+        int t = (int)mp_lua_int_at(L, idx, fn, what, 0, big);
         for (int b = 0; b < B; b++) v[b] = t;
         return v;
     }
     mp_tensor *t = mp_lua_tensor_test(L, idx);
     if (!t && !lua_istable(L, idx))
-        luaL_error(L, "%s must be a token id, a list of %d ids or a Tensor of %d ids, got %s", what, B, B,
+        luaL_error(L, "%s: %s must be a token id, a list of %d ids or a Tensor of %d ids, got %s", fn, what, B, B,
                    luaL_typename(L, idx));
     lua_Integer n = t ? (lua_Integer)t->numel : luaL_len(L, idx);
-    if (n != B) luaL_error(L, "%s: %d ids given for a batch of %d", what, (int)n, B);
+    if (n != B) luaL_error(L, "%s: %s: %d ids given for a batch of %d", fn, what, (int)n, B);
     for (int b = 0; b < B; b++) {
         if (t) lua_pushnumber(L, t->data[b]);
         else lua_rawgeti(L, idx, b + 1);
-        v[b] = (int)mp_lua_checkint(L, -1, what, 0, big);
-        lua_pop(L, 1);
+        const char *wb = lua_pushfstring(L, "%s[%d]", what, b + 1);
+        v[b] = (int)mp_lua_int_at(L, -2, fn, wb, 0, big);
+        lua_pop(L, 2);
     }
     return v;
 }
@@ -359,9 +361,9 @@ static int cache_logit_attrs(lua_State *L) {
     if (s->ndim == 3 && p >= 0)
         return luaL_error(L, "%s: pos_slice selects a position of a [components, batch, positions, d_model] stack; "
                           "this one has none", fn);
-    int *tok = tokens_arg(L, 3, "logit_attrs: tokens", B), *inc = NULL;
+    int *tok = tokens_arg(L, 3, fn, "argument #2 (tokens)", B), *inc = NULL;
     if (mp_lua_opt_get(L, opt, "incorrect_tokens") != LUA_TNIL)
-        inc = tokens_arg(L, lua_gettop(L), "logit_attrs: incorrect_tokens", B);
+        inc = tokens_arg(L, lua_gettop(L), fn, "option 'incorrect_tokens'", B);
     const float *x = s->data;
     int Tn = s->ndim == 4 ? T : 1;
     if (s->ndim == 4 && p >= 0) { /* gather the position */

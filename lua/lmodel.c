@@ -1,8 +1,9 @@
 /* lmodel.c — Lua bindings of the model (userdata "mechprobe.Model"):
  * mp.load / mp.model.*, tokenization, forward passes with captures
  * (run_with_cache) and interventions (run_with_hooks; the interventions
- * themselves live in lintervene.c), generation, streaming capture to an HDF5
- * run file, and saving (llama2.c or checkpoint). Training methods: ltrain.c.
+ * themselves live in lintervene.c), generation, and saving (llama2.c or
+ * checkpoint). Training methods: ltrain.c; streaming capture to an HDF5 run
+ * file (m:capture, m:capture_prompts): lcapture.c.
  *
  * Numbering: layers, heads and token positions are 0-based, as in hook names
  * and TransformerLens; Tensor indices are 1-based, as everywhere in Lua. */
@@ -616,76 +617,6 @@ static int model_generate(lua_State *L) {
     return 2;
 }
 
-/* ---- streaming capture to an HDF5 run file ---- */
-
-/* m:capture(tokens, {out=PATH, hooks="*", logits=false, compress=0})
- * Writes DESIGN.md's run file atomically; returns the number of datasets. */
-static int model_capture(lua_State *L) {
-    lua_settop(L, 3);
-    static const char *const known[] = {"out", "hooks", "logits", "compress", "fwd_hooks", "attention_mask", NULL};
-    lmodel *lm = mp_lua_model_busy(L, 1, "capture", 0);
-    luaL_checktype(L, 3, LUA_TTABLE);
-    mp_lua_opt_check(L, 3, "capture", known);
-    const mp_config *cfg = &lm->m->cfg;
-    guard *g = mp_lua_guard_push(L);
-    int B, T;
-    mp_lua_read_tokens(L, 2, g, &B, &T, "tokens", cfg->vocab, 0);
-    const int *mask = mp_lua_opt_mask(L, 3, "capture", B, T);
-    const char *out = mp_lua_opt_str(L, 3, "capture", "out", NULL);
-    if (!out) return luaL_error(L, "capture: option 'out' (output .h5 path) is required");
-    const char *globs = mp_lua_opt_globs(L, 3, "capture", "hooks", "*");
-    int want_logits = mp_lua_opt_bool(L, 3, "capture", "logits", 0);
-    mp_h5run_params rp = mp_h5run_params_default();
-    rp.compress = (int)mp_lua_opt_int(L, 3, "capture", "compress", 0, 0, 9);
-    g->hooks = mp_hooks_new(cfg);
-    if (!g->hooks) return luaL_error(L, "out of memory");
-    int ftbl = mp_lua_add_fwd_hooks(L, 3, g, T); /* interventions apply before capture */
-    mp_status st;
-    for (int i = 0; i < B * T; i++)
-        if (g->ints[i] < 0 || g->ints[i] >= cfg->vocab)
-            return luaL_error(L, "capture: token id %d is outside the vocabulary (0..%d)", g->ints[i], cfg->vocab - 1);
-    if ((st = mp_h5run_create(&g->run, out, &rp))) return mp_lua_fail(L, st);
-    if ((st = mp_h5run_write_model(g->run, cfg, lm->m->source, lm->m->tokenizer))) return mp_lua_fail(L, st);
-    if ((st = mp_h5run_write_tokens(g->run, g->ints, B, T))) return mp_lua_fail(L, st);
-    if (mask && (st = mp_h5run_write_mask(g->run, mask, B, T))) return mp_lua_fail(L, st);
-    int n_ds = 0;
-    if (strcmp(globs, "") != 0 && strcmp(globs, "none") != 0) {
-        if ((st = mp_h5run_capture(g->run, g->hooks, cfg, globs, B, T))) return mp_lua_fail(L, st);
-        n_ds = mp_hook_select(cfg, globs, NULL, NULL, NULL, 0);
-    }
-    float *logits = NULL;
-    if (want_logits) {
-        size_t nl = (size_t)B * T * cfg->vocab;
-        logits = lua_newuserdatauv(L, nl * sizeof(float), 0);
-    }
-    mp_forward_params fp = mp_forward_params_default();
-    fp.hooks = mp_hooks_count(g->hooks) ? g->hooks : NULL;
-    fp.logits = want_logits ? MP_LOGITS_ALL : MP_LOGITS_NONE;
-    fp.attn_mask = mask;
-    if ((st = mp_model_forward(lm->m, g->ints, B, T, &fp, logits))) {
-        mp_lua_hooks_rethrow(L, ftbl);
-        return mp_lua_fail(L, st);
-    }
-    { /* where this call ran: a cuda model's call the backend leaves to the CPU ran there */
-        const mp_device ran = mp_model_forward_device(lm->m, &fp);
-        if ((st = mp_h5run_write_device(g->run, mp_device_name(ran),
-                                        mp_precision_name(ran == MP_DEVICE_CPU ? MP_PRECISION_FP32 : lm->m->precision))))
-            return mp_lua_fail(L, st);
-    }
-    if (want_logits) {
-        int64_t shape[3] = {B, T, cfg->vocab}, off[3] = {0, 0, 0};
-        mp_h5ds *ds;
-        if ((st = mp_h5run_dataset(g->run, "/logits", 3, shape, 1, &ds))) return mp_lua_fail(L, st);
-        if ((st = mp_h5ds_write(ds, off, shape, logits))) return mp_lua_fail(L, st);
-        n_ds++;
-    }
-    mp_h5run *run = g->run;
-    g->run = NULL;
-    if ((st = mp_h5run_commit(run))) return mp_lua_fail(L, st);
-    lua_pushinteger(L, n_ds);
-    return 1;
-}
-
 /* ---- construction ---- */
 
 static lmodel *push_lmodel(lua_State *L) {
@@ -933,7 +864,6 @@ static const luaL_Reg model_methods[] = {
     {"run_with_cache", model_run_with_cache},
     {"run_with_hooks", model_run_with_hooks},
     {"generate", model_generate},
-    {"capture", model_capture},
     {"to_tokens", model_to_tokens},
     {"to_string", model_to_string},
     {"to_str_tokens", model_to_str_tokens},

@@ -117,8 +117,8 @@ void mp_lua_load_process(lua_State *L, int opt, int model);
 
 /* ltrain.c: the Model's training methods (train_step, train, loss). */
 extern const luaL_Reg mp_lua_train_methods[];
-/* lcapture.c: m:capture and m:capture_prompts (set after model_methods: its
- * m:capture replaces lmodel.c's), bindings of mp_capture_run (mpi/capture.h). */
+/* lcapture.c: m:capture and m:capture_prompts, bindings of mp_capture_run
+ * (mpi/capture.h); added to the model methods by mp_lua_open_model. */
 extern const luaL_Reg mp_lua_capture_methods[];
 /* ldevice.c: m:to; the device= / precision= options (read: parsed, and a cuda
  * device checked for at once; move: after loading); m.device / m.precision

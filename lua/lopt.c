@@ -4,7 +4,10 @@
  * checked ("mp.plot.figure: option 'width' must be a number, got string"),
  * booleans are true/false only, and every integer, argument or option, is
  * checked by mp_lua_int_at with one message shape ("generate: option
- * 'max_new_tokens' must be an integer in [0, 2147483646], got 2.5"). */
+ * 'max_new_tokens' must be an integer in [0, 2147483646], got 2.5"); a dim
+ * or an index (1..n, or -n..-1 from the end) by mp_lua_index_at, in the same
+ * shape with two ranges ("sum: argument #1 (dim) must be an integer in
+ * [-2, -1] or [1, 2], got 0"). */
 #include "mp_lua.h"
 
 #include <string.h>
@@ -46,32 +49,65 @@ int mp_lua_opt_type(lua_State *L, int idx, const char *fn, const char *key, int 
     return 1;
 }
 
-lua_Integer mp_lua_int_at(lua_State *L, int idx, const char *fn, const char *what, lua_Integer lo, lua_Integer hi) {
-    idx = lua_absindex(L, idx);
-    int isint = 0;
-    lua_Integer v = lua_type(L, idx) == LUA_TNUMBER ? lua_tointegerx(L, idx, &isint) : 0;
-    if (isint && v >= lo && v <= hi) return v;
-    const char *got;
+/* Pushes the value at idx as the messages show it: as Lua prints a number
+ * (-1, 1.7, 1e+300, nan, inf), the type name of anything else. */
+static const char *push_got(lua_State *L, int idx) {
     if (lua_type(L, idx) == LUA_TNUMBER) {
         lua_pushvalue(L, idx);
-        got = luaL_tolstring(L, -1, NULL); /* as Lua prints it: -1, 1.7, 1e+300, nan, inf */
-    } else {
-        got = luaL_typename(L, idx);
+        return luaL_tolstring(L, -1, NULL);
     }
+    return lua_pushstring(L, luaL_typename(L, idx));
+}
+
+/* The integral value at idx in *v (checked before any cast), or 0. */
+static int int_value(lua_State *L, int idx, lua_Integer *v) {
+    int isint = 0;
+    *v = lua_type(L, idx) == LUA_TNUMBER ? lua_tointegerx(L, idx, &isint) : 0;
+    return isint;
+}
+
+lua_Integer mp_lua_int_at(lua_State *L, int idx, const char *fn, const char *what, lua_Integer lo, lua_Integer hi) {
+    idx = lua_absindex(L, idx);
+    lua_Integer v;
+    if (int_value(L, idx, &v) && v >= lo && v <= hi) return v;
+    const char *got = push_got(L, idx);
     return luaL_error(L, "%s%s%s must be an integer in [%I, %I], got %s", fn ? fn : "", fn ? ": " : "", what, lo, hi,
                       got);
 }
 
-lua_Integer mp_lua_checkint(lua_State *L, int idx, const char *what, lua_Integer lo, lua_Integer hi) {
-    return mp_lua_int_at(L, idx, NULL, what, lo, hi);
+lua_Integer mp_lua_int2_at(lua_State *L, int idx, const char *fn, const char *what, lua_Integer lo1, lua_Integer hi1,
+                           lua_Integer lo2, lua_Integer hi2) {
+    idx = lua_absindex(L, idx);
+    lua_Integer v;
+    if (int_value(L, idx, &v) && ((v >= lo1 && v <= hi1) || (v >= lo2 && v <= hi2))) return v;
+    const char *got = push_got(L, idx), *pre = fn ? fn : "", *sep = fn ? ": " : "";
+    if (lo1 > hi1 && lo2 > hi2) /* nothing is valid: say so with the range that is empty */
+        return luaL_error(L, "%s%s%s must be an integer in [%I, %I], got %s (the range is empty)", pre, sep, what, lo2,
+                          hi2, got);
+    if (lo1 > hi1 || lo2 > hi2) {
+        lua_Integer lo = lo1 > hi1 ? lo2 : lo1, hi = lo1 > hi1 ? hi2 : hi1;
+        return luaL_error(L, "%s%s%s must be an integer in [%I, %I], got %s", pre, sep, what, lo, hi, got);
+    }
+    return luaL_error(L, "%s%s%s must be an integer in [%I, %I] or [%I, %I], got %s", pre, sep, what, lo1, hi1, lo2,
+                      hi2, got);
+}
+
+lua_Integer mp_lua_index_at(lua_State *L, int idx, const char *fn, const char *what, lua_Integer n, int past_end) {
+    lua_Integer v = mp_lua_int2_at(L, idx, fn, what, -n, -1, 1, n + (past_end ? 1 : 0));
+    return v < 0 ? n + v : v - 1;
+}
+
+const char *mp_lua_argname(lua_State *L, int arg, const char *name) {
+    int n = lua_absindex(L, arg);
+    lua_Debug ar;
+    if (lua_getstack(L, 0, &ar) && lua_getinfo(L, "n", &ar) && ar.namewhat && strcmp(ar.namewhat, "method") == 0)
+        n--; /* m:f(x): x is argument #1 to the caller */
+    return lua_pushfstring(L, "argument #%d (%s)", n, name);
 }
 
 lua_Integer mp_lua_arg_int(lua_State *L, int arg, const char *fn, const char *name, lua_Integer lo, lua_Integer hi) {
-    int idx = lua_absindex(L, arg), n = idx;
-    lua_Debug ar;
-    if (lua_getstack(L, 0, &ar) && lua_getinfo(L, "n", &ar) && ar.namewhat && strcmp(ar.namewhat, "method") == 0)
-        n--; /* m:f(x): x is argument #1 to the caller, as luaL_argerror counts */
-    const char *what = lua_pushfstring(L, "argument #%d (%s)", n, name);
+    int idx = lua_absindex(L, arg);
+    const char *what = mp_lua_argname(L, idx, name);
     lua_Integer v = mp_lua_int_at(L, idx, fn, what, lo, hi);
     lua_pop(L, 1);
     return v;
@@ -80,6 +116,14 @@ lua_Integer mp_lua_arg_int(lua_State *L, int arg, const char *fn, const char *na
 lua_Integer mp_lua_arg_optint(lua_State *L, int arg, const char *fn, const char *name, lua_Integer def, lua_Integer lo,
                               lua_Integer hi) {
     return lua_isnoneornil(L, arg) ? def : mp_lua_arg_int(L, arg, fn, name, lo, hi);
+}
+
+lua_Integer mp_lua_arg_index(lua_State *L, int arg, const char *fn, const char *name, lua_Integer n, int past_end) {
+    int idx = lua_absindex(L, arg);
+    const char *what = mp_lua_argname(L, idx, name);
+    lua_Integer j = mp_lua_index_at(L, idx, fn, what, n, past_end);
+    lua_pop(L, 1);
+    return j;
 }
 
 lua_Integer mp_lua_opt_int(lua_State *L, int idx, const char *fn, const char *key, lua_Integer def, lua_Integer lo,

@@ -218,17 +218,7 @@ static void push_totable(lua_State *L, const float *d, int ndim, const int64_t *
 static void shape_str(const mp_tensor *t, char *buf, size_t n) { mp_lua_tensor_shape_str(t->ndim, t->shape, buf, n); }
 
 int mp_lua_tensor_dim(lua_State *L, int arg, int ndim, int ndim_extra, const char *fn) {
-    int ok, n = ndim + ndim_extra;
-    lua_Integer d = lua_tointegerx(L, arg, &ok);
-    if (!ok && lua_type(L, arg) == LUA_TNUMBER)
-        luaL_error(L, "%s: dim must be an integer, got %f", fn, lua_tonumber(L, arg));
-    if (!ok) luaL_error(L, "%s: dim must be an integer, got %s", fn, luaL_typename(L, arg));
-    lua_Integer j = d < 0 ? n + d : d - 1;
-    if (j < 0 || j >= n) {
-        if (n == 0) luaL_error(L, "%s: dim %I of a 0-dim Tensor", fn, d);
-        luaL_error(L, "%s: dim %I out of range 1..%d (or -%d..-1)", fn, d, n, n);
-    }
-    return (int)j;
+    return (int)mp_lua_arg_index(L, arg, fn, "dim", ndim + ndim_extra, 0);
 }
 
 static void push_indices(lua_State *L, const int64_t **p, int ndim, const int64_t *shape) {
@@ -251,36 +241,33 @@ void mp_lua_tensor_push_indices(lua_State *L, const int64_t *idx, int ndim, cons
     push_indices(L, &idx, ndim, shape);
 }
 
-/* 1-based (or negative, from the end) index at arg into 0-based, or raises. */
-static int64_t index_arg(lua_State *L, int arg, int64_t n, int dim) {
-    lua_Integer i = luaL_checkinteger(L, arg);
-    int64_t j = i < 0 ? n + i : i - 1;
-    if (j < 0 || j >= n)
-        luaL_argerror(L, arg, lua_pushfstring(L, "index %I out of range 1..%I for dim %d", i, (lua_Integer)n, dim));
-    return j;
+/* 1-based (or negative, from the end) index at arg along dim `dim` (1-based)
+ * of extent n, into 0-based, or raises "fn: argument #2 (index into dim 2)
+ * must be an integer in [-3, -1] or [1, 3], got 4". */
+static int64_t index_arg(lua_State *L, int arg, int64_t n, int dim, const char *fn) {
+    char name[40];
+    snprintf(name, sizeof name, "index into dim %d", dim);
+    return mp_lua_arg_index(L, arg, fn, name, n, 0);
 }
 
-/* Reads a shape from a table at `arg` or from integers arg..top. */
-static int shape_args(lua_State *L, int arg, int64_t *shape, int allow_infer) {
+/* Reads a shape from a table at `arg` or from integers arg..top: extents of
+ * at least 0 (-1 too, one inferred extent, when allow_infer). */
+static int shape_args(lua_State *L, int arg, int64_t *shape, int allow_infer, const char *fn) {
     int ndim = 0, top = lua_gettop(L);
+    const lua_Integer lo = allow_infer ? -1 : 0, hi = (lua_Integer)MP_TENSOR_NUMEL_MAX;
     if (lua_istable(L, arg)) {
         lua_Integer n = (lua_Integer)lua_rawlen(L, arg);
         if (n > MP_MAXDIM) luaL_argerror(L, arg, "too many dims");
         for (lua_Integer i = 1; i <= n; i++) {
             lua_rawgeti(L, arg, i);
-            int ok;
-            lua_Integer v = lua_tointegerx(L, -1, &ok);
-            lua_pop(L, 1);
-            if (!ok || v < (allow_infer ? -1 : 0))
-                luaL_argerror(L, arg, lua_pushfstring(L, "shape entry %I is not a valid extent", i));
-            shape[ndim++] = v;
+            const char *what = lua_pushfstring(L, "%s[%I]", mp_lua_argname(L, arg, "shape"), i);
+            shape[ndim++] = mp_lua_int_at(L, -3, fn, what, lo, hi);
+            lua_pop(L, 3);
         }
     } else {
         for (int a = arg; a <= top; a++) {
             if (ndim == MP_MAXDIM) luaL_argerror(L, a, "too many dims");
-            lua_Integer v = luaL_checkinteger(L, a);
-            if (v < (allow_infer ? -1 : 0)) luaL_argerror(L, a, "not a valid extent");
-            shape[ndim++] = v;
+            shape[ndim++] = mp_lua_arg_int(L, a, fn, "extent", lo, hi);
         }
     }
     return ndim;
@@ -308,22 +295,22 @@ static int l_tensor(lua_State *L) {
     return 1;
 }
 
-static int filled(lua_State *L, int arg, float v, int vtop) {
+static int filled(lua_State *L, int arg, float v, int vtop, const char *fn) {
     int64_t shape[MP_MAXDIM];
     if (lua_gettop(L) < arg) luaL_argerror(L, arg, "shape expected (a table or dims)");
     if (vtop) lua_settop(L, arg); /* value already read; keep the shape only */
-    int ndim = shape_args(L, arg, shape, 0);
+    int ndim = shape_args(L, arg, shape, 0, fn);
     mp_tensor *t = push_raw(L);
     mp_lua_tensor_try(L, mp_tensor_init_full(t, ndim, shape, v), NULL);
     return 1;
 }
 
-static int l_zeros(lua_State *L) { return filled(L, 1, 0.0f, 0); }
-static int l_ones(lua_State *L) { return filled(L, 1, 1.0f, 0); }
+static int l_zeros(lua_State *L) { return filled(L, 1, 0.0f, 0, "mp.zeros"); }
+static int l_ones(lua_State *L) { return filled(L, 1, 1.0f, 0, "mp.ones"); }
 static int l_full(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     float v = (float)luaL_checknumber(L, 2);
-    return filled(L, 1, v, 1);
+    return filled(L, 1, v, 1, "mp.full");
 }
 static int l_is_tensor(lua_State *L) {
     lua_pushboolean(L, luaL_testudata(L, 1, MP_TENSOR_MT) != NULL);
@@ -355,11 +342,7 @@ static int m_numel(lua_State *L) {
 static int m_size(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
     if (lua_isnoneornil(L, 2)) return m_shape(L);
-    lua_Integer d = luaL_checkinteger(L, 2);
-    lua_Integer j = d < 0 ? t->ndim + d : d - 1;
-    if (j < 0 || j >= t->ndim)
-        luaL_argerror(L, 2, lua_pushfstring(L, "dim %I out of range 1..%d", d, t->ndim));
-    lua_pushinteger(L, t->shape[j]);
+    lua_pushinteger(L, t->shape[mp_lua_tensor_dim(L, 2, t->ndim, 0, "size")]);
     return 1;
 }
 
@@ -370,7 +353,7 @@ static size_t flat_index(lua_State *L, const mp_tensor *t, int first, const char
         luaL_error(L, "bad arguments to '%s' (a %d-dim Tensor needs %d indices, got %d)", fn, t->ndim, t->ndim,
                    given < 0 ? 0 : given);
     size_t off = 0;
-    for (int i = 0; i < t->ndim; i++) off = off * (size_t)t->shape[i] + (size_t)index_arg(L, first + i, t->shape[i], i + 1);
+    for (int i = 0; i < t->ndim; i++) off = off * (size_t)t->shape[i] + (size_t)index_arg(L, first + i, t->shape[i], i + 1, fn);
     return off;
 }
 
@@ -402,7 +385,7 @@ static void push_select(lua_State *L, mp_tensor *t, int64_t j) {
 static int m_select(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
     if (t->ndim < 1) luaL_error(L, "select on a 0-dim Tensor");
-    push_select(L, t, index_arg(L, 2, t->shape[0], 1));
+    push_select(L, t, index_arg(L, 2, t->shape[0], 1, "select"));
     return 1;
 }
 
@@ -410,7 +393,7 @@ static int m_reshape(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
     int64_t shape[MP_MAXDIM];
     if (lua_gettop(L) < 2) luaL_argerror(L, 2, "shape expected (a table or dims)");
-    int ndim = shape_args(L, 2, shape, 1);
+    int ndim = shape_args(L, 2, shape, 1, "reshape");
     mp_tensor *v = push_raw(L);
     if (mp_tensor_reshape(v, t, ndim, shape) != MP_OK) luaL_argerror(L, 2, mp_last_error());
     mp_lua_tensor_keep(L, 1);
@@ -511,7 +494,7 @@ static int mt_index(lua_State *L) {
     if (ok) {
         mp_tensor *t = mp_lua_tensor_check(L, 1);
         if (t->ndim < 1) luaL_error(L, "cannot index a 0-dim Tensor");
-        push_select(L, t, index_arg(L, 2, t->shape[0], 1));
+        push_select(L, t, mp_lua_index_at(L, 2, "t[i]", "i", t->shape[0], 0));
         return 1;
     }
     if (lua_type(L, 2) == LUA_TSTRING) {
@@ -534,7 +517,7 @@ static int mt_newindex(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
     if (!ok) return luaL_error(L, "cannot set field '%s' of a Tensor", luaL_tolstring(L, 2, NULL));
     if (t->ndim < 1) luaL_error(L, "cannot index a 0-dim Tensor");
-    int64_t j = index_arg(L, 2, t->shape[0], 1);
+    int64_t j = mp_lua_index_at(L, 2, "t[i] = v", "i", t->shape[0], 0);
     if (t->ndim == 1) {
         t->data[j] = (float)luaL_checknumber(L, 3);
         return 0;

@@ -22,7 +22,8 @@ void mp_lua_tensor_try(lua_State *L, mp_status st, const char *fn);
  * view), gets pidx's user value (what keeps the viewed memory alive). */
 void mp_lua_tensor_keep(lua_State *L, int pidx);
 /* A dim argument at arg: 1..ndim, or negative counting from the end (-1 the
- * last); returns it 0-based, or raises "fn: dim 4 out of range 1..3 (or -3..-1)".
+ * last), read by mp_lua_arg_index; returns it 0-based, or raises "fn:
+ * argument #1 (dim) must be an integer in [-3, -1] or [1, 3], got 4".
  * ndim_extra widens the range for functions that insert a dim (unsqueeze,
  * stack: 1..ndim+1, -1 meaning a new last dim). */
 int mp_lua_tensor_dim(lua_State *L, int arg, int ndim, int ndim_extra, const char *fn);

@@ -256,17 +256,14 @@ static int m_log_softmax(lua_State *L) { return softmax(L, 1, "log_softmax"); }
  * indices (nested tables of 1-based integers). */
 static int m_topk(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
-    lua_Integer k = luaL_checkinteger(L, 2);
-    int d = lua_isnoneornil(L, 3) ? t->ndim - 1 : mp_lua_tensor_dim(L, 3, t->ndim, 0, "topk");
     if (t->ndim == 0) return luaL_error(L, "topk: a 0-dim Tensor has no dim");
+    int d = lua_isnoneornil(L, 3) ? t->ndim - 1 : mp_lua_tensor_dim(L, 3, t->ndim, 0, "topk");
+    lua_Integer k = mp_lua_arg_int(L, 2, "topk", "k", 0, dim_extent(t, d));
     int largest = 1;
     if (!lua_isnoneornil(L, 4)) {
         if (!lua_isboolean(L, 4)) return luaL_error(L, "topk: largest must be a boolean, got %s", luaL_typename(L, 4));
         largest = lua_toboolean(L, 4);
     }
-    int64_t n = dim_extent(t, d);
-    if (k < 0 || k > n)
-        return luaL_error(L, "topk: k = %I is out of range (0..%I) for dim %d", k, (lua_Integer)n, d + 1);
     int64_t shape[MP_MAXDIM];
     memcpy(shape, t->shape, sizeof shape);
     shape[d] = k;

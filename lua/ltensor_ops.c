@@ -38,20 +38,19 @@ static int m_permute(lua_State *L) {
     if (given != nd)
         return luaL_error(L, "bad argument #1 to 'permute' (%I dims given for a %d-dim Tensor)", given, nd);
     for (int i = 0; i < nd; i++) {
-        int ok;
-        lua_Integer d;
+        int d;
         if (from_table) {
             lua_rawgeti(L, 2, i + 1);
-            d = lua_tointegerx(L, -1, &ok);
-            lua_pop(L, 1);
+            const char *what = lua_pushfstring(L, "%s[%d]", mp_lua_argname(L, 2, "dims"), i + 1);
+            d = (int)mp_lua_index_at(L, -3, "permute", what, nd, 0);
+            lua_pop(L, 3);
         } else {
-            d = lua_tointegerx(L, i + 2, &ok);
+            d = (int)mp_lua_arg_index(L, i + 2, "permute", "dim", nd, 0);
         }
-        if (ok && d < 0) d += nd + 1;
-        if (!ok || d < 1 || d > nd || used[d - 1])
-            return luaL_error(L, "bad argument #1 to 'permute' (not a permutation of 1..%d)", nd);
-        used[d - 1] = 1;
-        perm[i] = (int)d - 1;
+        if (used[d])
+            return luaL_error(L, "bad argument #1 to 'permute' (not a permutation of 1..%d: dim %d twice)", nd, d + 1);
+        used[d] = 1;
+        perm[i] = d;
     }
     push_permuted(L, t, perm);
     return 1;
@@ -148,13 +147,9 @@ static int m_narrow(lua_State *L) {
     if (t->ndim < 1) return luaL_error(L, "narrow on a 0-dim Tensor");
     int d = three ? mp_lua_tensor_dim(L, 2, t->ndim, 0, "narrow") : 0;
     int64_t n = t->shape[d];
-    lua_Integer s = luaL_checkinteger(L, a), len = luaL_checkinteger(L, a + 1);
-    int64_t j = s < 0 ? n + s : s - 1;
-    if (j < 0 || j > n || (j == n && len > 0))
-        luaL_argerror(L, a, lua_pushfstring(L, "start %I out of range 1..%I for dim %d", s, (lua_Integer)n, d + 1));
-    if (len < 0 || len > n - j)
-        luaL_argerror(L, a + 1,
-                      lua_pushfstring(L, "length %I out of range 0..%I from start %I", len, (lua_Integer)(n - j), s));
+    /* start n + 1 (just past the end) takes length 0 only */
+    int64_t j = mp_lua_arg_index(L, a, "narrow", "start", n, 1);
+    lua_Integer len = mp_lua_arg_int(L, a + 1, "narrow", "length", 0, n - j);
     push_range(L, t, d, j, len, 1);
     return 1;
 }
@@ -165,15 +160,16 @@ static int m_slice(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
     int d = mp_lua_tensor_dim(L, 2, t->ndim, 0, "slice");
     int64_t n = t->shape[d];
-    lua_Integer s = luaL_checkinteger(L, 3), e = luaL_optinteger(L, 4, -1), step = luaL_optinteger(L, 5, 1);
-    int64_t j0 = s < 0 ? n + s : s - 1, j1 = e < 0 ? n + e : e - 1;
-    if (step < 1) return luaL_error(L, "slice: step = %I must be >= 1", step);
-    if (j0 < 0 || j0 > n)
-        return luaL_error(L, "slice: start %I out of range 1..%I (or -%I..-1) for dim %d", s, (lua_Integer)n,
-                          (lua_Integer)n, d + 1);
-    if (j1 < j0 - 1 || j1 >= n)
-        return luaL_error(L, "slice: stop %I out of range for dim %d of extent %I from start %I (stop >= start - 1)",
-                          e, d + 1, (lua_Integer)n, s);
+    /* start: a position, or n + 1 (an empty slice); stop: start - 1 (empty)
+     * .. n, or the same counted from the end */
+    int64_t j0 = mp_lua_arg_index(L, 3, "slice", "start", n, 1), j1 = n - 1;
+    if (!lua_isnoneornil(L, 4)) {
+        const char *what = mp_lua_argname(L, 4, "stop");
+        lua_Integer e = mp_lua_int2_at(L, 4, "slice", what, j0 - 1 - n, -1, j0, n);
+        lua_pop(L, 1);
+        j1 = e < 0 ? n + e : e - 1;
+    }
+    lua_Integer step = mp_lua_arg_optint(L, 5, "slice", "step", 1, 1, LUA_MAXINTEGER);
     int64_t len = j1 - j0 + 1;
     push_range(L, t, d, j0, len ? 1 + (len - 1) / step : 0, step); /* step may be huge: no len + step */
     return 1;
@@ -193,22 +189,15 @@ static int m_index_select(lua_State *L) {
         count = (int64_t)lua_rawlen(L, 3);
     }
     int64_t *idx = lua_newuserdatauv(L, (size_t)(count ? count : 1) * sizeof(int64_t), 0);
+    const char *arg = mp_lua_argname(L, 3, "indices");
     for (int64_t k = 0; k < count; k++) {
-        double v;
-        if (it) {
-            v = it->data[k];
-        } else {
-            lua_rawgeti(L, 3, (lua_Integer)k + 1);
-            int ok;
-            v = lua_tonumberx(L, -1, &ok);
-            lua_pop(L, 1);
-            if (!ok) return luaL_error(L, "index_select: index %I is not a number", (lua_Integer)k + 1);
-        }
-        if (v != floor(v) || v == 0 || v > (double)n || v < -(double)n)
-            return luaL_error(L, "index_select: index %f (entry %I) out of range 1..%I for dim %d", v,
-                              (lua_Integer)k + 1, (lua_Integer)n, d + 1);
-        idx[k] = v < 0 ? n + (int64_t)v : (int64_t)v - 1;
+        if (it) lua_pushnumber(L, it->data[k]);
+        else lua_rawgeti(L, 3, (lua_Integer)k + 1);
+        const char *what = lua_pushfstring(L, "%s[%I]", arg, (lua_Integer)k + 1);
+        idx[k] = mp_lua_index_at(L, -2, "index_select", what, n, 0);
+        lua_pop(L, 2);
     }
+    lua_pop(L, 1);
     mp_lua_tensor_try(L, mp_tensor_index_select(mp_lua_tensor_push(L), t, d, idx, count), "index_select");
     return 1;
 }
@@ -313,14 +302,15 @@ static int l_arange(lua_State *L) {
 /* mp.linspace(start, end, steps): steps evenly spaced values, both ends included. */
 static int l_linspace(lua_State *L) {
     lua_Number s = luaL_checknumber(L, 1), e = luaL_checknumber(L, 2);
-    lua_Integer n = luaL_checkinteger(L, 3);
+    lua_Integer n = mp_lua_arg_int(L, 3, "mp.linspace", "steps", 0, (lua_Integer)MP_TENSOR_NUMEL_MAX);
     mp_lua_tensor_try(L, mp_tensor_linspace(mp_lua_tensor_push(L), s, e, (int64_t)n), "mp.linspace");
     return 1;
 }
 
 /* mp.eye(n [, m]) */
 static int l_eye(lua_State *L) {
-    lua_Integer n = luaL_checkinteger(L, 1), m = luaL_optinteger(L, 2, n);
+    const lua_Integer max = (lua_Integer)MP_TENSOR_NUMEL_MAX;
+    lua_Integer n = mp_lua_arg_int(L, 1, "mp.eye", "n", 0, max), m = mp_lua_arg_optint(L, 2, "mp.eye", "m", n, 0, max);
     mp_lua_tensor_try(L, mp_tensor_eye(mp_lua_tensor_push(L), (int64_t)n, (int64_t)m), "mp.eye");
     return 1;
 }

@@ -76,7 +76,7 @@ static int opt_gc(lua_State *L) {
 
 static int opt_lr_at(lua_State *L) {
     ladamw *o = mp_lua_optim_check(L, 1);
-    lua_pushnumber(L, mp_lr_at(&o->hp, (long)luaL_optinteger(L, 2, o->step)));
+    lua_pushnumber(L, mp_lr_at(&o->hp, (long)mp_lua_arg_optint(L, 2, "lr_at", "step", o->step, 0, LONG_MAX)));
     return 1;
 }
 

@@ -56,14 +56,30 @@ mp_tensor *mp_lua_tensor_arg(lua_State *L, int idx);
  * 'positions'[2]"); X is the value as Lua prints it (-1, 1.5, 1e+300, nan) or
  * the type of a non-number (string, nil). fn NULL: no "FN: " prefix. */
 lua_Integer mp_lua_int_at(lua_State *L, int idx, const char *fn, const char *what, lua_Integer lo, lua_Integer hi);
+/* Pushes the name of argument `arg` (a stack index) of the running C
+ * function: "argument #N (name)", N as luaL_argerror counts it (self not
+ * counted in a method call m:f(x)); for naming an argument's entries
+ * ("argument #1 (shape)[2]") to mp_lua_int_at. */
+const char *mp_lua_argname(lua_State *L, int arg, const char *name);
 /* Argument `arg` (a stack index) of function fn, called `name` in messages. */
 lua_Integer mp_lua_arg_int(lua_State *L, int arg, const char *fn, const char *name, lua_Integer lo, lua_Integer hi);
 /* The same, def when the argument is absent or nil. */
 lua_Integer mp_lua_arg_optint(lua_State *L, int arg, const char *fn, const char *name, lua_Integer def, lua_Integer lo,
                               lua_Integer hi);
-/* The older entry point, kept for binding files not yet converted:
- * mp_lua_int_at(L, idx, NULL, what, lo, hi) (what: "fn: name"). */
-lua_Integer mp_lua_checkint(lua_State *L, int idx, const char *what, lua_Integer lo, lua_Integer hi);
+/* An integer in [lo1, hi1] or in [lo2, hi2], in the same shape:
+ * "FN: WHAT must be an integer in [-3, -1] or [1, 3], got 0" (an empty range
+ * is left out of the message; when both are, "... in [lo2, hi2], got X (the
+ * range is empty)", e.g. a dim of a 0-dim Tensor). */
+lua_Integer mp_lua_int2_at(lua_State *L, int idx, const char *fn, const char *what, lua_Integer lo1, lua_Integer hi1,
+                           lua_Integer lo2, lua_Integer hi2);
+/* A 1-based position among n (a dim of an n-dim Tensor, an index along a dim
+ * of extent n), or negative counting from the end (-1 the last): an integer
+ * in [-n, -1] or [1, n] (with past_end, also n + 1: the position just after
+ * the last, e.g. where an empty slice starts); returns it 0-based (0..n-1,
+ * or n). Every dim and index argument of the Lua API is read by it. */
+lua_Integer mp_lua_index_at(lua_State *L, int idx, const char *fn, const char *what, lua_Integer n, int past_end);
+/* mp_lua_index_at for argument `arg`, named "argument #N (name)". */
+lua_Integer mp_lua_arg_index(lua_State *L, int arg, const char *fn, const char *name, lua_Integer n, int past_end);
 
 /* ---- options tables (lua/lopt.c): the one reader for every function ----
  * idx is the stack index of the options table (0 or nil: no options); fn

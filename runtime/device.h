@@ -4,7 +4,10 @@
  * which a backend above runtime/ (runtime/cuda/, library mp_cuda) takes over
  * mp_model_forward for a model it holds a copy of. runtime/ itself knows no
  * CUDA: a backend installs m->dev_ops and m->dev (mp_model_to_device in
- * runtime/cuda/mp_cuda.h), and model.c calls through them. */
+ * runtime/cuda/mp_cuda.h), and model.c calls through them. Two tables make a
+ * device: mp_dev_ops (below: its memory, which calls it takes, the forward's
+ * and the training step's shells) and mp_exec_ops (exec.h: the forward's
+ * steps, walked by the one mp_block_forward), kept in the registry below. */
 #ifndef MP_DEVICE_H
 #define MP_DEVICE_H
 
@@ -24,10 +27,18 @@ mp_status mp_precision_parse(const char *s, const char *what, mp_precision *out)
 struct mp_model;
 struct mp_kvcache_s;
 struct mp_adamw;
+struct mp_exec_ops;
+
+/* The layout of mp_dev_ops model.c calls through; a model whose table has
+ * another version is refused (MP_ERR_ARG) rather than called. */
+#define MP_DEV_OPS_VERSION 1
 
 /* A backend's entry points (runtime/cuda/cuda_model.c). */
 typedef struct mp_dev_ops {
+    int version;      /* MP_DEV_OPS_VERSION */
     const char *name;
+    /* The op table its forward walks (exec.h), registered with mp_exec_register. */
+    const struct mp_exec_ops *exec;
     /* The reason this call cannot run on the device (it then runs on the CPU,
      * from the host copy of the weights, which stays authoritative), or NULL. */
     const char *(*cpu_reason)(const struct mp_model *m, const void *fp /* mp_forward_params */);
@@ -46,5 +57,18 @@ typedef struct mp_dev_ops {
      * host is current (mp_model_sync). */
     mp_status (*sync)(const struct mp_model *m);
 } mp_dev_ops;
+
+/* The registry of the forward's op tables (exec.h), like ggml's backend
+ * registry: the CPU's is there from the start; a backend registers its own
+ * when it first attaches a model. mp_exec_register: MP_OK, also for a table
+ * already registered; MP_ERR_ARG naming what is wrong for a table of another
+ * MP_EXEC_OPS_VERSION, without a name, lacking a required op, or whose name
+ * another table has; MP_ERR_ARG when the registry (MP_EXEC_MAX tables) is
+ * full. Thread-safe. */
+#define MP_EXEC_MAX 8
+mp_status mp_exec_register(const struct mp_exec_ops *ops);
+/* The table registered under name / the first one for device d, or NULL. */
+const struct mp_exec_ops *mp_exec_lookup(const char *name);
+const struct mp_exec_ops *mp_exec_for_device(mp_device d);
 
 #endif

@@ -1,8 +1,8 @@
 /* fwd_hooks.c — the forward pass's hook points that need a computation of
  * their own, done only when a hook is registered there (see fwd_hooks.h):
- * the norms' scale between its two steps, the learned positions before they
- * join hook_embed, the MLP's own input copy, the per-head q/k/v input path
- * and the per-head attention results. */
+ * the norms' scale between its two steps, the per-head q/k/v input path and
+ * the per-head attention results (the CPU's ops of exec.h call them), and the
+ * views every device's hook points are handed. */
 #include "fwd_hooks.h"
 #include "ops.h"
 #include "quant.h"
@@ -89,31 +89,6 @@ mp_status mp_fwd_norm(const mp_fwd_ctx *f, mp_hook_id sid, int l, float *out, fl
         if (mean) mean[n] = ln ? mu[n] : 0.0f;
     }
     return MP_OK;
-}
-
-mp_status mp_fwd_pos_embed(const mp_fwd_ctx *f, float *x, const float *pos_embed, float *buf) {
-    const size_t D = (size_t)f->c->d_model;
-    const int hooked = mp_hooks_active(f->hs, MP_HOOK_POS_EMBED, -1);
-    for (int bb = 0; bb < f->B; bb++)
-        for (int t = 0; t < f->T; t++) {
-            const size_t row = ((size_t)bb * f->T + t) * D;
-            const float *pe = pos_embed + (size_t)(f->pos_ids ? f->pos_ids[(size_t)bb * f->T + t] : f->pos0 + t) * D;
-            if (hooked) memcpy(buf + row, pe, D * sizeof(float));
-            else mp_residual_forward(x + row, pe, D);
-        }
-    if (!hooked) return MP_OK;
-    mp_status st = mp_fwd_fire(f, MP_HOOK_POS_EMBED, -1, buf);
-    if (st) return st;
-    mp_residual_forward(x, buf, (size_t)f->B * f->T * D);
-    return MP_OK;
-}
-
-mp_status mp_fwd_mlp_in(const mp_fwd_ctx *f, int l, const float *resid_mid, float *buf, const float **out) {
-    *out = resid_mid;
-    if (!mp_hooks_active(f->hs, MP_HOOK_MLP_IN, l)) return MP_OK;
-    memcpy(buf, resid_mid, (size_t)f->B * f->T * f->c->d_model * sizeof(float));
-    *out = buf;
-    return mp_fwd_fire(f, MP_HOOK_MLP_IN, l, buf);
 }
 
 int mp_fwd_split_active(const mp_fwd_ctx *f, int l) {

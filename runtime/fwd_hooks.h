@@ -1,8 +1,9 @@
-/* fwd_hooks.h — internal to runtime/: the forward pass's optional hook-point
- * paths that cost something only when a hook is registered there (the norms'
- * hook_scale, hook_pos_embed, hook_mlp_in, the per-head q/k/v inputs and
- * attn.hook_result). model.c calls them; each one is the fast path unchanged
- * when its points are inactive. */
+/* fwd_hooks.h — internal to runtime/ (and its backends): what the forward
+ * knows when it fires a hook point (mp_fwd_ctx) and the views it hands, and
+ * the CPU's optional hook-point paths that cost something only when a hook is
+ * registered there (the norms' hook_scale, the per-head q/k/v inputs and
+ * attn.hook_result), which the CPU's ops (model.c, exec.h) call; each one is
+ * the fast path unchanged when its points are inactive. */
 #ifndef MP_FWD_HOOKS_H
 #define MP_FWD_HOOKS_H
 
@@ -43,15 +44,6 @@ mp_status mp_fwd_linear(float *out, const float *in, const float *w, const mp_qm
  * actually used (training mode keeps them). */
 mp_status mp_fwd_norm(const mp_fwd_ctx *f, mp_hook_id sid, int l, float *out, float *mean, float *rstd,
                       const float *x, const float *w, const float *b, mp_fwd_ws *ws);
-
-/* x [B,T,D] += the learned position rows pos0..pos0+T-1; with hook_pos_embed
- * active, those rows are gathered into buf [B,T,D], fired, then added. */
-mp_status mp_fwd_pos_embed(const mp_fwd_ctx *f, float *x, const float *pos_embed, float *buf);
-
-/* hook_mlp_in: with it active, a copy of resid_mid [N,D] in buf is fired and
- * returned (the MLP norm reads it; the residual skip keeps resid_mid); else
- * resid_mid itself. */
-mp_status mp_fwd_mlp_in(const mp_fwd_ctx *f, int l, const float *resid_mid, float *buf, const float **out);
 
 /* 1 when one of hook_attn_in / hook_q_input / hook_k_input / hook_v_input of
  * layer l is active (the per-head projection path is needed). */

@@ -1,15 +1,20 @@
-/* model.c — the instrumented forward pass: batched prefill and incremental
- * decoding over a KV cache, with every DESIGN.md hook point fired (readable and
- * writable) and attention computed in blocks of query rows so that no T x T
- * matrix is ever held, whether or not the pattern is captured; the KV cache;
- * the activation store; and the training mode of the same forward,
- * which keeps every layer's activations (and the full pattern) in an mp_acts
- * store for the backward pass (runtime/train.c). The positional scheme lives in
- * pos.c (mp_pos_*), the attention variants (how scores become the pattern) in
- * attn_variants.c. (Random initialisation lives in model_init.c: GSL's cblas header
- * clashes with OpenBLAS's, so no file includes both.) */
+/* model.c — the instrumented forward pass on the CPU: batched prefill and
+ * incremental decoding over a KV cache, with every DESIGN.md hook point fired
+ * (readable and writable) and attention computed in blocks of query rows so
+ * that no T x T matrix is ever held, whether or not the pattern is captured;
+ * the KV cache; the activation store; and the training mode of the same
+ * forward, which keeps every layer's activations (and the full pattern) in an
+ * mp_acts store for the backward pass (runtime/train.c). The order of the
+ * steps and of the hook points is the walk's (exec.c mp_block_forward); here
+ * are the CPU's ops it walks (mp_exec_cpu: fused decode products, quantized
+ * weights, the blocked attention) and mp_model_forward's set-up around it
+ * (argument checks, the device choice, the scratch buffers, positional
+ * tables). The positional scheme lives in pos.c (mp_pos_*), the attention
+ * variants (how scores become the pattern) in attn_variants.c. (Random
+ * initialisation lives in model_init.c: GSL's cblas header clashes with
+ * OpenBLAS's, so no file includes both.) */
 #include "attn_variants.h"
-#include "fwd_hooks.h"
+#include "exec.h"
 #include "model.h"
 #include "ops.h"
 #include "qdot.h"
@@ -145,7 +150,7 @@ mp_layer_acts mp_acts_layer(const mp_config *c, const mp_acts *a, int l) {
         .pre = at(a->pre, l, nh), .up = at(a->up, l, nh), .post = at(a->post, l, nh)};
 }
 
-/* ---- the forward pass ---- */
+/* ---- the forward pass on the CPU: the op table the walk runs (exec.h) ---- */
 
 /* The forward's buffers besides the layer's activations: the attention or MLP
  * output and the positional tables. */
@@ -156,15 +161,17 @@ typedef struct {
     float *q_scale; /* [T] per-query logit factor, or NULL */
 } fwd_bufs;
 
-typedef mp_fwd_ctx fwd_ctx; /* fwd_hooks.h */
+/* The CPU's state of one forward call, handed to its ops (mp_exec.dev). */
+typedef struct {
+    const mp_model *m;
+    mp_kvcache *cache;  /* or NULL */
+    fwd_bufs pos;       /* the positional tables pos_apply reads (gathered per token for a padded batch) */
+    int pB, pT;         /* their batch and length (1 and B*T for a padded batch) */
+    float *last;        /* [B, D] the last rows MP_LOGITS_LAST gathers */
+    mp_fwd_ws hws;      /* the optional hook points' buffers (fwd_hooks.c) */
+} cpu_fwd;
 
-/* Fires hook (id, l) on a whole [B,T,...] view. */
-static mp_status fire(const fwd_ctx *f, mp_hook_id id, int l, float *data) { return mp_fwd_fire(f, id, l, data); }
-
-/* Fires a scores/pattern hook on the block [B,H,rows,S] of query rows q0.. */
-static mp_status fire_block(const fwd_ctx *f, mp_hook_id id, int l, int q0, int rows, float *data) {
-    return mp_fwd_fire_block(f, id, l, q0, rows, data);
-}
+#define CPU(e) ((cpu_fwd *)(e)->dev)
 
 /* Query rows per product inside an attention block: a block of more rows
  * (training keeps all T in one) is computed in sub-blocks this tall, each only
@@ -186,8 +193,9 @@ static float *thread_work(float *work, size_t nwork) {
  * a->att [B,H,qb,S]; keys/values kc/vc with batch stride bstride and row
  * stride KD covering positions 0..pos0+T-1. The scores become
  * the pattern through the layer's attention variant av. */
-static mp_status attention(const fwd_ctx *f, int l, const mp_layer_acts *b, const float *kc, const float *vc,
+static mp_status attention(const mp_exec *e, int l, const mp_layer_acts *b, const float *kc, const float *vc,
                            size_t bstride, int qb, const mp_attn_layer *av) {
+    const mp_fwd_ctx *f = &e->f;
     const mp_config *c = f->c;
     const int B = f->B, T = f->T, H = c->n_head, Dh = c->d_head, KD = c->n_kv_head * Dh;
     const int S = f->pos0 + T, HD = H * Dh, group = H / c->n_kv_head;
@@ -250,7 +258,7 @@ static mp_status attention(const fwd_ctx *f, int l, const mp_layer_acts *b, cons
                 }
                 if (f->mask) mp_mask_scores(f->mask + (size_t)bb * T, a, rows, q0, (size_t)S); /* pads: no cache */
             }
-        if ((st = fire_block(f, MP_HOOK_ATTN_SCORES, l, q0, rows, b->att))) goto cleanup;
+        if ((st = mp_exec_fire_block(e, MP_HOOK_ATTN_SCORES, l, q0, rows, b->att))) goto cleanup;
 #pragma omp parallel for schedule(static)
         for (int bh = 0; bh < B * H; bh++) {
             float *a = b->att + (size_t)bh * blk, *w = thread_work(work, nwork);
@@ -260,7 +268,7 @@ static mp_status attention(const fwd_ctx *f, int l, const mp_layer_acts *b, cons
                 for (int i = 0; i < rows; i++)
                     for (int j = kmax; j < S; j++) a[(size_t)i * S + j] = 0.0f;
         }
-        if ((st = fire_block(f, MP_HOOK_PATTERN, l, q0, rows, b->att))) goto cleanup;
+        if ((st = mp_exec_fire_block(e, MP_HOOK_PATTERN, l, q0, rows, b->att))) goto cleanup;
 #pragma omp parallel for collapse(2) schedule(dynamic)
         for (int bb = 0; bb < B; bb++)
             for (int h = 0; h < H; h++) {
@@ -338,8 +346,156 @@ static void add_bias(float *out, const float *bias, int n) {
     if (bias)
         for (int i = 0; i < n; i++) out[i] += bias[i];
 }
-/* The quantized matrix of linear weight `field` of layer l, or NULL (float32) */
-#define QM(field) (Q ? &Q->field[l] : NULL)
+/* The quantized matrix of weight w of layer l, or NULL (float32 weights) */
+static const mp_qmat *qmat_of(const mp_qparams *Q, mp_exec_weight w, int l) {
+    if (!Q) return NULL;
+    switch (w) {
+    case MP_EXEC_WQ: return &Q->wq[l];
+    case MP_EXEC_WK: return &Q->wk[l];
+    case MP_EXEC_WV: return &Q->wv[l];
+    case MP_EXEC_WO: return &Q->wo[l];
+    case MP_EXEC_W1: return &Q->w1[l];
+    case MP_EXEC_W3: return &Q->w3[l];
+    case MP_EXEC_W2: return &Q->w2[l];
+    default: return &Q->unembed;
+    }
+}
+
+static mp_status cpu_view(const mp_exec *e, mp_hook_info *info, float *data) {
+    return mp_hooks_fire(e->f.hs, info, data);
+}
+
+static mp_status cpu_embed(const mp_exec *e, float *x, const int *tokens) {
+    mp_model_embed_rows(CPU(e)->m, x, tokens, e->f.B * e->f.T);
+    return MP_OK;
+}
+
+static mp_status cpu_learned_pos(const mp_exec *e, float *x, int add) {
+    const mp_fwd_ctx *f = &e->f;
+    const size_t D = (size_t)f->c->d_model;
+    const float *pos_embed = CPU(e)->m->p.pos_embed;
+    for (int bb = 0; bb < f->B; bb++)
+        for (int t = 0; t < f->T; t++) {
+            const size_t row = ((size_t)bb * f->T + t) * D;
+            const float *pe = pos_embed + (size_t)(f->pos_ids ? f->pos_ids[(size_t)bb * f->T + t] : f->pos0 + t) * D;
+            if (add) mp_residual_forward(x + row, pe, D);
+            else memcpy(x + row, pe, D * sizeof(float));
+        }
+    return MP_OK;
+}
+
+static mp_status cpu_norm(const mp_exec *e, mp_hook_id sid, int l, float *out, float *mean, float *rstd,
+                          const float *x) {
+    const float *w, *bias;
+    mp_exec_norm_of(e->f.c, &CPU(e)->m->p, sid, l, &w, &bias);
+    return mp_fwd_norm(&e->f, sid, l, out, mean, rstd, x, w, bias, &CPU(e)->hws);
+}
+
+static mp_status cpu_linear(const mp_exec *e, mp_exec_weight w, int l, float *out, const float *in, int rows) {
+    const mp_model *m = CPU(e)->m;
+    const float *W, *bias;
+    int IN, OUT;
+    mp_exec_weight_of(&m->cfg, &m->p, w, l, &W, &bias, &IN, &OUT);
+    return linear(out, in, W, qmat_of(m->q, w, l), bias, rows, IN, OUT);
+}
+
+/* A decoding step (one row) with float32 weights: the n products in one
+ * parallel region; else one after another. */
+static mp_status cpu_linears(const mp_exec *e, int n, const mp_exec_weight *w, int l, float *const *out,
+                             const float *in, int rows) {
+    const mp_model *m = CPU(e)->m;
+    mp_status st;
+    if (n > 1 && n <= 3 && rows == 1 && !m->q) {
+        const float *W[3], *bias[3];
+        int IN = 0, OUT[3];
+        for (int i = 0; i < n; i++) mp_exec_weight_of(&m->cfg, &m->p, w[i], l, &W[i], &bias[i], &IN, &OUT[i]);
+        mp_matvec_multi(n, out, W, OUT, in, IN);
+        for (int i = 0; i < n; i++) add_bias(out[i], bias[i], OUT[i]);
+        return MP_OK;
+    }
+    for (int i = 0; i < n; i++)
+        if ((st = cpu_linear(e, w[i], l, out[i], in, rows))) return st;
+    return MP_OK;
+}
+
+static mp_status cpu_pos_apply(const mp_exec *e, float *q, float *k) {
+    const cpu_fwd *u = CPU(e);
+    const mp_config *c = e->f.c;
+    mp_pos_apply(c, u->pos.cos_t, u->pos.sin_t, u->pos.q_scale, q, u->pB, u->pT, c->n_head, 0);
+    mp_pos_apply(c, u->pos.cos_t, u->pos.sin_t, NULL, k, u->pB, u->pT, c->n_kv_head, 0);
+    return MP_OK;
+}
+
+static mp_status cpu_kv_append(const mp_exec *e, int l, const float *k, const float *v, const float **kc,
+                               const float **vc, size_t *bstride) {
+    mp_kvcache *cache = CPU(e)->cache;
+    const int B = e->f.B, T = e->f.T, pos0 = e->f.pos0;
+    const size_t KD = (size_t)e->f.c->n_kv_head * e->f.c->d_head, bs = (size_t)cache->cap * KD;
+    float *ck = cache->k + (size_t)l * B * bs, *cv = cache->v + (size_t)l * B * bs;
+    for (int bb = 0; bb < B; bb++) {
+        memcpy(ck + bb * bs + (size_t)pos0 * KD, k + (size_t)bb * T * KD, (size_t)T * KD * sizeof(float));
+        memcpy(cv + bb * bs + (size_t)pos0 * KD, v + (size_t)bb * T * KD, (size_t)T * KD * sizeof(float));
+    }
+    *kc = ck;
+    *vc = cv;
+    *bstride = bs;
+    return MP_OK;
+}
+
+static mp_status cpu_attention(const mp_exec *e, int l, const mp_layer_acts *a, const float *kc, const float *vc,
+                               size_t bstride, int qb) {
+    const mp_attn_layer av = mp_attn_layer_of(e->f.c, &CPU(e)->m->p, l);
+    return attention(e, l, a, kc, vc, bstride, qb, &av);
+}
+
+static mp_status cpu_act(const mp_exec *e, float *post, const float *pre, const float *up) {
+    const mp_config *c = e->f.c;
+    const size_t n = (size_t)e->f.B * e->f.T * c->d_mlp;
+    if (c->mlp == MP_MLP_SWIGLU) mp_swiglu_forward(post, pre, up, n);
+    else if (c->gelu_tanh) mp_gelu_tanh_forward(post, pre, n);
+    else mp_gelu_forward(post, pre, n);
+    return MP_OK;
+}
+
+static mp_status cpu_copy(const mp_exec *e, float *dst, const float *src, size_t n) {
+    (void)e;
+    memcpy(dst, src, n * sizeof(float));
+    return MP_OK;
+}
+
+static mp_status cpu_add(const mp_exec *e, float *x, const float *y, size_t n) {
+    (void)e;
+    mp_residual_forward(x, y, n);
+    return MP_OK;
+}
+
+static mp_status cpu_head(const mp_exec *e, const float *xn, mp_logits_mode mode, float *logits) {
+    const mp_fwd_ctx *f = &e->f;
+    const int B = f->B, T = f->T, D = f->c->d_model;
+    if (mode == MP_LOGITS_ALL) return cpu_linear(e, MP_EXEC_UNEMBED, -1, logits, xn, B * T);
+    float *last = CPU(e)->last;
+    for (int bb = 0; bb < B; bb++) { /* gather the last (real) row of each sequence */
+        const int tl = f->mask ? mp_mask_last_real(f->mask + (size_t)bb * T, T) : T - 1;
+        memmove(last + (size_t)bb * D, xn + ((size_t)bb * T + tl) * D, (size_t)D * sizeof(float));
+    }
+    return cpu_linear(e, MP_EXEC_UNEMBED, -1, logits, last, B);
+}
+
+static mp_status cpu_split_qkv(const mp_exec *e, int l, const float *in, float *q, float *k, float *v) {
+    return mp_fwd_split_qkv(&e->f, l, CPU(e)->m, in, q, k, v, &CPU(e)->hws);
+}
+
+static mp_status cpu_result(const mp_exec *e, int l, const float *z, float *out) {
+    return mp_fwd_result(&e->f, l, CPU(e)->m, z, out, &CPU(e)->hws);
+}
+
+/* The CPU's op table (registered statically: device.c). */
+const mp_exec_ops mp_exec_cpu = {
+    .version = MP_EXEC_OPS_VERSION, .name = "cpu", .device = MP_DEVICE_CPU,
+    .view = cpu_view, .embed = cpu_embed, .learned_pos = cpu_learned_pos, .norm = cpu_norm,
+    .linear = cpu_linear, .linears = cpu_linears, .pos_apply = cpu_pos_apply, .kv_append = cpu_kv_append,
+    .attention = cpu_attention, .act = cpu_act, .copy = cpu_copy, .add = cpu_add, .head = cpu_head,
+    .split_qkv = cpu_split_qkv, .result = cpu_result};
 
 mp_device mp_model_forward_device(const mp_model *m, const mp_forward_params *fp) {
     mp_forward_params def = mp_forward_params_default();
@@ -358,14 +514,16 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
     if (st) return st;
     if (fp.logits != MP_LOGITS_NONE && !logits && !fp.acts)
         return mp_error(MP_ERR_ARG, "forward: logits requested (params.logits) but the logits buffer is NULL");
+    if (m->dev_ops && m->dev_ops->version != MP_DEV_OPS_VERSION)
+        return mp_error(MP_ERR_ARG, "forward: the model's device backend \"%s\" has interface version %d; this "
+                        "runtime calls version %d", m->dev_ops->name, m->dev_ops->version, MP_DEV_OPS_VERSION);
     /* a model on a device (runtime/cuda): the backend runs the call, unless it
-     * needs a path only the CPU has (then the host weights serve, as always) */
+     * needs a path only the CPU has (then the host weights serve, as always);
+     * on the CPU, the walk (exec.c) over the CPU's op table */
     if (mp_model_forward_device(m, &fp) != MP_DEVICE_CPU) return m->dev_ops->forward(m, tokens, B, T, &fp, logits);
     if ((st = mp_model_sync(m))) return st; /* the CPU path reads the host weights */
     if ((st = mp_kvcache_sync(fp.cache))) return st; /* and the host cache, whose rows a device may hold newer */
     const mp_config *c = &m->cfg;
-    const mp_params *p = &m->p;
-    const mp_qparams *Q = m->q;
     mp_acts *A = fp.acts;
     const int D = c->d_model, H = c->n_head, K = c->n_kv_head, Dh = c->d_head;
     const int M = c->mlp == MP_MLP_NONE ? 0 : c->d_mlp;
@@ -373,8 +531,7 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
     const int pos0 = fp.cache ? fp.cache->len : 0, S = pos0 + T;
     /* training mode: one block of all T query rows, the full pattern kept */
     const int qb = A ? T : fp.q_block > 0 ? (fp.q_block < T ? fp.q_block : T) : (T < 64 ? T : 64);
-    fwd_ctx f = {c, fp.hooks, B, T, pos0, fp.attn_mask, NULL};
-    mp_fwd_ws hws = {NULL, 0}; /* the optional hook points' buffers (fwd_hooks.c) */
+    mp_fwd_ctx f = {c, fp.hooks, B, T, pos0, fp.attn_mask, NULL};
 
     /* one allocation for the buffers of one layer (training mode: only the
      * scratch output; the activations and positional tables are in A) */
@@ -443,123 +600,21 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
         pT = N;
     }
 
-#define FIRE(id, l, ptr) do { if ((st = fire(&f, id, l, ptr))) goto cleanup; } while (0)
-    float *x = A ? A->resid : scratch.resid_in; /* the embedding, then the residual after the last block */
-    mp_model_embed_rows(m, x, tokens, N);
-    if (c->pos == MP_POS_LEARNED && (st = mp_fwd_pos_embed(&f, x, p->pos_embed, b.out))) /* hook_embed = token + */
-        goto cleanup;                                                                  /* position embedding */
-    FIRE(MP_HOOK_EMBED, -1, x);
-    for (int l = 0; l < c->n_layer; l++) {
-        const mp_layer_params w = mp_params_layer(c, p, l);
-        const mp_layer_acts a = A ? mp_acts_layer(c, A, l) : scratch;
-        FIRE(MP_HOOK_RESID_PRE, l, a.resid_in);
-        if ((st = mp_fwd_norm(&f, MP_HOOK_LN1_SCALE, l, a.ln1, a.ln1_mean, a.ln1_rstd, a.resid_in, w.ln1_w, w.ln1_b,
-                              &hws)))
-            goto cleanup;
-        FIRE(MP_HOOK_LN1, l, a.ln1);
-        if (mp_fwd_split_active(&f, l)) { /* hook_attn_in / q,k,v_input: per-head inputs */
-            if ((st = mp_fwd_split_qkv(&f, l, m, a.ln1, a.q, a.k, a.v, &hws))) goto cleanup;
-        } else if (N == 1 && !Q) { /* a decoding step: q, k, v in one parallel region */
-            mp_matvec_multi(3, (float *const[]){a.q, a.k, a.v}, (const float *const[]){w.wq, w.wk, w.wv},
-                            (const int[]){HD, KD, KD}, a.ln1, D);
-            add_bias(a.q, w.bq, HD);
-            add_bias(a.k, w.bk, KD);
-            add_bias(a.v, w.bv, KD);
-        } else if ((st = linear(a.q, a.ln1, w.wq, QM(wq), w.bq, N, D, HD)) ||
-            (st = linear(a.k, a.ln1, w.wk, QM(wk), w.bk, N, D, KD)) ||
-            (st = linear(a.v, a.ln1, w.wv, QM(wv), w.bv, N, D, KD)))
-            goto cleanup;
-        FIRE(MP_HOOK_Q, l, a.q);
-        FIRE(MP_HOOK_K, l, a.k);
-        FIRE(MP_HOOK_V, l, a.v);
-        mp_pos_apply(c, bp.cos_t, bp.sin_t, bp.q_scale, a.q, pB, pT, H, 0);
-        mp_pos_apply(c, bp.cos_t, bp.sin_t, NULL, a.k, pB, pT, K, 0);
-        FIRE(MP_HOOK_ROT_Q, l, a.q);
-        FIRE(MP_HOOK_ROT_K, l, a.k);
-        const float *kc = a.k, *vc = a.v;
-        size_t bstride = (size_t)T * KD;
-        if (fp.cache) {
-            mp_kvcache *cache = fp.cache;
-            bstride = (size_t)cache->cap * KD;
-            float *ck = cache->k + (size_t)l * B * bstride, *cv = cache->v + (size_t)l * B * bstride;
-            for (int bb = 0; bb < B; bb++) {
-                memcpy(ck + bb * bstride + (size_t)pos0 * KD, a.k + (size_t)bb * T * KD, (size_t)T * KD * sizeof(float));
-                memcpy(cv + bb * bstride + (size_t)pos0 * KD, a.v + (size_t)bb * T * KD, (size_t)T * KD * sizeof(float));
-            }
-            kc = ck;
-            vc = cv;
-        }
-        const mp_attn_layer av = mp_attn_layer_of(c, p, l);
-        if ((st = attention(&f, l, &a, kc, vc, bstride, qb, &av))) goto cleanup;
-        FIRE(MP_HOOK_Z, l, a.z);
-        if ((st = linear(b.out, a.z, w.wo, QM(wo), w.bo, N, HD, D))) goto cleanup;
-        if ((st = mp_fwd_result(&f, l, m, a.z, b.out, &hws))) goto cleanup; /* attn.hook_result */
-        FIRE(MP_HOOK_ATTN_OUT, l, b.out);
-        /* the store keeps each residual: copy, then add in place */
-        if (a.resid_mid != a.resid_in) memcpy(a.resid_mid, a.resid_in, n_x * sizeof(float));
-        mp_residual_forward(a.resid_mid, b.out, n_x);
-        FIRE(MP_HOOK_RESID_MID, l, a.resid_mid);
-        if (a.resid_out != a.resid_mid) memcpy(a.resid_out, a.resid_mid, n_x * sizeof(float));
-        if (M) {
-            const float *mlp_in; /* hook_mlp_in: the MLP norm's own copy of resid_mid, when hooked */
-            if ((st = mp_fwd_mlp_in(&f, l, a.resid_mid, b.out, &mlp_in)) ||
-                (st = mp_fwd_norm(&f, MP_HOOK_LN2_SCALE, l, a.ln2, a.ln2_mean, a.ln2_rstd, mlp_in, w.ln2_w, w.ln2_b,
-                                  &hws)))
-                goto cleanup;
-            FIRE(MP_HOOK_LN2, l, a.ln2);
-            const int fuse = N == 1 && !Q && c->mlp == MP_MLP_SWIGLU; /* gate and up in one region */
-            if (fuse) {
-                mp_matvec_multi(2, (float *const[]){a.pre, a.up}, (const float *const[]){w.w1, w.w3},
-                                (const int[]){M, M}, a.ln2, D);
-                add_bias(a.pre, w.b1, M);
-                add_bias(a.up, w.b3, M);
-            } else if ((st = linear(a.pre, a.ln2, w.w1, QM(w1), w.b1, N, D, M))) {
-                goto cleanup;
-            }
-            FIRE(MP_HOOK_MLP_PRE, l, a.pre); /* up does not read pre: computing it first changes nothing */
-            if (c->mlp == MP_MLP_SWIGLU) {
-                if (!fuse && (st = linear(a.up, a.ln2, w.w3, QM(w3), w.b3, N, D, M))) goto cleanup;
-                FIRE(MP_HOOK_MLP_PRE_LINEAR, l, a.up);
-                mp_swiglu_forward(a.post, a.pre, a.up, n_h);
-            } else if (c->gelu_tanh) {
-                mp_gelu_tanh_forward(a.post, a.pre, n_h);
-            } else {
-                mp_gelu_forward(a.post, a.pre, n_h);
-            }
-            FIRE(MP_HOOK_MLP_POST, l, a.post);
-            if ((st = linear(b.out, a.post, w.w2, QM(w2), w.b2, N, M, D))) goto cleanup;
-            FIRE(MP_HOOK_MLP_OUT, l, b.out);
-            mp_residual_forward(a.resid_out, b.out, n_x);
-        }
-        FIRE(MP_HOOK_RESID_POST, l, a.resid_out);
-        x = a.resid_out;
-    }
     {
-        float *xn = A ? A->lnf : scratch.ln1;
-        if ((st = mp_fwd_norm(&f, MP_HOOK_LNF_SCALE, -1, xn, A ? A->lnf_mean : NULL, A ? A->lnf_rstd : NULL, x,
-                              p->lnf_w, p->lnf_b, &hws)))
-            goto cleanup;
-        FIRE(MP_HOOK_LN_FINAL, -1, xn);
-        if (A) {
-            mp_matmul_forward(A->logits, xn, p->unembed, NULL, N, D, c->vocab);
-        } else if (fp.logits == MP_LOGITS_ALL) {
-            if ((st = linear(logits, xn, p->unembed, Q ? &Q->unembed : NULL, NULL, N, D, c->vocab))) goto cleanup;
-        } else if (fp.logits == MP_LOGITS_LAST) {
-            for (int bb = 0; bb < B; bb++) { /* gather the last (real) row of each sequence */
-                const int tl = fp.attn_mask ? mp_mask_last_real(fp.attn_mask + (size_t)bb * T, T) : T - 1;
-                memmove(b.out + (size_t)bb * D, xn + ((size_t)bb * T + tl) * D, (size_t)D * sizeof(float));
-            }
-            if ((st = linear(logits, b.out, p->unembed, Q ? &Q->unembed : NULL, NULL, B, D, c->vocab))) goto cleanup;
-        }
+        cpu_fwd u = {m, fp.cache, bp, pB, pT, b.out, {NULL, 0}};
+        const mp_exec e = {&mp_exec_cpu, &u, f};
+        mp_exec_bufs eb = {.tokens = tokens, .A = A, .scratch = scratch, .out = b.out, .buf = b.out,
+                           .cache = fp.cache != NULL, .qb = qb,
+                           /* training: all logits into the store */
+                           .logits_mode = A ? MP_LOGITS_ALL : fp.logits, .logits = A ? A->logits : logits};
+        st = mp_block_forward(&e, &eb);
+        mp_fwd_ws_free(&u.hws);
     }
-#undef FIRE
-#undef QM
-    if (fp.cache) fp.cache->len += T;
+    if (st == MP_OK && fp.cache) fp.cache->len += T;
 cleanup:
     free(pos_g);
     free(pos_ids);
     free(own);
-    mp_fwd_ws_free(&hws);
     return st;
 }
 

@@ -63,7 +63,11 @@ static mp_status fake_sync(const mp_model *m) {
     fake_stale = 0;
     return MP_OK;
 }
-static const mp_dev_ops fake_ops = {"fake", fake_reason, fake_forward, fake_release, fake_train_step, fake_sync};
+static const mp_dev_ops fake_ops = {MP_DEV_OPS_VERSION, "fake", NULL, fake_reason, fake_forward, fake_release,
+                                    fake_train_step, fake_sync};
+/* the same backend built against another version of the interface: refused, not called */
+static const mp_dev_ops fake_ops_v0 = {0, "fake", NULL, fake_reason, fake_forward, fake_release, fake_train_step,
+                                       fake_sync};
 static int noop_hook(void *u, const mp_hook_info *info, float *data) {
     (void)u;
     (void)info;
@@ -163,6 +167,10 @@ int main(void) {
           "backend forward: calls %d, %g", fake_calls, out[0]);
     int bad[5] = {1, 4, 99, 16, 25};
     CHECK(mp_model_forward(m, bad, 1, 5, NULL, out) == MP_ERR_ARG && fake_calls == 1, "arguments checked first");
+    m->dev_ops = &fake_ops_v0;
+    CHECK(mp_model_forward(m, toks, 1, 5, NULL, out) == MP_ERR_ARG && fake_calls == 1 &&
+              strstr(mp_last_error(), "interface version 0"), "another interface version refused: %s", mp_last_error());
+    m->dev_ops = &fake_ops;
     mp_forward_params fh = mp_forward_params_default();
     fh.hooks = hs;
     CHECK(mp_model_forward_device(m, &fh) == MP_DEVICE_CPU, "cpu reason");

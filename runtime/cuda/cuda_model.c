@@ -1,8 +1,10 @@
 /* cuda_model.c — the CUDA backend's host side (built with CUDA only): a model's
  * device copy (its weights in one cudaMalloc laid out as mp_params, a stream,
  * a cuBLAS handle, a workspace grown on demand, pinned staging memory) and the
- * forward pass on the device, step for step the order of model.c's forward,
- * with the same hook points fired through the same dispatch on host copies.
+ * forward pass on the device: its op table (cu_exec) walked by the same
+ * mp_block_forward as the CPU's (runtime/exec.c: the order of the steps and
+ * of the hook points is there, not here), with the same hook points fired
+ * through the same dispatch on host copies.
  * An active point whose callbacks are all C interventions runs them as device
  * kernels (dev_interventions: nothing leaves the device). One whose callbacks
  * all only read (readers: captures, caches) is snapshotted on the device and
@@ -52,7 +54,7 @@
  * nothing back per token. */
 #include "cuda_internal.h"
 #include "cuda_kernels.h"
-#include "fwd_hooks.h"
+#include "exec.h"
 #include "intervene.h"
 #include "train.h"
 
@@ -501,43 +503,6 @@ cleanup:
     return st;
 }
 
-/* Fires the whole [B,T,...] point (id, l) on dptr. */
-static mp_status hook_whole(cu_model *d, const mp_fwd_ctx *f, mp_hook_id id, int l, float *dptr) {
-    if (!mp_hooks_active(f->hs, id, l)) return MP_OK;
-    mp_hook_info info;
-    mp_fwd_whole_info(f, id, l, &info);
-    return hook_view(d, f, &info, dptr);
-}
-
-/* Fires a scores/pattern block [B,H,rows,S] of query rows q0.. as model.c
- * does (mp_fwd_block_info: axis 2, offset q0) on datt. */
-static mp_status hook_block(cu_model *d, const mp_fwd_ctx *f, mp_hook_id id, int l, int q0, int rows, float *datt) {
-    if (!mp_hooks_active(f->hs, id, l)) return MP_OK;
-    mp_hook_info info;
-    mp_fwd_block_info(f, id, l, q0, rows, &info);
-    return hook_view(d, f, &info, datt);
-}
-
-/* The configured norm of x into out; with its scale point (sid, l) active, or
- * in training (keep: the scale and mean are kept for the backward), in two
- * steps around it (fwd_hooks.c mp_fwd_norm): the edited scale normalizes.
- * scale, mean: N floats each. */
-static mp_status norm(cu_model *d, const mp_fwd_ctx *f, mp_hook_id sid, int l, float *out, const float *x,
-                      const float *w, const float *b, float *scale, float *mean, int keep) {
-    mp_status st = MP_OK;
-    const mp_config *c = f->c;
-    const int N = f->B * f->T, D = c->d_model, ln = c->norm == MP_NORM_LAYER;
-    if (!keep && !mp_hooks_active(f->hs, sid, l)) {
-        CU(mp_cuk_norm, (out, x, w, b, N, D, c->norm_eps, ln, d->stream));
-        return MP_OK;
-    }
-    CU(mp_cuk_norm_scale, (scale, mean, x, N, D, c->norm_eps, ln, d->stream));
-    TRY(hook_whole(d, f, sid, l, scale));
-    CU(mp_cuk_norm_apply, (out, x, mean, scale, w, b, N, D, ln, d->stream));
-cleanup:
-    return st;
-}
-
 /* *buf (grown to n, *cap tracking its size) = x rounded to bfloat16 */
 static mp_status to_bf16(cu_model *d, unsigned short **buf, size_t *cap, const float *x, size_t n) {
     mp_status st = MP_OK;
@@ -835,13 +800,238 @@ cleanup:
     return st;
 }
 
-/* The forward on the device. With A (a device activation store of B x T;
- * training: no cache, logits ALL into A->logits, left on the device) every
- * activation the backward reads is kept there, as model.c keeps it in its
- * training mode: each layer's residual entering it, after attention and after
- * the MLP, the norms' outputs, scales and means, rotated q and k, v, the full
- * pattern (materialised in one block of T rows), z, the MLP's pre-activation,
- * up projection and activation; hooks fire on (and edit) the stored tensors. */
+/* ---- the forward on the device: the op table the walk runs (exec.h) ---- */
+
+/* The device's state of one forward call, handed to its ops (mp_exec.dev). */
+typedef struct {
+    cu_model *d;
+    const mp_acts *A;       /* training: the device store, or NULL */
+    mp_kvcache *cache;      /* or NULL */
+    cu_kv *kv;              /* the cache's device copy */
+    const float *cos_t, *sin_t, *q_scale; /* the positional tables (rot), q_scale NULL without a query scale */
+    int rot;                /* the positional scheme rotates q and k */
+    float *sc;              /* [2N] a norm's scale and mean outside training (hook_scale) */
+    float *dlog;            /* logits [N, V], or [B, V] then the last rows [B, D] */
+} cu_fwd;
+
+#define CUF(e) ((cu_fwd *)(e)->dev)
+
+/* Fires the hooks of a view on the device (hook_view). */
+static mp_status cu_view(const mp_exec *e, mp_hook_info *info, float *data) {
+    return hook_view(CUF(e)->d, &e->f, info, data);
+}
+
+static mp_status cu_embed(const mp_exec *e, float *x, const int *tokens) {
+    mp_status st = MP_OK;
+    cu_model *d = CUF(e)->d;
+    const int N = e->f.B * e->f.T;
+    CU(cudaMemcpyAsync, (d->tok, tokens, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, d->stream));
+    CU(mp_cuk_embed, (x, d->tok, d->p.embed, N, e->f.c->d_model, d->stream));
+cleanup:
+    return st;
+}
+
+/* add: x += rows pos0.. of the table in each sequence; else x = them */
+static mp_status cu_learned_pos(const mp_exec *e, float *x, int add) {
+    mp_status st = MP_OK;
+    cu_model *d = CUF(e)->d;
+    const int B = e->f.B, T = e->f.T, D = e->f.c->d_model, pos0 = e->f.pos0;
+    if (add) {
+        CU(mp_cuk_add_pos, (x, d->p.pos_embed, B, T, D, pos0, d->stream));
+    } else {
+        for (int bb = 0; bb < B; bb++)
+            CU(cudaMemcpyAsync, (x + (size_t)bb * T * D, d->p.pos_embed + (size_t)pos0 * D,
+                                 (size_t)T * D * sizeof(float), cudaMemcpyDeviceToDevice, d->stream));
+    }
+cleanup:
+    return st;
+}
+
+/* The configured norm of x into out; with its scale point (sid, l) active, or
+ * in training (rstd given: the scale and mean are kept there for the
+ * backward; the store's rstd slots hold the scale, 1 / rstd), in two steps
+ * around it (as fwd_hooks.c mp_fwd_norm): the edited scale normalizes. */
+static mp_status cu_norm(const mp_exec *e, mp_hook_id sid, int l, float *out, float *mean, float *rstd,
+                         const float *x) {
+    mp_status st = MP_OK;
+    cu_fwd *u = CUF(e);
+    cu_model *d = u->d;
+    const mp_config *c = e->f.c;
+    const int N = e->f.B * e->f.T, D = c->d_model, ln = c->norm == MP_NORM_LAYER;
+    const float *w, *b;
+    mp_exec_norm_of(c, &d->p, sid, l, &w, &b);
+    if (!rstd && !mp_hooks_active(e->f.hs, sid, l)) {
+        CU(mp_cuk_norm, (out, x, w, b, N, D, c->norm_eps, ln, d->stream));
+        return MP_OK;
+    }
+    float *scale = rstd ? rstd : u->sc, *mu = rstd ? mean : u->sc + N;
+    CU(mp_cuk_norm_scale, (scale, mu, x, N, D, c->norm_eps, ln, d->stream));
+    TRY(mp_exec_fire(e, sid, l, scale));
+    CU(mp_cuk_norm_apply, (out, x, mu, scale, w, b, N, D, ln, d->stream));
+cleanup:
+    return st;
+}
+
+static mp_status cu_linear(const mp_exec *e, mp_exec_weight w, int l, float *out, const float *in, int rows) {
+    cu_model *d = CUF(e)->d;
+    const float *W, *bias;
+    int IN, OUT;
+    mp_exec_weight_of(e->f.c, &d->p, w, l, &W, &bias, &IN, &OUT);
+    return linear(d, out, in, W, bias, rows, IN, OUT);
+}
+
+/* bf16: the shared input rounded once for all n products (bf16_input) */
+static mp_status cu_linears(const mp_exec *e, int n, const mp_exec_weight *w, int l, float *const *out,
+                            const float *in, int rows) {
+    mp_status st = MP_OK;
+    cu_model *d = CUF(e)->d;
+    const float *W, *bias;
+    int IN, OUT;
+    const unsigned short *inb;
+    mp_exec_weight_of(e->f.c, &d->p, w[0], l, &W, &bias, &IN, &OUT);
+    TRY(bf16_input(d, in, (size_t)rows * IN, &inb));
+    for (int i = 0; i < n; i++) {
+        mp_exec_weight_of(e->f.c, &d->p, w[i], l, &W, &bias, &IN, &OUT);
+        TRY(linear_pre(d, out[i], in, inb, W, bias, rows, IN, OUT));
+    }
+cleanup:
+    return st;
+}
+
+static mp_status cu_pos_apply(const mp_exec *e, float *q, float *k) {
+    mp_status st = MP_OK;
+    const cu_fwd *u = CUF(e);
+    const mp_config *c = e->f.c;
+    if (!u->rot) return MP_OK;
+    CU(mp_cuk_rope, (q, u->cos_t, u->sin_t, u->q_scale, e->f.B, e->f.T, c->n_head, c->d_head, u->d->stream));
+    CU(mp_cuk_rope, (k, u->cos_t, u->sin_t, NULL, e->f.B, e->f.T, c->n_kv_head, c->d_head, u->d->stream));
+cleanup:
+    return st;
+}
+
+/* this call's rows into the device cache (the host's follows lazily: cu_kv_sync) */
+static mp_status cu_kv_append(const mp_exec *e, int l, const float *k, const float *v, const float **kc,
+                              const float **vc, size_t *bstride) {
+    mp_status st = MP_OK;
+    const cu_fwd *u = CUF(e);
+    const int B = e->f.B, T = e->f.T;
+    const size_t KD = (size_t)e->f.c->n_kv_head * e->f.c->d_head, bs = (size_t)u->cache->cap * KD;
+    const size_t lay = (size_t)l * B * bs, row = (size_t)e->f.pos0 * KD, len = (size_t)T * KD;
+    for (int bb = 0; bb < B; bb++) {
+        const size_t at = lay + bb * bs + row;
+        CU(cudaMemcpyAsync, (u->kv->k + at, k + bb * len, len * sizeof(float), cudaMemcpyDeviceToDevice,
+                             u->d->stream));
+        CU(cudaMemcpyAsync, (u->kv->v + at, v + bb * len, len * sizeof(float), cudaMemcpyDeviceToDevice,
+                             u->d->stream));
+    }
+    *kc = u->kv->k + lay;
+    *vc = u->kv->v + lay;
+    *bstride = bs;
+cleanup:
+    return st;
+}
+
+/* Where a hook shows the scores or the pattern, or training stores it: the
+ * pattern by blocks of qb query rows, as on the CPU. Training without it: the
+ * rows' log-sum-exp, from which the backward recomputes it. Prefill: the
+ * blocked products in cuBLAS. Decoding and short calls: a block per query row,
+ * the keys split across its warps. */
+static mp_status cu_attention(const mp_exec *e, int l, const mp_layer_acts *a, const float *kc, const float *vc,
+                              size_t bstride, int qb) {
+    mp_status st = MP_OK;
+    const cu_fwd *u = CUF(e);
+    cu_model *d = u->d;
+    const mp_fwd_ctx *f = &e->f;
+    const mp_config *c = f->c;
+    const int B = f->B, T = f->T, H = c->n_head, K = c->n_kv_head, Dh = c->d_head, pos0 = f->pos0, S = pos0 + T;
+    const float scale = 1.0f / sqrtf((float)Dh);
+    const int tr = u->A != NULL;
+    const int show = mp_hooks_active(f->hs, MP_HOOK_ATTN_SCORES, l) || mp_hooks_active(f->hs, MP_HOOK_PATTERN, l);
+    if (tr && !a->att && show)
+        return mp_error(MP_ERR_ARG, "train step: layer %d's scores or pattern hook needs a store with the pattern", l);
+    if ((tr && a->att) || show) {
+        for (int q0 = 0; q0 < T; q0 += qb) {
+            const int rows = T - q0 < qb ? T - q0 : qb;
+            TRY(pattern_scores(d, a->att, a->q, kc, B, T, H, K, Dh, pos0, bstride, scale, q0, rows));
+            TRY(mp_exec_fire_block(e, MP_HOOK_ATTN_SCORES, l, q0, rows, a->att));
+            CU(mp_cuk_attn_softmax, (a->att, NULL, B, H, S, T, pos0, q0, rows, d->stream));
+            TRY(mp_exec_fire_block(e, MP_HOOK_PATTERN, l, q0, rows, a->att));
+            TRY(pattern_pv(d, a->z, a->att, vc, B, T, H, K, Dh, pos0, bstride, q0, rows));
+        }
+    } else if (tr) {
+        TRY(attn_blocked(d, a->z, u->A->lse + (size_t)l * B * H * T, NULL, NULL, NULL, NULL, a->q, kc, vc, B, T, H, K,
+                         Dh, 0, bstride));
+    } else if (T >= BLOCKED_MIN_T) {
+        TRY(attn_blocked(d, a->z, NULL, NULL, NULL, NULL, NULL, a->q, kc, vc, B, T, H, K, Dh, pos0, bstride));
+    } else {
+        CU(mp_cuk_attn_flash, (a->z, a->q, kc, vc, B, T, H, K, Dh, pos0, bstride, scale, d->stream));
+    }
+cleanup:
+    return st;
+}
+
+static mp_status cu_act(const mp_exec *e, float *post, const float *pre, const float *up) {
+    mp_status st = MP_OK;
+    const mp_config *c = e->f.c;
+    const size_t n = (size_t)e->f.B * e->f.T * c->d_mlp;
+    if (c->mlp == MP_MLP_SWIGLU) CU(mp_cuk_swiglu, (post, pre, up, n, CUF(e)->d->stream));
+    else CU(mp_cuk_gelu, (post, pre, n, c->gelu_tanh, CUF(e)->d->stream));
+cleanup:
+    return st;
+}
+
+static mp_status cu_copy(const mp_exec *e, float *dst, const float *src, size_t n) {
+    mp_status st = MP_OK;
+    CU(cudaMemcpyAsync, (dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, CUF(e)->d->stream));
+cleanup:
+    return st;
+}
+
+static mp_status cu_add(const mp_exec *e, float *x, const float *y, size_t n) {
+    mp_status st = MP_OK;
+    CU(mp_cuk_add, (x, y, n, CUF(e)->d->stream));
+cleanup:
+    return st;
+}
+
+/* the logits on the device (dlog), copied to the caller's host buffer on the stream (forward_dev waits) */
+static mp_status cu_head(const mp_exec *e, const float *xn, mp_logits_mode mode, float *logits) {
+    mp_status st = MP_OK;
+    const cu_fwd *u = CUF(e);
+    const cudaStream_t s = u->d->stream;
+    const int B = e->f.B, T = e->f.T, D = e->f.c->d_model, V = e->f.c->vocab;
+    if (mode == MP_LOGITS_ALL) {
+        TRY(cu_linear(e, MP_EXEC_UNEMBED, -1, u->dlog, xn, B * T));
+        CU(cudaMemcpyAsync, (logits, u->dlog, (size_t)B * T * V * sizeof(float), cudaMemcpyDeviceToHost, s));
+        return MP_OK;
+    }
+    float *last = u->dlog + (size_t)B * V;
+    for (int bb = 0; bb < B; bb++)
+        CU(cudaMemcpyAsync, (last + (size_t)bb * D, xn + ((size_t)bb * T + T - 1) * D, (size_t)D * sizeof(float),
+                             cudaMemcpyDeviceToDevice, s));
+    TRY(cu_linear(e, MP_EXEC_UNEMBED, -1, u->dlog, last, B));
+    CU(cudaMemcpyAsync, (logits, u->dlog, (size_t)B * V * sizeof(float), cudaMemcpyDeviceToHost, s));
+cleanup:
+    return st;
+}
+
+/* The device's op table. The per-head q/k/v inputs and attn.hook_result have
+ * no device path: mp_cuda_cpu_reason sends calls that hook them to the CPU. */
+static const mp_exec_ops cu_exec = {
+    .version = MP_EXEC_OPS_VERSION, .name = "cuda", .device = MP_DEVICE_CUDA,
+    .view = cu_view, .embed = cu_embed, .learned_pos = cu_learned_pos, .norm = cu_norm,
+    .linear = cu_linear, .linears = cu_linears, .pos_apply = cu_pos_apply, .kv_append = cu_kv_append,
+    .attention = cu_attention, .act = cu_act, .copy = cu_copy, .add = cu_add, .head = cu_head,
+    .split_qkv = NULL, .result = NULL};
+
+/* The forward on the device: its buffers, then the walk (exec.c) over cu_exec.
+ * With A (a device activation store of B x T; training: no cache, no logits
+ * here: train_head computes them with the loss) every activation the backward
+ * reads is kept there, as model.c keeps it in its training mode: each layer's
+ * residual entering it, after attention and after the MLP, the norms'
+ * outputs, scales and means, rotated q and k, v, the full pattern
+ * (materialised in one block of T rows), z, the MLP's pre-activation, up
+ * projection and activation; hooks fire on (and edit) the stored tensors. */
 static mp_status forward_dev(const mp_model *m, const int *tokens, int B, int T, const mp_forward_params *fp,
                              float *logits, const mp_acts *A) {
     cu_model *d = m->dev;
@@ -851,7 +1041,6 @@ static mp_status forward_dev(const mp_model *m, const int *tokens, int B, int T,
     mp_status st = MP_OK;
     d->depth++;
     const mp_config *c = &m->cfg;
-    const mp_params *p = &d->p;
     const cudaStream_t s = d->stream;
     const int D = c->d_model, H = c->n_head, K = c->n_kv_head, Dh = c->d_head, V = c->vocab;
     const int M = c->mlp == MP_MLP_NONE ? 0 : c->d_mlp, HD = H * Dh, KD = K * Dh, N = B * T;
@@ -860,13 +1049,13 @@ static mp_status forward_dev(const mp_model *m, const int *tokens, int B, int T,
     const int pos0 = cache ? cache->len : 0, S = pos0 + T;
     const int tr = A != NULL;
     const int qb = tr ? T : fp->q_block > 0 ? (fp->q_block < T ? fp->q_block : T) : (T < 64 ? T : 64);
-    const float scale = 1.0f / sqrtf((float)Dh);
-    mp_fwd_ctx f = {c, fp->hooks, B, T, pos0, NULL, NULL};
-    cu_kv *kv = NULL;
+    cu_fwd u = {d, A, cache, NULL, NULL, NULL, NULL, mp_pos_rotates(c), NULL, NULL};
+    const mp_exec e = {&cu_exec, &u, {c, fp->hooks, B, T, pos0, NULL, NULL}};
+    const mp_fwd_ctx *f = &e.f;
 
     int show_any = 0; /* some layer's scores/pattern hook: that layer materialises its pattern blocks */
     for (int l = 0; l < c->n_layer && !tr; l++)
-        show_any |= mp_hooks_active(f.hs, MP_HOOK_ATTN_SCORES, l) || mp_hooks_active(f.hs, MP_HOOK_PATTERN, l);
+        show_any |= mp_hooks_active(f->hs, MP_HOOK_ATTN_SCORES, l) || mp_hooks_active(f->hs, MP_HOOK_PATTERN, l);
     /* the workspace, in order */
     const size_t n_x = (size_t)N * D, n_q = (size_t)N * HD, n_k = (size_t)N * KD, n_h = (size_t)N * M;
     const size_t n_up = c->mlp == MP_MLP_SWIGLU ? n_h : 0, n_att = show_any ? (size_t)B * H * qb * S : 0;
@@ -876,182 +1065,43 @@ static mp_status forward_dev(const mp_model *m, const int *tokens, int B, int T,
     const size_t n_sc = 2 * (size_t)N; /* a norm's scale and mean (hook_scale) */
     const size_t total = 4 * n_x + 2 * n_q + 2 * n_k + n_h + n_up + n_att + n_pos + n_log + n_sc;
     TRY(reserve(d, total, (size_t)N, n_pos));
+    /* inference: every layer in the same buffers (the residual updated in place, one norm output, the
+     * activation written over the gate); training: the store's */
+    mp_exec_bufs b = {.tokens = tokens, .A = A, .cache = cache != NULL, .qb = qb,
+                      .logits_mode = tr ? MP_LOGITS_NONE : fp->logits, .logits = logits};
     float *cur = d->ws;
-    float *x = cur; cur += n_x;         /* the residual stream, updated in place */
-    float *xn = cur; cur += n_x;        /* norm outputs */
-    float *out = cur; cur += n_x;       /* attention / MLP output */
-    float *buf = cur; cur += n_x;       /* hook_pos_embed's rows, hook_mlp_in's copy */
-    float *sc = cur; cur += n_sc;
-    float *q = cur; cur += n_q;
-    float *z = cur; cur += n_q;
-    float *k = cur; cur += n_k;
-    float *v = cur; cur += n_k;
-    float *pre = cur; cur += n_h;       /* gate / pre-activation, then the activation in place */
-    float *up = cur; cur += n_up;
-    float *att = cur; cur += n_att;     /* one block of pattern rows [B, H, qb, S] */
+    b.scratch.resid_in = b.scratch.resid_mid = b.scratch.resid_out = cur; cur += n_x;
+    b.scratch.ln1 = b.scratch.ln2 = cur; cur += n_x;
+    b.out = cur; cur += n_x;
+    b.buf = cur; cur += n_x;              /* hook_pos_embed's rows, hook_mlp_in's copy */
+    u.sc = cur; cur += n_sc;
+    b.scratch.q = cur; cur += n_q;
+    b.scratch.z = cur; cur += n_q;
+    b.scratch.k = cur; cur += n_k;
+    b.scratch.v = cur; cur += n_k;
+    b.scratch.pre = b.scratch.post = cur; cur += n_h;
+    b.scratch.up = cur; cur += n_up;
+    b.scratch.att = cur; cur += n_att;    /* one block of pattern rows [B, H, qb, S] */
     float *cos_t = tr ? A->pos_tab : cur; /* training: the backward rotates back by the same tables */
-    float *sin_t = cos_t + (size_t)T * half, *q_scale = cos_t + 2 * (size_t)T * half;
     cur += n_pos;
-    float *dlog = cur;                  /* logits [N, V], or [B, V] then the last rows [B, D] */
-
-    CU(cudaMemcpyAsync, (d->tok, tokens, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
-    const int rot = mp_pos_rotates(c);
-    int has_scale = 0;
-    if (rot) { /* the CPU's own tables (PI / NTK / YaRN / rope_id included), uploaded */
+    u.dlog = cur;                         /* logits [N, V], or [B, V] then the last rows [B, D] */
+    u.cos_t = cos_t;
+    u.sin_t = cos_t + (size_t)T * half;
+    if (u.rot) { /* the CPU's own tables (PI / NTK / YaRN / rope_id included), uploaded */
         float *h = d->host;
-        has_scale = mp_pos_tables(c, h, h + (size_t)T * half, h + 2 * (size_t)T * half, pos0, T);
+        const int has_scale = mp_pos_tables(c, h, h + (size_t)T * half, h + 2 * (size_t)T * half, pos0, T);
+        u.q_scale = has_scale ? cos_t + 2 * (size_t)T * half : NULL;
         CU(cudaMemcpyAsync, (cos_t, h, n_pos * sizeof(float), cudaMemcpyHostToDevice, s));
         CU(cudaStreamSynchronize, (s)); /* the staging buffer is reused by hooks */
     }
-    if (cache) TRY(kv_get(cache, c, &kv, s));
+    if (cache) TRY(kv_get(cache, c, &u.kv, s));
 
-    if (tr) x = A->resid; /* layer l's input is A->resid[l]; each layer writes the next */
-    CU(mp_cuk_embed, (x, d->tok, p->embed, N, D, s));
-    if (c->pos == MP_POS_LEARNED) { /* hook_embed = token + position embedding (fwd_hooks.c mp_fwd_pos_embed) */
-        if (!mp_hooks_active(f.hs, MP_HOOK_POS_EMBED, -1)) {
-            CU(mp_cuk_add_pos, (x, p->pos_embed, B, T, D, pos0, s));
-        } else { /* rows pos0.. of the table, per sequence, fired, then added */
-            for (int bb = 0; bb < B; bb++)
-                CU(cudaMemcpyAsync, (buf + (size_t)bb * T * D, p->pos_embed + (size_t)pos0 * D,
-                                     (size_t)T * D * sizeof(float), cudaMemcpyDeviceToDevice, s));
-            TRY(hook_whole(d, &f, MP_HOOK_POS_EMBED, -1, buf));
-            CU(mp_cuk_add, (x, buf, n_x, s));
-        }
-    }
-    TRY(hook_whole(d, &f, MP_HOOK_EMBED, -1, x));
-    for (int l = 0; l < c->n_layer; l++) {
-        const mp_layer_params w = mp_params_layer(c, p, l); /* device pointers */
-        /* this layer's buffers: the stored activations in training, else the workspace */
-        const mp_layer_acts a = tr ? mp_acts_layer(c, A, l) : (mp_layer_acts){0};
-        if (tr) {
-            xn = a.ln1;
-            q = a.q;
-            k = a.k;
-            v = a.v;
-            z = a.z;
-            att = a.att;
-        }
-        TRY(hook_whole(d, &f, MP_HOOK_RESID_PRE, l, x));
-        TRY(norm(d, &f, MP_HOOK_LN1_SCALE, l, xn, x, w.ln1_w, w.ln1_b, tr ? a.ln1_rstd : sc, tr ? a.ln1_mean : sc + N,
-                 tr));
-        TRY(hook_whole(d, &f, MP_HOOK_LN1, l, xn));
-        const unsigned short *xb; /* bf16: xn rounded once for q, k and v (no hook fires between them) */
-        TRY(bf16_input(d, xn, n_x, &xb));
-        TRY(linear_pre(d, q, xn, xb, w.wq, w.bq, N, D, HD));
-        TRY(linear_pre(d, k, xn, xb, w.wk, w.bk, N, D, KD));
-        TRY(linear_pre(d, v, xn, xb, w.wv, w.bv, N, D, KD));
-        TRY(hook_whole(d, &f, MP_HOOK_Q, l, q));
-        TRY(hook_whole(d, &f, MP_HOOK_K, l, k));
-        TRY(hook_whole(d, &f, MP_HOOK_V, l, v));
-        if (rot) {
-            CU(mp_cuk_rope, (q, cos_t, sin_t, has_scale ? q_scale : NULL, B, T, H, Dh, s));
-            CU(mp_cuk_rope, (k, cos_t, sin_t, NULL, B, T, K, Dh, s));
-        }
-        TRY(hook_whole(d, &f, MP_HOOK_ROT_Q, l, q));
-        TRY(hook_whole(d, &f, MP_HOOK_ROT_K, l, k));
-        const float *kc = k, *vc = v;
-        size_t bstride = (size_t)T * KD;
-        if (cache) { /* append this call's rows to the device cache (the host's follows lazily: cu_kv_sync) */
-            bstride = (size_t)cache->cap * KD;
-            const size_t lay = (size_t)l * B * bstride, row = (size_t)pos0 * KD, len = (size_t)T * KD;
-            for (int bb = 0; bb < B; bb++) {
-                const size_t at = lay + bb * bstride + row;
-                CU(cudaMemcpyAsync, (kv->k + at, k + bb * len, len * sizeof(float), cudaMemcpyDeviceToDevice, s));
-                CU(cudaMemcpyAsync, (kv->v + at, v + bb * len, len * sizeof(float), cudaMemcpyDeviceToDevice, s));
-            }
-            kc = kv->k + lay;
-            vc = kv->v + lay;
-        }
-        const int show = mp_hooks_active(f.hs, MP_HOOK_ATTN_SCORES, l) || mp_hooks_active(f.hs, MP_HOOK_PATTERN, l);
-        if (tr && !att && show) {
-            st = mp_error(MP_ERR_ARG, "train step: layer %d's scores or pattern hook needs a store with the pattern", l);
-            goto cleanup;
-        }
-        if ((tr && att) || show) {
-            for (int q0 = 0; q0 < T; q0 += qb) { /* the pattern by blocks of query rows, as on the CPU */
-                const int rows = T - q0 < qb ? T - q0 : qb;
-                TRY(pattern_scores(d, att, q, kc, B, T, H, K, Dh, pos0, bstride, scale, q0, rows));
-                TRY(hook_block(d, &f, MP_HOOK_ATTN_SCORES, l, q0, rows, att));
-                CU(mp_cuk_attn_softmax, (att, NULL, B, H, S, T, pos0, q0, rows, s));
-                TRY(hook_block(d, &f, MP_HOOK_PATTERN, l, q0, rows, att));
-                TRY(pattern_pv(d, z, att, vc, B, T, H, K, Dh, pos0, bstride, q0, rows));
-            }
-        } else if (tr) { /* no pattern stored: the rows' log-sum-exp, from which the backward recomputes it */
-            TRY(attn_blocked(d, z, A->lse + (size_t)l * B * H * T, NULL, NULL, NULL, NULL, q, k, v, B, T, H, K, Dh, 0,
-                             (size_t)T * KD));
-        } else if (T >= BLOCKED_MIN_T) { /* prefill: the products in cuBLAS */
-            TRY(attn_blocked(d, z, NULL, NULL, NULL, NULL, NULL, q, kc, vc, B, T, H, K, Dh, pos0, bstride));
-        } else { /* decoding and short calls: a block per query row, the keys split across its warps */
-            CU(mp_cuk_attn_flash, (z, q, kc, vc, B, T, H, K, Dh, pos0, bstride, scale, s));
-        }
-        TRY(hook_whole(d, &f, MP_HOOK_Z, l, z));
-        TRY(linear(d, out, z, w.wo, w.bo, N, HD, D));
-        TRY(hook_whole(d, &f, MP_HOOK_ATTN_OUT, l, out));
-        if (tr) { /* resid_mid = resid_in + attention, kept apart from resid_in */
-            CU(cudaMemcpyAsync, (a.resid_mid, x, n_x * sizeof(float), cudaMemcpyDeviceToDevice, s));
-            x = a.resid_mid;
-        }
-        CU(mp_cuk_add, (x, out, n_x, s));
-        TRY(hook_whole(d, &f, MP_HOOK_RESID_MID, l, x));
-        if (tr) { /* resid_out (the next layer's input) starts as resid_mid */
-            CU(cudaMemcpyAsync, (a.resid_out, x, n_x * sizeof(float), cudaMemcpyDeviceToDevice, s));
-            xn = a.ln2;
-            pre = a.pre;
-            up = a.up;
-        }
-        if (M) {
-            const float *mlp_in = x; /* hook_mlp_in: the MLP norm's own copy of resid_mid */
-            if (mp_hooks_active(f.hs, MP_HOOK_MLP_IN, l)) {
-                CU(cudaMemcpyAsync, (buf, x, n_x * sizeof(float), cudaMemcpyDeviceToDevice, s));
-                TRY(hook_whole(d, &f, MP_HOOK_MLP_IN, l, buf));
-                mlp_in = buf;
-            }
-            TRY(norm(d, &f, MP_HOOK_LN2_SCALE, l, xn, mlp_in, w.ln2_w, w.ln2_b, tr ? a.ln2_rstd : sc,
-                     tr ? a.ln2_mean : sc + N, tr));
-            TRY(hook_whole(d, &f, MP_HOOK_LN2, l, xn));
-            /* gate and up back to back from one rounding of xn (bf16): up does not read pre, so computing it
-             * before hook_mlp_pre fires changes nothing (model.c's decoding step does the same) */
-            TRY(bf16_input(d, xn, n_x, &xb));
-            TRY(linear_pre(d, pre, xn, xb, w.w1, w.b1, N, D, M));
-            if (c->mlp == MP_MLP_SWIGLU) TRY(linear_pre(d, up, xn, xb, w.w3, w.b3, N, D, M));
-            TRY(hook_whole(d, &f, MP_HOOK_MLP_PRE, l, pre));
-            float *post = tr ? a.post : pre; /* inference: the activation in place */
-            if (c->mlp == MP_MLP_SWIGLU) {
-                TRY(hook_whole(d, &f, MP_HOOK_MLP_PRE_LINEAR, l, up));
-                CU(mp_cuk_swiglu, (post, pre, up, n_h, s));
-            } else {
-                CU(mp_cuk_gelu, (post, pre, n_h, c->gelu_tanh, s));
-            }
-            TRY(hook_whole(d, &f, MP_HOOK_MLP_POST, l, post));
-            TRY(linear(d, out, post, w.w2, w.b2, N, M, D));
-            TRY(hook_whole(d, &f, MP_HOOK_MLP_OUT, l, out));
-            CU(mp_cuk_add, (tr ? a.resid_out : x, out, n_x, s));
-        }
-        if (tr) x = a.resid_out;
-        TRY(hook_whole(d, &f, MP_HOOK_RESID_POST, l, x));
-    }
-    if (tr) xn = A->lnf;
-    TRY(norm(d, &f, MP_HOOK_LNF_SCALE, -1, xn, x, p->lnf_w, p->lnf_b, tr ? A->lnf_rstd : sc, tr ? A->lnf_mean : sc + N,
-             tr));
-    TRY(hook_whole(d, &f, MP_HOOK_LN_FINAL, -1, xn));
-    if (tr) {
-        /* training: the classifier runs chunk by chunk with the loss (train_head) */
-    } else if (fp->logits == MP_LOGITS_ALL) {
-        TRY(linear(d, dlog, xn, p->unembed, NULL, N, D, V));
-        CU(cudaMemcpyAsync, (logits, dlog, (size_t)N * V * sizeof(float), cudaMemcpyDeviceToHost, s));
-    } else if (fp->logits == MP_LOGITS_LAST) {
-        float *last = dlog + (size_t)B * V;
-        for (int bb = 0; bb < B; bb++)
-            CU(cudaMemcpyAsync, (last + (size_t)bb * D, xn + ((size_t)bb * T + T - 1) * D, (size_t)D * sizeof(float),
-                                 cudaMemcpyDeviceToDevice, s));
-        TRY(linear(d, dlog, last, p->unembed, NULL, B, D, V));
-        CU(cudaMemcpyAsync, (logits, dlog, (size_t)B * V * sizeof(float), cudaMemcpyDeviceToHost, s));
-    }
+    TRY(mp_block_forward(&e, &b));
     CU(cudaStreamSynchronize, (s));
-    TRY(rd_drain(d, &f)); /* the reader-only points still in flight */
+    TRY(rd_drain(d, f)); /* the reader-only points still in flight */
     if (cache) {
         cache->len += T;
-        kv->dev_len = cache->len; /* the host copy still ends at host_len */
+        u.kv->dev_len = cache->len; /* the host copy still ends at host_len */
     }
 cleanup:
     if (st != MP_OK) {
@@ -1415,7 +1465,8 @@ cleanup:
 
 static const char *cu_cpu_reason(const mp_model *m, const void *fp) { return mp_cuda_cpu_reason(m, fp); }
 
-static const mp_dev_ops cu_ops = {"cuda", cu_cpu_reason, cu_forward, cu_release, cu_train_step, cu_sync};
+static const mp_dev_ops cu_ops = {MP_DEV_OPS_VERSION, "cuda", &cu_exec, cu_cpu_reason, cu_forward, cu_release,
+                                  cu_train_step, cu_sync};
 
 mp_status mp_cuda_attach(mp_model *m, mp_precision prec) {
     mp_status st = MP_OK;
@@ -1429,6 +1480,7 @@ mp_status mp_cuda_attach(mp_model *m, mp_precision prec) {
     }
     const size_t n = mp_config_n_params(&m->cfg);
     TRY(blas_load());
+    TRY(mp_exec_register(&cu_exec)); /* the device's op table, for mp_exec_lookup("cuda") */
     CU(cudaStreamCreateWithFlags, (&d->stream, cudaStreamNonBlocking));
     CB(blas.create, (&d->blas));
     CB(blas.set_stream, (d->blas, d->stream));

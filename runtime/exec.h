@@ -1,0 +1,134 @@
+/* exec.h — the transformer's forward as ONE walk over a device's op table.
+ * A device (the CPU in model.c, CUDA in runtime/cuda/cuda_model.c) implements
+ * the block's steps as an mp_exec_ops table; mp_block_forward (exec.c) walks
+ * the model — embedding, each layer's attention and MLP, the final norm and
+ * the head — calling those ops and firing every hook point in the order
+ * DESIGN.md's hook table gives, once, for every device. A device keeps its own
+ * buffer set-up and its choice of algorithm inside an op (the CPU's fused
+ * decode products and quantized weights, CUDA's once-rounded bf16 inputs and
+ * its attention kernels), never the order of the steps or of the hooks.
+ * Registry (device.h): mp_exec_register / mp_exec_lookup. */
+#ifndef MP_EXEC_H
+#define MP_EXEC_H
+
+#include "device.h"
+#include "fwd_hooks.h"
+
+/* The layout of mp_exec_ops this runtime walks; a table of another version is refused. */
+#define MP_EXEC_OPS_VERSION 1
+
+/* The block's linear weights (with their biases), as an op resolves them for layer l. */
+typedef enum {
+    MP_EXEC_WQ = 0, MP_EXEC_WK, MP_EXEC_WV, MP_EXEC_WO, /* attention: [H*Dh|K*Dh, D], W_O [D, H*Dh] */
+    MP_EXEC_W1, MP_EXEC_W3, MP_EXEC_W2,                 /* MLP: gate / fc_in [M, D], up [M, D], down [D, M] */
+    MP_EXEC_UNEMBED,                                    /* [V, D], no bias, layer ignored */
+    MP_EXEC_NWEIGHT
+} mp_exec_weight;
+
+typedef struct mp_exec mp_exec;
+
+/* One device's implementation of the forward's steps. Every op returns MP_OK
+ * or an error whose message is set; rows N = B*T unless stated; pointers are
+ * the device's memory (host for the CPU). An op that fires a hook point inside
+ * it (the norm's scale, the attention's scores and pattern) does so through
+ * mp_exec_fire / mp_exec_fire_block, which call `view`. */
+typedef struct mp_exec_ops {
+    int version;      /* MP_EXEC_OPS_VERSION */
+    const char *name; /* "cpu", "cuda": the registry's key */
+    mp_device device;
+    /* -- required -- */
+    /* Hands the view `info` of the tensor at data to the active point's hooks
+     * (they may edit it; it must hold their edits when this returns, for the
+     * next step to read). */
+    mp_status (*view)(const mp_exec *e, mp_hook_info *info, float *data);
+    /* x [N, D] = the token embeddings of tokens [N] (host ids). */
+    mp_status (*embed)(const mp_exec *e, float *x, const int *tokens);
+    /* Learned positions: add ? x += : x = the position rows of each token [N, D]. */
+    mp_status (*learned_pos)(const mp_exec *e, float *x, int add);
+    /* The configured norm of x [N, D] into out, with the weights of the norm
+     * whose scale point is sid (LN1_SCALE / LN2_SCALE of layer l, LNF_SCALE);
+     * with that point active, scale, fire (mp_exec_fire), apply. mean, rstd:
+     * the training store's slots for the statistics, or NULL (inference). */
+    mp_status (*norm)(const mp_exec *e, mp_hook_id sid, int l, float *out, float *mean, float *rstd, const float *x);
+    /* out [rows, OUT] = in [rows, IN] @ W^T + b for weight w of layer l. */
+    mp_status (*linear)(const mp_exec *e, mp_exec_weight w, int l, float *out, const float *in, int rows);
+    /* The n products out[i] = in @ w[i]^T + b[i] that share one input
+     * (q, k, v; the MLP's gate and up), no hook between them: a device may
+     * fuse them or prepare the input once. */
+    mp_status (*linears)(const mp_exec *e, int n, const mp_exec_weight *w, int l, float *const *out, const float *in,
+                         int rows);
+    /* The positional scheme on q [N, H*Dh] and k [N, K*Dh] (rotations, a
+     * query scale; nothing for learned or no positions). */
+    mp_status (*pos_apply)(const mp_exec *e, float *q, float *k);
+    /* Appends k, v [B, T, K*Dh] of layer l to the call's KV cache at its
+     * positions pos0..; *kc, *vc, *bstride: the layer's cached keys and values
+     * (batch stride in floats) that attention reads. Called only with a cache. */
+    mp_status (*kv_append)(const mp_exec *e, int l, const float *k, const float *v, const float **kc,
+                           const float **vc, size_t *bstride);
+    /* Causal attention of layer l: a->q (positioned) into a->z over keys and
+     * values kc, vc (batch stride bstride, rows K*Dh apart), in blocks of qb
+     * query rows wherever the scores or the pattern are shown (a->att holds
+     * a block; hook_attn_scores then hook_pattern fire per block through
+     * mp_exec_fire_block) or stored (training); otherwise any algorithm. */
+    mp_status (*attention)(const mp_exec *e, int l, const mp_layer_acts *a, const float *kc, const float *vc,
+                           size_t bstride, int qb);
+    /* post [N, M] = the configured activation of pre (SwiGLU: of pre and up). */
+    mp_status (*act)(const mp_exec *e, float *post, const float *pre, const float *up);
+    /* dst = src; x += y (n floats). */
+    mp_status (*copy)(const mp_exec *e, float *dst, const float *src, size_t n);
+    mp_status (*add)(const mp_exec *e, float *x, const float *y, size_t n);
+    /* The classifier of the final norm's output xn [N, D]: all rows' logits
+     * [N, V] (MP_LOGITS_ALL) or each sequence's last (real) row's [B, V]
+     * (MP_LOGITS_LAST), into the caller's buffer (host memory). */
+    mp_status (*head)(const mp_exec *e, const float *xn, mp_logits_mode mode, float *logits);
+    /* -- optional: NULL where the device's cpu_reason sends such calls to the CPU -- */
+    /* hook_attn_in, hook_q_input / k_input / v_input (fired in that order
+     * through mp_exec_fire), then q, k, v of each head from its own input. */
+    mp_status (*split_qkv)(const mp_exec *e, int l, const float *in, float *q, float *k, float *v);
+    /* attn.hook_result: each head's output through its slice of W_O fired as
+     * [B,T,H,D]; out (the fused W_O product) then gets the edits' difference. */
+    mp_status (*result)(const mp_exec *e, int l, const float *z, float *out);
+} mp_exec_ops;
+
+/* One forward call on one device: the table, the device's state for this call
+ * (handed to every op), and what the hook points need to know. */
+struct mp_exec {
+    const mp_exec_ops *ops;
+    void *dev;
+    mp_fwd_ctx f; /* config, hooks, B, T, pos0, mask, position ids */
+};
+
+/* The call's buffers, set up by the device (their aliasing is its choice). */
+typedef struct {
+    const int *tokens;     /* [B*T] host token ids */
+    const mp_acts *A;      /* training: the store every layer writes (scratch unused), or NULL */
+    mp_layer_acts scratch; /* inference: every layer's buffers (resid_in may equal resid_mid and resid_out: the
+                            * residual updated in place; ln1 = ln2, post = pre likewise); mean/rstd NULL */
+    float *out;            /* [N, D] the attention / MLP output */
+    float *buf;            /* [N, D] hook_pos_embed's rows and hook_mlp_in's copy (may equal out) */
+    int cache;             /* a KV cache takes this call's keys and values (ops->kv_append) */
+    int qb;                /* query rows per attention block */
+    mp_logits_mode logits_mode; /* what ops->head writes (MP_LOGITS_NONE: nothing) */
+    float *logits;         /* where */
+} mp_exec_bufs;
+
+/* The forward pass: embedding (+ learned positions), every layer, the final
+ * norm, the head; every hook point fired in order. The KV cache's length and
+ * whatever the device must finish (waits, pending readers) stay the caller's. */
+mp_status mp_block_forward(const mp_exec *e, const mp_exec_bufs *b);
+
+/* For ops: fire the whole [B,T,...] point (id, l) on data / a scores or
+ * pattern block [B,H,rows,S] of query rows q0.. (no-op when inactive). */
+mp_status mp_exec_fire(const mp_exec *e, mp_hook_id id, int l, float *data);
+mp_status mp_exec_fire_block(const mp_exec *e, mp_hook_id id, int l, int q0, int rows, float *data);
+
+/* For ops: the float32 weight and bias (may be NULL) of w in layer l among
+ * params p (host or device pointers alike), and its input and output widths. */
+void mp_exec_weight_of(const mp_config *c, const mp_params *p, mp_exec_weight w, int l, const float **W,
+                       const float **bias, int *in, int *out);
+/* For ops: the weight and bias (may be NULL) of the norm whose scale point is
+ * sid (MP_HOOK_LN1_SCALE / LN2_SCALE of layer l, MP_HOOK_LNF_SCALE). */
+void mp_exec_norm_of(const mp_config *c, const mp_params *p, mp_hook_id sid, int l, const float **w,
+                     const float **bias);
+
+#endif

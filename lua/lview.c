@@ -111,7 +111,9 @@ static int l_run(lua_State *L) {
         int *layers = lua_newuserdatauv(L, (size_t)n * sizeof *layers, 0);
         for (lua_Integer i = 1; i <= n; i++) {
             lua_geti(L, t, i);
-            layers[i - 1] = (int)mp_lua_checkint(L, -1, "mp.view.run: layers[i]", 0, INT32_MAX);
+            lua_pushfstring(L, "option 'layers'[%I]", i);
+            layers[i - 1] = (int)mp_lua_int_at(L, -2, "mp.view.run", lua_tostring(L, -1), 0, INT32_MAX);
+            lua_pop(L, 1);
             lua_pop(L, 1);
         }
         p.layers = layers;

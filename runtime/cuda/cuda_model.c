@@ -27,11 +27,12 @@
  * keeps every activation the backward reads in an mp_acts store laid out in
  * device memory (model.h's layout), hooks live on the stored tensors; the
  * classifier, loss and dlogits in chunks of rows (train_head: the logits
- * never exist whole), train.c's backward step for step (cuBLAS for the
- * products' input and weight gradients, cuda_train_kernels.cu for the rest;
- * the attention, by blocks of query rows with its products in cuBLAS,
- * recomputes the pattern from each row's log-sum-exp (attn_blocked), or, where
- * a hook shows the scores or the pattern, runs over the stored one), the
+ * never exist whole), the backward as backward.c's walk over the device's
+ * operations (cu_bwd_ops: cuBLAS for the products' input and weight
+ * gradients, cuda_train_kernels.cu for the rest; the attention, by blocks
+ * of query rows with its products in cuBLAS, recomputes the pattern from
+ * each row's log-sum-exp (attn_blocked), or, where a hook shows the scores
+ * or the pattern, runs over the stored one), the
  * global norm, clipping and AdamW (moments on the device, uploaded when the
  * optimiser's state changed on the host). The updated weights and moments
  * stay on the device (stale): cu_sync copies them back when the host needs
@@ -56,6 +57,7 @@
 #include "cuda_kernels.h"
 #include "exec.h"
 #include "intervene.h"
+#include "backward.h"
 #include "train.h"
 
 #include <cublas_v2.h>
@@ -1140,18 +1142,14 @@ static mp_status linear_bwd_pre(cu_model *d, float *din, float *dw, float *dbias
         if (!inb) TRY(bf16_input(d, in, (size_t)N * IN, &inb)); /* (after gbf: d->abf is not written there) */
         CB(blas.gemm_ex, (d->blas, CUBLAS_OP_N, CUBLAS_OP_T, IN, OUT, N, &one, inb, CUDA_R_16BF, IN, d->gbf,
                           CUDA_R_16BF, OUT, &one, dw, CUDA_R_32F, IN, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        if (dbias) CU(mp_cuk_bias_backward, (dbias, dout, N, OUT, d->ws, d->stream)); /* ws: see backward_dev */
+        if (dbias) CU(mp_cuk_bias_backward, (dbias, dout, N, OUT, d->ws, d->stream)); /* ws: see cu_backward */
         return MP_OK;
     }
     if (din) CB(blas.sgemm, (d->blas, CUBLAS_OP_N, CUBLAS_OP_N, IN, N, OUT, &one, w, IN, dout, OUT, &one, din, IN));
     CB(blas.sgemm, (d->blas, CUBLAS_OP_N, CUBLAS_OP_T, IN, OUT, N, &one, in, IN, dout, OUT, &one, dw, IN));
-    if (dbias) CU(mp_cuk_bias_backward, (dbias, dout, N, OUT, d->ws, d->stream)); /* ws: see backward_dev */
+    if (dbias) CU(mp_cuk_bias_backward, (dbias, dout, N, OUT, d->ws, d->stream)); /* ws: see cu_backward */
 cleanup:
     return st;
-}
-static mp_status linear_bwd(cu_model *d, float *din, float *dw, float *dbias, const float *dout, const float *in,
-                            const float *w, int N, int IN, int OUT) {
-    return linear_bwd_pre(d, din, dw, dbias, dout, in, NULL, w, N, IN, OUT);
 }
 
 #define ZERO(ptr, n) CU(cudaMemsetAsync, ((ptr), 0, (size_t)(n) * sizeof(float), s))
@@ -1183,18 +1181,137 @@ cleanup:
     return st;
 }
 
-/* train.c's backward over the device store A, from dxn of the final norm's
- * output (train_head): every parameter's gradient accumulated into d->g. */
-static mp_status backward_dev(const mp_model *m, const mp_acts *A) {
+/* The backward on the device: the walk of backward.c (mp_backward_walk) over
+ * this table, cu_bwd_ops. Each entry runs its step on the model's stream:
+ * cuBLAS for the products' input and weight gradients (bf16: bfloat16
+ * operands, fp32 accumulation), cuda_train_kernels.cu for the rest, the
+ * attention by blocks of query rows recomputing the pattern from each row's
+ * log-sum-exp (attn_blocked) or over the stored one where a forward hook
+ * showed it (attn_stored_bwd). The device's training backward has no
+ * backward hooks and always takes weight gradients (mp_cuda_cpu_reason keeps
+ * the training-mode forward of backward hooks on the CPU), and the device
+ * runs softmax attention only (mp_cuda_check_model): the entries of the hooks
+ * (fire, copy, add, the norm's hook_scale split, hook_result's pair, the
+ * scratch), of the staged attention and of the variant factor are NULL, and
+ * the walk refuses a call that would need them. */
+typedef struct {
+    cu_model *d;
+    /* bf16: the stored activation whose rounding d->abf holds, so that the
+     * products sharing an input (q, k, v; the MLP's gate and up) round it
+     * once. The walk never writes the stored activations it hands as inputs,
+     * and only cb_linear writes d->abf during the walk. */
+    const float *abf_of;
+    size_t abf_n;
+} cu_bwd;
+
+static mp_status cb_zero(void *ctx, float *x, size_t n) {
+    cu_model *d = ((cu_bwd *)ctx)->d;
+    mp_status st = MP_OK;
+    CU(cudaMemsetAsync, (x, 0, n * sizeof(float), d->stream));
+cleanup:
+    return st;
+}
+
+/* din: beta 0 is cleared, then accumulated into (train.c's arithmetic) */
+static mp_status cb_linear(void *ctx, float *din, float beta, float *dw, float *db, const float *dout, const float *in,
+                           const float *w, int N, int IN, int OUT) {
+    cu_bwd *b = ctx;
+    cu_model *d = b->d;
+    mp_status st = MP_OK;
+    const size_t n = (size_t)N * IN;
+    if (!dw) return mp_error(MP_ERR_ARG, "backward on the cuda device: weight gradients only");
+    if (beta == 0.0f) TRY(cb_zero(ctx, din, (size_t)N * IN));
+    const unsigned short *inb = NULL;
+    if (d->bf16) {
+        if (b->abf_of == in && b->abf_n == n) {
+            inb = d->abf;
+        } else {
+            b->abf_of = NULL;
+            TRY(bf16_input(d, in, n, &inb));
+            b->abf_of = in;
+            b->abf_n = n;
+        }
+    }
+    TRY(linear_bwd_pre(d, din, dw, db, dout, in, inb, w, N, IN, OUT));
+cleanup:
+    return st;
+}
+
+static mp_status cb_norm(void *ctx, const mp_config *c, float *dx, float *dw, float *db, const float *dout,
+                         const float *x, const float *w, const float *mean, const float *rstd, int N) {
+    cu_model *d = ((cu_bwd *)ctx)->d;
+    mp_status st = MP_OK;
+    /* partial sums in the forward's workspace (cu_backward reserved it) */
+    CU(mp_cuk_norm_backward, (dx, dw, db, dout, x, w, mean, rstd, N, c->d_model, c->norm == MP_NORM_LAYER, d->ws,
+                              d->stream));
+cleanup:
+    return st;
+}
+
+static mp_status cb_act(void *ctx, const mp_config *c, float *dpre, float *dup, const float *dpost, const float *pre,
+                        const float *up, size_t n) {
+    cu_model *d = ((cu_bwd *)ctx)->d;
+    mp_status st = MP_OK;
+    if (c->mlp == MP_MLP_SWIGLU) CU(mp_cuk_swiglu_backward, (dpre, dup, dpost, pre, up, n, d->stream));
+    else CU(mp_cuk_gelu_backward, (dpre, dpost, pre, n, c->gelu_tanh, d->stream));
+cleanup:
+    return st;
+}
+
+static mp_status cb_attn(void *ctx, const mp_config *c, const mp_acts *A, int l, const mp_layer_acts *a,
+                         const mp_attn_layer *av, const float *dz, float *dq, float *dk, float *dv, float *datt,
+                         float *dfac) {
+    cu_model *d = ((cu_bwd *)ctx)->d;
+    const int B = A->B, T = A->T, H = c->n_head, K = c->n_kv_head, Dh = c->d_head;
+    (void)av, (void)dfac; /* softmax only: no row factor */
+    if (a->att) /* the stored pattern (a forward hook showed it) */
+        return attn_stored_bwd(d, dq, dk, dv, datt, dz, a->q, a->k, a->v, a->att, B, T, H, K, Dh);
+    /* the pattern recomputed from the rows' log-sum-exp */
+    return attn_blocked(d, NULL, A->lse + (size_t)l * B * H * T, dq, dk, dv, dz, a->q, a->k, a->v, B, T, H, K, Dh, 0,
+                        (size_t)T * K * Dh);
+}
+
+static mp_status cb_pos(void *ctx, const mp_config *c, const float *cos_t, const float *sin_t, const float *q_scale,
+                        float *x, int B, int T, int nh) {
+    cu_model *d = ((cu_bwd *)ctx)->d;
+    mp_status st = MP_OK;
+    CU(mp_cuk_rope_backward, (x, cos_t, sin_t, q_scale, B, T, nh, c->d_head, d->stream));
+cleanup:
+    return st;
+}
+
+/* the rows grouped by token (token_groups) and by position (train_reserve): tokens is not read */
+static mp_status cb_embed(void *ctx, const mp_config *c, float *dembed, float *dpos_embed, const float *dres,
+                          const float *dpos, const int *tokens, int B, int T) {
+    cu_model *d = ((cu_bwd *)ctx)->d;
+    const int N = B * T, D = c->d_model;
+    mp_status st = MP_OK;
+    (void)tokens;
+    CU(mp_cuk_embed_backward, (dembed, dres, d->tok_groups, N, d->tok_ng, D, d->stream));
+    if (dpos_embed) CU(mp_cuk_embed_backward, (dpos_embed, dpos, d->pos_ids, N, d->pos_ng, D, d->stream));
+cleanup:
+    return st;
+}
+
+static const mp_bwd_ops cu_bwd_ops = {
+    .name = "cuda",
+    .zero = cb_zero,
+    .linear = cb_linear,
+    .norm = cb_norm,
+    .act = cb_act,
+    .attn = cb_attn,
+    .pos = cb_pos,
+    .embed = cb_embed,
+};
+
+/* The backward over the device store A from dxn of the final norm's output
+ * (train_head ran the classifier's): every parameter's gradient accumulated
+ * into d->g. The shell around the walk: the workspace reservation. */
+static mp_status cu_backward(const mp_model *m, mp_acts *A) {
     cu_model *d = m->dev;
     const mp_config *c = &m->cfg;
-    const mp_params *p = &d->p, *g = &d->g;
-    const cudaStream_t s = d->stream;
-    const int B = A->B, T = A->T, N = B * T, D = c->d_model, H = c->n_head, K = c->n_kv_head, Dh = c->d_head;
-    const int M = c->mlp == MP_MLP_NONE ? 0 : c->d_mlp, HD = H * Dh, KD = K * Dh, half = Dh / 2;
-    const int ln = c->norm == MP_NORM_LAYER;
-    const size_t nx = (size_t)N * D, nq = (size_t)N * HD, nk = (size_t)N * KD, nh = (size_t)N * M;
-    float *dres = A->dresid, *dxn = A->dxn;
+    const int N = A->B * A->T, D = c->d_model, M = c->mlp == MP_MLP_NONE ? 0 : c->d_mlp;
+    const int HD = c->n_head * c->d_head, KD = c->n_kv_head * c->d_head;
     mp_status st = MP_OK;
     /* the norms' weight gradients and the biases' take their partial sums in the forward's workspace, idle
      * during the backward (stream order: the forward's kernels that used it are done before these run) */
@@ -1203,59 +1320,9 @@ static mp_status backward_dev(const mp_model *m, const mp_acts *A) {
     for (int i = 0; i < 3; i++) wide = outs[i] > wide ? outs[i] : wide;
     const size_t nw = mp_cuk_norm_dw_floats(N, D), nb = mp_cuk_bias_bwd_floats(N, (int)wide);
     TRY(reserve(d, nw > nb ? nw : nb, 0, 0));
-    ZERO(dres, nx);
-    CU(mp_cuk_norm_backward, (dres, g->lnf_w, g->lnf_b, dxn, A->resid + (size_t)c->n_layer * nx, p->lnf_w,
-                              A->lnf_mean, A->lnf_rstd, N, D, ln, d->ws, s));
-    for (int l = c->n_layer - 1; l >= 0; l--) {
-        const mp_layer_params w = mp_params_layer(c, p, l), dw = mp_params_layer(c, g, l);
-        const mp_layer_acts a = mp_acts_layer(c, A, l);
-        if (M) {
-            ZERO(A->dpost, nh);
-            TRY(linear_bwd(d, A->dpost, dw.w2, dw.b2, dres, a.post, w.w2, N, M, D));
-            ZERO(A->dpre, nh);
-            ZERO(dxn, nx);
-            const unsigned short *lb; /* bf16: ln2 rounded once for up's and the gate's weight gradients */
-            if (c->mlp == MP_MLP_SWIGLU) {
-                ZERO(A->dup, nh);
-                CU(mp_cuk_swiglu_backward, (A->dpre, A->dup, A->dpost, a.pre, a.up, nh, s));
-                TRY(bf16_input(d, a.ln2, nx, &lb));
-                TRY(linear_bwd_pre(d, dxn, dw.w3, dw.b3, A->dup, a.ln2, lb, w.w3, N, D, M));
-            } else {
-                CU(mp_cuk_gelu_backward, (A->dpre, A->dpost, a.pre, nh, c->gelu_tanh, s));
-                TRY(bf16_input(d, a.ln2, nx, &lb));
-            }
-            TRY(linear_bwd_pre(d, dxn, dw.w1, dw.b1, A->dpre, a.ln2, lb, w.w1, N, D, M));
-            CU(mp_cuk_norm_backward, (dres, dw.ln2_w, dw.ln2_b, dxn, a.resid_mid, w.ln2_w, a.ln2_mean, a.ln2_rstd, N,
-                                      D, ln, d->ws, s));
-        }
-        ZERO(A->dz, nq);
-        TRY(linear_bwd(d, A->dz, dw.wo, dw.bo, dres, a.z, w.wo, N, HD, D));
-        ZERO(A->dq, nq);
-        ZERO(A->dk, nk);
-        ZERO(A->dv, nk);
-        if (a.att) /* the stored pattern (a hook showed it) */
-            TRY(attn_stored_bwd(d, A->dq, A->dk, A->dv, A->datt, A->dz, a.q, a.k, a.v, a.att, B, T, H, K, Dh));
-        else /* the pattern recomputed from the rows' log-sum-exp */
-            TRY(attn_blocked(d, NULL, A->lse + (size_t)l * B * H * T, A->dq, A->dk, A->dv, A->dz, a.q, a.k, a.v, B, T,
-                             H, K, Dh, 0, (size_t)T * KD));
-        if (mp_pos_rotates(c)) { /* the forward's tables */
-            const float *cos_t = A->pos_tab, *sin_t = cos_t + (size_t)T * half;
-            const float *q_scale = mp_pos_has_logit_scale(c) ? sin_t + (size_t)T * half : NULL;
-            CU(mp_cuk_rope_backward, (A->dq, cos_t, sin_t, q_scale, B, T, H, Dh, s));
-            CU(mp_cuk_rope_backward, (A->dk, cos_t, sin_t, NULL, B, T, K, Dh, s));
-        }
-        ZERO(dxn, nx);
-        const unsigned short *lb; /* bf16: ln1 rounded once for the three weight gradients */
-        TRY(bf16_input(d, a.ln1, nx, &lb));
-        TRY(linear_bwd_pre(d, dxn, dw.wq, dw.bq, A->dq, a.ln1, lb, w.wq, N, D, HD));
-        TRY(linear_bwd_pre(d, dxn, dw.wk, dw.bk, A->dk, a.ln1, lb, w.wk, N, D, KD));
-        TRY(linear_bwd_pre(d, dxn, dw.wv, dw.bv, A->dv, a.ln1, lb, w.wv, N, D, KD));
-        CU(mp_cuk_norm_backward, (dres, dw.ln1_w, dw.ln1_b, dxn, a.resid_in, w.ln1_w, a.ln1_mean, a.ln1_rstd, N, D, ln,
-                                  d->ws, s));
-    }
-    CU(mp_cuk_embed_backward, (g->embed, dres, d->tok_groups, N, d->tok_ng, D, s));
-    if (g->pos_embed) /* row t of each sequence */
-        CU(mp_cuk_embed_backward, (g->pos_embed, dres, d->pos_ids, N, d->pos_ng, D, s));
+    cu_bwd b = {d, NULL, 0};
+    const mp_backward_params bp = {NULL, NULL, NULL, NULL};
+    st = mp_backward_walk(&cu_bwd_ops, &b, c, &d->p, &d->g, A, NULL, &bp);
 cleanup:
     return st;
 }
@@ -1400,7 +1467,7 @@ static mp_status cu_train_step(mp_model *m, mp_adamw *opt, void *wsv, const int 
     for (int l = 0; l < c->n_layer; l++)
         if (mp_hooks_active(hooks, MP_HOOK_ATTN_SCORES, l) || mp_hooks_active(hooks, MP_HOOK_PATTERN, l)) no_pattern = 0;
     TRY(train_reserve(d, c, mb, T, no_pattern));
-    const mp_acts *A = &d->acts;
+    mp_acts *A = &d->acts;
     if (d->opt != opt || d->opt_step != opt->step) { /* another optimiser, or its state changed on the host */
         if (d->opt != opt) TRY(cu_sync(m)); /* the previous optimiser's moments first */
         TRY(params_copy(m, d->om, opt->m, 0));
@@ -1426,7 +1493,7 @@ static mp_status cu_train_step(mp_model *m, mp_adamw *opt, void *wsv, const int 
         double sum = 0.0;
         for (int i = 0; i < N; i++) sum += d->host[i];
         total += (float)(sum / count);
-        TRY(backward_dev(m, A));
+        TRY(cu_backward(m, A));
     }
     *loss = (float)(total / accum);
     /* global norm, clipping (optim.c mp_grad_clip), AdamW (mp_adamw_update) */

@@ -20,6 +20,7 @@
  *  - the SwiGLU MLP's input gradient sums its two products in the order each
  *    caller has always used (dxn_order below). */
 #include "backward.h"
+#include "exec.h"
 
 #include <string.h>
 
@@ -241,6 +242,6 @@ cleanup:
 }
 
 mp_status mp_backward(const mp_model *m, mp_acts *A, const float *dlogits, const mp_backward_params *bp) {
-    return mp_backward_walk(&mp_bwd_ops_cpu, NULL, &m->cfg, &m->p, bp->grads ? &bp->grads->g : NULL, A, dlogits,
+    return mp_backward_walk(mp_exec_cpu.bwd, NULL, &m->cfg, &m->p, bp->grads ? &bp->grads->g : NULL, A, dlogits,
                             bp);
 }

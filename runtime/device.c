@@ -34,7 +34,6 @@ mp_status mp_precision_parse(const char *s, const char *what, mp_precision *out)
 
 /* ---- the op tables' registry ---- */
 
-extern const mp_exec_ops mp_exec_cpu; /* model.c */
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static const mp_exec_ops *reg[MP_EXEC_MAX] = {&mp_exec_cpu};

@@ -88,7 +88,17 @@ typedef struct mp_exec_ops {
     /* attn.hook_result: each head's output through its slice of W_O fired as
      * [B,T,H,D]; out (the fused W_O product) then gets the edits' difference. */
     mp_status (*result)(const mp_exec *e, int l, const float *z, float *out);
+    /* -- the backward -- */
+    /* The same device's backward steps, walked by mp_backward_walk in reverse
+     * (runtime/backward.h: linear, norm, activation, attention, positions,
+     * embeddings; hooks and the staged attention where the device has them),
+     * or NULL for a device that cannot train. One table per device, both ways. */
+    const struct mp_bwd_ops *bwd;
 } mp_exec_ops;
+
+/* The CPU's table (runtime/model.c; its backward, mp_bwd_ops_cpu, in
+ * backward_cpu.c), registered from the start. */
+extern const mp_exec_ops mp_exec_cpu;
 
 /* One forward call on one device: the table, the device's state for this call
  * (handed to every op), and what the hook points need to know. */

@@ -14,6 +14,7 @@
  * initialisation lives in model_init.c: GSL's cblas header clashes with
  * OpenBLAS's, so no file includes both.) */
 #include "attn_variants.h"
+#include "backward.h"
 #include "exec.h"
 #include "model.h"
 #include "ops.h"
@@ -495,7 +496,7 @@ const mp_exec_ops mp_exec_cpu = {
     .view = cpu_view, .embed = cpu_embed, .learned_pos = cpu_learned_pos, .norm = cpu_norm,
     .linear = cpu_linear, .linears = cpu_linears, .pos_apply = cpu_pos_apply, .kv_append = cpu_kv_append,
     .attention = cpu_attention, .act = cpu_act, .copy = cpu_copy, .add = cpu_add, .head = cpu_head,
-    .split_qkv = cpu_split_qkv, .result = cpu_result};
+    .split_qkv = cpu_split_qkv, .result = cpu_result, .bwd = &mp_bwd_ops_cpu};
 
 mp_device mp_model_forward_device(const mp_model *m, const mp_forward_params *fp) {
     mp_forward_params def = mp_forward_params_default();

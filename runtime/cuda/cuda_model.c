@@ -1019,12 +1019,13 @@ cleanup:
 
 /* The device's op table. The per-head q/k/v inputs and attn.hook_result have
  * no device path: mp_cuda_cpu_reason sends calls that hook them to the CPU. */
+static const mp_bwd_ops cu_bwd_ops; /* below, with the training step */
 static const mp_exec_ops cu_exec = {
     .version = MP_EXEC_OPS_VERSION, .name = "cuda", .device = MP_DEVICE_CUDA,
     .view = cu_view, .embed = cu_embed, .learned_pos = cu_learned_pos, .norm = cu_norm,
     .linear = cu_linear, .linears = cu_linears, .pos_apply = cu_pos_apply, .kv_append = cu_kv_append,
     .attention = cu_attention, .act = cu_act, .copy = cu_copy, .add = cu_add, .head = cu_head,
-    .split_qkv = NULL, .result = NULL};
+    .split_qkv = NULL, .result = NULL, .bwd = &cu_bwd_ops};
 
 /* The forward on the device: its buffers, then the walk (exec.c) over cu_exec.
  * With A (a device activation store of B x T; training: no cache, no logits
@@ -1322,7 +1323,7 @@ static mp_status cu_backward(const mp_model *m, mp_acts *A) {
     TRY(reserve(d, nw > nb ? nw : nb, 0, 0));
     cu_bwd b = {d, NULL, 0};
     const mp_backward_params bp = {NULL, NULL, NULL, NULL};
-    st = mp_backward_walk(&cu_bwd_ops, &b, c, &d->p, &d->g, A, NULL, &bp);
+    st = mp_backward_walk(cu_exec.bwd, &b, c, &d->p, &d->g, A, NULL, &bp);
 cleanup:
     return st;
 }

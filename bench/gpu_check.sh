@@ -163,16 +163,18 @@ build_from_source() {
   [ -x "$NVCC" ] || { say "source build: no nvcc on this machine"; return 1; }
   local CUDA_HOME; CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$NVCC")")")
   mkdir -p "$out/obj"
-  local inc=(-I"$ROOT/base" -I"$ROOT/runtime" -I"$ROOT/hooks" -I"$ROOT/io" -I"$ROOT/runtime/cuda" -I"$ROOT/tests"
+  local inc=(-I"$ROOT/base" -I"$ROOT/runtime" -I"$ROOT/hooks" -I"$ROOT/tokenizers" -I"$ROOT/formats" -I"$ROOT/io"
+             -I"$ROOT/backends/cuda" -I"$ROOT/tests"
              -I"$ROOT/bench" -I"$B/include" -I"$B/include/hdf5" -I"$CUDA_HOME/include")
   local defs=(-DMP_HAVE_CUDA=1 "-DMP_SHARED_DIR=\"$B/shared\"" "-DMP_TESTDATA=\"$ROOT/tests/data\"")
   say "source build: nvcc $("$NVCC" --version | tail -1)"
   local f
-  for f in "$ROOT"/runtime/cuda/*.cu; do
+  for f in "$ROOT"/backends/cuda/*.cu; do
     "$NVCC" -O3 -lineinfo -std=c++17 --generate-code=arch=compute_90,code=sm_90 -c "$f" \
       -o "$out/obj/$(basename "${f%.cu}").o" || return 1
   done
-  local srcs=("$ROOT"/base/*.c "$ROOT"/runtime/*.c "$ROOT"/hooks/*.c "$ROOT"/runtime/cuda/*.c "$ROOT"/io/*.c
+  local srcs=("$ROOT"/base/*.c "$ROOT"/runtime/*.c "$ROOT"/hooks/*.c "$ROOT"/tokenizers/*.c "$ROOT"/formats/*.c
+              "$ROOT"/backends/cuda/*.c "$ROOT"/io/*.c
               "$ROOT/tests/testutil.c")
   local cflags=(-std=gnu11 -O2 -fopenmp "${inc[@]}" "${defs[@]}") pids=() fail=0 o
   for f in "${srcs[@]}"; do # $JOBS compilers at a time

@@ -1,7 +1,7 @@
 /* ldevice.c — device selection in Lua: the device= / precision= options of
  * mp.load and mp.model.new, m:to(device [, {precision=}]), m.device and
  * m.precision, and mp.cuda.available() / mp.cuda.built. Bindings only: the
- * checks and the move are runtime/cuda's (mp_cuda.h). */
+ * checks and the move are backends/cuda's (mp_cuda.h). */
 #include "lmodel.h"
 #include "mp_cuda.h"
 

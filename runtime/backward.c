@@ -1,7 +1,7 @@
 /* backward.c — the one backward of the model (see backward.h): a single walk
  * in reverse over a training-mode forward's activations, over a backend's
  * table of operations (mp_bwd_ops: the CPU's in backward_cpu.c, the CUDA
- * backend's in runtime/cuda/cuda_model.c). It serves the training step
+ * backend's in backends/cuda/cuda_model.c). It serves the training step
  * (train.c and the CUDA step: weight gradients, no hooks) and the backward
  * hooks of interpretability (grad.c: input gradients only, a callback at
  * every hook point that may edit the gradient there, the edit propagating

@@ -4,7 +4,7 @@
  * over a table of operations (mp_bwd_ops) that a backend implements: the
  * walk owns the order of the steps and the hook points, the ops how each
  * step runs. The CPU's table is mp_bwd_ops_cpu (backward_cpu.c); the CUDA
- * backend's is in runtime/cuda/cuda_model.c. Two switches: weight gradients
+ * backend's is in backends/cuda/cuda_model.c. Two switches: weight gradients
  * (accumulated into a gradient layout, as a training step needs) and backward
  * hooks (fired, and free to edit, at every hook point in reverse firing
  * order, as mp_model_backward_acts needs). train.c and grad.c call

@@ -474,7 +474,7 @@ mp_status mp_model_new_unweighted(mp_model **out, const mp_config *cfg) {
 
 void mp_model_free(mp_model *m) {
     if (!m) return;
-    if (m->dev && m->dev_ops) m->dev_ops->release(m); /* a backend's device copy (runtime/cuda) */
+    if (m->dev && m->dev_ops) m->dev_ops->release(m); /* a backend's device copy (backends/cuda) */
     if (m->map) munmap(m->map, m->map_len);
     mp_qparams_free(m->q);
     free(m->owned);

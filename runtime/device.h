@@ -1,10 +1,10 @@
 /* device.h — where a model's forward pass runs (mp_device) and in what
  * precision (mp_precision): the names and parsers every front end uses
  * (CLI --device / --precision, Lua device= / precision=), and the seam through
- * which a backend above runtime/ (runtime/cuda/, library mp_cuda) takes over
+ * which a backend above runtime/ (backends/cuda/, library mp_cuda) takes over
  * mp_model_forward for a model it holds a copy of. runtime/ itself knows no
  * CUDA: a backend installs m->dev_ops and m->dev (mp_model_to_device in
- * runtime/cuda/mp_cuda.h), and model.c calls through them. Two tables make a
+ * backends/cuda/mp_cuda.h), and model.c calls through them. Two tables make a
  * device: mp_dev_ops (below: its memory, which calls it takes, the forward's
  * and the training step's shells) and mp_exec_ops (exec.h: the forward's
  * steps, walked by the one mp_block_forward), kept in the registry below. */
@@ -33,7 +33,7 @@ struct mp_exec_ops;
  * another version is refused (MP_ERR_ARG) rather than called. */
 #define MP_DEV_OPS_VERSION 1
 
-/* A backend's entry points (runtime/cuda/cuda_model.c). */
+/* A backend's entry points (backends/cuda/cuda_model.c). */
 typedef struct mp_dev_ops {
     int version;      /* MP_DEV_OPS_VERSION */
     const char *name;

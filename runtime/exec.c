@@ -1,6 +1,6 @@
 /* exec.c — the one forward walk (mp_block_forward): the transformer's steps
  * and every hook point, in order, over a device's op table (exec.h). The CPU
- * (model.c mp_model_forward) and CUDA (runtime/cuda/cuda_model.c forward_dev)
+ * (model.c mp_model_forward) and CUDA (backends/cuda/cuda_model.c forward_dev)
  * both run it; nothing else encodes the order of the steps or the hooks. */
 #include "exec.h"
 

@@ -1,5 +1,5 @@
 /* exec.h — the transformer's forward as ONE walk over a device's op table.
- * A device (the CPU in model.c, CUDA in runtime/cuda/cuda_model.c) implements
+ * A device (the CPU in model.c, CUDA in backends/cuda/cuda_model.c) implements
  * the block's steps as an mp_exec_ops table; mp_block_forward (exec.c) walks
  * the model — embedding, each layer's attention and MLP, the final norm and
  * the head — calling those ops and firing every hook point in the order

@@ -518,7 +518,7 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
     if (m->dev_ops && m->dev_ops->version != MP_DEV_OPS_VERSION)
         return mp_error(MP_ERR_ARG, "forward: the model's device backend \"%s\" has interface version %d; this "
                         "runtime calls version %d", m->dev_ops->name, m->dev_ops->version, MP_DEV_OPS_VERSION);
-    /* a model on a device (runtime/cuda): the backend runs the call, unless it
+    /* a model on a device (backends/cuda): the backend runs the call, unless it
      * needs a path only the CPU has (then the host weights serve, as always);
      * on the CPU, the walk (exec.c) over the CPU's op table */
     if (mp_model_forward_device(m, &fp) != MP_DEVICE_CPU) return m->dev_ops->forward(m, tokens, B, T, &fp, logits);

@@ -136,7 +136,7 @@ typedef struct mp_model {
     unsigned long mem_gen; /* +1 each time the parameter memory is replaced (mp_model_dequantize,
                               mp_model_make_owned): pointers into the old memory are stale */
     /* where the forward runs (device.h): CPU, or a backend's copy of the weights
-     * (m->dev, through m->dev_ops; installed by mp_model_to_device, runtime/cuda).
+     * (m->dev, through m->dev_ops; installed by mp_model_to_device, backends/cuda).
      * The host parameters above stay the model's authoritative copy. */
     mp_device device;
     mp_precision precision;
@@ -329,7 +329,7 @@ mp_status mp_model_sync(const mp_model *m);
 
 /* Where mp_model_forward runs this call (fp may be NULL): the model's device,
  * or MP_DEVICE_CPU for a model on the CPU and for a call its backend leaves to
- * the CPU (mp_cuda_cpu_reason in runtime/cuda/mp_cuda.h). */
+ * the CPU (mp_cuda_cpu_reason in backends/cuda/mp_cuda.h). */
 mp_device mp_model_forward_device(const mp_model *m, const mp_forward_params *fp);
 
 /* ---- ragged batches (runtime/ragged.c) ----

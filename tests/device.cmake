@@ -1,4 +1,4 @@
-# device.cmake — device selection (runtime/device.h, runtime/cuda/mp_cuda.h): host-side tests in the
+# device.cmake — device selection (runtime/device.h, backends/cuda/mp_cuda.h): host-side tests in the
 # normal suite, and the `gpu` comparisons against the CPU (SKIP where no CUDA device exists).
 mp_lua_test(test_device "lua;unit" lua/test_device.lua)
 mp_c_test(test_device_c "unit" test_device.c)   # host side of device selection, the dispatch seam
@@ -9,30 +9,30 @@ add_test(NAME test_gpu_dry COMMAND test_gpu --dry)
 set_tests_properties(test_gpu_dry PROPERTIES LABELS "unit")
 mp_lua_test(test_gpu_lua_dry "lua;unit" lua/test_gpu.lua --dry)
 
-# The CUDA backend on the CPU (tests/cuda_emu): runtime/cuda's host code and kernels, built against
+# The CUDA backend on the CPU (tests/cuda_emu): backends/cuda's host code and kernels, built against
 # an emulation of the CUDA runtime and cuBLAS instead of the device, run by test_gpu's comparisons
 # with the CPU. Checks the backend's logic everywhere the toolkit's headers are; the device checks
 # the rest (concurrency, timing, speed).
 if(MP_HAVE_CUDA)
-  add_library(mp_cuda_emu OBJECT ${CMAKE_SOURCE_DIR}/runtime/cuda/cuda_model.c
-              ${CMAKE_SOURCE_DIR}/runtime/cuda/cuda_select.c
+  add_library(mp_cuda_emu OBJECT ${CMAKE_SOURCE_DIR}/backends/cuda/cuda_model.c
+              ${CMAKE_SOURCE_DIR}/backends/cuda/cuda_select.c
               ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu/kernels_emu.cpp ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu/train_kernels_emu.cpp
               ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu/cuda_emu.cpp)
   # the kernels' registers and shared memory as ptxas gives them, for the emulator's launch checks
   list(GET CMAKE_CUDA_ARCHITECTURES 0 _mp_arch)
   string(REGEX REPLACE "[^0-9].*" "" _mp_arch "${_mp_arch}")
-  set(_mp_cu ${CMAKE_SOURCE_DIR}/runtime/cuda/cuda_kernels.cu ${CMAKE_SOURCE_DIR}/runtime/cuda/cuda_train_kernels.cu)
+  set(_mp_cu ${CMAKE_SOURCE_DIR}/backends/cuda/cuda_kernels.cu ${CMAKE_SOURCE_DIR}/backends/cuda/cuda_train_kernels.cu)
   add_custom_command(OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/cuda_resources.txt
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu/resources.sh ${CMAKE_CUDA_COMPILER} ${_mp_arch}
             ${CMAKE_CURRENT_BINARY_DIR}/cuda_resources.txt ${_mp_cu}
-    DEPENDS ${_mp_cu} ${CMAKE_SOURCE_DIR}/runtime/cuda/cuda_common.cuh ${CMAKE_SOURCE_DIR}/runtime/cuda/cuda_kernels.h
+    DEPENDS ${_mp_cu} ${CMAKE_SOURCE_DIR}/backends/cuda/cuda_common.cuh ${CMAKE_SOURCE_DIR}/backends/cuda/cuda_kernels.h
             ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu/resources.sh
     COMMENT "ptxas resource usage of the CUDA kernels (sm_${_mp_arch}) for the emulator's launch checks")
   add_custom_target(mp_cuda_resources DEPENDS ${CMAKE_CURRENT_BINARY_DIR}/cuda_resources.txt)
   add_dependencies(mp_cuda_emu mp_cuda_resources)
   target_compile_definitions(mp_cuda_emu PRIVATE MP_HAVE_CUDA=1 MP_CUDA_EMU=1
                              MP_CUDA_EMU_RESOURCES_FILE="${CMAKE_CURRENT_BINARY_DIR}/cuda_resources.txt")
-  target_include_directories(mp_cuda_emu PRIVATE ${CMAKE_SOURCE_DIR}/runtime/cuda ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu
+  target_include_directories(mp_cuda_emu PRIVATE ${CMAKE_SOURCE_DIR}/backends/cuda ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu
                              ${CUDAToolkit_INCLUDE_DIRS})
   target_link_libraries(mp_cuda_emu PRIVATE mp_runtime PkgConfig::OPENBLAS)
   set_target_properties(mp_cuda_emu PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON)
@@ -53,10 +53,10 @@ if(MP_HAVE_CUDA)
   set_tests_properties(test_cuda_emu PROPERTIES LABELS "unit")
   # the training kernels against ops_backward.c / optim.c: on a device (gpu) and emulated (unit)
   mp_c_test(test_cuda_train_ops "gpu" test_cuda_train_ops.c)
-  target_include_directories(test_cuda_train_ops PRIVATE ${CMAKE_SOURCE_DIR}/runtime/cuda ${CUDAToolkit_INCLUDE_DIRS})
+  target_include_directories(test_cuda_train_ops PRIVATE ${CMAKE_SOURCE_DIR}/backends/cuda ${CUDAToolkit_INCLUDE_DIRS})
   target_link_libraries(test_cuda_train_ops PRIVATE CUDA::cudart_static)
   add_executable(test_cuda_train_ops_emu test_cuda_train_ops.c $<TARGET_OBJECTS:mp_cuda_emu>)
-  target_include_directories(test_cuda_train_ops_emu PRIVATE ${CMAKE_SOURCE_DIR}/runtime/cuda ${CUDAToolkit_INCLUDE_DIRS})
+  target_include_directories(test_cuda_train_ops_emu PRIVATE ${CMAKE_SOURCE_DIR}/backends/cuda ${CUDAToolkit_INCLUDE_DIRS})
   target_link_libraries(test_cuda_train_ops_emu PRIVATE mp_testutil mechprobe_lua)
   set_target_properties(test_cuda_train_ops_emu PROPERTIES LINKER_LANGUAGE CXX)
   add_test(NAME test_cuda_train_ops_emu COMMAND test_cuda_train_ops_emu)

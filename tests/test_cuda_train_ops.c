@@ -1,5 +1,5 @@
 /* test_cuda_train_ops.c — the CUDA backend's training kernels (cuda_kernels.h,
- * runtime/cuda/cuda_train_kernels.cu) against the CPU's ops_backward.c and
+ * backends/cuda/cuda_train_kernels.cu) against the CPU's ops_backward.c and
  * optim.c on random inputs: embedding, RMSNorm and LayerNorm (dx, dw, db;
  * dw and db over several chunks of rows and tiles of columns, the same bits
  * on a second run),

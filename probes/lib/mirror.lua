@@ -63,7 +63,7 @@ M.presets = {
     depths = {2, 3, 4}, d_model = 48, n_head = 4, steps = 2000, batch = 8,
     B_mech = 64, last_depths = {}, seeds = 3,
   },
-  -- sized for the GPU backend (runtime/cuda): five seeds, wider models, longer
+  -- sized for the GPU backend (backends/cuda): five seeds, wider models, longer
   -- training; on the CPU only with a small --steps (the test runs it so)
   gpu = {
     T = {4, 5, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192}, B_eval = 512, B_tune = 512,

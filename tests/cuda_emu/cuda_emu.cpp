@@ -1,5 +1,5 @@
 // cuda_emu.cpp — the CPU emulation of the CUDA runtime and cuBLAS calls the
-// backend makes (runtime/cuda/), for tests without a GPU (see cuda_emu.h):
+// backend makes (backends/cuda/), for tests without a GPU (see cuda_emu.h):
 // device memory, copies, streams and events, error state, kernel launches
 // (queued on their stream; the grid run block by block in a permuted order,
 // each block's threads as coroutines), and cuBLAS's sgemm and GemmEx through

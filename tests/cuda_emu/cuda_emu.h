@@ -1,5 +1,5 @@
 // cuda_emu.h — runs the CUDA backend's kernels on the CPU, for tests on machines
-// without a GPU (this one, CI). runtime/cuda/cuda_kernels.cu includes it when
+// without a GPU (this one, CI). backends/cuda/cuda_kernels.cu includes it when
 // compiled as C++ with MP_CUDA_EMU (tests/cuda_emu/kernels_emu.cpp): the
 // kernel qualifiers become plain C++, threadIdx / blockIdx / blockDim /
 // gridDim name the running emulated thread's, and MP_LAUNCH queues the grid

@@ -1,4 +1,4 @@
-/* cuda_internal.h — internal to runtime/cuda/: what cuda_select.c (built
+/* cuda_internal.h — internal to backends/cuda/: what cuda_select.c (built
  * always) calls in cuda_model.c (built with CUDA only). */
 #ifndef MP_CUDA_INTERNAL_H
 #define MP_CUDA_INTERNAL_H

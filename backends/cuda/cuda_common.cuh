@@ -1,4 +1,4 @@
-// cuda_common.cuh — internal to runtime/cuda/: what the kernel files
+// cuda_common.cuh — internal to backends/cuda/: what the kernel files
 // (cuda_kernels.cu, cuda_train_kernels.cu) share: warp and block reductions
 // and the grid size of grid-stride loops, and MP_LAUNCH, through which every
 // kernel is launched (with MP_CUDA_EMU, the tests' CPU emulation runs it).

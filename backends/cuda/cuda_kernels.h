@@ -1,4 +1,4 @@
-/* cuda_kernels.h — internal to runtime/cuda/: C-callable launchers of the
+/* cuda_kernels.h — internal to backends/cuda/: C-callable launchers of the
  * device kernels (cuda_kernels.cu). Each mirrors one CPU op of runtime/ops.c
  * or one step of model.c's attention on device pointers, enqueues on `s` and
  * returns cudaGetLastError() of the launch (cudaSuccess = 0). Shapes as in

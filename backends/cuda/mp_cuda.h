@@ -1,4 +1,4 @@
-/* mp_cuda.h — the CUDA backend (library mp_cuda, runtime/cuda/): moving a model
+/* mp_cuda.h — the CUDA backend (library mp_cuda, backends/cuda/): moving a model
  * to the GPU and back, and the host-side checks that decide what may run
  * there. Once a model is on the device, mp_model_forward (and everything built
  * on it: generation, capture, Lua hooks, interventions) runs there through

@@ -154,18 +154,9 @@ static mp_status c_attn_dscores(void *ctx, const mp_config *c, const mp_layer_ac
             const float *pr = a->att + (size_t)bh * TT + (size_t)i * T;
             mp_attn_normalize_backward(av, dr, pr, i + 1);
             if (factor) {
-                if (dfac) { /* sum_j dU_ij S_ij over the support, S = scale q k^T (as the fused kernel) */
-                    double g = 0.0;
-                    const float *qi = qp + (size_t)i * HD;
-                    for (int j = 0; j <= i; j++) {
-                        if (!(pr[j] > 0.0f)) continue;
-                        const float *kj = kp + (size_t)j * KD;
-                        double dot = 0.0;
-                        for (int e = 0; e < Dh; e++) dot += (double)qi[e] * kj[e];
-                        g += (double)dr[j] * dot * scale;
-                    }
-                    dfac[(size_t)bh * T + i] = (float)g;
-                }
+                if (dfac) /* as the fused kernel */
+                    dfac[(size_t)bh * T + i] = (float)mp_attn_factor_grad_row(qp + (size_t)i * HD, kp, KD, dr, pr, i,
+                                                                               Dh, scale);
                 const float fac = (float)mp_attn_row_factor(av, h, i + 1);
                 for (int j = 0; j <= i; j++) dr[j] *= fac;
             }

@@ -128,6 +128,10 @@ void mp_attention_backward(float *dq, float *dk, float *dv, float *datt, const f
  * gradient of each query row's factor (scores recomputed from q and k; dfac
  * may be NULL for kinds without a factor). */
 struct mp_attn_layer;
+/* sum_j dU_ij S_ij over row i's support (P_ij > 0), S = scale q_i . k_j: the
+ * attention variant's row-factor gradient, in double (ops_backward.c). */
+double mp_attn_factor_grad_row(const float *qi, const float *kp, int KD, const float *dr, const float *pr, int i, int Dh,
+                               float scale);
 void mp_attention_backward_variant(float *dq, float *dk, float *dv, float *datt, float *dfac, const float *dz,
                                    const float *q, const float *k, const float *v, const float *att, int B, int T,
                                    int H, int K, int Dh, const struct mp_attn_layer *av);

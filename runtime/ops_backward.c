@@ -165,6 +165,23 @@ void mp_attention_backward(float *dq, float *dk, float *dv, float *datt, const f
 /* Query rows per block of the attention backward (see below). */
 #define ATT_SUB 64
 
+/* The attention variant's row-factor gradient of query row i: sum over the
+ * row's support (P_ij > 0, j <= i) of dU_ij S_ij, S_ij = scale q_i . k_j (k_j
+ * KD floats apart), summed in double; the fused and the staged backward both
+ * take it from here. */
+double mp_attn_factor_grad_row(const float *qi, const float *kp, int KD, const float *dr, const float *pr, int i, int Dh,
+                               float scale) {
+    double g = 0.0;
+    for (int j = 0; j <= i; j++) {
+        if (!(pr[j] > 0.0f)) continue;
+        const float *kj = kp + (size_t)j * KD;
+        double dot = 0.0;
+        for (int e = 0; e < Dh; e++) dot += (double)qi[e] * kj[e];
+        g += (double)dr[j] * dot * scale;
+    }
+    return g;
+}
+
 void mp_attention_backward_variant(float *dq, float *dk, float *dv, float *datt, float *dfac, const float *dz,
                                    const float *q, const float *k, const float *v, const float *att, int B, int T,
                                    int H, int K, int Dh, const struct mp_attn_layer *av) {
@@ -211,15 +228,8 @@ void mp_attention_backward_variant(float *dq, float *dk, float *dv, float *datt,
                             mp_attn_normalize_backward(av, dr, pr, i + 1);
                             double f = 1.0;
                             if (factor) {
-                                double g = 0.0;
-                                const float *qi = qp + (size_t)i * HD;
-                                for (int j = 0; j <= i; j++) {
-                                    if (!(pr[j] > 0.0f)) continue;
-                                    const float *kj = kp + (size_t)j * KD;
-                                    double dot = 0.0;
-                                    for (int e = 0; e < Dh; e++) dot += (double)qi[e] * kj[e];
-                                    g += (double)dr[j] * dot * scale;
-                                }
+                                const double g = mp_attn_factor_grad_row(qp + (size_t)i * HD, kp, KD, dr, pr, i, Dh,
+                                                                         scale);
                                 if (dfac) dfac[((size_t)b * H + h) * T + i] = (float)g;
                                 f = mp_attn_row_factor(av, h, i + 1);
                             }

@@ -157,15 +157,21 @@ static int overlap(const mp_tensor *a, const mp_tensor *b) {
     return b->data < a->data + a->numel && a->data < b->data + b->numel;
 }
 
+/* 1 when t's shape is exactly shape[nd] (an in-place result must keep it). */
+static int is_shape(const mp_tensor *t, int nd, const int64_t *shape) {
+    if (nd != t->ndim) return 0;
+    for (int i = 0; i < nd; i++)
+        if (shape[i] != t->shape[i]) return 0;
+    return 1;
+}
+
 mp_status mp_tensor_binary_(mp_tensor *t, mp_tensor_binop op, const mp_tensor *b) {
     int64_t shape[MP_MAXDIM], st[MP_MAXDIM], sb[MP_MAXDIM];
     int nd;
     if ((unsigned)op > MP_TENSOR_POW) return mp_error(MP_ERR_ARG, "unknown Tensor operation %d", (int)op);
     mp_status s = mp_tensor_broadcast_shape(t->ndim, t->shape, b->ndim, b->shape, &nd, shape);
     if (s != MP_OK) return s;
-    int same = nd == t->ndim;
-    for (int i = 0; same && i < nd; i++) same = shape[i] == t->shape[i];
-    if (!same) {
+    if (!is_shape(t, nd, shape)) {
         char s1[128], s2[128];
         mp_tensor_shape_str(t->ndim, t->shape, s1, sizeof s1);
         mp_tensor_shape_str(b->ndim, b->shape, s2, sizeof s2);
@@ -188,9 +194,7 @@ mp_status mp_tensor_copy_(mp_tensor *t, const mp_tensor *o) {
     int nd;
     mp_status s = mp_tensor_broadcast_shape(t->ndim, t->shape, o->ndim, o->shape, &nd, shape);
     if (s != MP_OK) return s;
-    int same = nd == t->ndim;
-    for (int i = 0; same && i < nd; i++) same = shape[i] == t->shape[i];
-    if (!same) {
+    if (!is_shape(t, nd, shape)) {
         char s1[128], s2[128];
         mp_tensor_shape_str(t->ndim, t->shape, s1, sizeof s1);
         mp_tensor_shape_str(o->ndim, o->shape, s2, sizeof s2);

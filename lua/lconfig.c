@@ -106,9 +106,8 @@ void mp_lua_config_read(lua_State *L, int idx, const char *fn, const char *const
         lua_pop(L, 1);
     }
     /* defaults derived from other fields */
-    if (!given[mp_config_field_find("n_kv_head")]) c->n_kv_head = c->n_head;
-    if (!given[mp_config_field_find("d_head")]) c->d_head = c->n_head > 0 ? c->d_model / c->n_head : 0;
-    if (!given[mp_config_field_find("d_mlp")]) c->d_mlp = c->mlp == MP_MLP_NONE ? 0 : 4 * c->d_model;
+    mp_config_derive(c, given[mp_config_field_find("n_kv_head")], given[mp_config_field_find("d_head")],
+                     given[mp_config_field_find("d_mlp")]);
 }
 
 int mp_lua_config_fields(lua_State *L) {

@@ -299,6 +299,12 @@ static int buf_bytes(size_t a, size_t b, size_t c, size_t d) {
            mp_mul_size(x, sizeof(float), &x);
 }
 
+void mp_config_derive(mp_config *c, int kv_given, int dh_given, int mlp_given) {
+    if (!kv_given) c->n_kv_head = c->n_head;
+    if (!dh_given) c->d_head = c->n_head > 0 ? c->d_model / c->n_head : 0;
+    if (!mlp_given) c->d_mlp = c->mlp == MP_MLP_NONE ? 0 : 4 * c->d_model;
+}
+
 mp_status mp_config_validate(const mp_config *c, const char *what) {
     if (!what) what = "config";
     struct { const char *name; int v, max; } f[] = {

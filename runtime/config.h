@@ -221,6 +221,10 @@ mp_config mp_config_default(void);
 /* Checks every field (positive, divisible, no overflow of any buffer size);
  * MP_ERR_FORMAT with a message prefixed by `what` (usually the file name). */
 mp_status mp_config_validate(const mp_config *c, const char *what);
+/* The defaults derived from other fields, for those a caller was not given
+ * (mp.model.new, mechprobe.Model): n_kv_head = n_head, d_head = d_model / n_head,
+ * d_mlp = 4 d_model (0 without an MLP). */
+void mp_config_derive(mp_config *c, int kv_given, int dh_given, int mlp_given);
 /* Total number of parameters (floats), or 0 on overflow. */
 size_t mp_config_n_params(const mp_config *c);
 

@@ -1,0 +1,13 @@
+"""mechprobe in Python: the C core of the mechprobe toolkit in-process.
+
+    import mechprobe
+    m = mechprobe.load("stories15M.bin")          # llama2.c, GGUF, HF folder, checkpoint
+    logits, cache = m.run_with_cache("Once upon a time")
+    cache["blocks.0.attn.hook_pattern"].shape      # numpy arrays
+
+The Model's methods are implemented in C (mechprobe._core) over the same
+functions the Lua bindings call; this package re-exports them.
+"""
+from ._core import Error, Model, config_fields, load  # noqa: F401
+
+__all__ = ["Error", "Model", "config_fields", "load"]

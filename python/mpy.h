@@ -1,0 +1,64 @@
+/* mpy.h — internals shared by the files of the Python module
+ * (`import mechprobe`, the extension mechprobe._core): the Model object, the
+ * numpy conversions and the error mapping. The module calls the C core's API
+ * (runtime/, hooks/, formats/, io/, mpi/, analyze/) as the Lua bindings do;
+ * nothing here goes through Lua. Not a public header. */
+#ifndef MPY_H
+#define MPY_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define PY_ARRAY_UNIQUE_SYMBOL mpy_ARRAY_API
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#ifndef MPY_IMPORT_ARRAY
+#define NO_IMPORT_ARRAY
+#endif
+#include <numpy/arrayobject.h>
+
+#include "model.h"
+#include "tok.h"
+
+/* The Model: an mp_model, its tokenizer and where that came from. `busy` > 0
+ * while a call that runs Python code (hooks) uses the model: closing it or
+ * starting another such call then is refused (a hook cannot free its model). */
+typedef struct {
+    PyObject_HEAD
+    mp_model *m;
+    mp_tok *tok;          /* NULL: none */
+    char tok_path[1024];  /* its source ("" for bytes or none) */
+    int busy;
+    PyObject *weakrefs;
+} mpy_model;
+
+extern PyTypeObject mpy_model_type;
+extern PyObject *mpy_error;          /* mechprobe.Error (a RuntimeError) */
+
+/* Raises mechprobe.Error (ValueError for MP_ERR_ARG, MemoryError for
+ * MP_ERR_NOMEM, OSError for MP_ERR_IO) with mp_last_error()'s text; returns NULL. */
+PyObject *mpy_fail(mp_status st);
+/* The model of `self`, or NULL with an exception (closed, or busy when busy_ok is 0). */
+mp_model *mpy_model_get(mpy_model *self, const char *fn, int busy_ok);
+
+/* Tokens from a str (encoded with the model's tokenizer, BOS as it wants), a
+ * list of ints, a list of equal-length lists, or a numpy integer array of 1 or 2
+ * dims: a new C-contiguous int32 array [B, T] with every id in [0, vocab), or
+ * NULL with an exception naming `what`. */
+PyArrayObject *mpy_tokens(mpy_model *self, PyObject *obj, const char *what);
+/* A new float32 numpy array that copies n floats of shape [nd]. */
+PyObject *mpy_array_copy(const float *src, int nd, const int64_t *shape);
+/* A float32 C-contiguous array from any array-like (a new reference), checked to
+ * have exactly `nd` dims (nd < 0: any); NULL with an exception naming what. */
+PyArrayObject *mpy_floats(PyObject *obj, int nd, const char *what);
+
+/* Encodes text with the model's tokenizer (flags: MP_TOK_*); *ids malloc'ed. */
+int mpy_encode(mpy_model *self, const char *text, Py_ssize_t len, int flags, int **ids, int *n);
+
+/* Method and attribute tables of the other files, joined into the Model type at
+ * module init; each ends with a {NULL} sentinel. */
+extern PyMethodDef mpy_hooks_methods[];   /* mpy_hooks.c: run_with_cache, run_with_hooks, ... */
+extern PyMethodDef mpy_extra_methods[];   /* mpy_extra.c: interventions, capture, weights, training ... */
+extern PyGetSetDef mpy_extra_getset[];
+/* Module-level functions of the other files. */
+extern PyMethodDef mpy_extra_functions[];
+
+#endif

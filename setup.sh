@@ -12,11 +12,13 @@ JOBS=$(nproc 2>/dev/null || echo 2)
 # Debian packages the build and tests need (the benchmarks add PyTorch etc.);
 # fortunes is text (2 MB) for the rope_id probe's byte-level corpus; Open MPI and
 # the HDF5 built against it for scale-out (mpirun; CMake's MP_MPI=AUTO finds them).
-PKGS="build-essential cmake pkg-config libgsl-dev libhdf5-dev hdf5-tools libcairo2-dev libpango1.0-dev liblua5.4-dev libopenblas-openmp-dev libpcre2-dev libjansson-dev zlib1g-dev fortunes openmpi-bin libopenmpi-dev libhdf5-openmpi-dev"
+# python3-dev and python3-numpy build the Python module (`import mechprobe`).
+PKGS="build-essential cmake pkg-config libgsl-dev libhdf5-dev hdf5-tools libcairo2-dev libpango1.0-dev liblua5.4-dev libopenblas-openmp-dev libpcre2-dev libjansson-dev zlib1g-dev fortunes openmpi-bin libopenmpi-dev libhdf5-openmpi-dev python3-dev python3-numpy"
 BENCH_PKGS="python3-torch python3-numpy python3-h5py python3-matplotlib bc"
 # The test modes add a headless browser for the `mechprobe view` pages
-# (tests/view.cmake: Debian's chromium, driven by a python3 script).
-TEST_PKGS="chromium python3"
+# (tests/view.cmake: Debian's chromium, driven by a python3 script), and what the
+# Python module's tests use (pytest; h5py and matplotlib in the examples).
+TEST_PKGS="chromium python3 python3-pytest python3-h5py python3-matplotlib"
 
 install_missing() {
   local missing=()
@@ -31,6 +33,23 @@ install_missing() {
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
+# Makes `import mechprobe` work for Debian's python3 (the one the module is
+# built against): a .pth file naming DIR/python in its site directory
+# (/usr/local/lib/python3.X/dist-packages as root, the user site otherwise).
+install_python() { # install_python DIR
+  local dir=$1 py=/usr/bin/python3
+  ls "$dir"/python/mechprobe/_core*.so >/dev/null 2>&1 || return 0
+  local site
+  if [ "$(id -u)" -eq 0 ]; then
+    site=$($py -c 'import sys; print("/usr/local/lib/python%d.%d/dist-packages" % sys.version_info[:2])')
+  else
+    site=$($py -m site --user-site)
+  fi
+  mkdir -p "$site"
+  echo "$ROOT/$dir/python" > "$site/mechprobe.pth"
+  $py -c 'import mechprobe' && echo "setup: $py can import mechprobe ($site/mechprobe.pth -> $ROOT/$dir/python)"
+}
+
 build() { # build DIR [cmake args...]
   local dir=$1; shift
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release "$@" > "$dir.cmake.log" 2>&1 || { cat "$dir.cmake.log"; exit 1; }
@@ -42,15 +61,18 @@ case "$mode" in
   run)
     install_missing $PKGS
     mkdir -p build && build build
+    install_python build
     ./build/mechprobe quickstart --out out/quickstart
     ;;
   build)
     install_missing $PKGS
     mkdir -p build && build build
+    install_python build
     ;;
   test)
     install_missing $PKGS $TEST_PKGS
     mkdir -p build && build build
+    install_python build
     ctest --test-dir build --output-on-failure -j"$JOBS" "${@:2}"
     ;;
   asan)

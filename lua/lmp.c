@@ -9,6 +9,7 @@
 #include <string.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 int mp_lua_fail(lua_State *L, mp_status s) {
@@ -93,6 +94,15 @@ static int l_input_size(lua_State *L) {
     return 1;
 }
 
+/* mp.clock() -> seconds of a monotonic wall clock (CLOCK_MONOTONIC): for
+ * timing (os.clock counts the process's CPU time, every thread's). */
+static int l_clock(lua_State *L) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec * 1e-9);
+    return 1;
+}
+
 int luaopen_mechprobe(lua_State *L) {
     mp_io_init();
     lua_newtable(L);
@@ -106,6 +116,8 @@ int luaopen_mechprobe(lua_State *L) {
     lua_setfield(L, -2, "read_file");
     lua_pushcfunction(L, l_input_size);
     lua_setfield(L, -2, "input_size");
+    lua_pushcfunction(L, l_clock);
+    lua_setfield(L, -2, "clock");
     mp_lua_open_tensor(L);
     mp_lua_open_h5(L);
     mp_lua_open_output(L);

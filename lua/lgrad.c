@@ -7,7 +7,6 @@
  * Bindings only: the backward and the attribution sums are C (runtime/grad.c). */
 #include "lmodel.h"
 #include "grad.h"
-#include "ops.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,29 +140,16 @@ static double loss_eval(lua_State *L, const loss_spec *ls, mp_tensor *lt, int li
     const size_t n = lt->numel;
     switch (ls->kind) {
     case LOSS_CE: {
-        float *p = dl ? dl : mp_malloc(n * sizeof(float), "the loss's probabilities");
-        if (!p) mp_lua_fail(L, MP_ERR_NOMEM);
-        memcpy(p, lt->data, n * sizeof(float));
-        int count = mp_crossentropy_forward(rows, p, p, ls->targets, N, V);
-        double sum = 0.0;
-        for (int i = 0; i < N; i++) sum += rows[i];
-        if (count && dl) mp_crossentropy_backward(dl, dl, ls->targets, N, V, 1.0f / (float)count);
-        if (!dl) free(p);
-        if (!count) luaL_error(L, "%s: loss \"ce\": every target is -1 (nothing to average)", fn);
-        return (float)(sum / count); /* as m:loss */
+        double v;
+        mp_status st = mp_grad_ce(lt->data, ls->targets, N, V, dl, rows, &v);
+        if (st == MP_ERR_ARG) luaL_error(L, "%s: %s", fn, mp_last_error());
+        if (st) mp_lua_fail(L, st);
+        return v;
     }
     case LOSS_LOGIT_DIFF: {
-        double sum = 0.0;
-        if (dl) memset(dl, 0, n * sizeof(float));
-        for (int b = 0; b < B; b++) {
-            const size_t row = ((size_t)b * T + T - 1) * V;
-            sum += (double)lt->data[row + ls->correct[b]] - (double)lt->data[row + ls->wrong[b]];
-            if (dl) {
-                dl[row + ls->correct[b]] += 1.0f / (float)B;
-                dl[row + ls->wrong[b]] -= 1.0f / (float)B;
-            }
-        }
-        return sum / B;
+        double v;
+        mp_grad_logit_diff(lt->data, B, T, V, ls->correct, ls->wrong, dl, &v);
+        return v;
     }
     default: {
         lua_pushvalue(L, ls->fn);

@@ -53,6 +53,22 @@ PyArrayObject *mpy_floats(PyObject *obj, int nd, const char *what);
 /* Encodes text with the model's tokenizer (flags: MP_TOK_*); *ids malloc'ed. */
 int mpy_encode(mpy_model *self, const char *text, Py_ssize_t len, int flags, int **ids, int *n);
 
+/* mpy_hooks.c: Python hook functions (TransformerLens's fn(act, hook)) in a
+ * registry of their own. mpy_pyhooks_new reads a list [(name | globs | list of
+ * names | filter function, fn)] (None: empty) into a new registry, or returns
+ * NULL with an exception naming what[i]; mpy_pyhooks_registry is the registry to
+ * pass to the core (NULL when empty). Run the core with the GIL released (the
+ * hooks take it for their calls) and self->busy raised. After a failed call,
+ * mpy_pyhooks_fail re-raises the exception a hook raised (MP_ERR_HOOK), else
+ * mpy_fail(st); returns NULL. */
+typedef struct mpy_pyhooks mpy_pyhooks;
+mpy_pyhooks *mpy_pyhooks_new(mpy_model *self, PyObject *list, const char *what);
+const struct mp_hooks *mpy_pyhooks_registry(const mpy_pyhooks *p);
+PyObject *mpy_pyhooks_fail(mpy_pyhooks *p, mp_status st);
+void mpy_pyhooks_free(mpy_pyhooks *p);
+/* m.forward(...) with fwd_hooks=, bwd_hooks=, loss= or targets= (run_with_hooks's body). */
+PyObject *mpy_run_hooked(mpy_model *self, PyObject *args, PyObject *kw);
+
 /* Method and attribute tables of the other files, joined into the Model type at
  * module init; each ends with a {NULL} sentinel. */
 extern PyMethodDef mpy_hooks_methods[];   /* mpy_hooks.c: run_with_cache, run_with_hooks, ... */

@@ -631,6 +631,9 @@ static PyObject *model_forward(mpy_model *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"tokens", "logits", "attention_mask", NULL};
     PyObject *tokobj, *maskobj = Py_None;
     const char *lm = "all";
+    static const char *const hooked[] = {"fwd_hooks", "bwd_hooks", "loss", "targets"};
+    for (int i = 0; kw && i < 4; i++) /* hooks or a loss: mpy_hooks.c's run */
+        if (PyDict_GetItemString(kw, hooked[i])) return mpy_run_hooked(self, args, kw);
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O|sO:forward", kwlist, &tokobj, &lm, &maskobj)) return NULL;
     mp_model *m = mpy_model_get(self, "forward", 0);
     if (!m) return NULL;
@@ -680,13 +683,18 @@ fail:
  * targets, TransformerLens's next-token loss: inputs tokens[:, :-1], targets
  * tokens[:, 1:]. */
 static PyObject *model_loss(mpy_model *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"tokens", "targets", NULL};
-    PyObject *tokobj, *tgtobj = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:loss", kwlist, &tokobj, &tgtobj)) return NULL;
+    static char *kwlist[] = {"tokens", "targets", "fwd_hooks", NULL};
+    PyObject *tokobj, *tgtobj = Py_None, *fwd = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O$O:loss", kwlist, &tokobj, &tgtobj, &fwd)) return NULL;
     mp_model *m = mpy_model_get(self, "loss", 0);
     if (!m) return NULL;
     PyArrayObject *tok = mpy_tokens(self, tokobj, "loss: tokens"), *tgt = NULL;
     if (!tok) return NULL;
+    mpy_pyhooks *fh = mpy_pyhooks_new(self, fwd, "fwd_hooks");
+    if (!fh) {
+        Py_DECREF(tok);
+        return NULL;
+    }
     int B = (int)PyArray_DIM(tok, 0), T = (int)PyArray_DIM(tok, 1);
     int *in = PyArray_DATA(tok), *tg, *shifted_in = NULL, *shifted_tg = NULL;
     if (tgtobj != Py_None) {
@@ -719,16 +727,22 @@ static PyObject *model_loss(mpy_model *self, PyObject *args, PyObject *kw) {
     mp_status st;
     self->busy++;
     Py_BEGIN_ALLOW_THREADS
-    st = mp_model_loss(m, in, tg, B, T, NULL, &loss);
+    st = mp_model_loss(m, in, tg, B, T, mpy_pyhooks_registry(fh), &loss);
     Py_END_ALLOW_THREADS
     self->busy--;
     free(shifted_in);
     free(shifted_tg);
     Py_DECREF(tok);
     Py_XDECREF(tgt);
-    if (st) return mpy_fail(st);
+    if (st) {
+        mpy_pyhooks_fail(fh, st);
+        mpy_pyhooks_free(fh);
+        return NULL;
+    }
+    mpy_pyhooks_free(fh);
     return PyFloat_FromDouble(loss);
 fail:
+    mpy_pyhooks_free(fh);
     free(shifted_in);
     free(shifted_tg);
     Py_DECREF(tok);
@@ -739,13 +753,14 @@ fail:
 /* m.generate(prompt, max_new_tokens=64, temperature=1.0, top_p=0.9, seed=1234,
  * stop_at_eos=True) -> (text or None, tokens int32 [n]) as m:generate. */
 static PyObject *model_generate(mpy_model *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"prompt", "max_new_tokens", "temperature", "top_p", "seed", "stop_at_eos", NULL};
-    PyObject *prompt;
+    static char *kwlist[] = {"prompt", "max_new_tokens", "temperature", "top_p", "seed", "stop_at_eos", "fwd_hooks",
+                             NULL};
+    PyObject *prompt, *fwd = Py_None;
     int max_new = 64, stop_eos = 1;
     double temp = 1.0, top_p = 0.9;
     unsigned long long seed = 1234;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|iddKp:generate", kwlist, &prompt, &max_new, &temp, &top_p, &seed,
-                                     &stop_eos))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|iddKp$O:generate", kwlist, &prompt, &max_new, &temp, &top_p, &seed,
+                                     &stop_eos, &fwd))
         return NULL;
     mp_model *m = mpy_model_get(self, "generate", 0);
     if (!m) return NULL;
@@ -766,17 +781,27 @@ static PyObject *model_generate(mpy_model *self, PyObject *args, PyObject *kw) {
     }
     mp_sampler_params sp = {(float)temp, (float)top_p, (uint64_t)seed};
     int stop = stop_eos && self->tok ? mp_tok_eos(self->tok) : -1;
+    mpy_pyhooks *fh = mpy_pyhooks_new(self, fwd, "fwd_hooks");
+    if (!fh) {
+        free(out);
+        Py_DECREF(tok);
+        return NULL;
+    }
     mp_status st;
     self->busy++;
     Py_BEGIN_ALLOW_THREADS
-    st = mp_model_generate(m, PyArray_DATA(tok), n, max_new, &sp, NULL, stop, NULL, NULL, out, &n_out);
+    st = mp_model_generate(m, PyArray_DATA(tok), n, max_new, &sp, mpy_pyhooks_registry(fh), stop, NULL, NULL, out,
+                           &n_out);
     Py_END_ALLOW_THREADS
     self->busy--;
     Py_DECREF(tok);
     if (st) {
         free(out);
-        return mpy_fail(st);
+        mpy_pyhooks_fail(fh, st);
+        mpy_pyhooks_free(fh);
+        return NULL;
     }
+    mpy_pyhooks_free(fh);
     npy_intp dims[1] = {n_out};
     PyObject *ids = PyArray_SimpleNew(1, dims, NPY_INT32), *text = Py_None;
     if (ids) memcpy(PyArray_DATA((PyArrayObject *)ids), out, (size_t)n_out * sizeof(int));
@@ -839,11 +864,13 @@ static PyMethodDef core_methods[] = {
     {"to_string", (PyCFunction)model_to_string, METH_O, "to_string(ids) -> str"},
     {"to_str_tokens", (PyCFunction)model_to_str_tokens, METH_O, "to_str_tokens(text | ids) -> [str]"},
     {"forward", (PyCFunction)(void (*)(void))model_forward, METH_VARARGS | METH_KEYWORDS,
-     "forward(tokens, logits='all', attention_mask=None) -> float32 logits [B, T, V] ('last': [B, V]; 'none': None)"},
+     "forward(tokens, logits='all', attention_mask=None, fwd_hooks=None) -> float32 logits [B, T, V] ('last': [B, "
+     "V]; 'none': None); with loss= (and targets=): (logits, loss value), as run_with_hooks"},
     {"loss", (PyCFunction)(void (*)(void))model_loss, METH_VARARGS | METH_KEYWORDS,
-     "loss(tokens, targets=None) -> mean cross-entropy (no targets: next-token loss over tokens)"},
+     "loss(tokens, targets=None, *, fwd_hooks=None) -> mean cross-entropy (no targets: next-token loss over tokens)"},
     {"generate", (PyCFunction)(void (*)(void))model_generate, METH_VARARGS | METH_KEYWORDS,
-     "generate(prompt, max_new_tokens=64, temperature=1.0, top_p=0.9, seed=1234, stop_at_eos=True) -> (text, ids)"},
+     "generate(prompt, max_new_tokens=64, temperature=1.0, top_p=0.9, seed=1234, stop_at_eos=True, *, "
+     "fwd_hooks=None) -> (text, ids)"},
     {"hook_names", (PyCFunction)model_hook_names, METH_VARARGS, "hook_names(pattern='*') -> [str] in firing order"},
     {NULL, NULL, 0, NULL}};
 

@@ -4,14 +4,49 @@
  * sums of attribution patching. See grad.h. */
 #include "grad.h"
 #include "backward.h"
+#include "ops.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 int mp_grad_has_hook(mp_hook_id id) { return mp_hook_has_grad(id); }
 
 mp_status mp_model_backward_acts(const mp_model *m, mp_acts *A, const float *dlogits, const mp_hooks *hs) {
     const mp_backward_params bp = {NULL, NULL, NULL, hs};
     return mp_backward(m, A, dlogits, &bp);
+}
+
+/* ---- metrics ---- */
+
+mp_status mp_grad_ce(const float *logits, const int *targets, int N, int V, float *dl, float *rows, double *value) {
+    const size_t n = (size_t)N * V;
+    float *p = dl ? dl : mp_malloc(n * sizeof(float), "the loss's probabilities");
+    if (!p) return MP_ERR_NOMEM;
+    memcpy(p, logits, n * sizeof(float));
+    int count = mp_crossentropy_forward(rows, p, p, targets, N, V);
+    double sum = 0.0;
+    for (int i = 0; i < N; i++) sum += rows[i];
+    if (count && dl) mp_crossentropy_backward(dl, dl, targets, N, V, 1.0f / (float)count);
+    if (!dl) free(p);
+    if (!count) return mp_error(MP_ERR_ARG, "loss \"ce\": every target is -1 (nothing to average)");
+    *value = (float)(sum / count); /* as m:loss */
+    return MP_OK;
+}
+
+void mp_grad_logit_diff(const float *logits, int B, int T, int V, const int *correct, const int *wrong, float *dl,
+                        double *value) {
+    const size_t n = (size_t)B * T * V;
+    double sum = 0.0;
+    if (dl) memset(dl, 0, n * sizeof(float));
+    for (int b = 0; b < B; b++) {
+        const size_t row = ((size_t)b * T + T - 1) * V;
+        sum += (double)logits[row + correct[b]] - (double)logits[row + wrong[b]];
+        if (dl) {
+            dl[row + correct[b]] += 1.0f / (float)B;
+            dl[row + wrong[b]] -= 1.0f / (float)B;
+        }
+    }
+    *value = sum / B;
 }
 
 /* ---- attribution patching ---- */

@@ -33,6 +33,21 @@ int mp_grad_has_hook(mp_hook_id id);
  * one). MP_ERR_HOOK when a callback aborts; MP_ERR_NOMEM. */
 mp_status mp_model_backward_acts(const mp_model *m, mp_acts *A, const float *dlogits, const mp_hooks *bwd);
 
+/* ---- the metrics the bindings name (loss = "ce", {logit_diff = ...}) ----
+ * Both bindings (lua/lgrad.c, python/mpy_hooks.c) evaluate them here, so the
+ * values and gradients they report cannot differ. */
+
+/* The mean cross-entropy of logits [N, V] against targets [N] (-1: ignored),
+ * as m:loss reports it (rounded to float), into *value; with dl non-NULL its
+ * gradient d value / d logits [N, V] (dl may alias nothing else). rows: N
+ * floats of scratch. MP_ERR_ARG when every target is -1; MP_ERR_NOMEM. */
+mp_status mp_grad_ce(const float *logits, const int *targets, int N, int V, float *dl, float *rows, double *value);
+/* The mean over the B rows of logits [B, T, V] of logit[correct[b]] -
+ * logit[wrong[b]] at the last position (TransformerLens's logit difference),
+ * into *value; with dl non-NULL its gradient [B, T, V]. Ids must be in [0, V). */
+void mp_grad_logit_diff(const float *logits, int B, int T, int V, const int *correct, const int *wrong, float *dl,
+                        double *value);
+
 /* ---- attribution patching ----
  * For one hook point with activations clean and corrupt and the metric's
  * gradient grad at the corrupted run (each of the hook's full shape for B x T

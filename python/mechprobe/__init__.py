@@ -11,3 +11,9 @@ functions the Lua bindings call; this package re-exports them.
 from ._core import Error, Model, config_fields, load  # noqa: F401
 
 __all__ = ["Error", "Model", "config_fields", "load"]
+
+# hooks, the activation cache, gradients (mpy_hooks.c)
+from .cache import ActivationCache  # noqa: E402,F401
+from .hooks import HookPoint, attribution_patch  # noqa: E402,F401
+
+__all__ += ["ActivationCache", "HookPoint", "attribution_patch"]

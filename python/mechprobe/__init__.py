@@ -11,3 +11,10 @@ functions the Lua bindings call; this package re-exports them.
 from ._core import Error, Model, config_fields, load  # noqa: F401
 
 __all__ = ["Error", "Model", "config_fields", "load"]
+
+# interventions, capture, weights, saving, training, analyses (mpy_extra.c, extra.py, analyze.py)
+from ._core import capture, patch, scale, steer  # noqa: E402,F401
+from .extra import Intervention, TokenStream, ablate, load  # noqa: E402,F401
+from . import analyze  # noqa: E402,F401
+
+__all__ += ["Intervention", "TokenStream", "ablate", "analyze", "capture", "patch", "scale", "steer"]

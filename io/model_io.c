@@ -90,6 +90,17 @@ mp_model_format mp_model_save_format(const char *path, mp_model_format requested
     return MP_FORMAT_LLAMA2C;
 }
 
+mp_model_format mp_model_format_named(const char *name) {
+    return !strcmp(name, "hf") ? MP_FORMAT_HF : !strcmp(name, "gguf") ? MP_FORMAT_GGUF
+         : !strcmp(name, "h5") ? MP_FORMAT_CHECKPOINT : !strcmp(name, "llama2c") ? MP_FORMAT_LLAMA2C
+         : MP_FORMAT_UNKNOWN;
+}
+
+long mp_gguf_type_named(const char *name) {
+    return !strcmp(name, "f32") ? MP_GGML_F32 : !strcmp(name, "f16") ? MP_GGML_F16
+         : !strcmp(name, "q8_0") ? MP_GGML_Q8_0 : -1;
+}
+
 /* Copies the regular file src to dst through an atomic output (the whole file
  * is read first, so src may be dst). Files over 1 GiB are refused. */
 static mp_status copy_file(const char *src, const char *dst) {

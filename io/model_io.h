@@ -49,6 +49,13 @@ mp_model_save_params mp_model_save_params_default(void);
  * ".gguf", llama2.c otherwise. */
 mp_model_format mp_model_save_format(const char *path, mp_model_format requested);
 
+/* The save format a binding's format= names: "hf", "gguf", "h5" (checkpoint)
+ * or "llama2c"; MP_FORMAT_UNKNOWN for any other name. */
+mp_model_format mp_model_format_named(const char *name);
+/* The GGUF type of 2-D weights a binding's type= names: "f32" (MP_GGML_F32),
+ * "f16" or "q8_0"; -1 for any other name. */
+long mp_gguf_type_named(const char *name);
+
 /* Saves m (atomically) as mp_model_save_format(path, p->format) says: an HDF5
  * checkpoint (parameters, p->opt, p->log), GGUF (mp_model_save_gguf), a Hugging
  * Face folder (config.json + model.safetensors), or llama2.c — only for the

@@ -712,9 +712,7 @@ static int model_save(lua_State *L) {
     const char *format = mp_lua_opt_str(L, opt, "save", "format", NULL);
     mp_model_save_params sp = mp_model_save_params_default();
     if (format) {
-        sp.format = strcmp(format, "hf") == 0 ? MP_FORMAT_HF : strcmp(format, "gguf") == 0 ? MP_FORMAT_GGUF
-                  : strcmp(format, "h5") == 0 ? MP_FORMAT_CHECKPOINT : strcmp(format, "llama2c") == 0 ? MP_FORMAT_LLAMA2C
-                  : MP_FORMAT_UNKNOWN;
+        sp.format = mp_model_format_named(format);
         if (sp.format == MP_FORMAT_UNKNOWN)
             return luaL_error(L, "save: format must be \"hf\", \"gguf\", \"h5\" or \"llama2c\" (got \"%s\")", format);
     }
@@ -722,10 +720,9 @@ static int model_save(lua_State *L) {
     if (sp.format == MP_FORMAT_GGUF) {
         const char *type = "f32";
         type = mp_lua_opt_str(L, opt, "save", "type", type);
-        uint32_t t = strcmp(type, "f32") == 0 ? MP_GGML_F32 : strcmp(type, "f16") == 0 ? MP_GGML_F16
-                   : strcmp(type, "q8_0") == 0 ? MP_GGML_Q8_0 : 0xffffffffu;
-        if (t == 0xffffffffu) return luaL_error(L, "save: type must be \"f32\", \"f16\" or \"q8_0\" (got \"%s\")", type);
-        sp.gguf_type = t;
+        long t = mp_gguf_type_named(type);
+        if (t < 0) return luaL_error(L, "save: type must be \"f32\", \"f16\" or \"q8_0\" (got \"%s\")", type);
+        sp.gguf_type = (uint32_t)t;
         sp.tok_source = lm->tok && !is_bytes(lm) ? lm->tok_path : NULL;
     } else if (sp.format == MP_FORMAT_HF) {
         sp.tok_source = lm->tok && !is_bytes(lm) ? lm->tok_path : NULL; /* the folder gets its tokenizer */

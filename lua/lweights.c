@@ -222,8 +222,6 @@ static void after_process(lua_State *L, int idx, size_t n) {
 static int model_process_weights(lua_State *L) {
     static const char *const known[] = {"fold_ln", "center_writing_weights", "center_unembed", "fold_value_biases",
                                         NULL};
-    static const mp_wp_step steps[] = {MP_WP_FOLD_LN, MP_WP_CENTER_WRITING, MP_WP_CENTER_UNEMBED,
-                                       MP_WP_FOLD_VALUE_BIASES};
     lua_settop(L, 2);
     lmodel *lm = mp_lua_model_check(L, 1);
     if (lm->busy > 0)
@@ -236,24 +234,25 @@ static int model_process_weights(lua_State *L) {
         mp_weights_step_applies(lm->m, MP_WP_FOLD_LN, why, sizeof why);
         return luaL_error(L, "process_weights: %s", why);
     }
-    unsigned mask = 0;
+    int o[MP_WP_N_STEPS];
+    for (int i = 0; i < MP_WP_N_STEPS; i++) {
+        int given = mp_lua_opt_get(L, opt, known[i]) != LUA_TNIL;
+        lua_pop(L, 1);
+        o[i] = given ? mp_lua_opt_bool(L, opt, "process_weights", known[i], 1) : -1;
+    }
+    char why[MP_WP_N_STEPS][512];
+    unsigned mask = mp_weights_process_plan(lm->m, o, why); /* the defaults, shared with the Python binding */
     lua_newtable(L); /* applied */
     lua_newtable(L); /* skipped */
     int applied = lua_gettop(L) - 1, skipped = applied + 1, n = 0;
-    for (int i = 0; i < 4; i++) {
-        const char *key = known[i];
-        int given = mp_lua_opt_get(L, opt, key) != LUA_TNIL;
-        lua_pop(L, 1);
-        if (!mp_lua_opt_bool(L, opt, "process_weights", key, 1)) continue;
-        char why[512];
-        if (!given && !mp_weights_step_applies(lm->m, steps[i], why, sizeof why)) {
-            lua_pushstring(L, why);
-            lua_setfield(L, skipped, key);
-            continue;
+    for (int i = 0; i < MP_WP_N_STEPS; i++) {
+        if (why[i][0]) {
+            lua_pushstring(L, why[i]);
+            lua_setfield(L, skipped, known[i]);
+        } else if (mask & mp_wp_order[i]) {
+            lua_pushstring(L, known[i]);
+            lua_rawseti(L, applied, ++n);
         }
-        mask |= steps[i];
-        lua_pushstring(L, key);
-        lua_rawseti(L, applied, ++n);
     }
     size_t n_before = mp_config_n_params(&lm->m->cfg);
     mp_status st = mp_weights_process(lm->m, mask);

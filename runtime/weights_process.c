@@ -197,6 +197,24 @@ static mp_status untie(mp_model *m) {
     return MP_OK;
 }
 
+const mp_wp_step mp_wp_order[MP_WP_N_STEPS] = {MP_WP_FOLD_LN, MP_WP_CENTER_WRITING, MP_WP_CENTER_UNEMBED,
+                                                MP_WP_FOLD_VALUE_BIASES};
+
+unsigned mp_weights_process_plan(const mp_model *m, const int opt[MP_WP_N_STEPS], char why[MP_WP_N_STEPS][512]) {
+    unsigned mask = 0;
+    for (int i = 0; i < MP_WP_N_STEPS; i++) {
+        why[i][0] = '\0';
+        if (opt[i] == 0) continue;
+        if (opt[i] < 0 && !mp_weights_step_applies(m, mp_wp_order[i], why[i], sizeof why[i])) {
+            if (!why[i][0])
+                snprintf(why[i], sizeof why[i], "%s does not apply to this model", mp_weights_step_name(mp_wp_order[i]));
+            continue;
+        }
+        mask |= mp_wp_order[i];
+    }
+    return mask;
+}
+
 mp_status mp_weights_process(mp_model *m, unsigned steps) {
     static const mp_wp_step order[] = {MP_WP_FOLD_LN, MP_WP_CENTER_WRITING, MP_WP_CENTER_UNEMBED,
                                        MP_WP_FOLD_VALUE_BIASES};

@@ -44,6 +44,17 @@ const char *mp_weights_step_name(mp_wp_step s);
  * the reason in why (e.g. "the model uses RMSNorm, which does not remove the
  * mean (TransformerLens skips it too)"). Quantized models: 0 for every step. */
 int mp_weights_step_applies(const mp_model *m, mp_wp_step s, char *why, size_t n);
+/* The steps of TL's process_weights(...) options, as both bindings read them
+ * (m:process_weights{...} in Lua, m.process_weights(...) in Python): opt[i]
+ * for step i in TL's order (fold_ln, center_writing_weights, center_unembed,
+ * fold_value_biases) is -1 when not given (TL's default True: the step is
+ * asked where it applies, else skipped with the reason in why[i]), 0 (off) or
+ * 1 (asked; mp_weights_process then refuses it where it does not apply).
+ * Returns the mask for mp_weights_process; why[i] is "" unless skipped. */
+#define MP_WP_N_STEPS 4
+extern const mp_wp_step mp_wp_order[MP_WP_N_STEPS];
+unsigned mp_weights_process_plan(const mp_model *m, const int opt[MP_WP_N_STEPS], char why[MP_WP_N_STEPS][512]);
+
 /* Applies the steps in the mask `steps` in TL's order (fold_ln,
  * center_writing_weights, center_unembed, fold_value_biases). Everything is
  * checked before anything changes: MP_ERR_ARG (the model unchanged) for a step

@@ -17,3 +17,10 @@ from .cache import ActivationCache  # noqa: E402,F401
 from .hooks import HookPoint, attribution_patch  # noqa: E402,F401
 
 __all__ += ["ActivationCache", "HookPoint", "attribution_patch"]
+
+# interventions, capture, weights, saving, training, analyses (mpy_extra.c, extra.py, analyze.py)
+from ._core import capture, patch, scale, steer  # noqa: E402,F401
+from .extra import Intervention, TokenStream, ablate, load  # noqa: E402,F401
+from . import analyze  # noqa: E402,F401
+
+__all__ += ["Intervention", "TokenStream", "ablate", "analyze", "capture", "patch", "scale", "steer"]

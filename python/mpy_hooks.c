@@ -17,6 +17,7 @@
  * it for its call (PyGILState_Ensure). self->busy keeps the model's other
  * calls (and close) out meanwhile, hooks included. */
 #include "mpy.h"
+#include "mpy_extra.h"
 
 #include "act_cache.h"
 #include "grad.h"
@@ -273,8 +274,20 @@ mpy_pyhooks *mpy_pyhooks_new(mpy_model *self, PyObject *list, const char *what) 
         }
         name = PySequence_Fast_GET_ITEM(e, 0); /* a tuple or a list */
         fn = PySequence_Fast_GET_ITEM(e, 1);
+        if (mpy_is_intervention(fn)) { /* a C intervention (mpy_extra.c): runs without the GIL */
+            int filtered;
+            PyObject *g = globs_from(cfg, name, where, &filtered);
+            if (!g) goto fail;
+            const char *globs = PyUnicode_AsUTF8(g);
+            int bad = !globs || (!filtered && check_globs(cfg, globs, where)) ||
+                      (globs[0] && mpy_intervention_add(p->hs, globs, fn, 0, where));
+            Py_DECREF(g);
+            if (bad) goto fail;
+            continue;
+        }
         if (!PyCallable_Check(fn)) {
-            PyErr_Format(PyExc_TypeError, "%s: the hook must be a function fn(act, hook), got %s", where,
+            PyErr_Format(PyExc_TypeError, "%s: the hook must be a function fn(act, hook) or an intervention "
+                                          "(mechprobe.ablate.zero(), ...), got %s", where,
                          Py_TYPE(fn)->tp_name);
             goto fail;
         }

@@ -8,8 +8,6 @@
 # Under MP_SANITIZE the extension is instrumented but python is not: the ASan
 # runtime must be loaded first (LD_PRELOAD=$(cc -print-file-name=libasan.so)),
 # and leak checking is off (the interpreter keeps its allocations at exit).
-# Other fragments with Python tests copy mp_py_test's environment from here
-# (MP_PY_ENV).
 if(MP_HAVE_PYTHON)
   execute_process(COMMAND ${Python3_EXECUTABLE} -c "import pytest, h5py" RESULT_VARIABLE MP_PY_TESTS_RC
                   OUTPUT_QUIET ERROR_QUIET)
@@ -22,17 +20,17 @@ if(MP_HAVE_PYTHON)
     if(MP_SANITIZE)
       execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=libasan.so OUTPUT_VARIABLE MP_LIBASAN
                       OUTPUT_STRIP_TRAILING_WHITESPACE)
-      list(APPEND MP_PY_ENV "LD_PRELOAD=${MP_LIBASAN}" "ASAN_OPTIONS=detect_leaks=0")
+      list(APPEND MP_PY_ENV "LD_PRELOAD=${MP_LIBASAN}" "ASAN_OPTIONS=detect_leaks=0"
+                             "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
     endif()
-    # mp_py_test(NAME FILE) runs tests/python/FILE with pytest.
-    function(mp_py_test name file)
-      add_test(NAME ${name} COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider
-               ${CMAKE_CURRENT_SOURCE_DIR}/python/${file})
-      set_tests_properties(${name} PROPERTIES LABELS "python" ENVIRONMENT "${MP_PY_ENV}"
-                           WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
-    endfunction()
-    mp_py_test(test_python_hooks test_hooks.py)
-    mp_py_test(test_python_cache test_cache.py)
-    mp_py_test(test_python_grad test_grad.py)
+    # Each tests/python/test_NAME.py is the ctest test_python_NAME.
+    file(GLOB MP_PY_TESTS CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/python/test_*.py)
+    foreach(f ${MP_PY_TESTS})
+      get_filename_component(n ${f} NAME_WE)
+      string(REGEX REPLACE "^test_" "" n ${n})
+      add_test(NAME test_python_${n} COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider ${f})
+      set_tests_properties(test_python_${n} PROPERTIES LABELS "python" ENVIRONMENT "${MP_PY_ENV}"
+                           WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR} TIMEOUT 600)
+    endforeach()
   endif()
 endif()

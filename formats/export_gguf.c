@@ -312,6 +312,19 @@ mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const ch
              (st = mp_gguf_writer_set_f32(w, KEY("rope.scaling.factor"), c->rope_scale))))
             goto cleanup;
     }
+    if (c->sliding_window > 0) { /* llama.cpp's keys, as load_gguf.c reads them: the window; the pattern per layer */
+        if ((st = mp_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)c->sliding_window)))
+            goto cleanup;
+        if (c->sliding_window_pattern > 0) {
+            uint8_t *swa = mp_malloc((size_t)c->n_layer, "the sliding-window pattern");
+            if (!swa) { st = MP_ERR_NOMEM; goto cleanup; }
+            for (int l = 0; l < c->n_layer; l++) swa[l] = mp_config_window(c, l) > 0;
+            st = mp_gguf_writer_set_array(w, KEY("attention.sliding_window_pattern"), MP_GGUF_BOOL, swa,
+                                          (uint64_t)c->n_layer);
+            free(swa);
+            if (st) goto cleanup;
+        }
+    }
 #undef KEY
     if ((st = write_tokenizer(&x, m, tok_source))) goto cleanup;
 

@@ -265,6 +265,9 @@ mp_status mp_model_save_llama2c(const mp_model *m, const char *path, int version
     if (version != 0 && version != 1)
         return mp_error(MP_ERR_ARG, "%s: llama2.c version %d cannot be written (0 or 1)", path, version);
     if ((st = mp_config_validate(c, path)) != MP_OK) return st;
+    if (c->sliding_window > 0)
+        return mp_error(MP_ERR_ARG, "%s: this model has sliding-window attention (sliding_window %d), which llama2.c "
+                        "cannot hold; save as .h5, GGUF or a Hugging Face folder", path, c->sliding_window);
     if (c->norm != MP_NORM_RMS || c->mlp != MP_MLP_SWIGLU || c->pos != MP_POS_ROPE ||
         (long long)c->n_head * c->d_head != c->d_model || c->rope_theta != 10000.0f ||
         c->norm_eps != 1e-5f || c->attn != MP_ATTN_SOFTMAX || c->qkv_bias || c->linear_bias ||

@@ -163,6 +163,44 @@ static int has_t(const gctx *x, const char *fmt, int l) {
     return mp_gguf_find_tensor(x->g, name) != NULL;
 }
 
+/* Sliding-window attention (config.h mp_config_window), llama.cpp's keys:
+ * <arch>.attention.sliding_window (LLM_KV_ATTENTION_SLIDING_WINDOW, the
+ * window W; absent or 0: none) and <arch>.attention.sliding_window_pattern
+ * (LLM_KV_ATTENTION_SLIDING_WINDOW_PATTERN), either a period P (llama.cpp's
+ * set_swa_pattern: layer il windowed when il % P < P - 1, that is
+ * (il + 1) % P != 0, mechprobe's sliding_window_pattern) or one bool per
+ * layer (true: windowed), read when it is such a period's pattern. */
+static mp_status read_window(const gctx *x, mp_config *c) {
+    mp_status st;
+    if ((st = meta_int(x, "attention.sliding_window", 0, 0, 0, INT32_MAX, &c->sliding_window))) return st;
+    char k[128];
+    snprintf(k, sizeof k, "%s.attention.sliding_window_pattern", x->arch);
+    const mp_gguf_value *v = mp_gguf_get(x->g, k);
+    if (!v || c->sliding_window == 0) return MP_OK;
+    if (v->type != MP_GGUF_ARRAY) {
+        int p;
+        if ((st = meta_int(x, "attention.sliding_window_pattern", 0, 0, 0, INT32_MAX, &p))) return st;
+        c->sliding_window_pattern = p; /* 1: every layer global, in both rules */
+        return MP_OK;
+    }
+    const mp_gguf_vtype et = v->v.arr.elem_type;
+    if ((et != MP_GGUF_BOOL && et != MP_GGUF_UINT8 && et != MP_GGUF_INT8) || v->v.arr.n != (uint64_t)c->n_layer)
+        return mp_error(MP_ERR_FORMAT, "%s: metadata %s must be a period or %d bools (one per layer)", x->path, k,
+                        c->n_layer);
+    const uint8_t *b = v->v.arr.data;
+    int P = 0;
+    while (P < c->n_layer && b[P]) P++;
+    if (P == c->n_layer) return MP_OK; /* every layer windowed */
+    P++;                               /* the first global layer is P - 1 */
+    for (int l = 0; l < c->n_layer; l++)
+        if ((b[l] != 0) != ((l + 1) % P != 0))
+            return mp_error(MP_ERR_FORMAT, "%s: metadata %s: the windowed layers are not those of a period (every "
+                            "%d-th layer global, as sliding_window_pattern holds them); layer %d differs", x->path, k,
+                            P, l);
+    c->sliding_window_pattern = P; /* 1: no layer windowed */
+    return MP_OK;
+}
+
 static mp_status read_config(const gctx *x, mp_config *c) {
     mp_status st;
     const int is_gpt2 = strcmp(x->arch, "gpt2") == 0, is_qwen2 = strcmp(x->arch, "qwen2") == 0;
@@ -244,6 +282,7 @@ static mp_status read_config(const gctx *x, mp_config *c) {
             c->n_rope_freqs = c->d_head / 2;
         }
     }
+    if ((st = read_window(x, c))) return st;
     return mp_config_validate(c, x->path);
 }
 

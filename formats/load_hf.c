@@ -56,6 +56,29 @@ static int cfg_bool(const mp_json *cfg, const char *key, int def) {
     return mp_json_type_of(v) == MP_JSON_BOOL ? mp_json_bool(v) : def;
 }
 
+/* Sliding-window attention (config.h mp_config_window). mistral:
+ * "sliding_window" (null or absent: none). qwen2: a window only with
+ * "use_sliding_window": true, on the layers l >= "max_window_layers"
+ * (transformers' Qwen2Config layer_types); mechprobe holds the two cases
+ * that are one window for every layer or none (max_window_layers 0, or >=
+ * num_hidden_layers) and refuses a split. llama has no window. */
+static mp_status sliding_window(const mp_json *cfg, const char *path, const char *type, mp_config *c) {
+    mp_status st;
+    if (strcmp(type, "mistral") == 0) return cfg_int(cfg, path, "sliding_window", 0, 0, &c->sliding_window);
+    if (strcmp(type, "qwen2") != 0 || !cfg_bool(cfg, "use_sliding_window", 0)) return MP_OK;
+    int w = 0, mwl = 0;
+    if ((st = cfg_int(cfg, path, "sliding_window", 0, 0, &w)) ||
+        (st = cfg_int(cfg, path, "max_window_layers", 0, 0, &mwl)))
+        return st;
+    if (mwl >= c->n_layer) return MP_OK; /* every layer full */
+    if (mwl > 0)
+        return mp_error(MP_ERR_FORMAT, "%s/config.json: use_sliding_window with max_window_layers %d of %d layers "
+                        "(a window on layers %d.. only) is not supported: mechprobe's sliding_window applies to every "
+                        "layer or by sliding_window_pattern", path, mwl, c->n_layer, mwl);
+    c->sliding_window = w;
+    return MP_OK;
+}
+
 /* Llama 3 frequency divisors (transformers' _compute_llama3_parameters). */
 static void llama3_freqs(mp_config *c, double factor, double lo, double hi, double orig) {
     int half = c->d_head / 2;
@@ -158,6 +181,7 @@ static mp_status read_config(const mp_json *cfg, const char *path, const char *t
             return mp_error(MP_ERR_FORMAT, "%s/config.json: mlp_bias is not supported", path);
         c->tied = cfg_bool(cfg, "tie_word_embeddings", 0);
         if (c->d_head > 0 && (st = rope_scaling(cfg, path, c))) return st;
+        if ((st = sliding_window(cfg, path, type, c))) return st;
     }
     return mp_config_validate(c, path);
 }
@@ -404,9 +428,12 @@ static mp_status write_config(const mp_model *m, const char *dir) {
                       (double)c->norm_eps, "activation_function", c->gelu_tanh ? "gelu_new" : "gelu",
                       "tie_word_embeddings", c->tied);
     } else {
+        /* a sliding window: mistral's "sliding_window", or qwen2's on every layer (max_window_layers 0) */
+        const int mistral = c->sliding_window > 0 && !c->qkv_bias;
         j = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:s, s:b}", "architectures",
-                      c->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM", "model_type",
-                      c->qkv_bias ? "qwen2" : "llama", "hidden_size", c->d_model, "num_hidden_layers", c->n_layer,
+                      c->qkv_bias ? "Qwen2ForCausalLM" : mistral ? "MistralForCausalLM" : "LlamaForCausalLM",
+                      "model_type", c->qkv_bias ? "qwen2" : mistral ? "mistral" : "llama", "hidden_size", c->d_model,
+                      "num_hidden_layers", c->n_layer,
                       "num_attention_heads", c->n_head, "num_key_value_heads", c->n_kv_head, "head_dim", c->d_head,
                       "intermediate_size", c->d_mlp, "vocab_size", c->vocab, "max_position_embeddings", c->ctx,
                       "rms_norm_eps", (double)c->norm_eps, "rope_theta", (double)c->rope_theta, "hidden_act", "silu",
@@ -414,6 +441,13 @@ static mp_status write_config(const mp_model *m, const char *dir) {
         if (j && c->rope_scale > 0.0f && c->rope_scale != 1.0f &&
             json_object_set_new(j, "rope_scaling", json_pack("{s:s, s:f}", "type", "linear", "factor",
                                                              (double)c->rope_scale)) != 0) {
+            json_decref(j);
+            j = NULL;
+        }
+        if (j && c->sliding_window > 0 &&
+            (json_object_set_new(j, "sliding_window", json_integer(c->sliding_window)) != 0 ||
+             (c->qkv_bias && (json_object_set_new(j, "use_sliding_window", json_true()) != 0 ||
+                              json_object_set_new(j, "max_window_layers", json_integer(0)) != 0)))) {
             json_decref(j);
             j = NULL;
         }
@@ -464,6 +498,10 @@ mp_status mp_model_save_hf(const mp_model *m, const char *dir) {
     if (c->attn != MP_ATTN_SOFTMAX)
         return mp_error(MP_ERR_ARG, "%s: attention variant %s has no Hugging Face form (softmax only); save as .h5", dir,
                         mp_attn_name(c->attn));
+    if (c->sliding_window > 0 && (gpt2 || c->sliding_window_pattern > 0))
+        return mp_error(MP_ERR_ARG, "%s: a sliding window %s has no Hugging Face config.json form here (mistral and "
+                        "qwen2 hold one window on every layer); save as .h5 or GGUF", dir,
+                        gpt2 ? "on a GPT-2-style model" : "with a per-layer sliding_window_pattern");
     if (mkdir(dir, 0777) && errno != EEXIST) return mp_error(MP_ERR_IO, "%s: cannot create folder: %s", dir, strerror(errno));
     const size_t D = (size_t)c->d_model, V = (size_t)c->vocab, M = (size_t)c->d_mlp, L = (size_t)c->n_layer;
     const size_t HD = (size_t)c->n_head * c->d_head, KD = (size_t)c->n_kv_head * c->d_head;

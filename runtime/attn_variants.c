@@ -23,6 +23,7 @@ mp_attn_layer mp_attn_layer_of(const mp_config *c, const mp_params *p, int l) {
     memset(&a, 0, sizeof a);
     a.kind = c->attn;
     a.alpha = mp_attn_alpha(c);
+    a.window = mp_config_window(c, l);
     const size_t H = (size_t)c->n_head;
     if (c->attn == MP_ATTN_SSMAX && p->ssmax_s) a.s = p->ssmax_s + (size_t)l * H;
     if (c->attn == MP_ATTN_ASENTMAX && p->as_delta) {
@@ -169,6 +170,16 @@ void mp_attn_normalize_rows(const mp_attn_layer *a, int h, float *x, int rows, i
         float *row = x + (size_t)i * ld;
         int n = n0 + i < ncols ? n0 + i : ncols;
         if (n < 0) n = 0;
+        /* a sliding window: keys before lo are not seen (0); the row is normalized over lo .. n-1 (no variant
+         * with a row factor takes a window: mp_config_validate) */
+        const int lo = a->window > 0 && n0 + i - a->window > 0 ? (n0 + i - a->window < n ? n0 + i - a->window : n) : 0;
+        int nc = ncols;
+        if (lo > 0) {
+            for (int j = 0; j < lo; j++) row[j] = 0.0f;
+            row += lo;
+            n -= lo;
+            nc -= lo;
+        }
         const double f = mp_attn_row_factor(a, h, n0 + i);
         switch (a->kind) {
         case MP_ATTN_SOFTMAX: mp_softmax_rows(row, 1, n, ld); break;
@@ -182,7 +193,7 @@ void mp_attn_normalize_rows(const mp_attn_layer *a, int h, float *x, int rows, i
             else mp_entmax_bisect(row, row, n, a->alpha);
             break;
         }
-        for (int j = n; j < ncols; j++) row[j] = 0.0f;
+        for (int j = n; j < nc; j++) row[j] = 0.0f;
     }
 }
 

@@ -40,6 +40,7 @@ typedef struct mp_attn_layer {
     double alpha;
     const float *s;                    /* ssmax */
     const float *delta, *beta, *gamma; /* asentmax */
+    int window;                        /* sliding window W (mp_config_window), 0: none */
 } mp_attn_layer;
 
 /* The variant of layer l of a model with parameters p. */
@@ -57,10 +58,11 @@ size_t mp_attn_work_floats(const mp_attn_layer *a, int ncols);
 void mp_attn_params_init(const mp_config *c, mp_params *p);
 
 /* In place on rows x [rows, ld] of head h: row i sees the keys
- * 0 .. n0 + i - 1 (clamped to ncols); it becomes the pattern over them, and
- * entries n0+i .. ncols-1 become 0 whatever they held (the causal mask does
- * not depend on -inf being there; softmax rows are bit-identical to
- * mp_softmax_rows over -inf-masked rows). work: mp_attn_work_floats(a, ncols)
+ * 0 .. n0 + i - 1 (clamped to ncols), with a window W only the last W of them
+ * (n0 + i - W .. n0 + i - 1); it becomes the pattern over them, and the other
+ * entries up to ncols - 1 become 0 whatever they held (neither the causal
+ * mask nor the window depends on -inf being there; without a window,
+ * softmax rows are bit-identical to mp_softmax_rows over -inf-masked rows). work: mp_attn_work_floats(a, ncols)
  * floats (may be NULL when that is 0). */
 void mp_attn_normalize_rows(const mp_attn_layer *a, int h, float *x, int rows, int ncols, int ld, int n0,
                             float *work);

@@ -190,7 +190,7 @@ mp_status mp_backward_walk(const mp_bwd_ops *ops, void *ctx, const mp_config *c,
             TRY(ops->zero(ctx, A->dv, (size_t)N * KD));
             TRY(ops->attn(ctx, c, A, l, &a, &av, A->dz, A->dq, A->dk, A->dv, A->datt, A->dfac));
         } else { /* dz -> d pattern (hook_pattern) -> d scores (hook_attn_scores) -> dq, dk; dv */
-            TRY(ops->attn_dpattern(ctx, c, &a, B, T, A->dz, A->datt, A->dv));
+            TRY(ops->attn_dpattern(ctx, c, &a, &av, B, T, A->dz, A->datt, A->dv));
             FIRE(MP_HOOK_PATTERN, l, A->datt);
             TRY(ops->attn_dscores(ctx, c, &a, &av, B, T, A->datt, g ? A->dfac : NULL));
             FIRE(MP_HOOK_ATTN_SCORES, l, A->datt);

@@ -71,12 +71,12 @@ typedef struct mp_bwd_ops {
                       const mp_attn_layer *av, const float *dz, float *dq, float *dk, float *dv, float *datt,
                       float *dfac);
     /* The same in the three stages whose results are hook points: datt = d
-     * pattern (0 above the diagonal) and dv = sum over the group of P^T dz
-     * (both written); datt in place through the normalizer and the row factor
+     * pattern (0 above the diagonal and, with av's sliding window, before
+     * it) and dv = sum over the group of P^T dz (both written); datt in place through the normalizer and the row factor
      * to d scores (dfac written when non-NULL); dq = scale dS k, dk = scale
      * sum over the group of dS^T q (both written). */
-    mp_status (*attn_dpattern)(void *ctx, const mp_config *c, const mp_layer_acts *a, int B, int T, const float *dz,
-                               float *datt, float *dv);
+    mp_status (*attn_dpattern)(void *ctx, const mp_config *c, const mp_layer_acts *a, const mp_attn_layer *av, int B,
+                               int T, const float *dz, float *datt, float *dv);
     mp_status (*attn_dscores)(void *ctx, const mp_config *c, const mp_layer_acts *a, const mp_attn_layer *av, int B,
                               int T, float *datt, float *dfac);
     mp_status (*attn_dqk)(void *ctx, const mp_config *c, const mp_layer_acts *a, int B, int T, const float *datt,

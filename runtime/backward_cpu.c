@@ -111,9 +111,10 @@ static mp_status c_attn(void *ctx, const mp_config *c, const mp_acts *A, int l, 
     return MP_OK;
 }
 
-/* dP = dz v^T on and below the diagonal, 0 above; dv = sum over the group of P^T dz */
-static mp_status c_attn_dpattern(void *ctx, const mp_config *c, const mp_layer_acts *a, int B, int T,
-                                 const float *dz, float *datt, float *dv) {
+/* dP = dz v^T on and below the diagonal (within the sliding window, av->window), 0 elsewhere; dv = sum over
+ * the group of P^T dz */
+static mp_status c_attn_dpattern(void *ctx, const mp_config *c, const mp_layer_acts *a, const mp_attn_layer *av, int B,
+                                 int T, const float *dz, float *datt, float *dv) {
     (void)ctx;
     const int H = c->n_head, K = c->n_kv_head, Dh = c->d_head, HD = H * Dh, KD = K * Dh, group = H / K;
     const size_t TT = (size_t)T * T;
@@ -128,8 +129,10 @@ static mp_status c_attn_dpattern(void *ctx, const mp_config *c, const mp_layer_a
                 const float *dzp = dz + (size_t)b * T * HD + (size_t)h * Dh;
                 float *dP = datt + ((size_t)b * H + h) * TT;
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, Dh, 1.0f, dzp, HD, vp, KD, 0.0f, dP, T);
-                for (int i = 0; i < T; i++)
+                for (int i = 0; i < T; i++) {
                     for (int j = i + 1; j < T; j++) dP[(size_t)i * T + j] = 0.0f;
+                    for (int j = 0; av->window > 0 && j <= i - av->window; j++) dP[(size_t)i * T + j] = 0.0f;
+                }
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, Dh, T, 1.0f, P, T, dzp, HD, 1.0f, dvp, KD);
             }
         }

@@ -137,6 +137,12 @@ int mp_config_field_find(const char *key) {
     return -1;
 }
 
+int mp_config_window(const mp_config *c, int l) {
+    if (c->sliding_window <= 0) return 0;
+    if (c->sliding_window_pattern > 0 && (l + 1) % c->sliding_window_pattern == 0) return 0; /* a global layer */
+    return c->sliding_window;
+}
+
 mp_config mp_config_default(void) {
     mp_config c;
     memset(&c, 0, sizeof c);   /* dims 0: the caller must set them */
@@ -393,6 +399,18 @@ mp_status mp_config_validate(const mp_config *c, const char *what) {
         return mp_error(MP_ERR_FORMAT, "%s: attention alpha (%g) applies to attn entmax and asentmax only (attn %s)",
                         what, (double)c->attn_alpha, mp_attn_name(c->attn));
     }
+    if (c->sliding_window < 0)
+        return mp_error(MP_ERR_FORMAT, "%s: sliding_window (%d) must be >= 0 (0: no window)", what, c->sliding_window);
+    if (c->sliding_window_pattern < 0)
+        return mp_error(MP_ERR_FORMAT, "%s: sliding_window_pattern (%d) must be >= 0 (0: every layer windowed)", what,
+                        c->sliding_window_pattern);
+    if (c->sliding_window_pattern != 0 && c->sliding_window == 0)
+        return mp_error(MP_ERR_FORMAT, "%s: sliding_window_pattern (%d) applies to a sliding_window only "
+                        "(sliding_window 0)", what, c->sliding_window_pattern);
+    if (c->sliding_window != 0 && mp_attn_has_factor(c->attn))
+        return mp_error(MP_ERR_FORMAT, "%s: sliding_window (%d) is not supported with attn = %s (its length factor "
+                        "counts the keys a query sees); use softmax, entmax15 or entmax", what, c->sliding_window,
+                        mp_attn_name(c->attn));
     if (!(c->norm_eps >= 0.0f) || !isfinite(c->norm_eps))
         return mp_error(MP_ERR_FORMAT, "%s: norm_eps (%g) must be non-negative and finite",
                         what, (double)c->norm_eps);

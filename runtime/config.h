@@ -86,6 +86,9 @@ typedef struct mp_config {
     /* appended for the attention variants (zero = softmax, the older behaviour) */
     mp_attn_kind attn;    /* how scores become the pattern */
     float attn_alpha;     /* entmax / asentmax: alpha in (1, 8] (0: 1.5); 0 for the other kinds */
+    /* appended for sliding-window attention (zero = full causal attention, the older behaviour) */
+    int sliding_window;         /* W > 0: a windowed layer's query at i sees keys i-W < j <= i (mp_config_window) */
+    int sliding_window_pattern; /* P: 0 every layer windowed; P > 0 layer l is global when (l+1) % P == 0 */
 } mp_config;
 
 /* The value types of config fields, as files and Lua see them:
@@ -153,7 +156,11 @@ typedef enum { MP_CF_INT, MP_CF_FLOAT, MP_CF_BOOL, MP_CF_NOTBOOL, MP_CF_KIND, MP
     X(attn, MP_CF_KIND, "attn", "attn", mp_attn_names, MP_ATTN_COUNT, MP_ATTN_SOFTMAX, 0, c->attn,                     \
       c->attn != MP_ATTN_SOFTMAX, 1)                                                                                   \
     X(attn_alpha, MP_CF_FLOAT, "attn_alpha", "alpha", NULL, 0, 0.0f, 0, mp_attn_alpha(c),                              \
-      c->attn == MP_ATTN_ENTMAX || c->attn == MP_ATTN_ASENTMAX, 1)
+      c->attn == MP_ATTN_ENTMAX || c->attn == MP_ATTN_ASENTMAX, 1)                                                     \
+    X(sliding_window, MP_CF_INT, "sliding_window", "sliding_window", NULL, 0, 0, 0, c->sliding_window,                 \
+      c->sliding_window != 0, 1)                                                                                       \
+    X(sliding_window_pattern, MP_CF_INT, "sliding_window_pattern", "sliding_window_pattern", NULL, 0, 0, 0,            \
+      c->sliding_window_pattern, c->sliding_window_pattern != 0, c->sliding_window != 0)
 
 /* The table as data, for the loops of each path. */
 typedef struct {
@@ -214,6 +221,19 @@ int mp_attn_parse(const char *name);
 /* The alpha the kind uses: 1 (softmax, ssmax), 1.5 (entmax15), attn_alpha or
  * 1.5 when 0 (entmax, asentmax). */
 double mp_attn_alpha(const mp_config *c);
+
+/* Sliding-window attention (Mistral's sliding_window; Gemma 2/3's per-layer
+ * pattern): the window of layer l, 0 when the layer attends to every earlier
+ * key. A windowed layer's query at position i sees the keys j with
+ * i - W < j <= i (W keys, itself included): Hugging Face transformers'
+ * masking_utils.py sliding_window_overlay, `kv_idx > q_idx - sliding_window`
+ * under the causal `kv_idx <= q_idx`, which modeling_mistral uses. With
+ * sliding_window_pattern P > 0 layer l is global (full causal) when
+ * (l + 1) % P == 0, else windowed: HF's configuration_gemma2.py
+ * (`"sliding_attention" if bool((i + 1) % 2)`, P = 2: layers 0, 2, ...
+ * windowed) and configuration_gemma3.py (the same with
+ * sliding_window_pattern = 6: every 6th layer global). */
+int mp_config_window(const mp_config *c, int l);
 
 /* Default config values (theta 10000, eps 1e-5, rms, swiglu, rope, tied):
  * the table's dflt column. */

@@ -193,7 +193,9 @@ static float *thread_work(float *work, size_t nwork) {
  * a->q [B,T,H,Dh] (rotated) into a->z [B,T,H,Dh] through the pattern block
  * a->att [B,H,qb,S]; keys/values kc/vc with batch stride bstride and row
  * stride KD covering positions 0..pos0+T-1. The scores become
- * the pattern through the layer's attention variant av. */
+ * the pattern through the layer's attention variant av; with its sliding
+ * window (av->window = W) a row at position p sees keys p-W+1..p only (-inf
+ * scores, 0 pattern before them; a decoding step reads only those keys). */
 static mp_status attention(const mp_exec *e, int l, const mp_layer_acts *b, const float *kc, const float *vc,
                            size_t bstride, int qb, const mp_attn_layer *av) {
     const mp_fwd_ctx *f = &e->f;
@@ -225,9 +227,12 @@ static mp_status attention(const mp_exec *e, int l, const mp_layer_acts *b, cons
             const float *qp = b->q + (size_t)bb * HD + (size_t)h * Dh;
             const float *kp = kc + bb * bstride + (size_t)(h / group) * Dh;
             const float *vp = vc + bb * bstride + (size_t)(h / group) * Dh;
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, S, Dh, scale, kp, KD, qp, 1, 0.0f, a, 1);
+            /* a sliding window: only the last W keys (lo..S-1; the cache keeps them all) */
+            const int lo = av->window > 0 && S > av->window ? S - av->window : 0;
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, S - lo, Dh, scale, kp + (size_t)lo * KD, KD, qp, 1, 0.0f, a + lo,
+                        1);
             mp_attn_normalize_rows(av, h, a, 1, S, S, f->pos0 + 1, w);
-            cblas_sgemv(CblasRowMajor, CblasTrans, S, Dh, 1.0f, vp, KD, a, 1, 0.0f,
+            cblas_sgemv(CblasRowMajor, CblasTrans, S - lo, Dh, 1.0f, vp + (size_t)lo * KD, KD, a + lo, 1, 0.0f,
                         b->z + (size_t)bb * HD + (size_t)h * Dh, 1);
         }
         free(work);
@@ -256,6 +261,9 @@ static mp_status attention(const mp_exec *e, int l, const mp_layer_acts *b, cons
                     int first_masked = f->pos0 + q0 + i + 1;
                     int end = show_scores ? S : kmax;
                     for (int j = first_masked; j < end; j++) a[(size_t)i * S + j] = -INFINITY;
+                    /* a sliding window: keys j <= pos - W are masked too (the normalizer zeroes them anyway) */
+                    for (int j = 0; av->window > 0 && j < first_masked - av->window; j++)
+                        a[(size_t)i * S + j] = -INFINITY;
                 }
                 if (f->mask) mp_mask_scores(f->mask + (size_t)bb * T, a, rows, q0, (size_t)S); /* pads: no cache */
             }

@@ -271,14 +271,14 @@ static void test_attention(int B, int T, int H, int K, int Dh) {
     float *d_P = dev(S, nb * 4), *d_P2 = dev(S, nb * 4), *d_lse = dev(NULL, nl * 4), *d_gP = dev(gP, nb * 4);
     float *lrows = malloc(nl * 4);
     CHECK(cudaMemset(d_lse, 0, nl * 4) == cudaSuccess, "memset");
-    OK(mp_cuk_attn_softmax(d_P, d_lse, B, H, Tk, T, 0, q0, rows, NULL));
+    OK(mp_cuk_attn_softmax(d_P, d_lse, B, H, Tk, T, 0, q0, rows, 0, NULL));
     snprintf(lab, sizeof lab, "blocked softmax B%d T%d H%d K%d Dh%d rows %d..: pattern", B, T, H, K, Dh, q0);
     near(lab, Pref, d_P, nb);
     back(lrows, d_lse, nl * 4);
     double lerr = 0;
     for (size_t i = 0; i < nl; i++) lerr = fmax(lerr, fabs((double)lrows[i] - lref[i]));
     CHECK(lerr <= 1e-5 * (1 + log((double)T)), "blocked softmax: log-sum-exp max error %.3g", lerr);
-    OK(mp_cuk_attn_recompute(d_P2, d_lse, B, H, T, Tk, q0, rows, NULL));
+    OK(mp_cuk_attn_recompute(d_P2, d_lse, B, H, T, Tk, q0, rows, 0, NULL));
     snprintf(lab, sizeof lab, "pattern recomputed from the log-sum-exp B%d T%d H%d", B, T, H);
     near(lab, Pref, d_P2, nb);
     OK(mp_cuk_attn_softmax_bwd(d_gP, d_P2, B, H, (size_t)rows * Tk, Tk, Tk, q0, rows, scale, NULL));

@@ -192,9 +192,10 @@ __global__ static void k_rope(float *x, const float *cos_t, const float *sin_t, 
 // DECODE_WARPS) keeps to the barriers and is left out of the sums. Lane `lane`
 // holds channels lane, lane + 32, ... of q and acc. Every lane of a warp runs
 // the same keys (the shuffles of warp_sum see all 32), and no thread returns
-// before the barrier.
+// before the barrier. With a sliding window W > 0 the row's keys are the last
+// W of them, lo..n-1 (lo = n - W), cut the same way.
 __global__ static void k_attn_flash(float *z, const float *q, const float *kc, const float *vc, int T, int H, int K,
-                                    int Dh, int pos0, size_t bstride, float scale) {
+                                    int Dh, int pos0, size_t bstride, float scale, int window) {
     __shared__ float s_acc[DECODE_WARPS][MAX_DH];
     __shared__ float s_m[DECODE_WARPS], s_l[DECODE_WARPS];
     const int lane = threadIdx.x % WARP, wid = threadIdx.x / WARP;
@@ -203,8 +204,9 @@ __global__ static void k_attn_flash(float *z, const float *q, const float *kc, c
     const float *qp = q + ((size_t)b * T + t) * HD + (size_t)h * Dh;
     const float *kp = kc + (size_t)b * bstride + (size_t)(h / group) * Dh;
     const float *vp = vc + (size_t)b * bstride + (size_t)(h / group) * Dh;
-    const int n = pos0 + t + 1, per = (n + DECODE_WARPS - 1) / DECODE_WARPS; // keys 0 .. pos0 + t
-    const int j0 = wid * per, j1 = j0 + per < n ? j0 + per : n;
+    const int n = pos0 + t + 1; // keys 0 .. pos0 + t, or the window's lo .. pos0 + t
+    const int lo = window > 0 && n > window ? n - window : 0, nk = n - lo, per = (nk + DECODE_WARPS - 1) / DECODE_WARPS;
+    const int j0 = lo + wid * per, j1 = j0 + per < n ? j0 + per : n;
     float qr[DH_PER_LANE], acc[DH_PER_LANE];
 #pragma unroll
     for (int i = 0; i < DH_PER_LANE; i++) {
@@ -243,7 +245,7 @@ __global__ static void k_attn_flash(float *z, const float *q, const float *kc, c
         s_l[wid] = l;
     }
     __syncthreads();
-    const int used = (n + per - 1) / per; // warps 0 .. used-1 had keys
+    const int used = (nk + per - 1) / per; // warps 0 .. used-1 had keys
     float M = -INFINITY;
     for (int w = 0; w < used; w++) M = fmaxf(M, s_m[w]);
     float L = 0.0f;
@@ -256,38 +258,43 @@ __global__ static void k_attn_flash(float *z, const float *q, const float *kc, c
     }
 }
 
-// Block (i, h, b): -inf past row i's last key (pos0 + q0 + i), as the
-// scores model.c shows; the keys before it are left as the product wrote them.
-__global__ static void k_attn_mask(float *att, int H, int S, int pos0, int q0, int rows) {
+// Block (i, h, b): -inf past row i's last key (pos0 + q0 + i) and, with a
+// sliding window W, before its first (pos0 + q0 + i + 1 - W), as the scores
+// model.c shows; the keys between are left as the product wrote them.
+__global__ static void k_attn_mask(float *att, int H, int S, int pos0, int q0, int rows, int window) {
     const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     float *a = att + (((size_t)b * H + h) * rows + i) * S;
-    for (int j = pos0 + q0 + i + 1 + threadIdx.x; j < S; j += blockDim.x) a[j] = -INFINITY;
+    const int n = pos0 + q0 + i + 1, lo = window > 0 && n > window ? n - window : 0;
+    for (int j = n + threadIdx.x; j < S; j += blockDim.x) a[j] = -INFINITY;
+    for (int j = threadIdx.x; j < lo; j += blockDim.x) a[j] = -INFINITY; // before the sliding window
 }
 
-// Block (i, h, b): softmax of row i over keys 0 .. pos0 + q0 + i (ops.c
+// Block (i, h, b): softmax of row i over keys 0 .. pos0 + q0 + i, or with a
+// sliding window W the last W of them (attn_variants.c; ops.c
 // mp_softmax_rows: max-subtracted exponentials times 1/sum; a row that is
 // -inf throughout, which only a hook can make, becomes 0); later keys 0.
 // With lse (training, pos0 0): the row's log-sum-exp to lse[(b H + h) T + q0 + i].
-__global__ static void k_attn_softmax(float *att, float *lse, int H, int S, int T, int pos0, int q0, int rows) {
+__global__ static void k_attn_softmax(float *att, float *lse, int H, int S, int T, int pos0, int q0, int rows,
+                                      int window) {
     __shared__ float sh[WARP];
     const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     float *a = att + (((size_t)b * H + h) * rows + i) * S;
-    const int n = pos0 + q0 + i + 1;
+    const int n = pos0 + q0 + i + 1, lo = window > 0 && n > window ? n - window : 0;
     float mx = -INFINITY;
-    for (int j = threadIdx.x; j < n; j += blockDim.x) mx = fmaxf(mx, a[j]);
+    for (int j = lo + threadIdx.x; j < n; j += blockDim.x) mx = fmaxf(mx, a[j]);
     mx = block_max(mx, sh);
     if (mx == -INFINITY) {
         for (int j = threadIdx.x; j < S; j += blockDim.x) a[j] = 0.0f;
         return;
     }
     float sum = 0.0f;
-    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    for (int j = lo + threadIdx.x; j < n; j += blockDim.x) {
         const float e = expf(a[j] - mx);
         a[j] = e;
         sum += e;
     }
     const float tot = block_sum(sum, sh), inv = 1.0f / tot;
-    for (int j = threadIdx.x; j < S; j += blockDim.x) a[j] = j < n ? a[j] * inv : 0.0f;
+    for (int j = threadIdx.x; j < S; j += blockDim.x) a[j] = j >= lo && j < n ? a[j] * inv : 0.0f;
     if (lse && threadIdx.x == 0) lse[((size_t)b * H + h) * T + q0 + i] = mx + logf(tot);
 }
 
@@ -362,10 +369,10 @@ cudaError_t mp_cuk_rope_backward(float *dx, const float *cos_t, const float *sin
 }
 
 cudaError_t mp_cuk_attn_flash(float *z, const float *q, const float *kc, const float *vc, int B, int T, int H, int K,
-                              int Dh, int pos0, size_t bstride, float scale, cudaStream_t s) {
+                              int Dh, int pos0, size_t bstride, float scale, int window, cudaStream_t s) {
     if (Dh > MAX_DH) return cudaErrorInvalidValue;
     dim3 grid((unsigned)T, (unsigned)H, (unsigned)B);
-    MP_LAUNCH(k_attn_flash, grid, DECODE_WARPS * WARP, s)(z, q, kc, vc, T, H, K, Dh, pos0, bstride, scale);
+    MP_LAUNCH(k_attn_flash, grid, DECODE_WARPS * WARP, s)(z, q, kc, vc, T, H, K, Dh, pos0, bstride, scale, window);
     return cudaGetLastError();
 }
 
@@ -374,15 +381,16 @@ cudaError_t mp_cuk_intervene(float *data, const float *src, const mp_cuk_iv *p, 
     return cudaGetLastError();
 }
 
-cudaError_t mp_cuk_attn_mask(float *att, int B, int H, int S, int pos0, int q0, int rows, cudaStream_t s) {
-    MP_LAUNCH(k_attn_mask, dim3((unsigned)rows, (unsigned)H, (unsigned)B), 128, s)(att, H, S, pos0, q0, rows);
+cudaError_t mp_cuk_attn_mask(float *att, int B, int H, int S, int pos0, int q0, int rows, int window,
+                             cudaStream_t s) {
+    MP_LAUNCH(k_attn_mask, dim3((unsigned)rows, (unsigned)H, (unsigned)B), 128, s)(att, H, S, pos0, q0, rows, window);
     return cudaGetLastError();
 }
 
 cudaError_t mp_cuk_attn_softmax(float *att, float *lse, int B, int H, int S, int T, int pos0, int q0, int rows,
-                                cudaStream_t s) {
+                                int window, cudaStream_t s) {
     MP_LAUNCH(k_attn_softmax, dim3((unsigned)rows, (unsigned)H, (unsigned)B), 256, s)(att, lse, H, S, T, pos0, q0,
-                                                                                    rows);
+                                                                                    rows, window);
     return cudaGetLastError();
 }
 

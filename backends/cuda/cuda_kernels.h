@@ -59,18 +59,22 @@ cudaError_t mp_cuk_rope(float *x, const float *cos_t, const float *sin_t, const 
  * row and head, its warps on slices of the keys, combined in shared memory:
  * flash-decoding): z [B,T,H,Dh] from q [B,T,H,Dh] (rotated, logit factor applied) and the
  * keys/values kc, vc (batch stride bstride floats, row stride K*Dh) of
- * positions 0..pos0+T-1; query t sees keys 0..pos0+t. Dh <= 256. */
+ * positions 0..pos0+T-1; query t sees keys 0..pos0+t (with a sliding window
+ * W > 0 the last W of them; 0: all). Dh <= 256. */
 cudaError_t mp_cuk_attn_flash(float *z, const float *q, const float *kc, const float *vc, int B, int T, int H, int K,
-                              int Dh, int pos0, size_t bstride, float scale, cudaStream_t s);
+                              int Dh, int pos0, size_t bstride, float scale, int window, cudaStream_t s);
 /* The materialised path's softmax for query rows q0..q0+rows-1 (att
  * [B,H,rows,S], S = pos0+T; the scores from cuBLAS, cuda_model.c): row i
- * over keys 0..pos0+q0+i (a fully -inf row becomes 0; the rest 0; with lse
- * non-NULL each row's log-sum-exp to lse [B,H,T] at row q0+i). */
+ * over keys 0..pos0+q0+i, with a sliding window W > 0 only the last W of
+ * them (a fully -inf row becomes 0; the rest 0; with lse non-NULL each row's
+ * log-sum-exp to lse [B,H,T] at row q0+i). */
 cudaError_t mp_cuk_attn_softmax(float *att, float *lse, int B, int H, int S, int T, int pos0, int q0, int rows,
-                                cudaStream_t s);
-/* -inf past each row's last key (pos0+q0+i) of att [B,H,rows,S]: the scores'
- * mask after a product (cuda_model.c pattern_scores) wrote keys 0..pos0+q0+rows-1 */
-cudaError_t mp_cuk_attn_mask(float *att, int B, int H, int S, int pos0, int q0, int rows, cudaStream_t s);
+                                int window, cudaStream_t s);
+/* -inf past each row's last key (pos0+q0+i) of att [B,H,rows,S], and with a
+ * sliding window W > 0 before its first (pos0+q0+i+1-W): the scores' mask after
+ * a product (cuda_model.c pattern_scores) wrote keys 0..pos0+q0+rows-1 */
+cudaError_t mp_cuk_attn_mask(float *att, int B, int H, int S, int pos0, int q0, int rows, int window,
+                             cudaStream_t s);
 /* The backward of mp_cuk_rope: dx <- q_scale[t] R(-angle) dx (ops_backward.c
  * mp_rope_backward, then the factor as pos.c mp_pos_apply) */
 cudaError_t mp_cuk_rope_backward(float *dx, const float *cos_t, const float *sin_t, const float *q_scale, int B, int T,
@@ -110,11 +114,12 @@ cudaError_t mp_cuk_gelu_backward(float *dx, const float *dout, const float *x, s
  * cuda_model.c). mp_cuk_attn_recompute, for the blocked attention (query rows
  * q0..q0+rows-1 over keys 0..Tk-1, Tk = q0+rows; P [B,H,rows,Tk]): P =
  * exp(P - lse) of each row (lse [B,H,T] from mp_cuk_attn_softmax) on its keys
- * j <= q0+i, 0 past them. mp_cuk_attn_softmax_bwd: rows i < rows of each
+ * j <= q0+i (with a sliding window W > 0, also j > q0+i-W), 0 elsewhere
+ * (training: the window's keys). mp_cuk_attn_softmax_bwd: rows i < rows of each
  * (b, h) (bh floats apart, rows ld apart, positions t0+i): dP <- scale P (dP -
  * sum_j P dP) on keys j <= t0+i, 0 on the later keys up to width. */
 cudaError_t mp_cuk_attn_recompute(float *P, const float *lse, int B, int H, int T, int Tk, int q0, int rows,
-                                  cudaStream_t s);
+                                  int window, cudaStream_t s);
 cudaError_t mp_cuk_attn_softmax_bwd(float *dP, const float *P, int B, int H, size_t bh, int ld, int width, int t0,
                                     int rows, float scale, cudaStream_t s);
 /* Cross-entropy of N rows of V logits: loss[n] = -log softmax(logits[n])[t]

@@ -647,10 +647,10 @@ cleanup:
 /* The materialised path's products for query rows q0..q0+rows-1 (att [B, H,
  * rows, S], S = pos0 + T), batched over the kv heads per sequence and head
  * group member as attn_blocked's: the scaled scores of keys 0..Tk-1 (Tk =
- * pos0+q0+rows), then -inf past each row's last key (mp_cuk_attn_mask), what
- * hook_attn_scores shows. */
+ * pos0+q0+rows), then -inf past each row's last key and before its sliding
+ * window (mp_cuk_attn_mask; window 0: none), what hook_attn_scores shows. */
 static mp_status pattern_scores(cu_model *d, float *att, const float *q, const float *kc, int B, int T, int H, int K,
-                                int Dh, int pos0, size_t bstride, float scale, int q0, int rows) {
+                                int Dh, int pos0, size_t bstride, float scale, int q0, int rows, int window) {
     mp_status st = MP_OK;
     const int group = H / K, HD = H * Dh, KD = K * Dh, S = pos0 + T, Tk = pos0 + q0 + rows;
     const long long sP = (long long)group * rows * S;
@@ -659,7 +659,7 @@ static mp_status pattern_scores(cu_model *d, float *att, const float *q, const f
             TRY(gemm_sb(d, CUBLAS_OP_T, CUBLAS_OP_N, Tk, rows, Dh, scale, kc + b * bstride, KD, Dh,
                         q + ((size_t)b * T + q0) * HD + (size_t)g * Dh, HD, (long long)group * Dh, 0.0f,
                         att + ((size_t)b * H + g) * rows * S, S, sP, K));
-    CU(mp_cuk_attn_mask, (att, B, H, S, pos0, q0, rows, d->stream));
+    CU(mp_cuk_attn_mask, (att, B, H, S, pos0, q0, rows, window, d->stream));
 cleanup:
     return st;
 }
@@ -704,10 +704,12 @@ cleanup:
  * Backward (dq non-NULL; training: pos0 0): P recomputed from lse, dP = dz
  * V^T, dS = scale P (dP - rowsum(P dP)) (the rowsum from the pattern itself,
  * so an edit of z by a hook does not enter it, as in the CPU's backward), dq
- * += dS K, dk += dS^T Q, dv += P^T dz. q, z [B,T,H,Dh]; lse [B,H,T]. */
+ * += dS K, dk += dS^T Q, dv += P^T dz. q, z [B,T,H,Dh]; lse [B,H,T]. With a
+ * sliding window (window > 0) P is 0 before each row's window, both ways (the
+ * products still run over keys 0..Tk-1). */
 static mp_status attn_blocked(cu_model *d, float *z, float *lse, float *dq, float *dk, float *dv, const float *dz,
                               const float *q, const float *kc, const float *vc, int B, int T, int H, int K, int Dh,
-                              int pos0, size_t bstride) {
+                              int pos0, size_t bstride, int window) {
     mp_status st = MP_OK;
     const cudaStream_t s = d->stream;
     const int group = H / K, HD = H * Dh, KD = K * Dh;
@@ -730,9 +732,9 @@ static mp_status attn_blocked(cu_model *d, float *z, float *lse, float *dq, floa
                             sP, K));
             }
         if (z) {
-            CU(mp_cuk_attn_softmax, (P, lse, B, H, Tk, T, pos0, q0, rows, s));
+            CU(mp_cuk_attn_softmax, (P, lse, B, H, Tk, T, pos0, q0, rows, window, s));
         } else {
-            CU(mp_cuk_attn_recompute, (P, lse, B, H, T, Tk, q0, rows, s));
+            CU(mp_cuk_attn_recompute, (P, lse, B, H, T, Tk, q0, rows, window, s));
             for (int b = 0; b < B; b++)
                 for (int g = 0; g < group; g++) {
                     const float *vb = vc + b * bstride, *dzb = dz + ((size_t)b * T + q0) * HD + (size_t)g * Dh;
@@ -947,26 +949,26 @@ static mp_status cu_attention(const mp_exec *e, int l, const mp_layer_acts *a, c
     const mp_config *c = f->c;
     const int B = f->B, T = f->T, H = c->n_head, K = c->n_kv_head, Dh = c->d_head, pos0 = f->pos0, S = pos0 + T;
     const float scale = 1.0f / sqrtf((float)Dh);
-    const int tr = u->A != NULL;
+    const int tr = u->A != NULL, W = mp_config_window(c, l); /* the layer's sliding window, 0: none */
     const int show = mp_hooks_active(f->hs, MP_HOOK_ATTN_SCORES, l) || mp_hooks_active(f->hs, MP_HOOK_PATTERN, l);
     if (tr && !a->att && show)
         return mp_error(MP_ERR_ARG, "train step: layer %d's scores or pattern hook needs a store with the pattern", l);
     if ((tr && a->att) || show) {
         for (int q0 = 0; q0 < T; q0 += qb) {
             const int rows = T - q0 < qb ? T - q0 : qb;
-            TRY(pattern_scores(d, a->att, a->q, kc, B, T, H, K, Dh, pos0, bstride, scale, q0, rows));
+            TRY(pattern_scores(d, a->att, a->q, kc, B, T, H, K, Dh, pos0, bstride, scale, q0, rows, W));
             TRY(mp_exec_fire_block(e, MP_HOOK_ATTN_SCORES, l, q0, rows, a->att));
-            CU(mp_cuk_attn_softmax, (a->att, NULL, B, H, S, T, pos0, q0, rows, d->stream));
+            CU(mp_cuk_attn_softmax, (a->att, NULL, B, H, S, T, pos0, q0, rows, W, d->stream));
             TRY(mp_exec_fire_block(e, MP_HOOK_PATTERN, l, q0, rows, a->att));
             TRY(pattern_pv(d, a->z, a->att, vc, B, T, H, K, Dh, pos0, bstride, q0, rows));
         }
     } else if (tr) {
         TRY(attn_blocked(d, a->z, u->A->lse + (size_t)l * B * H * T, NULL, NULL, NULL, NULL, a->q, kc, vc, B, T, H, K,
-                         Dh, 0, bstride));
+                         Dh, 0, bstride, W));
     } else if (T >= BLOCKED_MIN_T) {
-        TRY(attn_blocked(d, a->z, NULL, NULL, NULL, NULL, NULL, a->q, kc, vc, B, T, H, K, Dh, pos0, bstride));
+        TRY(attn_blocked(d, a->z, NULL, NULL, NULL, NULL, NULL, a->q, kc, vc, B, T, H, K, Dh, pos0, bstride, W));
     } else {
-        CU(mp_cuk_attn_flash, (a->z, a->q, kc, vc, B, T, H, K, Dh, pos0, bstride, scale, d->stream));
+        CU(mp_cuk_attn_flash, (a->z, a->q, kc, vc, B, T, H, K, Dh, pos0, bstride, scale, W, d->stream));
     }
 cleanup:
     return st;
@@ -1269,7 +1271,7 @@ static mp_status cb_attn(void *ctx, const mp_config *c, const mp_acts *A, int l,
         return attn_stored_bwd(d, dq, dk, dv, datt, dz, a->q, a->k, a->v, a->att, B, T, H, K, Dh);
     /* the pattern recomputed from the rows' log-sum-exp */
     return attn_blocked(d, NULL, A->lse + (size_t)l * B * H * T, dq, dk, dv, dz, a->q, a->k, a->v, B, T, H, K, Dh, 0,
-                        (size_t)T * K * Dh);
+                        (size_t)T * K * Dh, mp_config_window(c, l));
 }
 
 static mp_status cb_pos(void *ctx, const mp_config *c, const float *cos_t, const float *sin_t, const float *q_scale,

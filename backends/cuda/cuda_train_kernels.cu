@@ -241,11 +241,13 @@ __global__ static void k_adamw(float *p, float *m, float *v, const float *g, siz
 
 // Block (i, h, b): row i of a block of query rows (t = q0 + i): the scores
 // turned back into the pattern, exp(s - lse_t) on keys 0..t, 0 past them.
-__global__ static void k_attn_recompute(float *P, const float *lse, int H, int T, int Tk, int q0, int rows) {
+__global__ static void k_attn_recompute(float *P, const float *lse, int H, int T, int Tk, int q0, int rows,
+                                        int window) {
     const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, t = q0 + i;
     float *a = P + (((size_t)b * H + h) * rows + i) * Tk;
     const float L = lse[((size_t)b * H + h) * T + t];
-    for (int j = threadIdx.x; j < Tk; j += blockDim.x) a[j] = j <= t ? expf(a[j] - L) : 0.0f;
+    const int lo = window > 0 && t + 1 > window ? t + 1 - window : 0; // the sliding window's first key
+    for (int j = threadIdx.x; j < Tk; j += blockDim.x) a[j] = j >= lo && j <= t ? expf(a[j] - L) : 0.0f;
 }
 
 // Block (i, h, b): row i (position t0 + i) of (b, h)'s rows (bh floats
@@ -342,8 +344,9 @@ cudaError_t mp_cuk_gelu_backward(float *dx, const float *dout, const float *x, s
 }
 
 cudaError_t mp_cuk_attn_recompute(float *P, const float *lse, int B, int H, int T, int Tk, int q0, int rows,
-                                  cudaStream_t s) {
-    MP_LAUNCH(k_attn_recompute, dim3((unsigned)rows, (unsigned)H, (unsigned)B), 256, s)(P, lse, H, T, Tk, q0, rows);
+                                  int window, cudaStream_t s) {
+    MP_LAUNCH(k_attn_recompute, dim3((unsigned)rows, (unsigned)H, (unsigned)B), 256, s)(P, lse, H, T, Tk, q0, rows,
+                                                                                      window);
     return cudaGetLastError();
 }
 

@@ -22,9 +22,9 @@ local samples = {
     d_model = 24, n_layer = 2, n_head = 2, vocab = 40, ctx = 10, pos = "rope_id", rope_dims = 4,
     pos_temp = false, attn = "ssmax",
   },
-  { -- RoPE with per-frequency divisors (Llama 3 style)
+  { -- RoPE with per-frequency divisors (Llama 3 style); a Gemma-2-style sliding window
     d_model = 16, n_layer = 1, n_head = 2, vocab = 40, ctx = 10, rope_freqs = {1, 2, 4, 8}, mlp = "gelu",
-    gelu_tanh = true,
+    gelu_tanh = true, sliding_window = 3, sliding_window_pattern = 2,
   },
 }
 local plain = {d_model = 8, n_layer = 1, n_head = 1, vocab = 11, ctx = 4}

@@ -1,11 +1,12 @@
 /* load_hf.c — Hugging Face model folders: config.json + *.safetensors (F32 /
  * F16 / BF16, sharded through model.safetensors.index.json; safetensors.h)
- * for model_type llama, mistral, qwen2 and gpt2, and their tokenizer.json;
+ * for model_type llama, mistral, qwen2, qwen3 and gpt2, and their tokenizer.json;
  * and the writer of such folders (F32) used by round trips and exports.
  *
  * Hugging Face stores q/k rows half-split (rotate_half: channel i pairs with
  * i + Dh/2); they are permuted to mechprobe's adjacent pairs on load
- * (mp_rope_permute_rows) and back on save, biases too. GPT-2 stores Conv1D
+ * (mp_rope_permute_rows) and back on save, biases too, and Qwen3's q_norm /
+ * k_norm weights [head_dim] within their head. GPT-2 stores Conv1D
  * weights [in, out] and a fused c_attn [D, 3D]: transposed and split on load. */
 #include "json.h"
 #include "formats.h"
@@ -158,6 +159,19 @@ static mp_status read_config(const mp_json *cfg, const char *path, const char *t
             return mp_error(MP_ERR_FORMAT, "%s/config.json: mlp_bias is not supported", path);
         c->tied = cfg_bool(cfg, "tie_word_embeddings", 0);
         if (c->d_head > 0 && (st = rope_scaling(cfg, path, c))) return st;
+        if (strcmp(type, "qwen3") == 0) { /* RMSNorm of each head's q and k (q_norm / k_norm [head_dim]) */
+            c->qk_norm = MP_QK_NORM_HEAD;
+            if (cfg_bool(cfg, "use_sliding_window", 0))
+                return mp_error(MP_ERR_FORMAT, "%s/config.json: use_sliding_window true (sliding-window attention) is "
+                                "not supported for qwen3", path);
+            const mp_json *lt = mp_json_get(cfg, "layer_types");
+            for (size_t i = 0; mp_json_type_of(lt) == MP_JSON_ARRAY && i < mp_json_len(lt); i++) {
+                const char *k = mp_json_string(mp_json_at(lt, i), NULL);
+                if (!k || strcmp(k, "full_attention") != 0)
+                    return mp_error(MP_ERR_FORMAT, "%s/config.json: layer_types[%zu] is \"%s\"; mechprobe runs "
+                                    "full_attention layers only", path, i, k ? k : "(not a string)");
+            }
+        }
     }
     return mp_config_validate(c, path);
 }
@@ -217,6 +231,14 @@ static mp_status read_llama(const hctx *x, mp_model *m) {
             goto cleanup;
         mp_rope_permute_rows(wq, tmp, c->n_head, c->d_head, D, 1);
         mp_rope_permute_rows(wk, tmp, c->n_kv_head, c->d_head, D, 1);
+        if (c->qk_norm == MP_QK_NORM_HEAD) { /* Qwen3: one head's channels, permuted as the rows they scale */
+            float *qn = p->q_norm + (size_t)l * c->d_head, *kn = p->k_norm + (size_t)l * c->d_head;
+            if ((st = read_t(x, qn, (uint64_t)c->d_head, 0, NULL, "model.layers.%d.self_attn.q_norm.weight", l)) ||
+                (st = read_t(x, kn, (uint64_t)c->d_head, 0, NULL, "model.layers.%d.self_attn.k_norm.weight", l)))
+                goto cleanup;
+            mp_rope_permute_rows(qn, tmp, 1, c->d_head, 1, 1);
+            mp_rope_permute_rows(kn, tmp, 1, c->d_head, 1, 1);
+        }
         if (c->qkv_bias) {
             float *bq = p->bq + (size_t)l * HD, *bk = p->bk + (size_t)l * KD;
             if ((st = read_t(x, bq, HD, 0, NULL, "model.layers.%d.self_attn.q_proj.bias", l)) ||
@@ -304,9 +326,9 @@ mp_status mp_model_load_hf(mp_model **out, const char *dir) {
     const char *type = mp_json_string(mp_json_get(cfg, "model_type"), NULL);
     if (!type) { s = mp_error(MP_ERR_FORMAT, "%s/config.json: \"model_type\" is missing", dir); goto cleanup; }
     int gpt2 = strcmp(type, "gpt2") == 0;
-    if (!gpt2 && strcmp(type, "llama") && strcmp(type, "mistral") && strcmp(type, "qwen2")) {
+    if (!gpt2 && strcmp(type, "llama") && strcmp(type, "mistral") && strcmp(type, "qwen2") && strcmp(type, "qwen3")) {
         s = mp_error(MP_ERR_FORMAT, "%s/config.json: unknown model_type \"%s\" (mechprobe reads llama, mistral, qwen2, "
-                     "gpt2)", dir, type);
+                     "qwen3, gpt2)", dir, type);
         goto cleanup;
     }
     if ((s = read_config(cfg, dir, type, &c))) goto cleanup;
@@ -321,7 +343,8 @@ mp_status mp_model_load_hf(mp_model **out, const char *dir) {
     }
     if (s) goto cleanup;
     snprintf(m->source, sizeof m->source, "%s", dir);
-    m->format = gpt2 ? "hf-gpt2" : strcmp(type, "qwen2") == 0 ? "hf-qwen2" : "hf-llama";
+    m->format = gpt2 ? "hf-gpt2" : strcmp(type, "qwen2") == 0 ? "hf-qwen2" : strcmp(type, "qwen3") == 0 ? "hf-qwen3"
+                                                                                                     : "hf-llama";
     *out = m;
     m = NULL;
 cleanup:
@@ -404,9 +427,10 @@ static mp_status write_config(const mp_model *m, const char *dir) {
                       (double)c->norm_eps, "activation_function", c->gelu_tanh ? "gelu_new" : "gelu",
                       "tie_word_embeddings", c->tied);
     } else {
+        const int qwen3 = c->qk_norm == MP_QK_NORM_HEAD;
         j = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:s, s:b}", "architectures",
-                      c->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM", "model_type",
-                      c->qkv_bias ? "qwen2" : "llama", "hidden_size", c->d_model, "num_hidden_layers", c->n_layer,
+                      qwen3 ? "Qwen3ForCausalLM" : c->qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM", "model_type",
+                      qwen3 ? "qwen3" : c->qkv_bias ? "qwen2" : "llama", "hidden_size", c->d_model, "num_hidden_layers", c->n_layer,
                       "num_attention_heads", c->n_head, "num_key_value_heads", c->n_kv_head, "head_dim", c->d_head,
                       "intermediate_size", c->d_mlp, "vocab_size", c->vocab, "max_position_embeddings", c->ctx,
                       "rms_norm_eps", (double)c->norm_eps, "rope_theta", (double)c->rope_theta, "hidden_act", "silu",
@@ -414,6 +438,10 @@ static mp_status write_config(const mp_model *m, const char *dir) {
         if (j && c->rope_scale > 0.0f && c->rope_scale != 1.0f &&
             json_object_set_new(j, "rope_scaling", json_pack("{s:s, s:f}", "type", "linear", "factor",
                                                              (double)c->rope_scale)) != 0) {
+            json_decref(j);
+            j = NULL;
+        }
+        if (j && qwen3 && json_object_set_new(j, "attention_bias", json_boolean(c->qkv_bias)) != 0) {
             json_decref(j);
             j = NULL;
         }
@@ -464,10 +492,13 @@ mp_status mp_model_save_hf(const mp_model *m, const char *dir) {
     if (c->attn != MP_ATTN_SOFTMAX)
         return mp_error(MP_ERR_ARG, "%s: attention variant %s has no Hugging Face form (softmax only); save as .h5", dir,
                         mp_attn_name(c->attn));
+    if (c->qk_norm == MP_QK_NORM_FULL)
+        return mp_error(MP_ERR_ARG, "%s: the q/k norm over the whole projection (qk_norm full) has no Hugging Face "
+                        "writer yet; save as .h5", dir);
     if (mkdir(dir, 0777) && errno != EEXIST) return mp_error(MP_ERR_IO, "%s: cannot create folder: %s", dir, strerror(errno));
     const size_t D = (size_t)c->d_model, V = (size_t)c->vocab, M = (size_t)c->d_mlp, L = (size_t)c->n_layer;
     const size_t HD = (size_t)c->n_head * c->d_head, KD = (size_t)c->n_kv_head * c->d_head;
-    size_t cap = 16 + L * 16;
+    size_t cap = 16 + L * 18;
     mp_st_entry *e = mp_calloc(cap, sizeof *e, "tensor list");
     char (*names)[96] = mp_calloc(cap, 96, "tensor names");
     uint64_t (*shapes)[2] = mp_calloc(cap, sizeof *shapes, "tensor shapes");
@@ -498,6 +529,17 @@ mp_status mp_model_save_hf(const mp_model *m, const char *dir) {
             mp_rope_permute_rows(w, tmp, c->n_kv_head, c->d_head, D, 0);
             ADD("model.layers.%d.self_attn.k_proj.weight", l, w, KD, D);
             ADD("model.layers.%d.self_attn.v_proj.weight", l, p->wv + l * KD * D, KD, D);
+            if (c->qk_norm == MP_QK_NORM_HEAD) { /* back to half-split within the head */
+                const size_t Dh = (size_t)c->d_head;
+                COPY(w, Dh);
+                memcpy(w, p->q_norm + l * Dh, Dh * sizeof(float));
+                mp_rope_permute_rows(w, tmp, 1, c->d_head, 1, 0);
+                ADD("model.layers.%d.self_attn.q_norm.weight", l, w, Dh, 0);
+                COPY(w, Dh);
+                memcpy(w, p->k_norm + l * Dh, Dh * sizeof(float));
+                mp_rope_permute_rows(w, tmp, 1, c->d_head, 1, 0);
+                ADD("model.layers.%d.self_attn.k_norm.weight", l, w, Dh, 0);
+            }
             if (c->qkv_bias) {
                 COPY(w, HD);
                 memcpy(w, p->bq + l * HD, HD * sizeof(float));

@@ -1,5 +1,5 @@
 /* export_gguf.c — writes a model as a GGUF file that llama.cpp can run
- * (gguf.h writer): general.architecture llama / qwen2 / gpt2 with its
+ * (gguf.h writer): general.architecture llama / qwen2 / qwen3 / gpt2 with its
  * hyper-parameters, llama.cpp tensor names (token_embd.weight,
  * blk.N.attn_q.weight, ..., output_norm.weight, output.weight), and the
  * tokenizer (tokenizer.ggml.*) gathered from its source file.
@@ -7,7 +7,9 @@
  * RoPE: llama.cpp's llama architecture rotates adjacent pairs (its "normal"
  * RoPE), mechprobe's layout: q/k rows are written as they are. qwen2 uses the
  * NeoX (half-split) RoPE, so q/k rows and biases are permuted back to
- * half-split. gpt2 has no RoPE; its q/k/v are fused into attn_qkv. */
+ * half-split. qwen3 (qk_norm head) is qwen2's layout plus attn_q_norm /
+ * attn_k_norm [head size], permuted back within the head like the rows.
+ * gpt2 has no RoPE; its q/k/v are fused into attn_qkv. */
 #include "gguf.h"
 #include "json.h"
 #include "formats.h"
@@ -267,9 +269,12 @@ mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const ch
     if (c->attn != MP_ATTN_SOFTMAX)
         return mp_error(MP_ERR_ARG, "%s: attention variant %s has no GGUF / llama.cpp form (softmax only); save as .h5",
                         path, mp_attn_name(c->attn));
+    if (c->qk_norm == MP_QK_NORM_FULL)
+        return mp_error(MP_ERR_ARG, "%s: the q/k norm over the whole projection (qk_norm full) has no GGUF export yet; "
+                        "save as .h5", path);
     const char *arch;
     if (c->norm == MP_NORM_RMS && c->mlp == MP_MLP_SWIGLU && c->pos == MP_POS_ROPE && !c->linear_bias)
-        arch = c->qkv_bias ? "qwen2" : "llama";
+        arch = c->qk_norm == MP_QK_NORM_HEAD ? "qwen3" : c->qkv_bias ? "qwen2" : "llama";
     else if (c->norm == MP_NORM_LAYER && c->mlp == MP_MLP_GELU && c->gelu_tanh && c->pos == MP_POS_LEARNED &&
              c->qkv_bias && c->linear_bias && c->n_kv_head == c->n_head && c->n_head * c->d_head == c->d_model)
         arch = "gpt2";
@@ -337,7 +342,7 @@ mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const ch
     if (!c->tied && (st = add(&x, "output.weight", 0, p->unembed, V, D))) goto cleanup;
     if (c->n_rope_freqs && (st = add(&x, "rope_freqs.weight", 0, c->rope_freqs, (uint64_t)c->n_rope_freqs, 0)))
         goto cleanup;
-    const int neox = strcmp(arch, "qwen2") == 0;
+    const int neox = strcmp(arch, "qwen2") == 0 || strcmp(arch, "qwen3") == 0;
     float *tmp = neox ? keep(&x, (size_t)(c->d_head * D)) : NULL;
     if (neox && !tmp) { st = MP_ERR_NOMEM; goto cleanup; }
     for (int l = 0; l < c->n_layer; l++) {
@@ -378,6 +383,17 @@ mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const ch
                     bq = bq2;
                     bk = bk2;
                 }
+            }
+            if (p->q_norm) { /* qwen3: one head's channels, back to half-split */
+                float *qn = keep(&x, (size_t)c->d_head), *kn = keep(&x, (size_t)c->d_head);
+                if (!qn || !kn) { st = MP_ERR_NOMEM; goto cleanup; }
+                memcpy(qn, p->q_norm + (size_t)l * c->d_head, (size_t)c->d_head * sizeof(float));
+                memcpy(kn, p->k_norm + (size_t)l * c->d_head, (size_t)c->d_head * sizeof(float));
+                mp_rope_permute_rows(qn, tmp, 1, c->d_head, 1, 0);
+                mp_rope_permute_rows(kn, tmp, 1, c->d_head, 1, 0);
+                if ((st = add(&x, "blk.%d.attn_q_norm.weight", l, qn, (uint64_t)c->d_head, 0)) ||
+                    (st = add(&x, "blk.%d.attn_k_norm.weight", l, kn, (uint64_t)c->d_head, 0)))
+                    goto cleanup;
             }
             if ((st = add(&x, "blk.%d.attn_q.weight", l, wq, HD, D)) ||
                 (st = add(&x, "blk.%d.attn_k.weight", l, wk, KD, D)) ||

@@ -1,5 +1,5 @@
 /* load_gguf.c — models and tokenizers from GGUF files (llama.cpp): the
- * architectures llama, qwen2 and gpt2, hyper-parameters from <arch>.*
+ * architectures llama, qwen2, qwen3 and gpt2, hyper-parameters from <arch>.*
  * metadata, llama.cpp tensor names mapped onto mp_params (ggml dims {in, out}
  * = PyTorch [out, in]), every tensor's shape checked against the config. A file
  * with Q8_0 / Q4_0 / Q4_K / Q6_K weights keeps its linear weights in the
@@ -12,6 +12,9 @@
  * which rotates x[2i], x[2i+1]) — mechprobe's convention, loaded as is. qwen2
  * keeps the Hugging Face half-split rows (LLAMA_ROPE_TYPE_NEOX: x[i] with
  * x[i + n_rot/2]); they are permuted here (mp_rope_permute_rows), biases too.
+ * qwen3 is qwen2's layout with a per-head RMSNorm on q and k (attn_q_norm /
+ * attn_k_norm [head size], qk_norm head) and no q/k/v biases; its norm
+ * weights are permuted within the head as the rows they scale.
  * gpt2: fused attn_qkv split into wq/wk/wv, learned positions, biases,
  * LayerNorm, GELU with the tanh approximation (ggml_gelu). */
 #include "formats.h"
@@ -201,9 +204,12 @@ static mp_status read_window(const gctx *x, mp_config *c) {
     return MP_OK;
 }
 
+/* qwen2 and qwen3: Hugging Face's half-split q/k rows (NeoX RoPE) */
+static int is_neox(const gctx *x) { return strcmp(x->arch, "qwen2") == 0 || strcmp(x->arch, "qwen3") == 0; }
+
 static mp_status read_config(const gctx *x, mp_config *c) {
     mp_status st;
-    const int is_gpt2 = strcmp(x->arch, "gpt2") == 0, is_qwen2 = strcmp(x->arch, "qwen2") == 0;
+    const int is_gpt2 = strcmp(x->arch, "gpt2") == 0, is_qwen2 = is_neox(x);
     const int BIG = 1 << 24;
     *c = mp_config_default();
     if ((st = meta_int(x, "embedding_length", 1, 0, 1, BIG, &c->d_model)) ||
@@ -258,6 +264,9 @@ static mp_status read_config(const gctx *x, mp_config *c) {
             return mp_error(MP_ERR_FORMAT, "%s: partial RoPE (rope.dimension_count %d < head size %d) is not "
                             "supported", x->path, rot, c->d_head);
         c->qkv_bias = has_t(x, "blk.%d.attn_q.bias", 0);
+        if (strcmp(x->arch, "qwen3") == 0) c->qk_norm = MP_QK_NORM_HEAD; /* attn_q_norm / attn_k_norm [head size] */
+        else if (has_t(x, "blk.%d.attn_q_norm.weight", 0))
+            return mp_error(MP_ERR_FORMAT, "%s: %s with attn_q_norm (a q/k norm) is not supported", x->path, x->arch);
         if (has_t(x, "blk.%d.attn_output.bias", 0) || has_t(x, "blk.%d.ffn_up.bias", 0))
             return mp_error(MP_ERR_FORMAT, "%s: %s with attention-output or MLP biases is not supported", x->path,
                             x->arch);
@@ -291,7 +300,7 @@ static mp_status read_weights(const gctx *x, mp_model *m) {
     mp_params *p = &m->p;
     const uint64_t D = (uint64_t)c->d_model, V = (uint64_t)c->vocab, M = (uint64_t)c->d_mlp;
     const uint64_t HD = (uint64_t)c->n_head * c->d_head, KD = (uint64_t)c->n_kv_head * c->d_head;
-    const int is_gpt2 = strcmp(x->arch, "gpt2") == 0, is_qwen2 = strcmp(x->arch, "qwen2") == 0;
+    const int is_gpt2 = strcmp(x->arch, "gpt2") == 0, is_qwen2 = is_neox(x);
     mp_qparams *Q = x->q;
     mp_status st;
     float *tmp = NULL;
@@ -347,6 +356,12 @@ static mp_status read_weights(const gctx *x, mp_model *m) {
                  (st = read_t(x, p->bv + (size_t)l * KD, KD, 0, NULL, "blk.%d.attn_v.bias", l))))
                 goto cleanup;
         }
+        if (c->qk_norm == MP_QK_NORM_HEAD &&
+            ((st = read_t(x, p->q_norm + (size_t)l * c->d_head, (uint64_t)c->d_head, 0, NULL, "blk.%d.attn_q_norm.weight",
+                          l)) ||
+             (st = read_t(x, p->k_norm + (size_t)l * c->d_head, (uint64_t)c->d_head, 0, NULL, "blk.%d.attn_k_norm.weight",
+                          l))))
+            goto cleanup;
         if ((st = read_w(x, LP(wo, D * HD), QM(wo[l]), HD, D, 0, "blk.%d.attn_output.weight", l))) goto cleanup;
         if (p->bo && (st = read_t(x, p->bo + lD, D, 0, NULL, "blk.%d.attn_output.bias", l))) goto cleanup;
         if ((st = read_t(x, p->ln2_w + lD, D, 0, NULL, "blk.%d.ffn_norm.weight", l))) goto cleanup;
@@ -373,6 +388,10 @@ static mp_status read_weights(const gctx *x, mp_model *m) {
                 mp_rope_permute_rows(p->bq + (size_t)l * HD, t2, c->n_head, c->d_head, 1, 1);
                 mp_rope_permute_rows(p->bk + (size_t)l * KD, t2, c->n_kv_head, c->d_head, 1, 1);
             }
+            if (p->q_norm) { /* one head's channels, as the rows they scale */
+                mp_rope_permute_rows(p->q_norm + (size_t)l * c->d_head, t2, 1, c->d_head, 1, 1);
+                mp_rope_permute_rows(p->k_norm + (size_t)l * c->d_head, t2, 1, c->d_head, 1, 1);
+            }
             free(t2);
         }
     }
@@ -395,9 +414,9 @@ mp_status mp_model_load_gguf(mp_model **out, const char *path) {
         st = mp_error(MP_ERR_FORMAT, "%s: general.architecture is missing or not a string", path);
         goto cleanup;
     }
-    if (strcmp(x.arch, "llama") && strcmp(x.arch, "qwen2") && strcmp(x.arch, "gpt2")) {
-        st = mp_error(MP_ERR_FORMAT, "%s: unknown architecture \"%s\" (mechprobe reads llama, qwen2 and gpt2)", path,
-                      x.arch);
+    if (strcmp(x.arch, "llama") && strcmp(x.arch, "qwen2") && strcmp(x.arch, "qwen3") && strcmp(x.arch, "gpt2")) {
+        st = mp_error(MP_ERR_FORMAT, "%s: unknown architecture \"%s\" (mechprobe reads llama, qwen2, qwen3 and gpt2)",
+                      path, x.arch);
         goto cleanup;
     }
     if ((st = read_config(&x, &c))) goto cleanup;
@@ -432,7 +451,10 @@ mp_status mp_model_load_gguf(mp_model **out, const char *path) {
     }
     if ((st = read_weights(&x, m))) goto cleanup;
     snprintf(m->source, sizeof m->source, "%s", path);
-    m->format = strcmp(x.arch, "llama") == 0 ? "gguf-llama" : strcmp(x.arch, "qwen2") == 0 ? "gguf-qwen2" : "gguf-gpt2";
+    m->format = strcmp(x.arch, "llama") == 0   ? "gguf-llama"
+              : strcmp(x.arch, "qwen2") == 0 ? "gguf-qwen2"
+              : strcmp(x.arch, "qwen3") == 0 ? "gguf-qwen3"
+                                             : "gguf-gpt2";
     if (quant) {
         m->q->file = g; /* the weights point into its mapping: closed with the model */
         m->q->file_close = close_gguf;

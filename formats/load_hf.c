@@ -1,11 +1,12 @@
 /* load_hf.c — Hugging Face model folders: config.json + *.safetensors (F32 /
  * F16 / BF16, sharded through model.safetensors.index.json; safetensors.h)
- * for model_type llama, mistral, qwen2 and gpt2, and their tokenizer.json;
+ * for model_type llama, mistral, qwen2, qwen3 and gpt2, and their tokenizer.json;
  * and the writer of such folders (F32) used by round trips and exports.
  *
  * Hugging Face stores q/k rows half-split (rotate_half: channel i pairs with
  * i + Dh/2); they are permuted to mechprobe's adjacent pairs on load
- * (mp_rope_permute_rows) and back on save, biases too. GPT-2 stores Conv1D
+ * (mp_rope_permute_rows) and back on save, biases too, and Qwen3's q_norm /
+ * k_norm weights [head_dim] within their head. GPT-2 stores Conv1D
  * weights [in, out] and a fused c_attn [D, 3D]: transposed and split on load. */
 #include "json.h"
 #include "formats.h"
@@ -65,7 +66,8 @@ static int cfg_bool(const mp_json *cfg, const char *key, int def) {
 static mp_status sliding_window(const mp_json *cfg, const char *path, const char *type, mp_config *c) {
     mp_status st;
     if (strcmp(type, "mistral") == 0) return cfg_int(cfg, path, "sliding_window", 0, 0, &c->sliding_window);
-    if (strcmp(type, "qwen2") != 0 || !cfg_bool(cfg, "use_sliding_window", 0)) return MP_OK;
+    if ((strcmp(type, "qwen2") != 0 && strcmp(type, "qwen3") != 0) || !cfg_bool(cfg, "use_sliding_window", 0))
+        return MP_OK;
     int w = 0, mwl = 0;
     if ((st = cfg_int(cfg, path, "sliding_window", 0, 0, &w)) ||
         (st = cfg_int(cfg, path, "max_window_layers", 0, 0, &mwl)))
@@ -182,6 +184,19 @@ static mp_status read_config(const mp_json *cfg, const char *path, const char *t
         c->tied = cfg_bool(cfg, "tie_word_embeddings", 0);
         if (c->d_head > 0 && (st = rope_scaling(cfg, path, c))) return st;
         if ((st = sliding_window(cfg, path, type, c))) return st;
+        if (strcmp(type, "qwen3") == 0) { /* RMSNorm of each head's q and k (q_norm / k_norm [head_dim]) */
+            c->qk_norm = MP_QK_NORM_HEAD;
+            /* layer_types (newer configs) must agree with the window read above: every layer
+             * "sliding_attention" with one (use_sliding_window, max_window_layers 0), else "full_attention" */
+            const char *want = c->sliding_window > 0 ? "sliding_attention" : "full_attention";
+            const mp_json *lt = mp_json_get(cfg, "layer_types");
+            for (size_t i = 0; mp_json_type_of(lt) == MP_JSON_ARRAY && i < mp_json_len(lt); i++) {
+                const char *k = mp_json_string(mp_json_at(lt, i), NULL);
+                if (!k || strcmp(k, want) != 0)
+                    return mp_error(MP_ERR_FORMAT, "%s/config.json: layer_types[%zu] is \"%s\"; with this config "
+                                    "mechprobe runs every layer as %s", path, i, k ? k : "(not a string)", want);
+            }
+        }
     }
     return mp_config_validate(c, path);
 }
@@ -241,6 +256,14 @@ static mp_status read_llama(const hctx *x, mp_model *m) {
             goto cleanup;
         mp_rope_permute_rows(wq, tmp, c->n_head, c->d_head, D, 1);
         mp_rope_permute_rows(wk, tmp, c->n_kv_head, c->d_head, D, 1);
+        if (c->qk_norm == MP_QK_NORM_HEAD) { /* Qwen3: one head's channels, permuted as the rows they scale */
+            float *qn = p->q_norm + (size_t)l * c->d_head, *kn = p->k_norm + (size_t)l * c->d_head;
+            if ((st = read_t(x, qn, (uint64_t)c->d_head, 0, NULL, "model.layers.%d.self_attn.q_norm.weight", l)) ||
+                (st = read_t(x, kn, (uint64_t)c->d_head, 0, NULL, "model.layers.%d.self_attn.k_norm.weight", l)))
+                goto cleanup;
+            mp_rope_permute_rows(qn, tmp, 1, c->d_head, 1, 1);
+            mp_rope_permute_rows(kn, tmp, 1, c->d_head, 1, 1);
+        }
         if (c->qkv_bias) {
             float *bq = p->bq + (size_t)l * HD, *bk = p->bk + (size_t)l * KD;
             if ((st = read_t(x, bq, HD, 0, NULL, "model.layers.%d.self_attn.q_proj.bias", l)) ||
@@ -328,9 +351,9 @@ mp_status mp_model_load_hf(mp_model **out, const char *dir) {
     const char *type = mp_json_string(mp_json_get(cfg, "model_type"), NULL);
     if (!type) { s = mp_error(MP_ERR_FORMAT, "%s/config.json: \"model_type\" is missing", dir); goto cleanup; }
     int gpt2 = strcmp(type, "gpt2") == 0;
-    if (!gpt2 && strcmp(type, "llama") && strcmp(type, "mistral") && strcmp(type, "qwen2")) {
+    if (!gpt2 && strcmp(type, "llama") && strcmp(type, "mistral") && strcmp(type, "qwen2") && strcmp(type, "qwen3")) {
         s = mp_error(MP_ERR_FORMAT, "%s/config.json: unknown model_type \"%s\" (mechprobe reads llama, mistral, qwen2, "
-                     "gpt2)", dir, type);
+                     "qwen3, gpt2)", dir, type);
         goto cleanup;
     }
     if ((s = read_config(cfg, dir, type, &c))) goto cleanup;
@@ -345,7 +368,8 @@ mp_status mp_model_load_hf(mp_model **out, const char *dir) {
     }
     if (s) goto cleanup;
     snprintf(m->source, sizeof m->source, "%s", dir);
-    m->format = gpt2 ? "hf-gpt2" : strcmp(type, "qwen2") == 0 ? "hf-qwen2" : "hf-llama";
+    m->format = gpt2 ? "hf-gpt2" : strcmp(type, "qwen2") == 0 ? "hf-qwen2" : strcmp(type, "qwen3") == 0 ? "hf-qwen3"
+                                                                                                     : "hf-llama";
     *out = m;
     m = NULL;
 cleanup:
@@ -428,12 +452,14 @@ static mp_status write_config(const mp_model *m, const char *dir) {
                       (double)c->norm_eps, "activation_function", c->gelu_tanh ? "gelu_new" : "gelu",
                       "tie_word_embeddings", c->tied);
     } else {
-        /* a sliding window: mistral's "sliding_window", or qwen2's on every layer (max_window_layers 0) */
-        const int mistral = c->sliding_window > 0 && !c->qkv_bias;
+        /* a sliding window: mistral's "sliding_window", or qwen2's / qwen3's on every layer (max_window_layers 0) */
+        const int qwen3 = c->qk_norm == MP_QK_NORM_HEAD, qwen = qwen3 || c->qkv_bias;
+        const int mistral = c->sliding_window > 0 && !qwen;
         j = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:s, s:b}", "architectures",
-                      c->qkv_bias ? "Qwen2ForCausalLM" : mistral ? "MistralForCausalLM" : "LlamaForCausalLM",
-                      "model_type", c->qkv_bias ? "qwen2" : mistral ? "mistral" : "llama", "hidden_size", c->d_model,
-                      "num_hidden_layers", c->n_layer,
+                      qwen3 ? "Qwen3ForCausalLM" : c->qkv_bias ? "Qwen2ForCausalLM"
+                      : mistral ? "MistralForCausalLM" : "LlamaForCausalLM",
+                      "model_type", qwen3 ? "qwen3" : c->qkv_bias ? "qwen2" : mistral ? "mistral" : "llama",
+                      "hidden_size", c->d_model, "num_hidden_layers", c->n_layer,
                       "num_attention_heads", c->n_head, "num_key_value_heads", c->n_kv_head, "head_dim", c->d_head,
                       "intermediate_size", c->d_mlp, "vocab_size", c->vocab, "max_position_embeddings", c->ctx,
                       "rms_norm_eps", (double)c->norm_eps, "rope_theta", (double)c->rope_theta, "hidden_act", "silu",
@@ -444,10 +470,11 @@ static mp_status write_config(const mp_model *m, const char *dir) {
             json_decref(j);
             j = NULL;
         }
-        if (j && c->sliding_window > 0 &&
-            (json_object_set_new(j, "sliding_window", json_integer(c->sliding_window)) != 0 ||
-             (c->qkv_bias && (json_object_set_new(j, "use_sliding_window", json_true()) != 0 ||
-                              json_object_set_new(j, "max_window_layers", json_integer(0)) != 0)))) {
+        if (j && ((c->sliding_window > 0 &&
+                   (json_object_set_new(j, "sliding_window", json_integer(c->sliding_window)) != 0 ||
+                    (qwen && (json_object_set_new(j, "use_sliding_window", json_true()) != 0 ||
+                              json_object_set_new(j, "max_window_layers", json_integer(0)) != 0)))) ||
+                  (qwen3 && json_object_set_new(j, "attention_bias", json_boolean(c->qkv_bias)) != 0))) {
             json_decref(j);
             j = NULL;
         }
@@ -502,10 +529,13 @@ mp_status mp_model_save_hf(const mp_model *m, const char *dir) {
         return mp_error(MP_ERR_ARG, "%s: a sliding window %s has no Hugging Face config.json form here (mistral and "
                         "qwen2 hold one window on every layer); save as .h5 or GGUF", dir,
                         gpt2 ? "on a GPT-2-style model" : "with a per-layer sliding_window_pattern");
+    if (c->qk_norm == MP_QK_NORM_FULL)
+        return mp_error(MP_ERR_ARG, "%s: the q/k norm over the whole projection (qk_norm full) has no Hugging Face "
+                        "writer yet; save as .h5", dir);
     if (mkdir(dir, 0777) && errno != EEXIST) return mp_error(MP_ERR_IO, "%s: cannot create folder: %s", dir, strerror(errno));
     const size_t D = (size_t)c->d_model, V = (size_t)c->vocab, M = (size_t)c->d_mlp, L = (size_t)c->n_layer;
     const size_t HD = (size_t)c->n_head * c->d_head, KD = (size_t)c->n_kv_head * c->d_head;
-    size_t cap = 16 + L * 16;
+    size_t cap = 16 + L * 18;
     mp_st_entry *e = mp_calloc(cap, sizeof *e, "tensor list");
     char (*names)[96] = mp_calloc(cap, 96, "tensor names");
     uint64_t (*shapes)[2] = mp_calloc(cap, sizeof *shapes, "tensor shapes");
@@ -536,6 +566,17 @@ mp_status mp_model_save_hf(const mp_model *m, const char *dir) {
             mp_rope_permute_rows(w, tmp, c->n_kv_head, c->d_head, D, 0);
             ADD("model.layers.%d.self_attn.k_proj.weight", l, w, KD, D);
             ADD("model.layers.%d.self_attn.v_proj.weight", l, p->wv + l * KD * D, KD, D);
+            if (c->qk_norm == MP_QK_NORM_HEAD) { /* back to half-split within the head */
+                const size_t Dh = (size_t)c->d_head;
+                COPY(w, Dh);
+                memcpy(w, p->q_norm + l * Dh, Dh * sizeof(float));
+                mp_rope_permute_rows(w, tmp, 1, c->d_head, 1, 0);
+                ADD("model.layers.%d.self_attn.q_norm.weight", l, w, Dh, 0);
+                COPY(w, Dh);
+                memcpy(w, p->k_norm + l * Dh, Dh * sizeof(float));
+                mp_rope_permute_rows(w, tmp, 1, c->d_head, 1, 0);
+                ADD("model.layers.%d.self_attn.k_norm.weight", l, w, Dh, 0);
+            }
             if (c->qkv_bias) {
                 COPY(w, HD);
                 memcpy(w, p->bq + l * HD, HD * sizeof(float));

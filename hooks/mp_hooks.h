@@ -33,7 +33,8 @@ typedef enum {
     MP_WHEN_ALWAYS,      /* every model */
     MP_WHEN_MLP,         /* a model with an MLP (mlp != none) */
     MP_WHEN_SWIGLU,      /* a SwiGLU MLP (its second input projection) */
-    MP_WHEN_LEARNED_POS  /* learned absolute positions */
+    MP_WHEN_LEARNED_POS, /* learned absolute positions */
+    MP_WHEN_QK_NORM      /* a q/k norm (qk_norm != none) */
 } mp_hook_when;
 
 /* X(ID, name, per_layer, shape kind, when, opt_in, grad, device)
@@ -68,6 +69,8 @@ typedef enum {
     X(Q,              "attn.hook_q",              1, MP_SHAPE_BTHD, MP_WHEN_ALWAYS,     0, 1, 1) \
     X(K,              "attn.hook_k",              1, MP_SHAPE_BTKD, MP_WHEN_ALWAYS,     0, 1, 1) \
     X(V,              "attn.hook_v",              1, MP_SHAPE_BTKD, MP_WHEN_ALWAYS,     0, 1, 1) \
+    X(Q_NORM,         "attn.q_norm.hook_normalized", 1, MP_SHAPE_BTHD, MP_WHEN_QK_NORM, 0, 1, 1) \
+    X(K_NORM,         "attn.k_norm.hook_normalized", 1, MP_SHAPE_BTKD, MP_WHEN_QK_NORM, 0, 1, 1) \
     X(ROT_Q,          "attn.hook_rot_q",          1, MP_SHAPE_BTHD, MP_WHEN_ALWAYS,     0, 1, 1) \
     X(ROT_K,          "attn.hook_rot_k",          1, MP_SHAPE_BTKD, MP_WHEN_ALWAYS,     0, 1, 1) \
     X(ATTN_SCORES,    "attn.hook_attn_scores",    1, MP_SHAPE_BHTS, MP_WHEN_ALWAYS,     0, 1, 1) \

@@ -79,6 +79,8 @@ static mp_status check_ops(const mp_bwd_ops *o, const mp_config *c, int wgrad, i
     const char *miss = NULL;
     if (!o->zero || !o->linear || !o->norm || !o->act || !o->pos || (wgrad && (!o->attn || !o->embed)))
         miss = "its core steps";
+    else if (c->qk_norm != MP_QK_NORM_NONE && !o->qk_norm)
+        miss = "the q/k norm";
     else if (wgrad && mp_attn_has_factor(c->attn) && !o->attn_factor)
         miss = "the attention variant's factor gradient";
     else if ((!wgrad || hooks) && (!o->attn_dpattern || !o->attn_dscores || !o->attn_dqk || !o->alloc || !o->release))
@@ -206,6 +208,16 @@ mp_status mp_backward_walk(const mp_bwd_ops *ops, void *ctx, const mp_config *c,
             const float *q_scale = mp_pos_has_logit_scale(c) ? sin_t + (size_t)T * half : NULL;
             TRY(ops->pos(ctx, c, cos_t, sin_t, q_scale, A->dq, B, T, H));
             TRY(ops->pos(ctx, c, cos_t, sin_t, NULL, A->dk, B, T, K));
+        }
+        if (c->qk_norm != MP_QK_NORM_NONE) { /* through the q/k norm to the projections (dz: scratch) */
+            FIRE(MP_HOOK_K_NORM, l, A->dk);
+            FIRE(MP_HOOK_Q_NORM, l, A->dq);
+            const float *nw;
+            int rows, width;
+            mp_exec_qk_norm_of(c, p, MP_HOOK_K_NORM, l, N, &nw, &rows, &width);
+            TRY(ops->qk_norm(ctx, c, A->dk, A->dz, g ? dw.k_norm : NULL, a.k_in, nw, a.k_rstd, rows, width));
+            mp_exec_qk_norm_of(c, p, MP_HOOK_Q_NORM, l, N, &nw, &rows, &width);
+            TRY(ops->qk_norm(ctx, c, A->dq, A->dz, g ? dw.q_norm : NULL, a.q_in, nw, a.q_rstd, rows, width));
         }
         FIRE(MP_HOOK_V, l, A->dv);
         FIRE(MP_HOOK_K, l, A->dk);

@@ -59,6 +59,13 @@ typedef struct mp_bwd_ops {
                              const float *w, const float *mean, const float *rstd, int N);
     mp_status (*norm_dx_scaled)(void *ctx, const mp_config *c, float *dx, const float *dsc, const float *dout,
                                 const float *x, const float *w, const float *mean, const float *rstd, int N);
+    /* The q/k norm (RMSNorm of rows rows of width floats, one weight w
+     * [width] shared by the rows; x, rstd: the forward's input and
+     * statistics in the store): d [rows, width], the gradient at its output,
+     * becomes the gradient at its input; tmp: scratch of as many floats; dw
+     * += the weight's gradient (NULL: none). */
+    mp_status (*qk_norm)(void *ctx, const mp_config *c, float *d, float *tmp, float *dw, const float *x,
+                         const float *w, const float *rstd, int rows, int width);
     /* The MLP's activation (c->mlp, c->gelu_tanh) over n values: dpre +=
      * from dpost and the stored pre (and up: SwiGLU, whose dup += too). */
     mp_status (*act)(void *ctx, const mp_config *c, float *dpre, float *dup, const float *dpost, const float *pre,

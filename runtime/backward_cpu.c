@@ -256,6 +256,17 @@ static mp_status c_fire(void *ctx, const mp_hooks *hs, mp_hook_info *info, float
     return mp_hooks_fire(hs, info, grad);
 }
 
+static mp_status c_qk_norm(void *ctx, const mp_config *c, float *d, float *tmp, float *dw, const float *x,
+                           const float *w, const float *rstd, int rows, int width) {
+    (void)ctx;
+    (void)c;
+    const size_t n = (size_t)rows * width;
+    memset(tmp, 0, n * sizeof(float));
+    mp_rmsnorm_backward(tmp, dw, d, x, w, rstd, rows, width);
+    memcpy(d, tmp, n * sizeof(float));
+    return MP_OK;
+}
+
 static float *c_alloc(void *ctx, size_t n, const char *what) {
     (void)ctx;
     return mp_calloc(n, sizeof(float), what);
@@ -275,6 +286,7 @@ const mp_bwd_ops mp_bwd_ops_cpu = {
     .norm = c_norm,
     .norm_dscale = c_norm_dscale,
     .norm_dx_scaled = c_norm_dx_scaled,
+    .qk_norm = c_qk_norm,
     .act = c_act,
     .attn = c_attn,
     .attn_dpattern = c_attn_dpattern,

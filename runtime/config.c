@@ -26,6 +26,7 @@ const char *const mp_mlp_names[MP_MLP_COUNT] = {"swiglu", "gelu", "none"};
 const char *const mp_pos_names[MP_POS_COUNT] = {"rope", "none", "learned", "half_rope", "high_freq", "rope_id"};
 const char *const mp_rope_scaling_names[MP_ROPE_SCALING_COUNT] = {"none", "pi", "ntk", "yarn"};
 const char *const mp_attn_names[MP_ATTN_COUNT] = {"softmax", "ssmax", "entmax15", "entmax", "asentmax"};
+const char *const mp_qk_norm_names[MP_QK_NORM_COUNT] = {"none", "head", "full"};
 
 static const char *kind_name(const char *const *names, int n, int k) {
     return k >= 0 && k < n ? names[k] : "unknown";
@@ -48,6 +49,8 @@ const char *mp_rope_scaling_name(mp_rope_scaling k) {
 int mp_rope_scaling_parse(const char *name) { return kind_parse(mp_rope_scaling_names, MP_ROPE_SCALING_COUNT, name); }
 const char *mp_attn_name(mp_attn_kind k) { return kind_name(mp_attn_names, MP_ATTN_COUNT, (int)k); }
 int mp_attn_parse(const char *name) { return kind_parse(mp_attn_names, MP_ATTN_COUNT, name); }
+const char *mp_qk_norm_name(mp_qk_norm_kind k) { return kind_name(mp_qk_norm_names, MP_QK_NORM_COUNT, (int)k); }
+int mp_qk_norm_parse(const char *name) { return kind_parse(mp_qk_norm_names, MP_QK_NORM_COUNT, name); }
 
 /* ---- MP_CONFIG_TABLE as data and accessors ---- */
 enum {
@@ -157,7 +160,8 @@ mp_config mp_config_default(void) {
  * (cols 0: 1-D); per-layer tensors have "%d" in their name (DESIGN.md
  * checkpoint names); absent tensors have size 0, so older models keep their
  * layout. Order = mp_params order = the layout in memory. Expressions of
- * D, V, M, HD, KD, H, ctx, has_mlp, ln, c. */
+ * D, V, M, HD, KD, H, ctx, has_mlp, ln, c; QN, KN: the q/k norm weights'
+ * widths (Dh for qk_norm head, HD / KD for full). */
 #define MP_PARAM_TABLE(X)                                                                         \
     X(EMBED, embed, "embed", V, D, 1)                                                             \
     X(LN1, ln1_w, "blocks.%d.ln1.weight", D, 0, 1)                                                \
@@ -185,7 +189,9 @@ mp_config mp_config_default(void) {
     X(SSMAX, ssmax_s, "blocks.%d.attn.ssmax_s", H, 0, c->attn == MP_ATTN_SSMAX)                   \
     X(ASD, as_delta, "blocks.%d.attn.as_delta", H, 0, c->attn == MP_ATTN_ASENTMAX)                \
     X(ASB, as_beta, "blocks.%d.attn.as_beta", H, 0, c->attn == MP_ATTN_ASENTMAX)                  \
-    X(ASG, as_gamma, "blocks.%d.attn.as_gamma", H, 0, c->attn == MP_ATTN_ASENTMAX)
+    X(ASG, as_gamma, "blocks.%d.attn.as_gamma", H, 0, c->attn == MP_ATTN_ASENTMAX)                \
+    X(QNORM, q_norm, "blocks.%d.attn.q_norm.weight", QN, 0, c->qk_norm != MP_QK_NORM_NONE)        \
+    X(KNORM, k_norm, "blocks.%d.attn.k_norm.weight", KN, 0, c->qk_norm != MP_QK_NORM_NONE)
 
 enum {
 #define P_ID(id, f, name, r, k, present) P_##id,
@@ -207,7 +213,10 @@ static const char *const param_names[P_COUNT] = {
     int has_mlp = (c)->mlp != MP_MLP_NONE, ln = (c)->norm == MP_NORM_LAYER;                          \
     int64_t M = has_mlp ? (c)->d_mlp : 0, HD = (int64_t)(c)->n_head * (c)->d_head,                   \
             KD = (int64_t)(c)->n_kv_head * (c)->d_head;                                              \
-    (void)D; (void)V; (void)H; (void)ctx; (void)M; (void)HD; (void)KD; (void)has_mlp; (void)ln
+    int64_t QN = (c)->qk_norm == MP_QK_NORM_FULL ? HD : (c)->d_head,                                 \
+            KN = (c)->qk_norm == MP_QK_NORM_FULL ? KD : (c)->d_head;                                 \
+    (void)D; (void)V; (void)H; (void)ctx; (void)M; (void)HD; (void)KD; (void)has_mlp; (void)ln;      \
+    (void)QN; (void)KN
 
 /* One layer's shape of each tensor (present or not). */
 static void param_shapes(const mp_config *c, int64_t s[P_COUNT][2]) {
@@ -445,6 +454,17 @@ mp_status mp_config_validate(const mp_config *c, const char *what) {
     return MP_OK;
 }
 
+/* The q/k norm weights start at 1 (the identity scale), as the other norms' in a
+ * fresh model; loaders overwrite them. */
+static void qk_norm_init(const mp_config *c, mp_params *p) {
+    if (c->qk_norm == MP_QK_NORM_NONE || !p->q_norm) return;
+    const size_t L = (size_t)c->n_layer, full = c->qk_norm == MP_QK_NORM_FULL;
+    const size_t nq = L * (size_t)c->d_head * (full ? (size_t)c->n_head : 1);
+    const size_t nk = L * (size_t)c->d_head * (full ? (size_t)c->n_kv_head : 1);
+    for (size_t i = 0; i < nq; i++) p->q_norm[i] = 1.0f;
+    for (size_t i = 0; i < nk; i++) p->k_norm[i] = 1.0f;
+}
+
 mp_status mp_model_new(mp_model **out, const mp_config *cfg) {
     mp_status st;
     mp_model *m = NULL;
@@ -462,6 +482,7 @@ mp_status mp_model_new(mp_model **out, const mp_config *cfg) {
     }
     mp_params_layout(cfg, m->owned, &m->p);
     mp_attn_params_init(cfg, &m->p);
+    qk_norm_init(cfg, &m->p);
     *out = m;
     return MP_OK;
 cleanup:
@@ -492,6 +513,7 @@ mp_status mp_model_new_unweighted(mp_model **out, const mp_config *cfg) {
         base += n[i];
     }
     mp_attn_params_init(cfg, &m->p);
+    qk_norm_init(cfg, &m->p);
     *out = m;
     return MP_OK;
 }

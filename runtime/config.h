@@ -3,7 +3,7 @@
  * (runtime/config.c), the run file's /model attributes (io/h5run.c), the
  * checkpoint's /config attributes, written and read (io/checkpoint.c), the Lua
  * config table m.config and mp.model.new's options (lua/lmodel.c). The kind
- * names (norm, mlp, pos, rope_scaling, attn) are here too, one table each.
+ * names (norm, mlp, pos, rope_scaling, attn, qk_norm) are here too, one table each.
  *
  * Adding a field: a member in mp_config, a row in MP_CONFIG_TABLE, a check in
  * mp_config_validate; every path then carries it (tests/lua/test_config.lua
@@ -50,6 +50,14 @@ typedef enum { MP_ROPE_SCALING_NONE = 0, MP_ROPE_SCALING_PI, MP_ROPE_SCALING_NTK
  * The entmax kinds give exact zeros. */
 typedef enum { MP_ATTN_SOFTMAX = 0, MP_ATTN_SSMAX, MP_ATTN_ENTMAX15, MP_ATTN_ENTMAX, MP_ATTN_ASENTMAX } mp_attn_kind;
 #define MP_ATTN_COUNT 5
+/* RMSNorm on the queries and keys after their projections (and biases),
+ * before the positional scheme (the values are stable: checkpoints store
+ * names, mp_qk_norm_name / mp_qk_norm_parse): none; head (each head's d_head
+ * channels normalized on their own, one weight [d_head] shared by the heads:
+ * Qwen3, Gemma 3); full (the whole projection of a position normalized at
+ * once, weights [H*d_head] and [K*d_head]: OLMo 2). eps = norm_eps. */
+typedef enum { MP_QK_NORM_NONE = 0, MP_QK_NORM_HEAD, MP_QK_NORM_FULL } mp_qk_norm_kind;
+#define MP_QK_NORM_COUNT 3
 
 #define MP_ROPE_FREQS_MAX 256   /* d_head up to 512 with frequency divisors */
 
@@ -89,6 +97,8 @@ typedef struct mp_config {
     /* appended for sliding-window attention (zero = full causal attention, the older behaviour) */
     int sliding_window;         /* W > 0: a windowed layer's query at i sees keys i-W < j <= i (mp_config_window) */
     int sliding_window_pattern; /* P: 0 every layer windowed; P > 0 layer l is global when (l+1) % P == 0 */
+    /* appended for the q/k norm (zero = none, the older behaviour) */
+    mp_qk_norm_kind qk_norm; /* RMSNorm of q and k before the positional scheme */
 } mp_config;
 
 /* The value types of config fields, as files and Lua see them:
@@ -160,7 +170,9 @@ typedef enum { MP_CF_INT, MP_CF_FLOAT, MP_CF_BOOL, MP_CF_NOTBOOL, MP_CF_KIND, MP
     X(sliding_window, MP_CF_INT, "sliding_window", "sliding_window", NULL, 0, 0, 0, c->sliding_window,                 \
       c->sliding_window != 0, 1)                                                                                       \
     X(sliding_window_pattern, MP_CF_INT, "sliding_window_pattern", "sliding_window_pattern", NULL, 0, 0, 0,            \
-      c->sliding_window_pattern, c->sliding_window_pattern != 0, c->sliding_window != 0)
+      c->sliding_window_pattern, c->sliding_window_pattern != 0, c->sliding_window != 0)                                \
+    X(qk_norm, MP_CF_KIND, "qk_norm", "qk_norm", mp_qk_norm_names, MP_QK_NORM_COUNT, MP_QK_NORM_NONE, 0, c->qk_norm,   \
+      c->qk_norm != MP_QK_NORM_NONE, 1)
 
 /* The table as data, for the loops of each path. */
 typedef struct {
@@ -203,6 +215,7 @@ extern const char *const mp_mlp_names[MP_MLP_COUNT];
 extern const char *const mp_pos_names[MP_POS_COUNT];
 extern const char *const mp_rope_scaling_names[MP_ROPE_SCALING_COUNT];
 extern const char *const mp_attn_names[MP_ATTN_COUNT];
+extern const char *const mp_qk_norm_names[MP_QK_NORM_COUNT];
 /* "rms", "layer"; "swiglu", "gelu", "none"; mp_mlp_label: "gelu_tanh" for a
  * gelu_tanh GELU model, else mp_mlp_name. */
 const char *mp_norm_name(mp_norm_kind k);
@@ -218,6 +231,9 @@ int mp_rope_scaling_parse(const char *name);
 /* "softmax", "ssmax", "entmax15", "entmax", "asentmax"; mp_attn_parse: the kind, or -1. */
 const char *mp_attn_name(mp_attn_kind k);
 int mp_attn_parse(const char *name);
+/* "none", "head", "full"; mp_qk_norm_parse: the kind, or -1. */
+const char *mp_qk_norm_name(mp_qk_norm_kind k);
+int mp_qk_norm_parse(const char *name);
 /* The alpha the kind uses: 1 (softmax, ssmax), 1.5 (entmax15), attn_alpha or
  * 1.5 when 0 (entmax, asentmax). */
 double mp_attn_alpha(const mp_config *c);

@@ -52,7 +52,7 @@ mp_status mp_exec_register(const mp_exec_ops *o) {
         {(const void *)o->pos_apply, "pos_apply"}, {(const void *)o->kv_append, "kv_append"},
         {(const void *)o->attention, "attention"}, {(const void *)o->act, "act"},
         {(const void *)o->copy, "copy"},           {(const void *)o->add, "add"},
-        {(const void *)o->head, "head"}};
+        {(const void *)o->head, "head"}, {(const void *)o->qk_norm, "qk_norm"}};
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++)
         if (!req[i].fn)
             return mp_error(MP_ERR_ARG, "mp_exec_register: op table \"%s\" lacks the required op %s", o->name,

@@ -51,6 +51,15 @@ void mp_exec_norm_of(const mp_config *c, const mp_params *p, mp_hook_id sid, int
     else *w = lp.ln2_w, *bias = lp.ln2_b;
 }
 
+void mp_exec_qk_norm_of(const mp_config *c, const mp_params *p, mp_hook_id id, int l, int N, const float **w,
+                        int *rows, int *width) {
+    const mp_layer_params lp = mp_params_layer(c, p, l);
+    const int nh = id == MP_HOOK_Q_NORM ? c->n_head : c->n_kv_head;
+    *w = id == MP_HOOK_Q_NORM ? lp.q_norm : lp.k_norm;
+    if (c->qk_norm == MP_QK_NORM_FULL) *rows = N, *width = nh * c->d_head;
+    else *rows = N * nh, *width = c->d_head;
+}
+
 /* An optional op the walk needs here but the device lacks (its cpu_reason
  * should have sent the call to the CPU). */
 static mp_status missing(const mp_exec *e, mp_hook_id id) {
@@ -99,6 +108,12 @@ mp_status mp_block_forward(const mp_exec *e, const mp_exec_bufs *b) {
         FIRE(MP_HOOK_Q, l, a.q);
         FIRE(MP_HOOK_K, l, a.k);
         FIRE(MP_HOOK_V, l, a.v);
+        if (c->qk_norm != MP_QK_NORM_NONE) { /* RMSNorm of q and k (Qwen3, OLMo 2), before the positions */
+            TRY(o->qk_norm(e, MP_HOOK_Q_NORM, l, a.q, a.q_in, a.q_rstd));
+            TRY(o->qk_norm(e, MP_HOOK_K_NORM, l, a.k, a.k_in, a.k_rstd));
+            FIRE(MP_HOOK_Q_NORM, l, a.q);
+            FIRE(MP_HOOK_K_NORM, l, a.k);
+        }
         TRY(o->pos_apply(e, a.q, a.k));
         FIRE(MP_HOOK_ROT_Q, l, a.q);
         FIRE(MP_HOOK_ROT_K, l, a.k);

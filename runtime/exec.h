@@ -15,7 +15,7 @@
 #include "fwd_hooks.h"
 
 /* The layout of mp_exec_ops this runtime walks; a table of another version is refused. */
-#define MP_EXEC_OPS_VERSION 1
+#define MP_EXEC_OPS_VERSION 2
 
 /* The block's linear weights (with their biases), as an op resolves them for layer l. */
 typedef enum {
@@ -81,6 +81,13 @@ typedef struct mp_exec_ops {
      * [N, V] (MP_LOGITS_ALL) or each sequence's last (real) row's [B, V]
      * (MP_LOGITS_LAST), into the caller's buffer (host memory). */
     mp_status (*head)(const mp_exec *e, const float *xn, mp_logits_mode mode, float *logits);
+    /* The q/k norm (c->qk_norm) of layer l on x [N, nh*Dh] in place: nh = H
+     * for id MP_HOOK_Q_NORM (weight q_norm), K for MP_HOOK_K_NORM (k_norm);
+     * RMSNorm over each head's Dh channels (head) or over the whole row
+     * (full), eps = norm_eps. In training x_in (the store's q_in / k_in)
+     * receives the input first and rstd each group's statistic (the
+     * device's convention, as for norm); both NULL in inference. */
+    mp_status (*qk_norm)(const mp_exec *e, mp_hook_id id, int l, float *x, float *x_in, float *rstd);
     /* -- optional: NULL where the device's cpu_reason sends such calls to the CPU -- */
     /* hook_attn_in, hook_q_input / k_input / v_input (fired in that order
      * through mp_exec_fire), then q, k, v of each head from its own input. */
@@ -136,6 +143,11 @@ mp_status mp_exec_fire_block(const mp_exec *e, mp_hook_id id, int l, int q0, int
  * params p (host or device pointers alike), and its input and output widths. */
 void mp_exec_weight_of(const mp_config *c, const mp_params *p, mp_exec_weight w, int l, const float **W,
                        const float **bias, int *in, int *out);
+/* For ops: the q/k norm of id (MP_HOOK_Q_NORM / MP_HOOK_K_NORM) in layer l
+ * among params p: its weight, and the rows and width it normalizes x [N,
+ * nh*Dh] as (head: N*nh rows of Dh sharing the weight; full: N rows of nh*Dh). */
+void mp_exec_qk_norm_of(const mp_config *c, const mp_params *p, mp_hook_id id, int l, int N, const float **w,
+                        int *rows, int *width);
 /* For ops: the weight and bias (may be NULL) of the norm whose scale point is
  * sid (MP_HOOK_LN1_SCALE / LN2_SCALE of layer l, MP_HOOK_LNF_SCALE). */
 void mp_exec_norm_of(const mp_config *c, const mp_params *p, mp_hook_id sid, int l, const float **w,

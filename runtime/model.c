@@ -69,7 +69,8 @@ mp_status mp_acts_layout(mp_acts *a, const mp_config *c, int B, int T, int logit
     const size_t L = (size_t)c->n_layer, N = (size_t)B * T, D = (size_t)c->d_model;
     const size_t HD = (size_t)c->n_head * c->d_head, KD = (size_t)c->n_kv_head * c->d_head;
     const size_t M = c->mlp == MP_MLP_NONE ? 0 : (size_t)c->d_mlp, H = (size_t)c->n_head;
-    const size_t up = c->mlp == MP_MLP_SWIGLU ? M : 0;
+    const size_t up = c->mlp == MP_MLP_SWIGLU ? M : 0, K = (size_t)c->n_kv_head;
+    const size_t qn = c->qk_norm != MP_QK_NORM_NONE; /* the q/k norm's inputs and statistics */
     const size_t R = logit_rows > 0 && (size_t)logit_rows < N ? (size_t)logit_rows : N;
     /* sizes in field order; an overflow anywhere fails the whole store */
     size_t att, tt;
@@ -83,11 +84,13 @@ mp_status mp_acts_layout(mp_acts *a, const mp_config *c, int B, int T, int logit
         N * D, N * D, N * HD, N * KD, N * KD, N * HD, att, N * M, N * up, N * M,
         (size_t)T * (2 * (size_t)(c->d_head / 2) + 1),                  /* pos_tab */
         (size_t)B * H * T,                                              /* dfac */
-        no_pattern ? L * B * H * T : 0};                                /* lse */
+        no_pattern ? L * B * H * T : 0,                                 /* lse */
+        L * N * HD * qn, L * N * KD * qn, L * N * H * qn, L * N * K * qn}; /* q_in, k_in, q_rstd, k_rstd */
     float **f[] = {&a->resid, &a->resid_mid, &a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->q, &a->k, &a->v, &a->att,
                    &a->z, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->pre, &a->up, &a->post, &a->lnf, &a->lnf_mean,
                    &a->lnf_rstd, &a->logits, &a->dresid, &a->dxn, &a->dq, &a->dk, &a->dv, &a->dz, &a->datt,
-                   &a->dpre, &a->dup, &a->dpost, &a->pos_tab, &a->dfac, &a->lse};
+                   &a->dpre, &a->dup, &a->dpost, &a->pos_tab, &a->dfac, &a->lse, &a->q_in, &a->k_in,
+                   &a->q_rstd, &a->k_rstd};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) bad |= mp_add_size(total, sz[i], &total);
     if (bad || mp_mul_size(total, sizeof(float), &tt))
@@ -135,7 +138,9 @@ mp_layer_params mp_params_layer(const mp_config *c, const mp_params *p, int l) {
         .w1 = at(p->w1, l, M * D), .w3 = at(p->w3, l, M * D), .w2 = at(p->w2, l, D * M),
         .b1 = at(p->b1, l, M), .b3 = at(p->b3, l, M), .b2 = at(p->b2, l, D),
         .ssmax_s = at(p->ssmax_s, l, H), .as_delta = at(p->as_delta, l, H), .as_beta = at(p->as_beta, l, H),
-        .as_gamma = at(p->as_gamma, l, H)};
+        .as_gamma = at(p->as_gamma, l, H),
+        .q_norm = at(p->q_norm, l, c->qk_norm == MP_QK_NORM_FULL ? HD : (size_t)c->d_head),
+        .k_norm = at(p->k_norm, l, c->qk_norm == MP_QK_NORM_FULL ? KD : (size_t)c->d_head)};
 }
 
 mp_layer_acts mp_acts_layer(const mp_config *c, const mp_acts *a, int l) {
@@ -148,7 +153,9 @@ mp_layer_acts mp_acts_layer(const mp_config *c, const mp_acts *a, int l) {
         .q = at(a->q, l, nq), .k = at(a->k, l, nk), .v = at(a->v, l, nk), .z = at(a->z, l, nq),
         .att = at(a->att, l, (size_t)a->B * H * T * T),
         .ln2 = at(a->ln2, l, nx), .ln2_mean = at(a->ln2_mean, l, N), .ln2_rstd = at(a->ln2_rstd, l, N),
-        .pre = at(a->pre, l, nh), .up = at(a->up, l, nh), .post = at(a->post, l, nh)};
+        .pre = at(a->pre, l, nh), .up = at(a->up, l, nh), .post = at(a->post, l, nh),
+        .q_in = at(a->q_in, l, nq), .k_in = at(a->k_in, l, nk),
+        .q_rstd = at(a->q_rstd, l, N * H), .k_rstd = at(a->k_rstd, l, N * (size_t)c->n_kv_head)};
 }
 
 /* ---- the forward pass on the CPU: the op table the walk runs (exec.h) ---- */
@@ -490,6 +497,16 @@ static mp_status cpu_head(const mp_exec *e, const float *xn, mp_logits_mode mode
     return cpu_linear(e, MP_EXEC_UNEMBED, -1, logits, last, B);
 }
 
+static mp_status cpu_qk_norm(const mp_exec *e, mp_hook_id id, int l, float *x, float *x_in, float *rstd) {
+    const mp_config *c = e->f.c;
+    const float *w;
+    int rows, width;
+    mp_exec_qk_norm_of(c, &CPU(e)->m->p, id, l, e->f.B * e->f.T, &w, &rows, &width);
+    if (x_in) memcpy(x_in, x, (size_t)rows * width * sizeof(float));
+    mp_rmsnorm_forward(x, rstd, x, w, rows, width, c->norm_eps); /* row by row: in place is safe */
+    return MP_OK;
+}
+
 static mp_status cpu_split_qkv(const mp_exec *e, int l, const float *in, float *q, float *k, float *v) {
     return mp_fwd_split_qkv(&e->f, l, CPU(e)->m, in, q, k, v, &CPU(e)->hws);
 }
@@ -504,6 +521,7 @@ const mp_exec_ops mp_exec_cpu = {
     .view = cpu_view, .embed = cpu_embed, .learned_pos = cpu_learned_pos, .norm = cpu_norm,
     .linear = cpu_linear, .linears = cpu_linears, .pos_apply = cpu_pos_apply, .kv_append = cpu_kv_append,
     .attention = cpu_attention, .act = cpu_act, .copy = cpu_copy, .add = cpu_add, .head = cpu_head,
+    .qk_norm = cpu_qk_norm,
     .split_qkv = cpu_split_qkv, .result = cpu_result, .bwd = &mp_bwd_ops_cpu};
 
 mp_device mp_model_forward_device(const mp_model *m, const mp_forward_params *fp) {

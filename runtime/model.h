@@ -6,7 +6,9 @@
  * channel pairs (2i, 2i+1) (with linear position scaling and per-frequency
  * divisors: llama.cpp's rope_freqs / Llama 3 scaling), learned absolute
  * positions (GPT-2) or no positions, grouped-query causal attention with
- * optional q/k/v biases (Qwen2) and biases on every linear (GPT-2), SwiGLU,
+ * optional q/k/v biases (Qwen2) and biases on every linear (GPT-2), an
+ * optional RMSNorm of q and k before RoPE (qk_norm: Qwen3 per head, OLMo 2
+ * over the whole projection), SwiGLU,
  * GELU (exact erf, or the tanh approximation of GPT-2) or no MLP
  * (attention-only), tied or untied classifier. The same forward serves
  * inference (one layer's buffers, blocked attention) and training (every
@@ -14,8 +16,8 @@
  * runtime/train.h).
  *
  * Loaders (by content: mp_model_load in io/model_io.h): llama2.c
- * (llama2c.c), GGUF llama / qwen2 / gpt2 (load_gguf.c), Hugging Face folders
- * llama / qwen2 / gpt2 (load_hf.c); writers: llama2.c, GGUF (export_gguf.c),
+ * (llama2c.c), GGUF llama / qwen2 / qwen3 / gpt2 (load_gguf.c), Hugging Face
+ * folders llama / qwen2 / qwen3 / gpt2 (load_hf.c); writers: llama2.c, GGUF (export_gguf.c),
  * HF safetensors folders (load_hf.c). Half-split (NeoX / HF) q/k rows are
  * permuted to adjacent pairs on load, so the runtime has one RoPE convention
  * and hook_q / hook_k channels are in adjacent-pair order. */
@@ -58,12 +60,16 @@ typedef struct {
     float *as_delta; /* [L, H] asentmax: delta, beta, gamma per head */
     float *as_beta;  /* [L, H] */
     float *as_gamma; /* [L, H] */
+    /* q/k norm weights (qk_norm head: [L, Dh] each, shared by the heads; full:
+     * [L, H*Dh] and [L, K*Dh]; none: NULL), in adjacent-pair channel order */
+    float *q_norm;
+    float *k_norm;
 } mp_params;
 
 /* The parameter tensors in mp_params order, with their DESIGN.md checkpoint
  * names: per-layer tensors are named with a "%d" for the layer
  * ("blocks.%d.attn.wq") and `shape` is one layer's shape. */
-#define MP_PARAM_MAX 27
+#define MP_PARAM_MAX 29
 typedef struct {
     const char *name;  /* printf pattern ("%d" = layer) or plain name */
     float *p;          /* start (all layers) */
@@ -95,6 +101,7 @@ typedef struct {
     float *w1, *w3, *w2;                  /* [M, D], [M, D], [D, M] */
     float *b1, *b3, *b2;                  /* [M], [M], [D] */
     float *ssmax_s, *as_delta, *as_beta, *as_gamma; /* [H] */
+    float *q_norm, *k_norm;               /* [Dh] (qk_norm head) or [H*Dh], [K*Dh] (full) */
 } mp_layer_params;
 mp_layer_params mp_params_layer(const mp_config *c, const mp_params *p, int l);
 
@@ -262,6 +269,13 @@ typedef struct {
     float *pos_tab;    /* positional tables of the T positions: cos [T, Dh/2], sin [T, Dh/2], q scale [T] */
     float *dfac;       /* [B, H, T] backward scratch: gradient of each query row's attention-variant factor */
     float *lse;        /* [L, B, H, T] each query row's log-sum-exp (a backend's store without att/datt), or NULL */
+    /* the q/k norm (qk_norm != none; else NULL): its inputs, the projections
+     * (with biases, after any hook_q / hook_k edit), and each normalized
+     * group's 1/rms (head: one per head; full: one per row, in [L, N, 1..]) */
+    float *q_in;       /* [L, N, H*Dh] */
+    float *k_in;       /* [L, N, K*Dh] */
+    float *q_rstd;     /* [L, N, H] */
+    float *k_rstd;     /* [L, N, K] */
     float *mem;
     size_t n_floats;
     int logit_rows;    /* rows `logits` holds: N, or a chunk's (a backend that fuses the classifier with the loss) */
@@ -280,6 +294,7 @@ typedef struct {
     float *att;                           /* [B, H, T, T] */
     float *ln2, *ln2_mean, *ln2_rstd;     /* [N, D], [N], [N] */
     float *pre, *up, *post;               /* [N, M] */
+    float *q_in, *k_in, *q_rstd, *k_rstd; /* the q/k norm's (mp_acts); NULL without one, and in inference */
 } mp_layer_acts;
 mp_layer_acts mp_acts_layer(const mp_config *c, const mp_acts *a, int l);
 

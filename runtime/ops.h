@@ -90,7 +90,7 @@ void mp_softmax_rows(float *x, int rows, int n, int ld);
 
 /* dembed[tokens[n],:] += dout[n,:] */
 void mp_embed_backward(float *dembed, const float *dout, const int *tokens, int N, int D);
-/* RMSNorm: dx += ..., dw += sum_n dout * x * rstd.  rstd from the forward. */
+/* RMSNorm: dx += ..., dw += sum_n dout * x * rstd (dw NULL: skipped).  rstd from the forward. */
 void mp_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
                          const float *rstd, int N, int D);
 /* LayerNorm: dx, dw, db accumulated. mean, rstd from the forward. */

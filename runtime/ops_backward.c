@@ -39,6 +39,7 @@ void mp_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x
     }
     /* dw: per column, the rows in order (as a column loop would), but a block of
      * NORM_COLS columns per pass, so every row is read contiguously */
+    if (!dw) return;
 #pragma omp parallel for schedule(static) if ((size_t)N * D > 65536)
     for (int i0 = 0; i0 < D; i0 += NORM_COLS) {
         const int ni = D - i0 < NORM_COLS ? D - i0 : NORM_COLS;

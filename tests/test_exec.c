@@ -69,6 +69,11 @@ static mp_status t_pos_apply(const mp_exec *e, float *q, float *k) {
     put("[rope]");
     return MP_OK;
 }
+static mp_status t_qk_norm(const mp_exec *e, mp_hook_id id, int l, float *x, float *x_in, float *rstd) {
+    (void)e, (void)l, (void)x, (void)x_in, (void)rstd;
+    put(id == MP_HOOK_Q_NORM ? "[qnorm]" : "[knorm]");
+    return MP_OK;
+}
 static mp_status t_kv_append(const mp_exec *e, int l, const float *k, const float *v, const float **kc,
                              const float **vc, size_t *bstride) {
     (void)e, (void)l, (void)bstride;
@@ -113,7 +118,7 @@ static const mp_exec_ops toy = {
     .version = MP_EXEC_OPS_VERSION, .name = "toy", .device = MP_DEVICE_CUDA,
     .view = t_view, .embed = t_embed, .learned_pos = t_learned_pos, .norm = t_norm, .linear = t_linear,
     .linears = t_linears, .pos_apply = t_pos_apply, .kv_append = t_kv_append, .attention = t_attention,
-    .act = t_act, .copy = t_copy, .add = t_add, .head = t_head};
+    .act = t_act, .copy = t_copy, .add = t_add, .head = t_head, .qk_norm = t_qk_norm};
 
 static mp_config toy_config(void) {
     mp_config c = mp_config_default();
@@ -158,6 +163,20 @@ static void test_order(void) {
         "blocks.0.mlp.hook_post [w2] blocks.0.hook_mlp_out [add] blocks.0.hook_resid_post [norm] "
         "ln_final.hook_scale ln_final.hook_normalized [head all]";
     CHECK(strcmp(logbuf, want) == 0, "all points, in order:\n got: %s\nwant: %s", logbuf, want);
+    /* the q/k norm (Qwen3): after the projections and their points, before the positions */
+    mp_hooks_free(hs);
+    c.qk_norm = MP_QK_NORM_HEAD;
+    hs = mp_hooks_new(&c);
+    CHECK(mp_hooks_add(hs, "blocks.0.attn.hook_[qkv],*_norm.hook_normalized,*hook_rot_?", noop, NULL) == MP_OK,
+          "hooks: %s", mp_last_error());
+    CHECK(walk(&c, hs, 0, MP_LOGITS_NONE) == MP_OK, "walk: %s", mp_last_error());
+    const char *qkn = "[wq+wk+wv] blocks.0.attn.hook_q blocks.0.attn.hook_k blocks.0.attn.hook_v [qnorm] [knorm] "
+                      "blocks.0.attn.q_norm.hook_normalized blocks.0.attn.k_norm.hook_normalized [rope] "
+                      "blocks.0.attn.hook_rot_q blocks.0.attn.hook_rot_k [attn]";
+    CHECK(strstr(logbuf, qkn) != NULL, "qk_norm, in order:\n got: %s\nwant: ...%s...", logbuf, qkn);
+    CHECK(strstr(logbuf, "ln1.hook_normalized") == NULL && strstr(logbuf, "ln_final") == NULL,
+          "the glob selects the q/k norm points, not the others: %s", logbuf);
+    c.qk_norm = MP_QK_NORM_NONE;
     /* nothing hooked, a KV cache, the last row's logits, GELU and learned positions */
     c.mlp = MP_MLP_GELU;
     c.pos = MP_POS_LEARNED;

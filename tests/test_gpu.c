@@ -2,7 +2,8 @@
  * 77, where mp_cuda_available fails: this machine and CI). Random GQA models
  * (H = 4, K = 2) with every positional scheme (rope, half_rope, high_freq,
  * rope_id with and without its temperature, none, learned; rope with PI, NTK
- * and YaRN), both norms, every MLP kind, biases: every hook point "*" fires
+ * and YaRN; the q/k norm per head and over the whole projection), both
+ * norms, every MLP kind, biases: every hook point "*" fires
  * (the norms' scales, hook_pos_embed and hook_mlp_in included) and the logits,
  * for a batch of 2 x 37 tokens with the pattern in one block and in blocks of
  * 16 query rows; KV-cached decoding (with and without the pattern hooks); a
@@ -510,6 +511,34 @@ int main(int argc, char **argv) {
             compare_interventions(m);
             compare_readers(m);
             compare_oom(m);
+        }
+        mp_model_free(m);
+    }
+    /* the q/k norm: per head with q/k/v biases (Qwen3), over the whole projection (OLMo 2); random norm weights */
+    for (int i = 0; i < 2; i++) {
+        mp_config c = small_config(48);
+        c.qk_norm = i == 0 ? MP_QK_NORM_HEAD : MP_QK_NORM_FULL;
+        c.qkv_bias = i == 0;
+        mp_model *m = NULL;
+        if (mp_model_new_random(&m, &c, 71 + i, 0.2f) != MP_OK) {
+            CHECK(0, "qk_norm: %s", mp_last_error());
+            continue;
+        }
+        const size_t nq = (size_t)c.n_layer * c.d_head * (i ? c.n_head : 1);
+        const size_t nk = (size_t)c.n_layer * c.d_head * (i ? c.n_kv_head : 1);
+        for (size_t j = 0; j < nq; j++) m->p.q_norm[j] = 0.5f + 0.07f * (float)(j % 19);
+        for (size_t j = 0; j < nk; j++) m->p.k_norm[j] = 1.6f - 0.05f * (float)(j % 23);
+        char lab[64];
+        snprintf(lab, sizeof lab, "qk_norm %s", mp_qk_norm_name(c.qk_norm));
+        compare_model(m, lab, 2, 37);
+        compare_decode(m, lab);
+        if (i == 0) {
+            snprintf(lab, sizeof lab, "qk_norm %s bf16", mp_qk_norm_name(c.qk_norm));
+            TOL = TOL_BF16;
+            PREC = MP_PRECISION_BF16;
+            compare_model(m, lab, 2, 37);
+            TOL = TOL_FP32;
+            PREC = MP_PRECISION_FP32;
         }
         mp_model_free(m);
     }

@@ -3,7 +3,8 @@
  * RMSNorm and SwiGLU (rope), LayerNorm, GELU, biases, learned positions and an
  * untied classifier (gpt2-like), rope_id (trained past ctx, where its logit
  * factor exceeds 1), half_rope,
- * attention-only without positions; 5 AdamW steps with warmup, weight decay
+ * attention-only without positions, the q/k norm per head (Qwen3) and over the
+ * whole projection (OLMo 2); 5 AdamW steps with warmup, weight decay
  * and clipping that bites, some targets ignored, one model with gradient
  * accumulation (accum 2), three with the device's classifier + loss in chunks
  * (7 rows: the last chunk partial; 19; 1), one with a forward hook that edits an activation
@@ -100,6 +101,7 @@ typedef struct {
     int ce_rows;  /* rows per chunk of the classifier + loss on the device (0: automatic, here all rows) */
     int att_rows; /* query rows per block of the device's attention (0: automatic, here all T) */
     int T;        /* sequence length (0: 19); past 64 the stored-pattern backward runs its later 64-row sub-blocks */
+    mp_qk_norm_kind qk; /* the q/k norm (none, head: Qwen3, full: OLMo 2) */
 } variant;
 
 static void compare(const variant *v, int seed) {
@@ -110,6 +112,7 @@ static void compare(const variant *v, int seed) {
     c.pos = v->pos, c.norm = v->norm, c.mlp = v->mlp;
     c.qkv_bias = c.linear_bias = v->bias;
     c.tied = !v->bias;
+    c.qk_norm = v->qk;
     if (v->pos == MP_POS_ROPE_ID) c.ctx = 12; /* its logit factor exceeds 1 from position ctx on: T = 19 reaches it */
     mp_model *mc = NULL, *mg = NULL;
     if (mp_model_new_random(&mc, &c, seed, 0.3f) || mp_model_new_random(&mg, &c, seed, 0.3f)) {
@@ -334,19 +337,25 @@ int main(void) {
         return 77;
     }
     const variant vs[] = {
-        {"rope swiglu rms", MP_POS_ROPE, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 1, 0, 0, 0, 0},
+        {"rope swiglu rms", MP_POS_ROPE, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 1, 0, 0, 0, 0, MP_QK_NORM_NONE},
         {"learned gelu layer bias untied, loss in chunks of 7 rows, attention in blocks of 5", MP_POS_LEARNED,
-         MP_NORM_LAYER, MP_MLP_GELU, 1, 1, 0, 7, 5, 0},
-        {"rope_id, attention in blocks of 7", MP_POS_ROPE_ID, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 1, 0, 0, 7, 0},
+         MP_NORM_LAYER, MP_MLP_GELU, 1, 1, 0, 7, 5, 0, MP_QK_NORM_NONE},
+        {"rope_id, attention in blocks of 7", MP_POS_ROPE_ID, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 1, 0, 0, 7, 0,
+         MP_QK_NORM_NONE},
         {"half_rope accum 2, loss in chunks of 19 rows", MP_POS_HALF_ROPE, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 2, 0, 19,
-         0, 0},
+         0, 0, MP_QK_NORM_NONE},
         {"none attention-only, loss in chunks of 1 row, attention rows 1 by 1", MP_POS_NONE, MP_NORM_RMS, MP_MLP_NONE,
-         0, 1, 0, 1, 1, 0},
-        {"rope with a hook that edits resid_mid", MP_POS_ROPE, MP_NORM_LAYER, MP_MLP_GELU, 0, 1, 1, 0, 6, 0},
+         0, 1, 0, 1, 1, 0, MP_QK_NORM_NONE},
+        {"rope with a hook that edits resid_mid", MP_POS_ROPE, MP_NORM_LAYER, MP_MLP_GELU, 0, 1, 1, 0, 6, 0,
+         MP_QK_NORM_NONE},
         {"half_rope with a hook that edits the pattern (stored)", MP_POS_HALF_ROPE, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 1, 2,
-         0, 0, 0},
+         0, 0, 0, MP_QK_NORM_NONE},
         {"rope with a hook that edits the pattern (stored), T = 70: the backward's second 64-row sub-block",
-         MP_POS_ROPE, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 1, 2, 0, 0, 70},
+         MP_POS_ROPE, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 1, 2, 0, 0, 70, MP_QK_NORM_NONE},
+        {"rope qk_norm head (Qwen3)", MP_POS_ROPE, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 1, 0, 0, 0, 0,
+         MP_QK_NORM_HEAD},
+        {"rope qk_norm full (OLMo 2), attention in blocks of 6", MP_POS_ROPE, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 1, 0, 0,
+         6, 0, MP_QK_NORM_FULL},
     };
     for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) compare(&vs[i], 21 + (int)i);
     bf16_band();

@@ -876,6 +876,28 @@ cleanup:
     return st;
 }
 
+/* The q/k norm (exec.h) by the norm kernels over its rows (N*nh rows of Dh
+ * sharing the weight, or N rows of nh*Dh: mp_exec_qk_norm_of), in place; in
+ * training the input is kept in x_in and each row's scale (1 / rstd, as
+ * cu_norm's store) in rstd for the backward. */
+static mp_status cu_qk_norm(const mp_exec *e, mp_hook_id id, int l, float *x, float *x_in, float *rstd) {
+    mp_status st = MP_OK;
+    cu_model *d = CUF(e)->d;
+    const mp_config *c = e->f.c;
+    const float *w;
+    int rows, width;
+    mp_exec_qk_norm_of(c, &d->p, id, l, e->f.B * e->f.T, &w, &rows, &width);
+    if (!x_in) { /* one block per row reads the row before it writes it: in place is safe */
+        CU(mp_cuk_norm, (x, x, w, NULL, rows, width, c->norm_eps, 0, d->stream));
+        return MP_OK;
+    }
+    CU(cudaMemcpyAsync, (x_in, x, (size_t)rows * width * sizeof(float), cudaMemcpyDeviceToDevice, d->stream));
+    CU(mp_cuk_norm_scale, (rstd, NULL, x_in, rows, width, c->norm_eps, 0, d->stream));
+    CU(mp_cuk_norm_apply, (x, x_in, NULL, rstd, w, NULL, rows, width, 0, d->stream));
+cleanup:
+    return st;
+}
+
 static mp_status cu_linear(const mp_exec *e, mp_exec_weight w, int l, float *out, const float *in, int rows) {
     cu_model *d = CUF(e)->d;
     const float *W, *bias;
@@ -1027,7 +1049,7 @@ static const mp_exec_ops cu_exec = {
     .view = cu_view, .embed = cu_embed, .learned_pos = cu_learned_pos, .norm = cu_norm,
     .linear = cu_linear, .linears = cu_linears, .pos_apply = cu_pos_apply, .kv_append = cu_kv_append,
     .attention = cu_attention, .act = cu_act, .copy = cu_copy, .add = cu_add, .head = cu_head,
-    .split_qkv = NULL, .result = NULL, .bwd = &cu_bwd_ops};
+    .qk_norm = cu_qk_norm, .split_qkv = NULL, .result = NULL, .bwd = &cu_bwd_ops};
 
 /* The forward on the device: its buffers, then the walk (exec.c) over cu_exec.
  * With A (a device activation store of B x T; training: no cache, no logits
@@ -1251,6 +1273,22 @@ cleanup:
     return st;
 }
 
+/* The q/k norm's backward: tmp = the input gradient (the norm kernels over
+ * the forward's rows; scales in the store, as cu_qk_norm kept them), then
+ * copied over d; dw's partial sums in the workspace (cu_backward sized it). */
+static mp_status cb_qk_norm(void *ctx, const mp_config *c, float *dg, float *tmp, float *dw, const float *x,
+                            const float *w, const float *rstd, int rows, int width) {
+    cu_model *d = ((cu_bwd *)ctx)->d;
+    mp_status st = MP_OK;
+    const size_t n = (size_t)rows * width;
+    (void)c;
+    CU(cudaMemsetAsync, (tmp, 0, n * sizeof(float), d->stream));
+    CU(mp_cuk_norm_backward, (tmp, dw, NULL, dg, x, w, NULL, rstd, rows, width, 0, d->ws, d->stream));
+    CU(cudaMemcpyAsync, (dg, tmp, n * sizeof(float), cudaMemcpyDeviceToDevice, d->stream));
+cleanup:
+    return st;
+}
+
 static mp_status cb_act(void *ctx, const mp_config *c, float *dpre, float *dup, const float *dpost, const float *pre,
                         const float *up, size_t n) {
     cu_model *d = ((cu_bwd *)ctx)->d;
@@ -1301,6 +1339,7 @@ static const mp_bwd_ops cu_bwd_ops = {
     .zero = cb_zero,
     .linear = cb_linear,
     .norm = cb_norm,
+    .qk_norm = cb_qk_norm,
     .act = cb_act,
     .attn = cb_attn,
     .pos = cb_pos,
@@ -1321,7 +1360,15 @@ static mp_status cu_backward(const mp_model *m, mp_acts *A) {
     size_t wide = (size_t)D;
     const size_t outs[3] = {(size_t)M, (size_t)HD, (size_t)KD};
     for (int i = 0; i < 3; i++) wide = outs[i] > wide ? outs[i] : wide;
-    const size_t nw = mp_cuk_norm_dw_floats(N, D), nb = mp_cuk_bias_bwd_floats(N, (int)wide);
+    size_t nw = mp_cuk_norm_dw_floats(N, D);
+    const size_t nb = mp_cuk_bias_bwd_floats(N, (int)wide);
+    if (c->qk_norm != MP_QK_NORM_NONE) { /* the q/k norm's weight gradients: rows of Dh, or of H*Dh / K*Dh */
+        const int H = c->n_head, K = c->n_kv_head, Dh = c->d_head, full = c->qk_norm == MP_QK_NORM_FULL;
+        const size_t wq = full ? mp_cuk_norm_dw_floats(N, HD) : mp_cuk_norm_dw_floats(N * H, Dh);
+        const size_t wk = full ? mp_cuk_norm_dw_floats(N, KD) : mp_cuk_norm_dw_floats(N * K, Dh);
+        nw = wq > nw ? wq : nw;
+        nw = wk > nw ? wk : nw;
+    }
     TRY(reserve(d, nw > nb ? nw : nb, 0, 0));
     cu_bwd b = {d, NULL, 0};
     const mp_backward_params bp = {NULL, NULL, NULL, NULL};

@@ -20,11 +20,11 @@ local samples = {
   },
   { -- rope_id (4 of 8 channels rotate) without its temperature
     d_model = 24, n_layer = 2, n_head = 2, vocab = 40, ctx = 10, pos = "rope_id", rope_dims = 4,
-    pos_temp = false, attn = "ssmax",
+    pos_temp = false, attn = "ssmax", qk_norm = "head",
   },
   { -- RoPE with per-frequency divisors (Llama 3 style); a Gemma-2-style sliding window
     d_model = 16, n_layer = 1, n_head = 2, vocab = 40, ctx = 10, rope_freqs = {1, 2, 4, 8}, mlp = "gelu",
-    gelu_tanh = true, sliding_window = 3, sliding_window_pattern = 2,
+    gelu_tanh = true, sliding_window = 3, sliding_window_pattern = 2, qk_norm = "full",
   },
 }
 local plain = {d_model = 8, n_layer = 1, n_head = 1, vocab = 11, ctx = 4}

@@ -1,0 +1,640 @@
+/* test_qwen3.c — the q/k norm (config qk_norm: RMSNorm of q and k after their
+ * projections, before RoPE) and the Qwen3 family that uses it:
+ *  - golden: a small random Qwen3 (head_dim 16 != d_model / heads, tied,
+ *    random q/k norm weights) as a Hugging Face folder and as a GGUF file,
+ *    both written by tests/tools/make_arch_ref_qwen3.py's independent
+ *    writers, against its float64 PyTorch forward: logits and every block's
+ *    hook_resid_post within 1e-5 of their scale (max |ref|), every hook point
+ *    in the file (the new attn.q_norm / k_norm.hook_normalized included)
+ *    within 1e-4 absolute;
+ *  - the norm matters: the same weights with qk_norm none miss the golden
+ *    logits by far more than the tolerance;
+ *  - KV-cached decoding (prefill 5, then one token at a time) equals the
+ *    prefill's logits (1e-5 of their scale);
+ *  - gradients against central finite differences (relative error < 2e-2):
+ *    the training step's q_norm / k_norm weight gradients (qk_norm head and
+ *    full) and backward-hook gradients at an input hook (attn.hook_q, which
+ *    reaches the metric only through the norm) and at the new points;
+ *  - round trips: HDF5 checkpoint, GGUF (F32) and HF folder, each reloaded
+ *    bit-exact (logits and every hook); GGUF Q8_0 (kept quantized: the
+ *    loader's quantized path permutes the q/k rows) within TOL_Q8_REL;
+ *    qk_norm full refuses the GGUF and HF writers by name and round-trips
+ *    through the checkpoint;
+ *  - TransformerLens's fold_ln stays exact with the q/k norm on (ln1's weight
+ *    goes into W_Q / W_K ahead of it; the q/k norm weights stay): logits and
+ *    the q/k norm points within 1e-5 of their scale;
+ *  - config.json asking for what is not implemented (use_sliding_window,
+ *    a sliding layer type, YaRN) is refused by name, as is a qwen3 GGUF
+ *    without its attn_k_norm and a qwen2 GGUF that has attn_q_norm.
+ * The CUDA backend's q/k norm is compared with the CPU in test_gpu.c (run on
+ * the emulator as test_gpu_emu). */
+#include "formats.h"
+#include "gguf.h"
+#include "grad.h"
+#include "h5io.h"
+#include "model_io.h"
+#include "model.h"
+#include "testutil.h"
+#include "train.h"
+#include "weights_process.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define TOL_ABS 1e-4 /* every hook point, absolute (values of order 1-10) */
+#define TOL_REL 1e-5 /* logits and resid_post, of the tensor's largest |value| */
+#define TOL_Q8_REL 5e-2 /* a Q8_0 round trip's logits, of their largest |value| (measured 0.0175; a
+                          * mis-permuted q/k row or norm weight costs O(1), as qk_norm none does) */
+
+static mp_model *load(const char *path) {
+    mp_model *m = NULL;
+    mp_status st = mp_model_load(&m, path);
+    CHECK(st == MP_OK, "load %s: %s", path, mp_last_error());
+    return st ? NULL : m;
+}
+
+static float *run_captured(const mp_model *m, const int *toks, int T, tu_capture *cap) {
+    mp_hooks *hs = mp_hooks_new(&m->cfg);
+    CHECK(mp_hooks_add(hs, "*", tu_capture_cb, cap) == MP_OK, "%s", mp_last_error());
+    float *logits = malloc((size_t)T * m->cfg.vocab * sizeof(float));
+    mp_forward_params fp = mp_forward_params_default();
+    fp.hooks = hs;
+    CHECK(mp_model_forward(m, toks, 1, T, &fp, logits) == MP_OK, "forward: %s", mp_last_error());
+    mp_hooks_free(hs);
+    return logits;
+}
+
+/* max |a - b| / max |b| (finite entries; -inf must match) */
+static double rel_diff(const float *a, const float *b, size_t n) {
+    double scale = 0, err = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(b[i])) {
+            if (a[i] != b[i]) return INFINITY;
+            continue;
+        }
+        if (fabs(b[i]) > scale) scale = fabs(b[i]);
+        double d = fabs((double)a[i] - b[i]);
+        if (d > err) err = d;
+    }
+    return err / (scale > 0 ? scale : 1);
+}
+
+static int32_t *golden_tokens(const char *golden_path, int *T) {
+    hid_t f;
+    int32_t *toks = NULL;
+    mp_h5_dsinfo info;
+    if (mp_h5_open(&f, golden_path, MP_H5_READ) || mp_h5_read_i32(f, "/tokens", &toks, &info)) {
+        CHECK(0, "%s", mp_last_error());
+        return NULL;
+    }
+    *T = (int)info.shape[1];
+    mp_h5_close(&f);
+    return toks;
+}
+
+static float *golden_logits(const char *golden_path, size_t *n) {
+    hid_t f;
+    float *ref = NULL;
+    mp_h5_dsinfo info;
+    CHECK(mp_h5_open(&f, golden_path, MP_H5_READ) == MP_OK && mp_h5_read_f32(f, "/logits", &ref, &info) == MP_OK,
+          "%s", mp_last_error());
+    *n = ref ? info.numel : 0;
+    mp_h5_close(&f);
+    return ref;
+}
+
+/* ---- golden ---- */
+
+static void golden(const char *model_path, const char *golden_path, const char *label, const char *want_format) {
+    mp_model *m = load(model_path);
+    if (!m) return;
+    CHECK(strcmp(m->format, want_format) == 0, "%s: format %s, expected %s", label, m->format, want_format);
+    CHECK(m->cfg.qk_norm == MP_QK_NORM_HEAD && m->cfg.d_head == 16 && m->cfg.tied && !m->cfg.qkv_bias,
+          "%s: config (qk_norm %d, d_head %d, tied %d, qkv_bias %d)", label, (int)m->cfg.qk_norm, m->cfg.d_head,
+          m->cfg.tied, m->cfg.qkv_bias);
+    int T = 0;
+    int32_t *toks = golden_tokens(golden_path, &T);
+    if (!toks) { mp_model_free(m); return; }
+    tu_capture cap = {0};
+    float *logits = run_captured(m, (int *)toks, T, &cap);
+    hid_t f;
+    mp_h5_entry *e;
+    mp_h5_dsinfo info;
+    int n;
+    CHECK(mp_h5_open(&f, golden_path, MP_H5_READ) == MP_OK && mp_h5_list(f, "/acts", &e, &n) == MP_OK, "%s",
+          mp_last_error());
+    double worst = 0, worst_rel = 0;
+    int compared = 0, normed = 0, resid = 0;
+    for (int i = 0; i < n; i++) {
+        char path[256];
+        float *ref;
+        size_t got_n;
+        snprintf(path, sizeof path, "/acts/%s", e[i].name);
+        CHECK(mp_h5_read_f32(f, path, &ref, &info) == MP_OK, "%s", mp_last_error());
+        const float *got = tu_capture_get(&cap, e[i].name, &got_n);
+        CHECK(got && got_n == info.numel, "%s: hook %s missing or of the wrong size", label, e[i].name);
+        if (got && got_n == info.numel) {
+            double d = tu_max_abs_diff(got, ref, info.numel);
+            CHECK(d <= TOL_ABS, "%s: %s max |diff| = %.3g", label, e[i].name, d);
+            if (d > worst) worst = d;
+            if (strstr(e[i].name, "hook_resid_post")) {
+                double r = rel_diff(got, ref, info.numel);
+                CHECK(r <= TOL_REL, "%s: %s relative diff %.3g > %.0e", label, e[i].name, r, TOL_REL);
+                if (r > worst_rel) worst_rel = r;
+                resid++;
+            }
+            normed += strstr(e[i].name, "_norm.hook_normalized") != NULL;
+            compared++;
+        }
+        free(ref);
+    }
+    int added = 0;
+    for (int i = 0; i < cap.n; i++) added += tu_added_point(cap.name[i]);
+    CHECK(compared + added == cap.n, "%s: %d hooks compared, %d fired", label, compared, cap.n);
+    CHECK(normed == 2 * m->cfg.n_layer && resid == m->cfg.n_layer, "%s: %d q/k norm points, %d resid_post", label,
+          normed, resid);
+    mp_h5_list_free(e, n);
+    mp_h5_close(&f);
+    size_t nl;
+    float *ref = golden_logits(golden_path, &nl);
+    if (ref) {
+        CHECK(nl == (size_t)T * m->cfg.vocab, "%s: golden logits size", label);
+        double r = rel_diff(logits, ref, nl);
+        CHECK(r <= TOL_REL, "%s: logits relative diff %.3g > %.0e", label, r, TOL_REL);
+        if (r > worst_rel) worst_rel = r;
+        printf("%s: %d hook points (%d q/k norm) within %.2e abs (tol %.0e); logits and resid_post within %.2e of "
+               "their scale (tol %.0e)\n", label, compared, normed, worst, TOL_ABS, worst_rel, TOL_REL);
+    }
+    free(ref);
+    free(logits);
+    free(toks);
+    tu_capture_free(&cap);
+    mp_model_free(m);
+}
+
+/* ---- qk_norm none: the same weights, the norm left out, miss the golden logits ---- */
+
+static void norm_matters(const char *model_path, const char *golden_path) {
+    mp_model *m = load(model_path), *off = NULL;
+    if (!m) return;
+    mp_config c = m->cfg;
+    c.qk_norm = MP_QK_NORM_NONE;
+    CHECK(mp_model_new(&off, &c) == MP_OK, "%s", mp_last_error());
+    mp_param_desc a[MP_PARAM_MAX], b[MP_PARAM_MAX];
+    int na = mp_params_describe(&m->cfg, &m->p, a), nb = mp_params_describe(&c, &off->p, b);
+    CHECK(na == nb + 2, "qk_norm none has %d tensors, head %d (two norm weights more)", nb, na);
+    for (int i = 0, j = 0; i < na && j < nb; i++) {
+        if (strstr(a[i].name, "_norm.weight") && strstr(a[i].name, "attn.")) continue;
+        CHECK(strcmp(a[i].name, b[j].name) == 0 && a[i].n == b[j].n, "tensor %s vs %s", a[i].name, b[j].name);
+        memcpy(b[j].p, a[i].p, a[i].n * sizeof(float));
+        j++;
+    }
+    int T = 0;
+    int32_t *toks = golden_tokens(golden_path, &T);
+    size_t nl;
+    float *ref = golden_logits(golden_path, &nl), *lg = malloc(nl * sizeof(float));
+    mp_forward_params fp = mp_forward_params_default();
+    CHECK(mp_model_forward(off, (int *)toks, 1, T, &fp, lg) == MP_OK, "%s", mp_last_error());
+    double r = rel_diff(lg, ref, nl);
+    CHECK(r > 100 * TOL_REL, "qk_norm none matches the Qwen3 golden logits (relative diff %.3g)", r);
+    printf("the same weights with qk_norm none: logits off by %.3g of their scale (the norm is not a no-op)\n", r);
+    free(lg);
+    free(ref);
+    free(toks);
+    mp_model_free(off);
+    mp_model_free(m);
+}
+
+/* ---- decode == prefill ---- */
+
+static void decode(const char *model_path, const char *label) {
+    mp_model *m = load(model_path);
+    if (!m) return;
+    const int T = 14, V = m->cfg.vocab, n0 = 5;
+    int toks[14];
+    for (int i = 0; i < T; i++) toks[i] = (i * 29 + 3) % V;
+    float *full = malloc((size_t)T * V * sizeof(float)), *step = malloc((size_t)T * V * sizeof(float));
+    mp_forward_params fp = mp_forward_params_default();
+    CHECK(mp_model_forward(m, toks, 1, T, &fp, full) == MP_OK, "%s", mp_last_error());
+    mp_kvcache kc;
+    CHECK(mp_kvcache_init(&kc, &m->cfg, 1, T) == MP_OK, "%s", mp_last_error());
+    fp.cache = &kc;
+    CHECK(mp_model_forward(m, toks, 1, n0, &fp, step) == MP_OK, "%s", mp_last_error());
+    for (int t = n0; t < T; t++)
+        CHECK(mp_model_forward(m, toks + t, 1, 1, &fp, step + (size_t)t * V) == MP_OK, "%s", mp_last_error());
+    double r = rel_diff(step, full, (size_t)T * V);
+    CHECK(r <= TOL_REL, "%s: decode vs prefill relative diff %.3g", label, r);
+    printf("%s: prefill %d + %d KV-cached steps == one prefill (relative diff %.2e)\n", label, n0, T - n0, r);
+    mp_kvcache_free(&kc);
+    free(full);
+    free(step);
+    mp_model_free(m);
+}
+
+/* ---- gradients ---- */
+
+static double rel_err(double fd, double an) { return fabs(fd - an) / fmax(1e-2, fabs(fd) + fabs(an)); }
+
+/* the training step's gradients of the q/k norm weights against central differences of the loss */
+static void weight_grads(mp_qk_norm_kind kind) {
+    mp_config c = mp_config_default();
+    c.d_model = 16; c.n_layer = 2; c.n_head = 4; c.n_kv_head = 2; c.d_head = 6; c.d_mlp = 24;
+    c.vocab = 20; c.ctx = 8; c.qk_norm = kind; c.qkv_bias = 1; c.tied = 0;
+    mp_model *m;
+    CHECK(mp_model_new_random(&m, &c, 17, 0.4f) == MP_OK, "%s", mp_last_error());
+    const size_t nq = (size_t)c.n_layer * c.d_head * (kind == MP_QK_NORM_FULL ? c.n_head : 1);
+    const size_t nk = (size_t)c.n_layer * c.d_head * (kind == MP_QK_NORM_FULL ? c.n_kv_head : 1);
+    for (size_t i = 0; i < nq; i++) m->p.q_norm[i] = 0.6f + 0.05f * (float)(i % 17);
+    for (size_t i = 0; i < nk; i++) m->p.k_norm[i] = 1.4f - 0.04f * (float)(i % 13);
+    const int B = 2, T = 6;
+    int toks[12], tg[12];
+    for (int i = 0; i < B * T; i++) { toks[i] = (i * 7 + 3) % c.vocab; tg[i] = (i * 5 + 1) % c.vocab; }
+    mp_acts A;
+    mp_grads G;
+    CHECK(mp_acts_init(&A, &c, B, T) == MP_OK && mp_grads_init(&G, &c) == MP_OK, "%s", mp_last_error());
+    float loss;
+    CHECK(mp_model_forward_backward(m, toks, tg, B, T, NULL, &A, &G, 1.0f, &loss, NULL) == MP_OK, "%s",
+          mp_last_error());
+    struct { const char *name; float *p, *g; size_t n; } ps[] = {
+        {"q_norm", m->p.q_norm, G.g.q_norm, nq}, {"k_norm", m->p.k_norm, G.g.k_norm, nk},
+        {"wq", m->p.wq, G.g.wq, (size_t)c.n_layer * c.n_head * c.d_head * c.d_model},
+        {"bk", m->p.bk, G.g.bk, (size_t)c.n_layer * c.n_kv_head * c.d_head}};
+    double worst = 0;
+    int probes = 0;
+    for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++)
+        for (size_t i = 0; i < ps[k].n; i += ps[k].n / 7 + 1) {
+            float save = ps[k].p[i], h = 3e-3f, lp, lm;
+            ps[k].p[i] = save + h;
+            mp_model_loss(m, toks, tg, B, T, NULL, &lp);
+            ps[k].p[i] = save - h;
+            mp_model_loss(m, toks, tg, B, T, NULL, &lm);
+            ps[k].p[i] = save;
+            double fd = ((double)lp - lm) / (2.0 * h), an = ps[k].g[i], err = rel_err(fd, an);
+            CHECK(err < 2e-2, "qk_norm %s: grad %s[%zu]: analytic %.5g, finite difference %.5g",
+                  mp_qk_norm_name(kind), ps[k].name, i, an, fd);
+            CHECK(fabs(an) > 1e-6 || k >= 2, "qk_norm %s: grad %s[%zu] is 0", mp_qk_norm_name(kind), ps[k].name, i);
+            if (err > worst) worst = err;
+            probes++;
+        }
+    printf("qk_norm %s: training gradients of q_norm, k_norm, wq, bk vs finite differences: %d probes, worst "
+           "relative error %.2e\n", mp_qk_norm_name(kind), probes, worst);
+    mp_acts_free(&A);
+    mp_grads_free(&G);
+    mp_model_free(m);
+}
+
+/* A forward hook adding `delta` to element `idx` of its point. */
+typedef struct { size_t idx; float delta; } nudge;
+static int nudge_cb(void *user, const mp_hook_info *info, float *data) {
+    const nudge *u = user;
+    if (u->idx < info->numel) data[u->idx] += u->delta;
+    return 0;
+}
+
+/* metric = sum of logits * R (R fixed), so dlogits = R */
+static double metric(const mp_model *m, const int *toks, int B, int T, const float *R, const char *hook, nudge *nu) {
+    const size_t nl = (size_t)B * T * m->cfg.vocab;
+    float *lg = malloc(nl * sizeof(float));
+    mp_hooks *hs = NULL;
+    if (hook) {
+        hs = mp_hooks_new(&m->cfg);
+        CHECK(mp_hooks_add(hs, hook, nudge_cb, nu) == MP_OK, "%s", mp_last_error());
+    }
+    mp_forward_params fp = mp_forward_params_default();
+    fp.hooks = hs;
+    CHECK(mp_model_forward(m, toks, B, T, &fp, lg) == MP_OK, "%s", mp_last_error());
+    double s = 0;
+    for (size_t i = 0; i < nl; i++) s += (double)lg[i] * R[i];
+    free(lg);
+    mp_hooks_free(hs);
+    return s;
+}
+
+static void hook_grads(const char *model_path) {
+    mp_model *m = load(model_path);
+    if (!m) return;
+    const int B = 1, T = 7, V = m->cfg.vocab;
+    int toks[7];
+    for (int i = 0; i < T; i++) toks[i] = (i * 13 + 4) % V;
+    float *R = malloc((size_t)B * T * V * sizeof(float));
+    for (int i = 0; i < B * T * V; i++) R[i] = (float)sin(0.37 * i + 1.0);
+    mp_acts A;
+    CHECK(mp_acts_init(&A, &m->cfg, B, T) == MP_OK, "%s", mp_last_error());
+    mp_forward_params fp = mp_forward_params_default();
+    fp.acts = &A;
+    CHECK(mp_model_forward(m, toks, B, T, &fp, NULL) == MP_OK, "%s", mp_last_error());
+    const char *pts[] = {"blocks.0.attn.hook_q", "blocks.0.attn.q_norm.hook_normalized",
+                         "blocks.1.attn.k_norm.hook_normalized", "blocks.0.attn.hook_k"};
+    const int npts = 4;
+    tu_capture g = {0};
+    mp_hooks *bwd = mp_hooks_new(&m->cfg);
+    for (int k = 0; k < npts; k++) CHECK(mp_hooks_add(bwd, pts[k], tu_capture_cb, &g) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_model_backward_acts(m, &A, R, bwd) == MP_OK, "%s", mp_last_error());
+    double worst = 0;
+    int probes = 0;
+    for (int k = 0; k < npts; k++) {
+        size_t n;
+        const float *gr = tu_capture_get(&g, pts[k], &n);
+        CHECK(gr != NULL, "no gradient at %s", pts[k]);
+        if (!gr) continue;
+        for (size_t i = 3; i < n; i += n / 6 + 1) {
+            const float h = 1e-2f;
+            nudge up = {i, h}, dn = {i, -h};
+            double fd = (metric(m, toks, B, T, R, pts[k], &up) - metric(m, toks, B, T, R, pts[k], &dn)) / (2.0 * h);
+            double err = rel_err(fd, gr[i]);
+            CHECK(err < 2e-2, "gradient at %s[%zu]: backward %.5g, finite difference %.5g", pts[k], i, gr[i], fd);
+            if (err > worst) worst = err;
+            probes++;
+        }
+    }
+    printf("backward hooks at hook_q / hook_k (through the q/k norm) and the q/k norm points vs finite differences: "
+           "%d probes, worst relative error %.2e\n", probes, worst);
+    /* attribution patching at the new point: per head, the sum of (clean - corrupt) * grad over the head's values */
+    size_t n;
+    const float *gq = tu_capture_get(&g, pts[1], &n);
+    const int H = m->cfg.n_head, Dh = m->cfg.d_head;
+    int64_t shape[2];
+    CHECK(mp_grad_has_hook(MP_HOOK_Q_NORM) && mp_grad_has_hook(MP_HOOK_K_NORM), "the q/k norm points have gradients");
+    CHECK(mp_grad_attr_shape(&m->cfg, MP_HOOK_Q_NORM, T, MP_ATTR_HEAD, shape) == 1 && shape[0] == H &&
+              mp_grad_attr_shape(&m->cfg, MP_HOOK_K_NORM, T, MP_ATTR_HEAD, shape) == 1 &&
+              shape[0] == m->cfg.n_kv_head, "attribution shapes of the q/k norm points");
+    if (gq && n == (size_t)T * H * Dh) {
+        float *clean = malloc(n * sizeof(float)), *corrupt = calloc(n, sizeof(float)), out[64];
+        for (size_t i = 0; i < n; i++) clean[i] = (float)cos(0.11 * i);
+        CHECK(mp_grad_attribution(&m->cfg, MP_HOOK_Q_NORM, B, T, clean, corrupt, gq, MP_ATTR_HEAD, out) == MP_OK, "%s",
+              mp_last_error());
+        double bad = 0;
+        for (int h = 0; h < H; h++) {
+            double s = 0;
+            for (int t = 0; t < T; t++)
+                for (int d = 0; d < Dh; d++) {
+                    const size_t i = ((size_t)t * H + h) * Dh + d;
+                    s += (double)clean[i] * gq[i];
+                }
+            bad = fmax(bad, fabs(s - out[h]) / fmax(1e-6, fabs(s)));
+        }
+        CHECK(bad < 1e-5, "attribution per head at q_norm.hook_normalized: relative error %.3g", bad);
+        free(clean);
+        free(corrupt);
+    }
+    tu_capture_free(&g);
+    mp_hooks_free(bwd);
+    mp_acts_free(&A);
+    free(R);
+    mp_model_free(m);
+}
+
+/* ---- round trips ---- */
+
+static const char *tmp_path(const char *name) {
+    static char buf[4][512];
+    static int k;
+    char *p = buf[k++ & 3];
+    snprintf(p, 512, "/tmp/mp_test_qwen3_%d_%s", (int)getpid(), name);
+    return p;
+}
+
+/* max |diff| over logits and every hook ("*") of two models on the same tokens */
+static double compare_models(const mp_model *a, const mp_model *b, const char *label) {
+    int toks[16];
+    for (int i = 0; i < 16; i++) toks[i] = (i * 37 + 5) % a->cfg.vocab;
+    tu_capture ca = {0}, cb = {0};
+    float *la = run_captured(a, toks, 16, &ca), *lb = run_captured(b, toks, 16, &cb);
+    double worst = tu_max_abs_diff(la, lb, (size_t)16 * a->cfg.vocab);
+    CHECK(ca.n == cb.n && ca.n > 0, "%s: %d vs %d hooks", label, ca.n, cb.n);
+    for (int k = 0; k < ca.n && k < cb.n; k++) {
+        size_t nb;
+        const float *gb = tu_capture_get(&cb, ca.name[k], &nb);
+        CHECK(gb && nb == ca.numel[k], "%s: hook %s missing", label, ca.name[k]);
+        if (gb && nb == ca.numel[k]) {
+            double d = tu_max_abs_diff(ca.buf[k], gb, nb);
+            if (d > worst) worst = d;
+        }
+    }
+    free(la);
+    free(lb);
+    tu_capture_free(&ca);
+    tu_capture_free(&cb);
+    return worst;
+}
+
+static void round_trips(const char *src) {
+    mp_model *m = load(src);
+    if (!m) return;
+    const char *ck = tmp_path("ckpt.h5"), *gg = tmp_path("f32.gguf"), *hf = tmp_path("hf");
+    struct { const char *what, *path, *format; } outs[] = {
+        {"HDF5 checkpoint", ck, NULL}, {"GGUF", gg, "gguf-qwen3"}, {"HF folder", hf, "hf-qwen3"}};
+    CHECK(mp_model_save(m, ck) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_model_save_gguf(m, NULL, gg, MP_GGML_F32) == MP_OK, "%s", mp_last_error());
+    CHECK(mp_model_save_hf(m, hf) == MP_OK, "%s", mp_last_error());
+    for (int i = 0; i < 3; i++) {
+        mp_model *r = load(outs[i].path);
+        if (!r) continue;
+        CHECK(r->cfg.qk_norm == MP_QK_NORM_HEAD, "%s: qk_norm lost", outs[i].what);
+        CHECK(!outs[i].format || strcmp(r->format, outs[i].format) == 0, "%s: format %s", outs[i].what, r->format);
+        double d = compare_models(m, r, outs[i].what);
+        CHECK(d == 0.0, "%s of %s: max |diff| %.3g (must be exact)", outs[i].what, src, d);
+        printf("%s -> %s -> reload: logits and every hook exact\n", m->format, outs[i].what);
+        mp_model_free(r);
+    }
+    /* Q8_0: the weights stay quantized, q/k rows permuted as they are copied (load_gguf.c's quantized path) */
+    CHECK(mp_model_save_gguf(m, NULL, gg, MP_GGML_Q8_0) == MP_OK, "%s", mp_last_error());
+    mp_model *q8 = load(gg);
+    if (q8) {
+        int toks[16];
+        for (int i = 0; i < 16; i++) toks[i] = (i * 37 + 5) % m->cfg.vocab;
+        const size_t nl = (size_t)16 * m->cfg.vocab;
+        float *la = malloc(nl * sizeof(float)), *lb = malloc(nl * sizeof(float));
+        mp_forward_params fp = mp_forward_params_default();
+        CHECK(mp_model_forward(m, toks, 1, 16, &fp, la) == MP_OK && mp_model_forward(q8, toks, 1, 16, &fp, lb) == MP_OK,
+              "%s", mp_last_error());
+        const double r = rel_diff(lb, la, nl);
+        CHECK(mp_model_is_quantized(q8) && r < TOL_Q8_REL, "Q8_0 GGUF: quantized %d, logits relative diff %.3g",
+              mp_model_is_quantized(q8), r);
+        printf("%s -> GGUF Q8_0 -> reload (weights kept quantized): logits within %.2e of their scale (tol %.0e)\n",
+               m->format, r, TOL_Q8_REL);
+        free(la);
+        free(lb);
+        mp_model_free(q8);
+    }
+    unlink(ck);
+    unlink(gg);
+    char p[600];
+    snprintf(p, sizeof p, "%s/model.safetensors", hf); unlink(p);
+    snprintf(p, sizeof p, "%s/config.json", hf); unlink(p);
+    rmdir(hf);
+    mp_model_free(m);
+
+    /* attention_bias true, untied: q/k biases permuted with the rows, through both writers */
+    mp_config c = mp_config_default();
+    c.d_model = 32; c.n_layer = 2; c.n_head = 4; c.n_kv_head = 2; c.d_head = 16; c.d_mlp = 40;
+    c.vocab = 48; c.ctx = 32; c.qk_norm = MP_QK_NORM_HEAD; c.qkv_bias = 1; c.tied = 0; c.rope_theta = 1e6f;
+    CHECK(mp_model_new_random(&m, &c, 8, 0.3f) == MP_OK, "%s", mp_last_error());
+    for (int i = 0; i < c.n_layer * c.d_head; i++) {
+        m->p.q_norm[i] = 0.4f + 0.05f * (float)i;
+        m->p.k_norm[i] = 1.8f - 0.03f * (float)i;
+    }
+    CHECK(mp_model_save_gguf(m, NULL, gg, MP_GGML_F32) == MP_OK && mp_model_save_hf(m, hf) == MP_OK, "%s",
+          mp_last_error());
+    for (int i = 1; i < 3; i++) {
+        mp_model *r = load(outs[i].path);
+        if (!r) continue;
+        double d = compare_models(m, r, outs[i].what);
+        CHECK(d == 0.0 && r->cfg.qkv_bias && !r->cfg.tied && r->cfg.qk_norm == MP_QK_NORM_HEAD,
+              "qwen3 with attention_bias, untied -> %s: |diff| %.3g, qkv_bias %d, tied %d", outs[i].what, d,
+              r->cfg.qkv_bias, r->cfg.tied);
+        mp_model_free(r);
+    }
+    printf("qwen3 with attention_bias, untied -> GGUF and HF folder -> reload: exact\n");
+    mp_model_free(m);
+    unlink(gg);
+    snprintf(p, sizeof p, "%s/model.safetensors", hf); unlink(p);
+    snprintf(p, sizeof p, "%s/config.json", hf); unlink(p);
+    rmdir(hf);
+
+    /* qk_norm full (OLMo 2's form): the checkpoint keeps it; GGUF and HF refuse by name */
+    c = mp_config_default();
+    c.d_model = 32; c.n_layer = 2; c.n_head = 4; c.n_kv_head = 2; c.d_head = 8; c.d_mlp = 40;
+    c.vocab = 48; c.ctx = 32; c.qk_norm = MP_QK_NORM_FULL;
+    CHECK(mp_model_new_random(&m, &c, 5, 0.3f) == MP_OK, "%s", mp_last_error());
+    for (size_t i = 0; i < (size_t)c.n_layer * c.n_head * c.d_head; i++) m->p.q_norm[i] = 0.5f + 0.01f * (float)i;
+    CHECK(mp_model_save(m, ck) == MP_OK, "%s", mp_last_error());
+    mp_model *r = load(ck);
+    if (r) {
+        double d = compare_models(m, r, "full checkpoint");
+        CHECK(d == 0.0 && r->cfg.qk_norm == MP_QK_NORM_FULL, "qk_norm full checkpoint: |diff| %.3g", d);
+        mp_model_free(r);
+    }
+    CHECK(mp_model_save_gguf(m, NULL, gg, MP_GGML_F32) != MP_OK && strstr(mp_last_error(), "qk_norm full"),
+          "GGUF of qk_norm full: \"%s\"", mp_last_error());
+    CHECK(mp_model_save_hf(m, hf) != MP_OK && strstr(mp_last_error(), "qk_norm full"), "HF of qk_norm full: \"%s\"",
+          mp_last_error());
+    CHECK(mp_model_save_llama2c(m, gg, 1) != MP_OK && strstr(mp_last_error(), "q/k norm"),
+          "llama2.c of a q/k norm model: \"%s\"", mp_last_error());
+    printf("qk_norm full: checkpoint round trip exact; GGUF and HF writers refuse it by name, llama2.c any q/k norm\n");
+    unlink(ck);
+    unlink(gg);
+    rmdir(hf);
+    mp_model_free(m);
+}
+
+/* ---- weight processing ---- */
+
+static void processing(const char *src) {
+    mp_model *m = load(src), *f = load(src);
+    if (!m || !f) { mp_model_free(m); mp_model_free(f); return; }
+    CHECK(mp_weights_process(f, MP_WP_FOLD_LN) == MP_OK, "fold_ln: %s", mp_last_error());
+    int toks[16];
+    for (int i = 0; i < 16; i++) toks[i] = (i * 37 + 5) % m->cfg.vocab;
+    tu_capture ca = {0}, cb = {0};
+    float *la = run_captured(m, toks, 16, &ca), *lb = run_captured(f, toks, 16, &cb);
+    double worst = rel_diff(lb, la, (size_t)16 * m->cfg.vocab);
+    int seen = 0;
+    for (int k = 0; k < ca.n; k++) {
+        if (!strstr(ca.name[k], "_norm.hook_normalized")) continue;
+        size_t nb;
+        const float *gb = tu_capture_get(&cb, ca.name[k], &nb);
+        CHECK(gb && nb == ca.numel[k], "fold_ln: %s missing", ca.name[k]);
+        if (gb && nb == ca.numel[k]) {
+            double r = rel_diff(gb, ca.buf[k], nb);
+            if (r > worst) worst = r;
+            seen++;
+        }
+    }
+    CHECK(seen == 2 * m->cfg.n_layer && worst <= TOL_REL, "fold_ln with the q/k norm: relative diff %.3g (%d points)",
+          worst, seen);
+    CHECK(f->p.ln1_w[0] == 1.0f && f->p.q_norm[0] == m->p.q_norm[0], "fold_ln: ln1 folded, the q/k norm kept");
+    printf("fold_ln on qwen3: logits and q/k norm points within %.2e of their scale (the q/k norm weights kept)\n",
+           worst);
+    free(la);
+    free(lb);
+    tu_capture_free(&ca);
+    tu_capture_free(&cb);
+    mp_model_free(m);
+    mp_model_free(f);
+}
+
+/* ---- config.json asking for what is not implemented ---- */
+
+static void refusals(const char *src) {
+    const char *dir = tmp_path("bad");
+    mkdir(dir, 0777);
+    char cmd[2048], path[600];
+    snprintf(cmd, sizeof cmd, "cp %s/model.safetensors %s/model.safetensors", src, dir);
+    CHECK(system(cmd) == 0, "cp");
+    const char *variants[][2] = {
+        {"\"use_sliding_window\": true, \"sliding_window\": 4", "use_sliding_window"},
+        {"\"layer_types\": [\"full_attention\", \"sliding_attention\"]", "layer_types[1]"},
+        {"\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}", "yarn"}};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        FILE *f = fopen(path, "w");
+        fprintf(f, "{\"model_type\": \"qwen3\", \"hidden_size\": 32, \"num_hidden_layers\": 2, "
+                   "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 16, "
+                   "\"intermediate_size\": 48, \"vocab_size\": 64, \"max_position_embeddings\": 32, "
+                   "\"tie_word_embeddings\": true, %s}\n", variants[i][0]);
+        fclose(f);
+        mp_model *m = NULL;
+        mp_status st = mp_model_load(&m, dir);
+        CHECK(st != MP_OK && !m && strstr(mp_last_error(), variants[i][1]), "config %s: loaded or message \"%s\"",
+              variants[i][0], st ? mp_last_error() : "(loaded)");
+        if (st) printf("refused: \"%s\"\n", mp_last_error());
+        mp_model_free(m);
+    }
+    snprintf(path, sizeof path, "%s/config.json", dir); unlink(path);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir); unlink(path);
+    rmdir(dir);
+    /* GGUF: qwen3 without a norm weight; the norm in an architecture that has none */
+    const char *src_gguf = tu_data("arch_qwen3.gguf"), *out = tmp_path("bad.gguf");
+    for (int v = 0; v < 2; v++) {
+        mp_gguf *g;
+        mp_gguf_writer *w;
+        CHECK(mp_gguf_open(src_gguf, &g) == MP_OK && mp_gguf_writer_new(&w) == MP_OK, "%s", mp_last_error());
+        for (size_t i = 0; i < mp_gguf_n_kv(g); i++) {
+            const char *k = mp_gguf_kv_key(g, i);
+            if (v == 1 && strcmp(k, "general.architecture") == 0) mp_gguf_writer_set_str(w, k, "qwen2");
+            else if (v == 1 && strncmp(k, "qwen3.", 6) == 0) {
+                char k2[128];
+                snprintf(k2, sizeof k2, "qwen2.%s", k + 6);
+                mp_gguf_writer_set(w, k2, mp_gguf_kv_value(g, i));
+            } else mp_gguf_writer_set(w, k, mp_gguf_kv_value(g, i));
+        }
+        for (size_t i = 0; i < mp_gguf_n_tensors(g); i++) {
+            const mp_gguf_tensor *t = mp_gguf_tensor_at(g, i);
+            if (v == 0 && strcmp(t->name, "blk.1.attn_k_norm.weight") == 0) continue;
+            mp_gguf_writer_add_raw(w, t->name, t->type, t->n_dims, t->dims, t->data, t->n_bytes);
+        }
+        CHECK(mp_gguf_writer_write(w, out) == MP_OK, "%s", mp_last_error());
+        mp_gguf_writer_free(w);
+        mp_gguf_close(g);
+        mp_model *m = NULL;
+        mp_status st = mp_model_load(&m, out);
+        const char *want = v == 0 ? "blk.1.attn_k_norm.weight" : "attn_q_norm";
+        CHECK(st != MP_OK && !m && strstr(mp_last_error(), want), "GGUF variant %d: loaded or message \"%s\"", v,
+              st ? mp_last_error() : "(loaded)");
+        if (st) printf("refused: \"%s\"\n", mp_last_error());
+        mp_model_free(m);
+        unlink(out);
+    }
+}
+
+int main(void) {
+    char hf[512];
+    snprintf(hf, sizeof hf, "%s", tu_data("arch_qwen3"));
+    const char *gguf = tu_data("arch_qwen3.gguf"), *gold = tu_data("arch_qwen3.h5");
+    golden(hf, gold, "qwen3 HF folder", "hf-qwen3");
+    golden(gguf, gold, "qwen3 GGUF", "gguf-qwen3");
+    norm_matters(hf, gold);
+    decode(hf, "qwen3 HF folder");
+    weight_grads(MP_QK_NORM_HEAD);
+    weight_grads(MP_QK_NORM_FULL);
+    hook_grads(hf);
+    round_trips(hf);
+    processing(hf);
+    refusals(hf);
+    return tu_finish("test_qwen3");
+}

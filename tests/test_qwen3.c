@@ -567,7 +567,8 @@ static void refusals(const char *src) {
     snprintf(cmd, sizeof cmd, "cp %s/model.safetensors %s/model.safetensors", src, dir);
     CHECK(system(cmd) == 0, "cp");
     const char *variants[][2] = {
-        {"\"use_sliding_window\": true, \"sliding_window\": 4", "use_sliding_window"},
+        /* a window on layers 1.. only (the window on every layer loads: test_swa's rule, checked below) */
+        {"\"use_sliding_window\": true, \"sliding_window\": 4, \"max_window_layers\": 1", "max_window_layers 1"},
         {"\"layer_types\": [\"full_attention\", \"sliding_attention\"]", "layer_types[1]"},
         {"\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}", "yarn"}};
     for (int i = 0; i < 3; i++) {
@@ -583,6 +584,21 @@ static void refusals(const char *src) {
         CHECK(st != MP_OK && !m && strstr(mp_last_error(), variants[i][1]), "config %s: loaded or message \"%s\"",
               variants[i][0], st ? mp_last_error() : "(loaded)");
         if (st) printf("refused: \"%s\"\n", mp_last_error());
+        mp_model_free(m);
+    }
+    { /* qwen3's window on every layer (use_sliding_window, max_window_layers 0) is read as qwen2's */
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        FILE *f = fopen(path, "w");
+        fprintf(f, "{\"model_type\": \"qwen3\", \"hidden_size\": 32, \"num_hidden_layers\": 2, "
+                   "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 16, "
+                   "\"intermediate_size\": 48, \"vocab_size\": 64, \"max_position_embeddings\": 32, "
+                   "\"tie_word_embeddings\": true, \"use_sliding_window\": true, \"sliding_window\": 4, "
+                   "\"max_window_layers\": 0}\n");
+        fclose(f);
+        mp_model *m = NULL;
+        mp_status st = mp_model_load(&m, dir);
+        CHECK(st == MP_OK && m && m->cfg.sliding_window == 4 && m->cfg.qk_norm == MP_QK_NORM_HEAD,
+              "qwen3 with a window on every layer: %s", st ? mp_last_error() : "wrong config");
         mp_model_free(m);
     }
     snprintf(path, sizeof path, "%s/config.json", dir); unlink(path);

@@ -86,6 +86,10 @@ typedef struct mp_config {
     /* appended for the attention variants (zero = softmax, the older behaviour) */
     mp_attn_kind attn;    /* how scores become the pattern */
     float attn_alpha;     /* entmax / asentmax: alpha in (1, 8] (0: 1.5); 0 for the other kinds */
+    /* appended for GPT-NeoX / Pythia (zero = the older behaviour) */
+    int parallel_attn;    /* attention and MLP both read resid_pre: x + attn(ln1(x)) + mlp(ln2(x)) (NeoX's
+                           * use_parallel_residual); the block has no hook_resid_mid (TransformerLens's
+                           * parallel_attn_mlp) */
 } mp_config;
 
 /* The value types of config fields, as files and Lua see them:
@@ -153,7 +157,9 @@ typedef enum { MP_CF_INT, MP_CF_FLOAT, MP_CF_BOOL, MP_CF_NOTBOOL, MP_CF_KIND, MP
     X(attn, MP_CF_KIND, "attn", "attn", mp_attn_names, MP_ATTN_COUNT, MP_ATTN_SOFTMAX, 0, c->attn,                     \
       c->attn != MP_ATTN_SOFTMAX, 1)                                                                                   \
     X(attn_alpha, MP_CF_FLOAT, "attn_alpha", "alpha", NULL, 0, 0.0f, 0, mp_attn_alpha(c),                              \
-      c->attn == MP_ATTN_ENTMAX || c->attn == MP_ATTN_ASENTMAX, 1)
+      c->attn == MP_ATTN_ENTMAX || c->attn == MP_ATTN_ASENTMAX, 1)                                                     \
+    X(parallel_attn, MP_CF_BOOL, "parallel_attn", "parallel_attn", NULL, 0, 0, 0, c->parallel_attn,                    \
+      c->parallel_attn, 1)
 
 /* The table as data, for the loops of each path. */
 typedef struct {

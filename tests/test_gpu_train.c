@@ -2,7 +2,7 @@
  * on the CPU (mp_train_step both times): random grouped-query models with
  * RMSNorm and SwiGLU (rope), LayerNorm, GELU, biases, learned positions and an
  * untied classifier (gpt2-like), rope_id (trained past ctx, where its logit
- * factor exceeds 1), half_rope,
+ * factor exceeds 1), half_rope, GPT-NeoX's parallel block (parallel_attn),
  * attention-only without positions; 5 AdamW steps with warmup, weight decay
  * and clipping that bites, some targets ignored, one model with gradient
  * accumulation (accum 2), three with the device's classifier + loss in chunks
@@ -101,6 +101,7 @@ typedef struct {
     int att_rows; /* query rows per block of the device's attention (0: automatic, here all T) */
     int T;        /* sequence length (0: 19); past 64 the stored-pattern backward runs its later 64-row sub-blocks */
 } variant;
+static int parallel; /* the next variant has GPT-NeoX's parallel block (parallel_attn) */
 
 static void compare(const variant *v, int seed) {
     mp_config c = mp_config_default();
@@ -110,6 +111,7 @@ static void compare(const variant *v, int seed) {
     c.pos = v->pos, c.norm = v->norm, c.mlp = v->mlp;
     c.qkv_bias = c.linear_bias = v->bias;
     c.tied = !v->bias;
+    c.parallel_attn = parallel;
     if (v->pos == MP_POS_ROPE_ID) c.ctx = 12; /* its logit factor exceeds 1 from position ctx on: T = 19 reaches it */
     mp_model *mc = NULL, *mg = NULL;
     if (mp_model_new_random(&mc, &c, seed, 0.3f) || mp_model_new_random(&mg, &c, seed, 0.3f)) {
@@ -349,6 +351,11 @@ int main(void) {
          MP_POS_ROPE, MP_NORM_RMS, MP_MLP_SWIGLU, 0, 1, 2, 0, 0, 70},
     };
     for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) compare(&vs[i], 21 + (int)i);
+    const variant par = {"half_rope gelu layer bias, parallel attention and MLP (GPT-NeoX)", MP_POS_HALF_ROPE,
+                         MP_NORM_LAYER, MP_MLP_GELU, 1, 1, 0, 0, 0, 0};
+    parallel = 1;
+    compare(&par, 40);
+    parallel = 0;
     bf16_band();
     refusals();
     return tu_finish("test_gpu_train");

@@ -9,7 +9,12 @@
  * NeoX (half-split) RoPE, so q/k rows and biases are permuted back to
  * half-split. qwen3 (qk_norm head) is qwen2's layout plus attn_q_norm /
  * attn_k_norm [head size], permuted back within the head like the rows.
- * gpt2 has no RoPE; its q/k/v are fused into attn_qkv. */
+ * gpt2 has no RoPE; its q/k/v are fused into attn_qkv.
+ * gptneox (LayerNorm, exact GELU, biases, parallel or serial blocks) and phi3
+ * (RMSNorm, SwiGLU, no biases; chosen for a partial rotation or a model read
+ * from Phi-3 files) rotate the first rope.dimension_count channels NeoX-style:
+ * rows permuted back to half-split within them; q | k | v fused into attn_qkv,
+ * phi3's gate | up into ffn_up. */
 #include "gguf.h"
 #include "json.h"
 #include "formats.h"
@@ -263,9 +268,24 @@ mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const ch
     const mp_params *p = &m->p;
     if (type != MP_GGML_F32 && type != MP_GGML_F16 && type != MP_GGML_Q8_0)
         return mp_error(MP_ERR_ARG, "%s: GGUF export type must be f32, f16 or q8_0", path);
-    if (c->rope_scaling != MP_ROPE_SCALING_NONE || c->rope_dims)
+    /* gptneox, phi3: the NeoX-RoPE architectures with a partial rotation (see the header) */
+    const int rope_ok = c->pos == MP_POS_ROPE || c->pos == MP_POS_HALF_ROPE;
+    const int to_neox = c->norm == MP_NORM_LAYER && c->mlp == MP_MLP_GELU && !c->gelu_tanh &&
+                        (rope_ok || c->pos == MP_POS_NONE) && c->qkv_bias && c->linear_bias && !c->n_rope_freqs &&
+                        c->n_kv_head == c->n_head && c->n_head * c->d_head == c->d_model &&
+                        c->qk_norm == MP_QK_NORM_NONE;
+    const int to_phi3 = !to_neox && c->qk_norm == MP_QK_NORM_NONE && c->norm == MP_NORM_RMS && c->mlp == MP_MLP_SWIGLU && !c->qkv_bias &&
+                        !c->linear_bias && !c->parallel_attn && !c->n_rope_freqs && c->n_head * c->d_head == c->d_model &&
+                        (c->pos == MP_POS_HALF_ROPE || (c->pos == MP_POS_ROPE && strstr(m->format ? m->format : "", "phi3")));
+    const int rot = c->pos == MP_POS_ROPE ? c->d_head : c->pos == MP_POS_HALF_ROPE ? c->rope_dims : 0;
+    if (c->rope_scaling != MP_ROPE_SCALING_NONE || (c->rope_dims && !to_neox && !to_phi3))
         return mp_error(MP_ERR_ARG, "%s: this model's inference-time RoPE scaling (PI/NTK/YaRN) or partial rotation "
                         "is not written to GGUF; turn it off (m:set_rope_scaling(nil)) or save as .h5", path);
+    if (c->parallel_attn && !to_neox)
+        return mp_error(MP_ERR_ARG, "%s: parallel attention and MLP (parallel_attn) has a GGUF form only as gptneox "
+                        "(LayerNorm, exact GELU, RoPE, biases)", path);
+    if (to_phi3 && c->rope_scale > 0.0f && c->rope_scale != 1.0f)
+        return mp_error(MP_ERR_ARG, "%s: phi3 GGUF takes no linear RoPE scaling (rope_scale)", path);
     if (c->attn != MP_ATTN_SOFTMAX)
         return mp_error(MP_ERR_ARG, "%s: attention variant %s has no GGUF / llama.cpp form (softmax only); save as .h5",
                         path, mp_attn_name(c->attn));
@@ -273,7 +293,11 @@ mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const ch
         return mp_error(MP_ERR_ARG, "%s: the q/k norm over the whole projection (qk_norm full) has no GGUF export yet; "
                         "save as .h5", path);
     const char *arch;
-    if (c->norm == MP_NORM_RMS && c->mlp == MP_MLP_SWIGLU && c->pos == MP_POS_ROPE && !c->linear_bias)
+    if (to_neox)
+        arch = "gptneox";
+    else if (to_phi3)
+        arch = "phi3";
+    else if (c->norm == MP_NORM_RMS && c->mlp == MP_MLP_SWIGLU && c->pos == MP_POS_ROPE && !c->linear_bias)
         arch = c->qk_norm == MP_QK_NORM_HEAD ? "qwen3" : c->qkv_bias ? "qwen2" : "llama";
     else if (c->norm == MP_NORM_LAYER && c->mlp == MP_MLP_GELU && c->gelu_tanh && c->pos == MP_POS_LEARNED &&
              c->qkv_bias && c->linear_bias && c->n_kv_head == c->n_head && c->n_head * c->d_head == c->d_model)
@@ -305,7 +329,22 @@ mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const ch
         ((st = mp_gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)c->d_head)) ||
          (st = mp_gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)c->d_head))))
         goto cleanup;
-    if (strcmp(arch, "gpt2") == 0) {
+    if (to_neox) {
+        if ((st = mp_gguf_writer_set_f32(w, KEY("attention.layer_norm_epsilon"), c->norm_eps)) ||
+            (st = mp_gguf_writer_set_f32(w, KEY("rope.freq_base"), c->rope_theta)) ||
+            (st = mp_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)rot)) ||
+            (st = mp_gguf_writer_set_bool(w, KEY("use_parallel_residual"), c->parallel_attn)))
+            goto cleanup;
+        if (c->rope_scale > 0.0f && c->rope_scale != 1.0f &&
+            ((st = mp_gguf_writer_set_str(w, KEY("rope.scaling.type"), "linear")) ||
+             (st = mp_gguf_writer_set_f32(w, KEY("rope.scaling.factor"), c->rope_scale))))
+            goto cleanup;
+    } else if (to_phi3) {
+        if ((st = mp_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), c->norm_eps)) ||
+            (st = mp_gguf_writer_set_f32(w, KEY("rope.freq_base"), c->rope_theta)) ||
+            (st = mp_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)rot)))
+            goto cleanup;
+    } else if (strcmp(arch, "gpt2") == 0) {
         if ((st = mp_gguf_writer_set_f32(w, KEY("attention.layer_norm_epsilon"), c->norm_eps))) goto cleanup;
     } else {
         if ((st = mp_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), c->norm_eps)) ||
@@ -351,7 +390,32 @@ mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const ch
         const float *bv = p->bv ? p->bv + (size_t)l * KD : NULL;
         if ((st = add(&x, "blk.%d.attn_norm.weight", l, p->ln1_w + (size_t)l * D, D, 0))) goto cleanup;
         if (p->ln1_b && (st = add(&x, "blk.%d.attn_norm.bias", l, p->ln1_b + (size_t)l * D, D, 0))) goto cleanup;
-        if (strcmp(arch, "gpt2") == 0) {
+        if (to_neox || to_phi3) { /* attn_qkv = q | k | v, q/k half-split within the rotated channels */
+            const uint64_t R = HD + 2 * KD;
+            float *qkv = keep(&x, (size_t)(R * D)), *b = to_neox ? keep(&x, (size_t)R) : NULL;
+            float *t2 = keep(&x, (size_t)(c->d_head * D));
+            if (!qkv || !t2 || (to_neox && !b)) { st = MP_ERR_NOMEM; goto cleanup; }
+            memcpy(qkv, wq, HD * D * sizeof(float));
+            memcpy(qkv + HD * D, wk, KD * D * sizeof(float));
+            memcpy(qkv + (HD + KD) * D, wv, KD * D * sizeof(float));
+            for (int j = 0; j < 2 && rot >= 2; j++) {
+                const int nh = j ? c->n_kv_head : c->n_head;
+                float *blk = qkv + (j ? HD * D : 0), *bb = b ? b + (j ? HD : 0) : NULL;
+                if (b) memcpy(bb, j ? bk : bq, (j ? KD : HD) * sizeof(float));
+                for (int h = 0; h < nh; h++) {
+                    mp_rope_permute_rows(blk + (size_t)h * c->d_head * D, t2, 1, rot, D, 0);
+                    if (bb) mp_rope_permute_rows(bb + (size_t)h * c->d_head, t2, 1, rot, 1, 0);
+                }
+            }
+            if (b && rot < 2) {
+                memcpy(b, bq, HD * sizeof(float));
+                memcpy(b + HD, bk, KD * sizeof(float));
+            }
+            if (b) memcpy(b + HD + KD, bv, KD * sizeof(float));
+            if ((st = add(&x, "blk.%d.attn_qkv.weight", l, qkv, R, D)) ||
+                (b && (st = add(&x, "blk.%d.attn_qkv.bias", l, b, R, 0))))
+                goto cleanup;
+        } else if (strcmp(arch, "gpt2") == 0) {
             float *qkv = keep(&x, (size_t)(3 * D * D)), *b = keep(&x, (size_t)(3 * D));
             if (!qkv || !b) { st = MP_ERR_NOMEM; goto cleanup; }
             memcpy(qkv, wq, D * D * sizeof(float));
@@ -409,7 +473,13 @@ mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const ch
         if ((st = add(&x, "blk.%d.ffn_norm.weight", l, p->ln2_w + (size_t)l * D, D, 0))) goto cleanup;
         if (p->ln2_b && (st = add(&x, "blk.%d.ffn_norm.bias", l, p->ln2_b + (size_t)l * D, D, 0))) goto cleanup;
         const size_t lM = (size_t)l * M;
-        if (c->mlp == MP_MLP_SWIGLU) {
+        if (to_phi3) { /* ffn_up = gate | up */
+            float *gu = keep(&x, (size_t)(2 * M * D));
+            if (!gu) { st = MP_ERR_NOMEM; goto cleanup; }
+            memcpy(gu, p->w1 + lM * D, M * D * sizeof(float));
+            memcpy(gu + M * D, p->w3 + lM * D, M * D * sizeof(float));
+            if ((st = add(&x, "blk.%d.ffn_up.weight", l, gu, 2 * M, D))) goto cleanup;
+        } else if (c->mlp == MP_MLP_SWIGLU) {
             if ((st = add(&x, "blk.%d.ffn_gate.weight", l, p->w1 + lM * D, M, D)) ||
                 (st = add(&x, "blk.%d.ffn_up.weight", l, p->w3 + lM * D, M, D)))
                 goto cleanup;

@@ -272,10 +272,10 @@ mp_status mp_model_save_llama2c(const mp_model *m, const char *path, int version
         (long long)c->n_head * c->d_head != c->d_model || c->rope_theta != 10000.0f ||
         c->norm_eps != 1e-5f || c->attn != MP_ATTN_SOFTMAX || c->qkv_bias || c->linear_bias ||
         c->rope_scaling != MP_ROPE_SCALING_NONE || c->n_rope_freqs || (c->rope_scale > 0 && c->rope_scale != 1.0f) ||
-        c->qk_norm != MP_QK_NORM_NONE)
+        c->qk_norm != MP_QK_NORM_NONE || c->parallel_attn)
         return mp_error(MP_ERR_ARG, "%s: this model cannot be written as llama2.c (which fixes RMSNorm eps 1e-5, "
                         "SwiGLU, unscaled RoPE theta 10000, softmax attention, no biases, no q/k norm, "
-                        "n_head*d_head == d_model)", path);
+                        "n_head*d_head == d_model, serial blocks: no parallel_attn)", path);
     if ((st = mp_out_begin(&out, path)) != MP_OK) return st;
     if (!(f = mp_out_fdopen(&out))) { st = MP_ERR_IO; goto cleanup; }
 

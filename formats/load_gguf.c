@@ -16,7 +16,13 @@
  * attn_k_norm [head size], qk_norm head) and no q/k/v biases; its norm
  * weights are permuted within the head as the rows they scale.
  * gpt2: fused attn_qkv split into wq/wk/wv, learned positions, biases,
- * LayerNorm, GELU with the tanh approximation (ggml_gelu). */
+ * LayerNorm, GELU with the tanh approximation (ggml_gelu).
+ * gptneox (Pythia) and phi3: NeoX RoPE on the first rope.dimension_count
+ * channels of a head (permuted within them); gptneox's attn_qkv holds q | k | v
+ * (llama.cpp's converter reorders NeoX's per-head rows), with biases, LayerNorm,
+ * exact GELU (Pythia's; llama.cpp computes ggml_gelu's tanh form) and
+ * gptneox.use_parallel_residual; phi3's attn_qkv holds q | k | v and its ffn_up
+ * gate | up. Both are read as float32 (quantized tensors dequantised). */
 #include "formats.h"
 #include "gguf.h"
 #include "ops.h"
@@ -160,6 +166,12 @@ static mp_status read_w(const gctx *x, float *dst, mp_qmat *qm, uint64_t d0, uin
     return MP_OK;
 }
 
+/* Half-split rows of the first rot rows of each head -> adjacent pairs (gptneox, phi3). */
+static void permute_rotary(float *w, float *tmp, int n_heads, int Dh, int rot, size_t cols) {
+    if (rot < 2) return;
+    for (int h = 0; h < n_heads; h++) mp_rope_permute_rows(w + (size_t)h * Dh * cols, tmp, 1, rot, cols, 1);
+}
+
 static int has_t(const gctx *x, const char *fmt, int l) {
     char name[160];
     snprintf(name, sizeof name, fmt, l);
@@ -204,12 +216,25 @@ static mp_status read_window(const gctx *x, mp_config *c) {
     return MP_OK;
 }
 
-/* qwen2 and qwen3: Hugging Face's half-split q/k rows (NeoX RoPE) */
-static int is_neox(const gctx *x) { return strcmp(x->arch, "qwen2") == 0 || strcmp(x->arch, "qwen3") == 0; }
+/* qwen2 and qwen3: Hugging Face's half-split q/k rows (NeoX RoPE) over every channel */
+static int is_qwen(const gctx *x) { return strcmp(x->arch, "qwen2") == 0 || strcmp(x->arch, "qwen3") == 0; }
+
+/* rope.dimension_count as mechprobe's positions: rope (all channels), half_rope (the first rot), none (0). */
+static mp_status rotary_dims(const gctx *x, mp_config *c) {
+    int rot = 0;
+    mp_status st = meta_int(x, "rope.dimension_count", 0, c->d_head, 0, c->d_head, &rot);
+    if (st) return st;
+    if (rot % 2)
+        return mp_error(MP_ERR_FORMAT, "%s: %s.rope.dimension_count %d is odd", x->path, x->arch, rot);
+    c->pos = rot == 0 ? MP_POS_NONE : rot == c->d_head ? MP_POS_ROPE : MP_POS_HALF_ROPE;
+    c->rope_dims = c->pos == MP_POS_HALF_ROPE ? rot : 0;
+    return MP_OK;
+}
 
 static mp_status read_config(const gctx *x, mp_config *c) {
     mp_status st;
-    const int is_gpt2 = strcmp(x->arch, "gpt2") == 0, is_qwen2 = is_neox(x);
+    const int is_gpt2 = strcmp(x->arch, "gpt2") == 0, is_qwen2 = is_qwen(x);
+    const int is_neox = strcmp(x->arch, "gptneox") == 0, is_phi3 = strcmp(x->arch, "phi3") == 0;
     const int BIG = 1 << 24;
     *c = mp_config_default();
     if ((st = meta_int(x, "embedding_length", 1, 0, 1, BIG, &c->d_model)) ||
@@ -247,7 +272,31 @@ static mp_status read_config(const gctx *x, mp_config *c) {
                             "the file is inconsistent", x->path, kv, (long long)vs, c->vocab);
     }
     c->tied = mp_gguf_find_tensor(x->g, "output.weight") == NULL;
-    if (is_gpt2) {
+    if (is_neox) {
+        c->norm = MP_NORM_LAYER;
+        c->mlp = MP_MLP_GELU; /* exact, as Pythia was trained (llama.cpp: the tanh form) */
+        c->qkv_bias = has_t(x, "blk.%d.attn_qkv.bias", 0);
+        c->linear_bias = 1;
+        int par;
+        char k[128];
+        snprintf(k, sizeof k, "%s.use_parallel_residual", x->arch);
+        mp_gguf_lookup r = mp_gguf_get_bool(x->g, k, &par);
+        if (r != MP_GGUF_FOUND)
+            return mp_error(MP_ERR_FORMAT, "%s: metadata %s is %s", x->path, k,
+                            r == MP_GGUF_MISSING ? "missing" : "not a boolean");
+        c->parallel_attn = par != 0;
+        if ((st = meta_float(x, "attention.layer_norm_epsilon", 1e-5, &c->norm_eps)) ||
+            (st = meta_float(x, "rope.freq_base", 10000.0, &c->rope_theta)) || (st = rotary_dims(x, c)))
+            return st;
+        const char *type = NULL;
+        snprintf(k, sizeof k, "%s.rope.scaling.type", x->arch);
+        mp_gguf_get_str(x->g, k, &type);
+        float factor = 0.0f;
+        if ((st = meta_float(x, "rope.scaling.factor", 0.0, &factor))) return st;
+        if (type && strcmp(type, "none") != 0 && strcmp(type, "linear") != 0)
+            return mp_error(MP_ERR_FORMAT, "%s: %s is \"%s\"; not supported (none or linear)", x->path, k, type);
+        if (type && strcmp(type, "linear") == 0 && factor > 0.0f && factor != 1.0f) c->rope_scale = factor;
+    } else if (is_gpt2) {
         c->norm = MP_NORM_LAYER;
         c->mlp = MP_MLP_GELU;
         c->gelu_tanh = 1;
@@ -258,8 +307,17 @@ static mp_status read_config(const gctx *x, mp_config *c) {
         if ((st = meta_float(x, "attention.layer_norm_rms_epsilon", is_qwen2 ? 1e-6 : 1e-5, &c->norm_eps)) ||
             (st = meta_float(x, "rope.freq_base", 10000.0, &c->rope_theta)))
             return st;
-        int rot;
-        if ((st = meta_int(x, "rope.dimension_count", 0, c->d_head, 0, BIG, &rot))) return st;
+        if (is_phi3) { /* partial rotation (its sliding window: read_window below), no LongRoPE */
+            if ((st = rotary_dims(x, c))) return st;
+            if (mp_gguf_find_tensor(x->g, "rope_factors_long.weight") || mp_gguf_find_tensor(x->g, "rope_factors_short.weight"))
+                return mp_error(MP_ERR_FORMAT, "%s: tensor rope_factors_long/short.weight: Phi-3's LongRoPE scaling is "
+                                "not supported", x->path);
+            if (has_t(x, "blk.%d.attn_qkv.bias", 0) || has_t(x, "blk.%d.attn_output.bias", 0) ||
+                has_t(x, "blk.%d.ffn_up.bias", 0))
+                return mp_error(MP_ERR_FORMAT, "%s: phi3 with linear biases is not supported", x->path);
+        }
+        int rot = c->d_head;
+        if (!is_phi3 && (st = meta_int(x, "rope.dimension_count", 0, c->d_head, 0, BIG, &rot))) return st;
         if (rot != c->d_head)
             return mp_error(MP_ERR_FORMAT, "%s: partial RoPE (rope.dimension_count %d < head size %d) is not "
                             "supported", x->path, rot, c->d_head);
@@ -300,7 +358,9 @@ static mp_status read_weights(const gctx *x, mp_model *m) {
     mp_params *p = &m->p;
     const uint64_t D = (uint64_t)c->d_model, V = (uint64_t)c->vocab, M = (uint64_t)c->d_mlp;
     const uint64_t HD = (uint64_t)c->n_head * c->d_head, KD = (uint64_t)c->n_kv_head * c->d_head;
-    const int is_gpt2 = strcmp(x->arch, "gpt2") == 0, is_qwen2 = is_neox(x);
+    const int is_gpt2 = strcmp(x->arch, "gpt2") == 0, is_qwen2 = is_qwen(x);
+    const int is_neox = strcmp(x->arch, "gptneox") == 0, is_phi3 = strcmp(x->arch, "phi3") == 0;
+    const int rot = c->pos == MP_POS_ROPE ? c->d_head : c->pos == MP_POS_HALF_ROPE ? c->rope_dims : 0;
     mp_qparams *Q = x->q;
     mp_status st;
     float *tmp = NULL;
@@ -313,10 +373,13 @@ static mp_status read_weights(const gctx *x, mp_model *m) {
     if (p->lnf_b && (st = read_t(x, p->lnf_b, D, 0, NULL, "output_norm.bias", 0))) goto cleanup;
     if (p->pos_embed && (st = read_t(x, p->pos_embed, D, (uint64_t)c->ctx, NULL, "position_embd.weight", 0)))
         goto cleanup;
-    const int fused = is_gpt2 && has_t(x, "blk.%d.attn_qkv.weight", 0);
+    const int fused = (is_gpt2 || is_neox) && has_t(x, "blk.%d.attn_qkv.weight", 0);
     if (fused) { /* float32 mode: weights then bias; quantized mode: the bias only */
         size_t n3 = Q ? 0 : (size_t)(3 * D * D);
         if (!(tmp = mp_malloc((n3 + 3 * D) * sizeof(float), "the fused QKV weights"))) { st = MP_ERR_NOMEM; goto cleanup; }
+    } else if (is_phi3) { /* phi3 (float32 only): attn_qkv or ffn_up, the larger */
+        const uint64_t n = (HD + 2 * KD) * D > 2 * M * D ? (HD + 2 * KD) * D : 2 * M * D;
+        if (!(tmp = mp_malloc((size_t)n * sizeof(float), "the fused Phi-3 weights"))) { st = MP_ERR_NOMEM; goto cleanup; }
     }
     for (int l = 0; l < c->n_layer; l++) {
         const size_t lD = (size_t)l * D;
@@ -334,16 +397,23 @@ static mp_status read_weights(const gctx *x, mp_model *m) {
             memcpy(p->bq + (size_t)l * HD, tmp, D * sizeof(float));
             memcpy(p->bk + (size_t)l * KD, tmp + D, D * sizeof(float));
             memcpy(p->bv + (size_t)l * KD, tmp + 2 * D, D * sizeof(float));
-        } else if (fused) { /* gpt2: attn_qkv {D, 3D} = rows q | k | v, bias [3D] */
+        } else if (fused) { /* gpt2, gptneox: attn_qkv {D, 3D} = rows q | k | v, bias [3D] */
             if ((st = read_t(x, tmp, D, 3 * D, NULL, "blk.%d.attn_qkv.weight", l)) ||
-                (st = read_t(x, tmp + 3 * D * D, 3 * D, 0, NULL, "blk.%d.attn_qkv.bias", l)))
+                (c->qkv_bias && (st = read_t(x, tmp + 3 * D * D, 3 * D, 0, NULL, "blk.%d.attn_qkv.bias", l))))
                 goto cleanup;
             memcpy(wq, tmp, D * D * sizeof(float));
             memcpy(wk, tmp + D * D, D * D * sizeof(float));
             memcpy(wv, tmp + 2 * D * D, D * D * sizeof(float));
-            memcpy(p->bq + (size_t)l * HD, tmp + 3 * D * D, D * sizeof(float));
-            memcpy(p->bk + (size_t)l * KD, tmp + 3 * D * D + D, D * sizeof(float));
-            memcpy(p->bv + (size_t)l * KD, tmp + 3 * D * D + 2 * D, D * sizeof(float));
+            if (c->qkv_bias) {
+                memcpy(p->bq + (size_t)l * HD, tmp + 3 * D * D, D * sizeof(float));
+                memcpy(p->bk + (size_t)l * KD, tmp + 3 * D * D + D, D * sizeof(float));
+                memcpy(p->bv + (size_t)l * KD, tmp + 3 * D * D + 2 * D, D * sizeof(float));
+            }
+        } else if (is_phi3) { /* attn_qkv {D, HD + 2 KD} = rows q | k | v */
+            if ((st = read_t(x, tmp, D, HD + 2 * KD, NULL, "blk.%d.attn_qkv.weight", l))) goto cleanup;
+            memcpy(wq, tmp, HD * D * sizeof(float));
+            memcpy(wk, tmp + HD * D, KD * D * sizeof(float));
+            memcpy(wv, tmp + (HD + KD) * D, KD * D * sizeof(float));
         } else {
             const int ph = is_qwen2 && Q; /* quantized qwen2: rows permuted as they are copied */
             if ((st = read_w(x, wq, QM(wq[l]), D, HD, ph ? c->n_head : 0, "blk.%d.attn_q.weight", l)) ||
@@ -363,11 +433,18 @@ static mp_status read_weights(const gctx *x, mp_model *m) {
                           l))))
             goto cleanup;
         if ((st = read_w(x, LP(wo, D * HD), QM(wo[l]), HD, D, 0, "blk.%d.attn_output.weight", l))) goto cleanup;
-        if (p->bo && (st = read_t(x, p->bo + lD, D, 0, NULL, "blk.%d.attn_output.bias", l))) goto cleanup;
+        int has_bo = 1; /* gptneox without attention biases: a zero bias */
+        if (p->bo && (st = read_t(x, p->bo + lD, D, 0, is_neox ? &has_bo : NULL, "blk.%d.attn_output.bias", l)))
+            goto cleanup;
+        if (!has_bo) memset(p->bo + lD, 0, D * sizeof(float));
         if ((st = read_t(x, p->ln2_w + lD, D, 0, NULL, "blk.%d.ffn_norm.weight", l))) goto cleanup;
         if (p->ln2_b && (st = read_t(x, p->ln2_b + lD, D, 0, NULL, "blk.%d.ffn_norm.bias", l))) goto cleanup;
         const size_t lM = (size_t)l * M;
-        if (c->mlp == MP_MLP_SWIGLU) {
+        if (is_phi3) { /* ffn_up {D, 2M} = rows gate | up */
+            if ((st = read_t(x, tmp, D, 2 * M, NULL, "blk.%d.ffn_up.weight", l))) goto cleanup;
+            memcpy(p->w1 + lM * D, tmp, M * D * sizeof(float));
+            memcpy(p->w3 + lM * D, tmp + M * D, M * D * sizeof(float));
+        } else if (c->mlp == MP_MLP_SWIGLU) {
             if ((st = read_w(x, LP(w1, M * D), QM(w1[l]), D, M, 0, "blk.%d.ffn_gate.weight", l)) ||
                 (st = read_w(x, LP(w3, M * D), QM(w3[l]), D, M, 0, "blk.%d.ffn_up.weight", l)))
                 goto cleanup;
@@ -377,6 +454,17 @@ static mp_status read_weights(const gctx *x, mp_model *m) {
         }
         if ((st = read_w(x, LP(w2, D * M), QM(w2[l]), M, D, 0, "blk.%d.ffn_down.weight", l))) goto cleanup;
         if (p->b2 && (st = read_t(x, p->b2 + lD, D, 0, NULL, "blk.%d.ffn_down.bias", l))) goto cleanup;
+        if (is_neox || is_phi3) { /* NeoX half-split rows within the rotated channels -> adjacent pairs */
+            float *t2 = mp_malloc((size_t)c->d_head * D * sizeof(float), "a RoPE permutation");
+            if (!t2) { st = MP_ERR_NOMEM; goto cleanup; }
+            permute_rotary(wq, t2, c->n_head, c->d_head, rot, D);
+            permute_rotary(wk, t2, c->n_kv_head, c->d_head, rot, D);
+            if (p->bq) {
+                permute_rotary(p->bq + (size_t)l * HD, t2, c->n_head, c->d_head, rot, 1);
+                permute_rotary(p->bk + (size_t)l * KD, t2, c->n_kv_head, c->d_head, rot, 1);
+            }
+            free(t2);
+        }
         if (is_qwen2) { /* NeoX half-split rows -> adjacent pairs (quantized weights: done by read_w) */
             float *t2 = mp_malloc((size_t)c->d_head * D * sizeof(float), "a RoPE permutation");
             if (!t2) { st = MP_ERR_NOMEM; goto cleanup; }
@@ -414,9 +502,11 @@ mp_status mp_model_load_gguf(mp_model **out, const char *path) {
         st = mp_error(MP_ERR_FORMAT, "%s: general.architecture is missing or not a string", path);
         goto cleanup;
     }
-    if (strcmp(x.arch, "llama") && strcmp(x.arch, "qwen2") && strcmp(x.arch, "qwen3") && strcmp(x.arch, "gpt2")) {
-        st = mp_error(MP_ERR_FORMAT, "%s: unknown architecture \"%s\" (mechprobe reads llama, qwen2, qwen3 and gpt2)",
-                      path, x.arch);
+    const int f32_only = !strcmp(x.arch, "gptneox") || !strcmp(x.arch, "phi3"); /* fused rows: read as float32 */
+    if (strcmp(x.arch, "llama") && strcmp(x.arch, "qwen2") && strcmp(x.arch, "qwen3") && strcmp(x.arch, "gpt2") &&
+        !f32_only) {
+        st = mp_error(MP_ERR_FORMAT, "%s: unknown architecture \"%s\" (mechprobe reads llama, qwen2, qwen3, gpt2, "
+                      "gptneox and phi3)", path, x.arch);
         goto cleanup;
     }
     if ((st = read_config(&x, &c))) goto cleanup;
@@ -424,7 +514,7 @@ mp_status mp_model_load_gguf(mp_model **out, const char *path) {
     int quant = 0, other = 0;
     for (size_t i = 0; i < mp_gguf_n_tensors(g); i++) {
         const mp_gguf_tensor *t = mp_gguf_tensor_at(g, i);
-        if (t->n_dims == 2 && mp_qdot_supported(t->type)) quant = 1;
+        if (t->n_dims == 2 && mp_qdot_supported(t->type) && !f32_only) quant = 1;
         else if (t->type != MP_GGML_F32) other = 1;
     }
     if (quant) {
@@ -452,9 +542,11 @@ mp_status mp_model_load_gguf(mp_model **out, const char *path) {
     if ((st = read_weights(&x, m))) goto cleanup;
     snprintf(m->source, sizeof m->source, "%s", path);
     m->format = strcmp(x.arch, "llama") == 0   ? "gguf-llama"
-              : strcmp(x.arch, "qwen2") == 0 ? "gguf-qwen2"
-              : strcmp(x.arch, "qwen3") == 0 ? "gguf-qwen3"
-                                             : "gguf-gpt2";
+              : strcmp(x.arch, "qwen2") == 0   ? "gguf-qwen2"
+              : strcmp(x.arch, "qwen3") == 0   ? "gguf-qwen3"
+              : strcmp(x.arch, "gptneox") == 0 ? "gguf-gptneox"
+              : strcmp(x.arch, "phi3") == 0    ? "gguf-phi3"
+                                               : "gguf-gpt2";
     if (quant) {
         m->q->file = g; /* the weights point into its mapping: closed with the model */
         m->q->file_close = close_gguf;

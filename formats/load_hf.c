@@ -1,13 +1,18 @@
 /* load_hf.c — Hugging Face model folders: config.json + *.safetensors (F32 /
  * F16 / BF16, sharded through model.safetensors.index.json; safetensors.h)
- * for model_type llama, mistral, qwen2, qwen3 and gpt2, and their tokenizer.json;
- * and the writer of such folders (F32) used by round trips and exports.
+ * for model_type llama, mistral, qwen2, qwen3, gpt2, gpt_neox (Pythia) and phi3,
+ * and their tokenizer.json; and the writer of such folders (F32) used by round
+ * trips and exports.
  *
  * Hugging Face stores q/k rows half-split (rotate_half: channel i pairs with
  * i + Dh/2); they are permuted to mechprobe's adjacent pairs on load
  * (mp_rope_permute_rows) and back on save, biases too, and Qwen3's q_norm /
  * k_norm weights [head_dim] within their head. GPT-2 stores Conv1D
- * weights [in, out] and a fused c_attn [D, 3D]: transposed and split on load. */
+ * weights [in, out] and a fused c_attn [D, 3D]: transposed and split on load.
+ * GPT-NeoX fuses query_key_value per head ([H, 3, Dh] rows) and rotates only
+ * the first rotary_ndims = int(Dh * rotary_pct) channels of a head (half-split
+ * within them: permuted within them, pos half_rope with rope_dims); Phi-3 fuses
+ * qkv_proj (q | k | v rows) and gate_up_proj (gate | up rows). */
 #include "json.h"
 #include "formats.h"
 #include "ops.h"
@@ -122,7 +127,7 @@ static mp_status rope_scaling(const mp_json *cfg, const char *path, mp_config *c
         return MP_OK;
     }
     if (strcmp(type, "llama3") == 0) {
-        float lo, hi, orig;
+        float lo = 0.0f, hi = 0.0f, orig = 0.0f;
         if ((st = cfg_num(rs, path, "low_freq_factor", 1.0, &lo)) || (st = cfg_num(rs, path, "high_freq_factor", 4.0, &hi)) ||
             (st = cfg_num(rs, path, "original_max_position_embeddings", 8192, &orig)))
             return st;
@@ -135,10 +140,127 @@ static mp_status rope_scaling(const mp_json *cfg, const char *path, mp_config *c
                     type);
 }
 
+/* A number field under either of two names (newer transformers write both). */
+static mp_status cfg_num2(const mp_json *cfg, const char *path, const char *key, const char *alt, double def,
+                          double *out) {
+    const mp_json *v = mp_json_get(cfg, key);
+    if (!v || mp_json_type_of(v) == MP_JSON_NULL) v = mp_json_get(cfg, key = alt);
+    if (!v || mp_json_type_of(v) == MP_JSON_NULL) { *out = def; return MP_OK; }
+    if (mp_json_type_of(v) != MP_JSON_NUMBER)
+        return mp_error(MP_ERR_FORMAT, "%s/config.json: \"%s\" must be a number", path, key);
+    *out = mp_json_number(v);
+    return MP_OK;
+}
+
+/* The rotary channels int(Dh * fraction) of a head (Python's int(): truncation) as mechprobe's positions:
+ * none (0), rope (all), half_rope with rope_dims (the first ones; NeoX / Phi-3 rotate them half-split). */
+static mp_status partial_rotary(const char *path, const char *key, double frac, mp_config *c) {
+    if (!(frac >= 0.0 && frac <= 1.0))
+        return mp_error(MP_ERR_FORMAT, "%s/config.json: \"%s\" (%g) must be in [0, 1]", path, key, frac);
+    int rot = (int)((double)c->d_head * frac);
+    if (rot % 2)
+        return mp_error(MP_ERR_FORMAT, "%s/config.json: \"%s\" %g gives %d rotary channels of a %d-channel head; an "
+                        "odd count is not supported", path, key, frac, rot, c->d_head);
+    c->pos = rot == 0 ? MP_POS_NONE : rot == c->d_head ? MP_POS_ROPE : MP_POS_HALF_ROPE;
+    c->rope_dims = c->pos == MP_POS_HALF_ROPE ? rot : 0;
+    return MP_OK;
+}
+
+/* The channels a model's RoPE rotates per head (0: none); HF keeps them half-split. */
+static int rotary_channels(const mp_config *c) {
+    return c->pos == MP_POS_ROPE ? c->d_head : c->pos == MP_POS_HALF_ROPE ? c->rope_dims : 0;
+}
+
+/* Half-split rows of the first rot rows of each head <-> adjacent pairs (to_adjacent), the rest kept. */
+static void permute_rotary(float *w, float *tmp, int n_heads, int Dh, int rot, size_t cols, int to_adjacent) {
+    if (rot < 2) return;
+    for (int h = 0; h < n_heads; h++) mp_rope_permute_rows(w + (size_t)h * Dh * cols, tmp, 1, rot, cols, to_adjacent);
+}
+
+static mp_status read_config_neox(const mp_json *cfg, const char *path, mp_config *c) {
+    mp_status st;
+    double pct = 0.25, base = 10000.0;
+    if ((st = cfg_int(cfg, path, "hidden_size", 1, 0, &c->d_model)) ||
+        (st = cfg_int(cfg, path, "num_hidden_layers", 1, 0, &c->n_layer)) ||
+        (st = cfg_int(cfg, path, "num_attention_heads", 1, 0, &c->n_head)) ||
+        (st = cfg_int(cfg, path, "intermediate_size", 1, 0, &c->d_mlp)) ||
+        (st = cfg_int(cfg, path, "vocab_size", 1, 0, &c->vocab)) ||
+        (st = cfg_int(cfg, path, "max_position_embeddings", 0, 2048, &c->ctx)) ||
+        (st = cfg_num(cfg, path, "layer_norm_eps", 1e-5, &c->norm_eps)) ||
+        (st = cfg_num2(cfg, path, "rotary_emb_base", "rope_theta", 10000.0, &base)) ||
+        (st = cfg_num2(cfg, path, "rotary_pct", "partial_rotary_factor", 0.25, &pct)))
+        return st;
+    if (c->n_head <= 0 || c->d_model % c->n_head)
+        return mp_error(MP_ERR_FORMAT, "%s/config.json: hidden_size %d is not divisible by num_attention_heads %d",
+                        path, c->d_model, c->n_head);
+    c->n_kv_head = c->n_head;
+    c->d_head = c->d_model / c->n_head;
+    c->rope_theta = (float)base;
+    if ((st = partial_rotary(path, mp_json_get(cfg, "rotary_pct") ? "rotary_pct" : "partial_rotary_factor", pct, c)))
+        return st;
+    const char *act = mp_json_string(mp_json_get(cfg, "hidden_act"), NULL);
+    if (act && strcmp(act, "gelu") && strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh") &&
+        strcmp(act, "gelu_fast"))
+        return mp_error(MP_ERR_FORMAT, "%s/config.json: hidden_act \"%s\" is not supported (gelu, gelu_new, "
+                        "gelu_pytorch_tanh, gelu_fast)", path, act);
+    c->norm = MP_NORM_LAYER;
+    c->mlp = MP_MLP_GELU;
+    c->gelu_tanh = act && strcmp(act, "gelu") != 0; /* gelu (the default): exact, erf */
+    c->parallel_attn = cfg_bool(cfg, "use_parallel_residual", 1);
+    /* attention_bias false: no q/k/v biases, and dense's bias is zero (the MLP's are always there) */
+    c->qkv_bias = cfg_bool(cfg, "attention_bias", 1);
+    c->linear_bias = 1;
+    c->tied = cfg_bool(cfg, "tie_word_embeddings", 0);
+    return rope_scaling(cfg, path, c);
+}
+
+static mp_status read_config_phi3(const mp_json *cfg, const char *path, mp_config *c) {
+    mp_status st;
+    double frac = 1.0;
+    if ((st = cfg_int(cfg, path, "hidden_size", 1, 0, &c->d_model)) ||
+        (st = cfg_int(cfg, path, "num_hidden_layers", 1, 0, &c->n_layer)) ||
+        (st = cfg_int(cfg, path, "num_attention_heads", 1, 0, &c->n_head)) ||
+        (st = cfg_int(cfg, path, "intermediate_size", 1, 0, &c->d_mlp)) ||
+        (st = cfg_int(cfg, path, "vocab_size", 1, 0, &c->vocab)) ||
+        (st = cfg_int(cfg, path, "max_position_embeddings", 0, 4096, &c->ctx)) ||
+        (st = cfg_num(cfg, path, "rms_norm_eps", 1e-5, &c->norm_eps)) ||
+        (st = cfg_num(cfg, path, "rope_theta", 10000.0, &c->rope_theta)) ||
+        (st = cfg_num2(cfg, path, "partial_rotary_factor", "partial_rotary_factor", 1.0, &frac)))
+        return st;
+    if (c->n_head <= 0 || c->d_model % c->n_head)
+        return mp_error(MP_ERR_FORMAT, "%s/config.json: hidden_size %d is not divisible by num_attention_heads %d",
+                        path, c->d_model, c->n_head);
+    if ((st = cfg_int(cfg, path, "num_key_value_heads", 0, c->n_head, &c->n_kv_head))) return st;
+    c->d_head = c->d_model / c->n_head;
+    if ((st = partial_rotary(path, "partial_rotary_factor", frac, c))) return st;
+    const char *act = mp_json_string(mp_json_get(cfg, "hidden_act"), NULL);
+    if (act && strcmp(act, "silu"))
+        return mp_error(MP_ERR_FORMAT, "%s/config.json: hidden_act \"%s\" is not supported (silu)", path, act);
+    const mp_json *rs = mp_json_get(cfg, "rope_scaling");
+    if (rs && mp_json_type_of(rs) != MP_JSON_NULL) {
+        const char *t = mp_json_string(mp_json_get(rs, "type"), NULL);
+        if (!t) t = mp_json_string(mp_json_get(rs, "rope_type"), NULL);
+        if (!t || strcmp(t, "default"))
+            return mp_error(MP_ERR_FORMAT, "%s/config.json: rope_scaling \"%s\" is not supported (Phi-3 loads with "
+                            "rope_scaling null: the 4k models; LongRoPE / su / yarn are not implemented)", path,
+                            t ? t : "(no type)");
+    }
+    /* the sliding window on every layer (Phi-3-mini-4k: 2047), masked as Mistral's: W keys */
+    if ((st = cfg_int(cfg, path, "sliding_window", 0, 0, &c->sliding_window))) return st;
+    if (cfg_bool(cfg, "attention_bias", 0) || cfg_bool(cfg, "mlp_bias", 0))
+        return mp_error(MP_ERR_FORMAT, "%s/config.json: attention_bias / mlp_bias are not supported for phi3", path);
+    c->tied = cfg_bool(cfg, "tie_word_embeddings", 0);
+    return MP_OK;
+}
+
 static mp_status read_config(const mp_json *cfg, const char *path, const char *type, mp_config *c) {
     mp_status st;
     *c = mp_config_default();
-    if (strcmp(type, "gpt2") == 0) {
+    if (strcmp(type, "gpt_neox") == 0) {
+        if ((st = read_config_neox(cfg, path, c))) return st;
+    } else if (strcmp(type, "phi3") == 0) {
+        if ((st = read_config_phi3(cfg, path, c))) return st;
+    } else if (strcmp(type, "gpt2") == 0) {
         if ((st = cfg_int(cfg, path, "n_embd", 1, 0, &c->d_model)) || (st = cfg_int(cfg, path, "n_layer", 1, 0, &c->n_layer)) ||
             (st = cfg_int(cfg, path, "n_head", 1, 0, &c->n_head)) || (st = cfg_int(cfg, path, "vocab_size", 1, 0, &c->vocab)) ||
             (st = cfg_int(cfg, path, "n_positions", 1, 0, &c->ctx)) ||
@@ -332,6 +454,100 @@ cleanup:
     return st;
 }
 
+/* GPT-NeoX (Pythia): gpt_neox.* and embed_out; query_key_value rows [H, 3, Dh] (per head q, k, v). */
+static mp_status read_neox(const hctx *x, mp_model *m) {
+    const mp_config *c = &m->cfg;
+    mp_params *p = &m->p;
+    const uint64_t D = (uint64_t)c->d_model, V = (uint64_t)c->vocab, M = (uint64_t)c->d_mlp;
+    const int H = c->n_head, Dh = c->d_head, rot = rotary_channels(c);
+    mp_status st;
+    float *tmp = mp_malloc((size_t)(3 * D * D + 3 * D + (uint64_t)Dh * D) * sizeof(float), "the fused QKV weights");
+    if (!tmp) return MP_ERR_NOMEM;
+    float *bias = tmp + 3 * D * D, *perm = bias + 3 * D;
+    if ((st = read_t(x, p->embed, V, D, NULL, "gpt_neox.embed_in.weight", 0)) ||
+        (st = read_t(x, p->lnf_w, D, 0, NULL, "gpt_neox.final_layer_norm.weight", 0)) ||
+        (st = read_t(x, p->lnf_b, D, 0, NULL, "gpt_neox.final_layer_norm.bias", 0)) ||
+        (!c->tied && (st = read_t(x, p->unembed, V, D, NULL, "embed_out.weight", 0))))
+        goto cleanup;
+    for (int l = 0; l < c->n_layer; l++) {
+        const size_t lD = (size_t)l * D, lDD = (size_t)l * D * D, lM = (size_t)l * M;
+        if ((st = read_t(x, p->ln1_w + lD, D, 0, NULL, "gpt_neox.layers.%d.input_layernorm.weight", l)) ||
+            (st = read_t(x, p->ln1_b + lD, D, 0, NULL, "gpt_neox.layers.%d.input_layernorm.bias", l)) ||
+            (st = read_t(x, tmp, 3 * D, D, NULL, "gpt_neox.layers.%d.attention.query_key_value.weight", l)))
+            goto cleanup;
+        if (c->qkv_bias && (st = read_t(x, bias, 3 * D, 0, NULL, "gpt_neox.layers.%d.attention.query_key_value.bias", l)))
+            goto cleanup;
+        for (int h = 0; h < H; h++)
+            for (int j = 0; j < 3; j++) {
+                float *w = (j == 0 ? p->wq : j == 1 ? p->wk : p->wv) + lDD + (size_t)h * Dh * D;
+                memcpy(w, tmp + (size_t)(3 * h + j) * Dh * D, (size_t)Dh * D * sizeof(float));
+                if (c->qkv_bias)
+                    memcpy((j == 0 ? p->bq : j == 1 ? p->bk : p->bv) + lD + (size_t)h * Dh, bias + (size_t)(3 * h + j) * Dh,
+                           (size_t)Dh * sizeof(float));
+            }
+        permute_rotary(p->wq + lDD, perm, H, Dh, rot, D, 1);
+        permute_rotary(p->wk + lDD, perm, H, Dh, rot, D, 1);
+        if (c->qkv_bias) {
+            permute_rotary(p->bq + lD, perm, H, Dh, rot, 1, 1);
+            permute_rotary(p->bk + lD, perm, H, Dh, rot, 1, 1);
+        }
+        int has_bo = 1;
+        if ((st = read_t(x, p->wo + lDD, D, D, NULL, "gpt_neox.layers.%d.attention.dense.weight", l)) ||
+            (st = read_t(x, p->bo + lD, D, 0, c->qkv_bias ? NULL : &has_bo, "gpt_neox.layers.%d.attention.dense.bias", l)) ||
+            (st = read_t(x, p->ln2_w + lD, D, 0, NULL, "gpt_neox.layers.%d.post_attention_layernorm.weight", l)) ||
+            (st = read_t(x, p->ln2_b + lD, D, 0, NULL, "gpt_neox.layers.%d.post_attention_layernorm.bias", l)) ||
+            (st = read_t(x, p->w1 + lM * D, M, D, NULL, "gpt_neox.layers.%d.mlp.dense_h_to_4h.weight", l)) ||
+            (st = read_t(x, p->b1 + lM, M, 0, NULL, "gpt_neox.layers.%d.mlp.dense_h_to_4h.bias", l)) ||
+            (st = read_t(x, p->w2 + lM * D, D, M, NULL, "gpt_neox.layers.%d.mlp.dense_4h_to_h.weight", l)) ||
+            (st = read_t(x, p->b2 + lD, D, 0, NULL, "gpt_neox.layers.%d.mlp.dense_4h_to_h.bias", l)))
+            goto cleanup;
+        if (!has_bo) memset(p->bo + lD, 0, D * sizeof(float)); /* attention_bias false */
+    }
+cleanup:
+    free(tmp);
+    return st;
+}
+
+/* Phi-3: model.* as Llama's, with qkv_proj rows q | k | v and gate_up_proj rows gate | up. */
+static mp_status read_phi3(const hctx *x, mp_model *m) {
+    const mp_config *c = &m->cfg;
+    mp_params *p = &m->p;
+    const uint64_t D = (uint64_t)c->d_model, V = (uint64_t)c->vocab, M = (uint64_t)c->d_mlp;
+    const uint64_t HD = (uint64_t)c->n_head * c->d_head, KD = (uint64_t)c->n_kv_head * c->d_head;
+    const int rot = rotary_channels(c);
+    mp_status st;
+    const uint64_t big = (HD + 2 * KD) * D > 2 * M * D ? (HD + 2 * KD) * D : 2 * M * D;
+    float *tmp = mp_malloc((size_t)(big + (uint64_t)c->d_head * D) * sizeof(float), "the fused Phi-3 weights");
+    if (!tmp) return MP_ERR_NOMEM;
+    float *perm = tmp + big;
+    if ((st = read_t(x, p->embed, V, D, NULL, "model.embed_tokens.weight", 0)) ||
+        (st = read_t(x, p->lnf_w, D, 0, NULL, "model.norm.weight", 0)) ||
+        (!c->tied && (st = read_t(x, p->unembed, V, D, NULL, "lm_head.weight", 0))))
+        goto cleanup;
+    for (int l = 0; l < c->n_layer; l++) {
+        float *wq = p->wq + (size_t)l * HD * D, *wk = p->wk + (size_t)l * KD * D;
+        const size_t lM = (size_t)l * M * D;
+        if ((st = read_t(x, p->ln1_w + (size_t)l * D, D, 0, NULL, "model.layers.%d.input_layernorm.weight", l)) ||
+            (st = read_t(x, tmp, HD + 2 * KD, D, NULL, "model.layers.%d.self_attn.qkv_proj.weight", l)))
+            goto cleanup;
+        memcpy(wq, tmp, HD * D * sizeof(float));
+        memcpy(wk, tmp + HD * D, KD * D * sizeof(float));
+        memcpy(p->wv + (size_t)l * KD * D, tmp + (HD + KD) * D, KD * D * sizeof(float));
+        permute_rotary(wq, perm, c->n_head, c->d_head, rot, D, 1);
+        permute_rotary(wk, perm, c->n_kv_head, c->d_head, rot, D, 1);
+        if ((st = read_t(x, p->wo + (size_t)l * D * HD, D, HD, NULL, "model.layers.%d.self_attn.o_proj.weight", l)) ||
+            (st = read_t(x, p->ln2_w + (size_t)l * D, D, 0, NULL, "model.layers.%d.post_attention_layernorm.weight", l)) ||
+            (st = read_t(x, tmp, 2 * M, D, NULL, "model.layers.%d.mlp.gate_up_proj.weight", l)) ||
+            (st = read_t(x, p->w2 + lM, D, M, NULL, "model.layers.%d.mlp.down_proj.weight", l)))
+            goto cleanup;
+        memcpy(p->w1 + lM, tmp, M * D * sizeof(float));
+        memcpy(p->w3 + lM, tmp + M * D, M * D * sizeof(float));
+    }
+cleanup:
+    free(tmp);
+    return st;
+}
+
 mp_status mp_model_load_hf(mp_model **out, const char *dir) {
     mp_safetensors *st = NULL;
     mp_json_doc *doc = NULL;
@@ -350,10 +566,11 @@ mp_status mp_model_load_hf(mp_model **out, const char *dir) {
     }
     const char *type = mp_json_string(mp_json_get(cfg, "model_type"), NULL);
     if (!type) { s = mp_error(MP_ERR_FORMAT, "%s/config.json: \"model_type\" is missing", dir); goto cleanup; }
-    int gpt2 = strcmp(type, "gpt2") == 0;
-    if (!gpt2 && strcmp(type, "llama") && strcmp(type, "mistral") && strcmp(type, "qwen2") && strcmp(type, "qwen3")) {
+    int gpt2 = strcmp(type, "gpt2") == 0, neox = strcmp(type, "gpt_neox") == 0, phi3 = strcmp(type, "phi3") == 0;
+    if (!gpt2 && !neox && !phi3 && strcmp(type, "llama") && strcmp(type, "mistral") && strcmp(type, "qwen2") &&
+        strcmp(type, "qwen3")) {
         s = mp_error(MP_ERR_FORMAT, "%s/config.json: unknown model_type \"%s\" (mechprobe reads llama, mistral, qwen2, "
-                     "qwen3, gpt2)", dir, type);
+                     "qwen3, gpt2, gpt_neox, phi3)", dir, type);
         goto cleanup;
     }
     if ((s = read_config(cfg, dir, type, &c))) goto cleanup;
@@ -363,13 +580,17 @@ mp_status mp_model_load_hf(mp_model **out, const char *dir) {
     if (gpt2) {
         if (mp_safetensors_find(st, "transformer.wte.weight")) x.prefix = "transformer.";
         s = read_gpt2(&x, m);
+    } else if (neox) {
+        s = read_neox(&x, m);
+    } else if (phi3) {
+        s = read_phi3(&x, m);
     } else {
         s = read_llama(&x, m);
     }
     if (s) goto cleanup;
     snprintf(m->source, sizeof m->source, "%s", dir);
-    m->format = gpt2 ? "hf-gpt2" : strcmp(type, "qwen2") == 0 ? "hf-qwen2" : strcmp(type, "qwen3") == 0 ? "hf-qwen3"
-                                                                                                     : "hf-llama";
+    m->format = gpt2 ? "hf-gpt2" : neox ? "hf-gpt_neox" : phi3 ? "hf-phi3" : strcmp(type, "qwen2") == 0 ? "hf-qwen2"
+              : strcmp(type, "qwen3") == 0 ? "hf-qwen3" : "hf-llama";
     *out = m;
     m = NULL;
 cleanup:
@@ -434,6 +655,28 @@ static int is_gpt2_like(const mp_config *c) {
            c->linear_bias && c->n_kv_head == c->n_head && c->d_head * c->n_head == c->d_model;
 }
 
+/* GPT-NeoX: LayerNorm, GELU, RoPE on all or the first rope_dims channels (or none), q/k/v and linear
+ * biases, one kv head per head; serial or parallel blocks. */
+static int is_neox_like(const mp_config *c) {
+    return c->norm == MP_NORM_LAYER && c->mlp == MP_MLP_GELU &&
+           (c->pos == MP_POS_ROPE || c->pos == MP_POS_HALF_ROPE || c->pos == MP_POS_NONE) && c->qkv_bias &&
+           c->linear_bias && c->n_kv_head == c->n_head && c->d_head * c->n_head == c->d_model &&
+           c->qk_norm == MP_QK_NORM_NONE;
+}
+/* Phi-3: Llama's blocks; chosen for a partial rotation (Llama's config cannot hold it) or a model read
+ * from Phi-3 files. */
+static int is_phi3_like(const mp_model *m) {
+    const mp_config *c = &m->cfg;
+    return c->norm == MP_NORM_RMS && c->mlp == MP_MLP_SWIGLU && !c->qkv_bias && !c->linear_bias &&
+           !c->parallel_attn && c->qk_norm == MP_QK_NORM_NONE && c->d_head * c->n_head == c->d_model &&
+           (c->pos == MP_POS_HALF_ROPE || (c->pos == MP_POS_ROPE && m->format && strstr(m->format, "phi3")));
+}
+/* The fraction whose int(Dh * f) is rot (Python's truncation), rot / Dh when it reads back exactly. */
+static double rotary_fraction(int rot, int Dh) {
+    double f = (double)rot / Dh;
+    return (int)((double)Dh * f) == rot ? f : (rot + 0.5) / Dh;
+}
+
 /* config.json, built as a jansson tree and dumped into mp_out's temporary file
  * (renamed over the final name by mp_out_commit). Reals with 9 significant
  * digits (JSON_REAL_PRECISION(9)) keep every float exact. */
@@ -445,7 +688,35 @@ static mp_status write_config(const mp_model *m, const char *dir) {
     if (snprintf(path, sizeof path, "%s/config.json", dir) >= (int)sizeof path)
         return mp_error(MP_ERR_ARG, "%s: path too long", dir);
     json_t *j;
-    if (is_gpt2_like(c)) {
+    if (!is_gpt2_like(c) && is_neox_like(c)) {
+        j = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:s, s:b, s:b, s:b, s:s}",
+                      "architectures", "GPTNeoXForCausalLM", "model_type", "gpt_neox", "hidden_size", c->d_model,
+                      "num_hidden_layers", c->n_layer, "num_attention_heads", c->n_head, "intermediate_size",
+                      c->d_mlp, "vocab_size", c->vocab, "max_position_embeddings", c->ctx, "layer_norm_eps",
+                      (double)c->norm_eps, "rotary_emb_base", (double)c->rope_theta, "rotary_pct",
+                      rotary_fraction(rotary_channels(c), c->d_head), "hidden_act", c->gelu_tanh ? "gelu_new" : "gelu",
+                      "use_parallel_residual", c->parallel_attn, "attention_bias", 1, "tie_word_embeddings", c->tied,
+                      "torch_dtype", "float32");
+        if (j && c->rope_scale > 0.0f && c->rope_scale != 1.0f &&
+            json_object_set_new(j, "rope_scaling", json_pack("{s:s, s:f}", "type", "linear", "factor",
+                                                             (double)c->rope_scale)) != 0) {
+            json_decref(j);
+            j = NULL;
+        }
+    } else if (is_phi3_like(m)) {
+        j = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:s, s:b, s:n, s:n, s:s}",
+                      "architectures", "Phi3ForCausalLM", "model_type", "phi3", "hidden_size", c->d_model,
+                      "num_hidden_layers", c->n_layer, "num_attention_heads", c->n_head, "num_key_value_heads",
+                      c->n_kv_head, "intermediate_size", c->d_mlp, "vocab_size", c->vocab, "max_position_embeddings",
+                      c->ctx, "rms_norm_eps", (double)c->norm_eps, "rope_theta", (double)c->rope_theta,
+                      "partial_rotary_factor", rotary_fraction(rotary_channels(c), c->d_head), "hidden_act", "silu",
+                      "tie_word_embeddings", c->tied, "rope_scaling", "sliding_window", "torch_dtype", "float32");
+        if (j && c->sliding_window > 0 &&
+            json_object_set_new(j, "sliding_window", json_integer(c->sliding_window)) != 0) {
+            json_decref(j);
+            j = NULL;
+        }
+    } else if (is_gpt2_like(c)) {
         j = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:s, s:b}", "architectures", "GPT2LMHeadModel",
                       "model_type", "gpt2", "n_embd", c->d_model, "n_layer", c->n_layer, "n_head", c->n_head,
                       "n_inner", c->d_mlp, "n_positions", c->ctx, "vocab_size", c->vocab, "layer_norm_epsilon",
@@ -513,13 +784,19 @@ mp_status mp_model_save_hf(const mp_model *m, const char *dir) {
     }
     const mp_config *c = &m->cfg;
     const mp_params *p = &m->p;
-    int gpt2 = is_gpt2_like(c);
-    if (!gpt2 && !is_llama_like(c))
-        return mp_error(MP_ERR_ARG, "%s: only Llama/Qwen2-style (RMSNorm, SwiGLU, RoPE) and GPT-2-style models can "
-                        "be written as Hugging Face folders", dir);
+    int gpt2 = is_gpt2_like(c), neox = !gpt2 && is_neox_like(c), phi3 = !gpt2 && !neox && is_phi3_like(m);
+    if (!gpt2 && !neox && !phi3 && !is_llama_like(c))
+        return mp_error(MP_ERR_ARG, "%s: only Llama/Qwen2/Phi-3-style (RMSNorm, SwiGLU, RoPE), GPT-2-style and "
+                        "GPT-NeoX-style (LayerNorm, GELU, partial RoPE, biases) models can be written as Hugging Face "
+                        "folders", dir);
+    if (c->parallel_attn && !neox)
+        return mp_error(MP_ERR_ARG, "%s: parallel attention and MLP (parallel_attn) has a Hugging Face form only in "
+                        "GPT-NeoX-style models (LayerNorm, GELU, RoPE, biases)", dir);
     if (c->n_rope_freqs)
         return mp_error(MP_ERR_ARG, "%s: RoPE frequency divisors cannot be expressed in config.json", dir);
-    if (c->rope_scaling != MP_ROPE_SCALING_NONE || c->rope_dims)
+    if (phi3 && c->rope_scale > 0.0f && c->rope_scale != 1.0f)
+        return mp_error(MP_ERR_ARG, "%s: Phi-3's config.json takes no linear RoPE scaling (rope_scale)", dir);
+    if (c->rope_scaling != MP_ROPE_SCALING_NONE || (c->rope_dims && !neox && !phi3))
         return mp_error(MP_ERR_ARG, "%s: this model's inference-time RoPE scaling (PI/NTK/YaRN) or partial rotation "
                         "is not written to config.json; turn it off or save as .h5", dir);
     if (c->attn != MP_ATTN_SOFTMAX)
@@ -535,12 +812,12 @@ mp_status mp_model_save_hf(const mp_model *m, const char *dir) {
     if (mkdir(dir, 0777) && errno != EEXIST) return mp_error(MP_ERR_IO, "%s: cannot create folder: %s", dir, strerror(errno));
     const size_t D = (size_t)c->d_model, V = (size_t)c->vocab, M = (size_t)c->d_mlp, L = (size_t)c->n_layer;
     const size_t HD = (size_t)c->n_head * c->d_head, KD = (size_t)c->n_kv_head * c->d_head;
-    size_t cap = 16 + L * 18;
+    size_t cap = 16 + L * 24;
     mp_st_entry *e = mp_calloc(cap, sizeof *e, "tensor list");
     char (*names)[96] = mp_calloc(cap, 96, "tensor names");
     uint64_t (*shapes)[2] = mp_calloc(cap, sizeof *shapes, "tensor shapes");
     float **owned = mp_calloc(cap, sizeof *owned, "tensor copies");
-    size_t n = 0;
+    size_t n = 0, n_own = 0; /* tensors; copies (several may precede their tensor's ADD) */
     mp_status st = MP_OK;
     if (!e || !names || !shapes || !owned) { st = MP_ERR_NOMEM; goto cleanup; }
 #define ADD(nm_fmt, l, ptr, s0, s1) do { \
@@ -548,8 +825,76 @@ mp_status mp_model_save_hf(const mp_model *m, const char *dir) {
         shapes[n][0] = (s0); shapes[n][1] = (s1); \
         e[n].name = names[n]; e[n].n_dims = shapes[n][1] ? 2 : 1; e[n].shape = shapes[n]; e[n].data = (ptr); n++; \
     } while (0)
-#define COPY(dst, cnt) do { if (!(dst = owned[n] = mp_malloc((cnt) * sizeof(float), "a tensor copy"))) { st = MP_ERR_NOMEM; goto cleanup; } } while (0)
-    if (!gpt2) {
+#define COPY(dst, cnt) do { if (n_own == cap || !(dst = owned[n_own++] = mp_malloc((cnt) * sizeof(float), "a tensor copy"))) { st = MP_ERR_NOMEM; goto cleanup; } } while (0)
+    if (neox || phi3) {
+        const int rot = rotary_channels(c), Dh = c->d_head, H = c->n_head;
+        float *w, *tmp = NULL;
+        COPY(tmp, (size_t)Dh * D); /* the permutation's scratch, freed with the copies */
+        if (neox) {
+            ADD("gpt_neox.embed_in.weight", 0, p->embed, V, D);
+            ADD("gpt_neox.final_layer_norm.weight", 0, p->lnf_w, D, 0);
+            ADD("gpt_neox.final_layer_norm.bias", 0, p->lnf_b, D, 0);
+            if (!c->tied) ADD("embed_out.weight", 0, p->unembed, V, D);
+        } else {
+            ADD("model.embed_tokens.weight", 0, p->embed, V, D);
+            ADD("model.norm.weight", 0, p->lnf_w, D, 0);
+            if (!c->tied) ADD("lm_head.weight", 0, p->unembed, V, D);
+        }
+        for (size_t l = 0; l < L; l++) {
+            float *q, *k;
+            COPY(q, HD * D);
+            memcpy(q, p->wq + l * HD * D, HD * D * sizeof(float));
+            permute_rotary(q, tmp, H, Dh, rot, D, 0);
+            COPY(k, KD * D);
+            memcpy(k, p->wk + l * KD * D, KD * D * sizeof(float));
+            permute_rotary(k, tmp, c->n_kv_head, Dh, rot, D, 0);
+            const float *v = p->wv + l * KD * D;
+            if (phi3) {
+                ADD("model.layers.%d.input_layernorm.weight", l, p->ln1_w + l * D, D, 0);
+                COPY(w, (HD + 2 * KD) * D);
+                memcpy(w, q, HD * D * sizeof(float));
+                memcpy(w + HD * D, k, KD * D * sizeof(float));
+                memcpy(w + (HD + KD) * D, v, KD * D * sizeof(float));
+                ADD("model.layers.%d.self_attn.qkv_proj.weight", l, w, HD + 2 * KD, D);
+                ADD("model.layers.%d.self_attn.o_proj.weight", l, p->wo + l * D * HD, D, HD);
+                ADD("model.layers.%d.post_attention_layernorm.weight", l, p->ln2_w + l * D, D, 0);
+                COPY(w, 2 * M * D);
+                memcpy(w, p->w1 + l * M * D, M * D * sizeof(float));
+                memcpy(w + M * D, p->w3 + l * M * D, M * D * sizeof(float));
+                ADD("model.layers.%d.mlp.gate_up_proj.weight", l, w, 2 * M, D);
+                ADD("model.layers.%d.mlp.down_proj.weight", l, p->w2 + l * M * D, D, M);
+                continue;
+            }
+            /* NeoX: rows [H, 3, Dh], the biases alike */
+            float *bq, *bk, *b;
+            COPY(bq, HD);
+            memcpy(bq, p->bq + l * HD, HD * sizeof(float));
+            permute_rotary(bq, tmp, H, Dh, rot, 1, 0);
+            COPY(bk, KD);
+            memcpy(bk, p->bk + l * KD, KD * sizeof(float));
+            permute_rotary(bk, tmp, H, Dh, rot, 1, 0);
+            COPY(w, 3 * D * D);
+            COPY(b, 3 * D);
+            for (int h = 0; h < H; h++)
+                for (int j = 0; j < 3; j++) {
+                    const float *src = j == 0 ? q : j == 1 ? k : v, *bs = j == 0 ? bq : j == 1 ? bk : p->bv + l * KD;
+                    memcpy(w + (size_t)(3 * h + j) * Dh * D, src + (size_t)h * Dh * D, (size_t)Dh * D * sizeof(float));
+                    memcpy(b + (size_t)(3 * h + j) * Dh, bs + (size_t)h * Dh, (size_t)Dh * sizeof(float));
+                }
+            ADD("gpt_neox.layers.%d.input_layernorm.weight", l, p->ln1_w + l * D, D, 0);
+            ADD("gpt_neox.layers.%d.input_layernorm.bias", l, p->ln1_b + l * D, D, 0);
+            ADD("gpt_neox.layers.%d.attention.query_key_value.weight", l, w, 3 * D, D);
+            ADD("gpt_neox.layers.%d.attention.query_key_value.bias", l, b, 3 * D, 0);
+            ADD("gpt_neox.layers.%d.attention.dense.weight", l, p->wo + l * D * D, D, D);
+            ADD("gpt_neox.layers.%d.attention.dense.bias", l, p->bo + l * D, D, 0);
+            ADD("gpt_neox.layers.%d.post_attention_layernorm.weight", l, p->ln2_w + l * D, D, 0);
+            ADD("gpt_neox.layers.%d.post_attention_layernorm.bias", l, p->ln2_b + l * D, D, 0);
+            ADD("gpt_neox.layers.%d.mlp.dense_h_to_4h.weight", l, p->w1 + l * M * D, M, D);
+            ADD("gpt_neox.layers.%d.mlp.dense_h_to_4h.bias", l, p->b1 + l * M, M, 0);
+            ADD("gpt_neox.layers.%d.mlp.dense_4h_to_h.weight", l, p->w2 + l * M * D, D, M);
+            ADD("gpt_neox.layers.%d.mlp.dense_4h_to_h.bias", l, p->b2 + l * D, D, 0);
+        }
+    } else if (!gpt2) {
         ADD("model.embed_tokens.weight", 0, p->embed, V, D);
         ADD("model.norm.weight", 0, p->lnf_w, D, 0);
         if (!c->tied) ADD("lm_head.weight", 0, p->unembed, V, D);

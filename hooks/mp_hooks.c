@@ -51,6 +51,7 @@ int mp_hook_exists(const mp_config *cfg, mp_hook_id id) {
     case MP_WHEN_SWIGLU: return cfg->mlp == MP_MLP_SWIGLU;
     case MP_WHEN_LEARNED_POS: return cfg->pos == MP_POS_LEARNED;
     case MP_WHEN_QK_NORM: return cfg->qk_norm != MP_QK_NORM_NONE;
+    case MP_WHEN_SERIAL: return !cfg->parallel_attn;
     case MP_WHEN_ALWAYS: break;
     }
     return 1;

@@ -34,7 +34,8 @@ typedef enum {
     MP_WHEN_MLP,         /* a model with an MLP (mlp != none) */
     MP_WHEN_SWIGLU,      /* a SwiGLU MLP (its second input projection) */
     MP_WHEN_LEARNED_POS, /* learned absolute positions */
-    MP_WHEN_QK_NORM      /* a q/k norm (qk_norm != none) */
+    MP_WHEN_QK_NORM,     /* a q/k norm (qk_norm != none) */
+    MP_WHEN_SERIAL       /* a block whose MLP reads the residual after attention (not parallel_attn) */
 } mp_hook_when;
 
 /* X(ID, name, per_layer, shape kind, when, opt_in, grad, device)
@@ -78,7 +79,7 @@ typedef enum {
     X(Z,              "attn.hook_z",              1, MP_SHAPE_BTHD, MP_WHEN_ALWAYS,     0, 1, 1) \
     X(RESULT,         "attn.hook_result",         1, MP_SHAPE_BTHX, MP_WHEN_ALWAYS,     1, 1, 0) \
     X(ATTN_OUT,       "hook_attn_out",            1, MP_SHAPE_BTD,  MP_WHEN_ALWAYS,     0, 1, 1) \
-    X(RESID_MID,      "hook_resid_mid",           1, MP_SHAPE_BTD,  MP_WHEN_ALWAYS,     0, 1, 1) \
+    X(RESID_MID,      "hook_resid_mid",           1, MP_SHAPE_BTD,  MP_WHEN_SERIAL,     0, 1, 1) \
     X(MLP_IN,         "hook_mlp_in",              1, MP_SHAPE_BTD,  MP_WHEN_MLP,        0, 1, 1) \
     X(LN2_SCALE,      "ln2.hook_scale",           1, MP_SHAPE_BT1,  MP_WHEN_MLP,        0, 1, 1) \
     X(LN2,            "ln2.hook_normalized",      1, MP_SHAPE_BTD,  MP_WHEN_MLP,        0, 1, 1) \

@@ -35,6 +35,7 @@ typedef struct {
     float *dsc;  /* [N] a hook_scale gradient (hooks only) */
     float *ndw;  /* [2 D] the norms' discarded weight gradients (no weight gradients) */
     float *spare; /* [N, D] a discarded input gradient (weight gradients and hooks) */
+    float *dpar;  /* [N, D] a parallel block's MLP input gradient, added to resid_pre's after the attention */
 } walk;
 
 /* Fires the backward callbacks at (id, l) on the whole gradient view. */
@@ -85,6 +86,8 @@ static mp_status check_ops(const mp_bwd_ops *o, const mp_config *c, int wgrad, i
         miss = "the attention variant's factor gradient";
     else if ((!wgrad || hooks) && (!o->attn_dpattern || !o->attn_dscores || !o->attn_dqk || !o->alloc || !o->release))
         miss = "the staged attention (input gradients only, or backward hooks)";
+    else if (c->parallel_attn && (!o->add || !o->alloc || !o->release))
+        miss = "the parallel block's residual sum";
     else if (hooks && (!o->fire || !o->copy || !o->add || !o->norm_dscale || !o->norm_dx_scaled ||
                        !o->result_spread || !o->result_back))
         miss = "backward hooks";
@@ -100,16 +103,18 @@ mp_status mp_backward_walk(const mp_bwd_ops *ops, void *ctx, const mp_config *c,
     const size_t nx = (size_t)N * D, nh = (size_t)N * M;
     mp_status st = check_ops(ops, c, g != NULL, hs != NULL);
     if (st) return st;
-    walk f = {ops, ctx, c, hs, B, T, g != NULL, NULL, NULL, NULL, NULL};
+    walk f = {ops, ctx, c, hs, B, T, g != NULL, NULL, NULL, NULL, NULL, NULL};
+    const int par = c->parallel_attn;
     float *dres = A->dresid, *dxn = A->dxn;
     /* the hooks' buffers, the norms' discarded weight gradients */
-    const size_t nmem = (hs ? nx + (size_t)N : 0) + (g ? 0 : 2 * (size_t)D) + (hs && g ? nx : 0);
+    const size_t nmem = (hs ? nx + (size_t)N : 0) + (g ? 0 : 2 * (size_t)D) + (hs && g ? nx : 0) + (par ? nx : 0);
     float *mem = nmem ? ops->alloc(ctx, nmem, "gradient buffers") : NULL;
     if (nmem && !mem) return MP_ERR_NOMEM;
     float *cur = mem;
     if (hs) f.dbr = cur, cur += nx, f.dsc = cur, cur += N;
     if (!g) f.ndw = cur, cur += 2 * (size_t)D;
-    if (hs && g) f.spare = cur;
+    if (hs && g) f.spare = cur, cur += nx;
+    if (par) f.dpar = cur;
     float *dres_h = NULL; /* hook_result's gradient [N, H, D], only when it is hooked */
 #define TRY(x) do { if ((st = (x))) goto cleanup; } while (0)
 #define FIRE(id, l, ptr) TRY(fire(&f, id, l, ptr))
@@ -154,18 +159,22 @@ mp_status mp_backward_walk(const mp_bwd_ops *ops, void *ctx, const mp_config *c,
                 LIN(dxn, 1.0f, NULL, NULL, A->dup, a.ln2, w.w3, D, M);
             }
             FIRE(MP_HOOK_LN2, l, dxn);
-            /* hook_mlp_in: the MLP branch's own input gradient, then added to the residual's */
+            /* hook_mlp_in: the MLP branch's own input gradient, then added to the residual's (a parallel
+             * block's MLP reads resid_pre: its input gradient waits in dpar while the attention's
+             * output gradient is still dres, and joins resid_pre's below) */
             const int mi = mp_hooks_active(hs, MP_HOOK_MLP_IN, l);
+            float *dmi = par ? f.dpar : dres;
+            if (par) TRY(ops->zero(ctx, f.dpar, nx));
             if (mi) TRY(ops->zero(ctx, f.dbr, nx));
-            TRY(norm_step(&f, MP_HOOK_LN2_SCALE, l, mi ? f.dbr : dres, dw.ln2_w, dw.ln2_b, dxn, a.resid_mid, w.ln2_w,
-                          a.ln2_mean, a.ln2_rstd));
+            TRY(norm_step(&f, MP_HOOK_LN2_SCALE, l, mi ? f.dbr : dmi, dw.ln2_w, dw.ln2_b, dxn,
+                          par ? a.resid_in : a.resid_mid, w.ln2_w, a.ln2_mean, a.ln2_rstd));
             if (mi) {
                 FIRE(MP_HOOK_MLP_IN, l, f.dbr);
-                TRY(ops->add(ctx, dres, f.dbr, nx));
+                TRY(ops->add(ctx, dmi, f.dbr, nx));
             }
         }
         /* attention */
-        FIRE(MP_HOOK_RESID_MID, l, dres);
+        if (!par) FIRE(MP_HOOK_RESID_MID, l, dres);
         const float *dout = dres;
         if (mp_hooks_active(hs, MP_HOOK_ATTN_OUT, l)) {
             TRY(ops->copy(ctx, f.dbr, dres, nx));
@@ -228,6 +237,7 @@ mp_status mp_backward_walk(const mp_bwd_ops *ops, void *ctx, const mp_config *c,
         FIRE(MP_HOOK_LN1, l, dxn);
         TRY(norm_step(&f, MP_HOOK_LN1_SCALE, l, dres, dw.ln1_w, dw.ln1_b, dxn, a.resid_in, w.ln1_w, a.ln1_mean,
                       a.ln1_rstd));
+        if (par) TRY(ops->add(ctx, dres, f.dpar, nx)); /* the parallel MLP's share of resid_pre's gradient */
         FIRE(MP_HOOK_RESID_PRE, l, dres);
         if (g && bp->sync) TRY(bp->sync->ready(bp->sync->user, bp->grads, c, l));
     }

@@ -388,6 +388,9 @@ mp_status mp_config_validate(const mp_config *c, const char *what) {
             return mp_error(MP_ERR_FORMAT, "%s: yarn_beta_slow (%g) applies to RoPE scaling only (rope_scaling none)",
                             what, (double)c->yarn_beta_slow);
     }
+    if (c->parallel_attn && c->mlp == MP_MLP_NONE)
+        return mp_error(MP_ERR_FORMAT, "%s: parallel_attn (attention and MLP reading one residual) needs an MLP "
+                        "(mlp none)", what);
     if (c->gelu_tanh && c->mlp != MP_MLP_GELU)
         return mp_error(MP_ERR_FORMAT, "%s: gelu_tanh applies to mlp gelu only (mlp %s)", what, mp_mlp_name(c->mlp));
     if (c->pos_no_temp && c->pos != MP_POS_ROPE_ID)

@@ -99,6 +99,10 @@ typedef struct mp_config {
     int sliding_window_pattern; /* P: 0 every layer windowed; P > 0 layer l is global when (l+1) % P == 0 */
     /* appended for the q/k norm (zero = none, the older behaviour) */
     mp_qk_norm_kind qk_norm; /* RMSNorm of q and k before the positional scheme */
+    /* appended for GPT-NeoX / Pythia (zero = the older behaviour) */
+    int parallel_attn;    /* attention and MLP both read resid_pre: x + attn(ln1(x)) + mlp(ln2(x)) (NeoX's
+                           * use_parallel_residual); the block has no hook_resid_mid (TransformerLens's
+                           * parallel_attn_mlp) */
 } mp_config;
 
 /* The value types of config fields, as files and Lua see them:
@@ -172,7 +176,9 @@ typedef enum { MP_CF_INT, MP_CF_FLOAT, MP_CF_BOOL, MP_CF_NOTBOOL, MP_CF_KIND, MP
     X(sliding_window_pattern, MP_CF_INT, "sliding_window_pattern", "sliding_window_pattern", NULL, 0, 0, 0,            \
       c->sliding_window_pattern, c->sliding_window_pattern != 0, c->sliding_window != 0)                                \
     X(qk_norm, MP_CF_KIND, "qk_norm", "qk_norm", mp_qk_norm_names, MP_QK_NORM_COUNT, MP_QK_NORM_NONE, 0, c->qk_norm,   \
-      c->qk_norm != MP_QK_NORM_NONE, 1)
+      c->qk_norm != MP_QK_NORM_NONE, 1)                                                                                \
+    X(parallel_attn, MP_CF_BOOL, "parallel_attn", "parallel_attn", NULL, 0, 0, 0, c->parallel_attn,                    \
+      c->parallel_attn, 1)
 
 /* The table as data, for the loops of each path. */
 typedef struct {

@@ -128,21 +128,29 @@ mp_status mp_block_forward(const mp_exec *e, const mp_exec_bufs *b) {
             TRY(o->result(e, l, a.z, b->out));
         }
         FIRE(MP_HOOK_ATTN_OUT, l, b->out);
-        /* a store keeps each residual: copy, then add in place */
+        /* a store keeps each residual: copy, then add in place. A parallel block (c->parallel_attn) keeps
+         * resid_pre + attn_out in resid_mid, a buffer of its own (each device's set-up), while its MLP
+         * reads resid_pre; it fires no hook_resid_mid (TransformerLens's parallel_attn_mlp) */
+        const int par = c->parallel_attn;
+        if (par && a.resid_mid == a.resid_in)
+            return mp_error(MP_ERR_ARG, "forward: device \"%s\" gave the parallel block no resid_mid buffer", o->name);
         if (a.resid_mid != a.resid_in) TRY(o->copy(e, a.resid_mid, a.resid_in, n_x));
         TRY(o->add(e, a.resid_mid, b->out, n_x));
-        FIRE(MP_HOOK_RESID_MID, l, a.resid_mid);
-        if (a.resid_out != a.resid_mid) TRY(o->copy(e, a.resid_out, a.resid_mid, n_x));
+        if (!par) FIRE(MP_HOOK_RESID_MID, l, a.resid_mid);
+        if (!par && a.resid_out != a.resid_mid) TRY(o->copy(e, a.resid_out, a.resid_mid, n_x));
         /* MLP */
         if (c->mlp != MP_MLP_NONE) {
-            const float *mlp_in = a.resid_mid; /* hook_mlp_in: the MLP norm's own copy of resid_mid */
+            /* hook_mlp_in: the MLP norm's own copy of its input (resid_mid; a parallel block's resid_pre) */
+            const float *mlp_in = par ? a.resid_in : a.resid_mid;
             if (mp_hooks_active(f->hs, MP_HOOK_MLP_IN, l)) {
-                TRY(o->copy(e, b->buf, a.resid_mid, n_x));
+                TRY(o->copy(e, b->buf, mlp_in, n_x));
                 FIRE(MP_HOOK_MLP_IN, l, b->buf);
                 mlp_in = b->buf;
             }
             TRY(o->norm(e, MP_HOOK_LN2_SCALE, l, a.ln2, a.ln2_mean, a.ln2_rstd, mlp_in));
             FIRE(MP_HOOK_LN2, l, a.ln2);
+            /* resid_pre is read: a parallel block's residual continues from resid_mid */
+            if (par && a.resid_out != a.resid_mid) TRY(o->copy(e, a.resid_out, a.resid_mid, n_x));
             /* gate and up from one input: up does not read pre, so computing it before hook_mlp_pre fires
              * changes nothing */
             if (swiglu)

@@ -566,7 +566,9 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
     size_t n_att = (size_t)B * H * qb * S, n_rope = (size_t)T * (Dh / 2);
     /* positional tables: cos, sin [T, Dh/2], q scale [T] */
     size_t n_pos = 2 * n_rope + (size_t)T;
-    size_t total = A ? n_x : 3 * n_x + 2 * n_q + 2 * n_k + 2 * n_h + n_att + n_pos;
+    /* a parallel block (parallel_attn) keeps resid_pre + attn_out apart from resid_pre: one more [N, D] */
+    const size_t n_par = c->parallel_attn ? n_x : 0;
+    size_t total = A ? n_x : 3 * n_x + 2 * n_q + 2 * n_k + 2 * n_h + n_att + n_pos + n_par;
     float *mem = NULL, *own = NULL;
     if (fp.cache && fp.cache->scratch_n >= total) { /* decoding: the cache's buffers, no allocation per token */
         mem = fp.cache->scratch;
@@ -598,6 +600,7 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
         scratch.v = cur; cur += n_k;
         scratch.pre = scratch.post = cur; cur += n_h;
         scratch.up = cur; cur += n_h;
+        if (n_par) scratch.resid_mid = cur, cur += n_par;
         scratch.att = cur;
     }
     b.sin_t = b.cos_t + n_rope;

@@ -4,7 +4,8 @@
  * order they ran) must equal the order written out below by hand from
  * DESIGN.md's block (an independent reference: the walk, not this test,
  * encodes it); with a KV cache, kv_append between hook_rot_k and the
- * attention; an opt-in point whose op the device lacks fails with a message,
+ * attention; GPT-NeoX's parallel block (parallel_attn: no hook_resid_mid, the
+ * MLP reading resid_pre); an opt-in point whose op the device lacks fails with a message,
  * not a crash; and the registry (device.h): the CPU's table found by name and
  * device, bad tables refused naming what is wrong, a new one registered. */
 #include "exec.h"
@@ -127,6 +128,8 @@ static mp_config toy_config(void) {
     return c;
 }
 
+static int own_mid; /* the device gives resid_mid a buffer of its own (a parallel block needs one) */
+
 /* runs the walk of a 1-layer model on the toy device; T = 3, blocks of 2 query rows */
 static mp_status walk(const mp_config *c, const mp_hooks *hs, int cache, mp_logits_mode mode) {
     static float mem[4096];
@@ -140,6 +143,7 @@ static mp_status walk(const mp_config *c, const mp_hooks *hs, int cache, mp_logi
     s->ln1 = s->ln2 = mem + 200;
     s->q = mem + 300, s->k = mem + 400, s->v = mem + 500, s->z = mem + 600, s->att = mem + 700;
     s->pre = s->post = mem + 800, s->up = mem + 900;
+    if (own_mid) s->resid_mid = mem + 1000;
     return mp_block_forward(&e, &b);
 }
 
@@ -192,6 +196,27 @@ static void test_order(void) {
     CHECK(strncmp(logbuf, pre, strlen(pre)) == 0,
           "hook_pos_embed: the rows fired, then added: %s", logbuf);
     CHECK(strstr(logbuf, "[head") == NULL, "MP_LOGITS_NONE: no head: %s", logbuf);
+    mp_hooks_free(hs);
+    /* GPT-NeoX's parallel block: resid_mid (resid_pre + attn_out, a buffer of its own) fires no hook; the
+     * MLP's norm reads resid_pre (hook_mlp_in its copy); the residual continues from resid_mid after it */
+    c = toy_config();
+    c.parallel_attn = 1;
+    hs = mp_hooks_new(&c);
+    CHECK(mp_hooks_add(hs, "*", noop, NULL) == MP_OK, "hooks: %s", mp_last_error());
+    own_mid = 1;
+    CHECK(walk(&c, hs, 0, MP_LOGITS_ALL) == MP_OK, "walk: %s", mp_last_error());
+    want = "[embed] hook_embed blocks.0.hook_resid_pre [norm] blocks.0.ln1.hook_scale blocks.0.ln1.hook_normalized "
+           "[wq+wk+wv] blocks.0.attn.hook_q blocks.0.attn.hook_k blocks.0.attn.hook_v [rope] blocks.0.attn.hook_rot_q "
+           "blocks.0.attn.hook_rot_k [attn] blocks.0.attn.hook_attn_scores blocks.0.attn.hook_pattern "
+           "blocks.0.attn.hook_attn_scores blocks.0.attn.hook_pattern blocks.0.attn.hook_z [wo] blocks.0.hook_attn_out "
+           "[copy] [add] [copy] blocks.0.hook_mlp_in [norm] blocks.0.ln2.hook_scale blocks.0.ln2.hook_normalized "
+           "[copy] [w1+w3] blocks.0.mlp.hook_pre blocks.0.mlp.hook_pre_linear [act] blocks.0.mlp.hook_post [w2] "
+           "blocks.0.hook_mlp_out [add] blocks.0.hook_resid_post [norm] ln_final.hook_scale ln_final.hook_normalized "
+           "[head all]";
+    CHECK(strcmp(logbuf, want) == 0, "parallel block, in order:\n got: %s\nwant: %s", logbuf, want);
+    own_mid = 0; /* a device that aliases resid_mid with resid_pre: refused, not a silent wrong sum */
+    CHECK(walk(&c, hs, 0, MP_LOGITS_ALL) == MP_ERR_ARG && strstr(mp_last_error(), "resid_mid"),
+          "parallel block without its buffer: %s", mp_last_error());
     mp_hooks_free(hs);
     /* an opt-in point this device has no op for: an error naming it */
     c = toy_config();

@@ -14,7 +14,8 @@
  * one point in order, a fault's message); readers (captures
  * the device copies on its copy stream) alone, beside writers, and failing;
  * the shared llama2.c
- * model. fp32 tolerance: max |gpu - cpu| <= 1e-4 of the tensor's scale (its
+ * model; a GPT-NeoX-like parallel block (parallel_attn, half_rope). fp32
+ * tolerance: max |gpu - cpu| <= 1e-4 of the tensor's scale (its
  * largest finite |value|); -inf (masked scores) must match exactly. bf16
  * (bfloat16 operands of every product, fp32 accumulation and everything
  * else; the attention's score products in TF32, which the emulator rounds
@@ -539,6 +540,23 @@ int main(int argc, char **argv) {
             compare_model(m, lab, 2, 37);
             TOL = TOL_FP32;
             PREC = MP_PRECISION_FP32;
+        }
+        mp_model_free(m);
+    }
+    { /* GPT-NeoX's parallel block (parallel_attn: attention and MLP from one residual), partial RoPE */
+        mp_config c = small_config(48);
+        c.pos = MP_POS_HALF_ROPE;
+        c.rope_dims = 4;
+        c.norm = MP_NORM_LAYER;
+        c.mlp = MP_MLP_GELU;
+        c.qkv_bias = c.linear_bias = 1;
+        c.tied = 0;
+        c.parallel_attn = 1;
+        mp_model *m = NULL;
+        CHECK(mp_model_new_random(&m, &c, 77, 0.2f) == MP_OK, "parallel model: %s", mp_last_error());
+        if (m) {
+            compare_model(m, "parallel neox-like", 2, 37);
+            compare_decode(m, "parallel neox-like");
         }
         mp_model_free(m);
     }

@@ -2,7 +2,7 @@
  * on the CPU (mp_train_step both times): random grouped-query models with
  * RMSNorm and SwiGLU (rope), LayerNorm, GELU, biases, learned positions and an
  * untied classifier (gpt2-like), rope_id (trained past ctx, where its logit
- * factor exceeds 1), half_rope,
+ * factor exceeds 1), half_rope, GPT-NeoX's parallel block (parallel_attn),
  * attention-only without positions, the q/k norm per head (Qwen3) and over the
  * whole projection (OLMo 2); 5 AdamW steps with warmup, weight decay
  * and clipping that bites, some targets ignored, one model with gradient
@@ -103,6 +103,7 @@ typedef struct {
     int T;        /* sequence length (0: 19); past 64 the stored-pattern backward runs its later 64-row sub-blocks */
     mp_qk_norm_kind qk; /* the q/k norm (none, head: Qwen3, full: OLMo 2) */
 } variant;
+static int parallel; /* the next variant has GPT-NeoX's parallel block (parallel_attn) */
 
 static void compare(const variant *v, int seed) {
     mp_config c = mp_config_default();
@@ -113,6 +114,7 @@ static void compare(const variant *v, int seed) {
     c.qkv_bias = c.linear_bias = v->bias;
     c.tied = !v->bias;
     c.qk_norm = v->qk;
+    c.parallel_attn = parallel;
     if (v->pos == MP_POS_ROPE_ID) c.ctx = 12; /* its logit factor exceeds 1 from position ctx on: T = 19 reaches it */
     mp_model *mc = NULL, *mg = NULL;
     if (mp_model_new_random(&mc, &c, seed, 0.3f) || mp_model_new_random(&mg, &c, seed, 0.3f)) {
@@ -358,6 +360,11 @@ int main(void) {
          6, 0, MP_QK_NORM_FULL},
     };
     for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) compare(&vs[i], 21 + (int)i);
+    const variant par = {"half_rope gelu layer bias, parallel attention and MLP (GPT-NeoX)", MP_POS_HALF_ROPE,
+                         MP_NORM_LAYER, MP_MLP_GELU, 1, 1, 0, 0, 0, 0};
+    parallel = 1;
+    compare(&par, 40);
+    parallel = 0;
     bf16_band();
     refusals();
     return tu_finish("test_gpu_train");

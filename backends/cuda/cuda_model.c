@@ -1090,7 +1090,8 @@ static mp_status forward_dev(const mp_model *m, const int *tokens, int B, int T,
     const size_t n_log = tr ? 0 : fp->logits == MP_LOGITS_ALL ? (size_t)N * V
                        : fp->logits == MP_LOGITS_LAST ? (size_t)B * V + (size_t)B * D : 0;
     const size_t n_sc = 2 * (size_t)N; /* a norm's scale and mean (hook_scale) */
-    const size_t total = 4 * n_x + 2 * n_q + 2 * n_k + n_h + n_up + n_att + n_pos + n_log + n_sc;
+    const size_t n_par = c->parallel_attn ? n_x : 0; /* a parallel block's resid_mid, apart from resid_pre */
+    const size_t total = 4 * n_x + 2 * n_q + 2 * n_k + n_h + n_up + n_att + n_pos + n_log + n_sc + n_par;
     TRY(reserve(d, total, (size_t)N, n_pos));
     /* inference: every layer in the same buffers (the residual updated in place, one norm output, the
      * activation written over the gate); training: the store's */
@@ -1109,6 +1110,7 @@ static mp_status forward_dev(const mp_model *m, const int *tokens, int B, int T,
     b.scratch.pre = b.scratch.post = cur; cur += n_h;
     b.scratch.up = cur; cur += n_up;
     b.scratch.att = cur; cur += n_att;    /* one block of pattern rows [B, H, qb, S] */
+    if (n_par) b.scratch.resid_mid = cur, cur += n_par;
     float *cos_t = tr ? A->pos_tab : cur; /* training: the backward rotates back by the same tables */
     cur += n_pos;
     u.dlog = cur;                         /* logits [N, V], or [B, V] then the last rows [B, D] */
@@ -1334,9 +1336,34 @@ cleanup:
     return st;
 }
 
+/* a parallel block's (parallel_attn) residual sum and its [N, D] buffer, the walk's only other needs */
+static mp_status cb_add(void *ctx, float *dst, const float *src, size_t n) {
+    cu_model *d = ((cu_bwd *)ctx)->d;
+    mp_status st = MP_OK;
+    CU(mp_cuk_add, (dst, src, n, d->stream));
+cleanup:
+    return st;
+}
+
+static float *cb_alloc(void *ctx, size_t n, const char *what) {
+    (void)ctx;
+    float *p = NULL;
+    if (cudaMalloc((void **)&p, n * sizeof(float)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        mp_error(MP_ERR_NOMEM, "out of GPU memory for %s (%zu floats)", what, n);
+        return NULL;
+    }
+    return p;
+}
+
+static void cb_release(void *ctx, float *p) { cu_free_after(((cu_bwd *)ctx)->d, p, 0); }
+
 static const mp_bwd_ops cu_bwd_ops = {
     .name = "cuda",
     .zero = cb_zero,
+    .add = cb_add,
+    .alloc = cb_alloc,
+    .release = cb_release,
     .linear = cb_linear,
     .norm = cb_norm,
     .qk_norm = cb_qk_norm,

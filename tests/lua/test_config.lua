@@ -16,7 +16,7 @@ local samples = {
     tied = false, rope_theta = 5e5, norm_eps = 1e-6, norm = "layer", mlp = "gelu_tanh", pos = "half_rope",
     rope_dims = 4, qkv_bias = true, linear_bias = true, rope_scale = 2, rope_scaling = "yarn",
     rope_factor = 4, rope_orig_ctx = 8, yarn_beta_fast = 16, yarn_beta_slow = 2, attn = "entmax",
-    alpha = 1.75, tokenizer = "bytes",
+    alpha = 1.75, tokenizer = "bytes", parallel_attn = true,
   },
   { -- rope_id (4 of 8 channels rotate) without its temperature
     d_model = 24, n_layer = 2, n_head = 2, vocab = 40, ctx = 10, pos = "rope_id", rope_dims = 4,

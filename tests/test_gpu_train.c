@@ -361,7 +361,7 @@ int main(void) {
     };
     for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) compare(&vs[i], 21 + (int)i);
     const variant par = {"half_rope gelu layer bias, parallel attention and MLP (GPT-NeoX)", MP_POS_HALF_ROPE,
-                         MP_NORM_LAYER, MP_MLP_GELU, 1, 1, 0, 0, 0, 0};
+                         MP_NORM_LAYER, MP_MLP_GELU, 1, 1, 0, 0, 0, 0, MP_QK_NORM_NONE};
     parallel = 1;
     compare(&par, 40);
     parallel = 0;

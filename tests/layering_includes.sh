@@ -9,7 +9,8 @@ root=${1:?usage: layering_includes.sh SOURCE_DIR}
 cd "$root" || exit 2
 bad=$(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[^"]*/[^"]*"' \
   base/*.[ch] hooks/*.[ch] runtime/*.[ch] runtime/*/*.[ch] runtime/*/*.cu tokenizers/*.[ch] formats/*.[ch] \
-  backends/*/*.[ch] backends/*/*.cu io/*.[ch] mpi/*.[ch] lua/*.[ch] tasks/*.[ch] analyze/*.[ch] plots/*.[ch] 2>/dev/null)
+  backends/*/*.[ch] backends/*/*.cu io/*.[ch] mpi/*.[ch] lua/*.[ch] python/*.[ch] tasks/*.[ch] analyze/*.[ch] plots/*.[ch] \
+  webview/*.[ch] 2>/dev/null)
 n=$(ls base/*.[ch] runtime/*.[ch] formats/*.[ch] tokenizers/*.[ch] io/*.[ch] lua/*.[ch] 2>/dev/null | wc -l)
 if [ -n "$bad" ]; then
   echo "quoted includes with a path (name the header alone; the build's include directories decide what a layer sees):"

@@ -13,12 +13,21 @@
  * keeps the Hugging Face half-split rows (LLAMA_ROPE_TYPE_NEOX: x[i] with
  * x[i + n_rot/2]); they are permuted here (mp_rope_permute_rows), biases too.
  * gpt2: fused attn_qkv split into wq/wk/wv, learned positions, biases,
- * LayerNorm, GELU with the tanh approximation (ggml_gelu). */
+ * LayerNorm, GELU with the tanh approximation (ggml_gelu).
+ * gemma / gemma2: NeoX (half-split) q/k rows as qwen2; the norm weights are
+ * stored with Gemma's +1 already added by convert_hf_to_gguf (mechprobe's
+ * norm_offset layout: loaded as is); GeGLU, the sqrt(d_model) embedding
+ * scale; gemma2's post_attention_norm / post_ffw_norm, soft caps
+ * (gemma2.attn_logit_softcapping, gemma2.final_logit_softcapping) and query
+ * scale: llama.cpp's rule (head size; d_model / head_count for the 27B shape,
+ * 46 blocks) unless mechprobe's own key gemma2.attention.query_pre_attn_scalar
+ * says otherwise (written by export_gguf.c; llama.cpp ignores it). */
 #include "formats.h"
 #include "gguf.h"
 #include "ops.h"
 #include "qdot.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,9 +172,38 @@ static int has_t(const gctx *x, const char *fmt, int l) {
     return mp_gguf_find_tensor(x->g, name) != NULL;
 }
 
+/* gemma / gemma2 (see the top): GeGLU, (1 + w) norms, the scaled embedding; gemma2's post-norms, caps, query
+ * scale; a sliding window narrower than the context is refused until it is implemented. */
+static mp_status gemma_config(const gctx *x, mp_config *c, int g2) {
+    mp_status st;
+    c->mlp = MP_MLP_SWIGLU;
+    c->gelu_tanh = 1;
+    c->norm_offset = 1;
+    c->embed_scale = 1;
+    if (c->qkv_bias) return mp_error(MP_ERR_FORMAT, "%s: %s with attention biases is not supported", x->path, x->arch);
+    if (!g2) return MP_OK;
+    c->post_norms = 1;
+    float qpas = 0.0f;
+    if ((st = meta_float(x, "attn_logit_softcapping", 50.0, &c->attn_softcap)) ||
+        (st = meta_float(x, "final_logit_softcapping", 30.0, &c->final_softcap)) ||
+        (st = meta_float(x, "attention.query_pre_attn_scalar", 0.0, &qpas)))
+        return st;
+    if (qpas == 0.0f && c->n_layer == 46) qpas = (float)(c->d_model / c->n_head); /* llama.cpp: Gemma 2 27B */
+    if (qpas < 0.0f || !isfinite(qpas))
+        return mp_error(MP_ERR_FORMAT, "%s: metadata gemma2.attention.query_pre_attn_scalar must be positive", x->path);
+    c->query_pre_attn_scalar = qpas == (float)c->d_head ? 0.0f : qpas;
+    int sw;
+    if ((st = meta_int(x, "attention.sliding_window", 0, 0, 0, 1 << 30, &sw))) return st;
+    if (sw > 0 && sw < c->ctx)
+        return mp_error(MP_ERR_FORMAT, "%s: metadata gemma2.attention.sliding_window (%d) is below context_length (%d): "
+                        "Gemma 2's sliding-window layers are not supported yet", x->path, sw, c->ctx);
+    return MP_OK;
+}
+
 static mp_status read_config(const gctx *x, mp_config *c) {
     mp_status st;
     const int is_gpt2 = strcmp(x->arch, "gpt2") == 0, is_qwen2 = strcmp(x->arch, "qwen2") == 0;
+    const int is_gemma = strcmp(x->arch, "gemma") == 0, is_gemma2 = strcmp(x->arch, "gemma2") == 0;
     const int BIG = 1 << 24;
     *c = mp_config_default();
     if ((st = meta_int(x, "embedding_length", 1, 0, 1, BIG, &c->d_model)) ||
@@ -211,7 +249,8 @@ static mp_status read_config(const gctx *x, mp_config *c) {
         c->qkv_bias = c->linear_bias = 1;
         if ((st = meta_float(x, "attention.layer_norm_epsilon", 1e-5, &c->norm_eps))) return st;
     } else {
-        if ((st = meta_float(x, "attention.layer_norm_rms_epsilon", is_qwen2 ? 1e-6 : 1e-5, &c->norm_eps)) ||
+        if ((st = meta_float(x, "attention.layer_norm_rms_epsilon", is_qwen2 || is_gemma || is_gemma2 ? 1e-6 : 1e-5,
+                             &c->norm_eps)) ||
             (st = meta_float(x, "rope.freq_base", 10000.0, &c->rope_theta)))
             return st;
         int rot;
@@ -220,6 +259,7 @@ static mp_status read_config(const gctx *x, mp_config *c) {
             return mp_error(MP_ERR_FORMAT, "%s: partial RoPE (rope.dimension_count %d < head size %d) is not "
                             "supported", x->path, rot, c->d_head);
         c->qkv_bias = has_t(x, "blk.%d.attn_q.bias", 0);
+        if ((is_gemma || is_gemma2) && (st = gemma_config(x, c, is_gemma2))) return st;
         if (has_t(x, "blk.%d.attn_output.bias", 0) || has_t(x, "blk.%d.ffn_up.bias", 0))
             return mp_error(MP_ERR_FORMAT, "%s: %s with attention-output or MLP biases is not supported", x->path,
                             x->arch);
@@ -252,7 +292,9 @@ static mp_status read_weights(const gctx *x, mp_model *m) {
     mp_params *p = &m->p;
     const uint64_t D = (uint64_t)c->d_model, V = (uint64_t)c->vocab, M = (uint64_t)c->d_mlp;
     const uint64_t HD = (uint64_t)c->n_head * c->d_head, KD = (uint64_t)c->n_kv_head * c->d_head;
-    const int is_gpt2 = strcmp(x->arch, "gpt2") == 0, is_qwen2 = strcmp(x->arch, "qwen2") == 0;
+    const int is_gpt2 = strcmp(x->arch, "gpt2") == 0;
+    /* NeoX (half-split) q/k rows: qwen2, gemma, gemma2 */
+    const int is_qwen2 = strcmp(x->arch, "qwen2") == 0 || strcmp(x->arch, "gemma") == 0 || strcmp(x->arch, "gemma2") == 0;
     mp_qparams *Q = x->q;
     mp_status st;
     float *tmp = NULL;
@@ -311,6 +353,9 @@ static mp_status read_weights(const gctx *x, mp_model *m) {
         if ((st = read_w(x, LP(wo, D * HD), QM(wo[l]), HD, D, 0, "blk.%d.attn_output.weight", l))) goto cleanup;
         if (p->bo && (st = read_t(x, p->bo + lD, D, 0, NULL, "blk.%d.attn_output.bias", l))) goto cleanup;
         if ((st = read_t(x, p->ln2_w + lD, D, 0, NULL, "blk.%d.ffn_norm.weight", l))) goto cleanup;
+        if (p->ln1p_w && ((st = read_t(x, p->ln1p_w + lD, D, 0, NULL, "blk.%d.post_attention_norm.weight", l)) ||
+                          (st = read_t(x, p->ln2p_w + lD, D, 0, NULL, "blk.%d.post_ffw_norm.weight", l))))
+            goto cleanup;
         if (p->ln2_b && (st = read_t(x, p->ln2_b + lD, D, 0, NULL, "blk.%d.ffn_norm.bias", l))) goto cleanup;
         const size_t lM = (size_t)l * M;
         if (c->mlp == MP_MLP_SWIGLU) {
@@ -356,9 +401,10 @@ mp_status mp_model_load_gguf(mp_model **out, const char *path) {
         st = mp_error(MP_ERR_FORMAT, "%s: general.architecture is missing or not a string", path);
         goto cleanup;
     }
-    if (strcmp(x.arch, "llama") && strcmp(x.arch, "qwen2") && strcmp(x.arch, "gpt2")) {
-        st = mp_error(MP_ERR_FORMAT, "%s: unknown architecture \"%s\" (mechprobe reads llama, qwen2 and gpt2)", path,
-                      x.arch);
+    if (strcmp(x.arch, "llama") && strcmp(x.arch, "qwen2") && strcmp(x.arch, "gpt2") && strcmp(x.arch, "gemma") &&
+        strcmp(x.arch, "gemma2")) {
+        st = mp_error(MP_ERR_FORMAT, "%s: unknown architecture \"%s\" (mechprobe reads llama, qwen2, gemma, gemma2 and "
+                      "gpt2)", path, x.arch);
         goto cleanup;
     }
     if ((st = read_config(&x, &c))) goto cleanup;
@@ -393,7 +439,8 @@ mp_status mp_model_load_gguf(mp_model **out, const char *path) {
     }
     if ((st = read_weights(&x, m))) goto cleanup;
     snprintf(m->source, sizeof m->source, "%s", path);
-    m->format = strcmp(x.arch, "llama") == 0 ? "gguf-llama" : strcmp(x.arch, "qwen2") == 0 ? "gguf-qwen2" : "gguf-gpt2";
+    m->format = strcmp(x.arch, "llama") == 0 ? "gguf-llama" : strcmp(x.arch, "qwen2") == 0 ? "gguf-qwen2"
+              : strcmp(x.arch, "gemma") == 0 ? "gguf-gemma" : strcmp(x.arch, "gemma2") == 0 ? "gguf-gemma2" : "gguf-gpt2";
     if (quant) {
         m->q->file = g; /* the weights point into its mapping: closed with the model */
         m->q->file_close = close_gguf;

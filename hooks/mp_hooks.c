@@ -50,6 +50,8 @@ int mp_hook_exists(const mp_config *cfg, mp_hook_id id) {
     case MP_WHEN_MLP: return cfg->mlp != MP_MLP_NONE;
     case MP_WHEN_SWIGLU: return cfg->mlp == MP_MLP_SWIGLU;
     case MP_WHEN_LEARNED_POS: return cfg->pos == MP_POS_LEARNED;
+    case MP_WHEN_POST_NORMS: return cfg->post_norms;
+    case MP_WHEN_POST_NORMS_MLP: return cfg->post_norms && cfg->mlp != MP_MLP_NONE;
     case MP_WHEN_ALWAYS: break;
     }
     return 1;

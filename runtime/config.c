@@ -49,6 +49,15 @@ int mp_rope_scaling_parse(const char *name) { return kind_parse(mp_rope_scaling_
 const char *mp_attn_name(mp_attn_kind k) { return kind_name(mp_attn_names, MP_ATTN_COUNT, (int)k); }
 int mp_attn_parse(const char *name) { return kind_parse(mp_attn_names, MP_ATTN_COUNT, name); }
 
+float mp_attn_scale(const mp_config *c) {
+    return 1.0f / sqrtf(c->query_pre_attn_scalar > 0.0f ? c->query_pre_attn_scalar : (float)c->d_head);
+}
+
+void mp_softcap(float *x, size_t n, float cap) {
+    const float inv = 1.0f / cap;
+    for (size_t i = 0; i < n; i++) x[i] = cap * tanhf(x[i] * inv);
+}
+
 /* ---- MP_CONFIG_TABLE as data and accessors ---- */
 enum {
 #define CF_ID(m, ty, a, l, nm, nn, d, fl, val, wr, sh) CF_##m,
@@ -179,7 +188,9 @@ mp_config mp_config_default(void) {
     X(SSMAX, ssmax_s, "blocks.%d.attn.ssmax_s", H, 0, c->attn == MP_ATTN_SSMAX)                   \
     X(ASD, as_delta, "blocks.%d.attn.as_delta", H, 0, c->attn == MP_ATTN_ASENTMAX)                \
     X(ASB, as_beta, "blocks.%d.attn.as_beta", H, 0, c->attn == MP_ATTN_ASENTMAX)                  \
-    X(ASG, as_gamma, "blocks.%d.attn.as_gamma", H, 0, c->attn == MP_ATTN_ASENTMAX)
+    X(ASG, as_gamma, "blocks.%d.attn.as_gamma", H, 0, c->attn == MP_ATTN_ASENTMAX)                \
+    X(LN1P, ln1p_w, "blocks.%d.ln1_post.weight", D, 0, c->post_norms)                             \
+    X(LN2P, ln2p_w, "blocks.%d.ln2_post.weight", D, 0, c->post_norms && has_mlp)
 
 enum {
 #define P_ID(id, f, name, r, k, present) P_##id,
@@ -373,8 +384,22 @@ mp_status mp_config_validate(const mp_config *c, const char *what) {
             return mp_error(MP_ERR_FORMAT, "%s: yarn_beta_slow (%g) applies to RoPE scaling only (rope_scaling none)",
                             what, (double)c->yarn_beta_slow);
     }
-    if (c->gelu_tanh && c->mlp != MP_MLP_GELU)
-        return mp_error(MP_ERR_FORMAT, "%s: gelu_tanh applies to mlp gelu only (mlp %s)", what, mp_mlp_name(c->mlp));
+    if (c->gelu_tanh && c->mlp != MP_MLP_GELU && c->mlp != MP_MLP_SWIGLU)
+        return mp_error(MP_ERR_FORMAT, "%s: gelu_tanh applies to mlp gelu and swiglu (GeGLU) only (mlp %s)", what,
+                        mp_mlp_name(c->mlp));
+    if ((c->norm_offset || c->post_norms) && c->norm != MP_NORM_RMS)
+        return mp_error(MP_ERR_FORMAT, "%s: %s applies to norm rms only (norm %s)", what,
+                        c->norm_offset ? "norm_offset" : "post_norms", mp_norm_name(c->norm));
+    if (!(c->attn_softcap >= 0.0f) || !isfinite(c->attn_softcap) || !(c->final_softcap >= 0.0f) ||
+        !isfinite(c->final_softcap))
+        return mp_error(MP_ERR_FORMAT, "%s: attn_softcap (%g) and final_softcap (%g) must be non-negative and finite "
+                        "(0: off)", what, (double)c->attn_softcap, (double)c->final_softcap);
+    if (c->attn_softcap > 0.0f && c->attn != MP_ATTN_SOFTMAX)
+        return mp_error(MP_ERR_FORMAT, "%s: attn_softcap applies to softmax attention only (attn %s)", what,
+                        mp_attn_name(c->attn));
+    if (!(c->query_pre_attn_scalar >= 0.0f) || !isfinite(c->query_pre_attn_scalar))
+        return mp_error(MP_ERR_FORMAT, "%s: query_pre_attn_scalar (%g) must be non-negative and finite (0: d_head)",
+                        what, (double)c->query_pre_attn_scalar);
     if (c->pos_no_temp && c->pos != MP_POS_ROPE_ID)
         return mp_error(MP_ERR_FORMAT, "%s: pos_temp = false applies to pos rope_id only (pos %s)", what,
                         mp_pos_name(c->pos));

@@ -8,14 +8,16 @@
  * positions (GPT-2) or no positions, grouped-query causal attention with
  * optional q/k/v biases (Qwen2) and biases on every linear (GPT-2), SwiGLU,
  * GELU (exact erf, or the tanh approximation of GPT-2) or no MLP
- * (attention-only), tied or untied classifier. The same forward serves
+ * (attention-only), tied or untied classifier; Gemma's quirks (config.h:
+ * (1 + w) norms held as the factor, the sqrt(d_model) embedding scale, GeGLU;
+ * Gemma 2's post-norms, soft caps and query scale). The same forward serves
  * inference (one layer's buffers, blocked attention) and training (every
  * layer's activations kept in an mp_acts store for the backward pass,
  * runtime/train.h).
  *
  * Loaders (by content: mp_model_load in io/model_io.h): llama2.c
- * (llama2c.c), GGUF llama / qwen2 / gpt2 (load_gguf.c), Hugging Face folders
- * llama / qwen2 / gpt2 (load_hf.c); writers: llama2.c, GGUF (export_gguf.c),
+ * (llama2c.c), GGUF llama / qwen2 / gemma / gemma2 / gpt2 (load_gguf.c), Hugging Face folders
+ * llama / qwen2 / gemma / gemma2 / gpt2 (load_hf.c); writers: llama2.c, GGUF (export_gguf.c),
  * HF safetensors folders (load_hf.c). Half-split (NeoX / HF) q/k rows are
  * permuted to adjacent pairs on load, so the runtime has one RoPE convention
  * and hook_q / hook_k channels are in adjacent-pair order. */
@@ -58,12 +60,15 @@ typedef struct {
     float *as_delta; /* [L, H] asentmax: delta, beta, gamma per head */
     float *as_beta;  /* [L, H] */
     float *as_gamma; /* [L, H] */
+    /* Gemma 2's post-norms (post_norms; RMSNorm weights, held as 1 + w with norm_offset) */
+    float *ln1p_w;   /* [L, D] of the attention output */
+    float *ln2p_w;   /* [L, D] of the MLP output */
 } mp_params;
 
 /* The parameter tensors in mp_params order, with their DESIGN.md checkpoint
  * names: per-layer tensors are named with a "%d" for the layer
  * ("blocks.%d.attn.wq") and `shape` is one layer's shape. */
-#define MP_PARAM_MAX 27
+#define MP_PARAM_MAX 29
 typedef struct {
     const char *name;  /* printf pattern ("%d" = layer) or plain name */
     float *p;          /* start (all layers) */
@@ -95,6 +100,7 @@ typedef struct {
     float *w1, *w3, *w2;                  /* [M, D], [M, D], [D, M] */
     float *b1, *b3, *b2;                  /* [M], [M], [D] */
     float *ssmax_s, *as_delta, *as_beta, *as_gamma; /* [H] */
+    float *ln1p_w, *ln2p_w;               /* [D] post-norms (post_norms) */
 } mp_layer_params;
 mp_layer_params mp_params_layer(const mp_config *c, const mp_params *p, int l);
 
@@ -262,6 +268,16 @@ typedef struct {
     float *pos_tab;    /* positional tables of the T positions: cos [T, Dh/2], sin [T, Dh/2], q scale [T] */
     float *dfac;       /* [B, H, T] backward scratch: gradient of each query row's attention-variant factor */
     float *lse;        /* [L, B, H, T] each query row's log-sum-exp (a backend's store without att/datt), or NULL */
+    /* post_norms (Gemma 2), else NULL: the attention / MLP output before its post-norm and the norm's 1/rms */
+    float *attn_raw;   /* [L, N, D] */
+    float *ln1p_rstd;  /* [L, N] */
+    float *mlp_raw;    /* [L, N, D] (with an MLP) */
+    float *ln2p_rstd;  /* [L, N] */
+    float *dnr;        /* [N, D] backward scratch: the gradient of a post-norm's input */
+    /* final_softcap, else NULL: d capped / d raw logits = 1 - (logit / cap)^2 per logit, and the backward's
+     * scratch for the raw logits' gradient */
+    float *logit_dcap; /* [logit_rows, V] */
+    float *dlogits_raw;/* [logit_rows, V] */
     float *mem;
     size_t n_floats;
     int logit_rows;    /* rows `logits` holds: N, or a chunk's (a backend that fuses the classifier with the loss) */
@@ -280,6 +296,8 @@ typedef struct {
     float *att;                           /* [B, H, T, T] */
     float *ln2, *ln2_mean, *ln2_rstd;     /* [N, D], [N], [N] */
     float *pre, *up, *post;               /* [N, M] */
+    float *attn_raw, *ln1p_rstd;          /* [N, D], [N] post_norms: the attention output before ln1_post */
+    float *mlp_raw, *ln2p_rstd;           /* [N, D], [N] the MLP output before ln2_post */
 } mp_layer_acts;
 mp_layer_acts mp_acts_layer(const mp_config *c, const mp_acts *a, int l);
 

@@ -293,7 +293,24 @@ mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const ch
         return mp_error(MP_ERR_ARG, "%s: the q/k norm over the whole projection (qk_norm full) has no GGUF export yet; "
                         "save as .h5", path);
     const char *arch;
-    if (to_neox)
+    /* Gemma: (1 + w) norms (held so in memory: written as is, as llama.cpp's converter stores them), the scaled
+     * embedding, GeGLU; Gemma 2 with its post-norms */
+    const int gemma = c->norm_offset && c->embed_scale && c->mlp == MP_MLP_SWIGLU && c->gelu_tanh && !c->qkv_bias &&
+                      c->norm == MP_NORM_RMS && c->pos == MP_POS_ROPE && !c->linear_bias &&
+                      c->qk_norm == MP_QK_NORM_NONE && !c->parallel_attn;
+    const int gemma1 = gemma && !c->post_norms && c->attn_softcap == 0.0f && c->final_softcap == 0.0f &&
+                       c->query_pre_attn_scalar == 0.0f;
+    const int any_gemma = c->norm_offset || c->embed_scale || c->post_norms || c->attn_softcap != 0.0f ||
+                          c->final_softcap != 0.0f || c->query_pre_attn_scalar != 0.0f ||
+                          (c->mlp == MP_MLP_SWIGLU && c->gelu_tanh);
+    if (gemma && c->post_norms)
+        arch = "gemma2";
+    else if (gemma1)
+        arch = "gemma";
+    else if (any_gemma)
+        return mp_error(MP_ERR_ARG, "%s: this model's Gemma fields (norm_offset, embed_scale, GeGLU, post_norms, soft "
+                        "caps, query_pre_attn_scalar) match neither llama.cpp's gemma nor gemma2; save as .h5", path);
+    else if (to_neox)
         arch = "gptneox";
     else if (to_phi3)
         arch = "phi3";
@@ -351,6 +368,13 @@ mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const ch
             (st = mp_gguf_writer_set_f32(w, KEY("rope.freq_base"), c->rope_theta)) ||
             (st = mp_gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)c->d_head)))
             goto cleanup;
+        if (strcmp(arch, "gemma2") == 0 && /* the caps, a window as wide as the context (none), the query scale */
+            ((st = mp_gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), c->attn_softcap)) ||
+             (st = mp_gguf_writer_set_f32(w, KEY("final_logit_softcapping"), c->final_softcap)) ||
+             (st = mp_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)c->ctx)) ||
+             (c->query_pre_attn_scalar > 0.0f &&
+              (st = mp_gguf_writer_set_f32(w, KEY("attention.query_pre_attn_scalar"), c->query_pre_attn_scalar)))))
+            goto cleanup;
         if (c->rope_scale > 0.0f && c->rope_scale != 1.0f &&
             ((st = mp_gguf_writer_set_str(w, KEY("rope.scaling.type"), "linear")) ||
              (st = mp_gguf_writer_set_f32(w, KEY("rope.scaling.factor"), c->rope_scale))))
@@ -381,7 +405,7 @@ mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const ch
     if (!c->tied && (st = add(&x, "output.weight", 0, p->unembed, V, D))) goto cleanup;
     if (c->n_rope_freqs && (st = add(&x, "rope_freqs.weight", 0, c->rope_freqs, (uint64_t)c->n_rope_freqs, 0)))
         goto cleanup;
-    const int neox = strcmp(arch, "qwen2") == 0 || strcmp(arch, "qwen3") == 0;
+    const int neox = strcmp(arch, "qwen2") == 0 || strcmp(arch, "qwen3") == 0 || gemma;
     float *tmp = neox ? keep(&x, (size_t)(c->d_head * D)) : NULL;
     if (neox && !tmp) { st = MP_ERR_NOMEM; goto cleanup; }
     for (int l = 0; l < c->n_layer; l++) {
@@ -471,6 +495,9 @@ mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const ch
         if ((st = add(&x, "blk.%d.attn_output.weight", l, p->wo + (size_t)l * D * HD, D, HD))) goto cleanup;
         if (p->bo && (st = add(&x, "blk.%d.attn_output.bias", l, p->bo + (size_t)l * D, D, 0))) goto cleanup;
         if ((st = add(&x, "blk.%d.ffn_norm.weight", l, p->ln2_w + (size_t)l * D, D, 0))) goto cleanup;
+        if (p->ln1p_w && ((st = add(&x, "blk.%d.post_attention_norm.weight", l, p->ln1p_w + (size_t)l * D, D, 0)) ||
+                          (st = add(&x, "blk.%d.post_ffw_norm.weight", l, p->ln2p_w + (size_t)l * D, D, 0))))
+            goto cleanup;
         if (p->ln2_b && (st = add(&x, "blk.%d.ffn_norm.bias", l, p->ln2_b + (size_t)l * D, D, 0))) goto cleanup;
         const size_t lM = (size_t)l * M;
         if (to_phi3) { /* ffn_up = gate | up */

@@ -22,12 +22,23 @@
  * (llama.cpp's converter reorders NeoX's per-head rows), with biases, LayerNorm,
  * exact GELU (Pythia's; llama.cpp computes ggml_gelu's tanh form) and
  * gptneox.use_parallel_residual; phi3's attn_qkv holds q | k | v and its ffn_up
- * gate | up. Both are read as float32 (quantized tensors dequantised). */
+ * gate | up. Both are read as float32 (quantized tensors dequantised).
+ * gemma / gemma2: NeoX (half-split) q/k rows as qwen2; the norm weights are
+ * stored with Gemma's +1 already added by convert_hf_to_gguf (mechprobe's
+ * norm_offset layout: loaded as is); GeGLU, the sqrt(d_model) embedding
+ * scale; gemma2's post_attention_norm / post_ffw_norm, soft caps
+ * (gemma2.attn_logit_softcapping, gemma2.final_logit_softcapping) and query
+ * scale: llama.cpp's rule (head size; d_model / head_count for the 27B shape,
+ * 46 blocks) unless mechprobe's own key gemma2.attention.query_pre_attn_scalar
+ * says otherwise (written by export_gguf.c; llama.cpp ignores it); gemma2's
+ * sliding window on every other layer (layers 0, 2, ...: llama.cpp's
+ * set_swa_pattern(2) for LLM_ARCH_GEMMA2, which writes no pattern key). */
 #include "formats.h"
 #include "gguf.h"
 #include "ops.h"
 #include "qdot.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -231,10 +242,34 @@ static mp_status rotary_dims(const gctx *x, mp_config *c) {
     return MP_OK;
 }
 
+/* gemma / gemma2 (see the top): GeGLU, (1 + w) norms, the scaled embedding; gemma2's post-norms, caps, query
+ * scale (its sliding window: read_window, and gemma2_window). */
+static mp_status gemma_config(const gctx *x, mp_config *c, int g2) {
+    mp_status st;
+    c->mlp = MP_MLP_SWIGLU;
+    c->gelu_tanh = 1;
+    c->norm_offset = 1;
+    c->embed_scale = 1;
+    if (c->qkv_bias) return mp_error(MP_ERR_FORMAT, "%s: %s with attention biases is not supported", x->path, x->arch);
+    if (!g2) return MP_OK;
+    c->post_norms = 1;
+    float qpas = 0.0f;
+    if ((st = meta_float(x, "attn_logit_softcapping", 50.0, &c->attn_softcap)) ||
+        (st = meta_float(x, "final_logit_softcapping", 30.0, &c->final_softcap)) ||
+        (st = meta_float(x, "attention.query_pre_attn_scalar", 0.0, &qpas)))
+        return st;
+    if (qpas == 0.0f && c->n_layer == 46) qpas = (float)(c->d_model / c->n_head); /* llama.cpp: Gemma 2 27B */
+    if (qpas < 0.0f || !isfinite(qpas))
+        return mp_error(MP_ERR_FORMAT, "%s: metadata gemma2.attention.query_pre_attn_scalar must be positive", x->path);
+    c->query_pre_attn_scalar = qpas == (float)c->d_head ? 0.0f : qpas;
+    return MP_OK;
+}
+
 static mp_status read_config(const gctx *x, mp_config *c) {
     mp_status st;
     const int is_gpt2 = strcmp(x->arch, "gpt2") == 0, is_qwen2 = is_qwen(x);
     const int is_neox = strcmp(x->arch, "gptneox") == 0, is_phi3 = strcmp(x->arch, "phi3") == 0;
+    const int is_gemma = strcmp(x->arch, "gemma") == 0, is_gemma2 = strcmp(x->arch, "gemma2") == 0;
     const int BIG = 1 << 24;
     *c = mp_config_default();
     if ((st = meta_int(x, "embedding_length", 1, 0, 1, BIG, &c->d_model)) ||
@@ -304,7 +339,8 @@ static mp_status read_config(const gctx *x, mp_config *c) {
         c->qkv_bias = c->linear_bias = 1;
         if ((st = meta_float(x, "attention.layer_norm_epsilon", 1e-5, &c->norm_eps))) return st;
     } else {
-        if ((st = meta_float(x, "attention.layer_norm_rms_epsilon", is_qwen2 ? 1e-6 : 1e-5, &c->norm_eps)) ||
+        if ((st = meta_float(x, "attention.layer_norm_rms_epsilon", is_qwen2 || is_gemma || is_gemma2 ? 1e-6 : 1e-5,
+                             &c->norm_eps)) ||
             (st = meta_float(x, "rope.freq_base", 10000.0, &c->rope_theta)))
             return st;
         if (is_phi3) { /* partial rotation (its sliding window: read_window below), no LongRoPE */
@@ -325,6 +361,7 @@ static mp_status read_config(const gctx *x, mp_config *c) {
         if (strcmp(x->arch, "qwen3") == 0) c->qk_norm = MP_QK_NORM_HEAD; /* attn_q_norm / attn_k_norm [head size] */
         else if (has_t(x, "blk.%d.attn_q_norm.weight", 0))
             return mp_error(MP_ERR_FORMAT, "%s: %s with attn_q_norm (a q/k norm) is not supported", x->path, x->arch);
+        if ((is_gemma || is_gemma2) && (st = gemma_config(x, c, is_gemma2))) return st;
         if (has_t(x, "blk.%d.attn_output.bias", 0) || has_t(x, "blk.%d.ffn_up.bias", 0))
             return mp_error(MP_ERR_FORMAT, "%s: %s with attention-output or MLP biases is not supported", x->path,
                             x->arch);
@@ -350,6 +387,11 @@ static mp_status read_config(const gctx *x, mp_config *c) {
         }
     }
     if ((st = read_window(x, c))) return st;
+    if (strcmp(x->arch, "gemma2") == 0 && c->sliding_window > 0 && c->sliding_window_pattern == 0) {
+        char k[64];
+        snprintf(k, sizeof k, "%s.attention.sliding_window_pattern", x->arch);
+        if (!mp_gguf_get(x->g, k)) c->sliding_window_pattern = 2; /* Gemma 2 alternates: every 2nd layer global */
+    }
     return mp_config_validate(c, x->path);
 }
 
@@ -358,7 +400,9 @@ static mp_status read_weights(const gctx *x, mp_model *m) {
     mp_params *p = &m->p;
     const uint64_t D = (uint64_t)c->d_model, V = (uint64_t)c->vocab, M = (uint64_t)c->d_mlp;
     const uint64_t HD = (uint64_t)c->n_head * c->d_head, KD = (uint64_t)c->n_kv_head * c->d_head;
-    const int is_gpt2 = strcmp(x->arch, "gpt2") == 0, is_qwen2 = is_qwen(x);
+    const int is_gpt2 = strcmp(x->arch, "gpt2") == 0;
+    /* NeoX (half-split) q/k rows over every channel: qwen2, qwen3, gemma, gemma2 */
+    const int is_qwen2 = is_qwen(x) || strcmp(x->arch, "gemma") == 0 || strcmp(x->arch, "gemma2") == 0;
     const int is_neox = strcmp(x->arch, "gptneox") == 0, is_phi3 = strcmp(x->arch, "phi3") == 0;
     const int rot = c->pos == MP_POS_ROPE ? c->d_head : c->pos == MP_POS_HALF_ROPE ? c->rope_dims : 0;
     mp_qparams *Q = x->q;
@@ -438,6 +482,9 @@ static mp_status read_weights(const gctx *x, mp_model *m) {
             goto cleanup;
         if (!has_bo) memset(p->bo + lD, 0, D * sizeof(float));
         if ((st = read_t(x, p->ln2_w + lD, D, 0, NULL, "blk.%d.ffn_norm.weight", l))) goto cleanup;
+        if (p->ln1p_w && ((st = read_t(x, p->ln1p_w + lD, D, 0, NULL, "blk.%d.post_attention_norm.weight", l)) ||
+                          (st = read_t(x, p->ln2p_w + lD, D, 0, NULL, "blk.%d.post_ffw_norm.weight", l))))
+            goto cleanup;
         if (p->ln2_b && (st = read_t(x, p->ln2_b + lD, D, 0, NULL, "blk.%d.ffn_norm.bias", l))) goto cleanup;
         const size_t lM = (size_t)l * M;
         if (is_phi3) { /* ffn_up {D, 2M} = rows gate | up */
@@ -504,9 +551,9 @@ mp_status mp_model_load_gguf(mp_model **out, const char *path) {
     }
     const int f32_only = !strcmp(x.arch, "gptneox") || !strcmp(x.arch, "phi3"); /* fused rows: read as float32 */
     if (strcmp(x.arch, "llama") && strcmp(x.arch, "qwen2") && strcmp(x.arch, "qwen3") && strcmp(x.arch, "gpt2") &&
-        !f32_only) {
-        st = mp_error(MP_ERR_FORMAT, "%s: unknown architecture \"%s\" (mechprobe reads llama, qwen2, qwen3, gpt2, "
-                      "gptneox and phi3)", path, x.arch);
+        strcmp(x.arch, "gemma") && strcmp(x.arch, "gemma2") && !f32_only) {
+        st = mp_error(MP_ERR_FORMAT, "%s: unknown architecture \"%s\" (mechprobe reads llama, qwen2, qwen3, gemma, "
+                      "gemma2, gpt2, gptneox and phi3)", path, x.arch);
         goto cleanup;
     }
     if ((st = read_config(&x, &c))) goto cleanup;
@@ -544,6 +591,8 @@ mp_status mp_model_load_gguf(mp_model **out, const char *path) {
     m->format = strcmp(x.arch, "llama") == 0   ? "gguf-llama"
               : strcmp(x.arch, "qwen2") == 0   ? "gguf-qwen2"
               : strcmp(x.arch, "qwen3") == 0   ? "gguf-qwen3"
+              : strcmp(x.arch, "gemma") == 0   ? "gguf-gemma"
+              : strcmp(x.arch, "gemma2") == 0  ? "gguf-gemma2"
               : strcmp(x.arch, "gptneox") == 0 ? "gguf-gptneox"
               : strcmp(x.arch, "phi3") == 0    ? "gguf-phi3"
                                                : "gguf-gpt2";

@@ -1,8 +1,8 @@
 /* load_hf.c — Hugging Face model folders: config.json + *.safetensors (F32 /
  * F16 / BF16, sharded through model.safetensors.index.json; safetensors.h)
- * for model_type llama, mistral, qwen2, qwen3, gpt2, gpt_neox (Pythia) and phi3,
- * and their tokenizer.json; and the writer of such folders (F32) used by round
- * trips and exports.
+ * for model_type llama, mistral, qwen2, qwen3, gemma, gemma2, gpt2, gpt_neox
+ * (Pythia) and phi3, and their tokenizer.json; and the writer of such folders
+ * (F32) used by round trips and exports.
  *
  * Hugging Face stores q/k rows half-split (rotate_half: channel i pairs with
  * i + Dh/2); they are permuted to mechprobe's adjacent pairs on load
@@ -12,7 +12,9 @@
  * GPT-NeoX fuses query_key_value per head ([H, 3, Dh] rows) and rotates only
  * the first rotary_ndims = int(Dh * rotary_pct) channels of a head (half-split
  * within them: permuted within them, pos half_rope with rope_dims); Phi-3 fuses
- * qkv_proj (q | k | v rows) and gate_up_proj (gate | up rows). */
+ * qkv_proj (q | k | v rows) and gate_up_proj (gate | up rows).
+ * Gemma's RMSNorm is x * (1 + w): the folder's w is held as 1 + w in memory
+ * (norm_offset), 1 added on load and subtracted on save. */
 #include "json.h"
 #include "formats.h"
 #include "ops.h"
@@ -253,6 +255,48 @@ static mp_status read_config_phi3(const mp_json *cfg, const char *path, mp_confi
     return MP_OK;
 }
 
+/* Gemma (1) and Gemma 2: the activation (hidden_activation, else hidden_act:
+ * gelu_pytorch_tanh; Gemma 1's legacy "gelu" with no hidden_activation is
+ * the tanh approximation, as transformers and vLLM run it), head_dim (256
+ * when absent, the config class's default), and Gemma 2's soft caps, query
+ * scale and post-norms (the class defaults when absent: 50, 30, 256), and its
+ * sliding window on every other layer (sliding_window_pattern 2). */
+static mp_status gemma_config(const mp_json *cfg, const char *path, const char *type, mp_config *c) {
+    mp_status st;
+    const int g2 = strcmp(type, "gemma2") == 0;
+    const char *hact = mp_json_string(mp_json_get(cfg, "hidden_activation"), NULL);
+    const char *act = mp_json_string(mp_json_get(cfg, "hidden_act"), NULL);
+    if (hact) {
+        if (strcmp(hact, "gelu_pytorch_tanh"))
+            return mp_error(MP_ERR_FORMAT, "%s/config.json: hidden_activation \"%s\" is not supported for %s "
+                            "(gelu_pytorch_tanh)", path, hact, type);
+    } else if (act && strcmp(act, "gelu_pytorch_tanh") && (g2 || strcmp(act, "gelu"))) {
+        return mp_error(MP_ERR_FORMAT, "%s/config.json: hidden_act \"%s\" is not supported for %s "
+                        "(gelu_pytorch_tanh)", path, act, type);
+    }
+    if (!mp_json_get(cfg, "head_dim")) c->d_head = 256; /* the config class's default */
+    c->mlp = MP_MLP_SWIGLU;
+    c->gelu_tanh = 1; /* GeGLU */
+    c->norm_offset = 1;
+    c->embed_scale = 1;
+    if (!g2) return MP_OK;
+    c->post_norms = 1;
+    if ((st = cfg_num(cfg, path, "attn_logit_softcapping", 50.0, &c->attn_softcap)) ||
+        (st = cfg_num(cfg, path, "final_logit_softcapping", 30.0, &c->final_softcap)) ||
+        (st = cfg_num(cfg, path, "query_pre_attn_scalar", 256.0, &c->query_pre_attn_scalar)))
+        return st;
+    const mp_json *sj = mp_json_get(cfg, "attn_logit_softcapping"), *fj = mp_json_get(cfg, "final_logit_softcapping");
+    if (sj && mp_json_type_of(sj) == MP_JSON_NULL) c->attn_softcap = 0.0f;
+    if (fj && mp_json_type_of(fj) == MP_JSON_NULL) c->final_softcap = 0.0f;
+    if (!(c->query_pre_attn_scalar > 0.0f))
+        return mp_error(MP_ERR_FORMAT, "%s/config.json: query_pre_attn_scalar must be positive", path);
+    if (c->query_pre_attn_scalar == (float)c->d_head) c->query_pre_attn_scalar = 0.0f; /* the default scale */
+    /* the sliding window on every other layer (HF's Gemma2: layer i windowed when (i + 1) % 2 != 0) */
+    if ((st = cfg_int(cfg, path, "sliding_window", 0, 0, &c->sliding_window))) return st;
+    if (c->sliding_window > 0) c->sliding_window_pattern = 2;
+    return MP_OK;
+}
+
 static mp_status read_config(const mp_json *cfg, const char *path, const char *type, mp_config *c) {
     mp_status st;
     *c = mp_config_default();
@@ -297,13 +341,19 @@ static mp_status read_config(const mp_json *cfg, const char *path, const char *t
         if (!mp_json_get(cfg, "head_dim") && c->d_model % c->n_head)
             return mp_error(MP_ERR_FORMAT, "%s/config.json: hidden_size %d is not divisible by num_attention_heads %d",
                             path, c->d_model, c->n_head);
+        const int gemma = strcmp(type, "gemma") == 0 || strcmp(type, "gemma2") == 0;
         const char *act = mp_json_string(mp_json_get(cfg, "hidden_act"), NULL);
-        if (act && strcmp(act, "silu"))
+        if (gemma) {
+            if ((st = gemma_config(cfg, path, type, c))) return st;
+        } else if (act && strcmp(act, "silu")) {
             return mp_error(MP_ERR_FORMAT, "%s/config.json: hidden_act \"%s\" is not supported (silu)", path, act);
+        }
         c->qkv_bias = strcmp(type, "qwen2") == 0 ? 1 : cfg_bool(cfg, "attention_bias", 0);
         if (strcmp(type, "qwen2") != 0 && cfg_bool(cfg, "mlp_bias", 0))
             return mp_error(MP_ERR_FORMAT, "%s/config.json: mlp_bias is not supported", path);
-        c->tied = cfg_bool(cfg, "tie_word_embeddings", 0);
+        c->tied = cfg_bool(cfg, "tie_word_embeddings", gemma); /* Gemma's default: tied */
+        if (gemma && c->qkv_bias)
+            return mp_error(MP_ERR_FORMAT, "%s/config.json: attention_bias is not supported for %s", path, type);
         if (c->d_head > 0 && (st = rope_scaling(cfg, path, c))) return st;
         if ((st = sliding_window(cfg, path, type, c))) return st;
         if (strcmp(type, "qwen3") == 0) { /* RMSNorm of each head's q and k (q_norm / k_norm [head_dim]) */
@@ -352,6 +402,12 @@ static void transpose(float *dst, const float *src, size_t rows, size_t cols) {
         for (size_t c = 0; c < cols; c++) dst[c * rows + r] = src[r * cols + c];
 }
 
+/* w += 1 over n floats: Gemma's norm weight w held as the factor 1 + w (norm_offset); sign -1 undoes it */
+static void norm_offset(float *w, size_t n, float sign) {
+    if (w)
+        for (size_t i = 0; i < n; i++) w[i] += sign;
+}
+
 static mp_status read_llama(const hctx *x, mp_model *m) {
     const mp_config *c = &m->cfg;
     mp_params *p = &m->p;
@@ -371,7 +427,13 @@ static mp_status read_llama(const hctx *x, mp_model *m) {
             (st = read_t(x, wk, KD, D, NULL, "model.layers.%d.self_attn.k_proj.weight", l)) ||
             (st = read_t(x, p->wv + (size_t)l * KD * D, KD, D, NULL, "model.layers.%d.self_attn.v_proj.weight", l)) ||
             (st = read_t(x, p->wo + (size_t)l * D * HD, D, HD, NULL, "model.layers.%d.self_attn.o_proj.weight", l)) ||
-            (st = read_t(x, p->ln2_w + (size_t)l * D, D, 0, NULL, "model.layers.%d.post_attention_layernorm.weight", l)) ||
+            (st = read_t(x, p->ln2_w + (size_t)l * D, D, 0, NULL,
+                         c->post_norms ? "model.layers.%d.pre_feedforward_layernorm.weight"
+                                       : "model.layers.%d.post_attention_layernorm.weight", l)) ||
+            (c->post_norms && ((st = read_t(x, p->ln1p_w + (size_t)l * D, D, 0, NULL,
+                                            "model.layers.%d.post_attention_layernorm.weight", l)) ||
+                               (st = read_t(x, p->ln2p_w + (size_t)l * D, D, 0, NULL,
+                                            "model.layers.%d.post_feedforward_layernorm.weight", l)))) ||
             (st = read_t(x, p->w1 + lM, M, D, NULL, "model.layers.%d.mlp.gate_proj.weight", l)) ||
             (st = read_t(x, p->w3 + lM, M, D, NULL, "model.layers.%d.mlp.up_proj.weight", l)) ||
             (st = read_t(x, p->w2 + lM, D, M, NULL, "model.layers.%d.mlp.down_proj.weight", l)))
@@ -395,6 +457,14 @@ static mp_status read_llama(const hctx *x, mp_model *m) {
             mp_rope_permute_rows(bq, tmp, c->n_head, c->d_head, 1, 1);
             mp_rope_permute_rows(bk, tmp, c->n_kv_head, c->d_head, 1, 1);
         }
+    }
+    if (c->norm_offset) { /* Gemma: x * (1 + w) */
+        const size_t LD = (size_t)c->n_layer * D;
+        norm_offset(p->ln1_w, LD, 1.0f);
+        norm_offset(p->ln2_w, LD, 1.0f);
+        norm_offset(p->lnf_w, D, 1.0f);
+        norm_offset(p->ln1p_w, LD, 1.0f);
+        norm_offset(p->ln2p_w, LD, 1.0f);
     }
 cleanup:
     free(tmp);
@@ -568,9 +638,9 @@ mp_status mp_model_load_hf(mp_model **out, const char *dir) {
     if (!type) { s = mp_error(MP_ERR_FORMAT, "%s/config.json: \"model_type\" is missing", dir); goto cleanup; }
     int gpt2 = strcmp(type, "gpt2") == 0, neox = strcmp(type, "gpt_neox") == 0, phi3 = strcmp(type, "phi3") == 0;
     if (!gpt2 && !neox && !phi3 && strcmp(type, "llama") && strcmp(type, "mistral") && strcmp(type, "qwen2") &&
-        strcmp(type, "qwen3")) {
+        strcmp(type, "qwen3") && strcmp(type, "gemma") && strcmp(type, "gemma2")) {
         s = mp_error(MP_ERR_FORMAT, "%s/config.json: unknown model_type \"%s\" (mechprobe reads llama, mistral, qwen2, "
-                     "qwen3, gpt2, gpt_neox, phi3)", dir, type);
+                     "qwen3, gemma, gemma2, gpt2, gpt_neox, phi3)", dir, type);
         goto cleanup;
     }
     if ((s = read_config(cfg, dir, type, &c))) goto cleanup;
@@ -590,7 +660,8 @@ mp_status mp_model_load_hf(mp_model **out, const char *dir) {
     if (s) goto cleanup;
     snprintf(m->source, sizeof m->source, "%s", dir);
     m->format = gpt2 ? "hf-gpt2" : neox ? "hf-gpt_neox" : phi3 ? "hf-phi3" : strcmp(type, "qwen2") == 0 ? "hf-qwen2"
-              : strcmp(type, "qwen3") == 0 ? "hf-qwen3" : "hf-llama";
+              : strcmp(type, "qwen3") == 0 ? "hf-qwen3" : strcmp(type, "gemma") == 0 ? "hf-gemma"
+              : strcmp(type, "gemma2") == 0 ? "hf-gemma2" : "hf-llama";
     *out = m;
     m = NULL;
 cleanup:
@@ -650,6 +721,18 @@ mp_model_format mp_model_detect(const char *path) {
 static int is_llama_like(const mp_config *c) {
     return c->norm == MP_NORM_RMS && c->mlp == MP_MLP_SWIGLU && c->pos == MP_POS_ROPE && !c->linear_bias;
 }
+/* Gemma (1): (1 + w) norms, the scaled embedding, GeGLU; Gemma 2 adds the post-norms (and may have soft caps
+ * and its query scale). 0: not Gemma, 1: gemma, 2: gemma2. */
+static int gemma_kind(const mp_config *c) {
+    if (!(c->norm_offset && c->embed_scale && c->mlp == MP_MLP_SWIGLU && c->gelu_tanh && !c->qkv_bias)) return 0;
+    if (c->post_norms) return 2;
+    return c->attn_softcap == 0.0f && c->final_softcap == 0.0f && c->query_pre_attn_scalar == 0.0f ? 1 : 0;
+}
+/* Any of the Gemma fields (mp_config's last rows). */
+static int has_gemma_field(const mp_config *c) {
+    return c->norm_offset || c->embed_scale || c->post_norms || c->attn_softcap != 0.0f || c->final_softcap != 0.0f ||
+           c->query_pre_attn_scalar != 0.0f || (c->mlp == MP_MLP_SWIGLU && c->gelu_tanh);
+}
 static int is_gpt2_like(const mp_config *c) {
     return c->norm == MP_NORM_LAYER && c->mlp == MP_MLP_GELU && c->pos == MP_POS_LEARNED && c->qkv_bias &&
            c->linear_bias && c->n_kv_head == c->n_head && c->d_head * c->n_head == c->d_model;
@@ -688,7 +771,30 @@ static mp_status write_config(const mp_model *m, const char *dir) {
     if (snprintf(path, sizeof path, "%s/config.json", dir) >= (int)sizeof path)
         return mp_error(MP_ERR_ARG, "%s: path too long", dir);
     json_t *j;
-    if (!is_gpt2_like(c) && is_neox_like(c)) {
+    const int gk = gemma_kind(c);
+    if (gk) {
+        j = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:s, s:s, s:b, s:s}",
+                      "architectures", gk == 2 ? "Gemma2ForCausalLM" : "GemmaForCausalLM", "model_type",
+                      gk == 2 ? "gemma2" : "gemma", "hidden_size", c->d_model, "num_hidden_layers", c->n_layer,
+                      "num_attention_heads", c->n_head, "num_key_value_heads", c->n_kv_head, "head_dim", c->d_head,
+                      "intermediate_size", c->d_mlp, "vocab_size", c->vocab, "max_position_embeddings", c->ctx,
+                      "rms_norm_eps", (double)c->norm_eps, "rope_theta", (double)c->rope_theta, "hidden_act",
+                      "gelu_pytorch_tanh", "hidden_activation", "gelu_pytorch_tanh", "tie_word_embeddings", c->tied,
+                      "torch_dtype", "float32");
+        /* Gemma 2: the caps (null: off), the query scale, the window of every other layer (none: as wide as the
+         * context) */
+        if (j && gk == 2 &&
+            (json_object_set_new(j, "attn_logit_softcapping",
+                                 c->attn_softcap > 0.0f ? json_real(c->attn_softcap) : json_null()) ||
+             json_object_set_new(j, "final_logit_softcapping",
+                                 c->final_softcap > 0.0f ? json_real(c->final_softcap) : json_null()) ||
+             json_object_set_new(j, "query_pre_attn_scalar",
+                                 json_real(c->query_pre_attn_scalar > 0.0f ? c->query_pre_attn_scalar : c->d_head)) ||
+             json_object_set_new(j, "sliding_window", json_integer(c->sliding_window > 0 ? c->sliding_window : c->ctx)))) {
+            json_decref(j);
+            j = NULL;
+        }
+    } else if (!is_gpt2_like(c) && is_neox_like(c)) {
         j = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:s, s:b, s:b, s:b, s:s}",
                       "architectures", "GPTNeoXForCausalLM", "model_type", "gpt_neox", "hidden_size", c->d_model,
                       "num_hidden_layers", c->n_layer, "num_attention_heads", c->n_head, "intermediate_size",
@@ -785,10 +891,14 @@ mp_status mp_model_save_hf(const mp_model *m, const char *dir) {
     const mp_config *c = &m->cfg;
     const mp_params *p = &m->p;
     int gpt2 = is_gpt2_like(c), neox = !gpt2 && is_neox_like(c), phi3 = !gpt2 && !neox && is_phi3_like(m);
+    const int gk = gemma_kind(c);
+    if (!gk && has_gemma_field(c))
+        return mp_error(MP_ERR_ARG, "%s: this model's Gemma fields (norm_offset, embed_scale, GeGLU, post_norms, soft "
+                        "caps, query_pre_attn_scalar) match neither Hugging Face's gemma nor gemma2; save as .h5", dir);
     if (!gpt2 && !neox && !phi3 && !is_llama_like(c))
-        return mp_error(MP_ERR_ARG, "%s: only Llama/Qwen2/Phi-3-style (RMSNorm, SwiGLU, RoPE), GPT-2-style and "
-                        "GPT-NeoX-style (LayerNorm, GELU, partial RoPE, biases) models can be written as Hugging Face "
-                        "folders", dir);
+        return mp_error(MP_ERR_ARG, "%s: only Llama/Qwen2/Phi-3/Gemma-style (RMSNorm, SwiGLU or GeGLU, RoPE), "
+                        "GPT-2-style and GPT-NeoX-style (LayerNorm, GELU, partial RoPE, biases) models can be written "
+                        "as Hugging Face folders", dir);
     if (c->parallel_attn && !neox)
         return mp_error(MP_ERR_ARG, "%s: parallel attention and MLP (parallel_attn) has a Hugging Face form only in "
                         "GPT-NeoX-style models (LayerNorm, GELU, RoPE, biases)", dir);
@@ -802,10 +912,13 @@ mp_status mp_model_save_hf(const mp_model *m, const char *dir) {
     if (c->attn != MP_ATTN_SOFTMAX)
         return mp_error(MP_ERR_ARG, "%s: attention variant %s has no Hugging Face form (softmax only); save as .h5", dir,
                         mp_attn_name(c->attn));
-    if (c->sliding_window > 0 && (gpt2 || c->sliding_window_pattern > 0))
+    /* config.json holds one window on every layer (mistral, qwen2/3, phi3), or Gemma 2's on every other one */
+    if (c->sliding_window > 0 &&
+        (gpt2 || gk == 1 || (gk == 2 ? c->sliding_window_pattern != 2 : c->sliding_window_pattern > 0)))
         return mp_error(MP_ERR_ARG, "%s: a sliding window %s has no Hugging Face config.json form here (mistral and "
-                        "qwen2 hold one window on every layer); save as .h5 or GGUF", dir,
-                        gpt2 ? "on a GPT-2-style model" : "with a per-layer sliding_window_pattern");
+                        "qwen2 hold one window on every layer, gemma2 one on every other layer); save as .h5 or GGUF",
+                        dir, gpt2 ? "on a GPT-2-style model" : gk == 1 ? "on a Gemma (1) model"
+                        : "with this per-layer sliding_window_pattern");
     if (c->qk_norm == MP_QK_NORM_FULL)
         return mp_error(MP_ERR_ARG, "%s: the q/k norm over the whole projection (qk_norm full) has no Hugging Face "
                         "writer yet; save as .h5", dir);
@@ -896,12 +1009,25 @@ mp_status mp_model_save_hf(const mp_model *m, const char *dir) {
         }
     } else if (!gpt2) {
         ADD("model.embed_tokens.weight", 0, p->embed, V, D);
-        ADD("model.norm.weight", 0, p->lnf_w, D, 0);
+        if (gk) { /* Gemma: the file's w is the factor 1 + w less 1 */
+            float *nw;
+            COPY(nw, D);
+            for (size_t i = 0; i < D; i++) nw[i] = p->lnf_w[i] - 1.0f;
+            ADD("model.norm.weight", 0, nw, D, 0);
+        } else {
+            ADD("model.norm.weight", 0, p->lnf_w, D, 0);
+        }
         if (!c->tied) ADD("lm_head.weight", 0, p->unembed, V, D);
         float *tmp = mp_malloc((size_t)c->d_head * D * sizeof(float), "a RoPE permutation"), *w;
         if (!tmp) { st = MP_ERR_NOMEM; goto cleanup; }
+/* a norm weight of layer l: as is, or (Gemma) a copy less 1 */
+#define NORM(nm_fmt, l, src) do { \
+        const float *s_ = (src); \
+        if (gk) { float *c_; COPY(c_, D); for (size_t i_ = 0; i_ < D; i_++) c_[i_] = s_[i_] - 1.0f; s_ = c_; } \
+        ADD(nm_fmt, l, (float *)s_, D, 0); \
+    } while (0)
         for (size_t l = 0; l < L; l++) {
-            ADD("model.layers.%d.input_layernorm.weight", l, p->ln1_w + l * D, D, 0);
+            NORM("model.layers.%d.input_layernorm.weight", l, p->ln1_w + l * D);
             COPY(w, HD * D);
             memcpy(w, p->wq + l * HD * D, HD * D * sizeof(float));
             mp_rope_permute_rows(w, tmp, c->n_head, c->d_head, D, 0);
@@ -934,7 +1060,13 @@ mp_status mp_model_save_hf(const mp_model *m, const char *dir) {
                 ADD("model.layers.%d.self_attn.v_proj.bias", l, p->bv + l * KD, KD, 0);
             }
             ADD("model.layers.%d.self_attn.o_proj.weight", l, p->wo + l * D * HD, D, HD);
-            ADD("model.layers.%d.post_attention_layernorm.weight", l, p->ln2_w + l * D, D, 0);
+            if (gk == 2) {
+                NORM("model.layers.%d.post_attention_layernorm.weight", l, p->ln1p_w + l * D);
+                NORM("model.layers.%d.pre_feedforward_layernorm.weight", l, p->ln2_w + l * D);
+                NORM("model.layers.%d.post_feedforward_layernorm.weight", l, p->ln2p_w + l * D);
+            } else {
+                NORM("model.layers.%d.post_attention_layernorm.weight", l, p->ln2_w + l * D);
+            }
             ADD("model.layers.%d.mlp.gate_proj.weight", l, p->w1 + l * M * D, M, D);
             ADD("model.layers.%d.mlp.up_proj.weight", l, p->w3 + l * M * D, M, D);
             ADD("model.layers.%d.mlp.down_proj.weight", l, p->w2 + l * M * D, D, M);
@@ -978,6 +1110,7 @@ mp_status mp_model_save_hf(const mp_model *m, const char *dir) {
             ADD("h.%d.mlp.c_proj.bias", l, p->b2 + l * D, D, 0);
         }
     }
+#undef NORM
 #undef ADD
 #undef COPY
     {

@@ -52,6 +52,8 @@ int mp_hook_exists(const mp_config *cfg, mp_hook_id id) {
     case MP_WHEN_LEARNED_POS: return cfg->pos == MP_POS_LEARNED;
     case MP_WHEN_QK_NORM: return cfg->qk_norm != MP_QK_NORM_NONE;
     case MP_WHEN_SERIAL: return !cfg->parallel_attn;
+    case MP_WHEN_POST_NORMS: return cfg->post_norms;
+    case MP_WHEN_POST_NORMS_MLP: return cfg->post_norms && cfg->mlp != MP_MLP_NONE;
     case MP_WHEN_ALWAYS: break;
     }
     return 1;

@@ -35,7 +35,9 @@ typedef enum {
     MP_WHEN_SWIGLU,      /* a SwiGLU MLP (its second input projection) */
     MP_WHEN_LEARNED_POS, /* learned absolute positions */
     MP_WHEN_QK_NORM,     /* a q/k norm (qk_norm != none) */
-    MP_WHEN_SERIAL       /* a block whose MLP reads the residual after attention (not parallel_attn) */
+    MP_WHEN_SERIAL,      /* a block whose MLP reads the residual after attention (not parallel_attn) */
+    MP_WHEN_POST_NORMS,  /* Gemma 2's post-norms (post_norms): the attention output's */
+    MP_WHEN_POST_NORMS_MLP /* and the MLP output's (post_norms with an MLP) */
 } mp_hook_when;
 
 /* X(ID, name, per_layer, shape kind, when, opt_in, grad, device)
@@ -78,6 +80,8 @@ typedef enum {
     X(PATTERN,        "attn.hook_pattern",        1, MP_SHAPE_BHTS, MP_WHEN_ALWAYS,     0, 1, 1) \
     X(Z,              "attn.hook_z",              1, MP_SHAPE_BTHD, MP_WHEN_ALWAYS,     0, 1, 1) \
     X(RESULT,         "attn.hook_result",         1, MP_SHAPE_BTHX, MP_WHEN_ALWAYS,     1, 1, 0) \
+    X(LN1_POST_SCALE, "ln1_post.hook_scale",      1, MP_SHAPE_BT1,  MP_WHEN_POST_NORMS, 0, 1, 1) \
+    X(LN1_POST,       "ln1_post.hook_normalized", 1, MP_SHAPE_BTD,  MP_WHEN_POST_NORMS, 0, 1, 1) \
     X(ATTN_OUT,       "hook_attn_out",            1, MP_SHAPE_BTD,  MP_WHEN_ALWAYS,     0, 1, 1) \
     X(RESID_MID,      "hook_resid_mid",           1, MP_SHAPE_BTD,  MP_WHEN_SERIAL,     0, 1, 1) \
     X(MLP_IN,         "hook_mlp_in",              1, MP_SHAPE_BTD,  MP_WHEN_MLP,        0, 1, 1) \
@@ -86,6 +90,8 @@ typedef enum {
     X(MLP_PRE,        "mlp.hook_pre",             1, MP_SHAPE_BTM,  MP_WHEN_MLP,        0, 1, 1) \
     X(MLP_PRE_LINEAR, "mlp.hook_pre_linear",      1, MP_SHAPE_BTM,  MP_WHEN_SWIGLU,     0, 1, 1) \
     X(MLP_POST,       "mlp.hook_post",            1, MP_SHAPE_BTM,  MP_WHEN_MLP,        0, 1, 1) \
+    X(LN2_POST_SCALE, "ln2_post.hook_scale",      1, MP_SHAPE_BT1,  MP_WHEN_POST_NORMS_MLP, 0, 1, 1) \
+    X(LN2_POST,       "ln2_post.hook_normalized", 1, MP_SHAPE_BTD,  MP_WHEN_POST_NORMS_MLP, 0, 1, 1) \
     X(MLP_OUT,        "hook_mlp_out",             1, MP_SHAPE_BTD,  MP_WHEN_MLP,        0, 1, 1) \
     X(RESID_POST,     "hook_resid_post",          1, MP_SHAPE_BTD,  MP_WHEN_ALWAYS,     0, 1, 1) \
     X(LNF_SCALE,      "ln_final.hook_scale",      0, MP_SHAPE_BT1,  MP_WHEN_ALWAYS,     0, 1, 1) \

@@ -119,6 +119,16 @@ mp_status mp_backward_walk(const mp_bwd_ops *ops, void *ctx, const mp_config *c,
 #define TRY(x) do { if ((st = (x))) goto cleanup; } while (0)
 #define FIRE(id, l, ptr) TRY(fire(&f, id, l, ptr))
 #define LIN(din, beta, dw, db, dout, in, w, IN, OUT) TRY(ops->linear(ctx, din, beta, dw, db, dout, in, w, N, IN, OUT))
+    /* the final soft cap (Gemma 2): d raw logits = d logits * (1 - (logit / cap)^2), the factor the forward kept */
+    if (c->final_softcap > 0.0f) {
+        if (!dlogits || !ops->mul || !A->logit_dcap) {
+            st = mp_error(MP_ERR_ARG, "backward: the %s backend's operations do not include the final-logit soft cap "
+                          "(final_softcap)", ops->name);
+            goto cleanup;
+        }
+        TRY(ops->mul(ctx, A->dlogits_raw, dlogits, A->logit_dcap, (size_t)A->logit_rows * c->vocab));
+        dlogits = A->dlogits_raw;
+    }
     /* classifier (unless the caller ran it) and final norm */
     if (dlogits) LIN(dxn, 0.0f, g ? g->unembed : NULL, NULL, dlogits, A->lnf, p->unembed, D, c->vocab);
     FIRE(MP_HOOK_LN_FINAL, -1, dxn);
@@ -139,6 +149,17 @@ mp_status mp_backward_walk(const mp_bwd_ops *ops, void *ctx, const mp_config *c,
                 TRY(ops->copy(ctx, f.dbr, dres, nx));
                 FIRE(MP_HOOK_MLP_OUT, l, f.dbr);
                 dout = f.dbr;
+            }
+            if (c->post_norms) { /* ln2_post: hook_normalized is hook_mlp_out's tensor; then its input's gradient */
+                if (dout == dres && mp_hooks_active(hs, MP_HOOK_LN2_POST, l)) {
+                    TRY(ops->copy(ctx, f.dbr, dres, nx));
+                    dout = f.dbr;
+                }
+                FIRE(MP_HOOK_LN2_POST, l, (float *)dout);
+                TRY(ops->zero(ctx, A->dnr, nx));
+                TRY(norm_step(&f, MP_HOOK_LN2_POST_SCALE, l, A->dnr, dw.ln2p_w, NULL, dout, a.mlp_raw, w.ln2p_w, NULL,
+                              a.ln2p_rstd));
+                dout = A->dnr;
             }
             LIN(A->dpost, 0.0f, dw.w2, dw.b2, dout, a.post, w.w2, M, D);
             FIRE(MP_HOOK_MLP_POST, l, A->dpost);
@@ -180,6 +201,17 @@ mp_status mp_backward_walk(const mp_bwd_ops *ops, void *ctx, const mp_config *c,
             TRY(ops->copy(ctx, f.dbr, dres, nx));
             FIRE(MP_HOOK_ATTN_OUT, l, f.dbr);
             dout = f.dbr;
+        }
+        if (c->post_norms) { /* ln1_post, as ln2_post above */
+            if (dout == dres && mp_hooks_active(hs, MP_HOOK_LN1_POST, l)) {
+                TRY(ops->copy(ctx, f.dbr, dres, nx));
+                dout = f.dbr;
+            }
+            FIRE(MP_HOOK_LN1_POST, l, (float *)dout);
+            TRY(ops->zero(ctx, A->dnr, nx));
+            TRY(norm_step(&f, MP_HOOK_LN1_POST_SCALE, l, A->dnr, dw.ln1p_w, NULL, dout, a.attn_raw, w.ln1p_w, NULL,
+                          a.ln1p_rstd));
+            dout = A->dnr;
         }
         if (mp_hooks_active(hs, MP_HOOK_RESULT, l)) {
             /* each head's share of attn_out gets dout, fired as [N, H, D]; the bias is no head's */

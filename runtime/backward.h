@@ -105,6 +105,9 @@ typedef struct mp_bwd_ops {
      * with dpos_embed (learned positions) dpos_embed [t] += dpos rows at t. */
     mp_status (*embed)(void *ctx, const mp_config *c, float *dembed, float *dpos_embed, const float *dres,
                        const float *dpos, const int *tokens, int B, int T);
+    /* dst [n] = a * b elementwise (Gemma 2's final soft cap: its gradient; optional, NULL: such a model
+     * does not train on the backend). */
+    mp_status (*mul)(void *ctx, float *dst, const float *a, const float *b, size_t n);
     /* The backward callbacks of hs at info on grad (the whole tensor), which
      * they may edit (hooks). */
     mp_status (*fire)(void *ctx, const mp_hooks *hs, mp_hook_info *info, float *grad);

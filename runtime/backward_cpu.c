@@ -96,7 +96,8 @@ static mp_status c_norm_dx_scaled(void *ctx, const mp_config *c, float *dx, cons
 static mp_status c_act(void *ctx, const mp_config *c, float *dpre, float *dup, const float *dpost, const float *pre,
                        const float *up, size_t n) {
     (void)ctx;
-    if (c->mlp == MP_MLP_SWIGLU) mp_swiglu_backward(dpre, dup, dpost, pre, up, n);
+    if (c->mlp == MP_MLP_SWIGLU && c->gelu_tanh) mp_geglu_backward(dpre, dup, dpost, pre, up, n);
+    else if (c->mlp == MP_MLP_SWIGLU) mp_swiglu_backward(dpre, dup, dpost, pre, up, n);
     else if (c->gelu_tanh) mp_gelu_tanh_backward(dpre, dpost, pre, n);
     else mp_gelu_backward(dpre, dpost, pre, n);
     return MP_OK;
@@ -106,8 +107,8 @@ static mp_status c_attn(void *ctx, const mp_config *c, const mp_acts *A, int l, 
                         const mp_attn_layer *av, const float *dz, float *dq, float *dk, float *dv, float *datt,
                         float *dfac) {
     (void)ctx, (void)l;
-    mp_attention_backward_variant(dq, dk, dv, datt, dfac, dz, a->q, a->k, a->v, a->att, A->B, A->T, c->n_head,
-                                  c->n_kv_head, c->d_head, av);
+    mp_attention_backward_scaled(dq, dk, dv, datt, dfac, dz, a->q, a->k, a->v, a->att, A->B, A->T, c->n_head,
+                                 c->n_kv_head, c->d_head, av, mp_attn_scale(c), c->attn_softcap);
     return MP_OK;
 }
 
@@ -145,7 +146,7 @@ static mp_status c_attn_dscores(void *ctx, const mp_config *c, const mp_layer_ac
     (void)ctx;
     const int H = c->n_head, K = c->n_kv_head, Dh = c->d_head, HD = H * Dh, KD = K * Dh, group = H / K;
     const size_t TT = (size_t)T * T;
-    const float scale = 1.0f / sqrtf((float)Dh);
+    const float scale = mp_attn_scale(c);
     const int factor = mp_attn_has_factor(av->kind);
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * H; bh++) {
@@ -169,13 +170,30 @@ static mp_status c_attn_dscores(void *ctx, const mp_config *c, const mp_layer_ac
     return MP_OK;
 }
 
-/* scores = scale q k^T: dq = scale dS k; dk = scale sum over the group of dS^T q */
+/* scores = scale q k^T: dq = scale dS k; dk = scale sum over the group of dS^T q (with attn_softcap, dS
+ * through the cap first: d raw = d capped (1 - tanh^2), in a copy) */
 static mp_status c_attn_dqk(void *ctx, const mp_config *c, const mp_layer_acts *a, int B, int T, const float *datt,
                             float *dq, float *dk) {
     (void)ctx;
     const int H = c->n_head, K = c->n_kv_head, Dh = c->d_head, HD = H * Dh, KD = K * Dh, group = H / K;
     const size_t TT = (size_t)T * T;
-    const float scale = 1.0f / sqrtf((float)Dh);
+    const float scale = mp_attn_scale(c);
+    float *capped = NULL;
+    if (c->attn_softcap > 0.0f) {
+        if (!(capped = mp_malloc((size_t)B * H * TT * sizeof(float), "the soft cap's score gradient")))
+            return MP_ERR_NOMEM;
+        memcpy(capped, datt, (size_t)B * H * TT * sizeof(float));
+#pragma omp parallel for schedule(static)
+        for (int bh = 0; bh < B * H; bh++) {
+            const int h = bh % H;
+            const float *qp = a->q + (size_t)(bh / H) * T * HD + (size_t)h * Dh;
+            const float *kp = a->k + (size_t)(bh / H) * T * KD + (size_t)(h / group) * Dh;
+            for (int i = 0; i < T; i++)
+                mp_softcap_dscores(capped + (size_t)bh * TT + (size_t)i * T, qp + (size_t)i * HD, kp, KD, i + 1, Dh,
+                                   scale, c->attn_softcap);
+        }
+        datt = capped;
+    }
 #pragma omp parallel for collapse(2) schedule(dynamic)
     for (int b = 0; b < B; b++)
         for (int kh = 0; kh < K; kh++) {
@@ -190,6 +208,7 @@ static mp_status c_attn_dqk(void *ctx, const mp_config *c, const mp_layer_acts *
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, Dh, T, scale, dS, T, qp, HD, 1.0f, dkp, KD);
             }
         }
+    free(capped);
     return MP_OK;
 }
 
@@ -240,7 +259,16 @@ static mp_status c_embed(void *ctx, const mp_config *c, float *dembed, float *dp
                          const float *dpos, const int *tokens, int B, int T) {
     (void)ctx;
     const int D = c->d_model;
-    mp_embed_backward(dembed, dres, tokens, B * T, D);
+    if (c->embed_scale) { /* hook_embed = sqrt(D) embed[token]: dembed [token] += sqrt(D) dres */
+        const float s = sqrtf((float)D);
+        for (int n = 0; n < B * T; n++) {
+            float *de = dembed + (size_t)tokens[n] * D;
+            const float *dr = dres + (size_t)n * D;
+            for (int i = 0; i < D; i++) de[i] += s * dr[i];
+        }
+    } else {
+        mp_embed_backward(dembed, dres, tokens, B * T, D);
+    }
     if (dpos_embed) /* learned positions: row t of every sequence */
         for (int b = 0; b < B; b++)
             for (int t = 0; t < T; t++) {
@@ -248,6 +276,12 @@ static mp_status c_embed(void *ctx, const mp_config *c, float *dembed, float *dp
                 const float *dr = dpos + ((size_t)b * T + t) * D;
                 for (int i = 0; i < D; i++) dp[i] += dr[i];
             }
+    return MP_OK;
+}
+
+static mp_status c_mul(void *ctx, float *dst, const float *a, const float *b, size_t n) {
+    (void)ctx;
+    for (size_t i = 0; i < n; i++) dst[i] = a[i] * b[i];
     return MP_OK;
 }
 
@@ -297,6 +331,7 @@ const mp_bwd_ops mp_bwd_ops_cpu = {
     .result_spread = c_result_spread,
     .result_back = c_result_back,
     .embed = c_embed,
+    .mul = c_mul,
     .fire = c_fire,
     .alloc = c_alloc,
     .release = c_release,

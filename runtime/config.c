@@ -52,6 +52,15 @@ int mp_attn_parse(const char *name) { return kind_parse(mp_attn_names, MP_ATTN_C
 const char *mp_qk_norm_name(mp_qk_norm_kind k) { return kind_name(mp_qk_norm_names, MP_QK_NORM_COUNT, (int)k); }
 int mp_qk_norm_parse(const char *name) { return kind_parse(mp_qk_norm_names, MP_QK_NORM_COUNT, name); }
 
+float mp_attn_scale(const mp_config *c) {
+    return 1.0f / sqrtf(c->query_pre_attn_scalar > 0.0f ? c->query_pre_attn_scalar : (float)c->d_head);
+}
+
+void mp_softcap(float *x, size_t n, float cap) {
+    const float inv = 1.0f / cap;
+    for (size_t i = 0; i < n; i++) x[i] = cap * tanhf(x[i] * inv);
+}
+
 /* ---- MP_CONFIG_TABLE as data and accessors ---- */
 enum {
 #define CF_ID(m, ty, a, l, nm, nn, d, fl, val, wr, sh) CF_##m,
@@ -191,7 +200,9 @@ mp_config mp_config_default(void) {
     X(ASB, as_beta, "blocks.%d.attn.as_beta", H, 0, c->attn == MP_ATTN_ASENTMAX)                  \
     X(ASG, as_gamma, "blocks.%d.attn.as_gamma", H, 0, c->attn == MP_ATTN_ASENTMAX)                \
     X(QNORM, q_norm, "blocks.%d.attn.q_norm.weight", QN, 0, c->qk_norm != MP_QK_NORM_NONE)        \
-    X(KNORM, k_norm, "blocks.%d.attn.k_norm.weight", KN, 0, c->qk_norm != MP_QK_NORM_NONE)
+    X(KNORM, k_norm, "blocks.%d.attn.k_norm.weight", KN, 0, c->qk_norm != MP_QK_NORM_NONE)        \
+    X(LN1P, ln1p_w, "blocks.%d.ln1_post.weight", D, 0, c->post_norms)                             \
+    X(LN2P, ln2p_w, "blocks.%d.ln2_post.weight", D, 0, c->post_norms && has_mlp)
 
 enum {
 #define P_ID(id, f, name, r, k, present) P_##id,
@@ -391,8 +402,22 @@ mp_status mp_config_validate(const mp_config *c, const char *what) {
     if (c->parallel_attn && c->mlp == MP_MLP_NONE)
         return mp_error(MP_ERR_FORMAT, "%s: parallel_attn (attention and MLP reading one residual) needs an MLP "
                         "(mlp none)", what);
-    if (c->gelu_tanh && c->mlp != MP_MLP_GELU)
-        return mp_error(MP_ERR_FORMAT, "%s: gelu_tanh applies to mlp gelu only (mlp %s)", what, mp_mlp_name(c->mlp));
+    if (c->gelu_tanh && c->mlp != MP_MLP_GELU && c->mlp != MP_MLP_SWIGLU)
+        return mp_error(MP_ERR_FORMAT, "%s: gelu_tanh applies to mlp gelu and swiglu (GeGLU) only (mlp %s)", what,
+                        mp_mlp_name(c->mlp));
+    if ((c->norm_offset || c->post_norms) && c->norm != MP_NORM_RMS)
+        return mp_error(MP_ERR_FORMAT, "%s: %s applies to norm rms only (norm %s)", what,
+                        c->norm_offset ? "norm_offset" : "post_norms", mp_norm_name(c->norm));
+    if (!(c->attn_softcap >= 0.0f) || !isfinite(c->attn_softcap) || !(c->final_softcap >= 0.0f) ||
+        !isfinite(c->final_softcap))
+        return mp_error(MP_ERR_FORMAT, "%s: attn_softcap (%g) and final_softcap (%g) must be non-negative and finite "
+                        "(0: off)", what, (double)c->attn_softcap, (double)c->final_softcap);
+    if (c->attn_softcap > 0.0f && c->attn != MP_ATTN_SOFTMAX)
+        return mp_error(MP_ERR_FORMAT, "%s: attn_softcap applies to softmax attention only (attn %s)", what,
+                        mp_attn_name(c->attn));
+    if (!(c->query_pre_attn_scalar >= 0.0f) || !isfinite(c->query_pre_attn_scalar))
+        return mp_error(MP_ERR_FORMAT, "%s: query_pre_attn_scalar (%g) must be non-negative and finite (0: d_head)",
+                        what, (double)c->query_pre_attn_scalar);
     if (c->pos_no_temp && c->pos != MP_POS_ROPE_ID)
         return mp_error(MP_ERR_FORMAT, "%s: pos_temp = false applies to pos rope_id only (pos %s)", what,
                         mp_pos_name(c->pos));

@@ -103,6 +103,17 @@ typedef struct mp_config {
     int parallel_attn;    /* attention and MLP both read resid_pre: x + attn(ln1(x)) + mlp(ln2(x)) (NeoX's
                            * use_parallel_residual); the block has no hook_resid_mid (TransformerLens's
                            * parallel_attn_mlp) */
+    /* appended for Gemma and Gemma 2 (zero = the older behaviour). mlp swiglu with
+     * gelu_tanh is GeGLU: gelu_tanh(gate) * up. */
+    int norm_offset;      /* RMSNorm weights are Gemma's x * (1 + w): in memory the norm weights hold the
+                           * factor 1 + w (as TransformerLens and llama.cpp keep them); Hugging Face folders
+                           * store w, so their reader adds 1 and their writer subtracts it */
+    int embed_scale;      /* hook_embed = sqrt(d_model) * the token's embedding row (the unembedding is not scaled) */
+    int post_norms;       /* Gemma 2: RMSNorms ln1_post / ln2_post of the attention / MLP output before it is
+                           * added to the residual (weights ln1p_w, ln2p_w) */
+    float attn_softcap;   /* > 0: scores = cap * tanh(scores / cap) before the mask (0: off) */
+    float final_softcap;  /* > 0: logits = cap * tanh(logits / cap) (0: off) */
+    float query_pre_attn_scalar; /* > 0: scores scaled by its ^-1/2 instead of d_head^-1/2 (0: d_head) */
 } mp_config;
 
 /* The value types of config fields, as files and Lua see them:
@@ -178,7 +189,16 @@ typedef enum { MP_CF_INT, MP_CF_FLOAT, MP_CF_BOOL, MP_CF_NOTBOOL, MP_CF_KIND, MP
     X(qk_norm, MP_CF_KIND, "qk_norm", "qk_norm", mp_qk_norm_names, MP_QK_NORM_COUNT, MP_QK_NORM_NONE, 0, c->qk_norm,   \
       c->qk_norm != MP_QK_NORM_NONE, 1)                                                                                \
     X(parallel_attn, MP_CF_BOOL, "parallel_attn", "parallel_attn", NULL, 0, 0, 0, c->parallel_attn,                    \
-      c->parallel_attn, 1)
+      c->parallel_attn, 1)                                                                                             \
+    X(norm_offset, MP_CF_BOOL, "norm_offset", "norm_offset", NULL, 0, 0, 0, c->norm_offset, c->norm_offset, 1)         \
+    X(embed_scale, MP_CF_BOOL, "embed_scale", "embed_scale", NULL, 0, 0, 0, c->embed_scale, c->embed_scale, 1)         \
+    X(post_norms, MP_CF_BOOL, "post_norms", "post_norms", NULL, 0, 0, 0, c->post_norms, c->post_norms, 1)              \
+    X(attn_softcap, MP_CF_FLOAT, "attn_softcap", "attn_softcap", NULL, 0, 0.0f, 0, c->attn_softcap,                    \
+      c->attn_softcap != 0.0f, 1)                                                                                      \
+    X(final_softcap, MP_CF_FLOAT, "final_softcap", "final_softcap", NULL, 0, 0.0f, 0, c->final_softcap,                \
+      c->final_softcap != 0.0f, 1)                                                                                     \
+    X(query_pre_attn_scalar, MP_CF_FLOAT, "query_pre_attn_scalar", "query_pre_attn_scalar", NULL, 0, 0.0f, 0,          \
+      c->query_pre_attn_scalar > 0.0f ? c->query_pre_attn_scalar : (float)c->d_head, c->query_pre_attn_scalar != 0.0f, 1)
 
 /* The table as data, for the loops of each path. */
 typedef struct {
@@ -256,6 +276,10 @@ double mp_attn_alpha(const mp_config *c);
  * windowed) and configuration_gemma3.py (the same with
  * sliding_window_pattern = 6: every 6th layer global). */
 int mp_config_window(const mp_config *c, int l);
+/* The attention's logit scale: query_pre_attn_scalar^-1/2, or d_head^-1/2 (float32, as every device uses it). */
+float mp_attn_scale(const mp_config *c);
+/* x = cap * tanh(x / cap) over n floats (cap > 0; Gemma 2's soft caps). */
+void mp_softcap(float *x, size_t n, float cap);
 
 /* Default config values (theta 10000, eps 1e-5, rms, swiglu, rope, tied):
  * the table's dflt column. */

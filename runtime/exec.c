@@ -48,6 +48,8 @@ void mp_exec_norm_of(const mp_config *c, const mp_params *p, mp_hook_id sid, int
     }
     const mp_layer_params lp = mp_params_layer(c, p, l);
     if (sid == MP_HOOK_LN1_SCALE) *w = lp.ln1_w, *bias = lp.ln1_b;
+    else if (sid == MP_HOOK_LN1_POST_SCALE) *w = lp.ln1p_w, *bias = NULL;
+    else if (sid == MP_HOOK_LN2_POST_SCALE) *w = lp.ln2p_w, *bias = NULL;
     else *w = lp.ln2_w, *bias = lp.ln2_b;
 }
 
@@ -122,10 +124,16 @@ mp_status mp_block_forward(const mp_exec *e, const mp_exec_bufs *b) {
         if (b->cache) TRY(o->kv_append(e, l, a.k, a.v, &kc, &vc, &bstride));
         TRY(o->attention(e, l, &a, kc, vc, bstride, b->qb)); /* hook_attn_scores, hook_pattern per block */
         FIRE(MP_HOOK_Z, l, a.z);
-        TRY(o->linear(e, MP_EXEC_WO, l, b->out, a.z, N));
+        /* post_norms (Gemma 2): W_O's product into attn_raw, its norm ln1_post into out */
+        float *ao = c->post_norms ? a.attn_raw : b->out;
+        TRY(o->linear(e, MP_EXEC_WO, l, ao, a.z, N));
         if (mp_hooks_active(f->hs, MP_HOOK_RESULT, l)) { /* attn.hook_result */
             if (!o->result) return missing(e, MP_HOOK_RESULT);
-            TRY(o->result(e, l, a.z, b->out));
+            TRY(o->result(e, l, a.z, ao));
+        }
+        if (c->post_norms) {
+            TRY(o->norm(e, MP_HOOK_LN1_POST_SCALE, l, b->out, NULL, a.ln1p_rstd, ao));
+            FIRE(MP_HOOK_LN1_POST, l, b->out);
         }
         FIRE(MP_HOOK_ATTN_OUT, l, b->out);
         /* a store keeps each residual: copy, then add in place. A parallel block (c->parallel_attn) keeps
@@ -162,7 +170,13 @@ mp_status mp_block_forward(const mp_exec *e, const mp_exec_bufs *b) {
             if (swiglu) FIRE(MP_HOOK_MLP_PRE_LINEAR, l, a.up);
             TRY(o->act(e, a.post, a.pre, a.up));
             FIRE(MP_HOOK_MLP_POST, l, a.post);
-            TRY(o->linear(e, MP_EXEC_W2, l, b->out, a.post, N));
+            if (c->post_norms) { /* W_2's product into mlp_raw, its norm ln2_post into out */
+                TRY(o->linear(e, MP_EXEC_W2, l, a.mlp_raw, a.post, N));
+                TRY(o->norm(e, MP_HOOK_LN2_POST_SCALE, l, b->out, NULL, a.ln2p_rstd, a.mlp_raw));
+                FIRE(MP_HOOK_LN2_POST, l, b->out);
+            } else {
+                TRY(o->linear(e, MP_EXEC_W2, l, b->out, a.post, N));
+            }
             FIRE(MP_HOOK_MLP_OUT, l, b->out);
             TRY(o->add(e, a.resid_out, b->out, n_x));
         }
@@ -173,7 +187,19 @@ mp_status mp_block_forward(const mp_exec *e, const mp_exec_bufs *b) {
     float *xn = A ? A->lnf : b->scratch.ln1;
     TRY(o->norm(e, MP_HOOK_LNF_SCALE, -1, xn, A ? A->lnf_mean : NULL, A ? A->lnf_rstd : NULL, x));
     FIRE(MP_HOOK_LN_FINAL, -1, xn);
-    if (b->logits_mode != MP_LOGITS_NONE) TRY(o->head(e, xn, b->logits_mode, b->logits));
+    if (b->logits_mode != MP_LOGITS_NONE) {
+        TRY(o->head(e, xn, b->logits_mode, b->logits)); /* with Gemma 2's final soft cap */
+        if (A && c->final_softcap > 0.0f) { /* training (host logits): d capped / d raw, for the backward */
+            if (!A->logit_dcap)
+                return mp_error(MP_ERR_ARG, "forward: the activation store has no room for the final soft cap's "
+                                "gradient (final_softcap)");
+            const size_t n = (size_t)A->logit_rows * c->vocab;
+            for (size_t i = 0; i < n; i++) {
+                const float t = b->logits[i] / c->final_softcap;
+                A->logit_dcap[i] = 1.0f - t * t;
+            }
+        }
+    }
 #undef FIRE
 #undef TRY
     return MP_OK;

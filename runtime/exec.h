@@ -79,7 +79,8 @@ typedef struct mp_exec_ops {
     mp_status (*add)(const mp_exec *e, float *x, const float *y, size_t n);
     /* The classifier of the final norm's output xn [N, D]: all rows' logits
      * [N, V] (MP_LOGITS_ALL) or each sequence's last (real) row's [B, V]
-     * (MP_LOGITS_LAST), into the caller's buffer (host memory). */
+     * (MP_LOGITS_LAST), into the caller's buffer (host memory); with
+     * final_softcap (Gemma 2), cap tanh(logits / cap). */
     mp_status (*head)(const mp_exec *e, const float *xn, mp_logits_mode mode, float *logits);
     /* The q/k norm (c->qk_norm) of layer l on x [N, nh*Dh] in place: nh = H
      * for id MP_HOOK_Q_NORM (weight q_norm), K for MP_HOOK_K_NORM (k_norm);

@@ -85,12 +85,18 @@ mp_status mp_acts_layout(mp_acts *a, const mp_config *c, int B, int T, int logit
         (size_t)T * (2 * (size_t)(c->d_head / 2) + 1),                  /* pos_tab */
         (size_t)B * H * T,                                              /* dfac */
         no_pattern ? L * B * H * T : 0,                                 /* lse */
-        L * N * HD * qn, L * N * KD * qn, L * N * H * qn, L * N * K * qn}; /* q_in, k_in, q_rstd, k_rstd */
+        L * N * HD * qn, L * N * KD * qn, L * N * H * qn, L * N * K * qn, /* q_in, k_in, q_rstd, k_rstd */
+        c->post_norms ? L * N * D : 0, c->post_norms ? L * N : 0,       /* attn_raw, ln1p_rstd */
+        c->post_norms && M ? L * N * D : 0, c->post_norms && M ? L * N : 0, /* mlp_raw, ln2p_rstd */
+        c->post_norms ? N * D : 0,                                      /* dnr */
+        c->final_softcap > 0.0f ? R * (size_t)c->vocab : 0,             /* logit_dcap */
+        c->final_softcap > 0.0f ? R * (size_t)c->vocab : 0};            /* dlogits_raw */
     float **f[] = {&a->resid, &a->resid_mid, &a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->q, &a->k, &a->v, &a->att,
                    &a->z, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->pre, &a->up, &a->post, &a->lnf, &a->lnf_mean,
                    &a->lnf_rstd, &a->logits, &a->dresid, &a->dxn, &a->dq, &a->dk, &a->dv, &a->dz, &a->datt,
                    &a->dpre, &a->dup, &a->dpost, &a->pos_tab, &a->dfac, &a->lse, &a->q_in, &a->k_in,
-                   &a->q_rstd, &a->k_rstd};
+                   &a->q_rstd, &a->k_rstd, &a->attn_raw, &a->ln1p_rstd, &a->mlp_raw, &a->ln2p_rstd, &a->dnr,
+                   &a->logit_dcap, &a->dlogits_raw};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) bad |= mp_add_size(total, sz[i], &total);
     if (bad || mp_mul_size(total, sizeof(float), &tt))
@@ -140,7 +146,8 @@ mp_layer_params mp_params_layer(const mp_config *c, const mp_params *p, int l) {
         .ssmax_s = at(p->ssmax_s, l, H), .as_delta = at(p->as_delta, l, H), .as_beta = at(p->as_beta, l, H),
         .as_gamma = at(p->as_gamma, l, H),
         .q_norm = at(p->q_norm, l, c->qk_norm == MP_QK_NORM_FULL ? HD : (size_t)c->d_head),
-        .k_norm = at(p->k_norm, l, c->qk_norm == MP_QK_NORM_FULL ? KD : (size_t)c->d_head)};
+        .k_norm = at(p->k_norm, l, c->qk_norm == MP_QK_NORM_FULL ? KD : (size_t)c->d_head),
+        .ln1p_w = at(p->ln1p_w, l, D), .ln2p_w = at(p->ln2p_w, l, D)};
 }
 
 mp_layer_acts mp_acts_layer(const mp_config *c, const mp_acts *a, int l) {
@@ -155,7 +162,9 @@ mp_layer_acts mp_acts_layer(const mp_config *c, const mp_acts *a, int l) {
         .ln2 = at(a->ln2, l, nx), .ln2_mean = at(a->ln2_mean, l, N), .ln2_rstd = at(a->ln2_rstd, l, N),
         .pre = at(a->pre, l, nh), .up = at(a->up, l, nh), .post = at(a->post, l, nh),
         .q_in = at(a->q_in, l, nq), .k_in = at(a->k_in, l, nk),
-        .q_rstd = at(a->q_rstd, l, N * H), .k_rstd = at(a->k_rstd, l, N * (size_t)c->n_kv_head)};
+        .q_rstd = at(a->q_rstd, l, N * H), .k_rstd = at(a->k_rstd, l, N * (size_t)c->n_kv_head),
+        .attn_raw = at(a->attn_raw, l, nx), .ln1p_rstd = at(a->ln1p_rstd, l, N),
+        .mlp_raw = at(a->mlp_raw, l, nx), .ln2p_rstd = at(a->ln2p_rstd, l, N)};
 }
 
 /* ---- the forward pass on the CPU: the op table the walk runs (exec.h) ---- */
@@ -209,7 +218,7 @@ static mp_status attention(const mp_exec *e, int l, const mp_layer_acts *b, cons
     const mp_config *c = f->c;
     const int B = f->B, T = f->T, H = c->n_head, Dh = c->d_head, KD = c->n_kv_head * Dh;
     const int S = f->pos0 + T, HD = H * Dh, group = H / c->n_kv_head;
-    const float scale = 1.0f / sqrtf((float)Dh);
+    const float scale = mp_attn_scale(c), cap = c->attn_softcap;
     /* a hooked block shows all S keys: scores -inf and pattern 0 past the keys
      * its rows see (only the hooked one of the two is filled there) */
     const int show_scores = mp_hooks_active(f->hs, MP_HOOK_ATTN_SCORES, l);
@@ -238,6 +247,7 @@ static mp_status attention(const mp_exec *e, int l, const mp_layer_acts *b, cons
             const int lo = av->window > 0 && S > av->window ? S - av->window : 0;
             cblas_sgemv(CblasRowMajor, CblasNoTrans, S - lo, Dh, scale, kp + (size_t)lo * KD, KD, qp, 1, 0.0f, a + lo,
                         1);
+            if (cap > 0.0f) mp_softcap(a + lo, (size_t)(S - lo), cap);
             mp_attn_normalize_rows(av, h, a, 1, S, S, f->pos0 + 1, w);
             cblas_sgemv(CblasRowMajor, CblasTrans, S - lo, Dh, 1.0f, vp + (size_t)lo * KD, KD, a + lo, 1, 0.0f,
                         b->z + (size_t)bb * HD + (size_t)h * Dh, 1);
@@ -267,6 +277,7 @@ static mp_status attention(const mp_exec *e, int l, const mp_layer_acts *b, cons
                 for (int i = 0; i < rows; i++) {
                     int first_masked = f->pos0 + q0 + i + 1;
                     int end = show_scores ? S : kmax;
+                    if (cap > 0.0f) mp_softcap(a + (size_t)i * S, (size_t)first_masked, cap); /* before the mask */
                     for (int j = first_masked; j < end; j++) a[(size_t)i * S + j] = -INFINITY;
                     /* a sliding window: keys j <= pos - W are masked too (the normalizer zeroes them anyway) */
                     for (int j = 0; av->window > 0 && j < first_masked - av->window; j++)
@@ -382,7 +393,13 @@ static mp_status cpu_view(const mp_exec *e, mp_hook_info *info, float *data) {
 }
 
 static mp_status cpu_embed(const mp_exec *e, float *x, const int *tokens) {
+    const mp_config *c = e->f.c;
+    const size_t n = (size_t)e->f.B * e->f.T * c->d_model;
     mp_model_embed_rows(CPU(e)->m, x, tokens, e->f.B * e->f.T);
+    if (c->embed_scale) { /* Gemma: sqrt(d_model) in float32, as HF's normalizer in a float32 model */
+        const float s = sqrtf((float)c->d_model);
+        for (size_t i = 0; i < n; i++) x[i] *= s;
+    }
     return MP_OK;
 }
 
@@ -467,7 +484,8 @@ static mp_status cpu_attention(const mp_exec *e, int l, const mp_layer_acts *a, 
 static mp_status cpu_act(const mp_exec *e, float *post, const float *pre, const float *up) {
     const mp_config *c = e->f.c;
     const size_t n = (size_t)e->f.B * e->f.T * c->d_mlp;
-    if (c->mlp == MP_MLP_SWIGLU) mp_swiglu_forward(post, pre, up, n);
+    if (c->mlp == MP_MLP_SWIGLU && c->gelu_tanh) mp_geglu_forward(post, pre, up, n);
+    else if (c->mlp == MP_MLP_SWIGLU) mp_swiglu_forward(post, pre, up, n);
     else if (c->gelu_tanh) mp_gelu_tanh_forward(post, pre, n);
     else mp_gelu_forward(post, pre, n);
     return MP_OK;
@@ -488,13 +506,21 @@ static mp_status cpu_add(const mp_exec *e, float *x, const float *y, size_t n) {
 static mp_status cpu_head(const mp_exec *e, const float *xn, mp_logits_mode mode, float *logits) {
     const mp_fwd_ctx *f = &e->f;
     const int B = f->B, T = f->T, D = f->c->d_model;
-    if (mode == MP_LOGITS_ALL) return cpu_linear(e, MP_EXEC_UNEMBED, -1, logits, xn, B * T);
+    const float cap = f->c->final_softcap;
+    mp_status st;
+    if (mode == MP_LOGITS_ALL) {
+        if ((st = cpu_linear(e, MP_EXEC_UNEMBED, -1, logits, xn, B * T))) return st;
+        if (cap > 0.0f) mp_softcap(logits, (size_t)B * T * f->c->vocab, cap); /* Gemma 2 */
+        return MP_OK;
+    }
     float *last = CPU(e)->last;
     for (int bb = 0; bb < B; bb++) { /* gather the last (real) row of each sequence */
         const int tl = f->mask ? mp_mask_last_real(f->mask + (size_t)bb * T, T) : T - 1;
         memmove(last + (size_t)bb * D, xn + ((size_t)bb * T + tl) * D, (size_t)D * sizeof(float));
     }
-    return cpu_linear(e, MP_EXEC_UNEMBED, -1, logits, last, B);
+    if ((st = cpu_linear(e, MP_EXEC_UNEMBED, -1, logits, last, B))) return st;
+    if (cap > 0.0f) mp_softcap(logits, (size_t)B * f->c->vocab, cap);
+    return MP_OK;
 }
 
 static mp_status cpu_qk_norm(const mp_exec *e, mp_hook_id id, int l, float *x, float *x_in, float *rstd) {
@@ -568,7 +594,8 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
     size_t n_pos = 2 * n_rope + (size_t)T;
     /* a parallel block (parallel_attn) keeps resid_pre + attn_out apart from resid_pre: one more [N, D] */
     const size_t n_par = c->parallel_attn ? n_x : 0;
-    size_t total = A ? n_x : 3 * n_x + 2 * n_q + 2 * n_k + 2 * n_h + n_att + n_pos + n_par;
+    const size_t n_raw = c->post_norms ? n_x : 0; /* post_norms: the attention / MLP output before its norm */
+    size_t total = A ? n_x : 3 * n_x + 2 * n_q + 2 * n_k + 2 * n_h + n_att + n_pos + n_par + n_raw;
     float *mem = NULL, *own = NULL;
     if (fp.cache && fp.cache->scratch_n >= total) { /* decoding: the cache's buffers, no allocation per token */
         mem = fp.cache->scratch;
@@ -601,6 +628,7 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
         scratch.pre = scratch.post = cur; cur += n_h;
         scratch.up = cur; cur += n_h;
         if (n_par) scratch.resid_mid = cur, cur += n_par;
+        if (n_raw) scratch.attn_raw = scratch.mlp_raw = cur, cur += n_raw;
         scratch.att = cur;
     }
     b.sin_t = b.cos_t + n_rope;

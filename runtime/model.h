@@ -10,14 +10,17 @@
  * optional RMSNorm of q and k before RoPE (qk_norm: Qwen3 per head, OLMo 2
  * over the whole projection), SwiGLU,
  * GELU (exact erf, or the tanh approximation of GPT-2) or no MLP
- * (attention-only), tied or untied classifier. The same forward serves
+ * (attention-only), tied or untied classifier; Gemma's quirks (config.h:
+ * (1 + w) norms held as the factor, the sqrt(d_model) embedding scale, GeGLU;
+ * Gemma 2's post-norms, soft caps and query scale). The same forward serves
  * inference (one layer's buffers, blocked attention) and training (every
  * layer's activations kept in an mp_acts store for the backward pass,
  * runtime/train.h).
  *
  * Loaders (by content: mp_model_load in io/model_io.h): llama2.c
- * (llama2c.c), GGUF llama / qwen2 / qwen3 / gpt2 (load_gguf.c), Hugging Face
- * folders llama / qwen2 / qwen3 / gpt2 (load_hf.c); writers: llama2.c, GGUF (export_gguf.c),
+ * (llama2c.c), GGUF llama / qwen2 / qwen3 / gemma / gemma2 / gpt2 / gptneox / phi3
+ * (load_gguf.c), Hugging Face folders llama / mistral / qwen2 / qwen3 / gemma /
+ * gemma2 / gpt2 / gpt_neox / phi3 (load_hf.c); writers: llama2.c, GGUF (export_gguf.c),
  * HF safetensors folders (load_hf.c). Half-split (NeoX / HF) q/k rows are
  * permuted to adjacent pairs on load, so the runtime has one RoPE convention
  * and hook_q / hook_k channels are in adjacent-pair order. */
@@ -64,12 +67,15 @@ typedef struct {
      * [L, H*Dh] and [L, K*Dh]; none: NULL), in adjacent-pair channel order */
     float *q_norm;
     float *k_norm;
+    /* Gemma 2's post-norms (post_norms; RMSNorm weights, held as 1 + w with norm_offset) */
+    float *ln1p_w;   /* [L, D] of the attention output */
+    float *ln2p_w;   /* [L, D] of the MLP output */
 } mp_params;
 
 /* The parameter tensors in mp_params order, with their DESIGN.md checkpoint
  * names: per-layer tensors are named with a "%d" for the layer
  * ("blocks.%d.attn.wq") and `shape` is one layer's shape. */
-#define MP_PARAM_MAX 29
+#define MP_PARAM_MAX 31
 typedef struct {
     const char *name;  /* printf pattern ("%d" = layer) or plain name */
     float *p;          /* start (all layers) */
@@ -102,6 +108,7 @@ typedef struct {
     float *b1, *b3, *b2;                  /* [M], [M], [D] */
     float *ssmax_s, *as_delta, *as_beta, *as_gamma; /* [H] */
     float *q_norm, *k_norm;               /* [Dh] (qk_norm head) or [H*Dh], [K*Dh] (full) */
+    float *ln1p_w, *ln2p_w;               /* [D] post-norms (post_norms) */
 } mp_layer_params;
 mp_layer_params mp_params_layer(const mp_config *c, const mp_params *p, int l);
 
@@ -276,6 +283,16 @@ typedef struct {
     float *k_in;       /* [L, N, K*Dh] */
     float *q_rstd;     /* [L, N, H] */
     float *k_rstd;     /* [L, N, K] */
+    /* post_norms (Gemma 2), else NULL: the attention / MLP output before its post-norm and the norm's 1/rms */
+    float *attn_raw;   /* [L, N, D] */
+    float *ln1p_rstd;  /* [L, N] */
+    float *mlp_raw;    /* [L, N, D] (with an MLP) */
+    float *ln2p_rstd;  /* [L, N] */
+    float *dnr;        /* [N, D] backward scratch: the gradient of a post-norm's input */
+    /* final_softcap, else NULL: d capped / d raw logits = 1 - (logit / cap)^2 per logit, and the backward's
+     * scratch for the raw logits' gradient */
+    float *logit_dcap; /* [logit_rows, V] */
+    float *dlogits_raw;/* [logit_rows, V] */
     float *mem;
     size_t n_floats;
     int logit_rows;    /* rows `logits` holds: N, or a chunk's (a backend that fuses the classifier with the loss) */
@@ -295,6 +312,8 @@ typedef struct {
     float *ln2, *ln2_mean, *ln2_rstd;     /* [N, D], [N], [N] */
     float *pre, *up, *post;               /* [N, M] */
     float *q_in, *k_in, *q_rstd, *k_rstd; /* the q/k norm's (mp_acts); NULL without one, and in inference */
+    float *attn_raw, *ln1p_rstd;          /* [N, D], [N] post_norms: the attention output before ln1_post */
+    float *mlp_raw, *ln2p_rstd;           /* [N, D], [N] the MLP output before ln2_post */
 } mp_layer_acts;
 mp_layer_acts mp_acts_layer(const mp_config *c, const mp_acts *a, int l);
 

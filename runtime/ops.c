@@ -229,6 +229,15 @@ void mp_gelu_tanh_forward(float *out, const float *x, size_t n) {
     }
 }
 
+void mp_geglu_forward(float *out, const float *gate, const float *up, size_t n) {
+    const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+#pragma omp parallel for schedule(static) if (n > 16384)
+    for (size_t i = 0; i < n; i++) {
+        float v = gate[i];
+        out[i] = 0.5f * v * (1.0f + tanhf(k0 * (v + k1 * v * v * v))) * up[i];
+    }
+}
+
 int mp_crossentropy_forward(float *losses, float *probs, const float *logits, const int *targets, int N, int V) {
     int count = 0;
 #pragma omp parallel for schedule(static) reduction(+ : count) if (N > 16)

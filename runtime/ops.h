@@ -67,6 +67,8 @@ void mp_swiglu_forward(float *out, const float *gate, const float *up, size_t n)
 
 /* out = x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), exact GELU (torch.nn.GELU()). */
 void mp_gelu_forward(float *out, const float *x, size_t n);
+/* GeGLU (Gemma): out = gelu_tanh(gate) * up */
+void mp_geglu_forward(float *out, const float *gate, const float *up, size_t n);
 
 /* out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), GPT-2's gelu_new
  * (torch.nn.GELU(approximate="tanh")). */
@@ -116,6 +118,17 @@ void mp_swiglu_backward(float *dgate, float *dup, const float *dout, const float
 void mp_gelu_backward(float *dx, const float *dout, const float *x, size_t n);
 /* tanh-approximate GELU: dx += dout * d/dx gelu_tanh(x) */
 void mp_gelu_tanh_backward(float *dx, const float *dout, const float *x, size_t n);
+/* GeGLU: dgate += dout * up * gelu_tanh'(gate); dup += dout * gelu_tanh(gate) */
+void mp_geglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
+/* mp_attention_backward_variant with the logit scale `scale` and Gemma 2's soft cap `cap` (> 0: scores =
+ * cap tanh(scale q.k / cap); 0: off; softmax only). */
+struct mp_attn_layer;
+void mp_attention_backward_scaled(float *dq, float *dk, float *dv, float *datt, float *dfac, const float *dz,
+                                  const float *q, const float *k, const float *v, const float *att, int B, int T,
+                                  int H, int K, int Dh, const struct mp_attn_layer *av, float scale, float cap);
+/* Through the soft cap: dr[j] *= 1 - tanh(scale qi.k_j / cap)^2 for keys j < n (k_j KD floats apart). */
+void mp_softcap_dscores(float *dr, const float *qi, const float *kp, int KD, int n, int Dh, float scale, float cap);
+
 /* Causal grouped-query attention with pattern att [B,H,T,T] (softmax of
  * q k^T * scale, zero above the diagonal), q/z [B,T,H,Dh], k/v [B,T,K,Dh]:
  * dq, dk, dv accumulated; datt [B,H,T,T] is scratch. */

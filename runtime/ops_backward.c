@@ -158,6 +158,18 @@ void mp_gelu_tanh_backward(float *dx, const float *dout, const float *x, size_t 
     }
 }
 
+void mp_geglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n) {
+    const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+#pragma omp parallel for schedule(static) if (n > 16384)
+    for (size_t i = 0; i < n; i++) {
+        float v = gate[i];
+        float th = tanhf(k0 * (v + k1 * v * v * v));
+        float dth = (1.0f - th * th) * k0 * (1.0f + 3.0f * k1 * v * v);
+        dgate[i] += dout[i] * up[i] * (0.5f * (1.0f + th) + 0.5f * v * dth);
+        dup[i] += dout[i] * 0.5f * v * (1.0f + th);
+    }
+}
+
 void mp_attention_backward(float *dq, float *dk, float *dv, float *datt, const float *dz, const float *q,
                            const float *k, const float *v, const float *att, int B, int T, int H, int K, int Dh) {
     mp_attention_backward_variant(dq, dk, dv, datt, NULL, dz, q, k, v, att, B, T, H, K, Dh, NULL);
@@ -183,12 +195,35 @@ double mp_attn_factor_grad_row(const float *qi, const float *kp, int KD, const f
     return g;
 }
 
+/* The fused backward with the logit scale and the soft cap (cap > 0; softmax only). */
+static void attn_backward(float *dq, float *dk, float *dv, float *datt, float *dfac, const float *dz, const float *q,
+                          const float *k, const float *v, const float *att, int B, int T, int H, int K, int Dh,
+                          const struct mp_attn_layer *av, float scale, float cap);
+
 void mp_attention_backward_variant(float *dq, float *dk, float *dv, float *datt, float *dfac, const float *dz,
                                    const float *q, const float *k, const float *v, const float *att, int B, int T,
                                    int H, int K, int Dh, const struct mp_attn_layer *av) {
+    attn_backward(dq, dk, dv, datt, dfac, dz, q, k, v, att, B, T, H, K, Dh, av, 1.0f / sqrtf((float)Dh), 0.0f);
+}
+
+void mp_attention_backward_scaled(float *dq, float *dk, float *dv, float *datt, float *dfac, const float *dz,
+                                  const float *q, const float *k, const float *v, const float *att, int B, int T,
+                                  int H, int K, int Dh, const struct mp_attn_layer *av, float scale, float cap) {
+    attn_backward(dq, dk, dv, datt, dfac, dz, q, k, v, att, B, T, H, K, Dh, av, scale, cap);
+}
+
+void mp_softcap_dscores(float *dr, const float *qi, const float *kp, int KD, int n, int Dh, float scale, float cap) {
+    for (int j = 0; j < n; j++) {
+        const float t = tanhf(scale * cblas_sdot(Dh, qi, 1, kp + (size_t)j * KD, 1) / cap);
+        dr[j] *= 1.0f - t * t;
+    }
+}
+
+static void attn_backward(float *dq, float *dk, float *dv, float *datt, float *dfac, const float *dz, const float *q,
+                          const float *k, const float *v, const float *att, int B, int T, int H, int K, int Dh,
+                          const struct mp_attn_layer *av, float scale, float cap) {
     const int HD = H * Dh, KD = K * Dh, group = H / K;
     const int variant = av && av->kind != MP_ATTN_SOFTMAX, factor = av && mp_attn_has_factor(av->kind);
-    const float scale = 1.0f / sqrtf((float)Dh);
     const size_t TT = (size_t)T * T;
     /* one (batch, kv head) per task: the heads of a group write the same dk/dv */
 #pragma omp parallel for collapse(2) schedule(dynamic)
@@ -222,7 +257,13 @@ void mp_attention_backward_variant(float *dq, float *dk, float *dv, float *datt,
                             /* dS = P * (dP - rowsum(dP * P)) * scale (zero where P is) */
                             float s = 0.0f;
                             for (int j = 0; j <= i; j++) s += dr[j] * pr[j];
-                            for (int j = 0; j <= i; j++) dr[j] = pr[j] * (dr[j] - s) * scale;
+                            if (cap > 0.0f) { /* through the soft cap: d raw = d capped (1 - tanh^2) */
+                                for (int j = 0; j <= i; j++) dr[j] = pr[j] * (dr[j] - s);
+                                mp_softcap_dscores(dr, qp + (size_t)i * HD, kp, KD, i + 1, Dh, scale, cap);
+                                for (int j = 0; j <= i; j++) dr[j] *= scale;
+                            } else {
+                                for (int j = 0; j <= i; j++) dr[j] = pr[j] * (dr[j] - s) * scale;
+                            }
                         } else {
                             /* variants: dU through the normalizer; dS = f dU scale; the
                              * factor's gradient sum_j dU_ij S_ij over the support */

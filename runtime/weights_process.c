@@ -34,6 +34,12 @@ int mp_weights_step_applies(const mp_model *m, mp_wp_step s, char *why, size_t n
                           mp_norm_name(c->norm));
         return 0;
     }
+    if (s == MP_WP_CENTER_UNEMBED && c->final_softcap > 0.0f) {
+        if (why) snprintf(why, n, "the model soft-caps its logits (final_softcap = %g): cap tanh(logits / cap) is not "
+                                  "shift-invariant, so centering W_U would change the outputs",
+                          (double)c->final_softcap);
+        return 0;
+    }
     if (s == MP_WP_FOLD_VALUE_BIASES) {
         if (!m->p.bv) {
             if (why) snprintf(why, n, "the model has no value biases (qkv_bias = false): nothing to fold");

@@ -136,6 +136,24 @@ __global__ static void k_swiglu(float *out, const float *gate, const float *up, 
     }
 }
 
+// GeGLU (Gemma): gelu_tanh(gate) * up, as ops.c mp_geglu_forward
+__global__ static void k_geglu(float *out, const float *gate, const float *up, size_t n) {
+    const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float v = gate[i];
+        out[i] = 0.5f * v * (1.0f + tanhf(k0 * (v + k1 * v * v * v))) * up[i];
+    }
+}
+
+// Gemma 2's soft cap on the finite entries (the mask's -inf stay), as config.c mp_softcap
+__global__ static void k_softcap(float *x, size_t n, float cap) {
+    const float inv = 1.0f / cap;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float v = x[i];
+        if (fabsf(v) < INFINITY) x[i] = cap * tanhf(v * inv);
+    }
+}
+
 __global__ static void k_gelu(float *out, const float *x, size_t n, int tanh_approx) {
     const float k0 = 0.7978845608028654f, k1 = 0.044715f; // sqrt(2/pi)
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -348,6 +366,16 @@ cudaError_t mp_cuk_add(float *x, const float *y, size_t n, cudaStream_t s) {
 
 cudaError_t mp_cuk_swiglu(float *out, const float *gate, const float *up, size_t n, cudaStream_t s) {
     MP_LAUNCH(k_swiglu, grid_for(n, 256), 256, s)(out, gate, up, n);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_geglu(float *out, const float *gate, const float *up, size_t n, cudaStream_t s) {
+    MP_LAUNCH(k_geglu, grid_for(n, 256), 256, s)(out, gate, up, n);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_softcap(float *x, size_t n, float cap, cudaStream_t s) {
+    MP_LAUNCH(k_softcap, grid_for(n, 256), 256, s)(x, n, cap);
     return cudaGetLastError();
 }
 

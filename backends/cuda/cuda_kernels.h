@@ -51,6 +51,9 @@ cudaError_t mp_cuk_add(float *x, const float *y, size_t n, cudaStream_t s);
 /* out = silu(gate) * up; GELU (erf) and GELU (tanh) of x; out may alias the input */
 cudaError_t mp_cuk_swiglu(float *out, const float *gate, const float *up, size_t n, cudaStream_t s);
 cudaError_t mp_cuk_gelu(float *out, const float *x, size_t n, int tanh_approx, cudaStream_t s);
+/* Gemma: out = gelu_tanh(gate) * up; x = cap tanh(x / cap) on x's finite entries (Gemma 2's soft caps) */
+cudaError_t mp_cuk_geglu(float *out, const float *gate, const float *up, size_t n, cudaStream_t s);
+cudaError_t mp_cuk_softcap(float *x, size_t n, float cap, cudaStream_t s);
 /* x [B*T, nh, Dh] in place: pairs (2i, 2i+1) rotated by cos/sin [T, Dh/2] of
  * row t, then (q_scale non-NULL) every value times q_scale[t] where it is not 1 */
 cudaError_t mp_cuk_rope(float *x, const float *cos_t, const float *sin_t, const float *q_scale, int B, int T, int nh,

@@ -831,6 +831,8 @@ static mp_status cu_embed(const mp_exec *e, float *x, const int *tokens) {
     const int N = e->f.B * e->f.T;
     CU(cudaMemcpyAsync, (d->tok, tokens, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, d->stream));
     CU(mp_cuk_embed, (x, d->tok, d->p.embed, N, e->f.c->d_model, d->stream));
+    if (e->f.c->embed_scale) /* Gemma: sqrt(d_model) in float32, as the CPU's */
+        CU(mp_cuk_scale, (x, (size_t)N * e->f.c->d_model, sqrtf((float)e->f.c->d_model), d->stream));
 cleanup:
     return st;
 }
@@ -970,15 +972,22 @@ static mp_status cu_attention(const mp_exec *e, int l, const mp_layer_acts *a, c
     const mp_fwd_ctx *f = &e->f;
     const mp_config *c = f->c;
     const int B = f->B, T = f->T, H = c->n_head, K = c->n_kv_head, Dh = c->d_head, pos0 = f->pos0, S = pos0 + T;
-    const float scale = 1.0f / sqrtf((float)Dh);
+    const float scale = mp_attn_scale(c);
     const int tr = u->A != NULL, W = mp_config_window(c, l); /* the layer's sliding window, 0: none */
     const int show = mp_hooks_active(f->hs, MP_HOOK_ATTN_SCORES, l) || mp_hooks_active(f->hs, MP_HOOK_PATTERN, l);
+    /* Gemma 2's soft cap or query scale: the materialised path (the fused kernels know neither) */
+    const int gemma2 = c->attn_softcap > 0.0f || c->query_pre_attn_scalar > 0.0f;
+    if (tr && gemma2)
+        return mp_error(MP_ERR_ARG, "train step: the cuda device does not train Gemma 2's attention (soft cap, query "
+                        "scale) yet; train on the CPU (m:to(\"cpu\"))");
     if (tr && !a->att && show)
         return mp_error(MP_ERR_ARG, "train step: layer %d's scores or pattern hook needs a store with the pattern", l);
-    if ((tr && a->att) || show) {
+    if ((tr && a->att) || show || gemma2) {
         for (int q0 = 0; q0 < T; q0 += qb) {
             const int rows = T - q0 < qb ? T - q0 : qb;
             TRY(pattern_scores(d, a->att, a->q, kc, B, T, H, K, Dh, pos0, bstride, scale, q0, rows, W));
+            if (c->attn_softcap > 0.0f) /* before the mask: its -inf stay */
+                CU(mp_cuk_softcap, (a->att, (size_t)B * H * rows * S, c->attn_softcap, d->stream));
             TRY(mp_exec_fire_block(e, MP_HOOK_ATTN_SCORES, l, q0, rows, a->att));
             CU(mp_cuk_attn_softmax, (a->att, NULL, B, H, S, T, pos0, q0, rows, W, d->stream));
             TRY(mp_exec_fire_block(e, MP_HOOK_PATTERN, l, q0, rows, a->att));
@@ -1000,7 +1009,8 @@ static mp_status cu_act(const mp_exec *e, float *post, const float *pre, const f
     mp_status st = MP_OK;
     const mp_config *c = e->f.c;
     const size_t n = (size_t)e->f.B * e->f.T * c->d_mlp;
-    if (c->mlp == MP_MLP_SWIGLU) CU(mp_cuk_swiglu, (post, pre, up, n, CUF(e)->d->stream));
+    if (c->mlp == MP_MLP_SWIGLU && c->gelu_tanh) CU(mp_cuk_geglu, (post, pre, up, n, CUF(e)->d->stream));
+    else if (c->mlp == MP_MLP_SWIGLU) CU(mp_cuk_swiglu, (post, pre, up, n, CUF(e)->d->stream));
     else CU(mp_cuk_gelu, (post, pre, n, c->gelu_tanh, CUF(e)->d->stream));
 cleanup:
     return st;
@@ -1026,8 +1036,10 @@ static mp_status cu_head(const mp_exec *e, const float *xn, mp_logits_mode mode,
     const cu_fwd *u = CUF(e);
     const cudaStream_t s = u->d->stream;
     const int B = e->f.B, T = e->f.T, D = e->f.c->d_model, V = e->f.c->vocab;
+    const float cap = e->f.c->final_softcap; /* Gemma 2: logits = cap tanh(logits / cap) */
     if (mode == MP_LOGITS_ALL) {
         TRY(cu_linear(e, MP_EXEC_UNEMBED, -1, u->dlog, xn, B * T));
+        if (cap > 0.0f) CU(mp_cuk_softcap, (u->dlog, (size_t)B * T * V, cap, s));
         CU(cudaMemcpyAsync, (logits, u->dlog, (size_t)B * T * V * sizeof(float), cudaMemcpyDeviceToHost, s));
         return MP_OK;
     }
@@ -1036,6 +1048,7 @@ static mp_status cu_head(const mp_exec *e, const float *xn, mp_logits_mode mode,
         CU(cudaMemcpyAsync, (last + (size_t)bb * D, xn + ((size_t)bb * T + T - 1) * D, (size_t)D * sizeof(float),
                              cudaMemcpyDeviceToDevice, s));
     TRY(cu_linear(e, MP_EXEC_UNEMBED, -1, u->dlog, last, B));
+    if (cap > 0.0f) CU(mp_cuk_softcap, (u->dlog, (size_t)B * V, cap, s));
     CU(cudaMemcpyAsync, (logits, u->dlog, (size_t)B * V * sizeof(float), cudaMemcpyDeviceToHost, s));
 cleanup:
     return st;
@@ -1083,6 +1096,7 @@ static mp_status forward_dev(const mp_model *m, const int *tokens, int B, int T,
     int show_any = 0; /* some layer's scores/pattern hook: that layer materialises its pattern blocks */
     for (int l = 0; l < c->n_layer && !tr; l++)
         show_any |= mp_hooks_active(f->hs, MP_HOOK_ATTN_SCORES, l) || mp_hooks_active(f->hs, MP_HOOK_PATTERN, l);
+    show_any |= !tr && (c->attn_softcap > 0.0f || c->query_pre_attn_scalar > 0.0f); /* cu_attention's Gemma 2 path */
     /* the workspace, in order */
     const size_t n_x = (size_t)N * D, n_q = (size_t)N * HD, n_k = (size_t)N * KD, n_h = (size_t)N * M;
     const size_t n_up = c->mlp == MP_MLP_SWIGLU ? n_h : 0, n_att = show_any ? (size_t)B * H * qb * S : 0;
@@ -1091,7 +1105,8 @@ static mp_status forward_dev(const mp_model *m, const int *tokens, int B, int T,
                        : fp->logits == MP_LOGITS_LAST ? (size_t)B * V + (size_t)B * D : 0;
     const size_t n_sc = 2 * (size_t)N; /* a norm's scale and mean (hook_scale) */
     const size_t n_par = c->parallel_attn ? n_x : 0; /* a parallel block's resid_mid, apart from resid_pre */
-    const size_t total = 4 * n_x + 2 * n_q + 2 * n_k + n_h + n_up + n_att + n_pos + n_log + n_sc + n_par;
+    const size_t n_raw = c->post_norms && !tr ? n_x : 0; /* Gemma 2: a branch's output before its post-norm */
+    const size_t total = 4 * n_x + 2 * n_q + 2 * n_k + n_h + n_up + n_att + n_pos + n_log + n_sc + n_par + n_raw;
     TRY(reserve(d, total, (size_t)N, n_pos));
     /* inference: every layer in the same buffers (the residual updated in place, one norm output, the
      * activation written over the gate); training: the store's */
@@ -1111,6 +1126,8 @@ static mp_status forward_dev(const mp_model *m, const int *tokens, int B, int T,
     b.scratch.up = cur; cur += n_up;
     b.scratch.att = cur; cur += n_att;    /* one block of pattern rows [B, H, qb, S] */
     if (n_par) b.scratch.resid_mid = cur, cur += n_par;
+    b.scratch.attn_raw = b.scratch.mlp_raw = n_raw ? cur : NULL;
+    cur += n_raw;
     float *cos_t = tr ? A->pos_tab : cur; /* training: the backward rotates back by the same tables */
     cur += n_pos;
     u.dlog = cur;                         /* logits [N, V], or [B, V] then the last rows [B, D] */
@@ -1537,6 +1554,9 @@ static mp_status cu_train_step(mp_model *m, mp_adamw *opt, void *wsv, const int 
     if (why)
         return mp_error(MP_ERR_ARG, "train step: hook point %s is not on the cuda device; train on the CPU "
                         "(m:to(\"cpu\")) to hook it", why);
+    if ((why = mp_cuda_train_gemma(c)))
+        return mp_error(MP_ERR_ARG, "train step: the cuda device does not train Gemma's %s yet; train on the CPU "
+                        "(m:to(\"cpu\"))", why);
     const int mb = B / accum, N = mb * T;
     const size_t n = mp_config_n_params(c);
     const cudaStream_t s = d->stream;

@@ -25,6 +25,14 @@ mp_status mp_cuda_available(void) {
 #endif
 }
 
+const char *mp_cuda_train_gemma(const mp_config *c) {
+    return c->embed_scale ? "scaled embedding (embed_scale)" : c->post_norms ? "post-norms (post_norms)"
+           : c->attn_softcap > 0.0f ? "attention soft cap (attn_softcap)"
+           : c->final_softcap > 0.0f ? "final soft cap (final_softcap)"
+           : c->query_pre_attn_scalar > 0.0f ? "query scale (query_pre_attn_scalar)"
+           : c->mlp == MP_MLP_SWIGLU && c->gelu_tanh ? "GeGLU (swiglu with gelu_tanh)" : NULL;
+}
+
 mp_status mp_cuda_check_model(const mp_config *c, mp_precision p) {
     if (c->attn != MP_ATTN_SOFTMAX)
         return mp_error(MP_ERR_ARG, "the CUDA backend runs softmax attention only; this model's attention variant "

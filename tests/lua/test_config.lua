@@ -26,6 +26,11 @@ local samples = {
     d_model = 16, n_layer = 1, n_head = 2, vocab = 40, ctx = 10, rope_freqs = {1, 2, 4, 8}, mlp = "gelu",
     gelu_tanh = true, sliding_window = 3, sliding_window_pattern = 2, qk_norm = "full",
   },
+  { -- Gemma 2: (1 + w) norms, scaled embedding, GeGLU, post-norms, soft caps, query scale
+    d_model = 16, n_layer = 1, n_head = 2, d_head = 12, vocab = 40, ctx = 10, mlp = "swiglu", gelu_tanh = true,
+    norm_offset = true, embed_scale = true, post_norms = true, attn_softcap = 5, final_softcap = 3,
+    query_pre_attn_scalar = 20,
+  },
 }
 local plain = {d_model = 8, n_layer = 1, n_head = 1, vocab = 11, ctx = 4}
 
@@ -147,7 +152,11 @@ t.case("fields that do not apply", function()
     {{yarn_beta_slow = 0.5}, "yarn_beta_slow (0.5) applies to RoPE scaling only (rope_scaling none)"},
     {{rope_factor = 3}, "rope_factor (3) applies to RoPE scaling only (rope_scaling none)"},
     {{mlp = "gelu_tanh", gelu_tanh = false}, 'mlp = "gelu_tanh" contradicts gelu_tanh = false'},
-    {{mlp = "swiglu", gelu_tanh = true}, "gelu_tanh applies to mlp gelu only (mlp swiglu)"},
+    {{mlp = "none", gelu_tanh = true}, "gelu_tanh applies to mlp gelu and swiglu (GeGLU) only (mlp none)"},
+    {{norm = "layer", post_norms = true}, "post_norms applies to norm rms only (norm layer)"},
+    {{attn_softcap = -1}, "attn_softcap (-1) and final_softcap (0) must be non-negative and finite"},
+    {{attn = "ssmax", attn_softcap = 5}, "attn_softcap applies to softmax attention only (attn ssmax)"},
+    {{query_pre_attn_scalar = -2}, "query_pre_attn_scalar (-2) must be non-negative and finite (0: d_head)"},
     {{pos = "rope", pos_temp = false}, "pos_temp = false applies to pos rope_id only (pos rope)"},
   }
   for _, r in ipairs(refused) do

@@ -1,0 +1,513 @@
+/* test_gemma.c — the Gemma (1) and Gemma 2 families (tests/gemma.cmake):
+ *  - golden: tiny random gemma and gemma2 models (head_dim 16 with d_model 32
+ *    and 4 heads; soft caps 5 and 3; query_pre_attn_scalar 24; random norm
+ *    and post-norm weights) from Hugging Face folders and GGUF files written
+ *    by an independent Python writer (tests/tools/make_arch_ref_gemma.py)
+ *    against its float64 PyTorch forward: every hook point it holds (every
+ *    block's resid_post among them) and the logits within TOL_REL of the
+ *    tensor's largest magnitude;
+ *  - each quirk switched off (the (1 + w) norm, the embedding scale, GeGLU,
+ *    the post-norms, both soft caps, the query scale) moves the logits away
+ *    from the golden ones (so each golden comparison can fail);
+ *  - KV-cached decoding equals the prefill;
+ *  - gradients: every parameter tensor against finite differences
+ *    (tu_fd_model: the training backward through the caps and the post-norms),
+ *    and the backward hooks' staged attention (input gradients only) at
+ *    hook_embed and blocks.1.hook_resid_pre against a directional finite
+ *    difference of a linear functional of the logits;
+ *  - fold_ln keeps the logits; center_unembed is refused under a final cap;
+ *  - round trips (HF folder, GGUF F32, HDF5 checkpoint) load back equal,
+ *    config and logits bit for bit; a Q8_0 GGUF (kept quantized) within TOL_Q8;
+ *  - refusals by name: llama2.c, an unsupported activation, a narrow sliding
+ *    window, attention biases, another model_type, mixed Gemma fields.
+ * The CUDA forward against this CPU forward: test_gemma_gpu.c. */
+#include "formats.h"
+#include "grad.h"
+#include "h5io.h"
+#include "model.h"
+#include "model_io.h"
+#include "mp_cuda.h"
+#include "quant.h"
+#include "testutil.h"
+#include "train.h"
+#include "weights_process.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* float32 forward vs the float64 reference: |diff| <= TOL_REL * max(1, max |ref|) per tensor */
+#define TOL_REL 1e-5
+/* a quirk switched off must move some logit by more than this */
+#define QUIRK_MIN 1e-2
+/* Q8_0 GGUF round trip, logits max |diff| (measured maxima printed; about 3x headroom) */
+#define TOL_Q8 1.0
+
+static mp_model *load(const char *path) {
+    mp_model *m = NULL;
+    mp_status st = mp_model_load(&m, path);
+    CHECK(st == MP_OK, "load %s: %s", path, mp_last_error());
+    return st ? NULL : m;
+}
+
+static float *forward(const mp_model *m, const int *toks, int T, const mp_hooks *hs) {
+    float *logits = malloc((size_t)T * m->cfg.vocab * sizeof(float));
+    mp_forward_params fp = mp_forward_params_default();
+    fp.hooks = hs;
+    CHECK(mp_model_forward(m, toks, 1, T, &fp, logits) == MP_OK, "forward: %s", mp_last_error());
+    return logits;
+}
+
+typedef struct {
+    int32_t *toks;
+    int T;
+    float *logits; /* [T, V] */
+} golden_ref;
+
+static int read_ref(const char *golden_path, golden_ref *g) {
+    hid_t f;
+    mp_h5_dsinfo info;
+    memset(g, 0, sizeof *g);
+    if (mp_h5_open(&f, golden_path, MP_H5_READ) || mp_h5_read_i32(f, "/tokens", &g->toks, &info)) {
+        CHECK(0, "%s", mp_last_error());
+        return 0;
+    }
+    g->T = (int)info.shape[1];
+    CHECK(mp_h5_read_f32(f, "/logits", &g->logits, &info) == MP_OK, "%s", mp_last_error());
+    mp_h5_close(&f);
+    return g->logits != NULL;
+}
+
+static double max_abs(const float *x, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(x[i]) && fabs(x[i]) > m) m = fabs(x[i]);
+    return m;
+}
+
+/* ---- golden ---- */
+
+static void golden(const char *model_path, const char *golden_path, const char *label, const char *want_format) {
+    mp_model *m = load(model_path);
+    if (!m) return;
+    CHECK(strcmp(m->format, want_format) == 0, "%s: format %s, expected %s", label, m->format, want_format);
+    hid_t f;
+    int32_t *toks = NULL;
+    mp_h5_dsinfo info;
+    if (mp_h5_open(&f, golden_path, MP_H5_READ) || mp_h5_read_i32(f, "/tokens", &toks, &info)) {
+        CHECK(0, "%s", mp_last_error());
+        mp_model_free(m);
+        return;
+    }
+    const int T = (int)info.shape[1];
+    tu_capture cap = {0};
+    mp_hooks *hs = mp_hooks_new(&m->cfg);
+    CHECK(mp_hooks_add(hs, "*", tu_capture_cb, &cap) == MP_OK, "%s", mp_last_error());
+    float *logits = forward(m, (int *)toks, T, hs);
+    mp_hooks_free(hs);
+    mp_h5_entry *e;
+    int n, compared = 0, resid_post = 0;
+    CHECK(mp_h5_list(f, "/acts", &e, &n) == MP_OK, "%s", mp_last_error());
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        char path[256];
+        float *ref;
+        size_t got_n;
+        snprintf(path, sizeof path, "/acts/%s", e[i].name);
+        CHECK(mp_h5_read_f32(f, path, &ref, &info) == MP_OK, "%s", mp_last_error());
+        const float *got = tu_capture_get(&cap, e[i].name, &got_n);
+        CHECK(got && got_n == info.numel, "%s: hook %s missing or of the wrong size", label, e[i].name);
+        if (got && got_n == info.numel) {
+            const double rel = tu_max_abs_diff(got, ref, info.numel) / fmax(1.0, max_abs(ref, info.numel));
+            CHECK(rel <= TOL_REL, "%s: %s relative max |diff| = %.3g", label, e[i].name, rel);
+            if (rel > worst) worst = rel;
+            compared++;
+            resid_post += strstr(e[i].name, "hook_resid_post") != NULL;
+        }
+        free(ref);
+    }
+    mp_h5_list_free(e, n);
+    CHECK(resid_post == m->cfg.n_layer, "%s: %d blocks' resid_post compared", label, resid_post);
+    float *ref;
+    CHECK(mp_h5_read_f32(f, "/logits", &ref, &info) == MP_OK, "%s", mp_last_error());
+    const double rel = tu_max_abs_diff(logits, ref, info.numel) / fmax(1.0, max_abs(ref, info.numel));
+    CHECK(rel <= TOL_REL, "%s: logits relative max |diff| = %.3g", label, rel);
+    if (rel > worst) worst = rel;
+    printf("%s: %d hook points + logits, worst relative |diff| %.2e (tol %.0e); %d points fired\n", label, compared,
+           worst, TOL_REL, cap.n);
+    free(ref);
+    free(logits);
+    free(toks);
+    tu_capture_free(&cap);
+    mp_h5_close(&f);
+    mp_model_free(m);
+}
+
+/* ---- each quirk switched off changes the logits ---- */
+
+static void add_to_norms(mp_model *m, float v) {
+    const mp_config *c = &m->cfg;
+    const size_t LD = (size_t)c->n_layer * c->d_model;
+    float *ws[] = {m->p.ln1_w, m->p.ln2_w, m->p.ln1p_w, m->p.ln2p_w};
+    for (int k = 0; k < 4; k++)
+        if (ws[k])
+            for (size_t i = 0; i < LD; i++) ws[k][i] += v;
+    for (int i = 0; i < c->d_model; i++) m->p.lnf_w[i] += v;
+}
+
+static void quirks_off(const char *model_path, const char *golden_path, const char *label) {
+    golden_ref g;
+    if (!read_ref(golden_path, &g)) return;
+    const char *names[] = {"norm_offset", "embed_scale", "geglu", "post_norms", "attn_softcap", "final_softcap",
+                           "query_pre_attn_scalar"};
+    int tried = 0;
+    for (int q = 0; q < 7; q++) {
+        mp_model *m = load(model_path);
+        if (!m) break;
+        mp_config *c = &m->cfg;
+        int applies = 1;
+        switch (q) {
+        case 0: add_to_norms(m, -1.0f); break; /* x * w instead of x * (1 + w) */
+        case 1: c->embed_scale = 0; break;
+        case 2: c->gelu_tanh = 0; break; /* SwiGLU */
+        case 3: applies = c->post_norms; c->post_norms = 0; break;
+        case 4: applies = c->attn_softcap > 0.0f; c->attn_softcap = 0.0f; break;
+        case 5: applies = c->final_softcap > 0.0f; c->final_softcap = 0.0f; break;
+        default: applies = c->query_pre_attn_scalar > 0.0f; c->query_pre_attn_scalar = 0.0f; break;
+        }
+        if (applies) {
+            float *logits = forward(m, g.toks, g.T, NULL);
+            const double d = tu_max_abs_diff(logits, g.logits, (size_t)g.T * c->vocab);
+            CHECK(d > QUIRK_MIN, "%s: %s off changes the logits by only %.3g", label, names[q], d);
+            printf("%s: %s off: logits max |diff| %.3g\n", label, names[q], d);
+            free(logits);
+            tried++;
+        }
+        mp_model_free(m);
+    }
+    CHECK(tried >= 3, "%s: %d quirks tried", label, tried);
+    free(g.toks);
+    free(g.logits);
+}
+
+/* ---- decoding with the KV cache equals the prefill ---- */
+
+static void decode_equals_prefill(const char *model_path, const char *label) {
+    mp_model *m = load(model_path);
+    if (!m) return;
+    const int T = 12, P = 5, V = m->cfg.vocab;
+    int toks[12] = {3, 17, 42, 5, 5, 63, 0, 28, 11, 50, 7, 33};
+    float *full = forward(m, toks, T, NULL);
+    mp_kvcache kc;
+    CHECK(mp_kvcache_init(&kc, &m->cfg, 1, T) == MP_OK, "%s", mp_last_error());
+    float *step = malloc((size_t)P * V * sizeof(float));
+    mp_forward_params fp = mp_forward_params_default();
+    fp.cache = &kc;
+    CHECK(mp_model_forward(m, toks, 1, P, &fp, step) == MP_OK, "%s", mp_last_error());
+    double worst = tu_max_abs_diff(step, full, (size_t)P * V) / fmax(1.0, max_abs(full, (size_t)T * V));
+    fp.logits = MP_LOGITS_LAST;
+    for (int t = P; t < T; t++) {
+        CHECK(mp_model_forward(m, toks + t, 1, 1, &fp, step) == MP_OK, "%s", mp_last_error());
+        const double d = tu_max_abs_diff(step, full + (size_t)t * V, V) / fmax(1.0, max_abs(full, (size_t)T * V));
+        if (d > worst) worst = d;
+    }
+    CHECK(worst <= 1e-5, "%s: decode vs prefill relative |diff| %.3g", label, worst);
+    printf("%s: decode (prefill %d + %d steps) vs prefill: relative |diff| %.2e\n", label, P, T - P, worst);
+    free(step);
+    free(full);
+    mp_kvcache_free(&kc);
+    mp_model_free(m);
+}
+
+/* ---- gradients ---- */
+
+static void grad_fd(const char *model_path, const char *label) {
+    mp_model *m = load(model_path);
+    if (!m) return;
+    const int B = 1, T = 10;
+    int tok[10] = {3, 17, 42, 5, 5, 63, 0, 28, 11, 50}, tgt[10] = {17, 42, 5, 5, 63, 0, 28, 11, 50, 7};
+    tu_fd_result r = tu_fd_model(label, m, tok, tgt, B, T, 1e-2f, 6, 0, 4242);
+    printf("%s: %d parameter entries vs finite differences, worst |err|/tol %.2f (loss %.4f)\n", label, r.checked,
+           r.worst, (double)r.loss);
+    CHECK(r.checked > 50, "%s: only %d entries checked", label, r.checked);
+    mp_model_free(m);
+}
+
+/* A forward hook adding eps * dir at one point; a backward hook keeping the gradient there. */
+typedef struct {
+    const float *dir;
+    float eps;
+    float *grad;
+    size_t n;
+} nudge;
+
+static int nudge_cb(void *user, const mp_hook_info *info, float *data) {
+    nudge *u = user;
+    for (size_t i = 0; i < info->numel; i++) data[i] += u->eps * u->dir[i];
+    return 0;
+}
+
+static int keep_cb(void *user, const mp_hook_info *info, float *data) {
+    nudge *u = user;
+    free(u->grad);
+    u->grad = malloc(info->numel * sizeof(float));
+    memcpy(u->grad, data, info->numel * sizeof(float));
+    u->n = info->numel;
+    return 0;
+}
+
+/* metric = sum over logits of R * logits (float64) */
+static double metric(const float *logits, const float *R, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)R[i] * logits[i];
+    return s;
+}
+
+static void staged_grad(const char *model_path, const char *label) {
+    mp_model *m = load(model_path);
+    if (!m) return;
+    const int T = 10, V = m->cfg.vocab, D = m->cfg.d_model;
+    int toks[10] = {3, 17, 42, 5, 5, 63, 0, 28, 11, 50};
+    const size_t nl = (size_t)T * V, nx = (size_t)T * D;
+    float *R = malloc(nl * sizeof(float)), *dir = malloc(nx * sizeof(float));
+    unsigned s = 12345;
+    for (size_t i = 0; i < nl; i++) s = s * 1103515245u + 12345u, R[i] = (float)((s >> 8) % 2001) / 1000.0f - 1.0f;
+    for (size_t i = 0; i < nx; i++) s = s * 1103515245u + 12345u, dir[i] = (float)((s >> 8) % 2001) / 1000.0f - 1.0f;
+    /* the residual at three depths; a post-norm's output (the tensor hook_attn_out shows) and scale (the
+     * norm's hooked two-step path, both ways) */
+    const char *points[] = {"hook_embed", "blocks.1.hook_resid_pre", "blocks.0.hook_resid_mid",
+                            "blocks.0.ln1_post.hook_normalized", "blocks.1.ln2_post.hook_scale"};
+    for (int k = 0; k < 5; k++) {
+        /* analytic: the backward hooks' walk (no weight gradients: the staged attention) */
+        mp_acts A;
+        CHECK(mp_acts_init(&A, &m->cfg, 1, T) == MP_OK, "%s", mp_last_error());
+        mp_forward_params fp = mp_forward_params_default();
+        fp.acts = &A;
+        CHECK(mp_model_forward(m, toks, 1, T, &fp, NULL) == MP_OK, "%s", mp_last_error());
+        nudge u = {dir, 0.0f, NULL, 0};
+        mp_hooks *bwd = mp_hooks_new(&m->cfg);
+        CHECK(mp_hooks_add(bwd, points[k], keep_cb, &u) == MP_OK, "%s", mp_last_error());
+        CHECK(mp_model_backward_acts(m, &A, R, bwd) == MP_OK, "%s", mp_last_error());
+        mp_hooks_free(bwd);
+        mp_acts_free(&A);
+        CHECK(u.grad && u.n <= nx, "%s: no gradient at %s", label, points[k]);
+        if (!u.grad || u.n > nx) continue;
+        double an = 0;
+        for (size_t i = 0; i < u.n; i++) an += (double)u.grad[i] * dir[i];
+        /* finite difference of the metric along dir at the point (central, eps 1e-3) */
+        double f[2];
+        for (int sgn = 0; sgn < 2; sgn++) {
+            u.eps = sgn ? -1e-3f : 1e-3f;
+            mp_hooks *hs = mp_hooks_new(&m->cfg);
+            CHECK(mp_hooks_add(hs, points[k], nudge_cb, &u) == MP_OK, "%s", mp_last_error());
+            float *logits = forward(m, toks, T, hs);
+            f[sgn] = metric(logits, R, nl);
+            free(logits);
+            mp_hooks_free(hs);
+        }
+        const double fd = (f[0] - f[1]) / 2e-3;
+        CHECK(fabs(an - fd) <= 2e-2 + 2e-2 * fabs(fd), "%s: d metric at %s: backward %.6g, finite difference %.6g",
+              label, points[k], an, fd);
+        printf("%s: staged backward at %s: %.6g vs finite difference %.6g\n", label, points[k], an, fd);
+        free(u.grad);
+    }
+    free(R);
+    free(dir);
+    mp_model_free(m);
+}
+
+/* ---- weight processing ---- */
+
+static void fold_ln(const char *model_path, const char *label) {
+    mp_model *m = load(model_path);
+    if (!m) return;
+    int toks[8] = {3, 17, 42, 5, 5, 63, 0, 28};
+    float *before = forward(m, toks, 8, NULL);
+    CHECK(mp_weights_process(m, MP_WP_FOLD_LN) == MP_OK, "%s: fold_ln: %s", label, mp_last_error());
+    float *after = forward(m, toks, 8, NULL);
+    const double d = tu_max_abs_diff(before, after, (size_t)8 * m->cfg.vocab);
+    CHECK(d <= 1e-4, "%s: fold_ln changes the logits by %.3g", label, d);
+    printf("%s: fold_ln: logits max |diff| %.2e\n", label, d);
+    if (m->cfg.final_softcap > 0.0f) {
+        CHECK(mp_weights_process(m, MP_WP_CENTER_UNEMBED) == MP_ERR_ARG && strstr(mp_last_error(), "final_softcap"),
+              "%s: center_unembed under a final cap: %s", label, mp_last_error());
+    }
+    free(before);
+    free(after);
+    mp_model_free(m);
+}
+
+/* ---- round trips ---- */
+
+static const char *tmp_path(const char *name) {
+    static char buf[8][512];
+    static int k;
+    char *p = buf[k++ & 7];
+    snprintf(p, 512, "/tmp/mp_test_gemma_%d_%s", (int)getpid(), name);
+    return p;
+}
+
+static void rm_tree(const char *dir) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir); unlink(p);
+    snprintf(p, sizeof p, "%s/config.json", dir); unlink(p);
+    rmdir(dir);
+}
+
+static int config_equal(const mp_config *a, const mp_config *b, const char *label) {
+    int same = 1;
+    for (int i = 0; i < mp_config_n_fields; i++)
+        if (mp_config_get(a, i) != mp_config_get(b, i)) {
+            CHECK(0, "%s: config field %s %g != %g", label, mp_config_fields[i].attr, mp_config_get(a, i),
+                  mp_config_get(b, i));
+            same = 0;
+        }
+    return same;
+}
+
+static void round_trip(const char *model_path, const char *label) {
+    mp_model *m = load(model_path);
+    if (!m) return;
+    int toks[8] = {3, 17, 42, 5, 5, 63, 0, 28};
+    float *ref = forward(m, toks, 8, NULL);
+    const char *outs[3] = {tmp_path("hf"), tmp_path("f32.gguf"), tmp_path("ck.h5")};
+    const char *kinds[3] = {"HF folder", "GGUF F32", "checkpoint"};
+    for (int k = 0; k < 3; k++) {
+        mp_status st = k == 0 ? mp_model_save_hf(m, outs[0])
+                       : k == 1 ? mp_model_save_gguf(m, NULL, outs[1], MP_GGML_F32) : mp_model_save(m, outs[2]);
+        CHECK(st == MP_OK, "%s: save %s: %s", label, kinds[k], mp_last_error());
+        mp_model *b = st ? NULL : load(outs[k]);
+        if (b) {
+            config_equal(&m->cfg, &b->cfg, label);
+            float *got = forward(b, toks, 8, NULL);
+            const double d = tu_max_abs_diff(ref, got, (size_t)8 * m->cfg.vocab);
+            CHECK(d == 0.0, "%s: %s round trip: logits max |diff| %.3g", label, kinds[k], d);
+            printf("%s: %s round trip: config equal, logits max |diff| %.2g\n", label, kinds[k], d);
+            free(got);
+            mp_model_free(b);
+        }
+    }
+    /* Q8_0 (kept quantized on load: the embedding rows decoded, then scaled) */
+    const char *q8 = tmp_path("q8.gguf");
+    CHECK(mp_model_save_gguf(m, NULL, q8, MP_GGML_Q8_0) == MP_OK, "%s: save Q8_0: %s", label, mp_last_error());
+    mp_model *b = load(q8);
+    if (b) {
+        CHECK(mp_model_is_quantized(b), "%s: Q8_0 GGUF loads quantized", label);
+        config_equal(&m->cfg, &b->cfg, label);
+        float *got = forward(b, toks, 8, NULL);
+        const double d = tu_max_abs_diff(ref, got, (size_t)8 * m->cfg.vocab);
+        CHECK(d <= TOL_Q8, "%s: Q8_0 round trip: logits max |diff| %.3g", label, d);
+        printf("%s: Q8_0 GGUF round trip: logits max |diff| %.3g (tol %.2g)\n", label, d, TOL_Q8);
+        free(got);
+        mp_model_free(b);
+    }
+    unlink(q8);
+    rm_tree(outs[0]);
+    unlink(outs[1]);
+    unlink(outs[2]);
+    free(ref);
+    mp_model_free(m);
+}
+
+/* ---- refusals ---- */
+
+static void expect_load_error(const char *dir, const char *label, const char *want1, const char *want2) {
+    mp_model *m = NULL;
+    mp_status st = mp_model_load(&m, dir);
+    CHECK(st != MP_OK && strstr(mp_last_error(), want1) && strstr(mp_last_error(), want2),
+          "%s: expected an error naming %s and %s, got %s", label, want1, want2, st ? mp_last_error() : "success");
+    mp_model_free(m);
+}
+
+/* A folder with gemma2's weights and config.json with `from` replaced by `to`. */
+static const char *variant_folder(const char *name, const char *from, const char *to) {
+    const char *dir = tmp_path(name);
+    char p[600], *text = NULL;
+    mkdir(dir, 0777);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    CHECK(symlink(tu_data("arch_gemma2/model.safetensors"), p) == 0 || access(p, F_OK) == 0, "symlink %s", p);
+    FILE *f = fopen(tu_data("arch_gemma2/config.json"), "rb");
+    CHECK(f != NULL, "config.json");
+    if (!f) return dir;
+    text = calloc(1, 1 << 16);
+    size_t n = fread(text, 1, (1 << 16) - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    char *at = strstr(text, from);
+    CHECK(at != NULL, "%s not in config.json", from);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    f = fopen(p, "wb");
+    if (at && f) {
+        fwrite(text, 1, (size_t)(at - text), f);
+        fputs(to, f);
+        fputs(at + strlen(from), f);
+    }
+    if (f) fclose(f);
+    free(text);
+    return dir;
+}
+
+static void refusals(void) {
+    mp_model *m = load(tu_data("arch_gemma2"));
+    if (!m) return;
+    /* llama2.c has no Gemma form */
+    const char *l2c = tmp_path("x.bin");
+    CHECK(mp_model_save_llama2c(m, l2c, 1) == MP_ERR_ARG && strstr(mp_last_error(), "Gemma"),
+          "llama2.c save: %s", mp_last_error());
+    CHECK(access(l2c, F_OK) != 0, "llama2.c refusal left %s", l2c);
+    /* the CUDA backend runs the forward (test_gemma_gpu_emu); its training step names what it lacks */
+    CHECK(mp_cuda_check_model(&m->cfg, MP_PRECISION_FP32) == MP_OK, "cuda check: %s", mp_last_error());
+    CHECK(mp_cuda_train_gemma(&m->cfg) != NULL, "cuda training: a Gemma quirk named");
+    /* a config mixing one Gemma field into a Llama has no HF / GGUF form */
+    m->cfg.post_norms = 0;
+    m->cfg.embed_scale = 0;
+    const char *hf = tmp_path("mixed"), *gg = tmp_path("mixed.gguf");
+    CHECK(mp_model_save_hf(m, hf) == MP_ERR_ARG && strstr(mp_last_error(), "Gemma fields"), "HF mixed: %s",
+          mp_last_error());
+    CHECK(mp_model_save_gguf(m, NULL, gg, MP_GGML_F32) == MP_ERR_ARG && strstr(mp_last_error(), "Gemma fields"),
+          "GGUF mixed: %s", mp_last_error());
+    CHECK(access(gg, F_OK) != 0, "GGUF refusal left %s", gg);
+    mp_model_free(m);
+    /* config.json asking for what is not implemented */
+    const char *d1 = variant_folder("act", "\"hidden_activation\": \"gelu_pytorch_tanh\"", "\"hidden_activation\": \"gelu\"");
+    expect_load_error(d1, "hidden_activation gelu", "config.json", "hidden_activation \"gelu\"");
+    rm_tree(d1);
+    const char *d2 = variant_folder("sw", "\"sliding_window\": 32", "\"sliding_window\": 16");
+    { /* Gemma 2's window on every other layer (test_swa checks the masking) */
+        mp_model *w = NULL;
+        CHECK(mp_model_load(&w, d2) == MP_OK && w->cfg.sliding_window == 16 && w->cfg.sliding_window_pattern == 2,
+              "gemma2 sliding_window 16: %s", w ? "wrong window or pattern" : mp_last_error());
+        mp_model_free(w);
+    }
+    rm_tree(d2);
+    const char *d3 = variant_folder("g3", "\"model_type\": \"gemma2\"", "\"model_type\": \"gemma3\"");
+    expect_load_error(d3, "gemma3", "config.json", "gemma3");
+    rm_tree(d3);
+    const char *d4 = variant_folder("ab", "\"attention_bias\": false", "\"attention_bias\": true");
+    expect_load_error(d4, "attention_bias", "config.json", "attention_bias");
+    rm_tree(d4);
+}
+
+int main(void) {
+    golden(tu_data("arch_gemma"), tu_data("arch_gemma.h5"), "gemma HF", "hf-gemma");
+    golden(tu_data("arch_gemma.gguf"), tu_data("arch_gemma.h5"), "gemma GGUF", "gguf-gemma");
+    golden(tu_data("arch_gemma2"), tu_data("arch_gemma2.h5"), "gemma2 HF", "hf-gemma2");
+    golden(tu_data("arch_gemma2.gguf"), tu_data("arch_gemma2.h5"), "gemma2 GGUF", "gguf-gemma2");
+    quirks_off(tu_data("arch_gemma"), tu_data("arch_gemma.h5"), "gemma");
+    quirks_off(tu_data("arch_gemma2"), tu_data("arch_gemma2.h5"), "gemma2");
+    decode_equals_prefill(tu_data("arch_gemma"), "gemma");
+    decode_equals_prefill(tu_data("arch_gemma2.gguf"), "gemma2");
+    grad_fd(tu_data("arch_gemma"), "gemma fd");
+    grad_fd(tu_data("arch_gemma2"), "gemma2 fd");
+    staged_grad(tu_data("arch_gemma2"), "gemma2");
+    fold_ln(tu_data("arch_gemma"), "gemma");
+    fold_ln(tu_data("arch_gemma2"), "gemma2");
+    round_trip(tu_data("arch_gemma"), "gemma");
+    round_trip(tu_data("arch_gemma2"), "gemma2");
+    round_trip(tu_data("arch_gemma2.gguf"), "gemma2 (from GGUF)");
+    refusals();
+    return tu_finish("test_gemma");
+}

@@ -265,14 +265,14 @@ mp_status mp_model_save_llama2c(const mp_model *m, const char *path, int version
     if (version != 0 && version != 1)
         return mp_error(MP_ERR_ARG, "%s: llama2.c version %d cannot be written (0 or 1)", path, version);
     if ((st = mp_config_validate(c, path)) != MP_OK) return st;
-    if (c->sliding_window > 0)
-        return mp_error(MP_ERR_ARG, "%s: this model has sliding-window attention (sliding_window %d), which llama2.c "
-                        "cannot hold; save as .h5, GGUF or a Hugging Face folder", path, c->sliding_window);
     if (c->norm_offset || c->embed_scale || c->post_norms || c->attn_softcap != 0.0f || c->final_softcap != 0.0f ||
         c->query_pre_attn_scalar != 0.0f || (c->gelu_tanh && c->mlp == MP_MLP_SWIGLU))
         return mp_error(MP_ERR_ARG, "%s: llama2.c has no form for Gemma's %s; save as .gguf, a Hugging Face folder "
                         "or .h5", path, c->post_norms ? "post-norms (Gemma 2)" : c->gelu_tanh ? "GeGLU" :
                         c->embed_scale ? "scaled embedding" : c->norm_offset ? "(1 + w) norms" : "soft caps / query scale");
+    if (c->sliding_window > 0)
+        return mp_error(MP_ERR_ARG, "%s: this model has sliding-window attention (sliding_window %d), which llama2.c "
+                        "cannot hold; save as .h5, GGUF or a Hugging Face folder", path, c->sliding_window);
     if (c->norm != MP_NORM_RMS || c->mlp != MP_MLP_SWIGLU || c->pos != MP_POS_ROPE ||
         (long long)c->n_head * c->d_head != c->d_model || c->rope_theta != 10000.0f ||
         c->norm_eps != 1e-5f || c->attn != MP_ATTN_SOFTMAX || c->qkv_bias || c->linear_bias ||

@@ -59,14 +59,18 @@ def gguf_str(s):
     return struct.pack('<Q', len(b)) + b
 
 def write_gguf(path, kv, tensors):
-    """kv: list of (key, type, value); types 'u32', 'f32', 'str'. tensors:
-    list of (name, float32 array in PyTorch order) -> ggml dims reversed."""
+    """kv: list of (key, type, value); types 'u32', 'f32', 'str', 'bool',
+    'bools' (an array of GGUF bools). tensors: list of (name, float32 array in
+    PyTorch order) -> ggml dims reversed. The other make_arch_ref_*.py scripts
+    import these writers."""
     out = bytearray(b'GGUF' + struct.pack('<IQQ', 3, len(tensors), len(kv)))
     for k, t, v in kv:
         out += gguf_str(k)
         if t == 'u32': out += struct.pack('<II', 4, v)
         elif t == 'f32': out += struct.pack('<If', 6, v)
         elif t == 'str': out += struct.pack('<I', 8) + gguf_str(v)
+        elif t == 'bool': out += struct.pack('<IB', 7, 1 if v else 0)
+        elif t == 'bools': out += struct.pack('<IIQ', 9, 7, len(v)) + bytes(1 if b else 0 for b in v)
         else: raise ValueError(t)
     off, datas = 0, []
     for name, arr in tensors:

@@ -36,58 +36,15 @@ import numpy as np
 import torch
 import h5py
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_arch_ref import write_safetensors, gguf_str, write_gguf  # noqa: E402  (the independent writers)
+
 torch.set_default_dtype(torch.float64)   # reference in double, stored as float32
 
 D, L, H, K, Dh, M, V, CTX, THETA, EPS, W = 32, 2, 4, 2, 8, 48, 64, 32, 1e4, 1e-5, 5
 TOKS = [5, 41, 17, 63, 2, 2, 30, 11, 58, 7, 0, 44, 23, 36, 9, 51]
 
 # ---------------- independent writers ----------------
-
-def write_safetensors(path, tensors):
-    header, off, blobs = {}, 0, []
-    for name, arr in tensors.items():
-        a = np.ascontiguousarray(arr, dtype='<f4')
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
-        off += a.nbytes
-        blobs.append(a.tobytes())
-    header["__metadata__"] = {"format": "pt"}
-    h = json.dumps(header).encode()
-    h += b' ' * ((8 - len(h) % 8) % 8)
-    with open(path, 'wb') as f:
-        f.write(struct.pack('<Q', len(h)))
-        f.write(h)
-        for b in blobs: f.write(b)
-
-def gguf_str(s):
-    b = s.encode()
-    return struct.pack('<Q', len(b)) + b
-
-def write_gguf(path, kv, tensors):
-    """kv: list of (key, type, value); types 'u32', 'f32', 'str', 'bools'
-    (an array of GGUF bools). tensors: list of (name, float32 array in PyTorch
-    order) -> ggml dims reversed."""
-    out = bytearray(b'GGUF' + struct.pack('<IQQ', 3, len(tensors), len(kv)))
-    for k, t, v in kv:
-        out += gguf_str(k)
-        if t == 'u32': out += struct.pack('<II', 4, v)
-        elif t == 'f32': out += struct.pack('<If', 6, v)
-        elif t == 'str': out += struct.pack('<I', 8) + gguf_str(v)
-        elif t == 'bools': out += struct.pack('<IIQ', 9, 7, len(v)) + bytes(1 if b else 0 for b in v)
-        else: raise ValueError(t)
-    off, datas = 0, []
-    for name, arr in tensors:
-        a = np.ascontiguousarray(arr, dtype='<f4')
-        dims = list(reversed(a.shape))
-        out += gguf_str(name) + struct.pack('<I', len(dims))
-        for d in dims: out += struct.pack('<Q', d)
-        out += struct.pack('<IQ', 0, off)
-        b = a.tobytes()
-        b += b'\0' * ((32 - len(b) % 32) % 32)
-        datas.append(b)
-        off += len(b)
-    out += b'\0' * ((32 - len(out) % 32) % 32)
-    for b in datas: out += b
-    with open(path, 'wb') as f: f.write(out)
 
 def write_golden(path, tokens, logits, acts, windows):
     with h5py.File(path, 'w') as f:

@@ -2,28 +2,14 @@
 against the Lua binding (hooks_ref.lua) on the same models, bit for bit; the
 names forms; the arrays' lifetime; errors."""
 import gc
-import os
 import weakref
 
 import numpy as np
 import pytest
 
 import mechprobe
-from hooks_support import AIDREAMS, AIDREAMS_TOK, RANDOM_TOKENS, LuaRef, aidreams_tokens, random_checkpoint, same
+from hooks_support import same
 
-@pytest.fixture(scope="module", params=["aidreams", "random"])
-def setup(request, tmp_path_factory):
-    d = str(tmp_path_factory.mktemp(request.param))
-    if request.param == "aidreams":
-        if not os.path.exists(AIDREAMS):
-            pytest.skip(f"{AIDREAMS} absent")
-        m = mechprobe.load(AIDREAMS, tokenizer=AIDREAMS_TOK)
-        path, toks = AIDREAMS, aidreams_tokens(m)
-    else:
-        path = random_checkpoint(d)
-        m = mechprobe.load(path)
-        toks = np.array(RANDOM_TOKENS, dtype=np.int32)
-    return m, toks, LuaRef(d, path, toks)
 
 
 def test_cache_matches_lua(setup):

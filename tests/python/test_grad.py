@@ -2,28 +2,14 @@
 {"logit_diff": ...} / a function, incl_bwd's <hook>_grad entries, bwd_hooks and
 attribution patching against the Lua binding (hooks_ref.lua) bit for bit; the
 metrics' closed forms; errors."""
-import os
 
 import numpy as np
 import pytest
 
 import mechprobe
-from hooks_support import AIDREAMS, AIDREAMS_TOK, RANDOM_TOKENS, LuaRef, aidreams_tokens, random_checkpoint, same
+from hooks_support import same
 
 
-@pytest.fixture(scope="module", params=["aidreams", "random"])
-def setup(request, tmp_path_factory):
-    d = str(tmp_path_factory.mktemp(request.param))
-    if request.param == "aidreams":
-        if not os.path.exists(AIDREAMS):
-            pytest.skip(f"{AIDREAMS} absent")
-        m = mechprobe.load(AIDREAMS, tokenizer=AIDREAMS_TOK)
-        path, toks = AIDREAMS, aidreams_tokens(m)
-    else:
-        path = random_checkpoint(d)
-        m = mechprobe.load(path)
-        toks = np.array(RANDOM_TOKENS, dtype=np.int32)
-    return m, toks, LuaRef(d, path, toks)
 
 
 def next_targets(toks):

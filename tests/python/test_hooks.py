@@ -2,7 +2,6 @@
 run_with_hooks, loss and generate (python/mpy_hooks.c): edits against the Lua
 binding's (hooks_ref.lua) bit for bit, hooks that keep `act`, exceptions, bad
 returns, re-entry, the GIL, and the per-hook overhead."""
-import os
 import threading
 import time
 
@@ -10,22 +9,9 @@ import numpy as np
 import pytest
 
 import mechprobe
-from hooks_support import AIDREAMS, AIDREAMS_TOK, RANDOM_TOKENS, LuaRef, aidreams_tokens, random_checkpoint, same
+from hooks_support import same
 
 
-@pytest.fixture(scope="module", params=["aidreams", "random"])
-def setup(request, tmp_path_factory):
-    d = str(tmp_path_factory.mktemp(request.param))
-    if request.param == "aidreams":
-        if not os.path.exists(AIDREAMS):
-            pytest.skip(f"{AIDREAMS} absent")
-        m = mechprobe.load(AIDREAMS, tokenizer=AIDREAMS_TOK)
-        path, toks = AIDREAMS, aidreams_tokens(m)
-    else:
-        path = random_checkpoint(d)
-        m = mechprobe.load(path)
-        toks = np.array(RANDOM_TOKENS, dtype=np.int32)
-    return m, toks, LuaRef(d, path, toks)
 
 
 def zero_head2(act, hook):

@@ -21,7 +21,7 @@ if(MP_HAVE_PYTHON)
       execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=libasan.so OUTPUT_VARIABLE MP_LIBASAN
                       OUTPUT_STRIP_TRAILING_WHITESPACE)
       list(APPEND MP_PY_ENV "LD_PRELOAD=${MP_LIBASAN}" "ASAN_OPTIONS=detect_leaks=0"
-                             "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1" "MP_SANITIZED=1")
+                             "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
     endif()
     # Each tests/python/test_NAME.py is the ctest test_python_NAME.
     file(GLOB MP_PY_TESTS CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/python/test_*.py)

@@ -11,7 +11,10 @@ import pytest
 SHARED = os.environ.get("MP_SHARED_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared"))
 MODEL = os.path.join(SHARED, "models", "aidreams260K.bin")
 TOK = os.path.join(SHARED, "models", "aidreams260K.tok512.bin")
-BIN = os.environ.get("MECHPROBE_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "build", "mechprobe"))
+# the mechprobe binary of the same build as the module (ctest sets MP_CLI): a binary of
+# another build (Release beside Debug) differs in the last bits
+BIN = (os.environ.get("MP_CLI") or os.environ.get("MECHPROBE_BIN")
+       or os.path.join(os.path.dirname(__file__), "..", "..", "build", "mechprobe"))
 
 # a small random model: LayerNorm, GELU, biases and learned positions, so that
 # every TL weight and every weight-processing step exists

@@ -46,13 +46,6 @@
 /* Q8_0 GGUF round trip, logits max |diff| (measured maxima printed; about 3x headroom) */
 #define TOL_Q8 1.0
 
-static mp_model *load(const char *path) {
-    mp_model *m = NULL;
-    mp_status st = mp_model_load(&m, path);
-    CHECK(st == MP_OK, "load %s: %s", path, mp_last_error());
-    return st ? NULL : m;
-}
-
 static float *forward(const mp_model *m, const int *toks, int T, const mp_hooks *hs) {
     float *logits = malloc((size_t)T * m->cfg.vocab * sizeof(float));
     mp_forward_params fp = mp_forward_params_default();
@@ -91,7 +84,7 @@ static double max_abs(const float *x, size_t n) {
 /* ---- golden ---- */
 
 static void golden(const char *model_path, const char *golden_path, const char *label, const char *want_format) {
-    mp_model *m = load(model_path);
+    mp_model *m = tu_load(model_path);
     if (!m) return;
     CHECK(strcmp(m->format, want_format) == 0, "%s: format %s, expected %s", label, m->format, want_format);
     hid_t f;
@@ -165,7 +158,7 @@ static void quirks_off(const char *model_path, const char *golden_path, const ch
                            "query_pre_attn_scalar"};
     int tried = 0;
     for (int q = 0; q < 7; q++) {
-        mp_model *m = load(model_path);
+        mp_model *m = tu_load(model_path);
         if (!m) break;
         mp_config *c = &m->cfg;
         int applies = 1;
@@ -196,7 +189,7 @@ static void quirks_off(const char *model_path, const char *golden_path, const ch
 /* ---- decoding with the KV cache equals the prefill ---- */
 
 static void decode_equals_prefill(const char *model_path, const char *label) {
-    mp_model *m = load(model_path);
+    mp_model *m = tu_load(model_path);
     if (!m) return;
     const int T = 12, P = 5, V = m->cfg.vocab;
     int toks[12] = {3, 17, 42, 5, 5, 63, 0, 28, 11, 50, 7, 33};
@@ -225,7 +218,7 @@ static void decode_equals_prefill(const char *model_path, const char *label) {
 /* ---- gradients ---- */
 
 static void grad_fd(const char *model_path, const char *label) {
-    mp_model *m = load(model_path);
+    mp_model *m = tu_load(model_path);
     if (!m) return;
     const int B = 1, T = 10;
     int tok[10] = {3, 17, 42, 5, 5, 63, 0, 28, 11, 50}, tgt[10] = {17, 42, 5, 5, 63, 0, 28, 11, 50, 7};
@@ -267,7 +260,7 @@ static double metric(const float *logits, const float *R, size_t n) {
 }
 
 static void staged_grad(const char *model_path, const char *label) {
-    mp_model *m = load(model_path);
+    mp_model *m = tu_load(model_path);
     if (!m) return;
     const int T = 10, V = m->cfg.vocab, D = m->cfg.d_model;
     int toks[10] = {3, 17, 42, 5, 5, 63, 0, 28, 11, 50};
@@ -322,7 +315,7 @@ static void staged_grad(const char *model_path, const char *label) {
 /* ---- weight processing ---- */
 
 static void fold_ln(const char *model_path, const char *label) {
-    mp_model *m = load(model_path);
+    mp_model *m = tu_load(model_path);
     if (!m) return;
     int toks[8] = {3, 17, 42, 5, 5, 63, 0, 28};
     float *before = forward(m, toks, 8, NULL);
@@ -369,7 +362,7 @@ static int config_equal(const mp_config *a, const mp_config *b, const char *labe
 }
 
 static void round_trip(const char *model_path, const char *label) {
-    mp_model *m = load(model_path);
+    mp_model *m = tu_load(model_path);
     if (!m) return;
     int toks[8] = {3, 17, 42, 5, 5, 63, 0, 28};
     float *ref = forward(m, toks, 8, NULL);
@@ -379,7 +372,7 @@ static void round_trip(const char *model_path, const char *label) {
         mp_status st = k == 0 ? mp_model_save_hf(m, outs[0])
                        : k == 1 ? mp_model_save_gguf(m, NULL, outs[1], MP_GGML_F32) : mp_model_save(m, outs[2]);
         CHECK(st == MP_OK, "%s: save %s: %s", label, kinds[k], mp_last_error());
-        mp_model *b = st ? NULL : load(outs[k]);
+        mp_model *b = st ? NULL : tu_load(outs[k]);
         if (b) {
             config_equal(&m->cfg, &b->cfg, label);
             float *got = forward(b, toks, 8, NULL);
@@ -393,7 +386,7 @@ static void round_trip(const char *model_path, const char *label) {
     /* Q8_0 (kept quantized on load: the embedding rows decoded, then scaled) */
     const char *q8 = tmp_path("q8.gguf");
     CHECK(mp_model_save_gguf(m, NULL, q8, MP_GGML_Q8_0) == MP_OK, "%s: save Q8_0: %s", label, mp_last_error());
-    mp_model *b = load(q8);
+    mp_model *b = tu_load(q8);
     if (b) {
         CHECK(mp_model_is_quantized(b), "%s: Q8_0 GGUF loads quantized", label);
         config_equal(&m->cfg, &b->cfg, label);
@@ -451,7 +444,7 @@ static const char *variant_folder(const char *name, const char *from, const char
 }
 
 static void refusals(void) {
-    mp_model *m = load(tu_data("arch_gemma2"));
+    mp_model *m = tu_load(tu_data("arch_gemma2"));
     if (!m) return;
     /* llama2.c has no Gemma form */
     const char *l2c = tmp_path("x.bin");

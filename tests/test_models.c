@@ -47,17 +47,10 @@ static float *run_captured(const mp_model *m, const int *toks, int T, tu_capture
     return logits;
 }
 
-static mp_model *load(const char *path) {
-    mp_model *m = NULL;
-    mp_status st = mp_model_load(&m, path);
-    CHECK(st == MP_OK, "load %s: %s", path, mp_last_error());
-    return st ? NULL : m;
-}
-
 /* ---- golden ---- */
 
 static void golden(const char *model_path, const char *golden_path, const char *label, const char *want_format) {
-    mp_model *m = load(model_path);
+    mp_model *m = tu_load(model_path);
     if (!m) return;
     CHECK(strcmp(m->format, want_format) == 0, "%s: format %s, expected %s", label, m->format, want_format);
     hid_t f;
@@ -152,7 +145,7 @@ static double compare_models(const mp_model *a, const mp_model *b, const int *to
 }
 
 static void round_trip(const char *src, const char *tok_source, const char *label) {
-    mp_model *m = load(src);
+    mp_model *m = tu_load(src);
     if (!m) return;
     int toks[24];
     int T = m->cfg.ctx < 24 ? m->cfg.ctx : 24;
@@ -163,7 +156,7 @@ static void round_trip(const char *src, const char *tok_source, const char *labe
         const char *out = tmp_path(kinds[k].name);
         mp_status st = mp_model_save_gguf(m, tok_source, out, kinds[k].type);
         CHECK(st == MP_OK, "%s: save %s: %s", label, kinds[k].name, mp_last_error());
-        mp_model *r = st ? NULL : load(out);
+        mp_model *r = st ? NULL : tu_load(out);
         if (r) {
             double d = compare_models(m, r, toks, T, label);
             CHECK(d <= kinds[k].tol, "%s -> GGUF %s: max |diff| %.3g > %.3g", label, kinds[k].name, d, kinds[k].tol);
@@ -201,7 +194,7 @@ static void round_trip(const char *src, const char *tok_source, const char *labe
     const char *dir = tmp_path("hf");
     mp_status st = mp_model_save_hf(m, dir);
     CHECK(st == MP_OK, "%s: save HF: %s", label, mp_last_error());
-    mp_model *r = st ? NULL : load(dir);
+    mp_model *r = st ? NULL : tu_load(dir);
     if (r) {
         double d = compare_models(m, r, toks, T, label);
         CHECK(d == 0.0, "%s -> HF folder: max |diff| %.3g (must be exact)", label, d);
@@ -303,11 +296,11 @@ static void grad_check(int gpt2) {
 /* ---- checkpoints keep the new parameters ---- */
 
 static void checkpoint_round_trip(const char *src) {
-    mp_model *m = load(src);
+    mp_model *m = tu_load(src);
     if (!m) return;
     const char *out = tmp_path("ckpt.h5");
     CHECK(mp_model_save(m, out) == MP_OK, "%s", mp_last_error());
-    mp_model *r = load(out);
+    mp_model *r = tu_load(out);
     if (r) {
         int toks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
         double d = compare_models(m, r, toks, 8, "checkpoint");
@@ -342,14 +335,14 @@ static void rope_scaling(void) {
     CHECK(d0 > 1e-3, "rope scaling changes nothing (|diff| %.3g)", d0);
     const char *out = tmp_path("rope.gguf");
     CHECK(mp_model_save_gguf(mb, NULL, out, MP_GGML_F32) == MP_OK, "%s", mp_last_error());
-    mp_model *r = load(out);
+    mp_model *r = tu_load(out);
     if (r) {
         CHECK(r->cfg.n_rope_freqs == 4 && compare_models(mb, r, toks, 20, "rope_freqs") == 0.0,
               "rope_freqs.weight round trip");
         mp_model_free(r);
     }
     CHECK(mp_model_save_gguf(ma, NULL, out, MP_GGML_F32) == MP_OK, "%s", mp_last_error());
-    if ((r = load(out))) {
+    if ((r = tu_load(out))) {
         CHECK(r->cfg.rope_scale == 4.0f && compare_models(ma, r, toks, 20, "rope_scale") == 0.0,
               "rope.scaling linear round trip");
         mp_model_free(r);

@@ -59,13 +59,6 @@ static void write_file(const char *path, const char *text) {
     if (f) { fputs(text, f); fclose(f); }
 }
 
-static mp_model *load(const char *path) {
-    mp_model *m = NULL;
-    mp_status st = mp_model_load(&m, path);
-    CHECK(st == MP_OK, "load %s: %s", path, mp_last_error());
-    return st ? NULL : m;
-}
-
 static float *run_captured(const mp_model *m, const int *toks, int T, tu_capture *cap) {
     mp_hooks *hs = mp_hooks_new(&m->cfg);
     if (cap) CHECK(mp_hooks_add(hs, "*", tu_capture_cb, cap) == MP_OK, "%s", mp_last_error());
@@ -187,7 +180,7 @@ static const char *neox_dir(const char *name, const char *cfg_json) {
 
 static void goldens(void) {
     mp_model *m;
-    if ((m = load(tu_data("arch_neox")))) {
+    if ((m = tu_load(tu_data("arch_neox")))) {
         CHECK(!strcmp(m->format, "hf-gpt_neox") && m->cfg.parallel_attn && m->cfg.pos == MP_POS_HALF_ROPE &&
                   m->cfg.rope_dims == 4 && !m->cfg.gelu_tanh && m->cfg.norm == MP_NORM_LAYER && !m->cfg.tied,
               "neox config: format %s parallel %d pos %d rope_dims %d", m->format, m->cfg.parallel_attn, m->cfg.pos,
@@ -195,27 +188,27 @@ static void goldens(void) {
         golden(m, tu_data("arch_neox.h5"), "gpt_neox HF folder (parallel)");
         mp_model_free(m);
     }
-    if ((m = load(tu_data("arch_neox.gguf")))) {
+    if ((m = tu_load(tu_data("arch_neox.gguf")))) {
         CHECK(!strcmp(m->format, "gguf-gptneox") && m->cfg.parallel_attn && m->cfg.rope_dims == 4, "gguf neox config");
         golden(m, tu_data("arch_neox.h5"), "gptneox GGUF (parallel)");
         mp_model_free(m);
     }
     const char *dir =
         neox_dir("serial", NEOX_CFG(", \"rotary_pct\": 0.25, \"use_parallel_residual\": false, \"hidden_act\": \"gelu\""));
-    if ((m = load(dir))) {
+    if ((m = tu_load(dir))) {
         CHECK(!m->cfg.parallel_attn, "use_parallel_residual false read");
         golden(m, tu_data("arch_neox_serial.h5"), "gpt_neox HF folder (serial)");
         mp_model_free(m);
     }
     rm_tree(dir);
-    if ((m = load(tu_data("arch_phi3")))) {
+    if ((m = tu_load(tu_data("arch_phi3")))) {
         CHECK(!strcmp(m->format, "hf-phi3") && m->cfg.pos == MP_POS_HALF_ROPE && m->cfg.rope_dims == 4 &&
                   m->cfg.n_kv_head == 2 && !m->cfg.parallel_attn,
               "phi3 config");
         golden(m, tu_data("arch_phi3.h5"), "phi3 HF folder");
         mp_model_free(m);
     }
-    if ((m = load(tu_data("arch_phi3.gguf")))) {
+    if ((m = tu_load(tu_data("arch_phi3.gguf")))) {
         CHECK(!strcmp(m->format, "gguf-phi3"), "gguf phi3 format %s", m->format);
         golden(m, tu_data("arch_phi3.h5"), "phi3 GGUF");
         mp_model_free(m);
@@ -226,7 +219,7 @@ static void goldens(void) {
 
 static void quirks_off(void) {
     golden_ref g;
-    mp_model *m = load(tu_data("arch_neox"));
+    mp_model *m = tu_load(tu_data("arch_neox"));
     if (!m || !read_golden(tu_data("arch_neox.h5"), &g)) { mp_model_free(m); return; }
     const mp_config c0 = m->cfg;
     double base = logits_off(m, &g);
@@ -269,7 +262,7 @@ static void quirks_off(void) {
     free(g.logits);
     mp_model_free(m);
 
-    if (!(m = load(tu_data("arch_phi3"))) || !read_golden(tu_data("arch_phi3.h5"), &g)) { mp_model_free(m); return; }
+    if (!(m = tu_load(tu_data("arch_phi3"))) || !read_golden(tu_data("arch_phi3.h5"), &g)) { mp_model_free(m); return; }
     const mp_config c1 = m->cfg;
     m->cfg.pos = MP_POS_ROPE, m->cfg.rope_dims = 0;
     double d1 = logits_off(m, &g);
@@ -290,7 +283,7 @@ static void quirks_off(void) {
 /* ---- hook_resid_mid: absent from a parallel block ---- */
 
 static void resid_mid(void) {
-    mp_model *m = load(tu_data("arch_neox"));
+    mp_model *m = tu_load(tu_data("arch_neox"));
     if (!m) return;
     tu_capture cap = {0};
     mp_hooks *hs = mp_hooks_new(&m->cfg);
@@ -330,7 +323,7 @@ static void resid_mid(void) {
 /* ---- decoding over a KV cache equals the prefill ---- */
 
 static void decode(const char *path, const char *label) {
-    mp_model *m = load(path);
+    mp_model *m = tu_load(path);
     if (!m) return;
     const int V = m->cfg.vocab, T = 14;
     int toks[14];
@@ -505,7 +498,7 @@ static double compare_models(const mp_model *a, const mp_model *b, const int *to
 }
 
 static void round_trip(const char *src, const char *hf_type, const char *arch) {
-    mp_model *m = load(src);
+    mp_model *m = tu_load(src);
     if (!m) return;
     int toks[16];
     for (int i = 0; i < 16; i++) toks[i] = (i * 37 + 5) % m->cfg.vocab;
@@ -518,7 +511,7 @@ static void round_trip(const char *src, const char *hf_type, const char *arch) {
     if (f) { text[fread(text, 1, sizeof text - 1, f)] = '\0'; fclose(f); }
     snprintf(want, sizeof want, "\"model_type\": \"%s\"", hf_type);
     CHECK(strstr(text, want) != NULL, "%s -> HF: config.json lacks %s", src, want);
-    mp_model *r = load(dir);
+    mp_model *r = tu_load(dir);
     if (r) {
         double d = compare_models(m, r, toks, 16);
         CHECK(d == 0.0 && r->cfg.parallel_attn == m->cfg.parallel_attn && r->cfg.rope_dims == m->cfg.rope_dims &&
@@ -535,7 +528,7 @@ static void round_trip(const char *src, const char *hf_type, const char *arch) {
               a && !strcmp(a, arch),
           "%s -> GGUF: architecture %s, expected %s", src, a ? a : "?", arch);
     mp_gguf_close(g);
-    if ((r = load(gg))) {
+    if ((r = tu_load(gg))) {
         double d = compare_models(m, r, toks, 16);
         CHECK(d == 0.0 && r->cfg.parallel_attn == m->cfg.parallel_attn && r->cfg.rope_dims == m->cfg.rope_dims,
               "%s -> GGUF -> reload: diff %.3g or config changed", src, d);
@@ -544,7 +537,7 @@ static void round_trip(const char *src, const char *hf_type, const char *arch) {
     }
     /* quantized files of these architectures are read as float32 (their fused rows dequantised) */
     CHECK(mp_model_save_gguf(m, NULL, gg, MP_GGML_Q8_0) == MP_OK, "%s -> Q8_0 GGUF: %s", src, mp_last_error());
-    if ((r = load(gg))) {
+    if ((r = tu_load(gg))) {
         double d = compare_models(m, r, toks, 16);
         CHECK(!r->q && d <= TOL_Q8, "%s -> Q8_0 GGUF -> reload: quantized %d, diff %.3g", src, r->q != NULL, d);
         printf("%s -> Q8_0 GGUF (%s) -> reload as float32: max |diff| %.3g (tol %.1g)\n", m->format, arch, d, TOL_Q8);
@@ -554,7 +547,7 @@ static void round_trip(const char *src, const char *hf_type, const char *arch) {
     /* HDF5 checkpoints keep parallel_attn through the config table */
     const char *ck = tmp_path("rt.h5");
     CHECK(mp_model_save(m, ck) == MP_OK, "%s", mp_last_error());
-    if ((r = load(ck))) {
+    if ((r = tu_load(ck))) {
         CHECK(compare_models(m, r, toks, 16) == 0.0 && r->cfg.parallel_attn == m->cfg.parallel_attn,
               "%s -> checkpoint", src);
         mp_model_free(r);
@@ -591,7 +584,7 @@ static void refusals(void) {
     snprintf(p, sizeof p, "%s/config.json", dir);
     expect_fail(dir, "hidden_act \"relu\"", "gpt_neox hidden_act relu");
     write_file(p, NEOX_CFG(", \"rotary_pct\": 0.3")); /* int(16 * 0.3) = 4, Python's truncation */
-    mp_model *m = load(dir);
+    mp_model *m = tu_load(dir);
     CHECK(m && m->cfg.rope_dims == 4, "rotary_pct 0.3 of 16 channels: %d rotate", m ? m->cfg.rope_dims : -1);
     mp_model_free(m);
     write_file(p, NEOX_CFG(", \"rotary_pct\": 0.35"));
@@ -608,12 +601,12 @@ static void refusals(void) {
     write_file(p, PHI3_CFG(", \"rope_scaling\": {\"type\": \"su\"}"));
     expect_fail(dir, "rope_scaling \"su\"", "phi3 su");
     write_file(p, PHI3_CFG(", \"sliding_window\": 16"));
-    m = load(dir); /* Phi-3's window, as Mistral's (test_swa checks the masking) */
+    m = tu_load(dir); /* Phi-3's window, as Mistral's (test_swa checks the masking) */
     CHECK(m && m->cfg.sliding_window == 16, "phi3 sliding_window 16: read as %d", m ? m->cfg.sliding_window : -1);
     if (m) { /* and written back */
         const char *again = tmp_path("phi3_win");
         CHECK(mp_model_save_hf(m, again) == MP_OK, "%s", mp_last_error());
-        mp_model *r = load(again);
+        mp_model *r = tu_load(again);
         CHECK(r && r->cfg.sliding_window == 16 && strcmp(r->format, "hf-phi3") == 0, "phi3 window round trip: %d %s",
               r ? r->cfg.sliding_window : -1, r ? r->format : "(not loaded)");
         mp_model_free(r);
@@ -623,7 +616,7 @@ static void refusals(void) {
     write_file(p, PHI3_CFG(", \"hidden_act\": \"gelu\""));
     expect_fail(dir, "hidden_act \"gelu\"", "phi3 hidden_act");
     write_file(p, PHI3_CFG(", \"sliding_window\": 32"));
-    m = load(dir); /* a window covering the whole context: no window in effect */
+    m = tu_load(dir); /* a window covering the whole context: no window in effect */
     mp_model_free(m);
     rm_tree(dir);
     /* GGUF phi3 with a sliding window below the context: read */
@@ -645,7 +638,7 @@ static void refusals(void) {
     CHECK(mp_gguf_writer_write(w, bad) == MP_OK, "%s", mp_last_error());
     mp_gguf_writer_free(w);
     mp_gguf_close(g);
-    m = load(bad);
+    m = tu_load(bad);
     CHECK(m && m->cfg.sliding_window == 16, "phi3 GGUF sliding_window 16: read as %d", m ? m->cfg.sliding_window : -1);
     mp_model_free(m);
     unlink(bad);

@@ -50,13 +50,6 @@
 #define TOL_Q8_REL 5e-2 /* a Q8_0 round trip's logits, of their largest |value| (measured 0.0175; a
                           * mis-permuted q/k row or norm weight costs O(1), as qk_norm none does) */
 
-static mp_model *load(const char *path) {
-    mp_model *m = NULL;
-    mp_status st = mp_model_load(&m, path);
-    CHECK(st == MP_OK, "load %s: %s", path, mp_last_error());
-    return st ? NULL : m;
-}
-
 static float *run_captured(const mp_model *m, const int *toks, int T, tu_capture *cap) {
     mp_hooks *hs = mp_hooks_new(&m->cfg);
     CHECK(mp_hooks_add(hs, "*", tu_capture_cb, cap) == MP_OK, "%s", mp_last_error());
@@ -110,7 +103,7 @@ static float *golden_logits(const char *golden_path, size_t *n) {
 /* ---- golden ---- */
 
 static void golden(const char *model_path, const char *golden_path, const char *label, const char *want_format) {
-    mp_model *m = load(model_path);
+    mp_model *m = tu_load(model_path);
     if (!m) return;
     CHECK(strcmp(m->format, want_format) == 0, "%s: format %s, expected %s", label, m->format, want_format);
     CHECK(m->cfg.qk_norm == MP_QK_NORM_HEAD && m->cfg.d_head == 16 && m->cfg.tied && !m->cfg.qkv_bias,
@@ -179,7 +172,7 @@ static void golden(const char *model_path, const char *golden_path, const char *
 /* ---- qk_norm none: the same weights, the norm left out, miss the golden logits ---- */
 
 static void norm_matters(const char *model_path, const char *golden_path) {
-    mp_model *m = load(model_path), *off = NULL;
+    mp_model *m = tu_load(model_path), *off = NULL;
     if (!m) return;
     mp_config c = m->cfg;
     c.qk_norm = MP_QK_NORM_NONE;
@@ -212,7 +205,7 @@ static void norm_matters(const char *model_path, const char *golden_path) {
 /* ---- decode == prefill ---- */
 
 static void decode(const char *model_path, const char *label) {
-    mp_model *m = load(model_path);
+    mp_model *m = tu_load(model_path);
     if (!m) return;
     const int T = 14, V = m->cfg.vocab, n0 = 5;
     int toks[14];
@@ -315,7 +308,7 @@ static double metric(const mp_model *m, const int *toks, int B, int T, const flo
 }
 
 static void hook_grads(const char *model_path) {
-    mp_model *m = load(model_path);
+    mp_model *m = tu_load(model_path);
     if (!m) return;
     const int B = 1, T = 7, V = m->cfg.vocab;
     int toks[7];
@@ -423,7 +416,7 @@ static double compare_models(const mp_model *a, const mp_model *b, const char *l
 }
 
 static void round_trips(const char *src) {
-    mp_model *m = load(src);
+    mp_model *m = tu_load(src);
     if (!m) return;
     const char *ck = tmp_path("ckpt.h5"), *gg = tmp_path("f32.gguf"), *hf = tmp_path("hf");
     struct { const char *what, *path, *format; } outs[] = {
@@ -432,7 +425,7 @@ static void round_trips(const char *src) {
     CHECK(mp_model_save_gguf(m, NULL, gg, MP_GGML_F32) == MP_OK, "%s", mp_last_error());
     CHECK(mp_model_save_hf(m, hf) == MP_OK, "%s", mp_last_error());
     for (int i = 0; i < 3; i++) {
-        mp_model *r = load(outs[i].path);
+        mp_model *r = tu_load(outs[i].path);
         if (!r) continue;
         CHECK(r->cfg.qk_norm == MP_QK_NORM_HEAD, "%s: qk_norm lost", outs[i].what);
         CHECK(!outs[i].format || strcmp(r->format, outs[i].format) == 0, "%s: format %s", outs[i].what, r->format);
@@ -443,7 +436,7 @@ static void round_trips(const char *src) {
     }
     /* Q8_0: the weights stay quantized, q/k rows permuted as they are copied (load_gguf.c's quantized path) */
     CHECK(mp_model_save_gguf(m, NULL, gg, MP_GGML_Q8_0) == MP_OK, "%s", mp_last_error());
-    mp_model *q8 = load(gg);
+    mp_model *q8 = tu_load(gg);
     if (q8) {
         int toks[16];
         for (int i = 0; i < 16; i++) toks[i] = (i * 37 + 5) % m->cfg.vocab;
@@ -481,7 +474,7 @@ static void round_trips(const char *src) {
     CHECK(mp_model_save_gguf(m, NULL, gg, MP_GGML_F32) == MP_OK && mp_model_save_hf(m, hf) == MP_OK, "%s",
           mp_last_error());
     for (int i = 1; i < 3; i++) {
-        mp_model *r = load(outs[i].path);
+        mp_model *r = tu_load(outs[i].path);
         if (!r) continue;
         double d = compare_models(m, r, outs[i].what);
         CHECK(d == 0.0 && r->cfg.qkv_bias && !r->cfg.tied && r->cfg.qk_norm == MP_QK_NORM_HEAD,
@@ -503,7 +496,7 @@ static void round_trips(const char *src) {
     CHECK(mp_model_new_random(&m, &c, 5, 0.3f) == MP_OK, "%s", mp_last_error());
     for (size_t i = 0; i < (size_t)c.n_layer * c.n_head * c.d_head; i++) m->p.q_norm[i] = 0.5f + 0.01f * (float)i;
     CHECK(mp_model_save(m, ck) == MP_OK, "%s", mp_last_error());
-    mp_model *r = load(ck);
+    mp_model *r = tu_load(ck);
     if (r) {
         double d = compare_models(m, r, "full checkpoint");
         CHECK(d == 0.0 && r->cfg.qk_norm == MP_QK_NORM_FULL, "qk_norm full checkpoint: |diff| %.3g", d);
@@ -525,7 +518,7 @@ static void round_trips(const char *src) {
 /* ---- weight processing ---- */
 
 static void processing(const char *src) {
-    mp_model *m = load(src), *f = load(src);
+    mp_model *m = tu_load(src), *f = tu_load(src);
     if (!m || !f) { mp_model_free(m); mp_model_free(f); return; }
     CHECK(mp_weights_process(f, MP_WP_FOLD_LN) == MP_OK, "fold_ln: %s", mp_last_error());
     int toks[16];

@@ -57,13 +57,6 @@ static const char *tmp_path(const char *name) {
     return p;
 }
 
-static mp_model *load(const char *path) {
-    mp_model *m = NULL;
-    mp_status st = mp_model_load(&m, path);
-    CHECK(st == MP_OK, "load %s: %s", path, mp_last_error());
-    return st ? NULL : m;
-}
-
 /* max |a - b| / max finite |a|; infinities must match exactly (else 1e30) */
 static double rel_err(const float *ref, const float *got, size_t n) {
     double scale = 0.0, err = 0.0;
@@ -544,7 +537,7 @@ static void round_trips(const mp_model *m, const char *label) {
     char lb[160];
     const char *h5 = tmp_path("ckpt.h5"), *gg = tmp_path("m.gguf"), *hf = tmp_path("hf");
     CHECK(mp_model_save(m, h5) == MP_OK, "%s: checkpoint: %s", label, mp_last_error());
-    mp_model *r = load(h5);
+    mp_model *r = tu_load(h5);
     if (r) {
         CHECK(r->cfg.sliding_window == W && r->cfg.sliding_window_pattern == P, "%s: checkpoint keeps %d/%d, got %d/%d",
               label, W, P, r->cfg.sliding_window, r->cfg.sliding_window_pattern);
@@ -554,7 +547,7 @@ static void round_trips(const mp_model *m, const char *label) {
     }
     unlink(h5);
     CHECK(mp_model_save_gguf(m, NULL, gg, MP_GGML_F32) == MP_OK, "%s: GGUF: %s", label, mp_last_error());
-    r = load(gg);
+    r = tu_load(gg);
     if (r) {
         CHECK(r->cfg.sliding_window == W && r->cfg.sliding_window_pattern == P, "%s: GGUF keeps %d/%d, got %d/%d",
               label, W, P, r->cfg.sliding_window, r->cfg.sliding_window_pattern);
@@ -565,7 +558,7 @@ static void round_trips(const mp_model *m, const char *label) {
     unlink(gg);
     if (!P) {
         CHECK(mp_model_save_hf(m, hf) == MP_OK, "%s: HF: %s", label, mp_last_error());
-        r = load(hf);
+        r = tu_load(hf);
         if (r) {
             CHECK(r->cfg.sliding_window == W, "%s: HF folder keeps %d, got %d", label, W, r->cfg.sliding_window);
             snprintf(lb, sizeof lb, "%s -> HF folder", label);
@@ -689,7 +682,7 @@ static void cuda(const mp_model *src) {
 }
 
 int main(void) {
-    mp_model *m = load(tu_data("swa_mistral"));
+    mp_model *m = tu_load(tu_data("swa_mistral"));
     if (m) {
         CHECK(m->cfg.sliding_window == 5 && m->cfg.sliding_window_pattern == 0, "mistral: window %d, pattern %d",
               m->cfg.sliding_window, m->cfg.sliding_window_pattern);
@@ -703,7 +696,7 @@ int main(void) {
         m->cfg.sliding_window_pattern = 0;
         cuda(m);
     }
-    mp_model *p = load(tu_data("swa_pattern.gguf"));
+    mp_model *p = tu_load(tu_data("swa_pattern.gguf"));
     if (p) {
         CHECK(p->cfg.sliding_window == 5 && p->cfg.sliding_window_pattern == 2, "pattern GGUF: window %d, pattern %d",
               p->cfg.sliding_window, p->cfg.sliding_window_pattern);

@@ -2,6 +2,7 @@
  * comparisons, hook captures, the whole-model finite-difference check, and the
  * closing summary line. */
 #include "testutil.h"
+#include "model_io.h"
 #include "train.h"
 #include <stdlib.h>
 #include <string.h>
@@ -128,4 +129,11 @@ tu_fd_result tu_fd_model(const char *label, mp_model *m, const int *tok, const i
 
 int tu_added_point(const char *name) {
     return strstr(name, "hook_scale") || strstr(name, "hook_mlp_in") || strstr(name, "hook_pos_embed");
+}
+
+mp_model *tu_load(const char *path) {
+    mp_model *m = NULL;
+    mp_status st = mp_model_load(&m, path);
+    CHECK(st == MP_OK, "load %s: %s", path, mp_last_error());
+    return st ? NULL : m;
 }

@@ -23,6 +23,8 @@ const char *tu_shared(const char *rel);
 const char *tu_data(const char *rel);
 /* Max |a-b| over n floats. */
 double tu_max_abs_diff(const float *a, const float *b, size_t n);
+/* The model at path in any format (mp_model_load), or NULL after a failed CHECK naming it. */
+struct mp_model *tu_load(const char *path);
 int tu_finish(const char *name);
 
 /* In-memory capture of hook points into whole tensors (views of attention maps

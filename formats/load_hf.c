@@ -1,13 +1,14 @@
 /* load_hf.c — Hugging Face model folders: config.json + *.safetensors (F32 /
  * F16 / BF16, sharded through model.safetensors.index.json; safetensors.h)
- * for model_type llama, mistral, qwen2, qwen3, gemma, gemma2, gpt2, gpt_neox
- * (Pythia) and phi3, and their tokenizer.json; and the writer of such folders
+ * for model_type llama, mistral, qwen2, qwen3, gemma, gemma2, olmo2, gpt2,
+ * gpt_neox (Pythia) and phi3, and their tokenizer.json; and the writer of such folders
  * (F32) used by round trips and exports.
  *
  * Hugging Face stores q/k rows half-split (rotate_half: channel i pairs with
  * i + Dh/2); they are permuted to mechprobe's adjacent pairs on load
  * (mp_rope_permute_rows) and back on save, biases too, and Qwen3's q_norm /
- * k_norm weights [head_dim] within their head. GPT-2 stores Conv1D
+ * k_norm weights [head_dim] within their head (OLMo 2's [H*Dh] / [K*Dh]:
+ * within each head). GPT-2 stores Conv1D
  * weights [in, out] and a fused c_attn [D, 3D]: transposed and split on load.
  * GPT-NeoX fuses query_key_value per head ([H, 3, Dh] rows) and rotates only
  * the first rotary_ndims = int(Dh * rotary_pct) channels of a head (half-split
@@ -348,6 +349,15 @@ static mp_status read_config(const mp_json *cfg, const char *path, const char *t
         } else if (act && strcmp(act, "silu")) {
             return mp_error(MP_ERR_FORMAT, "%s/config.json: hidden_act \"%s\" is not supported (silu)", path, act);
         }
+        if (strcmp(type, "olmo2") == 0) { /* OLMo 2: norms after attention and MLP only, q/k norm over the whole
+                                           * projections; rms_norm_eps's class default 1e-5 */
+            if (cfg_bool(cfg, "attention_bias", 0))
+                return mp_error(MP_ERR_FORMAT, "%s/config.json: attention_bias is not supported for olmo2 (biases on "
+                                "q, k, v and o_proj without the MLP's have no mechprobe form)", path);
+            if ((st = cfg_num(cfg, path, "rms_norm_eps", 1e-5, &c->norm_eps))) return st;
+            c->no_pre_norms = c->post_norms = 1;
+            c->qk_norm = MP_QK_NORM_FULL;
+        }
         c->qkv_bias = strcmp(type, "qwen2") == 0 ? 1 : cfg_bool(cfg, "attention_bias", 0);
         if (strcmp(type, "qwen2") != 0 && cfg_bool(cfg, "mlp_bias", 0))
             return mp_error(MP_ERR_FORMAT, "%s/config.json: mlp_bias is not supported", path);
@@ -422,14 +432,15 @@ static mp_status read_llama(const hctx *x, mp_model *m) {
     for (int l = 0; l < c->n_layer; l++) {
         float *wq = p->wq + (size_t)l * HD * D, *wk = p->wk + (size_t)l * KD * D;
         const size_t lM = (size_t)l * M * D;
-        if ((st = read_t(x, p->ln1_w + (size_t)l * D, D, 0, NULL, "model.layers.%d.input_layernorm.weight", l)) ||
+        const int pre = !c->no_pre_norms; /* OLMo 2: no input_layernorm / pre-MLP norm */
+        if ((pre && (st = read_t(x, p->ln1_w + (size_t)l * D, D, 0, NULL, "model.layers.%d.input_layernorm.weight", l))) ||
             (st = read_t(x, wq, HD, D, NULL, "model.layers.%d.self_attn.q_proj.weight", l)) ||
             (st = read_t(x, wk, KD, D, NULL, "model.layers.%d.self_attn.k_proj.weight", l)) ||
             (st = read_t(x, p->wv + (size_t)l * KD * D, KD, D, NULL, "model.layers.%d.self_attn.v_proj.weight", l)) ||
             (st = read_t(x, p->wo + (size_t)l * D * HD, D, HD, NULL, "model.layers.%d.self_attn.o_proj.weight", l)) ||
-            (st = read_t(x, p->ln2_w + (size_t)l * D, D, 0, NULL,
-                         c->post_norms ? "model.layers.%d.pre_feedforward_layernorm.weight"
-                                       : "model.layers.%d.post_attention_layernorm.weight", l)) ||
+            (pre && (st = read_t(x, p->ln2_w + (size_t)l * D, D, 0, NULL,
+                                 c->post_norms ? "model.layers.%d.pre_feedforward_layernorm.weight"
+                                               : "model.layers.%d.post_attention_layernorm.weight", l))) ||
             (c->post_norms && ((st = read_t(x, p->ln1p_w + (size_t)l * D, D, 0, NULL,
                                             "model.layers.%d.post_attention_layernorm.weight", l)) ||
                                (st = read_t(x, p->ln2p_w + (size_t)l * D, D, 0, NULL,
@@ -447,6 +458,13 @@ static mp_status read_llama(const hctx *x, mp_model *m) {
                 goto cleanup;
             mp_rope_permute_rows(qn, tmp, 1, c->d_head, 1, 1);
             mp_rope_permute_rows(kn, tmp, 1, c->d_head, 1, 1);
+        } else if (c->qk_norm == MP_QK_NORM_FULL) { /* OLMo 2: the whole projection's, each head's channels permuted */
+            float *qn = p->q_norm + (size_t)l * HD, *kn = p->k_norm + (size_t)l * KD;
+            if ((st = read_t(x, qn, HD, 0, NULL, "model.layers.%d.self_attn.q_norm.weight", l)) ||
+                (st = read_t(x, kn, KD, 0, NULL, "model.layers.%d.self_attn.k_norm.weight", l)))
+                goto cleanup;
+            mp_rope_permute_rows(qn, tmp, c->n_head, c->d_head, 1, 1);
+            mp_rope_permute_rows(kn, tmp, c->n_kv_head, c->d_head, 1, 1);
         }
         if (c->qkv_bias) {
             float *bq = p->bq + (size_t)l * HD, *bk = p->bk + (size_t)l * KD;
@@ -638,9 +656,9 @@ mp_status mp_model_load_hf(mp_model **out, const char *dir) {
     if (!type) { s = mp_error(MP_ERR_FORMAT, "%s/config.json: \"model_type\" is missing", dir); goto cleanup; }
     int gpt2 = strcmp(type, "gpt2") == 0, neox = strcmp(type, "gpt_neox") == 0, phi3 = strcmp(type, "phi3") == 0;
     if (!gpt2 && !neox && !phi3 && strcmp(type, "llama") && strcmp(type, "mistral") && strcmp(type, "qwen2") &&
-        strcmp(type, "qwen3") && strcmp(type, "gemma") && strcmp(type, "gemma2")) {
+        strcmp(type, "qwen3") && strcmp(type, "gemma") && strcmp(type, "gemma2") && strcmp(type, "olmo2")) {
         s = mp_error(MP_ERR_FORMAT, "%s/config.json: unknown model_type \"%s\" (mechprobe reads llama, mistral, qwen2, "
-                     "qwen3, gemma, gemma2, gpt2, gpt_neox, phi3)", dir, type);
+                     "qwen3, gemma, gemma2, olmo2, gpt2, gpt_neox, phi3)", dir, type);
         goto cleanup;
     }
     if ((s = read_config(cfg, dir, type, &c))) goto cleanup;
@@ -661,7 +679,7 @@ mp_status mp_model_load_hf(mp_model **out, const char *dir) {
     snprintf(m->source, sizeof m->source, "%s", dir);
     m->format = gpt2 ? "hf-gpt2" : neox ? "hf-gpt_neox" : phi3 ? "hf-phi3" : strcmp(type, "qwen2") == 0 ? "hf-qwen2"
               : strcmp(type, "qwen3") == 0 ? "hf-qwen3" : strcmp(type, "gemma") == 0 ? "hf-gemma"
-              : strcmp(type, "gemma2") == 0 ? "hf-gemma2" : "hf-llama";
+              : strcmp(type, "gemma2") == 0 ? "hf-gemma2" : strcmp(type, "olmo2") == 0 ? "hf-olmo2" : "hf-llama";
     *out = m;
     m = NULL;
 cleanup:
@@ -733,6 +751,13 @@ static int has_gemma_field(const mp_config *c) {
     return c->norm_offset || c->embed_scale || c->post_norms || c->attn_softcap != 0.0f || c->final_softcap != 0.0f ||
            c->query_pre_attn_scalar != 0.0f || (c->mlp == MP_MLP_SWIGLU && c->gelu_tanh);
 }
+/* OLMo 2: Llama's SwiGLU and RoPE, no pre-norms, post-norms, the q/k norm over the whole projections, none of
+ * Gemma's other fields, no biases, no window. */
+static int is_olmo2_like(const mp_config *c) {
+    return is_llama_like(c) && c->no_pre_norms && c->post_norms && c->qk_norm == MP_QK_NORM_FULL && !c->qkv_bias &&
+           !c->norm_offset && !c->embed_scale && !c->gelu_tanh && c->attn_softcap == 0.0f &&
+           c->final_softcap == 0.0f && c->query_pre_attn_scalar == 0.0f && c->sliding_window == 0;
+}
 static int is_gpt2_like(const mp_config *c) {
     return c->norm == MP_NORM_LAYER && c->mlp == MP_MLP_GELU && c->pos == MP_POS_LEARNED && c->qkv_bias &&
            c->linear_bias && c->n_kv_head == c->n_head && c->d_head * c->n_head == c->d_model;
@@ -772,7 +797,21 @@ static mp_status write_config(const mp_model *m, const char *dir) {
         return mp_error(MP_ERR_ARG, "%s: path too long", dir);
     json_t *j;
     const int gk = gemma_kind(c);
-    if (gk) {
+    if (is_olmo2_like(c)) {
+        j = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:s, s:b, s:b, s:s}",
+                      "architectures", "Olmo2ForCausalLM", "model_type", "olmo2", "hidden_size", c->d_model,
+                      "num_hidden_layers", c->n_layer, "num_attention_heads", c->n_head, "num_key_value_heads",
+                      c->n_kv_head, "head_dim", c->d_head, "intermediate_size", c->d_mlp, "vocab_size", c->vocab,
+                      "max_position_embeddings", c->ctx, "rms_norm_eps", (double)c->norm_eps, "rope_theta",
+                      (double)c->rope_theta, "hidden_act", "silu", "attention_bias", 0, "tie_word_embeddings",
+                      c->tied, "torch_dtype", "float32");
+        if (j && c->rope_scale > 0.0f && c->rope_scale != 1.0f &&
+            json_object_set_new(j, "rope_scaling", json_pack("{s:s, s:f}", "type", "linear", "factor",
+                                                             (double)c->rope_scale)) != 0) {
+            json_decref(j);
+            j = NULL;
+        }
+    } else if (gk) {
         j = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:s, s:s, s:b, s:s}",
                       "architectures", gk == 2 ? "Gemma2ForCausalLM" : "GemmaForCausalLM", "model_type",
                       gk == 2 ? "gemma2" : "gemma", "hidden_size", c->d_model, "num_hidden_layers", c->n_layer,
@@ -891,8 +930,12 @@ mp_status mp_model_save_hf(const mp_model *m, const char *dir) {
     const mp_config *c = &m->cfg;
     const mp_params *p = &m->p;
     int gpt2 = is_gpt2_like(c), neox = !gpt2 && is_neox_like(c), phi3 = !gpt2 && !neox && is_phi3_like(m);
-    const int gk = gemma_kind(c);
-    if (!gk && has_gemma_field(c))
+    const int gk = gemma_kind(c), olmo2 = is_olmo2_like(c);
+    if (c->no_pre_norms && !olmo2)
+        return mp_error(MP_ERR_ARG, "%s: a block without pre-norms (pre_norms = false) has a Hugging Face form only as "
+                        "OLMo 2 (RMSNorm, SwiGLU, RoPE, post_norms, qk_norm full, no biases, no window, none of "
+                        "Gemma's fields); save as .h5", dir);
+    if (!gk && !olmo2 && has_gemma_field(c))
         return mp_error(MP_ERR_ARG, "%s: this model's Gemma fields (norm_offset, embed_scale, GeGLU, post_norms, soft "
                         "caps, query_pre_attn_scalar) match neither Hugging Face's gemma nor gemma2; save as .h5", dir);
     if (!gpt2 && !neox && !phi3 && !is_llama_like(c))
@@ -914,14 +957,14 @@ mp_status mp_model_save_hf(const mp_model *m, const char *dir) {
                         mp_attn_name(c->attn));
     /* config.json holds one window on every layer (mistral, qwen2/3, phi3), or Gemma 2's on every other one */
     if (c->sliding_window > 0 &&
-        (gpt2 || gk == 1 || (gk == 2 ? c->sliding_window_pattern != 2 : c->sliding_window_pattern > 0)))
+        (gpt2 || gk == 1 || olmo2 || (gk == 2 ? c->sliding_window_pattern != 2 : c->sliding_window_pattern > 0)))
         return mp_error(MP_ERR_ARG, "%s: a sliding window %s has no Hugging Face config.json form here (mistral and "
                         "qwen2 hold one window on every layer, gemma2 one on every other layer); save as .h5 or GGUF",
                         dir, gpt2 ? "on a GPT-2-style model" : gk == 1 ? "on a Gemma (1) model"
                         : "with this per-layer sliding_window_pattern");
-    if (c->qk_norm == MP_QK_NORM_FULL)
-        return mp_error(MP_ERR_ARG, "%s: the q/k norm over the whole projection (qk_norm full) has no Hugging Face "
-                        "writer yet; save as .h5", dir);
+    if (c->qk_norm == MP_QK_NORM_FULL && !olmo2)
+        return mp_error(MP_ERR_ARG, "%s: the q/k norm over the whole projection (qk_norm full) has a Hugging Face "
+                        "form only in OLMo 2 (pre_norms = false, post_norms); save as .h5", dir);
     if (mkdir(dir, 0777) && errno != EEXIST) return mp_error(MP_ERR_IO, "%s: cannot create folder: %s", dir, strerror(errno));
     const size_t D = (size_t)c->d_model, V = (size_t)c->vocab, M = (size_t)c->d_mlp, L = (size_t)c->n_layer;
     const size_t HD = (size_t)c->n_head * c->d_head, KD = (size_t)c->n_kv_head * c->d_head;
@@ -1027,7 +1070,7 @@ mp_status mp_model_save_hf(const mp_model *m, const char *dir) {
         ADD(nm_fmt, l, (float *)s_, D, 0); \
     } while (0)
         for (size_t l = 0; l < L; l++) {
-            NORM("model.layers.%d.input_layernorm.weight", l, p->ln1_w + l * D);
+            if (!olmo2) NORM("model.layers.%d.input_layernorm.weight", l, p->ln1_w + l * D);
             COPY(w, HD * D);
             memcpy(w, p->wq + l * HD * D, HD * D * sizeof(float));
             mp_rope_permute_rows(w, tmp, c->n_head, c->d_head, D, 0);
@@ -1047,6 +1090,15 @@ mp_status mp_model_save_hf(const mp_model *m, const char *dir) {
                 memcpy(w, p->k_norm + l * Dh, Dh * sizeof(float));
                 mp_rope_permute_rows(w, tmp, 1, c->d_head, 1, 0);
                 ADD("model.layers.%d.self_attn.k_norm.weight", l, w, Dh, 0);
+            } else if (olmo2) { /* the whole projections' weights, half-split within each head */
+                COPY(w, HD);
+                memcpy(w, p->q_norm + l * HD, HD * sizeof(float));
+                mp_rope_permute_rows(w, tmp, c->n_head, c->d_head, 1, 0);
+                ADD("model.layers.%d.self_attn.q_norm.weight", l, w, HD, 0);
+                COPY(w, KD);
+                memcpy(w, p->k_norm + l * KD, KD * sizeof(float));
+                mp_rope_permute_rows(w, tmp, c->n_kv_head, c->d_head, 1, 0);
+                ADD("model.layers.%d.self_attn.k_norm.weight", l, w, KD, 0);
             }
             if (c->qkv_bias) {
                 COPY(w, HD);
@@ -1060,7 +1112,10 @@ mp_status mp_model_save_hf(const mp_model *m, const char *dir) {
                 ADD("model.layers.%d.self_attn.v_proj.bias", l, p->bv + l * KD, KD, 0);
             }
             ADD("model.layers.%d.self_attn.o_proj.weight", l, p->wo + l * D * HD, D, HD);
-            if (gk == 2) {
+            if (olmo2) {
+                NORM("model.layers.%d.post_attention_layernorm.weight", l, p->ln1p_w + l * D);
+                NORM("model.layers.%d.post_feedforward_layernorm.weight", l, p->ln2p_w + l * D);
+            } else if (gk == 2) {
                 NORM("model.layers.%d.post_attention_layernorm.weight", l, p->ln1p_w + l * D);
                 NORM("model.layers.%d.pre_feedforward_layernorm.weight", l, p->ln2_w + l * D);
                 NORM("model.layers.%d.post_feedforward_layernorm.weight", l, p->ln2p_w + l * D);

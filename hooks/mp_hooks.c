@@ -54,9 +54,37 @@ int mp_hook_exists(const mp_config *cfg, mp_hook_id id) {
     case MP_WHEN_SERIAL: return !cfg->parallel_attn;
     case MP_WHEN_POST_NORMS: return cfg->post_norms;
     case MP_WHEN_POST_NORMS_MLP: return cfg->post_norms && cfg->mlp != MP_MLP_NONE;
+    case MP_WHEN_PRE_NORMS: return !cfg->no_pre_norms;
+    case MP_WHEN_PRE_NORMS_MLP: return !cfg->no_pre_norms && cfg->mlp != MP_MLP_NONE;
     case MP_WHEN_ALWAYS: break;
     }
     return 1;
+}
+
+const char *mp_hook_absent_why(const mp_config *cfg, const char *name, char *buf, size_t n) {
+    static const char *const on[] = {
+        [MP_WHEN_MLP] = "a model with an MLP (this one has mlp = none)",
+        [MP_WHEN_SWIGLU] = "a SwiGLU MLP",
+        [MP_WHEN_LEARNED_POS] = "a model with learned positions (pos = learned)",
+        [MP_WHEN_QK_NORM] = "a model with a q/k norm (this one has qk_norm = none)",
+        [MP_WHEN_SERIAL] = "a serial block (this one is parallel_attn: no resid_mid)",
+        [MP_WHEN_POST_NORMS] = "a model with post-norms (post_norms)",
+        [MP_WHEN_POST_NORMS_MLP] = "a model with post-norms (post_norms) and an MLP",
+        [MP_WHEN_PRE_NORMS] = "a block with pre-norms (this one has pre_norms = false: attention reads the residual)",
+        [MP_WHEN_PRE_NORMS_MLP] = "a block with pre-norms and an MLP (this one has pre_norms = false or no MLP)"};
+    const char *rest = name;
+    if (n) buf[0] = '\0';
+    if (strncmp(name, "blocks.", 7) == 0) {
+        char *end;
+        long v = strtol(name + 7, &end, 10);
+        if (end == name + 7 || *end != '.' || v < 0 || v >= cfg->n_layer) return buf;
+        rest = end + 1;
+    }
+    for (int i = 0; i < MP_HOOK_COUNT; i++)
+        if ((rest != name) == (mp_hook_per_layer[i] != 0) && strcmp(rest, mp_hook_suffix[i]) == 0 &&
+            !mp_hook_exists(cfg, (mp_hook_id)i) && hook_when[i] != MP_WHEN_ALWAYS)
+            snprintf(buf, n, " (%s exists only on %s)", mp_hook_suffix[i], on[hook_when[i]]);
+    return buf;
 }
 
 int mp_hook_opt_in(mp_hook_id id) { return hook_opt_in[id]; }
@@ -346,6 +374,9 @@ static mp_status add_globs(mp_hooks *hs, const char *globs, mp_hook_fn fn, void 
                         "their name ('blocks.*.attn.hook_result')",
                         bad, mp_hook_suffixes(mp_hook_opt_in, names, sizeof names));
     }
+    char why[192];
+    if (bad[0] && mp_hook_absent_why(&hs->cfg, bad, why, sizeof why)[0])
+        return mp_error(MP_ERR_ARG, "unknown hook name '%s': it matches no hook point of this model%s", bad, why);
     if (bad[0])
         return mp_error(MP_ERR_ARG,
                         "unknown hook name '%s': it matches no hook point of this model "

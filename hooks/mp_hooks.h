@@ -37,7 +37,9 @@ typedef enum {
     MP_WHEN_QK_NORM,     /* a q/k norm (qk_norm != none) */
     MP_WHEN_SERIAL,      /* a block whose MLP reads the residual after attention (not parallel_attn) */
     MP_WHEN_POST_NORMS,  /* Gemma 2's post-norms (post_norms): the attention output's */
-    MP_WHEN_POST_NORMS_MLP /* and the MLP output's (post_norms with an MLP) */
+    MP_WHEN_POST_NORMS_MLP, /* and the MLP output's (post_norms with an MLP) */
+    MP_WHEN_PRE_NORMS,   /* a block with pre-norms (not no_pre_norms, OLMo 2): ln1 */
+    MP_WHEN_PRE_NORMS_MLP /* and ln2 (with an MLP) */
 } mp_hook_when;
 
 /* X(ID, name, per_layer, shape kind, when, opt_in, grad, device)
@@ -63,8 +65,8 @@ typedef enum {
     X(EMBED,          "hook_embed",               0, MP_SHAPE_BTD,  MP_WHEN_ALWAYS,     0, 1, 1) \
     X(POS_EMBED,      "hook_pos_embed",           0, MP_SHAPE_BTD,  MP_WHEN_LEARNED_POS, 0, 1, 1) \
     X(RESID_PRE,      "hook_resid_pre",           1, MP_SHAPE_BTD,  MP_WHEN_ALWAYS,     0, 1, 1) \
-    X(LN1_SCALE,      "ln1.hook_scale",           1, MP_SHAPE_BT1,  MP_WHEN_ALWAYS,     0, 1, 1) \
-    X(LN1,            "ln1.hook_normalized",      1, MP_SHAPE_BTD,  MP_WHEN_ALWAYS,     0, 1, 1) \
+    X(LN1_SCALE,      "ln1.hook_scale",           1, MP_SHAPE_BT1,  MP_WHEN_PRE_NORMS,  0, 1, 1) \
+    X(LN1,            "ln1.hook_normalized",      1, MP_SHAPE_BTD,  MP_WHEN_PRE_NORMS,  0, 1, 1) \
     X(ATTN_IN,        "hook_attn_in",             1, MP_SHAPE_BTHX, MP_WHEN_ALWAYS,     1, 0, 0) \
     X(Q_INPUT,        "attn.hook_q_input",        1, MP_SHAPE_BTHX, MP_WHEN_ALWAYS,     1, 0, 0) \
     X(K_INPUT,        "attn.hook_k_input",        1, MP_SHAPE_BTKX, MP_WHEN_ALWAYS,     1, 0, 0) \
@@ -85,8 +87,8 @@ typedef enum {
     X(ATTN_OUT,       "hook_attn_out",            1, MP_SHAPE_BTD,  MP_WHEN_ALWAYS,     0, 1, 1) \
     X(RESID_MID,      "hook_resid_mid",           1, MP_SHAPE_BTD,  MP_WHEN_SERIAL,     0, 1, 1) \
     X(MLP_IN,         "hook_mlp_in",              1, MP_SHAPE_BTD,  MP_WHEN_MLP,        0, 1, 1) \
-    X(LN2_SCALE,      "ln2.hook_scale",           1, MP_SHAPE_BT1,  MP_WHEN_MLP,        0, 1, 1) \
-    X(LN2,            "ln2.hook_normalized",      1, MP_SHAPE_BTD,  MP_WHEN_MLP,        0, 1, 1) \
+    X(LN2_SCALE,      "ln2.hook_scale",           1, MP_SHAPE_BT1,  MP_WHEN_PRE_NORMS_MLP, 0, 1, 1) \
+    X(LN2,            "ln2.hook_normalized",      1, MP_SHAPE_BTD,  MP_WHEN_PRE_NORMS_MLP, 0, 1, 1) \
     X(MLP_PRE,        "mlp.hook_pre",             1, MP_SHAPE_BTM,  MP_WHEN_MLP,        0, 1, 1) \
     X(MLP_PRE_LINEAR, "mlp.hook_pre_linear",      1, MP_SHAPE_BTM,  MP_WHEN_SWIGLU,     0, 1, 1) \
     X(MLP_POST,       "mlp.hook_post",            1, MP_SHAPE_BTM,  MP_WHEN_MLP,        0, 1, 1) \
@@ -154,6 +156,10 @@ const char *mp_hook_name(mp_hook_id id, int layer, char *buf, size_t n);
 /* Parses a full name; returns 0 and sets id/layer, or -1 when it is not a hook
  * point of this model. */
 int mp_hook_parse(const struct mp_config *cfg, const char *name, mp_hook_id *id, int *layer);
+/* Why `name` (one name, not a glob) is not a hook point of this model when it
+ * is one of other models: " (ln1.hook_normalized exists only on ...)" into
+ * buf, to append to an "unknown hook name" message; "" otherwise. Returns buf. */
+const char *mp_hook_absent_why(const struct mp_config *cfg, const char *name, char *buf, size_t n);
 /* Full shape of hook (id) for a forward over B x T tokens at pos0. */
 int mp_hook_shape(const struct mp_config *cfg, mp_hook_id id, int B, int T, int pos0, int64_t shape[4]);
 

@@ -79,6 +79,9 @@ static int pos_opt(lua_State *L, int opt, const char *fn, int T) {
 static const float *scale_of(lua_State *L, const char *fn, const cache_ctx *c, int layer, int mlp_input) {
     char name[96];
     if (layer >= c->lm->m->cfg.n_layer) snprintf(name, sizeof name, "ln_final.hook_scale");
+    else if (c->lm->m->cfg.no_pre_norms)
+        luaL_error(L, "%s: the model's blocks have no pre-norms (pre_norms = false, OLMo 2): no norm reads block %d's "
+                   "input; apply_ln works at the final layer only (ln_final)", fn, layer);
     else snprintf(name, sizeof name, "blocks.%d.%s.hook_scale", layer, mlp_input ? "ln2" : "ln1");
     return need(L, fn, name, (size_t)c->B * c->T);
 }

@@ -228,7 +228,10 @@ static int run_common(lua_State *L, int want_cache, const char *fn) {
         char bad[256];
         bad[0] = '\0';
         if (globs[0]) mp_hook_select(cfg, globs, NULL, NULL, bad, sizeof bad);
-        if (bad[0]) return luaL_error(L, "names: unknown hook name '%s' (see mp.hook_names(model))", bad);
+        char why[192];
+        if (bad[0])
+            return luaL_error(L, "names: unknown hook name '%s'%s (see mp.hook_names(model))", bad,
+                              mp_hook_absent_why(cfg, bad, why, sizeof why));
         lua_newtable(L);
         cache_idx = lua_gettop(L);
         mp_lua_cache_attach(L, cache_idx, 1, B, T); /* cache:accumulated_resid(...) etc. (lcache.c), on both paths */

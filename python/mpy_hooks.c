@@ -233,7 +233,9 @@ static int check_globs(const mp_config *cfg, const char *globs, const char *what
     char bad[256] = "";
     if (globs[0]) mp_hook_select(cfg, globs, NULL, NULL, bad, sizeof bad);
     if (bad[0]) {
-        PyErr_Format(PyExc_ValueError, "%s: unknown hook name '%s' (m.hook_names() lists this model's)", what, bad);
+        char why[192];
+        PyErr_Format(PyExc_ValueError, "%s: unknown hook name '%s'%s (m.hook_names() lists this model's)", what, bad,
+                     mp_hook_absent_why(cfg, bad, why, sizeof why));
         return -1;
     }
     return 0;

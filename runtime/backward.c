@@ -88,6 +88,8 @@ static mp_status check_ops(const mp_bwd_ops *o, const mp_config *c, int wgrad, i
         miss = "the staged attention (input gradients only, or backward hooks)";
     else if (c->parallel_attn && (!o->add || !o->alloc || !o->release))
         miss = "the parallel block's residual sum";
+    else if (c->no_pre_norms && (!o->add || (hooks && !o->copy)))
+        miss = "the residual sums of a block without pre-norms (pre_norms = false)";
     else if (hooks && (!o->fire || !o->copy || !o->add || !o->norm_dscale || !o->norm_dx_scaled ||
                        !o->result_spread || !o->result_back))
         miss = "backward hooks";
@@ -179,16 +181,21 @@ mp_status mp_backward_walk(const mp_bwd_ops *ops, void *ctx, const mp_config *c,
                 LIN(dxn, 0.0f, NULL, NULL, A->dpre, a.ln2, w.w1, D, M);
                 LIN(dxn, 1.0f, NULL, NULL, A->dup, a.ln2, w.w3, D, M);
             }
-            FIRE(MP_HOOK_LN2, l, dxn);
             /* hook_mlp_in: the MLP branch's own input gradient, then added to the residual's (a parallel
              * block's MLP reads resid_pre: its input gradient waits in dpar while the attention's
              * output gradient is still dres, and joins resid_pre's below) */
             const int mi = mp_hooks_active(hs, MP_HOOK_MLP_IN, l);
             float *dmi = par ? f.dpar : dres;
             if (par) TRY(ops->zero(ctx, f.dpar, nx));
-            if (mi) TRY(ops->zero(ctx, f.dbr, nx));
-            TRY(norm_step(&f, MP_HOOK_LN2_SCALE, l, mi ? f.dbr : dmi, dw.ln2_w, dw.ln2_b, dxn,
-                          par ? a.resid_in : a.resid_mid, w.ln2_w, a.ln2_mean, a.ln2_rstd));
+            if (c->no_pre_norms) { /* OLMo 2: no ln2, the input's gradient is dxn's */
+                if (mi) TRY(ops->copy(ctx, f.dbr, dxn, nx));
+                else TRY(ops->add(ctx, dmi, dxn, nx));
+            } else {
+                FIRE(MP_HOOK_LN2, l, dxn);
+                if (mi) TRY(ops->zero(ctx, f.dbr, nx));
+                TRY(norm_step(&f, MP_HOOK_LN2_SCALE, l, mi ? f.dbr : dmi, dw.ln2_w, dw.ln2_b, dxn,
+                              par ? a.resid_in : a.resid_mid, w.ln2_w, a.ln2_mean, a.ln2_rstd));
+            }
             if (mi) {
                 FIRE(MP_HOOK_MLP_IN, l, f.dbr);
                 TRY(ops->add(ctx, dmi, f.dbr, nx));
@@ -266,9 +273,13 @@ mp_status mp_backward_walk(const mp_bwd_ops *ops, void *ctx, const mp_config *c,
         LIN(dxn, 0.0f, dw.wq, dw.bq, A->dq, a.ln1, w.wq, D, HD);
         LIN(dxn, 1.0f, dw.wk, dw.bk, A->dk, a.ln1, w.wk, D, KD);
         LIN(dxn, 1.0f, dw.wv, dw.bv, A->dv, a.ln1, w.wv, D, KD);
-        FIRE(MP_HOOK_LN1, l, dxn);
-        TRY(norm_step(&f, MP_HOOK_LN1_SCALE, l, dres, dw.ln1_w, dw.ln1_b, dxn, a.resid_in, w.ln1_w, a.ln1_mean,
-                      a.ln1_rstd));
+        if (c->no_pre_norms) { /* OLMo 2: no ln1, resid_pre's gradient takes dxn */
+            TRY(ops->add(ctx, dres, dxn, nx));
+        } else {
+            FIRE(MP_HOOK_LN1, l, dxn);
+            TRY(norm_step(&f, MP_HOOK_LN1_SCALE, l, dres, dw.ln1_w, dw.ln1_b, dxn, a.resid_in, w.ln1_w, a.ln1_mean,
+                          a.ln1_rstd));
+        }
         if (par) TRY(ops->add(ctx, dres, f.dpar, nx)); /* the parallel MLP's share of resid_pre's gradient */
         FIRE(MP_HOOK_RESID_PRE, l, dres);
         if (g && bp->sync) TRY(bp->sync->ready(bp->sync->user, bp->grads, c, l));

@@ -170,17 +170,18 @@ mp_config mp_config_default(void) {
  * checkpoint names); absent tensors have size 0, so older models keep their
  * layout. Order = mp_params order = the layout in memory. Expressions of
  * D, V, M, HD, KD, H, ctx, has_mlp, ln, c; QN, KN: the q/k norm weights'
- * widths (Dh for qk_norm head, HD / KD for full). */
+ * widths (Dh for qk_norm head, HD / KD for full); pre: the block has ln1 / ln2
+ * (not no_pre_norms). */
 #define MP_PARAM_TABLE(X)                                                                         \
     X(EMBED, embed, "embed", V, D, 1)                                                             \
-    X(LN1, ln1_w, "blocks.%d.ln1.weight", D, 0, 1)                                                \
-    X(LN1B, ln1_b, "blocks.%d.ln1.bias", D, 0, ln)                                                \
+    X(LN1, ln1_w, "blocks.%d.ln1.weight", D, 0, pre)                                              \
+    X(LN1B, ln1_b, "blocks.%d.ln1.bias", D, 0, pre && ln)                                         \
     X(WQ, wq, "blocks.%d.attn.wq", HD, D, 1)                                                      \
     X(WK, wk, "blocks.%d.attn.wk", KD, D, 1)                                                      \
     X(WV, wv, "blocks.%d.attn.wv", KD, D, 1)                                                      \
     X(WO, wo, "blocks.%d.attn.wo", D, HD, 1)                                                      \
-    X(LN2, ln2_w, "blocks.%d.ln2.weight", D, 0, has_mlp)                                          \
-    X(LN2B, ln2_b, "blocks.%d.ln2.bias", D, 0, has_mlp && ln)                                     \
+    X(LN2, ln2_w, "blocks.%d.ln2.weight", D, 0, pre && has_mlp)                                   \
+    X(LN2B, ln2_b, "blocks.%d.ln2.bias", D, 0, pre && has_mlp && ln)                              \
     X(W1, w1, "blocks.%d.mlp.w1", M, D, has_mlp)                                                  \
     X(W3, w3, "blocks.%d.mlp.w3", M, D, c->mlp == MP_MLP_SWIGLU) /* GELU: w1 in, w2 out */       \
     X(W2, w2, "blocks.%d.mlp.w2", D, M, has_mlp)                                                  \
@@ -221,13 +222,13 @@ static const char *const param_names[P_COUNT] = {
 /* The config's dimensions under the names the table uses. */
 #define PARAM_DIMS(c)                                                                                \
     int64_t D = (c)->d_model, V = (c)->vocab, H = (c)->n_head, ctx = (c)->ctx;                       \
-    int has_mlp = (c)->mlp != MP_MLP_NONE, ln = (c)->norm == MP_NORM_LAYER;                          \
+    int has_mlp = (c)->mlp != MP_MLP_NONE, ln = (c)->norm == MP_NORM_LAYER, pre = !(c)->no_pre_norms;  \
     int64_t M = has_mlp ? (c)->d_mlp : 0, HD = (int64_t)(c)->n_head * (c)->d_head,                   \
             KD = (int64_t)(c)->n_kv_head * (c)->d_head;                                              \
     int64_t QN = (c)->qk_norm == MP_QK_NORM_FULL ? HD : (c)->d_head,                                 \
             KN = (c)->qk_norm == MP_QK_NORM_FULL ? KD : (c)->d_head;                                 \
     (void)D; (void)V; (void)H; (void)ctx; (void)M; (void)HD; (void)KD; (void)has_mlp; (void)ln;      \
-    (void)QN; (void)KN
+    (void)QN; (void)KN; (void)pre
 
 /* One layer's shape of each tensor (present or not). */
 static void param_shapes(const mp_config *c, int64_t s[P_COUNT][2]) {
@@ -408,6 +409,13 @@ mp_status mp_config_validate(const mp_config *c, const char *what) {
     if ((c->norm_offset || c->post_norms) && c->norm != MP_NORM_RMS)
         return mp_error(MP_ERR_FORMAT, "%s: %s applies to norm rms only (norm %s)", what,
                         c->norm_offset ? "norm_offset" : "post_norms", mp_norm_name(c->norm));
+    if (c->no_pre_norms && !c->post_norms)
+        return mp_error(MP_ERR_FORMAT, "%s: pre_norms = false (a block without ln1 / ln2, OLMo 2) needs post_norms "
+                        "(the norms of the attention and MLP outputs): a block with no norm at all is not supported",
+                        what);
+    if (c->no_pre_norms && c->parallel_attn)
+        return mp_error(MP_ERR_FORMAT, "%s: pre_norms = false (OLMo 2's block) is not supported with parallel_attn",
+                        what);
     if (!(c->attn_softcap >= 0.0f) || !isfinite(c->attn_softcap) || !(c->final_softcap >= 0.0f) ||
         !isfinite(c->final_softcap))
         return mp_error(MP_ERR_FORMAT, "%s: attn_softcap (%g) and final_softcap (%g) must be non-negative and finite "

@@ -114,6 +114,9 @@ typedef struct mp_config {
     float attn_softcap;   /* > 0: scores = cap * tanh(scores / cap) before the mask (0: off) */
     float final_softcap;  /* > 0: logits = cap * tanh(logits / cap) (0: off) */
     float query_pre_attn_scalar; /* > 0: scores scaled by its ^-1/2 instead of d_head^-1/2 (0: d_head) */
+    /* appended for OLMo 2 (zero = the older behaviour) */
+    int no_pre_norms;     /* the block has no ln1 / ln2: attention and MLP read the residual itself (attribute
+                           * pre_norms = false; needs post_norms, which then hold the block's norms) */
 } mp_config;
 
 /* The value types of config fields, as files and Lua see them:
@@ -198,7 +201,8 @@ typedef enum { MP_CF_INT, MP_CF_FLOAT, MP_CF_BOOL, MP_CF_NOTBOOL, MP_CF_KIND, MP
     X(final_softcap, MP_CF_FLOAT, "final_softcap", "final_softcap", NULL, 0, 0.0f, 0, c->final_softcap,                \
       c->final_softcap != 0.0f, 1)                                                                                     \
     X(query_pre_attn_scalar, MP_CF_FLOAT, "query_pre_attn_scalar", "query_pre_attn_scalar", NULL, 0, 0.0f, 0,          \
-      c->query_pre_attn_scalar > 0.0f ? c->query_pre_attn_scalar : (float)c->d_head, c->query_pre_attn_scalar != 0.0f, 1)
+      c->query_pre_attn_scalar > 0.0f ? c->query_pre_attn_scalar : (float)c->d_head, c->query_pre_attn_scalar != 0.0f, 1) \
+    X(no_pre_norms, MP_CF_NOTBOOL, "pre_norms", "pre_norms", NULL, 0, 0, 0, !c->no_pre_norms, c->no_pre_norms, 1)
 
 /* The table as data, for the loops of each path. */
 typedef struct {

@@ -98,14 +98,20 @@ mp_status mp_block_forward(const mp_exec *e, const mp_exec_bufs *b) {
         const mp_layer_acts a = A ? mp_acts_layer(c, A, l) : b->scratch;
         /* attention */
         FIRE(MP_HOOK_RESID_PRE, l, a.resid_in);
-        TRY(o->norm(e, MP_HOOK_LN1_SCALE, l, a.ln1, a.ln1_mean, a.ln1_rstd, a.resid_in));
-        FIRE(MP_HOOK_LN1, l, a.ln1);
+        const float *attn_in = a.ln1;
+        if (c->no_pre_norms) { /* OLMo 2: the projections read resid_pre (a store keeps it in ln1 for the backward) */
+            if (A) TRY(o->copy(e, a.ln1, a.resid_in, n_x));
+            else attn_in = a.resid_in;
+        } else {
+            TRY(o->norm(e, MP_HOOK_LN1_SCALE, l, a.ln1, a.ln1_mean, a.ln1_rstd, a.resid_in));
+            FIRE(MP_HOOK_LN1, l, a.ln1);
+        }
         if (mp_fwd_split_active(f, l)) { /* hook_attn_in / q,k,v_input: per-head inputs */
             if (!o->split_qkv) return missing(e, MP_HOOK_ATTN_IN);
-            TRY(o->split_qkv(e, l, a.ln1, a.q, a.k, a.v));
+            TRY(o->split_qkv(e, l, attn_in, a.q, a.k, a.v));
         } else {
             TRY(o->linears(e, 3, (const mp_exec_weight[]){MP_EXEC_WQ, MP_EXEC_WK, MP_EXEC_WV}, l,
-                           (float *const[]){a.q, a.k, a.v}, a.ln1, N));
+                           (float *const[]){a.q, a.k, a.v}, attn_in, N));
         }
         FIRE(MP_HOOK_Q, l, a.q);
         FIRE(MP_HOOK_K, l, a.k);
@@ -148,24 +154,31 @@ mp_status mp_block_forward(const mp_exec *e, const mp_exec_bufs *b) {
         if (!par && a.resid_out != a.resid_mid) TRY(o->copy(e, a.resid_out, a.resid_mid, n_x));
         /* MLP */
         if (c->mlp != MP_MLP_NONE) {
-            /* hook_mlp_in: the MLP norm's own copy of its input (resid_mid; a parallel block's resid_pre) */
+            /* hook_mlp_in: the MLP norm's own copy of its input (resid_mid; a parallel block's resid_pre; without
+             * pre-norms the MLP's input) */
             const float *mlp_in = par ? a.resid_in : a.resid_mid;
             if (mp_hooks_active(f->hs, MP_HOOK_MLP_IN, l)) {
                 TRY(o->copy(e, b->buf, mlp_in, n_x));
                 FIRE(MP_HOOK_MLP_IN, l, b->buf);
                 mlp_in = b->buf;
             }
-            TRY(o->norm(e, MP_HOOK_LN2_SCALE, l, a.ln2, a.ln2_mean, a.ln2_rstd, mlp_in));
-            FIRE(MP_HOOK_LN2, l, a.ln2);
+            const float *mlp_x = a.ln2; /* what the MLP's projections read */
+            if (c->no_pre_norms) { /* OLMo 2: its input itself (a store keeps it in ln2 for the backward) */
+                if (A) TRY(o->copy(e, a.ln2, mlp_in, n_x));
+                else mlp_x = mlp_in;
+            } else {
+                TRY(o->norm(e, MP_HOOK_LN2_SCALE, l, a.ln2, a.ln2_mean, a.ln2_rstd, mlp_in));
+                FIRE(MP_HOOK_LN2, l, a.ln2);
+            }
             /* resid_pre is read: a parallel block's residual continues from resid_mid */
             if (par && a.resid_out != a.resid_mid) TRY(o->copy(e, a.resid_out, a.resid_mid, n_x));
             /* gate and up from one input: up does not read pre, so computing it before hook_mlp_pre fires
              * changes nothing */
             if (swiglu)
                 TRY(o->linears(e, 2, (const mp_exec_weight[]){MP_EXEC_W1, MP_EXEC_W3}, l,
-                               (float *const[]){a.pre, a.up}, a.ln2, N));
+                               (float *const[]){a.pre, a.up}, mlp_x, N));
             else
-                TRY(o->linear(e, MP_EXEC_W1, l, a.pre, a.ln2, N));
+                TRY(o->linear(e, MP_EXEC_W1, l, a.pre, mlp_x, N));
             FIRE(MP_HOOK_MLP_PRE, l, a.pre);
             if (swiglu) FIRE(MP_HOOK_MLP_PRE_LINEAR, l, a.up);
             TRY(o->act(e, a.post, a.pre, a.up));

@@ -12,15 +12,16 @@
  * GELU (exact erf, or the tanh approximation of GPT-2) or no MLP
  * (attention-only), tied or untied classifier; Gemma's quirks (config.h:
  * (1 + w) norms held as the factor, the sqrt(d_model) embedding scale, GeGLU;
- * Gemma 2's post-norms, soft caps and query scale). The same forward serves
+ * Gemma 2's post-norms, soft caps and query scale; OLMo 2's block without
+ * pre-norms). The same forward serves
  * inference (one layer's buffers, blocked attention) and training (every
  * layer's activations kept in an mp_acts store for the backward pass,
  * runtime/train.h).
  *
  * Loaders (by content: mp_model_load in io/model_io.h): llama2.c
- * (llama2c.c), GGUF llama / qwen2 / qwen3 / gemma / gemma2 / gpt2 / gptneox / phi3
- * (load_gguf.c), Hugging Face folders llama / mistral / qwen2 / qwen3 / gemma /
- * gemma2 / gpt2 / gpt_neox / phi3 (load_hf.c); writers: llama2.c, GGUF (export_gguf.c),
+ * (llama2c.c), GGUF llama / qwen2 / qwen3 / gemma / gemma2 / olmo2 / gpt2 / gptneox /
+ * phi3 (load_gguf.c), Hugging Face folders llama / mistral / qwen2 / qwen3 / gemma /
+ * gemma2 / olmo2 / gpt2 / gpt_neox / phi3 (load_hf.c); writers: llama2.c, GGUF (export_gguf.c),
  * HF safetensors folders (load_hf.c). Half-split (NeoX / HF) q/k rows are
  * permuted to adjacent pairs on load, so the runtime has one RoPE convention
  * and hook_q / hook_k channels are in adjacent-pair order. */
@@ -36,7 +37,7 @@
  * Linear weights in PyTorch nn.Linear layout [out, in]. */
 typedef struct {
     float *embed;    /* [V, D] */
-    float *ln1_w;    /* [L, D] */
+    float *ln1_w;    /* [L, D]  NULL without pre-norms (no_pre_norms, OLMo 2), as ln2_w */
     float *ln1_b;    /* [L, D]  LayerNorm only, else NULL */
     float *wq;       /* [L, H*Dh, D] */
     float *wk;       /* [L, K*Dh, D] */

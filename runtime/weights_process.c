@@ -101,12 +101,14 @@ static void fold_apply(const norm_fold *f, int D) {
 }
 
 /* The norms of the model in order (ln1, ln2 of every layer, ln_final): at
- * most 2 L + 1. */
+ * most 2 L + 1. A block without pre-norms (no_pre_norms, OLMo 2) has none to
+ * fold: its post-norms scale a branch's output after the normalization, which
+ * no matrix can absorb (Gemma 2's stay too), so only ln_final folds. */
 static int fold_list(mp_model *m, norm_fold *out) {
     const mp_config *c = &m->cfg;
     const int HD = c->n_head * c->d_head, KD = c->n_kv_head * c->d_head, M = c->d_mlp;
     int n = 0;
-    for (int l = 0; l < c->n_layer; l++) {
+    for (int l = 0; l < c->n_layer && !c->no_pre_norms; l++) { /* OLMo 2: no ln1 / ln2 to fold */
         mp_layer_params w = mp_params_layer(c, &m->p, l);
         out[n++] = (norm_fold){w.ln1_w, w.ln1_b, {w.wq, w.wk, w.wv}, {w.bq, w.bk, w.bv}, {HD, KD, KD}, 3,
                                "blocks.%d.ln1", l};

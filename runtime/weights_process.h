@@ -11,6 +11,9 @@
  *                      bias (ln_final always: mechprobe models have no b_U; ln1
  *                      without qkv biases; ln2 without linear biases) keeps
  *                      b / w as its bias (exact; refused where w_i = 0 and b_i != 0).
+ *                      Post-norms (Gemma 2, OLMo 2) stay: no matrix absorbs a
+ *                      weight applied after the normalization; a block without
+ *                      pre-norms (OLMo 2) thus folds ln_final alone.
  *   center_writing_weights  (LayerNorm models only: every reader of the
  *                      residual is a LayerNorm, which removes the mean) every
  *                      matrix writing to the residual stream (embed, pos_embed,

@@ -1555,7 +1555,7 @@ static mp_status cu_train_step(mp_model *m, mp_adamw *opt, void *wsv, const int 
         return mp_error(MP_ERR_ARG, "train step: hook point %s is not on the cuda device; train on the CPU "
                         "(m:to(\"cpu\")) to hook it", why);
     if ((why = mp_cuda_train_gemma(c)))
-        return mp_error(MP_ERR_ARG, "train step: the cuda device does not train Gemma's %s yet; train on the CPU "
+        return mp_error(MP_ERR_ARG, "train step: the cuda device does not train %s yet; train on the CPU "
                         "(m:to(\"cpu\"))", why);
     const int mb = B / accum, N = mb * T;
     const size_t n = mp_config_n_params(c);

@@ -26,11 +26,12 @@ mp_status mp_cuda_available(void) {
 }
 
 const char *mp_cuda_train_gemma(const mp_config *c) {
-    return c->embed_scale ? "scaled embedding (embed_scale)" : c->post_norms ? "post-norms (post_norms)"
-           : c->attn_softcap > 0.0f ? "attention soft cap (attn_softcap)"
-           : c->final_softcap > 0.0f ? "final soft cap (final_softcap)"
-           : c->query_pre_attn_scalar > 0.0f ? "query scale (query_pre_attn_scalar)"
-           : c->mlp == MP_MLP_SWIGLU && c->gelu_tanh ? "GeGLU (swiglu with gelu_tanh)" : NULL;
+    return c->no_pre_norms ? "OLMo 2's block without pre-norms (pre_norms = false)"
+           : c->embed_scale ? "Gemma's scaled embedding (embed_scale)" : c->post_norms ? "Gemma 2's post-norms (post_norms)"
+           : c->attn_softcap > 0.0f ? "Gemma 2's attention soft cap (attn_softcap)"
+           : c->final_softcap > 0.0f ? "Gemma 2's final soft cap (final_softcap)"
+           : c->query_pre_attn_scalar > 0.0f ? "Gemma 2's query scale (query_pre_attn_scalar)"
+           : c->mlp == MP_MLP_SWIGLU && c->gelu_tanh ? "Gemma's GeGLU (swiglu with gelu_tanh)" : NULL;
 }
 
 mp_status mp_cuda_check_model(const mp_config *c, mp_precision p) {

@@ -31,7 +31,8 @@ mp_status mp_cuda_available(void);
  * precision fp32 or bf16. MP_ERR_ARG with the reason. */
 #define MP_CUDA_MAX_DHEAD 256
 mp_status mp_cuda_check_model(const mp_config *c, mp_precision p);
-/* The Gemma quirk of c the device's training step lacks (its forward runs them all), or NULL. */
+/* The Gemma / OLMo 2 quirk of c the device's training step lacks, named with its family (its forward runs them
+ * all), or NULL. */
 const char *mp_cuda_train_gemma(const mp_config *c);
 /* Why this forward call of a model on the device must run on the CPU, or NULL:
  * a padded batch (attention_mask), or an active hook at one of the opt-in

@@ -101,6 +101,9 @@ class ActivationCache(dict):
         cfg = self._cfg()
         if layer >= cfg["n_layer"]:
             name = "ln_final.hook_scale"
+        elif not cfg.get("pre_norms", True):
+            raise ValueError(f"{fn}: the model's blocks have no pre-norms (pre_norms = false, OLMo 2): no norm reads "
+                             f"block {layer}'s input; apply_ln works at the final layer only (ln_final)")
         else:
             name = f"blocks.{layer}.{'ln2' if mlp_input else 'ln1'}.hook_scale"
         return self._need(fn, name, 1)[:, :, 0]

@@ -31,6 +31,10 @@ local samples = {
     norm_offset = true, embed_scale = true, post_norms = true, attn_softcap = 5, final_softcap = 3,
     query_pre_attn_scalar = 20,
   },
+  { -- OLMo 2: no pre-norms, post-norms, the q/k norm over the whole projections
+    d_model = 16, n_layer = 1, n_head = 2, n_kv_head = 1, vocab = 40, ctx = 10, pre_norms = false,
+    post_norms = true, qk_norm = "full",
+  },
 }
 local plain = {d_model = 8, n_layer = 1, n_head = 1, vocab = 11, ctx = 4}
 
@@ -158,6 +162,9 @@ t.case("fields that do not apply", function()
     {{attn = "ssmax", attn_softcap = 5}, "attn_softcap applies to softmax attention only (attn ssmax)"},
     {{query_pre_attn_scalar = -2}, "query_pre_attn_scalar (-2) must be non-negative and finite (0: d_head)"},
     {{pos = "rope", pos_temp = false}, "pos_temp = false applies to pos rope_id only (pos rope)"},
+    {{pre_norms = false}, "pre_norms = false (a block without ln1 / ln2, OLMo 2) needs post_norms"},
+    {{pre_norms = false, post_norms = true, parallel_attn = true},
+     "pre_norms = false (OLMo 2's block) is not supported with parallel_attn"},
   }
   for _, r in ipairs(refused) do
     local ok, err = pcall(mp.model.new, with(r[1]))

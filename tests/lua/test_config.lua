@@ -31,6 +31,11 @@ local samples = {
     norm_offset = true, embed_scale = true, post_norms = true, attn_softcap = 5, final_softcap = 3,
     query_pre_attn_scalar = 20,
   },
+  { -- Gemma 3: q/k norm, a windowed layer rotating with its own base, linear scaling on the global one
+    d_model = 16, n_layer = 2, n_head = 2, d_head = 8, vocab = 40, ctx = 10, mlp = "swiglu", gelu_tanh = true,
+    norm_offset = true, embed_scale = true, post_norms = true, qk_norm = "head", sliding_window = 3,
+    sliding_window_pattern = 2, rope_theta = 1e6, rope_scale = 8, rope_local_theta = 100,
+  },
 }
 local plain = {d_model = 8, n_layer = 1, n_head = 1, vocab = 11, ctx = 4}
 
@@ -158,6 +163,7 @@ t.case("fields that do not apply", function()
     {{attn = "ssmax", attn_softcap = 5}, "attn_softcap applies to softmax attention only (attn ssmax)"},
     {{query_pre_attn_scalar = -2}, "query_pre_attn_scalar (-2) must be non-negative and finite (0: d_head)"},
     {{pos = "rope", pos_temp = false}, "pos_temp = false applies to pos rope_id only (pos rope)"},
+    {{rope_local_theta = 100}, "rope_local_theta (the windowed layers' RoPE base) needs pos rope (pos rope), a sliding_window (0)"},
   }
   for _, r in ipairs(refused) do
     local ok, err = pcall(mp.model.new, with(r[1]))

@@ -17,7 +17,15 @@
  * (RMSNorm, SwiGLU, no biases; chosen for a partial rotation or a model read
  * from Phi-3 files) rotate the first rope.dimension_count channels NeoX-style:
  * rows permuted back to half-split within them; q | k | v fused into attn_qkv,
- * phi3's gate | up into ffn_up. */
+ * phi3's gate | up into ffn_up.
+ * gemma / gemma2 / gemma3: NeoX rows; the norm weights (q/k norms
+ * included) held as 1 + w, written as is (llama.cpp's converter adds the 1).
+ * gemma3 (qk_norm head, post_norms): llama.cpp hard-codes what Hugging Face's
+ * config holds (every 6th layer global, the sliding layers' base 10000, the
+ * query scale), so the file also carries the pattern as
+ * gemma3.attention.sliding_window_pattern (one bool per layer), the sliding
+ * layers' base as gemma3.rope.freq_base_swa and mechprobe's own
+ * gemma3.attention.query_pre_attn_scalar (load_gguf.c reads them). */
 #include "gguf.h"
 #include "json.h"
 #include "formats.h"
@@ -310,22 +318,30 @@ mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const ch
     /* Gemma: (1 + w) norms (held so in memory: written as is, as llama.cpp's converter stores them), the scaled
      * embedding, GeGLU; Gemma 2 with its post-norms */
     const int gemma = c->norm_offset && c->embed_scale && c->mlp == MP_MLP_SWIGLU && c->gelu_tanh && !c->qkv_bias &&
-                      c->norm == MP_NORM_RMS && c->pos == MP_POS_ROPE && !c->linear_bias &&
-                      c->qk_norm == MP_QK_NORM_NONE && !c->parallel_attn;
+                      c->norm == MP_NORM_RMS && c->pos == MP_POS_ROPE && !c->linear_bias && !c->parallel_attn &&
+                      (c->qk_norm == MP_QK_NORM_NONE || (c->qk_norm == MP_QK_NORM_HEAD && c->post_norms));
     const int gemma1 = gemma && !c->post_norms && c->attn_softcap == 0.0f && c->final_softcap == 0.0f &&
                        c->query_pre_attn_scalar == 0.0f;
+    const int gemma3 = gemma && c->qk_norm == MP_QK_NORM_HEAD;
     const int any_gemma = c->norm_offset || c->embed_scale || c->post_norms || c->attn_softcap != 0.0f ||
                           c->final_softcap != 0.0f || c->query_pre_attn_scalar != 0.0f ||
-                          (c->mlp == MP_MLP_SWIGLU && c->gelu_tanh);
+                          (c->mlp == MP_MLP_SWIGLU && c->gelu_tanh) || c->rope_local_theta != 0.0f;
+    if (gemma3 && c->rope_local_theta == 0.0f && c->rope_scale > 0.0f && c->rope_scale != 1.0f &&
+        c->sliding_window > 0)
+        return mp_error(MP_ERR_ARG, "%s: gemma3's sliding layers take no RoPE scaling; this model scales every layer's "
+                        "(rope_scale without rope_local_theta); save as .h5", path);
     if (olmo2)
         arch = "olmo2";
-    else if (gemma && c->post_norms)
+    else if (gemma3)
+        arch = "gemma3";
+    else if (gemma && c->post_norms && c->rope_local_theta == 0.0f)
         arch = "gemma2";
-    else if (gemma1)
+    else if (gemma1 && c->rope_local_theta == 0.0f)
         arch = "gemma";
     else if (any_gemma)
         return mp_error(MP_ERR_ARG, "%s: this model's Gemma fields (norm_offset, embed_scale, GeGLU, post_norms, soft "
-                        "caps, query_pre_attn_scalar) match neither llama.cpp's gemma nor gemma2; save as .h5", path);
+                        "caps, query_pre_attn_scalar, qk_norm, rope_local_theta) match none of llama.cpp's gemma, "
+                        "gemma2 and gemma3; save as .h5", path);
     else if (to_neox)
         arch = "gptneox";
     else if (to_phi3)
@@ -391,15 +407,28 @@ mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const ch
              (c->query_pre_attn_scalar > 0.0f &&
               (st = mp_gguf_writer_set_f32(w, KEY("attention.query_pre_attn_scalar"), c->query_pre_attn_scalar)))))
             goto cleanup;
+        if (gemma3 && /* caps only when on; the sliding layers' base; the query scale; a window (none: ctx) */
+            ((c->attn_softcap > 0.0f &&
+              (st = mp_gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), c->attn_softcap))) ||
+             (c->final_softcap > 0.0f &&
+              (st = mp_gguf_writer_set_f32(w, KEY("final_logit_softcapping"), c->final_softcap))) ||
+             (st = mp_gguf_writer_set_f32(w, KEY("rope.freq_base_swa"),
+                                          c->rope_local_theta > 0.0f ? c->rope_local_theta : c->rope_theta)) ||
+             (c->query_pre_attn_scalar > 0.0f &&
+              (st = mp_gguf_writer_set_f32(w, KEY("attention.query_pre_attn_scalar"), c->query_pre_attn_scalar))) ||
+             (c->sliding_window <= 0 &&
+              (st = mp_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)c->ctx)))))
+            goto cleanup;
         if (c->rope_scale > 0.0f && c->rope_scale != 1.0f &&
             ((st = mp_gguf_writer_set_str(w, KEY("rope.scaling.type"), "linear")) ||
              (st = mp_gguf_writer_set_f32(w, KEY("rope.scaling.factor"), c->rope_scale))))
             goto cleanup;
     }
-    if (c->sliding_window > 0) { /* llama.cpp's keys, as load_gguf.c reads them: the window; the pattern per layer */
-        if ((st = mp_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)c->sliding_window)))
+    if (c->sliding_window > 0 || gemma3) { /* llama.cpp's keys, as load_gguf.c reads them: the window; the pattern per layer */
+        if (c->sliding_window > 0 &&
+            (st = mp_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)c->sliding_window)))
             goto cleanup;
-        if (c->sliding_window_pattern > 0) {
+        if (c->sliding_window_pattern > 0 || gemma3) { /* gemma3: always (its reader's default is 6) */
             uint8_t *swa = mp_malloc((size_t)c->n_layer, "the sliding-window pattern");
             if (!swa) { st = MP_ERR_NOMEM; goto cleanup; }
             for (int l = 0; l < c->n_layer; l++) swa[l] = mp_config_window(c, l) > 0;

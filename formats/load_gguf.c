@@ -37,7 +37,17 @@
  * pre-norms), post_attention_norm / post_ffw_norm, attn_q_norm [H*Dh] and
  * attn_k_norm [K*Dh] over the whole projections (qk_norm full; permuted
  * within each head); llama.cpp's olmo2 with a sliding window (OLMo 3) is
- * refused. */
+ * refused.
+ * gemma3: gemma2's layout (its caps only where the file has them) plus
+ * attn_q_norm / attn_k_norm [head size] (+1 already added by the converter,
+ * as every "norm.weight"), qk_norm head; llama.cpp's hard-coded rules, each
+ * unless a key says otherwise: every 6th layer global (set_swa_pattern(6);
+ * gemma3.attention.sliding_window_pattern), the sliding layers' RoPE base
+ * 10000 unscaled (gemma3.rope.freq_base_swa, llama.cpp's
+ * LLM_KV_ROPE_FREQ_BASE_SWA name: rope_local_theta), the query scale
+ * (head size; d_model / head_count for the 27B shape, 62 blocks;
+ * mechprobe's gemma3.attention.query_pre_attn_scalar); the global layers'
+ * rope.freq_base and linear rope.scaling. */
 #include "formats.h"
 #include "gguf.h"
 #include "ops.h"
@@ -249,23 +259,25 @@ static mp_status rotary_dims(const gctx *x, mp_config *c) {
 
 /* gemma / gemma2 (see the top): GeGLU, (1 + w) norms, the scaled embedding; gemma2's post-norms, caps, query
  * scale (its sliding window: read_window, and gemma2_window). */
-static mp_status gemma_config(const gctx *x, mp_config *c, int g2) {
+static mp_status gemma_config(const gctx *x, mp_config *c, int gen) {
     mp_status st;
     c->mlp = MP_MLP_SWIGLU;
     c->gelu_tanh = 1;
     c->norm_offset = 1;
     c->embed_scale = 1;
     if (c->qkv_bias) return mp_error(MP_ERR_FORMAT, "%s: %s with attention biases is not supported", x->path, x->arch);
-    if (!g2) return MP_OK;
+    if (gen == 1) return MP_OK;
     c->post_norms = 1;
     float qpas = 0.0f;
-    if ((st = meta_float(x, "attn_logit_softcapping", 50.0, &c->attn_softcap)) ||
-        (st = meta_float(x, "final_logit_softcapping", 30.0, &c->final_softcap)) ||
+    if ((st = meta_float(x, "attn_logit_softcapping", gen == 2 ? 50.0 : 0.0, &c->attn_softcap)) ||
+        (st = meta_float(x, "final_logit_softcapping", gen == 2 ? 30.0 : 0.0, &c->final_softcap)) ||
         (st = meta_float(x, "attention.query_pre_attn_scalar", 0.0, &qpas)))
         return st;
-    if (qpas == 0.0f && c->n_layer == 46) qpas = (float)(c->d_model / c->n_head); /* llama.cpp: Gemma 2 27B */
+    /* llama.cpp: Gemma 2 27B (46 blocks), Gemma 3 27B (62 blocks) scale by d_model / head_count */
+    if (qpas == 0.0f && c->n_layer == (gen == 2 ? 46 : 62)) qpas = (float)(c->d_model / c->n_head);
     if (qpas < 0.0f || !isfinite(qpas))
-        return mp_error(MP_ERR_FORMAT, "%s: metadata gemma2.attention.query_pre_attn_scalar must be positive", x->path);
+        return mp_error(MP_ERR_FORMAT, "%s: metadata %s.attention.query_pre_attn_scalar must be positive", x->path,
+                        x->arch);
     c->query_pre_attn_scalar = qpas == (float)c->d_head ? 0.0f : qpas;
     return MP_OK;
 }
@@ -275,6 +287,7 @@ static mp_status read_config(const gctx *x, mp_config *c) {
     const int is_gpt2 = strcmp(x->arch, "gpt2") == 0, is_qwen2 = is_qwen(x);
     const int is_neox = strcmp(x->arch, "gptneox") == 0, is_phi3 = strcmp(x->arch, "phi3") == 0;
     const int is_gemma = strcmp(x->arch, "gemma") == 0, is_gemma2 = strcmp(x->arch, "gemma2") == 0;
+    const int is_gemma3 = strcmp(x->arch, "gemma3") == 0;
     const int BIG = 1 << 24;
     *c = mp_config_default();
     if ((st = meta_int(x, "embedding_length", 1, 0, 1, BIG, &c->d_model)) ||
@@ -345,7 +358,7 @@ static mp_status read_config(const gctx *x, mp_config *c) {
         if ((st = meta_float(x, "attention.layer_norm_epsilon", 1e-5, &c->norm_eps))) return st;
     } else {
         const int is_olmo2 = strcmp(x->arch, "olmo2") == 0;
-        if ((st = meta_float(x, "attention.layer_norm_rms_epsilon", is_qwen2 || is_gemma || is_gemma2 ? 1e-6 : 1e-5,
+        if ((st = meta_float(x, "attention.layer_norm_rms_epsilon", is_qwen2 || is_gemma || is_gemma2 || is_gemma3 ? 1e-6 : 1e-5,
                              &c->norm_eps)) ||
             (st = meta_float(x, "rope.freq_base", 10000.0, &c->rope_theta)))
             return st;
@@ -364,14 +377,16 @@ static mp_status read_config(const gctx *x, mp_config *c) {
             return mp_error(MP_ERR_FORMAT, "%s: partial RoPE (rope.dimension_count %d < head size %d) is not "
                             "supported", x->path, rot, c->d_head);
         c->qkv_bias = has_t(x, "blk.%d.attn_q.bias", 0);
-        if (strcmp(x->arch, "qwen3") == 0) c->qk_norm = MP_QK_NORM_HEAD; /* attn_q_norm / attn_k_norm [head size] */
+        if (strcmp(x->arch, "qwen3") == 0 || is_gemma3)
+            c->qk_norm = MP_QK_NORM_HEAD; /* attn_q_norm / attn_k_norm [head size] */
         else if (is_olmo2) { /* post-norms only; attn_q_norm / attn_k_norm over the whole projections */
             if (c->qkv_bias) return mp_error(MP_ERR_FORMAT, "%s: olmo2 with attention biases is not supported", x->path);
             c->qk_norm = MP_QK_NORM_FULL;
             c->no_pre_norms = c->post_norms = 1;
         } else if (has_t(x, "blk.%d.attn_q_norm.weight", 0))
             return mp_error(MP_ERR_FORMAT, "%s: %s with attn_q_norm (a q/k norm) is not supported", x->path, x->arch);
-        if ((is_gemma || is_gemma2) && (st = gemma_config(x, c, is_gemma2))) return st;
+        if ((is_gemma || is_gemma2 || is_gemma3) && (st = gemma_config(x, c, is_gemma3 ? 3 : is_gemma2 ? 2 : 1)))
+            return st;
         if (has_t(x, "blk.%d.attn_output.bias", 0) || has_t(x, "blk.%d.ffn_up.bias", 0))
             return mp_error(MP_ERR_FORMAT, "%s: %s with attention-output or MLP biases is not supported", x->path,
                             x->arch);
@@ -405,6 +420,17 @@ static mp_status read_config(const gctx *x, mp_config *c) {
         snprintf(k, sizeof k, "%s.attention.sliding_window_pattern", x->arch);
         if (!mp_gguf_get(x->g, k)) c->sliding_window_pattern = 2; /* Gemma 2 alternates: every 2nd layer global */
     }
+    if (strcmp(x->arch, "gemma3") == 0) { /* llama.cpp's set_swa_pattern(6), base 10000 unless the keys say */
+        char k[64];
+        snprintf(k, sizeof k, "%s.attention.sliding_window_pattern", x->arch);
+        if (c->sliding_window > 0 && !mp_gguf_get(x->g, k)) c->sliding_window_pattern = 6;
+        if (c->sliding_window_pattern == 1) c->sliding_window = c->sliding_window_pattern = 0; /* none windowed */
+        if (c->sliding_window_pattern > c->n_layer) c->sliding_window_pattern = 0;          /* all windowed */
+        if ((st = meta_float(x, "rope.freq_base_swa", 10000.0, &c->rope_local_theta))) return st;
+        if (!(c->rope_local_theta > 0.0f) || !isfinite(c->rope_local_theta))
+            return mp_error(MP_ERR_FORMAT, "%s: metadata gemma3.rope.freq_base_swa must be positive", x->path);
+        if (c->sliding_window == 0) c->rope_local_theta = 0.0f; /* no sliding layer */
+    }
     return mp_config_validate(c, x->path);
 }
 
@@ -416,7 +442,7 @@ static mp_status read_weights(const gctx *x, mp_model *m) {
     const int is_gpt2 = strcmp(x->arch, "gpt2") == 0;
     /* NeoX (half-split) q/k rows over every channel: qwen2, qwen3, gemma, gemma2 */
     const int is_qwen2 = is_qwen(x) || strcmp(x->arch, "gemma") == 0 || strcmp(x->arch, "gemma2") == 0 ||
-                         strcmp(x->arch, "olmo2") == 0;
+                         strcmp(x->arch, "gemma3") == 0 || strcmp(x->arch, "olmo2") == 0;
     const int is_neox = strcmp(x->arch, "gptneox") == 0, is_phi3 = strcmp(x->arch, "phi3") == 0;
     const int rot = c->pos == MP_POS_ROPE ? c->d_head : c->pos == MP_POS_HALF_ROPE ? c->rope_dims : 0;
     mp_qparams *Q = x->q;
@@ -572,9 +598,10 @@ mp_status mp_model_load_gguf(mp_model **out, const char *path) {
     }
     const int f32_only = !strcmp(x.arch, "gptneox") || !strcmp(x.arch, "phi3"); /* fused rows: read as float32 */
     if (strcmp(x.arch, "llama") && strcmp(x.arch, "qwen2") && strcmp(x.arch, "qwen3") && strcmp(x.arch, "gpt2") &&
-        strcmp(x.arch, "gemma") && strcmp(x.arch, "gemma2") && strcmp(x.arch, "olmo2") && !f32_only) {
+        strcmp(x.arch, "gemma") && strcmp(x.arch, "gemma2") && strcmp(x.arch, "gemma3") && strcmp(x.arch, "olmo2") &&
+        !f32_only) {
         st = mp_error(MP_ERR_FORMAT, "%s: unknown architecture \"%s\" (mechprobe reads llama, qwen2, qwen3, gemma, "
-                      "gemma2, olmo2, gpt2, gptneox and phi3)", path, x.arch);
+                      "gemma2, gemma3, olmo2, gpt2, gptneox and phi3)", path, x.arch);
         goto cleanup;
     }
     if ((st = read_config(&x, &c))) goto cleanup;
@@ -614,6 +641,7 @@ mp_status mp_model_load_gguf(mp_model **out, const char *path) {
               : strcmp(x.arch, "qwen3") == 0   ? "gguf-qwen3"
               : strcmp(x.arch, "gemma") == 0   ? "gguf-gemma"
               : strcmp(x.arch, "gemma2") == 0  ? "gguf-gemma2"
+              : strcmp(x.arch, "gemma3") == 0  ? "gguf-gemma3"
               : strcmp(x.arch, "olmo2") == 0   ? "gguf-olmo2"
               : strcmp(x.arch, "gptneox") == 0 ? "gguf-gptneox"
               : strcmp(x.arch, "phi3") == 0    ? "gguf-phi3"

@@ -33,6 +33,8 @@ typedef struct {
     const mp_safetensors *st;
     const char *path;
     const char *prefix;   /* "model." (llama), "" or "transformer." (gpt2) */
+    const char *body;     /* NULL, or what a name's leading "model." reads as (a gemma3 folder's
+                           * "model.language_model.") */
 } hctx;
 
 /* ---- config.json ---- */
@@ -298,10 +300,131 @@ static mp_status gemma_config(const mp_json *cfg, const char *path, const char *
     return MP_OK;
 }
 
+/* Gemma 3's RoPE of one layer kind: its base and linear factor (1: none), from rope_parameters[kind] (newer
+ * configs) or from rope_theta / rope_scaling (global layers) and rope_local_base_freq (local ones, unscaled). */
+static mp_status gemma3_rope(const mp_json *cfg, const char *path, int local, float *theta, float *factor) {
+    mp_status st;
+    const mp_json *rp = mp_json_get(cfg, "rope_parameters"), *rs;
+    const char *kind = local ? "sliding_attention" : "full_attention", *where;
+    char key[64];
+    *factor = 1.0f;
+    if (mp_json_type_of(rp) == MP_JSON_OBJECT) {
+        const mp_json *k = mp_json_get(rp, kind);
+        if (mp_json_type_of(k) != MP_JSON_OBJECT)
+            return mp_error(MP_ERR_FORMAT, "%s/config.json: rope_parameters has no \"%s\" object", path, kind);
+        if ((st = cfg_num(k, path, "rope_theta", local ? 10000.0 : 1000000.0, theta))) return st;
+        rs = k;
+        snprintf(key, sizeof key, "rope_parameters.%s", kind);
+        where = key;
+    } else {
+        if ((st = cfg_num(cfg, path, local ? "rope_local_base_freq" : "rope_theta", local ? 10000.0 : 1000000.0, theta)))
+            return st;
+        if (local) return MP_OK; /* the local layers are never scaled (Gemma3RotaryEmbedding's rope_local) */
+        rs = mp_json_get(cfg, "rope_scaling");
+        where = "rope_scaling";
+        if (!rs || mp_json_type_of(rs) == MP_JSON_NULL) return MP_OK;
+        if (mp_json_type_of(rs) != MP_JSON_OBJECT)
+            return mp_error(MP_ERR_FORMAT, "%s/config.json: rope_scaling must be null or an object", path);
+    }
+    if (!(*theta > 0.0f)) return mp_error(MP_ERR_FORMAT, "%s/config.json: %s's RoPE base must be positive", path, where);
+    const mp_json *tj = mp_json_get(rs, "rope_type");
+    if (!tj) tj = mp_json_get(rs, "type");
+    const char *type = mp_json_string(tj, NULL);
+    if (!type || strcmp(type, "default") == 0) return MP_OK;
+    if (strcmp(type, "linear") || local)
+        return mp_error(MP_ERR_FORMAT, "%s/config.json: %s type \"%s\" is not supported for gemma3_text (linear on "
+                        "the global layers, none on the sliding ones)", path, where, type);
+    if ((st = cfg_num(rs, path, "factor", 1.0, factor))) return st;
+    if (!(*factor > 0.0f)) return mp_error(MP_ERR_FORMAT, "%s/config.json: %s factor must be positive", path, where);
+    return MP_OK;
+}
+
+/* Gemma 3 (model_type gemma3_text, or a gemma3 folder's text_config): Gemma 2's blocks (without its caps unless
+ * given) plus the per-head q/k norm and the sliding layers' own RoPE base; keys absent from config.json take
+ * Gemma3TextConfig's defaults (a multimodal folder's text_config lists only some). The layer kinds: layer_types
+ * (a period's pattern: every P-th layer full_attention) or sliding_window_pattern (6). */
+static mp_status read_config_gemma3(const mp_json *cfg, const char *path, mp_config *c) {
+    mp_status st;
+    if ((st = cfg_int(cfg, path, "hidden_size", 0, 2304, &c->d_model)) ||
+        (st = cfg_int(cfg, path, "num_hidden_layers", 0, 26, &c->n_layer)) ||
+        (st = cfg_int(cfg, path, "num_attention_heads", 0, 8, &c->n_head)) ||
+        (st = cfg_int(cfg, path, "num_key_value_heads", 0, 4, &c->n_kv_head)) ||
+        (st = cfg_int(cfg, path, "head_dim", 0, 256, &c->d_head)) ||
+        (st = cfg_int(cfg, path, "intermediate_size", 0, 9216, &c->d_mlp)) ||
+        (st = cfg_int(cfg, path, "vocab_size", 0, 262208, &c->vocab)) ||
+        (st = cfg_int(cfg, path, "max_position_embeddings", 0, 131072, &c->ctx)) ||
+        (st = cfg_num(cfg, path, "rms_norm_eps", 1e-6, &c->norm_eps)) ||
+        (st = cfg_num(cfg, path, "query_pre_attn_scalar", 256.0, &c->query_pre_attn_scalar)) ||
+        (st = cfg_num(cfg, path, "attn_logit_softcapping", 0.0, &c->attn_softcap)) ||
+        (st = cfg_num(cfg, path, "final_logit_softcapping", 0.0, &c->final_softcap)) ||
+        (st = cfg_int(cfg, path, "sliding_window", 0, 4096, &c->sliding_window)))
+        return st;
+    const char *hact = mp_json_string(mp_json_get(cfg, "hidden_activation"), NULL);
+    if (hact && strcmp(hact, "gelu_pytorch_tanh"))
+        return mp_error(MP_ERR_FORMAT, "%s/config.json: hidden_activation \"%s\" is not supported for gemma3_text "
+                        "(gelu_pytorch_tanh)", path, hact);
+    if (cfg_bool(cfg, "attention_bias", 0))
+        return mp_error(MP_ERR_FORMAT, "%s/config.json: attention_bias is not supported for gemma3_text", path);
+    if (cfg_bool(cfg, "use_bidirectional_attention", 0))
+        return mp_error(MP_ERR_FORMAT, "%s/config.json: use_bidirectional_attention (an encoder's mask) is not "
+                        "supported for gemma3_text; mechprobe's attention is causal", path);
+    if (!(c->query_pre_attn_scalar > 0.0f))
+        return mp_error(MP_ERR_FORMAT, "%s/config.json: query_pre_attn_scalar must be positive", path);
+    if (c->query_pre_attn_scalar == (float)c->d_head) c->query_pre_attn_scalar = 0.0f; /* the default scale */
+    c->tied = cfg_bool(cfg, "tie_word_embeddings", 1);
+    c->mlp = MP_MLP_SWIGLU;
+    c->gelu_tanh = 1; /* GeGLU */
+    c->norm_offset = c->embed_scale = c->post_norms = 1;
+    c->qk_norm = MP_QK_NORM_HEAD; /* Gemma3RMSNorm (1 + w) of each head's q and k */
+    float gscale, lscale;
+    if ((st = gemma3_rope(cfg, path, 0, &c->rope_theta, &gscale)) ||
+        (st = gemma3_rope(cfg, path, 1, &c->rope_local_theta, &lscale)))
+        return st;
+    if (gscale != 1.0f) c->rope_scale = gscale; /* linear: positions / factor on the global layers */
+    /* the period: every P-th layer full attention (layer l global when (l + 1) % P == 0) */
+    int P = 6;
+    const mp_json *lt = mp_json_get(cfg, "layer_types");
+    if (mp_json_type_of(lt) == MP_JSON_ARRAY) {
+        if (mp_json_len(lt) != (size_t)c->n_layer)
+            return mp_error(MP_ERR_FORMAT, "%s/config.json: layer_types has %zu entries for %d layers", path,
+                            mp_json_len(lt), c->n_layer);
+        P = 0;
+        for (int l = 0; l < c->n_layer; l++) {
+            const char *k = mp_json_string(mp_json_at(lt, (size_t)l), NULL);
+            const int full = k && strcmp(k, "full_attention") == 0;
+            if (!k || (!full && strcmp(k, "sliding_attention")))
+                return mp_error(MP_ERR_FORMAT, "%s/config.json: layer_types[%d] is \"%s\" (full_attention or "
+                                "sliding_attention)", path, l, k ? k : "(not a string)");
+            if (full && !P) P = l + 1;
+        }
+        if (!P) P = c->n_layer + 1; /* every layer sliding */
+        for (int l = 0; l < c->n_layer; l++) {
+            const int full = strcmp(mp_json_string(mp_json_at(lt, (size_t)l), NULL), "full_attention") == 0;
+            if (full != ((l + 1) % P == 0))
+                return mp_error(MP_ERR_FORMAT, "%s/config.json: layer_types is not a regular pattern (every %d-th "
+                                "layer full_attention, as from its first one); layer %d is \"%s\": mechprobe holds "
+                                "the layer kinds as sliding_window_pattern", path, P, l,
+                                full ? "full_attention" : "sliding_attention");
+        }
+    } else if ((st = cfg_int(cfg, path, "sliding_window_pattern", 0, 6, &P))) {
+        return st;
+    }
+    if (P < 1) return mp_error(MP_ERR_FORMAT, "%s/config.json: sliding_window_pattern must be >= 1", path);
+    if (P == 1 || c->sliding_window == 0) { /* no sliding layer: one kind of layer, the global one */
+        c->sliding_window = c->sliding_window_pattern = 0;
+        c->rope_local_theta = 0.0f;
+    } else {
+        c->sliding_window_pattern = P > c->n_layer ? 0 : P; /* 0: every layer windowed */
+    }
+    return MP_OK;
+}
+
 static mp_status read_config(const mp_json *cfg, const char *path, const char *type, mp_config *c) {
     mp_status st;
     *c = mp_config_default();
-    if (strcmp(type, "gpt_neox") == 0) {
+    if (strcmp(type, "gemma3_text") == 0) {
+        if ((st = read_config_gemma3(cfg, path, c))) return st;
+    } else if (strcmp(type, "gpt_neox") == 0) {
         if ((st = read_config_neox(cfg, path, c))) return st;
     } else if (strcmp(type, "phi3") == 0) {
         if ((st = read_config_phi3(cfg, path, c))) return st;
@@ -390,7 +513,8 @@ static mp_status read_config(const mp_json *cfg, const char *path, const char *t
 static mp_status read_t(const hctx *x, float *dst, uint64_t s0, uint64_t s1, int *found, const char *fmt, int l) {
     char name[200], full[240];
     snprintf(name, sizeof name, fmt, l);
-    snprintf(full, sizeof full, "%s%s", x->prefix, name);
+    if (x->body && strncmp(name, "model.", 6) == 0) snprintf(full, sizeof full, "%s%s%s", x->prefix, x->body, name + 6);
+    else snprintf(full, sizeof full, "%s%s", x->prefix, name);
     const mp_st_tensor *t = mp_safetensors_find(x->st, full);
     if (found) *found = t != NULL;
     if (!t) return found ? MP_OK : mp_error(MP_ERR_FORMAT, "%s: tensor %s is missing", x->path, full);
@@ -483,6 +607,10 @@ static mp_status read_llama(const hctx *x, mp_model *m) {
         norm_offset(p->lnf_w, D, 1.0f);
         norm_offset(p->ln1p_w, LD, 1.0f);
         norm_offset(p->ln2p_w, LD, 1.0f);
+        if (c->qk_norm == MP_QK_NORM_HEAD) { /* Gemma 3: Gemma3RMSNorm's (1 + w) on q and k too */
+            norm_offset(p->q_norm, (size_t)c->n_layer * c->d_head, 1.0f);
+            norm_offset(p->k_norm, (size_t)c->n_layer * c->d_head, 1.0f);
+        }
     }
 cleanup:
     free(tmp);
@@ -654,17 +782,36 @@ mp_status mp_model_load_hf(mp_model **out, const char *dir) {
     }
     const char *type = mp_json_string(mp_json_get(cfg, "model_type"), NULL);
     if (!type) { s = mp_error(MP_ERR_FORMAT, "%s/config.json: \"model_type\" is missing", dir); goto cleanup; }
+    /* gemma3 (Gemma3ForConditionalGeneration): its text model, from text_config and the language model's
+     * tensors (the vision tower and projector are not read) */
+    const int g3mm = strcmp(type, "gemma3") == 0;
+    if (g3mm) {
+        cfg = mp_json_get(cfg, "text_config");
+        const char *tt = mp_json_string(mp_json_get(cfg, "model_type"), NULL);
+        if (mp_json_type_of(cfg) != MP_JSON_OBJECT || (tt && strcmp(tt, "gemma3_text"))) {
+            s = mp_error(MP_ERR_FORMAT, "%s/config.json: model_type \"gemma3\" (Gemma3ForConditionalGeneration): "
+                         "mechprobe reads its text model, which needs a \"text_config\" object of model_type "
+                         "gemma3_text", dir);
+            goto cleanup;
+        }
+        type = "gemma3_text";
+    }
     int gpt2 = strcmp(type, "gpt2") == 0, neox = strcmp(type, "gpt_neox") == 0, phi3 = strcmp(type, "phi3") == 0;
     if (!gpt2 && !neox && !phi3 && strcmp(type, "llama") && strcmp(type, "mistral") && strcmp(type, "qwen2") &&
-        strcmp(type, "qwen3") && strcmp(type, "gemma") && strcmp(type, "gemma2") && strcmp(type, "olmo2")) {
+        strcmp(type, "qwen3") && strcmp(type, "gemma") && strcmp(type, "gemma2") && strcmp(type, "gemma3_text") &&
+        strcmp(type, "olmo2")) {
         s = mp_error(MP_ERR_FORMAT, "%s/config.json: unknown model_type \"%s\" (mechprobe reads llama, mistral, qwen2, "
-                     "qwen3, gemma, gemma2, olmo2, gpt2, gpt_neox, phi3)", dir, type);
+                     "qwen3, gemma, gemma2, gemma3_text, gemma3's text model, olmo2, gpt2, gpt_neox, phi3)", dir, type);
         goto cleanup;
     }
     if ((s = read_config(cfg, dir, type, &c))) goto cleanup;
     if ((s = mp_safetensors_open(dir, &st))) goto cleanup;
     if ((s = mp_model_new(&m, &c))) goto cleanup;
-    hctx x = {st, dir, ""};
+    hctx x = {st, dir, "", NULL};
+    if (g3mm) { /* the language model's tensors: language_model.model.* (older) or model.language_model.* */
+        if (mp_safetensors_find(st, "language_model.model.embed_tokens.weight")) x.prefix = "language_model.";
+        else x.body = "model.language_model.";
+    }
     if (gpt2) {
         if (mp_safetensors_find(st, "transformer.wte.weight")) x.prefix = "transformer.";
         s = read_gpt2(&x, m);
@@ -679,7 +826,8 @@ mp_status mp_model_load_hf(mp_model **out, const char *dir) {
     snprintf(m->source, sizeof m->source, "%s", dir);
     m->format = gpt2 ? "hf-gpt2" : neox ? "hf-gpt_neox" : phi3 ? "hf-phi3" : strcmp(type, "qwen2") == 0 ? "hf-qwen2"
               : strcmp(type, "qwen3") == 0 ? "hf-qwen3" : strcmp(type, "gemma") == 0 ? "hf-gemma"
-              : strcmp(type, "gemma2") == 0 ? "hf-gemma2" : strcmp(type, "olmo2") == 0 ? "hf-olmo2" : "hf-llama";
+              : strcmp(type, "gemma2") == 0 ? "hf-gemma2" : strcmp(type, "gemma3_text") == 0 ? "hf-gemma3"
+              : strcmp(type, "olmo2") == 0 ? "hf-olmo2" : "hf-llama";
     *out = m;
     m = NULL;
 cleanup:
@@ -740,16 +888,19 @@ static int is_llama_like(const mp_config *c) {
     return c->norm == MP_NORM_RMS && c->mlp == MP_MLP_SWIGLU && c->pos == MP_POS_ROPE && !c->linear_bias;
 }
 /* Gemma (1): (1 + w) norms, the scaled embedding, GeGLU; Gemma 2 adds the post-norms (and may have soft caps
- * and its query scale). 0: not Gemma, 1: gemma, 2: gemma2. */
+ * and its query scale); Gemma 3 the per-head q/k norm (and the sliding layers' own RoPE base).
+ * 0: not Gemma, 1: gemma, 2: gemma2, 3: gemma3_text. */
 static int gemma_kind(const mp_config *c) {
     if (!(c->norm_offset && c->embed_scale && c->mlp == MP_MLP_SWIGLU && c->gelu_tanh && !c->qkv_bias)) return 0;
-    if (c->post_norms) return 2;
+    if (c->post_norms && c->pos == MP_POS_ROPE)
+        return c->qk_norm == MP_QK_NORM_HEAD ? 3 : c->qk_norm == MP_QK_NORM_NONE && c->rope_local_theta == 0.0f ? 2 : 0;
+    if (c->post_norms) return 0;
     return c->attn_softcap == 0.0f && c->final_softcap == 0.0f && c->query_pre_attn_scalar == 0.0f ? 1 : 0;
 }
 /* Any of the Gemma fields (mp_config's last rows). */
 static int has_gemma_field(const mp_config *c) {
     return c->norm_offset || c->embed_scale || c->post_norms || c->attn_softcap != 0.0f || c->final_softcap != 0.0f ||
-           c->query_pre_attn_scalar != 0.0f || (c->mlp == MP_MLP_SWIGLU && c->gelu_tanh);
+           c->query_pre_attn_scalar != 0.0f || (c->mlp == MP_MLP_SWIGLU && c->gelu_tanh) || c->rope_local_theta != 0.0f;
 }
 /* OLMo 2: Llama's SwiGLU and RoPE, no pre-norms, post-norms, the q/k norm over the whole projections, none of
  * Gemma's other fields, no biases, no window. */
@@ -808,6 +959,42 @@ static mp_status write_config(const mp_model *m, const char *dir) {
         if (j && c->rope_scale > 0.0f && c->rope_scale != 1.0f &&
             json_object_set_new(j, "rope_scaling", json_pack("{s:s, s:f}", "type", "linear", "factor",
                                                              (double)c->rope_scale)) != 0) {
+            json_decref(j);
+            j = NULL;
+        }
+    } else if (gk == 3) {
+        /* Gemma 3: the period P of full-attention layers (none windowed: 1; all: n_layer + 1) as
+         * sliding_window_pattern (transformers before layer_types) and as layer_types; the sliding layers' base */
+        const int P = c->sliding_window <= 0 ? 1 : c->sliding_window_pattern > 0 ? c->sliding_window_pattern
+                                                                                  : c->n_layer + 1;
+        json_t *lt = json_array();
+        for (int l = 0; lt && l < c->n_layer; l++)
+            if (json_array_append_new(lt, json_string((l + 1) % P ? "sliding_attention" : "full_attention"))) {
+                json_decref(lt);
+                lt = NULL;
+            }
+        j = !lt ? NULL
+                : json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:s, s:b, s:b, "
+                            "s:f, s:i, s:i, s:o, s:s}",
+                            "architectures", "Gemma3ForCausalLM", "model_type", "gemma3_text", "hidden_size",
+                            c->d_model, "num_hidden_layers", c->n_layer, "num_attention_heads", c->n_head,
+                            "num_key_value_heads", c->n_kv_head, "head_dim", c->d_head, "intermediate_size", c->d_mlp,
+                            "vocab_size", c->vocab, "max_position_embeddings", c->ctx, "rms_norm_eps",
+                            (double)c->norm_eps, "rope_theta", (double)c->rope_theta, "rope_local_base_freq",
+                            (double)(c->rope_local_theta > 0.0f ? c->rope_local_theta : c->rope_theta),
+                            "hidden_activation", "gelu_pytorch_tanh", "tie_word_embeddings", c->tied,
+                            "attention_bias", 0, "query_pre_attn_scalar",
+                            (double)(c->query_pre_attn_scalar > 0.0f ? c->query_pre_attn_scalar : c->d_head),
+                            "sliding_window", c->sliding_window > 0 ? c->sliding_window : c->ctx,
+                            "sliding_window_pattern", P, "layer_types", lt, "torch_dtype", "float32");
+        if (j && (json_object_set_new(j, "attn_logit_softcapping",
+                                      c->attn_softcap > 0.0f ? json_real(c->attn_softcap) : json_null()) ||
+                  json_object_set_new(j, "final_logit_softcapping",
+                                      c->final_softcap > 0.0f ? json_real(c->final_softcap) : json_null()) ||
+                  json_object_set_new(j, "rope_scaling",
+                                      c->rope_scale > 0.0f && c->rope_scale != 1.0f
+                                          ? json_pack("{s:s, s:f}", "rope_type", "linear", "factor", (double)c->rope_scale)
+                                          : json_null()))) {
             json_decref(j);
             j = NULL;
         }
@@ -937,7 +1124,12 @@ mp_status mp_model_save_hf(const mp_model *m, const char *dir) {
                         "Gemma's fields); save as .h5", dir);
     if (!gk && !olmo2 && has_gemma_field(c))
         return mp_error(MP_ERR_ARG, "%s: this model's Gemma fields (norm_offset, embed_scale, GeGLU, post_norms, soft "
-                        "caps, query_pre_attn_scalar) match neither Hugging Face's gemma nor gemma2; save as .h5", dir);
+                        "caps, query_pre_attn_scalar, qk_norm, rope_local_theta) match none of Hugging Face's gemma, "
+                        "gemma2 and gemma3_text; save as .h5", dir);
+    if (gk == 3 && c->rope_local_theta == 0.0f && c->rope_scale > 0.0f && c->rope_scale != 1.0f &&
+        c->sliding_window > 0)
+        return mp_error(MP_ERR_ARG, "%s: gemma3_text's sliding layers take no RoPE scaling; this model scales every "
+                        "layer's (rope_scale without rope_local_theta); save as .h5 or GGUF", dir);
     if (!gpt2 && !neox && !phi3 && !is_llama_like(c))
         return mp_error(MP_ERR_ARG, "%s: only Llama/Qwen2/Phi-3/Gemma-style (RMSNorm, SwiGLU or GeGLU, RoPE), "
                         "GPT-2-style and GPT-NeoX-style (LayerNorm, GELU, partial RoPE, biases) models can be written "
@@ -956,7 +1148,7 @@ mp_status mp_model_save_hf(const mp_model *m, const char *dir) {
         return mp_error(MP_ERR_ARG, "%s: attention variant %s has no Hugging Face form (softmax only); save as .h5", dir,
                         mp_attn_name(c->attn));
     /* config.json holds one window on every layer (mistral, qwen2/3, phi3), or Gemma 2's on every other one */
-    if (c->sliding_window > 0 &&
+    if (c->sliding_window > 0 && gk != 3 &&
         (gpt2 || gk == 1 || olmo2 || (gk == 2 ? c->sliding_window_pattern != 2 : c->sliding_window_pattern > 0)))
         return mp_error(MP_ERR_ARG, "%s: a sliding window %s has no Hugging Face config.json form here (mistral and "
                         "qwen2 hold one window on every layer, gemma2 one on every other layer); save as .h5 or GGUF",
@@ -1080,14 +1272,16 @@ mp_status mp_model_save_hf(const mp_model *m, const char *dir) {
             mp_rope_permute_rows(w, tmp, c->n_kv_head, c->d_head, D, 0);
             ADD("model.layers.%d.self_attn.k_proj.weight", l, w, KD, D);
             ADD("model.layers.%d.self_attn.v_proj.weight", l, p->wv + l * KD * D, KD, D);
-            if (c->qk_norm == MP_QK_NORM_HEAD) { /* back to half-split within the head */
+            if (c->qk_norm == MP_QK_NORM_HEAD) { /* back to half-split within the head (Gemma 3: less 1) */
                 const size_t Dh = (size_t)c->d_head;
                 COPY(w, Dh);
                 memcpy(w, p->q_norm + l * Dh, Dh * sizeof(float));
+                if (gk) norm_offset(w, Dh, -1.0f);
                 mp_rope_permute_rows(w, tmp, 1, c->d_head, 1, 0);
                 ADD("model.layers.%d.self_attn.q_norm.weight", l, w, Dh, 0);
                 COPY(w, Dh);
                 memcpy(w, p->k_norm + l * Dh, Dh * sizeof(float));
+                if (gk) norm_offset(w, Dh, -1.0f);
                 mp_rope_permute_rows(w, tmp, 1, c->d_head, 1, 0);
                 ADD("model.layers.%d.self_attn.k_norm.weight", l, w, Dh, 0);
             } else if (olmo2) { /* the whole projections' weights, half-split within each head */
@@ -1115,7 +1309,7 @@ mp_status mp_model_save_hf(const mp_model *m, const char *dir) {
             if (olmo2) {
                 NORM("model.layers.%d.post_attention_layernorm.weight", l, p->ln1p_w + l * D);
                 NORM("model.layers.%d.post_feedforward_layernorm.weight", l, p->ln2p_w + l * D);
-            } else if (gk == 2) {
+            } else if (gk >= 2) {
                 NORM("model.layers.%d.post_attention_layernorm.weight", l, p->ln1p_w + l * D);
                 NORM("model.layers.%d.pre_feedforward_layernorm.weight", l, p->ln2_w + l * D);
                 NORM("model.layers.%d.post_feedforward_layernorm.weight", l, p->ln2p_w + l * D);

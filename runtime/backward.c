@@ -251,9 +251,10 @@ mp_status mp_backward_walk(const mp_bwd_ops *ops, void *ctx, const mp_config *c,
             TRY(ops->attn_factor(ctx, &av, dw.ssmax_s, dw.as_delta, dw.as_beta, dw.as_gamma, A->dfac, B, H, T));
         FIRE(MP_HOOK_ROT_K, l, A->dk);
         FIRE(MP_HOOK_ROT_Q, l, A->dq);
-        if (mp_pos_rotates(c)) { /* the forward's tables (A->pos_tab) */
-            const float *cos_t = A->pos_tab, *sin_t = cos_t + (size_t)T * half;
-            const float *q_scale = mp_pos_has_logit_scale(c) ? sin_t + (size_t)T * half : NULL;
+        if (mp_pos_rotates(c)) { /* the forward's tables (A->pos_tab; a windowed layer's own: mp_pos_layer_tables) */
+            const float *cos_t, *sin_t;
+            mp_pos_layer_tables(c, l, A->pos_tab, (size_t)T, &cos_t, &sin_t);
+            const float *q_scale = mp_pos_has_logit_scale(c) ? A->pos_tab + 2 * (size_t)T * half : NULL;
             TRY(ops->pos(ctx, c, cos_t, sin_t, q_scale, A->dq, B, T, H));
             TRY(ops->pos(ctx, c, cos_t, sin_t, NULL, A->dk, B, T, K));
         }

@@ -426,6 +426,14 @@ mp_status mp_config_validate(const mp_config *c, const char *what) {
     if (!(c->query_pre_attn_scalar >= 0.0f) || !isfinite(c->query_pre_attn_scalar))
         return mp_error(MP_ERR_FORMAT, "%s: query_pre_attn_scalar (%g) must be non-negative and finite (0: d_head)",
                         what, (double)c->query_pre_attn_scalar);
+    if (!(c->rope_local_theta >= 0.0f) || !isfinite(c->rope_local_theta))
+        return mp_error(MP_ERR_FORMAT, "%s: rope_local_theta (%g) must be non-negative and finite (0: off)", what,
+                        (double)c->rope_local_theta);
+    if (c->rope_local_theta > 0.0f && (c->pos != MP_POS_ROPE || c->sliding_window == 0 ||
+                                       c->rope_scaling == MP_ROPE_SCALING_YARN))
+        return mp_error(MP_ERR_FORMAT, "%s: rope_local_theta (the windowed layers' RoPE base) needs pos rope (pos %s), "
+                        "a sliding_window (%d) and rope_scaling none, pi or ntk (%s)", what, mp_pos_name(c->pos),
+                        c->sliding_window, mp_rope_scaling_names[c->rope_scaling]);
     if (c->pos_no_temp && c->pos != MP_POS_ROPE_ID)
         return mp_error(MP_ERR_FORMAT, "%s: pos_temp = false applies to pos rope_id only (pos %s)", what,
                         mp_pos_name(c->pos));

@@ -117,6 +117,10 @@ typedef struct mp_config {
     /* appended for OLMo 2 (zero = the older behaviour) */
     int no_pre_norms;     /* the block has no ln1 / ln2: attention and MLP read the residual itself (attribute
                            * pre_norms = false; needs post_norms, which then hold the block's norms) */
+    /* appended for Gemma 3 (zero = the older behaviour) */
+    float rope_local_theta; /* > 0: the windowed layers (mp_config_window > 0) rotate with this base and no RoPE
+                             * scaling (rope_scale, rope_scaling, rope_freqs apply to the global layers only);
+                             * pos rope with a sliding_window only (mp_pos_local) */
 } mp_config;
 
 /* The value types of config fields, as files and Lua see them:
@@ -202,7 +206,9 @@ typedef enum { MP_CF_INT, MP_CF_FLOAT, MP_CF_BOOL, MP_CF_NOTBOOL, MP_CF_KIND, MP
       c->final_softcap != 0.0f, 1)                                                                                     \
     X(query_pre_attn_scalar, MP_CF_FLOAT, "query_pre_attn_scalar", "query_pre_attn_scalar", NULL, 0, 0.0f, 0,          \
       c->query_pre_attn_scalar > 0.0f ? c->query_pre_attn_scalar : (float)c->d_head, c->query_pre_attn_scalar != 0.0f, 1) \
-    X(no_pre_norms, MP_CF_NOTBOOL, "pre_norms", "pre_norms", NULL, 0, 0, 0, !c->no_pre_norms, c->no_pre_norms, 1)
+    X(no_pre_norms, MP_CF_NOTBOOL, "pre_norms", "pre_norms", NULL, 0, 0, 0, !c->no_pre_norms, c->no_pre_norms, 1)   \
+    X(rope_local_theta, MP_CF_FLOAT, "rope_local_theta", "rope_local_theta", NULL, 0, 0.0f, 0, c->rope_local_theta,  \
+      c->rope_local_theta != 0.0f, 1)
 
 /* The table as data, for the loops of each path. */
 typedef struct {

@@ -122,7 +122,7 @@ mp_status mp_block_forward(const mp_exec *e, const mp_exec_bufs *b) {
             FIRE(MP_HOOK_Q_NORM, l, a.q);
             FIRE(MP_HOOK_K_NORM, l, a.k);
         }
-        TRY(o->pos_apply(e, a.q, a.k));
+        TRY(o->pos_apply(e, l, a.q, a.k));
         FIRE(MP_HOOK_ROT_Q, l, a.q);
         FIRE(MP_HOOK_ROT_K, l, a.k);
         const float *kc = a.k, *vc = a.v;

@@ -15,7 +15,7 @@
 #include "fwd_hooks.h"
 
 /* The layout of mp_exec_ops this runtime walks; a table of another version is refused. */
-#define MP_EXEC_OPS_VERSION 2
+#define MP_EXEC_OPS_VERSION 3
 
 /* The block's linear weights (with their biases), as an op resolves them for layer l. */
 typedef enum {
@@ -57,9 +57,11 @@ typedef struct mp_exec_ops {
      * fuse them or prepare the input once. */
     mp_status (*linears)(const mp_exec *e, int n, const mp_exec_weight *w, int l, float *const *out, const float *in,
                          int rows);
-    /* The positional scheme on q [N, H*Dh] and k [N, K*Dh] (rotations, a
-     * query scale; nothing for learned or no positions). */
-    mp_status (*pos_apply)(const mp_exec *e, float *q, float *k);
+    /* The positional scheme of layer l on q [N, H*Dh] and k [N, K*Dh]
+     * (rotations, a query scale; nothing for learned or no positions); a
+     * windowed layer of a model with rope_local_theta rotates by its own
+     * tables (mp_pos_local). */
+    mp_status (*pos_apply)(const mp_exec *e, int l, float *q, float *k);
     /* Appends k, v [B, T, K*Dh] of layer l to the call's KV cache at its
      * positions pos0..; *kc, *vc, *bstride: the layer's cached keys and values
      * (batch stride in floats) that attention reads. Called only with a cache. */

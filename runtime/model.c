@@ -82,7 +82,7 @@ mp_status mp_acts_layout(mp_acts *a, const mp_config *c, int B, int T, int logit
         L * N * D, L * N, L * N, L * N * M, L * N * up, L * N * M,     /* ln2, mean, rstd, pre, up, post */
         N * D, N, N, R * (size_t)c->vocab,                             /* lnf, mean, rstd, logits */
         N * D, N * D, N * HD, N * KD, N * KD, N * HD, att, N * M, N * up, N * M,
-        (size_t)T * (2 * (size_t)(c->d_head / 2) + 1),                  /* pos_tab */
+        mp_pos_tables_floats(c, (size_t)T),                             /* pos_tab (mp_pos_tables_all) */
         (size_t)B * H * T,                                              /* dfac */
         no_pattern ? L * B * H * T : 0,                                 /* lse */
         L * N * HD * qn, L * N * KD * qn, L * N * H * qn, L * N * K * qn, /* q_in, k_in, q_rstd, k_rstd */
@@ -176,6 +176,7 @@ typedef struct {
     float *cos_t;   /* [T, Dh/2] */
     float *sin_t;   /* [T, Dh/2] */
     float *q_scale; /* [T] per-query logit factor, or NULL */
+    float *cos_l, *sin_l; /* [T, Dh/2] the windowed layers' own (rope_local_theta), or NULL */
 } fwd_bufs;
 
 /* The CPU's state of one forward call, handed to its ops (mp_exec.dev). */
@@ -451,11 +452,13 @@ static mp_status cpu_linears(const mp_exec *e, int n, const mp_exec_weight *w, i
     return MP_OK;
 }
 
-static mp_status cpu_pos_apply(const mp_exec *e, float *q, float *k) {
+static mp_status cpu_pos_apply(const mp_exec *e, int l, float *q, float *k) {
     const cpu_fwd *u = CPU(e);
     const mp_config *c = e->f.c;
-    mp_pos_apply(c, u->pos.cos_t, u->pos.sin_t, u->pos.q_scale, q, u->pB, u->pT, c->n_head, 0);
-    mp_pos_apply(c, u->pos.cos_t, u->pos.sin_t, NULL, k, u->pB, u->pT, c->n_kv_head, 0);
+    const int loc = mp_pos_local(c, l); /* a windowed layer with its own base */
+    const float *cs = loc ? u->pos.cos_l : u->pos.cos_t, *sn = loc ? u->pos.sin_l : u->pos.sin_t;
+    mp_pos_apply(c, cs, sn, u->pos.q_scale, q, u->pB, u->pT, c->n_head, 0);
+    mp_pos_apply(c, cs, sn, NULL, k, u->pB, u->pT, c->n_kv_head, 0);
     return MP_OK;
 }
 
@@ -590,8 +593,8 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
      * scratch output; the activations and positional tables are in A) */
     size_t n_x = (size_t)N * D, n_q = (size_t)N * HD, n_k = (size_t)N * KD, n_h = (size_t)N * M;
     size_t n_att = (size_t)B * H * qb * S, n_rope = (size_t)T * (Dh / 2);
-    /* positional tables: cos, sin [T, Dh/2], q scale [T] */
-    size_t n_pos = 2 * n_rope + (size_t)T;
+    /* positional tables: cos, sin [T, Dh/2], q scale [T] (+ the windowed layers' cos, sin: mp_pos_tables_all) */
+    size_t n_pos = mp_pos_tables_floats(c, (size_t)T);
     /* a parallel block (parallel_attn) keeps resid_pre + attn_out apart from resid_pre: one more [N, D] */
     const size_t n_par = c->parallel_attn ? n_x : 0;
     const size_t n_raw = c->post_norms ? n_x : 0; /* post_norms: the attention / MLP output before its norm */
@@ -633,7 +636,11 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
     }
     b.sin_t = b.cos_t + n_rope;
     b.q_scale = b.sin_t + n_rope;
-    if (!mp_pos_tables(c, b.cos_t, b.sin_t, b.q_scale, pos0, T)) b.q_scale = NULL;
+    if (mp_pos_has_local(c)) {
+        b.cos_l = b.q_scale + T;
+        b.sin_l = b.cos_l + n_rope;
+    }
+    if (!mp_pos_tables_all(c, b.cos_t, pos0, T)) b.q_scale = NULL;
     /* a padded batch (ragged.c): per-token position ids and the tables gathered
      * for them ([N, Dh/2] twice, [N]), used with B = 1, T = N */
     int *pos_ids = NULL;
@@ -643,7 +650,8 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
     if (fp.attn_mask) {
         const size_t half = (size_t)(Dh / 2);
         pos_ids = mp_malloc((size_t)N * sizeof(int), "position ids of a padded batch");
-        pos_g = pos_ids ? mp_malloc(((2 * half + 1) * (size_t)N) * sizeof(float), "positional tables of a padded batch")
+        pos_g = pos_ids ? mp_malloc(mp_pos_tables_floats(c, (size_t)N) * sizeof(float),
+                                    "positional tables of a padded batch")
                         : NULL;
         if (!pos_g) { st = MP_ERR_NOMEM; goto cleanup; }
         mp_mask_positions(fp.attn_mask, B, T, pos_ids);
@@ -654,6 +662,11 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
         if (mp_pos_rotates(c))
             mp_mask_gather_tables(b.cos_t, b.sin_t, b.q_scale, (int)half, pos_ids, (size_t)N, bp.cos_t, bp.sin_t,
                                   bp.q_scale);
+        if (b.cos_l) { /* the windowed layers' tables after the q scale's slot, as mp_pos_tables_floats counts */
+            bp.cos_l = bp.sin_t + half * N + N;
+            bp.sin_l = bp.cos_l + half * N;
+            mp_mask_gather_tables(b.cos_l, b.sin_l, NULL, (int)half, pos_ids, (size_t)N, bp.cos_l, bp.sin_l, NULL);
+        }
         pB = 1;
         pT = N;
     }

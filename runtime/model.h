@@ -446,6 +446,20 @@ int mp_pos_has_logit_scale(const mp_config *c);
  * 1 when q_scale is needed (some factor != 1 is possible for this config),
  * else 0; nothing is written for schemes without rotation and scale. */
 int mp_pos_tables(const mp_config *c, float *cos_t, float *sin_t, float *q_scale, int pos0, int T);
+/* The windowed layers' own RoPE base (rope_local_theta, Gemma 3): mp_pos_has_local, 1 when the model has a
+ * second set of tables (rope_local_theta > 0 on a rotating scheme); mp_pos_local, 1 when layer l reads it (a
+ * windowed layer, mp_config_window > 0). The tables of `rows` positions in one buffer of
+ * mp_pos_tables_floats(c, rows) floats: cos [rows, Dh/2], sin [rows, Dh/2], q_scale [rows] (mp_pos_tables),
+ * then with a second set the windowed layers' cos, sin [rows, Dh/2] (base rope_local_theta, no scaling); without
+ * one, exactly mp_pos_tables's layout. mp_pos_tables_all fills it for positions pos0..pos0+T-1 (rows = T) and
+ * returns mp_pos_tables's q_scale flag; mp_pos_layer_tables gives layer l's cos and sin in such a buffer (rows:
+ * T, or N for a padded batch's per-token tables). */
+int mp_pos_has_local(const mp_config *c);
+int mp_pos_local(const mp_config *c, int l);
+size_t mp_pos_tables_floats(const mp_config *c, size_t rows);
+int mp_pos_tables_all(const mp_config *c, float *tab, int pos0, int T);
+void mp_pos_layer_tables(const mp_config *c, int l, const float *tab, size_t rows, const float **cos_t,
+                         const float **sin_t);
 /* Applies the scheme to x [B,T,nh,Dh] in place: the rotation, then (q_scale
  * non-NULL: queries) the per-position logit factor; or (backward != 0) the
  * transpose of both to a gradient. No-op for none / learned. */

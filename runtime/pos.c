@@ -3,7 +3,8 @@
  * and rope_id, the inference-time scaling of RoPE frequencies (PI, NTK-aware,
  * YaRN), the per-query logit factor (rope_id's length temperature, YaRN's
  * attention temperature), the cos/sin tables and their application to q/k
- * (forward, and the transpose for the backward pass). */
+ * (forward, and the transpose for the backward pass), and the second set of
+ * tables of the windowed layers when they have their own base (rope_local_theta). */
 #include "model.h"
 #include "ops.h"
 
@@ -100,6 +101,43 @@ int mp_pos_tables(const mp_config *c, float *cos_t, float *sin_t, float *q_scale
     if (q_scale)
         for (int t = 0; t < T; t++) q_scale[t] = (float)mp_pos_logit_scale(c, pos0 + t);
     return mp_pos_has_logit_scale(c);
+}
+
+/* ---- the windowed layers' own base (rope_local_theta: Gemma 3) ---- */
+
+int mp_pos_has_local(const mp_config *c) { return c->rope_local_theta > 0.0f && mp_pos_rotates(c); }
+
+int mp_pos_local(const mp_config *c, int l) { return mp_pos_has_local(c) && mp_config_window(c, l) > 0; }
+
+size_t mp_pos_tables_floats(const mp_config *c, size_t rows) {
+    const size_t half = (size_t)(c->d_head / 2);
+    return rows * (2 * half + 1) + (mp_pos_has_local(c) ? 2 * rows * half : 0);
+}
+
+int mp_pos_tables_all(const mp_config *c, float *tab, int pos0, int T) {
+    const size_t half = (size_t)(c->d_head / 2), n = (size_t)T * half;
+    const int has_scale = mp_pos_tables(c, tab, tab + n, tab + 2 * n, pos0, T);
+    if (mp_pos_has_local(c)) {
+        /* the windowed layers: base rope_local_theta, unscaled (rope_scale, rope_scaling and rope_freqs are the
+         * global layers'); the logit factor is 1 for pos rope without YaRN, as for the global layers */
+        mp_config lc = *c;
+        lc.rope_theta = c->rope_local_theta;
+        lc.rope_scale = 0.0f;
+        lc.rope_scaling = MP_ROPE_SCALING_NONE;
+        lc.rope_factor = 0.0f;
+        lc.n_rope_freqs = 0;
+        float *cl = tab + 2 * n + (size_t)T;
+        mp_pos_tables(&lc, cl, cl + n, NULL, pos0, T);
+    }
+    return has_scale;
+}
+
+void mp_pos_layer_tables(const mp_config *c, int l, const float *tab, size_t rows, const float **cos_t,
+                         const float **sin_t) {
+    const size_t n = rows * (size_t)(c->d_head / 2);
+    const float *base = mp_pos_local(c, l) ? tab + 2 * n + rows : tab;
+    *cos_t = base;
+    *sin_t = base + n;
 }
 
 void mp_pos_apply(const mp_config *c, const float *cos_t, const float *sin_t, const float *q_scale, float *x, int B,

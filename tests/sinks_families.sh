@@ -8,8 +8,9 @@ set -u
 exe=$1 data=$2 out=$3
 rm -rf "$out" && mkdir -p "$out" || exit 2
 fail=0
-for m in arch_qwen2 arch_qwen3 arch_gemma arch_gemma2 arch_olmo2 arch_neox arch_phi3 arch_gpt2 swa_mistral \
-         arch_qwen3.gguf arch_gemma2.gguf arch_olmo2.gguf arch_neox.gguf arch_phi3.gguf swa_pattern.gguf; do
+for m in arch_qwen2 arch_qwen3 arch_gemma arch_gemma2 arch_gemma3 arch_gemma3_mm arch_olmo2 arch_neox arch_phi3 arch_gpt2 \
+         swa_mistral arch_qwen3.gguf arch_gemma2.gguf arch_gemma3.gguf arch_olmo2.gguf arch_neox.gguf arch_phi3.gguf \
+         swa_pattern.gguf; do
   o="$out/$m"
   if ! "$exe" sinks --model "$data/$m" --tokens 1,5,9,3,7,2,8,4,6,10,11,12,13,14,15 --out "$o" > "$o.log" 2>&1; then
     echo "FAIL $m: sinks exited non-zero:"; tail -3 "$o.log"; fail=1; continue

@@ -65,8 +65,8 @@ static mp_status t_linears(const mp_exec *e, int n, const mp_exec_weight *w, int
     put(s);
     return MP_OK;
 }
-static mp_status t_pos_apply(const mp_exec *e, float *q, float *k) {
-    (void)e, (void)q, (void)k;
+static mp_status t_pos_apply(const mp_exec *e, int l, float *q, float *k) {
+    (void)e, (void)l, (void)q, (void)k;
     put("[rope]");
     return MP_OK;
 }

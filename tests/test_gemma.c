@@ -1,4 +1,4 @@
-/* test_gemma.c — the Gemma (1) and Gemma 2 families (tests/gemma.cmake):
+/* test_gemma.c — the Gemma (1), Gemma 2 and Gemma 3 families (tests/gemma.cmake):
  *  - golden: tiny random gemma and gemma2 models (head_dim 16 with d_model 32
  *    and 4 heads; soft caps 5 and 3; query_pre_attn_scalar 24; random norm
  *    and post-norm weights) from Hugging Face folders and GGUF files written
@@ -20,6 +20,16 @@
  *    config and logits bit for bit; a Q8_0 GGUF (kept quantized) within TOL_Q8;
  *  - refusals by name: llama2.c, an unsupported activation, a narrow sliding
  *    window, attention biases, another model_type, mixed Gemma fields.
+ * Gemma 3 (tests/tools/make_arch_ref_gemma3.py: 4 layers sliding, sliding,
+ * full, sliding; window 4 < 12 tokens; the sliding layers' base 100, the
+ * global ones' 1e6 with linear factor 8; random q/k norms): the golden from
+ * the gemma3_text folder, both gemma3 (multimodal) tensor layouts and GGUF;
+ * each of its quirks off (the sliding layers' own base, the q/k norm, the
+ * layer pattern, the global scaling, the window, ...); decode == prefill past
+ * the window; a padded batch == its rows alone (the gathered tables of both
+ * RoPEs); gradients, fold_ln, round trips; refusals of what config.json may
+ * ask and mechprobe does not run (irregular layer_types, other RoPE scaling,
+ * bidirectional attention, a gemma3 folder without text_config).
  * The CUDA forward against this CPU forward: test_gemma_gpu.c. */
 #include "formats.h"
 #include "grad.h"
@@ -264,7 +274,8 @@ static void staged_grad(const char *model_path, const char *label) {
     if (!m) return;
     const int T = 10, V = m->cfg.vocab, D = m->cfg.d_model;
     int toks[10] = {3, 17, 42, 5, 5, 63, 0, 28, 11, 50};
-    const size_t nl = (size_t)T * V, nx = (size_t)T * D;
+    const int HD = m->cfg.n_head * m->cfg.d_head;
+    const size_t nl = (size_t)T * V, nx = (size_t)T * (D > HD ? D : HD); /* the widest point: q's [T, H*Dh] */
     float *R = malloc(nl * sizeof(float)), *dir = malloc(nx * sizeof(float));
     unsigned s = 12345;
     for (size_t i = 0; i < nl; i++) s = s * 1103515245u + 12345u, R[i] = (float)((s >> 8) % 2001) / 1000.0f - 1.0f;
@@ -272,8 +283,10 @@ static void staged_grad(const char *model_path, const char *label) {
     /* the residual at three depths; a post-norm's output (the tensor hook_attn_out shows) and scale (the
      * norm's hooked two-step path, both ways) */
     const char *points[] = {"hook_embed", "blocks.1.hook_resid_pre", "blocks.0.hook_resid_mid",
-                            "blocks.0.ln1_post.hook_normalized", "blocks.1.ln2_post.hook_scale"};
-    for (int k = 0; k < 5; k++) {
+                            "blocks.0.ln1_post.hook_normalized", "blocks.1.ln2_post.hook_scale",
+                            "blocks.2.attn.q_norm.hook_normalized", "blocks.1.attn.k_norm.hook_normalized"};
+    const int n_points = m->cfg.qk_norm != MP_QK_NORM_NONE ? 7 : 5; /* Gemma 3: a global and a sliding layer's */
+    for (int k = 0; k < n_points; k++) {
         /* analytic: the backward hooks' walk (no weight gradients: the staged attention) */
         mp_acts A;
         CHECK(mp_acts_init(&A, &m->cfg, 1, T) == MP_OK, "%s", mp_last_error());
@@ -415,14 +428,16 @@ static void expect_load_error(const char *dir, const char *label, const char *wa
     mp_model_free(m);
 }
 
-/* A folder with gemma2's weights and config.json with `from` replaced by `to`. */
-static const char *variant_folder(const char *name, const char *from, const char *to) {
+/* A folder with `src`'s weights and its config.json with `from` replaced by `to`. */
+static const char *variant_of(const char *src, const char *name, const char *from, const char *to) {
     const char *dir = tmp_path(name);
-    char p[600], *text = NULL;
+    char p[600], s[600], *text = NULL;
     mkdir(dir, 0777);
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    CHECK(symlink(tu_data("arch_gemma2/model.safetensors"), p) == 0 || access(p, F_OK) == 0, "symlink %s", p);
-    FILE *f = fopen(tu_data("arch_gemma2/config.json"), "rb");
+    snprintf(s, sizeof s, "%s/model.safetensors", src);
+    CHECK(symlink(tu_data(s), p) == 0 || access(p, F_OK) == 0, "symlink %s", p);
+    snprintf(s, sizeof s, "%s/config.json", src);
+    FILE *f = fopen(tu_data(s), "rb");
     CHECK(f != NULL, "config.json");
     if (!f) return dir;
     text = calloc(1, 1 << 16);
@@ -441,6 +456,11 @@ static const char *variant_folder(const char *name, const char *from, const char
     if (f) fclose(f);
     free(text);
     return dir;
+}
+
+/* A folder with gemma2's weights and config.json with `from` replaced by `to`. */
+static const char *variant_folder(const char *name, const char *from, const char *to) {
+    return variant_of("arch_gemma2", name, from, to);
 }
 
 static void refusals(void) {
@@ -476,12 +496,133 @@ static void refusals(void) {
         mp_model_free(w);
     }
     rm_tree(d2);
+    /* gemma3 (multimodal) without a text_config */
     const char *d3 = variant_folder("g3", "\"model_type\": \"gemma2\"", "\"model_type\": \"gemma3\"");
-    expect_load_error(d3, "gemma3", "config.json", "gemma3");
+    expect_load_error(d3, "gemma3", "config.json", "text_config");
     rm_tree(d3);
     const char *d4 = variant_folder("ab", "\"attention_bias\": false", "\"attention_bias\": true");
     expect_load_error(d4, "attention_bias", "config.json", "attention_bias");
     rm_tree(d4);
+}
+
+/* ---- Gemma 3 ---- */
+
+static void gemma3_quirks_off(const char *model_path, const char *golden_path, const char *label) {
+    golden_ref g;
+    if (!read_ref(golden_path, &g)) return;
+    const char *names[] = {"rope_local_theta (the sliding layers' own base)", "qk_norm", "sliding_window_pattern",
+                           "rope_scale (the global layers' linear factor)", "sliding_window", "post_norms",
+                           "query_pre_attn_scalar", "embed_scale", "the q/k norms' (1 + w)"};
+    const int n = (int)(sizeof names / sizeof names[0]);
+    for (int q = 0; q < n; q++) {
+        mp_model *m = tu_load(model_path);
+        if (!m) break;
+        mp_config *c = &m->cfg;
+        const size_t LDh = (size_t)c->n_layer * c->d_head;
+        switch (q) {
+        case 0: c->rope_local_theta = 0.0f; break; /* the sliding layers rotate as the global ones */
+        case 1: c->qk_norm = MP_QK_NORM_NONE; break;
+        case 2: c->sliding_window_pattern = 0; break; /* every layer sliding: layer 2 too */
+        case 3: c->rope_scale = 0.0f; break;
+        case 4: c->sliding_window = 1000; break; /* wider than the tokens: the layers differ only in RoPE */
+        case 5: c->post_norms = 0; break;
+        case 6: c->query_pre_attn_scalar = 0.0f; break;
+        case 7: c->embed_scale = 0; break;
+        default:
+            for (size_t i = 0; i < LDh; i++) m->p.q_norm[i] -= 1.0f, m->p.k_norm[i] -= 1.0f; /* x * w */
+            break;
+        }
+        CHECK(mp_config_validate(c, label) == MP_OK, "%s: %s off: %s", label, names[q], mp_last_error());
+        float *logits = forward(m, g.toks, g.T, NULL);
+        const double d = tu_max_abs_diff(logits, g.logits, (size_t)g.T * c->vocab);
+        CHECK(d > QUIRK_MIN, "%s: %s off changes the logits by only %.3g", label, names[q], d);
+        printf("%s: %s off: logits max |diff| %.3g\n", label, names[q], d);
+        free(logits);
+        mp_model_free(m);
+    }
+    free(g.toks);
+    free(g.logits);
+}
+
+/* A left- and a right-padded row of a batch give the logits of each prompt run alone (the per-token tables of
+ * both RoPEs gathered, ragged.c) */
+static void gemma3_padded(const char *model_path, const char *label) {
+    mp_model *m = tu_load(model_path);
+    if (!m) return;
+    const int T = 12, V = m->cfg.vocab, n1 = 9;
+    int toks[24] = {3, 17, 42, 5, 5, 63, 0, 28, 11, 50, 7, 33, /* row 1: 3 pads, then 9 tokens */ 0, 0, 0,
+                    42, 5, 5, 63, 0, 28, 11, 50, 7};
+    int mask[24];
+    for (int i = 0; i < 24; i++) mask[i] = i < 12 || i >= 15;
+    float *batch = malloc((size_t)2 * T * V * sizeof(float));
+    mp_forward_params fp = mp_forward_params_default();
+    fp.attn_mask = mask;
+    CHECK(mp_model_forward(m, toks, 2, T, &fp, batch) == MP_OK, "%s: padded forward: %s", label, mp_last_error());
+    float *row0 = forward(m, toks, T, NULL), *row1 = forward(m, toks + 15, n1, NULL);
+    const double scale = fmax(1.0, max_abs(row0, (size_t)T * V));
+    double d0 = tu_max_abs_diff(batch, row0, (size_t)T * V) / scale;
+    double d1 = tu_max_abs_diff(batch + (size_t)(T + 3) * V, row1, (size_t)n1 * V) / scale;
+    CHECK(d0 <= 1e-5 && d1 <= 1e-5, "%s: padded batch vs alone: rows %.3g, %.3g", label, d0, d1);
+    printf("%s: padded batch (left pad 3) vs each row alone: relative |diff| %.2e, %.2e\n", label, d0, d1);
+    free(batch);
+    free(row0);
+    free(row1);
+    mp_model_free(m);
+}
+
+static void gemma3_refusals(void) {
+    mp_model *m = tu_load(tu_data("arch_gemma3"));
+    if (m) {
+        CHECK(m->cfg.rope_local_theta == 100.0f && m->cfg.rope_theta == 1e6f && m->cfg.rope_scale == 8.0f &&
+                  m->cfg.sliding_window == 4 && m->cfg.sliding_window_pattern == 3 && m->cfg.qk_norm == MP_QK_NORM_HEAD,
+              "gemma3 config: local %g, theta %g, scale %g, window %d, pattern %d", (double)m->cfg.rope_local_theta,
+              (double)m->cfg.rope_theta, (double)m->cfg.rope_scale, m->cfg.sliding_window,
+              m->cfg.sliding_window_pattern);
+        CHECK(mp_cuda_train_gemma(&m->cfg) != NULL, "cuda training of gemma3: a Gemma quirk named");
+        const char *l2c = tmp_path("g3.bin");
+        CHECK(mp_model_save_llama2c(m, l2c, 1) == MP_ERR_ARG && strstr(mp_last_error(), "Gemma"),
+              "gemma3 llama2.c save: %s", mp_last_error());
+        CHECK(access(l2c, F_OK) != 0, "llama2.c refusal left %s", l2c);
+        mp_model_free(m);
+    }
+    /* the soft caps, when a config has them (Gemma 2's; null in Gemma 3) */
+    const char *d0 = variant_of("arch_gemma3", "caps", "\"attn_logit_softcapping\": null",
+                                "\"attn_logit_softcapping\": 50.0");
+    mp_model *w = NULL;
+    CHECK(mp_model_load(&w, d0) == MP_OK && w->cfg.attn_softcap == 50.0f && w->cfg.final_softcap == 0.0f,
+          "gemma3 attn_logit_softcapping 50: %s", w ? "wrong caps" : mp_last_error());
+    mp_model_free(w);
+    rm_tree(d0);
+    struct { const char *from, *to, *want; } v[] = {
+        {"\"sliding_attention\",\n    \"full_attention\"", "\"full_attention\",\n    \"sliding_attention\"",
+         "layer_types is not a regular pattern"},
+        {"\"rope_type\": \"linear\"", "\"rope_type\": \"yarn\"", "rope_scaling type \"yarn\""},
+        {"\"attention_bias\": false", "\"use_bidirectional_attention\": true", "use_bidirectional_attention"},
+        {"\"hidden_activation\": \"gelu_pytorch_tanh\"", "\"hidden_activation\": \"silu\"",
+         "hidden_activation \"silu\""},
+        {"\"model_type\": \"gemma3_text\"", "\"model_type\": \"gemma3\"", "text_config"},
+    };
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        const char *d = variant_of("arch_gemma3", "bad", v[i].from, v[i].to);
+        expect_load_error(d, "gemma3 config", "config.json", v[i].want);
+        rm_tree(d);
+    }
+    const char *d1 = variant_of("arch_gemma3_mm", "mm", "\"model_type\": \"gemma3_text\"",
+                                "\"model_type\": \"gemma2\"");
+    expect_load_error(d1, "gemma3 text_config of another type", "config.json", "text_config");
+    rm_tree(d1);
+    /* HF / GGUF writers: a model scaling its sliding layers too (rope_scale, no local base) has no gemma3 form */
+    m = tu_load(tu_data("arch_gemma3"));
+    if (m) {
+        m->cfg.rope_local_theta = 0.0f;
+        const char *hf = tmp_path("g3scaled"), *gg = tmp_path("g3scaled.gguf");
+        CHECK(mp_model_save_hf(m, hf) == MP_ERR_ARG && strstr(mp_last_error(), "rope_local_theta"),
+              "HF gemma3 scaled sliding layers: %s", mp_last_error());
+        CHECK(mp_model_save_gguf(m, NULL, gg, MP_GGML_F32) == MP_ERR_ARG && strstr(mp_last_error(), "rope_local_theta"),
+              "GGUF gemma3 scaled sliding layers: %s", mp_last_error());
+        CHECK(access(gg, F_OK) != 0, "GGUF refusal left %s", gg);
+        mp_model_free(m);
+    }
 }
 
 int main(void) {
@@ -502,5 +643,20 @@ int main(void) {
     round_trip(tu_data("arch_gemma2"), "gemma2");
     round_trip(tu_data("arch_gemma2.gguf"), "gemma2 (from GGUF)");
     refusals();
+    golden(tu_data("arch_gemma3"), tu_data("arch_gemma3.h5"), "gemma3 HF", "hf-gemma3");
+    golden(tu_data("arch_gemma3_mm"), tu_data("arch_gemma3.h5"), "gemma3 HF multimodal", "hf-gemma3");
+    golden(tu_data("arch_gemma3_mm2"), tu_data("arch_gemma3.h5"), "gemma3 HF multimodal (newer layout)",
+           "hf-gemma3");
+    golden(tu_data("arch_gemma3.gguf"), tu_data("arch_gemma3.h5"), "gemma3 GGUF", "gguf-gemma3");
+    gemma3_quirks_off(tu_data("arch_gemma3"), tu_data("arch_gemma3.h5"), "gemma3");
+    decode_equals_prefill(tu_data("arch_gemma3"), "gemma3");
+    decode_equals_prefill(tu_data("arch_gemma3.gguf"), "gemma3 (GGUF)");
+    gemma3_padded(tu_data("arch_gemma3"), "gemma3");
+    grad_fd(tu_data("arch_gemma3"), "gemma3 fd");
+    staged_grad(tu_data("arch_gemma3"), "gemma3");
+    fold_ln(tu_data("arch_gemma3"), "gemma3");
+    round_trip(tu_data("arch_gemma3"), "gemma3");
+    round_trip(tu_data("arch_gemma3.gguf"), "gemma3 (from GGUF)");
+    gemma3_refusals();
     return tu_finish("test_gemma");
 }

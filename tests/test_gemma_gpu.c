@@ -146,5 +146,6 @@ int main(void) {
     }
     compare(tu_data("arch_gemma"), "gemma");
     compare(tu_data("arch_gemma2"), "gemma2");
+    compare(tu_data("arch_gemma3"), "gemma3"); /* q/k norms, the sliding layers' own RoPE base, a window of 4 */
     return tu_finish("test_gemma_gpu");
 }

@@ -813,6 +813,7 @@ typedef struct {
     mp_kvcache *cache;      /* or NULL */
     cu_kv *kv;              /* the cache's device copy */
     const float *cos_t, *sin_t, *q_scale; /* the positional tables (rot), q_scale NULL without a query scale */
+    const float *cos_l, *sin_l; /* the windowed layers' own (rope_local_theta: mp_pos_local), or NULL */
     int rot;                /* the positional scheme rotates q and k */
     float *sc;              /* [2N] a norm's scale and mean outside training (hook_scale) */
     float *dlog;            /* logits [N, V], or [B, V] then the last rows [B, D] */
@@ -926,13 +927,15 @@ cleanup:
     return st;
 }
 
-static mp_status cu_pos_apply(const mp_exec *e, float *q, float *k) {
+static mp_status cu_pos_apply(const mp_exec *e, int l, float *q, float *k) {
     mp_status st = MP_OK;
     const cu_fwd *u = CUF(e);
     const mp_config *c = e->f.c;
     if (!u->rot) return MP_OK;
-    CU(mp_cuk_rope, (q, u->cos_t, u->sin_t, u->q_scale, e->f.B, e->f.T, c->n_head, c->d_head, u->d->stream));
-    CU(mp_cuk_rope, (k, u->cos_t, u->sin_t, NULL, e->f.B, e->f.T, c->n_kv_head, c->d_head, u->d->stream));
+    const int loc = mp_pos_local(c, l);
+    const float *cs = loc ? u->cos_l : u->cos_t, *sn = loc ? u->sin_l : u->sin_t;
+    CU(mp_cuk_rope, (q, cs, sn, u->q_scale, e->f.B, e->f.T, c->n_head, c->d_head, u->d->stream));
+    CU(mp_cuk_rope, (k, cs, sn, NULL, e->f.B, e->f.T, c->n_kv_head, c->d_head, u->d->stream));
 cleanup:
     return st;
 }
@@ -1089,7 +1092,7 @@ static mp_status forward_dev(const mp_model *m, const int *tokens, int B, int T,
     const int pos0 = cache ? cache->len : 0, S = pos0 + T;
     const int tr = A != NULL;
     const int qb = tr ? T : fp->q_block > 0 ? (fp->q_block < T ? fp->q_block : T) : (T < 64 ? T : 64);
-    cu_fwd u = {d, A, cache, NULL, NULL, NULL, NULL, mp_pos_rotates(c), NULL, NULL};
+    cu_fwd u = {d, A, cache, NULL, NULL, NULL, NULL, NULL, NULL, mp_pos_rotates(c), NULL, NULL};
     const mp_exec e = {&cu_exec, &u, {c, fp->hooks, B, T, pos0, NULL, NULL}};
     const mp_fwd_ctx *f = &e.f;
 
@@ -1100,7 +1103,7 @@ static mp_status forward_dev(const mp_model *m, const int *tokens, int B, int T,
     /* the workspace, in order */
     const size_t n_x = (size_t)N * D, n_q = (size_t)N * HD, n_k = (size_t)N * KD, n_h = (size_t)N * M;
     const size_t n_up = c->mlp == MP_MLP_SWIGLU ? n_h : 0, n_att = show_any ? (size_t)B * H * qb * S : 0;
-    const size_t n_pos = 2 * (size_t)T * half + (size_t)T;
+    const size_t n_pos = mp_pos_tables_floats(c, (size_t)T); /* + the windowed layers' own (rope_local_theta) */
     const size_t n_log = tr ? 0 : fp->logits == MP_LOGITS_ALL ? (size_t)N * V
                        : fp->logits == MP_LOGITS_LAST ? (size_t)B * V + (size_t)B * D : 0;
     const size_t n_sc = 2 * (size_t)N; /* a norm's scale and mean (hook_scale) */
@@ -1135,8 +1138,12 @@ static mp_status forward_dev(const mp_model *m, const int *tokens, int B, int T,
     u.sin_t = cos_t + (size_t)T * half;
     if (u.rot) { /* the CPU's own tables (PI / NTK / YaRN / rope_id included), uploaded */
         float *h = d->host;
-        const int has_scale = mp_pos_tables(c, h, h + (size_t)T * half, h + 2 * (size_t)T * half, pos0, T);
+        const int has_scale = mp_pos_tables_all(c, h, pos0, T);
         u.q_scale = has_scale ? cos_t + 2 * (size_t)T * half : NULL;
+        if (mp_pos_has_local(c)) {
+            u.cos_l = cos_t + 2 * (size_t)T * half + (size_t)T;
+            u.sin_l = u.cos_l + (size_t)T * half;
+        }
         CU(cudaMemcpyAsync, (cos_t, h, n_pos * sizeof(float), cudaMemcpyHostToDevice, s));
         CU(cudaStreamSynchronize, (s)); /* the staging buffer is reused by hooks */
     }

@@ -35,6 +35,11 @@ local samples = {
     d_model = 16, n_layer = 1, n_head = 2, n_kv_head = 1, vocab = 40, ctx = 10, pre_norms = false,
     post_norms = true, qk_norm = "full",
   },
+  { -- Gemma 3: q/k norm, a windowed layer rotating with its own base, linear scaling on the global one
+    d_model = 16, n_layer = 2, n_head = 2, d_head = 8, vocab = 40, ctx = 10, mlp = "swiglu", gelu_tanh = true,
+    norm_offset = true, embed_scale = true, post_norms = true, qk_norm = "head", sliding_window = 3,
+    sliding_window_pattern = 2, rope_theta = 1e6, rope_scale = 8, rope_local_theta = 100,
+  },
 }
 local plain = {d_model = 8, n_layer = 1, n_head = 1, vocab = 11, ctx = 4}
 
@@ -165,6 +170,7 @@ t.case("fields that do not apply", function()
     {{pre_norms = false}, "pre_norms = false (a block without ln1 / ln2, OLMo 2) needs post_norms"},
     {{pre_norms = false, post_norms = true, parallel_attn = true},
      "pre_norms = false (OLMo 2's block) is not supported with parallel_attn"},
+    {{rope_local_theta = 100}, "rope_local_theta (the windowed layers' RoPE base) needs pos rope (pos rope), a sliding_window (0)"},
   }
   for _, r in ipairs(refused) do
     local ok, err = pcall(mp.model.new, with(r[1]))

@@ -8,7 +8,9 @@
  * key=value lines like bench_gen.
  *
  *   peer_llama --mode decode|prefill --model F.gguf [-n 128] [-T 1024] [--reps R] [--threads N] [--dump FILE]
- *              [--kv-f32 1]   (the KV cache in F32 instead of llama.cpp's default F16: for the equality check) */
+ *              [--kv-f32 1]   (the equality check's settings: the KV cache in F32 instead of llama.cpp's
+ *                              default F16, and flash attention off where it is on by default, as it
+ *                              casts F32 K/V to F16; see no_fa) */
 #include "bench_load.h"
 #include "llama.h"
 
@@ -21,6 +23,77 @@ static void quiet_log(enum ggml_log_level level, const char *text, void *user) {
     if (level == GGML_LOG_LEVEL_ERROR) fputs(text, stderr);
 }
 
+/* The KV cache emptied: llama_memory_clear since mid-2025 (the snapshots that
+ * define LLAMA_STATE_SEQ_FLAGS_*), llama_kv_cache_clear before. */
+static void clear_cache(struct llama_context *ctx) {
+#if defined(LLAMA_STATE_SEQ_FLAGS_SWA_ONLY) || defined(LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
+    llama_memory_clear(llama_get_memory(ctx), true);
+#else
+    llama_kv_cache_clear(ctx);
+#endif
+}
+
+/* Flash attention off. llama.cpp's flash_attn_type (auto: on for the CPU) came in
+ * 2025; its build scripts define PEER_HAS_FA_TYPE when llama.h has it. Before,
+ * flash_attn was a bool, off by default. With it on, llama-graph.cpp's
+ * build_attn_mha casts an F32 K/V to F16 (~1e-3 relative on the logits). */
+static void no_fa(struct llama_context_params *cp) {
+#ifdef PEER_HAS_FA_TYPE
+    cp->flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+#else
+    (void)cp;
+#endif
+}
+
+/* --mode logits: the ids of `tokens` (int32) in one batch, every position's logits to `dump`. */
+static int run_logits(struct llama_model *model, const char *tokens, const char *dump, int threads, int kv_f32) {
+    FILE *f = fopen(tokens, "rb");
+    if (!f) { perror(tokens); return 1; }
+    int cap = 4096, T = 0;
+    llama_token *ids = malloc((size_t)cap * sizeof *ids);
+    int32_t extra;
+    while (T < cap && fread(&ids[T], sizeof(int32_t), 1, f) == 1) T++;
+    const int more = T == cap && fread(&extra, sizeof extra, 1, f) == 1;
+    fclose(f);
+    if (more) { fprintf(stderr, "peer_llama: %s: more than %d token ids\n", tokens, cap); free(ids); return 1; }
+    const int V = llama_vocab_n_tokens(llama_model_get_vocab(model));
+    if (T < 1) { fprintf(stderr, "peer_llama: %s: no token ids\n", tokens); free(ids); return 1; }
+    for (int i = 0; i < T; i++)
+        if (ids[i] < 0 || ids[i] >= V) { fprintf(stderr, "peer_llama: %s: id %d at %d is not in [0, %d)\n", tokens, ids[i], i, V); free(ids); return 1; }
+    struct llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = cp.n_batch = cp.n_ubatch = (uint32_t)T;
+    cp.n_threads = cp.n_threads_batch = threads;
+    cp.no_perf = true;
+    if (kv_f32) {
+        cp.type_k = cp.type_v = GGML_TYPE_F32;
+        no_fa(&cp);
+    }
+    struct llama_context *ctx = llama_init_from_model(model, cp);
+    if (!ctx) { fprintf(stderr, "peer_llama: cannot create a context\n"); free(ids); return 1; }
+    struct llama_batch b = llama_batch_init(T, 0, 1);
+    for (int i = 0; i < T; i++) {
+        b.token[i] = ids[i];
+        b.pos[i] = i;
+        b.n_seq_id[i] = 1;
+        b.seq_id[i][0] = 0;
+        b.logits[i] = 1;
+    }
+    b.n_tokens = T;
+    int rc = llama_decode(ctx, b) != 0;
+    if (rc) fprintf(stderr, "peer_llama: llama_decode failed\n");
+    FILE *o = rc ? NULL : fopen(dump, "wb");
+    for (int i = 0; i < T && !rc; i++) {
+        const float *lg = o ? llama_get_logits_ith(ctx, i) : NULL;
+        if (!lg || fwrite(lg, sizeof(float), (size_t)V, o) != (size_t)V) { perror(dump); rc = 1; }
+    }
+    if (o && fclose(o)) { perror(dump); rc = 1; }
+    if (!rc) printf("T=%d\nvocab=%d\nsystem_info=%s\n", T, V, llama_print_system_info());
+    llama_batch_free(b);
+    llama_free(ctx);
+    free(ids);
+    return rc;
+}
+
 static int argmax(const float *x, int n) {
     int b = 0;
     for (int i = 1; i < n; i++)
@@ -29,13 +102,14 @@ static int argmax(const float *x, int n) {
 }
 
 int main(int argc, char **argv) {
-    const char *mode = NULL, *path = NULL, *dump = NULL;
+    const char *mode = NULL, *path = NULL, *dump = NULL, *tokens = NULL;
     int n = 128, T = 1024, reps = 5, threads = 2, kv_f32 = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *a = argv[i], *v = argv[i + 1];
         if (!strcmp(a, "--mode")) mode = v;
         else if (!strcmp(a, "--model")) path = v;
         else if (!strcmp(a, "--dump")) dump = v;
+        else if (!strcmp(a, "--tokens")) tokens = v;
         else if (!strcmp(a, "-n")) n = atoi(v);
         else if (!strcmp(a, "-T")) T = atoi(v);
         else if (!strcmp(a, "--reps")) reps = atoi(v);
@@ -43,8 +117,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--kv-f32")) kv_f32 = atoi(v);
         else { fprintf(stderr, "peer_llama: unknown option %s\n", a); return 2; }
     }
-    if (!mode || !path || n < 1 || T < 1 || reps < 1 || threads < 1) {
-        fprintf(stderr, "usage: peer_llama --mode decode|prefill --model F.gguf [-n N] [-T N] [--reps R] [--threads N] [--dump FILE]\n");
+    const int logits = mode && !strcmp(mode, "logits");
+    if (!mode || !path || n < 1 || T < 1 || reps < 1 || threads < 1 || (logits && (!tokens || !dump))) {
+        fprintf(stderr, "usage: peer_llama --mode decode|prefill --model F.gguf [-n N] [-T N] [--reps R] [--threads N] [--dump FILE]\n"
+                        "       peer_llama --mode logits --model F.gguf --tokens IDS.i32 --dump FILE [--threads N] [--kv-f32 1]\n");
         return 2;
     }
     const int decode = !strcmp(mode, "decode");
@@ -53,13 +129,22 @@ int main(int argc, char **argv) {
     struct llama_model_params mp = llama_model_default_params();
     struct llama_model *model = llama_model_load_from_file(path, mp);
     if (!model) { fprintf(stderr, "peer_llama: cannot load %s\n", path); return 1; }
+    if (logits) {
+        int lrc = run_logits(model, tokens, dump, threads, kv_f32);
+        llama_model_free(model);
+        llama_backend_free();
+        return lrc;
+    }
     const int V = llama_vocab_n_tokens(llama_model_get_vocab(model));
     struct llama_context_params cp = llama_context_default_params();
     cp.n_ctx = (uint32_t)(decode ? n : T);
     cp.n_batch = cp.n_ubatch = (uint32_t)(decode ? 1 : T);
     cp.n_threads = cp.n_threads_batch = threads;
     cp.no_perf = true;
-    if (kv_f32) cp.type_k = cp.type_v = GGML_TYPE_F32;
+    if (kv_f32) {
+        cp.type_k = cp.type_v = GGML_TYPE_F32;
+        no_fa(&cp);
+    }
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "peer_llama: cannot create a context\n"); return 1; }
     printf("threads=%d\nload_rss_mib=%.1f\n", threads, bl_peak_rss_mib());
@@ -70,7 +155,7 @@ int main(int argc, char **argv) {
     int rc = 0;
     for (int r = -1; r < reps && !rc; r++) {
         if (r == 0) bl_sample(&lp);
-        llama_kv_cache_clear(ctx);
+        clear_cache(ctx);
         double t0 = bl_now();
         if (decode) {
             llama_token tok = 256 < V ? 256 : 0;

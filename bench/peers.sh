@@ -65,7 +65,8 @@ else
              -DBUILD_SHARED_LIBS=OFF >"$PEERS/llama-cmake.log" 2>&1 &&
        cmake --build "$LB" -j"$N" --target llama >"$PEERS/llama-build.log" 2>&1 &&
        gcc -O2 -c "$ROOT/bench/peer_llama.c" -I"$LLAMA_CPP_SRC/include" -I"$LLAMA_CPP_SRC/ggml/include" \
-           -I"$ROOT/bench" -o "$PEERS/peer_llama.o" &&
+           -I"$ROOT/bench" $(grep -q flash_attn_type "$LLAMA_CPP_SRC/include/llama.h" && echo -DPEER_HAS_FA_TYPE) \
+           -o "$PEERS/peer_llama.o" &&
        g++ "$PEERS/peer_llama.o" "$LB/src/libllama.a" "$LB/ggml/src/libggml.a" "$LB/ggml/src/libggml-cpu.a" \
            "$LB/ggml/src/libggml-base.a" -fopenmp -lpthread -o "$PEERS/peer_llama"; then
         LLAMA="$PEERS/peer_llama"

@@ -23,7 +23,7 @@
  * gemma3 (qk_norm head, post_norms): llama.cpp hard-codes what Hugging Face's
  * config holds (every 6th layer global, the sliding layers' base 10000, the
  * query scale), so the file also carries the pattern as
- * gemma3.attention.sliding_window_pattern (one bool per layer), the sliding
+ * gemma3.attention.sliding_window_pattern (the period), the sliding
  * layers' base as gemma3.rope.freq_base_swa and mechprobe's own
  * gemma3.attention.query_pre_attn_scalar (load_gguf.c reads them). */
 #include "gguf.h"
@@ -355,6 +355,19 @@ mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const ch
         return mp_error(MP_ERR_ARG, "%s: llama.cpp has no architecture for this model (GGUF export takes "
                         "Llama/Qwen2-style RMSNorm+SwiGLU+RoPE or GPT-2-style LayerNorm+GELU-tanh+learned positions "
                         "with biases)", path);
+    /* llama.cpp's gemma / gemma2 unembed with token_embd (an output.weight fails its tensor count; its gemma3
+     * takes one), its gemma2 applies both soft caps always (a 0 divides: NaN logits), its gemma3 no attention cap */
+    const int g2 = strcmp(arch, "gemma2") == 0, g3 = strcmp(arch, "gemma3") == 0;
+    if (gemma && !g3 && !c->tied)
+        return mp_error(MP_ERR_ARG, "%s: llama.cpp's %s unembeds with the embedding (it takes no output.weight); "
+                        "this model is untied (tied = false): save as .h5 or a Hugging Face folder", path, arch);
+    if (g2 && (c->attn_softcap <= 0.0f || c->final_softcap <= 0.0f))
+        return mp_error(MP_ERR_ARG, "%s: llama.cpp's gemma2 always applies both soft caps; this model has "
+                        "attn_softcap %g, final_softcap %g (0: none): save as .h5 or a Hugging Face folder", path,
+                        (double)c->attn_softcap, (double)c->final_softcap);
+    if (g3 && c->attn_softcap > 0.0f)
+        return mp_error(MP_ERR_ARG, "%s: llama.cpp's gemma3 applies no attention soft cap; this model has "
+                        "attn_softcap %g: save as .h5 or a Hugging Face folder", path, (double)c->attn_softcap);
     ex x;
     memset(&x, 0, sizeof x);
     x.type = type;
@@ -424,19 +437,15 @@ mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const ch
              (st = mp_gguf_writer_set_f32(w, KEY("rope.scaling.factor"), c->rope_scale))))
             goto cleanup;
     }
-    if (c->sliding_window > 0 || gemma3) { /* llama.cpp's keys, as load_gguf.c reads them: the window; the pattern per layer */
-        if (c->sliding_window > 0 &&
-            (st = mp_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)c->sliding_window)))
+    if (c->sliding_window > 0) { /* llama.cpp's keys, as load_gguf.c reads them: the window and the pattern's period */
+        if ((st = mp_gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)c->sliding_window)))
             goto cleanup;
-        if (c->sliding_window_pattern > 0 || gemma3) { /* gemma3: always (its reader's default is 6) */
-            uint8_t *swa = mp_malloc((size_t)c->n_layer, "the sliding-window pattern");
-            if (!swa) { st = MP_ERR_NOMEM; goto cleanup; }
-            for (int l = 0; l < c->n_layer; l++) swa[l] = mp_config_window(c, l) > 0;
-            st = mp_gguf_writer_set_array(w, KEY("attention.sliding_window_pattern"), MP_GGUF_BOOL, swa,
-                                          (uint64_t)c->n_layer);
-            free(swa);
-            if (st) goto cleanup;
-        }
+        /* the period, as llama.cpp's gemma2 / gemma3 / olmo2 read it (get_key_or_arr into a scalar: a per-layer
+         * array is skipped for their default, 2 / 6 / 4); 0, every layer windowed, written too, as gemma2's
+         * default is not none */
+        if ((st = mp_gguf_writer_set_u32(w, KEY("attention.sliding_window_pattern"),
+                                         (uint32_t)c->sliding_window_pattern)))
+            goto cleanup;
     }
 #undef KEY
     if ((st = write_tokenizer(&x, m, tok_source))) goto cleanup;
@@ -447,7 +456,8 @@ mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const ch
     if (p->pos_embed && (st = add(&x, "position_embd.weight", 0, p->pos_embed, (uint64_t)c->ctx, D))) goto cleanup;
     if ((st = add(&x, "output_norm.weight", 0, p->lnf_w, D, 0))) goto cleanup;
     if (p->lnf_b && (st = add(&x, "output_norm.bias", 0, p->lnf_b, D, 0))) goto cleanup;
-    if (!c->tied && (st = add(&x, "output.weight", 0, p->unembed, V, D))) goto cleanup;
+    /* llama.cpp's gptneox needs output.weight: a tied model's is the embedding (loads back untied, same logits) */
+    if ((!c->tied || to_neox) && (st = add(&x, "output.weight", 0, p->unembed, V, D))) goto cleanup;
     if (c->n_rope_freqs && (st = add(&x, "rope_freqs.weight", 0, c->rope_freqs, (uint64_t)c->n_rope_freqs, 0)))
         goto cleanup;
     const int neox = strcmp(arch, "qwen2") == 0 || strcmp(arch, "qwen3") == 0 || gemma || olmo2;

@@ -474,6 +474,21 @@ static void refusals(void) {
     /* the CUDA backend runs the forward (test_gemma_gpu_emu); its training step names what it lacks */
     CHECK(mp_cuda_check_model(&m->cfg, MP_PRECISION_FP32) == MP_OK, "cuda check: %s", mp_last_error());
     CHECK(mp_cuda_train_gemma(&m->cfg) != NULL, "cuda training: a Gemma quirk named");
+    /* what llama.cpp's gemma / gemma2 cannot run has no GGUF form (bench/gguf_llamacpp.sh): an untied
+     * unembedding (they take no output.weight: "wrong number of tensors"), a soft cap of 0 (gemma2 applies
+     * both always: NaN logits) */
+    const char *gu = tmp_path("llamacpp.gguf");
+    const mp_config keep = m->cfg;
+    for (int k = 0; k < 3; k++) {
+        if (k == 0) m->cfg.tied = 0;
+        else if (k == 1) m->cfg.attn_softcap = 0.0f;
+        else m->cfg.final_softcap = 0.0f;
+        CHECK(mp_model_save_gguf(m, NULL, gu, MP_GGML_F32) == MP_ERR_ARG &&
+                  strstr(mp_last_error(), k == 0 ? "untied" : "soft caps"),
+              "GGUF %s: %s", k == 0 ? "untied" : "cap 0", mp_last_error());
+        CHECK(access(gu, F_OK) != 0, "GGUF refusal left %s", gu);
+        m->cfg = keep;
+    }
     /* a config mixing one Gemma field into a Llama has no HF / GGUF form */
     m->cfg.post_norms = 0;
     m->cfg.embed_scale = 0;

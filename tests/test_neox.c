@@ -649,6 +649,41 @@ static void refusals(void) {
           "parallel_attn without an MLP: %s", mp_last_error());
 }
 
+/* A tied gptneox: llama.cpp's gptneox requires output.weight (check_tensor_dims: tensor 'output.weight'
+ * not found, bench/gguf_llamacpp.sh), so the export writes the embedding there; it loads back untied with
+ * the same logits. */
+static void tied_gguf(void) {
+    mp_config c = neox_config();
+    c.tied = 1;
+    mp_model *m = NULL;
+    CHECK(mp_model_new_random(&m, &c, 9, 0.3f) == MP_OK, "%s", mp_last_error());
+    if (!m) return;
+    const char *gg = tmp_path("tied.gguf");
+    CHECK(mp_model_save_gguf(m, NULL, gg, MP_GGML_F32) == MP_OK, "tied gptneox -> GGUF: %s", mp_last_error());
+    mp_gguf *g = NULL;
+    const mp_gguf_tensor *t = NULL;
+    CHECK(mp_gguf_open(gg, &g) == MP_OK && (t = mp_gguf_find_tensor(g, "output.weight")) != NULL,
+          "tied gptneox GGUF has no output.weight");
+    if (t) {
+        float *u = malloc((size_t)c.vocab * c.d_model * sizeof(float));
+        CHECK(u && mp_gguf_read_f32(g, t, u, (uint64_t)c.vocab * c.d_model) == MP_OK &&
+                  memcmp(u, m->p.embed, (size_t)c.vocab * c.d_model * sizeof(float)) == 0,
+              "tied gptneox GGUF: output.weight is not the embedding");
+        free(u);
+    }
+    mp_gguf_close(g);
+    mp_model *r = tu_load(gg);
+    if (r) {
+        int toks[8] = {1, 7, 3, 19, 0, 5, 11, 2};
+        const double d = compare_models(m, r, toks, 8);
+        CHECK(d == 0.0 && !r->cfg.tied, "tied gptneox -> GGUF -> reload: diff %.3g, tied %d", d, r->cfg.tied);
+        printf("tied gptneox -> GGUF (output.weight = embedding) -> reload: exact\n");
+        mp_model_free(r);
+    }
+    unlink(gg);
+    mp_model_free(m);
+}
+
 int main(void) {
     goldens();
     quirks_off();
@@ -659,6 +694,7 @@ int main(void) {
     hook_grads();
     round_trip(tu_data("arch_neox"), "gpt_neox", "gptneox");
     round_trip(tu_data("arch_phi3.gguf"), "phi3", "phi3");
+    tied_gguf();
     refusals();
     return tu_finish("test_neox");
 }

@@ -547,6 +547,19 @@ static void round_trips(const mp_model *m, const char *label) {
     }
     unlink(h5);
     CHECK(mp_model_save_gguf(m, NULL, gg, MP_GGML_F32) == MP_OK, "%s: GGUF: %s", label, mp_last_error());
+    if (W > 0) { /* the pattern as its period, a u32: what llama.cpp's gemma2 / gemma3 / olmo2 read (not a bool array) */
+        mp_gguf *g = NULL;
+        const char *arch = NULL;
+        char k[96];
+        const mp_gguf_value *v = NULL;
+        if (mp_gguf_open(gg, &g) == MP_OK && mp_gguf_get_str(g, "general.architecture", &arch) == MP_GGUF_FOUND) {
+            snprintf(k, sizeof k, "%s.attention.sliding_window_pattern", arch);
+            v = mp_gguf_get(g, k);
+        }
+        CHECK(v && v->type == MP_GGUF_UINT32 && v->v.u == (uint64_t)P, "%s: GGUF pattern key: %s", label,
+              !v ? "missing" : v->type != MP_GGUF_UINT32 ? "not a u32" : "wrong period");
+        mp_gguf_close(g);
+    }
     r = tu_load(gg);
     if (r) {
         CHECK(r->cfg.sliding_window == W && r->cfg.sliding_window_pattern == P, "%s: GGUF keeps %d/%d, got %d/%d",

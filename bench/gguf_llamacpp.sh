@@ -50,6 +50,9 @@ gptneox-serial  | gptneox | norm = "layer", mlp = "gelu", pos = "rope", qkv_bias
 gptneox-tied    | gptneox | norm = "layer", mlp = "gelu", pos = "half_rope", rope_dims = 8, qkv_bias = true, linear_bias = true, parallel_attn = true
 phi3            | phi3    | pos = "half_rope", rope_dims = 8, tied = false
 gemma3          | gemma3  | n_layer = 6, n_kv_head = 2, norm_offset = true, embed_scale = true, gelu_tanh = true, post_norms = true, qk_norm = "head", sliding_window = 8, sliding_window_pattern = 6, rope_theta = 1000000, rope_local_theta = 20000
+gemma3-untied   | gemma3  | n_layer = 6, n_kv_head = 2, norm_offset = true, embed_scale = true, gelu_tanh = true, post_norms = true, qk_norm = "head", sliding_window = 8, sliding_window_pattern = 6, rope_theta = 1000000, rope_local_theta = 20000, tied = false
+gemma3-linear8  | gemma3  | n_layer = 6, n_kv_head = 2, norm_offset = true, embed_scale = true, gelu_tanh = true, post_norms = true, qk_norm = "head", sliding_window = 8, sliding_window_pattern = 3, rope_theta = 1000000, rope_local_theta = 20000, rope_scale = 8
+gemma3-fcap     | gemma3  | n_layer = 6, n_kv_head = 2, norm_offset = true, embed_scale = true, gelu_tanh = true, post_norms = true, qk_norm = "head", sliding_window = 8, sliding_window_pattern = 6, rope_theta = 1000000, rope_local_theta = 20000, final_softcap = 5
 olmo2           | olmo2   | n_kv_head = 2, qk_norm = "full", pre_norms = false, post_norms = true, tied = false
 '
 

@@ -636,6 +636,12 @@ static void gemma3_refusals(void) {
         CHECK(mp_model_save_gguf(m, NULL, gg, MP_GGML_F32) == MP_ERR_ARG && strstr(mp_last_error(), "rope_local_theta"),
               "GGUF gemma3 scaled sliding layers: %s", mp_last_error());
         CHECK(access(gg, F_OK) != 0, "GGUF refusal left %s", gg);
+        /* llama.cpp's gemma3 applies no attention soft cap (src/models/gemma3.cpp): refused */
+        m->cfg.rope_local_theta = 100.0f;
+        m->cfg.attn_softcap = 5.0f;
+        CHECK(mp_model_save_gguf(m, NULL, gg, MP_GGML_F32) == MP_ERR_ARG && strstr(mp_last_error(), "attention soft cap"),
+              "GGUF gemma3 attention cap: %s", mp_last_error());
+        CHECK(access(gg, F_OK) != 0, "GGUF refusal left %s", gg);
         mp_model_free(m);
     }
 }

@@ -108,8 +108,28 @@ static void llama3_freqs(mp_config *c, double factor, double lo, double hi, doub
     c->n_rope_freqs = half;
 }
 
-static mp_status rope_scaling(const mp_json *cfg, const char *path, mp_config *c) {
+/* Newer transformers (v5) hold the RoPE settings in one "rope_parameters" object ({"rope_type": "default",
+ * "rope_theta": ...}, plus a scaling kind's fields) instead of "rope_theta" and "rope_scaling"; Gemma 3's, one such
+ * object per layer kind, is read by gemma3_rope. The flat object, or NULL. */
+static const mp_json *rope_params_flat(const mp_json *cfg) {
+    const mp_json *rp = mp_json_get(cfg, "rope_parameters");
+    return mp_json_type_of(rp) == MP_JSON_OBJECT && mp_json_get(rp, "rope_theta") ? rp : NULL;
+}
+
+/* The default of "rope_theta": rope_parameters' when the config has that form, else def. */
+static double theta_default(const mp_json *cfg, double def) {
+    const mp_json *rp = rope_params_flat(cfg), *t = rp ? mp_json_get(rp, "rope_theta") : NULL;
+    return mp_json_type_of(t) == MP_JSON_NUMBER ? mp_json_number(t) : def;
+}
+
+/* "rope_scaling", or in its absence the flat rope_parameters (whose rope_type "default" is no scaling). */
+static const mp_json *scaling_obj(const mp_json *cfg) {
     const mp_json *rs = mp_json_get(cfg, "rope_scaling");
+    return rs && mp_json_type_of(rs) != MP_JSON_NULL ? rs : rope_params_flat(cfg);
+}
+
+static mp_status rope_scaling(const mp_json *cfg, const char *path, mp_config *c) {
+    const mp_json *rs = scaling_obj(cfg);
     if (!rs || mp_json_type_of(rs) == MP_JSON_NULL) return MP_OK;
     static const char *const json_names[] = {"null", "a boolean", "a number", "a string", "an array", "an object"};
     if (mp_json_type_of(rs) != MP_JSON_OBJECT)
@@ -192,7 +212,7 @@ static mp_status read_config_neox(const mp_json *cfg, const char *path, mp_confi
         (st = cfg_int(cfg, path, "vocab_size", 1, 0, &c->vocab)) ||
         (st = cfg_int(cfg, path, "max_position_embeddings", 0, 2048, &c->ctx)) ||
         (st = cfg_num(cfg, path, "layer_norm_eps", 1e-5, &c->norm_eps)) ||
-        (st = cfg_num2(cfg, path, "rotary_emb_base", "rope_theta", 10000.0, &base)) ||
+        (st = cfg_num2(cfg, path, "rotary_emb_base", "rope_theta", theta_default(cfg, 10000.0), &base)) ||
         (st = cfg_num2(cfg, path, "rotary_pct", "partial_rotary_factor", 0.25, &pct)))
         return st;
     if (c->n_head <= 0 || c->d_model % c->n_head)
@@ -229,7 +249,7 @@ static mp_status read_config_phi3(const mp_json *cfg, const char *path, mp_confi
         (st = cfg_int(cfg, path, "vocab_size", 1, 0, &c->vocab)) ||
         (st = cfg_int(cfg, path, "max_position_embeddings", 0, 4096, &c->ctx)) ||
         (st = cfg_num(cfg, path, "rms_norm_eps", 1e-5, &c->norm_eps)) ||
-        (st = cfg_num(cfg, path, "rope_theta", 10000.0, &c->rope_theta)) ||
+        (st = cfg_num(cfg, path, "rope_theta", theta_default(cfg, 10000.0), &c->rope_theta)) ||
         (st = cfg_num2(cfg, path, "partial_rotary_factor", "partial_rotary_factor", 1.0, &frac)))
         return st;
     if (c->n_head <= 0 || c->d_model % c->n_head)
@@ -241,7 +261,7 @@ static mp_status read_config_phi3(const mp_json *cfg, const char *path, mp_confi
     const char *act = mp_json_string(mp_json_get(cfg, "hidden_act"), NULL);
     if (act && strcmp(act, "silu"))
         return mp_error(MP_ERR_FORMAT, "%s/config.json: hidden_act \"%s\" is not supported (silu)", path, act);
-    const mp_json *rs = mp_json_get(cfg, "rope_scaling");
+    const mp_json *rs = scaling_obj(cfg);
     if (rs && mp_json_type_of(rs) != MP_JSON_NULL) {
         const char *t = mp_json_string(mp_json_get(rs, "type"), NULL);
         if (!t) t = mp_json_string(mp_json_get(rs, "rope_type"), NULL);
@@ -457,7 +477,7 @@ static mp_status read_config(const mp_json *cfg, const char *path, const char *t
             (st = cfg_int(cfg, path, "vocab_size", 1, 0, &c->vocab)) ||
             (st = cfg_int(cfg, path, "max_position_embeddings", 0, 2048, &c->ctx)) ||
             (st = cfg_num(cfg, path, "rms_norm_eps", 1e-6, &c->norm_eps)) ||
-            (st = cfg_num(cfg, path, "rope_theta", 10000.0, &c->rope_theta)))
+            (st = cfg_num(cfg, path, "rope_theta", theta_default(cfg, 10000.0), &c->rope_theta)))
             return st;
         if ((st = cfg_int(cfg, path, "num_key_value_heads", 0, c->n_head, &c->n_kv_head))) return st;
         if (c->n_head <= 0) return mp_error(MP_ERR_FORMAT, "%s/config.json: num_attention_heads must be positive", path);

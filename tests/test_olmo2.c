@@ -547,6 +547,15 @@ static void refusals(void) {
           w ? "wrong rope_scale" : mp_last_error());
     mp_model_free(w);
     rm_tree(d4);
+    /* transformers v5's rope_parameters in place of rope_theta / rope_scaling: its theta and its scaling are read
+     * (before, a config of that form ran with the default theta 10000) */
+    const char *d5 = variant_folder("rp", "\"rope_theta\": 500000.0,", "\"rope_parameters\": {\"rope_type\": "
+                                    "\"linear\", \"factor\": 3.0, \"rope_theta\": 500000.0},");
+    w = NULL;
+    CHECK(mp_model_load(&w, d5) == MP_OK && w->cfg.rope_theta == 5e5f && w->cfg.rope_scale == 3.0f,
+          "olmo2 rope_parameters: %s", w ? "wrong rope_theta / rope_scale" : mp_last_error());
+    mp_model_free(w);
+    rm_tree(d5);
 }
 
 int main(void) {

@@ -39,6 +39,7 @@
 #include "mp_cuda.h"
 #include "quant.h"
 #include "testutil.h"
+#include "tu_arch.h"
 #include "train.h"
 #include "weights_process.h"
 
@@ -55,41 +56,8 @@
 #define QUIRK_MIN 1e-2
 /* Q8_0 GGUF round trip, logits max |diff| (measured maxima printed; about 3x headroom) */
 #define TOL_Q8 1.0
-
-static float *forward(const mp_model *m, const int *toks, int T, const mp_hooks *hs) {
-    float *logits = malloc((size_t)T * m->cfg.vocab * sizeof(float));
-    mp_forward_params fp = mp_forward_params_default();
-    fp.hooks = hs;
-    CHECK(mp_model_forward(m, toks, 1, T, &fp, logits) == MP_OK, "forward: %s", mp_last_error());
-    return logits;
-}
-
-typedef struct {
-    int32_t *toks;
-    int T;
-    float *logits; /* [T, V] */
-} golden_ref;
-
-static int read_ref(const char *golden_path, golden_ref *g) {
-    hid_t f;
-    mp_h5_dsinfo info;
-    memset(g, 0, sizeof *g);
-    if (mp_h5_open(&f, golden_path, MP_H5_READ) || mp_h5_read_i32(f, "/tokens", &g->toks, &info)) {
-        CHECK(0, "%s", mp_last_error());
-        return 0;
-    }
-    g->T = (int)info.shape[1];
-    CHECK(mp_h5_read_f32(f, "/logits", &g->logits, &info) == MP_OK, "%s", mp_last_error());
-    mp_h5_close(&f);
-    return g->logits != NULL;
-}
-
-static double max_abs(const float *x, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++)
-        if (isfinite(x[i]) && fabs(x[i]) > m) m = fabs(x[i]);
-    return m;
-}
+/* KV-cached decoding vs the prefill, relative to max(1, max |logit|) */
+#define TOL_DECODE 1e-5
 
 /* ---- golden ---- */
 
@@ -97,55 +65,11 @@ static void golden(const char *model_path, const char *golden_path, const char *
     mp_model *m = tu_load(model_path);
     if (!m) return;
     CHECK(strcmp(m->format, want_format) == 0, "%s: format %s, expected %s", label, m->format, want_format);
-    hid_t f;
-    int32_t *toks = NULL;
-    mp_h5_dsinfo info;
-    if (mp_h5_open(&f, golden_path, MP_H5_READ) || mp_h5_read_i32(f, "/tokens", &toks, &info)) {
-        CHECK(0, "%s", mp_last_error());
-        mp_model_free(m);
-        return;
-    }
-    const int T = (int)info.shape[1];
-    tu_capture cap = {0};
-    mp_hooks *hs = mp_hooks_new(&m->cfg);
-    CHECK(mp_hooks_add(hs, "*", tu_capture_cb, &cap) == MP_OK, "%s", mp_last_error());
-    float *logits = forward(m, (int *)toks, T, hs);
-    mp_hooks_free(hs);
-    mp_h5_entry *e;
-    int n, compared = 0, resid_post = 0;
-    CHECK(mp_h5_list(f, "/acts", &e, &n) == MP_OK, "%s", mp_last_error());
-    double worst = 0;
-    for (int i = 0; i < n; i++) {
-        char path[256];
-        float *ref;
-        size_t got_n;
-        snprintf(path, sizeof path, "/acts/%s", e[i].name);
-        CHECK(mp_h5_read_f32(f, path, &ref, &info) == MP_OK, "%s", mp_last_error());
-        const float *got = tu_capture_get(&cap, e[i].name, &got_n);
-        CHECK(got && got_n == info.numel, "%s: hook %s missing or of the wrong size", label, e[i].name);
-        if (got && got_n == info.numel) {
-            const double rel = tu_max_abs_diff(got, ref, info.numel) / fmax(1.0, max_abs(ref, info.numel));
-            CHECK(rel <= TOL_REL, "%s: %s relative max |diff| = %.3g", label, e[i].name, rel);
-            if (rel > worst) worst = rel;
-            compared++;
-            resid_post += strstr(e[i].name, "hook_resid_post") != NULL;
-        }
-        free(ref);
-    }
-    mp_h5_list_free(e, n);
-    CHECK(resid_post == m->cfg.n_layer, "%s: %d blocks' resid_post compared", label, resid_post);
-    float *ref;
-    CHECK(mp_h5_read_f32(f, "/logits", &ref, &info) == MP_OK, "%s", mp_last_error());
-    const double rel = tu_max_abs_diff(logits, ref, info.numel) / fmax(1.0, max_abs(ref, info.numel));
-    CHECK(rel <= TOL_REL, "%s: logits relative max |diff| = %.3g", label, rel);
-    if (rel > worst) worst = rel;
-    printf("%s: %d hook points + logits, worst relative |diff| %.2e (tol %.0e); %d points fired\n", label, compared,
-           worst, TOL_REL, cap.n);
-    free(ref);
-    free(logits);
-    free(toks);
-    tu_capture_free(&cap);
-    mp_h5_close(&f);
+    /* every point and the logits relative to max(1, max |ref|); every block's resid_post among them */
+    const tu_golden_opts o = {.tol_rel = TOL_REL, .rel_floor = 1.0, .logits_rel = TOL_REL,
+                              .count = {"hook_resid_post"}};
+    tu_golden_result r = tu_golden(m, golden_path, label, &o, NULL);
+    CHECK(r.counted[0] == m->cfg.n_layer, "%s: %d blocks' resid_post compared", label, r.counted[0]);
     mp_model_free(m);
 }
 
@@ -162,8 +86,8 @@ static void add_to_norms(mp_model *m, float v) {
 }
 
 static void quirks_off(const char *model_path, const char *golden_path, const char *label) {
-    golden_ref g;
-    if (!read_ref(golden_path, &g)) return;
+    tu_golden_ref g;
+    if (!tu_read_golden(golden_path, &g)) return;
     const char *names[] = {"norm_offset", "embed_scale", "geglu", "post_norms", "attn_softcap", "final_softcap",
                            "query_pre_attn_scalar"};
     int tried = 0;
@@ -182,7 +106,7 @@ static void quirks_off(const char *model_path, const char *golden_path, const ch
         default: applies = c->query_pre_attn_scalar > 0.0f; c->query_pre_attn_scalar = 0.0f; break;
         }
         if (applies) {
-            float *logits = forward(m, g.toks, g.T, NULL);
+            float *logits = tu_forward(m, g.toks, g.T, NULL);
             const double d = tu_max_abs_diff(logits, g.logits, (size_t)g.T * c->vocab);
             CHECK(d > QUIRK_MIN, "%s: %s off changes the logits by only %.3g", label, names[q], d);
             printf("%s: %s off: logits max |diff| %.3g\n", label, names[q], d);
@@ -192,8 +116,7 @@ static void quirks_off(const char *model_path, const char *golden_path, const ch
         mp_model_free(m);
     }
     CHECK(tried >= 3, "%s: %d quirks tried", label, tried);
-    free(g.toks);
-    free(g.logits);
+    tu_golden_ref_free(&g);
 }
 
 /* ---- decoding with the KV cache equals the prefill ---- */
@@ -201,27 +124,8 @@ static void quirks_off(const char *model_path, const char *golden_path, const ch
 static void decode_equals_prefill(const char *model_path, const char *label) {
     mp_model *m = tu_load(model_path);
     if (!m) return;
-    const int T = 12, P = 5, V = m->cfg.vocab;
     int toks[12] = {3, 17, 42, 5, 5, 63, 0, 28, 11, 50, 7, 33};
-    float *full = forward(m, toks, T, NULL);
-    mp_kvcache kc;
-    CHECK(mp_kvcache_init(&kc, &m->cfg, 1, T) == MP_OK, "%s", mp_last_error());
-    float *step = malloc((size_t)P * V * sizeof(float));
-    mp_forward_params fp = mp_forward_params_default();
-    fp.cache = &kc;
-    CHECK(mp_model_forward(m, toks, 1, P, &fp, step) == MP_OK, "%s", mp_last_error());
-    double worst = tu_max_abs_diff(step, full, (size_t)P * V) / fmax(1.0, max_abs(full, (size_t)T * V));
-    fp.logits = MP_LOGITS_LAST;
-    for (int t = P; t < T; t++) {
-        CHECK(mp_model_forward(m, toks + t, 1, 1, &fp, step) == MP_OK, "%s", mp_last_error());
-        const double d = tu_max_abs_diff(step, full + (size_t)t * V, V) / fmax(1.0, max_abs(full, (size_t)T * V));
-        if (d > worst) worst = d;
-    }
-    CHECK(worst <= 1e-5, "%s: decode vs prefill relative |diff| %.3g", label, worst);
-    printf("%s: decode (prefill %d + %d steps) vs prefill: relative |diff| %.2e\n", label, P, T - P, worst);
-    free(step);
-    free(full);
-    mp_kvcache_free(&kc);
+    tu_decode_vs_prefill(m, toks, 12, 5, NULL, TOL_DECODE, 1.0, 0, label);
     mp_model_free(m);
 }
 
@@ -239,89 +143,17 @@ static void grad_fd(const char *model_path, const char *label) {
     mp_model_free(m);
 }
 
-/* A forward hook adding eps * dir at one point; a backward hook keeping the gradient there. */
-typedef struct {
-    const float *dir;
-    float eps;
-    float *grad;
-    size_t n;
-} nudge;
-
-static int nudge_cb(void *user, const mp_hook_info *info, float *data) {
-    nudge *u = user;
-    for (size_t i = 0; i < info->numel; i++) data[i] += u->eps * u->dir[i];
-    return 0;
-}
-
-static int keep_cb(void *user, const mp_hook_info *info, float *data) {
-    nudge *u = user;
-    free(u->grad);
-    u->grad = malloc(info->numel * sizeof(float));
-    memcpy(u->grad, data, info->numel * sizeof(float));
-    u->n = info->numel;
-    return 0;
-}
-
-/* metric = sum over logits of R * logits (float64) */
-static double metric(const float *logits, const float *R, size_t n) {
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += (double)R[i] * logits[i];
-    return s;
-}
-
 static void staged_grad(const char *model_path, const char *label) {
     mp_model *m = tu_load(model_path);
     if (!m) return;
-    const int T = 10, V = m->cfg.vocab, D = m->cfg.d_model;
     int toks[10] = {3, 17, 42, 5, 5, 63, 0, 28, 11, 50};
-    const int HD = m->cfg.n_head * m->cfg.d_head;
-    const size_t nl = (size_t)T * V, nx = (size_t)T * (D > HD ? D : HD); /* the widest point: q's [T, H*Dh] */
-    float *R = malloc(nl * sizeof(float)), *dir = malloc(nx * sizeof(float));
-    unsigned s = 12345;
-    for (size_t i = 0; i < nl; i++) s = s * 1103515245u + 12345u, R[i] = (float)((s >> 8) % 2001) / 1000.0f - 1.0f;
-    for (size_t i = 0; i < nx; i++) s = s * 1103515245u + 12345u, dir[i] = (float)((s >> 8) % 2001) / 1000.0f - 1.0f;
     /* the residual at three depths; a post-norm's output (the tensor hook_attn_out shows) and scale (the
      * norm's hooked two-step path, both ways) */
     const char *points[] = {"hook_embed", "blocks.1.hook_resid_pre", "blocks.0.hook_resid_mid",
                             "blocks.0.ln1_post.hook_normalized", "blocks.1.ln2_post.hook_scale",
                             "blocks.2.attn.q_norm.hook_normalized", "blocks.1.attn.k_norm.hook_normalized"};
     const int n_points = m->cfg.qk_norm != MP_QK_NORM_NONE ? 7 : 5; /* Gemma 3: a global and a sliding layer's */
-    for (int k = 0; k < n_points; k++) {
-        /* analytic: the backward hooks' walk (no weight gradients: the staged attention) */
-        mp_acts A;
-        CHECK(mp_acts_init(&A, &m->cfg, 1, T) == MP_OK, "%s", mp_last_error());
-        mp_forward_params fp = mp_forward_params_default();
-        fp.acts = &A;
-        CHECK(mp_model_forward(m, toks, 1, T, &fp, NULL) == MP_OK, "%s", mp_last_error());
-        nudge u = {dir, 0.0f, NULL, 0};
-        mp_hooks *bwd = mp_hooks_new(&m->cfg);
-        CHECK(mp_hooks_add(bwd, points[k], keep_cb, &u) == MP_OK, "%s", mp_last_error());
-        CHECK(mp_model_backward_acts(m, &A, R, bwd) == MP_OK, "%s", mp_last_error());
-        mp_hooks_free(bwd);
-        mp_acts_free(&A);
-        CHECK(u.grad && u.n <= nx, "%s: no gradient at %s", label, points[k]);
-        if (!u.grad || u.n > nx) continue;
-        double an = 0;
-        for (size_t i = 0; i < u.n; i++) an += (double)u.grad[i] * dir[i];
-        /* finite difference of the metric along dir at the point (central, eps 1e-3) */
-        double f[2];
-        for (int sgn = 0; sgn < 2; sgn++) {
-            u.eps = sgn ? -1e-3f : 1e-3f;
-            mp_hooks *hs = mp_hooks_new(&m->cfg);
-            CHECK(mp_hooks_add(hs, points[k], nudge_cb, &u) == MP_OK, "%s", mp_last_error());
-            float *logits = forward(m, toks, T, hs);
-            f[sgn] = metric(logits, R, nl);
-            free(logits);
-            mp_hooks_free(hs);
-        }
-        const double fd = (f[0] - f[1]) / 2e-3;
-        CHECK(fabs(an - fd) <= 2e-2 + 2e-2 * fabs(fd), "%s: d metric at %s: backward %.6g, finite difference %.6g",
-              label, points[k], an, fd);
-        printf("%s: staged backward at %s: %.6g vs finite difference %.6g\n", label, points[k], an, fd);
-        free(u.grad);
-    }
-    free(R);
-    free(dir);
+    tu_staged_grad(m, toks, 10, points, n_points, label);
     mp_model_free(m);
 }
 
@@ -331,9 +163,9 @@ static void fold_ln(const char *model_path, const char *label) {
     mp_model *m = tu_load(model_path);
     if (!m) return;
     int toks[8] = {3, 17, 42, 5, 5, 63, 0, 28};
-    float *before = forward(m, toks, 8, NULL);
+    float *before = tu_forward(m, toks, 8, NULL);
     CHECK(mp_weights_process(m, MP_WP_FOLD_LN) == MP_OK, "%s: fold_ln: %s", label, mp_last_error());
-    float *after = forward(m, toks, 8, NULL);
+    float *after = tu_forward(m, toks, 8, NULL);
     const double d = tu_max_abs_diff(before, after, (size_t)8 * m->cfg.vocab);
     CHECK(d <= 1e-4, "%s: fold_ln changes the logits by %.3g", label, d);
     printf("%s: fold_ln: logits max |diff| %.2e\n", label, d);
@@ -348,119 +180,27 @@ static void fold_ln(const char *model_path, const char *label) {
 
 /* ---- round trips ---- */
 
-static const char *tmp_path(const char *name) {
-    static char buf[8][512];
-    static int k;
-    char *p = buf[k++ & 7];
-    snprintf(p, 512, "/tmp/mp_test_gemma_%d_%s", (int)getpid(), name);
-    return p;
-}
-
-static void rm_tree(const char *dir) {
-    char p[600];
-    snprintf(p, sizeof p, "%s/model.safetensors", dir); unlink(p);
-    snprintf(p, sizeof p, "%s/config.json", dir); unlink(p);
-    rmdir(dir);
-}
-
-static int config_equal(const mp_config *a, const mp_config *b, const char *label) {
-    int same = 1;
-    for (int i = 0; i < mp_config_n_fields; i++)
-        if (mp_config_get(a, i) != mp_config_get(b, i)) {
-            CHECK(0, "%s: config field %s %g != %g", label, mp_config_fields[i].attr, mp_config_get(a, i),
-                  mp_config_get(b, i));
-            same = 0;
-        }
-    return same;
-}
+static const char *tmp_path(const char *name) { return tu_tmp_path("gemma", name); }
 
 static void round_trip(const char *model_path, const char *label) {
     mp_model *m = tu_load(model_path);
     if (!m) return;
+    /* Q8_0 kept quantized on load: the embedding rows decoded, then scaled */
     int toks[8] = {3, 17, 42, 5, 5, 63, 0, 28};
-    float *ref = forward(m, toks, 8, NULL);
-    const char *outs[3] = {tmp_path("hf"), tmp_path("f32.gguf"), tmp_path("ck.h5")};
-    const char *kinds[3] = {"HF folder", "GGUF F32", "checkpoint"};
-    for (int k = 0; k < 3; k++) {
-        mp_status st = k == 0 ? mp_model_save_hf(m, outs[0])
-                       : k == 1 ? mp_model_save_gguf(m, NULL, outs[1], MP_GGML_F32) : mp_model_save(m, outs[2]);
-        CHECK(st == MP_OK, "%s: save %s: %s", label, kinds[k], mp_last_error());
-        mp_model *b = st ? NULL : tu_load(outs[k]);
-        if (b) {
-            config_equal(&m->cfg, &b->cfg, label);
-            float *got = forward(b, toks, 8, NULL);
-            const double d = tu_max_abs_diff(ref, got, (size_t)8 * m->cfg.vocab);
-            CHECK(d == 0.0, "%s: %s round trip: logits max |diff| %.3g", label, kinds[k], d);
-            printf("%s: %s round trip: config equal, logits max |diff| %.2g\n", label, kinds[k], d);
-            free(got);
-            mp_model_free(b);
-        }
-    }
-    /* Q8_0 (kept quantized on load: the embedding rows decoded, then scaled) */
-    const char *q8 = tmp_path("q8.gguf");
-    CHECK(mp_model_save_gguf(m, NULL, q8, MP_GGML_Q8_0) == MP_OK, "%s: save Q8_0: %s", label, mp_last_error());
-    mp_model *b = tu_load(q8);
-    if (b) {
-        CHECK(mp_model_is_quantized(b), "%s: Q8_0 GGUF loads quantized", label);
-        config_equal(&m->cfg, &b->cfg, label);
-        float *got = forward(b, toks, 8, NULL);
-        const double d = tu_max_abs_diff(ref, got, (size_t)8 * m->cfg.vocab);
-        CHECK(d <= TOL_Q8, "%s: Q8_0 round trip: logits max |diff| %.3g", label, d);
-        printf("%s: Q8_0 GGUF round trip: logits max |diff| %.3g (tol %.2g)\n", label, d, TOL_Q8);
-        free(got);
-        mp_model_free(b);
-    }
-    unlink(q8);
-    rm_tree(outs[0]);
-    unlink(outs[1]);
-    unlink(outs[2]);
-    free(ref);
+    tu_round_trips(m, "gemma", label, toks, 8, TOL_Q8);
     mp_model_free(m);
 }
 
 /* ---- refusals ---- */
 
-static void expect_load_error(const char *dir, const char *label, const char *want1, const char *want2) {
-    mp_model *m = NULL;
-    mp_status st = mp_model_load(&m, dir);
-    CHECK(st != MP_OK && strstr(mp_last_error(), want1) && strstr(mp_last_error(), want2),
-          "%s: expected an error naming %s and %s, got %s", label, want1, want2, st ? mp_last_error() : "success");
-    mp_model_free(m);
+/* A folder with gemma2's weights and config.json with `from` replaced by `to`. */
+static const char *variant_folder(const char *name, const char *from, const char *to) {
+    return tu_variant_of("arch_gemma2", tmp_path(name), from, to);
 }
 
 /* A folder with `src`'s weights and its config.json with `from` replaced by `to`. */
 static const char *variant_of(const char *src, const char *name, const char *from, const char *to) {
-    const char *dir = tmp_path(name);
-    char p[600], s[600], *text = NULL;
-    mkdir(dir, 0777);
-    snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    snprintf(s, sizeof s, "%s/model.safetensors", src);
-    CHECK(symlink(tu_data(s), p) == 0 || access(p, F_OK) == 0, "symlink %s", p);
-    snprintf(s, sizeof s, "%s/config.json", src);
-    FILE *f = fopen(tu_data(s), "rb");
-    CHECK(f != NULL, "config.json");
-    if (!f) return dir;
-    text = calloc(1, 1 << 16);
-    size_t n = fread(text, 1, (1 << 16) - 1, f);
-    fclose(f);
-    text[n] = '\0';
-    char *at = strstr(text, from);
-    CHECK(at != NULL, "%s not in config.json", from);
-    snprintf(p, sizeof p, "%s/config.json", dir);
-    f = fopen(p, "wb");
-    if (at && f) {
-        fwrite(text, 1, (size_t)(at - text), f);
-        fputs(to, f);
-        fputs(at + strlen(from), f);
-    }
-    if (f) fclose(f);
-    free(text);
-    return dir;
-}
-
-/* A folder with gemma2's weights and config.json with `from` replaced by `to`. */
-static const char *variant_folder(const char *name, const char *from, const char *to) {
-    return variant_of("arch_gemma2", name, from, to);
+    return tu_variant_of(src, tmp_path(name), from, to);
 }
 
 static void refusals(void) {
@@ -501,8 +241,8 @@ static void refusals(void) {
     mp_model_free(m);
     /* config.json asking for what is not implemented */
     const char *d1 = variant_folder("act", "\"hidden_activation\": \"gelu_pytorch_tanh\"", "\"hidden_activation\": \"gelu\"");
-    expect_load_error(d1, "hidden_activation gelu", "config.json", "hidden_activation \"gelu\"");
-    rm_tree(d1);
+    tu_expect_load_fail(d1, "hidden_activation gelu", "config.json", "hidden_activation \"gelu\"");
+    tu_rm_tree(d1);
     const char *d2 = variant_folder("sw", "\"sliding_window\": 32", "\"sliding_window\": 16");
     { /* Gemma 2's window on every other layer (test_swa checks the masking) */
         mp_model *w = NULL;
@@ -510,21 +250,21 @@ static void refusals(void) {
               "gemma2 sliding_window 16: %s", w ? "wrong window or pattern" : mp_last_error());
         mp_model_free(w);
     }
-    rm_tree(d2);
+    tu_rm_tree(d2);
     /* gemma3 (multimodal) without a text_config */
     const char *d3 = variant_folder("g3", "\"model_type\": \"gemma2\"", "\"model_type\": \"gemma3\"");
-    expect_load_error(d3, "gemma3", "config.json", "text_config");
-    rm_tree(d3);
+    tu_expect_load_fail(d3, "gemma3", "config.json", "text_config");
+    tu_rm_tree(d3);
     const char *d4 = variant_folder("ab", "\"attention_bias\": false", "\"attention_bias\": true");
-    expect_load_error(d4, "attention_bias", "config.json", "attention_bias");
-    rm_tree(d4);
+    tu_expect_load_fail(d4, "attention_bias", "config.json", "attention_bias");
+    tu_rm_tree(d4);
 }
 
 /* ---- Gemma 3 ---- */
 
 static void gemma3_quirks_off(const char *model_path, const char *golden_path, const char *label) {
-    golden_ref g;
-    if (!read_ref(golden_path, &g)) return;
+    tu_golden_ref g;
+    if (!tu_read_golden(golden_path, &g)) return;
     const char *names[] = {"rope_local_theta (the sliding layers' own base)", "qk_norm", "sliding_window_pattern",
                            "rope_scale (the global layers' linear factor)", "sliding_window", "post_norms",
                            "query_pre_attn_scalar", "embed_scale", "the q/k norms' (1 + w)"};
@@ -548,15 +288,14 @@ static void gemma3_quirks_off(const char *model_path, const char *golden_path, c
             break;
         }
         CHECK(mp_config_validate(c, label) == MP_OK, "%s: %s off: %s", label, names[q], mp_last_error());
-        float *logits = forward(m, g.toks, g.T, NULL);
+        float *logits = tu_forward(m, g.toks, g.T, NULL);
         const double d = tu_max_abs_diff(logits, g.logits, (size_t)g.T * c->vocab);
         CHECK(d > QUIRK_MIN, "%s: %s off changes the logits by only %.3g", label, names[q], d);
         printf("%s: %s off: logits max |diff| %.3g\n", label, names[q], d);
         free(logits);
         mp_model_free(m);
     }
-    free(g.toks);
-    free(g.logits);
+    tu_golden_ref_free(&g);
 }
 
 /* A left- and a right-padded row of a batch give the logits of each prompt run alone (the per-token tables of
@@ -573,8 +312,8 @@ static void gemma3_padded(const char *model_path, const char *label) {
     mp_forward_params fp = mp_forward_params_default();
     fp.attn_mask = mask;
     CHECK(mp_model_forward(m, toks, 2, T, &fp, batch) == MP_OK, "%s: padded forward: %s", label, mp_last_error());
-    float *row0 = forward(m, toks, T, NULL), *row1 = forward(m, toks + 15, n1, NULL);
-    const double scale = fmax(1.0, max_abs(row0, (size_t)T * V));
+    float *row0 = tu_forward(m, toks, T, NULL), *row1 = tu_forward(m, toks + 15, n1, NULL);
+    const double scale = fmax(1.0, tu_max_abs(row0, (size_t)T * V));
     double d0 = tu_max_abs_diff(batch, row0, (size_t)T * V) / scale;
     double d1 = tu_max_abs_diff(batch + (size_t)(T + 3) * V, row1, (size_t)n1 * V) / scale;
     CHECK(d0 <= 1e-5 && d1 <= 1e-5, "%s: padded batch vs alone: rows %.3g, %.3g", label, d0, d1);
@@ -607,7 +346,7 @@ static void gemma3_refusals(void) {
     CHECK(mp_model_load(&w, d0) == MP_OK && w->cfg.attn_softcap == 50.0f && w->cfg.final_softcap == 0.0f,
           "gemma3 attn_logit_softcapping 50: %s", w ? "wrong caps" : mp_last_error());
     mp_model_free(w);
-    rm_tree(d0);
+    tu_rm_tree(d0);
     struct { const char *from, *to, *want; } v[] = {
         {"\"sliding_attention\",\n    \"full_attention\"", "\"full_attention\",\n    \"sliding_attention\"",
          "layer_types is not a regular pattern"},
@@ -619,13 +358,13 @@ static void gemma3_refusals(void) {
     };
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
         const char *d = variant_of("arch_gemma3", "bad", v[i].from, v[i].to);
-        expect_load_error(d, "gemma3 config", "config.json", v[i].want);
-        rm_tree(d);
+        tu_expect_load_fail(d, "gemma3 config", "config.json", v[i].want);
+        tu_rm_tree(d);
     }
     const char *d1 = variant_of("arch_gemma3_mm", "mm", "\"model_type\": \"gemma3_text\"",
                                 "\"model_type\": \"gemma2\"");
-    expect_load_error(d1, "gemma3 text_config of another type", "config.json", "text_config");
-    rm_tree(d1);
+    tu_expect_load_fail(d1, "gemma3 text_config of another type", "config.json", "text_config");
+    tu_rm_tree(d1);
     /* HF / GGUF writers: a model scaling its sliding layers too (rope_scale, no local base) has no gemma3 form */
     m = tu_load(tu_data("arch_gemma3"));
     if (m) {

@@ -20,6 +20,7 @@
 #include "formats.h"
 #include "model.h"
 #include "testutil.h"
+#include "tu_arch.h"
 #include "train.h"
 
 #include <math.h>
@@ -35,114 +36,21 @@
 #define TOL_F16 8e-2
 #define TOL_Q8 5e-1
 
-static float *run_captured(const mp_model *m, const int *toks, int T, tu_capture *cap) {
-    mp_hooks *hs = mp_hooks_new(&m->cfg);
-    CHECK(mp_hooks_add(hs, "*", tu_capture_cb, cap) == MP_OK, "%s", mp_last_error());
-    float *logits = malloc((size_t)T * m->cfg.vocab * sizeof(float));
-    mp_forward_params fp = mp_forward_params_default();
-    fp.hooks = hs;
-    mp_status st = mp_model_forward(m, toks, 1, T, &fp, logits);
-    CHECK(st == MP_OK, "forward: %s", mp_last_error());
-    mp_hooks_free(hs);
-    return logits;
-}
-
 /* ---- golden ---- */
 
 static void golden(const char *model_path, const char *golden_path, const char *label, const char *want_format) {
     mp_model *m = tu_load(model_path);
     if (!m) return;
     CHECK(strcmp(m->format, want_format) == 0, "%s: format %s, expected %s", label, m->format, want_format);
-    hid_t f;
-    int32_t *toks = NULL;
-    mp_h5_dsinfo info;
-    if (mp_h5_open(&f, golden_path, MP_H5_READ) || mp_h5_read_i32(f, "/tokens", &toks, &info)) {
-        CHECK(0, "%s", mp_last_error());
-        mp_model_free(m);
-        return;
-    }
-    int T = (int)info.shape[1];
-    tu_capture cap = {0};
-    float *logits = run_captured(m, (int *)toks, T, &cap);
-    mp_h5_entry *e;
-    int n;
-    CHECK(mp_h5_list(f, "/acts", &e, &n) == MP_OK, "%s", mp_last_error());
-    double worst = 0;
-    int compared = 0;
-    for (int i = 0; i < n; i++) {
-        char path[256];
-        float *ref;
-        size_t got_n;
-        snprintf(path, sizeof path, "/acts/%s", e[i].name);
-        CHECK(mp_h5_read_f32(f, path, &ref, &info) == MP_OK, "%s", mp_last_error());
-        const float *got = tu_capture_get(&cap, e[i].name, &got_n);
-        CHECK(got && got_n == info.numel, "%s: hook %s missing or of the wrong size", label, e[i].name);
-        if (got && got_n == info.numel) {
-            double d = tu_max_abs_diff(got, ref, info.numel);
-            CHECK(d <= TOL, "%s: %s max |diff| = %.3g", label, e[i].name, d);
-            if (d > worst) worst = d;
-            compared++;
-        }
-        free(ref);
-    }
-    int added = 0;
-    for (int i = 0; i < cap.n; i++) added += tu_added_point(cap.name[i]);
-    CHECK(compared + added == cap.n, "%s: %d hooks compared, %d fired (%d added since the golden files)", label,
-          compared, cap.n, added);
-    mp_h5_list_free(e, n);
-    float *ref;
-    CHECK(mp_h5_read_f32(f, "/logits", &ref, &info) == MP_OK, "%s", mp_last_error());
-    double d = tu_max_abs_diff(logits, ref, info.numel);
-    CHECK(d <= TOL, "%s: logits max |diff| = %.3g", label, d);
-    if (d > worst) worst = d;
-    printf("%s: %d hook points + logits, worst |diff| %.2e (tol %.0e)\n", label, compared, worst, TOL);
-    free(ref);
-    free(logits);
-    free(toks);
-    tu_capture_free(&cap);
-    mp_h5_close(&f);
+    /* every point and the logits within TOL; every point fired is in the file (but those added since) */
+    const tu_golden_opts o = {.tol_abs = TOL, .logits_abs = TOL, .all_compared = 1};
+    tu_golden(m, golden_path, label, &o, NULL);
     mp_model_free(m);
 }
 
 /* ---- round trips ---- */
 
-static const char *tmp_path(const char *name) {
-    static char buf[8][512];
-    static int k;
-    char *p = buf[k++ & 7];
-    snprintf(p, 512, "/tmp/mp_test_models_%d_%s", (int)getpid(), name);
-    return p;
-}
-
-static void rm_tree(const char *dir) {
-    char p[600];
-    snprintf(p, sizeof p, "%s/model.safetensors", dir); unlink(p);
-    snprintf(p, sizeof p, "%s/config.json", dir); unlink(p);
-    snprintf(p, sizeof p, "%s/tokenizer.json", dir); unlink(p);
-    rmdir(dir);
-}
-
-/* max |diff| over logits and every hook between two models on the same tokens */
-static double compare_models(const mp_model *a, const mp_model *b, const int *toks, int T, const char *label) {
-    tu_capture ca = {0}, cb = {0};
-    float *la = run_captured(a, toks, T, &ca), *lb = run_captured(b, toks, T, &cb);
-    double worst = tu_max_abs_diff(la, lb, (size_t)T * a->cfg.vocab);
-    CHECK(ca.n == cb.n && ca.n > 0, "%s: %d vs %d hooks", label, ca.n, cb.n);
-    for (int k = 0; k < ca.n && k < cb.n; k++) {
-        size_t nb;
-        const float *gb = tu_capture_get(&cb, ca.name[k], &nb);
-        CHECK(gb && nb == ca.numel[k], "%s: hook %s missing", label, ca.name[k]);
-        if (gb && nb == ca.numel[k]) {
-            double d = tu_max_abs_diff(ca.buf[k], gb, nb);
-            if (d > worst) worst = d;
-        }
-    }
-    free(la);
-    free(lb);
-    tu_capture_free(&ca);
-    tu_capture_free(&cb);
-    return worst;
-}
+static const char *tmp_path(const char *name) { return tu_tmp_path("models", name); }
 
 static void round_trip(const char *src, const char *tok_source, const char *label) {
     mp_model *m = tu_load(src);
@@ -158,7 +66,7 @@ static void round_trip(const char *src, const char *tok_source, const char *labe
         CHECK(st == MP_OK, "%s: save %s: %s", label, kinds[k].name, mp_last_error());
         mp_model *r = st ? NULL : tu_load(out);
         if (r) {
-            double d = compare_models(m, r, toks, T, label);
+            double d = tu_compare_models(m, r, toks, T, label);
             CHECK(d <= kinds[k].tol, "%s -> GGUF %s: max |diff| %.3g > %.3g", label, kinds[k].name, d, kinds[k].tol);
             printf("%s -> GGUF %s -> reload: logits and every hook max |diff| %.3g (tol %.3g)\n", label,
                    kinds[k].name, d, kinds[k].tol);
@@ -196,12 +104,12 @@ static void round_trip(const char *src, const char *tok_source, const char *labe
     CHECK(st == MP_OK, "%s: save HF: %s", label, mp_last_error());
     mp_model *r = st ? NULL : tu_load(dir);
     if (r) {
-        double d = compare_models(m, r, toks, T, label);
+        double d = tu_compare_models(m, r, toks, T, label);
         CHECK(d == 0.0, "%s -> HF folder: max |diff| %.3g (must be exact)", label, d);
         printf("%s -> HF safetensors folder -> reload: max |diff| %.3g (exact)\n", label, d);
         mp_model_free(r);
     }
-    rm_tree(dir);
+    tu_rm_tree(dir);
     mp_model_free(m);
 }
 
@@ -254,11 +162,8 @@ static void grad_check(int gpt2) {
     const int B = 2, T = 6;
     int toks[12], tg[12];
     for (int i = 0; i < B * T; i++) { toks[i] = (i * 7 + 3) % c.vocab; tg[i] = (i * 5 + 1) % c.vocab; }
-    mp_acts A;
     mp_grads G;
-    CHECK(mp_acts_init(&A, &c, B, T) == MP_OK && mp_grads_init(&G, &c) == MP_OK, "%s", mp_last_error());
-    float loss;
-    CHECK(mp_model_forward_backward(m, toks, tg, B, T, NULL, &A, &G, 1.0f, &loss, NULL) == MP_OK, "%s", mp_last_error());
+    if (!tu_param_grads(m, toks, tg, B, T, &G)) { mp_model_free(m); return; }
     struct { const char *name; float *p, *g; size_t n; } ps[] = {
         {"bq", m->p.bq, G.g.bq, (size_t)c.n_layer * c.n_head * c.d_head},
         {"bk", m->p.bk, G.g.bk, (size_t)c.n_layer * c.n_kv_head * c.d_head},
@@ -273,14 +178,9 @@ static void grad_check(int gpt2) {
         for (size_t j = 0; j < ps[k].n; j += ps[k].n / 5 + 1) {
             /* positions >= T get no gradient; probe rows < T */
             size_t i = ps[k].p == m->p.pos_embed ? j % ((size_t)T * c.d_model) : j;
-            float save = ps[k].p[i], h = 1e-2f, lp, lm;
-            ps[k].p[i] = save + h;
-            mp_model_loss(m, toks, tg, B, T, NULL, &lp);
-            ps[k].p[i] = save - h;
-            mp_model_loss(m, toks, tg, B, T, NULL, &lm);
-            ps[k].p[i] = save;
-            double fd = ((double)lp - lm) / (2.0 * h), an = ps[k].g[i];
-            double err = fabs(fd - an) / fmax(1e-2, fabs(fd) + fabs(an));
+            const float h = 1e-2f;
+            double fd = tu_fd_loss(m, toks, tg, B, T, &ps[k].p[i], h), an = ps[k].g[i];
+            double err = tu_fd_rel_err(fd, an);
             CHECK(err < 2e-2, "%s grad %s[%zu]: analytic %.5g, finite difference %.5g", gpt2 ? "gpt2" : "qwen2",
                   ps[k].name, i, an, fd);
             if (err > worst) worst = err;
@@ -288,7 +188,6 @@ static void grad_check(int gpt2) {
     }
     printf("%s-style training gradients (biases%s) vs finite differences: worst relative error %.2e\n",
            gpt2 ? "gpt2" : "qwen2", gpt2 ? ", learned positions, GELU-tanh" : ", linear RoPE scaling", worst);
-    mp_acts_free(&A);
     mp_grads_free(&G);
     mp_model_free(m);
 }
@@ -303,7 +202,7 @@ static void checkpoint_round_trip(const char *src) {
     mp_model *r = tu_load(out);
     if (r) {
         int toks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-        double d = compare_models(m, r, toks, 8, "checkpoint");
+        double d = tu_compare_models(m, r, toks, 8, "checkpoint");
         CHECK(d == 0.0 && r->cfg.qkv_bias == m->cfg.qkv_bias && r->cfg.linear_bias == m->cfg.linear_bias &&
               r->cfg.gelu_tanh == m->cfg.gelu_tanh && r->cfg.pos == m->cfg.pos,
               "%s -> checkpoint: diff %.3g or config changed", src, d);
@@ -329,21 +228,21 @@ static void rope_scaling(void) {
           mp_model_new_random(&mc, &c, 9, 0.3f) == MP_OK, "%s", mp_last_error());
     int toks[20];
     for (int i = 0; i < 20; i++) toks[i] = (i * 11 + 2) % c.vocab;
-    double d = compare_models(ma, mb, toks, 20, "rope scaling");
+    double d = tu_compare_models(ma, mb, toks, 20, "rope scaling");
     CHECK(d < 1e-5, "linear scale 4 vs frequency divisors 4: |diff| %.3g", d);
-    double d0 = compare_models(ma, mc, toks, 20, "rope scaling");
+    double d0 = tu_compare_models(ma, mc, toks, 20, "rope scaling");
     CHECK(d0 > 1e-3, "rope scaling changes nothing (|diff| %.3g)", d0);
     const char *out = tmp_path("rope.gguf");
     CHECK(mp_model_save_gguf(mb, NULL, out, MP_GGML_F32) == MP_OK, "%s", mp_last_error());
     mp_model *r = tu_load(out);
     if (r) {
-        CHECK(r->cfg.n_rope_freqs == 4 && compare_models(mb, r, toks, 20, "rope_freqs") == 0.0,
+        CHECK(r->cfg.n_rope_freqs == 4 && tu_compare_models(mb, r, toks, 20, "rope_freqs") == 0.0,
               "rope_freqs.weight round trip");
         mp_model_free(r);
     }
     CHECK(mp_model_save_gguf(ma, NULL, out, MP_GGML_F32) == MP_OK, "%s", mp_last_error());
     if ((r = tu_load(out))) {
-        CHECK(r->cfg.rope_scale == 4.0f && compare_models(ma, r, toks, 20, "rope_scale") == 0.0,
+        CHECK(r->cfg.rope_scale == 4.0f && tu_compare_models(ma, r, toks, 20, "rope_scale") == 0.0,
               "rope.scaling linear round trip");
         mp_model_free(r);
     }
@@ -356,21 +255,6 @@ static void rope_scaling(void) {
 }
 
 /* ---- malformed inputs ---- */
-
-static void expect_fail(const char *path, const char *needle, const char *label) {
-    mp_model *m = NULL;
-    mp_status st = mp_model_load(&m, path);
-    CHECK(st != MP_OK && !m, "%s: loaded although malformed", label);
-    CHECK(st == MP_OK || strstr(mp_last_error(), needle) != NULL, "%s: message \"%s\" lacks \"%s\"", label,
-          mp_last_error(), needle);
-    if (st) printf("%s: \"%s\"\n", label, mp_last_error());
-    mp_model_free(m);
-}
-
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    if (f) { fputs(text, f); fclose(f); }
-}
 
 /* Rewrites the qwen2 GGUF with one change: drop a tensor, change a shape,
  * or the architecture. */
@@ -398,40 +282,41 @@ static void gguf_variant(const char *src, const char *out, const char *drop, con
 static void malformed(void) {
     const char *src = tu_data("arch_qwen2.gguf"), *bad = tmp_path("bad.gguf");
     gguf_variant(src, bad, "blk.1.ffn_down.weight", NULL, NULL);
-    expect_fail(bad, "blk.1.ffn_down.weight is missing", "GGUF missing tensor");
+    tu_expect_load_fail(bad, "GGUF missing tensor", "blk.1.ffn_down.weight is missing", NULL);
     gguf_variant(src, bad, NULL, "blk.0.attn_k.weight", NULL);
-    expect_fail(bad, "blk.0.attn_k.weight has dims", "GGUF shape mismatch");
+    tu_expect_load_fail(bad, "GGUF shape mismatch", "blk.0.attn_k.weight has dims", NULL);
     gguf_variant(src, bad, NULL, NULL, "mamba");
-    expect_fail(bad, "unknown architecture \"mamba\"", "GGUF unknown architecture");
+    tu_expect_load_fail(bad, "GGUF unknown architecture", "unknown architecture \"mamba\"", NULL);
     unlink(bad);
 
     /* HF folders: config.json variants next to a copy of the qwen2 weights */
     const char *dir = tmp_path("badhf");
-    char p[600], cmd[1400];
-    mkdir(dir, 0777);
-    snprintf(cmd, sizeof cmd, "cp %s %s/model.safetensors", tu_data("arch_qwen2/model.safetensors"), dir);
-    CHECK(system(cmd) == 0, "cp");
+    char p[600];
+    tu_model_dir(dir, tu_data("arch_qwen2/model.safetensors"), "{\"model_type\": \"qwen2\", \"hidden_size\": 32,");
     snprintf(p, sizeof p, "%s/config.json", dir);
-    write_file(p, "{\"model_type\": \"qwen2\", \"hidden_size\": 32,");
-    expect_fail(dir, "config.json", "HF bad JSON");
-    write_file(p, "{\"model_type\": \"qwen2\", \"num_hidden_layers\": 2}");
-    expect_fail(dir, "\"hidden_size\" is missing", "HF missing hidden_size");
-    write_file(p, "{\"model_type\": \"bert\"}");
-    expect_fail(dir, "unknown model_type \"bert\"", "HF unknown model_type");
-    write_file(p, "{\"model_type\": \"qwen2\", \"hidden_size\": 32, \"num_hidden_layers\": 3, \"num_attention_heads\": 4,"
-                  " \"num_key_value_heads\": 2, \"intermediate_size\": 48, \"vocab_size\": 64}");
-    expect_fail(dir, "model.layers.2.input_layernorm.weight is missing", "HF missing tensor (3 layers declared)");
-    write_file(p, "{\"model_type\": \"qwen2\", \"hidden_size\": 32, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
-                  " \"num_key_value_heads\": 2, \"intermediate_size\": 40, \"vocab_size\": 64}");
-    expect_fail(dir, "mlp.gate_proj.weight has shape [48, 32]", "HF shape mismatch");
-    write_file(p, "{\"model_type\": \"qwen2\", \"hidden_size\": 32, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
-                  " \"num_key_value_heads\": 3, \"intermediate_size\": 48, \"vocab_size\": 64}");
-    expect_fail(dir, "not divisible by n_kv_head", "HF bad head counts");
-    rm_tree(dir);
+    tu_expect_load_fail(dir, "HF bad JSON", "config.json", NULL);
+    tu_write_file(p, "{\"model_type\": \"qwen2\", \"num_hidden_layers\": 2}");
+    tu_expect_load_fail(dir, "HF missing hidden_size", "\"hidden_size\" is missing", NULL);
+    tu_write_file(p, "{\"model_type\": \"bert\"}");
+    tu_expect_load_fail(dir, "HF unknown model_type", "unknown model_type \"bert\"", NULL);
+    tu_write_file(p, "{\"model_type\": \"qwen2\", \"hidden_size\": 32, \"num_hidden_layers\": 3, "
+                     "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"intermediate_size\": 48, "
+                     "\"vocab_size\": 64}");
+    tu_expect_load_fail(dir, "HF missing tensor (3 layers declared)",
+                        "model.layers.2.input_layernorm.weight is missing", NULL);
+    tu_write_file(p, "{\"model_type\": \"qwen2\", \"hidden_size\": 32, \"num_hidden_layers\": 2, "
+                     "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"intermediate_size\": 40, "
+                     "\"vocab_size\": 64}");
+    tu_expect_load_fail(dir, "HF shape mismatch", "mlp.gate_proj.weight has shape [48, 32]", NULL);
+    tu_write_file(p, "{\"model_type\": \"qwen2\", \"hidden_size\": 32, \"num_hidden_layers\": 2, "
+                     "\"num_attention_heads\": 4, \"num_key_value_heads\": 3, \"intermediate_size\": 48, "
+                     "\"vocab_size\": 64}");
+    tu_expect_load_fail(dir, "HF bad head counts", "not divisible by n_kv_head", NULL);
+    tu_rm_tree(dir);
     mkdir(dir, 0777);
-    expect_fail(dir, "without config.json", "folder without config.json");
+    tu_expect_load_fail(dir, "folder without config.json", "without config.json", NULL);
     rmdir(dir);
-    expect_fail(tmp_path("does-not-exist"), "cannot open", "missing path");
+    tu_expect_load_fail(tmp_path("does-not-exist"), "missing path", "cannot open", NULL);
 }
 
 int main(int argc, char **argv) {

@@ -26,6 +26,7 @@
 #include "model.h"
 #include "model_io.h"
 #include "testutil.h"
+#include "tu_arch.h"
 #include "train.h"
 
 #include <math.h>
@@ -39,138 +40,28 @@
 #define RTOL 1e-5 /* logits and each hook_resid_post: max |diff| / max |ref| */
 #define TOL_Q8 5e-1 /* a Q8_0 round trip, max |diff| over logits and hooks (test_models.c's bound) */
 
-static const char *tmp_path(const char *name) {
-    static char buf[8][512];
-    static int k;
-    char *p = buf[k++ & 7];
-    snprintf(p, 512, "/tmp/mp_test_neox_%d_%s", (int)getpid(), name);
-    return p;
-}
-
-static void rm_tree(const char *dir) {
-    char p[600];
-    snprintf(p, sizeof p, "%s/model.safetensors", dir); unlink(p);
-    snprintf(p, sizeof p, "%s/config.json", dir); unlink(p);
-    rmdir(dir);
-}
-
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    if (f) { fputs(text, f); fclose(f); }
-}
-
-static float *run_captured(const mp_model *m, const int *toks, int T, tu_capture *cap) {
-    mp_hooks *hs = mp_hooks_new(&m->cfg);
-    if (cap) CHECK(mp_hooks_add(hs, "*", tu_capture_cb, cap) == MP_OK, "%s", mp_last_error());
-    float *logits = malloc((size_t)T * m->cfg.vocab * sizeof(float));
-    mp_forward_params fp = mp_forward_params_default();
-    fp.hooks = cap ? hs : NULL;
-    mp_status st = mp_model_forward(m, toks, 1, T, &fp, logits);
-    CHECK(st == MP_OK, "forward: %s", mp_last_error());
-    mp_hooks_free(hs);
-    return logits;
-}
-
-/* max |a - b| / max |ref| */
-static double rel_diff(const float *got, const float *ref, size_t n) {
-    double scale = 0;
-    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(ref[i]));
-    return tu_max_abs_diff(got, ref, n) / (scale > 0 ? scale : 1.0);
-}
+static const char *tmp_path(const char *name) { return tu_tmp_path("neox", name); }
 
 /* ---- golden ---- */
 
-typedef struct {
-    int32_t *toks;
-    int T;
-    float *logits;
-    size_t n_logits;
-} golden_ref;
-
-static int read_golden(const char *path, golden_ref *g) {
-    hid_t f;
-    mp_h5_dsinfo info;
-    memset(g, 0, sizeof *g);
-    if (mp_h5_open(&f, path, MP_H5_READ) || mp_h5_read_i32(f, "/tokens", &g->toks, &info)) {
-        CHECK(0, "%s: %s", path, mp_last_error());
-        return 0;
-    }
-    g->T = (int)info.shape[1];
-    CHECK(mp_h5_read_f32(f, "/logits", &g->logits, &info) == MP_OK, "%s", mp_last_error());
-    g->n_logits = info.numel;
-    mp_h5_close(&f);
-    return g->logits != NULL;
-}
-
 /* Every hook point against the golden file (TOL), the logits and each block's resid_post (RTOL). */
 static void golden(const mp_model *m, const char *golden_path, const char *label) {
-    golden_ref g;
-    if (!read_golden(golden_path, &g)) return;
-    hid_t f;
-    mp_h5_dsinfo info;
-    CHECK(mp_h5_open(&f, golden_path, MP_H5_READ) == MP_OK, "%s", mp_last_error());
-    static tu_capture cap;
-    memset(&cap, 0, sizeof cap);
-    float *logits = run_captured(m, (int *)g.toks, g.T, &cap);
-    mp_h5_entry *e;
-    int n, compared = 0;
-    double worst = 0, worst_post = 0;
-    CHECK(mp_h5_list(f, "/acts", &e, &n) == MP_OK, "%s", mp_last_error());
-    for (int i = 0; i < n; i++) {
-        char path[256];
-        float *ref;
-        size_t got_n;
-        snprintf(path, sizeof path, "/acts/%s", e[i].name);
-        CHECK(mp_h5_read_f32(f, path, &ref, &info) == MP_OK, "%s", mp_last_error());
-        const float *got = tu_capture_get(&cap, e[i].name, &got_n);
-        CHECK(got && got_n == info.numel, "%s: hook %s missing or of the wrong size", label, e[i].name);
-        if (got && got_n == info.numel) {
-            double d = tu_max_abs_diff(got, ref, info.numel);
-            CHECK(d <= TOL, "%s: %s max |diff| = %.3g", label, e[i].name, d);
-            worst = fmax(worst, d);
-            if (strstr(e[i].name, "hook_resid_post")) {
-                double r = rel_diff(got, ref, info.numel);
-                CHECK(r <= RTOL, "%s: %s relative diff %.3g", label, e[i].name, r);
-                worst_post = fmax(worst_post, r);
-            }
-            compared++;
-        }
-        free(ref);
-    }
-    int added = 0;
-    for (int i = 0; i < cap.n; i++) added += tu_added_point(cap.name[i]);
-    CHECK(compared + added == cap.n, "%s: %d hooks compared, %d fired (%d not in the golden files)", label, compared,
-          cap.n, added);
-    mp_h5_list_free(e, n);
-    double dl = rel_diff(logits, g.logits, g.n_logits);
-    CHECK(dl <= RTOL, "%s: logits relative diff %.3g", label, dl);
-    printf("%s: %d hook points (worst |diff| %.2e, tol %.0e); logits %.2e and resid_post %.2e of scale (tol %.0e)\n",
-           label, compared, worst, TOL, dl, worst_post, RTOL);
-    free(logits);
-    free(g.toks);
-    free(g.logits);
-    tu_capture_free(&cap);
-    mp_h5_close(&f);
+    const tu_golden_opts o = {.tol_abs = TOL, .tol_rel = RTOL, .rel_only = "hook_resid_post", .logits_rel = RTOL,
+                              .all_compared = 1};
+    tu_golden(m, golden_path, label, &o, NULL);
 }
 
 /* max |logits - golden logits| / scale, without hooks */
-static double logits_off(const mp_model *m, const golden_ref *g) {
-    float *l = run_captured(m, (int *)g->toks, g->T, NULL);
-    double d = rel_diff(l, g->logits, g->n_logits);
+static double logits_off(const mp_model *m, const tu_golden_ref *g) {
+    float *l = tu_run_captured(m, (int *)g->toks, g->T, NULL);
+    double d = tu_rel_diff(l, g->logits, g->n_logits, 0.0);
     free(l);
     return d;
 }
 
 /* A copy of arch_neox's weights with a config.json of our own. */
 static const char *neox_dir(const char *name, const char *cfg_json) {
-    const char *dir = tmp_path(name);
-    char p[600], cmd[1400];
-    mkdir(dir, 0777);
-    snprintf(cmd, sizeof cmd, "cp %s %s/model.safetensors", tu_data("arch_neox/model.safetensors"), dir);
-    CHECK(system(cmd) == 0, "cp");
-    snprintf(p, sizeof p, "%s/config.json", dir);
-    write_file(p, cfg_json);
-    return dir;
+    return tu_model_dir(tmp_path(name), tu_data("arch_neox/model.safetensors"), cfg_json);
 }
 
 #define NEOX_CFG(extra)                                                                                             \
@@ -200,7 +91,7 @@ static void goldens(void) {
         golden(m, tu_data("arch_neox_serial.h5"), "gpt_neox HF folder (serial)");
         mp_model_free(m);
     }
-    rm_tree(dir);
+    tu_rm_tree(dir);
     if ((m = tu_load(tu_data("arch_phi3")))) {
         CHECK(!strcmp(m->format, "hf-phi3") && m->cfg.pos == MP_POS_HALF_ROPE && m->cfg.rope_dims == 4 &&
                   m->cfg.n_kv_head == 2 && !m->cfg.parallel_attn,
@@ -218,9 +109,9 @@ static void goldens(void) {
 /* ---- each quirk off changes the output ---- */
 
 static void quirks_off(void) {
-    golden_ref g;
+    tu_golden_ref g;
     mp_model *m = tu_load(tu_data("arch_neox"));
-    if (!m || !read_golden(tu_data("arch_neox.h5"), &g)) { mp_model_free(m); return; }
+    if (!m || !tu_read_golden(tu_data("arch_neox.h5"), &g)) { mp_model_free(m); return; }
     const mp_config c0 = m->cfg;
     double base = logits_off(m, &g);
     CHECK(base <= RTOL, "neox baseline %.3g", base);
@@ -258,11 +149,13 @@ static void quirks_off(void) {
         CHECK(r[i].d > 10 * RTOL, "neox, %s: logits moved only %.3g of scale", r[i].what, r[i].d);
         printf("neox, %s: logits move %.2e of scale\n", r[i].what, r[i].d);
     }
-    free(g.toks);
-    free(g.logits);
+    tu_golden_ref_free(&g);
     mp_model_free(m);
 
-    if (!(m = tu_load(tu_data("arch_phi3"))) || !read_golden(tu_data("arch_phi3.h5"), &g)) { mp_model_free(m); return; }
+    if (!(m = tu_load(tu_data("arch_phi3"))) || !tu_read_golden(tu_data("arch_phi3.h5"), &g)) {
+        mp_model_free(m);
+        return;
+    }
     const mp_config c1 = m->cfg;
     m->cfg.pos = MP_POS_ROPE, m->cfg.rope_dims = 0;
     double d1 = logits_off(m, &g);
@@ -275,8 +168,7 @@ static void quirks_off(void) {
     (void)nm;
     CHECK(d1 > 10 * RTOL && d2 > 10 * RTOL, "phi3: full rotation %.3g, gate/up swapped %.3g", d1, d2);
     printf("phi3, full rotation instead of partial_rotary_factor 0.5: %.2e; gate and up swapped: %.2e\n", d1, d2);
-    free(g.toks);
-    free(g.logits);
+    tu_golden_ref_free(&g);
     mp_model_free(m);
 }
 
@@ -295,7 +187,7 @@ static void resid_mid(void) {
     static tu_capture all;
     memset(&all, 0, sizeof all);
     int toks[5] = {1, 9, 4, 33, 2};
-    free(run_captured(m, toks, 5, &all));
+    free(tu_run_captured(m, toks, 5, &all));
     for (int l = 0; l < m->cfg.n_layer; l++) {
         char a[64], b[64], o[64], p[64];
         size_t na, nb, no, np;
@@ -328,22 +220,8 @@ static void decode(const char *path, const char *label) {
     const int V = m->cfg.vocab, T = 14;
     int toks[14];
     for (int i = 0; i < T; i++) toks[i] = (i * 13 + 5) % V;
-    float *all = run_captured(m, toks, T, NULL), *step = malloc((size_t)V * sizeof(float));
-    mp_kvcache kc;
-    CHECK(mp_kvcache_init(&kc, &m->cfg, 1, 32) == MP_OK, "%s", mp_last_error());
-    mp_forward_params fp = mp_forward_params_default();
-    fp.cache = &kc;
-    fp.logits = MP_LOGITS_LAST;
-    double worst = 0;
-    for (int t = 0; t < T; t++) {
-        CHECK(mp_model_forward(m, toks + t, 1, 1, &fp, step) == MP_OK, "%s step %d: %s", label, t, mp_last_error());
-        worst = fmax(worst, rel_diff(step, all + (size_t)t * V, (size_t)V));
-    }
-    CHECK(worst <= RTOL, "%s: decode vs prefill %.3g of scale", label, worst);
-    printf("%s: %d decoding steps equal the prefill (%.2e of scale)\n", label, T, worst);
-    mp_kvcache_free(&kc);
-    free(all);
-    free(step);
+    /* every token through the cache, each row within RTOL of its own scale */
+    tu_decode_vs_prefill(m, toks, T, 0, NULL, RTOL, 0.0, 1, label);
     mp_model_free(m);
 }
 
@@ -370,12 +248,8 @@ static void weight_grads(void) {
     const int B = 2, T = 6;
     int toks[12], tg[12];
     for (int i = 0; i < B * T; i++) { toks[i] = (i * 7 + 3) % c.vocab; tg[i] = (i * 5 + 1) % c.vocab; }
-    mp_acts A;
     mp_grads G;
-    CHECK(mp_acts_init(&A, &c, B, T) == MP_OK && mp_grads_init(&G, &c) == MP_OK, "%s", mp_last_error());
-    float loss;
-    CHECK(mp_model_forward_backward(m, toks, tg, B, T, NULL, &A, &G, 1.0f, &loss, NULL) == MP_OK, "%s",
-          mp_last_error());
+    if (!tu_param_grads(m, toks, tg, B, T, &G)) { mp_model_free(m); return; }
     const size_t LD = (size_t)c.n_layer * c.d_model, LHD = LD * c.d_model;
     struct { const char *name; float *p, *g; size_t n; } ps[] = {
         {"ln1_w", m->p.ln1_w, G.g.ln1_w, LD}, {"ln1_b", m->p.ln1_b, G.g.ln1_b, LD},
@@ -386,47 +260,19 @@ static void weight_grads(void) {
     double worst = 0;
     for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++)
         for (size_t i = 0; i < ps[k].n; i += ps[k].n / 7 + 1) {
-            float save = ps[k].p[i], h = 1e-2f, lp, lm;
-            ps[k].p[i] = save + h;
-            mp_model_loss(m, toks, tg, B, T, NULL, &lp);
-            ps[k].p[i] = save - h;
-            mp_model_loss(m, toks, tg, B, T, NULL, &lm);
-            ps[k].p[i] = save;
-            double fd = ((double)lp - lm) / (2.0 * h), an = ps[k].g[i];
-            double err = fabs(fd - an) / fmax(1e-2, fabs(fd) + fabs(an));
+            const float h = 1e-2f;
+            double fd = tu_fd_loss(m, toks, tg, B, T, &ps[k].p[i], h), an = ps[k].g[i];
+            double err = tu_fd_rel_err(fd, an);
             CHECK(err < 2e-2, "parallel grad %s[%zu]: analytic %.5g, finite difference %.5g", ps[k].name, i, an, fd);
             worst = fmax(worst, err);
         }
     printf("parallel block, weight gradients vs finite differences: worst relative error %.2e\n", worst);
-    mp_acts_free(&A);
     mp_grads_free(&G);
     mp_model_free(m);
 }
 
 /* Backward hooks: d metric / d (hook_resid_pre of block 0, hook_mlp_in of block 1) against finite
  * differences, the metric sum(logits * W), the activation edited by a forward hook. */
-typedef struct { size_t idx; float h; } nudge;
-static int nudge_cb(void *user, const mp_hook_info *info, float *data) {
-    (void)info;
-    const nudge *n = user;
-    data[n->idx] += n->h;
-    return 0;
-}
-
-static double metric(const mp_model *m, const int *toks, int T, const float *W, const char *point, nudge *n) {
-    mp_hooks *hs = mp_hooks_new(&m->cfg);
-    if (point) CHECK(mp_hooks_add(hs, point, nudge_cb, n) == MP_OK, "%s", mp_last_error());
-    const size_t nl = (size_t)T * m->cfg.vocab;
-    float *l = malloc(nl * sizeof(float));
-    mp_forward_params fp = mp_forward_params_default();
-    fp.hooks = hs;
-    CHECK(mp_model_forward(m, toks, 1, T, &fp, l) == MP_OK, "%s", mp_last_error());
-    double s = 0;
-    for (size_t i = 0; i < nl; i++) s += (double)l[i] * W[i];
-    free(l);
-    mp_hooks_free(hs);
-    return s;
-}
 
 static void hook_grads(void) {
     mp_config c = neox_config();
@@ -459,9 +305,9 @@ static void hook_grads(void) {
         CHECK(gr && n == (size_t)T * c.d_model, "gradient at %s", pts[k]);
         if (!gr) continue;
         for (size_t i = 0; i < n; i += n / 9 + 1) {
-            nudge up = {i, 1e-2f}, dn = {i, -1e-2f};
-            double fd = (metric(m, toks, T, W, pts[k], &up) - metric(m, toks, T, W, pts[k], &dn)) / 2e-2;
-            double err = fabs(fd - gr[i]) / fmax(1e-2, fabs(fd) + fabs(gr[i]));
+            double fd = (tu_nudged_metric(m, toks, 1, T, W, pts[k], i, 1e-2f) -
+                         tu_nudged_metric(m, toks, 1, T, W, pts[k], i, -1e-2f)) / 2e-2;
+            double err = tu_fd_rel_err(fd, gr[i]);
             CHECK(err < 2e-2, "parallel %s grad[%zu]: backward %.5g, finite difference %.5g", pts[k], i, gr[i], fd);
             worst = fmax(worst, err);
         }
@@ -476,26 +322,6 @@ static void hook_grads(void) {
 }
 
 /* ---- round trips through mechprobe's writers ---- */
-
-static double compare_models(const mp_model *a, const mp_model *b, const int *toks, int T) {
-    static tu_capture ca, cb;
-    memset(&ca, 0, sizeof ca);
-    memset(&cb, 0, sizeof cb);
-    float *la = run_captured(a, toks, T, &ca), *lb = run_captured(b, toks, T, &cb);
-    double worst = tu_max_abs_diff(la, lb, (size_t)T * a->cfg.vocab);
-    CHECK(ca.n == cb.n && ca.n > 0, "%d vs %d hooks", ca.n, cb.n);
-    for (int k = 0; k < ca.n && k < cb.n; k++) {
-        size_t nb;
-        const float *gb = tu_capture_get(&cb, ca.name[k], &nb);
-        CHECK(gb && nb == ca.numel[k], "hook %s missing", ca.name[k]);
-        if (gb && nb == ca.numel[k]) worst = fmax(worst, tu_max_abs_diff(ca.buf[k], gb, nb));
-    }
-    free(la);
-    free(lb);
-    tu_capture_free(&ca);
-    tu_capture_free(&cb);
-    return worst;
-}
 
 static void round_trip(const char *src, const char *hf_type, const char *arch) {
     mp_model *m = tu_load(src);
@@ -513,14 +339,14 @@ static void round_trip(const char *src, const char *hf_type, const char *arch) {
     CHECK(strstr(text, want) != NULL, "%s -> HF: config.json lacks %s", src, want);
     mp_model *r = tu_load(dir);
     if (r) {
-        double d = compare_models(m, r, toks, 16);
+        double d = tu_compare_models(m, r, toks, 16, src);
         CHECK(d == 0.0 && r->cfg.parallel_attn == m->cfg.parallel_attn && r->cfg.rope_dims == m->cfg.rope_dims &&
                   r->cfg.pos == m->cfg.pos,
               "%s -> HF -> reload: diff %.3g or config changed", src, d);
         printf("%s -> HF folder (%s) -> reload: exact\n", m->format, hf_type);
         mp_model_free(r);
     }
-    rm_tree(dir);
+    tu_rm_tree(dir);
     CHECK(mp_model_save_gguf(m, NULL, gg, MP_GGML_F32) == MP_OK, "%s -> GGUF: %s", src, mp_last_error());
     mp_gguf *g = NULL;
     const char *a = NULL;
@@ -529,7 +355,7 @@ static void round_trip(const char *src, const char *hf_type, const char *arch) {
           "%s -> GGUF: architecture %s, expected %s", src, a ? a : "?", arch);
     mp_gguf_close(g);
     if ((r = tu_load(gg))) {
-        double d = compare_models(m, r, toks, 16);
+        double d = tu_compare_models(m, r, toks, 16, src);
         CHECK(d == 0.0 && r->cfg.parallel_attn == m->cfg.parallel_attn && r->cfg.rope_dims == m->cfg.rope_dims,
               "%s -> GGUF -> reload: diff %.3g or config changed", src, d);
         printf("%s -> GGUF (%s) -> reload: exact\n", m->format, arch);
@@ -538,7 +364,7 @@ static void round_trip(const char *src, const char *hf_type, const char *arch) {
     /* quantized files of these architectures are read as float32 (their fused rows dequantised) */
     CHECK(mp_model_save_gguf(m, NULL, gg, MP_GGML_Q8_0) == MP_OK, "%s -> Q8_0 GGUF: %s", src, mp_last_error());
     if ((r = tu_load(gg))) {
-        double d = compare_models(m, r, toks, 16);
+        double d = tu_compare_models(m, r, toks, 16, src);
         CHECK(!r->q && d <= TOL_Q8, "%s -> Q8_0 GGUF -> reload: quantized %d, diff %.3g", src, r->q != NULL, d);
         printf("%s -> Q8_0 GGUF (%s) -> reload as float32: max |diff| %.3g (tol %.1g)\n", m->format, arch, d, TOL_Q8);
         mp_model_free(r);
@@ -548,7 +374,7 @@ static void round_trip(const char *src, const char *hf_type, const char *arch) {
     const char *ck = tmp_path("rt.h5");
     CHECK(mp_model_save(m, ck) == MP_OK, "%s", mp_last_error());
     if ((r = tu_load(ck))) {
-        CHECK(compare_models(m, r, toks, 16) == 0.0 && r->cfg.parallel_attn == m->cfg.parallel_attn,
+        CHECK(tu_compare_models(m, r, toks, 16, src) == 0.0 && r->cfg.parallel_attn == m->cfg.parallel_attn,
               "%s -> checkpoint", src);
         mp_model_free(r);
     }
@@ -563,16 +389,6 @@ static void round_trip(const char *src, const char *hf_type, const char *arch) {
 
 /* ---- refusals by name ---- */
 
-static void expect_fail(const char *path, const char *needle, const char *label) {
-    mp_model *m = NULL;
-    mp_status st = mp_model_load(&m, path);
-    CHECK(st != MP_OK && !m, "%s: loaded although unsupported", label);
-    CHECK(st == MP_OK || strstr(mp_last_error(), needle) != NULL, "%s: message \"%s\" lacks \"%s\"", label,
-          mp_last_error(), needle);
-    if (st) printf("%s: \"%s\"\n", label, mp_last_error());
-    mp_model_free(m);
-}
-
 #define PHI3_CFG(extra)                                                                                            \
     "{\"model_type\": \"phi3\", \"hidden_size\": 32, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "       \
     "\"num_key_value_heads\": 2, \"intermediate_size\": 48, \"vocab_size\": 64, \"max_position_embeddings\": 32, " \
@@ -582,25 +398,23 @@ static void refusals(void) {
     const char *dir = neox_dir("refuse", NEOX_CFG(", \"rotary_pct\": 0.25, \"hidden_act\": \"relu\""));
     char p[600];
     snprintf(p, sizeof p, "%s/config.json", dir);
-    expect_fail(dir, "hidden_act \"relu\"", "gpt_neox hidden_act relu");
-    write_file(p, NEOX_CFG(", \"rotary_pct\": 0.3")); /* int(16 * 0.3) = 4, Python's truncation */
+    tu_expect_load_fail(dir, "gpt_neox hidden_act relu", "hidden_act \"relu\"", NULL);
+    tu_write_file(p, NEOX_CFG(", \"rotary_pct\": 0.3")); /* int(16 * 0.3) = 4, Python's truncation */
     mp_model *m = tu_load(dir);
     CHECK(m && m->cfg.rope_dims == 4, "rotary_pct 0.3 of 16 channels: %d rotate", m ? m->cfg.rope_dims : -1);
     mp_model_free(m);
-    write_file(p, NEOX_CFG(", \"rotary_pct\": 0.35"));
-    expect_fail(dir, "\"rotary_pct\" 0.35 gives 5 rotary channels", "gpt_neox rotary_pct odd");
-    write_file(p, NEOX_CFG(", \"rotary_pct\": 0.25, \"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2.0}"));
-    expect_fail(dir, "rope_scaling type \"dynamic\"", "gpt_neox rope_scaling dynamic");
+    tu_write_file(p, NEOX_CFG(", \"rotary_pct\": 0.35"));
+    tu_expect_load_fail(dir, "gpt_neox rotary_pct odd", "\"rotary_pct\" 0.35 gives 5 rotary channels", NULL);
+    tu_write_file(p, NEOX_CFG(", \"rotary_pct\": 0.25, \"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2.0}"));
+    tu_expect_load_fail(dir, "gpt_neox rope_scaling dynamic", "rope_scaling type \"dynamic\"", NULL);
     /* Phi-3 configs next to the Phi-3 weights */
-    char cmd[1400];
-    snprintf(cmd, sizeof cmd, "cp %s %s/model.safetensors", tu_data("arch_phi3/model.safetensors"), dir);
-    CHECK(system(cmd) == 0, "cp");
-    write_file(p, PHI3_CFG(", \"rope_scaling\": {\"type\": \"longrope\", \"long_factor\": [1, 1], "
-                           "\"short_factor\": [1, 1]}"));
-    expect_fail(dir, "rope_scaling \"longrope\"", "phi3 LongRoPE");
-    write_file(p, PHI3_CFG(", \"rope_scaling\": {\"type\": \"su\"}"));
-    expect_fail(dir, "rope_scaling \"su\"", "phi3 su");
-    write_file(p, PHI3_CFG(", \"sliding_window\": 16"));
+    tu_model_dir(dir, tu_data("arch_phi3/model.safetensors"),
+                 PHI3_CFG(", \"rope_scaling\": {\"type\": \"longrope\", \"long_factor\": [1, 1], "
+                          "\"short_factor\": [1, 1]}"));
+    tu_expect_load_fail(dir, "phi3 LongRoPE", "rope_scaling \"longrope\"", NULL);
+    tu_write_file(p, PHI3_CFG(", \"rope_scaling\": {\"type\": \"su\"}"));
+    tu_expect_load_fail(dir, "phi3 su", "rope_scaling \"su\"", NULL);
+    tu_write_file(p, PHI3_CFG(", \"sliding_window\": 16"));
     m = tu_load(dir); /* Phi-3's window, as Mistral's (test_swa checks the masking) */
     CHECK(m && m->cfg.sliding_window == 16, "phi3 sliding_window 16: read as %d", m ? m->cfg.sliding_window : -1);
     if (m) { /* and written back */
@@ -610,15 +424,15 @@ static void refusals(void) {
         CHECK(r && r->cfg.sliding_window == 16 && strcmp(r->format, "hf-phi3") == 0, "phi3 window round trip: %d %s",
               r ? r->cfg.sliding_window : -1, r ? r->format : "(not loaded)");
         mp_model_free(r);
-        rm_tree(again);
+        tu_rm_tree(again);
     }
     mp_model_free(m);
-    write_file(p, PHI3_CFG(", \"hidden_act\": \"gelu\""));
-    expect_fail(dir, "hidden_act \"gelu\"", "phi3 hidden_act");
-    write_file(p, PHI3_CFG(", \"sliding_window\": 32"));
+    tu_write_file(p, PHI3_CFG(", \"hidden_act\": \"gelu\""));
+    tu_expect_load_fail(dir, "phi3 hidden_act", "hidden_act \"gelu\"", NULL);
+    tu_write_file(p, PHI3_CFG(", \"sliding_window\": 32"));
     m = tu_load(dir); /* a window covering the whole context: no window in effect */
     mp_model_free(m);
-    rm_tree(dir);
+    tu_rm_tree(dir);
     /* GGUF phi3 with a sliding window below the context: read */
     mp_gguf *g;
     mp_gguf_writer *w;
@@ -675,7 +489,7 @@ static void tied_gguf(void) {
     mp_model *r = tu_load(gg);
     if (r) {
         int toks[8] = {1, 7, 3, 19, 0, 5, 11, 2};
-        const double d = compare_models(m, r, toks, 8);
+        const double d = tu_compare_models(m, r, toks, 8, "tied gptneox");
         CHECK(d == 0.0 && !r->cfg.tied, "tied gptneox -> GGUF -> reload: diff %.3g, tied %d", d, r->cfg.tied);
         printf("tied gptneox -> GGUF (output.weight = embedding) -> reload: exact\n");
         mp_model_free(r);

@@ -33,6 +33,7 @@
 #include "mp_cuda.h"
 #include "quant.h"
 #include "testutil.h"
+#include "tu_arch.h"
 #include "weights_process.h"
 
 #include <math.h>
@@ -48,23 +49,10 @@
 #define QUIRK_MIN 1e-2
 /* Q8_0 GGUF round trip, logits max |diff| (measured maxima printed; about 3x headroom) */
 #define TOL_Q8 0.3
+/* KV-cached decoding vs the prefill, relative to max(1, max |logit|) */
+#define TOL_DECODE 1e-5
 
 static const int TOKS[12] = {3, 17, 42, 5, 5, 63, 0, 28, 11, 50, 7, 33};
-
-static float *forward(const mp_model *m, const int *toks, int T, const mp_hooks *hs) {
-    float *logits = malloc((size_t)T * m->cfg.vocab * sizeof(float));
-    mp_forward_params fp = mp_forward_params_default();
-    fp.hooks = hs;
-    CHECK(mp_model_forward(m, toks, 1, T, &fp, logits) == MP_OK, "forward: %s", mp_last_error());
-    return logits;
-}
-
-static double max_abs(const float *x, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++)
-        if (isfinite(x[i]) && fabs(x[i]) > m) m = fabs(x[i]);
-    return m;
-}
 
 /* ---- golden ---- */
 
@@ -77,60 +65,17 @@ static void golden(const char *model_path, const char *label, const char *want_f
           "%s: the config read (pre_norms %d, post_norms %d, qk_norm %d, tied %d, theta %g, eps %g)", label,
           !m->cfg.no_pre_norms, m->cfg.post_norms, (int)m->cfg.qk_norm, m->cfg.tied, (double)m->cfg.rope_theta,
           (double)m->cfg.norm_eps);
-    hid_t f;
-    int32_t *toks = NULL;
-    mp_h5_dsinfo info;
-    if (mp_h5_open(&f, tu_data("arch_olmo2.h5"), MP_H5_READ) || mp_h5_read_i32(f, "/tokens", &toks, &info)) {
-        CHECK(0, "%s", mp_last_error());
-        mp_model_free(m);
-        return;
-    }
-    const int T = (int)info.shape[1];
+    /* every point and the logits relative to max(1, max |ref|); the post-norm and q/k norm points counted */
+    const tu_golden_opts o = {.tol_rel = TOL_REL, .rel_floor = 1.0, .logits_rel = TOL_REL,
+                              .count = {"_post.hook_", "_norm.hook_normalized"}};
     tu_capture cap = {0};
-    mp_hooks *hs = mp_hooks_new(&m->cfg);
-    CHECK(mp_hooks_add(hs, "*", tu_capture_cb, &cap) == MP_OK, "%s", mp_last_error());
-    float *logits = forward(m, (int *)toks, T, hs);
-    mp_hooks_free(hs);
-    mp_h5_entry *e;
-    int n, compared = 0, post = 0, qk = 0;
-    CHECK(mp_h5_list(f, "/acts", &e, &n) == MP_OK, "%s", mp_last_error());
-    double worst = 0;
-    for (int i = 0; i < n; i++) {
-        char path[256];
-        float *ref;
-        size_t got_n;
-        snprintf(path, sizeof path, "/acts/%s", e[i].name);
-        CHECK(mp_h5_read_f32(f, path, &ref, &info) == MP_OK, "%s", mp_last_error());
-        const float *got = tu_capture_get(&cap, e[i].name, &got_n);
-        CHECK(got && got_n == info.numel, "%s: hook %s missing or of the wrong size", label, e[i].name);
-        if (got && got_n == info.numel) {
-            const double rel = tu_max_abs_diff(got, ref, info.numel) / fmax(1.0, max_abs(ref, info.numel));
-            CHECK(rel <= TOL_REL, "%s: %s relative max |diff| = %.3g", label, e[i].name, rel);
-            if (rel > worst) worst = rel;
-            compared++;
-            post += strstr(e[i].name, "_post.hook_") != NULL;
-            qk += strstr(e[i].name, "_norm.hook_normalized") != NULL;
-        }
-        free(ref);
-    }
-    mp_h5_list_free(e, n);
-    CHECK(post == 4 * m->cfg.n_layer && qk == 2 * m->cfg.n_layer, "%s: %d post-norm and %d q/k norm points compared",
-          label, post, qk);
+    tu_golden_result r = tu_golden(m, tu_data("arch_olmo2.h5"), label, &o, &cap);
+    CHECK(r.counted[0] == 4 * m->cfg.n_layer && r.counted[1] == 2 * m->cfg.n_layer,
+          "%s: %d post-norm and %d q/k norm points compared", label, r.counted[0], r.counted[1]);
     /* no ln1 / ln2 point fired */
     for (int i = 0; i < cap.n; i++)
         CHECK(!strstr(cap.name[i], ".ln1.") && !strstr(cap.name[i], ".ln2."), "%s: %s fired", label, cap.name[i]);
-    float *ref;
-    CHECK(mp_h5_read_f32(f, "/logits", &ref, &info) == MP_OK, "%s", mp_last_error());
-    const double rel = tu_max_abs_diff(logits, ref, info.numel) / fmax(1.0, max_abs(ref, info.numel));
-    CHECK(rel <= TOL_REL, "%s: logits relative max |diff| = %.3g", label, rel);
-    if (rel > worst) worst = rel;
-    printf("%s: %d hook points + logits, worst relative |diff| %.2e (tol %.0e); %d points fired\n", label, compared,
-           worst, TOL_REL, cap.n);
-    free(ref);
-    free(logits);
-    free(toks);
     tu_capture_free(&cap);
-    mp_h5_close(&f);
     mp_model_free(m);
 }
 
@@ -154,7 +99,7 @@ static void absent_points(void) {
     mp_hooks *hs = mp_hooks_new(&m->cfg);
     CHECK(mp_hooks_add(hs, "blocks.*.hook_mlp_in,blocks.*.hook_resid_mid", tu_capture_cb, &cap) == MP_OK, "%s",
           mp_last_error());
-    free(forward(m, TOKS, 12, hs));
+    free(tu_forward(m, TOKS, 12, hs));
     mp_hooks_free(hs);
     for (int l = 0; l < m->cfg.n_layer; l++) {
         char a[64], b[64];
@@ -201,7 +146,7 @@ static int unit_scale(void *user, const mp_hook_info *info, float *data) {
 }
 
 static double logits_off(const mp_model *m, const float *ref, const mp_hooks *hs) {
-    float *logits = forward(m, TOKS, 12, hs);
+    float *logits = tu_forward(m, TOKS, 12, hs);
     const double d = tu_max_abs_diff(logits, ref, (size_t)12 * m->cfg.vocab);
     free(logits);
     return d;
@@ -210,7 +155,7 @@ static double logits_off(const mp_model *m, const float *ref, const mp_hooks *hs
 static void quirks_off(void) {
     mp_model *m = tu_load(tu_data("arch_olmo2"));
     if (!m) return;
-    float *ref = forward(m, TOKS, 12, NULL);
+    float *ref = tu_forward(m, TOKS, 12, NULL);
     /* pre-norms put back (RMSNorms of weight 1 before attention and MLP) */
     mp_config c = m->cfg;
     c.no_pre_norms = 0;
@@ -227,7 +172,7 @@ static void quirks_off(void) {
     mp_config cf = m->cfg, ch = m->cfg;
     ch.qk_norm = MP_QK_NORM_HEAD;
     mp_model *full = recast(m, &cf, 1), *head = recast(m, &ch, 1);
-    float *lf = full ? forward(full, TOKS, 12, NULL) : NULL;
+    float *lf = full ? tu_forward(full, TOKS, 12, NULL) : NULL;
     const double d_head = lf && head ? logits_off(head, lf, NULL) : 0;
     free(lf);
     mp_model_free(full);
@@ -252,26 +197,7 @@ static void quirks_off(void) {
 static void decode_equals_prefill(const char *model_path, const char *label) {
     mp_model *m = tu_load(model_path);
     if (!m) return;
-    const int T = 12, P = 5, V = m->cfg.vocab;
-    float *full = forward(m, TOKS, T, NULL);
-    mp_kvcache kc;
-    CHECK(mp_kvcache_init(&kc, &m->cfg, 1, T) == MP_OK, "%s", mp_last_error());
-    float *step = malloc((size_t)P * V * sizeof(float));
-    mp_forward_params fp = mp_forward_params_default();
-    fp.cache = &kc;
-    CHECK(mp_model_forward(m, TOKS, 1, P, &fp, step) == MP_OK, "%s", mp_last_error());
-    double worst = tu_max_abs_diff(step, full, (size_t)P * V) / fmax(1.0, max_abs(full, (size_t)T * V));
-    fp.logits = MP_LOGITS_LAST;
-    for (int t = P; t < T; t++) {
-        CHECK(mp_model_forward(m, TOKS + t, 1, 1, &fp, step) == MP_OK, "%s", mp_last_error());
-        const double d = tu_max_abs_diff(step, full + (size_t)t * V, V) / fmax(1.0, max_abs(full, (size_t)T * V));
-        if (d > worst) worst = d;
-    }
-    CHECK(worst <= 1e-5, "%s: decode vs prefill relative |diff| %.3g", label, worst);
-    printf("%s: decode (prefill %d + %d steps) vs prefill: relative |diff| %.2e\n", label, P, T - P, worst);
-    free(step);
-    free(full);
-    mp_kvcache_free(&kc);
+    tu_decode_vs_prefill(m, TOKS, 12, 5, NULL, TOL_DECODE, 1.0, 0, label);
     mp_model_free(m);
 }
 
@@ -288,79 +214,15 @@ static void grad_fd(void) {
     mp_model_free(m);
 }
 
-/* A forward hook adding eps * dir at one point; a backward hook keeping the gradient there. */
-typedef struct {
-    const float *dir;
-    float eps;
-    float *grad;
-    size_t n;
-} nudge;
-
-static int nudge_cb(void *user, const mp_hook_info *info, float *data) {
-    nudge *u = user;
-    for (size_t i = 0; i < info->numel; i++) data[i] += u->eps * u->dir[i];
-    return 0;
-}
-
-static int keep_cb(void *user, const mp_hook_info *info, float *data) {
-    nudge *u = user;
-    free(u->grad);
-    u->grad = malloc(info->numel * sizeof(float));
-    memcpy(u->grad, data, info->numel * sizeof(float));
-    u->n = info->numel;
-    return 0;
-}
-
 static void staged_grad(void) {
     mp_model *m = tu_load(tu_data("arch_olmo2"));
     if (!m) return;
-    const int T = 10, V = m->cfg.vocab, D = m->cfg.d_model;
-    const size_t nl = (size_t)T * V, nx = (size_t)T * D;
-    float *R = malloc(nl * sizeof(float)), *dir = malloc(nx * sizeof(float));
-    unsigned s = 12345;
-    for (size_t i = 0; i < nl; i++) s = s * 1103515245u + 12345u, R[i] = (float)((s >> 8) % 2001) / 1000.0f - 1.0f;
-    for (size_t i = 0; i < nx; i++) s = s * 1103515245u + 12345u, dir[i] = (float)((s >> 8) % 2001) / 1000.0f - 1.0f;
     /* the residual at three depths (the projections read it unnormed), the MLP's own input, a post-norm's
      * output and scale (the norm's hooked two-step path), the q norm's output (D = H*Dh wide) */
     const char *points[] = {"hook_embed", "blocks.1.hook_resid_pre", "blocks.0.hook_resid_mid",
                             "blocks.1.hook_mlp_in", "blocks.0.ln1_post.hook_normalized",
                             "blocks.1.ln2_post.hook_scale", "blocks.0.attn.q_norm.hook_normalized"};
-    for (int k = 0; k < 7; k++) {
-        mp_acts A;
-        CHECK(mp_acts_init(&A, &m->cfg, 1, T) == MP_OK, "%s", mp_last_error());
-        mp_forward_params fp = mp_forward_params_default();
-        fp.acts = &A;
-        CHECK(mp_model_forward(m, TOKS, 1, T, &fp, NULL) == MP_OK, "%s", mp_last_error());
-        nudge u = {dir, 0.0f, NULL, 0};
-        mp_hooks *bwd = mp_hooks_new(&m->cfg);
-        CHECK(mp_hooks_add(bwd, points[k], keep_cb, &u) == MP_OK, "%s", mp_last_error());
-        CHECK(mp_model_backward_acts(m, &A, R, bwd) == MP_OK, "%s", mp_last_error());
-        mp_hooks_free(bwd);
-        mp_acts_free(&A);
-        CHECK(u.grad && u.n <= nx, "olmo2: no gradient at %s", points[k]);
-        if (!u.grad || u.n > nx) continue;
-        double an = 0;
-        for (size_t i = 0; i < u.n; i++) an += (double)u.grad[i] * dir[i];
-        double f[2];
-        for (int sgn = 0; sgn < 2; sgn++) {
-            u.eps = sgn ? -1e-3f : 1e-3f;
-            mp_hooks *hs = mp_hooks_new(&m->cfg);
-            CHECK(mp_hooks_add(hs, points[k], nudge_cb, &u) == MP_OK, "%s", mp_last_error());
-            float *logits = forward(m, TOKS, T, hs);
-            double sum = 0;
-            for (size_t i = 0; i < nl; i++) sum += (double)R[i] * logits[i];
-            f[sgn] = sum;
-            free(logits);
-            mp_hooks_free(hs);
-        }
-        const double fd = (f[0] - f[1]) / 2e-3;
-        CHECK(fabs(an - fd) <= 2e-2 + 2e-2 * fabs(fd), "olmo2: d metric at %s: backward %.6g, finite difference %.6g",
-              points[k], an, fd);
-        printf("olmo2: staged backward at %s: %.6g vs finite difference %.6g\n", points[k], an, fd);
-        free(u.grad);
-    }
-    free(R);
-    free(dir);
+    tu_staged_grad(m, TOKS, 10, points, 7, "olmo2");
     mp_model_free(m);
 }
 
@@ -371,12 +233,12 @@ static void fold_ln(void) {
     if (!m) return;
     const mp_config *c = &m->cfg;
     const size_t LD = (size_t)c->n_layer * c->d_model, LQ = (size_t)c->n_layer * c->n_head * c->d_head;
-    float *before = forward(m, TOKS, 8, NULL);
+    float *before = tu_forward(m, TOKS, 8, NULL);
     float *p1 = malloc(LD * sizeof(float)), *q1 = malloc(LQ * sizeof(float));
     memcpy(p1, m->p.ln1p_w, LD * sizeof(float));
     memcpy(q1, m->p.q_norm, LQ * sizeof(float));
     CHECK(mp_weights_process(m, MP_WP_FOLD_LN) == MP_OK, "olmo2: fold_ln: %s", mp_last_error());
-    float *after = forward(m, TOKS, 8, NULL);
+    float *after = tu_forward(m, TOKS, 8, NULL);
     const double d = tu_max_abs_diff(before, after, (size_t)8 * m->cfg.vocab);
     CHECK(d <= 1e-4, "olmo2: fold_ln changes the logits by %.3g", d);
     int unit = 1;
@@ -396,107 +258,21 @@ static void fold_ln(void) {
 
 /* ---- round trips ---- */
 
-static const char *tmp_path(const char *name) {
-    static char buf[8][512];
-    static int k;
-    char *p = buf[k++ & 7];
-    snprintf(p, 512, "/tmp/mp_test_olmo2_%d_%s", (int)getpid(), name);
-    return p;
-}
-
-static void rm_tree(const char *dir) {
-    char p[600];
-    snprintf(p, sizeof p, "%s/model.safetensors", dir); unlink(p);
-    snprintf(p, sizeof p, "%s/config.json", dir); unlink(p);
-    rmdir(dir);
-}
-
-static void config_equal(const mp_config *a, const mp_config *b, const char *label) {
-    for (int i = 0; i < mp_config_n_fields; i++)
-        CHECK(mp_config_get(a, i) == mp_config_get(b, i), "%s: config field %s %g != %g", label,
-              mp_config_fields[i].attr, mp_config_get(a, i), mp_config_get(b, i));
-}
-
 static void round_trip(const char *model_path, const char *label) {
     mp_model *m = tu_load(model_path);
     if (!m) return;
-    float *ref = forward(m, TOKS, 8, NULL);
-    const char *outs[3] = {tmp_path("hf"), tmp_path("f32.gguf"), tmp_path("ck.h5")};
-    const char *kinds[3] = {"HF folder", "GGUF F32", "checkpoint"};
-    for (int k = 0; k < 3; k++) {
-        mp_status st = k == 0 ? mp_model_save_hf(m, outs[0])
-                       : k == 1 ? mp_model_save_gguf(m, NULL, outs[1], MP_GGML_F32) : mp_model_save(m, outs[2]);
-        CHECK(st == MP_OK, "%s: save %s: %s", label, kinds[k], mp_last_error());
-        mp_model *b = st ? NULL : tu_load(outs[k]);
-        if (b) {
-            config_equal(&m->cfg, &b->cfg, label);
-            float *got = forward(b, TOKS, 8, NULL);
-            const double d = tu_max_abs_diff(ref, got, (size_t)8 * m->cfg.vocab);
-            CHECK(d == 0.0, "%s: %s round trip: logits max |diff| %.3g", label, kinds[k], d);
-            printf("%s: %s round trip: config equal, logits max |diff| %.2g\n", label, kinds[k], d);
-            free(got);
-            mp_model_free(b);
-        }
-    }
-    const char *q8 = tmp_path("q8.gguf");
-    CHECK(mp_model_save_gguf(m, NULL, q8, MP_GGML_Q8_0) == MP_OK, "%s: save Q8_0: %s", label, mp_last_error());
-    mp_model *b = tu_load(q8);
-    if (b) {
-        CHECK(mp_model_is_quantized(b), "%s: Q8_0 GGUF loads quantized", label);
-        config_equal(&m->cfg, &b->cfg, label);
-        float *got = forward(b, TOKS, 8, NULL);
-        const double d = tu_max_abs_diff(ref, got, (size_t)8 * m->cfg.vocab);
-        CHECK(d <= TOL_Q8, "%s: Q8_0 round trip: logits max |diff| %.3g", label, d);
-        printf("%s: Q8_0 GGUF round trip: logits max |diff| %.3g (tol %.2g)\n", label, d, TOL_Q8);
-        free(got);
-        mp_model_free(b);
-    }
-    unlink(q8);
-    rm_tree(outs[0]);
-    unlink(outs[1]);
-    unlink(outs[2]);
-    free(ref);
+    tu_round_trips(m, "olmo2", label, TOKS, 8, TOL_Q8);
     mp_model_free(m);
 }
 
-/* ---- refusals ---- */
+static const char *tmp_path(const char *name) { return tu_tmp_path("olmo2", name); }
 
 /* A folder with olmo2's weights and config.json with `from` replaced by `to`. */
 static const char *variant_folder(const char *name, const char *from, const char *to) {
-    const char *dir = tmp_path(name);
-    char p[600], *text = NULL;
-    mkdir(dir, 0777);
-    snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    CHECK(symlink(tu_data("arch_olmo2/model.safetensors"), p) == 0 || access(p, F_OK) == 0, "symlink %s", p);
-    FILE *f = fopen(tu_data("arch_olmo2/config.json"), "rb");
-    CHECK(f != NULL, "config.json");
-    if (!f) return dir;
-    text = calloc(1, 1 << 16);
-    size_t n = fread(text, 1, (1 << 16) - 1, f);
-    fclose(f);
-    text[n] = '\0';
-    char *at = strstr(text, from);
-    CHECK(at != NULL, "%s not in config.json", from);
-    snprintf(p, sizeof p, "%s/config.json", dir);
-    f = fopen(p, "wb");
-    if (at && f) {
-        fwrite(text, 1, (size_t)(at - text), f);
-        fputs(to, f);
-        fputs(at + strlen(from), f);
-    }
-    if (f) fclose(f);
-    free(text);
-    return dir;
+    return tu_variant_of("arch_olmo2", tmp_path(name), from, to);
 }
 
-static void expect_load_error(const char *dir, const char *label, const char *want1, const char *want2) {
-    mp_model *m = NULL;
-    mp_status st = mp_model_load(&m, dir);
-    CHECK(st != MP_OK && strstr(mp_last_error(), want1) && strstr(mp_last_error(), want2),
-          "%s: expected an error naming %s and %s, got %s", label, want1, want2, st ? mp_last_error() : "success");
-    printf("refused, %s: \"%s\"\n", label, st ? mp_last_error() : "");
-    mp_model_free(m);
-}
+/* ---- refusals ---- */
 
 static void refusals(void) {
     mp_model *m = tu_load(tu_data("arch_olmo2"));
@@ -530,15 +306,15 @@ static void refusals(void) {
     mp_model_free(m);
     /* config.json asking for what is not implemented */
     const char *d1 = variant_folder("ab", "\"attention_bias\": false", "\"attention_bias\": true");
-    expect_load_error(d1, "attention_bias", "config.json", "attention_bias is not supported for olmo2");
-    rm_tree(d1);
+    tu_expect_load_fail(d1, "attention_bias", "config.json", "attention_bias is not supported for olmo2");
+    tu_rm_tree(d1);
     const char *d2 = variant_folder("rs", "\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"yarn\", "
                                     "\"factor\": 2.0}");
-    expect_load_error(d2, "rope_scaling yarn", "config.json", "rope_scaling type \"yarn\"");
-    rm_tree(d2);
+    tu_expect_load_fail(d2, "rope_scaling yarn", "config.json", "rope_scaling type \"yarn\"");
+    tu_rm_tree(d2);
     const char *d3 = variant_folder("act", "\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"");
-    expect_load_error(d3, "hidden_act gelu", "config.json", "hidden_act \"gelu\"");
-    rm_tree(d3);
+    tu_expect_load_fail(d3, "hidden_act gelu", "config.json", "hidden_act \"gelu\"");
+    tu_rm_tree(d3);
     /* linear rope_scaling is read (as llama's) */
     const char *d4 = variant_folder("rl", "\"rope_scaling\": null", "\"rope_scaling\": {\"type\": \"linear\", "
                                     "\"factor\": 2.0}");
@@ -546,7 +322,7 @@ static void refusals(void) {
     CHECK(mp_model_load(&w, d4) == MP_OK && w->cfg.rope_scale == 2.0f, "olmo2 linear rope_scaling: %s",
           w ? "wrong rope_scale" : mp_last_error());
     mp_model_free(w);
-    rm_tree(d4);
+    tu_rm_tree(d4);
     /* transformers v5's rope_parameters in place of rope_theta / rope_scaling: its theta and its scaling are read
      * (before, a config of that form ran with the default theta 10000) */
     const char *d5 = variant_folder("rp", "\"rope_theta\": 500000.0,", "\"rope_parameters\": {\"rope_type\": "
@@ -555,7 +331,7 @@ static void refusals(void) {
     CHECK(mp_model_load(&w, d5) == MP_OK && w->cfg.rope_theta == 5e5f && w->cfg.rope_scale == 3.0f,
           "olmo2 rope_parameters: %s", w ? "wrong rope_theta / rope_scale" : mp_last_error());
     mp_model_free(w);
-    rm_tree(d5);
+    tu_rm_tree(d5);
 }
 
 int main(void) {

@@ -35,6 +35,7 @@
 #include "model_io.h"
 #include "model.h"
 #include "testutil.h"
+#include "tu_arch.h"
 #include "train.h"
 #include "weights_process.h"
 
@@ -50,56 +51,6 @@
 #define TOL_Q8_REL 5e-2 /* a Q8_0 round trip's logits, of their largest |value| (measured 0.0175; a
                           * mis-permuted q/k row or norm weight costs O(1), as qk_norm none does) */
 
-static float *run_captured(const mp_model *m, const int *toks, int T, tu_capture *cap) {
-    mp_hooks *hs = mp_hooks_new(&m->cfg);
-    CHECK(mp_hooks_add(hs, "*", tu_capture_cb, cap) == MP_OK, "%s", mp_last_error());
-    float *logits = malloc((size_t)T * m->cfg.vocab * sizeof(float));
-    mp_forward_params fp = mp_forward_params_default();
-    fp.hooks = hs;
-    CHECK(mp_model_forward(m, toks, 1, T, &fp, logits) == MP_OK, "forward: %s", mp_last_error());
-    mp_hooks_free(hs);
-    return logits;
-}
-
-/* max |a - b| / max |b| (finite entries; -inf must match) */
-static double rel_diff(const float *a, const float *b, size_t n) {
-    double scale = 0, err = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(b[i])) {
-            if (a[i] != b[i]) return INFINITY;
-            continue;
-        }
-        if (fabs(b[i]) > scale) scale = fabs(b[i]);
-        double d = fabs((double)a[i] - b[i]);
-        if (d > err) err = d;
-    }
-    return err / (scale > 0 ? scale : 1);
-}
-
-static int32_t *golden_tokens(const char *golden_path, int *T) {
-    hid_t f;
-    int32_t *toks = NULL;
-    mp_h5_dsinfo info;
-    if (mp_h5_open(&f, golden_path, MP_H5_READ) || mp_h5_read_i32(f, "/tokens", &toks, &info)) {
-        CHECK(0, "%s", mp_last_error());
-        return NULL;
-    }
-    *T = (int)info.shape[1];
-    mp_h5_close(&f);
-    return toks;
-}
-
-static float *golden_logits(const char *golden_path, size_t *n) {
-    hid_t f;
-    float *ref = NULL;
-    mp_h5_dsinfo info;
-    CHECK(mp_h5_open(&f, golden_path, MP_H5_READ) == MP_OK && mp_h5_read_f32(f, "/logits", &ref, &info) == MP_OK,
-          "%s", mp_last_error());
-    *n = ref ? info.numel : 0;
-    mp_h5_close(&f);
-    return ref;
-}
-
 /* ---- golden ---- */
 
 static void golden(const char *model_path, const char *golden_path, const char *label, const char *want_format) {
@@ -109,63 +60,13 @@ static void golden(const char *model_path, const char *golden_path, const char *
     CHECK(m->cfg.qk_norm == MP_QK_NORM_HEAD && m->cfg.d_head == 16 && m->cfg.tied && !m->cfg.qkv_bias,
           "%s: config (qk_norm %d, d_head %d, tied %d, qkv_bias %d)", label, (int)m->cfg.qk_norm, m->cfg.d_head,
           m->cfg.tied, m->cfg.qkv_bias);
-    int T = 0;
-    int32_t *toks = golden_tokens(golden_path, &T);
-    if (!toks) { mp_model_free(m); return; }
-    tu_capture cap = {0};
-    float *logits = run_captured(m, (int *)toks, T, &cap);
-    hid_t f;
-    mp_h5_entry *e;
-    mp_h5_dsinfo info;
-    int n;
-    CHECK(mp_h5_open(&f, golden_path, MP_H5_READ) == MP_OK && mp_h5_list(f, "/acts", &e, &n) == MP_OK, "%s",
-          mp_last_error());
-    double worst = 0, worst_rel = 0;
-    int compared = 0, normed = 0, resid = 0;
-    for (int i = 0; i < n; i++) {
-        char path[256];
-        float *ref;
-        size_t got_n;
-        snprintf(path, sizeof path, "/acts/%s", e[i].name);
-        CHECK(mp_h5_read_f32(f, path, &ref, &info) == MP_OK, "%s", mp_last_error());
-        const float *got = tu_capture_get(&cap, e[i].name, &got_n);
-        CHECK(got && got_n == info.numel, "%s: hook %s missing or of the wrong size", label, e[i].name);
-        if (got && got_n == info.numel) {
-            double d = tu_max_abs_diff(got, ref, info.numel);
-            CHECK(d <= TOL_ABS, "%s: %s max |diff| = %.3g", label, e[i].name, d);
-            if (d > worst) worst = d;
-            if (strstr(e[i].name, "hook_resid_post")) {
-                double r = rel_diff(got, ref, info.numel);
-                CHECK(r <= TOL_REL, "%s: %s relative diff %.3g > %.0e", label, e[i].name, r, TOL_REL);
-                if (r > worst_rel) worst_rel = r;
-                resid++;
-            }
-            normed += strstr(e[i].name, "_norm.hook_normalized") != NULL;
-            compared++;
-        }
-        free(ref);
-    }
-    int added = 0;
-    for (int i = 0; i < cap.n; i++) added += tu_added_point(cap.name[i]);
-    CHECK(compared + added == cap.n, "%s: %d hooks compared, %d fired", label, compared, cap.n);
-    CHECK(normed == 2 * m->cfg.n_layer && resid == m->cfg.n_layer, "%s: %d q/k norm points, %d resid_post", label,
-          normed, resid);
-    mp_h5_list_free(e, n);
-    mp_h5_close(&f);
-    size_t nl;
-    float *ref = golden_logits(golden_path, &nl);
-    if (ref) {
-        CHECK(nl == (size_t)T * m->cfg.vocab, "%s: golden logits size", label);
-        double r = rel_diff(logits, ref, nl);
-        CHECK(r <= TOL_REL, "%s: logits relative diff %.3g > %.0e", label, r, TOL_REL);
-        if (r > worst_rel) worst_rel = r;
-        printf("%s: %d hook points (%d q/k norm) within %.2e abs (tol %.0e); logits and resid_post within %.2e of "
-               "their scale (tol %.0e)\n", label, compared, normed, worst, TOL_ABS, worst_rel, TOL_REL);
-    }
-    free(ref);
-    free(logits);
-    free(toks);
-    tu_capture_free(&cap);
+    /* every point within TOL_ABS; each resid_post and the logits within TOL_REL of their scale */
+    const tu_golden_opts o = {.tol_abs = TOL_ABS, .tol_rel = TOL_REL, .rel_only = "hook_resid_post",
+                              .logits_rel = TOL_REL, .all_compared = 1,
+                              .count = {"_norm.hook_normalized", "hook_resid_post"}};
+    tu_golden_result r = tu_golden(m, golden_path, label, &o, NULL);
+    CHECK(r.counted[0] == 2 * m->cfg.n_layer && r.counted[1] == m->cfg.n_layer, "%s: %d q/k norm points, %d "
+          "resid_post", label, r.counted[0], r.counted[1]);
     mp_model_free(m);
 }
 
@@ -186,18 +87,17 @@ static void norm_matters(const char *model_path, const char *golden_path) {
         memcpy(b[j].p, a[i].p, a[i].n * sizeof(float));
         j++;
     }
-    int T = 0;
-    int32_t *toks = golden_tokens(golden_path, &T);
-    size_t nl;
-    float *ref = golden_logits(golden_path, &nl), *lg = malloc(nl * sizeof(float));
+    tu_golden_ref g;
+    tu_read_golden(golden_path, &g);
+    const size_t nl = g.n_logits;
+    float *lg = malloc(nl * sizeof(float));
     mp_forward_params fp = mp_forward_params_default();
-    CHECK(mp_model_forward(off, (int *)toks, 1, T, &fp, lg) == MP_OK, "%s", mp_last_error());
-    double r = rel_diff(lg, ref, nl);
+    CHECK(g.toks && mp_model_forward(off, (int *)g.toks, 1, g.T, &fp, lg) == MP_OK, "%s", mp_last_error());
+    double r = tu_rel_diff(lg, g.logits, nl, 0.0);
     CHECK(r > 100 * TOL_REL, "qk_norm none matches the Qwen3 golden logits (relative diff %.3g)", r);
     printf("the same weights with qk_norm none: logits off by %.3g of their scale (the norm is not a no-op)\n", r);
     free(lg);
-    free(ref);
-    free(toks);
+    tu_golden_ref_free(&g);
     mp_model_free(off);
     mp_model_free(m);
 }
@@ -210,27 +110,11 @@ static void decode(const char *model_path, const char *label) {
     const int T = 14, V = m->cfg.vocab, n0 = 5;
     int toks[14];
     for (int i = 0; i < T; i++) toks[i] = (i * 29 + 3) % V;
-    float *full = malloc((size_t)T * V * sizeof(float)), *step = malloc((size_t)T * V * sizeof(float));
-    mp_forward_params fp = mp_forward_params_default();
-    CHECK(mp_model_forward(m, toks, 1, T, &fp, full) == MP_OK, "%s", mp_last_error());
-    mp_kvcache kc;
-    CHECK(mp_kvcache_init(&kc, &m->cfg, 1, T) == MP_OK, "%s", mp_last_error());
-    fp.cache = &kc;
-    CHECK(mp_model_forward(m, toks, 1, n0, &fp, step) == MP_OK, "%s", mp_last_error());
-    for (int t = n0; t < T; t++)
-        CHECK(mp_model_forward(m, toks + t, 1, 1, &fp, step + (size_t)t * V) == MP_OK, "%s", mp_last_error());
-    double r = rel_diff(step, full, (size_t)T * V);
-    CHECK(r <= TOL_REL, "%s: decode vs prefill relative diff %.3g", label, r);
-    printf("%s: prefill %d + %d KV-cached steps == one prefill (relative diff %.2e)\n", label, n0, T - n0, r);
-    mp_kvcache_free(&kc);
-    free(full);
-    free(step);
+    tu_decode_vs_prefill(m, toks, T, n0, NULL, TOL_REL, 0.0, 0, label);
     mp_model_free(m);
 }
 
 /* ---- gradients ---- */
-
-static double rel_err(double fd, double an) { return fabs(fd - an) / fmax(1e-2, fabs(fd) + fabs(an)); }
 
 /* the training step's gradients of the q/k norm weights against central differences of the loss */
 static void weight_grads(mp_qk_norm_kind kind) {
@@ -246,12 +130,8 @@ static void weight_grads(mp_qk_norm_kind kind) {
     const int B = 2, T = 6;
     int toks[12], tg[12];
     for (int i = 0; i < B * T; i++) { toks[i] = (i * 7 + 3) % c.vocab; tg[i] = (i * 5 + 1) % c.vocab; }
-    mp_acts A;
     mp_grads G;
-    CHECK(mp_acts_init(&A, &c, B, T) == MP_OK && mp_grads_init(&G, &c) == MP_OK, "%s", mp_last_error());
-    float loss;
-    CHECK(mp_model_forward_backward(m, toks, tg, B, T, NULL, &A, &G, 1.0f, &loss, NULL) == MP_OK, "%s",
-          mp_last_error());
+    if (!tu_param_grads(m, toks, tg, B, T, &G)) { mp_model_free(m); return; }
     struct { const char *name; float *p, *g; size_t n; } ps[] = {
         {"q_norm", m->p.q_norm, G.g.q_norm, nq}, {"k_norm", m->p.k_norm, G.g.k_norm, nk},
         {"wq", m->p.wq, G.g.wq, (size_t)c.n_layer * c.n_head * c.d_head * c.d_model},
@@ -260,13 +140,9 @@ static void weight_grads(mp_qk_norm_kind kind) {
     int probes = 0;
     for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++)
         for (size_t i = 0; i < ps[k].n; i += ps[k].n / 7 + 1) {
-            float save = ps[k].p[i], h = 3e-3f, lp, lm;
-            ps[k].p[i] = save + h;
-            mp_model_loss(m, toks, tg, B, T, NULL, &lp);
-            ps[k].p[i] = save - h;
-            mp_model_loss(m, toks, tg, B, T, NULL, &lm);
-            ps[k].p[i] = save;
-            double fd = ((double)lp - lm) / (2.0 * h), an = ps[k].g[i], err = rel_err(fd, an);
+            const float h = 3e-3f;
+            double fd = tu_fd_loss(m, toks, tg, B, T, &ps[k].p[i], h), an = ps[k].g[i];
+            double err = tu_fd_rel_err(fd, an);
             CHECK(err < 2e-2, "qk_norm %s: grad %s[%zu]: analytic %.5g, finite difference %.5g",
                   mp_qk_norm_name(kind), ps[k].name, i, an, fd);
             CHECK(fabs(an) > 1e-6 || k >= 2, "qk_norm %s: grad %s[%zu] is 0", mp_qk_norm_name(kind), ps[k].name, i);
@@ -275,36 +151,8 @@ static void weight_grads(mp_qk_norm_kind kind) {
         }
     printf("qk_norm %s: training gradients of q_norm, k_norm, wq, bk vs finite differences: %d probes, worst "
            "relative error %.2e\n", mp_qk_norm_name(kind), probes, worst);
-    mp_acts_free(&A);
     mp_grads_free(&G);
     mp_model_free(m);
-}
-
-/* A forward hook adding `delta` to element `idx` of its point. */
-typedef struct { size_t idx; float delta; } nudge;
-static int nudge_cb(void *user, const mp_hook_info *info, float *data) {
-    const nudge *u = user;
-    if (u->idx < info->numel) data[u->idx] += u->delta;
-    return 0;
-}
-
-/* metric = sum of logits * R (R fixed), so dlogits = R */
-static double metric(const mp_model *m, const int *toks, int B, int T, const float *R, const char *hook, nudge *nu) {
-    const size_t nl = (size_t)B * T * m->cfg.vocab;
-    float *lg = malloc(nl * sizeof(float));
-    mp_hooks *hs = NULL;
-    if (hook) {
-        hs = mp_hooks_new(&m->cfg);
-        CHECK(mp_hooks_add(hs, hook, nudge_cb, nu) == MP_OK, "%s", mp_last_error());
-    }
-    mp_forward_params fp = mp_forward_params_default();
-    fp.hooks = hs;
-    CHECK(mp_model_forward(m, toks, B, T, &fp, lg) == MP_OK, "%s", mp_last_error());
-    double s = 0;
-    for (size_t i = 0; i < nl; i++) s += (double)lg[i] * R[i];
-    free(lg);
-    mp_hooks_free(hs);
-    return s;
 }
 
 static void hook_grads(const char *model_path) {
@@ -336,9 +184,9 @@ static void hook_grads(const char *model_path) {
         if (!gr) continue;
         for (size_t i = 3; i < n; i += n / 6 + 1) {
             const float h = 1e-2f;
-            nudge up = {i, h}, dn = {i, -h};
-            double fd = (metric(m, toks, B, T, R, pts[k], &up) - metric(m, toks, B, T, R, pts[k], &dn)) / (2.0 * h);
-            double err = rel_err(fd, gr[i]);
+            double fd = (tu_nudged_metric(m, toks, B, T, R, pts[k], i, h) -
+                         tu_nudged_metric(m, toks, B, T, R, pts[k], i, -h)) / (2.0 * h);
+            double err = tu_fd_rel_err(fd, gr[i]);
             CHECK(err < 2e-2, "gradient at %s[%zu]: backward %.5g, finite difference %.5g", pts[k], i, gr[i], fd);
             if (err > worst) worst = err;
             probes++;
@@ -383,36 +231,13 @@ static void hook_grads(const char *model_path) {
 
 /* ---- round trips ---- */
 
-static const char *tmp_path(const char *name) {
-    static char buf[4][512];
-    static int k;
-    char *p = buf[k++ & 3];
-    snprintf(p, 512, "/tmp/mp_test_qwen3_%d_%s", (int)getpid(), name);
-    return p;
-}
+static const char *tmp_path(const char *name) { return tu_tmp_path("qwen3", name); }
 
 /* max |diff| over logits and every hook ("*") of two models on the same tokens */
 static double compare_models(const mp_model *a, const mp_model *b, const char *label) {
     int toks[16];
     for (int i = 0; i < 16; i++) toks[i] = (i * 37 + 5) % a->cfg.vocab;
-    tu_capture ca = {0}, cb = {0};
-    float *la = run_captured(a, toks, 16, &ca), *lb = run_captured(b, toks, 16, &cb);
-    double worst = tu_max_abs_diff(la, lb, (size_t)16 * a->cfg.vocab);
-    CHECK(ca.n == cb.n && ca.n > 0, "%s: %d vs %d hooks", label, ca.n, cb.n);
-    for (int k = 0; k < ca.n && k < cb.n; k++) {
-        size_t nb;
-        const float *gb = tu_capture_get(&cb, ca.name[k], &nb);
-        CHECK(gb && nb == ca.numel[k], "%s: hook %s missing", label, ca.name[k]);
-        if (gb && nb == ca.numel[k]) {
-            double d = tu_max_abs_diff(ca.buf[k], gb, nb);
-            if (d > worst) worst = d;
-        }
-    }
-    free(la);
-    free(lb);
-    tu_capture_free(&ca);
-    tu_capture_free(&cb);
-    return worst;
+    return tu_compare_models(a, b, toks, 16, label);
 }
 
 static void round_trips(const char *src) {
@@ -445,7 +270,7 @@ static void round_trips(const char *src) {
         mp_forward_params fp = mp_forward_params_default();
         CHECK(mp_model_forward(m, toks, 1, 16, &fp, la) == MP_OK && mp_model_forward(q8, toks, 1, 16, &fp, lb) == MP_OK,
               "%s", mp_last_error());
-        const double r = rel_diff(lb, la, nl);
+        const double r = tu_rel_diff(lb, la, nl, 0.0);
         CHECK(mp_model_is_quantized(q8) && r < TOL_Q8_REL, "Q8_0 GGUF: quantized %d, logits relative diff %.3g",
               mp_model_is_quantized(q8), r);
         printf("%s -> GGUF Q8_0 -> reload (weights kept quantized): logits within %.2e of their scale (tol %.0e)\n",
@@ -456,10 +281,7 @@ static void round_trips(const char *src) {
     }
     unlink(ck);
     unlink(gg);
-    char p[600];
-    snprintf(p, sizeof p, "%s/model.safetensors", hf); unlink(p);
-    snprintf(p, sizeof p, "%s/config.json", hf); unlink(p);
-    rmdir(hf);
+    tu_rm_tree(hf);
     mp_model_free(m);
 
     /* attention_bias true, untied: q/k biases permuted with the rows, through both writers */
@@ -485,9 +307,7 @@ static void round_trips(const char *src) {
     printf("qwen3 with attention_bias, untied -> GGUF and HF folder -> reload: exact\n");
     mp_model_free(m);
     unlink(gg);
-    snprintf(p, sizeof p, "%s/model.safetensors", hf); unlink(p);
-    snprintf(p, sizeof p, "%s/config.json", hf); unlink(p);
-    rmdir(hf);
+    tu_rm_tree(hf);
 
     /* qk_norm full (OLMo 2's form): the checkpoint keeps it; GGUF and HF refuse by name */
     c = mp_config_default();
@@ -524,8 +344,8 @@ static void processing(const char *src) {
     int toks[16];
     for (int i = 0; i < 16; i++) toks[i] = (i * 37 + 5) % m->cfg.vocab;
     tu_capture ca = {0}, cb = {0};
-    float *la = run_captured(m, toks, 16, &ca), *lb = run_captured(f, toks, 16, &cb);
-    double worst = rel_diff(lb, la, (size_t)16 * m->cfg.vocab);
+    float *la = tu_run_captured(m, toks, 16, &ca), *lb = tu_run_captured(f, toks, 16, &cb);
+    double worst = tu_rel_diff(lb, la, (size_t)16 * m->cfg.vocab, 0.0);
     int seen = 0;
     for (int k = 0; k < ca.n; k++) {
         if (!strstr(ca.name[k], "_norm.hook_normalized")) continue;
@@ -533,7 +353,7 @@ static void processing(const char *src) {
         const float *gb = tu_capture_get(&cb, ca.name[k], &nb);
         CHECK(gb && nb == ca.numel[k], "fold_ln: %s missing", ca.name[k]);
         if (gb && nb == ca.numel[k]) {
-            double r = rel_diff(gb, ca.buf[k], nb);
+            double r = tu_rel_diff(gb, ca.buf[k], nb, 0.0);
             if (r > worst) worst = r;
             seen++;
         }

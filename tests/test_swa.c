@@ -35,6 +35,7 @@
 #include "model_io.h"
 #include "mp_cuda.h"
 #include "testutil.h"
+#include "tu_arch.h"
 #include "train.h"
 
 #include <math.h>
@@ -49,29 +50,10 @@
 /* two float32 computations of the same thing in another summation order */
 #define TOL_SAME 1e-5
 
-static const char *tmp_path(const char *name) {
-    static char buf[8][512];
-    static int k;
-    char *p = buf[k++ & 7];
-    snprintf(p, 512, "/tmp/mp_test_swa_%d_%s", (int)getpid(), name);
-    return p;
-}
+static const char *tmp_path(const char *name) { return tu_tmp_path("swa", name); }
 
-/* max |a - b| / max finite |a|; infinities must match exactly (else 1e30) */
-static double rel_err(const float *ref, const float *got, size_t n) {
-    double scale = 0.0, err = 0.0;
-    for (size_t i = 0; i < n; i++)
-        if (isfinite(ref[i]) && fabs(ref[i]) > scale) scale = fabs(ref[i]);
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(ref[i]) || !isfinite(got[i])) {
-            if (ref[i] != got[i]) return 1e30;
-            continue;
-        }
-        const double e = fabs((double)ref[i] - got[i]);
-        if (e > err) err = e;
-    }
-    return err / (scale > 0 ? scale : 1.0);
-}
+/* max |got - ref| / max finite |ref|; infinities must match exactly (else INFINITY) */
+static double rel_err(const float *ref, const float *got, size_t n) { return tu_rel_diff(got, ref, n, 0.0); }
 
 static float *forward(const mp_model *m, const int *tok, int B, int T, const mp_hooks *hs, int q_block) {
     float *lg = malloc((size_t)B * T * m->cfg.vocab * sizeof(float));
@@ -87,54 +69,10 @@ static float *forward(const mp_model *m, const int *tok, int B, int T, const mp_
 /* ---- golden ---- */
 
 static void golden(mp_model *m, const char *golden_path, const char *label) {
-    hid_t f;
-    int32_t *toks = NULL;
-    mp_h5_dsinfo info;
-    if (mp_h5_open(&f, golden_path, MP_H5_READ) || mp_h5_read_i32(f, "/tokens", &toks, &info)) {
-        CHECK(0, "%s: %s", label, mp_last_error());
-        return;
-    }
-    const int T = (int)info.shape[1];
-    tu_capture cap = {0};
-    mp_hooks *hs = mp_hooks_new(&m->cfg);
-    CHECK(mp_hooks_add(hs, "*hook_resid_post,*hook_attn_scores,*hook_pattern", tu_capture_cb, &cap) == MP_OK, "%s",
-          mp_last_error());
-    float *lg = forward(m, (int *)toks, 1, T, hs, 0);
-    mp_h5_entry *e;
-    int n;
-    double worst = 0.0;
-    CHECK(mp_h5_list(f, "/acts", &e, &n) == MP_OK && n == 3 * m->cfg.n_layer, "%s: %d golden tensors", label, n);
-    for (int i = 0; i < n; i++) {
-        char path[256];
-        float *ref;
-        size_t got_n;
-        snprintf(path, sizeof path, "/acts/%s", e[i].name);
-        CHECK(mp_h5_read_f32(f, path, &ref, &info) == MP_OK, "%s", mp_last_error());
-        const float *got = tu_capture_get(&cap, e[i].name, &got_n);
-        CHECK(got && got_n == info.numel, "%s: hook %s missing or of the wrong size", label, e[i].name);
-        if (got && got_n == info.numel) {
-            const double r = rel_err(ref, got, info.numel);
-            CHECK(r <= TOL_REL, "%s: %s relative error %.3g", label, e[i].name, r);
-            if (r > worst) worst = r;
-        }
-        free(ref);
-    }
-    mp_h5_list_free(e, n);
-    float *ref;
-    CHECK(mp_h5_read_f32(f, "/logits", &ref, &info) == MP_OK && lg && info.numel == (size_t)T * m->cfg.vocab, "%s",
-          mp_last_error());
-    if (lg && ref) {
-        const double r = rel_err(ref, lg, info.numel);
-        CHECK(r <= TOL_REL, "%s: logits relative error %.3g", label, r);
-        if (r > worst) worst = r;
-    }
-    printf("%s: logits + %d tensors, worst relative error %.2e (tol %.0e)\n", label, n, worst, TOL_REL);
-    free(ref);
-    free(lg);
-    free(toks);
-    mp_hooks_free(hs);
-    tu_capture_free(&cap);
-    mp_h5_close(&f);
+    /* the logits and each block's resid_post, attention scores and pattern, relative to their scale */
+    const tu_golden_opts o = {.points = "*hook_resid_post,*hook_attn_scores,*hook_pattern", .tol_rel = TOL_REL,
+                              .logits_rel = TOL_REL, .n_acts = 3 * m->cfg.n_layer};
+    tu_golden(m, golden_path, label, &o, NULL);
 }
 
 static const int TOK[16] = {5, 41, 17, 63, 2, 2, 30, 11, 58, 7, 0, 44, 23, 36, 9, 51};
@@ -412,30 +350,9 @@ static void expect_new_fail(mp_config c, const char *needle, const char *label) 
     mp_model_free(m);
 }
 
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    if (f) { fputs(text, f); fclose(f); }
-}
-
-static void expect_load_fail(const char *path, const char *needle, const char *label) {
-    mp_model *m = NULL;
-    mp_status st = mp_model_load(&m, path);
-    CHECK(st != MP_OK && !m && strstr(mp_last_error(), needle), "%s: \"%s\" lacks \"%s\"", label,
-          st ? mp_last_error() : "(loaded)", needle);
-    if (st) printf("%s: \"%s\"\n", label, mp_last_error());
-    mp_model_free(m);
-}
-
 /* an HF folder: the Mistral's weights with config.json's text */
 static const char *hf_variant(const char *name, const char *config) {
-    const char *dir = tmp_path(name);
-    char cmd[2048], p[600];
-    snprintf(cmd, sizeof cmd, "mkdir -p %s && cp %s %s/model.safetensors", dir, tu_data("swa_mistral/model.safetensors"),
-             dir);
-    CHECK(system(cmd) == 0, "%s", cmd);
-    snprintf(p, sizeof p, "%s/config.json", dir);
-    write_file(p, config);
-    return dir;
+    return tu_model_dir(tmp_path(name), tu_data("swa_mistral/model.safetensors"), config);
 }
 
 static void rm_dir(const char *dir) {
@@ -468,12 +385,12 @@ static void refusals(void) {
     char cfg[1024];
     snprintf(cfg, sizeof cfg, HF_HEAD, "mistral", "\"sliding_window\": -3");
     const char *d = hf_variant("neg", cfg);
-    expect_load_fail(d, "\"sliding_window\"", "config.json sliding_window -3");
+    tu_expect_load_fail(d, "config.json sliding_window -3", "\"sliding_window\"", NULL);
     rm_dir(d);
     snprintf(cfg, sizeof cfg, HF_HEAD, "qwen2", "\"use_sliding_window\": true, \"sliding_window\": 4, "
              "\"max_window_layers\": 1");
     d = hf_variant("qsplit", cfg);
-    expect_load_fail(d, "max_window_layers 1", "qwen2 window on some layers");
+    tu_expect_load_fail(d, "qwen2 window on some layers", "max_window_layers 1", NULL);
     rm_dir(d);
 
     /* savers that cannot hold it */
@@ -519,7 +436,7 @@ static void refusals(void) {
     CHECK(mp_gguf_writer_write(w, bad) == MP_OK, "%s", mp_last_error());
     mp_gguf_writer_free(w);
     mp_gguf_close(g);
-    expect_load_fail(bad, "sliding_window_pattern", "GGUF pattern [false, true]");
+    tu_expect_load_fail(bad, "GGUF pattern [false, true]", "sliding_window_pattern", NULL);
     unlink(bad);
 }
 

@@ -61,11 +61,7 @@ mp_status mp_intervention_set_positions(mp_intervention *iv, const int *pos, int
     if (n < 0 || n > MP_INTERVENTION_MAX_POS)
         return mp_error(MP_ERR_ARG, "%s: at most %d positions (got %d)", mp_intervention_name(iv->kind),
                         MP_INTERVENTION_MAX_POS, n);
-    for (int k = 0; k < n; k++)
-        if (pos[k] < 0)
-            return mp_error(MP_ERR_ARG, "%s: position %d is negative (positions are 0-based)",
-                            mp_intervention_name(iv->kind), pos[k]);
-    for (int k = 0; k < n; k++) iv->pos[k] = pos[k];
+    for (int k = 0; k < n; k++) iv->pos[k] = pos[k]; /* negative: from the end, resolved per forward */
     iv->npos = n;
     return MP_OK;
 }
@@ -128,6 +124,17 @@ int mp_intervention_prepare(mp_intervention *iv, const mp_hook_info *info, mp_in
     pl->pos0 = info->pos0;
     pl->npos = iv->npos;
     memcpy(pl->pos, iv->pos, sizeof pl->pos);
+    /* a negative position counts from the end of the sequence this forward
+     * runs over (Python-style, -1 the last: pos0 + T - 1; with a padded batch,
+     * the last column, as the cache helpers' pos_slice) */
+    const int seq_len = info->pos0 + (int)info->full[sk == MP_SHAPE_BHTS ? 2 : 1];
+    for (int k = 0; k < pl->npos; k++)
+        if (pl->pos[k] < 0) {
+            if (pl->pos[k] < -seq_len)
+                return mp_error(MP_ERR_ARG, "%s: position %d at %s is out of range for a sequence of %d positions "
+                                "(-%d..%d)", what, pl->pos[k], info->name, seq_len, seq_len, seq_len - 1), 1;
+            pl->pos[k] += seq_len;
+        }
     pl->scale = iv->scale;
     const int hax = pl->hax, pax = pl->pax;
     int64_t *s = pl->s, *f = pl->f;

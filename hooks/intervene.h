@@ -63,7 +63,11 @@ mp_intervention mp_intervention_steer(const float *vec, size_t n, float scale);
 mp_intervention mp_intervention_scale(float factor);
 
 /* Restricts iv to positions pos[0..n): MP_ERR_ARG when n exceeds
- * MP_INTERVENTION_MAX_POS or a position is negative. n = 0: every position. */
+ * MP_INTERVENTION_MAX_POS. n = 0: every position. A negative position counts
+ * from the end of the sequence (Python-style: -1 the last), resolved by
+ * mp_intervention_prepare for each forward (pos0 + T positions; a padded
+ * batch's last column, not each row's last real token: the hook sees no mask),
+ * which refuses one before the start. */
 mp_status mp_intervention_set_positions(mp_intervention *iv, const int *pos, int n);
 
 /* Frees what the descriptor computed (the mean); the descriptor can be used

@@ -77,8 +77,15 @@ const char *mp_hook_absent_why(const mp_config *cfg, const char *name, char *buf
     if (strncmp(name, "blocks.", 7) == 0) {
         char *end;
         long v = strtol(name + 7, &end, 10);
-        if (end == name + 7 || *end != '.' || v < 0 || v >= cfg->n_layer) return buf;
+        if (end == name + 7 || *end != '.' || v < 0) return buf;
         rest = end + 1;
+        if (v >= cfg->n_layer) { /* a per-layer point's name past the last block */
+            for (int i = 0; i < MP_HOOK_COUNT; i++)
+                if (mp_hook_per_layer[i] && strcmp(rest, mp_hook_suffix[i]) == 0)
+                    snprintf(buf, n, " (layer %ld out of range: the model has %d layers (0..%d))", v, cfg->n_layer,
+                             cfg->n_layer - 1);
+            return buf;
+        }
     }
     for (int i = 0; i < MP_HOOK_COUNT; i++)
         if ((rest != name) == (mp_hook_per_layer[i] != 0) && strcmp(rest, mp_hook_suffix[i]) == 0 &&

@@ -157,8 +157,10 @@ const char *mp_hook_name(mp_hook_id id, int layer, char *buf, size_t n);
  * point of this model. */
 int mp_hook_parse(const struct mp_config *cfg, const char *name, mp_hook_id *id, int *layer);
 /* Why `name` (one name, not a glob) is not a hook point of this model when it
- * is one of other models: " (ln1.hook_normalized exists only on ...)" into
- * buf, to append to an "unknown hook name" message; "" otherwise. Returns buf. */
+ * is one of other models: " (ln1.hook_normalized exists only on ...)", or a
+ * layer past the last block: " (layer 9 out of range: the model has 8 layers
+ * (0..7))", into buf, to append to an "unknown hook name" message; ""
+ * otherwise. Returns buf. */
 const char *mp_hook_absent_why(const struct mp_config *cfg, const char *name, char *buf, size_t n);
 /* Full shape of hook (id) for a forward over B x T tokens at pos0. */
 int mp_hook_shape(const struct mp_config *cfg, mp_hook_id id, int B, int T, int pos0, int64_t shape[4]);

@@ -2,7 +2,8 @@
  * tensors (cache["blocks.0.attn.hook_pattern"], pairs(cache)) with a
  * metatable whose __index holds TransformerLens's ActivationCache helpers:
  * accumulated_resid, decompose_resid, stack_head_results, apply_ln_to_stack,
- * logit_attrs. Stacks are Tensors [C, B, T, D] (C components), or [C, B, D]
+ * logit_attrs; a hook name the cache lacks raises an error naming it and
+ * what was captured (rawget(cache, name) tests for a name without one). Stacks are Tensors [C, B, T, D] (C components), or [C, B, D]
  * with pos_slice (one position, 0-based, negative from the end). The
  * arithmetic is runtime/act_cache.c; this file gathers the cached tensors. */
 #include "act_cache.h"
@@ -386,6 +387,77 @@ static int cache_logit_attrs(lua_State *L) {
     return 2;
 }
 
+/* Edit distance (Levenshtein) of a and b, each read up to 127 characters. */
+static int edit_distance(const char *a, const char *b) {
+    int row[128], n = (int)strnlen(b, 127), m = (int)strnlen(a, 127);
+    for (int j = 0; j <= n; j++) row[j] = j;
+    for (int i = 1; i <= m; i++) {
+        int diag = row[0];
+        row[0] = i;
+        for (int j = 1; j <= n; j++) {
+            int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[n];
+}
+
+#define NEAREST 3
+#define LIST_ALL 8 /* a cache of at most this many names lists them all */
+
+/* Raises "cache: no 'key' (...)": what was captured (every name of a small
+ * cache, else how many and the NEAREST nearest by edit distance) and how to
+ * capture it. */
+static int missing_key(lua_State *L, const char *key) {
+    const char *near[NEAREST] = {NULL};
+    int dist[NEAREST], n = 0;
+    lua_pushnil(L);
+    while (lua_next(L, 1)) {
+        if (lua_type(L, -2) == LUA_TSTRING && mp_lua_tensor_test(L, -1)) {
+            const char *k = lua_tostring(L, -2); /* the cache table keeps the key */
+            if (n < LIST_ALL) {
+                lua_pushfstring(L, "%s%s", n ? ", " : "", k);
+                lua_insert(L, -3); /* below the key and value: the buffer's pieces stay on the stack */
+            }
+            int d = edit_distance(key, k), at = NEAREST;
+            while (at > 0 && (!near[at - 1] || d < dist[at - 1] || (d == dist[at - 1] && strcmp(k, near[at - 1]) < 0)))
+                at--; /* ties: by name, so that the message does not depend on the table's order */
+            if (at < NEAREST) {
+                for (int i = NEAREST - 1; i > at; i--) near[i] = near[i - 1], dist[i] = dist[i - 1];
+                near[at] = k, dist[at] = d;
+            }
+            n++;
+        }
+        lua_pop(L, 1);
+    }
+    int pieces = n < LIST_ALL ? n : LIST_ALL;
+    lua_concat(L, pieces); /* the listed names, or "" when none */
+    const char *listed = lua_tostring(L, -1);
+    const char *how = strlen(key) > 5 && strcmp(key + strlen(key) - 5, "_grad") == 0
+                          ? "run m:run_with_cache with incl_bwd = true, a loss, and names that include the point"
+                          : "run m:run_with_cache with names that include it (m:hook_names() lists them)";
+    if (n == 0) return luaL_error(L, "cache: no '%s': the cache is empty; %s", key, how);
+    if (n <= LIST_ALL) return luaL_error(L, "cache: no '%s': it captured %s; %s", key, listed, how);
+    char nb[512];
+    size_t at = 0;
+    for (int i = 0; i < NEAREST && near[i] && at < sizeof nb; i++)
+        at += (size_t)snprintf(nb + at, sizeof nb - at, "%s%s", i ? ", " : "", near[i]);
+    return luaL_error(L, "cache: no '%s': it captured %d names, the nearest %s; %s", key, n, nb, how);
+}
+
+/* __index: the helpers; a missing hook name (a string with "hook_") raises
+ * missing_key's error; anything else (cache.loss when no loss was asked) nil. */
+static int cache_index(lua_State *L) {
+    lua_pushvalue(L, 2);
+    if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL || lua_type(L, 2) != LUA_TSTRING) return 1;
+    const char *key = lua_tostring(L, 2);
+    if (!strstr(key, "hook_")) return 1;
+    return missing_key(L, key);
+}
+
 static const luaL_Reg methods[] = {
     {"accumulated_resid", cache_accumulated_resid},
     {"decompose_resid", cache_decompose_resid},
@@ -404,6 +476,7 @@ void mp_lua_cache_attach(lua_State *L, int cache, int model, int B, int T) {
         lua_pushvalue(L, -1);
         lua_rawsetp(L, LUA_REGISTRYINDEX, &METHODS_KEY);
     }
+    lua_pushcclosure(L, cache_index, 1);
     lua_setfield(L, -2, "__index");
     lua_pushstring(L, CACHE_TYPE);
     lua_setfield(L, -2, "__name");

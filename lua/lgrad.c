@@ -372,8 +372,10 @@ static int l_attribution_patch(lua_State *L) {
     const char *globs = mp_lua_opt_globs(L, 4, fn, "names", "");
     char bad[256];
     bad[0] = '\0';
+    char why[192];
     if (!mp_hook_select(cfg, globs, NULL, NULL, bad, sizeof bad) || bad[0])
-        luaL_error(L, "%s: names: unknown hook name '%s' (see mp.hook_names(model))", fn, bad[0] ? bad : globs);
+        luaL_error(L, "%s: names: unknown hook name '%s'%s (see mp.hook_names(model))", fn, bad[0] ? bad : globs,
+                   mp_hook_absent_why(cfg, bad[0] ? bad : globs, why, sizeof why));
     guard *hc = mp_lua_guard_push(L), *hx = mp_lua_guard_push(L), *hb = mp_lua_guard_push(L);
     if (!(hc->hooks = mp_hooks_new(cfg)) || !(hx->hooks = mp_hooks_new(cfg)) || !(hb->hooks = mp_hooks_new(cfg)))
         mp_lua_fail(L, MP_ERR_NOMEM);

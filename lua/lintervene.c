@@ -3,11 +3,13 @@
  * "mechprobe.Intervention" holding one, and the Tensor it points to), Lua
  * functions called at hook points with a view of the activation, and the
  * reading of a `fwd_hooks` list into a hook registry.
- * Heads and positions are 0-based, as in hook names and TransformerLens. */
+ * Heads and positions are 0-based, as in hook names and TransformerLens;
+ * a negative position counts from the end of the sequence (-1 the last). */
 #include "lmodel.h"
 #include "intervene.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,7 +57,7 @@ static lintervention *push_iv(lua_State *L, mp_intervention_kind kind, int opt, 
         if (lua_getfield(L, opt, "positions") != LUA_TNIL) {
             int pi = lua_gettop(L);
             if (lua_type(L, pi) == LUA_TNUMBER) {
-                iv->pos[iv->npos++] = (int)mp_lua_int_at(L, pi, fn, "option 'positions'", 0, INT_MAX);
+                iv->pos[iv->npos++] = (int)mp_lua_int_at(L, pi, fn, "option 'positions'", -INT_MAX, INT_MAX);
             } else {
                 if (lua_type(L, pi) != LUA_TTABLE)
                     luaL_error(L, "%s: option 'positions' must be an integer or a list of integers, got %s", fn,
@@ -65,7 +67,7 @@ static lintervention *push_iv(lua_State *L, mp_intervention_kind kind, int opt, 
                 for (lua_Integer i = 1; i <= n; i++) {
                     lua_geti(L, pi, i);
                     const char *what = lua_pushfstring(L, "option 'positions'[%I]", i);
-                    iv->pos[iv->npos++] = (int)mp_lua_int_at(L, -2, fn, what, 0, INT_MAX);
+                    iv->pos[iv->npos++] = (int)mp_lua_int_at(L, -2, fn, what, -INT_MAX, INT_MAX);
                     lua_pop(L, 2);
                 }
             }
@@ -164,12 +166,25 @@ static int hook_call_body(lua_State *L) {
     lua_createtable(L, info->ndim, 0);
     for (int i = 0; i < info->ndim; i++) { lua_pushinteger(L, info->full[i]); lua_rawseti(L, -2, i + 1); }
     lua_setfield(L, -2, "full_shape");
+    lua_Debug ar;
+    lua_pushvalue(L, 2);
+    lua_getinfo(L, ">S", &ar); /* where the function is defined, for a wrong return */
+    char where[LUA_IDSIZE + 32];
+    if (ar.linedefined > 0) snprintf(where, sizeof where, "%s:%d", ar.short_src, ar.linedefined);
+    else snprintf(where, sizeof where, "%s", ar.short_src); /* a C function: "[C]" */
     lua_call(L, 2, 1);
     mp_tensor *ret = mp_lua_tensor_test(L, -1); /* raises for a released or detached Tensor */
     if (ret) {
-        if (ret->numel != info->numel)
-            return luaL_error(L, "the hook function returned a Tensor of %I values for a view of %I",
-                              (lua_Integer)ret->numel, (lua_Integer)info->numel);
+        int same = ret->ndim == info->ndim;
+        for (int i = 0; same && i < info->ndim; i++) same = ret->shape[i] == info->shape[i];
+        if (!same) { /* hook_record_error puts "hook at <name>: " in front */
+            char want[96], got[96];
+            mp_tensor_shape_str(info->ndim, info->shape, want, sizeof want);
+            mp_tensor_shape_str(ret->ndim, ret->shape, got, sizeof got);
+            return luaL_error(L, "the hook function (defined at %s) returned a Tensor of shape %s; the activation "
+                                 "it was given is %s (return that shape, or nothing to keep in-place edits)",
+                              where, got, want);
+        }
         if (ret->data != c->data) memmove(c->data, ret->data, info->numel * sizeof(float)); /* else: the view */
     }
     return 0;
@@ -271,10 +286,10 @@ int mp_lua_add_hooks_opt(lua_State *L, int opt, mp_hooks *hooks, int n_pos, cons
         } else if (luaL_testudata(L, -1, IV_MT)) {
             lintervention *iv = lua_touserdata(L, -1);
             for (int k = 0; n_pos > 0 && k < iv->npos; k++)
-                if (iv->pos[k] >= n_pos)
+                if (iv->pos[k] >= n_pos || iv->pos[k] < -n_pos)
                     return luaL_error(L, "%s[%d]: %s at position %d, but the input has T = %d positions "
-                                         "(0..%d; positions are 0-based)", field, (int)i, mp_intervention_name(iv->kind),
-                                      iv->pos[k], n_pos, n_pos - 1);
+                                         "(0..%d, or -%d..-1 from the end)", field, (int)i, mp_intervention_name(iv->kind),
+                                      iv->pos[k], n_pos, n_pos - 1, n_pos);
             /* its Tensor must still be valid (a hook view made into a source is
              * invalidated when its callback returns): raises if it is not. The
              * forward reads it through a private view, a reference to its

@@ -385,7 +385,9 @@ static int lm_prefix_flags(lua_State *L, const lmodel *lm, int opt) {
 
 /* m:to_tokens(text | {texts...} [, {bos|prepend_bos=, eos=, padding_side=, prepend_space=}])
  * -> a flat table of ids; for a list of texts, a padded batch [B][T] and its
- * attention mask [B][T] (runtime/ragged.c mp_pad_batch via ltokarg.c; pad id mp_tok_pad_id) */
+ * attention mask [B][T] (runtime/ragged.c mp_pad_batch via ltokarg.c; pad id
+ * mp_tok_pad_id). An entry of the list may be a list of ids instead of a text:
+ * taken as it is (bos / eos are the texts'), padded the same way. */
 static int model_to_tokens(lua_State *L) {
     lua_settop(L, 3);
     lmodel *lm = mp_lua_model_busy(L, 1, "to_tokens", 0);
@@ -420,8 +422,31 @@ static int model_to_tokens(lua_State *L) {
     if (!(lens->ints = calloc((size_t)B, sizeof(int)))) return luaL_error(L, "out of memory");
     size_t total = 0;
     for (lua_Integer b = 1; b <= B; b++) {
-        if (lua_geti(L, 2, b) != LUA_TSTRING)
-            return luaL_error(L, "to_tokens: texts[%I] is a %s, not a string", b, luaL_typename(L, -1));
+        int ty = lua_geti(L, 2, b);
+        if (ty == LUA_TTABLE) { /* a row of ids, taken as they are (no BOS / EOS added), padded as texts are */
+            lua_Integer k = luaL_len(L, -1);
+            if (k <= 0)
+                return luaL_error(L, "to_tokens: texts[%I] is an empty list of ids: a row needs at least one real "
+                                     "token", b);
+            if ((size_t)k > (size_t)INT_MAX - total) return luaL_error(L, "to_tokens: too many ids");
+            int *grown = realloc(all->ints, (total + (size_t)k) * sizeof(int));
+            if (!grown) return luaL_error(L, "out of memory");
+            all->ints = grown;
+            for (lua_Integer i = 1; i <= k; i++) {
+                lua_geti(L, -1, i);
+                const char *what = lua_pushfstring(L, "texts[%I][%I] (a token id)", b, i);
+                grown[total + (size_t)i - 1] =
+                    (int)mp_lua_int_at(L, -2, "to_tokens", what, 0, lm->m->cfg.vocab - 1);
+                lua_pop(L, 2);
+            }
+            total += (size_t)k;
+            lens->ints[b - 1] = (int)k;
+            lua_pop(L, 1);
+            continue;
+        }
+        if (ty != LUA_TSTRING)
+            return luaL_error(L, "to_tokens: texts[%I] is a %s, not a string or a list of token ids", b,
+                              luaL_typename(L, -1));
         size_t len;
         const char *text = lua_tolstring(L, -1, &len);
         int *ids, n;
@@ -629,9 +654,11 @@ static lmodel *push_lmodel(lua_State *L) {
     return lm;
 }
 
-/* mp.load(path [, {tokenizer=path | "bytes"}]) */
+/* mp.load(path [, {tokenizer=path | "bytes", copy=false, ...}]); copy = true
+ * copies a llama2.c file's memory-mapped weights into the model's own memory
+ * (m:param views, m:set_weight), as training does on its first step */
 static int l_load(lua_State *L) {
-    static const char *const known[] = {"tokenizer", "device", "precision", MP_LUA_LOAD_PROCESS_KEYS, NULL};
+    static const char *const known[] = {"tokenizer", "device", "precision", "copy", MP_LUA_LOAD_PROCESS_KEYS, NULL};
     const char *path = luaL_checkstring(L, 1);
     lua_settop(L, 2); /* the model goes to index 3, with or without options (mp.load(path, nil) too) */
     mp_lua_opt_check(L, 2, "mp.load", known);
@@ -646,6 +673,9 @@ static int l_load(lua_State *L) {
     lp.opt = &o;
     lp.log = &lm->log;
     if ((st = mp_model_load_with(&lm->m, path, &lp))) return mp_lua_fail(L, st);
+    /* copy = true: the parameters in the model's own memory, not the file's read-only map (writable) */
+    if (mp_lua_opt_bool(L, opt, "mp.load", "copy", 0) && (st = mp_model_make_owned(lm->m)))
+        return mp_lua_fail(L, mp_error_prefix(st, "mp.load: %s", path));
     if (o.n) {
         mp_lua_optim_push(L, &o);
         lua_setiuservalue(L, -2, 1);

@@ -21,8 +21,11 @@
  * new one. A view keeps its model alive (the model is the view's user value,
  * which views of it inherit). A model with quantized weights gives no views
  * at all until m:dequantize() (its float32 norms and biases would be replaced
- * by training); parameters memory-mapped read-only from a llama2.c file are
- * refused too. */
+ * by training). Parameters memory-mapped read-only from a llama2.c file
+ * give a copy (writes to it do not reach the model; m:set_weight refuses
+ * them, naming mp.load's copy = true). m:param also takes TransformerLens's
+ * names of the norm weights ("blocks.0.ln1.w", "ln_final.b", ...:
+ * mp_tl_norm_param), a view of the same parameter. */
 #include <stdio.h>
 #include <string.h>
 
@@ -82,23 +85,33 @@ static int model_params(lua_State *L) {
     return 1;
 }
 
-/* m:param(name) -> Tensor viewing the parameter (writes change the model) */
+/* m:param(name) -> Tensor viewing the parameter (writes change the model);
+ * a copy when the parameters are a file's read-only memory map */
 static int model_param(lua_State *L) {
     lmodel *lm = mp_lua_model_check(L, 1);
     const char *name = luaL_checkstring(L, 2);
     mp_param_desc d;
     int layer;
-    if (!find_param(lm->m, name, &d, &layer))
-        return luaL_error(L, "m:param: no parameter \"%s\" in this model (m:params() lists them)", name);
+    if (!find_param(lm->m, name, &d, &layer)) { /* TransformerLens's name of a norm weight ("blocks.0.ln1.w")? */
+        char ck[96];
+        int a = mp_tl_norm_param(lm->m, name, ck, sizeof ck);
+        if (a < 0) return luaL_error(L, "m:param: %s", mp_last_error());
+        if (a == 0 || !find_param(lm->m, ck, &d, &layer))
+            return luaL_error(L, "m:param: no parameter \"%s\" in this model (m:params() lists them)", name);
+    }
     if (mp_model_is_quantized(lm->m) || !d.p)
         return luaL_error(L, "m:param: the model has quantized weights: call m:dequantize() first (views of \"%s\" "
                              "would not survive training, which dequantizes)", name);
     size_t per = d.per_layer ? d.n / (size_t)lm->m->cfg.n_layer : d.n;
     float *p = d.p + (layer > 0 ? (size_t)layer * per : 0);
     size_t total = mp_config_n_params(&lm->m->cfg);
-    if (!lm->m->owned || p < lm->m->owned || p + per > lm->m->owned + total)
-        return luaL_error(L, "m:param: \"%s\" is read-only (memory-mapped from %s)", name,
-                          lm->m->source[0] ? lm->m->source : "its file");
+    int64_t shape[2] = {d.shape[0], d.shape[1]};
+    if (!lm->m->owned || p < lm->m->owned || p + per > lm->m->owned + total) {
+        /* the file's read-only memory map: a copy (m:set_weight refuses to write, naming copy = true) */
+        mp_tensor *t = mp_lua_tensor_new(L, d.ndim, shape);
+        memcpy(t->data, p, per * sizeof(float));
+        return 1;
+    }
     mp_lua_params_detach(L, 1, NULL); /* views of an older memory go first: the storage is for this one */
     if (lm->pst && (lm->pst->data != lm->m->owned || lm->pst->n != total)) { /* replaced without a mem_gen move */
         mp_lua_storage_invalidate(lm->pst, WHY_REPLACED);
@@ -109,7 +122,6 @@ static int model_param(lua_State *L) {
         lm->pst = mp_lua_storage_external(L, lm->m->owned, total);
         lm->views_gen = lm->m->mem_gen;
     }
-    int64_t shape[2] = {d.shape[0], d.shape[1]};
     mp_lua_tensor_on(L, lm->pst, (size_t)(p - lm->m->owned), d.ndim, shape);
     lua_pushvalue(L, 1); /* the view (and every view of it) keeps the model alive */
     lua_setiuservalue(L, -2, 1);

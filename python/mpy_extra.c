@@ -230,9 +230,9 @@ static mpy_iv *iv_new(mp_intervention_kind kind, PyObject *head, PyObject *posit
         int pos[MP_INTERVENTION_MAX_POS], n = 0;
         if (PyLong_Check(positions)) {
             long p = PyLong_AsLong(positions);
-            if ((p == -1 && PyErr_Occurred()) || p < 0 || p > INT_MAX) {
+            if ((p == -1 && PyErr_Occurred()) || p < -INT_MAX || p > INT_MAX) {
                 PyErr_Clear();
-                PyErr_Format(PyExc_ValueError, "%s: positions must be non-negative integers (0-based)", fn);
+                PyErr_Format(PyExc_ValueError, "%s: positions must be integers (0-based; negative from the end)", fn);
                 goto fail;
             }
             pos[n++] = (int)p;
@@ -252,12 +252,12 @@ static mpy_iv *iv_new(mp_intervention_kind kind, PyObject *head, PyObject *posit
             }
             for (Py_ssize_t i = 0; i < k; i++) {
                 PyObject *it = PySequence_Fast_GET_ITEM(seq, i);
-                long p = PyLong_Check(it) ? PyLong_AsLong(it) : -1;
-                if (p < 0 || p > INT_MAX) {
+                long p = PyLong_Check(it) ? PyLong_AsLong(it) : LONG_MIN;
+                if (p < -INT_MAX || p > INT_MAX) {
                     PyErr_Clear();
                     Py_DECREF(seq);
-                    PyErr_Format(PyExc_ValueError, "%s: positions[%zd] must be a non-negative integer (0-based)", fn,
-                                 i);
+                    PyErr_Format(PyExc_ValueError, "%s: positions[%zd] must be an integer (0-based; negative from the "
+                                 "end)", fn, i);
                     goto fail;
                 }
                 pos[n++] = (int)p;
@@ -363,10 +363,10 @@ int mpy_intervention_add(mp_hooks *hooks, const char *name, PyObject *obj, int n
     }
     mpy_iv *iv = (mpy_iv *)obj;
     for (int k = 0; n_pos > 0 && k < iv->iv.npos; k++)
-        if (iv->iv.pos[k] >= n_pos) {
-            PyErr_Format(PyExc_ValueError, "%s: %s at position %d, but the input has T = %d positions (0..%d; "
-                                           "positions are 0-based)", what, mp_intervention_name(iv->iv.kind),
-                         iv->iv.pos[k], n_pos, n_pos - 1);
+        if (iv->iv.pos[k] >= n_pos || iv->iv.pos[k] < -n_pos) {
+            PyErr_Format(PyExc_ValueError, "%s: %s at position %d, but the input has T = %d positions (0..%d, "
+                                           "or -%d..-1 from the end)", what, mp_intervention_name(iv->iv.kind),
+                         iv->iv.pos[k], n_pos, n_pos - 1, n_pos);
             return -1;
         }
     mp_status st = mp_hooks_add(hooks, name, mp_intervention_apply, &iv->iv);
@@ -749,9 +749,17 @@ static PyObject *model_params(mpy_model *self, PyObject *unused) {
 static int param_at(mp_model *m, const char *name, const char *fn, float **p, int *nd, npy_intp dims[2]) {
     mp_param_desc d;
     int layer;
-    if (!find_param(m, name, &d, &layer)) {
-        PyErr_Format(PyExc_KeyError, "%s: no parameter \"%s\" in this model (m.params() lists them)", fn, name);
-        return -1;
+    if (!find_param(m, name, &d, &layer)) { /* TransformerLens's name of a norm weight ("blocks.0.ln1.w")? */
+        char ck[96];
+        int a = mp_tl_norm_param(m, name, ck, sizeof ck);
+        if (a < 0) {
+            PyErr_Format(PyExc_KeyError, "%s: %s", fn, mp_last_error());
+            return -1;
+        }
+        if (a == 0 || !find_param(m, ck, &d, &layer)) {
+            PyErr_Format(PyExc_KeyError, "%s: no parameter \"%s\" in this model (m.params() lists them)", fn, name);
+            return -1;
+        }
     }
     if (mp_model_is_quantized(m) || !d.p) {
         PyErr_Format(PyExc_ValueError, "%s: \"%s\": the model has quantized weights; call m.dequantize() first", fn,
@@ -817,9 +825,9 @@ static PyObject *model_set_param(mpy_model *self, PyObject *args) {
     if (param_at(m, name, "set_param", &p, &nd, dims)) return NULL;
     size_t per = (size_t)dims[0] * (nd == 2 ? (size_t)dims[1] : 1), total = mp_config_n_params(&m->cfg);
     if (!m->owned || p < m->owned || p + per > m->owned + total)
-        return PyErr_Format(PyExc_ValueError, "set_param: \"%s\" is read-only (memory-mapped from %s); "
-                                              "m.process_weights() or a training step copies the weights into the "
-                                              "model's own memory", name, m->source[0] ? m->source : "its file");
+        return PyErr_Format(PyExc_ValueError, "set_param: \"%s\" is read-only: the weights are the read-only "
+                                              "memory map of %s; " MP_TL_COPY_HINT, name,
+                            m->source[0] ? m->source : "its file");
     PyArrayObject *a = mpy_floats(val, -1, "set_param: value");
     if (!a) return NULL;
     int same = PyArray_NDIM(a) == nd && PyArray_DIM(a, 0) == dims[0] && (nd == 1 || PyArray_DIM(a, 1) == dims[1]);

@@ -210,14 +210,18 @@ static int attach_tokenizer(mpy_model *self, const char *spec) {
     return 0;
 }
 
-/* mechprobe.load(path, tokenizer=None) — every format mp.load reads (detected by
- * content); the tokenizer as mp.load finds it (formats/tok_find.c). */
+/* mechprobe.load(path, tokenizer=None, *, copy=False) — every format mp.load
+ * reads (detected by content); the tokenizer as mp.load finds it
+ * (formats/tok_find.c); copy=True copies a llama2.c file's memory-mapped
+ * weights into the model's own memory (writable: set_param, set_weight). */
 static PyObject *py_load(PyObject *mod, PyObject *args, PyObject *kw) {
     (void)mod;
-    static char *kwlist[] = {"path", "tokenizer", NULL};
+    static char *kwlist[] = {"path", "tokenizer", "copy", NULL};
     PyObject *pathobj;
     const char *tokspec = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|z:load", kwlist, PyUnicode_FSConverter, &pathobj, &tokspec))
+    int copy = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|z$p:load", kwlist, PyUnicode_FSConverter, &pathobj, &tokspec,
+                                     &copy))
         return NULL;
     const char *path = PyBytes_AS_STRING(pathobj);
     mpy_model *self = model_alloc();
@@ -229,6 +233,7 @@ static PyObject *py_load(PyObject *mod, PyObject *args, PyObject *kw) {
     mp_status st;
     Py_BEGIN_ALLOW_THREADS
     st = mp_model_load_with(&self->m, path, &lp);
+    if (!st && copy) st = mp_model_make_owned(self->m); /* the file's read-only map -> the model's own memory */
     Py_END_ALLOW_THREADS
     if (st) goto fail;
     if (tokspec) {
@@ -483,7 +488,8 @@ static PyObject *model_set_tokenizer(mpy_model *self, PyObject *arg) {
 
 /* m.to_tokens(text | [texts], prepend_bos=None, eos=False, padding_side="right")
  * -> int32 [1, T]; for a list of texts, (tokens [B, T], attention_mask [B, T])
- * padded as m:to_tokens pads them (runtime/ragged.c mp_pad_batch). */
+ * padded as m:to_tokens pads them (runtime/ragged.c mp_pad_batch). An entry
+ * may be a list (or 1-D array) of ids instead: taken as it is, padded alike. */
 static PyObject *model_to_tokens(mpy_model *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"text", "prepend_bos", "eos", "padding_side", NULL};
     PyObject *text, *pbos = Py_None;
@@ -523,9 +529,41 @@ static PyObject *model_to_tokens(mpy_model *self, PyObject *args, PyObject *kw) 
     for (Py_ssize_t b = 0; b < B; b++) {
         PyObject *it = PySequence_Fast_GET_ITEM(seq, b);
         Py_ssize_t len;
+        if (!PyUnicode_Check(it) && !PyBytes_Check(it) && PySequence_Check(it)) {
+            /* a row of ids, taken as it is (no BOS / EOS added), padded as texts are (m:to_tokens in Lua) */
+            PyObject *ids = PySequence_Fast(it, "to_tokens: a row of ids");
+            if (!ids) goto out;
+            Py_ssize_t k = PySequence_Fast_GET_SIZE(ids);
+            if (k <= 0 || k > INT_MAX || !(rows[b] = malloc((size_t)k * sizeof(int)))) {
+                Py_DECREF(ids);
+                if (k > 0 && k <= INT_MAX) PyErr_NoMemory();
+                else PyErr_Format(PyExc_ValueError, "to_tokens: texts[%zd] is an empty list of ids: a row needs at "
+                                                    "least one real token", b);
+                goto out;
+            }
+            int vocab = self->m->cfg.vocab;
+            for (Py_ssize_t i = 0; i < k; i++) {
+                PyObject *ix = PyNumber_Index(PySequence_Fast_GET_ITEM(ids, i));
+                long v = ix ? PyLong_AsLong(ix) : -1;
+                Py_XDECREF(ix);
+                if (!ix || (v == -1 && PyErr_Occurred()) || v < 0 || v >= vocab) {
+                    PyErr_Clear();
+                    Py_DECREF(ids);
+                    PyErr_Format(PyExc_ValueError, "to_tokens: texts[%zd][%zd] must be a token id in 0..%d", b, i,
+                                 vocab - 1);
+                    goto out;
+                }
+                rows[b][i] = (int)v;
+            }
+            Py_DECREF(ids);
+            lens[b] = (int)k;
+            total += (size_t)k;
+            continue;
+        }
         const char *s = PyUnicode_Check(it) ? PyUnicode_AsUTF8AndSize(it, &len) : NULL;
         if (!s) {
-            PyErr_Format(PyExc_TypeError, "to_tokens: texts[%zd] is a %s, not a string", b, Py_TYPE(it)->tp_name);
+            PyErr_Format(PyExc_TypeError, "to_tokens: texts[%zd] is a %s, not a string or a list of token ids", b,
+                         Py_TYPE(it)->tp_name);
             goto out;
         }
         if (mpy_encode(self, s, len, flags, &rows[b], &lens[b])) goto out;

@@ -5,6 +5,8 @@
 #include "weights_tl.h"
 
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The dims a table entry's shape is made of. */
@@ -222,8 +224,8 @@ mp_status mp_tl_weight_settable(const mp_model *m, const mp_tl_weight *w) {
         return mp_error(MP_ERR_ARG, "the model has quantized weights: call m:dequantize() first");
     size_t total = mp_config_n_params(&m->cfg);
     if (!m->owned || w->p < m->owned || w->p >= m->owned + total)
-        return mp_error(MP_ERR_ARG, "%s is read-only (memory-mapped from %s)", w->name,
-                        m->source[0] ? m->source : "its file");
+        return mp_error(MP_ERR_ARG, "%s is read-only: the weights are the read-only memory map of %s; "
+                        MP_TL_COPY_HINT, w->name, m->source[0] ? m->source : "its file");
     return MP_OK;
 }
 
@@ -235,4 +237,82 @@ mp_status mp_tl_weight_set(mp_model *m, const mp_tl_weight *w, int layer, const 
     for (int k = l0; k < l1; k++)
         xfer(w, w->p + (size_t)k * w->stride, (float *)(src + (size_t)(k - l0) * w->numel), 0);
     return MP_OK;
+}
+
+/* ---- TransformerLens's state_dict names of the norm weights ---- */
+
+/* TL's suffix (after "blocks.L.", or the whole name for ln_final) and the
+ * checkpoint's, and why a model may lack it. */
+enum { WHY_PRE = 1, WHY_BIAS = 2, WHY_MLP = 4, WHY_POST = 8, WHY_QK = 16 };
+static const struct {
+    const char *tl, *ckpt;
+    unsigned why;
+} norm_names[] = {
+    {"ln1.w", "ln1.weight", WHY_PRE},
+    {"ln1.b", "ln1.bias", WHY_PRE | WHY_BIAS},
+    {"ln2.w", "ln2.weight", WHY_PRE | WHY_MLP},
+    {"ln2.b", "ln2.bias", WHY_PRE | WHY_MLP | WHY_BIAS},
+    {"ln1_post.w", "ln1_post.weight", WHY_POST},
+    {"ln2_post.w", "ln2_post.weight", WHY_POST | WHY_MLP},
+    {"attn.q_norm.w", "attn.q_norm.weight", WHY_QK},
+    {"attn.k_norm.w", "attn.k_norm.weight", WHY_QK},
+    {"ln_final.w", "ln_final.weight", 0},
+    {"ln_final.b", "ln_final.bias", WHY_BIAS},
+};
+
+static int has_param(const mp_model *m, const char *name) {
+    mp_param_desc d[MP_PARAM_MAX];
+    int n = mp_params_describe(&m->cfg, &m->p, d);
+    for (int i = 0; i < n; i++) {
+        char buf[96];
+        if (d[i].per_layer) {
+            for (int l = 0; l < m->cfg.n_layer; l++) {
+                snprintf(buf, sizeof buf, d[i].name, l);
+                if (strcmp(buf, name) == 0) return 1;
+            }
+        } else if (strcmp(d[i].name, name) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int mp_tl_norm_param(const mp_model *m, const char *tl, char *ckpt, size_t n) {
+    const mp_config *c = &m->cfg;
+    const char *suffix = tl;
+    long layer = -1;
+    if (strncmp(tl, "blocks.", 7) == 0) {
+        char *end;
+        layer = strtol(tl + 7, &end, 10);
+        if (end == tl + 7 || *end != '.' || layer < 0) return 0;
+        suffix = end + 1;
+    }
+    size_t k = 0, nn = sizeof norm_names / sizeof norm_names[0];
+    while (k < nn && strcmp(norm_names[k].tl, suffix) != 0) k++;
+    if (k == nn || (layer < 0) != (strncmp(suffix, "ln_final", 8) == 0)) return 0;
+    if (layer >= c->n_layer) {
+        mp_error(MP_ERR_ARG, "%s: layer %ld out of range: the model has %d layers (0..%d)", tl, layer, c->n_layer,
+                 c->n_layer - 1);
+        return -1;
+    }
+    if (layer >= 0) snprintf(ckpt, n, "blocks.%ld.%s", layer, norm_names[k].ckpt);
+    else snprintf(ckpt, n, "%s", norm_names[k].ckpt);
+    if (has_param(m, ckpt)) return 1;
+    unsigned why = norm_names[k].why;
+    if ((why & WHY_PRE) && c->no_pre_norms)
+        mp_error(MP_ERR_ARG, "%s: the model's blocks have no pre-norms (pre_norms = false, OLMo 2: its norms are "
+                 "ln1_post.w / ln2_post.w)", tl);
+    else if ((why & WHY_MLP) && c->mlp == MP_MLP_NONE)
+        mp_error(MP_ERR_ARG, "%s: the model has no MLP (mlp = \"none\"), so no norm before or after it", tl);
+    else if ((why & WHY_BIAS) && c->norm != MP_NORM_LAYER)
+        mp_error(MP_ERR_ARG, "%s: the model's norms are RMSNorm (norm = \"%s\"): they have no bias", tl,
+                 mp_norm_name(c->norm));
+    else if (why & WHY_POST)
+        mp_error(MP_ERR_ARG, "%s: the model has no post-norms (post_norms = false; Gemma 2/3 and OLMo 2 have them)",
+                 tl);
+    else if (why & WHY_QK)
+        mp_error(MP_ERR_ARG, "%s: the model has no q/k norms (qk_norm = \"none\")", tl);
+    else
+        mp_error(MP_ERR_ARG, "%s: the model has no such parameter (m:params() lists them)", tl);
+    return -1;
 }

@@ -79,4 +79,20 @@ mp_status mp_tl_weight_settable(const mp_model *m, const mp_tl_weight *w);
  * `layer` (< 0: all layers) of w; checks mp_tl_weight_settable first. */
 mp_status mp_tl_weight_set(mp_model *m, const mp_tl_weight *w, int layer, const float *src);
 
+/* The end of the message for a write into a memory-mapped model: how to load
+ * a copy that can be written (the Lua and Python spellings). */
+#define MP_TL_COPY_HINT "load it with copy = true (Lua: mp.load(path, {copy = true}); Python: " \
+                        "mechprobe.load(path, copy=True)) to write them"
+
+/* TransformerLens's state_dict names of the norm weights: "blocks.L.ln1.w",
+ * "blocks.L.ln1.b", "blocks.L.ln2.w", "blocks.L.ln2.b", "blocks.L.ln1_post.w",
+ * "blocks.L.ln2_post.w", "blocks.L.attn.q_norm.w", "blocks.L.attn.k_norm.w",
+ * "ln_final.w", "ln_final.b". For such a name: 1 with the checkpoint name it
+ * stands for ("blocks.L.ln1.weight", ...: m:param's names) in ckpt[n] when the
+ * model has that parameter; -1 (mp_error set, naming the TL name and what the
+ * config lacks, or the layer out of range) when it has not. 0 for any other
+ * name. The values are the model's as stored, which are TL's (a norm_offset
+ * model, Gemma, keeps the factor 1 + w, as TL's converted weights do). */
+int mp_tl_norm_param(const mp_model *m, const char *tl, char *ckpt, size_t n);
+
 #endif

@@ -10,6 +10,7 @@
 #include "model.h"
 #include "testutil.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -268,6 +269,16 @@ static void test_patch(void) {
                     if (fabs((double)e[k] - want) > worst) worst = fabs((double)e[k] - want);
                 }
     CHECK(e && worst == 0.0, "patch head 0 pos 2 of hook_z: max error %.3g", worst);
+    /* the same position counted from the end (2 - T): the same activations, bit for bit */
+    mp_intervention ivn = mp_intervention_patch(zsrc, nz);
+    ivn.head = 0;
+    int pn = 2 - T;
+    CHECK(mp_intervention_set_positions(&ivn, &pn, 1) == MP_OK, "negative position taken: %s", mp_last_error());
+    tu_capture *zn = run(TOK, z, &ivn, NULL, NULL);
+    size_t nn;
+    const float *en = got(zn, z, &nn);
+    CHECK(e && en && nn == n && memcmp(e, en, n * sizeof(float)) == 0, "positions %d and 2 (T = %d) differ", pn, T);
+    done(zn);
     done(ze);
     done(zs);
     done(zc);
@@ -343,9 +354,12 @@ static void test_refusals(void) {
     iv = mp_intervention_zero();
     CHECK(mp_intervention_set_positions(&iv, pos, MP_INTERVENTION_MAX_POS + 1) == MP_ERR_ARG && iv.npos == 0,
           "too many positions refused");
-    pos[3] = -1;
-    CHECK(mp_intervention_set_positions(&iv, pos, 4) == MP_ERR_ARG && strstr(mp_last_error(), "negative"),
-          "negative position refused: %s", mp_last_error());
+    pos[3] = -(T + 1); /* counted from the end: before the start of a T-token sequence */
+    CHECK(mp_intervention_set_positions(&iv, pos, 4) == MP_OK && iv.npos == 4, "negative positions kept");
+    char want[96];
+    snprintf(want, sizeof want, "position %d at blocks.0.hook_resid_pre is out of range for a sequence of %d", -(T + 1),
+             T);
+    expect_fail("negative position before the start", "blocks.0.hook_resid_pre", &iv, want);
     CHECK(strcmp(mp_intervention_name(MP_INTERVENTION_MEAN), "mean ablation") == 0, "names");
 }
 

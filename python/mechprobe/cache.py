@@ -16,6 +16,17 @@ _ATTN = {"q", "k", "v", "z", "rot_q", "rot_k", "attn_scores", "pattern", "result
 _MLP = {"pre", "post", "pre_linear"}
 
 
+def _edit_distance(a, b):
+    """Levenshtein distance of a and b (the first 127 characters of each, as lua/lcache.c)."""
+    a, b = a[:127], b[:127]
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        diag, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            diag, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, diag + (ca != cb))
+    return row[-1]
+
+
 class ActivationCache(dict):
     """dict of hook name -> numpy array, plus:
 
@@ -63,7 +74,15 @@ class ActivationCache(dict):
                    f"{key[:-5]!r} (a point with a gradient)")
         else:
             how = "run m.run_with_cache(tokens, names=...) with names that include it (m.hook_names() lists them)"
-        raise KeyError(f"the cache has no {key!r}: {how}")
+        names = [k for k in self if isinstance(k, str)]
+        if not names:
+            got = "the cache is empty"
+        elif len(names) <= 8:
+            got = "it captured " + ", ".join(names)
+        else:  # the nearest by edit distance, as the Lua cache's error
+            near = sorted(names, key=lambda k: (_edit_distance(str(key), k), k))[:3]
+            got = f"it captured {len(names)} names, the nearest {', '.join(near)}"
+        raise KeyError(f"the cache has no {key!r}: {got}; {how}")
 
     def __repr__(self):
         return f"ActivationCache({len(self)} hook points: {', '.join(list(self)[:4])}{', ...' if len(self) > 4 else ''})"

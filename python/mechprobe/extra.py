@@ -11,10 +11,14 @@ from . import _core
 _PROCESS_KEYS = ("fold_ln", "center_writing_weights", "center_unembed", "fold_value_biases")
 
 
-def load(path, tokenizer=None, *, fold_ln=False, center_writing_weights=False, center_unembed=False,
+def load(path, tokenizer=None, *, copy=False, fold_ln=False, center_writing_weights=False, center_unembed=False,
          fold_value_biases=False):
-    """load(path, tokenizer=None, fold_ln=False, center_writing_weights=False,
+    """load(path, tokenizer=None, copy=False, fold_ln=False, center_writing_weights=False,
     center_unembed=False, fold_value_biases=False) -> Model
+
+    copy=True copies a llama2.c file's weights (otherwise its read-only
+    memory map: m.param reads, m.set_param / m.set_weight refuse) into the
+    model's own memory, so that they can be written (mp.load's copy = true).
 
     Every format mp.load reads (llama2.c, GGUF, Hugging Face folder, mechprobe
     checkpoint; a checkpoint's optimizer state and loss curve come with it, so
@@ -22,7 +26,7 @@ def load(path, tokenizer=None, *, fold_ln=False, center_writing_weights=False, c
     (MP_LUA_LOAD_PROCESS_KEYS): each True one is applied with
     m.process_weights and must apply to this model (else ValueError, the
     model freed)."""
-    m = _core.load(path, tokenizer)
+    m = _core.load(path, tokenizer, copy=bool(copy))
     try:
         _core._restore_train_state(m, path)
         asked = dict(zip(_PROCESS_KEYS, (fold_ln, center_writing_weights, center_unembed, fold_value_biases)))

@@ -72,7 +72,7 @@ local function check_fd(label, m, h)
   local worst, nchk = 0, 0
   h = h or 1e-2
   for _, name in ipairs(m:hook_names()) do
-    local g, act = cache[name .. "_grad"], cache[name]
+    local g, act = rawget(cache, name .. "_grad"), rawget(cache, name)
     if not g then -- an opt-in point ('*' leaves it out): asked for by name
       local ok, r1, r2 = pcall(m.run_with_cache, m, toks, {names = name, incl_bwd = true, loss = spec})
       if ok then
@@ -141,7 +141,7 @@ t.case("backward hooks: reverse order, the cache's gradients", function()
     bwd_hooks = {{"*", function(g, hook) bwd[#bwd + 1] = hook.name; seen[hook.name] = g:clone() end}}})
   -- the points with a gradient (the cache has NAME_grad for exactly those)
   local with = {}
-  for _, name in ipairs(fwd) do if cache[name .. "_grad"] then with[#with + 1] = name end end
+  for _, name in ipairs(fwd) do if rawget(cache, name .. "_grad") then with[#with + 1] = name end end
   fwd = with
   t.ok(#fwd >= 20 and #bwd == #fwd, "every point with a gradient fires once each way")
   for i = 1, #fwd do t.ok(bwd[i] == fwd[#fwd + 1 - i], ("backward %d is %s (got %s)"):format(i, fwd[#fwd + 1 - i], bwd[i])) end
@@ -157,7 +157,7 @@ t.case("backward hooks: edits propagate as the closed forms say", function()
   local _, dbl = m:run_with_cache(toks, {incl_bwd = true, loss = spec,
     bwd_hooks = {{"blocks.1.hook_resid_mid", function(g) g:mul_(2) end}}})
   for _, name in ipairs(m:hook_names()) do
-    local a, b = base[name .. "_grad"], dbl[name .. "_grad"]
+    local a, b = rawget(base, name .. "_grad"), rawget(dbl, name .. "_grad")
     if not a then goto continue end
     local up = name == "hook_embed" or name:find("^blocks%.0%.") or name:find("^blocks%.1%.hook_resid_pre")
              or name:find("^blocks%.1%.ln1") or name:find("^blocks%.1%.attn") or name:find("^blocks%.1%.hook_attn_out")

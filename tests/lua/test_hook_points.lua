@@ -290,7 +290,7 @@ end)
 t.case("opt-in points and capture files", function()
   local m = mR
   local _, all = m:run_with_cache(toks)
-  assert(all["blocks.0.attn.hook_result"] == nil and all["blocks.0.hook_attn_in"] == nil, "'*' leaves them out")
+  assert(rawget(all, "blocks.0.attn.hook_result") == nil and rawget(all, "blocks.0.hook_attn_in") == nil, "'*' leaves them out")
   assert(all["blocks.0.ln1.hook_scale"] ~= nil and all["ln_final.hook_scale"] ~= nil, "'*' has the scales")
   local names = mp.hook_names(m)
   local seen = {}
@@ -319,6 +319,24 @@ t.case("cache helper errors", function()
   t.expect_error(function() c:accumulated_resid(0, {pos_slice = 6}) end, "pos_slice", "position out of range")
   t.expect_error(function() c:accumulated_resid(0, {incl_mids = true}) end, "unknown option 'incl_mids'", "strict options")
   t.expect_error(function() c.accumulated_resid({}, 0) end, "run_with_cache", "not a cache")
+  -- a layer past the last block is said so, not "unknown" alone (mR has 2 layers)
+  t.expect_error(function() mR:run_with_cache(toks, {names = "blocks.9.hook_resid_post"}) end,
+                 "layer 9 out of range: the model has 2 layers (0..1)", "run_with_cache: layer out of range")
+  t.expect_error(function() mR:run_with_hooks(toks, {fwd_hooks = {{"blocks.2.hook_resid_post", function() end}}}) end,
+                 "layer 2 out of range: the model has 2 layers (0..1)", "run_with_hooks: layer out of range")
+  -- a name the cache lacks: an error naming it and the nearest captured names (by edit distance)
+  t.expect_error(function() return c["blocks.1.hook_resid_post"] end,
+                 "cache: no 'blocks.1.hook_resid_post': it captured", "missing key named")
+  local _, big = mR:run_with_cache(toks, {names = "blocks.*"})
+  t.expect_error(function() return big["blocks.1.hook_resid_pos"] end,
+                 "the nearest blocks.1.hook_resid_post, blocks.0.hook_resid_post, blocks.1.hook_resid_pre",
+                 "nearest names")
+  t.expect_error(function() return big["hook_embed_grad"] end, "incl_bwd = true", "a gradient: how to get it")
+  assert(rawget(big, "hook_embed") == nil and big.loss == nil, "rawget and non-hook keys stay nil")
+  local small <close> = mp.model.new{d_model = 8, n_layer = 1, n_head = 2, vocab = 5, ctx = 8, mlp = "none", seed = 1}
+  local _, few = small:run_with_cache({1, 2}, {names = "blocks.0.hook_resid_*"})
+  t.expect_error(function() return few["blocks.0.hook_attn_out"] end,
+                 "it captured blocks.0.hook_resid_", "a small cache lists every name")
   local st = c:accumulated_resid(1)
   t.expect_error(function() c:logit_attrs(st, {1}) end, "1 ids given for a batch of 2", "token count")
   t.expect_error(function() c:logit_attrs(st, 40) end, "outside the vocabulary", "token range")

@@ -224,8 +224,9 @@ t.case("integer options", function()
   t.expect_error(function() m:train(o) end, "train: option 'steps' must be an integer in [0, ", "steps")
   t.expect_error(function() m:train{task = task, steps = 2, batch = 0.5} end, "train: option 'batch' must be an integer in [1, ", "batch")
   t.expect_error(function() mp.ablate.zero{head = 2^31} end, "mp.ablate.zero: option 'head' must be an integer in [0, 2147483647], got 2147483648", "head")
-  t.expect_error(function() mp.ablate.zero{positions = {1, 2.5}} end, "mp.ablate.zero: option 'positions'[2] must be an integer in [0, 2147483647], got 2.5", "positions")
-  t.expect_error(function() mp.ablate.zero{positions = -1} end, "mp.ablate.zero: option 'positions' must be an integer in [0, 2147483647], got -1", "positions<0")
+  t.expect_error(function() mp.ablate.zero{positions = {1, 2.5}} end, "mp.ablate.zero: option 'positions'[2] must be an integer in [-2147483647, 2147483647], got 2.5", "positions")
+  -- negative positions count from the end (-1 the last); only INT_MIN, with no position of its own, is refused
+  t.expect_error(function() mp.ablate.zero{positions = -2^31} end, "mp.ablate.zero: option 'positions' must be an integer in [-2147483647, 2147483647], got -2147483648", "positions<-INT_MAX")
 end)
 -- item 11: an ablation position beyond the input is an error naming it and T
 t.case("ablation positions beyond T", function()

@@ -4,8 +4,10 @@
 -- (close, collection) instead of touching freed memory, saying why, a view keeps
 -- its model alive, views a script drops are collected (m:param in a loop does
 -- not grow the heap), a model with quantized weights gives no view of any name
--- until m:dequantize() (training would free the memory a view points at), and a
--- read-only (memory-mapped) model or an unknown name is refused.
+-- until m:dequantize() (training would free the memory a view points at), an
+-- unknown name is refused, a read-only (memory-mapped) model gives copies and
+-- refuses writes naming mp.load's copy = true, and TransformerLens's names of
+-- the norm weights ("blocks.0.ln1.w") view the same parameters.
 local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
 local data = os.getenv("MP_TESTDATA") or "tests/data"
 
@@ -102,8 +104,64 @@ t.case("refusals", function()
   local m <close> = tiny()
   t.expect_error(function() return m:param("blocks.1.attn.wq") end, 'no parameter "blocks.1.attn.wq"', "bad layer")
   t.expect_error(function() return m:param("unembed") end, 'no parameter "unembed"', "tied unembed")
-  local f <close> = mp.load(data .. "/ref_gqa_untied.bin")   -- llama2.c: memory-mapped read-only
-  t.expect_error(function() return f:param("blocks.0.attn.wq") end, "read-only", "mapped weights")
+end)
+
+-- A llama2.c file's weights are its read-only memory map: m:param reads a copy
+-- (equal to the view of the same file loaded with copy = true, and to the
+-- TransformerLens shortcut W_Q, a different path); writing goes through
+-- m:set_weight, which refuses, naming copy = true; with copy = true it writes.
+t.case("memory-mapped weights: read a copy, writes refused naming copy = true", function()
+  local f <close> = mp.load(data .. "/ref_gqa_untied.bin")
+  local g <close> = mp.load(data .. "/ref_gqa_untied.bin", {copy = true})
+  local a, b = f:param("blocks.1.attn.wq"), g:param("blocks.1.attn.wq")
+  t.near((a - b):abs():max(), 0, 0, "the copy equals the copied model's view")
+  local Dh, D = f.config.d_head, f.config.d_model
+  local Q = f:W_Q(1)
+  t.near(a:get(2 * Dh + 3, D), Q:get(3, D, 3), 0, "wq[(h Dh + e), d] = W_Q[h, d, e]")
+  local before = a:get(1, 1)
+  a:set(before + 1, 1, 1)
+  t.near(f:param("blocks.1.attn.wq"):get(1, 1), before, 0, "a write to the copy does not reach the mapped model")
+  t.expect_error(function() f:set_weight("W_Q", 1, Q) end, "mp.load(path, {copy = true})", "mapped: set_weight")
+  t.expect_error(function() f:set_weight("W_Q", 1, Q) end, "ref_gqa_untied.bin", "the message names the file")
+  Q:set(Q:get(3, D, 3) + 0.5, 3, D, 3)
+  g:set_weight("W_Q", 1, Q)
+  t.near(b:get(2 * Dh + 3, D), Q:get(3, D, 3), 1e-6, "copy = true: set_weight writes the view")
+  t.expect_error(function() mp.load(data .. "/ref_gqa_untied.bin", {copy = 1}) end, "copy", "copy must be a boolean")
+end)
+
+-- TransformerLens's state_dict names of the norm weights view the same
+-- parameters as the checkpoint names (a write through one reads through the
+-- other); names the model lacks are refused saying what its config lacks.
+t.case("norm weights under TransformerLens's names", function()
+  local m <close> = mp.model.new{d_model = 8, n_layer = 2, n_head = 2, vocab = 5, ctx = 8, norm = "layer", seed = 3}
+  local pairs_ = {{"blocks.1.ln1.w", "blocks.1.ln1.weight"}, {"blocks.1.ln1.b", "blocks.1.ln1.bias"},
+                  {"blocks.0.ln2.w", "blocks.0.ln2.weight"}, {"blocks.0.ln2.b", "blocks.0.ln2.bias"},
+                  {"ln_final.w", "ln_final.weight"}, {"ln_final.b", "ln_final.bias"}}
+  for i, p in ipairs(pairs_) do
+    local tl, ck = m:param(p[1]), m:param(p[2])
+    assert(tl:dim() == 1 and tl:size(1) == 8, p[1] .. ": [d_model]")
+    tl:set(0.25 * i, 3)
+    t.near(ck:get(3), 0.25 * i, 0, p[1] .. " writes " .. p[2])
+    ck:set(-0.5 * i, 5)
+    t.near(tl:get(5), -0.5 * i, 0, p[2] .. " reads back through " .. p[1])
+  end
+  t.expect_error(function() return m:param("blocks.2.ln1.w") end,
+                 "blocks.2.ln1.w: layer 2 out of range: the model has 2 layers (0..1)", "layer out of range")
+  t.expect_error(function() return m:param("blocks.0.ln1_post.w") end, "no post-norms", "no post-norms")
+  t.expect_error(function() return m:param("blocks.0.attn.q_norm.w") end, 'no q/k norms (qk_norm = "none")', "no qk")
+  local r <close> = mp.model.new{d_model = 8, n_layer = 1, n_head = 2, vocab = 5, ctx = 8, mlp = "none",
+                                 post_norms = true, qk_norm = "head", seed = 4}
+  t.expect_error(function() return r:param("ln_final.b") end, 'RMSNorm (norm = "rms"): they have no bias', "rms bias")
+  t.expect_error(function() return r:param("blocks.0.ln2.w") end, 'no MLP (mlp = "none")', "no MLP")
+  for _, p in ipairs{{"blocks.0.ln1_post.w", "blocks.0.ln1_post.weight", 8},
+                     {"blocks.0.attn.q_norm.w", "blocks.0.attn.q_norm.weight", 4},
+                     {"blocks.0.attn.k_norm.w", "blocks.0.attn.k_norm.weight", 4}} do
+    local tl = r:param(p[1])
+    assert(tl:size(1) == p[3], p[1] .. " width")
+    tl:set(7, 2)
+    t.near(r:param(p[2]):get(2), 7, 0, p[1] .. " is " .. p[2])
+  end
+  t.expect_error(function() return r:param("blocks.0.ln1.x") end, 'no parameter "blocks.0.ln1.x"', "unknown name")
 end)
 
 t.case("views a script drops are collected", function()

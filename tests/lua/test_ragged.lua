@@ -238,7 +238,20 @@ t.case("to_tokens pads a list of texts", function()
   t.deep_eq(m:to_tokens("ab", {prepend_space = false}), {256, 97, 98}, "bytes: prepend_space = false is a no-op")
   t.expect_error(function() m:to_tokens("ab", {prepend_space = true}) end, "the bytes tokenizer has no dummy prefix",
                  "bytes: prepend_space = true")
-  t.expect_error(function() m:to_tokens({"ab", 3}) end, "texts[2] is a number, not a string", "a number in the list")
+  -- lists of ids (ragged) pad as the texts that encode to them: same ids, same mask, either side
+  for _, side in ipairs{"right", "left"} do
+    local tt, tm = m:to_tokens({"ab", "hello"}, {padding_side = side})
+    local it, im = m:to_tokens({{256, 97, 98}, {256, 104, 101, 108, 108, 111}}, {padding_side = side})
+    t.deep_eq(it, tt, "ids padded as texts (" .. side .. ")")
+    t.deep_eq(im, tm, "the mask of ids as of texts (" .. side .. ")")
+  end
+  local mt, mm = m:to_tokens({"ab", {104, 105, 33, 63}}, {prepend_bos = false})
+  t.deep_eq(mt, {{97, 98, 256, 256}, {104, 105, 33, 63}}, "texts and ids mixed (ids as given: no BOS added)")
+  t.deep_eq(mm, {{1, 1, 0, 0}, {1, 1, 1, 1}}, "mixed mask")
+  t.expect_error(function() m:to_tokens({{1, 2}, {}}) end, "texts[2] is an empty list of ids", "empty id row")
+  t.expect_error(function() m:to_tokens({{1, 260}}) end, "texts[1][2] (a token id)", "id outside the vocabulary")
+  t.expect_error(function() m:to_tokens({"ab", 3}) end, "texts[2] is a number, not a string or a list of token ids",
+                 "a number in the list")
   t.expect_error(function() m:to_tokens({"ab"}, {padding_side = "top"}) end, "padding_side", "bad side")
   t.expect_error(function() m:to_tokens({"", "a"}, {bos = false}) end, "texts[1] encodes to no tokens", "empty row")
   t.expect_error(function() m:to_tokens("a", {bos = true, prepend_bos = true}) end, "not both", "bos twice")

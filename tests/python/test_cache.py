@@ -96,6 +96,11 @@ def test_errors(setup):
         m.run_with_cache(toks, names="blocks.0.hook_nope")
     with pytest.raises(ValueError, match="unknown hook name 'blocks.99.hook_z'"):
         m.run_with_cache(toks, names=["hook_embed", "blocks.99.hook_z"])
+    nl = m.config["n_layer"]
+    with pytest.raises(ValueError, match=rf"layer {nl + 1} out of range: the model has {nl} layers \(0..{nl - 1}\)"):
+        m.run_with_cache(toks, names=f"blocks.{nl + 1}.hook_resid_post")
+    with pytest.raises(ValueError, match=rf"layer {nl} out of range: the model has {nl} layers"):
+        m.run_with_hooks(toks, fwd_hooks=[(f"blocks.{nl}.hook_resid_post", lambda x, hook: None)])
     with pytest.raises(TypeError, match="names"):
         m.run_with_cache(toks, names=3)
     with pytest.raises(TypeError, match="not both"):
@@ -109,6 +114,13 @@ def test_errors(setup):
         cache["hook_embed_grad"]
     with pytest.raises(KeyError, match="the cache has no 'blocks.0.hook_resid_pre'"):
         cache.accumulated_resid()
+    # a missing key names what was captured: all of a small cache, else the nearest names (as Lua's)
+    with pytest.raises(KeyError, match="the cache has no 'hook_embd': it captured hook_embed; run"):
+        cache["hook_embd"]
+    _, big = m.run_with_cache(toks, names="blocks.*")
+    with pytest.raises(KeyError, match=r"'blocks.1.hook_resid_pos': it captured \d+ names, the nearest "
+                                       r"blocks.1.hook_resid_post, blocks.0.hook_resid_post, blocks.1.hook_resid_pre;"):
+        big["blocks.1.hook_resid_pos"]
     _, cache = m.run_with_cache(toks)
     with pytest.raises(ValueError, match="pos_slice"):
         cache.accumulated_resid(pos_slice=99)

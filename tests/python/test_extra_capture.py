@@ -127,3 +127,22 @@ def test_capture_errors(tmp_path, model):
         m.capture(TOKS, str(tmp_path / "g.h5"), attention_mask=[[1, 1]])
     with pytest.raises(ValueError, match="capture_prompts: prompt 1"):
         m.capture_prompts([[1, 2], [1, -3]], str(tmp_path / "h.h5"))
+
+
+def test_to_tokens_pads_lists_of_ids():
+    """A list of id lists (ragged) pads as the texts that encode to them (the same
+    ids and mask, either side), as m:to_tokens in Lua; ids are taken as given."""
+    m = mechprobe.Model({"d_model": 16, "n_layer": 1, "n_head": 2, "d_mlp": 32, "vocab": 260, "ctx": 16},
+                        tokenizer="bytes")
+    for side in ("right", "left"):
+        tt, tm = m.to_tokens(["ab", "hello"], padding_side=side)
+        it, im = m.to_tokens([[256, 97, 98], np.array([256, 104, 101, 108, 108, 111])], padding_side=side)
+        np.testing.assert_array_equal(it, tt)
+        np.testing.assert_array_equal(im, tm)
+    mt, mm = m.to_tokens(["ab", [104, 105, 33, 63]], prepend_bos=False)
+    np.testing.assert_array_equal(mt, [[97, 98, 256, 256], [104, 105, 33, 63]])
+    np.testing.assert_array_equal(mm, [[1, 1, 0, 0], [1, 1, 1, 1]])
+    with pytest.raises(ValueError, match="texts\\[1\\] is an empty list of ids"):
+        m.to_tokens([[1, 2], []])
+    with pytest.raises(ValueError, match="texts\\[0\\]\\[1\\] must be a token id in 0..259"):
+        m.to_tokens([[1, 260]])

@@ -122,9 +122,22 @@ def test_errors(model):
         m.run_with_interventions(TOKS, fwd_hooks=[("blocks.0.hook_resid_post", mechprobe.patch(np.zeros((1, 7, 64))))])
     with pytest.raises(ValueError, match="ablate.mean: reference"):
         mechprobe.ablate.mean(np.zeros(64))
-    with pytest.raises(ValueError, match="positions\\[1\\] must be a non-negative"):
-        mechprobe.ablate.zero(positions=[1, -2])
+    with pytest.raises(ValueError, match="positions\\[1\\] must be an integer"):
+        mechprobe.ablate.zero(positions=[1, "x"])
+    with pytest.raises(ValueError, match=r"at position -8, but the input has T = 7 positions \(0..6, or -7..-1 from"):
+        m.run_with_interventions(TOKS, fwd_hooks=[("blocks.0.hook_resid_post", mechprobe.ablate.zero(positions=-8))])
     with pytest.raises(ValueError, match="at most 64"):
         mechprobe.ablate.zero(positions=list(range(65)))
     with pytest.raises(ValueError, match="head must be"):
         mechprobe.scale(2.0, head=-1)
+
+
+def test_negative_positions(model):
+    """positions count from the end as in Python (-1 the last of T = 7): the same
+    logits as the positive positions, bit for bit (as Lua's mp.ablate.zero)."""
+    m = model
+    hp = "blocks.0.hook_resid_post"
+    neg = m.run_with_interventions(TOKS, fwd_hooks=[(hp, mechprobe.ablate.zero(positions=[-1, 1]))])
+    pos = m.run_with_interventions(TOKS, fwd_hooks=[(hp, mechprobe.ablate.zero(positions=[6, 1]))])
+    assert np.array_equal(np.asarray(neg), np.asarray(pos))
+    assert not np.array_equal(np.asarray(pos), np.asarray(m.run_with_interventions(TOKS, fwd_hooks=[])))

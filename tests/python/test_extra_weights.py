@@ -216,3 +216,52 @@ def test_process_weights_makes_mmapped_writable():
     e = m.param("embed")
     m.set_param("embed", e * 2)
     same(m.param("embed"), e * 2)
+
+
+def test_mmapped_reads_and_copy_true_writes():
+    """A llama2.c file's weights are its read-only memory map: m.param reads
+    (equal to the same file loaded with copy=True, and to the W_Q shortcut);
+    set_param / set_weight refuse naming copy=True; with copy=True they write."""
+    need_model()
+    m = mechprobe.load(MODEL, TOK)
+    c = mechprobe.load(MODEL, TOK, copy=True)
+    wq = m.param("blocks.1.attn.wq")
+    same(wq, c.param("blocks.1.attn.wq"))
+    cfg = m.config
+    H, Dh, D = cfg["n_head"], cfg["d_head"], cfg["d_model"]
+    same(wq.reshape(H, Dh, D).transpose(0, 2, 1), m.W_Q[1])
+    with pytest.raises(ValueError, match=r"read-only: the weights are the read-only memory map of .*aidreams260K.bin.*"
+                                         r"mechprobe.load\(path, copy=True\)"):
+        m.set_param("blocks.1.attn.wq", wq)
+    with pytest.raises(ValueError, match=r"W_Q is read-only.*copy=True"):
+        m.set_weight("W_Q", m.W_Q)
+    c.set_param("blocks.1.attn.wq", wq * 2)
+    same(c.param("blocks.1.attn.wq"), wq * 2)
+    same(m.param("blocks.1.attn.wq"), wq)  # the other model (the file) is untouched
+
+
+def test_norm_weights_under_tl_names():
+    """TransformerLens's state_dict names of the norm weights read and write the
+    checkpoint-named parameters; absent ones are refused by name, as in Lua."""
+    m = mechprobe.Model(SMALL, seed=2)
+    rng = np.random.default_rng(1)
+    for tl, ck in [("blocks.1.ln1.w", "blocks.1.ln1.weight"), ("blocks.1.ln1.b", "blocks.1.ln1.bias"),
+                   ("blocks.0.ln2.w", "blocks.0.ln2.weight"), ("blocks.0.ln2.b", "blocks.0.ln2.bias"),
+                   ("ln_final.w", "ln_final.weight"), ("ln_final.b", "ln_final.bias")]:
+        same(m.param(tl), m.param(ck))
+        v = rng.standard_normal(SMALL["d_model"]).astype(np.float32)
+        m.set_param(tl, v)
+        same(m.param(ck), v)
+    with pytest.raises(KeyError, match=r"blocks.2.ln1.w: layer 2 out of range: the model has 2 layers \(0..1\)"):
+        m.param("blocks.2.ln1.w")
+    with pytest.raises(KeyError, match="no post-norms"):
+        m.param("blocks.0.ln2_post.w")
+    r = mechprobe.Model({"d_model": 8, "n_layer": 1, "n_head": 2, "vocab": 5, "ctx": 8, "post_norms": True,
+                         "qk_norm": "head"}, seed=3)
+    with pytest.raises(KeyError, match=r"RMSNorm \(norm = \"rms\"\): they have no bias"):
+        r.param("blocks.0.ln1.b")
+    for tl, ck in [("blocks.0.ln2_post.w", "blocks.0.ln2_post.weight"),
+                   ("blocks.0.attn.k_norm.w", "blocks.0.attn.k_norm.weight")]:
+        v = rng.standard_normal(r.param(ck).shape).astype(np.float32)
+        r.set_param(tl, v)
+        same(r.param(ck), v)

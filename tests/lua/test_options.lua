@@ -108,11 +108,12 @@ t.case("intervention options follow the rule", function()
   exactly(function() mp.ablate.zero{positions = "x"} end,
     "mp.ablate.zero: option 'positions' must be an integer or a list of integers, got string")
   exactly(function() mp.ablate.zero{positions = {1, "a"}} end,
-    "mp.ablate.zero: option 'positions'[2] must be an integer in [0, 2147483647], got string")
+    "mp.ablate.zero: option 'positions'[2] must be an integer in [-2147483647, 2147483647], got string")
   exactly(function() mp.steer({1, 2}, {positions = 1.5}) end,
-    "mp.steer: option 'positions' must be an integer in [0, 2147483647], got 1.5")
-  exactly(function() mp.ablate.zero{positions = -1} end,
-    "mp.ablate.zero: option 'positions' must be an integer in [0, 2147483647], got -1")
+    "mp.steer: option 'positions' must be an integer in [-2147483647, 2147483647], got 1.5")
+  -- negative positions count from the end (-1: the last); below the int range is refused
+  exactly(function() mp.ablate.zero{positions = -2147483648} end,
+    "mp.ablate.zero: option 'positions' must be an integer in [-2147483647, 2147483647], got -2147483648")
   local many = {}
   for i = 1, 65 do many[i] = i end
   exactly(function() mp.ablate.zero{positions = many} end,

@@ -8,8 +8,12 @@
  * stack), matmul through OpenBLAS's cblas_sgemm (torch.matmul's broadcasting),
  * broadcasting arithmetic, elementwise functions, reductions over all elements
  * or one dim (every sum accumulated in double), softmax, topk, cosine
- * similarity, and the median through GSL. analyze/tensor.c holds storage,
- * creation, views, shape copies and matmul; analyze/tensor_math.c the rest.
+ * similarity, and the median through GSL; comparisons (float 0/1 masks),
+ * where/masked_fill, gather, diagonal, tril/triu, sort, seeded random tensors
+ * (GSL's generators), reductions over several dims and the SVD (GSL).
+ * analyze/tensor.c holds storage, creation, views, shape copies and matmul;
+ * analyze/tensor_math.c arithmetic, functions and reductions;
+ * analyze/tensor_index.c the masks, indexing, sorting, random and SVD.
  *
  * Ownership (mp_common.h's verbs): a function that makes a tensor fills a
  * caller-owned mp_tensor `out` (its content on entry is ignored) and, on
@@ -148,7 +152,12 @@ mp_status mp_tensor_eye(mp_tensor *out, int64_t n, int64_t m);
 
 /* ---- elementwise (tensor_math.c) ---- */
 
-typedef enum { MP_TENSOR_ADD, MP_TENSOR_SUB, MP_TENSOR_MUL, MP_TENSOR_DIV, MP_TENSOR_POW } mp_tensor_binop;
+/* The comparisons (EQ..GE) give a float32 mask: 1 where true, 0 where false
+ * (the core has no bool dtype); a NaN compares false except for NE (IEEE, as torch). */
+typedef enum {
+    MP_TENSOR_ADD, MP_TENSOR_SUB, MP_TENSOR_MUL, MP_TENSOR_DIV, MP_TENSOR_POW,
+    MP_TENSOR_EQ, MP_TENSOR_NE, MP_TENSOR_LT, MP_TENSOR_LE, MP_TENSOR_GT, MP_TENSOR_GE
+} mp_tensor_binop;
 typedef enum {
     MP_TENSOR_EXP, MP_TENSOR_LOG, MP_TENSOR_SQRT, MP_TENSOR_ABS, MP_TENSOR_TANH, MP_TENSOR_RELU, MP_TENSOR_SIGMOID
 } mp_tensor_unop;
@@ -216,5 +225,67 @@ mp_status mp_tensor_median(const mp_tensor *t, double *out);
  * (analyze/stats.h): scratch is n doubles the caller provides (x is not
  * changed). */
 double mp_tensor_stat_median(const double *x, size_t n, void *scratch);
+
+/* ---- masks, indexing along a dim, triangles, sorting, random tensors, reductions
+ * over several dims, SVD (analyze/tensor_index.c) ---- */
+
+/* mask != 0 ? a : b elementwise, the three shapes broadcast together (a NaN
+ * in mask counts as non-zero); a 0-dim operand is a scalar (see mp_tensor_binary). */
+mp_status mp_tensor_where(mp_tensor *out, const mp_tensor *mask, const mp_tensor *a, const mp_tensor *b);
+/* A copy of t with v wherever mask (broadcast to t's shape, which it may not
+ * change) is non-zero. */
+mp_status mp_tensor_masked_fill(mp_tensor *out, const mp_tensor *t, const mp_tensor *mask, float v);
+/* torch.gather: out has the index's shape ishape[ndim] (ndim = t's rank;
+ * ishape[k] <= t's extent for k != d) and out[i..] = t[i.. with dim d replaced
+ * by idx[i..]]; idx row-major, 0-based, each within t's extent along d. */
+mp_status mp_tensor_gather(mp_tensor *out, const mp_tensor *t, int d, int ndim, const int64_t *ishape, const int64_t *idx);
+/* The diagonal of a 2-D t as a 1-D copy: t[i][i + offset] (offset > 0 above
+ * the main diagonal, < 0 below); empty when the offset is past an edge. */
+mp_status mp_tensor_diagonal(mp_tensor *out, const mp_tensor *t, int64_t offset);
+/* A copy of t (at least 2-D; batched over the leading dims) with the elements
+ * of its last two dims [i, j] zeroed where j - i > k (lower: tril) or
+ * j - i < k (upper: triu). */
+mp_status mp_tensor_tri(mp_tensor *out, const mp_tensor *t, int64_t k, int upper);
+/* Sorted copy of t along dim d (ascending, or descending): values into out
+ * and their 0-based indices along d into idx (t's numel of them). Stable: a
+ * total order, NaN above every number and equal values by lower index
+ * (qsort with topk's comparators; mp_tensor_topk with k = the extent). */
+mp_status mp_tensor_sort(mp_tensor *out, int64_t *idx, const mp_tensor *t, int d, int descending);
+
+/* A random generator: GSL's gsl_rng of type gsl_rng_mt19937 seeded with
+ * gsl_rng_set(seed) (seed 0: GSL's default seed, 4357, as gsl_rng_set). */
+typedef struct mp_tensor_rng mp_tensor_rng;
+mp_status mp_tensor_rng_new(mp_tensor_rng **out, unsigned long seed);
+void mp_tensor_rng_free(mp_tensor_rng *r); /* NULL: nothing */
+/* A new tensor of shape drawn from r in row-major order: normal, N(0, 1)
+ * through gsl_ran_gaussian (GSL's polar Box-Muller: pairs of
+ * gsl_rng_uniform_pos, one value per accepted pair), else uniform on [0, 1)
+ * through gsl_rng_uniform (k / 2^32); rounded to float32 (a uniform that
+ * rounds up to 1 is stored as the float just below 1). */
+mp_status mp_tensor_random(mp_tensor *out, int ndim, const int64_t *shape, mp_tensor_rng *r, int normal);
+
+typedef enum { MP_TENSOR_RSUM, MP_TENSOR_RMEAN, MP_TENSOR_RMAX, MP_TENSOR_RMIN } mp_tensor_reduce;
+/* Sum, mean, max or min over the n dims dims[] (distinct, 0-based, in any
+ * order) at once, kept as extent 1 with keepdim: the reduced elements of each
+ * result are visited in row-major order (sums in double); max/min propagate a
+ * NaN. Over no elements: sum 0, the others an error. */
+mp_status mp_tensor_reduce_dims(mp_tensor *out, const mp_tensor *t, const int *dims, int n, int keepdim,
+                                mp_tensor_reduce kind);
+/* The thin SVD of a 2-D t [m, n] (torch.linalg.svd with full_matrices=False):
+ * t = U diag(S) Vh with U [m, k], S [k] descending, Vh [k, n], k = min(m, n);
+ * computed in double by GSL's gsl_linalg_SV_decomp (Golub-Reinsch), on the
+ * transpose when m < n. The signs of a singular
+ * pair are GSL's. Non-finite elements are an error. */
+mp_status mp_tensor_svd(mp_tensor *u, mp_tensor *s, mp_tensor *vh, const mp_tensor *t);
+/* torch.einsum for one or two operands (n = 1 or 2): eq as "bij,bjk->bik"
+ * (letters a-z, A-Z; spaces ignored; without "->" the output is the letters
+ * that appear once, in alphabetical order, as torch). A letter only in one
+ * operand and not in the output is summed there first (in double); two
+ * operands are then one batched matmul (cblas_sgemm, float32 accumulation)
+ * over [shared output letters, one side's letters, contracted letters] and
+ * permuted to the output. Not supported (an error): "...", a letter repeated
+ * within one operand (diagonals, traces), extents that differ (no
+ * broadcasting of extent 1). */
+mp_status mp_tensor_einsum(mp_tensor *out, const char *eq, const mp_tensor *const *ops, int n);
 
 #endif

@@ -1,5 +1,5 @@
 /* tensor_math.c — the C tensor core (analyze/tensor.h), part 2: broadcasting
- * arithmetic (new tensors and in place), elementwise functions, reductions
+ * arithmetic and comparisons (new tensors and in place), elementwise functions, reductions
  * over all elements or one dim (sum, mean, max/min and their indices, var,
  * std, p-norms; every sum in double, in index order), softmax, topk, cosine
  * similarity, allclose, and the median through GSL. Storage, views, shape
@@ -56,6 +56,12 @@ static inline float apply1(mp_tensor_binop op, float x, float y) {
     case MP_TENSOR_MUL: return x * y;
     case MP_TENSOR_DIV: return x / y;
     case MP_TENSOR_POW: return (float)pow((double)x, (double)y);
+    case MP_TENSOR_EQ: return (float)(x == y);
+    case MP_TENSOR_NE: return (float)(x != y);
+    case MP_TENSOR_LT: return (float)(x < y);
+    case MP_TENSOR_LE: return (float)(x <= y);
+    case MP_TENSOR_GT: return (float)(x > y);
+    case MP_TENSOR_GE: return (float)(x >= y);
     }
     return x; /* OP_FIRST */
 }
@@ -79,6 +85,12 @@ static void kernel(mp_tensor_binop op, float *out, const float *a, int64_t sa, c
     case MP_TENSOR_MUL: LOOP(x * y); return;
     case MP_TENSOR_DIV: LOOP(x / y); return;
     case MP_TENSOR_POW: LOOP((float)pow((double)x, (double)y)); return;
+    case MP_TENSOR_EQ: LOOP((float)(x == y)); return;
+    case MP_TENSOR_NE: LOOP((float)(x != y)); return;
+    case MP_TENSOR_LT: LOOP((float)(x < y)); return;
+    case MP_TENSOR_LE: LOOP((float)(x <= y)); return;
+    case MP_TENSOR_GT: LOOP((float)(x > y)); return;
+    case MP_TENSOR_GE: LOOP((float)(x >= y)); return;
     }
     for (int64_t i = 0; i < n; i++) out[i] = a[i * sa]; /* OP_FIRST */
 #undef LOOP
@@ -130,7 +142,7 @@ mp_status mp_tensor_binary(mp_tensor *out, mp_tensor_binop op, const mp_tensor *
     int64_t shape[MP_MAXDIM], sa[MP_MAXDIM], sb[MP_MAXDIM];
     int nd;
     memset(out, 0, sizeof *out);
-    if ((unsigned)op > MP_TENSOR_POW) return mp_error(MP_ERR_ARG, "unknown Tensor operation %d", (int)op);
+    if ((unsigned)op > MP_TENSOR_GE) return mp_error(MP_ERR_ARG, "unknown Tensor operation %d", (int)op);
     mp_status s = mp_tensor_broadcast_shape(a->ndim, a->shape, b->ndim, b->shape, &nd, shape);
     if (s != MP_OK) return s;
     bcast_strides(a->ndim, a->shape, nd, shape, sa);
@@ -168,7 +180,7 @@ static int is_shape(const mp_tensor *t, int nd, const int64_t *shape) {
 mp_status mp_tensor_binary_(mp_tensor *t, mp_tensor_binop op, const mp_tensor *b) {
     int64_t shape[MP_MAXDIM], st[MP_MAXDIM], sb[MP_MAXDIM];
     int nd;
-    if ((unsigned)op > MP_TENSOR_POW) return mp_error(MP_ERR_ARG, "unknown Tensor operation %d", (int)op);
+    if ((unsigned)op > MP_TENSOR_GE) return mp_error(MP_ERR_ARG, "unknown Tensor operation %d", (int)op);
     mp_status s = mp_tensor_broadcast_shape(t->ndim, t->shape, b->ndim, b->shape, &nd, shape);
     if (s != MP_OK) return s;
     if (!is_shape(t, nd, shape)) {

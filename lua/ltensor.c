@@ -8,7 +8,8 @@
  * helpers the other Tensor files share (lua/ltensor.h), the metatable, and
  * t:save() through io/h5io. Shape ops, matmul and ranges are in
  * lua/ltensor_ops.c; arithmetic, elementwise functions and reductions in
- * lua/ltensor_math.c. Every tensor is contiguous: views only select or narrow
+ * lua/ltensor_math.c; masks, gather, sort, svd and random tensors in
+ * lua/ltensor_index.c. Every tensor is contiguous: views only select or narrow
  * leading dims, or reshape. */
 #include "ltensor.h"
 
@@ -271,6 +272,10 @@ static int shape_args(lua_State *L, int arg, int64_t *shape, int allow_infer, co
         }
     }
     return ndim;
+}
+
+int mp_lua_tensor_shape_args(lua_State *L, int arg, int64_t *shape, const char *fn) {
+    return shape_args(L, arg, shape, 0, fn);
 }
 
 static void same_shape(lua_State *L, const mp_tensor *a, const mp_tensor *b, int arg) {
@@ -562,6 +567,7 @@ static void ensure_metatable(lua_State *L) {
     luaL_setfuncs(L, methods, 0);
     mp_lua_tensor_ops_methods(L);
     mp_lua_tensor_math_methods(L);
+    mp_lua_tensor_index_methods(L);
     lua_pushcclosure(L, mt_index, 1);
     lua_setfield(L, -2, "__index");
 }
@@ -576,4 +582,5 @@ void mp_lua_open_tensor(lua_State *L) {
     luaL_setfuncs(L, fns, 0);
     mp_lua_tensor_ops_functions(L);
     mp_lua_tensor_math_functions(L);
+    mp_lua_tensor_index_functions(L);
 }

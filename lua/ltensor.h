@@ -4,7 +4,9 @@
  * constructors, element access, views, the metatable), lua/ltensor_ops.c
  * (shape ops, slicing, cat/stack, matmul, ranges) and lua/ltensor_math.c
  * (broadcasting arithmetic, elementwise functions, softmax, reductions over
- * any dim, topk, cosine similarity). Not part of mp_lua.h: nothing outside
+ * any dim or a list of dims, topk, cosine similarity) and lua/ltensor_index.c
+ * (comparisons, where/masked_fill, gather, diagonal, tril/triu, sort, svd,
+ * random tensors). Not part of mp_lua.h: nothing outside
  * these files needs it. */
 #ifndef MP_LTENSOR_H
 #define MP_LTENSOR_H
@@ -36,13 +38,20 @@ mp_tensor *mp_lua_tensor_view(lua_State *L, int pidx, size_t off, int ndim, cons
  * 1-based integers; a plain integer for a 0-dim shape. */
 void mp_lua_tensor_push_indices(lua_State *L, const int64_t *idx, int ndim, const int64_t *shape);
 
-/* Add the methods of ltensor_ops.c / ltensor_math.c to the methods table at the
- * stack top; the metamethods (__add, __pow, ...) to the metatable at the top. */
+/* Reads a shape from a table at `arg` or from integers arg..top (extents of
+ * at least 0), as mp.zeros does; returns its rank. */
+int mp_lua_tensor_shape_args(lua_State *L, int arg, int64_t *shape, const char *fn);
+
+/* Add the methods of ltensor_ops.c / ltensor_math.c / ltensor_index.c to the
+ * methods table at the stack top; the metamethods (__add, __pow, ...) to the
+ * metatable at the top. */
 void mp_lua_tensor_ops_methods(lua_State *L);
+void mp_lua_tensor_index_methods(lua_State *L);
 void mp_lua_tensor_math_methods(lua_State *L);
 void mp_lua_tensor_math_metamethods(lua_State *L);
 /* Add mp.matmul, mp.cat, ... to the module table at the stack top. */
 void mp_lua_tensor_ops_functions(lua_State *L);
 void mp_lua_tensor_math_functions(lua_State *L);
+void mp_lua_tensor_index_functions(lua_State *L);
 
 #endif

@@ -2,7 +2,8 @@
  * add/sub/mul/div/pow with torch's broadcasting (new tensors, operators and the
  * in-place `_` forms), elementwise functions (exp, log, sqrt, abs, tanh, relu,
  * sigmoid, clamp), softmax and log_softmax along a dim, reductions over all
- * elements or ANY dim with keepdim (sum, mean, max, min, argmax, argmin, var,
+ * elements, ANY dim or (sum, mean, max, min) a list of dims, with keepdim
+ * (sum, mean, max, min, argmax, argmin, var,
  * std, norm), topk, cosine similarity and allclose. Every sum accumulates in
  * double. Index results are 1-based, as nested Lua tables of integers. The
  * work is done by the C tensor core (analyze/tensor.h, analyze/tensor_math.c);
@@ -112,11 +113,17 @@ static int m_clamp(lua_State *L) {
 
 /* ---- reductions ---- */
 
-/* keepdim at arg: none/nil = false, else a boolean. */
+/* keepdim at arg: none/nil = false, a boolean, or an options table {keepdim = b}. */
 static int keepdim_arg(lua_State *L, int arg, const char *fn) {
+    static const char *const known[] = {"keepdim", NULL};
     if (lua_isnoneornil(L, arg)) return 0;
+    if (lua_istable(L, arg)) {
+        mp_lua_opt_check(L, arg, fn, known);
+        return mp_lua_opt_bool(L, arg, fn, "keepdim", 0);
+    }
     if (!lua_isboolean(L, arg))
-        luaL_error(L, "%s: keepdim must be a boolean, got %s", fn, luaL_typename(L, arg));
+        luaL_error(L, "%s: keepdim must be a boolean, got %s (or an options table {keepdim = b})", fn,
+                   luaL_typename(L, arg));
     return lua_toboolean(L, arg);
 }
 
@@ -131,6 +138,28 @@ static void number_if_0dim(lua_State *L) {
     if (r->ndim == 0) lua_pushnumber(L, r->data[0]);
 }
 
+/* t:sum/mean/max/min(dims [, keepdim]) with dims a list: over those dims at
+ * once (mp_tensor_reduce_dims); max/min give the values only (torch.amax). */
+static int reduce_list(lua_State *L, reduce_kind k, const char *fn) {
+    static const mp_tensor_reduce kinds[] = {MP_TENSOR_RSUM, MP_TENSOR_RMEAN, MP_TENSOR_RMAX, MP_TENSOR_RMIN};
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    int nd = t->ndim, dims[MP_MAXDIM];
+    lua_Integer n = (lua_Integer)lua_rawlen(L, 2); /* raw: no metamethod runs */
+    if (n == 0) return luaL_error(L, "%s: the list of dims is empty", fn);
+    if (n > nd) return luaL_error(L, "%s: %I dims listed for a %d-dim Tensor", fn, n, nd);
+    for (int i = 0; i < (int)n; i++) {
+        lua_rawgeti(L, 2, i + 1);
+        const char *what = lua_pushfstring(L, "%s[%d]", mp_lua_argname(L, 2, "dims"), i + 1);
+        dims[i] = (int)mp_lua_index_at(L, -3, fn, what, nd, 0);
+        lua_pop(L, 3);
+    }
+    int keep = keepdim_arg(L, 3, fn);
+    t = mp_lua_tensor_check(L, 1); /* reading the options may run Lua that closed it */
+    mp_lua_tensor_try(L, mp_tensor_reduce_dims(mp_lua_tensor_push(L), t, dims, (int)n, keep, kinds[k]), fn);
+    number_if_0dim(L);
+    return 1;
+}
+
 /* t:sum/mean/max/min/argmax/argmin([dim [, keepdim]]). Without dim: a number
  * (argmax: the 1-based flat index). With dim: a Tensor (a number when the
  * result has no dims); max/min also return the indices, argmax/argmin only
@@ -138,8 +167,10 @@ static void number_if_0dim(lua_State *L) {
 static int reduction(lua_State *L, reduce_kind k, const char *fn) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
     int is_arg = k == R_ARGMAX || k == R_ARGMIN, want_max = k == R_MAX || k == R_ARGMAX;
+    if (!is_arg && lua_istable(L, 2)) return reduce_list(L, k, fn);
     if (lua_isnoneornil(L, 2)) {
         if (!lua_isnone(L, 3)) keepdim_arg(L, 3, fn); /* checked, but meaningless without a dim */
+        t = mp_lua_tensor_check(L, 1);                  /* reading the options may run Lua that closed it */
         if (t->numel == 0 && k != R_SUM) return luaL_error(L, "%s of an empty Tensor", fn);
         if (k == R_SUM || k == R_MEAN) {
             double s;
@@ -155,6 +186,7 @@ static int reduction(lua_State *L, reduce_kind k, const char *fn) {
     }
     int d = mp_lua_tensor_dim(L, 2, t->ndim, 0, fn);
     int keep = keepdim_arg(L, 3, fn);
+    t = mp_lua_tensor_check(L, 1); /* reading the options may run Lua that closed it */
     if (dim_extent(t, d) == 0 && k != R_SUM) return luaL_error(L, "%s over dim %d, which is empty", fn, d + 1);
     int64_t shape[MP_MAXDIM];
     int nd = mp_tensor_reduced_shape(t, d, keep, shape);
@@ -231,6 +263,7 @@ static int m_norm(lua_State *L) {
     }
     int d = mp_lua_tensor_dim(L, 3, t->ndim, 0, "norm");
     int keep = keepdim_arg(L, 4, "norm");
+    t = mp_lua_tensor_check(L, 1); /* reading the options may run Lua that closed it */
     mp_lua_tensor_try(L, mp_tensor_norm_dim(mp_lua_tensor_push(L), t, p, d, keep), "norm");
     number_if_0dim(L);
     return 1;

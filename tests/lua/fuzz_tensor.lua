@@ -93,9 +93,10 @@ local METHODS = {"shape", "dim", "numel", "size", "get", "set", "select", "resha
                  "contiguous", "item", "narrow", "slice", "index_select", "matmul", "mm", "add", "sub", "mul",
                  "div", "pow", "add_", "sub_", "mul_", "div_", "copy_", "exp", "log", "sqrt", "abs", "tanh",
                  "relu", "sigmoid", "clamp", "sum", "mean", "max", "min", "argmax", "argmin", "var", "std",
-                 "norm", "softmax", "log_softmax", "topk", "cos_sim", "allclose"}
+                 "norm", "softmax", "log_softmax", "topk", "cos_sim", "allclose", "eq", "ne", "lt", "le", "gt",
+                 "ge", "masked_fill", "gather", "diagonal", "tril", "triu", "sort", "argsort", "svd"}
 local FUNCS = {"tensor", "zeros", "ones", "full", "is_tensor", "matmul", "cat", "stack", "arange", "linspace",
-               "eye", "cosine_similarity"}
+               "eye", "cosine_similarity", "where", "einsum", "randn", "rand", "manual_seed"}
 local OPS = {
   function(a, b) return a + b end, function(a, b) return a - b end, function(a, b) return a * b end,
   function(a, b) return a / b end, function(a, b) return a ^ b end, function(a) return -a end,

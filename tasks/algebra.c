@@ -274,6 +274,7 @@ mp_status mp_algebra_sample(mp_algebra *a, int B, int T, int32_t *tokens, int32_
 
     for (int b = 0; b < B; b++) {
         mp_algebra_truth tr;
+        memset(&tr, 0, sizeof tr); /* unused group slots and padding: the same bytes for the same seed */
         int attempt = 0;
         for (;;) {
             attempt++;

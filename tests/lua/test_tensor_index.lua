@@ -19,35 +19,9 @@ local check, near, expect_error, deep_eq = t.case, t.near, t.expect_error, t.dee
 
 -- ---- helpers ----
 
-local seed = 4242
-local function rnd() -- deterministic uniform in [-1, 1)
-  seed = (seed * 1103515245 + 12345) % 2147483648
-  return seed / 1073741824 - 1
-end
+local rnd = t.lcg(4242) -- deterministic uniform in [-1, 1)
 
-local function numel(shape)
-  local n = 1
-  for _, e in ipairs(shape) do n = n * e end
-  return n
-end
-
--- calls fn(idx) for every multi-index of shape in row-major order (idx reused)
-local function each(shape, fn)
-  local nd, idx = #shape, {}
-  if numel(shape) == 0 then return end
-  for i = 1, nd do idx[i] = 1 end
-  while true do
-    fn(idx)
-    local i = nd
-    while i >= 1 do
-      idx[i] = idx[i] + 1
-      if idx[i] <= shape[i] then break end
-      idx[i] = 1
-      i = i - 1
-    end
-    if i < 1 then return end
-  end
-end
+local numel, each = t.numel, t.each
 
 -- a Tensor of shape with values from gen() (default: rnd rounded to quarters, so that ties occur)
 local function randt(shape, gen)

@@ -108,4 +108,38 @@ function M.finish(name)
   if M.failed > 0 then os.exit(1) end
 end
 
+-- A deterministic uniform in [-1, 1) (a linear congruential generator from seed):
+-- test data that needs no library generator.
+function M.lcg(seed)
+  return function()
+    seed = (seed * 1103515245 + 12345) % 2147483648
+    return seed / 1073741824 - 1
+  end
+end
+
+-- The element count of a shape {d1, d2, ...}.
+function M.numel(shape)
+  local n = 1
+  for _, e in ipairs(shape) do n = n * e end
+  return n
+end
+
+-- Calls fn(idx) for every 1-based multi-index of shape in row-major order (idx is reused).
+function M.each(shape, fn)
+  local nd, idx = #shape, {}
+  if M.numel(shape) == 0 then return end
+  for i = 1, nd do idx[i] = 1 end
+  while true do
+    fn(idx)
+    local i = nd
+    while i >= 1 do
+      idx[i] = idx[i] + 1
+      if idx[i] <= shape[i] then break end
+      idx[i] = 1
+      i = i - 1
+    end
+    if i < 1 then return end
+  end
+end
+
 return M

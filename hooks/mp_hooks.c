@@ -94,6 +94,39 @@ const char *mp_hook_absent_why(const mp_config *cfg, const char *name, char *buf
     return buf;
 }
 
+/* Edit distance (Levenshtein) of a and b, each read up to 127 characters. */
+static int edit_distance(const char *a, const char *b) {
+    int row[128], n = (int)strnlen(b, 127), m = (int)strnlen(a, 127);
+    for (int j = 0; j <= n; j++) row[j] = j;
+    for (int i = 1; i <= m; i++) {
+        int diag = row[0];
+        row[0] = i;
+        for (int j = 1; j <= n; j++) {
+            int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[n];
+}
+
+int mp_hook_nearest(const char *key, const char *const *names, int n, int k, int *out) {
+    int dist[16], got = 0;
+    if (k > 16) k = 16;
+    for (int i = 0; i < n; i++) { /* insertion into the k best so far */
+        const int d = edit_distance(key, names[i]);
+        int at = got;
+        while (at > 0 && (d < dist[at - 1] || (d == dist[at - 1] && strcmp(names[i], names[out[at - 1]]) < 0))) at--;
+        if (at >= k) continue;
+        for (int j = (got < k ? got : k - 1); j > at; j--) dist[j] = dist[j - 1], out[j] = out[j - 1];
+        dist[at] = d, out[at] = i;
+        if (got < k) got++;
+    }
+    return got;
+}
+
 int mp_hook_opt_in(mp_hook_id id) { return hook_opt_in[id]; }
 int mp_hook_has_grad(mp_hook_id id) { return hook_grad[id]; }
 int mp_hook_on_device(mp_hook_id id) { return hook_device[id]; }

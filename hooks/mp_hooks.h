@@ -162,6 +162,11 @@ int mp_hook_parse(const struct mp_config *cfg, const char *name, mp_hook_id *id,
  * (0..7))", into buf, to append to an "unknown hook name" message; ""
  * otherwise. Returns buf. */
 const char *mp_hook_absent_why(const struct mp_config *cfg, const char *name, char *buf, size_t n);
+/* The (at most) k names of names[0..n) nearest to key by edit distance
+ * (Levenshtein, over each name's first 127 characters; ties by name, so the
+ * answer does not depend on the order of names): their indices into out, the
+ * nearest first. Returns how many (min(k, n)). For "no such hook" messages. */
+int mp_hook_nearest(const char *key, const char *const *names, int n, int k, int *out);
 /* Full shape of hook (id) for a forward over B x T tokens at pos0. */
 int mp_hook_shape(const struct mp_config *cfg, mp_hook_id id, int B, int T, int pos0, int64_t shape[4]);
 

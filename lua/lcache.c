@@ -8,6 +8,7 @@
  * arithmetic is runtime/act_cache.c; this file gathers the cached tensors. */
 #include "act_cache.h"
 #include "lmodel.h"
+#include "mp_hooks.h"
 #include "mp_lua.h"
 
 #include <lauxlib.h>
@@ -387,65 +388,49 @@ static int cache_logit_attrs(lua_State *L) {
     return 2;
 }
 
-/* Edit distance (Levenshtein) of a and b, each read up to 127 characters. */
-static int edit_distance(const char *a, const char *b) {
-    int row[128], n = (int)strnlen(b, 127), m = (int)strnlen(a, 127);
-    for (int j = 0; j <= n; j++) row[j] = j;
-    for (int i = 1; i <= m; i++) {
-        int diag = row[0];
-        row[0] = i;
-        for (int j = 1; j <= n; j++) {
-            int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            diag = up;
-            row[j] = best;
-        }
-    }
-    return row[n];
-}
-
 #define NEAREST 3
 #define LIST_ALL 8 /* a cache of at most this many names lists them all */
 
 /* Raises "cache: no 'key' (...)": what was captured (every name of a small
- * cache, else how many and the NEAREST nearest by edit distance) and how to
+ * cache, else how many and the NEAREST nearest, mp_hook_nearest) and how to
  * capture it. */
 static int missing_key(lua_State *L, const char *key) {
-    const char *near[NEAREST] = {NULL};
-    int dist[NEAREST], n = 0;
+    int n = 0;
     lua_pushnil(L);
     while (lua_next(L, 1)) {
-        if (lua_type(L, -2) == LUA_TSTRING && mp_lua_tensor_test(L, -1)) {
-            const char *k = lua_tostring(L, -2); /* the cache table keeps the key */
-            if (n < LIST_ALL) {
-                lua_pushfstring(L, "%s%s", n ? ", " : "", k);
-                lua_insert(L, -3); /* below the key and value: the buffer's pieces stay on the stack */
-            }
-            int d = edit_distance(key, k), at = NEAREST;
-            while (at > 0 && (!near[at - 1] || d < dist[at - 1] || (d == dist[at - 1] && strcmp(k, near[at - 1]) < 0)))
-                at--; /* ties: by name, so that the message does not depend on the table's order */
-            if (at < NEAREST) {
-                for (int i = NEAREST - 1; i > at; i--) near[i] = near[i - 1], dist[i] = dist[i - 1];
-                near[at] = k, dist[at] = d;
-            }
-            n++;
-        }
+        n += lua_type(L, -2) == LUA_TSTRING && mp_lua_tensor_test(L, -1);
         lua_pop(L, 1);
     }
-    int pieces = n < LIST_ALL ? n : LIST_ALL;
-    lua_concat(L, pieces); /* the listed names, or "" when none */
-    const char *listed = lua_tostring(L, -1);
+    /* the names, in a userdata (freed by Lua when the error unwinds); the cache table keeps the strings */
+    const char **names = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof *names, 0);
+    int i = 0;
+    lua_pushnil(L);
+    while (lua_next(L, 1)) {
+        if (lua_type(L, -2) == LUA_TSTRING && mp_lua_tensor_test(L, -1) && i < n) names[i++] = lua_tostring(L, -2);
+        lua_pop(L, 1);
+    }
     const char *how = strlen(key) > 5 && strcmp(key + strlen(key) - 5, "_grad") == 0
                           ? "run m:run_with_cache with incl_bwd = true, a loss, and names that include the point"
                           : "run m:run_with_cache with names that include it (m:hook_names() lists them)";
     if (n == 0) return luaL_error(L, "cache: no '%s': the cache is empty; %s", key, how);
-    if (n <= LIST_ALL) return luaL_error(L, "cache: no '%s': it captured %s; %s", key, listed, how);
-    char nb[512];
-    size_t at = 0;
-    for (int i = 0; i < NEAREST && near[i] && at < sizeof nb; i++)
-        at += (size_t)snprintf(nb + at, sizeof nb - at, "%s%s", i ? ", " : "", near[i]);
-    return luaL_error(L, "cache: no '%s': it captured %d names, the nearest %s; %s", key, n, nb, how);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    if (n <= LIST_ALL) {
+        for (int j = 0; j < n; j++) {
+            if (j) luaL_addstring(&b, ", ");
+            luaL_addstring(&b, names[j]);
+        }
+        luaL_pushresult(&b);
+        return luaL_error(L, "cache: no '%s': it captured %s; %s", key, lua_tostring(L, -1), how);
+    }
+    int near[NEAREST];
+    const int k = mp_hook_nearest(key, names, n, NEAREST, near);
+    for (int j = 0; j < k; j++) {
+        if (j) luaL_addstring(&b, ", ");
+        luaL_addstring(&b, names[near[j]]);
+    }
+    luaL_pushresult(&b);
+    return luaL_error(L, "cache: no '%s': it captured %d names, the nearest %s; %s", key, n, lua_tostring(L, -1), how);
 }
 
 /* __index: the helpers; a missing hook name (a string with "hook_") raises

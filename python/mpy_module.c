@@ -9,6 +9,7 @@
 #include "config.h"
 #include "formats.h"
 #include "model_io.h"
+#include "mp_hooks.h"
 #include "train.h"
 
 #include <limits.h>
@@ -934,6 +935,41 @@ PyTypeObject mpy_model_type = {
     .tp_new = model_new,
 };
 
+/* mechprobe._core.nearest_names(key, names, k=3) -> [str]: the k names nearest to key (mp_hook_nearest), for
+ * the cache's "no such hook" message */
+static PyObject *py_nearest_names(PyObject *mod, PyObject *args, PyObject *kw) {
+    (void)mod;
+    static char *kwlist[] = {"key", "names", "k", NULL};
+    const char *key;
+    PyObject *seq_in;
+    int k = 3;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|i", kwlist, &key, &seq_in, &k)) return NULL;
+    PyObject *seq = PySequence_Fast(seq_in, "nearest_names: names must be a sequence of str");
+    if (!seq) return NULL;
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    const char **names = PyMem_Calloc(n ? (size_t)n : 1, sizeof *names);
+    int *near = PyMem_Calloc(k > 0 ? (size_t)k : 1, sizeof *near);
+    PyObject *out = NULL;
+    if (!names || !near) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!(names[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i)))) goto done;
+    const int got = k > 0 ? mp_hook_nearest(key, names, (int)n, k, near) : 0;
+    if (!(out = PyList_New(got))) goto done;
+    for (int i = 0; i < got; i++) {
+        PyObject *s = PySequence_Fast_GET_ITEM(seq, near[i]);
+        Py_INCREF(s);
+        PyList_SET_ITEM(out, i, s);
+    }
+done:
+    PyMem_Free(names);
+    PyMem_Free(near);
+    Py_DECREF(seq);
+    return out;
+}
+
 /* mechprobe.config_fields() -> [{key, type, names?}] (MP_CONFIG_TABLE) */
 static PyObject *py_config_fields(PyObject *mod, PyObject *unused) {
     (void)mod;
@@ -984,6 +1020,8 @@ static PyMethodDef module_functions[] = {
     {"load", (PyCFunction)(void (*)(void))py_load, METH_VARARGS | METH_KEYWORDS,
      "load(path, tokenizer=None) -> Model: a llama2.c file, GGUF, Hugging Face folder or mechprobe checkpoint"},
     {"config_fields", py_config_fields, METH_NOARGS, "the config fields Model(config) takes"},
+    {"nearest_names", (PyCFunction)(void (*)(void))py_nearest_names, METH_VARARGS | METH_KEYWORDS,
+     "nearest_names(key, names, k=3) -> [str]: the k names nearest to key by edit distance (ties by name)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "mechprobe._core",

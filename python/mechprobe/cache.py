@@ -10,21 +10,12 @@ position, 0-based, negative from the end).
 """
 import numpy as np
 
+from . import _core
+
 __all__ = ["ActivationCache"]
 
 _ATTN = {"q", "k", "v", "z", "rot_q", "rot_k", "attn_scores", "pattern", "result", "q_input", "k_input", "v_input"}
 _MLP = {"pre", "post", "pre_linear"}
-
-
-def _edit_distance(a, b):
-    """Levenshtein distance of a and b (the first 127 characters of each, as lua/lcache.c)."""
-    a, b = a[:127], b[:127]
-    row = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        diag, row[0] = row[0], i
-        for j, cb in enumerate(b, 1):
-            diag, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, diag + (ca != cb))
-    return row[-1]
 
 
 class ActivationCache(dict):
@@ -80,7 +71,7 @@ class ActivationCache(dict):
         elif len(names) <= 8:
             got = "it captured " + ", ".join(names)
         else:  # the nearest by edit distance, as the Lua cache's error
-            near = sorted(names, key=lambda k: (_edit_distance(str(key), k), k))[:3]
+            near = _core.nearest_names(str(key), names, 3)
             got = f"it captured {len(names)} names, the nearest {', '.join(near)}"
         raise KeyError(f"the cache has no {key!r}: {got}; {how}")
 

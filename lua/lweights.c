@@ -48,23 +48,6 @@ void mp_lua_params_detach(lua_State *L, int idx, const char *why) {
 
 /* Finds `name` ("embed", "blocks.3.attn.wq", ...): its description and, for a
  * per-layer tensor, the layer; 0 when there is no such parameter. */
-static int find_param(const mp_model *m, const char *name, mp_param_desc *out, int *layer) {
-    mp_param_desc d[MP_PARAM_MAX];
-    int n = mp_params_describe(&m->cfg, &m->p, d);
-    for (int i = 0; i < n; i++) {
-        if (!d[i].per_layer) {
-            if (strcmp(d[i].name, name) == 0) { *out = d[i]; *layer = -1; return 1; }
-            continue;
-        }
-        for (int l = 0; l < m->cfg.n_layer; l++) {
-            char buf[96];
-            snprintf(buf, sizeof buf, d[i].name, l);
-            if (strcmp(buf, name) == 0) { *out = d[i]; *layer = l; return 1; }
-        }
-    }
-    return 0;
-}
-
 /* m:params() -> {"embed", "blocks.0.ln1.weight", ...} in checkpoint order */
 static int model_params(lua_State *L) {
     lmodel *lm = mp_lua_model_check(L, 1);
@@ -92,13 +75,9 @@ static int model_param(lua_State *L) {
     const char *name = luaL_checkstring(L, 2);
     mp_param_desc d;
     int layer;
-    if (!find_param(lm->m, name, &d, &layer)) { /* TransformerLens's name of a norm weight ("blocks.0.ln1.w")? */
-        char ck[96];
-        int a = mp_tl_norm_param(lm->m, name, ck, sizeof ck);
-        if (a < 0) return luaL_error(L, "m:param: %s", mp_last_error());
-        if (a == 0 || !find_param(lm->m, ck, &d, &layer))
-            return luaL_error(L, "m:param: no parameter \"%s\" in this model (m:params() lists them)", name);
-    }
+    const int found = mp_param_find(lm->m, name, &d, &layer); /* or TL's name of a norm weight ("blocks.0.ln1.w") */
+    if (found < 0) return luaL_error(L, "m:param: %s", mp_last_error());
+    if (!found) return luaL_error(L, "m:param: no parameter \"%s\" in this model (m:params() lists them)", name);
     if (mp_model_is_quantized(lm->m) || !d.p)
         return luaL_error(L, "m:param: the model has quantized weights: call m:dequantize() first (views of \"%s\" "
                              "would not survive training, which dequantizes)", name);

@@ -694,31 +694,6 @@ static PyObject *model_set_weight(mpy_model *self, PyObject *args, PyObject *kw)
 }
 
 /* Finds parameter `name` ("embed", "blocks.3.attn.wq", ...); 0 when absent. */
-static int find_param(const mp_model *m, const char *name, mp_param_desc *out, int *layer) {
-    mp_param_desc d[MP_PARAM_MAX];
-    int n = mp_params_describe(&m->cfg, &m->p, d);
-    for (int i = 0; i < n; i++) {
-        if (!d[i].per_layer) {
-            if (strcmp(d[i].name, name) == 0) {
-                *out = d[i];
-                *layer = -1;
-                return 1;
-            }
-            continue;
-        }
-        for (int l = 0; l < m->cfg.n_layer; l++) {
-            char buf[96];
-            snprintf(buf, sizeof buf, d[i].name, l);
-            if (strcmp(buf, name) == 0) {
-                *out = d[i];
-                *layer = l;
-                return 1;
-            }
-        }
-    }
-    return 0;
-}
-
 /* The parameter names in checkpoint order (as m:params()). */
 static PyObject *param_names(const mp_model *m) {
     mp_param_desc d[MP_PARAM_MAX];
@@ -749,17 +724,11 @@ static PyObject *model_params(mpy_model *self, PyObject *unused) {
 static int param_at(mp_model *m, const char *name, const char *fn, float **p, int *nd, npy_intp dims[2]) {
     mp_param_desc d;
     int layer;
-    if (!find_param(m, name, &d, &layer)) { /* TransformerLens's name of a norm weight ("blocks.0.ln1.w")? */
-        char ck[96];
-        int a = mp_tl_norm_param(m, name, ck, sizeof ck);
-        if (a < 0) {
-            PyErr_Format(PyExc_KeyError, "%s: %s", fn, mp_last_error());
-            return -1;
-        }
-        if (a == 0 || !find_param(m, ck, &d, &layer)) {
-            PyErr_Format(PyExc_KeyError, "%s: no parameter \"%s\" in this model (m.params() lists them)", fn, name);
-            return -1;
-        }
+    const int found = mp_param_find(m, name, &d, &layer); /* or TL's name of a norm weight ("blocks.0.ln1.w") */
+    if (found <= 0) {
+        if (found < 0) PyErr_Format(PyExc_KeyError, "%s: %s", fn, mp_last_error());
+        else PyErr_Format(PyExc_KeyError, "%s: no parameter \"%s\" in this model (m.params() lists them)", fn, name);
+        return -1;
     }
     if (mp_model_is_quantized(m) || !d.p) {
         PyErr_Format(PyExc_ValueError, "%s: \"%s\": the model has quantized weights; call m.dequantize() first", fn,

@@ -260,18 +260,19 @@ static const struct {
     {"ln_final.b", "ln_final.bias", WHY_BIAS},
 };
 
-static int has_param(const mp_model *m, const char *name) {
+/* A parameter by its checkpoint name ("blocks.L.ln1.weight", mp_params_describe's names with the layer). */
+static int find_ckpt(const mp_model *m, const char *name, mp_param_desc *out, int *layer) {
     mp_param_desc d[MP_PARAM_MAX];
-    int n = mp_params_describe(&m->cfg, &m->p, d);
+    const int n = mp_params_describe(&m->cfg, &m->p, d);
     for (int i = 0; i < n; i++) {
-        char buf[96];
-        if (d[i].per_layer) {
-            for (int l = 0; l < m->cfg.n_layer; l++) {
-                snprintf(buf, sizeof buf, d[i].name, l);
-                if (strcmp(buf, name) == 0) return 1;
-            }
-        } else if (strcmp(d[i].name, name) == 0) {
-            return 1;
+        if (!d[i].per_layer) {
+            if (strcmp(d[i].name, name) == 0) return *out = d[i], *layer = -1, 1;
+            continue;
+        }
+        for (int l = 0; l < m->cfg.n_layer; l++) {
+            char buf[96];
+            snprintf(buf, sizeof buf, d[i].name, l);
+            if (strcmp(buf, name) == 0) return *out = d[i], *layer = l, 1;
         }
     }
     return 0;
@@ -297,7 +298,9 @@ int mp_tl_norm_param(const mp_model *m, const char *tl, char *ckpt, size_t n) {
     }
     if (layer >= 0) snprintf(ckpt, n, "blocks.%ld.%s", layer, norm_names[k].ckpt);
     else snprintf(ckpt, n, "%s", norm_names[k].ckpt);
-    if (has_param(m, ckpt)) return 1;
+    mp_param_desc d;
+    int l;
+    if (find_ckpt(m, ckpt, &d, &l)) return 1;
     unsigned why = norm_names[k].why;
     if ((why & WHY_PRE) && c->no_pre_norms)
         mp_error(MP_ERR_ARG, "%s: the model's blocks have no pre-norms (pre_norms = false, OLMo 2: its norms are "
@@ -315,4 +318,11 @@ int mp_tl_norm_param(const mp_model *m, const char *tl, char *ckpt, size_t n) {
     else
         mp_error(MP_ERR_ARG, "%s: the model has no such parameter (m:params() lists them)", tl);
     return -1;
+}
+
+int mp_param_find(const mp_model *m, const char *name, mp_param_desc *out, int *layer) {
+    if (find_ckpt(m, name, out, layer)) return 1;
+    char ck[96];
+    const int a = mp_tl_norm_param(m, name, ck, sizeof ck);
+    return a <= 0 ? a : find_ckpt(m, ck, out, layer);
 }

@@ -94,5 +94,11 @@ mp_status mp_tl_weight_set(mp_model *m, const mp_tl_weight *w, int layer, const 
  * name. The values are the model's as stored, which are TL's (a norm_offset
  * model, Gemma, keeps the factor 1 + w, as TL's converted weights do). */
 int mp_tl_norm_param(const mp_model *m, const char *tl, char *ckpt, size_t n);
+/* m:param's lookup (both bindings): a parameter by its checkpoint name
+ * ("embed", "blocks.L.ln1.weight": mp_params_describe's names with the layer)
+ * or TransformerLens's norm name (mp_tl_norm_param). 1 with its description
+ * and layer (-1 for a whole-model parameter); 0 when the model has no such
+ * name; -1 (mp_error set) for a TL norm name the model lacks. */
+int mp_param_find(const mp_model *m, const char *name, mp_param_desc *out, int *layer);
 
 #endif

@@ -122,6 +122,7 @@ int luaopen_mechprobe(lua_State *L) {
     mp_lua_open_h5(L);
     mp_lua_open_output(L);
     mp_lua_open_model(L);
+    mp_lua_open_sae(L);
     mp_lua_open_capture(L);
     mp_lua_open_tasks(L);
     mp_lua_open_analyze(L);

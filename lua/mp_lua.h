@@ -115,12 +115,22 @@ const char *mp_lua_opt_globs(lua_State *L, int idx, const char *fn, const char *
 #define MP_LUA_INPUT_ERROR "mechprobe.input_error"
 int mp_lua_fail(lua_State *L, mp_status s);
 
+/* ---- sparse autoencoders (lua/lsae.c over runtime/sae.h) ---- */
+#define MP_SAE_MT "mechprobe.SAE"
+struct mp_sae;
+/* The open SAE at idx, or raises ("SAE is closed", or a type error). */
+struct mp_sae *mp_lua_sae_check(lua_State *L, int idx);
+/* Pushes a new SAE handle owning s (freed by close or collection). */
+void mp_lua_sae_push(lua_State *L, struct mp_sae *s);
+
 /* Registration of each part of the module into the table at the stack top. */
 void mp_lua_open_tensor(lua_State *L);
 void mp_lua_open_h5(lua_State *L);
 /* mp.output(path): atomic multi-step outputs (lua/lout.c). */
 void mp_lua_open_output(lua_State *L);
 void mp_lua_open_model(lua_State *L);
+/* mp.sae: sparse autoencoders (lua/lsae.c). */
+void mp_lua_open_sae(lua_State *L);
 /* mp.tasks: the synthetic task generators (lua/ltasks.c). */
 void mp_lua_open_tasks(lua_State *L);
 

@@ -98,6 +98,12 @@ typedef struct {
 /* Font sizes derived from the figure's base size. */
 typedef struct { double base, tick, label, title, suptitle; } mp_fonts;
 
+/* plot_save.c: mp_figure_save's writer for any drawing: draw(ctx, cr, w, h)
+ * paints the rectangle (0, 0, w, h) in points; same formats, checks and
+ * atomic write as mp_figure_save (which calls it). */
+typedef mp_status (*mp_plot_draw_cb)(void *ctx, cairo_t *cr, double w, double h);
+mp_status mp_plot_save_cb(const char *path, double w, double h, double dpi, mp_plot_draw_cb draw, void *ctx);
+
 /* plot_text.c */
 double mp_text_width(cairo_t *cr, const char *s, double size, int bold);
 double mp_label_width(cairo_t *cr, const mp_label *l, double size);

@@ -1,6 +1,7 @@
-/* plot_save.c — writes a figure to PNG, SVG or PDF chosen by the file
- * extension, atomically (mp_out): cairo streams into a temporary file in the
- * target's directory, which is renamed over the target only when everything
+/* plot_save.c — writes a figure (or any drawing: mp_plot_save_cb, which the
+ * feature view uses too) to PNG, SVG or PDF chosen by the file extension,
+ * atomically (mp_out): cairo streams into a temporary file in the target's
+ * directory, which is renamed over the target only when everything
  * succeeded; a target that is not a regular file is refused. */
 #include "plot_internal.h"
 
@@ -29,7 +30,7 @@ static mp_status parse_ext(const char *path, fmt_t *fmt) {
     return MP_OK;
 }
 
-mp_status mp_figure_save(mp_figure *f, const char *path, double w, double h, double dpi) {
+mp_status mp_plot_save_cb(const char *path, double w, double h, double dpi, mp_plot_draw_cb draw, void *ctx) {
     mp_status st;
     fmt_t fmt = FMT_PNG;
     mp_out out;
@@ -65,7 +66,7 @@ mp_status mp_figure_save(mp_figure *f, const char *path, double w, double h, dou
     }
     cr = cairo_create(sf);
     if (fmt == FMT_PNG) cairo_scale(cr, px / w, py / h);
-    if ((st = mp_figure_draw(f, cr, w, h)) != MP_OK) { mp_error_prefix(st, "%s", path); goto cleanup; }
+    if ((st = draw(ctx, cr, w, h)) != MP_OK) { mp_error_prefix(st, "%s", path); goto cleanup; }
     cairo_destroy(cr);
     cr = NULL;
     cairo_status_t cs;
@@ -87,4 +88,10 @@ cleanup:
     if (sf) cairo_surface_destroy(sf);
     if (fp) mp_out_abort(&out);
     return st;
+}
+
+static mp_status draw_figure(void *f, cairo_t *cr, double w, double h) { return mp_figure_draw(f, cr, w, h); }
+
+mp_status mp_figure_save(mp_figure *f, const char *path, double w, double h, double dpi) {
+    return mp_plot_save_cb(path, w, h, dpi, draw_figure, f);
 }

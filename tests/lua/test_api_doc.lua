@@ -106,7 +106,7 @@ t.ok(n_fns > 50, "the mp table has " .. n_fns .. " functions (expected more than
 local CHAPTER = {
   Model = "Models", Tensor = "Tensor", H5 = "HDF5 files", Figure = "Figures", Axes = "Figures",
   MTDTask = "Tasks", AlgebraTask = "Tasks", TextTask = "Tasks", RetrievalTask = "Tasks",
-  Optimizer = "Optimizer", Output = "Module functions", Probe = "Analyses", Intervention = "Interventions",
+  Optimizer = "Optimizer", Output = "Module functions", SAE = "Sparse autoencoders (`mp.sae`)", Probe = "Analyses", Intervention = "Interventions",
 }
 -- internal helper types (never reach a script)
 local INTERNAL = {Guard = true, ModelBusy = true, AnalyzeResult = true, param_views = true, param_owner = true,
@@ -164,7 +164,7 @@ t.ok(n_methods > 60, "the object types have " .. n_methods .. " methods (expecte
 local FILE_CHAPTER = {
   ["lmodel.c"] = "Models", ["lout.c"] = "Module functions", ["lprobe.c"] = "Analyses", ["ltasks.c"] = "Tasks",
   ["ltasks_algebra.c"] = "Tasks", ["ltensor.c"] = "Tensor", ["ltrain.c"] = "Optimizer",
-  ["lweights.c"] = "Models", ["ldevice.c"] = "Models",
+  ["lweights.c"] = "Models", ["ldevice.c"] = "Models", ["lsae.c"] = "Sparse autoencoders (`mp.sae`)",
 }
 local files = {}
 do

@@ -9,7 +9,7 @@ local exe = arg[-1]
 local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
 
 local DOCS = {
-  "capture.md", "hooks.md", "lua.md", "training.md", "models-and-formats.md",
+  "capture.md", "hooks.md", "lua.md", "sae.md", "training.md", "models-and-formats.md",
   "analysis.md", "VIEW.md", "probes.md", "sinks.md", "mirror_descent.md", "group_arith.md",
   "rope_id.md", "gpu.md", "mpi.md", "trust.md", "testing.md", "layout.md",
   "changelog.md", "ARCHITECTURE.md",

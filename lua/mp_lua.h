@@ -131,6 +131,8 @@ void mp_lua_open_output(lua_State *L);
 void mp_lua_open_model(lua_State *L);
 /* mp.sae: sparse autoencoders (lua/lsae.c). */
 void mp_lua_open_sae(lua_State *L);
+/* mp.sae.load and sae:save (lua/lsae_io.c), with mp on the stack's top. */
+void mp_lua_open_sae_io(lua_State *L);
 /* mp.tasks: the synthetic task generators (lua/ltasks.c). */
 void mp_lua_open_tasks(lua_State *L);
 

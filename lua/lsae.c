@@ -198,6 +198,8 @@ static void push_cfg(lua_State *L, const mp_sae *s) {
     lua_setfield(L, -2, "apply_b_dec_to_input");
     lua_pushstring(L, mp_sae_norm_name(s->normalize));
     lua_setfield(L, -2, "normalize_activations");
+    lua_pushstring(L, s->reshape_hook_z ? "hook_z" : "none");
+    lua_setfield(L, -2, "reshape_activations");
     if (*s->hook_name) {
         lua_pushstring(L, s->hook_name);
         lua_setfield(L, -2, "hook_name");
@@ -260,4 +262,5 @@ void mp_lua_open_sae(lua_State *L) {
     lua_setfield(L, -2, "new");
     lua_setfield(L, -2, "sae");
     mp_lua_open_sae_view(L);
+    mp_lua_open_sae_io(L); /* lsae_io.c: mp.sae.load, sae:save */
 }

@@ -133,6 +133,8 @@ void mp_lua_open_model(lua_State *L);
 void mp_lua_open_sae(lua_State *L);
 /* mp.sae.top_contexts / feature_view (lua/lsae_view.c); mp on top, mp.sae in it. */
 void mp_lua_open_sae_view(lua_State *L);
+/* mp.sae.load and sae:save (lua/lsae_io.c), with mp on the stack's top. */
+void mp_lua_open_sae_io(lua_State *L);
 /* mp.tasks: the synthetic task generators (lua/ltasks.c). */
 void mp_lua_open_tasks(lua_State *L);
 

@@ -69,6 +69,12 @@ void mpy_pyhooks_free(mpy_pyhooks *p);
 /* m.forward(...) with fwd_hooks=, bwd_hooks=, loss= or targets= (run_with_hooks's body). */
 PyObject *mpy_run_hooked(mpy_model *self, PyObject *args, PyObject *kw);
 
+/* mpy_sae.c: mechprobe.SAE. The open SAE of a mechprobe.SAE object, or NULL
+ * with an exception (TypeError for another object, ValueError once closed).
+ * mpy_sae_add adds the type to the module (-1 with an exception). */
+struct mp_sae *mpy_sae_get(PyObject *o);
+int mpy_sae_add(PyObject *mod);
+
 /* Method and attribute tables of the other files, joined into the Model type at
  * module init; each ends with a {NULL} sentinel. */
 extern PyMethodDef mpy_hooks_methods[];   /* mpy_hooks.c: run_with_cache, run_with_hooks, ... */

@@ -1046,6 +1046,7 @@ PyMODINIT_FUNC PyInit__core(void) {
                                           "which file or argument, and what is wrong)", PyExc_RuntimeError, NULL);
     if (!mpy_error || PyModule_AddObjectRef(mod, "Error", mpy_error)) goto fail;
     if (PyModule_AddObjectRef(mod, "Model", (PyObject *)&mpy_model_type)) goto fail;
+    if (mpy_sae_add(mod)) goto fail; /* mpy_sae.c: mechprobe.SAE */
     return mod;
 fail:
     Py_DECREF(mod);

@@ -62,6 +62,10 @@ typedef struct mp_sae {
     char hook_name[128];
     int hook_layer;
     char model_name[128];
+    /* SAELens's reshape_activations "hook_z": the input is an attention hook_z
+     * [..., n_heads, d_head] read as rows of n_heads * d_head = d_in (the same
+     * memory, row-major); 0 for "none". Set by formats/sae_io's loader. */
+    int reshape_hook_z;
     /* The weights, in one owned block. */
     float *W_enc, *b_enc, *W_dec, *b_dec;
     float *threshold;         /* jumprelu only; NULL otherwise */

@@ -24,3 +24,8 @@ from .extra import Intervention, TokenStream, ablate, load  # noqa: E402,F401
 from . import analyze  # noqa: E402,F401
 
 __all__ += ["Intervention", "TokenStream", "ablate", "analyze", "capture", "patch", "scale", "steer"]
+
+# sparse autoencoders: SAELens folders, encode / decode / forward (mpy_sae.c)
+from ._core import SAE  # noqa: E402,F401
+
+__all__ += ["SAE"]

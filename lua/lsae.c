@@ -258,5 +258,6 @@ void mp_lua_open_sae(lua_State *L) {
     lua_newtable(L);
     lua_pushcfunction(L, l_new);
     lua_setfield(L, -2, "new");
+    mp_lua_open_sae_train(L); /* lsae_train.c: mp.sae.train, mp.sae.evaluate, sae:evaluate */
     lua_setfield(L, -2, "sae");
 }

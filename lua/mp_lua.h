@@ -131,6 +131,7 @@ void mp_lua_open_output(lua_State *L);
 void mp_lua_open_model(lua_State *L);
 /* mp.sae: sparse autoencoders (lua/lsae.c). */
 void mp_lua_open_sae(lua_State *L);
+void mp_lua_open_sae_train(lua_State *L); /* lsae_train.c: adds to the mp.sae table on top */
 /* mp.tasks: the synthetic task generators (lua/ltasks.c). */
 void mp_lua_open_tasks(lua_State *L);
 

@@ -260,6 +260,7 @@ void mp_lua_open_sae(lua_State *L) {
     lua_newtable(L);
     lua_pushcfunction(L, l_new);
     lua_setfield(L, -2, "new");
+    mp_lua_open_sae_train(L); /* lsae_train.c: mp.sae.train, mp.sae.evaluate, sae:evaluate */
     lua_setfield(L, -2, "sae");
     mp_lua_open_sae_view(L);
     mp_lua_open_sae_io(L); /* lsae_io.c: mp.sae.load, sae:save */

@@ -135,6 +135,7 @@ void mp_lua_open_sae(lua_State *L);
 void mp_lua_open_sae_view(lua_State *L);
 /* mp.sae.load and sae:save (lua/lsae_io.c), with mp on the stack's top. */
 void mp_lua_open_sae_io(lua_State *L);
+void mp_lua_open_sae_train(lua_State *L); /* lsae_train.c: adds to the mp.sae table on top */
 /* mp.tasks: the synthetic task generators (lua/ltasks.c). */
 void mp_lua_open_tasks(lua_State *L);
 

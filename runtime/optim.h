@@ -55,5 +55,12 @@ double mp_grad_clip(float *g, size_t n, float max_norm);
  * starts at 1). The model must own its parameters; o must be sized to
  * mp_config_n_params. */
 void mp_adamw_update(mp_adamw *o, mp_model *m, const float *g, double lr);
+/* The same update of one plain array p[0..n) with its moments mm, vv and
+ * gradient gg, as update number `step` (1-based, bias correction); decay_on
+ * applies hp->weight_decay (weight_decay 0: torch.optim.Adam). What
+ * mp_adamw_update does for each parameter tensor, for callers whose
+ * parameters are not a model's (runtime/sae_train.c). */
+void mp_adamw_update_array(const mp_adamw_params *hp, long step, float *p, float *mm, float *vv, const float *gg,
+                           size_t n, int decay_on, double lr);
 
 #endif

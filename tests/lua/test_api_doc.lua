@@ -110,7 +110,7 @@ local CHAPTER = {
 }
 -- internal helper types (never reach a script)
 local INTERNAL = {Guard = true, ModelBusy = true, AnalyzeResult = true, param_views = true, param_owner = true,
-                  GradWS = true}
+                  GradWS = true, SAETrainRun = true}
 
 local function methods_of(mt)
   local idx = mt.__methods or mt.__index
@@ -164,7 +164,8 @@ t.ok(n_methods > 60, "the object types have " .. n_methods .. " methods (expecte
 local FILE_CHAPTER = {
   ["lmodel.c"] = "Models", ["lout.c"] = "Module functions", ["lprobe.c"] = "Analyses", ["ltasks.c"] = "Tasks",
   ["ltasks_algebra.c"] = "Tasks", ["ltensor.c"] = "Tensor", ["ltrain.c"] = "Optimizer",
-  ["lweights.c"] = "Models", ["ldevice.c"] = "Models", ["lsae.c"] = "Sparse autoencoders (`mp.sae`)",
+  ["lweights.c"] = "Models", ["ldevice.c"] = "Models", ["lsae.c"] = "Sparse autoencoders (`mp.sae`)", ["lsae_train.c"] = "Sparse autoencoders (`mp.sae`)",
+  ["lsae_io.c"] = "Sparse autoencoders (`mp.sae`)", ["lsae_view.c"] = "Sparse autoencoders (`mp.sae`)",
 }
 local files = {}
 do

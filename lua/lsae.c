@@ -259,4 +259,5 @@ void mp_lua_open_sae(lua_State *L) {
     lua_pushcfunction(L, l_new);
     lua_setfield(L, -2, "new");
     lua_setfield(L, -2, "sae");
+    mp_lua_open_sae_splice(L); /* m:add_sae etc. (lsae_splice.c) */
 }

@@ -112,7 +112,7 @@ static int head_axis(mp_shape_kind k) {
 
 int mp_intervention_prepare(mp_intervention *iv, const mp_hook_info *info, mp_intervention_plan *pl) {
     const char *what = mp_intervention_name(iv->kind);
-    mp_shape_kind sk = mp_hook_shape_kind[info->id];
+    mp_shape_kind sk = mp_hook_kind(info->id); /* a registry's own point: [B,T,width] */
     memset(pl, 0, sizeof *pl);
     pl->kind = iv->kind;
     pl->head = iv->head;

@@ -321,13 +321,31 @@ typedef struct {
     int layer;
     mp_hook_fn fn;
     void *user;
+    int late; /* fires after the others at its point */
 } hook_entry;
+
+/* A registry's own point (mp_hooks_declare). */
+typedef struct {
+    char name[96];
+    mp_hook_id parent;
+    int layer, width, grad;
+    unsigned char active; /* as a table point's byte in hs->active */
+} sub_point;
+
+typedef struct {
+    void *p;
+    void (*free_fn)(void *);
+} owned_mem;
 
 struct mp_hooks {
     mp_config cfg;
     hook_entry *e;
     int n, cap;
     unsigned char *active; /* [(n_layer + 1) * MP_HOOK_COUNT], slot 0 for layer -1 */
+    sub_point *sub;        /* the registry's own points, ids MP_HOOK_COUNT + i */
+    int nsub, capsub;
+    owned_mem *own;
+    int nown, capown;
 };
 
 mp_hooks *mp_hooks_new(const mp_config *cfg) {
@@ -341,12 +359,16 @@ mp_hooks *mp_hooks_new(const mp_config *cfg) {
 
 void mp_hooks_free(mp_hooks *hs) {
     if (!hs) return;
+    for (int i = hs->nown - 1; i >= 0; i--) hs->own[i].free_fn(hs->own[i].p);
+    free(hs->own);
+    free(hs->sub);
     free(hs->e);
     free(hs->active);
     free(hs);
 }
 
 static unsigned char *slot(const mp_hooks *hs, mp_hook_id id, int layer) {
+    if (mp_hook_is_sub(id)) return &hs->sub[id - MP_HOOK_COUNT].active;
     return &hs->active[(size_t)(layer + 1) * MP_HOOK_COUNT + id];
 }
 
@@ -354,9 +376,12 @@ static unsigned char *slot(const mp_hooks *hs, mp_hook_id id, int layer) {
 #define SLOT_ACTIVE 1
 #define SLOT_WRITER 2
 
-static mp_status add_entry(mp_hooks *hs, mp_hook_id id, int layer, mp_hook_fn fn, void *user, int writer) {
-    if ((int)id < 0 || id >= MP_HOOK_COUNT || layer < -1 || layer >= hs->cfg.n_layer ||
-        (layer >= 0) != (mp_hook_per_layer[id] != 0))
+static mp_status add_entry(mp_hooks *hs, mp_hook_id id, int layer, mp_hook_fn fn, void *user, int writer,
+                           int late) {
+    const int sub_ok = mp_hook_is_sub(id) && (int)id - MP_HOOK_COUNT < hs->nsub &&
+                       hs->sub[id - MP_HOOK_COUNT].layer == layer;
+    if (!sub_ok && ((int)id < 0 || id >= MP_HOOK_COUNT || layer < -1 || layer >= hs->cfg.n_layer ||
+                    (layer >= 0) != (mp_hook_per_layer[id] != 0)))
         return mp_error(MP_ERR_ARG, "invalid hook point (id %d, layer %d)", (int)id, layer);
     if (hs->n == hs->cap) {
         int cap = hs->cap ? hs->cap * 2 : 16;
@@ -365,17 +390,21 @@ static mp_status add_entry(mp_hooks *hs, mp_hook_id id, int layer, mp_hook_fn fn
         hs->e = e;
         hs->cap = cap;
     }
-    hs->e[hs->n++] = (hook_entry){id, layer, fn, user};
+    hs->e[hs->n++] = (hook_entry){id, layer, fn, user, late};
     *slot(hs, id, layer) |= (unsigned char)(SLOT_ACTIVE | (writer ? SLOT_WRITER : 0));
     return MP_OK;
 }
 
 mp_status mp_hooks_add_at(mp_hooks *hs, mp_hook_id id, int layer, mp_hook_fn fn, void *user) {
-    return add_entry(hs, id, layer, fn, user, 1);
+    return add_entry(hs, id, layer, fn, user, 1, 0);
 }
 
 mp_status mp_hooks_add_reader_at(mp_hooks *hs, mp_hook_id id, int layer, mp_hook_fn fn, void *user) {
-    return add_entry(hs, id, layer, fn, user, 0);
+    return add_entry(hs, id, layer, fn, user, 0, 0);
+}
+
+mp_status mp_hooks_add_late_at(mp_hooks *hs, mp_hook_id id, int layer, mp_hook_fn fn, void *user) {
+    return add_entry(hs, id, layer, fn, user, 1, 1);
 }
 
 typedef struct {
@@ -389,7 +418,7 @@ typedef struct {
 static void add_visit(void *u, mp_hook_id id, int layer, const char *name) {
     (void)name;
     add_ctx *c = u;
-    if (c->st == MP_OK) c->st = add_entry(c->hs, id, layer, c->fn, c->user, c->writer);
+    if (c->st == MP_OK) c->st = add_entry(c->hs, id, layer, c->fn, c->user, c->writer, 0);
 }
 
 /* Does the glob match an opt-in point by fnmatch alone (but not spell it)? */
@@ -406,7 +435,7 @@ static int opt_in_only(const mp_config *cfg, const char *glob) {
 static mp_status add_globs(mp_hooks *hs, const char *globs, mp_hook_fn fn, void *user, int writer) {
     char bad[256];
     if (!globs || !*globs) return mp_error(MP_ERR_ARG, "empty hook name");
-    int n = mp_hook_select(&hs->cfg, globs, NULL, NULL, bad, sizeof bad);
+    int n = mp_hooks_select(hs, globs, NULL, NULL, bad, sizeof bad);
     if (bad[0] && opt_in_only(&hs->cfg, bad)) {
         char names[256];
         return mp_error(MP_ERR_ARG,
@@ -424,7 +453,7 @@ static mp_status add_globs(mp_hooks *hs, const char *globs, mp_hook_fn fn, void 
                         bad);
     if (n == 0) return mp_error(MP_ERR_ARG, "hook names '%s' match no hook point", globs);
     add_ctx c = {hs, fn, user, writer, MP_OK};
-    mp_hook_select(&hs->cfg, globs, add_visit, &c, NULL, 0);
+    mp_hooks_select(hs, globs, add_visit, &c, NULL, 0);
     return c.st;
 }
 
@@ -438,6 +467,7 @@ mp_status mp_hooks_add_reader(mp_hooks *hs, const char *globs, mp_hook_fn fn, vo
 
 void mp_hooks_clear(mp_hooks *hs) {
     hs->n = 0;
+    for (int i = 0; i < hs->nsub; i++) hs->sub[i].active = 0;
     memset(hs->active, 0, (size_t)(hs->cfg.n_layer + 1) * MP_HOOK_COUNT);
 }
 
@@ -464,10 +494,10 @@ int mp_hooks_readonly(const mp_hooks *hs, mp_hook_id id, int layer) {
 }
 
 mp_status mp_hooks_fire(const mp_hooks *hs, mp_hook_info *info, float *data) {
-    const char *name = info->name = mp_hook_name(info->id, info->layer, info->namebuf, sizeof info->namebuf);
-    for (int i = 0; i < hs->n; i++) {
-        const hook_entry *e = &hs->e[i];
-        if (e->id != info->id || e->layer != info->layer) continue;
+    const char *name = info->name = mp_hooks_name(hs, info->id, info->layer, info->namebuf, sizeof info->namebuf);
+    for (int k = 0; k < 2 * hs->n; k++) { /* the others, then the late ones */
+        const hook_entry *e = &hs->e[k % hs->n];
+        if (e->id != info->id || e->layer != info->layer || e->late != (k >= hs->n)) continue;
         if (e->fn(e->user, info, data) != 0) {
             const char *msg = mp_last_error();
             if (!msg[0]) mp_error(MP_ERR_HOOK, "hook at %s aborted the forward pass", name);
@@ -481,3 +511,153 @@ mp_status mp_hooks_fire(const mp_hooks *hs, mp_hook_info *info, float *data) {
 _Static_assert(MP_HOOK_EMBED == 0 && MP_HOOK_POS_EMBED + 1 == FIRST_PER && END_PER == MP_HOOK_LNF_SCALE &&
                    MP_HOOK_LN_FINAL == MP_HOOK_COUNT - 1,
                "point_at() relies on the global points at both ends of MP_HOOK_TABLE, the per-layer ones between");
+
+/* ---- a registry's own points ---- */
+
+mp_status mp_hooks_declare(mp_hooks *hs, const char *name, mp_hook_id parent, int layer, int width, int has_grad,
+                           mp_hook_id *id) {
+    mp_hook_id pid;
+    int pl;
+    if (!name || !*name || strlen(name) >= sizeof hs->sub[0].name)
+        return mp_error(MP_ERR_ARG, "hook point name '%s' is empty or too long", name ? name : "");
+    if (mp_hooks_parse(hs, name, &pid, &pl) == 0)
+        return mp_error(MP_ERR_ARG, "hook point '%s' exists already", name);
+    if (hs->nsub == hs->capsub) {
+        int cap = hs->capsub ? hs->capsub * 2 : 8;
+        sub_point *p = realloc(hs->sub, (size_t)cap * sizeof *p);
+        if (!p) return mp_error(MP_ERR_NOMEM, "out of memory declaring a hook point");
+        hs->sub = p;
+        hs->capsub = cap;
+    }
+    sub_point *p = &hs->sub[hs->nsub];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->parent = parent;
+    p->layer = layer;
+    p->width = width;
+    p->grad = has_grad;
+    *id = (mp_hook_id)(MP_HOOK_COUNT + hs->nsub++);
+    return MP_OK;
+}
+
+mp_status mp_hooks_own(mp_hooks *hs, void *p, void (*free_fn)(void *)) {
+    if (hs->nown == hs->capown) {
+        int cap = hs->capown ? hs->capown * 2 : 4;
+        owned_mem *o = realloc(hs->own, (size_t)cap * sizeof *o);
+        if (!o) {
+            free_fn(p);
+            return mp_error(MP_ERR_NOMEM, "out of memory registering a hook's state");
+        }
+        hs->own = o;
+        hs->capown = cap;
+    }
+    hs->own[hs->nown++] = (owned_mem){p, free_fn};
+    return MP_OK;
+}
+
+static const sub_point *sub_of(const mp_hooks *hs, mp_hook_id id) {
+    int i = (int)id - MP_HOOK_COUNT;
+    return hs && i >= 0 && i < hs->nsub ? &hs->sub[i] : NULL;
+}
+
+const char *mp_hooks_name(const mp_hooks *hs, mp_hook_id id, int layer, char *buf, size_t n) {
+    if (!mp_hook_is_sub(id)) return mp_hook_name(id, layer, buf, n);
+    const sub_point *p = sub_of(hs, id);
+    snprintf(buf, n, "%s", p ? p->name : "?");
+    return buf;
+}
+
+int mp_hooks_parent(const mp_hooks *hs, mp_hook_id id, mp_hook_id *parent, int *layer) {
+    const sub_point *p = sub_of(hs, id);
+    if (!p) return -1;
+    *parent = p->parent;
+    *layer = p->layer;
+    return 0;
+}
+
+int mp_hooks_parse(const mp_hooks *hs, const char *name, mp_hook_id *id, int *layer) {
+    for (int i = 0; i < hs->nsub; i++)
+        if (strcmp(name, hs->sub[i].name) == 0) {
+            *id = (mp_hook_id)(MP_HOOK_COUNT + i);
+            *layer = hs->sub[i].layer;
+            return 0;
+        }
+    return mp_hook_parse(&hs->cfg, name, id, layer);
+}
+
+int mp_hooks_shape(const mp_hooks *hs, mp_hook_id id, int B, int T, int pos0, int64_t shape[4]) {
+    if (!mp_hook_is_sub(id)) return mp_hook_shape(&hs->cfg, id, B, T, pos0, shape);
+    const sub_point *p = sub_of(hs, id);
+    shape[0] = B;
+    shape[1] = T;
+    shape[2] = p ? p->width : 0;
+    shape[3] = 1;
+    return 3;
+}
+
+int mp_hooks_has_grad(const mp_hooks *hs, mp_hook_id id) {
+    if (!mp_hook_is_sub(id)) return mp_hook_has_grad(id);
+    const sub_point *p = sub_of(hs, id);
+    return p && p->grad;
+}
+
+mp_shape_kind mp_hook_kind(mp_hook_id id) { return mp_hook_is_sub(id) ? MP_SHAPE_BTD : mp_hook_shape_kind[id]; }
+
+/* Does one of the comma-separated globs select the registry's own point p? */
+static int sub_selected(const char *globs, const sub_point *p) {
+    const char *pat;
+    size_t plen;
+    for (const char *g = globs; g;) {
+        g = next_glob(g, &pat, &plen);
+        if (plen && glob_match_n(pat, plen, p->name)) return 1;
+    }
+    return 0;
+}
+
+int mp_hooks_select(const mp_hooks *hs, const char *globs, mp_hook_visit_fn fn, void *user, char *unmatched,
+                    size_t unmatched_len) {
+    if (!hs->nsub) return mp_hook_select(&hs->cfg, globs, fn, user, unmatched, unmatched_len);
+    /* the table's points' unmatched globs, less those that match a point of the registry's own */
+    char bad[256];
+    const char *pat;
+    size_t plen;
+    if (unmatched && unmatched_len) unmatched[0] = '\0';
+    for (const char *g = globs; g;) {
+        g = next_glob(g, &pat, &plen);
+        if (!plen) continue;
+        char *one = malloc(plen + 1);
+        if (!one) break;
+        memcpy(one, pat, plen);
+        one[plen] = '\0';
+        int hit = 0;
+        for (int i = 0; !hit && i < hs->nsub; i++) hit = glob_match_n(pat, plen, hs->sub[i].name);
+        if (!hit) {
+            mp_hook_select(&hs->cfg, one, NULL, NULL, bad, sizeof bad);
+            if (bad[0] && unmatched && unmatched_len && !unmatched[0]) snprintf(unmatched, unmatched_len, "%s", bad);
+        }
+        free(one);
+    }
+    /* visits in firing order: each table point, then its own points */
+    char name[128];
+    mp_hook_id id;
+    int layer, total = 0;
+    for (int k = 0; point_at(&hs->cfg, k, &id, &layer); k++) {
+        if (!mp_hook_exists(&hs->cfg, id)) continue;
+        mp_hook_name(id, layer, name, sizeof name);
+        int match = 0;
+        for (const char *g = globs; g && !match;) {
+            g = next_glob(g, &pat, &plen);
+            match = plen && glob_selects(pat, plen, id, name);
+        }
+        if (match) {
+            total++;
+            if (fn) fn(user, id, layer, name);
+        }
+        for (int i = 0; i < hs->nsub; i++)
+            if (hs->sub[i].parent == id && hs->sub[i].layer == layer && sub_selected(globs, &hs->sub[i])) {
+                total++;
+                if (fn) fn(user, (mp_hook_id)(MP_HOOK_COUNT + i), layer, hs->sub[i].name);
+            }
+    }
+    return total;
+}

@@ -216,7 +216,46 @@ int mp_hooks_active(const mp_hooks *hs, mp_hook_id id, int layer);
 int mp_hooks_at(const mp_hooks *hs, mp_hook_id id, int layer, mp_hook_fn *fns, void **users, int max);
 /* Whether something is registered at (id, layer) and every callback there is a reader. */
 int mp_hooks_readonly(const mp_hooks *hs, mp_hook_id id, int layer);
-/* Fires every callback at info->id/info->layer in registration order. */
+/* Fires every callback at info->id/info->layer in registration order (those
+ * added with mp_hooks_add_late_at after the others). */
 mp_status mp_hooks_fire(const mp_hooks *hs, mp_hook_info *info, float *data);
+
+/* ---- a registry's own points (sub-points) ----
+ * A registry may declare named points of its own beside the table's: the
+ * sub-points of an SAE spliced in at a point (hooks/sae_splice.h,
+ * "blocks.0.hook_resid_post.hook_sae_acts_post"). Each is [B, T, width] for
+ * the forward it fires in, belongs to a parent point (id, layer) and is fired
+ * by a callback at that parent (whoever declared it), with an id >=
+ * MP_HOOK_COUNT (mp_hook_is_sub). Everything that takes a registry accepts
+ * them: mp_hooks_add / add_at / add_reader / the select, parse and shape
+ * functions below, which answer for the table's points as their mp_hook_*
+ * counterparts do and also for the registry's own points. A glob such as "*"
+ * selects them (each right after its parent, in declaration order). */
+#define mp_hook_is_sub(id) ((int)(id) >= MP_HOOK_COUNT)
+/* Declares `name` (unique, < 96 characters) under (parent, layer). Returns
+ * its id via *id. MP_ERR_ARG for a duplicate or bad name; MP_ERR_NOMEM. */
+mp_status mp_hooks_declare(mp_hooks *hs, const char *name, mp_hook_id parent, int layer, int width, int has_grad,
+                           mp_hook_id *id);
+/* mp_hook_select over the table's points and the registry's own. */
+int mp_hooks_select(const mp_hooks *hs, const char *globs, mp_hook_visit_fn fn, void *user, char *unmatched,
+                    size_t unmatched_len);
+/* mp_hook_parse, the registry's own names included. */
+int mp_hooks_parse(const mp_hooks *hs, const char *name, mp_hook_id *id, int *layer);
+/* mp_hook_shape, for the registry's own points too ([B, T, width], 3). */
+int mp_hooks_shape(const mp_hooks *hs, mp_hook_id id, int B, int T, int pos0, int64_t shape[4]);
+/* mp_hook_has_grad, for the registry's own points too. */
+int mp_hooks_has_grad(const mp_hooks *hs, mp_hook_id id);
+/* The shape kind of a point (MP_SHAPE_BTD for a registry's own: [B, T, width]). */
+mp_shape_kind mp_hook_kind(mp_hook_id id);
+/* The full name of a point (the table's or the registry's own) into buf. */
+const char *mp_hooks_name(const mp_hooks *hs, mp_hook_id id, int layer, char *buf, size_t n);
+/* The parent (id, layer) of a registry's own point; -1 for a table's point. */
+int mp_hooks_parent(const mp_hooks *hs, mp_hook_id id, mp_hook_id *parent, int *layer);
+/* mp_hooks_add_at for a callback that fires after every other one at its
+ * point, whenever it was added (a splice's backward, which turns the gradient
+ * of the point's output into its input's). */
+mp_status mp_hooks_add_late_at(mp_hooks *hs, mp_hook_id id, int layer, mp_hook_fn fn, void *user);
+/* Memory the registry frees (free_fn(p)) when it is freed (a splice's state). */
+mp_status mp_hooks_own(mp_hooks *hs, void *p, void (*free_fn)(void *));
 
 #endif

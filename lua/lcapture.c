@@ -23,6 +23,7 @@
  * table is set after that one). */
 #include "capture.h"
 #include "lmodel.h"
+#include "sae_splice.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +60,7 @@ static int model_capture(lua_State *L) {
     p.hooks = mp_lua_opt_globs(L, 3, "capture", "hooks", "*");
     p.logits = mp_lua_opt_bool(L, 3, "capture", "logits", 0);
     p.compress = (int)mp_lua_opt_int(L, 3, "capture", "compress", 0, 0, 9);
-    g->hooks = mp_hooks_new(cfg);
+    g->hooks = mp_hooks_new_model(lm->m); /* with the attached SAEs (sae_splice.h) */
     if (!g->hooks) return luaL_error(L, "out of memory");
     int ftbl = mp_lua_add_fwd_hooks(L, 3, g, p.T); /* interventions apply before capture */
     mp_capture_result r = run_capture(L, &p, g, ftbl);
@@ -116,7 +117,7 @@ static int model_capture_prompts(lua_State *L) {
     p.lengths = len;
     p.n_prompts = (int)n;
     guard *g = mp_lua_guard_push(L);
-    g->hooks = mp_hooks_new(cfg);
+    g->hooks = mp_hooks_new_model(lm->m); /* with the attached SAEs (sae_splice.h) */
     if (!g->hooks) return luaL_error(L, "out of memory");
     const int ftbl = mp_lua_add_fwd_hooks(L, 3, g, tmax); /* interventions apply before capture */
     mp_capture_result r = run_capture(L, &p, g, ftbl); /* collective */
@@ -157,7 +158,7 @@ static int l_capture(lua_State *L) {
     lua_settop(L, top);
     if ((p.text != NULL) + (p.tokens != NULL) + (p.text_file != NULL) + (p.tokens_file != NULL) != 1)
         return luaL_error(L, "mp.capture: give exactly one of text, tokens, text_file and tokens_file");
-    g->hooks = mp_hooks_new(cfg);
+    g->hooks = mp_hooks_new_model(lm->m); /* with the attached SAEs (sae_splice.h) */
     if (!g->hooks) return luaL_error(L, "out of memory");
     const int ftbl = mp_lua_add_fwd_hooks(L, 1, g, p.tokens ? p.T : 0); /* interventions apply before capture */
     mp_capture_result r = run_capture(L, &p, g, ftbl);

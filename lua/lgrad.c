@@ -7,6 +7,7 @@
  * Bindings only: the backward and the attribution sums are C (runtime/grad.c). */
 #include "lmodel.h"
 #include "grad.h"
+#include "sae_splice.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -208,12 +209,12 @@ static int no_grad(mp_hook_id id) { return !mp_hook_has_grad(id); }
 static void capture_visit(void *u, mp_hook_id id, int layer, const char *name) {
     capture_ctx *c = u;
     if (c->st || c->nograd[0]) return;
-    if (c->need_grad && !mp_grad_has_hook(id)) {
+    if (c->need_grad && !mp_hooks_has_grad(c->hooks, id)) {
         if (c->explicit_names) snprintf(c->nograd, sizeof c->nograd, "%s", name);
         return;
     }
     int64_t shape[4];
-    int nd = mp_hook_shape(c->cfg, id, c->B, c->T, 0, shape);
+    int nd = mp_hooks_shape(c->hooks, id, c->B, c->T, 0, shape); /* an SAE's sub-points too */
     mp_tensor *t = mp_lua_tensor_new(c->L, nd, shape);
     lua_pushfstring(c->L, "%s%s", name, c->suffix);
     lua_pushvalue(c->L, -2);
@@ -230,7 +231,7 @@ static void capture(lua_State *L, int tbl, const char *globs, const char *suffix
                     const mp_config *cfg, int need_grad, int filtered, const char *fn) {
     const int named = !filtered && strpbrk(globs, "*?[") == NULL;
     capture_ctx cc = {L, tbl, suffix, hooks, B, T, cfg, named, need_grad, fn, "", MP_OK};
-    mp_hook_select(cfg, globs, capture_visit, &cc, NULL, 0);
+    mp_hooks_select(hooks, globs, capture_visit, &cc, NULL, 0);
     if (cc.nograd[0]) luaL_error(L, "%s: no gradient at hook %s yet", fn, cc.nograd);
     if (cc.st) mp_lua_fail(L, cc.st);
 }
@@ -320,8 +321,9 @@ int mp_lua_run_grad(lua_State *L, lmodel *lm, guard *g, int B, int T, int opt, c
         luaL_error(L, "%s: %s needs a 'loss' (%s): the gradients are those of that metric", fn,
                    incl_bwd ? "incl_bwd = true" : "bwd_hooks", LOSS_FORMS);
     guard *gb = mp_lua_guard_push(L);
-    gb->hooks = mp_hooks_new(cfg);
+    gb->hooks = mp_hooks_new_bwd(lm->m, g->hooks); /* the attached SAEs' backward (sae_splice.h) */
     if (!gb->hooks) mp_lua_fail(L, MP_ERR_NOMEM);
+    const int nsplice = mp_hooks_count(gb->hooks);
     int btbl = mp_lua_add_hooks_opt(L, opt, gb->hooks, T, "bwd_hooks");
     check_bwd_names(L, opt, cfg, fn);
     if (incl_bwd && globs[0]) {
@@ -330,7 +332,7 @@ int mp_lua_run_grad(lua_State *L, lmodel *lm, guard *g, int B, int T, int opt, c
         lua_pop(L, 1);
         capture(L, cache_idx, globs, "_grad", gb->hooks, B, T, cfg, 1, filtered, fn);
     }
-    const int backward = incl_bwd || mp_hooks_count(gb->hooks) > 0;
+    const int backward = incl_bwd || mp_hooks_count(gb->hooks) > nsplice;
     double v = run_fwd_bwd(L, lm->m, g->ints, B, T, mp_hooks_count(g->hooks) ? g->hooks : NULL, ftbl,
                            backward ? gb->hooks : NULL, btbl, &ls, logits, li, fn);
     lua_pushvalue(L, li);
@@ -373,12 +375,14 @@ static int l_attribution_patch(lua_State *L) {
     char bad[256];
     bad[0] = '\0';
     char why[192];
-    if (!mp_hook_select(cfg, globs, NULL, NULL, bad, sizeof bad) || bad[0])
+    guard *hc = mp_lua_guard_push(L), *hx = mp_lua_guard_push(L), *hb = mp_lua_guard_push(L);
+    /* with the attached SAEs: their sub-points are names too (sae_splice.h) */
+    if (!(hc->hooks = mp_hooks_new_model(m)) || !(hx->hooks = mp_hooks_new_model(m)) ||
+        !(hb->hooks = mp_hooks_new_bwd(m, hx->hooks)))
+        mp_lua_fail(L, MP_ERR_NOMEM);
+    if (!mp_hooks_select(hc->hooks, globs, NULL, NULL, bad, sizeof bad) || bad[0])
         luaL_error(L, "%s: names: unknown hook name '%s'%s (see mp.hook_names(model))", fn, bad[0] ? bad : globs,
                    mp_hook_absent_why(cfg, bad[0] ? bad : globs, why, sizeof why));
-    guard *hc = mp_lua_guard_push(L), *hx = mp_lua_guard_push(L), *hb = mp_lua_guard_push(L);
-    if (!(hc->hooks = mp_hooks_new(cfg)) || !(hx->hooks = mp_hooks_new(cfg)) || !(hb->hooks = mp_hooks_new(cfg)))
-        mp_lua_fail(L, MP_ERR_NOMEM);
     lua_newtable(L);
     int acts = lua_gettop(L);
     capture(L, acts, globs, "|clean", hc->hooks, B, T, cfg, 1, 0, fn);
@@ -422,9 +426,9 @@ static int l_attribution_patch(lua_State *L) {
         const char *name = lua_tostring(L, -1);
         mp_hook_id id;
         int layer;
-        mp_hook_parse(cfg, name, &id, &layer);
+        mp_hooks_parse(hc->hooks, name, &id, &layer);
         int64_t os[2];
-        int ond = mp_grad_attr_shape(cfg, id, T, per, os);
+        int ond = mp_grad_attr_shape_hs(hc->hooks, cfg, id, T, per, os);
         if (!ond)
             luaL_error(L, "%s: per = \"%s\" does not apply to %s (%s)", fn, pers[per], name,
                        per == MP_ATTR_NEURON ? "it has a head axis: use \"head\", \"head_position\" or \"position\""
@@ -438,7 +442,7 @@ static int l_attribution_patch(lua_State *L) {
         const mp_tensor *tc = mp_lua_tensor_check(L, -3), *tx = mp_lua_tensor_check(L, -2),
                         *tg = mp_lua_tensor_check(L, -1);
         mp_tensor *out = mp_lua_tensor_new(L, ond, os);
-        mp_status st = mp_grad_attribution(cfg, id, B, T, tc->data, tx->data, tg->data, per, out->data);
+        mp_status st = mp_grad_attribution_hs(hc->hooks, cfg, id, B, T, tc->data, tx->data, tg->data, per, out->data);
         if (st) mp_lua_fail(L, st);
         lua_setfield(L, res, name);
         lua_pop(L, 4);

@@ -11,6 +11,7 @@
 #include "checkpoint.h"
 #include "model_io.h"
 #include "quant.h"
+#include "sae_splice.h"
 
 #include <stdio.h>
 
@@ -153,7 +154,7 @@ static void cache_visit(void *u, mp_hook_id id, int layer, const char *name) {
     cache_ctx *c = u;
     if (c->st) return;
     int64_t shape[4];
-    int nd = mp_hook_shape(c->cfg, id, c->B, c->T, c->pos0, shape);
+    int nd = mp_hooks_shape(c->hooks, id, c->B, c->T, c->pos0, shape);
     mp_tensor *t = mp_lua_tensor_new(c->L, nd, shape);
     lua_setfield(c->L, c->cache, name);
     c->st = mp_hooks_add_reader_at(c->hooks, id, layer, cache_cb, t);
@@ -170,10 +171,10 @@ static void name_visit(void *u, mp_hook_id id, int layer, const char *name) {
 /* names = function(name) -> truthy: the hook names (in firing order) for which
  * the filter at index fi says yes, pushed as a comma-separated list (""
  * when none), which is returned; the filter's errors propagate. */
-static const char *names_from_filter(lua_State *L, const mp_config *cfg, int fi) {
+static const char *names_from_filter(lua_State *L, const mp_hooks *hs, int fi) {
     lua_newtable(L);
     int all = lua_gettop(L);
-    mp_hook_select(cfg, "*", name_visit, L, NULL, 0);
+    mp_hooks_select(hs, "*", name_visit, L, NULL, 0); /* the attached SAEs' sub-points too */
     luaL_Buffer b;
     luaL_buffinit(L, &b);
     int first = 1;
@@ -213,21 +214,21 @@ static int run_common(lua_State *L, int want_cache, const char *fn) {
     if (mask && grad)
         return luaL_error(L, "%s: attention_mask cannot be combined with loss, incl_bwd or bwd_hooks yet (the "
                           "gradient pass runs unpadded batches only)", fn);
-    g->hooks = mp_hooks_new(cfg);
+    g->hooks = mp_hooks_new_model(lm->m); /* with the attached SAEs (sae_splice.h) */
     if (!g->hooks) return luaL_error(L, "out of memory");
     int ftbl = mp_lua_add_fwd_hooks(L, opt, g, T); /* leaves its function table on the stack */
     int cache_idx = 0;
     const char *globs = "";
     if (want_cache) {
         if (mp_lua_opt_get(L, opt, "names") == LUA_TFUNCTION) /* a filter, as TransformerLens's names_filter */
-            globs = names_from_filter(L, cfg, lua_gettop(L));
+            globs = names_from_filter(L, g->hooks, lua_gettop(L));
         else {
             lua_pop(L, 1);
             globs = mp_lua_opt_globs(L, opt, fn, "names", "*");
         }
         char bad[256];
         bad[0] = '\0';
-        if (globs[0]) mp_hook_select(cfg, globs, NULL, NULL, bad, sizeof bad);
+        if (globs[0]) mp_hooks_select(g->hooks, globs, NULL, NULL, bad, sizeof bad);
         char why[192];
         if (bad[0])
             return luaL_error(L, "names: unknown hook name '%s'%s (see mp.hook_names(model))", bad,
@@ -236,7 +237,7 @@ static int run_common(lua_State *L, int want_cache, const char *fn) {
         cache_idx = lua_gettop(L);
         mp_lua_cache_attach(L, cache_idx, 1, B, T); /* cache:accumulated_resid(...) etc. (lcache.c), on both paths */
         cache_ctx cc = {L, cache_idx, g->hooks, B, T, 0, cfg, MP_OK};
-        if (globs[0]) mp_hook_select(cfg, globs, cache_visit, &cc, NULL, 0); /* a filter may pick none */
+        if (globs[0]) mp_hooks_select(g->hooks, globs, cache_visit, &cc, NULL, 0); /* a filter may pick none */
         if (cc.st) return mp_lua_fail(L, cc.st);
     }
     const char *lmode = "all"; /* a string option stays on the stack while used (GC) */
@@ -612,7 +613,7 @@ static int model_generate(lua_State *L) {
         if (Bq != 1) return luaL_error(L, "generate: one prompt at a time (got a batch of %d)", Bq);
     }
     int max_new = (int)mp_lua_opt_int(L, opt, "generate", "max_new_tokens", 64, 0, INT_MAX - n);
-    g->hooks = mp_hooks_new(&lm->m->cfg);
+    g->hooks = mp_hooks_new_model(lm->m); /* with the attached SAEs */
     if (!g->hooks) return luaL_error(L, "out of memory");
     int ftbl = mp_lua_add_fwd_hooks(L, opt, g, n + max_new);
     mp_sampler_params sp = {(float)mp_lua_opt_num(L, opt, "generate", "temperature", 1.0),
@@ -791,6 +792,13 @@ static void names_visit(void *u, mp_hook_id id, int layer, const char *name) {
 static int l_hook_names(lua_State *L) {
     lmodel *lm = mp_lua_model_check(L, 1);
     const char *glob = luaL_optstring(L, 2, MP_HOOK_GLOB_ALL); /* every point, the opt-in ones too */
+    if (mp_model_n_saes(lm->m)) { /* the attached SAEs' sub-points too, each after its point */
+        guard *g = mp_lua_guard_push(L);
+        if (!(g->hooks = mp_hooks_new_model(lm->m))) return mp_lua_fail(L, MP_ERR_NOMEM);
+        lua_newtable(L);
+        mp_hooks_select(g->hooks, glob, names_visit, L, NULL, 0);
+        return 1;
+    }
     lua_newtable(L);
     mp_hook_select(&lm->m->cfg, glob, names_visit, L, NULL, 0);
     return 1;

@@ -26,6 +26,11 @@ mp_sae *mp_lua_sae_check(lua_State *L, int idx) {
     return u->s;
 }
 
+mp_sae *mp_lua_sae_peek(lua_State *L, int idx) {
+    lsae *u = luaL_checkudata(L, idx, MP_SAE_MT);
+    return u->s;
+}
+
 void mp_lua_sae_push(lua_State *L, mp_sae *s) {
     lsae *u = lua_newuserdatauv(L, sizeof *u, 0);
     u->s = NULL;
@@ -264,4 +269,5 @@ void mp_lua_open_sae(lua_State *L) {
     lua_setfield(L, -2, "sae");
     mp_lua_open_sae_view(L);
     mp_lua_open_sae_io(L); /* lsae_io.c: mp.sae.load, sae:save */
+    mp_lua_open_sae_splice(L); /* m:add_sae etc. (lsae_splice.c) */
 }

@@ -14,6 +14,7 @@
  * of the rows and the gradients are summed across ranks, so the parameters
  * stay identical; rank 0 alone draws the progress line and writes checkpoints. */
 #include "lmodel.h"
+#include "sae_splice.h"
 #include "optim.h"
 #include "trainloop.h"
 
@@ -356,7 +357,7 @@ static int model_loss(lua_State *L) {
     guard *gt = mp_lua_guard_push(L), *gg = mp_lua_guard_push(L);
     int B, T;
     read_batch(L, lm->m->cfg.vocab, 2, 3, gt, gg, &B, &T);
-    gt->hooks = mp_hooks_new(&lm->m->cfg);
+    gt->hooks = mp_hooks_new_model(lm->m); /* with the attached SAEs (sae_splice.h) */
     if (!gt->hooks) return luaL_error(L, "out of memory");
     const int *mask = mp_lua_opt_mask(L, opt, "loss", B, T);
     int ftbl = mp_lua_add_fwd_hooks(L, opt, gt, T);

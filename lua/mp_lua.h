@@ -120,8 +120,12 @@ int mp_lua_fail(lua_State *L, mp_status s);
 struct mp_sae;
 /* The open SAE at idx, or raises ("SAE is closed", or a type error). */
 struct mp_sae *mp_lua_sae_check(lua_State *L, int idx);
+/* The SAE of the handle at idx, or NULL once closed (a type error otherwise). */
+struct mp_sae *mp_lua_sae_peek(lua_State *L, int idx);
 /* Pushes a new SAE handle owning s (freed by close or collection). */
 void mp_lua_sae_push(lua_State *L, struct mp_sae *s);
+/* lsae_splice.c: m:add_sae, reset_saes, saes, run_with_saes (called by mp_lua_open_sae). */
+void mp_lua_open_sae_splice(lua_State *L);
 
 /* Registration of each part of the module into the table at the stack top. */
 void mp_lua_open_tensor(lua_State *L);

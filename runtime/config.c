@@ -4,6 +4,7 @@
 #include "attn_variants.h"
 #include "config.h"
 #include "model.h"
+#include "sae_splice.h"
 
 #include <limits.h>
 #include <math.h>
@@ -567,6 +568,7 @@ void mp_model_free(mp_model *m) {
     if (m->dev && m->dev_ops) m->dev_ops->release(m); /* a backend's device copy (backends/cuda) */
     if (m->map) munmap(m->map, m->map_len);
     mp_qparams_free(m->q);
+    mp_splice_free(m->splice);
     free(m->owned);
     free(m);
 }

@@ -111,3 +111,38 @@ mp_status mp_grad_attribution(const mp_config *c, mp_hook_id id, int B, int T, c
     free(acc);
     return MP_OK;
 }
+
+int mp_grad_attr_shape_hs(const mp_hooks *hs, const mp_config *c, mp_hook_id id, int T, mp_attr_per per,
+                          int64_t shape[2]) {
+    if (!mp_hook_is_sub(id)) return mp_grad_attr_shape(c, id, T, per, shape);
+    int64_t s[4];
+    mp_hooks_shape(hs, id, 1, T, 0, s);
+    switch (per) {
+    case MP_ATTR_ALL: shape[0] = 1; return 1;
+    case MP_ATTR_POSITION: shape[0] = T; return 1;
+    case MP_ATTR_NEURON: shape[0] = s[2]; return 1;
+    default: return 0;
+    }
+}
+
+mp_status mp_grad_attribution_hs(const mp_hooks *hs, const mp_config *c, mp_hook_id id, int B, int T,
+                                 const float *clean, const float *corrupt, const float *grad, mp_attr_per per,
+                                 float *out) {
+    if (!mp_hook_is_sub(id)) return mp_grad_attribution(c, id, B, T, clean, corrupt, grad, per, out);
+    int64_t s[4], os[2];
+    mp_hooks_shape(hs, id, B, T, 0, s);
+    char name[96];
+    if (!mp_grad_attr_shape_hs(hs, c, id, T, per, os))
+        return mp_error(MP_ERR_ARG, "attribution: this grouping does not apply to hook %s (it has no head axis)",
+                        mp_hooks_name(hs, id, -1, name, sizeof name));
+    double *acc = mp_calloc((size_t)os[0], sizeof(double), "attribution sums");
+    if (!acc) return MP_ERR_NOMEM;
+    const size_t W = (size_t)s[2], n = (size_t)B * T * W;
+    for (size_t e = 0; e < n; e++) {
+        const double v = ((double)clean[e] - (double)corrupt[e]) * (double)grad[e];
+        acc[per == MP_ATTR_ALL ? 0 : per == MP_ATTR_POSITION ? (e / W) % (size_t)T : e % W] += v;
+    }
+    for (int64_t i = 0; i < os[0]; i++) out[i] = (float)acc[i];
+    free(acc);
+    return MP_OK;
+}

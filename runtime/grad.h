@@ -67,5 +67,12 @@ int mp_grad_attr_shape(const struct mp_config *c, mp_hook_id id, int T, mp_attr_
  * MP_ERR_ARG when per does not apply to the hook; MP_ERR_NOMEM. */
 mp_status mp_grad_attribution(const struct mp_config *c, mp_hook_id id, int B, int T, const float *clean,
                               const float *corrupt, const float *grad, mp_attr_per per, float *out);
+/* The same for a point of registry hs, its own points included (an SAE's
+ * sub-points, [B, T, width]: position, neuron = feature, all). */
+int mp_grad_attr_shape_hs(const mp_hooks *hs, const struct mp_config *c, mp_hook_id id, int T, mp_attr_per per,
+                          int64_t shape[2]);
+mp_status mp_grad_attribution_hs(const mp_hooks *hs, const struct mp_config *c, mp_hook_id id, int B, int T,
+                                 const float *clean, const float *corrupt, const float *grad, mp_attr_per per,
+                                 float *out);
 
 #endif

@@ -157,6 +157,7 @@ typedef struct mp_model {
     mp_precision precision;
     void *dev;
     const mp_dev_ops *dev_ops;
+    struct mp_splice *splice; /* SAEs attached at hook points (hooks/sae_splice.h), or NULL */
 } mp_model;
 
 /* ---- quantized models (model_quant.c) ----

@@ -166,6 +166,7 @@ local FILE_CHAPTER = {
   ["ltasks_algebra.c"] = "Tasks", ["ltensor.c"] = "Tensor", ["ltrain.c"] = "Optimizer",
   ["lweights.c"] = "Models", ["ldevice.c"] = "Models", ["lsae.c"] = "Sparse autoencoders (`mp.sae`)", ["lsae_train.c"] = "Sparse autoencoders (`mp.sae`)",
   ["lsae_io.c"] = "Sparse autoencoders (`mp.sae`)", ["lsae_view.c"] = "Sparse autoencoders (`mp.sae`)",
+  ["lsae_splice.c"] = "Models",
 }
 local files = {}
 do

@@ -77,32 +77,34 @@ double mp_grad_clip(float *g, size_t n, float max_norm) {
     return norm;
 }
 
-void mp_adamw_update(mp_adamw *o, mp_model *m, const float *g, double lr) {
-    const mp_adamw_params *hp = &o->hp;
-    o->step++;
-    const double bc1 = 1.0 - pow((double)hp->beta1, (double)o->step);
-    const double bc2 = 1.0 - pow((double)hp->beta2, (double)o->step);
+void mp_adamw_step(const mp_adamw_params *hp, long step, double lr, float *p, float *mm, float *vv, const float *gg,
+                   float gscale, size_t n, int decay) {
+    const double bc1 = 1.0 - pow((double)hp->beta1, (double)step);
+    const double bc2 = 1.0 - pow((double)hp->beta2, (double)step);
     const float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
     const float b1 = hp->beta1, b2 = hp->beta2, eps = hp->eps;
-    const float decay = (float)(1.0 - lr * hp->weight_decay);
+    const float dfac = (float)(1.0 - lr * hp->weight_decay);
+    const int dec = decay && hp->weight_decay != 0.0f;
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) {
+        float pi = p[i];
+        if (dec) pi *= dfac;
+        float gi = gg[i] * gscale;
+        float mi = mm[i] * b1 + (1.0f - b1) * gi; /* torch: m.lerp_(g, 1-b1) */
+        float vi = vv[i] * b2 + (1.0f - b2) * gi * gi;
+        mm[i] = mi;
+        vv[i] = vi;
+        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        p[i] = pi - step_size * (mi / denom);
+    }
+}
+
+void mp_adamw_update(mp_adamw *o, mp_model *m, const float *g, double lr) {
+    o->step++;
     mp_param_desc d[MP_PARAM_MAX];
     int nd = mp_params_describe(&m->cfg, &m->p, d);
     for (int k = 0; k < nd; k++) {
         size_t off = (size_t)(d[k].p - m->owned);
-        float *p = d[k].p, *mm = o->m + off, *vv = o->v + off;
-        const float *gg = g + off;
-        const int dec = d[k].decay && hp->weight_decay != 0.0f;
-#pragma omp parallel for schedule(static) if (d[k].n > 65536)
-        for (size_t i = 0; i < d[k].n; i++) {
-            float pi = p[i];
-            if (dec) pi *= decay;
-            float gi = gg[i];
-            float mi = mm[i] * b1 + (1.0f - b1) * gi; /* torch: m.lerp_(g, 1-b1) */
-            float vi = vv[i] * b2 + (1.0f - b2) * gi * gi;
-            mm[i] = mi;
-            vv[i] = vi;
-            float denom = sqrtf(vi) / bc2_sqrt + eps;
-            p[i] = pi - step_size * (mi / denom);
-        }
+        mp_adamw_step(&o->hp, o->step, lr, d[k].p, o->m + off, o->v + off, g + off, 1.0f, d[k].n, d[k].decay);
     }
 }

@@ -50,6 +50,15 @@ double mp_lr_at(const mp_adamw_params *hp, long step);
  * Returns the norm before clipping. */
 double mp_grad_clip(float *g, size_t n, float max_norm);
 
+/* One AdamW update of n floats p in place from gradients g (each multiplied
+ * by gscale: a clipping factor, 1 for none), with their moments m and v, as
+ * update number `step` (1-based: the bias corrections use it) at learning
+ * rate lr; decay: apply the decoupled weight decay hp->weight_decay. The
+ * model's update below and the optimizers over script Tensors (lua/ltrain.c)
+ * both step through this. */
+void mp_adamw_step(const mp_adamw_params *hp, long step, double lr, float *p, float *m, float *v, const float *g,
+                   float gscale, size_t n, int decay);
+
 /* One AdamW update of the model's parameters from gradients g (same layout as
  * m->owned), at learning rate lr; increments o->step first (torch: step t
  * starts at 1). The model must own its parameters; o must be sized to

@@ -2,12 +2,15 @@
  * `targets`, `incl_bwd` and `bwd_hooks` options of m:forward /
  * m:run_with_hooks / m:run_with_cache (run_common in lmodel.c hands such calls
  * here), the loss specifications ("ce", {logit_diff = {correct, wrong}}, or a
- * Lua function returning the value and its gradient with respect to the
- * logits: there is no autograd in Lua), and mp.attribution_patch.
+ * Lua function of the logits returning either one scalar Tensor that requires
+ * grad, whose gradient autograd takes (lua/lautograd.c: the function is given
+ * the logits as a leaf that requires grad), or the value and its gradient
+ * with respect to the logits, by hand), and mp.attribution_patch.
  * Bindings only: the backward and the attribution sums are C (runtime/grad.c). */
 #include "lmodel.h"
 #include "grad.h"
 #include "sae_splice.h"
+#include "lautograd.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,16 +159,61 @@ static double loss_eval(lua_State *L, const loss_spec *ls, mp_tensor *lt, int li
         lua_pushvalue(L, ls->fn);
         lua_pushvalue(L, li);
         lua_call(L, 1, 2);
-        if (!lua_isnumber(L, -2))
-            luaL_error(L, "%s: the loss function must return value, dlogits (a number and a Tensor [%d,%d,%d]); "
-                          "its first result is a %s", fn, B, T, V, luaL_typename(L, -2));
-        double v = lua_tonumber(L, -2);
+        mp_lua_tensor_ud *r = luaL_testudata(L, -2, MP_TENSOR_MT);
+        if (lua_isnil(L, -1) && (r || lua_isnumber(L, -2))) {
+            /* one result: a scalar metric (a Tensor, or a number when the
+             * untracked logits made its sum one), its gradient by autograd */
+            char sh[128] = "";
+            if (r) {
+                mp_lua_tensor_check(L, -2);
+                mp_tensor_shape_str(r->t.ndim, r->t.shape, sh, sizeof sh);
+                if (r->t.numel != 1)
+                    luaL_error(L, "%s: the loss function returned a Tensor %s; a metric is one number (a Tensor of "
+                                  "one element, or value, dlogits)", fn, sh);
+            }
+            double v = r ? r->t.data[0] : lua_tonumber(L, -2);
+            lua_pop(L, 2);
+            if (!dl) return v;
+            /* again, on a view of the logits that requires grad (a leaf of its
+             * own: lt stays untracked, and the first call saw the logits
+             * exactly as the value, dlogits form does) */
+            lt = mp_lua_tensor_check(L, li);
+            mp_lua_tensor_on(L, lt->st, (size_t)(lt->data - lt->st->data), lt->ndim, lt->shape);
+            int leaf = lua_gettop(L);
+            mp_lua_ag_leaf(L, leaf);
+            lua_pushvalue(L, ls->fn);
+            lua_pushvalue(L, leaf);
+            lua_call(L, 1, 1);
+            r = luaL_testudata(L, -1, MP_TENSOR_MT);
+            if (!r || !r->ag || r->t.numel != 1)
+                luaL_error(L, "%s: the loss function must return value, dlogits, or one scalar Tensor computed from "
+                              "the logits it is given (they require grad: autograd takes the gradient); it returned "
+                              "a %s%s", fn, r ? "Tensor" : luaL_typename(L, -1), r && r->ag ? " of more than one element"
+                              : r ? " that does not require grad" : "");
+            v = r->t.data[0];
+            mp_status st = mp_ag_backward(r->ag, NULL, 0);
+            if (st != MP_OK) luaL_error(L, "%s: the loss function's backward: %s", fn, mp_last_error());
+            mp_lua_tensor_ud *lu = lua_touserdata(L, leaf);
+            const mp_tensor *g = mp_ag_grad(lu->ag);
+            if (g) memcpy(dl, g->data, n * sizeof(float));
+            else memset(dl, 0, n * sizeof(float)); /* the metric does not depend on the logits */
+            mp_lua_ag_gc(lu);
+            lua_pop(L, 2);
+            return v;
+        }
+        double v = 0;
+        if (r && r->t.numel == 1) v = mp_lua_tensor_check(L, -2)->data[0];
+        else if (lua_isnumber(L, -2)) v = lua_tonumber(L, -2);
+        else
+            luaL_error(L, "%s: the loss function must return a scalar Tensor (from the logits, which require grad) "
+                          "or value, dlogits (a number and a Tensor [%d,%d,%d]); its first result is a %s", fn, B, T, V,
+                       luaL_typename(L, -2));
         if (dl) {
             mp_tensor *g = mp_lua_tensor_test(L, -1);
             if (!g)
                 luaL_error(L, "%s: the loss function must return value, dlogits: dlogits (d value / d logits, a "
-                              "Tensor [%d,%d,%d]: there is no autograd in Lua) is a %s", fn, B, T, V,
-                           luaL_typename(L, -1));
+                              "Tensor [%d,%d,%d]; or return one scalar Tensor computed from the logits, and autograd "
+                              "takes the gradient) is a %s", fn, B, T, V, luaL_typename(L, -1));
             if (g->ndim != 3 || g->shape[0] != B || g->shape[1] != T || g->shape[2] != V) {
                 char sh[96];
                 int o = 0;

@@ -12,6 +12,7 @@
  * lua/ltensor_index.c. Every tensor is contiguous: views only select or narrow
  * leading dims, or reshape. */
 #include "ltensor.h"
+#include "lautograd.h"
 
 #include <limits.h>
 #include <math.h>
@@ -46,8 +47,9 @@ static void ensure_metatable(lua_State *L);
 /* A new userdata with the Tensor metatable; its user value 1 is what keeps
  * the memory it views alive (the model of a parameter view), nil otherwise. */
 static mp_tensor *push_raw(lua_State *L) {
-    mp_tensor *t = lua_newuserdatauv(L, sizeof *t, 1);
-    memset(t, 0, sizeof *t);
+    mp_lua_tensor_ud *u = lua_newuserdatauv(L, sizeof *u, 1); /* the tensor, then its autograd node */
+    memset(u, 0, sizeof *u);
+    mp_tensor *t = &u->t;
     ensure_metatable(L);
     lua_setmetatable(L, -2);
     return t;
@@ -289,14 +291,20 @@ static void same_shape(lua_State *L, const mp_tensor *a, const mp_tensor *b, int
 
 /* ---- constructors ---- */
 
+/* mp.tensor(data [, {requires_grad = false}]) */
 static int l_tensor(lua_State *L) {
+    static const char *const known[] = {"requires_grad", NULL};
+    lua_settop(L, 2);
+    mp_lua_opt_check(L, 2, "mp.tensor", known);
+    int rg = mp_lua_opt_bool(L, 2, "mp.tensor", "requires_grad", 0);
     mp_tensor *t = mp_lua_tensor_test(L, 1);
     if (t) {
         mp_lua_tensor_from(L, t->ndim, t->shape, t->data);
-        return 1;
+    } else {
+        luaL_checktype(L, 1, LUA_TTABLE);
+        tensor_from_table(L, 1, 1);
     }
-    luaL_checktype(L, 1, LUA_TTABLE);
-    tensor_from_table(L, 1, 1);
+    if (rg) mp_lua_ag_leaf(L, -1);
     return 1;
 }
 
@@ -371,20 +379,30 @@ static int m_get(lua_State *L) {
 static int m_set(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
     float v = (float)luaL_checknumber(L, 2);
-    t->data[flat_index(L, t, 3, "set")] = v;
+    size_t off = flat_index(L, t, 3, "set");
+    mp_lua_ag_inplace(L, 1, "set");
+    t->data[off] = v;
     lua_settop(L, 1);
     return 1;
 }
 
-/* Pushes t[i] (0-based j): a number for 1-D, else a view. */
+/* Pushes t[i] (0-based j): a number for 1-D (a 0-dim Tensor when t is
+ * tracked by autograd), else a view. t is the Tensor at 1. */
 static void push_select(lua_State *L, mp_tensor *t, int64_t j) {
-    if (t->ndim == 1) {
+    int track = mp_lua_ag_want(L, 1, 0);
+    if (t->ndim == 1 && !track) {
         lua_pushnumber(L, t->data[j]);
         return;
     }
     mp_tensor *v = push_raw(L);
     mp_lua_tensor_try(L, mp_tensor_select(v, t, j), NULL);
     mp_lua_tensor_keep(L, 1);
+    if (track) {
+        mp_ag_args a = {.op = MP_AG_SLICE, .d = 0, .first = j, .count = 1, .step = 1};
+        int idx[1] = {1};
+        const mp_tensor *x[1] = {t};
+        mp_lua_ag_record(L, &a, 1, idx, x, "select");
+    }
 }
 
 static int m_select(lua_State *L) {
@@ -402,6 +420,7 @@ static int m_reshape(lua_State *L) {
     mp_tensor *v = push_raw(L);
     if (mp_tensor_reshape(v, t, ndim, shape) != MP_OK) luaL_argerror(L, 2, mp_last_error());
     mp_lua_tensor_keep(L, 1);
+    mp_lua_ag_record2(L, MP_AG_VIEW, 1, t, 0, NULL, "reshape");
     return 1;
 }
 
@@ -421,12 +440,14 @@ static int m_clone(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
     mp_tensor *r = push_raw(L);
     mp_lua_tensor_try(L, mp_tensor_clone(r, t), NULL);
+    mp_lua_ag_record2(L, MP_AG_VIEW, 1, t, 0, NULL, "clone");
     return 1;
 }
 
 static int m_fill_(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
     float v = (float)luaL_checknumber(L, 2);
+    mp_lua_ag_inplace(L, 1, "fill_");
     mp_tensor_fill_(t, v);
     lua_settop(L, 1);
     return 1;
@@ -438,6 +459,12 @@ static int m_dot(lua_State *L) {
     if (t->ndim != 1) luaL_argerror(L, 1, "dot needs 1-D Tensors");
     double d;
     if (mp_tensor_dot(t, o, &d) != MP_OK) luaL_argerror(L, 2, mp_last_error());
+    if (mp_lua_ag_want(L, 1, 2)) { /* a 0-dim Tensor, to backward through */
+        float f = (float)d;
+        mp_lua_tensor_from(L, 0, NULL, &f);
+        mp_lua_ag_record2(L, MP_AG_DOT, 1, t, 2, o, "dot");
+        return 1;
+    }
     lua_pushnumber(L, d);
     return 1;
 }
@@ -464,7 +491,9 @@ static int m_save(lua_State *L) {
 /* ---- metamethods ---- */
 
 static int mt_gc(lua_State *L) {
-    mp_tensor_free(luaL_checkudata(L, 1, MP_TENSOR_MT));
+    mp_lua_tensor_ud *u = luaL_checkudata(L, 1, MP_TENSOR_MT);
+    mp_tensor_free(&u->t);
+    mp_lua_ag_gc(u);
     return 0;
 }
 
@@ -508,6 +537,10 @@ static int mt_index(lua_State *L) {
             lua_pushinteger(L, mp_lua_tensor_check(L, 1)->ndim);
             return 1;
         }
+        /* autograd (lua/lautograd.c) */
+        if (strcmp(k, "grad") == 0 || strcmp(k, "requires_grad") == 0 || strcmp(k, "is_leaf") == 0 ||
+            strcmp(k, "grad_fn") == 0)
+            return mp_lua_ag_field(L, 1, k);
         lua_pushvalue(L, 2);
         lua_rawget(L, lua_upvalueindex(1));
         return 1;
@@ -520,9 +553,14 @@ static int mt_newindex(lua_State *L) {
     int ok;
     int_key(L, 2, &ok);
     mp_tensor *t = mp_lua_tensor_check(L, 1);
+    if (!ok && lua_type(L, 2) == LUA_TSTRING && strcmp(lua_tostring(L, 2), "grad") == 0) {
+        mp_lua_ag_set_grad(L, 1, 3); /* t.grad = nil (or a Tensor of t's shape) */
+        return 0;
+    }
     if (!ok) return luaL_error(L, "cannot set field '%s' of a Tensor", luaL_tolstring(L, 2, NULL));
     if (t->ndim < 1) luaL_error(L, "cannot index a 0-dim Tensor");
     int64_t j = mp_lua_index_at(L, 2, "t[i] = v", "i", t->shape[0], 0);
+    mp_lua_ag_inplace(L, 1, "t[i] = v");
     if (t->ndim == 1) {
         t->data[j] = (float)luaL_checknumber(L, 3);
         return 0;
@@ -568,6 +606,7 @@ static void ensure_metatable(lua_State *L) {
     mp_lua_tensor_ops_methods(L);
     mp_lua_tensor_math_methods(L);
     mp_lua_tensor_index_methods(L);
+    mp_lua_ag_methods(L);
     lua_pushcclosure(L, mt_index, 1);
     lua_setfield(L, -2, "__index");
 }
@@ -583,4 +622,5 @@ void mp_lua_open_tensor(lua_State *L) {
     mp_lua_tensor_ops_functions(L);
     mp_lua_tensor_math_functions(L);
     mp_lua_tensor_index_functions(L);
+    mp_lua_ag_functions(L);
 }

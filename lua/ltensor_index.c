@@ -7,6 +7,7 @@
  * analyze/tensor_index.c), these functions check and convert the Lua
  * arguments. */
 #include "ltensor.h"
+#include "lautograd.h"
 
 #include <string.h>
 
@@ -51,6 +52,12 @@ static int l_where(lua_State *L) {
     float vm, va, vb;
     const mp_tensor *m = operand(L, 1, &tm, &vm), *a = operand(L, 2, &ta, &va), *b = operand(L, 3, &tb, &vb);
     mp_lua_tensor_try(L, mp_tensor_where(mp_lua_tensor_push(L), m, a, b), "mp.where");
+    if (mp_lua_ag_want(L, 2, 3)) { /* gradient to a and b, none to the mask */
+        mp_ag_args ag = {.op = MP_AG_WHERE};
+        int in[3] = {0, 2, 3};
+        const mp_tensor *x[3] = {m, a, b};
+        mp_lua_ag_record(L, &ag, 3, in, x, "mp.where");
+    }
     return 1;
 }
 
@@ -61,6 +68,12 @@ static int m_masked_fill(lua_State *L) {
     float v = (float)luaL_checknumber(L, 3);
     const mp_tensor *t = mp_lua_tensor_check(L, 1), *m = mp_lua_tensor_arg(L, 2);
     mp_lua_tensor_try(L, mp_tensor_masked_fill(mp_lua_tensor_push(L), t, m, v), "masked_fill");
+    if (mp_lua_ag_want(L, 1, 0)) {
+        mp_ag_args ag = {.op = MP_AG_MASKED_FILL};
+        int in[2] = {1, 0};
+        const mp_tensor *x[2] = {t, m};
+        mp_lua_ag_record(L, &ag, 2, in, x, "masked_fill");
+    }
     return 1;
 }
 
@@ -140,6 +153,12 @@ static int m_gather(lua_State *L) {
     }
     t = mp_lua_tensor_check(L, 1); /* reading the index ran no Lua, but stay safe */
     mp_lua_tensor_try(L, mp_tensor_gather(mp_lua_tensor_push(L), t, d, nd, ishape, idx), "gather");
+    if (mp_lua_ag_want(L, 1, 0)) {
+        mp_ag_args ag = {.op = MP_AG_GATHER, .d = d, .idx = idx, .nidx = count};
+        int in[1] = {1};
+        const mp_tensor *x[1] = {t};
+        mp_lua_ag_record(L, &ag, 1, in, x, "gather");
+    }
     return 1;
 }
 
@@ -152,6 +171,7 @@ static lua_Integer offset_arg(lua_State *L, int arg, const char *fn, const char 
 /* t:diagonal([offset]): a 1-D copy of t[i][i + offset] of a 2-D t. */
 static int m_diagonal(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
+    mp_lua_ag_refuse(L, 1, 0, "diagonal");
     lua_Integer off = offset_arg(L, 2, "diagonal", "offset");
     mp_lua_tensor_try(L, mp_tensor_diagonal(mp_lua_tensor_push(L), t, (int64_t)off), "diagonal");
     return 1;
@@ -159,6 +179,7 @@ static int m_diagonal(lua_State *L) {
 
 static int tri(lua_State *L, int upper, const char *fn) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
+    mp_lua_ag_refuse(L, 1, 0, fn);
     lua_Integer k = offset_arg(L, 2, fn, "diagonal");
     mp_lua_tensor_try(L, mp_tensor_tri(mp_lua_tensor_push(L), t, (int64_t)k, upper), fn);
     return 1;
@@ -172,6 +193,7 @@ static int m_triu(lua_State *L) { return tri(L, 1, "triu"); }
 /* t:sort([dim [, descending]]) -> values, indices; t:argsort(...) -> indices. */
 static int sort(lua_State *L, int want_values, const char *fn) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
+    if (want_values) mp_lua_ag_refuse(L, 1, 0, fn);
     if (t->ndim == 0) return luaL_error(L, "%s: a 0-dim Tensor has no dim", fn);
     int d = lua_isnoneornil(L, 2) ? t->ndim - 1 : mp_lua_tensor_dim(L, 2, t->ndim, 0, fn);
     int desc = 0;
@@ -196,6 +218,7 @@ static int m_argsort(lua_State *L) { return sort(L, 0, "argsort"); }
 /* t:svd() -> U, S, Vh: torch.linalg.svd(t, full_matrices=False). */
 static int m_svd(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
+    mp_lua_ag_refuse(L, 1, 0, "svd");
     mp_tensor *u = mp_lua_tensor_push(L), *s = mp_lua_tensor_push(L), *vh = mp_lua_tensor_push(L);
     mp_lua_tensor_try(L, mp_tensor_svd(u, s, vh, t), "svd");
     return 3;
@@ -210,6 +233,7 @@ static int l_einsum(lua_State *L) {
     int n = lua_gettop(L) - 1;
     if (n < 1 || n > 2) return luaL_error(L, "mp.einsum: %d operands given (1 or 2 are supported)", n);
     lua_settop(L, n + 1);
+    mp_lua_ag_refuse(L, 2, n == 2 ? 3 : 0, "mp.einsum");
     const mp_tensor *ops[2];
     for (int k = 0; k < n; k++) ops[k] = mp_lua_tensor_arg(L, k + 2); /* converted tables stay on the stack */
     mp_tensor *r = mp_lua_tensor_push(L);

@@ -9,6 +9,7 @@
  * work is done by the C tensor core (analyze/tensor.h, analyze/tensor_math.c);
  * these functions check and convert the Lua arguments. */
 #include "ltensor.h"
+#include "lautograd.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -39,6 +40,7 @@ static int newop(lua_State *L, binop op) {
     const mp_tensor *a = operand(L, 1, &ta, &va); /* a converted table stays on the stack */
     const mp_tensor *b = operand(L, 2, &tb, &vb);
     mp_lua_tensor_try(L, mp_tensor_binary(mp_lua_tensor_push(L), op, a, b), op_name[op]);
+    mp_lua_ag_record2(L, (mp_ag_op)(MP_AG_ADD + op), 1, a, 2, b, op_name[op]);
     return 1;
 }
 
@@ -56,6 +58,7 @@ static int inplace(lua_State *L, binop op, const char *fn) {
     mp_tensor tb;
     float vb;
     const mp_tensor *b = operand(L, 2, &tb, &vb);
+    mp_lua_ag_inplace(L, 1, fn);
     mp_lua_tensor_try(L, mp_tensor_binary_(t, op, b), fn);
     lua_settop(L, 1);
     return 1;
@@ -70,6 +73,7 @@ static int m_div_(lua_State *L) { return inplace(L, MP_TENSOR_DIV, "div_"); }
 static int m_copy_(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
     const mp_tensor *o = mp_lua_tensor_arg(L, 2);
+    mp_lua_ag_inplace(L, 1, "copy_");
     mp_lua_tensor_try(L, mp_tensor_copy_(t, o), "copy_");
     lua_settop(L, 1);
     return 1;
@@ -78,6 +82,7 @@ static int m_copy_(lua_State *L) {
 static int m_unm(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
     mp_lua_tensor_try(L, mp_tensor_neg(mp_lua_tensor_push(L), t), NULL);
+    mp_lua_ag_record2(L, MP_AG_NEG, 1, t, 0, NULL, "neg");
     return 1;
 }
 
@@ -88,6 +93,7 @@ typedef mp_tensor_unop unop;
 static int unary(lua_State *L, unop k) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
     mp_lua_tensor_try(L, mp_tensor_unary(mp_lua_tensor_push(L), k, t), NULL);
+    mp_lua_ag_record2(L, (mp_ag_op)(MP_AG_EXP + k), 1, t, 0, NULL, mp_ag_op_name((mp_ag_op)(MP_AG_EXP + k)));
     return 1;
 }
 
@@ -108,6 +114,12 @@ static int m_clamp(lua_State *L) {
     float hi = has_hi ? (float)luaL_checknumber(L, 3) : INFINITY;
     if (lo > hi) return luaL_error(L, "clamp: lo = %f is above hi = %f", (double)lo, (double)hi);
     mp_lua_tensor_try(L, mp_tensor_clamp(mp_lua_tensor_push(L), t, lo, hi), "clamp");
+    if (mp_lua_ag_want(L, 1, 0)) {
+        mp_ag_args a = {.op = MP_AG_CLAMP, .lo = lo, .hi = hi};
+        int idx[1] = {1};
+        const mp_tensor *x[1] = {t};
+        mp_lua_ag_record(L, &a, 1, idx, x, "clamp");
+    }
     return 1;
 }
 
@@ -131,6 +143,25 @@ typedef enum { R_SUM, R_MEAN, R_MAX, R_MIN, R_ARGMAX, R_ARGMIN } reduce_kind;
 
 /* The extent of dim d of t (the reduced one). */
 static int64_t dim_extent(const mp_tensor *t, int d) { return t->shape[d]; }
+
+static const mp_ag_op reduce_op[] = {MP_AG_SUM, MP_AG_MEAN, MP_AG_AMAX, MP_AG_AMIN};
+
+/* Records the reduction k of the Tensor t at 1 over dims[n] (n 0: all) into
+ * the result at the top. */
+static void record_reduce(lua_State *L, mp_ag_op op, const mp_tensor *t, const int *dims, int n, int keep,
+                          const char *fn) {
+    mp_ag_args a = {.op = op, .ndims = n, .keepdim = keep};
+    for (int i = 0; i < n; i++) a.dims[i] = dims[i];
+    int idx[1] = {1};
+    const mp_tensor *x[1] = {t};
+    mp_lua_ag_record(L, &a, 1, idx, x, fn);
+}
+
+/* Pushes a 0-dim Tensor holding v. */
+static void push_0dim(lua_State *L, double v) {
+    float f = (float)v;
+    mp_lua_tensor_from(L, 0, NULL, &f);
+}
 
 /* Replaces the Tensor at the top by its only element when it has no dims. */
 static void number_if_0dim(lua_State *L) {
@@ -156,6 +187,10 @@ static int reduce_list(lua_State *L, reduce_kind k, const char *fn) {
     int keep = keepdim_arg(L, 3, fn);
     t = mp_lua_tensor_check(L, 1); /* reading the options may run Lua that closed it */
     mp_lua_tensor_try(L, mp_tensor_reduce_dims(mp_lua_tensor_push(L), t, dims, (int)n, keep, kinds[k]), fn);
+    if (mp_lua_ag_want(L, 1, 0)) { /* stays a Tensor (0-dim too), to backward through */
+        record_reduce(L, reduce_op[k], t, dims, (int)n, keep, fn);
+        return 1;
+    }
     number_if_0dim(L);
     return 1;
 }
@@ -172,6 +207,15 @@ static int reduction(lua_State *L, reduce_kind k, const char *fn) {
         if (!lua_isnone(L, 3)) keepdim_arg(L, 3, fn); /* checked, but meaningless without a dim */
         t = mp_lua_tensor_check(L, 1);                  /* reading the options may run Lua that closed it */
         if (t->numel == 0 && k != R_SUM) return luaL_error(L, "%s of an empty Tensor", fn);
+        if (!is_arg && mp_lua_ag_want(L, 1, 0)) { /* a 0-dim Tensor, to backward through */
+            double s;
+            size_t i;
+            if (k == R_SUM || k == R_MEAN) mp_lua_tensor_try(L, mp_tensor_sum_all(t, k == R_MEAN, &s), NULL);
+            else mp_lua_tensor_try(L, mp_tensor_argext_all(t, want_max, &i), NULL);
+            push_0dim(L, k == R_SUM || k == R_MEAN ? s : t->data[i]);
+            record_reduce(L, reduce_op[k], t, NULL, 0, 0, fn);
+            return 1;
+        }
         if (k == R_SUM || k == R_MEAN) {
             double s;
             mp_lua_tensor_try(L, mp_tensor_sum_all(t, k == R_MEAN, &s), NULL);
@@ -197,7 +241,12 @@ static int reduction(lua_State *L, reduce_kind k, const char *fn) {
         int ui = lua_gettop(L);
         mp_tensor *r = is_arg ? NULL : mp_lua_tensor_push(L);
         mp_lua_tensor_try(L, mp_tensor_ext_dim(r, idx, t, d, keep, want_max), NULL);
-        if (r && nd == 0) {
+        if (r && mp_lua_ag_want(L, 1, 0)) { /* the values stay a Tensor (0-dim too) */
+            mp_ag_args a = {.op = MP_AG_EXT_DIM, .d = d, .idx = idx, .nidx = m};
+            int in[1] = {1};
+            const mp_tensor *x[1] = {t};
+            mp_lua_ag_record(L, &a, 1, in, x, fn);
+        } else if (r && nd == 0) {
             lua_pushnumber(L, r->data[0]);
             lua_replace(L, -2);
         }
@@ -207,6 +256,10 @@ static int reduction(lua_State *L, reduce_kind k, const char *fn) {
         return 2;
     }
     mp_lua_tensor_try(L, mp_tensor_sum_dim(mp_lua_tensor_push(L), t, d, keep, k == R_MEAN), NULL);
+    if (mp_lua_ag_want(L, 1, 0)) {
+        record_reduce(L, reduce_op[k], t, &d, 1, keep, fn);
+        return 1;
+    }
     number_if_0dim(L);
     return 1;
 }
@@ -224,6 +277,7 @@ static int var_std(lua_State *L, int is_std, const char *fn) {
     int unbiased = mp_lua_opt_bool(L, 3, fn, "unbiased", 1);
     int keep = mp_lua_opt_bool(L, 3, fn, "keepdim", 0);
     mp_tensor *t = mp_lua_tensor_check(L, 1);
+    mp_lua_ag_refuse(L, 1, 0, fn);
     if (lua_isnoneornil(L, 2)) {
         if (t->numel == 0) return luaL_error(L, "%s of an empty Tensor", fn);
         double v;
@@ -255,9 +309,18 @@ static int m_norm(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
     double p = luaL_optnumber(L, 2, 2.0);
     if (isnan(p) || (p < 0 && !isinf(p))) return luaL_error(L, "norm: p = %f is not a norm (0, p > 0 or +-inf)", p);
+    int track = mp_lua_ag_want(L, 1, 0);
+    mp_ag_args a = {.op = MP_AG_NORM, .p = p};
+    int in[1] = {1};
+    const mp_tensor *x[1] = {t};
     if (lua_isnoneornil(L, 3)) {
         double v;
         mp_lua_tensor_try(L, mp_tensor_norm_all(t, p, &v), "norm");
+        if (track) {
+            push_0dim(L, v);
+            mp_lua_ag_record(L, &a, 1, in, x, "norm");
+            return 1;
+        }
         lua_pushnumber(L, v);
         return 1;
     }
@@ -265,6 +328,12 @@ static int m_norm(lua_State *L) {
     int keep = keepdim_arg(L, 4, "norm");
     t = mp_lua_tensor_check(L, 1); /* reading the options may run Lua that closed it */
     mp_lua_tensor_try(L, mp_tensor_norm_dim(mp_lua_tensor_push(L), t, p, d, keep), "norm");
+    if (track) {
+        a.ndims = 1, a.dims[0] = d, a.keepdim = keep;
+        x[0] = t = mp_lua_tensor_check(L, 1);
+        mp_lua_ag_record(L, &a, 1, in, x, "norm");
+        return 1;
+    }
     number_if_0dim(L);
     return 1;
 }
@@ -277,6 +346,12 @@ static int softmax(lua_State *L, int logsm, const char *fn) {
     if (lua_isnoneornil(L, 2)) return luaL_error(L, "%s: give the dim (-1: the last)", fn);
     int d = mp_lua_tensor_dim(L, 2, t->ndim, 0, fn);
     mp_lua_tensor_try(L, mp_tensor_softmax(mp_lua_tensor_push(L), t, d, logsm), fn);
+    if (mp_lua_ag_want(L, 1, 0)) {
+        mp_ag_args a = {.op = logsm ? MP_AG_LOG_SOFTMAX : MP_AG_SOFTMAX, .d = d};
+        int in[1] = {1};
+        const mp_tensor *x[1] = {t};
+        mp_lua_ag_record(L, &a, 1, in, x, fn);
+    }
     return 1;
 }
 
@@ -289,6 +364,7 @@ static int m_log_softmax(lua_State *L) { return softmax(L, 1, "log_softmax"); }
  * indices (nested tables of 1-based integers). */
 static int m_topk(lua_State *L) {
     mp_tensor *t = mp_lua_tensor_check(L, 1);
+    mp_lua_ag_refuse(L, 1, 0, "topk");
     if (t->ndim == 0) return luaL_error(L, "topk: a 0-dim Tensor has no dim");
     int d = lua_isnoneornil(L, 3) ? t->ndim - 1 : mp_lua_tensor_dim(L, 3, t->ndim, 0, "topk");
     lua_Integer k = mp_lua_arg_int(L, 2, "topk", "k", 0, dim_extent(t, d));
@@ -317,6 +393,7 @@ static int m_topk(lua_State *L) {
  * max(|b|, eps)), eps = 1e-8, in double. */
 static int cos_sim(lua_State *L, int ia, int ib, int idim, const char *fn) {
     lua_settop(L, idim); /* converted tables are pushed above the arguments */
+    mp_lua_ag_refuse(L, ia, ib, fn);
     const mp_tensor *a = mp_lua_tensor_arg(L, ia), *b = mp_lua_tensor_arg(L, ib);
     int64_t shape[MP_MAXDIM];
     int nd;

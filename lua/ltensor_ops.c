@@ -8,6 +8,7 @@
  * tensor core (analyze/tensor.h), these functions check and convert the Lua
  * arguments. */
 #include "ltensor.h"
+#include "lautograd.h"
 
 #include <limits.h>
 #include <math.h>
@@ -26,6 +27,13 @@ static void shape_err(lua_State *L, const char *fn, const char *what, const mp_t
 static mp_tensor *push_permuted(lua_State *L, const mp_tensor *t, const int *perm) {
     mp_tensor *o = mp_lua_tensor_push(L);
     mp_lua_tensor_try(L, mp_tensor_permute(o, t, perm), NULL);
+    if (mp_lua_ag_want(L, 1, 0)) { /* t is the Tensor at 1 */
+        mp_ag_args a = {.op = MP_AG_PERMUTE};
+        for (int i = 0; i < t->ndim; i++) a.perm[i] = perm[i];
+        int in[1] = {1};
+        const mp_tensor *x[1] = {t};
+        mp_lua_ag_record(L, &a, 1, in, x, "permute");
+    }
     return o;
 }
 
@@ -89,6 +97,7 @@ static int m_unsqueeze(lua_State *L) {
     int d = mp_lua_tensor_dim(L, 2, t->ndim, 1, "unsqueeze");
     mp_lua_tensor_try(L, mp_tensor_unsqueeze(mp_lua_tensor_push(L), t, d), "unsqueeze");
     mp_lua_tensor_keep(L, 1);
+    mp_lua_ag_record2(L, MP_AG_VIEW, 1, t, 0, NULL, "unsqueeze");
     return 1;
 }
 
@@ -97,6 +106,7 @@ static int m_squeeze(lua_State *L) {
     int only = lua_isnoneornil(L, 2) ? -1 : mp_lua_tensor_dim(L, 2, t->ndim, 0, "squeeze");
     mp_lua_tensor_try(L, mp_tensor_squeeze(mp_lua_tensor_push(L), t, only), "squeeze");
     mp_lua_tensor_keep(L, 1);
+    mp_lua_ag_record2(L, MP_AG_VIEW, 1, t, 0, NULL, "squeeze");
     return 1;
 }
 
@@ -111,6 +121,7 @@ static int m_flatten(lua_State *L) {
     lua_settop(L, 1);
     mp_lua_tensor_try(L, mp_tensor_flatten(mp_lua_tensor_push(L), t, s, e), "flatten");
     mp_lua_tensor_keep(L, 1);
+    mp_lua_ag_record2(L, MP_AG_VIEW, 1, t, 0, NULL, "flatten");
     return 1;
 }
 
@@ -138,6 +149,12 @@ static int m_item(lua_State *L) {
 static void push_range(lua_State *L, const mp_tensor *t, int d, int64_t first, int64_t count, int64_t step) {
     mp_lua_tensor_try(L, mp_tensor_slice(mp_lua_tensor_push(L), t, d, first, count, step), NULL);
     mp_lua_tensor_keep(L, 1);
+    if (mp_lua_ag_want(L, 1, 0)) {
+        mp_ag_args a = {.op = MP_AG_SLICE, .d = d, .first = first, .count = count, .step = step};
+        int in[1] = {1};
+        const mp_tensor *x[1] = {t};
+        mp_lua_ag_record(L, &a, 1, in, x, "slice");
+    }
 }
 
 /* t:narrow(start, len) along dim 1, or t:narrow(dim, start, len) as torch. */
@@ -197,8 +214,14 @@ static int m_index_select(lua_State *L) {
         idx[k] = mp_lua_index_at(L, -2, "index_select", what, n, 0);
         lua_pop(L, 2);
     }
-    lua_pop(L, 1);
     mp_lua_tensor_try(L, mp_tensor_index_select(mp_lua_tensor_push(L), t, d, idx, count), "index_select");
+    if (mp_lua_ag_want(L, 1, 0)) {
+        mp_ag_args a = {.op = MP_AG_INDEX_SELECT, .d = d, .idx = idx, .nidx = (size_t)count};
+        int in[1] = {1};
+        const mp_tensor *x[1] = {t};
+        mp_lua_ag_record(L, &a, 1, in, x, "index_select");
+    }
+    lua_remove(L, -2); /* the indices */
     return 1;
 }
 
@@ -231,6 +254,19 @@ static const mp_tensor **list_ptrs(lua_State *L, int first, int n) {
     return ts;
 }
 
+/* Records cat/stack of the n Tensors at first.. into the result at the top. */
+static void record_list(lua_State *L, mp_ag_op op, int first, int n, const mp_tensor **ts, int d, const char *fn) {
+    int any = 0;
+    for (int i = 0; i < n && !any; i++) any = mp_lua_ag_want(L, first + i, 0);
+    if (!any) return;
+    int *in = lua_newuserdatauv(L, (size_t)n * sizeof *in, 0);
+    for (int i = 0; i < n; i++) in[i] = first + i;
+    lua_insert(L, -2); /* the result back on top */
+    mp_ag_args a = {.op = op, .d = d};
+    mp_lua_ag_record(L, &a, n, in, ts, fn);
+    lua_remove(L, -2);
+}
+
 /* mp.cat(list [, dim]): joined along dim (default 1), a copy. */
 static int l_cat(lua_State *L) {
     lua_settop(L, 2);
@@ -240,6 +276,7 @@ static int l_cat(lua_State *L) {
     int d = lua_isnoneornil(L, 2) ? 0 : mp_lua_tensor_dim(L, 2, t0->ndim, 0, "cat");
     const mp_tensor **ts = list_ptrs(L, first, n);
     mp_lua_tensor_try(L, mp_tensor_cat(mp_lua_tensor_push(L), ts, n, d), "cat");
+    record_list(L, MP_AG_CAT, first, n, ts, d, "cat");
     return 1;
 }
 
@@ -252,6 +289,7 @@ static int l_stack(lua_State *L) {
     int d = lua_isnoneornil(L, 2) ? 0 : mp_lua_tensor_dim(L, 2, t0->ndim, 1, "stack");
     const mp_tensor **ts = list_ptrs(L, first, n);
     mp_lua_tensor_try(L, mp_tensor_stack(mp_lua_tensor_push(L), ts, n, d), "stack");
+    record_list(L, MP_AG_STACK, first, n, ts, d, "stack");
     return 1;
 }
 
@@ -265,10 +303,17 @@ static int matmul(lua_State *L, const char *fn) {
         if (a->shape[0] != b->shape[0]) shape_err(L, fn, "differ (1-D matmul is a dot product)", a, b);
         double s;
         mp_lua_tensor_try(L, mp_tensor_dot(a, b, &s), fn);
+        if (mp_lua_ag_want(L, 1, 2)) { /* a 0-dim Tensor, to backward through */
+            float f = (float)s;
+            mp_lua_tensor_from(L, 0, NULL, &f);
+            mp_lua_ag_record2(L, MP_AG_DOT, 1, a, 2, b, fn);
+            return 1;
+        }
         lua_pushnumber(L, s);
         return 1;
     }
     mp_lua_tensor_try(L, mp_tensor_matmul(mp_lua_tensor_push(L), a, b), fn);
+    mp_lua_ag_record2(L, MP_AG_MATMUL, 1, a, 2, b, fn);
     return 1;
 }
 

@@ -6,6 +6,14 @@
  * moments are sized by the first m:train_step that uses it. Fields readable
  * from Lua: lr, beta1, beta2, eps, weight_decay, warmup, total_steps, min_lr,
  * grad_clip, step; opt:lr_at(step) gives the scheduled rate (0-based step).
+ * With `params = {t1, t2, ...}` (Tensors that require grad, lua/lautograd.c)
+ * the same type steps those Tensors instead, as torch.optim does:
+ * opt:step() from their .grad (the AdamW update of runtime/optim.h,
+ * mp_adamw_step; weight decay on every Tensor, global-norm clipping by
+ * grad_clip, the lr schedule) and opt:zero_grad(); mp.optim.sgd{params=, lr=,
+ * momentum=, dampening=, weight_decay=, nesterov=} is torch.optim.SGD.
+ * opt.steps counts the updates taken (opt.step too, except for an optimizer
+ * over script Tensors, where it is the method).
  *
  * m:train is a binding of the C training loop (mpi/trainloop.h: options over
  * mp_train_params_default, the task and on_step as its callbacks) and
@@ -15,15 +23,28 @@
  * stay identical; rank 0 alone draws the progress line and writes checkpoints. */
 #include "lmodel.h"
 #include "sae_splice.h"
+#include "lautograd.h"
 #include "optim.h"
 #include "trainloop.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include <string.h>
 
+/* The Optimizer userdata: the mp_adamw first (m:train and m:train_step use
+ * it as one), then what an optimizer over script Tensors adds; user value 1:
+ * the list of those Tensors. */
+enum { OPT_MODEL, OPT_ADAMW, OPT_SGD };
+typedef struct {
+    mp_adamw a;
+    int kind;          /* OPT_MODEL: mp.optim.adamw{} for m:train */
+    size_t n;          /* floats over every parameter (moments laid out in the list's order) */
+    float momentum, dampening, sgd_wd;
+    int nesterov;
+} lopt;
 typedef struct mp_adamw ladamw;
 
 struct mp_adamw *mp_lua_optim_check(lua_State *L, int idx) {
@@ -31,10 +52,40 @@ struct mp_adamw *mp_lua_optim_check(lua_State *L, int idx) {
 }
 
 struct mp_adamw *mp_lua_optim_push(lua_State *L, const struct mp_adamw *state) {
-    ladamw *o = lua_newuserdatauv(L, sizeof *o, 0);
-    *o = *state;
+    lopt *o = lua_newuserdatauv(L, sizeof *o, 1);
+    memset(o, 0, sizeof *o);
+    o->a = *state;
     luaL_setmetatable(L, MP_OPTIM_MT);
-    return o;
+    return &o->a;
+}
+
+/* Reads opts.params at t: a non-empty list of Tensors that require grad and
+ * are leaves, stored as the Optimizer's (at top) user value; returns their
+ * total element count. */
+static size_t read_params(lua_State *L, int t, const char *fn) {
+    int o = lua_gettop(L);
+    if (lua_getfield(L, t, "params") != LUA_TTABLE)
+        luaL_error(L, "%s: option 'params' must be a list of Tensors that require grad, got %s", fn,
+                   luaL_typename(L, -1));
+    int pt = lua_gettop(L);
+    lua_Integer np = (lua_Integer)lua_rawlen(L, pt);
+    if (np == 0) luaL_error(L, "%s: option 'params' is an empty list", fn);
+    lua_createtable(L, (int)np, 0);
+    size_t n = 0;
+    for (lua_Integer i = 1; i <= np; i++) {
+        lua_rawgeti(L, pt, i);
+        mp_lua_tensor_ud *u = luaL_testudata(L, -1, MP_TENSOR_MT);
+        if (!u) luaL_error(L, "%s: params[%d] is a %s, expected a Tensor", fn, (int)i, luaL_typename(L, -1));
+        mp_lua_tensor_check(L, -1);
+        if (!u->ag || !mp_ag_is_leaf(u->ag))
+            luaL_error(L, "%s: params[%d] %s (call t:requires_grad_() on the parameter)", fn, (int)i,
+                       u->ag ? "is the result of an op, not a leaf" : "does not require grad");
+        n += u->t.numel;
+        lua_rawseti(L, -2, i);
+    }
+    lua_setiuservalue(L, o, 1);
+    lua_settop(L, o);
+    return n;
 }
 
 #define ADAMW_KEYS "lr", "beta1", "beta2", "eps", "weight_decay", "min_lr", "grad_clip", "warmup", "total_steps"
@@ -54,20 +105,130 @@ static void adamw_params(lua_State *L, int t, const char *fn, mp_adamw_params *h
 
 void mp_lua_adamw_params(lua_State *L, int t, void *hpv) { adamw_params(L, t, "mp.optim.adamw", hpv); }
 
+/* mp.optim.adamw([opts]): with opts.params an optimizer over those Tensors. */
 static int l_adamw(lua_State *L) {
     mp_adamw st;
     memset(&st, 0, sizeof st);
     st.hp = mp_adamw_params_default();
+    int script = 0;
     if (!lua_isnoneornil(L, 1)) {
-        static const char *const known[] = {ADAMW_KEYS, NULL};
+        static const char *const known[] = {ADAMW_KEYS, "params", NULL};
         luaL_checktype(L, 1, LUA_TTABLE);
         mp_lua_opt_check(L, 1, "mp.optim.adamw", known);
         mp_lua_adamw_params(L, 1, &st.hp);
+        script = mp_lua_opt_get(L, 1, "params") != LUA_TNIL;
+        lua_pop(L, 1);
     }
     mp_status s = mp_adamw_params_check(&st.hp);
     if (s) return luaL_error(L, "mp.optim.adamw: %s", mp_last_error());
-    mp_lua_optim_push(L, &st);
+    lopt *o = (lopt *)mp_lua_optim_push(L, &st);
+    if (script) {
+        o->kind = OPT_ADAMW;
+        o->n = read_params(L, 1, "mp.optim.adamw");
+        if (mp_adamw_init(&o->a, &st.hp, o->n)) return mp_lua_fail(L, MP_ERR_NOMEM);
+    }
     return 1;
+}
+
+/* mp.optim.sgd{params=, lr=, momentum=0, dampening=0, weight_decay=0, nesterov=false}: torch.optim.SGD. */
+static int l_sgd(lua_State *L) {
+    static const char *const known[] = {"params", "lr", "momentum", "dampening", "weight_decay", "nesterov", NULL};
+    const char *fn = "mp.optim.sgd";
+    luaL_checktype(L, 1, LUA_TTABLE);
+    mp_lua_opt_check(L, 1, fn, known);
+    double lr = mp_lua_opt_num(L, 1, fn, "lr", -1), mom = mp_lua_opt_num(L, 1, fn, "momentum", 0);
+    double damp = mp_lua_opt_num(L, 1, fn, "dampening", 0), wd = mp_lua_opt_num(L, 1, fn, "weight_decay", 0);
+    int nesterov = mp_lua_opt_bool(L, 1, fn, "nesterov", 0);
+    if (!(lr >= 0) || !isfinite(lr)) return luaL_error(L, "%s: option 'lr' must be a number >= 0 (it has no default)", fn);
+    if (!(mom >= 0) || !isfinite(mom)) return luaL_error(L, "%s: option 'momentum' (%f) must be >= 0", fn, mom);
+    if (!(wd >= 0) || !isfinite(wd)) return luaL_error(L, "%s: option 'weight_decay' (%f) must be >= 0", fn, wd);
+    if (!isfinite(damp)) return luaL_error(L, "%s: option 'dampening' must be finite", fn);
+    if (nesterov && (mom <= 0 || damp != 0))
+        return luaL_error(L, "%s: nesterov needs momentum > 0 and dampening 0 (as torch)", fn);
+    mp_adamw st;
+    memset(&st, 0, sizeof st);
+    st.hp = mp_adamw_params_default();
+    st.hp.lr = (float)lr;
+    st.hp.weight_decay = 0;
+    st.hp.grad_clip = 0;
+    lopt *o = (lopt *)mp_lua_optim_push(L, &st);
+    o->kind = OPT_SGD;
+    o->momentum = (float)mom, o->dampening = (float)damp, o->sgd_wd = (float)wd, o->nesterov = nesterov;
+    o->n = read_params(L, 1, fn);
+    if (mom > 0 && !(o->a.m = mp_calloc(o->n, sizeof(float), "SGD momentum buffers"))) return mp_lua_fail(L, MP_ERR_NOMEM);
+    return 1;
+}
+
+/* The Optimizer at idx, which must be over script Tensors (fn names the method). */
+static lopt *script_opt(lua_State *L, int idx, const char *fn) {
+    lopt *o = (lopt *)mp_lua_optim_check(L, idx);
+    if (o->kind == OPT_MODEL)
+        luaL_error(L, "%s: this Optimizer was made without params (it is for m:train / m:train_step); give "
+                      "mp.optim.adamw{params = {...}} the Tensors to step", fn);
+    return o;
+}
+
+/* opt:step(): one update of every parameter that has a .grad. */
+static int opt_step(lua_State *L) {
+    lopt *o = script_opt(L, 1, "step");
+    lua_getiuservalue(L, 1, 1);
+    int pt = lua_gettop(L), np = (int)lua_rawlen(L, pt);
+    float coef = 1.0f;
+    if (o->kind == OPT_ADAMW && o->a.hp.grad_clip > 0) { /* the global norm of every gradient, as m:train */
+        double ss = 0;
+        for (int i = 1; i <= np; i++) {
+            lua_rawgeti(L, pt, i);
+            mp_lua_tensor_ud *u = lua_touserdata(L, -1);
+            mp_lua_tensor_check(L, -1);
+            const mp_tensor *g = u->ag ? mp_ag_grad(u->ag) : NULL;
+            for (size_t e = 0; g && e < g->numel; e++) ss += (double)g->data[e] * g->data[e];
+            lua_pop(L, 1);
+        }
+        double norm = sqrt(ss);
+        if (norm > o->a.hp.grad_clip) coef = (float)(o->a.hp.grad_clip / (norm + 1e-6));
+    }
+    double lr = o->kind == OPT_ADAMW ? mp_lr_at(&o->a.hp, o->a.step) : o->a.hp.lr;
+    o->a.step++;
+    size_t off = 0;
+    for (int i = 1; i <= np; i++) {
+        lua_rawgeti(L, pt, i);
+        mp_lua_tensor_ud *u = lua_touserdata(L, -1);
+        mp_tensor *p = mp_lua_tensor_check(L, -1);
+        const mp_tensor *g = u->ag ? mp_ag_grad(u->ag) : NULL;
+        if (g && g->numel == p->numel) {
+            mp_ag_bump(p->st); /* an in-place update: a graph that saved p refuses its backward */
+            if (o->kind == OPT_ADAMW) {
+                mp_adamw_step(&o->a.hp, o->a.step, lr, p->data, o->a.m + off, o->a.v + off, g->data, coef, p->numel, 1);
+            } else { /* torch.optim.SGD */
+                float *buf = o->a.m ? o->a.m + off : NULL;
+                for (size_t e = 0; e < p->numel; e++) {
+                    float d = g->data[e] + o->sgd_wd * p->data[e];
+                    if (buf) {
+                        buf[e] = o->a.step == 1 ? d : o->momentum * buf[e] + (1.0f - o->dampening) * d;
+                        d = o->nesterov ? d + o->momentum * buf[e] : buf[e];
+                    }
+                    p->data[e] -= (float)lr * d;
+                }
+            }
+        }
+        off += p->numel;
+        lua_pop(L, 1);
+    }
+    return 0;
+}
+
+/* opt:zero_grad(): every parameter's .grad cleared (torch's set_to_none). */
+static int opt_zero_grad(lua_State *L) {
+    script_opt(L, 1, "zero_grad");
+    lua_getiuservalue(L, 1, 1);
+    int pt = lua_gettop(L), np = (int)lua_rawlen(L, pt);
+    for (int i = 1; i <= np; i++) {
+        lua_rawgeti(L, pt, i);
+        mp_lua_tensor_ud *u = lua_touserdata(L, -1);
+        if (u->ag) mp_ag_set_grad(u->ag, NULL);
+        lua_pop(L, 1);
+    }
+    return 0;
 }
 
 static int opt_gc(lua_State *L) {
@@ -93,13 +254,26 @@ static int opt_index(lua_State *L) {
         if (strcmp(k, f[i].k) == 0) { lua_pushnumber(L, f[i].v); return 1; }
     if (strcmp(k, "warmup") == 0) { lua_pushinteger(L, h->warmup); return 1; }
     if (strcmp(k, "total_steps") == 0) { lua_pushinteger(L, h->total_steps); return 1; }
-    if (strcmp(k, "step") == 0) { lua_pushinteger(L, o->step); return 1; }
+    int script = ((lopt *)o)->kind != OPT_MODEL;
+    if (strcmp(k, "step") == 0) {
+        if (script) lua_pushcfunction(L, opt_step);
+        else lua_pushinteger(L, o->step);
+        return 1;
+    }
+    if (strcmp(k, "steps") == 0) { lua_pushinteger(L, o->step); return 1; }
+    if (strcmp(k, "zero_grad") == 0 && script) { lua_pushcfunction(L, opt_zero_grad); return 1; }
     if (strcmp(k, "lr_at") == 0) { lua_pushcfunction(L, opt_lr_at); return 1; }
     return 0;
 }
 
 static int opt_tostring(lua_State *L) {
     ladamw *o = mp_lua_optim_check(L, 1);
+    const lopt *lo = (const lopt *)o;
+    if (lo->kind == OPT_SGD) {
+        lua_pushfstring(L, "Optimizer(sgd lr=%f momentum=%f weight_decay=%f step=%d)", (double)o->hp.lr,
+                        (double)lo->momentum, (double)lo->sgd_wd, (int)o->step);
+        return 1;
+    }
     lua_pushfstring(L, "Optimizer(adamw lr=%f betas=(%f, %f) eps=%f weight_decay=%f step=%d)", (double)o->hp.lr,
                     (double)o->hp.beta1, (double)o->hp.beta2, (double)o->hp.eps, (double)o->hp.weight_decay,
                     (int)o->step);
@@ -114,6 +288,7 @@ void mp_lua_open_train(lua_State *L) {
     lua_pop(L, 1);
     lua_newtable(L);
     lua_pushcfunction(L, l_adamw); lua_setfield(L, -2, "adamw");
+    lua_pushcfunction(L, l_sgd); lua_setfield(L, -2, "sgd");
     lua_setfield(L, -2, "optim");
 }
 
@@ -137,6 +312,9 @@ static int model_train_step(lua_State *L) {
     lua_settop(L, 5);
     lmodel *lm = mp_lua_model_busy(L, 1, "train_step", 1);
     mp_adamw *o = mp_lua_optim_check(L, 2);
+    if (((lopt *)o)->kind != OPT_MODEL)
+        return luaL_error(L, "train_step: this Optimizer steps script Tensors (made with params); give m:train_step "
+                             "one made by mp.optim.adamw{...} without params");
     static const char *const known[] = {"accum", "data_parallel", "fwd_hooks", NULL};
     mp_lua_opt_check(L, 5, "train_step", known);
     int opt = lua_istable(L, 5) ? 5 : 0;

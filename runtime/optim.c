@@ -77,19 +77,19 @@ double mp_grad_clip(float *g, size_t n, float max_norm) {
     return norm;
 }
 
-void mp_adamw_update_array(const mp_adamw_params *hp, long step, float *p, float *mm, float *vv, const float *gg,
-                           size_t n, int decay_on, double lr) {
+void mp_adamw_step(const mp_adamw_params *hp, long step, double lr, float *p, float *mm, float *vv, const float *gg,
+                   float gscale, size_t n, int decay) {
     const double bc1 = 1.0 - pow((double)hp->beta1, (double)step);
     const double bc2 = 1.0 - pow((double)hp->beta2, (double)step);
     const float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
     const float b1 = hp->beta1, b2 = hp->beta2, eps = hp->eps;
-    const float decay = (float)(1.0 - lr * hp->weight_decay);
-    const int dec = decay_on && hp->weight_decay != 0.0f;
+    const float dfac = (float)(1.0 - lr * hp->weight_decay);
+    const int dec = decay && hp->weight_decay != 0.0f;
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++) {
         float pi = p[i];
-        if (dec) pi *= decay;
-        float gi = gg[i];
+        if (dec) pi *= dfac;
+        float gi = gg[i] * gscale;
         float mi = mm[i] * b1 + (1.0f - b1) * gi; /* torch: m.lerp_(g, 1-b1) */
         float vi = vv[i] * b2 + (1.0f - b2) * gi * gi;
         mm[i] = mi;
@@ -105,6 +105,6 @@ void mp_adamw_update(mp_adamw *o, mp_model *m, const float *g, double lr) {
     int nd = mp_params_describe(&m->cfg, &m->p, d);
     for (int k = 0; k < nd; k++) {
         size_t off = (size_t)(d[k].p - m->owned);
-        mp_adamw_update_array(&o->hp, o->step, d[k].p, o->m + off, o->v + off, g + off, d[k].n, d[k].decay, lr);
+        mp_adamw_step(&o->hp, o->step, lr, d[k].p, o->m + off, o->v + off, g + off, 1.0f, d[k].n, d[k].decay);
     }
 }

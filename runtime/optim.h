@@ -50,17 +50,20 @@ double mp_lr_at(const mp_adamw_params *hp, long step);
  * Returns the norm before clipping. */
 double mp_grad_clip(float *g, size_t n, float max_norm);
 
+/* One AdamW update of n floats p in place from gradients g (each multiplied
+ * by gscale: a clipping factor, 1 for none), with their moments m and v, as
+ * update number `step` (1-based: the bias corrections use it) at learning
+ * rate lr; decay: apply the decoupled weight decay hp->weight_decay. The
+ * model's update below, the optimizers over script Tensors (lua/ltrain.c) and
+ * SAE training (runtime/sae_train.c; weight_decay 0: torch.optim.Adam) all
+ * step through this. */
+void mp_adamw_step(const mp_adamw_params *hp, long step, double lr, float *p, float *m, float *v, const float *g,
+                   float gscale, size_t n, int decay);
+
 /* One AdamW update of the model's parameters from gradients g (same layout as
  * m->owned), at learning rate lr; increments o->step first (torch: step t
  * starts at 1). The model must own its parameters; o must be sized to
  * mp_config_n_params. */
 void mp_adamw_update(mp_adamw *o, mp_model *m, const float *g, double lr);
-/* The same update of one plain array p[0..n) with its moments mm, vv and
- * gradient gg, as update number `step` (1-based, bias correction); decay_on
- * applies hp->weight_decay (weight_decay 0: torch.optim.Adam). What
- * mp_adamw_update does for each parameter tensor, for callers whose
- * parameters are not a model's (runtime/sae_train.c). */
-void mp_adamw_update_array(const mp_adamw_params *hp, long step, float *p, float *mm, float *vv, const float *gg,
-                           size_t n, int decay_on, double lr);
 
 #endif

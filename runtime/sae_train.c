@@ -569,7 +569,7 @@ mp_status mp_sae_train(mp_sae *s, const mp_sae_train_params *p, mp_sae_next_fn n
         if (p->normalize_decoder) remove_parallel(s, grad + (size_t)D * F + F);
         if (p->grad_clip > 0) mp_grad_clip(grad, s->n_floats, p->grad_clip);
         opt.step++;
-        mp_adamw_update_array(&opt.hp, opt.step, s->block, opt.m, opt.v, grad, s->n_floats, 0, mp_sae_lr_at(p, step));
+        mp_adamw_step(&opt.hp, opt.step, mp_sae_lr_at(p, step), s->block, opt.m, opt.v, grad, 1.0f, s->n_floats, 0);
         if (p->normalize_decoder) decoder_unit_rows(s);
         R.steps = step + 1;
         R.tokens += N;

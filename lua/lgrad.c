@@ -55,6 +55,7 @@ typedef struct {
     int fn;              /* LOSS_FN: stack index of the function */
     const int *targets;  /* LOSS_CE: [B,T], -1 ignored */
     int *correct, *wrong; /* LOSS_LOGIT_DIFF: [B] each */
+    const int *mask;     /* [B,T] a padded batch's attention mask, or NULL (set after read_loss) */
 } loss_spec;
 
 #define LOSS_FORMS "\"ce\", {logit_diff = {correct, wrong}} or a function(logits) -> value, dlogits"
@@ -152,7 +153,7 @@ static double loss_eval(lua_State *L, const loss_spec *ls, mp_tensor *lt, int li
     }
     case LOSS_LOGIT_DIFF: {
         double v;
-        mp_grad_logit_diff(lt->data, B, T, V, ls->correct, ls->wrong, dl, &v);
+        mp_grad_logit_diff_masked(lt->data, B, T, V, ls->correct, ls->wrong, ls->mask, dl, &v);
         return v;
     }
     default: {
@@ -291,6 +292,7 @@ static void capture(lua_State *L, int tbl, const char *globs, const char *suffix
 static double run_fwd_bwd(lua_State *L, const mp_model *m, const int *tokens, int B, int T, const mp_hooks *fh,
                           int ftbl, const mp_hooks *bh, int btbl, const loss_spec *ls, mp_tensor *lt, int li,
                           const char *fn) {
+    const int *mask = ls->mask; /* a padded batch (ragged.c) */
     if (m->q)
         luaL_error(L, "%s: gradients need float32 weights; %s keeps them quantized (m:dequantize() first)", fn,
                    m->source[0] ? m->source : "this model");
@@ -299,6 +301,7 @@ static double run_fwd_bwd(lua_State *L, const mp_model *m, const int *tokens, in
     mp_forward_params fp = mp_forward_params_default();
     fp.hooks = fh && mp_hooks_count(fh) ? fh : NULL;
     fp.acts = &w->acts;
+    fp.attn_mask = mask;
     mp_status st = mp_model_forward(m, tokens, B, T, &fp, NULL);
     if (st) {
         mp_lua_hooks_rethrow(L, ftbl);
@@ -307,7 +310,8 @@ static double run_fwd_bwd(lua_State *L, const mp_model *m, const int *tokens, in
     lt = mp_lua_tensor_check(L, li); /* Lua ran since the caller checked it (hooks): still valid? */
     memcpy(lt->data, w->acts.logits, lt->numel * sizeof(float));
     double v = loss_eval(L, ls, lt, li, bh ? w->dlogits : NULL, w->rows, fn);
-    if (bh && (st = mp_model_backward_acts(m, &w->acts, w->dlogits, mp_hooks_count(bh) ? bh : NULL))) {
+    if (bh && (st = mp_model_backward_acts_masked(m, &w->acts, w->dlogits, mp_hooks_count(bh) ? bh : NULL,
+                                                  mask))) {
         mp_lua_hooks_rethrow(L, btbl);
         mp_lua_fail(L, st);
     }
@@ -316,6 +320,15 @@ static double run_fwd_bwd(lua_State *L, const mp_model *m, const int *tokens, in
     lua_call(L, 1, 0);
     lua_pop(L, 1);
     return v;
+}
+
+/* A padded batch: the mask into ls, and "ce"'s targets at pads (or before
+ * one) -1, as m:loss counts them (mp_mask_targets; a copy on the stack). */
+static void loss_mask(lua_State *L, loss_spec *ls, const int *mask, int B, int T) {
+    if (!(ls->mask = mask) || ls->kind != LOSS_CE) return;
+    int *t = lua_newuserdatauv(L, (size_t)B * T * sizeof(int), 0);
+    mp_mask_targets(mask, ls->targets, B, T, t);
+    ls->targets = t;
 }
 
 /* A bwd_hooks entry naming (without a wildcard) a hook point that has no
@@ -363,6 +376,7 @@ int mp_lua_run_grad(lua_State *L, lmodel *lm, guard *g, int B, int T, int opt, c
         luaL_error(L, "%s: option 'logits' must be \"all\" with a loss (the metric reads the logits)", fn);
     loss_spec ls;
     int have_loss = read_loss(L, opt, "loss", fn, B, T, cfg->vocab, &ls);
+    if (have_loss) loss_mask(L, &ls, mp_lua_opt_mask(L, opt, fn, B, T), B, T);
     int bt = mp_lua_opt_get(L, opt, "bwd_hooks");
     lua_pop(L, 1);
     if (!have_loss && (incl_bwd || bt != LUA_TNIL))
@@ -398,7 +412,7 @@ int mp_lua_run_grad(lua_State *L, lmodel *lm, guard *g, int B, int T, int opt, c
  * -> {name = Tensor, ...}, {clean = metric, corrupt = metric} */
 static int l_attribution_patch(lua_State *L) {
     static const char *const fn = "mp.attribution_patch";
-    static const char *const known[] = {"names", "metric", "per", "targets", NULL};
+    static const char *const known[] = {"names", "metric", "per", "targets", "attention_mask", NULL};
     static const char *const pers[] = {"position", "head", "head_position", "neuron", "all", NULL};
     lua_settop(L, 4);
     lmodel *lm = mp_lua_model_busy(L, 1, "attribution_patch", 0);
@@ -416,6 +430,7 @@ static int l_attribution_patch(lua_State *L) {
     loss_spec ls;
     if (!read_loss(L, 4, "metric", fn, B, T, cfg->vocab, &ls))
         luaL_error(L, "%s: option 'metric' is required (%s)", fn, LOSS_FORMS);
+    loss_mask(L, &ls, mp_lua_opt_mask(L, 4, fn, B, T), B, T); /* both runs padded alike */
     mp_attr_per per = (mp_attr_per)mp_lua_opt_enum(L, 4, fn, "per", MP_ATTR_POSITION, pers);
     if (mp_lua_opt_get(L, 4, "names") == LUA_TNIL) luaL_error(L, "%s: option 'names' is required", fn);
     lua_pop(L, 1);

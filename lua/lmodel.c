@@ -210,10 +210,8 @@ static int run_common(lua_State *L, int want_cache, const char *fn) {
     guard *g = mp_lua_guard_push(L);
     int B, T;
     mp_lua_read_tokens(L, 2, g, &B, &T, "tokens", cfg->vocab, 0);
-    const int *mask = mp_lua_opt_mask(L, opt, fn, B, T); /* a padded batch (ragged.c) */
-    if (mask && grad)
-        return luaL_error(L, "%s: attention_mask cannot be combined with loss, incl_bwd or bwd_hooks yet (the "
-                          "gradient pass runs unpadded batches only)", fn);
+    /* a padded batch (ragged.c); with a gradient, lgrad.c reads it again */
+    const int *mask = grad ? NULL : mp_lua_opt_mask(L, opt, fn, B, T);
     g->hooks = mp_hooks_new_model(lm->m); /* with the attached SAEs (sae_splice.h) */
     if (!g->hooks) return luaL_error(L, "out of memory");
     int ftbl = mp_lua_add_fwd_hooks(L, opt, g, T); /* leaves its function table on the stack */
@@ -587,16 +585,187 @@ static int gen_on_token(void *user, int token) {
     return stop;
 }
 
+/* The rows of a batched prompt (m:generate): a list of strings (encoded as
+ * one prompt each), a list of token lists of any lengths, or tokens [B, T]
+ * (a table of tables or a Tensor) with opts.attention_mask (each row's real
+ * tokens, in order). Fills *ids (all rows, concatenated) and *lens [*B], in
+ * userdata left on the stack; returns 0 (nothing pushed) for one prompt
+ * (a string, a flat list, [1, T] without a mask). */
+static int gen_batch_rows(lua_State *L, lmodel *lm, int opt, int **ids, int **lens, int *B) {
+    const int V = lm->m->cfg.vocab;
+    if (lua_type(L, 2) != LUA_TTABLE && !mp_lua_tensor_test(L, 2)) return 0;
+    const int first = lua_type(L, 2) == LUA_TTABLE ? lua_rawgeti(L, 2, 1) : LUA_TNIL;
+    lua_pop(L, 1);
+    const int have_mask = mp_lua_opt_get(L, opt, "attention_mask") != LUA_TNIL;
+    lua_pop(L, 1);
+    if (first == LUA_TSTRING) { /* texts */
+        need_tok(L, lm);
+        const int n = (int)luaL_len(L, 2);
+        size_t total = 0;
+        int **rows = lua_newuserdatauv(L, (size_t)n * sizeof(int *), 0);
+        int *ln = lua_newuserdatauv(L, (size_t)n * sizeof(int), 0);
+        memset(rows, 0, (size_t)n * sizeof(int *));
+        mp_status st = MP_OK;
+        for (int b = 0; b < n && !st; b++) {
+            size_t len;
+            if (lua_rawgeti(L, 2, b + 1) != LUA_TSTRING) {
+                for (int k = 0; k < b; k++) free(rows[k]);
+                return luaL_error(L, "generate: prompt[%d] is a %s (a list of strings expected)", b + 1,
+                                  luaL_typename(L, -1));
+            }
+            const char *text = lua_tolstring(L, -1, &len);
+            st = lm_encode(lm, text, len, lm_add_bos(lm), 0, &rows[b], &ln[b]);
+            lua_pop(L, 1);
+            total += st ? 0 : (size_t)ln[b];
+        }
+        int *all = st ? NULL : lua_newuserdatauv(L, total ? total * sizeof(int) : 1, 0);
+        for (int b = 0, off = 0; b < n; b++) {
+            if (all) memcpy(all + off, rows[b], (size_t)ln[b] * sizeof(int)), off += ln[b];
+            free(rows[b]);
+        }
+        if (st) return mp_lua_fail(L, st);
+        *ids = all, *lens = ln, *B = n;
+        return 1;
+    }
+    if (first == LUA_TTABLE && !have_mask) { /* token lists, lengths free */
+        const int n = (int)luaL_len(L, 2);
+        size_t total = 0;
+        lua_Integer len0 = -1;
+        int ragged = 0;
+        for (int b = 0; b < n; b++) {
+            if (lua_rawgeti(L, 2, b + 1) != LUA_TTABLE)
+                return luaL_error(L, "generate: prompt[%d] is a %s (a list of token lists expected)", b + 1,
+                                  luaL_typename(L, -1));
+            const lua_Integer len = luaL_len(L, -1);
+            ragged |= len0 >= 0 && len != len0;
+            len0 = len;
+            total += (size_t)len;
+            lua_pop(L, 1);
+        }
+        if (n == 1) return 0; /* {{...}}: one prompt */
+        if (!ragged) goto padded; /* equal lengths: tokens [B, T] (ltokarg.c's checks and messages) */
+        int *ln = lua_newuserdatauv(L, (size_t)n * sizeof(int), 0);
+        int *all = lua_newuserdatauv(L, total ? total * sizeof(int) : 1, 0);
+        for (int b = 0, off = 0; b < n; b++) {
+            lua_rawgeti(L, 2, b + 1);
+            ln[b] = (int)luaL_len(L, -1);
+            for (int t = 0; t < ln[b]; t++) {
+                lua_rawgeti(L, -1, t + 1);
+                int ok;
+                lua_Integer v = lua_tointegerx(L, -1, &ok);
+                const char *where = lua_pushfstring(L, "prompt[%d][%d]", b + 1, t + 1);
+                if (ok && (v < 0 || v >= V)) /* as ltokarg.c words it */
+                    return luaL_error(L, "%s = %I is outside the vocabulary (0..%d; the vocabulary has %d tokens)",
+                                      where, v, V - 1, V);
+                all[off++] = (int)mp_lua_int_at(L, -2, NULL, where, 0, V - 1);
+                lua_pop(L, 2);
+            }
+            lua_pop(L, 1);
+        }
+        *ids = all, *lens = ln, *B = n;
+        return 1;
+    }
+padded:; /* tokens [B, T] (and a mask) */
+    guard *g = mp_lua_guard_push(L);
+    int Bt, T;
+    mp_lua_read_tokens(L, 2, g, &Bt, &T, "prompt", V, 0);
+    if (Bt == 1 && !have_mask) {
+        lua_pop(L, 1);
+        return 0;
+    }
+    const int *mask = mp_lua_opt_mask(L, opt, "generate", Bt, T);
+    int *ln = lua_newuserdatauv(L, (size_t)Bt * sizeof(int), 0);
+    int *all = lua_newuserdatauv(L, (size_t)Bt * T * sizeof(int), 0);
+    int off = 0;
+    for (int b = 0; b < Bt; b++) {
+        ln[b] = 0;
+        for (int t = 0; t < T; t++)
+            if (!mask || mask[(size_t)b * T + t]) all[off++] = g->ints[(size_t)b * T + t], ln[b]++;
+    }
+    *ids = all, *lens = ln, *B = Bt;
+    return 1;
+}
+
+/* m:generate(prompts, opts) for a batch: mp_model_generate_batch; returns
+ * {texts} (nil without tokenizer), {token lists}. */
+static int generate_batch(lua_State *L, lmodel *lm, int opt, const int *ids, const int *lens, int B) {
+    if (mp_lua_opt_get(L, opt, "on_token") != LUA_TNIL)
+        return luaL_error(L, "generate: on_token streams one prompt; a batch of %d returns its rows", B);
+    lua_pop(L, 1);
+    const int P = mp_pad_width(lens, B);
+    int max_new = (int)mp_lua_opt_int(L, opt, "generate", "max_new_tokens", 64, 0, INT_MAX / 2 - P);
+    guard *g = mp_lua_guard_push(L);
+    g->hooks = mp_hooks_new_model(lm->m); /* with the attached SAEs */
+    if (!g->hooks) return luaL_error(L, "out of memory");
+    int ftbl = mp_lua_add_fwd_hooks(L, opt, g, P + max_new);
+    mp_sampler_params sp = {(float)mp_lua_opt_num(L, opt, "generate", "temperature", 1.0),
+                            (float)mp_lua_opt_num(L, opt, "generate", "top_p", 0.9), 1234};
+    uint64_t *seeds = lua_newuserdatauv(L, (size_t)B * sizeof(uint64_t), 0);
+    if (mp_lua_opt_get(L, opt, "seed") == LUA_TTABLE) { /* one per row */
+        if (luaL_len(L, -1) != B)
+            return luaL_error(L, "generate: seed: %d seeds for %d prompts", (int)luaL_len(L, -1), B);
+        for (int b = 0; b < B; b++) {
+            lua_rawgeti(L, -1, b + 1);
+            int ok;
+            lua_Integer v = lua_tointegerx(L, -1, &ok);
+            if (!ok || v < 0) return luaL_error(L, "generate: seed[%d] must be an integer >= 0", b + 1);
+            seeds[b] = (uint64_t)v;
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+    } else {
+        lua_pop(L, 1);
+        uint64_t one = (uint64_t)mp_lua_opt_int(L, opt, "generate", "seed", 1234, 0, LUA_MAXINTEGER);
+        for (int b = 0; b < B; b++) seeds[b] = one; /* each row as its prompt alone with this seed */
+    }
+    const int has_tok = lm->tok != NULL;
+    int stop = mp_lua_opt_bool(L, opt, "generate", "stop_at_eos", 1) && has_tok ? lm_eos(lm) : -1;
+    const int W = P + max_new;
+    int *out = lua_newuserdatauv(L, (size_t)B * W * sizeof(int), 0);
+    int *n_out = lua_newuserdatauv(L, (size_t)B * sizeof(int), 0);
+    mp_status st = mp_model_generate_batch(lm->m, ids, lens, B, max_new, &sp, seeds,
+                                           mp_hooks_count(g->hooks) ? g->hooks : NULL, stop, out, n_out);
+    if (st) {
+        mp_lua_hooks_rethrow(L, ftbl);
+        return mp_lua_fail(L, st);
+    }
+    if (has_tok) {
+        lua_createtable(L, B, 0);
+        for (int b = 0; b < B; b++) {
+            char *s;
+            size_t len;
+            if ((st = lm_decode(lm, out + (size_t)b * W, n_out[b], &s, &len))) return mp_lua_fail(L, st);
+            lua_pushlstring(L, s, len);
+            free(s);
+            lua_rawseti(L, -2, b + 1);
+        }
+    } else {
+        lua_pushnil(L);
+    }
+    lua_createtable(L, B, 0);
+    for (int b = 0; b < B; b++) {
+        lua_createtable(L, n_out[b], 0);
+        for (int i = 0; i < n_out[b]; i++) { lua_pushinteger(L, out[(size_t)b * W + i]); lua_rawseti(L, -2, i + 1); }
+        lua_rawseti(L, -2, b + 1);
+    }
+    return 2;
+}
+
 /* m:generate(prompt, {max_new_tokens=64, temperature=1.0, top_p=0.9, seed=1234,
  *                     stop_at_eos=true, fwd_hooks=..., on_token=function(id, piece)})
- * -> text (prompt + continuation; nil without tokenizer), tokens table */
+ * -> text (prompt + continuation; nil without tokenizer), tokens table.
+ * A batch (a list of strings or of token lists, or tokens [B, T] with
+ * attention_mask): -> {texts} (nil without tokenizer), {token lists}; seed
+ * may then be a list of one per row. */
 static int model_generate(lua_State *L) {
     lua_settop(L, 3);
     static const char *const known[] = {"max_new_tokens", "temperature", "top_p", "seed", "stop_at_eos",
-                                        "fwd_hooks", "on_token", NULL};
+                                        "fwd_hooks", "on_token", "attention_mask", NULL};
     lmodel *lm = mp_lua_model_busy(L, 1, "generate", 0);
     mp_lua_opt_check(L, 3, "generate", known);
     int opt = lua_istable(L, 3) ? 3 : 0;
+    int *bids = NULL, *blens = NULL, Bb = 0;
+    if (gen_batch_rows(L, lm, opt, &bids, &blens, &Bb)) return generate_batch(L, lm, opt, bids, blens, Bb);
     guard *g = mp_lua_guard_push(L);
     int n, Bq;
     int has_tok = lm->tok != NULL;

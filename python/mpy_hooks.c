@@ -386,6 +386,7 @@ typedef struct {
     PyObject *fn;            /* LOSS_FN (borrowed) */
     PyArrayObject *targets;  /* LOSS_CE: int32 [B, T] */
     int *ids;                /* LOSS_LOGIT_DIFF: correct [B] then wrong [B] (PyMem) */
+    const int *mask;         /* [B, T] a padded batch's attention mask (the caller's array), or NULL */
 } loss_spec;
 
 static void loss_free(loss_spec *ls) {
@@ -533,7 +534,7 @@ static int loss_eval(const loss_spec *ls, PyArrayObject *logits, float *dl, floa
         return st ? (mpy_fail(st), -1) : 0;
     }
     case LOSS_LOGIT_DIFF:
-        mp_grad_logit_diff(lt, B, T, V, ls->ids, ls->ids + B, dl, value);
+        mp_grad_logit_diff_masked(lt, B, T, V, ls->ids, ls->ids + B, ls->mask, dl, value);
         return 0;
     default: {
         PyObject *r = PyObject_CallOneArg(ls->fn, (PyObject *)logits);
@@ -567,6 +568,21 @@ static int loss_eval(const loss_spec *ls, PyArrayObject *logits, float *dl, floa
     }
 }
 
+/* A padded batch (mask [B, T], kept alive by the caller): the mask into ls,
+ * and "ce"'s targets -1 at pads and before one, as m.loss counts them
+ * (mp_mask_targets, into a new array). 0, or -1 with an exception. */
+static int loss_set_mask(loss_spec *ls, PyArrayObject *mask, int B, int T) {
+    if (!mask) return 0;
+    ls->mask = PyArray_DATA(mask);
+    if (ls->kind != LOSS_CE) return 0;
+    npy_intp dims[2] = {B, T};
+    PyArrayObject *t = (PyArrayObject *)PyArray_SimpleNew(2, dims, NPY_INT32);
+    if (!t) return -1;
+    mp_mask_targets(ls->mask, PyArray_DATA(ls->targets), B, T, PyArray_DATA(t));
+    Py_SETREF(ls->targets, t);
+    return 0;
+}
+
 /* A training-mode forward (fwd hooks fh), logits into `logits` [B,T,V], the
  * metric into *value; then with bh non-NULL the backward firing bh. The GIL is
  * released while the core runs. 0, or -1 with an exception. */
@@ -593,6 +609,7 @@ static int fwd_bwd(mpy_model *self, const int *tokens, int B, int T, mpy_pyhooks
     mp_forward_params fp = mp_forward_params_default();
     fp.hooks = fextra;
     fp.acts = &A;
+    fp.attn_mask = ls->mask; /* a padded batch (ragged.c) */
     Py_BEGIN_ALLOW_THREADS
     st = mp_model_forward(m, tokens, B, T, &fp, NULL);
     Py_END_ALLOW_THREADS
@@ -604,7 +621,7 @@ static int fwd_bwd(mpy_model *self, const int *tokens, int B, int T, mpy_pyhooks
     if (loss_eval(ls, logits, bextra ? dl : NULL, rows, fn, value)) goto out;
     if (bextra) {
         Py_BEGIN_ALLOW_THREADS
-        st = mp_model_backward_acts(m, &A, dl, bextra);
+        st = mp_model_backward_acts_masked(m, &A, dl, bextra, ls->mask);
         Py_END_ALLOW_THREADS
         if (st) {
             mpy_pyhooks_fail(bh, st);
@@ -690,12 +707,7 @@ static PyObject *run_common(mpy_model *self, PyObject *args, PyObject *kw, int k
     PyObject *out = NULL, *cache = NULL, *globs = NULL, *ret = NULL;
     mpy_pyhooks *fh = NULL, *bh = NULL;
     loss_spec ls = {0};
-    if (maskobj != Py_None) {
-        if (grad) {
-            PyErr_Format(PyExc_ValueError, "%s: attention_mask cannot be combined with loss, incl_bwd or bwd_hooks "
-                         "yet (the gradient pass runs unpadded batches only)", fn);
-            goto done;
-        }
+    if (maskobj != Py_None) { /* with a gradient, the loss carries it (loss_set_mask) */
         if (!(mask = mpy_tokens(self, maskobj, "attention_mask"))) goto done;
         if (PyArray_DIM(mask, 0) != B || PyArray_DIM(mask, 1) != T) {
             PyErr_Format(PyExc_ValueError, "%s: attention_mask must have the tokens' shape [%d, %d]", fn, B, T);
@@ -728,6 +740,7 @@ static PyObject *run_common(mpy_model *self, PyObject *args, PyObject *kw, int k
     self->busy++;
     if (grad) {
         if (loss_arg(lossobj, tgtobj, B, T, cfg->vocab, fn, "loss", &ls)) goto busy_done;
+        if (loss_set_mask(&ls, mask, B, T)) goto busy_done;
         if (ls.kind == LOSS_NONE) {
             PyErr_Format(PyExc_ValueError, "%s: %s needs a loss= (%s): the gradients are those of that metric", fn,
                          incl_bwd ? "incl_bwd=True" : "bwd_hooks", LOSS_FORMS);
@@ -801,12 +814,12 @@ static PyObject *model_run_with_cache(mpy_model *self, PyObject *args, PyObject 
  * -> ({name: estimate}, {"clean": metric, "corrupt": metric}) as mp.attribution_patch */
 static PyObject *model_attribution_patch(mpy_model *self, PyObject *args, PyObject *kw) {
     static const char *fn = "attribution_patch";
-    static char *kwlist[] = {"clean", "corrupt", "names", "metric", "per", "targets", NULL};
+    static char *kwlist[] = {"clean", "corrupt", "names", "metric", "per", "targets", "attention_mask", NULL};
     static const char *const pers[] = {"position", "head", "head_position", "neuron", "all", NULL};
-    PyObject *cobj, *xobj, *names, *metric, *tgt = Py_None;
+    PyObject *cobj, *xobj, *names, *metric, *tgt = Py_None, *maskobj = Py_None;
     const char *pername = "position";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO|sO:attribution_patch", kwlist, &cobj, &xobj, &names, &metric,
-                                     &pername, &tgt))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO|sO$O:attribution_patch", kwlist, &cobj, &xobj, &names, &metric,
+                                     &pername, &tgt, &maskobj))
         return NULL;
     mp_model *m = mpy_model_get(self, fn, 0);
     if (!m) return NULL;
@@ -817,7 +830,7 @@ static PyObject *model_attribution_patch(mpy_model *self, PyObject *args, PyObje
     if (per < 0)
         return PyErr_Format(PyExc_ValueError, "%s: per: \"position\", \"head\", \"head_position\", \"neuron\" or "
                             "\"all\" expected, got \"%s\"", fn, pername);
-    PyArrayObject *tc = mpy_tokens(self, cobj, "attribution_patch: clean tokens"), *tx = NULL;
+    PyArrayObject *tc = mpy_tokens(self, cobj, "attribution_patch: clean tokens"), *tx = NULL, *amask = NULL;
     if (!tc) return NULL;
     PyObject *acts = NULL, *globs = NULL, *lc = NULL, *lx = NULL, *res = NULL, *ret = NULL;
     mp_hooks *hc = NULL, *hx = NULL, *hb = NULL;
@@ -833,6 +846,14 @@ static PyObject *model_attribution_patch(mpy_model *self, PyObject *args, PyObje
     if (ls.kind == LOSS_NONE) {
         PyErr_Format(PyExc_ValueError, "%s: metric is required (%s)", fn, LOSS_FORMS);
         goto done;
+    }
+    if (maskobj != Py_None) { /* a padded batch: both runs with this mask */
+        if (!(amask = mpy_tokens(self, maskobj, "attribution_patch: attention_mask"))) goto done;
+        if (PyArray_DIM(amask, 0) != B || PyArray_DIM(amask, 1) != T) {
+            PyErr_Format(PyExc_ValueError, "%s: attention_mask must have the tokens' shape [%d, %d]", fn, B, T);
+            goto done;
+        }
+        if (loss_set_mask(&ls, amask, B, T)) goto done;
     }
     int filtered;
     if (!(globs = globs_from(cfg, names, "names", &filtered))) goto done;
@@ -905,6 +926,7 @@ done:
     mp_hooks_free(hb);
     Py_DECREF(tc);
     Py_XDECREF(tx);
+    Py_XDECREF(amask);
     Py_XDECREF(acts);
     Py_XDECREF(globs);
     Py_XDECREF(lc);

@@ -789,21 +789,237 @@ fail:
     return NULL;
 }
 
+/* The rows of a batched prompt: a list of texts, a list of token lists (any
+ * lengths; more than one), tokens [B, T] with B > 1 or an attention_mask
+ * (each row's real tokens, in order), or the (tokens, attention_mask) pair
+ * m.to_tokens returns for a list. Returns 1 with *ids (the rows
+ * concatenated) and *lens [*B] malloc'ed, 0 for one prompt (nothing
+ * allocated), -1 with an exception set. */
+static int gen_batch_rows(mpy_model *self, PyObject *prompt, PyObject *maskobj, int **ids, int **lens, int *B) {
+    *ids = *lens = NULL;
+    if (PyTuple_Check(prompt) && PyTuple_GET_SIZE(prompt) == 2 && PyArray_Check(PyTuple_GET_ITEM(prompt, 0)) &&
+        PyArray_Check(PyTuple_GET_ITEM(prompt, 1)) && maskobj == Py_None) { /* m.to_tokens(list) */
+        maskobj = PyTuple_GET_ITEM(prompt, 1);
+        prompt = PyTuple_GET_ITEM(prompt, 0);
+    }
+    const int list = PyList_Check(prompt) || PyTuple_Check(prompt);
+    const Py_ssize_t n = list ? PySequence_Size(prompt) : 0;
+    PyObject *first = list && n > 0 ? PySequence_Fast_GET_ITEM(prompt, 0) : NULL;
+    const int texts = first && PyUnicode_Check(first);
+    const int rows = first && !texts && maskobj == Py_None && n > 1 &&
+                     (PyList_Check(first) || PyTuple_Check(first) || PyArray_Check(first));
+    if (texts || rows) { /* one row at a time through mpy_tokens (a text: [1, n], BOS as to_tokens) */
+        size_t total = 0, cap = 256;
+        *lens = malloc((size_t)n * sizeof(int));
+        *ids = malloc(cap * sizeof(int));
+        if (!*lens || !*ids) goto nomem;
+        for (Py_ssize_t b = 0; b < n; b++) {
+            PyObject *it = PySequence_Fast_GET_ITEM(prompt, b);
+            if (texts != (PyUnicode_Check(it) != 0)) {
+                PyErr_Format(PyExc_TypeError, "generate: prompt[%zd] is a %s (a list of %s expected)", b,
+                             Py_TYPE(it)->tp_name, texts ? "strings" : "token lists");
+                goto fail;
+            }
+            PyArrayObject *r = mpy_tokens(self, it, "generate: prompt");
+            if (!r) goto fail;
+            if (PyArray_DIM(r, 0) != 1) {
+                Py_DECREF(r);
+                PyErr_Format(PyExc_ValueError, "generate: prompt[%zd] is not one row of tokens", b);
+                goto fail;
+            }
+            const int k = (int)PyArray_DIM(r, 1);
+            if (total + (size_t)k > cap) {
+                while (total + (size_t)k > cap) cap *= 2;
+                int *grown = realloc(*ids, cap * sizeof(int));
+                if (!grown) {
+                    Py_DECREF(r);
+                    goto nomem;
+                }
+                *ids = grown;
+            }
+            memcpy(*ids + total, PyArray_DATA(r), (size_t)k * sizeof(int));
+            total += (size_t)k;
+            (*lens)[b] = k;
+            Py_DECREF(r);
+        }
+        *B = (int)n;
+        return 1;
+    }
+    if (maskobj == Py_None && (!PyArray_Check(prompt) || PyArray_NDIM((PyArrayObject *)prompt) < 2 ||
+                               PyArray_DIM((PyArrayObject *)prompt, 0) == 1) &&
+        !(list && n > 1 && first && (PyList_Check(first) || PyTuple_Check(first))))
+        return 0; /* a text, a flat list, [1, T]: one prompt */
+    PyArrayObject *tok = mpy_tokens(self, prompt, "generate: prompt"), *mask = NULL;
+    if (!tok) return -1;
+    const int Bt = (int)PyArray_DIM(tok, 0), T = (int)PyArray_DIM(tok, 1);
+    if (maskobj == Py_None && Bt == 1) {
+        Py_DECREF(tok);
+        return 0;
+    }
+    if (maskobj != Py_None) {
+        if (!(mask = mpy_tokens(self, maskobj, "generate: attention_mask"))) {
+            Py_DECREF(tok);
+            return -1;
+        }
+        if (PyArray_DIM(mask, 0) != Bt || PyArray_DIM(mask, 1) != T) {
+            PyErr_Format(PyExc_ValueError, "generate: attention_mask must have the tokens' shape [%d, %d]", Bt, T);
+            Py_DECREF(tok);
+            Py_DECREF(mask);
+            return -1;
+        }
+    }
+    *lens = malloc((size_t)Bt * sizeof(int));
+    *ids = malloc(((size_t)Bt * T > 0 ? (size_t)Bt * T : 1) * sizeof(int));
+    if (*lens && *ids) {
+        const int *t = PyArray_DATA(tok), *mk = mask ? PyArray_DATA(mask) : NULL;
+        int off = 0;
+        for (int b = 0; b < Bt; b++) {
+            (*lens)[b] = 0;
+            for (int i = 0; i < T; i++) {
+                const size_t k = (size_t)b * T + i;
+                if (mk && mk[k] != 0 && mk[k] != 1) {
+                    PyErr_Format(PyExc_ValueError, "generate: attention_mask[%d][%d] = %d: expected 1 (a real "
+                                 "token) or 0 (a pad)", b, i, mk[k]);
+                    Py_DECREF(tok);
+                    Py_XDECREF(mask);
+                    goto fail;
+                }
+                if (!mk || mk[k]) (*ids)[off++] = t[k], (*lens)[b]++;
+            }
+        }
+    }
+    Py_DECREF(tok);
+    Py_XDECREF(mask);
+    if (!*lens || !*ids) goto nomem;
+    *B = Bt;
+    return 1;
+nomem:
+    PyErr_NoMemory();
+fail:
+    free(*ids);
+    free(*lens);
+    *ids = *lens = NULL;
+    return -1;
+}
+
+/* m.generate(prompts, ...) for a batch: mp_model_generate_batch (GIL
+ * released) -> (list of texts or None, list of int32 arrays). seedobj: an
+ * int for every row, or a sequence of B. */
+static PyObject *generate_batch(mpy_model *self, mp_model *m, const int *ids, const int *lens, int B, int max_new,
+                                mp_sampler_params sp, PyObject *seedobj, int stop, PyObject *fwd) {
+    const int P = mp_pad_width(lens, B);
+    if (max_new > INT_MAX / 2 - P) max_new = INT_MAX / 2 - P;
+    const int W = P + max_new;
+    uint64_t *seeds = malloc((size_t)B * sizeof(uint64_t));
+    int *out = malloc((size_t)B * W * sizeof(int)), *n_out = malloc((size_t)B * sizeof(int));
+    PyObject *res = NULL, *texts = NULL, *toks = NULL;
+    mpy_pyhooks *fh = NULL;
+    if (!seeds || !out || !n_out) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (PyIndex_Check(seedobj)) { /* an int (or numpy integer) for every row */
+        unsigned long long v = PyLong_AsUnsignedLongLongMask(seedobj);
+        if (PyErr_Occurred()) goto done;
+        for (int b = 0; b < B; b++) seeds[b] = v; /* each row as its prompt alone with this seed */
+    } else {
+        PyObject *fast = PySequence_Fast(seedobj, "generate: seed must be an int or a list of one int per prompt");
+        if (!fast) goto done;
+        if (PySequence_Fast_GET_SIZE(fast) != B) {
+            PyErr_Format(PyExc_ValueError, "generate: seed: %zd seeds for %d prompts", PySequence_Fast_GET_SIZE(fast),
+                         B);
+            Py_DECREF(fast);
+            goto done;
+        }
+        for (int b = 0; b < B; b++) {
+            seeds[b] = PyLong_AsUnsignedLongLongMask(PySequence_Fast_GET_ITEM(fast, b));
+            if (PyErr_Occurred()) {
+                Py_DECREF(fast);
+                goto done;
+            }
+        }
+        Py_DECREF(fast);
+    }
+    if (!(fh = mpy_pyhooks_new(self, fwd, "fwd_hooks"))) goto done;
+    mp_status st;
+    self->busy++;
+    Py_BEGIN_ALLOW_THREADS
+    st = mp_model_generate_batch(m, ids, lens, B, max_new, &sp, seeds, mpy_pyhooks_registry(fh), stop, out, n_out);
+    Py_END_ALLOW_THREADS
+    self->busy--;
+    if (st) {
+        mpy_pyhooks_fail(fh, st);
+        goto done;
+    }
+    if (!(toks = PyList_New(B))) goto done;
+    if (self->tok && !(texts = PyList_New(B))) goto done;
+    for (int b = 0; b < B; b++) {
+        npy_intp dims[1] = {n_out[b]};
+        PyObject *a = PyArray_SimpleNew(1, dims, NPY_INT32);
+        if (!a) goto done;
+        memcpy(PyArray_DATA((PyArrayObject *)a), out + (size_t)b * W, (size_t)n_out[b] * sizeof(int));
+        PyList_SET_ITEM(toks, b, a);
+        if (texts) {
+            char *s;
+            size_t len;
+            if ((st = mp_tok_decode(self->tok, out + (size_t)b * W, n_out[b], &s, &len))) {
+                mpy_fail(st);
+                goto done;
+            }
+            PyObject *u = PyUnicode_DecodeUTF8(s, (Py_ssize_t)len, "replace");
+            free(s);
+            if (!u) goto done;
+            PyList_SET_ITEM(texts, b, u);
+        }
+    }
+    res = PyTuple_Pack(2, texts ? texts : Py_None, toks);
+done:
+    if (fh) mpy_pyhooks_free(fh);
+    Py_XDECREF(texts);
+    Py_XDECREF(toks);
+    free(seeds);
+    free(out);
+    free(n_out);
+    return res;
+}
+
 /* m.generate(prompt, max_new_tokens=64, temperature=1.0, top_p=0.9, seed=1234,
- * stop_at_eos=True) -> (text or None, tokens int32 [n]) as m:generate. */
+ * stop_at_eos=True, *, fwd_hooks=None, attention_mask=None) -> (text or None,
+ * tokens int32 [n]) as m:generate; a batch (a list of texts or of token
+ * lists, tokens [B, T] with attention_mask, or to_tokens' (tokens, mask)) ->
+ * (list of texts or None, list of int32 arrays), seed an int or one per row. */
 static PyObject *model_generate(mpy_model *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"prompt", "max_new_tokens", "temperature", "top_p", "seed", "stop_at_eos", "fwd_hooks",
-                             NULL};
-    PyObject *prompt, *fwd = Py_None;
+                             "attention_mask", NULL};
+    PyObject *prompt, *fwd = Py_None, *maskobj = Py_None, *seedobj = NULL;
     int max_new = 64, stop_eos = 1;
     double temp = 1.0, top_p = 0.9;
     unsigned long long seed = 1234;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|iddKp$O:generate", kwlist, &prompt, &max_new, &temp, &top_p, &seed,
-                                     &stop_eos, &fwd))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|iddOp$OO:generate", kwlist, &prompt, &max_new, &temp, &top_p,
+                                     &seedobj, &stop_eos, &fwd, &maskobj))
         return NULL;
     mp_model *m = mpy_model_get(self, "generate", 0);
     if (!m) return NULL;
     if (max_new < 0) return PyErr_Format(PyExc_ValueError, "generate: max_new_tokens must be >= 0 (got %d)", max_new);
+    int *bids, *blens, Bb = 0;
+    const int batch = gen_batch_rows(self, prompt, maskobj, &bids, &blens, &Bb);
+    if (batch < 0) return NULL;
+    if (batch) {
+        mp_sampler_params bsp = {(float)temp, (float)top_p, 1234};
+        int bstop = stop_eos && self->tok ? mp_tok_eos(self->tok) : -1;
+        PyObject *seed_default = seedobj ? NULL : PyLong_FromLong(1234);
+        PyObject *r = seedobj || seed_default ? generate_batch(self, m, bids, blens, Bb, max_new, bsp,
+                                                               seedobj ? seedobj : seed_default, bstop, fwd)
+                                              : NULL;
+        Py_XDECREF(seed_default);
+        free(bids);
+        free(blens);
+        return r;
+    }
+    if (seedobj) { /* as the "K" format it had: an int, taken modulo 2^64 */
+        seed = PyLong_AsUnsignedLongLongMask(seedobj);
+        if (PyErr_Occurred()) return NULL;
+    }
     PyArrayObject *tok = mpy_tokens(self, prompt, "generate: prompt");
     if (!tok) return NULL;
     if (PyArray_DIM(tok, 0) != 1) {
@@ -909,7 +1125,8 @@ static PyMethodDef core_methods[] = {
      "loss(tokens, targets=None, *, fwd_hooks=None) -> mean cross-entropy (no targets: next-token loss over tokens)"},
     {"generate", (PyCFunction)(void (*)(void))model_generate, METH_VARARGS | METH_KEYWORDS,
      "generate(prompt, max_new_tokens=64, temperature=1.0, top_p=0.9, seed=1234, stop_at_eos=True, *, "
-     "fwd_hooks=None) -> (text, ids)"},
+     "fwd_hooks=None, attention_mask=None) -> (text, ids); a batch (list of texts or token lists, tokens [B, T] with "
+     "attention_mask, or to_tokens' pair; seed: an int or one per row) -> ([texts], [ids])"},
     {"hook_names", (PyCFunction)model_hook_names, METH_VARARGS, "hook_names(pattern='*') -> [str] in firing order"},
     {NULL, NULL, 0, NULL}};
 

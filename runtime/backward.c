@@ -22,6 +22,7 @@
 #include "backward.h"
 #include "exec.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -97,21 +98,45 @@ static mp_status check_ops(const mp_bwd_ops *o, const mp_config *c, int wgrad, i
     return mp_error(MP_ERR_ARG, "backward: the %s backend's operations do not include %s", o->name, miss);
 }
 
-mp_status mp_backward_walk(const mp_bwd_ops *ops, void *ctx, const mp_config *c, const mp_params *p,
-                           const mp_params *g, mp_acts *A, const float *dlogits, const mp_backward_params *bp) {
+/* mp_backward_walk with a padded batch's mask (NULL: none; mp_backward_masked). */
+static mp_status walk_masked(const mp_bwd_ops *ops, void *ctx, const mp_config *c, const mp_params *p,
+                             const mp_params *g, mp_acts *A, const float *dlogits, const mp_backward_params *bp,
+                             const int *mask) {
     const mp_hooks *hs = bp->hooks;
     const int B = A->B, T = A->T, N = B * T, D = c->d_model, H = c->n_head, K = c->n_kv_head, Dh = c->d_head;
     const int M = c->mlp == MP_MLP_NONE ? 0 : c->d_mlp, HD = H * Dh, KD = K * Dh, half = Dh / 2;
     const size_t nx = (size_t)N * D, nh = (size_t)N * M;
     mp_status st = check_ops(ops, c, g != NULL, hs != NULL);
     if (st) return st;
+    if (mask && (g || ops != &mp_bwd_ops_cpu))
+        return mp_error(MP_ERR_ARG, "backward: a padded batch (attention mask) has input gradients only, on the CPU");
     walk f = {ops, ctx, c, hs, B, T, g != NULL, NULL, NULL, NULL, NULL, NULL};
+    /* a padded batch: each token's positional tables (ragged.c), as its forward used */
+    int *pos_ids = NULL;
+    float *pos_g = NULL;
+    int pos_scale = 0;
+    if (mask && mp_pos_rotates(c)) {
+        pos_ids = mp_malloc((size_t)N * sizeof(int), "position ids of a padded batch");
+        pos_g = pos_ids ? mp_malloc(mp_pos_tables_floats(c, (size_t)N) * sizeof(float),
+                                    "positional tables of a padded batch") : NULL;
+        if (!pos_g) { free(pos_ids); return MP_ERR_NOMEM; }
+        mp_mask_positions(mask, B, T, pos_ids);
+        if ((st = mp_mask_pos_tables(c, pos_ids, (size_t)N, pos_g, &pos_scale))) {
+            free(pos_ids);
+            free(pos_g);
+            return st;
+        }
+    }
     const int par = c->parallel_attn;
     float *dres = A->dresid, *dxn = A->dxn;
     /* the hooks' buffers, the norms' discarded weight gradients */
     const size_t nmem = (hs ? nx + (size_t)N : 0) + (g ? 0 : 2 * (size_t)D) + (hs && g ? nx : 0) + (par ? nx : 0);
     float *mem = nmem ? ops->alloc(ctx, nmem, "gradient buffers") : NULL;
-    if (nmem && !mem) return MP_ERR_NOMEM;
+    if (nmem && !mem) {
+        free(pos_ids);
+        free(pos_g);
+        return MP_ERR_NOMEM;
+    }
     float *cur = mem;
     if (hs) f.dbr = cur, cur += nx, f.dsc = cur, cur += N;
     if (!g) f.ndw = cur, cur += 2 * (size_t)D;
@@ -241,6 +266,8 @@ mp_status mp_backward_walk(const mp_bwd_ops *ops, void *ctx, const mp_config *c,
             TRY(ops->attn(ctx, c, A, l, &a, &av, A->dz, A->dq, A->dk, A->dv, A->datt, A->dfac));
         } else { /* dz -> d pattern (hook_pattern) -> d scores (hook_attn_scores) -> dq, dk; dv */
             TRY(ops->attn_dpattern(ctx, c, &a, &av, B, T, A->dz, A->datt, A->dv));
+            /* a padded batch: 0 at the keys a query does not see (their pattern is 0: nothing flows there) */
+            if (mask) mp_mask_grad_pattern(mask, B, H, T, A->datt);
             FIRE(MP_HOOK_PATTERN, l, A->datt);
             TRY(ops->attn_dscores(ctx, c, &a, &av, B, T, A->datt, g ? A->dfac : NULL));
             FIRE(MP_HOOK_ATTN_SCORES, l, A->datt);
@@ -251,7 +278,13 @@ mp_status mp_backward_walk(const mp_bwd_ops *ops, void *ctx, const mp_config *c,
             TRY(ops->attn_factor(ctx, &av, dw.ssmax_s, dw.as_delta, dw.as_beta, dw.as_gamma, A->dfac, B, H, T));
         FIRE(MP_HOOK_ROT_K, l, A->dk);
         FIRE(MP_HOOK_ROT_Q, l, A->dq);
-        if (mp_pos_rotates(c)) { /* the forward's tables (A->pos_tab; a windowed layer's own: mp_pos_layer_tables) */
+        if (pos_g) { /* a padded batch: per-token tables, as the forward applied them (B = 1, T = N) */
+            const float *cos_t, *sin_t;
+            mp_pos_layer_tables(c, l, pos_g, (size_t)N, &cos_t, &sin_t);
+            const float *q_scale = pos_scale ? pos_g + 2 * (size_t)N * half : NULL;
+            TRY(ops->pos(ctx, c, cos_t, sin_t, q_scale, A->dq, 1, N, H));
+            TRY(ops->pos(ctx, c, cos_t, sin_t, NULL, A->dk, 1, N, K));
+        } else if (mp_pos_rotates(c)) { /* the forward's tables (A->pos_tab; a windowed layer's own) */
             const float *cos_t, *sin_t;
             mp_pos_layer_tables(c, l, A->pos_tab, (size_t)T, &cos_t, &sin_t);
             const float *q_scale = mp_pos_has_logit_scale(c) ? A->pos_tab + 2 * (size_t)T * half : NULL;
@@ -304,7 +337,20 @@ mp_status mp_backward_walk(const mp_bwd_ops *ops, void *ctx, const mp_config *c,
 cleanup:
     if (dres_h) ops->release(ctx, dres_h);
     if (mem) ops->release(ctx, mem);
+    free(pos_ids);
+    free(pos_g);
     return st;
+}
+
+mp_status mp_backward_walk(const mp_bwd_ops *ops, void *ctx, const mp_config *c, const mp_params *p,
+                           const mp_params *g, mp_acts *A, const float *dlogits, const mp_backward_params *bp) {
+    return walk_masked(ops, ctx, c, p, g, A, dlogits, bp, NULL);
+}
+
+mp_status mp_backward_masked(const mp_model *m, mp_acts *A, const float *dlogits, const mp_backward_params *bp,
+                             const int *mask) {
+    return walk_masked(mp_exec_cpu.bwd, NULL, &m->cfg, &m->p, bp->grads ? &bp->grads->g : NULL, A, dlogits, bp,
+                       mask);
 }
 
 mp_status mp_backward(const mp_model *m, mp_acts *A, const float *dlogits, const mp_backward_params *bp) {

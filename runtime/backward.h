@@ -137,5 +137,12 @@ mp_status mp_backward_walk(const mp_bwd_ops *ops, void *ctx, const mp_config *c,
 /* The CPU's backward on model m: mp_backward_walk with mp_bwd_ops_cpu, the
  * model's weights and bp->grads (NULL: input gradients only). */
 mp_status mp_backward(const mp_model *m, mp_acts *A, const float *dlogits, const mp_backward_params *bp);
+/* The same for a padded batch: mask [B, T] is the attention mask its
+ * training-mode forward ran with (ragged.c); input gradients only (bp->grads
+ * NULL: MP_ERR_ARG otherwise). The rotation's transpose takes each token's
+ * positional tables from the mask, and the gradient at hook_pattern is 0 at
+ * the keys a query does not see (mp_mask_grad_pattern). */
+mp_status mp_backward_masked(const mp_model *m, mp_acts *A, const float *dlogits, const mp_backward_params *bp,
+                             const int *mask);
 
 #endif

@@ -14,7 +14,7 @@ typedef struct {
     const mp_config *c;
     const mp_hooks *hs;
     int B, T, pos0;
-    const int *mask;    /* [B, T] attention mask, or NULL (ragged.c) */
+    const int *mask;    /* [B, pos0 + T] attention mask (the cached keys' columns first), or NULL (ragged.c) */
     const int *pos_ids; /* [B*T] per-token positions of a padded batch, or NULL (pos0 + t) */
 } mp_fwd_ctx;
 

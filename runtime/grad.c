@@ -12,8 +12,13 @@
 int mp_grad_has_hook(mp_hook_id id) { return mp_hook_has_grad(id); }
 
 mp_status mp_model_backward_acts(const mp_model *m, mp_acts *A, const float *dlogits, const mp_hooks *hs) {
+    return mp_model_backward_acts_masked(m, A, dlogits, hs, NULL);
+}
+
+mp_status mp_model_backward_acts_masked(const mp_model *m, mp_acts *A, const float *dlogits, const mp_hooks *hs,
+                                        const int *mask) {
     const mp_backward_params bp = {NULL, NULL, NULL, hs};
-    return mp_backward(m, A, dlogits, &bp);
+    return mask ? mp_backward_masked(m, A, dlogits, &bp, mask) : mp_backward(m, A, dlogits, &bp);
 }
 
 /* ---- metrics ---- */
@@ -35,11 +40,17 @@ mp_status mp_grad_ce(const float *logits, const int *targets, int N, int V, floa
 
 void mp_grad_logit_diff(const float *logits, int B, int T, int V, const int *correct, const int *wrong, float *dl,
                         double *value) {
+    mp_grad_logit_diff_masked(logits, B, T, V, correct, wrong, NULL, dl, value);
+}
+
+void mp_grad_logit_diff_masked(const float *logits, int B, int T, int V, const int *correct, const int *wrong,
+                               const int *mask, float *dl, double *value) {
     const size_t n = (size_t)B * T * V;
     double sum = 0.0;
     if (dl) memset(dl, 0, n * sizeof(float));
     for (int b = 0; b < B; b++) {
-        const size_t row = ((size_t)b * T + T - 1) * V;
+        const int t = mask ? mp_mask_last_real(mask + (size_t)b * T, T) : T - 1;
+        const size_t row = ((size_t)b * T + t) * V;
         sum += (double)logits[row + correct[b]] - (double)logits[row + wrong[b]];
         if (dl) {
             dl[row + correct[b]] += 1.0f / (float)B;

@@ -32,6 +32,14 @@ int mp_grad_has_hook(mp_hook_id id);
  * are overwritten). bwd may be NULL (then nothing is observable: callers pass
  * one). MP_ERR_HOOK when a callback aborts; MP_ERR_NOMEM. */
 mp_status mp_model_backward_acts(const mp_model *m, mp_acts *A, const float *dlogits, const mp_hooks *bwd);
+/* The same for a padded batch: mask [B, T] is the attention mask its forward
+ * ran with (fp.attn_mask with fp.acts; ragged.c). Each row's real positions
+ * get the gradients of that row run alone (what flows into a pad's
+ * activations from dlogits 0 at the pads is 0), the entries of
+ * attn.hook_pattern / hook_attn_scores at keys a query does not see 0. Give
+ * dlogits 0 at pad positions (mp_mask_targets, mp_grad_logit_diff_masked). */
+mp_status mp_model_backward_acts_masked(const mp_model *m, mp_acts *A, const float *dlogits, const mp_hooks *bwd,
+                                        const int *mask);
 
 /* ---- the metrics the bindings name (loss = "ce", {logit_diff = ...}) ----
  * Both bindings (lua/lgrad.c, python/mpy_hooks.c) evaluate them here, so the
@@ -47,6 +55,10 @@ mp_status mp_grad_ce(const float *logits, const int *targets, int N, int V, floa
  * into *value; with dl non-NULL its gradient [B, T, V]. Ids must be in [0, V). */
 void mp_grad_logit_diff(const float *logits, int B, int T, int V, const int *correct, const int *wrong, float *dl,
                         double *value);
+/* The same at each row's last real token of a padded batch (mask [B, T];
+ * NULL: position T - 1, as mp_grad_logit_diff). */
+void mp_grad_logit_diff_masked(const float *logits, int B, int T, int V, const int *correct, const int *wrong,
+                               const int *mask, float *dl, double *value);
 
 /* ---- attribution patching ----
  * For one hook point with activations clean and corrupt and the metric's

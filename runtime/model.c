@@ -284,7 +284,8 @@ static mp_status attention(const mp_exec *e, int l, const mp_layer_acts *b, cons
                     for (int j = 0; av->window > 0 && j < first_masked - av->window; j++)
                         a[(size_t)i * S + j] = -INFINITY;
                 }
-                if (f->mask) mp_mask_scores(f->mask + (size_t)bb * T, a, rows, q0, (size_t)S); /* pads: no cache */
+                /* pads (the mask covers the S keys, cached ones included) */
+                if (f->mask) mp_mask_scores(f->mask + (size_t)bb * S, a, rows, f->pos0 + q0, (size_t)S);
             }
         if ((st = mp_exec_fire_block(e, MP_HOOK_ATTN_SCORES, l, q0, rows, b->att))) goto cleanup;
 #pragma omp parallel for schedule(static)
@@ -329,7 +330,8 @@ static mp_status check_forward_args(const mp_model *m, const int *tokens, int B,
                             pos0 + T - 1, c->ctx);
     }
     if (fp->attn_mask) {
-        mp_status st = mp_mask_check(c, fp->attn_mask, B, T, fp->cache != NULL, fp->acts != NULL);
+        /* with a KV cache the mask covers the cached keys too */
+        mp_status st = mp_mask_check(c, fp->attn_mask, B, (fp->cache ? fp->cache->len : 0) + T);
         if (st) return st;
     }
     if (fp->acts) {
@@ -518,7 +520,7 @@ static mp_status cpu_head(const mp_exec *e, const float *xn, mp_logits_mode mode
     }
     float *last = CPU(e)->last;
     for (int bb = 0; bb < B; bb++) { /* gather the last (real) row of each sequence */
-        const int tl = f->mask ? mp_mask_last_real(f->mask + (size_t)bb * T, T) : T - 1;
+        const int tl = f->mask ? mp_mask_last_real(f->mask + (size_t)bb * (f->pos0 + T) + f->pos0, T) : T - 1;
         memmove(last + (size_t)bb * D, xn + ((size_t)bb * T + tl) * D, (size_t)D * sizeof(float));
     }
     if ((st = cpu_linear(e, MP_EXEC_UNEMBED, -1, logits, last, B))) return st;
@@ -641,8 +643,8 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
         b.sin_l = b.cos_l + n_rope;
     }
     if (!mp_pos_tables_all(c, b.cos_t, pos0, T)) b.q_scale = NULL;
-    /* a padded batch (ragged.c): per-token position ids and the tables gathered
-     * for them ([N, Dh/2] twice, [N]), used with B = 1, T = N */
+    /* a padded batch (ragged.c): per-token position ids and the tables of
+     * their positions ([N, Dh/2] twice, [N]), used with B = 1, T = N */
     int *pos_ids = NULL;
     float *pos_g = NULL;
     fwd_bufs bp = b;
@@ -654,18 +656,16 @@ mp_status mp_model_forward(const mp_model *m, const int *tokens, int B, int T, c
                                     "positional tables of a padded batch")
                         : NULL;
         if (!pos_g) { st = MP_ERR_NOMEM; goto cleanup; }
-        mp_mask_positions(fp.attn_mask, B, T, pos_ids);
+        mp_mask_positions_at(fp.attn_mask, B, S, pos0, T, pos_ids);
         f.pos_ids = pos_ids; /* learned positions (fwd_hooks.c) */
+        int has_scale = 0;
+        if ((st = mp_mask_pos_tables(c, pos_ids, (size_t)N, pos_g, &has_scale))) goto cleanup;
         bp.cos_t = pos_g;
         bp.sin_t = pos_g + half * N;
         bp.q_scale = b.q_scale ? bp.sin_t + half * N : NULL;
-        if (mp_pos_rotates(c))
-            mp_mask_gather_tables(b.cos_t, b.sin_t, b.q_scale, (int)half, pos_ids, (size_t)N, bp.cos_t, bp.sin_t,
-                                  bp.q_scale);
         if (b.cos_l) { /* the windowed layers' tables after the q scale's slot, as mp_pos_tables_floats counts */
             bp.cos_l = bp.sin_t + half * N + N;
             bp.sin_l = bp.cos_l + half * N;
-            mp_mask_gather_tables(b.cos_l, b.sin_l, NULL, (int)half, pos_ids, (size_t)N, bp.cos_l, bp.sin_l, NULL);
         }
         pB = 1;
         pT = N;

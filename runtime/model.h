@@ -375,21 +375,38 @@ mp_device mp_model_forward_device(const mp_model *m, const mp_forward_params *fp
  * so every value stays finite; each row's positions come from the mask
  * (mp_mask_positions), so a row's real tokens get the outputs of that prompt
  * run alone, whether it is padded on the left or the right. MP_LOGITS_LAST
- * then takes each row's last real token. Softmax, entmax15 and entmax
- * attention; not with a KV cache or in training mode (MP_ERR_ARG). */
-/* MP_ERR_ARG unless mask holds only 0/1 and the call can take one (cache,
- * training: non-zero when the call has a KV cache / an activation store). */
-mp_status mp_mask_check(const mp_config *c, const int *mask, int B, int T, int cache, int training);
+ * then takes each row's last real token. With a KV cache the mask covers
+ * every key, cached and new: [B, cache->len + T] (Hugging Face's convention
+ * for generation; the cached columns must be those of the earlier calls),
+ * and a new token's position is the count of real keys before it in its row.
+ * In training mode (an activation store) the mask is [B, T] as without a
+ * cache, and mp_model_backward_acts_masked runs the backward of that batch.
+ * Softmax, entmax15 and entmax attention (MP_ERR_ARG otherwise). */
+/* MP_ERR_ARG unless mask [B, W] holds only 0/1 and the attention variant can take one. */
+mp_status mp_mask_check(const mp_config *c, const int *mask, int B, int W);
 /* Position ids [B, T]: cumsum(mask) - 1 along each row at real tokens, 0 at pads. */
 void mp_mask_positions(const int *mask, int B, int T, int *pos);
-/* Gathers the rows pos[0..N) of positional tables over positions 0.. (cos/sin
- * [*, half], q_scale [*] or NULL) into per-token tables [N, half] and [N]. */
-void mp_mask_gather_tables(const float *cos_t, const float *sin_t, const float *q_scale, int half, const int *pos,
-                           size_t N, float *cos_g, float *sin_g, float *q_scale_g);
+/* The same for the columns pos0..pos0+T-1 of a mask [B, W] (W >= pos0 + T):
+ * pos [B, T] counts the real tokens of the row from column 0. */
+void mp_mask_positions_at(const int *mask, int B, int W, int pos0, int T, int *pos);
+/* Per-token positional tables for positions pos[0..N) in the layout of
+ * mp_pos_tables_floats(c, N) (cos [N, Dh/2], sin [N, Dh/2], q_scale [N], then
+ * the windowed layers' cos, sin), each row the values mp_pos_tables_all
+ * gives that position; *has_scale as its return. Nothing is written for a
+ * scheme without rotation. MP_ERR_NOMEM. */
+mp_status mp_mask_pos_tables(const mp_config *c, const int *pos, size_t N, float *tab, int *has_scale);
 /* Sets to -inf the scores a[i, j] (row stride ld) of query rows q0..q0+rows-1
  * of one sequence (mask_row [T]) on pad keys j < q; a pad query's row keeps
  * only its own key. Keys j >= q are left to the causal mask. */
 void mp_mask_scores(const int *mask_row, float *a, int rows, int q0, size_t ld);
+/* Zeroes the gradient d [B, H, T, T] of a padded batch's pattern at the
+ * entries a query does not see: pad keys, and every key of a pad query
+ * (the backward's hook_pattern, as the causal mask's upper triangle). */
+void mp_mask_grad_pattern(const int *mask, int B, int H, int T, float *d);
+/* The targets a padded batch's loss counts (mp_model_loss_masked's rule):
+ * out[n] = targets[n] where position n and the next are real tokens, else
+ * -1; mask NULL: a copy. */
+void mp_mask_targets(const int *mask, const int *targets, int B, int T, int *out);
 /* The index of the last real token of a mask row (T - 1 when there is none). */
 int mp_mask_last_real(const int *mask_row, int T);
 /* Pads B token rows to one length (HF's padding, m:to_tokens of a list): row b
@@ -489,5 +506,18 @@ mp_status mp_model_generate(const mp_model *m, const int *prompt, int n, int max
                             const mp_sampler_params *sp, const mp_hooks *hooks,
                             int stop_token, mp_token_fn on_token, void *user,
                             int *out, int *n_out);
+/* Batched generation: B prompts of lens[b] tokens (the rows concatenated in
+ * prompts) decoded together, left-padded over one KV cache with a mask of
+ * the cached keys and per-row positions (ragged.c), so row b gets what
+ * mp_model_generate gives its prompt alone with seed seeds[b] (seeds NULL:
+ * sp->seed for every row), to float rounding. A row stops after stop_token
+ * (its later steps feed a pad and sample nothing) or max_new tokens; hooks
+ * fire on every call with the padded batch's shapes (the prefill [B, P, ...],
+ * each step [B, 1, ...]).
+ * out [B, W] with W = mp_pad_width(lens, B) + max_new: row b holds its prompt
+ * and new tokens, n_out[b] of them. B = 1 is mp_model_generate. */
+mp_status mp_model_generate_batch(const mp_model *m, const int *prompts, const int *lens, int B, int max_new,
+                                  const mp_sampler_params *sp, const uint64_t *seeds, const mp_hooks *hooks,
+                                  int stop_token, int *out, int *n_out);
 
 #endif

@@ -1,4 +1,5 @@
-/* omp_env.h — the OpenMP waiting policy every mechprobe program starts with. */
+/* omp_env.h — the OpenMP waiting policy every mechprobe program starts with,
+ * and the thread count of small work (decoding steps). */
 #ifndef MP_OMP_ENV_H
 #define MP_OMP_ENV_H
 
@@ -15,5 +16,21 @@
  * before main) unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is already set. On a
  * failed exec it returns and the program carries on with libgomp's default. */
 void mp_omp_env_default(char **argv);
+
+/* Floating-point operations per thread below which another thread costs more
+ * (its fork/join at each of a step's ~10 parallel regions per layer) than it
+ * saves: a decoding step of `flops` runs on flops / MP_OMP_GRAIN threads (at
+ * least 1, at most the default). See the measurements in omp_env.c. */
+#define MP_OMP_GRAIN 4.0e6
+
+/* The threads for parallel work of `flops` per step: the default count
+ * (omp_get_max_threads) when the user set OMP_NUM_THREADS (an explicit
+ * setting wins) or the work is large, fewer for small work; 1 without OpenMP. */
+int mp_omp_threads_for(double flops);
+/* Sets the calling thread's count for a decoding loop of `flops` per step
+ * (mp_omp_threads_for) and returns the count to restore (0: unchanged);
+ * mp_omp_decode_end(that) restores it. */
+int mp_omp_decode_begin(double flops);
+void mp_omp_decode_end(int restore);
 
 #endif

@@ -1,8 +1,12 @@
 /* sample.c — next-token sampling (greedy, temperature, nucleus/top-p) through a
  * seeded GSL generator, and text generation over the KV cache with hooks live
- * on every step. */
+ * on every step: one prompt, or a batch of prompts of different lengths
+ * decoded together (left padding, per-row positions and a mask over the
+ * cached keys: ragged.c), each row with its own sampler. Decoding steps run
+ * on the threads their work size calls for (omp_env.h). */
 #define _GNU_SOURCE /* qsort_r */
 #include "model.h"
+#include "omp_env.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -95,6 +99,12 @@ int mp_sampler_sample(mp_sampler *s, float *logits) {
     return s->idx[last];
 }
 
+/* The floating-point work of one decoding step of B rows: a multiply-add per
+ * weight (config.h's parameter count; the attention over the cache is small beside it). */
+static double decode_flops(const mp_model *m, int B) {
+    return 2.0 * (double)B * (double)mp_config_n_params(&m->cfg);
+}
+
 mp_status mp_model_generate(const mp_model *m, const int *prompt, int n, int max_new, const mp_sampler_params *sp,
                             const mp_hooks *hooks, int stop_token, mp_token_fn on_token, void *user, int *out,
                             int *n_out) {
@@ -102,6 +112,7 @@ mp_status mp_model_generate(const mp_model *m, const int *prompt, int n, int max
     mp_sampler *s = NULL;
     mp_kvcache cache = {0};
     float *logits = NULL;
+    int threads = 0;
     *n_out = 0;
     if (n <= 0) return mp_error(MP_ERR_ARG, "generate: the prompt is empty (give at least the BOS token)");
     if (max_new < 0) return mp_error(MP_ERR_ARG, "generate: max_new_tokens must be >= 0 (got %d)", max_new);
@@ -116,6 +127,7 @@ mp_status mp_model_generate(const mp_model *m, const int *prompt, int n, int max
     fp.cache = &cache;
     fp.logits = MP_LOGITS_LAST;
     if ((st = mp_model_forward(m, prompt, 1, n, &fp, logits))) goto cleanup;
+    threads = mp_omp_decode_begin(decode_flops(m, 1)); /* a decoding step's work is small: maybe fewer threads */
     for (int i = 0; i < max_new; i++) {
         int tok = mp_sampler_sample(s, logits);
         out[(*n_out)++] = tok;
@@ -124,8 +136,97 @@ mp_status mp_model_generate(const mp_model *m, const int *prompt, int n, int max
         if ((st = mp_model_forward(m, &tok, 1, 1, &fp, logits))) goto cleanup;
     }
 cleanup:
+    mp_omp_decode_end(threads);
     mp_sampler_free(s);
     mp_kvcache_free(&cache);
+    free(logits);
+    return st;
+}
+
+mp_status mp_model_generate_batch(const mp_model *m, const int *prompts, const int *lens, int B, int max_new,
+                                  const mp_sampler_params *sp, const uint64_t *seeds, const mp_hooks *hooks,
+                                  int stop_token, int *out, int *n_out) {
+    if (B <= 0) return mp_error(MP_ERR_ARG, "generate: the batch has no prompt");
+    for (int b = 0; b < B; b++) {
+        n_out[b] = 0;
+        if (lens[b] <= 0)
+            return mp_error(MP_ERR_ARG, "generate: prompt %d is empty (give at least the BOS token)", b + 1);
+    }
+    if (max_new < 0) return mp_error(MP_ERR_ARG, "generate: max_new_tokens must be >= 0 (got %d)", max_new);
+    const int P = mp_pad_width(lens, B), W = P + max_new, V = m->cfg.vocab;
+    for (int b = 0, off = 0; b < B; off += lens[b], b++)
+        for (int t = 0; t < lens[b]; t++)
+            if (prompts[off + t] < 0 || prompts[off + t] >= V)
+                return mp_error(MP_ERR_ARG, "generate: prompt %d: token id %d at %d is outside the vocabulary "
+                                "(0..%d)", b + 1, prompts[off + t], t + 1, V - 1);
+    if (B == 1) { /* one prompt: the single path, unchanged */
+        mp_sampler_params one = *sp;
+        if (seeds) one.seed = seeds[0];
+        return mp_model_generate(m, prompts, lens[0], max_new, &one, hooks, stop_token, NULL, NULL, out, n_out);
+    }
+    for (int b = 0, off = 0; b < B; off += lens[b], b++) {
+        memcpy(out + (size_t)b * W, prompts + off, (size_t)lens[b] * sizeof(int));
+        n_out[b] = lens[b];
+    }
+    if (max_new == 0) return MP_OK;
+    mp_status st = MP_OK;
+    mp_kvcache cache = {0};
+    mp_sampler **s = mp_calloc((size_t)B, sizeof *s, "the samplers");
+    /* keys [B, W]: 1 real, 0 pad (each row's prompt right-aligned at column P,
+     * then one column per step); mask: the same [B, S] packed for a call
+     * (its row stride is the S keys the call sees) */
+    int *keys = mp_calloc((size_t)B * W, sizeof(int), "the generation mask");
+    int *mask = mp_malloc((size_t)B * W * sizeof(int), "the generation mask");
+    int *tok = mp_malloc((size_t)B * P * sizeof(int), "the padded prompts");
+    int *done = mp_calloc((size_t)B, sizeof(int), "the generation state");
+    float *logits = mp_malloc((size_t)B * V * sizeof(float), "logits");
+    int threads = 0;
+    if (!s || !keys || !mask || !tok || !done || !logits) { st = MP_ERR_NOMEM; goto cleanup; }
+    for (int b = 0; b < B; b++) {
+        mp_sampler_params one = *sp;
+        if (seeds) one.seed = seeds[b];
+        if ((st = mp_sampler_new(&s[b], &one, V))) goto cleanup;
+    }
+    if ((st = mp_kvcache_init(&cache, &m->cfg, B, W))) goto cleanup;
+    /* left padding: every row's next token goes to the same cache column, so a
+     * step is one [B, 1] call; the mask keeps the pads out of every row's keys
+     * and gives each token the position it has in its prompt alone */
+    mp_pad_batch(prompts, lens, B, P, 0, 1, tok, mask);
+    for (int b = 0; b < B; b++) memcpy(keys + (size_t)b * W, mask + (size_t)b * P, (size_t)P * sizeof(int));
+    mp_forward_params fp = mp_forward_params_default();
+    fp.hooks = hooks;
+    fp.cache = &cache;
+    fp.logits = MP_LOGITS_LAST;
+    fp.attn_mask = mask;
+    if ((st = mp_model_forward(m, tok, B, P, &fp, logits))) goto cleanup;
+    threads = mp_omp_decode_begin(decode_flops(m, B));
+    for (int i = 0; i < max_new; i++) {
+        int live = 0;
+        for (int b = 0; b < B; b++) {
+            if (done[b]) { tok[b] = 0; continue; } /* a stopped row: a pad, not sampled */
+            int *row = out + (size_t)b * W;
+            const int t = mp_sampler_sample(s[b], logits + (size_t)b * V);
+            row[n_out[b]++] = t;
+            tok[b] = t;
+            if (t == stop_token) done[b] = 1;
+            else live++;
+            keys[(size_t)b * W + P + i] = !done[b];
+        }
+        if (!live || i == max_new - 1) break;
+        const int S = P + i + 1;
+        for (int b = 0; b < B; b++) memcpy(mask + (size_t)b * S, keys + (size_t)b * W, (size_t)S * sizeof(int));
+        if ((st = mp_model_forward(m, tok, B, 1, &fp, logits))) goto cleanup;
+    }
+cleanup:
+    mp_omp_decode_end(threads);
+    if (s)
+        for (int b = 0; b < B; b++) mp_sampler_free(s[b]);
+    free(s);
+    mp_kvcache_free(&cache);
+    free(keys);
+    free(mask);
+    free(tok);
+    free(done);
     free(logits);
     return st;
 }

@@ -3,9 +3,11 @@
  * path degenerates exactly, and the unmasked path is the old one); the
  * position ids of left / right / holed masks against hand-written ones; a
  * right-padded row's real logits equal the unpadded batch's for every
- * positional scheme, with a KV cache decoding the row afterwards; the
- * refusals (a mask with a KV cache, in training mode, with ssmax or asentmax,
- * a value other than 0/1), each naming the problem. (The row-against-single-
+ * positional scheme, with a KV cache decoding the row afterwards; a mask
+ * over a KV cache (prefill, then a step whose mask covers the cached keys)
+ * against the padded batch run at once; training mode with a mask; the
+ * refusals (ssmax or asentmax, a value other than 0/1), each naming the
+ * problem. (The row-against-single-
  * run golden checks, hooks and loss are in tests/lua/test_ragged.lua.) */
 #include "model.h"
 #include "testutil.h"
@@ -80,18 +82,44 @@ int main(void) {
         CHECK(tu_max_abs_diff(ref, got, (size_t)(T + 4) * 24) == 0.0, "%s: right padding moves the real rows", name);
         for (size_t i = (size_t)(T + 4) * 24; i < n; i++)
             CHECK(isfinite(got[i]), "%s: a pad position's logit %zu is not finite", name, i);
-        /* refusals */
+        /* with a KV cache (the mask covers cached and new keys, [B, len + T]):
+         * the prefill gives the cacheless logits, and a decoding step after
+         * the padded rows gives the logits of the longer padded batch run
+         * at once (row 1 is padded in the middle then: its pads stay masked) */
+        const int T1 = T + 1;
+        int tok3[B * T1], mask3[B * T1];
+        for (int b = 0; b < B; b++) {
+            memcpy(tok3 + b * T1, tok2 + b * T, T * sizeof(int));
+            memcpy(mask3 + b * T1, right + b * T, T * sizeof(int));
+            tok3[b * T1 + T] = 4 + b;
+            mask3[b * T1 + T] = 1;
+        }
+        float *full = malloc((size_t)B * T1 * 24 * sizeof(float)), *step = malloc((size_t)B * 24 * sizeof(float));
+        fp.attn_mask = mask3;
+        CHECK(mp_model_forward(m, tok3, B, T1, &fp, full) == MP_OK, "%s", mp_last_error());
         mp_kvcache kv;
-        CHECK(mp_kvcache_init(&kv, &c, B, T) == MP_OK, "%s", mp_last_error());
+        CHECK(mp_kvcache_init(&kv, &c, B, T1) == MP_OK, "%s", mp_last_error());
         fp.cache = &kv;
-        expect_refused(mp_model_forward(m, tok2, B, T, &fp, got), "cannot be used with a KV cache", name);
+        fp.attn_mask = right;
+        CHECK(mp_model_forward(m, tok2, B, T, &fp, ref) == MP_OK, "%s", mp_last_error());
+        CHECK(tu_max_abs_diff(ref, got, n) <= 1e-5, "%s: a masked prefill over a KV cache differs", name);
+        const int next[B] = {tok3[T], tok3[T1 + T]};
+        fp.attn_mask = mask3; /* all T + 1 keys */
+        CHECK(mp_model_forward(m, next, B, 1, &fp, step) == MP_OK, "%s", mp_last_error());
+        for (int b = 0; b < B; b++)
+            CHECK(tu_max_abs_diff(step + b * 24, full + ((size_t)b * T1 + T) * 24, 24) <= 1e-5,
+                  "%s: row %d's decoding step over a masked cache differs from the padded batch", name, b);
         mp_kvcache_free(&kv);
         fp.cache = NULL;
+        free(full);
+        free(step);
+        /* training mode (an activation store) takes the mask: the stored logits are the masked forward's */
         mp_acts acts;
         CHECK(mp_acts_init(&acts, &c, B, T) == MP_OK, "%s", mp_last_error());
         fp.acts = &acts;
-        expect_refused(mp_model_forward(m, tok2, B, T, &fp, NULL), "training mode (an activation store) takes no "
-                       "attention mask", name);
+        fp.attn_mask = right;
+        CHECK(mp_model_forward(m, tok2, B, T, &fp, NULL) == MP_OK, "%s", mp_last_error());
+        CHECK(tu_max_abs_diff(acts.logits, got, n) <= 1e-5, "%s: training mode with a mask differs", name);
         mp_acts_free(&acts);
         fp.acts = NULL;
         right[3] = 2;

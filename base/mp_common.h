@@ -78,6 +78,12 @@ const char *mp_fmt_bytes(double bytes, char *buf);
 
 /* Wall-clock seconds (monotonic), for progress reports and benchmarks. */
 double mp_now(void);
+/* The progress line of a long loop on stderr (base/mp_progress.c): on a
+ * terminal (tty) a redrawn "step/total [====>   ] <metrics> | N tok/s | ETA m:ss",
+ * ended by a newline when done; otherwise one line per call, "step S/T
+ * <metrics>  N tok/s  ETA m:ss". metrics is preformatted ("loss 2.3456"). */
+void mp_progress_line(int tty, long step, long total, const char *metrics, double tps, double eta, double elapsed,
+                      int done);
 
 /* ---- atomic outputs (base/mp_out.c) ----
  * Every file mechprobe writes goes through this: the content is written to a

@@ -87,33 +87,6 @@ mp_status mp_train_step_logged(mp_model *m, mp_adamw *opt, mp_train_ws *ws, mp_t
     return step_on(m, opt, ws, log, tokens, targets, B, T, accum, hooks, sh, loss);
 }
 
-static void fmt_time(char *buf, size_t n, double s) {
-    if (!(s >= 0) || s > 1e7) { snprintf(buf, n, "--:--"); return; }
-    long t = (long)(s + 0.5);
-    if (t >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
-    else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
-}
-
-/* The progress line: step, bar, loss, tokens/s, ETA. */
-static void progress(int tty, int step, int total, float loss, double tps, double eta, double elapsed, int done) {
-    char e[32], el[32];
-    fmt_time(e, sizeof e, eta);
-    fmt_time(el, sizeof el, elapsed);
-    if (tty) {
-        char bar[31];
-        int fill = total ? (int)(30.0 * step / total) : 30;
-        for (int i = 0; i < 30; i++) bar[i] = i < fill ? '=' : i == fill ? '>' : ' ';
-        bar[30] = '\0';
-        fprintf(stderr, "\r%*d/%d [%s] loss %.4f | %.3g tok/s | %s %s\033[K", (int)snprintf(NULL, 0, "%d", total),
-                step, total, bar, (double)loss, tps, done ? "took" : "ETA", done ? el : e);
-        if (done) fputc('\n', stderr);
-    } else {
-        fprintf(stderr, "step %d/%d  loss %.4f  %.3g tok/s  %s %s\n", step, total, (double)loss, tps,
-                done ? "took" : "ETA", done ? el : e);
-    }
-    fflush(stderr);
-}
-
 /* The mean loss of p->eval_batches evaluation batches; data parallel: each
  * rank its rows, weighted by their counted targets. */
 static mp_status evaluate(mp_model *m, const mp_train_params *p, const mp_train_data *d, int B, int T, float *out) {
@@ -180,7 +153,9 @@ mp_status mp_train_run(mp_model *m, mp_adamw *opt, mp_train_ws *ws, mp_train_log
         if (show && (tty || i % p->log_every == 0 || i == steps)) {
             double el = mp_now() - t_start;
             double tps = el > 0 ? (double)i * B * T / el : 0.0;
-            progress(tty, i, steps, loss, tps, el / i * (steps - i), el, 0);
+            char met[32];
+            snprintf(met, sizeof met, "loss %.4f", (double)loss);
+            mp_progress_line(tty, i, steps, met, tps, el / i * (steps - i), el, 0);
         }
     }
     const double took = mp_now() - t_start;
@@ -193,7 +168,11 @@ mp_status mp_train_run(mp_model *m, mp_adamw *opt, mp_train_ws *ws, mp_train_log
         r->tokens_per_s = took > 0 ? (double)n_run * B * T / took : 0.0;
     }
     if (st) return st;
-    if (show && tty) progress(tty, (int)n_run, steps, loss, took > 0 ? (double)n_run * B * T / took : 0, 0, took, 1);
+    if (show && tty) {
+        char met[32];
+        snprintf(met, sizeof met, "loss %.4f", (double)loss);
+        mp_progress_line(tty, (long)n_run, steps, met, took > 0 ? (double)n_run * B * T / took : 0, 0, took, 1);
+    }
     if (ckpt && root && (st = mp_checkpoint_save(ckpt, m, opt, log))) return st;
     return MP_OK;
 }

@@ -485,34 +485,6 @@ static void remove_parallel(const mp_sae *s, float *gWdec) {
     }
 }
 
-static void fmt_time(char *buf, size_t n, double s) {
-    if (!(s >= 0) || s > 1e7) { snprintf(buf, n, "--:--"); return; }
-    long t = (long)(s + 0.5);
-    if (t >= 3600) snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
-    else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
-}
-
-/* The progress line, as m:train's (mpi/trainloop.c). */
-static void progress(int tty, long step, long total, double loss, double l0, double tps, double eta, double elapsed,
-                     int done) {
-    char e[32], el[32];
-    fmt_time(e, sizeof e, eta);
-    fmt_time(el, sizeof el, elapsed);
-    if (tty) {
-        char bar[31];
-        int fill = total ? (int)(30.0 * step / total) : 30;
-        for (int i = 0; i < 30; i++) bar[i] = i < fill ? '=' : i == fill ? '>' : ' ';
-        bar[30] = '\0';
-        fprintf(stderr, "\r%*ld/%ld [%s] loss %.4f L0 %.1f | %.3g tok/s | %s %s\033[K", (int)snprintf(NULL, 0, "%ld", total),
-                step, total, bar, loss, l0, tps, done ? "took" : "ETA", done ? el : e);
-        if (done) fputc('\n', stderr);
-    } else {
-        fprintf(stderr, "step %ld/%ld  loss %.4f  L0 %.1f  %.3g tok/s  %s %s\n", step, total, loss, l0, tps,
-                done ? "took" : "ETA", done ? el : e);
-    }
-    fflush(stderr);
-}
-
 mp_status mp_sae_train(mp_sae *s, const mp_sae_train_params *p, mp_sae_next_fn next, void *next_user,
                        mp_sae_ckpt_fn ckpt, void *ckpt_user, mp_sae_train_result *res) {
     mp_sae_train_result r0;
@@ -594,8 +566,10 @@ mp_status mp_sae_train(mp_sae *s, const mp_sae_train_params *p, mp_sae_next_fn n
         double now = mp_now();
         if (p->progress && (step + 1 == p->steps || (tty ? now - last_print > 0.2 : (step + 1) % every == 0))) {
             double el = now - t0, tps = el > 0 ? R.tokens / el : 0;
-            progress(tty, step + 1, p->steps, losses[0] + losses[1], R.l0, tps,
-                     el / (step + 1) * (p->steps - step - 1), el, step + 1 == p->steps);
+            char met[64];
+            snprintf(met, sizeof met, "loss %.4f  L0 %.1f", losses[0] + losses[1], R.l0);
+            mp_progress_line(tty, step + 1, p->steps, met, tps, el / (step + 1) * (p->steps - step - 1), el,
+                             step + 1 == p->steps);
             last_print = now;
         }
         if (ckpt && p->checkpoint_every > 0 && (step + 1) % p->checkpoint_every == 0 && step + 1 < p->steps &&
@@ -604,7 +578,9 @@ mp_status mp_sae_train(mp_sae *s, const mp_sae_train_params *p, mp_sae_next_fn n
     }
     if (p->progress && R.steps < p->steps && R.steps > 0) {
         double el = mp_now() - t0;
-        progress(tty, R.steps, p->steps, R.mse + R.aux, R.l0, el > 0 ? R.tokens / el : 0, 0, el, 1);
+        char met[64];
+        snprintf(met, sizeof met, "loss %.4f  L0 %.1f", R.mse + R.aux, R.l0);
+        mp_progress_line(tty, R.steps, p->steps, met, el > 0 ? R.tokens / el : 0, 0, el, 1);
     }
     R.seconds = mp_now() - t0;
     R.steady_seconds = R.steps > 1 ? mp_now() - t1 : 0.0;

@@ -28,6 +28,7 @@ typedef struct {
     char tok_path[1024];  /* its source ("" for bytes or none) */
     int busy;
     PyObject *weakrefs;
+    PyObject *saes;       /* mpy_sae_splice.c: the attached SAE objects (a list, NULL: none yet) */
 } mpy_model;
 
 extern PyTypeObject mpy_model_type;
@@ -66,6 +67,11 @@ mpy_pyhooks *mpy_pyhooks_new(mpy_model *self, PyObject *list, const char *what);
 const struct mp_hooks *mpy_pyhooks_registry(const mpy_pyhooks *p);
 PyObject *mpy_pyhooks_fail(mpy_pyhooks *p, mp_status st);
 void mpy_pyhooks_free(mpy_pyhooks *p);
+/* The backward counterpart: a registry made by mp_hooks_new_bwd for the forward
+ * registry fwd (the attached SAEs' backward in it); mpy_pyhooks_own counts the
+ * registrations the list made (not the SAEs' own). */
+mpy_pyhooks *mpy_pyhooks_new_bwd(mpy_model *self, PyObject *list, const char *what, const struct mp_hooks *fwd);
+int mpy_pyhooks_own(const mpy_pyhooks *p);
 /* m.forward(...) with fwd_hooks=, bwd_hooks=, loss= or targets= (run_with_hooks's body). */
 PyObject *mpy_run_hooked(mpy_model *self, PyObject *args, PyObject *kw);
 
@@ -74,6 +80,18 @@ PyObject *mpy_run_hooked(mpy_model *self, PyObject *args, PyObject *kw);
  * mpy_sae_add adds the type to the module (-1 with an exception). */
 struct mp_sae *mpy_sae_get(PyObject *o);
 int mpy_sae_add(PyObject *mod);
+/* How many models the SAE is attached to, changed by delta (mpy_sae_splice.c
+ * keeps it); close() is refused while it is > 0. */
+int mpy_sae_attached(PyObject *o, int delta);
+
+/* mpy_sae_splice.c: m.add_sae / reset_saes / saes / run_with_saes ...;
+ * mpy_splice_release drops the model's SAE objects (when its mp_model is freed). */
+extern PyMethodDef mpy_sae_splice_methods[];
+extern PyGetSetDef mpy_sae_splice_getset[];
+void mpy_splice_release(mpy_model *self);
+/* mpy_sae_train.c: mechprobe.train_sae and sae.evaluate. */
+extern PyMethodDef mpy_sae_train_functions[];
+PyObject *mpy_sae_evaluate(PyObject *sae, PyObject *args, PyObject *kw);
 
 /* Method and attribute tables of the other files, joined into the Model type at
  * module init; each ends with a {NULL} sentinel. */

@@ -26,6 +26,7 @@
 #include "model_io.h"
 #include "optim.h"
 #include "probe.h"
+#include "sae_splice.h"
 #include "sinks.h"
 #include "stats.h"
 #include "tensor.h"
@@ -449,7 +450,7 @@ static PyObject *model_run_with_interventions(mpy_model *self, PyObject *args, P
     PyArrayObject *tok = mpy_tokens(self, tokobj, "run_with_interventions: tokens"), *mask = NULL;
     if (!tok) return NULL;
     int B = (int)PyArray_DIM(tok, 0), T = (int)PyArray_DIM(tok, 1);
-    mp_hooks *hooks = mp_hooks_new(&m->cfg);
+    mp_hooks *hooks = mp_hooks_new_model(m); /* with the attached SAEs (sae_splice.h) */
     if (!hooks) {
         PyErr_NoMemory();
         goto done;
@@ -1398,7 +1399,7 @@ static PyObject *model_reset_optimizer(mpy_model *self, PyObject *unused) {
 
 static PyObject *run_capture(mpy_model *self, mp_capture_params *p, PyObject *hl, int n_pos, const char *fn,
                              mp_capture_result *r) {
-    mp_hooks *hooks = mp_hooks_new(&p->model->cfg);
+    mp_hooks *hooks = mp_hooks_new_model(p->model); /* with the attached SAEs (sae_splice.h) */
     PyObject *keep = NULL;
     if (!hooks) return PyErr_NoMemory();
     if (add_fwd_hooks(hooks, hl, n_pos, fn, &keep)) {

@@ -22,6 +22,7 @@
 #include "act_cache.h"
 #include "grad.h"
 #include "mp_hooks.h"
+#include "sae_splice.h"
 
 #include <limits.h>
 #include <string.h>
@@ -41,7 +42,8 @@ typedef struct {
 } pyhook;
 
 struct mpy_pyhooks {
-    mp_hooks *hs;
+    mp_hooks *hs;   /* made by mp_hooks_new_model / _bwd: the attached SAEs' splice in it */
+    int base;       /* the splice's own registrations (before the list's) */
     pyhook *h; /* one per list entry (stable addresses: the registry points at them) */
     int n;
     PyObject *list; /* the entries (a new reference): keeps the functions alive */
@@ -187,16 +189,16 @@ static void filter_visit(void *u, mp_hook_id id, int layer, const char *name) {
 
 /* The names (in firing order) of the model's hook points for which filter(name)
  * is true, as a list; over "*" as the Lua binding's names filter. */
-static PyObject *filter_names(const mp_config *cfg, PyObject *filter) {
+static PyObject *filter_names(const mp_hooks *hs, PyObject *filter) {
     filter_ctx f = {filter, PyList_New(0)};
     if (!f.names) return NULL;
-    mp_hook_select(cfg, "*", filter_visit, &f, NULL, 0);
+    mp_hooks_select(hs, "*", filter_visit, &f, NULL, 0); /* the attached SAEs' sub-points too */
     return f.names;
 }
 
 /* A comma-separated glob list from a str, a list/tuple of str, or a callable
  * filter (its picks); a new str. *filtered: 1 for a filter. */
-static PyObject *globs_from(const mp_config *cfg, PyObject *obj, const char *what, int *filtered) {
+static PyObject *globs_from(const mp_hooks *hs, PyObject *obj, const char *what, int *filtered) {
     *filtered = 0;
     if (PyUnicode_Check(obj)) {
         Py_INCREF(obj);
@@ -205,7 +207,7 @@ static PyObject *globs_from(const mp_config *cfg, PyObject *obj, const char *wha
     PyObject *list;
     if (PyCallable_Check(obj)) {
         *filtered = 1;
-        list = filter_names(cfg, obj);
+        list = filter_names(hs, obj);
         if (!list) return NULL;
     } else if (PyList_Check(obj) || PyTuple_Check(obj)) {
         list = PySequence_List(obj);
@@ -228,10 +230,11 @@ static PyObject *globs_from(const mp_config *cfg, PyObject *obj, const char *wha
     return s;
 }
 
-/* Checks that every glob of `globs` names a hook point of the model. */
-static int check_globs(const mp_config *cfg, const char *globs, const char *what) {
+/* Checks that every glob of `globs` names a hook point of the model (or of
+ * the registry hs: an attached SAE's sub-points). */
+static int check_globs(const mp_hooks *hs, const mp_config *cfg, const char *globs, const char *what) {
     char bad[256] = "";
-    if (globs[0]) mp_hook_select(cfg, globs, NULL, NULL, bad, sizeof bad);
+    if (globs[0]) mp_hooks_select(hs, globs, NULL, NULL, bad, sizeof bad);
     if (bad[0]) {
         char why[192];
         PyErr_Format(PyExc_ValueError, "%s: unknown hook name '%s'%s (m.hook_names() lists this model's)", what, bad,
@@ -241,14 +244,17 @@ static int check_globs(const mp_config *cfg, const char *globs, const char *what
     return 0;
 }
 
-mpy_pyhooks *mpy_pyhooks_new(mpy_model *self, PyObject *list, const char *what) {
+/* fwd NULL: a forward registry (mp_hooks_new_model: the attached SAEs spliced
+ * in); else the backward registry for the forward registry fwd. */
+static mpy_pyhooks *pyhooks_new(mpy_model *self, PyObject *list, const char *what, const mp_hooks *fwd) {
     const mp_config *cfg = &self->m->cfg;
     mpy_pyhooks *p = PyMem_Calloc(1, sizeof *p);
     if (!p) return (mpy_pyhooks *)PyErr_NoMemory();
-    if (!(p->hs = mp_hooks_new(cfg))) {
+    if (!(p->hs = fwd ? mp_hooks_new_bwd(self->m, fwd) : mp_hooks_new_model(self->m))) {
         PyMem_Free(p);
         return (mpy_pyhooks *)PyErr_NoMemory();
     }
+    p->base = mp_hooks_count(p->hs);
     if (!list || list == Py_None) return p;
     if (!(p->list = PySequence_List(list))) {
         PyErr_Format(PyExc_TypeError, "%s: a list of (name, function) pairs expected, got %s", what,
@@ -278,10 +284,10 @@ mpy_pyhooks *mpy_pyhooks_new(mpy_model *self, PyObject *list, const char *what) 
         fn = PySequence_Fast_GET_ITEM(e, 1);
         if (mpy_is_intervention(fn)) { /* a C intervention (mpy_extra.c): runs without the GIL */
             int filtered;
-            PyObject *g = globs_from(cfg, name, where, &filtered);
+            PyObject *g = globs_from(p->hs, name, where, &filtered);
             if (!g) goto fail;
             const char *globs = PyUnicode_AsUTF8(g);
-            int bad = !globs || (!filtered && check_globs(cfg, globs, where)) ||
+            int bad = !globs || (!filtered && check_globs(p->hs, cfg, globs, where)) ||
                       (globs[0] && mpy_intervention_add(p->hs, globs, fn, 0, where));
             Py_DECREF(g);
             if (bad) goto fail;
@@ -296,10 +302,10 @@ mpy_pyhooks *mpy_pyhooks_new(mpy_model *self, PyObject *list, const char *what) 
         p->h[i].fn = fn;
         p->h[i].errs = &p->errs;
         int filtered;
-        PyObject *g = globs_from(cfg, name, where, &filtered);
+        PyObject *g = globs_from(p->hs, name, where, &filtered);
         if (!g) goto fail;
         const char *globs = PyUnicode_AsUTF8(g);
-        if (!globs || (!filtered && check_globs(cfg, globs, where))) {
+        if (!globs || (!filtered && check_globs(p->hs, cfg, globs, where))) {
             Py_DECREF(g);
             goto fail;
         }
@@ -315,6 +321,16 @@ fail:
     mpy_pyhooks_free(p);
     return NULL;
 }
+
+mpy_pyhooks *mpy_pyhooks_new(mpy_model *self, PyObject *list, const char *what) {
+    return pyhooks_new(self, list, what, NULL);
+}
+
+mpy_pyhooks *mpy_pyhooks_new_bwd(mpy_model *self, PyObject *list, const char *what, const mp_hooks *fwd) {
+    return pyhooks_new(self, list, what, fwd);
+}
+
+int mpy_pyhooks_own(const mpy_pyhooks *p) { return p ? mp_hooks_count(p->hs) - p->base : 0; }
 
 /* ---- captures into numpy arrays ---- */
 
@@ -338,13 +354,13 @@ typedef struct {
 static void cap_visit(void *u, mp_hook_id id, int layer, const char *name) {
     cap_ctx *c = u;
     if (c->failed || c->st || c->nograd[0]) return;
-    if (c->need_grad && !mp_grad_has_hook(id)) {
+    if (c->need_grad && !mp_hooks_has_grad(c->hs, id)) {
         if (c->named) snprintf(c->nograd, sizeof c->nograd, "%s", name);
         return;
     }
     int64_t s[4];
     npy_intp dims[4];
-    int nd = mp_hook_shape(c->cfg, id, c->B, c->T, 0, s);
+    int nd = mp_hooks_shape(c->hs, id, c->B, c->T, 0, s); /* an SAE's sub-points too */
     for (int i = 0; i < nd; i++) dims[i] = (npy_intp)s[i];
     PyObject *a = PyArray_ZEROS(nd, dims, NPY_FLOAT32, 0);
     char key[128];
@@ -364,7 +380,7 @@ static int no_grad(mp_hook_id id) { return !mp_hook_has_grad(id); }
 static int capture(PyObject *dict, const char *globs, const char *suffix, mp_hooks *hs, const mp_config *cfg, int B,
                    int T, int need_grad, int filtered, const char *fn) {
     cap_ctx c = {dict, suffix, hs, cfg, B, T, need_grad, !filtered && !strpbrk(globs, "*?["), "", 0, MP_OK};
-    if (globs[0]) mp_hook_select(cfg, globs, cap_visit, &c, NULL, 0);
+    if (globs[0]) mp_hooks_select(hs, globs, cap_visit, &c, NULL, 0);
     if (c.failed) return -1;
     if (c.nograd[0]) {
         char none[256];
@@ -651,7 +667,7 @@ static int logits_mode(const char *s, mp_logits_mode *mode, const char *fn) {
 
 /* A bwd_hooks entry naming (without a wildcard) a point that has no gradient
  * is an error (as lua/lgrad.c); a glob never fires there. */
-static int check_bwd_names(const mp_config *cfg, PyObject *list, const char *fn) {
+static int check_bwd_names(const mp_hooks *hs, PyObject *list, const char *fn) {
     if (!list || list == Py_None) return 0;
     PyObject *l = PySequence_List(list);
     if (!l) return -1;
@@ -666,7 +682,8 @@ static int check_bwd_names(const mp_config *cfg, PyObject *list, const char *fn)
             snprintf(one, sizeof one, "%.*s", (int)(k < sizeof one - 1 ? k : sizeof one - 1), s);
             mp_hook_id id;
             int layer;
-            if (!strpbrk(one, "*?[") && mp_hook_parse(cfg, one, &id, &layer) == 0 && !mp_grad_has_hook(id)) {
+            if (!strpbrk(one, "*?[") && mp_hooks_parse(hs, one, &id, &layer) == 0 &&
+                !mp_hooks_has_grad(hs, id)) {
                 PyErr_Format(PyExc_ValueError, "%s: bwd_hooks[%zd]: no gradient at hook %s yet", fn, i, one);
                 Py_DECREF(l);
                 return -1;
@@ -718,10 +735,10 @@ static PyObject *run_common(mpy_model *self, PyObject *args, PyObject *kw, int k
     if (!(fh = mpy_pyhooks_new(self, fwd, "fwd_hooks"))) goto done;
     int filtered = 0;
     if (kind == RUN_CACHE) {
-        if (!(globs = names == Py_None ? PyUnicode_FromString("*") : globs_from(cfg, names, "names", &filtered)))
+        if (!(globs = names == Py_None ? PyUnicode_FromString("*") : globs_from(fh->hs, names, "names", &filtered)))
             goto done;
         const char *g = PyUnicode_AsUTF8(globs);
-        if (!g || (!filtered && check_globs(cfg, g, "names"))) goto done;
+        if (!g || (!filtered && check_globs(fh->hs, cfg, g, "names"))) goto done;
         if (!(cache = PyDict_New())) goto done;
         /* after the fwd hooks: the cache holds what they left */
         if (capture(cache, g, "", fh->hs, cfg, B, T, 0, filtered, fn)) goto done;
@@ -746,11 +763,12 @@ static PyObject *run_common(mpy_model *self, PyObject *args, PyObject *kw, int k
                          incl_bwd ? "incl_bwd=True" : "bwd_hooks", LOSS_FORMS);
             goto busy_done;
         }
-        if (check_bwd_names(cfg, bwd, fn)) goto busy_done;
-        if (!(bh = mpy_pyhooks_new(self, bwd, "bwd_hooks"))) goto busy_done;
+        if (check_bwd_names(fh->hs, bwd, fn)) goto busy_done;
+        /* the backward registry of fh's: the attached SAEs' backward (sae_splice.h) */
+        if (!(bh = mpy_pyhooks_new_bwd(self, bwd, "bwd_hooks", fh->hs))) goto busy_done;
         if (incl_bwd && capture(cache, PyUnicode_AsUTF8(globs), "_grad", bh->hs, cfg, B, T, 1, filtered, fn))
             goto busy_done;
-        const int backward = incl_bwd || mp_hooks_count(bh->hs) > 0;
+        const int backward = incl_bwd || mpy_pyhooks_own(bh) > 0;
         if (fwd_bwd(self, PyArray_DATA(tok), B, T, fh, mpy_pyhooks_registry(fh), bh,
                     backward ? bh->hs : NULL, &ls, (PyArrayObject *)out, fn, &value))
             goto busy_done;
@@ -855,14 +873,15 @@ static PyObject *model_attribution_patch(mpy_model *self, PyObject *args, PyObje
         }
         if (loss_set_mask(&ls, amask, B, T)) goto done;
     }
-    int filtered;
-    if (!(globs = globs_from(cfg, names, "names", &filtered))) goto done;
-    const char *g = PyUnicode_AsUTF8(globs);
-    if (!g || check_globs(cfg, g, "attribution_patch: names")) goto done;
-    if (!(hc = mp_hooks_new(cfg)) || !(hx = mp_hooks_new(cfg)) || !(hb = mp_hooks_new(cfg))) {
+    /* with the attached SAEs: their sub-points are names too (sae_splice.h) */
+    if (!(hc = mp_hooks_new_model(m)) || !(hx = mp_hooks_new_model(m)) || !(hb = mp_hooks_new_bwd(m, hx))) {
         PyErr_NoMemory();
         goto done;
     }
+    int filtered;
+    if (!(globs = globs_from(hc, names, "names", &filtered))) goto done;
+    const char *g = PyUnicode_AsUTF8(globs);
+    if (!g || check_globs(hc, cfg, g, "attribution_patch: names")) goto done;
     if (!(acts = PyDict_New())) goto done;
     if (capture(acts, g, "|clean", hc, cfg, B, T, 1, filtered, fn)) goto done;
     if (PyDict_Size(acts) == 0) {
@@ -892,9 +911,9 @@ static PyObject *model_attribution_patch(mpy_model *self, PyObject *args, PyObje
         snprintf(name, sizeof name, "%.*s", (int)(kl - 6), k);
         mp_hook_id id;
         int layer;
-        mp_hook_parse(cfg, name, &id, &layer);
+        mp_hooks_parse(hc, name, &id, &layer);
         int64_t os[2];
-        int ond = mp_grad_attr_shape(cfg, id, T, (mp_attr_per)per, os);
+        int ond = mp_grad_attr_shape_hs(hc, cfg, id, T, (mp_attr_per)per, os);
         if (!ond) {
             PyErr_Format(PyExc_ValueError, "%s: per=\"%s\" does not apply to %s (%s)", fn, pers[per], name,
                          per == MP_ATTR_NEURON ? "it has a head axis: use \"head\", \"head_position\" or \"position\""
@@ -909,7 +928,7 @@ static PyObject *model_attribution_patch(mpy_model *self, PyObject *args, PyObje
         npy_intp od[2] = {(npy_intp)os[0], ond == 2 ? (npy_intp)os[1] : 0};
         PyObject *o = PyArray_SimpleNew(ond, od, NPY_FLOAT32);
         if (!o) goto done;
-        mp_status st = mp_grad_attribution(cfg, id, B, T, PyArray_DATA((PyArrayObject *)val), PyArray_DATA(ax),
+        mp_status st = mp_grad_attribution_hs(hc, cfg, id, B, T, PyArray_DATA((PyArrayObject *)val), PyArray_DATA(ax),
                                            PyArray_DATA(ag), (mp_attr_per)per, PyArray_DATA((PyArrayObject *)o));
         if (st || PyDict_SetItemString(res, name, o)) {
             Py_DECREF(o);

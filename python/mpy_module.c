@@ -10,6 +10,7 @@
 #include "formats.h"
 #include "model_io.h"
 #include "mp_hooks.h"
+#include "sae_splice.h"
 #include "train.h"
 
 #include <limits.h>
@@ -170,8 +171,9 @@ PyArrayObject *mpy_tokens(mpy_model *self, PyObject *obj, const char *what) {
 /* ---- the Model type ---- */
 
 static void model_release(mpy_model *self) {
-    mp_model_free(self->m);
+    mp_model_free(self->m); /* detaches the SAEs (sae_splice.h) */
     self->m = NULL;
+    mpy_splice_release(self);
     mp_tok_free(self->tok);
     self->tok = NULL;
 }
@@ -673,6 +675,7 @@ static PyObject *model_forward(mpy_model *self, PyObject *args, PyObject *kw) {
     static const char *const hooked[] = {"fwd_hooks", "bwd_hooks", "loss", "targets"};
     for (int i = 0; kw && i < 4; i++) /* hooks or a loss: mpy_hooks.c's run */
         if (PyDict_GetItemString(kw, hooked[i])) return mpy_run_hooked(self, args, kw);
+    if (self->m && mp_model_n_saes(self->m)) return mpy_run_hooked(self, args, kw); /* the SAEs' splice */
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O|sO:forward", kwlist, &tokobj, &lm, &maskobj)) return NULL;
     mp_model *m = mpy_model_get(self, "forward", 0);
     if (!m) return NULL;
@@ -1100,10 +1103,16 @@ static PyObject *model_hook_names(mpy_model *self, PyObject *args) {
     mp_model *m = mpy_model_get(self, "hook_names", 1);
     if (!m) return NULL;
     char bad[256] = "";
-    mp_hook_select(&m->cfg, glob, NULL, NULL, bad, sizeof bad);
-    if (bad[0]) return PyErr_Format(PyExc_ValueError, "hook_names: unknown hook name '%s'", bad);
+    mp_hooks *hs = mp_hooks_new_model(m); /* the attached SAEs' sub-points too, each after its point */
+    if (!hs) return PyErr_NoMemory();
+    mp_hooks_select(hs, glob, NULL, NULL, bad, sizeof bad);
+    if (bad[0]) {
+        mp_hooks_free(hs);
+        return PyErr_Format(PyExc_ValueError, "hook_names: unknown hook name '%s'", bad);
+    }
     PyObject *l = PyList_New(0);
-    if (l) mp_hook_select(&m->cfg, glob, names_visit, l, NULL, 0);
+    if (l) mp_hooks_select(hs, glob, names_visit, l, NULL, 0);
+    mp_hooks_free(hs);
     if (PyErr_Occurred()) Py_CLEAR(l);
     return l;
 }
@@ -1248,16 +1257,16 @@ static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "mechprobe._core"
 PyMODINIT_FUNC PyInit__core(void) {
     import_array();
     mp_init();
-    PyMethodDef *mparts[] = {core_methods, mpy_hooks_methods, mpy_extra_methods};
-    PyGetSetDef *gparts[] = {core_getset, mpy_extra_getset};
-    mpy_model_type.tp_methods = join_methods(mparts, 3);
-    mpy_model_type.tp_getset = join_getset(gparts, 2);
+    PyMethodDef *mparts[] = {core_methods, mpy_hooks_methods, mpy_extra_methods, mpy_sae_splice_methods};
+    PyGetSetDef *gparts[] = {core_getset, mpy_extra_getset, mpy_sae_splice_getset};
+    mpy_model_type.tp_methods = join_methods(mparts, 4);
+    mpy_model_type.tp_getset = join_getset(gparts, 3);
     if (!mpy_model_type.tp_methods || !mpy_model_type.tp_getset) return PyErr_NoMemory();
     if (PyType_Ready(&mpy_model_type) < 0) return NULL;
     PyObject *mod = PyModule_Create(&module_def);
     if (!mod) return NULL;
-    PyMethodDef *fparts[] = {module_functions, mpy_extra_functions};
-    for (int i = 0; i < 2; i++)
+    PyMethodDef *fparts[] = {module_functions, mpy_extra_functions, mpy_sae_train_functions};
+    for (int i = 0; i < 3; i++)
         if (PyModule_AddFunctions(mod, fparts[i])) goto fail;
     mpy_error = PyErr_NewExceptionWithDoc("mechprobe.Error", "an error from mechprobe's C core (the message says "
                                           "which file or argument, and what is wrong)", PyExc_RuntimeError, NULL);

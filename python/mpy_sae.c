@@ -28,6 +28,7 @@ typedef struct {
     mp_sae *s;          /* NULL once closed */
     PyObject *block;    /* capsule owning s->block once a weight view exists, else NULL */
     int busy;           /* calls running with the GIL released */
+    int attached;       /* models it is attached to (mpy_sae_splice.c) */
     PyObject *weakrefs;
 } mpy_sae;
 
@@ -46,6 +47,11 @@ mp_sae *mpy_sae_get(PyObject *o) {
     return self->s;
 }
 
+int mpy_sae_attached(PyObject *o, int delta) {
+    if (!PyObject_TypeCheck(o, &mpy_sae_type)) return 0;
+    return ((mpy_sae *)o)->attached += delta;
+}
+
 static PyObject *wrap(mp_sae *s) {
     mpy_sae *self = PyObject_New(mpy_sae, &mpy_sae_type);
     if (!self) {
@@ -55,6 +61,7 @@ static PyObject *wrap(mp_sae *s) {
     self->s = s;
     self->block = NULL;
     self->busy = 0;
+    self->attached = 0;
     self->weakrefs = NULL;
     return (PyObject *)self;
 }
@@ -299,6 +306,12 @@ static PyObject *sae_close(mpy_sae *self, PyObject *unused) {
         PyErr_SetString(PyExc_RuntimeError, "SAE.close: the SAE is running in another thread");
         return NULL;
     }
+    if (self->attached && self->s) {
+        PyErr_Format(PyExc_RuntimeError, "SAE.close: the SAE%s%s is attached to a model (m.reset_saes() before "
+                     "closing it) or in use by a running call (train_sae, evaluate)", *self->s->hook_name ? " at " : "",
+                     self->s->hook_name);
+        return NULL;
+    }
     release(self);
     Py_RETURN_NONE;
 }
@@ -384,6 +397,8 @@ static PyMethodDef sae_methods[] = {
     {"forward", (PyCFunction)(void (*)(void))sae_forward, METH_VARARGS | METH_KEYWORDS,
      "forward(x, return_feature_acts=False) -> reconstruction [..., d_in] (and the feature activations)"},
     {"save", (PyCFunction)sae_save, METH_O, "save(dir): SAELens v6's cfg.json + sae_weights.safetensors (F32), atomically"},
+    {"evaluate", (PyCFunction)(void (*)(void))mpy_sae_evaluate, METH_VARARGS | METH_KEYWORDS,
+     "evaluate(model=, tokens=, hook=None) or evaluate(data=) -> metrics dict (mpy_sae_train.c)"},
     {"close", (PyCFunction)sae_close, METH_NOARGS, "frees the SAE (weight arrays handed out stay valid)"},
     {"__enter__", sae_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)sae_exit, METH_VARARGS, NULL},

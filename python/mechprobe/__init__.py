@@ -29,3 +29,8 @@ __all__ += ["Intervention", "TokenStream", "ablate", "analyze", "capture", "patc
 from ._core import SAE  # noqa: E402,F401
 
 __all__ += ["SAE"]
+
+# SAEs spliced into a model (m.add_sae, run_with_saes: mpy_sae_splice.c), training and metrics (mpy_sae_train.c)
+from ._core import train_sae  # noqa: E402,F401
+
+__all__ += ["train_sae"]

@@ -36,26 +36,6 @@ static int run_gc(lua_State *L) {
     return 0;
 }
 
-/* Rows of an in-memory Tensor, cycled for ever. */
-typedef struct {
-    const float *x;
-    long n, at;
-    int d;
-} memrows;
-
-static mp_status mem_produce(void *user, float *dst, int max_rows, int *got) {
-    memrows *m = user;
-    *got = 0;
-    while (*got < max_rows) {
-        long k = m->n - m->at;
-        if (k > max_rows - *got) k = max_rows - *got;
-        memcpy(dst + (size_t)*got * m->d, m->x + (size_t)m->at * m->d, (size_t)k * m->d * sizeof(float));
-        *got += (int)k;
-        m->at = (m->at + k) % m->n;
-    }
-    return MP_OK;
-}
-
 /* The checkpoint callback: saves an SAELens folder <path>/<tokens> (as
  * SAELens names its checkpoints) when checkpoint_path is given, then calls
  * on_checkpoint(sae, step, tokens) when given. */
@@ -205,16 +185,16 @@ static int l_train(lua_State *L) {
     int d = 0;
     mp_sae_produce_fn produce;
     void *puser;
-    memrows *mr = NULL;
+    mp_sae_rows *mr = NULL;
     mp_status st;
     if (has(L, 1, "data")) {
         lua_getfield(L, 1, "data");
         mp_tensor *x = mp_lua_tensor_arg(L, -1);
         if (x->ndim != 2 || x->shape[0] < 1) return luaL_error(L, "%s: data must be a Tensor [N, d_in]", fn);
         mr = lua_newuserdatauv(L, sizeof *mr, 0);
-        *mr = (memrows){x->data, x->shape[0], 0, (int)x->shape[1]};
+        *mr = (mp_sae_rows){x->data, x->shape[0], 0, (int)x->shape[1]};
         d = (int)x->shape[1];
-        produce = mem_produce;
+        produce = mp_sae_rows_produce;
         puser = mr;
     } else if (has(L, 1, "dataset")) {
         const char **paths = NULL;

@@ -23,26 +23,6 @@
 #include "sae_io.h"
 #include "sae_train.h"
 
-/* Rows of a numpy array, cycled for ever (as the Lua binding's Tensor data). */
-typedef struct {
-    const float *x;
-    long n, at;
-    int d;
-} memrows;
-
-static mp_status mem_produce(void *user, float *dst, int max_rows, int *got) {
-    memrows *m = user;
-    *got = 0;
-    while (*got < max_rows) {
-        long k = m->n - m->at;
-        if (k > max_rows - *got) k = max_rows - *got;
-        memcpy(dst + (size_t)*got * m->d, m->x + (size_t)m->at * m->d, (size_t)k * m->d * sizeof(float));
-        *got += (int)k;
-        m->at = (m->at + k) % m->n;
-    }
-    return MP_OK;
-}
-
 /* The checkpoint callback (GIL released around it): saves <path>/<tokens>
  * when checkpoint_path is given, then calls on_checkpoint(sae, step, tokens). */
 typedef struct {
@@ -207,7 +187,7 @@ static PyObject *py_train_sae(PyObject *mod, PyObject *args, PyObject *kw) {
     mp_sae_shuffler *sh = NULL;
     mpy_model *model = NULL;
     int pinned = 0;
-    memrows mr;
+    mp_sae_rows mr;
     const char *ckpt_path = NULL;
     mp_status st;
     if (ckpath != Py_None) {
@@ -239,9 +219,9 @@ static PyObject *py_train_sae(PyObject *mod, PyObject *args, PyObject *kw) {
             PyErr_Format(PyExc_ValueError, "%s: data must be rows [N, d_in] with N, d_in >= 1", fn);
             goto done;
         }
-        mr = (memrows){PyArray_DATA(x), (long)PyArray_DIM(x, 0), 0, (int)PyArray_DIM(x, 1)};
+        mr = (mp_sae_rows){PyArray_DATA(x), (long)PyArray_DIM(x, 0), 0, (int)PyArray_DIM(x, 1)};
         d = mr.d;
-        produce = mem_produce;
+        produce = mp_sae_rows_produce;
         puser = &mr;
     } else if (dsobj != Py_None) {
         int n;

@@ -666,3 +666,16 @@ mp_status mp_sae_shuffle_next(void *shuffler, float *x, int N, int *got) {
     }
     return MP_OK;
 }
+
+mp_status mp_sae_rows_produce(void *user, float *dst, int max_rows, int *got) {
+    mp_sae_rows *m = user;
+    *got = 0;
+    while (*got < max_rows) {
+        long k = m->n - m->at;
+        if (k > max_rows - *got) k = max_rows - *got;
+        memcpy(dst + (size_t)*got * m->d, m->x + (size_t)m->at * m->d, (size_t)k * m->d * sizeof(float));
+        *got += (int)k;
+        m->at = (m->at + k) % m->n;
+    }
+    return MP_OK;
+}

@@ -114,6 +114,15 @@ mp_status mp_sae_shuffler_new(mp_sae_shuffler **out, int d, int capacity, uint64
 void mp_sae_shuffler_free(mp_sae_shuffler *sh);
 mp_status mp_sae_shuffle_next(void *shuffler, float *x, int N, int *got);
 
+/* ---- rows in memory: x [n, d], handed out cyclically for ever ----
+ * mp_sae_rows_produce is an mp_sae_produce_fn (user = an mp_sae_rows). */
+typedef struct {
+    const float *x;
+    long n, at; /* rows; the next one */
+    int d;
+} mp_sae_rows;
+mp_status mp_sae_rows_produce(void *user, float *dst, int max_rows, int *got);
+
 /* ---- a live source: a model's activations at one hook point ----
  * tokens [S, T] (copied); each produce call runs the model over the next
  * seqs_per_forward sequences (cycling over the S sequences for `epochs`

@@ -10,10 +10,12 @@
  * or one dim (every sum accumulated in double), softmax, topk, cosine
  * similarity, and the median through GSL; comparisons (float 0/1 masks),
  * where/masked_fill, gather, diagonal, tril/triu, sort, seeded random tensors
- * (GSL's generators), reductions over several dims and the SVD (GSL).
+ * (GSL's generators), reductions over several dims and the SVD (GSL);
+ * eigenvalues (general and symmetric) and the SVD of a factored product.
  * analyze/tensor.c holds storage, creation, views, shape copies and matmul;
  * analyze/tensor_math.c arithmetic, functions and reductions;
- * analyze/tensor_index.c the masks, indexing, sorting, random and SVD.
+ * analyze/tensor_index.c the masks, indexing, sorting, random and SVD;
+ * analyze/tensor_linalg.c eig, eigh and the factored SVD.
  *
  * Ownership (mp_common.h's verbs): a function that makes a tensor fills a
  * caller-owned mp_tensor `out` (its content on entry is ignored) and, on
@@ -287,5 +289,29 @@ mp_status mp_tensor_svd(mp_tensor *u, mp_tensor *s, mp_tensor *vh, const mp_tens
  * within one operand (diagonals, traces), extents that differ (no
  * broadcasting of extent 1). */
 mp_status mp_tensor_einsum(mp_tensor *out, const char *eq, const mp_tensor *const *ops, int n);
+
+/* ---- eigen-decompositions and factored products (analyze/tensor_linalg.c) ---- */
+
+/* Eigenvalues of general real square matrices t [..., n, n] (batched over
+ * the leading dims): real parts into re, imaginary parts into im, both
+ * [..., n]; computed in double by GSL's gsl_eigen_nonsymm (balancing, then
+ * Francis double-shift QR). Order (torch.linalg.eigvals leaves it
+ * unspecified): |lambda| descending, ties by real part descending, then
+ * imaginary part descending (a conjugate pair: + before -). Non-finite
+ * elements, or QR failing to converge, are an error. */
+mp_status mp_tensor_eig(mp_tensor *re, mp_tensor *im, const mp_tensor *t);
+/* Eigen-decomposition of real symmetric matrices t [..., n, n]
+ * (torch.linalg.eigh, UPLO = "L": only the lower triangle and the diagonal
+ * are read): eigenvalues ascending into w [..., n], unit eigenvectors as the
+ * columns of v [..., n, n] (t = v diag(w) v^T; each vector's sign is
+ * GSL's); in double by gsl_eigen_symmv, sorted by gsl_eigen_symmv_sort. */
+mp_status mp_tensor_eigh(mp_tensor *w, mp_tensor *v, const mp_tensor *t);
+/* The thin SVD of the product A B without forming it (TransformerLens's
+ * FactoredMatrix.svd): A [..., m, k], B [..., k, n] with the same leading
+ * dims; A = Ua Sa Vha, B = Ub Sb Vhb (mp_tensor_svd), then the small
+ * middle = diag(Sa) Vha Ub diag(Sb) = Um S Vhm, so that A B = (Ua Um) diag(S)
+ * (Vhm Vhb): U [..., m, r], S [..., r] descending, Vh [..., r, n] with
+ * r = min(m, k, n) (torch.linalg.svd's convention: A B = U diag(S) Vh). */
+mp_status mp_tensor_factored_svd(mp_tensor *u, mp_tensor *s, mp_tensor *vh, const mp_tensor *a, const mp_tensor *b);
 
 #endif

@@ -119,6 +119,7 @@ int luaopen_mechprobe(lua_State *L) {
     lua_pushcfunction(L, l_clock);
     lua_setfield(L, -2, "clock");
     mp_lua_open_tensor(L);
+    mp_lua_open_factored(L);
     mp_lua_open_h5(L);
     mp_lua_open_output(L);
     mp_lua_open_model(L);

@@ -1,7 +1,7 @@
 /* ltensor_index.c — the mask, indexing, sorting and random methods of the
  * Lua Tensor (see lua/ltensor.h): comparisons eq/ne/lt/le/gt/ge (float 0/1
  * masks, broadcasting), mp.where, masked_fill, gather, diagonal, tril/triu,
- * sort/argsort, svd, mp.einsum (one or two operands), and mp.randn/mp.rand/
+ * sort/argsort, svd, eig/eigh, mp.einsum (one or two operands), and mp.randn/mp.rand/
  * mp.manual_seed on GSL's generators. Dims and indices are 1-based, negative
  * ones counting from the end; the work is done by the C tensor core (analyze/tensor.h,
  * analyze/tensor_index.c), these functions check and convert the Lua
@@ -224,6 +224,27 @@ static int m_svd(lua_State *L) {
     return 3;
 }
 
+/* ---- eigen-decompositions ---- */
+
+/* t:eig() -> re, im: the eigenvalues of a square t [..., n, n] (batched), real
+ * and imaginary parts [..., n], |lambda| descending (analyze/tensor.h). */
+static int m_eig(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    mp_lua_ag_refuse(L, 1, 0, "eig");
+    mp_tensor *re = mp_lua_tensor_push(L), *im = mp_lua_tensor_push(L);
+    mp_lua_tensor_try(L, mp_tensor_eig(re, im, t), "eig");
+    return 2;
+}
+
+/* t:eigh() -> w, V: torch.linalg.eigh (values ascending, vectors as columns). */
+static int m_eigh(lua_State *L) {
+    mp_tensor *t = mp_lua_tensor_check(L, 1);
+    mp_lua_ag_refuse(L, 1, 0, "eigh");
+    mp_tensor *w = mp_lua_tensor_push(L), *v = mp_lua_tensor_push(L);
+    mp_lua_tensor_try(L, mp_tensor_eigh(w, v, t), "eigh");
+    return 2;
+}
+
 /* ---- einsum ---- */
 
 /* mp.einsum(eq, a [, b]): torch.einsum for one or two operands; a number
@@ -329,7 +350,8 @@ static const luaL_Reg index_methods[] = {
     {"eq", m_eq},         {"ne", m_ne},         {"lt", m_lt},           {"le", m_le},
     {"gt", m_gt},         {"ge", m_ge},         {"masked_fill", m_masked_fill}, {"gather", m_gather},
     {"diagonal", m_diagonal}, {"tril", m_tril}, {"triu", m_triu},       {"sort", m_sort},
-    {"argsort", m_argsort}, {"svd", m_svd},     {NULL, NULL},
+    {"argsort", m_argsort}, {"svd", m_svd},     {"eig", m_eig},         {"eigh", m_eigh},
+    {NULL, NULL},
 };
 
 void mp_lua_tensor_index_methods(lua_State *L) { luaL_setfuncs(L, index_methods, 0); }

@@ -5,7 +5,8 @@
  * weight shortcuts (m.W_E, m.W_pos, m.W_U, m:W_Q(l), ..., b_*) return copies
  * in TL's shapes ([d_model, d_head] per head where we keep [out, in]) and
  * m:set_weight(name, [l,] t) writes a TL-shaped tensor back (the names,
- * shapes and copies are runtime/weights_tl.h's; this file binds them); and
+ * shapes and copies are runtime/weights_tl.h's; this file binds them);
+ * m:OV([l]) / m:QK([l]) give them as mp.FactoredMatrix (lua/lfactored.c); and
  * m:process_weights{...} binds runtime/weights_process.h.
  *
  * Lifetime of views: every view of a model's parameters (m:param's Tensors
@@ -145,6 +146,34 @@ SHORTCUT(W_gate) SHORTCUT(W_out) SHORTCUT(b_Q) SHORTCUT(b_K) SHORTCUT(b_V) SHORT
 SHORTCUT(b_O) SHORTCUT(b_in) SHORTCUT(b_gate) SHORTCUT(b_out)
 #undef SHORTCUT
 
+/* m:OV([l]) = FactoredMatrix(W_V, W_O) [.., H, D, D] and m:QK([l]) =
+ * FactoredMatrix(W_Q, W_K^T) (TL's model.OV / model.QK; all layers stacked
+ * without l). W_K and W_V are TL's: a GQA model's K/V heads repeated per query head. */
+static int circuit(lua_State *L, const char *fn, const char *left, const char *right, int transpose) {
+    lmodel *lm = mp_lua_model_check(L, 1);
+    int l = layer_arg(L, 2, lm->m, fn);
+    lua_settop(L, 2);
+    push_shortcut(L, lm->m, left, l);
+    push_shortcut(L, lm->m, right, l);
+    if (transpose) { /* W_K [.., D, Dh] -> [.., Dh, D] */
+        mp_tensor *k = mp_lua_tensor_check(L, 4), kt = {0};
+        int64_t shape[MP_MAXDIM];
+        memcpy(shape, k->shape, (size_t)k->ndim * sizeof *shape);
+        shape[k->ndim - 2] = k->shape[k->ndim - 1];
+        shape[k->ndim - 1] = k->shape[k->ndim - 2];
+        mp_tensor *c = mp_lua_tensor_new(L, k->ndim, shape); /* may raise: before kt holds memory */
+        mp_status st = mp_tensor_transpose(&kt, k, k->ndim - 2, k->ndim - 1);
+        if (st != MP_OK) mp_lua_fail(L, mp_error_prefix(st, "%s", fn));
+        memcpy(c->data, kt.data, kt.numel * sizeof(float));
+        mp_tensor_free(&kt);
+        lua_replace(L, 4);
+    }
+    mp_lua_factored_push(L, 3, 4, fn);
+    return 1;
+}
+static int get_OV(lua_State *L) { return circuit(L, "OV", "W_V", "W_O", 0); }
+static int get_QK(lua_State *L) { return circuit(L, "QK", "W_Q", "W_K", 1); }
+
 int mp_lua_weights_index(lua_State *L, int idx, const char *k) {
     if (strcmp(k, "W_E") != 0 && strcmp(k, "W_pos") != 0 && strcmp(k, "W_U") != 0 && strcmp(k, "b_U") != 0) return 0;
     push_shortcut(L, mp_lua_model_check(L, idx)->m, k, -1);
@@ -278,4 +307,5 @@ const luaL_Reg mp_lua_weight_methods[] = {
     {"W_O", get_W_O}, {"W_in", get_W_in}, {"W_gate", get_W_gate}, {"W_out", get_W_out},
     {"b_Q", get_b_Q}, {"b_K", get_b_K}, {"b_V", get_b_V}, {"_b_K", get__b_K}, {"_b_V", get__b_V},
     {"b_O", get_b_O}, {"b_in", get_b_in}, {"b_gate", get_b_gate}, {"b_out", get_b_out},
+    {"OV", get_OV}, {"QK", get_QK},
     {NULL, NULL}};

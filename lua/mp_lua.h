@@ -143,6 +143,12 @@ void mp_lua_open_sae_train(lua_State *L); /* lsae_train.c: adds to the mp.sae ta
 /* mp.tasks: the synthetic task generators (lua/ltasks.c). */
 void mp_lua_open_tasks(lua_State *L);
 
+/* mp.FactoredMatrix (lua/lfactored.c): TransformerLens's FactoredMatrix. */
+void mp_lua_open_factored(lua_State *L);
+/* Pushes FactoredMatrix(A, B) of the Tensors at absolute stack indices ia, ib
+ * (raises "fn: ..." on shapes that do not chain). */
+void mp_lua_factored_push(lua_State *L, int ia, int ib, const char *fn);
+
 /* mp.analyze (lua/lanalyze.c) and mp.plot (lua/lplot.c). */
 void mp_lua_open_analyze(lua_State *L);
 void mp_lua_open_plot(lua_State *L);

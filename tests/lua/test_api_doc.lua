@@ -107,6 +107,7 @@ local CHAPTER = {
   Model = "Models", Tensor = "Tensor", H5 = "HDF5 files", Figure = "Figures", Axes = "Figures",
   MTDTask = "Tasks", AlgebraTask = "Tasks", TextTask = "Tasks", RetrievalTask = "Tasks",
   Optimizer = "Optimizer", Output = "Module functions", SAE = "Sparse autoencoders (`mp.sae`)", Probe = "Analyses", Intervention = "Interventions",
+  FactoredMatrix = "Tensor",
 }
 -- internal helper types (never reach a script)
 local INTERNAL = {Guard = true, ModelBusy = true, AnalyzeResult = true, param_views = true, param_owner = true,
@@ -166,7 +167,7 @@ local FILE_CHAPTER = {
   ["ltasks_algebra.c"] = "Tasks", ["ltensor.c"] = "Tensor", ["ltrain.c"] = "Optimizer",
   ["lweights.c"] = "Models", ["ldevice.c"] = "Models", ["lsae.c"] = "Sparse autoencoders (`mp.sae`)", ["lsae_train.c"] = "Sparse autoencoders (`mp.sae`)",
   ["lsae_io.c"] = "Sparse autoencoders (`mp.sae`)", ["lsae_view.c"] = "Sparse autoencoders (`mp.sae`)",
-  ["lsae_splice.c"] = "Models",
+  ["lsae_splice.c"] = "Models", ["lfactored.c"] = "Tensor",
 }
 local files = {}
 do

@@ -5,7 +5,7 @@
  * (shape ops, slicing, cat/stack, matmul, ranges) and lua/ltensor_math.c
  * (broadcasting arithmetic, elementwise functions, softmax, reductions over
  * any dim or a list of dims, topk, cosine similarity) and lua/ltensor_index.c
- * (comparisons, where/masked_fill, gather, diagonal, tril/triu, sort, svd,
+ * (comparisons, where/masked_fill, gather, diagonal, tril/triu, sort, svd, eig/eigh,
  * random tensors). Not part of mp_lua.h: nothing outside
  * these files needs it. */
 #ifndef MP_LTENSOR_H

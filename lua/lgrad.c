@@ -56,7 +56,91 @@ typedef struct {
     const int *targets;  /* LOSS_CE: [B,T], -1 ignored */
     int *correct, *wrong; /* LOSS_LOGIT_DIFF: [B] each */
     const int *mask;     /* [B,T] a padded batch's attention mask, or NULL (set after read_loss) */
+    int cache;           /* LOSS_FN under run_with_cache: the cache's stack index (fn's second argument), else 0 */
+    struct cache_adder *adders; /* the cached points whose direct gradient joins the backward (cache_adders) */
+    int n_adders;
 } loss_spec;
+
+/* ---- loss = function(logits, cache): a metric of cached activations too ----
+ * With a gradient wanted, each cached point with a backward gets a callback,
+ * registered before every other backward callback there, that adds the
+ * metric's direct partial d value / d cache[name] (autograd's, filled by
+ * loss_eval) to the gradient arriving from downstream: the sum is the total
+ * derivative, which then flows upstream and is what bwd_hooks and incl_bwd
+ * see. */
+typedef struct cache_adder {
+    const char *name; /* the cache key (kept alive by the cache table) */
+    size_t numel;     /* the activation's whole size */
+    float *grad;      /* d value / d cache[name], whole; NULL: no direct partial */
+} cache_adder;
+
+static int adder_cb(void *user, const mp_hook_info *info, float *data) {
+    const cache_adder *a = user;
+    if (!a->grad) return 0;
+    if (info->numel == a->numel) {
+        for (size_t i = 0; i < info->numel; i++) data[i] += a->grad[i];
+        return 0;
+    }
+    float *tmp = malloc(info->numel * sizeof(float)); /* a block of the point (attention maps) */
+    if (!tmp) {
+        mp_error(MP_ERR_NOMEM, "loss function: out of memory adding its gradient at %s", a->name);
+        return 1;
+    }
+    mp_hook_view_copy(info, a->grad, tmp, 0);
+    for (size_t i = 0; i < info->numel; i++) data[i] += tmp[i];
+    free(tmp);
+    return 0;
+}
+
+/* The adders' block: a count, then the adders (their gradients freed by __gc). */
+typedef struct {
+    int n;
+    cache_adder a[];
+} adder_block;
+
+static int adders_gc(lua_State *L) {
+    adder_block *b = lua_touserdata(L, 1);
+    for (int i = 0; i < b->n; i++) {
+        free(b->a[i].grad);
+        b->a[i].grad = NULL;
+    }
+    return 0;
+}
+
+/* Registers an adder on bh at every cached point (keys of the cache table at
+ * ls->cache that are hook points with a gradient), before anything else is
+ * registered there. The adders live in a userdata on the stack. */
+static void cache_adders(lua_State *L, loss_spec *ls, mp_hooks *bh) {
+    int n = 0;
+    lua_pushnil(L);
+    while (lua_next(L, ls->cache)) {
+        lua_pop(L, 1);
+        n += lua_type(L, -1) == LUA_TSTRING;
+    }
+    adder_block *blk = lua_newuserdatauv(L, sizeof *blk + (size_t)(n ? n : 1) * sizeof(cache_adder), 0);
+    blk->n = 0;
+    lua_newtable(L); /* a metatable freeing the gradients when the block goes */
+    lua_pushcfunction(L, adders_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    ls->adders = blk->a;
+    ls->n_adders = 0;
+    lua_pushnil(L);
+    while (lua_next(L, ls->cache)) {
+        mp_tensor *t = mp_lua_tensor_test(L, -1);
+        mp_hook_id id;
+        int layer;
+        if (t && lua_type(L, -2) == LUA_TSTRING && ls->n_adders < n &&
+            mp_hooks_parse(bh, lua_tostring(L, -2), &id, &layer) == 0 && mp_hooks_has_grad(bh, id)) {
+            cache_adder *a = &ls->adders[ls->n_adders++];
+            *a = (cache_adder){lua_tostring(L, -2), t->numel, NULL};
+            blk->n = ls->n_adders;
+            mp_status st = mp_hooks_add_at(bh, id, layer, adder_cb, a);
+            if (st) mp_lua_fail(L, st);
+        }
+        lua_pop(L, 1);
+    }
+}
 
 #define LOSS_FORMS "\"ce\", {logit_diff = {correct, wrong}} or a function(logits) -> value, dlogits"
 
@@ -159,7 +243,8 @@ static double loss_eval(lua_State *L, const loss_spec *ls, mp_tensor *lt, int li
     default: {
         lua_pushvalue(L, ls->fn);
         lua_pushvalue(L, li);
-        lua_call(L, 1, 2);
+        if (ls->cache) lua_pushvalue(L, ls->cache);
+        lua_call(L, ls->cache ? 2 : 1, 2);
         mp_lua_tensor_ud *r = luaL_testudata(L, -2, MP_TENSOR_MT);
         if (lua_isnil(L, -1) && (r || lua_isnumber(L, -2))) {
             /* one result: a scalar metric (a Tensor, or a number when the
@@ -182,9 +267,30 @@ static double loss_eval(lua_State *L, const loss_spec *ls, mp_tensor *lt, int li
             mp_lua_tensor_on(L, lt->st, (size_t)(lt->data - lt->st->data), lt->ndim, lt->shape);
             int leaf = lua_gettop(L);
             mp_lua_ag_leaf(L, leaf);
+            int gcache = 0; /* the cache again, its points with a gradient as leaves that require grad */
+            if (ls->cache) {
+                lua_newtable(L);
+                gcache = lua_gettop(L);
+                if (lua_getmetatable(L, ls->cache)) lua_setmetatable(L, gcache); /* the cache's helpers */
+                lua_pushnil(L);
+                while (lua_next(L, ls->cache)) {
+                    lua_pushvalue(L, -2);
+                    lua_insert(L, -2);
+                    lua_rawset(L, gcache);
+                }
+                for (int i = 0; i < ls->n_adders; i++) {
+                    lua_getfield(L, ls->cache, ls->adders[i].name);
+                    const mp_tensor *ct = mp_lua_tensor_check(L, -1);
+                    mp_lua_tensor_on(L, ct->st, (size_t)(ct->data - ct->st->data), ct->ndim, ct->shape);
+                    mp_lua_ag_leaf(L, -1);
+                    lua_setfield(L, gcache, ls->adders[i].name);
+                    lua_pop(L, 1);
+                }
+            }
             lua_pushvalue(L, ls->fn);
             lua_pushvalue(L, leaf);
-            lua_call(L, 1, 1);
+            if (gcache) lua_pushvalue(L, gcache);
+            lua_call(L, gcache ? 2 : 1, 1);
             r = luaL_testudata(L, -1, MP_TENSOR_MT);
             if (!r || !r->ag || r->t.numel != 1)
                 luaL_error(L, "%s: the loss function must return value, dlogits, or one scalar Tensor computed from "
@@ -199,7 +305,20 @@ static double loss_eval(lua_State *L, const loss_spec *ls, mp_tensor *lt, int li
             if (g) memcpy(dl, g->data, n * sizeof(float));
             else memset(dl, 0, n * sizeof(float)); /* the metric does not depend on the logits */
             mp_lua_ag_gc(lu);
-            lua_pop(L, 2);
+            for (int i = 0; gcache && i < ls->n_adders; i++) { /* the direct partials, for the adders */
+                cache_adder *a = &ls->adders[i];
+                lua_getfield(L, gcache, a->name);
+                mp_lua_tensor_ud *cu = luaL_testudata(L, -1, MP_TENSOR_MT);
+                const mp_tensor *cg = cu && cu->ag ? mp_ag_grad(cu->ag) : NULL;
+                if (cg && cg->numel == a->numel) {
+                    if (!a->grad && !(a->grad = malloc(a->numel * sizeof(float))))
+                        luaL_error(L, "%s: out of memory for the loss function's gradient at %s", fn, a->name);
+                    memcpy(a->grad, cg->data, a->numel * sizeof(float));
+                }
+                if (cu && cu->ag) mp_lua_ag_gc(cu);
+                lua_pop(L, 1);
+            }
+            lua_settop(L, leaf - 1);
             return v;
         }
         double v = 0;
@@ -385,6 +504,10 @@ int mp_lua_run_grad(lua_State *L, lmodel *lm, guard *g, int B, int T, int opt, c
     guard *gb = mp_lua_guard_push(L);
     gb->hooks = mp_hooks_new_bwd(lm->m, g->hooks); /* the attached SAEs' backward (sae_splice.h) */
     if (!gb->hooks) mp_lua_fail(L, MP_ERR_NOMEM);
+    if (have_loss && ls.kind == LOSS_FN && cache_idx) {
+        ls.cache = cache_idx; /* loss = function(logits, cache) */
+        if (incl_bwd || bt != LUA_TNIL) cache_adders(L, &ls, gb->hooks);
+    }
     const int nsplice = mp_hooks_count(gb->hooks);
     int btbl = mp_lua_add_hooks_opt(L, opt, gb->hooks, T, "bwd_hooks");
     check_bwd_names(L, opt, cfg, fn);

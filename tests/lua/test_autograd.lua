@@ -227,6 +227,43 @@ t.case("errors", function()
   t.expect_error(function() mp.tensor({1}, {requires_grad = 1}) end, "requires_grad", "bad option")
 end)
 
+
+-- loss = function(logits, cache): a metric of cached activations; its direct
+-- partial joins the backward at the cached point (closed form: W), and the
+-- total reaches upstream points (central differences)
+t.case("loss = fn(logits, cache)", function()
+  local m = mp.model.new{d_model = 8, n_layer = 2, n_head = 2, vocab = 11, ctx = 8, seed = 5, init_std = 0.3}
+  local toks = {{1, 4, 2, 7}}
+  local P = "blocks.0.hook_resid_post"
+  local W = mp.randn({1, 4, 8}, {seed = 9})
+  local function logit_only(logits) return logits[1][4][3] end
+  local function both(logits, cache) return logits[1][4][3] + (cache[P] * W):sum() end
+  local names = {P, "hook_embed", "blocks.1.hook_resid_post"}
+  local _, c1 = m:run_with_cache(toks, {names = names, incl_bwd = true, loss = logit_only})
+  local _, c2 = m:run_with_cache(toks, {names = names, incl_bwd = true, loss = both})
+  local d = (c2[P .. "_grad"] - c1[P .. "_grad"] - W):abs():max()
+  assert(d <= 1e-6, "the direct partial at " .. P .. " is W: off by " .. d)
+  local d1 = (c2["blocks.1.hook_resid_post_grad"] - c1["blocks.1.hook_resid_post_grad"]):abs():max()
+  assert(d1 == 0, "a point downstream of the cached one is unchanged: " .. d1)
+  t.near(c2.loss, c1.loss + (c1[P] * W):sum(), 1e-5, "the value")
+  -- upstream, at hook_embed: central differences of the metric, in a few entries
+  local function value_with(p, k, eps)
+    local _, c = m:run_with_cache(toks, {names = P, loss = both,
+      fwd_hooks = {{"hook_embed", function(e) e:set(e:get(1, p, k) + eps, 1, p, k) end}}})
+    return c.loss
+  end
+  local g = c2["hook_embed_grad"]
+  for _, pk in ipairs({{1, 2}, {2, 5}, {4, 8}}) do
+    local p, k = pk[1], pk[2]
+    local fd = (value_with(p, k, 1e-2) - value_with(p, k, -1e-2)) / 2e-2
+    t.near(g:get(1, p, k), fd, 2e-3 * (1 + math.abs(fd)), ("d/d hook_embed[%d][%d]"):format(p, k))
+  end
+  -- bwd_hooks see the total gradient too
+  local seen
+  m:run_with_cache(toks, {names = P, loss = both, bwd_hooks = {{P, function(gr) seen = gr:clone() end}}})
+  assert((seen - c2[P .. "_grad"]):abs():max() <= 1e-6, "a backward hook at the point sees the total gradient")
+end)
+
 -- loss = fn by autograd, against the hand-written (value, dlogits) form
 t.case("loss = fn by autograd", function()
   local V = 11

@@ -248,6 +248,10 @@ static int glob_selects(const char *p, size_t n, mp_hook_id id, const char *name
     return glob_match_n(p, n, name);
 }
 
+struct sub_point;
+static int visit_selected(const mp_config *cfg, const char *globs, mp_hook_visit_fn fn, void *user,
+                          const struct sub_point *sub, int nsub);
+
 int mp_hook_select(const mp_config *cfg, const char *globs, mp_hook_visit_fn fn, void *user,
                    char *unmatched, size_t unmatched_len) {
     char name[128];
@@ -285,19 +289,7 @@ int mp_hook_select(const mp_config *cfg, const char *globs, mp_hook_visit_fn fn,
             } else snprintf(unmatched, unmatched_len, "?");
         }
     }
-    for (int k = 0; point_at(cfg, k, &id, &layer); k++) {
-        if (!mp_hook_exists(cfg, id)) continue;
-        mp_hook_name(id, layer, name, sizeof name);
-        int match = 0;
-        for (const char *g = globs; g && !match;) {
-            g = next_glob(g, &pat, &plen);
-            match = plen && glob_selects(pat, plen, id, name);
-        }
-        if (match) {
-            total++;
-            if (fn) fn(user, id, layer, name);
-        }
-    }
+    total = visit_selected(cfg, globs, fn, user, NULL, 0);
     return total;
 }
 
@@ -325,7 +317,7 @@ typedef struct {
 } hook_entry;
 
 /* A registry's own point (mp_hooks_declare). */
-typedef struct {
+typedef struct sub_point {
     char name[96];
     mp_hook_id parent;
     int layer, width, grad;
@@ -637,12 +629,21 @@ int mp_hooks_select(const mp_hooks *hs, const char *globs, mp_hook_visit_fn fn, 
         }
         free(one);
     }
-    /* visits in firing order: each table point, then its own points */
+    return visit_selected(&hs->cfg, globs, fn, user, hs->sub, hs->nsub);
+}
+
+/* Visits, in firing order, every point of cfg that one of the globs selects,
+ * each followed by the registry's own points under it (sub[0..nsub)) that
+ * one selects; returns how many. */
+static int visit_selected(const mp_config *cfg, const char *globs, mp_hook_visit_fn fn, void *user,
+                          const sub_point *sub, int nsub) {
     char name[128];
+    const char *pat;
+    size_t plen;
     mp_hook_id id;
     int layer, total = 0;
-    for (int k = 0; point_at(&hs->cfg, k, &id, &layer); k++) {
-        if (!mp_hook_exists(&hs->cfg, id)) continue;
+    for (int k = 0; point_at(cfg, k, &id, &layer); k++) {
+        if (!mp_hook_exists(cfg, id)) continue;
         mp_hook_name(id, layer, name, sizeof name);
         int match = 0;
         for (const char *g = globs; g && !match;) {
@@ -653,10 +654,10 @@ int mp_hooks_select(const mp_hooks *hs, const char *globs, mp_hook_visit_fn fn, 
             total++;
             if (fn) fn(user, id, layer, name);
         }
-        for (int i = 0; i < hs->nsub; i++)
-            if (hs->sub[i].parent == id && hs->sub[i].layer == layer && sub_selected(globs, &hs->sub[i])) {
+        for (int i = 0; i < nsub; i++)
+            if (sub[i].parent == id && sub[i].layer == layer && sub_selected(globs, &sub[i])) {
                 total++;
-                if (fn) fn(user, (mp_hook_id)(MP_HOOK_COUNT + i), layer, hs->sub[i].name);
+                if (fn) fn(user, (mp_hook_id)(MP_HOOK_COUNT + i), layer, sub[i].name);
             }
     }
     return total;

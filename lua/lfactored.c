@@ -223,6 +223,24 @@ static void push_unsq(lua_State *L, int ti, int d, int squeeze, const char *fn) 
     mp_lua_tensor_keep(L, ti);
 }
 
+/* matmul / rmatmul's operand: the Tensor x at 2 (a table converted in
+ * place), refused when it tracks gradients and when 0-dim; the product's ldim
+ * (m), rdim (n) and mdim. A at 3, B at 4 stay where parts() put them. */
+static mp_tensor *operand(lua_State *L, const mp_tensor *a, const mp_tensor *b, const char *fn, int64_t *m,
+                          int64_t *n, int64_t *mdim) {
+    mp_tensor *x = mp_lua_tensor_arg(L, 2);
+    if (lua_gettop(L) > 4) lua_replace(L, 2);
+    mp_lua_ag_refuse(L, 2, 0, fn);
+    int nd = a->ndim;
+    int64_t k = a->shape[nd - 1];
+    *m = a->shape[nd - 2];
+    *n = b->shape[nd - 1];
+    *mdim = *m < k ? *m : k;
+    if (*n < *mdim) *mdim = *n;
+    if (x->ndim < 1) luaL_error(L, "%s: x must be at least 1-D, got a 0-dim Tensor", fn);
+    return x;
+}
+
 /* fm:matmul(x) = fm @ x (TL's __matmul__): x a FactoredMatrix: (fm @ x.A) @ x.B;
  * a 1-D Tensor: the vector A (B x); a Tensor [..., n, p]: FactoredMatrix(A, B x)
  * when rdim > mdim, else FactoredMatrix(AB, x). */
@@ -243,13 +261,8 @@ static int m_matmul(lua_State *L) {
         lua_call(L, 2, 1);
         return 1;
     }
-    mp_tensor *x = mp_lua_tensor_arg(L, 2);
-    if (lua_gettop(L) > 4) lua_replace(L, 2);
-    mp_lua_ag_refuse(L, 2, 0, fn);
-    int nd = a->ndim;
-    int64_t m = a->shape[nd - 2], k = a->shape[nd - 1], n = b->shape[nd - 1], mdim = m < k ? m : k;
-    if (n < mdim) mdim = n;
-    if (x->ndim < 1) luaL_error(L, "%s: x must be at least 1-D, got a 0-dim Tensor", fn);
+    int64_t m, n, mdim;
+    mp_tensor *x = operand(L, a, b, fn, &m, &n, &mdim);
     if (x->shape[x->ndim - (x->ndim < 2 ? 1 : 2)] != n)
         luaL_error(L, "%s: x's %s dim must equal rdim %d, got %d", fn, x->ndim < 2 ? "only" : "second-to-last", (int)n,
                    (int)x->shape[x->ndim - (x->ndim < 2 ? 1 : 2)]);
@@ -278,13 +291,8 @@ static int m_rmatmul(lua_State *L) {
     lua_settop(L, 2);
     mp_tensor *a, *b;
     parts(L, 1, &a, &b); /* 3: A, 4: B */
-    mp_tensor *x = mp_lua_tensor_arg(L, 2);
-    if (lua_gettop(L) > 4) lua_replace(L, 2);
-    mp_lua_ag_refuse(L, 2, 0, fn);
-    int nd = a->ndim;
-    int64_t m = a->shape[nd - 2], k = a->shape[nd - 1], n = b->shape[nd - 1], mdim = m < k ? m : k;
-    if (n < mdim) mdim = n;
-    if (x->ndim < 1) luaL_error(L, "%s: x must be at least 1-D, got a 0-dim Tensor", fn);
+    int64_t m, n, mdim;
+    mp_tensor *x = operand(L, a, b, fn, &m, &n, &mdim);
     if (x->shape[x->ndim - 1] != m)
         luaL_error(L, "%s: x's last dim must equal ldim %d, got %d", fn, (int)m, (int)x->shape[x->ndim - 1]);
     if (x->ndim < 2) {

@@ -778,8 +778,7 @@ static int model_generate(lua_State *L) {
         if (st) return mp_lua_fail(L, st);
         g->ints = ids;
     } else {
-        mp_lua_read_tokens(L, 2, g, &Bq, &n, "prompt", lm->m->cfg.vocab, 0);
-        if (Bq != 1) return luaL_error(L, "generate: one prompt at a time (got a batch of %d)", Bq);
+        mp_lua_read_tokens(L, 2, g, &Bq, &n, "prompt", lm->m->cfg.vocab, 0); /* one row: gen_batch_rows took the rest */
     }
     int max_new = (int)mp_lua_opt_int(L, opt, "generate", "max_new_tokens", 64, 0, INT_MAX - n);
     g->hooks = mp_hooks_new_model(lm->m); /* with the attached SAEs */

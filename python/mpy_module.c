@@ -1024,12 +1024,7 @@ static PyObject *model_generate(mpy_model *self, PyObject *args, PyObject *kw) {
         if (PyErr_Occurred()) return NULL;
     }
     PyArrayObject *tok = mpy_tokens(self, prompt, "generate: prompt");
-    if (!tok) return NULL;
-    if (PyArray_DIM(tok, 0) != 1) {
-        Py_DECREF(tok);
-        return PyErr_Format(PyExc_ValueError, "generate: one prompt at a time (got a batch of %zd)",
-                            (Py_ssize_t)PyArray_DIM(tok, 0));
-    }
+    if (!tok) return NULL; /* one row: gen_batch_rows took every batch */
     int n = (int)PyArray_DIM(tok, 1);
     if (max_new > INT_MAX - n) max_new = INT_MAX - n;
     int *out = malloc(((size_t)n + (size_t)max_new) * sizeof(int)), n_out = 0;

@@ -2,7 +2,7 @@
 -- Distribution sequences estimate the mixture weights in context like one step
 -- of mirror descent (D'Angelo & Flammarion)?
 --
---   mechprobe mirror_descent [--quick | --medium | --preset NAME] --out DIR
+--   mechprobe mirror_descent [--quick | --medium | --preset NAME] [--pos rope|learned|rope_relv] --out DIR
 --   mechprobe mirror_descent --rejudge --out DIR    (the current rules on a finished run's mirror.h5)
 --
 -- Runs the estimators alone against the context length T (Bayes posterior mean
@@ -30,7 +30,10 @@ local o = cli.parse(arg, {
   {"seed", "N", "seed of pi*, the data sets and the models", default = 1, type = "int"},
   {"steps", "N", "training steps per model (default: the preset's)", type = "int"},
   {"sequences", "N", "evaluation and tuning sequences each (default: the preset's)", type = "int"},
+  {"draws", "N", "independent pi* draws for C1 and C2 (default: the preset's; the rows need >= 3)", type = "int"},
   {"depths", "LIST", "comma-separated depths (default: the preset's; 0 skips training)"},
+  {"pos", "NAME", "positional scheme of the trained models: rope, learned or rope_relv (default: the preset's)"},
+  {"archs", "LIST", "comma-separated architectures: standard, attn-only (default: both)"},
   {"format", "EXT", "figure format: png, svg or pdf", default = "png"},
   {"progress", nil, "show training progress on stderr (default for --medium and the full run)"},
   cli.TRAIN_DEVICE_OPT,
@@ -71,6 +74,26 @@ if o.sequences then
     io.stderr:write("mechprobe mirror_descent: --sequences must be 8..100000\n"); os.exit(2)
   end
   p.B_eval, p.B_tune, p.B_mech = o.sequences, o.sequences, math.min(p.B_mech, o.sequences)
+  p.asym = {T = p.asym.T, draws = p.asym.draws, sequences = o.sequences}
+end
+if o.draws then
+  if o.draws < 1 or o.draws > 1000 then io.stderr:write("mechprobe mirror_descent: --draws must be 1..1000\n"); os.exit(2) end
+  p.asym = {T = p.asym.T, draws = o.draws, sequences = p.asym.sequences}
+end
+if o.pos then
+  local ok, err = pcall(require("mirror_report").scheme_opts, o.pos, 1)
+  if not ok then io.stderr:write("mechprobe mirror_descent: --pos: " .. err .. "\n"); os.exit(2) end
+  p.pos = o.pos
+end
+if o.archs then
+  p.archs = {}
+  for a in o.archs:gmatch("[^,]+") do
+    if a ~= "standard" and a ~= "attn-only" then
+      io.stderr:write(("mechprobe mirror_descent: --archs: standard or attn-only expected (got '%s')\n"):format(a))
+      os.exit(2)
+    end
+    p.archs[#p.archs + 1] = a
+  end
 end
 if o.seeds then
   if o.seeds < 1 or o.seeds > 100 then io.stderr:write("mechprobe mirror_descent: --seeds must be 1..100\n"); os.exit(2) end

@@ -41,18 +41,24 @@ local base = {
   pos = "rope", init_std = 0.02, seeds = 1,
 }
 
+-- C1 and C2 on independent pi* draws (mirror_asym.lua): the estimators to
+-- T = 8192 (about 5 s a draw at 256 sequences), the models on their own range
+local ASYM = {T = {24, 48, 96, 192, 384, 768, 1536, 3072, 6144, 8192}, draws = 8, sequences = 256}
+
 M.presets = {
   quick = {
     T = {4, 5, 6, 8, 12, 16, 24, 32, 48}, B_eval = 96, B_tune = 96,
     gibbs = {chains = 4, burn = 100, samples = 300}, boot = 200,
     depths = {2}, d_model = 32, n_head = 2, steps = 150, batch = 16, warmup = 20,
     B_mech = 32, last_depths = {2},
+    asym = {T = {24, 96, 384, 768, 1536}, draws = 3, sequences = 64},
   },
   medium = {
     T = {4, 5, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128}, B_eval = 192, B_tune = 192,
     gibbs = {chains = 4, burn = 150, samples = 600}, boot = 500,
     depths = {2, 3, 4}, d_model = 48, n_head = 4, steps = 1500, batch = 8,
     B_mech = 64, last_depths = {3},
+    asym = {T = {24, 48, 96, 192, 384, 768, 1536, 3072}, draws = 5, sequences = 128},
   },
   -- three seeds per (architecture, depth) in 20-25 minutes on two busy cores:
   -- depths 2-4 (the construction's 3 and one either side), 2000 steps, no
@@ -62,6 +68,7 @@ M.presets = {
     gibbs = {chains = 4, burn = 200, samples = 1000}, boot = 1000,
     depths = {2, 3, 4}, d_model = 48, n_head = 4, steps = 2000, batch = 8,
     B_mech = 64, last_depths = {}, seeds = 3,
+    asym = ASYM,
   },
   -- sized for the GPU backend (backends/cuda): five seeds, wider models, longer
   -- training; on the CPU only with a small --steps (the test runs it so)
@@ -70,6 +77,7 @@ M.presets = {
     gibbs = {chains = 4, burn = 200, samples = 1000}, boot = 1000,
     depths = {2, 3, 4, 5, 6}, d_model = 128, n_head = 8, steps = 20000, batch = 32, lr = 3e-3, warmup = 500,
     B_mech = 128, last_depths = {3}, seeds = 5,
+    asym = ASYM,
   },
 }
 
@@ -375,10 +383,11 @@ local function section_models(o, task, D, S)
     local w0 = os.time()
     -- model seed s: its own initialisation and training stream (the data, pi*
     -- and the evaluation set stay those of o.seed); seed 1 is the older single run
-    local model = mp.model.new{d_model = o.d_model, n_layer = spec.depth, n_head = o.n_head, vocab = o.q,
-                               ctx = o.T[nT], mlp = spec.arch == "standard" and "swiglu" or "none", norm = "rms",
-                               pos = o.pos, init_std = o.init_std,
-                               seed = o.seed + spec.depth + 1000 * (spec.seed - 1), device = o.device or "cpu"}
+    local mo = {d_model = o.d_model, n_layer = spec.depth, n_head = o.n_head, vocab = o.q, ctx = o.T[nT],
+                mlp = spec.arch == "standard" and "swiglu" or "none", norm = "rms", init_std = o.init_std,
+                seed = o.seed + spec.depth + 1000 * (spec.seed - 1), device = o.device or "cpu"}
+    for k, v in pairs(require("mirror_report").scheme_opts(o.pos, o.m)) do mo[k] = v end
+    local model = mp.model.new(mo)
     task:seed(o.seed * 7919 + 17 + 31 * (spec.seed - 1))  -- every model of a seed sees the same training stream
     local train_task = spec.loss == "all" and task or last_token_task(task, o.m, o.seed + 99 + spec.seed)
     local r
@@ -718,9 +727,13 @@ function M.run(o)
   local G = {}
   G.diff, G.rhat = gibbs_check(o)
   stage_c1_interval(o, task, S)
+  local Asym = require "mirror_asym"
+  log("section 1b: C1 and C2 on %d independent pi* draws, T up to %d", o.asym.draws, o.asym.T[#o.asym.T])
+  local X = Asym.run(o, log)
   log("section 4: the construction as transformer weights")
   local W = stage_construction(o, task, D, S)
   report_estimators(out, o, S, G, W)
+  Asym.report(out, X, m)
   local s1 = os.time() - t1
 
   -- 2 + 3
@@ -745,6 +758,10 @@ function M.run(o)
   do
     local pending <close> = mp.output(h5)
     Rp.write_h5(o, pending.tmp, task, D, S, models, G, W)
+    do
+      local f <close> = mp.h5.open(pending.tmp, "r+")
+      Asym.write_h5(f, X)
+    end
     V = M.judge_file(pending.tmp, h5)
     local f <close> = mp.h5.open(pending.tmp, "r+")
     Vn.write_h5(f, V)
@@ -752,6 +769,7 @@ function M.run(o)
     pending:commit()
   end
   local figs = Rp.figures(o, S, models)
+  figs[#figs + 1] = Asym.figure(o, X)
   out("")
   for _, l in ipairs(M.verdict_lines(V)) do out("%s", l) end
   require("cli").write_text(o.out .. "/verdicts.tsv", Vn.tsv(V))

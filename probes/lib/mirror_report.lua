@@ -277,12 +277,27 @@ function R.c1_bootstrap(mtd, te, pb, grid, seed, boot)
   return etas
 end
 
+-- The positional schemes of the trained models (the probe's --pos): the
+-- mp.model.new options each one sets. rope: RoPE on the scores, values
+-- without position (the control); learned: GPT-2's learned absolute
+-- positions, added to the residual (values carry the key's absolute
+-- position); rope_relv: RoPE on the scores and Shaw et al.'s relative
+-- embeddings on the values (rel_values = m + 1: one vector per lag 0..m, one
+-- for every longer lag), so a layer's output holds its attention mass per lag.
+R.SCHEMES = {"rope", "learned", "rope_relv"}
+function R.scheme_opts(name, m)
+  if name == "rope" or name == "learned" then return {pos = name} end
+  if name == "rope_relv" then return {pos = "rope", rel_values = m + 1} end
+  error(("unknown positional scheme '%s' (rope, learned or rope_relv)"):format(tostring(name)), 0)
+end
+
 -- the parameters of a freshly built model of a stored shape (files that
 -- predate the n_params attribute)
 local function count_params(a, arch, depth, Tmax)
-  local m = mp.model.new{d_model = a.d_model, n_layer = depth, n_head = a.n_head, vocab = a.q, ctx = Tmax,
-                         mlp = arch == "standard" and "swiglu" or "none", norm = "rms", pos = a.pos or "rope",
-                         init_std = a.init_std or 0.02, seed = 1}
+  local opts = {d_model = a.d_model, n_layer = depth, n_head = a.n_head, vocab = a.q, ctx = Tmax,
+                mlp = arch == "standard" and "swiglu" or "none", norm = "rms", init_std = a.init_std or 0.02, seed = 1}
+  for k, v in pairs(R.scheme_opts(a.pos or "rope", math.tointeger(a.m) or a.m)) do opts[k] = v end
+  local m = mp.model.new(opts)
   local n = 0
   for _, p in ipairs(m:params()) do n = n + m:param(p):numel() end
   m:close()
@@ -339,11 +354,14 @@ function R.read_evidence(f, path)
   end
   local Rl = require "mirror_rules"
   local lo, hi = Rl.boot_interval(boot)
-  E.c1 = {eta = get("estimators/best_eta/bayes_match")[i1], lo = lo, hi = hi, eta0 = 1 / (m + 1), n = tok:size(1),
-          nb = #boot, T = T[i1], note = E.notes[1]}
+  local X = require("mirror_asym").read(f)
+  E.asym = X
+  E.c1 = {boot = {eta = get("estimators/best_eta/bayes_match")[i1], lo = lo, hi = hi, n = tok:size(1), nb = #boot},
+          eta0 = 1 / (m + 1), T = X and X.T1 or m + 1, note = E.notes[1], values = X and X.c1 or {},
+          draws = X and X.draws or {}, sequences = X and X.sequences}
   -- C2: the tuned one-step eta at T >= 8m
   local eta = get("estimators/best_eta/md1")
-  E.c2 = {T = {}, eta = {}, m = m}
+  E.c2 = {T = {}, eta = {}, m = m, asym = X}
   for i, x in ipairs(T) do
     if x >= 8 * m then E.c2.T[#E.c2.T + 1] = x; E.c2.eta[#E.c2.eta + 1] = eta[i] end
   end

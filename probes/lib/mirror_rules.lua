@@ -5,8 +5,9 @@
 -- (tests/lua/test_mirror_rules.lua). M.rows(E) builds the whole table from the
 -- run file's evidence E; the run and `--rejudge` both call it on the file.
 --
--- C1, C2 and C6 are about estimators (and hand-set weights) on one data draw:
--- trained = false, with their own unit. C3, C4, C5 and C7 are about trained
+-- C1 and C2 are about estimators on independent pi* draws (the unit of their
+-- interval), C6 about hand-set weights on one draw: trained = false, with
+-- their own unit. C3, C4, C5 and C7 are about trained
 -- models: one value per seed within each (architecture, depth) group, a
 -- learned-task test per seed (the model's KL to the truth, averaged over the T
 -- grid, at most halfway from the uniform-lambda predictor's to one-step MD's)
@@ -20,6 +21,8 @@ M.mean_ci = V.mean_ci
 M.SOURCE = "D'Angelo & Flammarion (MTD in-context estimation)"
 M.MIN_DEPTH = 3            -- the construction's depth: C3, C4, C7 judge models at least this deep
 M.C2_BAND = 0.1            -- C2: the slope within -1 +- this
+M.C2_T_MIN = 384           -- C2: the asymptotic range, T >= this (twice the models' longest T)
+M.MIN_DRAWS = 3            -- C1, C2: independent pi* draws needed for an interval
 M.C3_BELOW = 0.9           -- C3: KL(gamma, best L0 head) / KL(gamma, uniform) below this
 M.C4_BAND = 0.5            -- C4: (model KL - MD KL) / MD KL within +- this
 M.C7_ABOVE = 0.1           -- C7: (ablated - control-ablated) / intact KL above this
@@ -80,47 +83,109 @@ end
 
 -- ---------------------------------------------------------------- estimator rows
 
+-- the values of a list as "v1, v2, ..." in fmt
+local function list_text(xs, fmt)
+  local t = {}
+  for i, x in ipairs(xs) do t[i] = fmt:format(x) end
+  return table.concat(t, ", ")
+end
+
+local function draws_text(x)
+  return ("%d pi* draws (t-interval over draws; each its own pi* and %d sequences)"):format(#(x.values or {}),
+    x.sequences or 0)
+end
+
 -- C1: the one-step eta closest to Bayes with no evidence (T = m + 1) against
--- 1/(m+1). x = {eta, lo, hi (bootstrap over sequences), eta0, n (sequences),
--- nb (resamples), T, note (optional, described)}
+-- 1/(m+1), one value per independent pi* draw. x = {values = {eta per draw},
+-- draws = {seed per draw}, sequences, eta0, T, boot = {eta, lo, hi, n, nb}
+-- (optional: the run's own draw, bootstrapped over its sequences; described),
+-- note (optional, described)}. No draws (a file that predates them):
+-- INCONCLUSIVE, one draw cannot give a sampling interval over pi*.
 function M.C1(x)
+  local vals = x.values or {}
+  local est, lo, hi = V.mean_ci(vals)
+  local desc = {}
+  if x.boot then
+    desc[#desc + 1] = ("the run's own draw: eta %.4f, 95%% bootstrap interval over its %d sequences [%.4f, %.4f] (%d "
+      .. "resamples, eta re-tuned on each)"):format(x.boot.eta, x.boot.n, x.boot.lo, x.boot.hi, x.boot.nb)
+  end
+  if x.note then desc[#desc + 1] = x.note end
   return V.judge{
     id = "C1", claim = "one MD step from uniform = Bayes mean to first order",
     paper = ("eta = 1/(m+1) = %.3f at no evidence"):format(x.eta0), source = M.SOURCE,
-    statistic = ("the one-step eta closest to the Bayes predictor at T = %d"):format(x.T),
-    trained = false, unit = ("%d sequences (bootstrap, %d resamples, eta re-tuned on each)"):format(x.n, x.nb),
-    name = "eta", est = x.eta, lo = x.lo, hi = x.hi, inside = {0.75 * x.eta0, 1.25 * x.eta0}, fmt = "%.4f",
-    describe = x.note,
-    rule = "SUPPORTED if the 95% bootstrap interval (sequences resampled, eta re-tuned) of the one-step eta closest "
-      .. "to Bayes at T = m+1 lies within 1/(m+1) +- 25%, NOT SUPPORTED if it lies outside, else INCONCLUSIVE"}
+    statistic = ("per pi* draw: the one-step eta closest to the Bayes predictor at T = %d"):format(x.T),
+    trained = false, unit = draws_text(x),
+    name = "eta", est = est, lo = lo, hi = hi, inside = {0.75 * x.eta0, 1.25 * x.eta0}, fmt = "%.4f",
+    extra = #vals > 0 and ("draws %s"):format(list_text(vals, "%.4f")) or nil,
+    pre = {{ok = #vals >= M.MIN_DRAWS,
+            text = ("%d independent pi* draws in this file (%d needed: a bootstrap over one draw's sequences says "
+              .. "nothing about another pi*; rerun the probe)"):format(#vals, M.MIN_DRAWS)}},
+    describe = table.concat(desc, "; "),
+    rule = ("SUPPORTED if the 95%% t-interval over independent pi* draws of the one-step eta closest to Bayes at "
+      .. "T = m+1 lies within 1/(m+1) +- 25%%, NOT SUPPORTED if it lies outside, else INCONCLUSIVE; fewer than %d "
+      .. "draws: precondition absent"):format(M.MIN_DRAWS)}
 end
 
--- C2: stable steps ~ 1/T. x = {T = {...}, eta = {...}} (the tuned one-step eta
--- at T >= 8m), m
+-- C2: stable steps ~ 1/T on the asymptotic range. x = {asym = {T = {...},
+-- eta = {[draw] = {per T}}, draws = {seeds}, sequences} (nil: a file that
+-- predates the draws), T = {...}, eta = {...} (the run's own draw at T >= 8m:
+-- the short-range slope, described), m}
 function M.C2(x)
+  local A = x.asym
+  local slopes, nfit = {}, 0
+  if A then
+    for d = 1, #A.eta do
+      local xs, ys = {}, {}
+      for i, T in ipairs(A.T) do if T >= M.C2_T_MIN then xs[#xs + 1] = T; ys[#ys + 1] = A.eta[d][i] end end
+      nfit = #xs
+      if #xs >= 2 then slopes[#slopes + 1] = (M.fit_loglog(xs, ys)) end
+    end
+  end
+  local est, lo, hi = V.mean_ci(slopes)
+  local desc = {}
   local n = #x.T
-  local slope, se, _, rms = 0 / 0, 0 / 0, 0, 0 / 0
-  if n >= 2 then slope, se, _, rms = M.fit_loglog(x.T, x.eta) end
-  local h = V.t975(n - 2) * se
-  local lo, hi = slope - h, slope + h
-  if n < 3 then lo, hi = -math.huge, math.huge end
-  local describe = ""
   if n >= 3 then
+    local slope, se = M.fit_loglog(x.T, x.eta)
     local a, b, rms_off = M.fit_offset(x.T, x.eta)
     local tmax = x.T[n]
-    describe = ("eta = a/(T+b) fit: b = %.3g, eta T at T = %d is %.0f%% of a; RMS log residual %.3f (power law "
-      .. "%.3f); T %s"):format(b, tmax, 100 * tmax / (tmax + b), rms_off, rms, table.concat(x.T, ","))
+    desc[#desc + 1] = ("the run's own draw on the models' range T %s: slope %.3f (SE %.3f); eta = a/(T+b) fit b = %.3g, "
+      .. "eta T at T = %d is %.0f%% of a (RMS log residual %.3f)"):format(table.concat(x.T, ","), slope, se, b, tmax,
+      100 * tmax / (tmax + b), rms_off)
   end
+  if A then
+    local lv, nT = {}, #A.T
+    for d = 1, #A.eta do lv[d] = A.eta[d][nT] * A.T[nT] end
+    local ms = {}
+    for d = 1, #A.eta do
+      local xs, ys = {}, {}
+      for i, T in ipairs(A.T) do if T >= 8 * x.m and T <= 192 then xs[#xs + 1] = T; ys[#ys + 1] = A.eta[d][i] end end
+      if #xs >= 2 then ms[#ms + 1] = (M.fit_loglog(xs, ys)) end
+    end
+    desc[#desc + 1] = ("eta* T at T = %d per draw: %s"):format(A.T[nT], list_text(lv, "%.3f"))
+    if #ms > 0 then
+      desc[#desc + 1] = ("the same draws' slope on T %d..192: %s (mean %.3f)"):format(8 * x.m, list_text(ms, "%.3f"),
+        (V.mean_ci(ms)))
+    end
+  end
+  local Tt = {}
+  if A then for _, T in ipairs(A.T) do if T >= M.C2_T_MIN then Tt[#Tt + 1] = T end end end
   return V.judge{
     id = "C2", claim = "stable (best) step sizes scale as 1/T (large T)", paper = "slope -1", source = M.SOURCE,
-    statistic = ("log-log slope of the tuned one-step eta against T (T >= 8m = %d)"):format(8 * x.m),
-    trained = false, unit = ("%d T values (t-interval of the fitted slope, %d df)"):format(n, math.max(n - 2, 0)),
-    name = "slope", est = slope, lo = lo, hi = hi, inside = {-1 - M.C2_BAND, -1 + M.C2_BAND}, fmt = "%.3f",
-    pre = {{ok = n >= 3, text = ("%d T values >= 8m: a slope interval needs 3"):format(n)}},
-    describe = describe,
-    rule = ("SUPPORTED if the 95%% interval of the log-log slope of the tuned one-step eta against T (T >= 8m) lies "
-      .. "within -1 +- %g, NOT SUPPORTED if it lies outside, else INCONCLUSIVE; fewer than 3 T values: "
-      .. "precondition absent"):format(M.C2_BAND)}
+    statistic = ("per pi* draw: log-log slope of the tuned one-step eta against T on the asymptotic range T %s")
+      :format(#Tt > 0 and (Tt[1] .. ".." .. Tt[#Tt]) or (">= " .. M.C2_T_MIN)),
+    trained = false, unit = draws_text{values = slopes, sequences = A and A.sequences},
+    name = "slope", est = est, lo = lo, hi = hi, inside = {-1 - M.C2_BAND, -1 + M.C2_BAND}, fmt = "%.3f",
+    extra = #slopes > 0 and ("draws %s"):format(list_text(slopes, "%.3f")) or nil,
+    pre = {{ok = A ~= nil, text = "this file holds no asymptotic-range draws (T up to its models' range only); rerun "
+              .. "the probe"},
+           {ok = #slopes >= M.MIN_DRAWS and nfit >= 3,
+            text = ("%d pi* draws with %d T values >= %d: the slope interval needs %d draws and 3 T values")
+              :format(#slopes, nfit, M.C2_T_MIN, M.MIN_DRAWS)}},
+    describe = table.concat(desc, "; "),
+    rule = ("per independent pi* draw, the log-log slope of the tuned one-step eta against T over T >= %d (to %s); "
+      .. "SUPPORTED if the 95%% t-interval over draws lies within -1 +- %g, NOT SUPPORTED if it lies outside, else "
+      .. "INCONCLUSIVE; fewer than %d draws or 3 such T: precondition absent"):format(M.C2_T_MIN,
+      A and tostring(A.T[#A.T]) or "the file's longest T", M.C2_BAND, M.MIN_DRAWS)}
 end
 
 -- C6: the construction as transformer weights against one-step MD with the

@@ -109,7 +109,8 @@ check(wdiff and tonumber(wdiff) < 1e-3, "weights construction vs MD probabilitie
 local gdiff = report:match("block%-0 pattern vs gamma max |diff| ([%d.e+-]+)")
 check(gdiff and tonumber(gdiff) < 1e-5, "block-0 pattern = gamma: " .. tostring(gdiff))
 
-for _, name in ipairs{"kl_vs_T", "best_eta", "models_kl_vs_T", "depth", "attention_vs_gamma", "ablation"} do
+for _, name in ipairs{"kl_vs_T", "best_eta", "best_eta_draws", "models_kl_vs_T", "depth", "attention_vs_gamma",
+                      "ablation"} do
   local f = io.open(("%s/%s.svg"):format(out, name))
   check(f ~= nil, "figure " .. name)
   if f then check(f:read("a"):find("<svg", 1, true), name .. " is SVG"); f:close() end
@@ -138,6 +139,25 @@ for _, k in ipairs{"md1", "md1_fixed", "md2", "md3", "construction", "constructi
   check(f:has("estimators/" .. k .. "/kl_mean"), "estimator " .. k)
 end
 check(f:has("estimators/best_eta/md1") and f:attrs("estimators/best_eta/md1").fit_slope ~= nil, "best eta + fit")
+-- C1 and C2 on independent pi* draws: the file's per-draw numbers, the rows built from them
+do
+  local be, c1 = f:read("asymptotic/best_eta"), f:read("asymptotic/c1_eta")
+  local Ta = f:read("asymptotic/T")
+  check(be:dim() == 2 and be:size(1) == 3 and be:size(2) == Ta:numel() and c1:numel() == 3,
+        "/asymptotic: 3 quick draws x the long T grid")
+  local e0 = be:get(1, Ta:numel()) * Ta:get(Ta:numel())
+  local printed = report:match("\n%s+1501" .. ("%s+[%d.]+"):rep(Ta:numel() - 1) .. "%s+([%d.]+)")
+  check(printed and math.abs(tonumber(printed) - e0) < 2e-3, "draw 1's eta* T at the longest T as printed: "
+        .. tostring(printed) .. " vs " .. e0)
+  local v = 0
+  for d = 1, 3 do v = v + c1:get(d) / 3 end
+  for _, r in ipairs(rows) do
+    if r[1] == "C1" then
+      check(r[4]:find(("eta %.4f"):format(v), 1, true) and r[4]:find("draws ", 1, true), "C1 is the mean over draws: " .. r[4])
+    end
+    if r[1] == "C2" then check(r[4]:find("draws ", 1, true), "C2 shows every draw's slope: " .. r[4]) end
+  end
+end
 local models = f:list("models")
 check(#models == 4, "4 quick models, got " .. #models)
 check(f:has("estimators/construction_weights/kl_mean"), "construction weights results")
@@ -149,7 +169,7 @@ os.execute("rm -rf " .. dir)
 
 -- ---- the GPU preset on the CPU: 2 steps, one depth, one seed, 16 sequences
 local rg, okg, _, dirg = t.run_probe("mirror_descent",
-                                     "--preset gpu --steps 2 --depths 2 --seeds 1 --sequences 16 --format svg")
+                                     "--preset gpu --steps 2 --depths 2 --seeds 1 --sequences 16 --draws 3 --format svg")
 check(okg and rg:find("== mechprobe mirror_descent (gpu) ==", 1, true), "--preset gpu at 2 steps:\n" .. rg)
 check(rg:find("d_model 128, 8 heads", 1, true) and rg:find("16 evaluation and 16 tuning", 1, true),
       "gpu preset model size, --sequences")

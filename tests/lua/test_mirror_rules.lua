@@ -32,27 +32,60 @@ t.case("fits and the bootstrap interval", function()
 end)
 
 t.case("C1", function()
-  local function c1(eta, lo, hi) return R.C1{eta = eta, lo = lo, hi = hi, eta0 = 0.25, n = 256, nb = 200, T = 4} end
-  is(c1(0.24, 0.22, 0.27), S, nil, "inside the band")
-  is(c1(0.5, 0.45, 0.55), N, nil, "outside the band")
-  is(c1(0.3, 0.2, 0.4), I, V.STRADDLES, "straddles")
-  local r = c1(0.24, 0.22, 0.27)
-  assert(r.unit:find("256 sequences (bootstrap, 200 resamples", 1, true) and r.n_seeds == 0, "unit: " .. r.unit)
+  local function c1(vals) return R.C1{values = vals, draws = {1, 2, 3, 4}, sequences = 256, eta0 = 0.25, T = 4,
+                                      boot = {eta = 0.24, lo = 0.22, hi = 0.27, n = 256, nb = 200}} end
+  is(c1{0.24, 0.23, 0.245, 0.235}, S, nil, "inside the band")
+  is(c1{0.5, 0.48, 0.52, 0.49}, N, nil, "outside the band")
+  is(c1{0.2, 0.3, 0.15, 0.35}, I, V.STRADDLES, "straddles")
+  local r = c1{0.24, 0.23, 0.245, 0.235}
+  assert(r.unit:find("4 pi* draws (t-interval over draws; each its own pi* and 256 sequences)", 1, true)
+         and r.n_seeds == 0, "unit: " .. r.unit)
+  t.near(r.mean, 0.2375, 1e-12, "the mean over draws")
+  assert(r.ours:find("draws 0.2400, 0.2300, 0.2450, 0.2350", 1, true), "every draw shown: " .. r.ours)
+  assert(r.describe:find("bootstrap interval over its 256 sequences [0.2200, 0.2700]", 1, true),
+         "the one-draw bootstrap is described: " .. r.describe)
+  is(c1{0.24, 0.23}, I, V.PRECONDITION, "two draws")
+  is(R.C1{eta0 = 0.25, T = 4, boot = {eta = 0.24, lo = 0.22, hi = 0.27, n = 256, nb = 200}}, I, V.PRECONDITION,
+     "a file without draws")
 end)
 
 t.case("C2", function()
-  local function pts(T, f)
-    local e = {}
-    for i, x in ipairs(T) do e[i] = f(x) * (1 + 0.01 * ((i % 3) - 1)) end   -- a little noise: a finite interval
-    return e
+  -- eta = a T^p on each draw, a little noise; the draws differ in a and p
+  local Ta = {24, 48, 96, 192, 384, 768, 1536, 3072, 6144, 8192}
+  local function asym(ps)
+    local eta = {}
+    for d, p in ipairs(ps) do
+      eta[d] = {}
+      for i, x in ipairs(Ta) do eta[d][i] = (2 + d) * x ^ p * (1 + 0.01 * ((i % 3) - 1)) end
+    end
+    return {T = Ta, eta = eta, draws = {11, 12, 13, 14}, sequences = 256}
   end
-  local T = {24, 32, 48, 64, 96, 128, 192, 256, 384, 512}
-  is(R.C2{T = T, eta = pts(T, function(x) return 2 / x end), m = 3}, S, nil, "slope -1")
-  is(R.C2{T = T, eta = pts(T, function(x) return 2 * x ^ -0.7 end), m = 3}, N, nil, "slope -0.7")
-  local r = R.C2{T = T, eta = pts(T, function(x) return 2 * x ^ -0.9 end), m = 3}
-  is(r, I, V.STRADDLES, "slope -0.9, on the band's edge")
-  assert(r.describe:find("a/(T+b)", 1, true), "the offset fit is described: " .. r.describe)
-  is(R.C2{T = {24, 32}, eta = {0.1, 0.08}, m = 3}, I, V.PRECONDITION, "two points")
+  local T, e = {24, 32, 48, 64, 96, 128, 192}, {}
+  for i, x in ipairs(T) do e[i] = 2 / (x + 6) end
+  local function c2(ps) return R.C2{asym = ps and asym(ps), T = T, eta = e, m = 3} end
+  is(c2{-1, -0.99, -1.01, -1}, S, nil, "slope -1")
+  is(c2{-0.7, -0.72, -0.69, -0.7}, N, nil, "slope -0.7")
+  is(c2{-0.85, -0.95, -1.0, -0.8}, I, V.STRADDLES, "draws on both sides of the band's edge")
+  local r = c2{-1, -0.99, -1.01, -1}
+  assert(r.unit:find("4 pi* draws", 1, true) and r.statistic:find("T 384..8192", 1, true), r.unit .. " / " .. r.statistic)
+  assert(r.describe:find("a/(T+b)", 1, true) and r.describe:find("slope on T 24..192", 1, true),
+         "the short range is described: " .. r.describe)
+  local A, want = asym{-1, -0.99, -1.01, -1}, 0
+  for d = 1, 4 do
+    local lx, ly, n = {}, {}, 0
+    for i = 5, #Ta do n = n + 1; lx[n] = math.log(Ta[i]); ly[n] = math.log(A.eta[d][i]) end
+    local mx, my, sxy, sxx = 0, 0, 0, 0
+    for i = 1, n do mx = mx + lx[i] / n; my = my + ly[i] / n end
+    for i = 1, n do sxy = sxy + (lx[i] - mx) * (ly[i] - my); sxx = sxx + (lx[i] - mx) ^ 2 end
+    want = want + sxy / sxx / 4
+  end
+  t.near(r.tests[1].mean, want, 1e-12, "the mean of the per-draw least-squares slopes on T >= 384")
+  is(c2{-1, -1}, I, V.PRECONDITION, "two draws")
+  is(c2(nil), I, V.PRECONDITION, "a file without draws")
+  local short = asym{-1, -1, -1}
+  short.T = {24, 48, 96, 192, 384, 768}
+  for d = 1, 3 do short.eta[d] = {table.unpack(short.eta[d], 1, 6)} end
+  is(R.C2{asym = short, T = T, eta = e, m = 3}, I, V.PRECONDITION, "two T values in the asymptotic range")
 end)
 
 t.case("C6", function()
@@ -161,7 +194,7 @@ end)
 
 t.case("the table: M.rows, the report lines, verdicts.tsv", function()
   local E = planted{{"standard", 2}, {"standard", 3}, {"attn-only", 3}}
-  E.c1 = {eta = 0.24, lo = 0.22, hi = 0.27, eta0 = 0.25, n = 256, nb = 200, T = 4}
+  E.c1 = {values = {0.24, 0.23, 0.245}, draws = {1, 2, 3}, sequences = 256, eta0 = 0.25, T = 4}
   E.c2 = {T = {24, 32, 48}, eta = {0.08, 0.06, 0.04}, m = 3}
   E.c6 = {diff = {1e-7, -1e-7, 2e-7}, md = 0.04, n_seq = 3, nT = 1, max_dp = 1e-5}
   local rows = R.rows(E)

@@ -107,7 +107,7 @@ if o.depths then
     for _, d in ipairs(p.depths) do
       if d < 1 or d > 16 then io.stderr:write("mechprobe mirror_descent: --depths: 1..16 expected\n"); os.exit(2) end
     end
-    p.last_depths = p.depths
+    if #p.last_depths > 0 then p.last_depths = p.depths end   -- last-token models only where the preset has them
   end
 end
 mirror.run(p)

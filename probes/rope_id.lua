@@ -1,7 +1,7 @@
 -- rope_id.lua — sinks and clusters past the training length: RoPE vs RoPE-ID
 -- (Wertheimer et al., "Frayed RoPE and long inputs", ICLR 2026).
 --
---   mechprobe rope_id [--quick | --medium | --preset NAME] [--seeds 1,2,3] --out DIR
+--   mechprobe rope_id [--quick | --medium | --preset NAME] [--seeds 1,2,3] [--seeds-max N] --out DIR
 --   mechprobe rope_id --rejudge --out DIR          (the current rules on a finished run)
 --   mechprobe rope_id --merge DIR2 --out DIR       (pool a run of more seeds into DIR)
 --   mechprobe rope_id ... --resume --out DIR        (continue an interrupted run: reuse its trained models)
@@ -20,8 +20,9 @@
 -- Writes DIR/rope_id.h5 (every number), the figures (first seed), the
 -- checkpoints (DIR/models/seed<N>), DIR/report.txt, DIR/verdicts.tsv, and
 -- prints the report with its verdict table. Presets: --quick about a minute
--- (one seed), --medium (L = 256, 3 seeds), the default full (L = 512, 3 seeds:
--- hours on two cores), --preset gpu (sized for the GPU backend; on the CPU
+-- (one seed), --medium (L = 256, 3 seeds), the default full (L = 512, 3 seeds,
+-- more up to 6 until 3 have sink heads in RoPE and RoPE-ID: hours on two
+-- cores), --preset gpu (sized for the GPU backend; on the CPU
 -- only with a small --steps).
 local cli = require "cli"
 local rid = require "rope_id"
@@ -34,6 +35,8 @@ local o = cli.parse(arg, {
   {"out", "DIR", "output folder", required = true},
   {"seed", "N", "the one seed of the data and the models (default: the preset's seeds)", type = "int"},
   {"seeds", "LIST", "seeds, one full run each, pooled by the verdicts (e.g. 1,2,3; default: the preset's)"},
+  {"seeds_max", "N", "run further seeds (one past the largest, ...) until 3 have sink heads in both RoPE and RoPE-ID, "
+    .. "up to N seeds in all (default: the preset's: full 6, the others none; none with --seed/--seeds)", type = "int"},
   {"steps", "N", "training steps per model and task (default: the preset's)", type = "int"},
   {"text_steps", "N", "the text models' steps, after --steps (sinks need the high learning rate for long enough)", type = "int"},
   {"length", "N", "training length L (a multiple of 64; default: the preset's)", type = "int"},
@@ -88,6 +91,14 @@ p.progress = o.progress or preset ~= "quick"
 if o.seed then p.seeds = {o.seed} end
 if o.seeds then
   p.seeds = cli.seed_list("rope_id", o.seeds)
+end
+if o.seed or o.seeds then p.seeds_max = nil end      -- a seed list given runs as given, unless --seeds-max
+if o.seeds_max then
+  if o.seeds_max < #p.seeds or o.seeds_max > 64 then
+    fail(("--seeds-max must be in %d..64 (at least the %d seed(s) to run; got %d)"):format(#p.seeds, #p.seeds,
+      o.seeds_max))
+  end
+  p.seeds_max = o.seeds_max
 end
 if o.steps then
   if o.steps < 1 then fail("--steps must be >= 1") end

@@ -23,6 +23,10 @@
 --      positive), stable rank and first singular value share of the keys, q/k
 --      centroid cosine; inside L vs past L; and the prefix-frame key geometry
 --      (rope_id_geo.lua) at t = L, 2L, 4L, 8L
+--   3c. the untrained controls: every scheme's text model at its initialization
+--      (same shape and init seed), the same sequences and geometry code (the
+--      "controls" section below; seeds/<seed>/untrained/ in the run file)
+-- (a preset's seeds_max adds seeds until 3 have sink heads in RoPE and RoPE-ID)
 -- then the figures (first seed), the losses and accuracies pooled over the
 -- seeds, and the verdict table (claims in rope_id_rules.lua, judged by the one
 -- engine verdicts.lua from one value per seed, read back from the run file;
@@ -111,6 +115,11 @@ M.presets = {
   },
 }
 
+-- full: its seeds are the minimum; it runs further seeds (4, 5, 6) until 3
+-- have sink heads in both RoPE and RoPE-ID (the sink rows need 3; the first
+-- full run grew them in 2 of 3 seeds for RoPE, 1 for RoPE-ID). --seeds-max.
+M.presets.full.seeds_max = 6
+
 function M.preset(name) return require("cli").preset(base, M.presets, name) end
 
 -- The shape of the models trained on `task` ("text", "ret" or another
@@ -122,6 +131,16 @@ function M.model_shape(o, task)
     for k, v in pairs(o.ret) do s[k] = v end
   end
   return s
+end
+
+-- A model of scheme `pos` for `task` at its initialization: the one
+-- constructor of the trained models (train) and of their untrained controls
+-- (untrained_controls), so both start from the same weights (same shape,
+-- same init seed).
+function M.new_model(o, pos, vocab, task)
+  local s = M.model_shape(o, task)
+  return mp.model.new{d_model = s.d_model, n_layer = s.n_layer, n_head = s.n_head, d_head = s.d_head,
+    d_mlp = s.d_mlp, vocab = vocab, ctx = o.L, pos = pos, seed = o.seed, device = o.device or "cpu"}
 end
 
 -- The evaluated variants: a trained scheme, or the RoPE model changed at
@@ -618,11 +637,7 @@ local function train(c, r)
   local models, train_info = {}, {}
   for _, task in ipairs(tasks) do models[task], train_info[task] = {}, {} end
   local t1 = os.time()
-  local function new_model(pos, vocab, task)
-    local s = M.model_shape(o, task)
-    return mp.model.new{d_model = s.d_model, n_layer = s.n_layer, n_head = s.n_head, d_head = s.d_head,
-      d_mlp = s.d_mlp, vocab = vocab, ctx = L, pos = pos, seed = o.seed, device = o.device or "cpu"}
-  end
+  local function new_model(pos, vocab, task) return M.new_model(o, pos, vocab, task) end
   mp.mkdir(o.out .. "/models")
   local mdir = ("%s/models/seed%d"):format(o.out, o.seed)
   mp.mkdir(mdir)
@@ -842,14 +857,20 @@ local function sink_of(S, eps)
   sink.pos_past = head_mean(S.maxqk_pos.past, sel)
   sink.k0_in = head_mean(S.k0_ratio.inside, sel)
   sink.k0_past = head_mean(S.k0_ratio.past, sel)
-  -- per sink head (the rules' inputs): q.k>0 share inside / past L, retention
+  -- per sink head (the rules' inputs): q.k>0 share inside / past L, retention;
+  -- ||k_0|| ratio and the mean largest non-first q.k inside L, and the layer
+  -- (0-based), for the sink-kind row
   sink.pos_in_h, sink.pos_past_h, sink.retention_h = {}, {}, {}
+  sink.k0_in_h, sink.qk_in_h, sink.layer_h = {}, {}, {}
   for l, hs in ipairs(S.first.inside) do
     for h, a in ipairs(hs) do
       if a > eps then
         sink.pos_in_h[#sink.pos_in_h + 1] = S.maxqk_pos.inside[l][h]
         sink.pos_past_h[#sink.pos_past_h + 1] = S.maxqk_pos.past[l][h]
         sink.retention_h[#sink.retention_h + 1] = S.first.past[l][h] / a
+        sink.k0_in_h[#sink.k0_in_h + 1] = S.k0_ratio.inside[l][h]
+        sink.qk_in_h[#sink.qk_in_h + 1] = S.maxqk_mean and S.maxqk_mean.inside[l][h] or 0 / 0
+        sink.layer_h[#sink.layer_h + 1] = l - 1
       end
     end
   end
@@ -867,6 +888,7 @@ local function geometry(c, r)
     for t = 1, Tmax do row[t] = math.tointeger(gtok:get(b, t)) end
     toks[b] = row
   end
+  c.geo_toks = toks                   -- the untrained controls read the same sequences
   local GEO, SPLIT, SINK, PCA, PG = {}, {}, {}, {}, {}
   for _, v in ipairs(M.variants) do
     log("geometry of %s", v.name)
@@ -927,6 +949,200 @@ local function geometry(c, r)
     end
     r:out("%-15s %-28s %-28s %s", v.name, curve("srank_rot"), curve("srank_pre"), curve("cos_rot"))
   end
+end
+
+-- ---------------------------------------------------------------- controls
+-- The controls of the learned claims (the issue of 2026-12: C1/C2 passed on
+-- untrained models; no rotation-free control for C4/C5; the sinks' kind
+-- unjudged). Kept apart from the stages above:
+--   untrained_controls  stage 3c: every scheme's text model at its
+--                       initialization (M.new_model: the trained model's shape
+--                       and init seed), on the geometry's sequences, through
+--                       the same geometry code (M.geometry, prefix_geometry)
+--   write_h5_untrained  its numbers under seeds/<seed>/untrained/<scheme>/
+--                       (geometry/<stat>[_inside|_past], prefix/<stat>: the
+--                       layout of variants/<v>/)
+--   load_untrained      read back (absent in older files: the rows that need
+--                       it say INCONCLUSIVE, "no untrained control in this file")
+--   control_inputs      the rules' inputs: untrained excess (C1, C2), the
+--                       rotation-free controls' sink keep (C4, C5), the
+--                       pre-rotation key stable rank inside L (cluster row), the
+--                       sink heads' kind (sink-kind row)
+--   more_seeds          a preset's seeds_max: further seeds until M.SINK_SEEDS
+--                       have sink heads in both RoPE and RoPE-ID
+
+-- the variants whose sink heads the rules read (RoPE, RoPE-ID; NoPE and DroPE:
+-- the rotation-free controls of C4 / C5)
+M.SINK_VARIANTS = {rope = true, rope_id = true, none = true, drope = true}
+M.SINK_SEEDS = 3            -- more_seeds: seeds wanted with sink heads in both RoPE and RoPE-ID
+local SINK_STATS = {"first", "maxqk_pos", "k0_ratio", "maxqk_mean"}
+
+-- The sink summary (sink_of) of the window statistics stored under group g
+-- (".../variants/<v>/" or ".../untrained/<scheme>/") of the run file f.
+local function load_sink(f, g, eps)
+  local S = {}
+  for _, k in ipairs(SINK_STATS) do
+    local a = g .. "geometry/" .. k .. "_inside"
+    if k ~= "maxqk_mean" or f:has(a) then
+      S[k] = {inside = f:read(a):totable(), past = f:read(g .. "geometry/" .. k .. "_past"):totable()}
+    end
+  end
+  return sink_of(S, eps)
+end
+
+-- 3c. The untrained controls of one seed (see above); prints their table and
+-- every model's sink-head count.
+local function untrained_controls(c, r)
+  local o, L, W = c.o, c.L, c.W
+  local t0 = os.time()
+  local U = {}
+  for _, pos in ipairs(M.schemes) do
+    log("untrained control: %s at initialization (seed %d)", pos, o.seed)
+    local m = M.new_model(o, pos, c.text.vocab, "text")
+    local G = M.geometry(m, c.geo_toks, W)
+    local S = split_windows(G, L, W)
+    U[pos] = {G = G, S = S, SINK = sink_of(S, o.eps), PG = geo.prefix_geometry(m, c.geo_toks, c.lengths)}
+    m:close()
+    collectgarbage()
+  end
+  c.U = U
+  local function head_avg(P, stat, i)
+    local sum, n = 0, 0
+    for _, hs in ipairs(P[stat]) do for _, x in ipairs(hs) do sum, n = sum + x[i], n + 1 end end
+    return sum / n
+  end
+  r:out("")
+  r:out("-- 3c. Untrained controls: each scheme's text model at its initialization (init seed %d, the shape of 3), the "
+      .. "same %d sequences and code as 3 and 3b", o.seed, o.B_geo)
+  r:out("   srank rot / pre: prefix stable rank at t = %s (mean over heads); pre@L: pre-rotation srank of [0, L), "
+      .. "trained -> untrained; sinks: trained / untrained", table.concat(c.lengths, ", "))
+  r:out("%-15s %-28s %-28s %-13s %s", "untrained", "srank rot", "srank pre", "pre@L", "sinks")
+  for _, pos in ipairs(M.schemes) do
+    local P = U[pos].PG
+    local rot, pre = {}, {}
+    for i = 1, #c.lengths do
+      rot[i], pre[i] = ("%.2f"):format(head_avg(P, "srank_rot", i)), ("%.2f"):format(head_avg(P, "srank_pre", i))
+    end
+    r:out("%-15s %-28s %-28s %-13s %d / %d", pos, table.concat(rot, " "), table.concat(pre, " "),
+        ("%.2f->%.2f"):format(head_avg(c.PG[pos], "srank_pre", 1), head_avg(P, "srank_pre", 1)), c.SINK[pos].n,
+        U[pos].SINK.n)
+  end
+  local line = ("sink heads (seed %d; first-token attention > %.2f inside L): RoPE %d, RoPE-ID %d, NoPE %d, DroPE %d; "
+    .. "untrained RoPE %d, RoPE-ID %d, NoPE %d"):format(o.seed, o.eps, c.SINK.rope.n, c.SINK.rope_id.n,
+    c.SINK.none.n, c.SINK.drope.n, U.rope.SINK.n, U.rope_id.SINK.n, U.none.SINK.n)
+  log("%s", line)
+  r:out("%s", line)
+  r:out("time (seed %d): untrained controls %ds", o.seed, os.time() - t0)
+end
+
+local function write_h5_untrained(c, f)
+  if not c.U then return end
+  local g0 = ("seeds/%d/untrained/"):format(c.o.seed)
+  for _, pos in ipairs(M.schemes) do
+    local u, g = c.U[pos], g0 .. pos
+    for _, k in ipairs(M.geo_stats) do
+      f:write(g .. "/geometry/" .. k, u.G[k])                        -- [n_layer, n_head, windows]
+      f:write(g .. "/geometry/" .. k .. "_inside", u.S[k].inside)    -- [n_layer, n_head]
+      f:write(g .. "/geometry/" .. k .. "_past", u.S[k].past)
+    end
+    for _, k in ipairs(geo.stats) do f:write(g .. "/prefix/" .. k, u.PG[k]) end   -- [n_layer, n_head, lengths]
+    f:set_attr(g .. "/prefix/srank_pre", "init_seed", c.o.seed)
+    f:set_attr(g .. "/geometry/first", "sink_n", u.SINK.n)
+  end
+end
+
+-- c.UPG[scheme] (prefix statistics) and c.USINK[scheme] (sink summary) of the
+-- untrained controls of `seed`, when the file holds them.
+local function load_untrained(f, c, seed, eps)
+  local g0 = ("seeds/%d/untrained/"):format(seed)
+  if not (f:has(g0 .. "rope/prefix/srank_pre") and f:has(g0 .. "rope_id/prefix/srank_pre")) then return end
+  c.UPG, c.USINK = {}, {}
+  for _, v in ipairs(M.schemes) do
+    local g = g0 .. v .. "/"
+    if f:has(g .. "prefix/srank_pre") then
+      c.UPG[v] = {}
+      for _, k in ipairs(geo.stats) do c.UPG[v][k] = f:read(g .. "prefix/" .. k):totable() end
+      c.USINK[v] = load_sink(f, g, eps)
+    end
+  end
+end
+
+-- The control rows' inputs over the runs (seeds[s]: run s's seed as text;
+-- j4: the prefix index C1/C2 read).
+local function control_inputs(runs, seeds, j4)
+  local function tag(dst, n, s) for _ = #dst + 1, n do dst[#dst + 1] = s end end
+  local function add(dst, src) for _, v in ipairs(src) do dst[#dst + 1] = v end end
+  local function at_L(P, stat, out)      -- per head, the prefix [0, L) (index 1)
+    for _, hs in ipairs(P[stat]) do for _, v in ipairs(hs) do out[#out + 1] = v[1] end end
+  end
+  local ctl = {{name = "NoPE", v = "none"}, {name = "DroPE", v = "drope"}}
+  local x = {controls = {}, cl = {}, ucl = {}, u = {},
+             kind = {k0 = {}, qk = {}, layers = {}, head_seed = {}, id = {k0 = {}, qk = {}, layers = {}, head_seed = {}}}}
+  for k, cd in ipairs(ctl) do x.controls[k] = {name = cd.name, retention = {}, head_seed = {}} end
+  for _, name in ipairs({"rope", "rope_id"}) do
+    x.cl[name], x.ucl[name] = {pre = {}, head_seed = {}}, {pre = {}, head_seed = {}}
+    x.u[name] = {rot = {}, pre = {}, head_seed = {}}
+  end
+  local any, usinks = false, {}
+  for s, c in ipairs(runs) do
+    local sd = seeds[s]
+    for k, cd in ipairs(ctl) do
+      local sk, t = c.SINK[cd.v], x.controls[k]
+      if sk then add(t.retention, sk.retention_h); tag(t.head_seed, #t.retention, sd) end
+    end
+    for _, pair in ipairs({{x.kind, c.SINK.rope}, {x.kind.id, c.SINK.rope_id}}) do
+      local t, sk = pair[1], pair[2]
+      add(t.k0, sk.k0_in_h); add(t.qk, sk.qk_in_h); add(t.layers, sk.layer_h); tag(t.head_seed, #t.k0, sd)
+    end
+    for _, name in ipairs({"rope", "rope_id"}) do
+      at_L(c.PG[name], "srank_pre", x.cl[name].pre); tag(x.cl[name].head_seed, #x.cl[name].pre, sd)
+      local U = c.UPG and c.UPG[name]
+      if U then
+        any = true
+        local u = x.u[name]
+        geo.head_ratios(U, "srank_rot", j4, u.rot)
+        geo.head_ratios(U, "srank_pre", j4, u.pre)
+        tag(u.head_seed, #u.rot, sd)
+        at_L(U, "srank_pre", x.ucl[name].pre); tag(x.ucl[name].head_seed, #x.ucl[name].pre, sd)
+      end
+    end
+    if c.USINK then
+      local function n(v) return c.USINK[v] and c.USINK[v].n or -1 end
+      usinks[#usinks + 1] = ("%s: RoPE %d, RoPE-ID %d, NoPE %d"):format(sd, n("rope"), n("rope_id"), n("none"))
+    end
+  end
+  if not any then x.u, x.ucl = {}, nil end
+  x.untrained_sinks = #usinks > 0 and ("sink heads of the untrained models per seed: " .. table.concat(usinks, "; "))
+    or nil
+  return x
+end
+
+-- The control rows (rope_id_rules: cluster, sink_kind) appended to V.
+local function judge_controls(V, ci, base, best)
+  V[#V + 1] = rules.cluster(base{cl = ci.cl, ucl = ci.ucl})
+  local k = ci.kind
+  V[#V + 1] = rules.sink_kind(base{k0 = k.k0, qk = k.qk, layers = k.layers, head_seed = k.head_seed, id = k.id,
+                                   best = best, untrained_sinks = ci.untrained_sinks})
+end
+
+-- A preset's seeds_max (o.seeds_max, > #seeds): after the last seed of the
+-- list, if fewer than M.SINK_SEEDS of the finished seeds have sink heads in
+-- both RoPE and RoPE-ID, the next seed (one past the largest) joins the list.
+-- Under mpirun rank 0 decides (the other ranks hold no results) and tells all.
+local function more_seeds(o, seeds, runs, si, r)
+  if si < #seeds or not o.seeds_max or #seeds >= o.seeds_max then return end
+  local n = 0
+  for _, c in ipairs(runs) do if c.SINK.rope.n > 0 and c.SINK.rope_id.n > 0 then n = n + 1 end end
+  n = mp.mpi.bcast(n)
+  if n >= M.SINK_SEEDS then return end
+  local nxt = seeds[1]
+  for _, s in ipairs(seeds) do nxt = math.max(nxt, s) end
+  seeds[#seeds + 1] = nxt + 1
+  log("seeds with sink heads in both RoPE and RoPE-ID: %d of %d (%d wanted): adding seed %d (at most %d seeds)", n,
+      #seeds - 1, M.SINK_SEEDS, nxt + 1, o.seeds_max)
+  r:out("")
+  r:out("seeds with sink heads in both RoPE and RoPE-ID: %d of %d (%d wanted): adding seed %d (at most %d seeds)", n,
+      #seeds - 1, M.SINK_SEEDS, nxt + 1, o.seeds_max)
 end
 
 -- 4. Every number of one seed's run into the open run file f, under
@@ -1141,6 +1357,9 @@ local function judge(runs)
     x7.rise_id[s] = c.E.rope_id.loss_past - c.E.rope_id.loss_in
   end
   x2.cos_L, x2.cos_T = x2.cos_L / ncos, x2.cos_T / ncos
+  local ci = control_inputs(runs, seeds, j4)  -- the untrained and rotation-free controls
+  x1.u, x2.u = ci.u.rope, ci.u.rope_id
+  x4.controls, x5.controls = ci.controls, ci.controls
   local V = {rules.C1(x1), rules.C2(x2), rules.C3(x3), rules.C4(x4), rules.C5(x5)}
   local tail = {}
   for k, x in ipairs(rets) do
@@ -1157,6 +1376,7 @@ local function judge(runs)
   end
   V[7] = rules.C7(x7)
   for _, row in ipairs(tail) do V[#V + 1] = row end
+  judge_controls(V, ci, base, x3.best)
   return V
 end
 
@@ -1222,12 +1442,8 @@ function M.load_runs(f, path)
       if v == "rope" or v == "rope_id" then
         c.PG[v] = {}
         for _, k in ipairs(geo.stats) do c.PG[v][k] = get(g .. "prefix/" .. k) end
-        local S = {}
-        for _, k in ipairs({"first", "maxqk_pos", "k0_ratio"}) do
-          S[k] = {inside = get(g .. "geometry/" .. k .. "_inside"), past = get(g .. "geometry/" .. k .. "_past")}
-        end
-        c.SINK[v] = sink_of(S, o.eps)
       end
+      if M.SINK_VARIANTS[v] then c.SINK[v] = load_sink(f, g, o.eps) end
       local tw = f:attrs(g .. "text_loss_window")
       local e = {loss_in = tw.inside, loss_past = tw.past, loss = get(g .. "text_loss"), acc = get(g .. "retrieval_acc"),
                  racc = {}}
@@ -1240,6 +1456,7 @@ function M.load_runs(f, path)
       end
       c.E[v] = e
     end
+    load_untrained(f, c, seed, o.eps)
     runs[#runs + 1] = c
   end
   return runs, a, o
@@ -1449,17 +1666,22 @@ function M.run(o)
     ci.size = mp.input_size(ci.path, {what = "--corpus", max_bytes = 1 << 32})
   end
   local runs, f = {}, nil
-  for si, seed in ipairs(seeds) do
+  seeds = table.move(seeds, 1, #seeds, 1, {})   -- more_seeds may extend the list
+  local si = 0
+  while si < #seeds do
+    si = si + 1
+    local seed = seeds[si]
     local os_ = {}
     for k, v in pairs(o) do os_[k] = v end
     os_.seed = seed
     local c = plan(os_)
     c.seeds, c.first, c.corpus_info, c.t_start = seeds, si == 1, ci, t_start
     prepare_data(c, r)
-    if #seeds > 1 then r:out(""); r:out("== seed %d ==", seed) end
+    if #seeds > 1 or (o.seeds_max or 1) > 1 then r:out(""); r:out("== seed %d ==", seed) end
     if train(c, r) then          -- false on MPI ranks other than 0: their share of this seed is done
       evaluate(c, r)
       geometry(c, r)
+      untrained_controls(c, r)
       if si == 1 then
         c.h5 = o.out .. "/rope_id.h5"
         c.tmp = c.h5 .. ".tmp"
@@ -1468,11 +1690,13 @@ function M.run(o)
         figures(c)
       end
       write_h5(c, f)
+      write_h5_untrained(c, f)
       r:out("time (seed %d): training %ds, evaluation %ds, geometry %ds", seed, c.s1, c.s2, c.s3)
       for _, per in pairs(c.models) do for _, m in pairs(per) do m:close() end end
       c.models = nil             -- the checkpoints stay on disk; the verdicts need the numbers only
       runs[#runs + 1] = c
     end
+    more_seeds(o, seeds, runs, si, r)
   end
   if #runs == 0 then return nil end
   local c = runs[1]
@@ -1480,6 +1704,11 @@ function M.run(o)
   -- datasets), read back as --rejudge and --merge read it
   f:close()
   f = mp.h5.open(c.tmp, "r+")
+  f:set_attr("/", "seeds", table.concat(seeds, ","))   -- the list as run (more_seeds may have extended it)
+  for i, line in ipairs(r.lines) do                    -- and the report's header
+    local fixed = line:gsub("^(== mechprobe rope_id %(.-; seeds )[%d,]+(%) ==)$", "%1" .. table.concat(seeds, ",") .. "%2")
+    if fixed ~= line then r.lines[i] = fixed; break end
+  end
   local V, back = judge_file(f, c.tmp)
   pooled(back, r, f)
   Vx.write_h5(f, V)

@@ -277,6 +277,9 @@ mp_status mp_model_save_gguf(const mp_model *m, const char *tok_source, const ch
     }
     const mp_config *c = &m->cfg;
     const mp_params *p = &m->p;
+    if (c->rel_values > 0)
+        return mp_error(MP_ERR_ARG, "%s: rel_values (Shaw relative values, R = %d) has no GGUF / llama.cpp form; save "
+                        "as .h5", path, c->rel_values);
     if (type != MP_GGML_F32 && type != MP_GGML_F16 && type != MP_GGML_Q8_0)
         return mp_error(MP_ERR_ARG, "%s: GGUF export type must be f32, f16 or q8_0", path);
     /* gptneox, phi3: the NeoX-RoPE architectures with a partial rotation (see the header) */

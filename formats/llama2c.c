@@ -265,6 +265,9 @@ mp_status mp_model_save_llama2c(const mp_model *m, const char *path, int version
     if (version != 0 && version != 1)
         return mp_error(MP_ERR_ARG, "%s: llama2.c version %d cannot be written (0 or 1)", path, version);
     if ((st = mp_config_validate(c, path)) != MP_OK) return st;
+    if (c->rel_values > 0)
+        return mp_error(MP_ERR_ARG, "%s: rel_values (Shaw relative values, R = %d) has no llama2.c form; save as .h5",
+                        path, c->rel_values);
     if (c->no_pre_norms)
         return mp_error(MP_ERR_ARG, "%s: llama2.c has no form for a block without pre-norms (pre_norms = false, OLMo "
                         "2); save as .gguf, a Hugging Face folder or .h5", path);

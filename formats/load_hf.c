@@ -1138,6 +1138,9 @@ mp_status mp_model_save_hf(const mp_model *m, const char *dir) {
     const mp_params *p = &m->p;
     int gpt2 = is_gpt2_like(c), neox = !gpt2 && is_neox_like(c), phi3 = !gpt2 && !neox && is_phi3_like(m);
     const int gk = gemma_kind(c), olmo2 = is_olmo2_like(c);
+    if (c->rel_values > 0)
+        return mp_error(MP_ERR_ARG, "%s: rel_values (Shaw relative values, R = %d) has no Hugging Face form; save as "
+                        ".h5", dir, c->rel_values);
     if (c->no_pre_norms && !olmo2)
         return mp_error(MP_ERR_ARG, "%s: a block without pre-norms (pre_norms = false) has a Hugging Face form only as "
                         "OLMo 2 (RMSNorm, SwiGLU, RoPE, post_norms, qk_norm full, no biases, no window, none of "

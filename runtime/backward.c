@@ -85,6 +85,8 @@ static mp_status check_ops(const mp_bwd_ops *o, const mp_config *c, int wgrad, i
         miss = "the q/k norm";
     else if (wgrad && mp_attn_has_factor(c->attn) && !o->attn_factor)
         miss = "the attention variant's factor gradient";
+    else if (c->rel_values > 0 && (!o->attn_relv || !o->attn_dpattern || !o->attn_dscores || !o->attn_dqk))
+        miss = "Shaw's relative values (rel_values)";
     else if ((!wgrad || hooks) && (!o->attn_dpattern || !o->attn_dscores || !o->attn_dqk || !o->alloc || !o->release))
         miss = "the staged attention (input gradients only, or backward hooks)";
     else if (c->parallel_attn && (!o->add || !o->alloc || !o->release))
@@ -259,13 +261,18 @@ static mp_status walk_masked(const mp_bwd_ops *ops, void *ctx, const mp_config *
         }
         FIRE(MP_HOOK_Z, l, A->dz);
         const mp_attn_layer av = mp_attn_layer_of(c, p, l);
-        if (g && !mp_hooks_active(hs, MP_HOOK_PATTERN, l) && !mp_hooks_active(hs, MP_HOOK_ATTN_SCORES, l)) {
+        /* the fused step with weight gradients and neither map hooked; Shaw's relative values add to the
+         * pattern's gradient between the stages, so such a model always takes the staged one */
+        if (g && !c->rel_values && !mp_hooks_active(hs, MP_HOOK_PATTERN, l) &&
+            !mp_hooks_active(hs, MP_HOOK_ATTN_SCORES, l)) {
             TRY(ops->zero(ctx, A->dq, (size_t)N * HD));
             TRY(ops->zero(ctx, A->dk, (size_t)N * KD));
             TRY(ops->zero(ctx, A->dv, (size_t)N * KD));
             TRY(ops->attn(ctx, c, A, l, &a, &av, A->dz, A->dq, A->dk, A->dv, A->datt, A->dfac));
         } else { /* dz -> d pattern (hook_pattern) -> d scores (hook_attn_scores) -> dq, dk; dv */
             TRY(ops->attn_dpattern(ctx, c, &a, &av, B, T, A->dz, A->datt, A->dv));
+            if (c->rel_values > 0) /* z_i += sum_j a_ij rel_v[clip(i - j)]: its share of d pattern, and rel_v's */
+                TRY(ops->attn_relv(ctx, c, &a, &av, w.rel_v, g ? dw.rel_v : NULL, B, T, A->dz, A->datt, mask));
             /* a padded batch: 0 at the keys a query does not see (their pattern is 0: nothing flows there) */
             if (mask) mp_mask_grad_pattern(mask, B, H, T, A->datt);
             FIRE(MP_HOOK_PATTERN, l, A->datt);

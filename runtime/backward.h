@@ -88,6 +88,14 @@ typedef struct mp_bwd_ops {
                               int T, float *datt, float *dfac);
     mp_status (*attn_dqk)(void *ctx, const mp_config *c, const mp_layer_acts *a, int B, int T, const float *datt,
                           float *dq, float *dk);
+    /* Shaw's relative values (rel_values > 0; runtime/relv.h), between attn_dpattern and the pattern's
+     * hook: datt += dz_i,h . rel_v[class(i, j)] at the keys a query sees (av's window); with drel_v,
+     * drel_v [R+1, Dh] += the pattern's mass of each class times dz. mask: a padded batch's [B, T] (host
+     * memory) or NULL. Optional: NULL in a table whose backend does not train such models (the walk
+     * refuses them). */
+    mp_status (*attn_relv)(void *ctx, const mp_config *c, const mp_layer_acts *a, const mp_attn_layer *av,
+                           const float *rel_v, float *drel_v, int B, int T, const float *dz, float *datt,
+                           const int *mask);
     /* The variant's per-head parameters += from dfac [B, H, T]. */
     mp_status (*attn_factor)(void *ctx, const mp_attn_layer *av, float *ds, float *ddelta, float *dbeta, float *dgamma,
                              const float *dfac, int B, int H, int T);

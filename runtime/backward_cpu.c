@@ -19,6 +19,7 @@
  * the buffer and accumulating (OpenBLAS starts both from zero). */
 #include "backward.h"
 #include "ops.h"
+#include "relv.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -138,6 +139,14 @@ static mp_status c_attn_dpattern(void *ctx, const mp_config *c, const mp_layer_a
             }
         }
     return MP_OK;
+}
+
+/* Shaw's relative values (relv.h): their share of d pattern, and rel_v's gradient */
+static mp_status c_attn_relv(void *ctx, const mp_config *c, const mp_layer_acts *a, const mp_attn_layer *av,
+                             const float *rel_v, float *drel_v, int B, int T, const float *dz, float *datt,
+                             const int *mask) {
+    (void)ctx;
+    return mp_relv_backward(c, rel_v, drel_v, a->att, dz, datt, B, T, av->window, mask);
 }
 
 /* through the normalizer (and the variant's row factor) to the scores hook_attn_scores shows */
@@ -324,6 +333,7 @@ const mp_bwd_ops mp_bwd_ops_cpu = {
     .act = c_act,
     .attn = c_attn,
     .attn_dpattern = c_attn_dpattern,
+    .attn_relv = c_attn_relv,
     .attn_dscores = c_attn_dscores,
     .attn_dqk = c_attn_dqk,
     .attn_factor = c_attn_factor,

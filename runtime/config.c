@@ -172,7 +172,8 @@ mp_config mp_config_default(void) {
  * layout. Order = mp_params order = the layout in memory. Expressions of
  * D, V, M, HD, KD, H, ctx, has_mlp, ln, c; QN, KN: the q/k norm weights'
  * widths (Dh for qk_norm head, HD / KD for full); pre: the block has ln1 / ln2
- * (not no_pre_norms). */
+ * (not no_pre_norms); RV, Dh: Shaw's relative values, R + 1 rows (rel_values R)
+ * of d_head. */
 #define MP_PARAM_TABLE(X)                                                                         \
     X(EMBED, embed, "embed", V, D, 1)                                                             \
     X(LN1, ln1_w, "blocks.%d.ln1.weight", D, 0, pre)                                              \
@@ -204,7 +205,8 @@ mp_config mp_config_default(void) {
     X(QNORM, q_norm, "blocks.%d.attn.q_norm.weight", QN, 0, c->qk_norm != MP_QK_NORM_NONE)        \
     X(KNORM, k_norm, "blocks.%d.attn.k_norm.weight", KN, 0, c->qk_norm != MP_QK_NORM_NONE)        \
     X(LN1P, ln1p_w, "blocks.%d.ln1_post.weight", D, 0, c->post_norms)                             \
-    X(LN2P, ln2p_w, "blocks.%d.ln2_post.weight", D, 0, c->post_norms && has_mlp)
+    X(LN2P, ln2p_w, "blocks.%d.ln2_post.weight", D, 0, c->post_norms && has_mlp)                  \
+    X(RELV, rel_v, "blocks.%d.attn.rel_v", RV, Dh, c->rel_values > 0)
 
 enum {
 #define P_ID(id, f, name, r, k, present) P_##id,
@@ -228,8 +230,9 @@ static const char *const param_names[P_COUNT] = {
             KD = (int64_t)(c)->n_kv_head * (c)->d_head;                                              \
     int64_t QN = (c)->qk_norm == MP_QK_NORM_FULL ? HD : (c)->d_head,                                 \
             KN = (c)->qk_norm == MP_QK_NORM_FULL ? KD : (c)->d_head;                                 \
+    int64_t RV = (int64_t)(c)->rel_values + 1, Dh = (c)->d_head;                                     \
     (void)D; (void)V; (void)H; (void)ctx; (void)M; (void)HD; (void)KD; (void)has_mlp; (void)ln;      \
-    (void)QN; (void)KN; (void)pre
+    (void)QN; (void)KN; (void)pre; (void)RV; (void)Dh
 
 /* One layer's shape of each tensor (present or not). */
 static void param_shapes(const mp_config *c, int64_t s[P_COUNT][2]) {
@@ -298,7 +301,7 @@ int mp_params_describe(const mp_config *c, const mp_params *p, mp_param_desc out
         d->ndim = shapes[i][1] ? 2 : 1;
         d->shape[0] = shapes[i][0];
         d->shape[1] = shapes[i][1];
-        d->decay = d->ndim == 2;
+        d->decay = d->ndim == 2 && i != P_RELV; /* rel_v: an embedding table (one row per distance), no decay */
     }
     return k;
 }
@@ -453,6 +456,10 @@ mp_status mp_config_validate(const mp_config *c, const char *what) {
         return mp_error(MP_ERR_FORMAT, "%s: attention alpha (%g) applies to attn entmax and asentmax only (attn %s)",
                         what, (double)c->attn_alpha, mp_attn_name(c->attn));
     }
+    if (c->rel_values < 0 || c->rel_values > MP_REL_VALUES_MAX)
+        return mp_error(MP_ERR_FORMAT, "%s: rel_values (%d) must be in 0..%d (0: off; R: Shaw relative values for "
+                        "distances 0..R-1 and one shared by every distance >= R)", what, c->rel_values,
+                        MP_REL_VALUES_MAX);
     if (c->sliding_window < 0)
         return mp_error(MP_ERR_FORMAT, "%s: sliding_window (%d) must be >= 0 (0: no window)", what, c->sliding_window);
     if (c->sliding_window_pattern < 0)

@@ -60,6 +60,7 @@ typedef enum { MP_QK_NORM_NONE = 0, MP_QK_NORM_HEAD, MP_QK_NORM_FULL } mp_qk_nor
 #define MP_QK_NORM_COUNT 3
 
 #define MP_ROPE_FREQS_MAX 256   /* d_head up to 512 with frequency divisors */
+#define MP_REL_VALUES_MAX 4096  /* rel_values: the largest clipping distance R */
 
 typedef struct mp_config {
     int d_model;   /* D */
@@ -121,6 +122,10 @@ typedef struct mp_config {
     float rope_local_theta; /* > 0: the windowed layers (mp_config_window > 0) rotate with this base and no RoPE
                              * scaling (rope_scale, rope_scaling, rope_freqs apply to the global layers only);
                              * pos rope with a sliding_window only (mp_pos_local) */
+    /* appended for Shaw relative values (zero = the older behaviour) */
+    int rel_values;       /* R > 0: every layer adds to each head's output the learned vector rel_v[l][min(i-j, R)]
+                           * weighted by the pattern: z_i = sum_j a_ij (v_j + r_clip(i-j)) (Shaw et al. 2018, on
+                           * the values only; runtime/relv.h); scores unchanged. 0..4096 */
 } mp_config;
 
 /* The value types of config fields, as files and Lua see them:
@@ -208,7 +213,8 @@ typedef enum { MP_CF_INT, MP_CF_FLOAT, MP_CF_BOOL, MP_CF_NOTBOOL, MP_CF_KIND, MP
       c->query_pre_attn_scalar > 0.0f ? c->query_pre_attn_scalar : (float)c->d_head, c->query_pre_attn_scalar != 0.0f, 1) \
     X(no_pre_norms, MP_CF_NOTBOOL, "pre_norms", "pre_norms", NULL, 0, 0, 0, !c->no_pre_norms, c->no_pre_norms, 1)   \
     X(rope_local_theta, MP_CF_FLOAT, "rope_local_theta", "rope_local_theta", NULL, 0, 0.0f, 0, c->rope_local_theta,  \
-      c->rope_local_theta != 0.0f, 1)
+      c->rope_local_theta != 0.0f, 1)                                                                                  \
+    X(rel_values, MP_CF_INT, "rel_values", "rel_values", NULL, 0, 0, 0, c->rel_values, c->rel_values != 0, 1)
 
 /* The table as data, for the loops of each path. */
 typedef struct {

@@ -20,6 +20,7 @@
 #include "ops.h"
 #include "qdot.h"
 #include "quant.h"
+#include "relv.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -147,7 +148,8 @@ mp_layer_params mp_params_layer(const mp_config *c, const mp_params *p, int l) {
         .as_gamma = at(p->as_gamma, l, H),
         .q_norm = at(p->q_norm, l, c->qk_norm == MP_QK_NORM_FULL ? HD : (size_t)c->d_head),
         .k_norm = at(p->k_norm, l, c->qk_norm == MP_QK_NORM_FULL ? KD : (size_t)c->d_head),
-        .ln1p_w = at(p->ln1p_w, l, D), .ln2p_w = at(p->ln2p_w, l, D)};
+        .ln1p_w = at(p->ln1p_w, l, D), .ln2p_w = at(p->ln2p_w, l, D),
+        .rel_v = at(p->rel_v, l, ((size_t)c->rel_values + 1) * c->d_head)};
 }
 
 mp_layer_acts mp_acts_layer(const mp_config *c, const mp_acts *a, int l) {
@@ -234,6 +236,17 @@ static mp_status attention(const mp_exec *e, int l, const mp_layer_acts *b, cons
     float *work = NULL;
     if (nwork && !(work = mp_malloc((size_t)nthr * nwork * sizeof(float), "attention-variant scratch")))
         return MP_ERR_NOMEM;
+    /* Shaw's relative values (relv.h): the layer's rows, and a padded batch's positions of the S key columns */
+    const int R = c->rel_values;
+    const float *rel_v = R > 0 ? mp_params_layer(c, &CPU(e)->m->p, l).rel_v : NULL;
+    int *kpos = NULL;
+    if (rel_v && f->mask) {
+        if (!(kpos = mp_malloc((size_t)B * S * sizeof(int), "key positions of a padded batch"))) {
+            free(work);
+            return MP_ERR_NOMEM;
+        }
+        mp_mask_positions(f->mask, B, S, kpos);
+    }
     if (T == 1 && !show && !f->mask) {
         /* a decoding step with neither map hooked: each head's scores, weights and
          * output in one parallel region instead of three of tiny work */
@@ -252,6 +265,7 @@ static mp_status attention(const mp_exec *e, int l, const mp_layer_acts *b, cons
             mp_attn_normalize_rows(av, h, a, 1, S, S, f->pos0 + 1, w);
             cblas_sgemv(CblasRowMajor, CblasTrans, S - lo, Dh, 1.0f, vp + (size_t)lo * KD, KD, a + lo, 1, 0.0f,
                         b->z + (size_t)bb * HD + (size_t)h * Dh, 1);
+            if (rel_v) mp_relv_row(rel_v, R, Dh, a, lo, S - 1, NULL, b->z + (size_t)bb * HD + (size_t)h * Dh);
         }
         free(work);
         return MP_OK;
@@ -312,9 +326,14 @@ static mp_status attention(const mp_exec *e, int l, const mp_layer_acts *b, cons
                         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rr, Dh, kk, 1.0f, a + (size_t)r0 * S,
                                     S, vp, KD, 0.0f, zp + (size_t)r0 * HD, HD);
                     }
+                if (rel_v) /* row i's pattern (after any hook_pattern edit) over its keys 0..pos0+q0+i */
+                    for (int i = 0; i < rows; i++)
+                        mp_relv_row(rel_v, R, Dh, a + (size_t)i * S, 0, f->pos0 + q0 + i,
+                                    kpos ? kpos + (size_t)bb * S : NULL, zp + (size_t)i * HD);
             }
     }
 cleanup:
+    free(kpos);
     free(work);
     return st;
 }

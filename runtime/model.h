@@ -71,12 +71,15 @@ typedef struct {
     /* Gemma 2's post-norms (post_norms; RMSNorm weights, held as 1 + w with norm_offset) */
     float *ln1p_w;   /* [L, D] of the attention output */
     float *ln2p_w;   /* [L, D] of the MLP output */
+    /* Shaw's relative values (rel_values R > 0, else NULL): row k < R is the vector of distance i - j = k,
+     * row R the one of every distance >= R, shared by the heads of a layer (runtime/relv.h) */
+    float *rel_v;    /* [L, R+1, Dh] */
 } mp_params;
 
 /* The parameter tensors in mp_params order, with their DESIGN.md checkpoint
  * names: per-layer tensors are named with a "%d" for the layer
  * ("blocks.%d.attn.wq") and `shape` is one layer's shape. */
-#define MP_PARAM_MAX 31
+#define MP_PARAM_MAX 32
 typedef struct {
     const char *name;  /* printf pattern ("%d" = layer) or plain name */
     float *p;          /* start (all layers) */
@@ -110,6 +113,7 @@ typedef struct {
     float *ssmax_s, *as_delta, *as_beta, *as_gamma; /* [H] */
     float *q_norm, *k_norm;               /* [Dh] (qk_norm head) or [H*Dh], [K*Dh] (full) */
     float *ln1p_w, *ln2p_w;               /* [D] post-norms (post_norms) */
+    float *rel_v;                         /* [R+1, Dh] Shaw's relative values (rel_values R > 0) */
 } mp_layer_params;
 mp_layer_params mp_params_layer(const mp_config *c, const mp_params *p, int l);
 

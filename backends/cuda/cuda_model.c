@@ -1557,6 +1557,8 @@ static mp_status cu_train_step(mp_model *m, mp_adamw *opt, void *wsv, const int 
     mp_status st = MP_OK;
     mp_forward_params fp = mp_forward_params_default();
     fp.hooks = hooks;
+    if (c->rel_values > 0)
+        return mp_error(MP_ERR_ARG, "train step: %s; move the model there first (m:to(\"cpu\"))", MP_CUDA_RELV_CPU);
     const char *why = mp_cuda_cpu_reason(m, &fp); /* the hook points only the CPU forward has */
     if (why)
         return mp_error(MP_ERR_ARG, "train step: hook point %s is not on the cuda device; train on the CPU "

@@ -47,6 +47,7 @@ mp_status mp_cuda_check_model(const mp_config *c, mp_precision p) {
 
 const char *mp_cuda_cpu_reason(const mp_model *m, const mp_forward_params *fp) {
     if (!fp) return NULL;
+    if (m->cfg.rel_values > 0) return MP_CUDA_RELV_CPU; /* the term is in the CPU's attention only */
     /* backward hooks' forward (grad.c); training steps go to the device whole (mp_train_step) */
     if (fp->acts) return "a training-mode forward (backward hooks, incl_bwd)";
     if (fp->attn_mask) return "a padded batch (attention_mask)";

@@ -38,9 +38,14 @@ const char *mp_cuda_train_gemma(const mp_config *c);
  * a padded batch (attention_mask), or an active hook at one of the opt-in
  * per-head points, whose path the device does not have yet (hook_attn_in,
  * attn.hook_q_input / k_input / v_input, attn.hook_result), or a training-mode
- * forward (an activation store: backward hooks). Training steps do not come
+ * forward (an activation store: backward hooks), or any call of a model with
+ * rel_values > 0 (MP_CUDA_RELV_CPU). Training steps do not come
  * here: mp_train_step hands the whole step to the device (train.h, device.h). */
 const char *mp_cuda_cpu_reason(const mp_model *m, const mp_forward_params *fp);
+/* The reason for every forward call of a model with Shaw's relative values
+ * (rel_values > 0, runtime/relv.h), which the device has no path for; its
+ * training step on the device is refused with this text. */
+#define MP_CUDA_RELV_CPU "rel_values (Shaw relative values) runs on the CPU only"
 /* Moves m: to MP_DEVICE_CUDA (checks: mp_cuda_available, then
  * mp_cuda_check_model; then uploads a float32 copy of the weights, a
  * quantized model's dequantized, plus a bfloat16 copy for bf16 (the linear

@@ -18,9 +18,9 @@ local samples = {
     rope_factor = 4, rope_orig_ctx = 8, yarn_beta_fast = 16, yarn_beta_slow = 2, attn = "entmax",
     alpha = 1.75, tokenizer = "bytes", parallel_attn = true,
   },
-  { -- rope_id (4 of 8 channels rotate) without its temperature
+  { -- rope_id (4 of 8 channels rotate) without its temperature; Shaw relative values
     d_model = 24, n_layer = 2, n_head = 2, vocab = 40, ctx = 10, pos = "rope_id", rope_dims = 4,
-    pos_temp = false, attn = "ssmax", qk_norm = "head",
+    pos_temp = false, attn = "ssmax", qk_norm = "head", rel_values = 3,
   },
   { -- RoPE with per-frequency divisors (Llama 3 style); a Gemma-2-style sliding window
     d_model = 16, n_layer = 1, n_head = 2, vocab = 40, ctx = 10, rope_freqs = {1, 2, 4, 8}, mlp = "gelu",
@@ -171,6 +171,7 @@ t.case("fields that do not apply", function()
     {{pre_norms = false, post_norms = true, parallel_attn = true},
      "pre_norms = false (OLMo 2's block) is not supported with parallel_attn"},
     {{rope_local_theta = 100}, "rope_local_theta (the windowed layers' RoPE base) needs pos rope (pos rope), a sliding_window (0)"},
+    {{rel_values = 4097}, "rel_values (4097) must be in 0..4096"},
   }
   for _, r in ipairs(refused) do
     local ok, err = pcall(mp.model.new, with(r[1]))

@@ -26,6 +26,9 @@
 --   3c. the untrained controls: every scheme's text model at its initialization
 --      (same shape and init seed), the same sequences and geometry code (the
 --      "controls" section below; seeds/<seed>/untrained/ in the run file)
+--   3d. the causal test of the RoPE sink (rope_id_restore.lua, row C10): key 0's
+--      score restored to offset L - 1 in the sink heads for the queries past L,
+--      against a control
 -- (a preset's seeds_max adds seeds until 3 have sink heads in RoPE and RoPE-ID)
 -- then the figures (first seed), the losses and accuracies pooled over the
 -- seeds, and the verdict table (claims in rope_id_rules.lua, judged by the one
@@ -37,6 +40,8 @@ local report = require "report"
 local rules = require "rope_id_rules"
 local Vx = require "verdicts"
 local geo = require "rope_id_geo"
+local band = require "rope_id_band"
+local restore = require "rope_id_restore"
 
 -- ---------------------------------------------------------------- presets
 
@@ -80,6 +85,19 @@ M.ret_kinds = {
 -- per L, periods 32..L/2) spans log2(L/64) octaves, 3 at L = 512 against 1 at
 -- 128 (where the model is mostly NoPE) and 0 at 64; the verdicts on RoPE-ID
 -- (C5-C7) need >= 2 (rules.MIN_OCTAVES). It evaluates to 8L = 4096, 3 seeds.
+-- Its heads are 32 wide (d_head 32, 8 x 32 = 256 > d_model): RoPE-ID rotates
+-- 8 pairs, periods 32 * 8^(i/7) (32, 43.1, 58.0, 78.0, 105.0, 141.3, 190.2,
+-- 256), not commensurate, so no position in [L, 8L) repeats the joint angles
+-- of a training position: its nearest recurrence is the one-token step 0.196
+-- rad (offset 1), and 1.54 rad past the first 32 offsets (rope_id_band.lua).
+-- With d_head 16 the 4 pairs had periods 32, 64, 128, 256: every position past
+-- L repeated one of training (offset 256), which the medium preset's band (L =
+-- 256: periods 32, 50.8, 80.6, 128) does not. The cost: 4 x 128 x 256 attention
+-- weights a layer instead of 4 x 128 x 128, the text models 0.95M parameters
+-- instead of 0.69M (the retrieval models 0.23M instead of 0.16M without the
+-- embedding), a text training step of 16 x 512 about 15% longer (5.7 s against
+-- 5.0 s, two loaded cores); RoPE and every other scheme share the shape (RoPE's
+-- 16 pairs: theta^(-2i/32)).
 -- Its text models take the search's full_lr_hi_b16 recipe (600 steps of
 -- 16 x 512 at lr 1e-2: 5 of 32 sink heads from 1.2M tokens on) and its
 -- retrieval models medium's shape and steps, so that a seed is about an hour
@@ -102,7 +120,7 @@ M.presets = {
     B_text = 4, B_ret = 32, B_geo = 2, window = 32, seeds = {1, 2, 3},
   },
   full = {
-    L = 512, mults = {1, 2, 4, 8}, d_model = 128, n_layer = 4, n_head = 8, d_mlp = 256,
+    L = 512, mults = {1, 2, 4, 8}, d_model = 128, n_layer = 4, n_head = 8, d_head = 32, d_mlp = 256,
     ret = {d_model = 64, n_layer = 4, n_head = 4, d_mlp = 128},
     text_steps = 600, ret_steps = 400, drope_steps = 150, value_len = 2, lr = 1e-2, ret_lr = 1e-2,
     B_text = 4, B_ret = 32, B_geo = 2, window = 64, seeds = {1, 2, 3},
@@ -446,6 +464,7 @@ local function prepare_data(c, r)
   r:out("== mechprobe rope_id (%s; seeds %s) ==", o.preset, table.concat(c.seeds, ","))
   r:out("RoPE-ID's rotating band at L = %d: periods 32..%d tokens, %.1f octaves (the C5-C7 precondition: >= %d)", L,
       L // 2, rules.band_octaves(L), rules.MIN_OCTAVES)
+  band.report(c, r, M.model_shape(o, "text").d_head)
   r:out("text: %s%s; retrieval: passkey of %d digit(s) in random filler (%d words, vocab %d), needle at a random depth",
       corpus, sources and (" (%d bytes from %d files)"):format(corpus_bytes, #sources) or "", o.value_len, o.n_filler,
       ret.vocab)
@@ -1231,6 +1250,7 @@ local function write_h5_root(c, f)
   f:set_attr("/", "seeds", table.concat(c.seeds, ","))
   f:set_attr("/", "eps", o.eps)
   f:set_attr("/", "band_octaves", rules.band_octaves(c.L))
+  band.write_h5(c, f)
   f:set_attr("/", "corpus", c.corpus)
   local vn = {}
   for i, v in ipairs(M.variants) do vn[i] = v.name end
@@ -1376,6 +1396,7 @@ local function judge(runs)
   end
   V[7] = rules.C7(x7)
   for _, row in ipairs(tail) do V[#V + 1] = row end
+  V[#V + 1] = rules.C10(base(restore.rule_input(runs, seeds, x3.best)))   -- rope_id_restore.lua
   judge_controls(V, ci, base, x3.best)
   return V
 end
@@ -1444,6 +1465,7 @@ function M.load_runs(f, path)
         for _, k in ipairs(geo.stats) do c.PG[v][k] = get(g .. "prefix/" .. k) end
       end
       if M.SINK_VARIANTS[v] then c.SINK[v] = load_sink(f, g, o.eps) end
+      if v == "rope" then c.RESTORE = restore.load(f, seed) end
       local tw = f:attrs(g .. "text_loss_window")
       local e = {loss_in = tw.inside, loss_past = tw.past, loss = get(g .. "text_loss"), acc = get(g .. "retrieval_acc"),
                  racc = {}}
@@ -1682,6 +1704,7 @@ function M.run(o)
       evaluate(c, r)
       geometry(c, r)
       untrained_controls(c, r)
+      restore.run(c, r)
       if si == 1 then
         c.h5 = o.out .. "/rope_id.h5"
         c.tmp = c.h5 .. ".tmp"
@@ -1691,7 +1714,8 @@ function M.run(o)
       end
       write_h5(c, f)
       write_h5_untrained(c, f)
-      r:out("time (seed %d): training %ds, evaluation %ds, geometry %ds", seed, c.s1, c.s2, c.s3)
+      restore.write_h5(c, f)
+      r:out("time (seed %d): training %ds, evaluation %ds, geometry %ds, restore %ds", seed, c.s1, c.s2, c.s3, c.s4)
       for _, per in pairs(c.models) do for _, m in pairs(per) do m:close() end end
       c.models = nil             -- the checkpoints stay on disk; the verdicts need the numbers only
       runs[#runs + 1] = c

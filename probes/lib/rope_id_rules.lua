@@ -569,4 +569,68 @@ function M.sink_kind(x)
       :format(text_learned_rule("RoPE's"), V.MIN_SEEDS)}
 end
 
+-- C10 (rope_id_restore.lua): past L, giving the RoPE sink heads back their
+-- inside-L view of the first key (key 0's score at offset L - 1 for every query
+-- t >= L) recovers their first-token attention, and the loss past L improves
+-- by more than the same restore on as many random non-sink heads (the
+-- control). Per seed with sink heads: x.gain[i], x.gain_ctrl[i] (loss past L
+-- intact minus restored, for the sink heads / the control heads), the sink
+-- heads' mean first-token attention x.first_in[i] (queries inside L),
+-- x.first_past[i] (past L, intact), x.first_restored[i] (past L, restored);
+-- x.restore_seeds: those seeds; x.missing: seeds whose run file has no restore
+-- numbers (written before this test); x.score_err: the largest relative
+-- difference of an intact score from q.k/sqrt(Dh) (the restore's own check).
+M.RESTORE_FAILED = 0.67     -- C10 premise: the sink failed intact (retention below C4's threshold)
+M.RESTORE_RECOVERED = 0.8   -- C10 premise: restored first-token attention >= this share of inside L (C5's "kept")
+M.RESTORE_SCORE_ERR = 1e-3  -- C10 premise: the intact scores are q.k/sqrt(Dh) to this (relative)
+
+local function ratio_mean(num, den)
+  local r = {}
+  for i = 1, #num do r[i] = num[i] / den[i] end
+  return mean(r)
+end
+
+function M.C10(x)
+  local seeds = x.restore_seeds or {}
+  local n = #seeds
+  local kept = n > 0 and ratio_mean(x.first_past, x.first_in) or 0 / 0
+  local back = n > 0 and ratio_mean(x.first_restored, x.first_in) or 0 / 0
+  local heads = {}
+  for i = 1, n do heads[i] = ("%s: %s"):format(tostring(seeds[i]), tostring(x.heads and x.heads[i] or "?")) end
+  return V.judge{
+    id = "C10", claim = "past L, restoring the RoPE sinks' first key recovers the loss (causal)",
+    paper = "(implied: the sink's failure past L costs loss)",
+    source = M.PAPER .. " (implied by its sink account; our intervention, not the paper's)",
+    statistic = "loss past L, intact minus with key 0's score at offset L-1 in the sink heads, minus the same for as "
+      .. "many random non-sink heads, per seed",
+    seeds = seeds, name = "sink gain", values = x.gain or {}, control = {name = "control gain", values = x.gain_ctrl or {}},
+    above = 0, fmt = "%.4f", learned = M.text_learned(x, {"rope"}), scale = x.scale,
+    pre = {{ok = (x.missing or 0) == 0,
+            text = ("the run file has no restore numbers for %d seed(s) (written before this test; run the probe again)")
+              :format(x.missing or 0)},
+           sink_pre(n, "RoPE", x.best),
+           {ok = (x.score_err or 0) <= M.RESTORE_SCORE_ERR,
+            text = ("the intact scores differ from q.k/sqrt(Dh) by %.1e (relative, > %.0e): the restore does not "
+              .. "reproduce this scheme's scores"):format(x.score_err or 0, M.RESTORE_SCORE_ERR)},
+           {ok = not (kept >= M.RESTORE_FAILED),
+            text = ("the sinks did not fail intact (first-token attention past L / inside L %.2f >= %.2f): nothing to "
+              .. "restore"):format(kept, M.RESTORE_FAILED)},
+           {ok = back >= M.RESTORE_RECOVERED,
+            text = ("the restore did not bring the first-token attention back (restored past L / inside L %.2f < %.2f)")
+              :format(back, M.RESTORE_RECOVERED)}},
+    describe = n == 0 and ("no seed with sink heads and restore numbers (%d seed(s) without restore numbers)")
+      :format(x.missing or 0)
+      or ("sink heads per seed %s; first-token attention (means of the seed means) inside L %.3f, past L intact %.3f, "
+      .. "restored %.3f; score check %.1e"):format(table.concat(heads, "; "), mean(x.first_in), mean(x.first_past),
+      mean(x.first_restored), x.score_err or 0),
+    rule = ("RoPE text model, sink heads (first-token attention > eps inside L): for the queries t >= L the score of key "
+      .. "0 is replaced by the same pre-rotation q and k at offset L - 1; the loss past L, intact minus restored, minus "
+      .. "the same gain from restoring as many random non-sink heads (the control), per seed with sink heads: SUPPORTED "
+      .. "if its 95%% interval over the seeds is above 0, NOT SUPPORTED if below, else INCONCLUSIVE; premises: the run "
+      .. "file holds the numbers, sink heads, the intact scores are q.k/sqrt(Dh) to %.0e, the sinks failed intact "
+      .. "(first-token attention past L / inside L below %.2f, mean of the seeds) and the restore brought it back "
+      .. "(restored past L / inside L >= %.2f), else INCONCLUSIVE (precondition absent); %s; sink heads in >= %d seeds")
+      :format(M.RESTORE_SCORE_ERR, M.RESTORE_FAILED, M.RESTORE_RECOVERED, text_learned_rule("RoPE's"), V.MIN_SEEDS)}
+end
+
 return M

@@ -100,13 +100,7 @@ end
 
 local prefix = require("mirror_report").prefix   -- tokens [B, Tmax] -> [B, T] (a copy)
 
--- next [B, Tmax, q] -> [B, q] at position T-1 (1-based row T)
-local function truth_at(nxt, T)
-  local B, q = nxt:size(1), nxt:size(3)
-  local out = mp.zeros{B, q}
-  for b = 1, B do out[b]:copy_(nxt[b][T]) end
-  return out
-end
+local truth_at = require("mirror_report").truth_at   -- next [B, Tmax, q] -> [B, q] at row T
 
 -- logits [B, Tmax, q] -> softmax probabilities [B, q] at row T
 local function probs_at(logits, T)

@@ -31,18 +31,12 @@ M.eta_grid = eta_grid
 -- own draw (seed) and from each other
 function M.draw_seed(seed, d) return seed * 1000 + 500 + d end
 
-local function truth_at(nxt, T)
-  local B, q = nxt:size(1), nxt:size(3)
-  local out = mp.zeros{B, q}
-  for b = 1, B do out[b]:copy_(nxt[b][T]) end
-  return out
-end
 
 -- The draws: X = {T = {...}, draws = {seed per draw}, eta = {[d] = {per T}},
 -- c1 = {per draw}, T1 = m + 1, sequences, gibbs, seconds}
 function M.run(o, log)
   local a = o.asym
-  local prefix = require("mirror_report").prefix
+  local prefix, truth_at = require("mirror_report").prefix, require("mirror_report").truth_at
   local grid, fine = eta_grid(), o.eta_grid
   local Tmax = a.T[#a.T]
   local X = {T = a.T, draws = {}, eta = {}, c1 = {}, T1 = o.m + 1, sequences = a.sequences, t0 = os.time()}

@@ -246,6 +246,15 @@ end
 
 -- ---------------------------------------------------------------- reading the evidence back
 
+-- the true next-token distributions at position T-1 (1-based row T): next
+-- [B, Tmax, q] -> [B, q]; mirror.lua and mirror_asym.lua use it
+function R.truth_at(nxt, T)
+  local B, q = nxt:size(1), nxt:size(3)
+  local out = mp.zeros{B, q}
+  for b = 1, B do out[b]:copy_(nxt[b][T]) end
+  return out
+end
+
 -- tokens [B, Tmax] -> [B, T] (a copy); mirror.lua uses it too
 function R.prefix(tok, T)
   local B = tok:size(1)

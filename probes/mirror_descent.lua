@@ -29,7 +29,7 @@ local o = cli.parse(arg, {
   {"out", "DIR", "output folder", required = true},
   {"seed", "N", "seed of pi*, the data sets and the models", default = 1, type = "int"},
   {"steps", "N", "training steps per model (default: the preset's)", type = "int"},
-  {"sequences", "N", "evaluation and tuning sequences each (default: the preset's)", type = "int"},
+  {"sequences", "N", "evaluation and tuning sequences each, and each pi* draw's (default: the preset's)", type = "int"},
   {"draws", "N", "independent pi* draws for C1 and C2 (default: the preset's; the rows need >= 3)", type = "int"},
   {"depths", "LIST", "comma-separated depths (default: the preset's; 0 skips training)"},
   {"pos", "NAME", "positional scheme of the trained models: rope, learned or rope_relv (default: the preset's)"},

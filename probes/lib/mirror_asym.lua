@@ -33,7 +33,7 @@ function M.draw_seed(seed, d) return seed * 1000 + 500 + d end
 
 
 -- The draws: X = {T = {...}, draws = {seed per draw}, eta = {[d] = {per T}},
--- c1 = {per draw}, T1 = m + 1, sequences, gibbs, seconds}
+-- c1 = {per draw}, T1 = m + 1, sequences}
 function M.run(o, log)
   local a = o.asym
   local prefix, truth_at = require("mirror_report").prefix, require("mirror_report").truth_at
@@ -57,11 +57,10 @@ function M.run(o, log)
     X.c1[d] = mp.mtd.tune(task, te, mp.mtd.predict(task, te, mean), {method = "md", steps = 1, grid = fine}).best
     task:close()
     if log then
-      log("asymptotic draw %d/%d (seed %d): eta* T at T = %d: %.3f; eta closest to Bayes at T = %d: %.4f", d, a.draws,
-          s, Tmax, X.eta[d][#a.T] * Tmax, X.T1, X.c1[d])
+      log("asymptotic draw %d/%d (seed %d): eta* T at T = %d: %.3f; eta closest to Bayes at T = %d: %.4f (%ds)", d,
+          a.draws, s, Tmax, X.eta[d][#a.T] * Tmax, X.T1, X.c1[d], os.time() - X.t0)
     end
   end
-  X.seconds = os.time() - X.t0
   return X
 end
 
@@ -103,8 +102,8 @@ function M.slopes(X, t_min)
 end
 
 function M.report(out, X, m)
-  out("-- 1b. Independent draws (pi* and sequences each; %d draws x %d sequences, %ds): the tuned one-step eta at long T",
-      #X.draws, X.sequences, X.seconds or 0)
+  out("-- 1b. Independent draws (pi* and sequences each; %d draws x %d sequences): the tuned one-step eta at long T",
+      #X.draws, X.sequences)
   out("   eta* T at each T (one-step eta tuned against the truth); slope: log-log over T >= %d; eta~Bayes: the one-step",
       M.T_FIT)
   out("   eta closest to the Bayes predictor at T = %d", X.T1)

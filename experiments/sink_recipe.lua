@@ -63,6 +63,13 @@ local configs = {
   qs{name = "quickstart_big_lr_hi", steps = 1200, lr = 1e-2},
   qs{name = "quickstart_big_lr_2e-2", steps = 600, lr = 2e-2},
   qs{name = "quickstart_big_8heads", n_head = 8, n_kv_head = 4, steps = 600, lr = 1e-2},
+  -- issue 40: every sink head of the runs above sits in layer 0 (a fixed function
+  -- of BOS's embedding). Deeper models of the quickstart's width, longer training,
+  -- no BOS, no weight decay: does any grow sink heads past layer 0?
+  qs{name = "deep8", n_layer = 8, n_head = 8, n_kv_head = 4, steps = 1200, lr = 1e-2},
+  qs{name = "deep8_long", n_layer = 8, n_head = 8, n_kv_head = 4, steps = 3600, lr = 1e-2},
+  qs{name = "deep8_no_bos", n_layer = 8, n_head = 8, n_kv_head = 4, steps = 1200, lr = 1e-2, bos = false},
+  qs{name = "deep8_wd0", n_layer = 8, n_head = 8, n_kv_head = 4, steps = 1200, lr = 1e-2, wd = 0},
 }
 local want
 if o.config then
@@ -77,7 +84,7 @@ if not corpus then
   rid.build_corpus(corpus)
 end
 local tsv = assert(io.open(o.out .. "/sink_recipe.tsv", "w"))
-tsv:write("config\tstep\ttokens\tloss\tsink_heads\theads\tmax_alpha0\tmean_alpha0\tseconds\n")
+tsv:write("config\tstep\ttokens\tloss\tsink_heads\theads\tmax_alpha0\tmean_alpha0\tseconds\tsink_heads_by_layer\n")
 local h5path = o.out .. "/sink_recipe.h5"
 mp.h5.open(h5path, "w"):close()
 
@@ -105,16 +112,17 @@ for _, over in ipairs(configs) do
                           total_steps = c.steps, weight_decay = c.wd, progress = false}
       done = done + seg
       local A = alpha0(m, vtoks)
-      local nsink, mx, sum, n = 0, 0, 0, 0
+      local nsink, mx, sum, n, by_layer = 0, 0, 0, 0, {}
       for l = 1, #A do
+        by_layer[l] = 0
         for h = 1, #A[l] do
           local a = A[l][h]
-          if a > 0.3 then nsink = nsink + 1 end
+          if a > 0.3 then nsink, by_layer[l] = nsink + 1, by_layer[l] + 1 end
           mx, sum, n = math.max(mx, a), sum + a, n + 1
         end
       end
-      local line = ("%s\t%d\t%d\t%.4f\t%d\t%d\t%.3f\t%.3f\t%d"):format(over.name, done,
-          done * c.batch * c.L, rec.final_loss, nsink, n, mx, sum / n, os.time() - t0)
+      local line = ("%s\t%d\t%d\t%.4f\t%d\t%d\t%.3f\t%.3f\t%d\t%s"):format(over.name, done,
+          done * c.batch * c.L, rec.final_loss, nsink, n, mx, sum / n, os.time() - t0, table.concat(by_layer, "/"))
       print(line)
       io.stdout:flush()
       tsv:write(line, "\n")

@@ -89,18 +89,6 @@ function M.read(f)
           sequences = math.floor(f:attrs("asymptotic/best_eta").sequences + 0.5)}
 end
 
--- per draw: the log-log slope over T >= t_min (mirror_rules.fit_loglog)
-function M.slopes(X, t_min)
-  local fit = require("mirror_rules").fit_loglog
-  local out = {}
-  for d = 1, #X.eta do
-    local xs, ys = {}, {}
-    for i, T in ipairs(X.T) do if T >= t_min then xs[#xs + 1] = T; ys[#ys + 1] = X.eta[d][i] end end
-    out[d] = #xs >= 2 and fit(xs, ys) or 0 / 0
-  end
-  return out
-end
-
 function M.report(out, X, m)
   out("-- 1b. Independent draws (pi* and sequences each; %d draws x %d sequences): the tuned one-step eta at long T",
       #X.draws, X.sequences)
@@ -110,11 +98,11 @@ function M.report(out, X, m)
   local hdr = ("%6s"):format("seed")
   for _, T in ipairs(X.T) do hdr = hdr .. (" %6d"):format(T) end
   out("%s %7s %9s", hdr, "slope", "eta~Bayes")
-  local sl = M.slopes(X, M.T_FIT)
+  local sl = require("mirror_rules").draw_slopes(X, M.T_FIT)
   for d, s in ipairs(X.draws) do
     local row = ("%6d"):format(s)
     for i, T in ipairs(X.T) do row = row .. (" %6.3f"):format(X.eta[d][i] * T) end
-    out("%s %7.3f %9.4f", row, sl[d], X.c1[d])
+    out("%s %7.3f %9.4f", row, sl[d] or 0 / 0, X.c1[d])
   end
   out("(C1 and C2 are judged on these draws: m = %d, 1/(m+1) = %.4f)", m, 1 / (m + 1))
 end

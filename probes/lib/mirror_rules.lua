@@ -130,17 +130,30 @@ end
 -- eta = {[draw] = {per T}}, draws = {seeds}, sequences} (nil: a file that
 -- predates the draws), T = {...}, eta = {...} (the run's own draw at T >= 8m:
 -- the short-range slope, described), m}
-function M.C2(x)
-  local A = x.asym
-  local slopes, nfit = {}, 0
-  if A then
+-- Each draw's log-log slope of eta against T over t_min <= T <= t_max (t_max
+-- nil: no bound) of A = {T, eta = {[draw] = {per T}}}: the slopes (none when
+-- fewer than 2 T values are in range) and those T values.
+function M.draw_slopes(A, t_min, t_max)
+  local Ts, idx = {}, {}
+  for i, T in ipairs(A.T) do
+    if T >= t_min and (not t_max or T <= t_max) then Ts[#Ts + 1], idx[#idx + 1] = T, i end
+  end
+  local slopes = {}
+  if #Ts >= 2 then
     for d = 1, #A.eta do
-      local xs, ys = {}, {}
-      for i, T in ipairs(A.T) do if T >= M.C2_T_MIN then xs[#xs + 1] = T; ys[#ys + 1] = A.eta[d][i] end end
-      nfit = #xs
-      if #xs >= 2 then slopes[#slopes + 1] = (M.fit_loglog(xs, ys)) end
+      local ys = {}
+      for k, i in ipairs(idx) do ys[k] = A.eta[d][i] end
+      slopes[d] = (M.fit_loglog(Ts, ys))
     end
   end
+  return slopes, Ts
+end
+
+function M.C2(x)
+  local A = x.asym
+  local slopes, Tt = {}, {}
+  if A then slopes, Tt = M.draw_slopes(A, M.C2_T_MIN) end
+  local nfit = #Tt
   local est, lo, hi = V.mean_ci(slopes)
   local desc = {}
   local n = #x.T
@@ -155,20 +168,13 @@ function M.C2(x)
   if A then
     local lv, nT = {}, #A.T
     for d = 1, #A.eta do lv[d] = A.eta[d][nT] * A.T[nT] end
-    local ms = {}
-    for d = 1, #A.eta do
-      local xs, ys = {}, {}
-      for i, T in ipairs(A.T) do if T >= 8 * x.m and T <= 192 then xs[#xs + 1] = T; ys[#ys + 1] = A.eta[d][i] end end
-      if #xs >= 2 then ms[#ms + 1] = (M.fit_loglog(xs, ys)) end
-    end
+    local ms = M.draw_slopes(A, 8 * x.m, 192)
     desc[#desc + 1] = ("eta* T at T = %d per draw: %s"):format(A.T[nT], list_text(lv, "%.3f"))
     if #ms > 0 then
       desc[#desc + 1] = ("the same draws' slope on T %d..192: %s (mean %.3f)"):format(8 * x.m, list_text(ms, "%.3f"),
         (V.mean_ci(ms)))
     end
   end
-  local Tt = {}
-  if A then for _, T in ipairs(A.T) do if T >= M.C2_T_MIN then Tt[#Tt + 1] = T end end end
   return V.judge{
     id = "C2", claim = "stable (best) step sizes scale as 1/T (large T)", paper = "slope -1", source = M.SOURCE,
     statistic = ("per pi* draw: log-log slope of the tuned one-step eta against T on the asymptotic range T %s")

@@ -1157,11 +1157,11 @@ local function more_seeds(o, seeds, runs, si, r)
   local nxt = seeds[1]
   for _, s in ipairs(seeds) do nxt = math.max(nxt, s) end
   seeds[#seeds + 1] = nxt + 1
-  log("seeds with sink heads in both RoPE and RoPE-ID: %d of %d (%d wanted): adding seed %d (at most %d seeds)", n,
-      #seeds - 1, M.SINK_SEEDS, nxt + 1, o.seeds_max)
+  local why = ("seeds with sink heads in both RoPE and RoPE-ID: %d of %d (%d wanted): adding seed %d (at most %d "
+    .. "seeds)"):format(n, #seeds - 1, M.SINK_SEEDS, nxt + 1, o.seeds_max)
+  log("%s", why)
   r:out("")
-  r:out("seeds with sink heads in both RoPE and RoPE-ID: %d of %d (%d wanted): adding seed %d (at most %d seeds)", n,
-      #seeds - 1, M.SINK_SEEDS, nxt + 1, o.seeds_max)
+  r:out("%s", why)
 end
 
 -- 4. Every number of one seed's run into the open run file f, under

@@ -57,13 +57,18 @@ void mp_qdot_quantize_q8_k(const float *x, void *dst, size_t n) {
 }
 
 int mp_qdot_supported(uint32_t t) {
-    return t == MP_GGML_Q8_0 || t == MP_GGML_Q4_0 || t == MP_GGML_Q4_K || t == MP_GGML_Q6_K;
+    return t == MP_GGML_Q8_0 || t == MP_GGML_Q4_0 || t == MP_GGML_Q4_K || t == MP_GGML_Q6_K || mp_qdot_is_half(t);
 }
 
-uint32_t mp_qdot_act_type(uint32_t t) { return t == MP_GGML_Q4_K || t == MP_GGML_Q6_K ? MP_GGML_Q8_K : MP_GGML_Q8_0; }
+int mp_qdot_is_half(uint32_t t) { return t == MP_GGML_F16 || t == MP_GGML_BF16; }
+
+uint32_t mp_qdot_act_type(uint32_t t) {
+    return mp_qdot_is_half(t) ? MP_GGML_F32 : t == MP_GGML_Q4_K || t == MP_GGML_Q6_K ? MP_GGML_Q8_K : MP_GGML_Q8_0;
+}
 
 size_t mp_qdot_act_bytes(uint32_t t, size_t n) {
-    return mp_qdot_act_type(t) == MP_GGML_Q8_K ? n / 256 * MP_Q8K_BYTES : n / 32 * 34;
+    const uint32_t a = mp_qdot_act_type(t);
+    return a == MP_GGML_F32 ? n * sizeof(float) : a == MP_GGML_Q8_K ? n / 256 * MP_Q8K_BYTES : n / 32 * 34;
 }
 
 /* Q8_0 activations as ggml's quantize_row_q8_0 (d = max|x| / 127 stored as
@@ -87,7 +92,9 @@ static void quantize_act_q8_0(const float *x, unsigned char *out, size_t n) {
 }
 
 void mp_qdot_quantize_act(uint32_t t, const float *x, void *dst, size_t n) {
-    if (mp_qdot_act_type(t) == MP_GGML_Q8_K) mp_qdot_quantize_q8_k(x, dst, n);
+    const uint32_t a = mp_qdot_act_type(t);
+    if (a == MP_GGML_F32) memcpy(dst, x, n * sizeof(float)); /* half weights: activations stay float32 */
+    else if (a == MP_GGML_Q8_K) mp_qdot_quantize_q8_k(x, dst, n);
     else quantize_act_q8_0(x, dst, n);
 }
 
@@ -189,6 +196,41 @@ static float dot_q6_k_scalar(const void *w, const void *xq, size_t n) {
         sum += f16(a + 208) * q8k_d(b) * (float)sumi;
     }
     return sum;
+}
+
+/* Half-precision weights (F16, BF16) times float32 activations: each weight
+ * widened exactly to float32, products summed in float32 in 8 interleaved
+ * partial sums (the order the SIMD kernels use, so all ISAs agree closely). */
+static inline float half_sum8(const float s[8]) {
+    return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
+static float dot_f16_scalar(const void *w, const void *xq, size_t n) {
+    const unsigned char *a = w;
+    const float *x = xq;
+    float s[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) s[j] += f16(a + 2 * (i + j)) * x[i + j];
+    for (; i < n; i++) s[0] += f16(a + 2 * i) * x[i];
+    return half_sum8(s);
+}
+
+static inline float bf16(const unsigned char *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return mp_quant_bf16_to_f32(h);
+}
+
+static float dot_bf16_scalar(const void *w, const void *xq, size_t n) {
+    const unsigned char *a = w;
+    const float *x = xq;
+    float s[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) s[j] += bf16(a + 2 * (i + j)) * x[i + j];
+    for (; i < n; i++) s[0] += bf16(a + 2 * i) * x[i];
+    return half_sum8(s);
 }
 
 #ifdef MP_QDOT_X86
@@ -322,6 +364,31 @@ AVX2 static float dot_q6_k_avx2(const void *w, const void *xq, size_t n) {
     return hsum256(acc);
 }
 
+/* F16 / BF16 rows: 16 weights per step widened to float32 (F16C; BF16 by a
+ * 16-bit shift, exact), two 8-lane FMA accumulators; scalar tail. */
+AVX2 static inline __m256 bf16x8(const unsigned char *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
+AVX2 static inline __m256 f16x8(const unsigned char *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+#define HALF_DOT_AVX2(NAME, LOAD, ONE)                                                                  \
+    AVX2 static float NAME(const void *w, const void *xq, size_t n) {                                  \
+        const unsigned char *a = w;                                                                      \
+        const float *x = xq;                                                                             \
+        __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();                                      \
+        size_t i = 0;                                                                                    \
+        for (; i + 16 <= n; i += 16) {                                                                   \
+            s0 = _mm256_fmadd_ps(LOAD(a + 2 * i), _mm256_loadu_ps(x + i), s0);                           \
+            s1 = _mm256_fmadd_ps(LOAD(a + 2 * i + 16), _mm256_loadu_ps(x + i + 8), s1);                  \
+        }                                                                                                \
+        float t = hsum256(_mm256_add_ps(s0, s1));                                                        \
+        for (; i < n; i++) t += ONE(a + 2 * i) * x[i];                                                   \
+        return t;                                                                                        \
+    }
+HALF_DOT_AVX2(dot_f16_avx2, f16x8, h16)
+HALF_DOT_AVX2(dot_bf16_avx2, bf16x8, bf16)
+
 /* ---- AVX-512 (BW, VL): two 32-value blocks per 512-bit register ---- */
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 
@@ -429,6 +496,32 @@ AVX512 static float dot_q6_k_avx512(const void *w, const void *xq, size_t n) {
     }
     return _mm512_reduce_add_ps(acc) - offs;
 }
+
+/* F16 / BF16 rows: 32 weights per step, two 16-lane FMA accumulators. */
+AVX512 static inline __m512 bf16x16(const unsigned char *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+
+AVX512 static inline __m512 f16x16(const unsigned char *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+
+#define HALF_DOT_AVX512(NAME, LOAD, ONE)                                                                \
+    AVX512 static float NAME(const void *w, const void *xq, size_t n) {                                \
+        const unsigned char *a = w;                                                                      \
+        const float *x = xq;                                                                             \
+        __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();                                      \
+        size_t i = 0;                                                                                    \
+        for (; i + 32 <= n; i += 32) {                                                                   \
+            s0 = _mm512_fmadd_ps(LOAD(a + 2 * i), _mm512_loadu_ps(x + i), s0);                           \
+            s1 = _mm512_fmadd_ps(LOAD(a + 2 * i + 32), _mm512_loadu_ps(x + i + 16), s1);                 \
+        }                                                                                                \
+        float t = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));                                           \
+        for (; i < n; i++) t += ONE(a + 2 * i) * x[i];                                                   \
+        return t;                                                                                        \
+    }
+HALF_DOT_AVX512(dot_f16_avx512, f16x16, h16)
+HALF_DOT_AVX512(dot_bf16_avx512, bf16x16, bf16)
 #endif /* MP_QDOT_X86 */
 
 /* ---- dispatch ---- */
@@ -450,14 +543,17 @@ mp_qdot_fn mp_qdot_kernel(uint32_t t, mp_qdot_isa isa) {
     if (!mp_qdot_supported(t) || !isa_available(isa)) return NULL;
     switch (isa) {
     case MP_QDOT_SCALAR:
-        return t == MP_GGML_Q8_0 ? dot_q8_0_scalar : t == MP_GGML_Q4_0 ? dot_q4_0_scalar
+        return t == MP_GGML_F16 ? dot_f16_scalar : t == MP_GGML_BF16 ? dot_bf16_scalar
+             : t == MP_GGML_Q8_0 ? dot_q8_0_scalar : t == MP_GGML_Q4_0 ? dot_q4_0_scalar
              : t == MP_GGML_Q4_K ? dot_q4_k_scalar : dot_q6_k_scalar;
 #ifdef MP_QDOT_X86
     case MP_QDOT_AVX2:
-        return t == MP_GGML_Q8_0 ? dot_q8_0_avx2 : t == MP_GGML_Q4_0 ? dot_q4_0_avx2
+        return t == MP_GGML_F16 ? dot_f16_avx2 : t == MP_GGML_BF16 ? dot_bf16_avx2
+             : t == MP_GGML_Q8_0 ? dot_q8_0_avx2 : t == MP_GGML_Q4_0 ? dot_q4_0_avx2
              : t == MP_GGML_Q4_K ? dot_q4_k_avx2 : dot_q6_k_avx2;
     case MP_QDOT_AVX512:
-        return t == MP_GGML_Q8_0 ? dot_q8_0_avx512 : t == MP_GGML_Q4_0 ? dot_q4_0_avx512
+        return t == MP_GGML_F16 ? dot_f16_avx512 : t == MP_GGML_BF16 ? dot_bf16_avx512
+             : t == MP_GGML_Q8_0 ? dot_q8_0_avx512 : t == MP_GGML_Q4_0 ? dot_q4_0_avx512
              : t == MP_GGML_Q4_K ? dot_q4_k_avx512 : dot_q6_k_avx512;
 #endif
     default:
@@ -486,12 +582,15 @@ const char *mp_qdot_isa_name(mp_qdot_isa isa) {
 /* ---- matmul ---- */
 
 #define QDOT_FEW_ROWS 32
+/* half weights: the dot kernel widens each weight once per input row, so past
+ * a few rows one widening of a panel and sgemm is cheaper (bench_qdot) */
+#define QDOT_HALF_FEW_ROWS 4
 #define QDOT_PANEL 256 /* weight rows dequantized per sgemm panel */
 
 mp_status mp_qdot_matmul(float *out, const float *in, uint32_t t, const void *w, size_t row_bytes,
                          const float *bias, int N, int IN, int OUT) {
     const unsigned char *wb = w;
-    if (N <= QDOT_FEW_ROWS) {
+    if (N <= (mp_qdot_is_half(t) ? QDOT_HALF_FEW_ROWS : QDOT_FEW_ROWS)) {
         const size_t ab = mp_qdot_act_bytes(t, (size_t)IN);
         unsigned char stack[16384], *xq = stack;
         if ((size_t)N * ab > sizeof stack &&

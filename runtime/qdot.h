@@ -1,8 +1,12 @@
-/* qdot.h — products with weights kept quantized in memory (GGUF Q8_0, Q4_0,
- * Q4_K, Q6_K), as llama.cpp computes them: the activations are quantized per
- * block to 8 bits (Q8_0 blocks of 32 for Q8_0 / Q4_0 weights, Q8_K blocks of
- * 256 for the K-quants), and each output is a sum of integer block dot
- * products times the block scales. Kernels: a scalar reference and AVX2 and
+/* qdot.h — products with weights kept in their file's encoding in memory (GGUF
+ * Q8_0, Q4_0, Q4_K, Q6_K as llama.cpp computes them; F16 and BF16). Quantized
+ * weights: the activations are quantized per block to 8 bits (Q8_0 blocks of 32
+ * for Q8_0 / Q4_0 weights, Q8_K blocks of 256 for the K-quants), and each
+ * output is a sum of integer block dot products times the block scales. Half
+ * weights (F16, BF16): the activations stay float32 and each weight is widened
+ * exactly to float32 (F16C, or a 16-bit shift for BF16) before a float32 FMA,
+ * so a half model computes what its float32 decoding computes, up to the order
+ * of float32 sums. Kernels: a scalar reference and AVX2 and
  * AVX-512 (BW/VL) paths, compiled with target attributes and chosen at run time
  * (__builtin_cpu_supports), so one binary runs on any x86-64. The environment
  * variable MP_QDOT_ISA=scalar|avx2|avx512 caps the choice (benchmarks, tests).
@@ -21,14 +25,18 @@ typedef enum { MP_QDOT_SCALAR = 0, MP_QDOT_AVX2, MP_QDOT_AVX512 } mp_qdot_isa;
 
 #define MP_Q8K_BYTES 292
 
-/* 1 when weights of this ggml type can be kept quantized (Q8_0, Q4_0, Q4_K, Q6_K). */
+/* 1 when weights of this ggml type can be kept as stored (Q8_0, Q4_0, Q4_K, Q6_K, F16, BF16). */
 int mp_qdot_supported(uint32_t wtype);
-/* The activation block type of a weight type (MP_GGML_Q8_0 or MP_GGML_Q8_K),
- * and the bytes that n activations quantize to (n a multiple of its block). */
+/* 1 for the half types (F16, BF16), whose products take float32 activations. */
+int mp_qdot_is_half(uint32_t wtype);
+/* The activation type of a weight type (MP_GGML_Q8_0, MP_GGML_Q8_K, or
+ * MP_GGML_F32 for half weights), and the bytes that n activations take (n a
+ * multiple of its block). */
 uint32_t mp_qdot_act_type(uint32_t wtype);
 size_t mp_qdot_act_bytes(uint32_t wtype, size_t n);
 /* Quantizes n activations (a multiple of the weight type's block: 32 or 256)
- * for products with weights of type wtype; dst holds mp_qdot_act_bytes. */
+ * for products with weights of type wtype (half weights: a copy); dst holds
+ * mp_qdot_act_bytes. */
 void mp_qdot_quantize_act(uint32_t wtype, const float *x, void *dst, size_t n);
 /* Quantizes to Q8_K as ggml's quantize_row_q8_K_ref (n a multiple of 256). */
 void mp_qdot_quantize_q8_k(const float *x, void *dst, size_t n);
@@ -45,7 +53,7 @@ mp_qdot_isa mp_qdot_isa_active(void);
 const char *mp_qdot_isa_name(mp_qdot_isa isa);
 
 /* out[N,OUT] = in[N,IN] @ W^T (+ bias), W [OUT,IN] stored as rows of type
- * wtype (row_bytes apart). Few rows (N <= 32): the inputs are quantized once
+ * wtype (row_bytes apart). Few rows (N <= 32; half weights N <= 4): the inputs are quantized once
  * and every weight row is streamed once through the quantized dot kernel,
  * OpenMP over output rows. More rows (prefill): row panels of W are
  * dequantized to float32 and multiplied with sgemm (the integer path has no

@@ -201,11 +201,61 @@ static void deq_q6_k(const unsigned char *b, float *y) {
     }
 }
 
+/* ---- half rows: widened 16 (F16C) or 8 at a time, OpenMP over 4096-value
+ * pieces; the x86 paths are chosen at run time (quant.h's callers include the
+ * sgemm panels of qdot.c, where this is on the prefill's critical path) ---- */
+
+static void half_piece_scalar(uint32_t type, const unsigned char *s, float *y, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, s + 2 * i, 2);
+        y[i] = type == MP_GGML_BF16 ? mp_quant_bf16_to_f32(h) : mp_quant_f16_to_f32(h);
+    }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+__attribute__((target("avx2,f16c"))) static void half_piece_avx2(uint32_t type, const unsigned char *s, float *y,
+                                                                   size_t n) {
+    size_t i = 0;
+    if (type == MP_GGML_BF16)
+        for (; i + 8 <= n; i += 8) {
+            const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + 2 * i)));
+            _mm256_storeu_ps(y + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+        }
+    else
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 2 * i))));
+    half_piece_scalar(type, s + 2 * i, y + i, n - i);
+}
+
+static int have_avx2_f16c(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+}
+#else
+static void half_piece_avx2(uint32_t type, const unsigned char *s, float *y, size_t n) {
+    half_piece_scalar(type, s, y, n);
+}
+static int have_avx2_f16c(void) { return 0; }
+#endif
+
+static void dequantize_half(uint32_t type, const unsigned char *s, float *dst, size_t n) {
+    const int simd = have_avx2_f16c();
+    const long long pieces = (long long)((n + 4095) / 4096);
+#pragma omp parallel for schedule(static) if (pieces > 16)
+    for (long long p = 0; p < pieces; p++) {
+        const size_t i0 = (size_t)p * 4096, k = n - i0 < 4096 ? n - i0 : 4096;
+        if (simd) half_piece_avx2(type, s + 2 * i0, dst + i0, k);
+        else half_piece_scalar(type, s + 2 * i0, dst + i0, k);
+    }
+}
+
 void mp_quant_dequantize(uint32_t type, const void *src, float *dst, size_t n) {
     const type_info *t = find_type(type);
     assert(t && t->ok && n % t->values == 0);
     const unsigned char *s = src;
     if (type == MP_GGML_F32) { memcpy(dst, src, n * sizeof(float)); return; }
+    if (type == MP_GGML_F16 || type == MP_GGML_BF16) { dequantize_half(type, s, dst, n); return; }
     long long n_blocks = (long long)(n / t->values);
     size_t bv = t->values, bb = t->bytes;
 #pragma omp parallel for schedule(static) if (n_blocks > 65536)
@@ -213,8 +263,6 @@ void mp_quant_dequantize(uint32_t type, const void *src, float *dst, size_t n) {
         const unsigned char *b = s + (size_t)i * bb;
         float *y = dst + (size_t)i * bv;
         switch (type) {
-        case MP_GGML_F16: y[0] = rd_f16(b); break;
-        case MP_GGML_BF16: y[0] = mp_quant_bf16_to_f32((uint16_t)(b[0] | (b[1] << 8))); break;
         case MP_GGML_Q4_0: deq_q4_0(b, y); break;
         case MP_GGML_Q4_1: deq_q4_1(b, y); break;
         case MP_GGML_Q5_0: deq_q5(b, y, 0); break;

@@ -16,7 +16,14 @@
  *   - the relative rms error of a one-row product with Gaussian activations
  *     (the error model of 8-bit activations, test_rms_error);
  *   - the Q8_K quantizer matches ggml's reference rules (d = -max/127, the
- *     largest-magnitude value maps to -127, bsums are sums of 16 codes). */
+ *     largest-magnitude value maps to -127, bsums are sums of 16 codes);
+ *   - half weights (F16, BF16; test_half): the fast widening of
+ *     mp_quant_dequantize equals the scalar conversion for all 65536 codes;
+ *     every ISA's dot (float32 activations, tails of every length mod 32) and
+ *     mp_qdot_matmul (dot path and sgemm panels) against the double dot of
+ *     the widened weights, within the worst-case float32 summation bound
+ *     (n/8 + 8) * 2^-24 * sum |w_i x_i| (8 to 32 interleaved partial sums;
+ *     sgemm: (n + 9) * 2^-24 * sum |w_i x_i|, one sequence per output). */
 #include "qdot.h"
 #include "quant.h"
 #include "testutil.h"
@@ -225,6 +232,94 @@ static void test_rms_error(void) {
     }
 }
 
+static uint16_t to_half(uint32_t t, float v) { return t == MP_GGML_F16 ? mp_quant_f32_to_f16(v) : mp_quant_f32_to_bf16(v); }
+static double from_half(uint32_t t, uint16_t h) {
+    return t == MP_GGML_F16 ? mp_quant_f16_to_f32(h) : mp_quant_bf16_to_f32(h);
+}
+
+static void test_half(void) {
+    const uint32_t types[] = {MP_GGML_F16, MP_GGML_BF16};
+    for (int ti = 0; ti < 2; ti++) {
+        const uint32_t t = types[ti];
+        const char *nm = mp_quant_type_name(t);
+        CHECK(mp_qdot_supported(t) && mp_qdot_is_half(t) && mp_qdot_act_type(t) == MP_GGML_F32,
+              "%s: kept as stored, float32 activations", nm);
+        /* widening: all codes, fast path (OpenMP pieces, SIMD) vs the scalar conversion */
+        uint16_t *codes = malloc(65536 * 2);
+        float *wide = malloc(65536 * sizeof(float));
+        for (int h = 0; h < 65536; h++) codes[h] = (uint16_t)h;
+        mp_quant_dequantize(t, codes, wide, 65536);
+        int bad = 0;
+        for (int h = 0; h < 65536; h++) {
+            const float r = (float)from_half(t, (uint16_t)h);
+            if (isnan(r) ? !isnan(wide[h]) : memcmp(&r, &wide[h], 4) != 0) bad++;
+        }
+        CHECK(bad == 0, "%s: %d of 65536 codes widen differently from the scalar conversion", nm, bad);
+        free(codes);
+        free(wide);
+        /* dots: every ISA, lengths with every kind of tail */
+        const size_t sizes[] = {1, 7, 31, 33, 1000, 2051};
+        double worst = 0;
+        for (int si = 0; si < 6; si++) {
+            const size_t n = sizes[si];
+            uint16_t *w = malloc(n * 2);
+            float *x = malloc(n * sizeof(float));
+            for (size_t i = 0; i < n; i++) {
+                w[i] = to_half(t, (unif() - 0.5f) * (i % 13 == 0 ? 8.0f : 0.1f));
+                x[i] = (unif() - 0.5f) * (i % 97 < 5 ? 20.0f : 1.0f);
+            }
+            double exact = 0, mag = 0;
+            for (size_t i = 0; i < n; i++) {
+                exact += from_half(t, w[i]) * x[i];
+                mag += fabs(from_half(t, w[i]) * x[i]);
+            }
+            const double tol = ((double)n / 8 + 8) * 0x1p-24 * mag + 1e-30;
+            for (int isa = MP_QDOT_SCALAR; isa <= MP_QDOT_AVX512; isa++) {
+                mp_qdot_fn k = mp_qdot_kernel(t, (mp_qdot_isa)isa);
+                if (!k) continue;
+                const double e = fabs(k(w, x, n) - exact);
+                worst = fmax(worst, e / tol);
+                CHECK(e <= tol, "%s %s n %zu: |dot - exact| %.3g > %.3g", nm, mp_qdot_isa_name((mp_qdot_isa)isa), n,
+                      e, tol);
+            }
+            free(w);
+            free(x);
+        }
+        /* matmul: dot path (N <= 4) and widened panels + sgemm, with a bias */
+        const int IN = 515, OUT = 300, Ns[] = {1, 4, 5, 40};
+        uint16_t *w = malloc((size_t)IN * OUT * 2);
+        float bias[300];
+        for (size_t i = 0; i < (size_t)IN * OUT; i++) w[i] = to_half(t, (unif() - 0.5f) * 0.2f);
+        for (int o = 0; o < OUT; o++) bias[o] = unif() - 0.5f;
+        for (int k = 0; k < 4; k++) {
+            const int N = Ns[k];
+            float *in = malloc((size_t)N * IN * sizeof(float)), *out = malloc((size_t)N * OUT * sizeof(float));
+            for (int i = 0; i < N * IN; i++) in[i] = unif() - 0.5f;
+            CHECK(mp_qdot_matmul(out, in, t, w, (size_t)IN * 2, bias, N, IN, OUT) == MP_OK, "%s", mp_last_error());
+            int over = 0;
+            for (int n = 0; n < N; n++)
+                for (int o = 0; o < OUT; o++) {
+                    double s = bias[o], mag = fabs(bias[o]);
+                    for (int i = 0; i < IN; i++) {
+                        const double p = from_half(t, w[(size_t)o * IN + i]) * in[(size_t)n * IN + i];
+                        s += p;
+                        mag += fabs(p);
+                    }
+                    /* sgemm (N > 4) may sum each output's IN products in one sequence: (IN + 9) u */
+                    const double tol = ((N <= 4 ? (double)IN / 8 : (double)IN) + 9) * 0x1p-24 * mag + 1e-30;
+                    const double e = fabs(out[(size_t)n * OUT + o] - s);
+                    worst = fmax(worst, e / tol);
+                    if (e > tol) over++;
+                }
+            CHECK(over == 0, "%s matmul N %d: %d outputs beyond the float32 summation bound", nm, N, over);
+            free(in);
+            free(out);
+        }
+        free(w);
+        printf("%-5s dots and matmuls: worst error %.3f of the float32 summation bound\n", nm, worst);
+    }
+}
+
 int main(void) {
     mp_init();
     printf("active ISA: %s\n", mp_qdot_isa_name(mp_qdot_isa_active()));
@@ -232,5 +327,6 @@ int main(void) {
     test_kernels();
     test_matmul();
     test_rms_error();
+    test_half();
     return tu_finish("test_qdot");
 }

@@ -1,6 +1,9 @@
 /* test_qmodel.c — whole models with quantized weights (load_gguf.c keeps
- * Q8_0/Q4_0/Q4_K/Q6_K weights quantized; model_quant.c; qdot.c) against the
- * same models in float32. For llama (untied, GQA), qwen2 (q/k/v biases, rows
+ * Q8_0/Q4_0/Q4_K/Q6_K weights quantized, and F16/BF16 weights as stored;
+ * model_quant.c; qdot.c) against the same models in float32. Half models
+ * (llama and gpt2 again, F16 and BF16 tensors alternating) decode within float32
+ * rounding too (<= 1e-4 of the largest |logit|), their activations not being
+ * quantized. For llama (untied, GQA), qwen2 (q/k/v biases, rows
  * permuted from the half-split layout, tied) and gpt2 (fused attn_qkv,
  * LayerNorm, biases, learned positions), a GGUF is written with random
  * blocks, the types mixed across tensors and layers, and a second GGUF with
@@ -72,7 +75,12 @@ static void weight(files *f, const char *name, uint32_t t, uint64_t in, uint64_t
         const float v = 0.05f * s * (unif() - 0.5f);
         memcpy(q + b * 4, &v, 4);
     }
-    for (size_t b = 0; t != MP_GGML_F32 && b < n / bv; b++) {
+    for (size_t b = 0; mp_qdot_is_half(t) && b < n; b++) { /* F16 / BF16: the rounded float value */
+        const float v = 0.05f * s * (unif() - 0.5f);
+        const uint16_t h = t == MP_GGML_F16 ? mp_quant_f32_to_f16(v) : mp_quant_f32_to_bf16(v);
+        memcpy(q + b * 2, &h, 2);
+    }
+    for (size_t b = 0; t != MP_GGML_F32 && !mp_qdot_is_half(t) && b < n / bv; b++) {
         unsigned char *p = q + b * bb;
         for (size_t i = 0; i < bb; i++) p[i] = (unsigned char)rnd();
         const float d = (0.5f + unif()) * s;
@@ -116,8 +124,10 @@ static void meta(mp_gguf_writer *w, const char *arch, int kv) {
 }
 
 static const uint32_t TYPES[4] = {MP_GGML_Q8_0, MP_GGML_Q4_0, MP_GGML_Q4_K, MP_GGML_Q6_K};
+static const uint32_t HALF[2] = {MP_GGML_F16, MP_GGML_BF16};
 static int with_f32; /* every other linear weight F32 (kept as a view in quantized mode) */
-static uint32_t pick(int i) { return with_f32 && i % 2 ? MP_GGML_F32 : TYPES[i % 4]; }
+static int halves;   /* F16 and BF16 weights instead of the quantized types */
+static uint32_t pick(int i) { return with_f32 && i % 2 ? MP_GGML_F32 : halves ? HALF[i % 2] : TYPES[i % 4]; }
 
 /* Writes PREFIX.q.gguf and PREFIX.f.gguf for arch "llama", "qwen2" or "gpt2". */
 static uint64_t write_pair(const char *arch, const char *qpath, const char *fpath) {
@@ -228,9 +238,12 @@ static void test_arch(const char *arch) {
     stats(a, b, (size_t)T * V, &maxd, &meand, &big, &meanabs);
     CHECK(maxd <= 1e-4 * big, "%s prefill: quantized vs float32 logits differ by %.3g (largest %.3g)", arch, maxd, big);
     printf("%-5s [%s] prefill T %d: max |diff| %.2e (largest |logit| %.3g)\n", arch, types, T, maxd, big);
-    /* decoding: quantized kernels with 8-bit activations */
+    /* decoding: quantized kernels with 8-bit activations (half weights: float32
+     * activations, each weight widened exactly, so float32 rounding only) */
     logits_steps(mq, tok, T, a);
     stats(a, b, (size_t)T * V, &maxd, &meand, &big, &meanabs);
+    if (halves)
+        CHECK(maxd <= 1e-4 * big, "%s decode: half vs float32 logits differ by %.3g (largest %.3g)", arch, maxd, big);
     CHECK(maxd <= 0.3 * big && meand <= 0.1 * meanabs,
           "%s decode: quantized vs float32 logits: max |diff| %.3g (bound %.3g), mean %.3g (bound %.3g)", arch, maxd,
           0.3 * big, meand, 0.1 * meanabs);
@@ -413,6 +426,10 @@ int main(void) {
     test_arch("llama");
     test_arch("qwen2");
     test_arch("gpt2");
+    halves = 1; /* F16 and BF16 weights kept as stored */
+    test_arch("llama");
+    test_arch("gpt2");
+    halves = 0;
     test_alignment();
     return tu_finish("test_qmodel");
 }

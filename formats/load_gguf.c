@@ -2,7 +2,7 @@
  * architectures llama, qwen2, qwen3 and gpt2, hyper-parameters from <arch>.*
  * metadata, llama.cpp tensor names mapped onto mp_params (ggml dims {in, out}
  * = PyTorch [out, in]), every tensor's shape checked against the config. A file
- * with Q8_0 / Q4_0 / Q4_K / Q6_K weights keeps its linear weights in the
+ * with Q8_0 / Q4_0 / Q4_K / Q6_K / F16 / BF16 weights keeps its linear weights in the
  * file's encoding (views of the mapping, which the model keeps open: m->q,
  * computed with qdot.h), decoding to float32 only tensors of other types;
  * any other file is dequantised to float32 (gguf.h / quant.h).
@@ -133,22 +133,6 @@ static mp_status read_t(const gctx *x, float *dst, uint64_t d0, uint64_t d1, int
     return MP_OK;
 }
 
-/* Rows x cols of the row-major matrix w (rows of rb bytes), heads of Dh rows:
- * half-split rows -> adjacent pairs (mp_rope_permute_rows on encoded rows). */
-static mp_status permute_rows_bytes(unsigned char *w, int n_heads, int Dh, size_t rb) {
-    unsigned char *tmp = mp_malloc((size_t)Dh * rb, "a RoPE permutation");
-    if (!tmp) return MP_ERR_NOMEM;
-    const int half = Dh / 2;
-    for (int h = 0; h < n_heads; h++) {
-        unsigned char *head = w + (size_t)h * Dh * rb;
-        memcpy(tmp, head, (size_t)Dh * rb);
-        for (int i = 0; i < half; i++)
-            for (int j = 0; j < 2; j++) memcpy(head + (size_t)(2 * i + j) * rb, tmp + (size_t)(j * half + i) * rb, rb);
-    }
-    free(tmp);
-    return MP_OK;
-}
-
 /* A linear weight {d0 = in, d1 = out}: float32 mode reads it into dst;
  * quantized mode points *qm at the file's rows when their type has a
  * quantized kernel (or is F32, when aligned for float), else decodes it to
@@ -187,7 +171,7 @@ static mp_status read_w(const gctx *x, float *dst, mp_qmat *qm, uint64_t d0, uin
     x->q->bytes += qm->row_bytes * (size_t)d1;
     if (permute_heads > 0) {
         const int Dh = (int)(d1 / (uint64_t)permute_heads);
-        return permute_rows_bytes((unsigned char *)qm->data, permute_heads, Dh, qm->row_bytes);
+        return mp_qmat_permute_heads((unsigned char *)qm->data, permute_heads, Dh, qm->row_bytes);
     }
     return MP_OK;
 }
@@ -605,7 +589,7 @@ mp_status mp_model_load_gguf(mp_model **out, const char *path) {
         goto cleanup;
     }
     if ((st = read_config(&x, &c))) goto cleanup;
-    /* quantized weights stay quantized when there is a kernel for them */
+    /* quantized and half (F16, BF16) weights stay as stored when there is a kernel for them */
     int quant = 0, other = 0;
     for (size_t i = 0; i < mp_gguf_n_tensors(g); i++) {
         const mp_gguf_tensor *t = mp_gguf_tensor_at(g, i);
@@ -613,24 +597,8 @@ mp_status mp_model_load_gguf(mp_model **out, const char *path) {
         else if (t->type != MP_GGML_F32) other = 1;
     }
     if (quant) {
-        const size_t L = (size_t)c.n_layer;
-        if ((st = mp_model_new_unweighted(&m, &c))) goto cleanup;
-        if (!(m->q = mp_calloc(1, sizeof *m->q, "quantized weights")) ||
-            !(m->q->mats = mp_calloc(7 * L, sizeof(mp_qmat), "quantized weights"))) {
-            st = MP_ERR_NOMEM;
-            goto cleanup;
-        }
-        mp_qparams *q = m->q;
-        q->wq = q->mats;
-        q->wk = q->wq + L;
-        q->wv = q->wk + L;
-        q->wo = q->wv + L;
-        if (c.mlp != MP_MLP_NONE) {
-            q->w1 = q->wo + L;
-            q->w2 = q->w1 + L;
-            if (c.mlp == MP_MLP_SWIGLU) q->w3 = q->w2 + L;
-        }
-        x.q = q;
+        if ((st = mp_model_new_unweighted(&m, &c)) || (st = mp_qparams_new(m))) goto cleanup;
+        x.q = m->q;
     } else if ((st = mp_model_new(&m, &c))) {
         goto cleanup;
     }

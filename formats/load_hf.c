@@ -15,10 +15,15 @@
  * within them: permuted within them, pos half_rope with rope_dims); Phi-3 fuses
  * qkv_proj (q | k | v rows) and gate_up_proj (gate | up rows).
  * Gemma's RMSNorm is x * (1 + w): the folder's w is held as 1 + w in memory
- * (norm_offset), 1 added on load and subtracted on save. */
+ * (norm_offset), 1 added on load and subtracted on save.
+ * F16 / BF16 folders of the llama family keep their linear weights as stored
+ * (m->q: views of the safetensors mapping, q/k rows permuted in a copy;
+ * computed with qdot.h), as GGUF files do; the other families are read as
+ * float32. */
 #include "json.h"
 #include "formats.h"
 #include "ops.h"
+#include "quant.h"
 #include "safetensors.h"
 
 #include <errno.h>
@@ -35,6 +40,7 @@ typedef struct {
     const char *prefix;   /* "model." (llama), "" or "transformer." (gpt2) */
     const char *body;     /* NULL, or what a name's leading "model." reads as (a gemma3 folder's
                            * "model.language_model.") */
+    mp_qparams *q;        /* non-NULL: F16/BF16 linear weights kept as stored (llama family) */
 } hctx;
 
 /* ---- config.json ---- */
@@ -528,16 +534,22 @@ static mp_status read_config(const mp_json *cfg, const char *path, const char *t
 
 /* ---- tensors ---- */
 
-/* Reads prefix+name (layer l) with PyTorch shape [s0] (s1 == 0) or [s0, s1];
- * *found (NULL = required). */
-static mp_status read_t(const hctx *x, float *dst, uint64_t s0, uint64_t s1, int *found, const char *fmt, int l) {
+/* The tensor prefix+name (layer l), checked to have PyTorch shape [s0]
+ * (s1 == 0) or [s0, s1]; NULL with *st set (MP_OK when absent and found is
+ * non-NULL: optional). */
+static const mp_st_tensor *find_t(const hctx *x, uint64_t s0, uint64_t s1, int *found, const char *fmt, int l,
+                                  mp_status *st) {
     char name[200], full[240];
+    *st = MP_OK;
     snprintf(name, sizeof name, fmt, l);
     if (x->body && strncmp(name, "model.", 6) == 0) snprintf(full, sizeof full, "%s%s%s", x->prefix, x->body, name + 6);
     else snprintf(full, sizeof full, "%s%s", x->prefix, name);
     const mp_st_tensor *t = mp_safetensors_find(x->st, full);
     if (found) *found = t != NULL;
-    if (!t) return found ? MP_OK : mp_error(MP_ERR_FORMAT, "%s: tensor %s is missing", x->path, full);
+    if (!t) {
+        if (!found) *st = mp_error(MP_ERR_FORMAT, "%s: tensor %s is missing", x->path, full);
+        return NULL;
+    }
     int ok = t->n_dims == (s1 ? 2u : 1u) && t->shape[0] == s0 && (!s1 || t->shape[1] == s1);
     if (!ok) {
         char want[64], got[96] = "";
@@ -545,10 +557,62 @@ static mp_status read_t(const hctx *x, float *dst, uint64_t s0, uint64_t s1, int
         else snprintf(want, sizeof want, "[%llu]", (unsigned long long)s0);
         for (uint32_t i = 0; i < t->n_dims && i < 4; i++)
             snprintf(got + strlen(got), sizeof got - strlen(got), "%s%llu", i ? ", " : "", (unsigned long long)t->shape[i]);
-        return mp_error(MP_ERR_FORMAT, "%s: tensor %s has shape [%s]; the config needs %s", x->path, full, got, want);
+        *st = mp_error(MP_ERR_FORMAT, "%s: tensor %s has shape [%s]; the config needs %s", x->path, full, got, want);
+        return NULL;
     }
-    mp_status st = mp_safetensors_read_f32(x->st, t, dst, t->n_elements);
+    return t;
+}
+
+/* Reads prefix+name (layer l) with PyTorch shape [s0] (s1 == 0) or [s0, s1];
+ * *found (NULL = required). */
+static mp_status read_t(const hctx *x, float *dst, uint64_t s0, uint64_t s1, int *found, const char *fmt, int l) {
+    mp_status st;
+    const mp_st_tensor *t = find_t(x, s0, s1, found, fmt, l, &st);
+    if (!t) return st;
+    st = mp_safetensors_read_f32(x->st, t, dst, t->n_elements);
     return st ? mp_error_prefix(st, "%s", x->path) : MP_OK;
+}
+
+/* A linear weight [s0 = out, s1 = in] of the llama family. Float32 mode
+ * (x->q NULL) reads it into dst; kept mode points *qm at the file's mapping
+ * when the tensor is F16 or BF16 (F32 when aligned for float), else decodes it
+ * to owned float32 rows. permute_heads > 0 (q and k): the half-split rows of
+ * each head go to adjacent pairs (kept rows are copied first); tmp holds
+ * s0 / permute_heads * s1 floats. */
+static mp_status read_lin(const hctx *x, float *dst, mp_qmat *qm, uint64_t s0, uint64_t s1, int permute_heads,
+                          float *tmp, const char *fmt, int l) {
+    mp_status st;
+    const int Dh = permute_heads > 0 ? (int)(s0 / (uint64_t)permute_heads) : 0;
+    if (!x->q) {
+        if ((st = read_t(x, dst, s0, s1, NULL, fmt, l))) return st;
+        if (permute_heads > 0) mp_rope_permute_rows(dst, tmp, permute_heads, Dh, (size_t)s1, 1);
+        return MP_OK;
+    }
+    const mp_st_tensor *t = find_t(x, s0, s1, NULL, fmt, l, &st);
+    if (!t) return st;
+    const int aligned_f32 = t->dtype == MP_ST_F32 && (uintptr_t)t->data % _Alignof(float) == 0;
+    if (t->dtype == MP_ST_F16 || t->dtype == MP_ST_BF16 || aligned_f32) {
+        qm->type = t->dtype == MP_ST_F16 ? MP_GGML_F16 : t->dtype == MP_ST_BF16 ? MP_GGML_BF16 : MP_GGML_F32;
+        qm->row_bytes = (size_t)(t->n_bytes / s0);
+        qm->data = t->data;
+        if (permute_heads > 0) { /* the mapping is read-only: permute a copy */
+            unsigned char *own = mp_qparams_alloc(x->q, (size_t)t->n_bytes);
+            if (!own) return MP_ERR_NOMEM;
+            memcpy(own, t->data, (size_t)t->n_bytes);
+            if ((st = mp_qmat_permute_heads(own, permute_heads, Dh, qm->row_bytes))) return st;
+            qm->data = own;
+        }
+    } else {
+        float *f = mp_qparams_alloc(x->q, (size_t)(s0 * s1) * sizeof(float));
+        if (!f) return MP_ERR_NOMEM;
+        if ((st = mp_safetensors_read_f32(x->st, t, f, t->n_elements))) return mp_error_prefix(st, "%s", x->path);
+        if (permute_heads > 0) mp_rope_permute_rows(f, tmp, permute_heads, Dh, (size_t)s1, 1);
+        qm->type = MP_GGML_F32;
+        qm->row_bytes = (size_t)s1 * sizeof(float);
+        qm->data = (const unsigned char *)f;
+    }
+    x->q->bytes += qm->row_bytes * (size_t)s0;
+    return MP_OK;
 }
 
 static void transpose(float *dst, const float *src, size_t rows, size_t cols) {
@@ -567,21 +631,30 @@ static mp_status read_llama(const hctx *x, mp_model *m) {
     mp_params *p = &m->p;
     const uint64_t D = (uint64_t)c->d_model, V = (uint64_t)c->vocab, M = (uint64_t)c->d_mlp;
     const uint64_t HD = (uint64_t)c->n_head * c->d_head, KD = (uint64_t)c->n_kv_head * c->d_head;
+    mp_qparams *Q = x->q;
     mp_status st;
     float *tmp = mp_malloc((size_t)c->d_head * D * sizeof(float), "a RoPE permutation");
     if (!tmp) return MP_ERR_NOMEM;
-    if ((st = read_t(x, p->embed, V, D, NULL, "model.embed_tokens.weight", 0))) goto cleanup;
+/* the float32 destination of a linear weight (none when kept), its mp_qmat (none in float32 mode) */
+#define FW(base, off) (Q ? NULL : (base) + (off))
+#define QW(f, l) (Q ? &Q->f[l] : NULL)
+    if ((st = read_lin(x, p->embed, Q ? &Q->embed : NULL, V, D, 0, tmp, "model.embed_tokens.weight", 0))) goto cleanup;
     if ((st = read_t(x, p->lnf_w, D, 0, NULL, "model.norm.weight", 0))) goto cleanup;
-    if (!c->tied && (st = read_t(x, p->unembed, V, D, NULL, "lm_head.weight", 0))) goto cleanup;
+    if (!c->tied && (st = read_lin(x, p->unembed, Q ? &Q->unembed : NULL, V, D, 0, tmp, "lm_head.weight", 0)))
+        goto cleanup;
+    if (Q && c->tied) Q->unembed = Q->embed;
     for (int l = 0; l < c->n_layer; l++) {
-        float *wq = p->wq + (size_t)l * HD * D, *wk = p->wk + (size_t)l * KD * D;
         const size_t lM = (size_t)l * M * D;
         const int pre = !c->no_pre_norms; /* OLMo 2: no input_layernorm / pre-MLP norm */
         if ((pre && (st = read_t(x, p->ln1_w + (size_t)l * D, D, 0, NULL, "model.layers.%d.input_layernorm.weight", l))) ||
-            (st = read_t(x, wq, HD, D, NULL, "model.layers.%d.self_attn.q_proj.weight", l)) ||
-            (st = read_t(x, wk, KD, D, NULL, "model.layers.%d.self_attn.k_proj.weight", l)) ||
-            (st = read_t(x, p->wv + (size_t)l * KD * D, KD, D, NULL, "model.layers.%d.self_attn.v_proj.weight", l)) ||
-            (st = read_t(x, p->wo + (size_t)l * D * HD, D, HD, NULL, "model.layers.%d.self_attn.o_proj.weight", l)) ||
+            (st = read_lin(x, FW(p->wq, (size_t)l * HD * D), QW(wq, l), HD, D, c->n_head, tmp,
+                           "model.layers.%d.self_attn.q_proj.weight", l)) ||
+            (st = read_lin(x, FW(p->wk, (size_t)l * KD * D), QW(wk, l), KD, D, c->n_kv_head, tmp,
+                           "model.layers.%d.self_attn.k_proj.weight", l)) ||
+            (st = read_lin(x, FW(p->wv, (size_t)l * KD * D), QW(wv, l), KD, D, 0, tmp,
+                           "model.layers.%d.self_attn.v_proj.weight", l)) ||
+            (st = read_lin(x, FW(p->wo, (size_t)l * D * HD), QW(wo, l), D, HD, 0, tmp,
+                           "model.layers.%d.self_attn.o_proj.weight", l)) ||
             (pre && (st = read_t(x, p->ln2_w + (size_t)l * D, D, 0, NULL,
                                  c->post_norms ? "model.layers.%d.pre_feedforward_layernorm.weight"
                                                : "model.layers.%d.post_attention_layernorm.weight", l))) ||
@@ -589,12 +662,12 @@ static mp_status read_llama(const hctx *x, mp_model *m) {
                                             "model.layers.%d.post_attention_layernorm.weight", l)) ||
                                (st = read_t(x, p->ln2p_w + (size_t)l * D, D, 0, NULL,
                                             "model.layers.%d.post_feedforward_layernorm.weight", l)))) ||
-            (st = read_t(x, p->w1 + lM, M, D, NULL, "model.layers.%d.mlp.gate_proj.weight", l)) ||
-            (st = read_t(x, p->w3 + lM, M, D, NULL, "model.layers.%d.mlp.up_proj.weight", l)) ||
-            (st = read_t(x, p->w2 + lM, D, M, NULL, "model.layers.%d.mlp.down_proj.weight", l)))
+            (st = read_lin(x, FW(p->w1, lM), QW(w1, l), M, D, 0, tmp, "model.layers.%d.mlp.gate_proj.weight", l)) ||
+            (st = read_lin(x, FW(p->w3, lM), QW(w3, l), M, D, 0, tmp, "model.layers.%d.mlp.up_proj.weight", l)) ||
+            (st = read_lin(x, FW(p->w2, lM), QW(w2, l), D, M, 0, tmp, "model.layers.%d.mlp.down_proj.weight", l)))
             goto cleanup;
-        mp_rope_permute_rows(wq, tmp, c->n_head, c->d_head, D, 1);
-        mp_rope_permute_rows(wk, tmp, c->n_kv_head, c->d_head, D, 1);
+#undef FW
+#undef QW
         if (c->qk_norm == MP_QK_NORM_HEAD) { /* Qwen3: one head's channels, permuted as the rows they scale */
             float *qn = p->q_norm + (size_t)l * c->d_head, *kn = p->k_norm + (size_t)l * c->d_head;
             if ((st = read_t(x, qn, (uint64_t)c->d_head, 0, NULL, "model.layers.%d.self_attn.q_norm.weight", l)) ||
@@ -784,6 +857,8 @@ cleanup:
     return st;
 }
 
+static void close_st(void *st) { mp_safetensors_close(st); }
+
 mp_status mp_model_load_hf(mp_model **out, const char *dir) {
     mp_safetensors *st = NULL;
     mp_json_doc *doc = NULL;
@@ -826,8 +901,19 @@ mp_status mp_model_load_hf(mp_model **out, const char *dir) {
     }
     if ((s = read_config(cfg, dir, type, &c))) goto cleanup;
     if ((s = mp_safetensors_open(dir, &st))) goto cleanup;
-    if ((s = mp_model_new(&m, &c))) goto cleanup;
-    hctx x = {st, dir, "", NULL};
+    /* the llama family's F16/BF16 linear weights stay as stored (views of the mapping, which the model
+     * keeps open); GPT-2's Conv1D, NeoX's and Phi-3's fused weights are rearranged, so read as float32 */
+    int keep = 0;
+    for (size_t i = 0; !gpt2 && !neox && !phi3 && i < mp_safetensors_n_tensors(st); i++) {
+        const mp_st_tensor *t = mp_safetensors_tensor_at(st, i);
+        if (t->n_dims == 2 && (t->dtype == MP_ST_F16 || t->dtype == MP_ST_BF16)) keep = 1;
+    }
+    if (keep) {
+        if ((s = mp_model_new_unweighted(&m, &c)) || (s = mp_qparams_new(m))) goto cleanup;
+    } else if ((s = mp_model_new(&m, &c))) {
+        goto cleanup;
+    }
+    hctx x = {st, dir, "", NULL, keep ? m->q : NULL};
     if (g3mm) { /* the language model's tensors: language_model.model.* (older) or model.language_model.* */
         if (mp_safetensors_find(st, "language_model.model.embed_tokens.weight")) x.prefix = "language_model.";
         else x.body = "model.language_model.";
@@ -843,6 +929,11 @@ mp_status mp_model_load_hf(mp_model **out, const char *dir) {
         s = read_llama(&x, m);
     }
     if (s) goto cleanup;
+    if (keep) { /* the weights point into its mappings: closed with the model */
+        m->q->file = st;
+        m->q->file_close = close_st;
+        st = NULL;
+    }
     snprintf(m->source, sizeof m->source, "%s", dir);
     m->format = gpt2 ? "hf-gpt2" : neox ? "hf-gpt_neox" : phi3 ? "hf-phi3" : strcmp(type, "qwen2") == 0 ? "hf-qwen2"
               : strcmp(type, "qwen3") == 0 ? "hf-qwen3" : strcmp(type, "gemma") == 0 ? "hf-gemma"

@@ -117,10 +117,10 @@ typedef struct {
 } mp_layer_params;
 mp_layer_params mp_params_layer(const mp_config *c, const mp_params *p, int l);
 
-/* A weight matrix kept in its file encoding (quantized GGUF models): OUT rows
- * of row_bytes, each IN values of ggml type `type` (Q8_0, Q4_0, Q4_K, Q6_K:
- * computed with runtime/qdot.h; F32: plain floats, for a tensor of another
- * type, decoded at load). */
+/* A weight matrix kept in its file encoding (quantized or half GGUF models,
+ * half safetensors): OUT rows of row_bytes, each IN values of ggml type `type`
+ * (Q8_0, Q4_0, Q4_K, Q6_K, F16, BF16: computed with runtime/qdot.h; F32: plain
+ * floats, for a tensor of another type, decoded at load). */
 typedef struct {
     uint32_t type;
     const unsigned char *data;
@@ -135,7 +135,7 @@ typedef struct mp_qparams {
     mp_qmat embed, unembed;                  /* [V, D]; unembed = embed when tied */
     mp_qmat *wq, *wk, *wv, *wo, *w1, *w3, *w2; /* [L] each; w1, w2 NULL without MLP, w3 without SwiGLU */
     mp_qmat *mats;                           /* storage of the [L] arrays */
-    void *file;                              /* the mp_gguf whose mapping most data points into */
+    void *file;                              /* the mp_gguf / mp_safetensors whose mapping most data points into */
     void (*file_close)(void *file);          /* closes file with the model (set by the loader) */
     void *chunks;                            /* tensors decoded or permuted at load (a list) */
     size_t bytes;                            /* bytes of weight data */
@@ -185,6 +185,12 @@ mp_status mp_model_dequantized_copy(const mp_model *m, mp_model **out);
  * wv, wo, w1, w3, w2: NULL) allocated and zeroed (attention-variant ones at
  * their initial values), for loaders that fill m->q. */
 mp_status mp_model_new_unweighted(mp_model **out, const mp_config *cfg);
+/* Gives m (from mp_model_new_unweighted) an empty m->q with its per-layer
+ * arrays (w1/w2 for an MLP, w3 for SwiGLU); MP_ERR_NOMEM. */
+mp_status mp_qparams_new(mp_model *m);
+/* Rows of the row-major encoded matrix w (rows of rb bytes), heads of Dh rows:
+ * half-split rows -> adjacent pairs (mp_rope_permute_rows on encoded rows). */
+mp_status mp_qmat_permute_heads(unsigned char *w, int n_heads, int Dh, size_t rb);
 /* Owned storage of `bytes` for a quantized model's tensors (decoded or
  * permuted at load), freed with q; 64-byte aligned; NULL when out of memory. */
 void *mp_qparams_alloc(mp_qparams *q, size_t bytes);

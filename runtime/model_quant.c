@@ -1,7 +1,10 @@
-/* model_quant.c — models that keep their GGUF weights quantized (model.h,
- * mp_qparams; loaded by load_gguf.c, computed with qdot.h): the embedding
- * lookup from quantized rows, the weight-type summary, and decoding to
- * float32 on demand (in place for training, as a copy for the writers). */
+/* model_quant.c — models that keep their weights in the file's encoding
+ * (model.h, mp_qparams: quantized or F16/BF16 GGUF, F16/BF16 safetensors;
+ * loaded by load_gguf.c and load_hf.c, computed with qdot.h): the loaders'
+ * shared set-up (the per-layer arrays, RoPE row permutation of encoded rows),
+ * the embedding lookup from encoded rows, the weight-type summary, and
+ * decoding to float32 on demand (in place for training, as a copy for the
+ * writers). */
 #include "model.h"
 #include "quant.h"
 
@@ -57,6 +60,38 @@ void mp_model_embed_rows(const mp_model *m, float *out, const int *tokens, int N
         if (e->type == MP_GGML_F32) memcpy(out + (size_t)n * D, row, (size_t)D * sizeof(float));
         else mp_quant_dequantize(e->type, row, out + (size_t)n * D, (size_t)D);
     }
+}
+
+mp_status mp_qparams_new(mp_model *m) {
+    const size_t L = (size_t)m->cfg.n_layer;
+    if (!(m->q = mp_calloc(1, sizeof *m->q, "quantized weights")) ||
+        !(m->q->mats = mp_calloc(7 * L, sizeof(mp_qmat), "quantized weights")))
+        return MP_ERR_NOMEM;
+    mp_qparams *q = m->q;
+    q->wq = q->mats;
+    q->wk = q->wq + L;
+    q->wv = q->wk + L;
+    q->wo = q->wv + L;
+    if (m->cfg.mlp != MP_MLP_NONE) {
+        q->w1 = q->wo + L;
+        q->w2 = q->w1 + L;
+        if (m->cfg.mlp == MP_MLP_SWIGLU) q->w3 = q->w2 + L;
+    }
+    return MP_OK;
+}
+
+mp_status mp_qmat_permute_heads(unsigned char *w, int n_heads, int Dh, size_t rb) {
+    unsigned char *tmp = mp_malloc((size_t)Dh * rb, "a RoPE permutation");
+    if (!tmp) return MP_ERR_NOMEM;
+    const int half = Dh / 2;
+    for (int h = 0; h < n_heads; h++) {
+        unsigned char *head = w + (size_t)h * Dh * rb;
+        memcpy(tmp, head, (size_t)Dh * rb);
+        for (int i = 0; i < half; i++)
+            for (int j = 0; j < 2; j++) memcpy(head + (size_t)(2 * i + j) * rb, tmp + (size_t)(j * half + i) * rb, rb);
+    }
+    free(tmp);
+    return MP_OK;
 }
 
 typedef struct chunk { struct chunk *next; } chunk;

@@ -28,15 +28,26 @@
  *     equals the sum of the tensors' bytes: nothing decoded but the F32 ones);
  *   - a file with general.alignment 1 or 2 whose F32 weights lie at addresses
  *     that are not multiples of 4 loads them aligned (copied) and computes the
- *     aligned file's logits exactly (no misaligned float* under UBSan). */
+ *     aligned file's logits exactly (no misaligned float* under UBSan);
+ *   - Hugging Face folders (tests/data/arch_qwen2: untied, q/k/v biases;
+ *     arch_qwen3: tied, q/k norms; arch_olmo2: full q/k norms, no pre-norms;
+ *     arch_gemma2: norm offset, soft caps) rewritten here with every 2-D
+ *     tensor in BF16 (then F16), beside the same rounded values in F32: the
+ *     half folder keeps its linear weights as stored (its bytes: 2 per
+ *     weight) and gives the F32 folder's logits and every hook point: a
+ *     prefill (widened panels through the same sgemm) within 1e-4 absolute
+ *     (0 here), decoding (the dot kernels) within float32 rounding (<= 1e-4
+ *     of the largest |logit|). */
 #include "checkpoint.h"
 #include "h5io.h"
 #include "gguf.h"
 #include "formats.h"
+#include "safetensors.h"
 #include "model.h"
 #include "qdot.h"
 #include "quant.h"
 #include "testutil.h"
+#include "tu_arch.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -421,6 +432,131 @@ static void test_alignment(void) {
     unlink(ap);
 }
 
+/* ---- Hugging Face folders in BF16 / F16 ---- */
+
+/* Writes DIR/model.safetensors with every tensor of src, 2-D ones as `half`
+ * (F16 or BF16, 2 bytes each), others F32; and FDIR/model.safetensors with the
+ * same values in F32 (2-D ones rounded through the half type); both get src's
+ * config.json. Returns the half file's bytes of 2-D tensors. */
+static uint64_t write_half_folder(const char *src, const char *dir, const char *fdir, uint32_t half) {
+    char path[512];
+    snprintf(path, sizeof path, "%s", src);
+    mp_safetensors *st = NULL;
+    CHECK(mp_safetensors_open(path, &st) == MP_OK, "%s", mp_last_error());
+    if (!st) return 0;
+    const size_t n = mp_safetensors_n_tensors(st);
+    float **vals = calloc(n, sizeof *vals);
+    mp_st_entry *ent = calloc(n, sizeof *ent);
+    char *hdr = malloc(1 << 20);
+    size_t hl = 0, off = 0;
+    uint64_t half_bytes = 0;
+    hl += (size_t)snprintf(hdr + hl, (1 << 20) - hl, "{");
+    for (size_t i = 0; i < n; i++) {
+        const mp_st_tensor *t = mp_safetensors_tensor_at(st, i);
+        vals[i] = malloc((size_t)t->n_elements * sizeof(float));
+        CHECK(mp_safetensors_read_f32(st, t, vals[i], t->n_elements) == MP_OK, "%s", mp_last_error());
+        const int h = t->n_dims == 2;
+        if (h)
+            for (uint64_t k = 0; k < t->n_elements; k++)
+                vals[i][k] = half == MP_GGML_F16 ? mp_quant_f16_to_f32(mp_quant_f32_to_f16(vals[i][k]))
+                                                 : mp_quant_bf16_to_f32(mp_quant_f32_to_bf16(vals[i][k]));
+        const size_t bytes = (size_t)t->n_elements * (h ? 2 : 4);
+        hl += (size_t)snprintf(hdr + hl, (1 << 20) - hl, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[", i ? "," : "", t->name,
+                               h ? (half == MP_GGML_F16 ? "F16" : "BF16") : "F32");
+        for (uint32_t d = 0; d < t->n_dims; d++)
+            hl += (size_t)snprintf(hdr + hl, (1 << 20) - hl, "%s%llu", d ? "," : "", (unsigned long long)t->shape[d]);
+        hl += (size_t)snprintf(hdr + hl, (1 << 20) - hl, "],\"data_offsets\":[%zu,%zu]}", off, off + bytes);
+        off += bytes;
+        if (h) half_bytes += bytes;
+        ent[i] = (mp_st_entry){t->name, t->n_dims, t->shape, vals[i]};
+    }
+    hl += (size_t)snprintf(hdr + hl, (1 << 20) - hl, "}");
+    while (hl % 8) hdr[hl++] = ' ';
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s %s && cp %s/config.json %s/ && cp %s/config.json %s/", dir, fdir, src, dir,
+             src, fdir);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    snprintf(path, sizeof path, "%s/model.safetensors", fdir);
+    CHECK(mp_safetensors_write(path, ent, n, NULL) == MP_OK, "%s", mp_last_error());
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL, "cannot write %s", path);
+    if (f) {
+        const uint64_t len = hl;
+        put(f, &len, 8);
+        put(f, hdr, hl);
+        for (size_t i = 0; i < n; i++) {
+            const mp_st_tensor *t = mp_safetensors_tensor_at(st, i);
+            for (uint64_t k = 0; k < t->n_elements; k++) {
+                if (t->n_dims == 2) {
+                    const uint16_t v = half == MP_GGML_F16 ? mp_quant_f32_to_f16(vals[i][k]) : mp_quant_f32_to_bf16(vals[i][k]);
+                    put(f, &v, 2);
+                } else {
+                    put(f, &vals[i][k], 4);
+                }
+            }
+        }
+        fclose(f);
+    }
+    for (size_t i = 0; i < n; i++) free(vals[i]);
+    free(vals);
+    free(ent);
+    free(hdr);
+    mp_safetensors_close(st);
+    return half_bytes;
+}
+
+static void test_hf_half(const char *arch, uint32_t half) {
+    char dir[256], fdir[256], cmd[600];
+    snprintf(dir, sizeof dir, "/tmp/mp_test_qmodel_%d_hf_%s_h", (int)getpid(), arch);
+    snprintf(fdir, sizeof fdir, "/tmp/mp_test_qmodel_%d_hf_%s_f", (int)getpid(), arch);
+    const uint64_t hbytes = write_half_folder(tu_data(arch), dir, fdir, half);
+    mp_model *mh = NULL, *mf = NULL;
+    if (mp_model_load(&mh, dir) || mp_model_load(&mf, fdir)) {
+        CHECK(0, "%s: %s", arch, mp_last_error());
+        goto done;
+    }
+    char types[64];
+    mp_model_weight_types(mh, types, sizeof types);
+    CHECK(mp_model_is_quantized(mh) && !mp_model_is_quantized(mf) && !strcmp(types, mp_quant_type_name(half)),
+          "%s: the %s folder keeps its weights as stored (%s)", arch, mp_quant_type_name(half), types);
+    /* the kept bytes: 2 per linear weight (the embedding once when tied) */
+    const mp_config *c = &mh->cfg;
+    const uint64_t Dm = (uint64_t)c->d_model, HD = (uint64_t)c->n_head * c->d_head, KD = (uint64_t)c->n_kv_head * c->d_head;
+    const uint64_t lin = (uint64_t)c->vocab * Dm * (c->tied ? 1 : 2) +
+                         (uint64_t)c->n_layer * (2 * HD * Dm + 2 * KD * Dm + 3 * (uint64_t)c->d_mlp * Dm);
+    CHECK(mh->q->bytes == 2 * lin && hbytes >= 2 * lin, "%s: kept weights take %zu bytes, 2 x %llu weights expected",
+          arch, mh->q->bytes, (unsigned long long)lin);
+    enum { T = 24 };
+    int tok[T];
+    for (int i = 0; i < T; i++) tok[i] = (int)(rnd() % (unsigned)c->vocab);
+    const double d = tu_compare_models(mh, mf, tok, T, arch);
+    const size_t VV = (size_t)c->vocab;
+    float *a = malloc(T * VV * sizeof(float)), *b = malloc(T * VV * sizeof(float));
+    mp_kvcache kc;
+    CHECK(mp_kvcache_init(&kc, c, 1, T) == MP_OK, "%s", mp_last_error());
+    mp_forward_params fp = mp_forward_params_default();
+    fp.cache = &kc;
+    fp.logits = MP_LOGITS_LAST;
+    for (int t = 0; t < T; t++) CHECK(mp_model_forward(mh, tok + t, 1, 1, &fp, a + (size_t)t * VV) == MP_OK, "%s", mp_last_error());
+    mp_kvcache_free(&kc);
+    fp = mp_forward_params_default();
+    CHECK(mp_model_forward(mf, tok, 1, T, &fp, b) == MP_OK, "%s", mp_last_error());
+    double maxd, meand, big, meanabs;
+    stats(a, b, T * VV, &maxd, &meand, &big, &meanabs);
+    CHECK(d <= 1e-4 && maxd <= 1e-4 * big, "%s %s: prefill max |diff| %.3g over logits and hook points (scaled), "
+          "decode %.3g of the largest |logit| %.3g", arch, mp_quant_type_name(half), d, maxd, big);
+    printf("hf %-11s %-4s kept (%zu bytes): logits and every hook point vs F32: %.2e; decode %.2e (largest |logit| %.3g)\n",
+           arch, mp_quant_type_name(half), mh->q->bytes, d, maxd, big);
+    free(a);
+    free(b);
+done:
+    mp_model_free(mh);
+    mp_model_free(mf);
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s", dir, fdir);
+    CHECK(system(cmd) == 0, "%s", cmd);
+}
+
 int main(void) {
     mp_io_init();
     test_arch("llama");
@@ -431,5 +567,9 @@ int main(void) {
     test_arch("gpt2");
     halves = 0;
     test_alignment();
+    test_hf_half("arch_qwen2", MP_GGML_BF16);
+    test_hf_half("arch_qwen3", MP_GGML_BF16);
+    test_hf_half("arch_olmo2", MP_GGML_F16);
+    test_hf_half("arch_gemma2", MP_GGML_BF16);
     return tu_finish("test_qmodel");
 }

@@ -1,0 +1,107 @@
+/* bench_qdot.c — where the two paths of mp_qdot_matmul cross for weights kept
+ * as stored (qdot.h): for N input rows, (a) the dot kernels over the stored
+ * rows (OpenMP over output rows, as the few-rows path runs them) and (b) panels
+ * of 256 rows decoded to float32 + OpenBLAS sgemm (the many-rows path), and
+ * mp_qdot_matmul itself, on one layer shape (default Llama-3.2-1B's MLP up
+ * projection: IN 2048, OUT 8192). Chooses the few-rows limits in qdot.c
+ * (QDOT_FEW_ROWS, QDOT_HALF_FEW_ROWS).
+ *
+ *   bench_qdot [--type bf16|f16|q8_0|q4_k] [--in 2048] [--out 8192] [--reps 5]
+ *
+ * Prints one line per N: ms of (a), (b) and mp_qdot_matmul (median of reps). */
+#include "omp_env.h"
+#include "qdot.h"
+#include "quant.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+    const char *type = "bf16";
+    int IN = 2048, OUT = 8192, reps = 5;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--type")) type = argv[i + 1];
+        else if (!strcmp(argv[i], "--in")) IN = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--out")) OUT = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
+        else { fprintf(stderr, "bench_qdot: unknown option %s\n", argv[i]); return 2; }
+    }
+    const uint32_t t = !strcmp(type, "bf16") ? MP_GGML_BF16 : !strcmp(type, "f16") ? MP_GGML_F16
+                     : !strcmp(type, "q8_0") ? MP_GGML_Q8_0 : !strcmp(type, "q4_k") ? MP_GGML_Q4_K : 0;
+    if (!t || IN <= 0 || OUT <= 0 || IN % 256 || reps < 1) {
+        fprintf(stderr, "bench_qdot: --type bf16|f16|q8_0|q4_k, --in a multiple of 256, --out > 0, --reps >= 1\n");
+        return 2;
+    }
+    mp_omp_env_default(argv); /* the waiting policy of the mechprobe command */
+    size_t bv, bb;
+    mp_quant_block(t, &bv, &bb);
+    const size_t rb = (size_t)IN / bv * bb;
+    unsigned char *w = malloc(rb * OUT);
+    float *wf = malloc((size_t)IN * OUT * sizeof(float)), *panel = malloc((size_t)256 * IN * sizeof(float));
+    float *in = malloc((size_t)32 * IN * sizeof(float)), *out = malloc((size_t)32 * OUT * sizeof(float));
+    if (!w || !wf || !panel || !in || !out) { fprintf(stderr, "bench_qdot: out of memory\n"); return 1; }
+    srand(1);
+    for (size_t i = 0; i < (size_t)IN * OUT; i++) wf[i] = ((float)rand() / RAND_MAX - 0.5f) * 0.04f;
+    for (int o = 0; o < OUT; o++) { /* encode row by row */
+        if (t == MP_GGML_BF16 || t == MP_GGML_F16)
+            for (int i = 0; i < IN; i++) {
+                const uint16_t h = t == MP_GGML_BF16 ? mp_quant_f32_to_bf16(wf[(size_t)o * IN + i])
+                                                     : mp_quant_f32_to_f16(wf[(size_t)o * IN + i]);
+                memcpy(w + (size_t)o * rb + 2 * (size_t)i, &h, 2);
+            }
+        else if (t == MP_GGML_Q8_0) mp_quant_quantize_q8_0(wf + (size_t)o * IN, w + (size_t)o * rb, (size_t)IN);
+        else for (size_t b = 0; b < rb; b++) w[(size_t)o * rb + b] = (unsigned char)rand(); /* Q4_K: random blocks */
+    }
+    for (int i = 0; i < 32 * IN; i++) in[i] = (float)rand() / RAND_MAX - 0.5f;
+    const mp_qdot_fn dot = mp_qdot_kernel(t, mp_qdot_isa_active());
+    const size_t ab = mp_qdot_act_bytes(t, (size_t)IN);
+    unsigned char *xq = malloc(32 * ab);
+    printf("bench_qdot: %s, IN %d, OUT %d, %s kernels, %d threads; ms per product (median of %d)\n", type, IN, OUT,
+           mp_qdot_isa_name(mp_qdot_isa_active()), omp_get_max_threads(), reps);
+    printf("%4s %10s %10s %10s\n", "N", "dot", "panels", "matmul");
+    const int Ns[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
+    double *ta = malloc(reps * sizeof(double)), *tb = malloc(reps * sizeof(double)), *tc = malloc(reps * sizeof(double));
+    for (size_t k = 0; k < sizeof Ns / sizeof *Ns; k++) {
+        const int N = Ns[k];
+        for (int r = 0; r < reps; r++) {
+            double t0 = now();
+            for (int n = 0; n < N; n++) mp_qdot_quantize_act(t, in + (size_t)n * IN, xq + (size_t)n * ab, (size_t)IN);
+#pragma omp parallel for schedule(static)
+            for (int o = 0; o < OUT; o++)
+                for (int n = 0; n < N; n++) out[(size_t)n * OUT + o] = dot(w + (size_t)o * rb, xq + (size_t)n * ab, (size_t)IN);
+            ta[r] = now() - t0;
+            t0 = now();
+            for (int o0 = 0; o0 < OUT; o0 += 256) {
+                const int rows = OUT - o0 < 256 ? OUT - o0 : 256;
+                mp_quant_dequantize(t, w + (size_t)o0 * rb, panel, (size_t)rows * IN);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, rows, IN, 1.0f, in, IN, panel, IN, 0.0f,
+                            out + o0, OUT);
+            }
+            tb[r] = now() - t0;
+            t0 = now();
+            if (mp_qdot_matmul(out, in, t, w, rb, NULL, N, IN, OUT)) { fprintf(stderr, "bench_qdot: %s\n", mp_last_error()); return 1; }
+            tc[r] = now() - t0;
+        }
+        qsort(ta, reps, sizeof *ta, cmp);
+        qsort(tb, reps, sizeof *tb, cmp);
+        qsort(tc, reps, sizeof *tc, cmp);
+        printf("%4d %10.2f %10.2f %10.2f\n", N, 1e3 * ta[reps / 2], 1e3 * tb[reps / 2], 1e3 * tc[reps / 2]);
+    }
+    free(ta); free(tb); free(tc); free(xq); free(w); free(wf); free(panel); free(in); free(out);
+    return 0;
+}

@@ -1,13 +1,21 @@
-/* bench_gen.c — mechprobe's side of bench/peers.sh (the comparison with
- * llama.cpp): writes the benchmark model as GGUF, and times decoding (one
+/* bench_gen.c — mechprobe's side of bench/peers.sh and bench/peers_scale.sh
+ * (the comparisons with llama.cpp): writes the benchmark models as GGUF (the
+ * d 512 toy, or real shapes streamed by shape_gguf.c), and times decoding (one
  * token per forward over the KV cache, greedy) and prefill of a GGUF model.
  * The llama.cpp side (bench/peer_llama.c) runs the same loops through
  * llama_decode, so the two are timed alike.
  *
  *   bench_gen --mode make --out PREFIX [--d-model 512 --layers 8 --vocab 512 --seed S]
  *             writes PREFIX.f32.gguf and PREFIX.q8_0.gguf (llama architecture, byte vocabulary)
- *   bench_gen --mode decode  --model F.gguf [-n 128] [--reps R] [--dump FILE]
- *   bench_gen --mode prefill --model F.gguf [-T 1024] [--reps R]
+ *   bench_gen --mode make-shape --shape NAME --type f32|f16|bf16|q8_0 --out FILE.gguf [--seed S] [--dry-run]
+ *             a random Llama in a real model's shape (tiny, llama3.2-1b, llama3-8b: shape_gguf.h), made
+ *             and written a block of rows at a time (never the whole model in memory); --dry-run
+ *             prints its tensors, parameters and file size, the free space, and times the making of
+ *             some rows to estimate the time, writing nothing
+ *   bench_gen --mode decode  --model F.gguf [-n 128] [--ctx N] [--reps R] [--warmup W] [--dump FILE]
+ *   bench_gen --mode prefill --model F.gguf [-T 1024] [--reps R] [--warmup W]
+ *             [--capture GLOBS --capture-out FILE.h5]   every forward captures those hook points
+ *             to an HDF5 run file (bench_forward's capture; the time includes create and commit)
  *   bench_gen --mode compare --a FILE --b FILE [--vocab V] [-n STEPS]   two decode dumps (the first
  *             STEPS steps): max |diff|, largest |logit|
  *   bench_gen --mode train-gpt2 --out PREFIX [--d-model 512 --layers 8 --vocab 512 -B 4 -T 512 --steps S]
@@ -19,16 +27,25 @@
  * decode: each repetition starts from an empty cache, feeds BOS (id 256), then
  * the argmax of each step's logits, n forwards of one token in all (what
  * llama-bench's tg n runs); --dump writes the n tokens fed and the n x V logits
- * (float32) for the equality check. prefill: T tokens in one forward, logits of
- * the last position only (as llama-bench's pp). Output: key=value lines (tok_s
- * is the median over the timed repetitions after one warm-up; maxrss_mib; other_cores). */
+ * (float32) of the first run for the equality check. --ctx N: first, untimed, a
+ * prefill of N tokens (prefill's tokens, in chunks of 512, into the cache);
+ * each repetition then cuts the cache back to those N positions and decodes
+ * n tokens from the argmax of the prefill's last logits (decoding at context
+ * N). prefill: T tokens in one forward, logits of the last position only (as
+ * llama-bench's pp): BOS, then (7 i + 3) mod 256. Output: key=value lines
+ * (tok_s is the median over the timed repetitions after W warm-up runs,
+ * default 1; maxrss_mib; other_cores). */
 #include "omp_env.h"
 #include "bench_load.h"
 #include "formats.h"
 #include "model.h"
 #include "optim.h"
+#include "h5io.h"
+#include "h5run.h"
+#include "mp_hooks.h"
 #include "qdot.h"
 #include "quant.h"
+#include "shape_gguf.h"
 #include "train.h"
 
 #include <cblas.h>
@@ -38,6 +55,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -47,17 +67,26 @@ typedef struct {
     const char *mode, *model, *out, *dump, *a, *b;
     int n, T, reps, d_model, layers, vocab, B, steps;
     uint64_t seed;
+    const char *shape, *type, *capture, *capture_out;
+    int ctx, warmup, dry_run;
 } opts;
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: bench_gen --mode make|decode|prefill [options]\n"
-               "  --out PREFIX     make: writes PREFIX.f32.gguf and PREFIX.q8_0.gguf\n"
+    fprintf(f, "usage: bench_gen --mode make|make-shape|decode|prefill|compare|train-gpt2 [options]\n"
+               "  --out PREFIX     make: writes PREFIX.f32.gguf and PREFIX.q8_0.gguf; make-shape: the file\n"
                "  --d-model D --layers L --vocab V --seed S   make: the random Llama (d_mlp 8/3 D, d_head 64)\n"
+               "  --shape NAME     make-shape: %s\n"
+               "  --type T         make-shape: f32, f16, bf16 or q8_0 (2-D weights; norms f32)\n"
+               "  --dry-run        make-shape: print the plan and an estimate, write nothing\n"
                "  --model FILE     GGUF model (decode, prefill)\n"
                "  -n N             decode: forwards of one token (default 128)\n"
+               "  --ctx N          decode: an untimed prefill of N tokens first (default 0)\n"
                "  -T N             prefill: tokens (default 1024)\n"
-               "  --reps R         timed repetitions after one warm-up (default 5)\n"
-               "  --dump FILE      decode: tokens fed and logits of every step\n");
+               "  --reps R         timed repetitions (default 5)\n"
+               "  --warmup W       untimed runs before them (default 1)\n"
+               "  --dump FILE      decode: tokens fed and logits of every step (first run)\n"
+               "  --capture GLOBS --capture-out FILE.h5   prefill: capture these hook points each run\n",
+            sg_shape_names());
 }
 
 static int argmax(const float *x, int n) {
@@ -91,6 +120,61 @@ static int do_make(const opts *o) {
     }
     mp_model_free(m);
     return rc;
+}
+
+static int do_make_shape(const opts *o) {
+    const sg_shape *s = sg_shape_find(o->shape);
+    uint32_t type;
+    if (!s) { fprintf(stderr, "bench_gen: --shape '%s': not one of %s\n", o->shape ? o->shape : "", sg_shape_names()); return 2; }
+    if (!o->type || sg_type_parse(o->type, &type)) {
+        fprintf(stderr, "bench_gen: --type '%s': not f32, f16, bf16 or q8_0 (Q4_K: quantize a bf16 file with "
+                        "llama.cpp's llama-quantize --pure, as bench/peers_scale.sh does)\n", o->type ? o->type : "");
+        return 2;
+    }
+    sg_plan plan;
+    double t0 = bl_now();
+    mp_status st = sg_write(s, type, o->seed, o->out, o->dry_run, &plan);
+    if (st) { fprintf(stderr, "bench_gen: %s: %s\n", o->out, mp_last_error()); return 1; }
+    printf("shape=%s\ntype=%s\ntensors=%d\nparams=%llu\nfile_bytes=%llu\n", s->name, mp_quant_type_name(type),
+           plan.n_tensors, (unsigned long long)plan.params, (unsigned long long)plan.file_bytes);
+    if (!o->dry_run) {
+        struct stat sb;
+        if (stat(o->out, &sb) || (uint64_t)sb.st_size != plan.file_bytes) {
+            fprintf(stderr, "bench_gen: %s: the file written is not the planned %llu bytes\n", o->out,
+                    (unsigned long long)plan.file_bytes);
+            return 1;
+        }
+        printf("wrote=%s\nseconds=%.1f\n", o->out, bl_now() - t0);
+        return 0;
+    }
+    /* the dry run: free space beside the file, and the making of blk.0.ffn_gate's first rows timed */
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", o->out);
+    struct statvfs vs;
+    for (;;) { /* the file's folder, or the nearest one above it that exists */
+        char *slash = strrchr(dir, '/');
+        if (!slash) { snprintf(dir, sizeof dir, "."); break; }
+        *slash = 0;
+        if (!dir[0]) { snprintf(dir, sizeof dir, "/"); break; }
+        if (statvfs(dir, &vs) == 0) break;
+    }
+    if (statvfs(dir, &vs) == 0) {
+        unsigned long long avail = (unsigned long long)vs.f_bavail * vs.f_frsize;
+        printf("free_bytes=%llu\nfree_in=%s\nfits=%d\n", avail, dir, avail > plan.file_bytes);
+    }
+    const uint64_t D = (uint64_t)s->d_model, rows = 256 < s->d_mlp ? 256 : (uint64_t)s->d_mlp;
+    uint64_t rb = 0;
+    mp_quant_bytes(type, D, &rb);
+    void *buf = malloc((size_t)(rows * rb));
+    if (!buf) { fprintf(stderr, "bench_gen: out of memory for the sample rows\n"); return 1; }
+    double g0 = bl_now();
+    st = sg_make_rows(type, o->seed, 7 /* blk.0.ffn_gate */, D, 0, rows, buf);
+    double dt = bl_now() - g0;
+    free(buf);
+    if (st) { fprintf(stderr, "bench_gen: %s\n", mp_last_error()); return 1; }
+    printf("sample_values=%llu\nsample_s=%.4f\nest_make_s=%.0f\n", (unsigned long long)(rows * D), dt,
+           dt > 0 ? dt * (double)plan.params / (double)(rows * D) : 0.0);
+    return 0;
 }
 
 static int do_compare(const opts *o) {
@@ -228,35 +312,54 @@ static int do_train_gpt2(const opts *o) {
     return rc;
 }
 
+/* prefill's tokens: BOS (256, when the vocabulary has it), then (7 i + 3) mod 256 */
+static void prompt_tokens(int *tok, int T, int V) {
+    for (int i = 0; i < T; i++) tok[i] = i == 0 && V > 256 ? 256 : (i * 7 + 3) % (V < 256 ? V : 256);
+}
+
 static int do_decode(const opts *o, mp_model *m) {
-    const int V = m->cfg.vocab, n = o->n;
+    const int V = m->cfg.vocab, n = o->n, ctx = o->ctx;
     float *logits = malloc((size_t)V * sizeof(float)), *dump = o->dump ? malloc((size_t)n * V * sizeof(float)) : NULL;
-    int *fed = malloc((size_t)n * sizeof(int));
+    int *fed = malloc((size_t)n * sizeof(int)), *prompt = malloc((size_t)(ctx > 0 ? ctx : 1) * sizeof(int));
     double *t = malloc((size_t)(o->reps + 1) * sizeof(double));
-    int rc = 0;
+    int rc = 0, first = 256 < V ? 256 : 0;
+    mp_kvcache cache;
+    if (!logits || !fed || !prompt || !t || (o->dump && !dump) || mp_kvcache_init(&cache, &m->cfg, 1, ctx + n)) {
+        fprintf(stderr, "bench_gen: decode: out of memory (%s)\n", mp_last_error());
+        free(logits); free(dump); free(fed); free(prompt); free(t);
+        return 1;
+    }
+    mp_forward_params fp = mp_forward_params_default();
+    fp.cache = &cache;
+    fp.logits = MP_LOGITS_LAST;
+    double tp = bl_now();
+    if (ctx > 0) { /* the context, untimed, in chunks of 512 */
+        prompt_tokens(prompt, ctx, V);
+        for (int i = 0; i < ctx && !rc; i += 512)
+            if (mp_model_forward(m, prompt + i, 1, ctx - i < 512 ? ctx - i : 512, &fp, logits)) rc = 1;
+        if (!rc) first = argmax(logits, V);
+    }
+    tp = bl_now() - tp;
     bl_probe lp;
-    for (int r = -1; r < o->reps && !rc; r++) {
+    for (int r = -o->warmup; r < o->reps && !rc; r++) {
         if (r == 0) bl_sample(&lp);
-        mp_kvcache cache;
-        if (mp_kvcache_init(&cache, &m->cfg, 1, n)) { rc = 1; break; }
-        mp_forward_params fp = mp_forward_params_default();
-        fp.cache = &cache;
-        fp.logits = MP_LOGITS_LAST;
-        int tok = 256 < V ? 256 : 0;
+        cache.len = ctx; /* back to the context alone */
+        int tok = first;
         double t0 = bl_now();
         for (int i = 0; i < n && !rc; i++) {
             fed[i] = tok;
             if (mp_model_forward(m, &tok, 1, 1, &fp, logits)) { rc = 1; break; }
-            if (dump && r == -1) memcpy(dump + (size_t)i * V, logits, (size_t)V * sizeof(float));
+            if (dump && r == -o->warmup) memcpy(dump + (size_t)i * V, logits, (size_t)V * sizeof(float));
             tok = argmax(logits, V);
         }
         if (r >= 0) t[r] = bl_now() - t0;
-        mp_kvcache_free(&cache);
     }
+    mp_kvcache_free(&cache);
     if (rc) fprintf(stderr, "bench_gen: decode: %s\n", mp_last_error());
     else {
         double other = bl_other(&lp), med = bl_median(t, o->reps);
-        printf("n=%d\nreps=%d\nmedian_s=%.6f\ntok_s=%.1f\nother_cores=%.2f\n", n, o->reps, med, n / med, other);
+        printf("n=%d\nctx=%d\nprefill_s=%.3f\nreps=%d\nmedian_s=%.6f\ntok_s=%.1f\nother_cores=%.2f\n", n, ctx, tp,
+               o->reps, med, n / med, other);
         printf("tokens=");
         for (int i = 0; i < n; i++) printf("%d%s", fed[i], i + 1 < n ? "," : "\n");
         if (dump) {
@@ -268,43 +371,88 @@ static int do_decode(const opts *o, mp_model *m) {
     free(logits);
     free(dump);
     free(fed);
+    free(prompt);
     free(t);
     return rc;
+}
+
+/* One prefill that captures o->capture into a new run file o->capture_out (as bench_forward's capture:
+ * create, /model and /tokens, the forward, commit with its fsync); *t_fwd: the forward call alone. */
+static mp_status capture_once(const mp_model *m, const opts *o, const int *tok, float *logits, double *t_fwd) {
+    const mp_config *c = &m->cfg;
+    mp_h5run *run = NULL;
+    mp_hooks *hooks = NULL;
+    mp_h5run_params hp = mp_h5run_params_default();
+    unlink(o->capture_out); /* a new file each run (replacing one adds its blocks' release to the rename) */
+    mp_status st = mp_h5run_create(&run, o->capture_out, &hp);
+    if (st) return st;
+    if ((st = mp_h5run_write_model(run, c, m->source, m->tokenizer))) goto cleanup;
+    if ((st = mp_h5run_write_tokens(run, tok, 1, o->T))) goto cleanup;
+    if (!(hooks = mp_hooks_new(c))) { st = mp_error(MP_ERR_NOMEM, "out of memory for the hook registry"); goto cleanup; }
+    if ((st = mp_h5run_capture(run, hooks, c, o->capture, 1, o->T))) goto cleanup;
+    mp_forward_params fp = mp_forward_params_default();
+    fp.logits = MP_LOGITS_LAST;
+    fp.hooks = hooks;
+    double t0 = bl_now();
+    st = mp_model_forward(m, tok, 1, o->T, &fp, logits);
+    *t_fwd = bl_now() - t0;
+    if (st) goto cleanup;
+    mp_hooks_free(hooks); /* the callbacks point into run */
+    hooks = NULL;
+    st = mp_h5run_commit(run);
+    run = NULL;
+cleanup:
+    mp_hooks_free(hooks);
+    mp_h5run_abort(run);
+    return st;
 }
 
 static int do_prefill(const opts *o, mp_model *m) {
     const int V = m->cfg.vocab, T = o->T;
     int *tok = malloc((size_t)T * sizeof(int));
     float *logits = malloc((size_t)V * sizeof(float));
-    double *t = malloc((size_t)(o->reps + 1) * sizeof(double));
-    for (int i = 0; i < T; i++) tok[i] = i == 0 && V > 256 ? 256 : (i * 7 + 3) % (V < 256 ? V : 256);
+    double *t = malloc((size_t)(o->reps + 1) * sizeof(double)), *tf = malloc((size_t)(o->reps + 1) * sizeof(double));
+    if (!tok || !logits || !t || !tf) {
+        fprintf(stderr, "bench_gen: prefill: out of memory\n");
+        free(tok); free(logits); free(t); free(tf);
+        return 1;
+    }
+    prompt_tokens(tok, T, V);
     int rc = 0;
     bl_probe lp;
     mp_forward_params fp = mp_forward_params_default();
     fp.logits = MP_LOGITS_LAST;
-    for (int r = -1; r < o->reps; r++) {
+    for (int r = -o->warmup; r < o->reps; r++) {
         if (r == 0) bl_sample(&lp);
-        double t0 = bl_now();
-        if (mp_model_forward(m, tok, 1, T, &fp, logits)) { rc = 1; break; }
-        if (r >= 0) t[r] = bl_now() - t0;
+        double t0 = bl_now(), t_fwd = 0;
+        if (o->capture ? capture_once(m, o, tok, logits, &t_fwd) != MP_OK
+                       : mp_model_forward(m, tok, 1, T, &fp, logits) != MP_OK) { rc = 1; break; }
+        if (r >= 0) { t[r] = bl_now() - t0; tf[r] = t_fwd; }
     }
     if (rc) fprintf(stderr, "bench_gen: prefill: %s\n", mp_last_error());
     else {
         double other = bl_other(&lp), med = bl_median(t, o->reps);
         printf("T=%d\nreps=%d\nmedian_s=%.6f\ntok_s=%.1f\nother_cores=%.2f\n", T, o->reps, med, T / med, other);
+        if (o->capture) {
+            struct stat sb;
+            printf("capture=%s\nfwd_median_s=%.6f\n", o->capture, bl_median(tf, o->reps));
+            if (stat(o->capture_out, &sb) == 0) printf("file_bytes=%lld\n", (long long)sb.st_size);
+        }
     }
     free(tok);
     free(logits);
     free(t);
+    free(tf);
     return rc;
 }
 
 int main(int argc, char **argv) {
     mp_omp_env_default(argv); /* the waiting policy of the mechprobe command */
-    opts o = {NULL, NULL, NULL, NULL, NULL, NULL, 128, 1024, 5, 512, 8, 512, 4, 10, 1234};
+    opts o = {NULL, NULL, NULL, NULL, NULL, NULL, 128, 1024, 5, 512, 8, 512, 4, 10, 1234, NULL, NULL, NULL, NULL, 0, 1, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
+        if (!strcmp(a, "--dry-run")) { o.dry_run = 1; continue; }
         if (!v) { fprintf(stderr, "bench_gen: %s needs a value\n", a); usage(stderr); return 2; }
         i++;
         if (!strcmp(a, "--mode")) o.mode = v;
@@ -322,15 +470,26 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--layers")) o.layers = atoi(v);
         else if (!strcmp(a, "--vocab")) o.vocab = atoi(v);
         else if (!strcmp(a, "--seed")) o.seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--shape")) o.shape = v;
+        else if (!strcmp(a, "--type")) o.type = v;
+        else if (!strcmp(a, "--ctx")) o.ctx = atoi(v);
+        else if (!strcmp(a, "--warmup")) o.warmup = atoi(v);
+        else if (!strcmp(a, "--capture")) o.capture = v;
+        else if (!strcmp(a, "--capture-out")) o.capture_out = v;
         else { fprintf(stderr, "bench_gen: unknown option %s\n", a); usage(stderr); return 2; }
     }
     if (!o.mode || o.n < 1 || o.T < 1 || o.reps < 1 || o.d_model < 64 || o.d_model % 64 || o.layers < 1 ||
-        o.vocab < 257 || o.B < 1 || o.steps < 1) {
+        o.vocab < 257 || o.B < 1 || o.steps < 1 || o.ctx < 0 || o.warmup < 0) {
         fprintf(stderr, "bench_gen: --mode is required; -n, -T, -B, --reps, --steps, --layers >= 1; --d-model a "
-                        "multiple of 64; --vocab >= 257\n");
+                        "multiple of 64; --vocab >= 257; --ctx, --warmup >= 0\n");
         return 2;
     }
-    mp_init();
+    if (!o.capture != !o.capture_out) { fprintf(stderr, "bench_gen: --capture and --capture-out go together\n"); return 2; }
+    mp_io_init(); /* mp_init, and HDF5 quiet (the prefill's capture) */
+    if (!strcmp(o.mode, "make-shape")) {
+        if (!o.out) { fprintf(stderr, "bench_gen: make-shape needs --out FILE.gguf\n"); return 2; }
+        return do_make_shape(&o);
+    }
     if (!strcmp(o.mode, "make") || !strcmp(o.mode, "train-gpt2")) {
         if (!o.out) { fprintf(stderr, "bench_gen: %s needs --out PREFIX\n", o.mode); return 2; }
         return !strcmp(o.mode, "make") ? do_make(&o) : do_train_gpt2(&o);

@@ -148,6 +148,20 @@ mp_status mp_gguf_writer_add_tensor(mp_gguf_writer *w, const char *name, uint32_
 /* Adds pre-encoded data of any type mp_quant_block knows (nbytes must match). */
 mp_status mp_gguf_writer_add_raw(mp_gguf_writer *w, const char *name, uint32_t type,
                                  uint32_t n_dims, const uint64_t *dims, const void *data, uint64_t nbytes);
+/* Makes the encoded bytes of rows [row0, row0 + n) of a tensor added with
+ * mp_gguf_writer_add_rows into dst (a row: dims[0] values in the tensor's
+ * type; rows in file order). Returns MP_OK, or a status whose message it set
+ * with mp_error (the write then fails with that status). */
+typedef mp_status (*mp_gguf_rows_fn)(void *user, uint64_t row0, uint64_t n, void *dst);
+/* Adds a tensor of any type mp_quant_block knows whose bytes `fn` makes while
+ * mp_gguf_writer_write writes the data, a block of whole rows (about 16 MiB)
+ * at a time, so a file larger than memory can be written. `user` is borrowed
+ * until the write. MP_ERR_ARG on a duplicate name, bad dims or type, NULL fn. */
+mp_status mp_gguf_writer_add_rows(mp_gguf_writer *w, const char *name, uint32_t type,
+                                  uint32_t n_dims, const uint64_t *dims, mp_gguf_rows_fn fn, void *user);
+/* Bytes of the file mp_gguf_writer_write would write with the metadata and
+ * tensors added so far (header, metadata, tensor infos, padding, data). */
+uint64_t mp_gguf_writer_file_bytes(const mp_gguf_writer *w);
 /* Writes the file atomically (a temporary in the same folder, renamed). */
 mp_status mp_gguf_writer_write(const mp_gguf_writer *w, const char *path);
 

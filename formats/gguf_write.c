@@ -1,6 +1,7 @@
 /* gguf_write.c — the GGUF v3 writer: metadata of every value type (deep-copied
  * at set time), tensors from float32 (stored F32, F16 or Q8_0, converted while
- * streaming) or pre-encoded bytes, alignment 32. The file is written to a
+ * streaming), pre-encoded bytes, or rows made by a callback during the write
+ * (files larger than memory), alignment 32. The file is written to a
  * temporary name in the destination folder and renamed on success, so an
  * interrupted write never leaves a file that looks complete. */
 #include "gguf.h"
@@ -23,7 +24,9 @@ typedef struct {
     uint64_t dims[MP_GGUF_MAX_DIMS];
     uint64_t n_elements, n_bytes;
     const float *f32;             /* borrowed float source, or */
-    const void *raw;              /* borrowed pre-encoded bytes */
+    const void *raw;              /* borrowed pre-encoded bytes, or */
+    mp_gguf_rows_fn rows;         /* rows made during the write (with rows_user) */
+    void *rows_user;
 } wtensor;
 
 struct mp_gguf_writer {
@@ -232,7 +235,8 @@ mp_status mp_gguf_writer_set_str_array(mp_gguf_writer *w, const char *key, const
 }
 
 static mp_status add(mp_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
-                     const uint64_t *dims, const float *f32, const void *raw, uint64_t raw_bytes) {
+                     const uint64_t *dims, const float *f32, const void *raw, uint64_t raw_bytes,
+                     mp_gguf_rows_fn rows, void *rows_user) {
     if (!name || !*name || strlen(name) > 65535) return mp_error(MP_ERR_ARG, "GGUF tensor name is empty or too long");
     for (size_t i = 0; i < w->n_t; i++)
         if (!strcmp(w->t[i].name, name)) return mp_error(MP_ERR_ARG, "GGUF tensor '%s' added twice", name);
@@ -241,7 +245,7 @@ static mp_status add(mp_gguf_writer *w, const char *name, uint32_t type, uint32_
                         MP_GGUF_MAX_DIMS);
     size_t bv, bb;
     if (mp_quant_block(type, &bv, &bb)) return mp_error(MP_ERR_ARG, "GGUF tensor '%s': unknown type %u", name, (unsigned)type);
-    wtensor t = {.type = type, .n_dims = n_dims, .f32 = f32, .raw = raw};
+    wtensor t = {.type = type, .n_dims = n_dims, .f32 = f32, .raw = raw, .rows = rows, .rows_user = rows_user};
     uint64_t n = 1;
     for (int d = 0; d < MP_GGUF_MAX_DIMS; d++) t.dims[d] = (uint32_t)d < n_dims ? dims[d] : 1;
     for (uint32_t d = 0; d < n_dims; d++) {
@@ -258,7 +262,7 @@ static mp_status add(mp_gguf_writer *w, const char *name, uint32_t type, uint32_
     if (raw && raw_bytes != t.n_bytes)
         return mp_error(MP_ERR_ARG, "GGUF tensor '%s': %llu bytes given, %s of this shape takes %llu", name,
                         (unsigned long long)raw_bytes, mp_quant_type_name(type), (unsigned long long)t.n_bytes);
-    if (!raw && !f32 && n) return mp_error(MP_ERR_ARG, "GGUF tensor '%s': NULL data", name);
+    if (!raw && !f32 && !rows && n) return mp_error(MP_ERR_ARG, "GGUF tensor '%s': NULL data", name);
     if (f32 && type == MP_GGML_Q8_0)
         for (uint64_t i = 0; i < n; i++)
             if (!isfinite(f32[i]))
@@ -281,13 +285,19 @@ mp_status mp_gguf_writer_add_tensor(mp_gguf_writer *w, const char *name, uint32_
     if (type != MP_GGML_F32 && type != MP_GGML_F16 && type != MP_GGML_Q8_0)
         return mp_error(MP_ERR_ARG, "GGUF tensor '%s': the writer converts float32 to F32, F16 or Q8_0, not %s",
                         name ? name : "?", mp_quant_type_name(type));
-    return add(w, name, type, n_dims, dims, data, NULL, 0);
+    return add(w, name, type, n_dims, dims, data, NULL, 0, NULL, NULL);
 }
 
 mp_status mp_gguf_writer_add_raw(mp_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
                                  const uint64_t *dims, const void *data, uint64_t nbytes) {
     if (!data && nbytes) return mp_error(MP_ERR_ARG, "GGUF tensor '%s': NULL data", name ? name : "?");
-    return add(w, name, type, n_dims, dims, NULL, data ? data : "", nbytes);
+    return add(w, name, type, n_dims, dims, NULL, data ? data : "", nbytes, NULL, NULL);
+}
+
+mp_status mp_gguf_writer_add_rows(mp_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
+                                  const uint64_t *dims, mp_gguf_rows_fn fn, void *user) {
+    if (!fn) return mp_error(MP_ERR_ARG, "GGUF tensor '%s': NULL row function", name ? name : "?");
+    return add(w, name, type, n_dims, dims, NULL, NULL, 0, fn, user);
 }
 
 /* ---- serialisation ---- */
@@ -361,6 +371,50 @@ static int put_tensor(FILE *f, const wtensor *t) {
     return 0;
 }
 
+/* Tensor data made by its row function, a block of whole rows (about 16 MiB) at a time. */
+static mp_status put_rows(FILE *f, const wtensor *t, const char *path) {
+    uint64_t row_bytes = 0;
+    if (!t->n_elements || mp_quant_bytes(t->type, t->dims[0], &row_bytes) || !row_bytes) return MP_OK;
+    const uint64_t n_rows = t->n_elements / t->dims[0];
+    uint64_t per = ((uint64_t)16 << 20) / row_bytes;
+    per = per < 1 ? 1 : per > n_rows ? n_rows : per;
+    if (per * row_bytes > SIZE_MAX) return mp_error(MP_ERR_NOMEM, "GGUF tensor '%s': a row is too large", t->name);
+    unsigned char *buf = malloc((size_t)(per * row_bytes));
+    if (!buf) return mp_error(MP_ERR_NOMEM, "out of memory for a block of rows of GGUF tensor '%s'", t->name);
+    mp_status st = MP_OK;
+    for (uint64_t r = 0; r < n_rows && !st; r += per) {
+        const uint64_t n = n_rows - r < per ? n_rows - r : per;
+        if ((st = t->rows(t->rows_user, r, n, buf))) break;
+        if (put(f, buf, (size_t)(n * row_bytes)))
+            st = mp_error(MP_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    }
+    free(buf);
+    return st;
+}
+
+/* Bytes of a value's body, as put_value writes it. */
+static uint64_t value_bytes(const mp_gguf_value *v) {
+    if (v->type == MP_GGUF_STRING) return 8 + v->v.s.len;
+    if (v->type != MP_GGUF_ARRAY) return mp_gguf_vtype_size(v->type);
+    const size_t es = mp_gguf_vtype_size(v->v.arr.elem_type);
+    uint64_t b = 4 + 8;
+    if (es) return b + v->v.arr.n * es;
+    for (uint64_t i = 0; i < v->v.arr.n; i++)
+        b += v->v.arr.elem_type == MP_GGUF_STRING ? 8 + ((const mp_gguf_string *)v->v.arr.data)[i].len
+                                                  : value_bytes(&((const mp_gguf_value *)v->v.arr.data)[i]);
+    return b;
+}
+
+uint64_t mp_gguf_writer_file_bytes(const mp_gguf_writer *w) {
+    uint64_t b = 4 + 4 + 8 + 8, data = 0;
+    for (size_t i = 0; i < w->n_kv; i++) b += 8 + strlen(w->kv[i].key) + 4 + value_bytes(&w->kv[i].val);
+    for (size_t i = 0; i < w->n_t; i++) {
+        b += 8 + strlen(w->t[i].name) + 4 + 8 * (uint64_t)w->t[i].n_dims + 4 + 8;
+        data += w->t[i].n_bytes + (W_ALIGN - w->t[i].n_bytes % W_ALIGN) % W_ALIGN;
+    }
+    return b + (W_ALIGN - b % W_ALIGN) % W_ALIGN + data;
+}
+
 mp_status mp_gguf_writer_write(const mp_gguf_writer *w, const char *path) {
     mp_out out;
     mp_status st = mp_out_begin(&out, path);
@@ -381,9 +435,13 @@ mp_status mp_gguf_writer_write(const mp_gguf_writer *w, const char *path) {
     }
     long pos = bad ? 0 : ftell(f);
     bad = bad || pos < 0 || put_pad(f, (uint64_t)pos);
-    for (size_t i = 0; i < w->n_t && !bad; i++) bad = put_tensor(f, &w->t[i]) || put_pad(f, w->t[i].n_bytes);
-    if (bad) {
-        st = mp_error(MP_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    for (size_t i = 0; i < w->n_t && !bad && !st; i++) {
+        if (w->t[i].rows) st = put_rows(f, &w->t[i], path);
+        else bad = put_tensor(f, &w->t[i]);
+        bad = bad || (!st && put_pad(f, w->t[i].n_bytes));
+    }
+    if (bad || st) {
+        if (!st) st = mp_error(MP_ERR_IO, "%s: write failed: %s", path, strerror(errno));
         mp_out_abort(&out);
         return st;
     }

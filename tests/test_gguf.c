@@ -1,6 +1,7 @@
 /* test_gguf.c — GGUF reader and writer (formats/gguf.c, gguf_write.c):
  * a writer -> reader round trip with every metadata type and tensors of every
- * type; the independent fixture tests/data/gguf_fixture.gguf (GGUF v2,
+ * type; tensors made by a row callback during the write (in order, across
+ * blocks, a failing callback's message, the planned file size); the independent fixture tests/data/gguf_fixture.gguf (GGUF v2,
  * alignment 64, written by tests/data/gguf_fixture.py with numpy-dequantised
  * NAME.expected companions); and malformed files built byte by byte here —
  * every truncation of a valid file, bad magic/version, absurd counts and
@@ -11,6 +12,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- a byte builder for hand-made files ---- */
@@ -422,6 +424,72 @@ static void test_round_trip(const char *dir) {
     free(xq);
 }
 
+/* ---- tensors made by a row callback during the write ---- */
+
+typedef struct { int calls, fail_at; uint64_t next; } rows_state;
+
+/* rows of 64 float32: element c of row r is r + c / 64; checks the rows come in order */
+static mp_status rows_cb(void *user, uint64_t row0, uint64_t n, void *dst) {
+    rows_state *s = user;
+    if (s->calls++ == s->fail_at) return mp_error(MP_ERR_ARG, "row callback refused rows from %llu", (unsigned long long)row0);
+    if (row0 != s->next) return mp_error(MP_ERR_ARG, "rows out of order: %llu after %llu", (unsigned long long)row0,
+                                         (unsigned long long)s->next);
+    s->next = row0 + n;
+    for (uint64_t r = 0; r < n; r++)
+        for (int c = 0; c < 64; c++) ((float *)dst)[r * 64 + c] = (float)(row0 + r) + (float)c / 64.0f;
+    return MP_OK;
+}
+
+static void test_rows(const char *dir) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/rows.gguf", dir);
+    /* 100000 rows of 256 bytes: 24.4 MiB, so more than one block of about 16 MiB */
+    enum { ROWS = 100000 };
+    for (int fail = 0; fail < 2; fail++) {
+        mp_gguf_writer *w = NULL;
+        rows_state st = {0, fail ? 1 : -1, 0};
+        CHECK(mp_gguf_writer_new(&w) == MP_OK, "writer");
+        mp_gguf_writer_set_str(w, "general.architecture", "test");
+        float small[3] = {1, 2, 3};
+        CHECK(mp_gguf_writer_add_tensor(w, "before", MP_GGML_F32, 1, (uint64_t[]){3}, small) == MP_OK, "add");
+        CHECK(mp_gguf_writer_add_rows(w, "rows", MP_GGML_F32, 2, (uint64_t[]){64, ROWS}, rows_cb, &st) == MP_OK,
+              "add_rows: %s", mp_last_error());
+        CHECK(mp_gguf_writer_add_rows(w, "none", MP_GGML_F32, 1, (uint64_t[]){64}, NULL, NULL) == MP_ERR_ARG,
+              "NULL row function refused");
+        CHECK(mp_gguf_writer_add_tensor(w, "after", MP_GGML_F32, 1, (uint64_t[]){3}, small) == MP_OK, "add");
+        const uint64_t planned = mp_gguf_writer_file_bytes(w);
+        mp_status rc = mp_gguf_writer_write(w, path);
+        mp_gguf_writer_free(w);
+        struct stat sb;
+        if (fail) {
+            CHECK(rc == MP_ERR_ARG && strstr(mp_last_error(), "refused rows from"), "a failing callback fails the "
+                  "write with its message: %s", mp_last_error());
+            CHECK(stat(path, &sb) != 0, "no file left after a failed callback");
+            char tmp_left[600];
+            snprintf(tmp_left, sizeof tmp_left, "ls %s | grep -q tmp", dir);
+            CHECK(system(tmp_left) != 0, "no temporary file left behind");
+            continue;
+        }
+        CHECK(rc == MP_OK && st.calls == 2 && st.next == ROWS, "write: %s (%d calls)", mp_last_error(), st.calls);
+        CHECK(stat(path, &sb) == 0 && (uint64_t)sb.st_size == planned, "file %lld bytes, planned %llu",
+              (long long)sb.st_size, (unsigned long long)planned);
+        mp_gguf *g = NULL;
+        CHECK(mp_gguf_open(path, &g) == MP_OK, "open: %s", mp_last_error());
+        if (!g) continue;
+        const mp_gguf_tensor *t = mp_gguf_find_tensor(g, "rows");
+        CHECK(t && t->dims[0] == 64 && t->dims[1] == ROWS && t->type == MP_GGML_F32, "rows info");
+        const float *d = t ? (const float *)t->data : NULL;
+        int bad = 0;
+        for (uint64_t r = 0; d && r < ROWS; r += 997)
+            for (int c = 0; c < 64; c++) bad += d[r * 64 + c] != (float)r + (float)c / 64.0f;
+        CHECK(d && bad == 0, "rows at their place");
+        float out[3];
+        CHECK(mp_gguf_read_tensor(g, "after", out, 3) == MP_OK && out[2] == 3.0f, "tensor after the rows");
+        mp_gguf_close(g);
+        unlink(path);
+    }
+}
+
 /* ---- the independent fixture (GGUF v2, alignment 64, numpy expectations) ---- */
 
 static void test_fixture(void) {
@@ -484,6 +552,7 @@ int main(void) {
     char dir[] = "test_gguf_XXXXXX";
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
     test_round_trip(dir);
+    test_rows(dir);
     test_fixture();
     test_malformed();
     rmdir(dir);

@@ -581,16 +581,17 @@ const char *mp_qdot_isa_name(mp_qdot_isa isa) {
 
 /* ---- matmul ---- */
 
+/* up to here the dot kernels beat widened or dequantized panels + sgemm, for
+ * the quantized and the half types alike (bench/bench_qdot.c: BF16 at IN 2048,
+ * OUT 8192, 2 threads, 2026-12-06: N 16 24 ms against 47, N 32 38 against 34;
+ * the panels' cost is decoding the whole matrix) */
 #define QDOT_FEW_ROWS 32
-/* half weights: the dot kernel widens each weight once per input row, so past
- * a few rows one widening of a panel and sgemm is cheaper (bench_qdot) */
-#define QDOT_HALF_FEW_ROWS 4
 #define QDOT_PANEL 256 /* weight rows dequantized per sgemm panel */
 
 mp_status mp_qdot_matmul(float *out, const float *in, uint32_t t, const void *w, size_t row_bytes,
                          const float *bias, int N, int IN, int OUT) {
     const unsigned char *wb = w;
-    if (N <= (mp_qdot_is_half(t) ? QDOT_HALF_FEW_ROWS : QDOT_FEW_ROWS)) {
+    if (N <= QDOT_FEW_ROWS) {
         const size_t ab = mp_qdot_act_bytes(t, (size_t)IN);
         unsigned char stack[16384], *xq = stack;
         if ((size_t)N * ab > sizeof stack &&

@@ -53,7 +53,7 @@ mp_qdot_isa mp_qdot_isa_active(void);
 const char *mp_qdot_isa_name(mp_qdot_isa isa);
 
 /* out[N,OUT] = in[N,IN] @ W^T (+ bias), W [OUT,IN] stored as rows of type
- * wtype (row_bytes apart). Few rows (N <= 32; half weights N <= 4): the inputs are quantized once
+ * wtype (row_bytes apart). Few rows (N <= 32): the inputs are quantized once (half weights: copied)
  * and every weight row is streamed once through the quantized dot kernel,
  * OpenMP over output rows. More rows (prefill): row panels of W are
  * dequantized to float32 and multiplied with sgemm (the integer path has no

@@ -75,10 +75,7 @@ TMP="$(mktemp -d "${BENCH_TMP:-${TMPDIR:-/tmp}}/mpscale.XXXXXX")" || exit 1
 trap 'rm -rf "$TMP"' EXIT
 START=$(date +%s)
 
-kv() { local v; v="$(sed -n "s/^$2=//p" "$1" 2>/dev/null | tail -1)"; echo "${v:--}"; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b + 0 == 0) print "-"; else printf "%.2fx\n", a / b }'; }
-median() { tr ' ' '\n' | awk 'NF && $1 != "-"' | sort -g | awk '{ v[NR] = $1 } END { if (!NR) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-maxof() { tr ' ' '\n' | awk 'NF && $1 != "-" { if (!n++ || $1 > m) m = $1 } END { print n ? m : "-" }'; }
+source "$ROOT/bench/lib.sh"   # kv, ratio, median, maxof
 mib() { awk -v b="$1" 'BEGIN { if (b == "-" || b == "") print "-"; else printf "%.0f\n", b / 1048576 }'; }
 # met RATIO OP LIMIT: yes / NO / - (ratio "1.23x")
 met() { awk -v r="${1%x}" -v op="$2" -v l="$3" 'BEGIN { if (r == "-" || r == "") { print "-"; exit }

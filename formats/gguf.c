@@ -614,6 +614,12 @@ mp_status mp_gguf_read_f32(const mp_gguf *g, const mp_gguf_tensor *t, float *dst
     if (n > SIZE_MAX / sizeof(float))
         return mp_error(MP_ERR_NOMEM, "%s: tensor '%s' is too large for this machine", g->path, t->name);
     mp_quant_dequantize(t->type, t->data, dst, (size_t)n);
+    if (g->mapped) { /* the copy is what the model keeps: let the file's pages go (a later read faults them
+                      * back in), so a float32 load peaks at the model's size, not twice it */
+        const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)t->data;
+        const uintptr_t lo = (a + pg - 1) / pg * pg, hi = (a + (uintptr_t)t->n_bytes) / pg * pg;
+        if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    }
     return MP_OK;
 }
 

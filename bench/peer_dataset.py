@@ -190,7 +190,7 @@ def build_model(cfg, w, rf, attn):
     import torch.nn as nn
     import torch.nn.functional as F
     sys.path.insert(0, HERE)
-    from peer_torch import rope, rmsnorm
+    import peer_torch
 
     class Block(nn.Module):
         """One Llama block; its output is hook_resid_post."""
@@ -201,20 +201,8 @@ def build_model(cfg, w, rf, attn):
             self.rope = None
 
         def forward(self, x):
-            l, B, T = self.l, x.shape[0], x.shape[1]
-            nh, nkv, hs = cfg['n_head'], cfg['n_kv_head'], cfg['d_head']
             cos, sin = self.rope
-            h = rmsnorm(x, w['rms_att'][l], cfg['eps'])
-            q = rope(F.linear(h, w['wq'][l]).view(B, T, nh, hs), cos, sin).transpose(1, 2)
-            k = rope(F.linear(h, w['wk'][l]).view(B, T, nkv, hs), cos, sin).transpose(1, 2)
-            v = F.linear(h, w['wv'][l]).view(B, T, nkv, hs).transpose(1, 2)
-            if nkv != nh:
-                k = k.repeat_interleave(nh // nkv, dim=1)
-                v = v.repeat_interleave(nh // nkv, dim=1)
-            z = attn(q, k, v).transpose(1, 2).reshape(B, T, nh * hs)
-            x = x + F.linear(z, w['wo'][l])
-            h = rmsnorm(x, w['rms_ffn'][l], cfg['eps'])
-            return x + F.linear(F.silu(F.linear(h, w['w1'][l])) * F.linear(h, w['w3'][l]), w['w2'][l])
+            return peer_torch.block(cfg, w, self.l, x, cos, sin, attn, cfg['eps'])
 
     class Llama(nn.Module):
         """Embedding and blocks: a dataset of hook_resid_post needs no unembedding

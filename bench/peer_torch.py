@@ -97,22 +97,28 @@ def pick_attention():
     return 'explicit masked softmax', explicit
 
 
-def forward(cfg, w, tok, cos, sin, attn):
-    B, T = tok.shape
+def block(cfg, w, l, x, cos, sin, attn, eps=1e-5):
+    """Layer l of the Llama on the residual stream x [B, T, D]: its hook_resid_post
+    (bench/peer_dataset.py hooks it as an nn.Module)."""
+    B, T = x.shape[0], x.shape[1]
     nh, nkv, hs = cfg['n_head'], cfg['n_kv_head'], cfg['d_head']
+    h = rmsnorm(x, w['rms_att'][l], eps)
+    q = rope(F.linear(h, w['wq'][l]).view(B, T, nh, hs), cos, sin).transpose(1, 2)
+    k = rope(F.linear(h, w['wk'][l]).view(B, T, nkv, hs), cos, sin).transpose(1, 2)
+    v = F.linear(h, w['wv'][l]).view(B, T, nkv, hs).transpose(1, 2)
+    if nkv != nh:
+        k = k.repeat_interleave(nh // nkv, dim=1)
+        v = v.repeat_interleave(nh // nkv, dim=1)
+    z = attn(q, k, v).transpose(1, 2).reshape(B, T, nh * hs)
+    x = x + F.linear(z, w['wo'][l])
+    h = rmsnorm(x, w['rms_ffn'][l], eps)
+    return x + F.linear(F.silu(F.linear(h, w['w1'][l])) * F.linear(h, w['w3'][l]), w['w2'][l])
+
+
+def forward(cfg, w, tok, cos, sin, attn):
     x = F.embedding(tok, w['emb'])
     for l in range(cfg['n_layer']):
-        h = rmsnorm(x, w['rms_att'][l])
-        q = rope(F.linear(h, w['wq'][l]).view(B, T, nh, hs), cos, sin).transpose(1, 2)
-        k = rope(F.linear(h, w['wk'][l]).view(B, T, nkv, hs), cos, sin).transpose(1, 2)
-        v = F.linear(h, w['wv'][l]).view(B, T, nkv, hs).transpose(1, 2)
-        if nkv != nh:
-            k = k.repeat_interleave(nh // nkv, dim=1)
-            v = v.repeat_interleave(nh // nkv, dim=1)
-        z = attn(q, k, v).transpose(1, 2).reshape(B, T, nh * hs)
-        x = x + F.linear(z, w['wo'][l])
-        h = rmsnorm(x, w['rms_ffn'][l])
-        x = x + F.linear(F.silu(F.linear(h, w['w1'][l])) * F.linear(h, w['w3'][l]), w['w2'][l])
+        x = block(cfg, w, l, x, cos, sin, attn)
     return F.linear(rmsnorm(x, w['rms_final']), w['wcls'])
 
 

@@ -6,7 +6,8 @@
  *
  *   bench_forward --mode sgemm [--shapes MxNxK,...]
  *   bench_forward --mode make-random --out FILE.bin        (the large random model)
- *   bench_forward --mode forward  --model FILE -B 8 -T 128 [--dump PREFIX]
+ *   bench_forward --mode forward  --model FILE -B 8 -T 128 [--dump PREFIX] [--hooks GLOBS]
+ *                 [--write-bytes N --out FILE]  (each forward beside an O_DIRECT write of N bytes + fdatasync)
  *   bench_forward --mode capture  --model FILE -B 1 -T 1024 --hooks GLOBS --out FILE.h5
  *   bench_forward --mode dispatch --model FILE -B 8 -T 128
  *   common: --reps R (timed repetitions, default 5) --warmup W (default 1) --seed S
@@ -17,6 +18,7 @@
  * analytically: 2 x the multiply-adds of every matmul (q, k, v, o, gate, up,
  * down, classifier) plus causal attention 2*2*H*Dh*T*(T+1)/2 per sequence and
  * layer (QK^T and PV on the lower triangle). */
+#define _GNU_SOURCE /* O_DIRECT */
 #include "omp_env.h"
 #include "bench_load.h"
 #include "h5io.h"
@@ -28,6 +30,8 @@
 
 #include <cblas.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +47,7 @@ typedef struct {
     const char *mode, *model, *out, *hooks, *dump, *shapes;
     int B, T, reps, warmup;
     long chunk_kib; /* capture: run-file chunk target (0: the library's default) */
+    long long write_bytes; /* forward: bytes written with O_DIRECT to --out beside each forward */
     uint64_t seed;
 } opts;
 
@@ -51,11 +56,13 @@ static void usage(FILE *f) {
             "usage: bench_forward --mode sgemm|make-random|forward|capture|dispatch [options]\n"
             "  --model FILE     llama2.c checkpoint (forward, capture, dispatch)\n"
             "  -B N, -T N       batch and sequence length\n"
-            "  --hooks GLOBS    hook names to capture (capture)\n"
+            "  --hooks GLOBS    hook names to capture (capture), or to read with a no-op reader (forward)\n"
             "  --out FILE       run file (capture) or checkpoint (make-random)\n"
             "  --dump PREFIX    write PREFIX.tokens.i32 and PREFIX.logits.f32 (forward)\n"
             "  --shapes LIST    sgemm shapes MxNxK,... (C[M,N] = A[M,K] B[K,N])\n"
             "  --chunk-kib N    capture: HDF5 chunk target in KiB (default: the library's 1 MiB)\n"
+            "  --write-bytes N  forward: write N bytes to --out with O_DIRECT (4 MiB writes) and fdatasync\n"
+            "                   beside each forward (a perfect overlap of a capture's writes)\n"
             "  --reps R --warmup W --seed S\n");
 }
 
@@ -199,12 +206,67 @@ static int mode_make_random(const opts *o) {
 }
 
 /* ---- plain forward ---- */
+
+/* --write-bytes: a thread writing the bytes of a capture with O_DIRECT and
+ * making them durable, the least a capture's writes can cost the disk. */
+typedef struct {
+    const char *path;
+    long long bytes;
+    const char *buf; /* 4 MiB, page-aligned */
+    double t0, t_done; /* t_done: when the fdatasync returned (mp_now) */
+    int err;
+} dd_job;
+
+static void *dd_main(void *u) {
+    dd_job *j = u;
+    const size_t blk = (size_t)4 << 20;
+    int fd = open(j->path, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0644);
+    j->err = fd < 0 ? errno : 0;
+    for (long long off = 0; !j->err && off < j->bytes; off += (long long)blk) {
+        size_t n = j->bytes - off < (long long)blk ? (size_t)(j->bytes - off) : blk;
+        n = (n + 4095) / 4096 * 4096; /* O_DIRECT: whole pages */
+        if (pwrite(fd, j->buf, n, (off_t)off) != (ssize_t)n) j->err = errno ? errno : EIO;
+    }
+    if (!j->err && fdatasync(fd) != 0) j->err = errno;
+    if (fd >= 0) close(fd);
+    j->t_done = mp_now();
+    return NULL;
+}
+
+static int noop_reader(void *user, const mp_hook_info *info, float *data) {
+    (void)user; (void)info; (void)data;
+    return 0;
+}
+
+/* With --hooks: the hook points a capture would read, each with a no-op
+ * reader: the cost of exposing them (e.g. the full-width pattern rows), no
+ * writes. */
 static int mode_forward(const mp_model *m, const opts *o, const int *tok, float *logits) {
     const mp_config *c = &m->cfg;
     mp_forward_params fp = mp_forward_params_default();
     mp_status st = MP_OK;
-    double *t = calloc((size_t)o->reps, sizeof *t);
-    if (!t) return 1;
+    mp_hooks *hooks = NULL;
+    if (o->hooks) {
+        if (!(hooks = mp_hooks_new(c)) || mp_hooks_add_reader(hooks, o->hooks, noop_reader, NULL) != MP_OK) {
+            fprintf(stderr, "bench_forward: --hooks: %s\n", mp_last_error());
+            mp_hooks_free(hooks);
+            return 1;
+        }
+        fp.hooks = hooks;
+    }
+    double *t = calloc((size_t)o->reps, sizeof *t), *tw = calloc((size_t)o->reps, sizeof *tw),
+           *tf = calloc((size_t)o->reps, sizeof *tf);
+    char *wbuf = NULL;
+    if (o->write_bytes > 0) {
+        if (!o->out) { fprintf(stderr, "bench_forward: --write-bytes needs --out FILE\n"); st = MP_ERR_ARG; }
+        else if (posix_memalign((void **)&wbuf, 4096, (size_t)4 << 20) != 0) wbuf = NULL;
+        else for (size_t i = 0; i < ((size_t)4 << 20); i++) wbuf[i] = (char)(i * 2654435761u >> 13);
+    }
+    if (!t || !tw || !tf || st || (o->write_bytes > 0 && !wbuf)) {
+        free(t); free(tw); free(tf); free(wbuf);
+        mp_hooks_free(hooks);
+        return 1;
+    }
     for (int w = 0; w < o->warmup && !st; w++) st = mp_model_forward(m, tok, o->B, o->T, &fp, logits);
     if (!st && o->dump) {
         char path[4096];
@@ -216,20 +278,47 @@ static int mode_forward(const mp_model *m, const opts *o, const int *tok, float 
     bl_probe lp;
     bl_sample(&lp);
     for (int r = 0; r < o->reps && !st; r++) {
+        dd_job job = {o->out, o->write_bytes, wbuf, 0, 0, 0};
+        pthread_t th;
+        int dd = 0;
+        if (wbuf) {
+            unlink(o->out); /* a new file each time, as a capture's */
+            job.t0 = mp_now();
+            dd = pthread_create(&th, NULL, dd_main, &job) == 0;
+        }
         double t0 = mp_now();
         st = mp_model_forward(m, tok, o->B, o->T, &fp, logits);
-        t[r] = mp_now() - t0;
+        double t1 = mp_now();
+        tf[r] = t1 - t0;
+        if (dd) {
+            pthread_join(th, NULL);
+            if (job.err) { fprintf(stderr, "bench_forward: %s: %s\n", o->out, strerror(job.err)); st = MP_ERR_IO; }
+            tw[r] = job.t_done - job.t0;
+            t1 = job.t_done > t1 ? job.t_done : t1; /* both done */
+        }
+        t[r] = t1 - t0;
     }
-    if (st) { fprintf(stderr, "bench_forward: forward: %s\n", mp_last_error()); free(t); return 1; }
+    mp_hooks_free(hooks);
+    free(wbuf);
+    if (o->write_bytes > 0) unlink(o->out);
+    if (st) { fprintf(stderr, "bench_forward: forward: %s\n", mp_last_error()); free(t); free(tw); free(tf); return 1; }
     print_other_load(&lp);
     printf("flops=%.6g\n", forward_flops(c, o->B, o->T));
     print_times("", t, o->reps, forward_flops(c, o->B, o->T), (double)o->B * o->T);
+    if (o->write_bytes > 0) { /* median_s: until both are done; fwd_: the forward; write_: the write + fdatasync */
+        printf("write_bytes=%lld\n", o->write_bytes);
+        print_times("fwd_", tf, o->reps, 0, (double)o->B * o->T);
+        print_times("write_", tw, o->reps, 0, (double)o->B * o->T);
+    }
     free(t);
+    free(tw);
+    free(tf);
     return 0;
 }
 
 /* ---- forward with a capture to an HDF5 run file ---- */
-static mp_status capture_once(const mp_model *m, const opts *o, const int *tok, float *logits, double *t_fwd) {
+static mp_status capture_once(const mp_model *m, const opts *o, const int *tok, float *logits, double *t_fwd,
+                              double *t_commit) {
     const mp_config *c = &m->cfg;
     mp_h5run *run = NULL;
     mp_hooks *hooks = NULL;
@@ -249,7 +338,9 @@ static mp_status capture_once(const mp_model *m, const opts *o, const int *tok, 
     if (st) goto cleanup;
     mp_hooks_free(hooks);   /* the callbacks point into run */
     hooks = NULL;
+    t0 = mp_now();
     st = mp_h5run_commit(run);
+    *t_commit = mp_now() - t0;
     run = NULL;
 cleanup:
     mp_hooks_free(hooks);
@@ -259,10 +350,11 @@ cleanup:
 
 static int mode_capture(const mp_model *m, const opts *o, const int *tok, float *logits) {
     if (!o->out || !o->hooks) { fprintf(stderr, "bench_forward: capture needs --out FILE.h5 and --hooks GLOBS\n"); return 2; }
-    double *t = calloc((size_t)o->reps, sizeof *t), *tf = calloc((size_t)o->reps, sizeof *tf), dummy;
+    double *t = calloc((size_t)o->reps, sizeof *t), *tf = calloc((size_t)o->reps, sizeof *tf),
+           *tc = calloc((size_t)o->reps, sizeof *tc), dummy, dummy2;
     mp_status st = MP_OK;
-    if (!t || !tf) { free(t); free(tf); return 1; }
-    for (int w = 0; w < o->warmup && !st; w++) st = capture_once(m, o, tok, logits, &dummy);
+    if (!t || !tf || !tc) { free(t); free(tf); free(tc); return 1; }
+    for (int w = 0; w < o->warmup && !st; w++) st = capture_once(m, o, tok, logits, &dummy, &dummy2);
     bl_probe lp;
     bl_sample(&lp);
     for (int r = 0; r < o->reps && !st; r++) {
@@ -270,10 +362,10 @@ static int mode_capture(const mp_model *m, const opts *o, const int *tok, float 
          * release of its blocks (~50 ms for 192 MiB on ext4) to the rename */
         unlink(o->out);
         double t0 = mp_now();
-        st = capture_once(m, o, tok, logits, &tf[r]);
+        st = capture_once(m, o, tok, logits, &tf[r], &tc[r]);
         t[r] = mp_now() - t0;
     }
-    if (st) { fprintf(stderr, "bench_forward: capture: %s\n", mp_last_error()); free(t); free(tf); return 1; }
+    if (st) { fprintf(stderr, "bench_forward: capture: %s\n", mp_last_error()); free(t); free(tf); free(tc); return 1; }
     print_other_load(&lp);
     struct stat sb;
     if (stat(o->out, &sb) == 0) printf("file_bytes=%lld\n", (long long)sb.st_size);
@@ -281,14 +373,21 @@ static int mode_capture(const mp_model *m, const opts *o, const int *tok, float 
     mp_h5_stream_get_stats(&ss); /* every rep's bytes: O_DIRECT through the staging buffer / plain pwrite */
     unsigned long long all = ss.plain_bytes + ss.staged_bytes;
     printf("direct_share=%.3f\n", all ? (double)ss.direct_bytes / (double)all : 0.0);
+    /* packed straight into the driver's lent staging buffers (no second copy) */
+    printf("lent_share=%.3f\n", all ? (double)ss.lent_bytes / (double)all : 0.0);
+    /* per capture: the time writes waited for a free staging buffer (the disk behind the forward) */
+    printf("stage_wait_s=%.6f\n", ss.wait_s / (o->reps + o->warmup));
     printf("hooks=%s\n", o->hooks);
     printf("chunk_kib=%ld\n", o->chunk_kib > 0 ? o->chunk_kib : (long)(mp_h5run_params_default().chunk_bytes >> 10));
     printf("flops=%.6g\n", forward_flops(&m->cfg, o->B, o->T));
-    /* total: create + capture + forward + commit (fsync); fwd_: the forward call alone */
+    /* total: create + capture + forward + commit (fsync); fwd_: the forward call alone; commit_: the commit */
     print_times("", t, o->reps, forward_flops(&m->cfg, o->B, o->T), (double)o->B * o->T);
     print_times("fwd_", tf, o->reps, 0, (double)o->B * o->T);
+    /* commit: the writes still staged, HDF5's metadata, the fsync and the rename */
+    print_times("commit_", tc, o->reps, 0, (double)o->B * o->T);
     free(t);
     free(tf);
+    free(tc);
     return 0;
 }
 
@@ -374,6 +473,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--reps")) o.reps = atoi(v);
         else if (!strcmp(a, "--warmup")) o.warmup = atoi(v);
         else if (!strcmp(a, "--chunk-kib")) o.chunk_kib = atol(v);
+        else if (!strcmp(a, "--write-bytes")) o.write_bytes = atoll(v);
         else if (!strcmp(a, "--seed")) o.seed = strtoull(v, NULL, 10);
         else { fprintf(stderr, "bench_forward: unknown option %s\n", a); usage(stderr); return 2; }
     }

@@ -1,8 +1,10 @@
 /* h5run.c — the HDF5 run-file writer: atomic creation, root and /model
  * attributes, /tokens, float32 datasets chunked along T and written in blocks,
  * and the capture adapter that streams hook views into /acts/<hook name>
- * through a writer thread (so the forward computes while HDF5 writes), leaving
- * unwritten the attention-map tiles that hold only the fill value. */
+ * (packed straight into the O_DIRECT driver's staging buffers, or through a
+ * writer thread where HDF5 is thread-safe and a core is spare, so the forward
+ * computes while the disk writes), leaving unwritten the attention-map tiles
+ * that hold only the fill value. */
 #define _GNU_SOURCE /* sync_file_range */
 #include "h5run.h"
 #include "h5stream.h"
@@ -38,6 +40,9 @@ struct mp_h5ds {
     int64_t tile_rows;  /* chunk height along T (tiled datasets) */
     int direct;         /* tiled, unfiltered, POSIX driver: whole tiles go to the file
                            with H5Dwrite_chunk (no gather, no chunk cache) */
+    int whole;          /* chunked, not tiled, unfiltered, POSIX driver: blocks made of whole chunks,
+                           each contiguous in the block, go to the file with H5Dwrite_chunk */
+    int64_t chunk[MP_H5_MAXDIM]; /* the chunk dimensions (whole) */
     mp_h5ds *next;
 };
 
@@ -78,6 +83,7 @@ struct mp_h5run {
     wqueue *wq;    /* NULL: writes happen on the calling thread */
     float *tile;   /* one tile, packed for a direct write on the calling thread */
     size_t tile_cap;
+    mp_h5_stream *stream; /* the file's O_DIRECT driver, which lends staging buffers (NULL: none) */
     size_t wb_since; /* bytes of dataset writes since the kernel's write-back was last started */
 };
 
@@ -173,6 +179,7 @@ mp_status mp_h5run_create(mp_h5run **out, const char *path, const mp_h5run_param
     if (!run->p.chunk_bytes) run->p.chunk_bytes = def.chunk_bytes;
     if ((st = mp_h5_atomic_create(&run->at, path)) != MP_OK) goto cleanup;
     hid_t f = run->at.file;
+    run->stream = mp_h5_stream_of(f);
     if ((st = mp_h5_attr_set_string(f, "/", "format", "mechprobe.run")) != MP_OK) goto cleanup;
     if ((st = mp_h5_attr_set_int(f, "/", "version", 1)) != MP_OK) goto cleanup;
     if ((st = mp_h5_attr_set_string(f, "/", "mechprobe_version", MP_VERSION)) != MP_OK) goto cleanup;
@@ -296,6 +303,9 @@ static mp_status run_dataset(mp_h5run *run, const char *path, int ndim, const in
         d->tile_cols = chunk[3];
         d->tile_rows = chunk[2];
         d->direct = run->p.compress == 0 && file_is_posix(run->at.file);
+    } else if (chunked && run->p.compress == 0 && file_is_posix(run->at.file)) {
+        d->whole = 1;
+        memcpy(d->chunk, chunk, (size_t)ndim * sizeof *chunk);
     }
     d->path = strdup(path);
     if (!d->path) { st = mp_error(MP_ERR_NOMEM, "out of memory"); goto cleanup; }
@@ -434,9 +444,48 @@ static int64_t block_tiles(const mp_h5ds *ds, const int64_t *count, const float 
     return (cols + ds->tile_cols - 1) / ds->tile_cols;
 }
 
+/* write_tiles from a block as the view laid it out, through buffers lent by
+ * the file's driver (h5stream.h): the tiles are packed straight into them,
+ * by the forward's OpenMP threads (idle while a hook runs), and HDF5 hands
+ * the driver pointers into them, so the bytes are copied once on their way
+ * to the disk. -1: no buffer could be lent, nothing written; else the status. */
+static int write_tiles_lent(mp_h5ds *ds, const int64_t *offset, const int64_t *count, const float *data,
+                            int64_t tiles, mp_status *out) {
+    mp_h5run *run = ds->run;
+    const size_t tile_n = (size_t)(ds->tile_rows * ds->tile_cols), tile_b = tile_n * sizeof(float);
+    const int64_t slab = count[2] * count[3], total = count[0] * count[1] * tiles;
+    const int64_t per = (int64_t)(mp_h5_stream_lend_max() / tile_b);
+    mp_status st = MP_OK;
+    for (int64_t k0 = 0; k0 < total && st == MP_OK; k0 += per) {
+        const int64_t n = total - k0 < per ? total - k0 : per;
+        char *buf = mp_h5_stream_lend(run->stream, (size_t)n * tile_b);
+        if (!buf) {
+            if (k0 == 0) return -1;
+            /* the rest tile by tile through the run's tile buffer */
+            for (int64_t k = k0; k < total && st == MP_OK; k++) {
+                pack_tile(ds, data + (k / tiles) * slab, count[2], count[3], k % tiles, run->tile);
+                st = write_tile(ds, offset[0] + (k / tiles) / count[1], offset[1] + (k / tiles) % count[1], offset[2],
+                                k % tiles, run->tile);
+            }
+            break;
+        }
+#pragma omp parallel for schedule(static) if (n > 1)
+        for (int64_t k = k0; k < k0 + n; k++)
+            pack_tile(ds, data + (k / tiles) * slab, count[2], count[3], k % tiles,
+                      (float *)(buf + (size_t)(k - k0) * tile_b));
+        for (int64_t k = k0; k < k0 + n && st == MP_OK; k++)
+            st = write_tile(ds, offset[0] + (k / tiles) / count[1], offset[1] + (k / tiles) % count[1], offset[2],
+                            k % tiles, (const float *)(buf + (size_t)(k - k0) * tile_b));
+        mp_h5_stream_hand_back(run->stream, buf);
+    }
+    *out = st;
+    return 0;
+}
+
 /* Writes the first `tiles` tiles of every [b,h] slab of a block: packed in
- * `packed` (tiles in slab order) or, when NULL, packed one by one from the
- * block as the view laid it out into the run's tile buffer. */
+ * `packed` (tiles in slab order) or, when NULL, packed from the block as the
+ * view laid it out: into buffers lent by the driver (write_tiles_lent) or
+ * one by one into the run's tile buffer. */
 static mp_status write_tiles(mp_h5ds *ds, const int64_t *offset, const int64_t *count, const float *data,
                              const float *packed, int64_t tiles) {
     mp_h5run *run = ds->run;
@@ -447,15 +496,64 @@ static mp_status write_tiles(mp_h5ds *ds, const int64_t *offset, const int64_t *
         run->tile = p;
         run->tile_cap = tile_n;
     }
+    mp_status st;
+    if (!packed && run->stream && !run->p.no_lend && tile_n * sizeof(float) % 4096 == 0 &&
+        tile_n * sizeof(float) <= mp_h5_stream_lend_max() && write_tiles_lent(ds, offset, count, data, tiles, &st) == 0)
+        return st;
     const int64_t slab = count[2] * count[3];
     for (int64_t i = 0; i < count[0] * count[1]; i++)
         for (int64_t t = 0; t < tiles; t++) {
             const float *tile = packed ? packed + ((size_t)i * tiles + t) * tile_n : run->tile;
             if (!packed) pack_tile(ds, data + i * slab, count[2], count[3], t, run->tile);
-            mp_status st = write_tile(ds, offset[0] + i / count[1], offset[1] + i % count[1], offset[2], t, tile);
+            st = write_tile(ds, offset[0] + i / count[1], offset[1] + i % count[1], offset[2], t, tile);
             if (st != MP_OK) return st;
         }
     return MP_OK;
+}
+
+/* A block made of whole chunks of a `whole` dataset, each contiguous in the
+ * block (chunk extent 1 on the axes before some axis k, the block's extent on
+ * those after it; the capture's [B,T,...] views chunked along T are such
+ * blocks), written chunk by chunk with H5Dwrite_chunk straight from the
+ * block: no gather into HDF5's chunk cache, and each chunk goes to the
+ * driver's staging when written instead of when evicted (at commit, for the
+ * last chunks). -1: not such a block, nothing written; else 0 with the
+ * status in *out. */
+static int write_whole_chunks(mp_h5ds *ds, const int64_t *offset, const int64_t *count, const float *data,
+                              mp_status *out) {
+    const int n = ds->ndim;
+    int k = 0;
+    while (k < n && ds->chunk[k] == 1) k++;
+    if (k == n) k = n - 1;
+    size_t chunk_n = 1;
+    for (int i = 0; i < n; i++) {
+        if (offset[i] % ds->chunk[i] || count[i] % ds->chunk[i] || count[i] == 0) return -1;
+        if (i > k && count[i] != ds->chunk[i]) return -1;
+        chunk_n *= (size_t)ds->chunk[i];
+    }
+    /* chunks: along the axes before k one per index, along k count[k] / chunk[k] */
+    int64_t nchunks = count[k] / ds->chunk[k];
+    for (int i = 0; i < k; i++) nchunks *= count[i];
+    hsize_t off[MP_H5_MAXDIM];
+    mp_status st = MP_OK;
+    for (int64_t c = 0; c < nchunks && st == MP_OK; c++) {
+        /* chunk c's first element: its index along k and the axes before, row-major */
+        int64_t rest = c;
+        off[k] = (hsize_t)(offset[k] + rest % (count[k] / ds->chunk[k]) * ds->chunk[k]);
+        rest /= count[k] / ds->chunk[k];
+        for (int i = k - 1; i >= 0; i--) {
+            off[i] = (hsize_t)(offset[i] + rest % count[i]);
+            rest /= count[i];
+        }
+        for (int i = k + 1; i < n; i++) off[i] = (hsize_t)offset[i];
+        /* the chunks are consecutive in the block: chunk c starts c chunks in */
+        if (H5Dwrite_chunk(ds->id, H5P_DEFAULT, 0, off, chunk_n * sizeof(float), data + (size_t)c * chunk_n) < 0)
+            st = mp_h5_error(MP_ERR_HDF5, "%s: %s: cannot write", ds->run->at.path, ds->path);
+        else
+            note_written(ds->run, chunk_n * sizeof(float));
+    }
+    *out = st;
+    return 0;
 }
 
 /* Writes a checked block (on the writer thread while one runs). */
@@ -470,6 +568,8 @@ static mp_status ds_write(mp_h5ds *ds, const int64_t *offset, const int64_t *cou
     }
     if (numel == 0) return MP_OK;
     if (block_is_tiles(ds, offset, count)) return write_tiles(ds, offset, count, data, NULL, block_tiles(ds, count, data));
+    mp_status whole_st;
+    if (ds->whole && write_whole_chunks(ds, offset, count, data, &whole_st) == 0) return whole_st;
     if (ds->tiled && offset[3] == 0) {
         int64_t cols = tiled_cols(ds, count, data);
         if (cols == 0) return MP_OK;

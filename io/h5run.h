@@ -38,6 +38,8 @@ typedef struct {
     size_t chunk_bytes; /* target chunk size; 0: 1 MiB */
     int sync_writes;    /* 1: the capture writes on the forward's thread (no writer thread) */
     int writer_thread;  /* 1: a writer thread even when no core is spare (tests); see mp_h5run_capture */
+    int no_lend;        /* 1: attention tiles are copied into the driver's staging, not packed into its
+                           lent buffers (tests compare the two; see mp_h5run_capture) */
 } mp_h5run_params;
 
 mp_h5run_params mp_h5run_params_default(void);
@@ -119,8 +121,17 @@ const char *mp_h5run_path(const mp_h5run *run);
  * the next barrier), so then the writes stay on the caller's thread (on 2
  * cores the two ways measured the same within noise). Blocks of whole
  * attention-map tiles are written with H5Dwrite_chunk (POSIX driver, no
- * compression): packed once, no gather, no chunk cache. Every 16 MiB written
- * starts the kernel's write-back, so commit's fsync finds little left. */
+ * compression): packed once, no gather, no chunk cache. On the caller's
+ * thread, with the run file's O_DIRECT driver (h5stream.h) and tiles of 4 KiB
+ * multiples, the tiles are packed by the forward's OpenMP threads (idle
+ * while a hook runs) straight into staging buffers the driver lends, which
+ * its I/O thread writes: one copy from the view to the disk (params.no_lend:
+ * packed one by one and copied into the staging, as the writer thread does).
+ * Blocks made of whole chunks, each contiguous in the view (the [B,T,...]
+ * views chunked along T), are written with H5Dwrite_chunk too, from the view.
+ * Every 16 MiB written starts the kernel's write-back (page-cache path) and
+ * the driver's fdatasyncs (O_DIRECT path), so commit's fsync finds little
+ * left. */
 mp_status mp_h5run_capture(mp_h5run *run, mp_hooks *hooks, const struct mp_config *cfg, const char *globs,
                            int B, int T);
 /* Waits until every captured view is written; returns the first write error

@@ -20,6 +20,8 @@
 #include <string.h>
 #include <time.h>
 
+#define NMAX 512 /* the most input rows timed */
+
 static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -53,7 +55,7 @@ int main(int argc, char **argv) {
     const size_t rb = (size_t)IN / bv * bb;
     unsigned char *w = malloc(rb * OUT);
     float *wf = malloc((size_t)IN * OUT * sizeof(float)), *panel = malloc((size_t)256 * IN * sizeof(float));
-    float *in = malloc((size_t)32 * IN * sizeof(float)), *out = malloc((size_t)32 * OUT * sizeof(float));
+    float *in = malloc((size_t)NMAX * IN * sizeof(float)), *out = malloc((size_t)NMAX * OUT * sizeof(float));
     if (!w || !wf || !panel || !in || !out) { fprintf(stderr, "bench_qdot: out of memory\n"); return 1; }
     srand(1);
     for (size_t i = 0; i < (size_t)IN * OUT; i++) wf[i] = ((float)rand() / RAND_MAX - 0.5f) * 0.04f;
@@ -65,16 +67,24 @@ int main(int argc, char **argv) {
                 memcpy(w + (size_t)o * rb + 2 * (size_t)i, &h, 2);
             }
         else if (t == MP_GGML_Q8_0) mp_quant_quantize_q8_0(wf + (size_t)o * IN, w + (size_t)o * rb, (size_t)IN);
-        else for (size_t b = 0; b < rb; b++) w[(size_t)o * rb + b] = (unsigned char)rand(); /* Q4_K: random blocks */
+        else /* Q4_K: random codes and 6-bit scales, with block scales d, dmin of the size a quantizer gives */
+            for (size_t b = 0; b < rb; b++) {
+                w[(size_t)o * rb + b] = (unsigned char)rand();
+                if (b % 144 == 3) {
+                    const uint16_t d = mp_quant_f32_to_f16(0.0005f), dmin = mp_quant_f32_to_f16(0.002f);
+                    memcpy(w + (size_t)o * rb + b - 3, &d, 2);
+                    memcpy(w + (size_t)o * rb + b - 1, &dmin, 2);
+                }
+            }
     }
-    for (int i = 0; i < 32 * IN; i++) in[i] = (float)rand() / RAND_MAX - 0.5f;
+    for (int i = 0; i < NMAX * IN; i++) in[i] = (float)rand() / RAND_MAX - 0.5f;
     const mp_qdot_fn dot = mp_qdot_kernel(t, mp_qdot_isa_active());
     const size_t ab = mp_qdot_act_bytes(t, (size_t)IN);
-    unsigned char *xq = malloc(32 * ab);
+    unsigned char *xq = malloc(NMAX * ab);
     printf("bench_qdot: %s, IN %d, OUT %d, %s kernels, %d threads; ms per product (median of %d)\n", type, IN, OUT,
            mp_qdot_isa_name(mp_qdot_isa_active()), omp_get_max_threads(), reps);
     printf("%4s %10s %10s %10s\n", "N", "dot", "panels", "matmul");
-    const int Ns[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
+    const int Ns[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 256, 512};
     double *ta = malloc(reps * sizeof(double)), *tb = malloc(reps * sizeof(double)), *tc = malloc(reps * sizeof(double));
     for (size_t k = 0; k < sizeof Ns / sizeof *Ns; k++) {
         const int N = Ns[k];

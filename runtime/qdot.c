@@ -440,14 +440,40 @@ AVX512 static float dot_q4_0_avx512(const void *w, const void *xq, size_t n) {
     return sum;
 }
 
+/* Q4_K's 6-bit scales and mins (q4k_scales) unpacked in general registers:
+ * the bytes of u[0], u[1] are the scales 0-7, of u[2], u[3] the mins 0-7 (no
+ * trip through memory: a vector load of bytes just stored stalls) */
+static inline void q4k_scales_u32(const unsigned char *q, uint32_t u[4]) {
+    uint32_t w[3];
+    memcpy(w, q, 12);
+    const uint32_t m6 = 0x3f3f3f3fu, m4 = 0x0f0f0f0fu, m2 = 0x03030303u;
+    u[0] = w[0] & m6;                                       /* scales 0-3 */
+    u[1] = (w[2] & m4) | (((w[0] >> 6) & m2) << 4);         /* scales 4-7 */
+    u[2] = w[1] & m6;                                       /* mins 0-3 */
+    u[3] = ((w[2] >> 4) & m4) | (((w[1] >> 6) & m2) << 4);  /* mins 4-7 */
+}
+#define Q4K_SC(u, k) ((int)(((u)[(k) >> 2] >> (8 * ((k) & 3))) & 0xFF))
+
+/* the eight mins as 16 int16 lanes (min s in lanes 2s and 2s + 1) */
+AVX512 static inline __m256i q4k_mins16(const uint32_t u[4]) {
+    const __m128i m = _mm_cvtsi64_si128((long long)((uint64_t)u[3] << 32 | u[2]));
+    return _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m));
+}
+
+/* the eight products min_s x (bsums of sub-block s), as float32 lanes (exact:
+ * |min x bsum| < 2^17) */
+AVX512 static inline __m256 q4k_minprod(const unsigned char *b, __m256i mn16) {
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(mn16, _mm256_loadu_si256((const __m256i *)(b + 260))));
+}
+
 AVX512 static float dot_q4_k_avx512(const void *w, const void *xq, size_t n) {
     const unsigned char *a = w, *b = xq;
     const __m512i m4 = _mm512_set1_epi8(0xF);
     __m512 acc = _mm512_setzero_ps();
-    float mins = 0.0f;
+    __m256 mins = _mm256_setzero_ps(); /* the min terms, summed per sub-block pair lane */
     for (size_t i = 0; i < n / 256; i++, a += 144, b += MP_Q8K_BYTES) {
-        uint8_t sc[8], mn[8];
-        q4k_scales(a + 4, sc, mn);
+        uint32_t u[4];
+        q4k_scales_u32(a + 4, u);
         const unsigned char *qs = a + 16;
         const unsigned char *x = b + 4;
         __m512i sumi = _mm512_setzero_si512();
@@ -457,16 +483,140 @@ AVX512 static float dot_q4_k_avx512(const void *w, const void *xq, size_t n) {
             /* lo holds sub-blocks 2j (bytes 0-31) and 2j+2 (32-63); hi 2j+1 and 2j+3 */
             const __m512i x0 = load2x32(x + 64 * j, x + 64 * (j + 1));
             const __m512i x1 = load2x32(x + 64 * j + 32, x + 64 * (j + 1) + 32);
-            const __m512i s0 = _mm512_inserti64x4(_mm512_set1_epi16(sc[2 * j]), _mm256_set1_epi16(sc[2 * j + 2]), 1);
-            const __m512i s1 = _mm512_inserti64x4(_mm512_set1_epi16(sc[2 * j + 1]), _mm256_set1_epi16(sc[2 * j + 3]), 1);
+            const __m512i s0 = _mm512_inserti64x4(_mm512_set1_epi16((short)Q4K_SC(u, 2 * j)),
+                                                  _mm256_set1_epi16((short)Q4K_SC(u, 2 * j + 2)), 1);
+            const __m512i s1 = _mm512_inserti64x4(_mm512_set1_epi16((short)Q4K_SC(u, 2 * j + 1)),
+                                                  _mm256_set1_epi16((short)Q4K_SC(u, 2 * j + 3)), 1);
             sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(lo, x0), s0));
             sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(hi, x1), s1));
         }
         const float xd = q8k_d(b);
         acc = _mm512_fmadd_ps(_mm512_set1_ps(h16(a) * xd), _mm512_cvtepi32_ps(sumi), acc);
-        mins += h16(a + 2) * xd * (float)q4k_minsum(b, mn);
+        mins = _mm256_fmadd_ps(_mm256_set1_ps(h16(a + 2) * xd), q4k_minprod(b, q4k_mins16(u)), mins);
     }
-    return _mm512_reduce_add_ps(acc) - mins;
+    return _mm512_reduce_add_ps(acc) - hsum256(mins);
+}
+
+/* Tiles: one weight row against C <= QDOT_TILE activation rows (the matmul).
+ * The weight blocks are loaded and unpacked once for all of them; each output
+ * is computed with the very operations, in the very order, of the row's dot
+ * kernel above, so a tile's outputs equal the dot kernel's bit for bit
+ * (test_qdot). The kernels are inlined for each C (TILE_SWITCH), so their
+ * per-row arrays live in registers. */
+#define QDOT_TILE 4
+/* with AVX-512 VNNI: vpdpwssd adds the scaled pair sums in one instruction
+ * (madd + add) and vpdpbusd the byte products (maddubs + madd); the integers
+ * are the same */
+#define AVX512VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define AVX512_INLINE AVX512VNNI static inline __attribute__((always_inline))
+#define TILE_SWITCH(BODY, C)        \
+    switch (C) {                    \
+    case 4: BODY(4); break;         \
+    case 3: BODY(3); break;         \
+    case 2: BODY(2); break;         \
+    default: BODY(1); break;        \
+    }
+
+AVX512_INLINE void tile_q8_0_c(const void *w, const unsigned char *xq, size_t ab, size_t n, float *out, const int C) {
+    const unsigned char *a = w;
+    const size_t nb = n / 32;
+    __m512 acc[QDOT_TILE];
+    for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 1 < nb; i += 2, a += 68) {
+        const __m512i qa = load2x32(a + 2, a + 36);
+        const __m512i ax = _mm512_abs_epi8(qa);
+        const __mmask64 neg = _mm512_movepi8_mask(qa);
+        const float d0 = h16(a), d1 = h16(a + 34);
+        for (int c = 0; c < C; c++) {
+            const unsigned char *b = xq + (size_t)c * ab + i * 34;
+            const __m512i qb = load2x32(b + 2, b + 36);
+            const __m512i sb = _mm512_mask_sub_epi8(qb, neg, _mm512_setzero_si512(), qb);
+            /* (no int16 saturation in the dot kernel's maddubs: 2 x 128 x 127 < 32768) */
+            const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ax, sb);
+            acc[c] = _mm512_fmadd_ps(scale2(d0 * h16(b), d1 * h16(b + 34)), _mm512_cvtepi32_ps(s), acc[c]);
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        out[c] = _mm512_reduce_add_ps(acc[c]);
+        if (i < nb) out[c] += dot_q8_0_avx2(a, xq + (size_t)c * ab + i * 34, 32);
+    }
+}
+
+AVX512VNNI static void tile_q8_0_avx512(const void *w, const unsigned char *xq, size_t ab, size_t n, float *out, int C) {
+#define T(K) tile_q8_0_c(w, xq, ab, n, out, K)
+    TILE_SWITCH(T, C)
+#undef T
+}
+
+/* The tiles' Q8_K layout for Q4_K weights: in each 128-value half of a block
+ * the 32-value chunks 1 and 2 swap places, so that the activations that meet
+ * the low and the high nibbles of 64 code bytes are each one 64-byte load (the
+ * dot kernel gathers them with two loads and an insert). */
+static void q4k_tile_layout(unsigned char *xq, size_t n) {
+    for (size_t b = 0; b < n / 256; b++)
+        for (int h = 0; h < 2; h++) {
+            unsigned char *x = xq + b * MP_Q8K_BYTES + 4 + 128 * h, t[32];
+            memcpy(t, x + 32, 32);
+            memcpy(x + 32, x + 64, 32);
+            memcpy(x + 64, t, 32);
+        }
+}
+
+AVX512_INLINE void tile_q4_k_c(const void *w, const unsigned char *xq, size_t ab, size_t n, float *out, const int C) {
+    const unsigned char *a = w;
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    __m512 acc[QDOT_TILE];
+    __m256 mins[QDOT_TILE];
+    for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps(), mins[c] = _mm256_setzero_ps();
+    for (size_t i = 0; i < n / 256; i++, a += 144) {
+        uint32_t u[4];
+        q4k_scales_u32(a + 4, u);
+        const unsigned char *qs = a + 16;
+        __m512i lo[2], hi[2], s0[2], s1[2];
+        for (int h = 0; h < 2; h++) { /* the row's two 64-value groups, as dot_q4_k_avx512 splits them */
+            const int j = 2 * h;
+            const __m512i q = _mm512_loadu_si512((const void *)(qs + 32 * j));
+            lo[h] = _mm512_and_si512(q, m4);
+            hi[h] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+            s0[h] = _mm512_inserti64x4(_mm512_set1_epi16((short)Q4K_SC(u, 2 * j)),
+                                       _mm256_set1_epi16((short)Q4K_SC(u, 2 * j + 2)), 1);
+            s1[h] = _mm512_inserti64x4(_mm512_set1_epi16((short)Q4K_SC(u, 2 * j + 1)),
+                                       _mm256_set1_epi16((short)Q4K_SC(u, 2 * j + 3)), 1);
+        }
+        const float dw = h16(a), dmin = h16(a + 2);
+        const __m256i mn16 = q4k_mins16(u);
+        for (int c = 0; c < C; c++) {
+            const unsigned char *b = xq + (size_t)c * ab + i * MP_Q8K_BYTES, *x = b + 4;
+            __m512i sumi = _mm512_setzero_si512();
+            for (int h = 0; h < 2; h++) { /* q4k_tile_layout: one load each */
+                const __m512i x0 = _mm512_loadu_si512((const void *)(x + 128 * h));
+                const __m512i x1 = _mm512_loadu_si512((const void *)(x + 128 * h + 64));
+                sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(lo[h], x0), s0[h]);
+                sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(hi[h], x1), s1[h]);
+            }
+            const float xd = q8k_d(b);
+            acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(dw * xd), _mm512_cvtepi32_ps(sumi), acc[c]);
+            mins[c] = _mm256_fmadd_ps(_mm256_set1_ps(dmin * xd), q4k_minprod(b, mn16), mins[c]);
+        }
+    }
+    for (int c = 0; c < C; c++) out[c] = _mm512_reduce_add_ps(acc[c]) - hsum256(mins[c]);
+}
+
+/* activations in q4k_tile_layout */
+AVX512VNNI static void tile_q4_k_avx512(const void *w, const unsigned char *xq, size_t ab, size_t n, float *out, int C) {
+#define T(K) tile_q4_k_c(w, xq, ab, n, out, K)
+    TILE_SWITCH(T, C)
+#undef T
+}
+
+/* sum_j sc[j] * bsums[j] (q6k_offset) with one multiply-add: the same integer */
+AVX512 static inline int q6k_offset16(__m256i sc16, const unsigned char *b) {
+    const __m256i p = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(b + 260)));
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
 }
 
 AVX512 static float dot_q6_k_avx512(const void *w, const void *xq, size_t n) {
@@ -492,9 +642,52 @@ AVX512 static float dot_q6_k_avx512(const void *w, const void *xq, size_t n) {
         }
         const float d = h16(a + 208) * q8k_d(b);
         acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
-        offs += d * (float)(32 * q6k_offset(a, b));
+        offs += d * (float)(32 * q6k_offset16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(a + 192))), b));
     }
     return _mm512_reduce_add_ps(acc) - offs;
+}
+
+AVX512_INLINE void tile_q6_k_c(const void *w, const unsigned char *xq, size_t ab, size_t n, float *out, const int C) {
+    const unsigned char *a = w;
+    __m512 acc[QDOT_TILE];
+    float offs[QDOT_TILE];
+    for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps(), offs[c] = 0.0f;
+    for (size_t i = 0; i < n / 256; i++, a += 210) {
+        const int8_t *sc = (const int8_t *)(a + 192);
+        __m512i vv[4], scv[4];
+        for (int h = 0; h < 2; h++) { /* as dot_q6_k_avx512 unpacks them */
+            __m256i v[4];
+            Q6K_CHUNKS(a + 64 * h, a + 128 + 32 * h, v[0], v[1], v[2], v[3]);
+            for (int k = 0; k < 4; k += 2) {
+                vv[2 * h + k / 2] = _mm512_inserti64x4(_mm512_castsi256_si512(v[k]), v[k + 1], 1);
+                const int s = 8 * h + 2 * k;
+                scv[2 * h + k / 2] = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi16(sc[s + 1]), _mm_set1_epi16(sc[s]))),
+                    _mm256_set_m128i(_mm_set1_epi16(sc[s + 3]), _mm_set1_epi16(sc[s + 2])), 1);
+            }
+        }
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        const float dw = h16(a + 208);
+        for (int c = 0; c < C; c++) {
+            const unsigned char *b = xq + (size_t)c * ab + i * MP_Q8K_BYTES, *x = b + 4;
+            __m512i sumi = _mm512_setzero_si512();
+            for (int h = 0; h < 2; h++)
+                for (int k = 0; k < 4; k += 2) {
+                    const __m512i xx = _mm512_loadu_si512((const void *)(x + 128 * h + 32 * k));
+                    sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(vv[2 * h + k / 2], xx), scv[2 * h + k / 2]);
+                }
+            const float d = dw * q8k_d(b);
+            acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc[c]);
+            offs[c] += d * (float)(32 * q6k_offset16(sc16, b));
+        }
+    }
+    for (int c = 0; c < C; c++) out[c] = _mm512_reduce_add_ps(acc[c]) - offs[c];
+}
+
+AVX512VNNI static void tile_q6_k_avx512(const void *w, const unsigned char *xq, size_t ab, size_t n, float *out, int C) {
+#define T(K) tile_q6_k_c(w, xq, ab, n, out, K)
+    TILE_SWITCH(T, C)
+#undef T
 }
 
 /* F16 / BF16 rows: 32 weights per step, two 16-lane FMA accumulators. */
@@ -586,24 +779,61 @@ const char *mp_qdot_isa_name(mp_qdot_isa isa) {
  * OUT 8192, 2 threads, 2026-12-06: N 16 24 ms against 47, N 32 38 against 34;
  * the panels' cost is decoding the whole matrix) */
 #define QDOT_FEW_ROWS 32
+/* types with a tile kernel (AVX-512 Q8_0, Q4_K): up to here the tiles beat the
+ * panels (bench/bench_qdot.c) */
+#define QDOT_TILE_ROWS 1000000
+#define QDOT_NBLOCK 64 /* activation rows per pass over the weights (their Q8 codes stay in L2) */
 #define QDOT_PANEL 256 /* weight rows dequantized per sgemm panel */
+
+/* out[c] = row w . activation row c, c < C (1..QDOT_TILE), the rows ab bytes apart */
+typedef void (*qdot_tile_fn)(const void *w, const unsigned char *xq, size_t ab, size_t n, float *out, int C);
+
+static qdot_tile_fn tile_kernel(uint32_t t, mp_qdot_isa isa) {
+#ifdef MP_QDOT_X86
+    if (isa == MP_QDOT_AVX512 && isa_available(isa) && __builtin_cpu_supports("avx512vnni"))
+        return t == MP_GGML_Q8_0 ? tile_q8_0_avx512 : t == MP_GGML_Q4_K ? tile_q4_k_avx512
+             : t == MP_GGML_Q6_K ? tile_q6_k_avx512 : NULL;
+#else
+    (void)t, (void)isa;
+#endif
+    return NULL;
+}
+
+int mp_qdot_tiles(uint32_t t) { return tile_kernel(t, mp_qdot_isa_active()) != NULL; }
 
 mp_status mp_qdot_matmul(float *out, const float *in, uint32_t t, const void *w, size_t row_bytes,
                          const float *bias, int N, int IN, int OUT) {
     const unsigned char *wb = w;
-    if (N <= QDOT_FEW_ROWS) {
+    const mp_qdot_isa isa = mp_qdot_isa_active();
+    const qdot_tile_fn tile = tile_kernel(t, isa);
+    if (N <= (tile ? QDOT_TILE_ROWS : QDOT_FEW_ROWS)) {
         const size_t ab = mp_qdot_act_bytes(t, (size_t)IN);
         unsigned char stack[16384], *xq = stack;
         if ((size_t)N * ab > sizeof stack &&
             !(xq = mp_malloc((size_t)N * ab, "quantized activations")))
             return MP_ERR_NOMEM;
+#pragma omp parallel for schedule(static) if (N >= 8)
         for (int n = 0; n < N; n++) mp_qdot_quantize_act(t, in + (size_t)n * IN, xq + (size_t)n * ab, (size_t)IN);
-        const mp_qdot_fn dot = mp_qdot_kernel(t, mp_qdot_isa_active());
+        if (tile && t == MP_GGML_Q4_K)
+#pragma omp parallel for schedule(static) if (N >= 8)
+            for (int n = 0; n < N; n++) q4k_tile_layout(xq + (size_t)n * ab, (size_t)IN);
+        const mp_qdot_fn dot = mp_qdot_kernel(t, isa);
+        for (int n0 = 0; n0 < N; n0 += QDOT_NBLOCK) {
+            const int n1 = N - n0 < QDOT_NBLOCK ? N : n0 + QDOT_NBLOCK;
 #pragma omp parallel for schedule(static) if ((size_t)OUT * row_bytes > 65536)
-        for (int o = 0; o < OUT; o++) {
-            const unsigned char *row = wb + (size_t)o * row_bytes;
-            const float bo = bias ? bias[o] : 0.0f;
-            for (int n = 0; n < N; n++) out[(size_t)n * OUT + o] = dot(row, xq + (size_t)n * ab, (size_t)IN) + bo;
+            for (int o = 0; o < OUT; o++) {
+                const unsigned char *row = wb + (size_t)o * row_bytes;
+                const float bo = bias ? bias[o] : 0.0f;
+                if (tile)
+                    for (int n = n0; n < n1; n += QDOT_TILE) {
+                        const int C = n1 - n < QDOT_TILE ? n1 - n : QDOT_TILE;
+                        float r[QDOT_TILE];
+                        tile(row, xq + (size_t)n * ab, ab, (size_t)IN, r, C);
+                        for (int c = 0; c < C; c++) out[(size_t)(n + c) * OUT + o] = r[c] + bo;
+                    }
+                else
+                    for (int n = n0; n < n1; n++) out[(size_t)n * OUT + o] = dot(row, xq + (size_t)n * ab, (size_t)IN) + bo;
+            }
         }
         if (xq != stack) free(xq);
         return MP_OK;

@@ -52,13 +52,20 @@ mp_qdot_fn mp_qdot_kernel(uint32_t wtype, mp_qdot_isa isa);
 mp_qdot_isa mp_qdot_isa_active(void);
 const char *mp_qdot_isa_name(mp_qdot_isa isa);
 
+/* 1 when products with weights of this type run on this machine through tiles
+ * (one weight row against 4 activation rows: AVX-512 Q8_0, Q4_K and Q6_K), whose
+ * outputs equal the dot kernel's bit for bit, for any number of rows. */
+int mp_qdot_tiles(uint32_t wtype);
+
 /* out[N,OUT] = in[N,IN] @ W^T (+ bias), W [OUT,IN] stored as rows of type
- * wtype (row_bytes apart). Few rows (N <= 32): the inputs are quantized once (half weights: copied)
- * and every weight row is streamed once through the quantized dot kernel,
- * OpenMP over output rows. More rows (prefill): row panels of W are
- * dequantized to float32 and multiplied with sgemm (the integer path has no
- * advantage once the product is compute-bound). Allocates only scratch
- * (freed before return); MP_ERR_NOMEM when that fails. */
+ * wtype (row_bytes apart). The inputs are quantized once (half weights:
+ * copied) and every weight row is streamed through the quantized dot kernel,
+ * OpenMP over output rows: for few rows (N <= 32) with every type, and for any
+ * N with the types that have tiles (mp_qdot_tiles: 4 input rows per weight
+ * row, in passes of 64 input rows; on this CPU they beat the panels below at
+ * every N, bench/bench_qdot.c). Otherwise (prefill of the other types) row
+ * panels of W are dequantized to float32 and multiplied with sgemm. Allocates
+ * only scratch (freed before return); MP_ERR_NOMEM when that fails. */
 mp_status mp_qdot_matmul(float *out, const float *in, uint32_t wtype, const void *w, size_t row_bytes,
                          const float *bias, int N, int IN, int OUT);
 

@@ -166,8 +166,9 @@ static void test_matmul(void) {
         float *wf = malloc((size_t)IN * OUT * sizeof(float)), bias[300];
         mp_quant_dequantize(t, w, wf, (size_t)IN * OUT);
         for (int o = 0; o < OUT; o++) bias[o] = unif() - 0.5f;
-        const int Ns[] = {1, 3, 40};
-        for (int k = 0; k < 3; k++) {
+        const int Ns[] = {1, 3, 37, 40};
+        const int tiles = mp_qdot_tiles(t);
+        for (int k = 0; k < 4; k++) {
             const int N = Ns[k];
             float *in = malloc((size_t)N * IN * sizeof(float)), *out = malloc((size_t)N * OUT * sizeof(float));
             for (int i = 0; i < N * IN; i++) in[i] = unif() - 0.5f;
@@ -184,9 +185,25 @@ static void test_matmul(void) {
                     worst = fmax(worst, e);
                     worst_rel = fmax(worst_rel, e / mag);
                 }
-            /* few rows: 8-bit activations, |x - xq| <= 0.57 d <= 0.57 max|x|/127 ~ 0.5/127 * 0.57 relative to
-             * the row's magnitude; many rows: float32 sgemm of the dequantized weights, rounding only */
-            const double tol = N <= 32 ? 0.57 * 0.5 / 127.0 * 2 : 1e-5;
+            /* few rows (any number, for the types with tiles): 8-bit activations, |x - xq| <= 0.57 d <= 0.57
+             * max|x|/127 ~ 0.5/127 * 0.57 relative to the row's magnitude; many rows: float32 sgemm of the
+             * dequantized weights, rounding only */
+            const int quantized = N <= 32 || tiles;
+            const double tol = quantized ? 0.57 * 0.5 / 127.0 * 2 : 1e-5;
+            if (quantized) { /* the tiles (N >= 4) and the dot kernel give the same bits */
+                const size_t ab = mp_qdot_act_bytes(t, IN);
+                unsigned char *xq = malloc(ab);
+                const mp_qdot_fn dot = mp_qdot_kernel(t, mp_qdot_isa_active());
+                int same = 1;
+                for (int n = 0; n < N; n++) {
+                    mp_qdot_quantize_act(t, in + (size_t)n * IN, xq, IN);
+                    for (int o = 0; o < OUT; o++)
+                        same &= out[(size_t)n * OUT + o] == dot(w + (size_t)o * rb, xq, IN) + bias[o];
+                }
+                CHECK(same, "%s matmul N %d%s: an output differs from the dot kernel's", mp_quant_type_name(t), N,
+                      tiles ? " (tiles)" : "");
+                free(xq);
+            }
             CHECK(worst_rel <= tol, "%s matmul N %d: worst error %.3g relative to sum |w|(|x|+1e-3) %.3g > %.3g",
                   mp_quant_type_name(t), N, worst, worst_rel, tol);
             free(in);

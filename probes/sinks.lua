@@ -1,7 +1,7 @@
 -- sinks.lua — attention sinks and query/key clusters in every head.
 --
 --   mechprobe sinks --model FILE (--text STR | --text-file F | --tokens IDS) --out DIR
---   mechprobe sinks --preset quick|medium|full|gpu [--seeds 1,2,3] [--steps N] [--device cuda] --out DIR
+--   mechprobe sinks --preset quick|medium|full|deep|gpu [--seeds 1,2,3] [--steps N] [--device cuda] --out DIR
 --   mechprobe sinks --rejudge --out DIR     (the current rules on a finished --preset run: DIR/sinks_train.h5)
 --
 -- With --preset it first trains models from scratch and watches sinks emerge
@@ -26,7 +26,9 @@ local o = cli.parse(arg, {
   summary = "Attention sinks and Q/K point-cloud geometry of every head, with figures and a verdict table.",
   {"model", "FILE", "model checkpoint to analyse (or --preset)"},
   {"preset", "NAME", "train models from scratch and watch sinks emerge: quick (1 seed, about a minute), medium (3 seeds "
-    .. "of quick's model), full (5 seeds of a larger model, about half an hour) or gpu (sized for a GPU backend; on the CPU only with a small --steps, --length, --d-model)"},
+    .. "of quick's model), full (5 seeds of a larger model, about half an hour), deep (3 seeds of an 8-layer model without "
+    .. "weight decay, the recipe that grows sink heads past layer 0: about 15 minutes) or gpu (sized for a GPU backend; "
+    .. "on the CPU only with a small --steps, --length, --d-model)"},
   {"seeds", "LIST", "with --preset: seeds, one model each (default: the preset's)"},
   {"steps", "N", "with --preset: training steps (default: the preset's)", type = "int"},
   {"length", "N", "with --preset: context length L (default: the preset's)", type = "int"},
@@ -75,7 +77,7 @@ if o.preset then
   end
   cli.check_device("sinks", o)          -- bf16 (mixed-precision training) needs --device cuda
   local st = require "sinks_train"
-  if not st.presets[o.preset] then cli.fail("sinks", ("--preset must be quick, medium, full or gpu (got '%s')"):format(o.preset)) end
+  if not st.presets[o.preset] then cli.fail("sinks", ("--preset must be quick, medium, full, deep or gpu (got '%s')"):format(o.preset)) end
   local p = st.preset(o.preset)
   p.out, p.format, p.eps = o.out, o.format, o.eps
   -- the per-head analysis of the first seed's model takes the analysis options

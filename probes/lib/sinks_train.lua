@@ -18,7 +18,7 @@
 -- `checkpoints` points along the training: every head's alpha_0 (the mean over
 -- queries t >= 1 of pattern[t, 0] on held-out windows of the training length),
 -- the sink heads (alpha_0 > eps), the training and held-out loss. Every number
--- goes into DIR/sinks_train.h5 first; the verdicts (C1, C2 below, judged by
+-- goes into DIR/sinks_train.h5 first; the verdicts (C1-C3 below, judged by
 -- the one verdict engine, verdicts.lua) are then built from that file by the
 -- function --rejudge uses (M.judge_file), so a run and its rejudge agree byte
 -- for byte. Also DIR/report.txt, DIR/verdicts.tsv, DIR/sink_fraction.<fmt>,
@@ -47,7 +47,10 @@ local base = {eps = 0.3, pos = "rope", bos = true, wd = 0.1, val_windows = 4, an
 -- setup (a 60M LLaMA at context 2048 on the Pile) for a GPU backend: d_model
 -- 512, 8 layers of 8 heads of 64 (25M parameters besides the byte
 -- embeddings), context 2048, 65k tokens a step; on the CPU only with a small
--- --steps, --length and --d-model.
+-- --steps, --length and --d-model. deep: the recipe that grew sink heads past
+-- layer 0 on the CPU (experiments/sink_recipe.lua's deep8_wd0: the quickstart's
+-- width, 8 layers of 8 heads of 16 sharing 4 KV heads, no weight decay, 2.5M
+-- tokens; one seed there), over 3 seeds, for C3.
 M.presets = {
   quick = {d_model = 64, n_layer = 4, n_head = 8, n_kv_head = 4, d_head = 16, d_mlp = 172, L = 128, batch = 16,
            steps = 600, lr = 1e-2, checkpoints = 4, seeds = {1}},
@@ -55,6 +58,8 @@ M.presets = {
             steps = 600, lr = 1e-2, checkpoints = 6, seeds = {1, 2, 3}},
   full = {d_model = 128, n_layer = 4, n_head = 8, n_kv_head = 8, d_head = 16, d_mlp = 256, L = 256, batch = 16,
           steps = 1200, lr = 1e-2, checkpoints = 6, seeds = {1, 2, 3, 4, 5}},
+  deep = {d_model = 64, n_layer = 8, n_head = 8, n_kv_head = 4, d_head = 16, d_mlp = 172, L = 128, batch = 16,
+          steps = 1200, lr = 1e-2, wd = 0, checkpoints = 4, seeds = {1, 2, 3}},
   gpu = {d_model = 512, n_layer = 8, n_head = 8, n_kv_head = 8, d_head = 64, d_mlp = 1376, L = 2048, batch = 32,
          steps = 1500, lr = 3e-3, checkpoints = 6, seeds = {1, 2, 3}},
 }
@@ -98,7 +103,9 @@ end
 -- and the end), final[i] (at the end), val_loss[i] (held-out loss at the end);
 -- H (the corpus's byte unigram entropy, nats/byte); scale (our compute against
 -- the paper's, printed when a model did not learn); describe = {C1 =, C2 =}
--- (descriptive text, never judged). M.rules(x) gives the rows {C1, C2}.
+-- (descriptive text, never judged); init_deep[i], final_deep[i] (the sink
+-- fraction among the heads of layers 1.., at step 0 and at the end), n_layer.
+-- M.rules(x) gives the rows {C1, C2, C3}.
 
 M.SOURCE = "Gu et al., When Attention Sink Emerges in Language Models: An Empirical View, ICLR 2025: Sink_0.3 "
   .. "along the pre-training of a 60M LLaMA on 5B tokens of the Pile (figure no. unverified)"
@@ -180,7 +187,45 @@ function M.C2(x)
       .. "and seeds as C1"):format(M.FLOOR, M.FLOOR)}
 end
 
-function M.rules(x) return {M.C1(x), M.C2(x)} end
+-- C3: training grows sink heads past layer 0, where the LLMs these papers
+-- study have theirs (a layer-0 sink is a fixed function of BOS's embedding).
+-- The sink fraction among the heads of layers 1.. at the end against the
+-- untrained model's, as C1. Premise: the model has a layer past 0.
+M.XIAO = "Xiao et al., Efficient Streaming Language Models with Attention Sinks, ICLR 2024, Figure 2 (Llama-2-7B " ..
+  "attention maps; figure no. unverified)"
+function M.C3(x)
+  local L = x.n_layer or 0
+  local pre = {{ok = L >= 2, text = L >= 2 and ("%d layers: %d past layer 0"):format(L, L - 1)
+    or ("%s layer(s): no layer past 0"):format(L > 0 and tostring(L) or "unknown number of")}}
+  return V.judge{
+    id = "C3", claim = "training grows attention-sink heads past layer 0",
+    paper = "Xiao et al. (Llama-2-7B): beyond the bottom two layers most heads attend mostly to the first token; "
+      .. "Gu et al.: sink heads across the layers of the LLMs they pre-train", source = M.XIAO,
+    statistic = stat(x, "among the heads of layers 1 and up, at the end of training minus at step 0"),
+    seeds = labels(x.seeds), name = "sink fraction past layer 0 at the end", values = x.final_deep or {},
+    control = {name = "untrained model (step 0)", values = x.init_deep or {}}, above = M.FLOOR,
+    learned = M.learned(x), pre = pre, scale = x.scale, describe = x.describe and x.describe.C3,
+    rule = ("premise: a layer past 0, else INCONCLUSIVE; per seed the sink fraction among the heads of layers 1 "
+      .. "and up at the end of training minus that of the untrained model (step 0); mean and 95%% t-interval "
+      .. "over the seeds: SUPPORTED if the interval lies above %.2f, NOT SUPPORTED if below, else INCONCLUSIVE; "
+      .. "learned-task test and seeds as C1"):format(M.FLOOR)}
+end
+
+function M.rules(x) return {M.C1(x), M.C2(x), M.C3(x)} end
+
+-- Sink heads per layer in the table A[layer][head] (alpha_0 > eps): a list,
+-- and the share of heads past layer 0 that are sinks.
+function M.sinks_by_layer(A, eps)
+  local by, k, n = {}, 0, 0
+  for l, row in ipairs(A) do
+    by[l] = 0
+    for _, a in ipairs(row) do
+      if a > eps then by[l] = by[l] + 1 end
+      if l > 1 then n = n + 1; if a > eps then k = k + 1 end end
+    end
+  end
+  return by, n > 0 and k / n or 0 / 0
+end
 
 -- ---------------------------------------------------------------- the run
 
@@ -287,8 +332,10 @@ function M.read(f, path)
     if not ok or kind ~= "dataset" then error(("%s: no dataset %s"):format(path, name), 0) end
     return f:read(name)
   end
-  local x = {seeds = seeds, init = {}, first = {}, final = {}, val_loss = {}, H = A.unigram_entropy, eps = A.eps}
+  local x = {seeds = seeds, init = {}, first = {}, final = {}, val_loss = {}, H = A.unigram_entropy, eps = A.eps,
+             init_deep = {}, final_deep = {}}
   local n, tokens, heads, cnt0, cnt1, means = nil, nil, nil, 0, 0, {}
+  local by_end, per_seed = {}, {}
   for i, s in ipairs(seeds) do
     local g = ("seeds/%d/"):format(s)
     local frac, step = need(g .. "sink_fraction"):totable(), need(g .. "step"):totable()
@@ -303,6 +350,12 @@ function M.read(f, path)
     end
     x.init[i], x.final[i], x.val_loss[i] = frac[1], frac[n], vl[n]
     x.first[i] = frac[2]
+    local a0 = need(g .. "alpha0"):totable()                       -- [measurement][layer][head]
+    local by0, d0 = M.sinks_by_layer(a0[1], A.eps or 0.3)
+    local by1, d1 = M.sinks_by_layer(a0[n], A.eps or 0.3)
+    x.init_deep[i], x.final_deep[i], x.n_layer = d0, d1, #by1
+    for l, k in ipairs(by1) do by_end[l] = (by_end[l] or 0) + k end
+    per_seed[i] = ("seed %d %s"):format(s, table.concat(by1, "/"))
     tokens = tokens or need(g .. "tokens"):totable()
     heads = shape[2] * shape[3]
     cnt0, cnt1 = cnt0 + count[1], cnt1 + count[n]
@@ -322,6 +375,8 @@ function M.read(f, path)
     C1 = ("sink heads, all seeds' heads together: %d of %d at the end, %d of %d at step 0"):format(cnt1,
       heads * #seeds, cnt0, heads * #seeds),
     C2 = "mean sink fraction over the seeds by training tokens: " .. table.concat(curve, ", "),
+    C3 = ("sink heads by layer 0..%d at the end, all seeds: %s (%s)"):format(#by_end - 1, table.concat(by_end, "/"),
+      table.concat(per_seed, ", ")),
   }
   return x
 end
@@ -451,6 +506,7 @@ function M.run(o)
       for h, a in ipairs(row) do if a > o.eps then cells[#cells + 1] = ("L%d H%d %.2f"):format(l - 1, h - 1, a) end end
     end
     r:out("sink heads at the end (alpha_0): %s", #cells > 0 and table.concat(cells, ", ") or "none")
+    r:out("sink heads by layer 0..%d at the end: %s", #A - 1, table.concat((M.sinks_by_layer(A, o.eps)), "/"))
   end
   -- pooled over the seeds, per checkpoint
   local pooled = {mean = {}, lo = {}, hi = {}}

@@ -1,6 +1,6 @@
 -- test_sinks_train.lua — `mechprobe sinks --preset` (training models and
 -- watching sinks emerge over seeds) and `mechprobe sinks --rejudge`. Modes:
---   unit  the verdict rules C1 and C2 on planted per-seed fractions: every word
+--   unit  the verdict rules C1, C2 and C3 on planted per-seed fractions: every word
 --         and every INCONCLUSIVE reason that applies (C1 has no premise, so no
 --         "precondition absent"), the interval against its closed form (t 4.303
 --         with 3 seeds); sink_fraction on a planted table; the report's verdict
@@ -76,7 +76,8 @@ if mode == "unit" then
   -- planted per-seed inputs: 3 seeds that learned (held-out loss 1.5 < H 3)
   local function x(over)
     local r = {seeds = {1, 2, 3}, init = {0, 0, 0}, first = {0, 0, 0}, final = {0.20, 0.25, 0.22},
-               val_loss = {1.5, 1.5, 1.5}, H = 3, eps = 0.3, scale = "planted scale"}
+               val_loss = {1.5, 1.5, 1.5}, H = 3, eps = 0.3, scale = "planted scale",
+               n_layer = 8, init_deep = {0, 0, 0}, final_deep = {0.05, 0.0625, 0.04}}
     for k, v in pairs(over) do r[k] = v end
     if over.first == false then r.first = nil end
     return r
@@ -109,6 +110,29 @@ if mode == "unit" then
     assert(w3 == V.I and why3 == V.FEW_SEEDS, "two seeds: " .. why3)
     -- not learned outranks a decided interval; NOT SUPPORTED needs a model that learned
     assert(wr("C1", {final = {0, 0, 0}, val_loss = {3, 3, 3}}) == V.I, "loss equal to the entropy is not learned")
+  end)
+  t.case("C3: sink heads past layer 0, each word", function()
+    local w, why, r = wr("C3", {init_deep = {0, 0.0178, 0}})
+    assert(w == V.S and why == "", w .. " / " .. why)
+    local m, h = ci3(0.05, 0.0625 - 0.0178, 0.04)
+    t.near(r.mean, m, 1e-12, "mean of end minus step 0 past layer 0")
+    t.near(r.hi - r.mean, h, 1e-3 * h, "half-width")
+    assert(r.tests[1].control_name == "untrained model (step 0)", "the control is named")
+    assert(wr("C3", {final_deep = {0, 0, 0}}) == V.N, "every sink in layer 0: NOT SUPPORTED")
+    assert(wr("C3", {init_deep = {0.1, 0.1, 0.1}, final_deep = {0.1, 0.1, 0.1}}) == V.N,
+           "sinks past layer 0 already at initialization: difference 0")
+    local w1, why1 = wr("C3", {final_deep = {0, 0.2, 0}})
+    assert(w1 == V.I and why1 ~= "", "an interval across the threshold: " .. w1)
+    local w2, why2, r2 = wr("C3", {n_layer = 1, final_deep = {0 / 0, 0 / 0, 0 / 0}, init_deep = {0 / 0, 0 / 0, 0 / 0}})
+    assert(w2 == V.I and why2 == V.PRECONDITION and r2.ours:find("no layer past 0", 1, true),
+           "premise: " .. w2 .. " / " .. why2 .. " / " .. r2.ours)
+    local w3, why3 = wr("C3", {val_loss = {1.5, 3.5, 1.5}, final_deep = {0, 0, 0}})
+    assert(w3 == V.I and why3 ~= "", "not learned: INCONCLUSIVE, not NOT SUPPORTED: " .. w3)
+  end)
+  t.case("sinks_by_layer on a planted table", function()
+    local by, deep = st.sinks_by_layer({{0.5, 0.1, 0.4}, {0.1, 0.1, 0.1}, {0.31, 0.3, 0.9}}, 0.3)
+    assert(table.concat(by, "/") == "2/0/2", table.concat(by, "/"))
+    t.near(deep, 2 / 6, 1e-15, "2 of the 6 heads past layer 0")
   end)
   t.case("C2: SUPPORTED and NOT SUPPORTED", function()
     local w, _, r = wr("C2", {first = {0.03125, 0, 0}})
@@ -200,7 +224,7 @@ if mode == "unit" then
     local tsv = slurp(dir .. "/verdicts.tsv")
     local rows, cols = tsv_rows(tsv)
     assert(table.concat(cols, ",") == table.concat(V.COLUMNS, ","), "the engine's columns")
-    assert(#rows == 2 and rows[1].id == "C1" and rows[2].id == "C2", "rows C1, C2")
+    assert(#rows == 3 and rows[1].id == "C1" and rows[2].id == "C2" and rows[3].id == "C3", "rows C1, C2, C3")
     -- C1: end minus step 0 = 3/8, 4/8, 2/8
     local m, h = ci3(3 / 8, 4 / 8, 2 / 8)
     local c1 = rows[1]
@@ -215,6 +239,12 @@ if mode == "unit" then
     t.near(tonumber(c2.mean), m2, 1e-5, "C2 mean"); t.near(tonumber(c2.hi), m2 + h2, 1e-4, "C2 hi")
     assert(c2.word == V.S, "C2 SUPPORTED: " .. c2.word)
     assert(c1.describe:find("9 of 24 at the end, 0 of 24 at step 0", 1, true), c1.describe)
+    -- C3: the planted sink heads all sit in layer 0 (heads 1-4): none past it, at the end or at step 0
+    local c3 = rows[3]
+    assert(c3.seed_values == "0,0,0" and c3.control_values == "0,0,0", c3.seed_values .. " / " .. c3.control_values)
+    assert(c3.word == V.N, "C3 NOT SUPPORTED: " .. c3.word .. " " .. c3.reason)
+    assert(c3.describe:find("by layer 0..1 at the end, all seeds: 9/0 (seed 4 3/0, seed 5 4/0, seed 7 2/0)", 1, true),
+           c3.describe)
     -- the report: only the verdict section changed
     local rep = slurp(dir .. "/report.txt")
     assert(rep:sub(1, 29) == "== planted ==\n\n-- verdicts\nVE" and not rep:find("| old |", 1, true), "section replaced")
@@ -282,7 +312,7 @@ if mode == "unit" then
     os.execute("rm -rf " .. dir:match("^(.*)/run$"))
   end
 
-  for _, c in ipairs{{"--preset huge", "--preset must be quick, medium, full or gpu"},
+  for _, c in ipairs{{"--preset huge", "--preset must be quick, medium, full, deep or gpu"},
                      {"--preset quick --model x.h5", "give none of --model"},
                      {"--model x.h5 --steps 3 --text hi", "--steps goes with --preset"},
                      {"--preset quick --steps 0", "--steps must be >= 1"},
@@ -299,7 +329,8 @@ else
   check(ok, "sinks --preset medium (tiny) exited non-zero:\n" .. report)
   local rows = V.parse(report)
   local bad = V.problems(rows)
-  check(#rows == 2 and #bad == 0, ("2 well-formed verdict rows (%d; %s)"):format(#rows, table.concat(bad, "; ")))
+  check(#rows == 3 and #bad == 0, ("3 well-formed verdict rows (%d; %s)"):format(#rows, table.concat(bad, "; ")))
+  check(report:find("sink heads by layer 0..3 at the end: %d+/%d+/%d+/%d+") ~= nil, "sink heads per layer, per seed")
   local f <close> = mp.h5.open(out .. "/sinks_train.h5")
   local A = f:attrs("/")
   check(A.format == "mechprobe.sinks_train" and A.preset == "medium" and A.seeds == "1,2,3" and A.L == 32
@@ -364,7 +395,7 @@ else
   check(ok2, "sinks --preset gpu (tiny) exited non-zero:\n" .. rep2)
   check(rep2:find("d_model 32, 8 layers x 8 heads (8 KV heads) of 64", 1, true) ~= nil, "gpu shape: 8 x 8 heads of 64")
   check(io.open(out2 .. "/sinks_train.h5") ~= nil, "gpu run file written")
-  check(select(2, rep2:gsub("| INCONCLUSIVE | ", "")) == 2, "one seed, two steps: both rows INCONCLUSIVE")
+  check(select(2, rep2:gsub("| INCONCLUSIVE | ", "")) == 3, "one seed, two steps: every row INCONCLUSIVE")
   os.execute("rm -rf " .. dir2)
 end
 t.finish(("test_sinks_train (%s)"):format(mode))

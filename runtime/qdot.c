@@ -549,6 +549,37 @@ AVX512VNNI static void tile_q8_0_avx512(const void *w, const unsigned char *xq, 
 #undef T
 }
 
+AVX512_INLINE void tile_q4_0_c(const void *w, const unsigned char *xq, size_t ab, size_t n, float *out, const int C) {
+    const unsigned char *a = w;
+    const size_t nb = n / 32;
+    __m512 acc[QDOT_TILE];
+    for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 1 < nb; i += 2, a += 36) {
+        const __m512i qa = _mm512_inserti64x4(_mm512_castsi256_si512(q4_0_bytes(a + 2)), q4_0_bytes(a + 20), 1);
+        const __m512i ax = _mm512_abs_epi8(qa);
+        const __mmask64 neg = _mm512_movepi8_mask(qa);
+        const float d0 = h16(a), d1 = h16(a + 18);
+        for (int c = 0; c < C; c++) {
+            const unsigned char *b = xq + (size_t)c * ab + i * 34;
+            const __m512i qb = load2x32(b + 2, b + 36);
+            const __m512i sb = _mm512_mask_sub_epi8(qb, neg, _mm512_setzero_si512(), qb);
+            const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ax, sb);
+            acc[c] = _mm512_fmadd_ps(scale2(d0 * h16(b), d1 * h16(b + 34)), _mm512_cvtepi32_ps(s), acc[c]);
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        out[c] = _mm512_reduce_add_ps(acc[c]);
+        if (i < nb) out[c] += dot_q4_0_avx2(a, xq + (size_t)c * ab + i * 34, 32);
+    }
+}
+
+AVX512VNNI static void tile_q4_0_avx512(const void *w, const unsigned char *xq, size_t ab, size_t n, float *out, int C) {
+#define T(K) tile_q4_0_c(w, xq, ab, n, out, K)
+    TILE_SWITCH(T, C)
+#undef T
+}
+
 /* The tiles' Q8_K layout for Q4_K weights: in each 128-value half of a block
  * the 32-value chunks 1 and 2 swap places, so that the activations that meet
  * the low and the high nibbles of 64 code bytes are each one 64-byte load (the
@@ -779,8 +810,8 @@ const char *mp_qdot_isa_name(mp_qdot_isa isa) {
  * OUT 8192, 2 threads, 2026-12-06: N 16 24 ms against 47, N 32 38 against 34;
  * the panels' cost is decoding the whole matrix) */
 #define QDOT_FEW_ROWS 32
-/* types with a tile kernel (AVX-512 Q8_0, Q4_K): up to here the tiles beat the
- * panels (bench/bench_qdot.c) */
+/* the quantized types have tile kernels (AVX-512 VNNI): up to here the tiles
+ * beat the panels (bench/bench_qdot.c: at every N measured, to 512) */
 #define QDOT_TILE_ROWS 1000000
 #define QDOT_NBLOCK 64 /* activation rows per pass over the weights (their Q8 codes stay in L2) */
 #define QDOT_PANEL 256 /* weight rows dequantized per sgemm panel */
@@ -791,8 +822,8 @@ typedef void (*qdot_tile_fn)(const void *w, const unsigned char *xq, size_t ab, 
 static qdot_tile_fn tile_kernel(uint32_t t, mp_qdot_isa isa) {
 #ifdef MP_QDOT_X86
     if (isa == MP_QDOT_AVX512 && isa_available(isa) && __builtin_cpu_supports("avx512vnni"))
-        return t == MP_GGML_Q8_0 ? tile_q8_0_avx512 : t == MP_GGML_Q4_K ? tile_q4_k_avx512
-             : t == MP_GGML_Q6_K ? tile_q6_k_avx512 : NULL;
+        return t == MP_GGML_Q8_0 ? tile_q8_0_avx512 : t == MP_GGML_Q4_0 ? tile_q4_0_avx512
+             : t == MP_GGML_Q4_K ? tile_q4_k_avx512 : t == MP_GGML_Q6_K ? tile_q6_k_avx512 : NULL;
 #else
     (void)t, (void)isa;
 #endif

@@ -53,7 +53,7 @@ mp_qdot_isa mp_qdot_isa_active(void);
 const char *mp_qdot_isa_name(mp_qdot_isa isa);
 
 /* 1 when products with weights of this type run on this machine through tiles
- * (one weight row against 4 activation rows: AVX-512 Q8_0, Q4_K and Q6_K), whose
+ * (one weight row against 4 activation rows: the quantized types, AVX-512 VNNI), whose
  * outputs equal the dot kernel's bit for bit, for any number of rows. */
 int mp_qdot_tiles(uint32_t wtype);
 

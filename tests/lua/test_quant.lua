@@ -1,8 +1,8 @@
 -- test_quant.lua — quantized GGUF models through the Lua API: a model saved as
 -- Q8_0 loads with its weights quantized (m.weights, m.config.memory about a
 -- quarter of float32's), computes logits within the 8-bit error of the float32
--- model (prefill of > 32 tokens: dequantized panels, float32 rounding; one token
--- at a time: 8-bit activations, a few percent), generates, saves a float32
+-- model (8-bit activations, a few percent; on a CPU without AVX-512 VNNI a
+-- prefill of > 32 tokens goes through dequantized panels), generates, saves a float32
 -- copy on demand, trains after dequantizing itself, and m:dequantize() turns it
 -- into float32 in place.
 local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
@@ -31,12 +31,13 @@ local function maxdiff(a, b)
   walk(ta, tb)
   return d, big
 end
--- 40 tokens: weights decoded panel by panel, products in float32: the Q8_0 file's
--- weights decoded (not the original float32 ones), so compare with a dequantized copy
+-- 40 tokens: on a CPU with the 8-bit tiles (AVX-512 VNNI) as in decoding, else the
+-- weights decoded panel by panel and multiplied in float32; either way within the
+-- 8-bit error of the Q8_0 file's weights decoded (not the original float32 ones)
 local qd = mp.load(tmp .. ".q8.gguf"):dequantize()
 t.ok(qd.weights == "F32", "dequantize() returns the model, now float32")
 local d, big = maxdiff(q:forward({toks}), qd:forward({toks}))
-t.ok(d <= 1e-4 * big, ("prefill of 40: Q8_0 vs its dequantized copy %.3g (largest %.3g)"):format(d, big))
+t.ok(d <= 0.1 * big, ("prefill of 40: Q8_0 vs its dequantized copy %.3g (largest %.3g; within 10%%)"):format(d, big))
 -- 8 tokens: the quantized kernels with 8-bit activations
 local short = {table.unpack(toks, 1, 8)}
 d, big = maxdiff(q:forward({short}), qd:forward({short}))

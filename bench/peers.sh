@@ -45,7 +45,7 @@ TMP="$(mktemp -d "${BENCH_TMP:-${TMPDIR:-/tmp}}/mppeers.XXXXXX")" || exit 1
 trap 'rm -rf "$TMP"' EXIT
 START=$(date +%s)
 
-source "$ROOT/bench/lib.sh"   # kv, ratio, median, maxof
+source "$ROOT/bench/lib.sh"   # kv, ratio, median, maxof, build_llama_peer
 
 echo "== mechprobe vs llama.cpp and llm.c — $(date -u +%Y-%m-%dT%H:%MZ)"
 echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cores; threads: $N;" \
@@ -58,14 +58,7 @@ if [[ -z "${LLAMA_CPP_SRC:-}" || ! -f "${LLAMA_CPP_SRC:-/nonexistent}/include/ll
 else
     LB="$PEERS/llama.cpp-build"
     echo "building llama.cpp (CPU, GGML_NATIVE, Release) from $LLAMA_CPP_SRC in $LB ..."
-    if cmake -S "$LLAMA_CPP_SRC" -B "$LB" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
-             -DBUILD_SHARED_LIBS=OFF >"$PEERS/llama-cmake.log" 2>&1 &&
-       cmake --build "$LB" -j"$N" --target llama >"$PEERS/llama-build.log" 2>&1 &&
-       gcc -O2 -c "$ROOT/bench/peer_llama.c" -I"$LLAMA_CPP_SRC/include" -I"$LLAMA_CPP_SRC/ggml/include" \
-           -I"$ROOT/bench" $(grep -q flash_attn_type "$LLAMA_CPP_SRC/include/llama.h" && echo -DPEER_HAS_FA_TYPE) \
-           -o "$PEERS/peer_llama.o" &&
-       g++ "$PEERS/peer_llama.o" "$LB/src/libllama.a" "$LB/ggml/src/libggml.a" "$LB/ggml/src/libggml-cpu.a" \
-           "$LB/ggml/src/libggml-base.a" -fopenmp -lpthread -o "$PEERS/peer_llama"; then
+    if build_llama_peer "$LLAMA_CPP_SRC" "$PEERS" "$ROOT" "$N" llama; then
         LLAMA="$PEERS/peer_llama"
     else
         echo "SKIP llama.cpp rows: its build failed (logs in $PEERS/llama-*.log)"

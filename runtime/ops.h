@@ -54,14 +54,6 @@ void mp_rope_table_scaled(float *cos_t, float *sin_t, int pos0, int T, int Dh, d
  * the table rows of each position t in [0,T). */
 void mp_rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int nh, int Dh);
 
-/* Permutes the rows of a q or k projection w [n_heads*Dh, cols] (or a bias,
- * cols = 1) within each head between the half-split layout (Hugging Face /
- * NeoX RoPE: channel i pairs with i + Dh/2) and adjacent pairs (2i, 2i+1:
- * llama2.c, llama.cpp "normal" RoPE, mechprobe): to_adjacent != 0 maps row
- * i -> 2i and i + Dh/2 -> 2i+1 (llama.cpp convert_hf_to_gguf's permute), 0 the
- * inverse. tmp holds Dh*cols floats. */
-void mp_rope_permute_rows(float *w, float *tmp, int n_heads, int Dh, size_t cols, int to_adjacent);
-
 /* out = silu(gate) * up   (elementwise, n values) */
 void mp_swiglu_forward(float *out, const float *gate, const float *up, size_t n);
 

@@ -461,7 +461,7 @@ AVX512 static inline __m256i q4k_mins16(const uint32_t u[4]) {
 }
 
 /* the eight products min_s x (bsums of sub-block s), as float32 lanes (exact:
- * |min x bsum| < 2^17) */
+ * 63 x 2 x 16 x 127 < 2^18) */
 AVX512 static inline __m256 q4k_minprod(const unsigned char *b, __m256i mn16) {
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(mn16, _mm256_loadu_si256((const __m256i *)(b + 260))));
 }

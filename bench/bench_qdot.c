@@ -6,7 +6,7 @@
  * projection: IN 2048, OUT 8192). Chooses the few-rows limits in qdot.c
  * (QDOT_FEW_ROWS, QDOT_HALF_FEW_ROWS).
  *
- *   bench_qdot [--type bf16|f16|q8_0|q4_k] [--in 2048] [--out 8192] [--reps 5]
+ *   bench_qdot [--type bf16|f16|q8_0|q4_k|q6_k] [--in 2048] [--out 8192] [--reps 5]
  *
  * Prints one line per N: ms of (a), (b) and mp_qdot_matmul (median of reps). */
 #include "omp_env.h"
@@ -44,9 +44,10 @@ int main(int argc, char **argv) {
         else { fprintf(stderr, "bench_qdot: unknown option %s\n", argv[i]); return 2; }
     }
     const uint32_t t = !strcmp(type, "bf16") ? MP_GGML_BF16 : !strcmp(type, "f16") ? MP_GGML_F16
-                     : !strcmp(type, "q8_0") ? MP_GGML_Q8_0 : !strcmp(type, "q4_k") ? MP_GGML_Q4_K : 0;
+                     : !strcmp(type, "q8_0") ? MP_GGML_Q8_0 : !strcmp(type, "q4_k") ? MP_GGML_Q4_K
+                     : !strcmp(type, "q6_k") ? MP_GGML_Q6_K : 0;
     if (!t || IN <= 0 || OUT <= 0 || IN % 256 || reps < 1) {
-        fprintf(stderr, "bench_qdot: --type bf16|f16|q8_0|q4_k, --in a multiple of 256, --out > 0, --reps >= 1\n");
+        fprintf(stderr, "bench_qdot: --type bf16|f16|q8_0|q4_k|q6_k, --in a multiple of 256, --out > 0, --reps >= 1\n");
         return 2;
     }
     mp_omp_env_default(argv); /* the waiting policy of the mechprobe command */
@@ -67,6 +68,14 @@ int main(int argc, char **argv) {
                 memcpy(w + (size_t)o * rb + 2 * (size_t)i, &h, 2);
             }
         else if (t == MP_GGML_Q8_0) mp_quant_quantize_q8_0(wf + (size_t)o * IN, w + (size_t)o * rb, (size_t)IN);
+        else if (t == MP_GGML_Q6_K) /* random codes and 8-bit scales, block scale d as a quantizer's */
+            for (size_t b = 0; b < rb; b++) {
+                w[(size_t)o * rb + b] = (unsigned char)rand();
+                if (b % 210 == 209) {
+                    const uint16_t d = mp_quant_f32_to_f16(0.0005f);
+                    memcpy(w + (size_t)o * rb + b - 1, &d, 2);
+                }
+            }
         else /* Q4_K: random codes and 6-bit scales, with block scales d, dmin of the size a quantizer gives */
             for (size_t b = 0; b < rb; b++) {
                 w[(size_t)o * rb + b] = (unsigned char)rand();

@@ -452,7 +452,21 @@ static inline void q4k_scales_u32(const unsigned char *q, uint32_t u[4]) {
     u[2] = w[1] & m6;                                       /* mins 0-3 */
     u[3] = ((w[2] >> 4) & m4) | (((w[1] >> 6) & m2) << 4);  /* mins 4-7 */
 }
-#define Q4K_SC(u, k) ((int)(((u)[(k) >> 2] >> (8 * ((k) & 3))) & 0xFF))
+
+/* The scale vectors of a Q4_K block's two 64-value groups h = 0, 1: s0[h] holds
+ * scale 4h in int16 lanes 0-15 and 4h + 2 in 16-31 (the low nibbles of 64 code
+ * bytes), s1[h] scales 4h + 1 and 4h + 3 (the high nibbles): one word
+ * permutation each from the eight scales widened to int16. */
+AVX512 static inline __m512i q4k_pair_idx(int a, int b) {
+    return _mm512_inserti64x4(_mm512_set1_epi16((short)a), _mm256_set1_epi16((short)b), 1);
+}
+AVX512 static inline void q4k_scale_vecs(const uint32_t u[4], __m512i s0[2], __m512i s1[2]) {
+    const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)((uint64_t)u[1] << 32 | u[0]))));
+    for (int h = 0; h < 2; h++) {
+        s0[h] = _mm512_permutexvar_epi16(q4k_pair_idx(4 * h, 4 * h + 2), sc);
+        s1[h] = _mm512_permutexvar_epi16(q4k_pair_idx(4 * h + 1, 4 * h + 3), sc);
+    }
+}
 
 /* the eight mins as 16 int16 lanes (min s in lanes 2s and 2s + 1) */
 AVX512 static inline __m256i q4k_mins16(const uint32_t u[4]) {
@@ -476,19 +490,16 @@ AVX512 static float dot_q4_k_avx512(const void *w, const void *xq, size_t n) {
         q4k_scales_u32(a + 4, u);
         const unsigned char *qs = a + 16;
         const unsigned char *x = b + 4;
-        __m512i sumi = _mm512_setzero_si512();
+        __m512i sumi = _mm512_setzero_si512(), s0[2], s1[2];
+        q4k_scale_vecs(u, s0, s1);
         for (int j = 0; j < 4; j += 2) { /* two 64-value groups: 128 codes = 64 bytes */
             const __m512i q = _mm512_loadu_si512((const void *)(qs + 32 * j));
             const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
             /* lo holds sub-blocks 2j (bytes 0-31) and 2j+2 (32-63); hi 2j+1 and 2j+3 */
             const __m512i x0 = load2x32(x + 64 * j, x + 64 * (j + 1));
             const __m512i x1 = load2x32(x + 64 * j + 32, x + 64 * (j + 1) + 32);
-            const __m512i s0 = _mm512_inserti64x4(_mm512_set1_epi16((short)Q4K_SC(u, 2 * j)),
-                                                  _mm256_set1_epi16((short)Q4K_SC(u, 2 * j + 2)), 1);
-            const __m512i s1 = _mm512_inserti64x4(_mm512_set1_epi16((short)Q4K_SC(u, 2 * j + 1)),
-                                                  _mm256_set1_epi16((short)Q4K_SC(u, 2 * j + 3)), 1);
-            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(lo, x0), s0));
-            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(hi, x1), s1));
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(lo, x0), s0[j / 2]));
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(hi, x1), s1[j / 2]));
         }
         const float xd = q8k_d(b);
         acc = _mm512_fmadd_ps(_mm512_set1_ps(h16(a) * xd), _mm512_cvtepi32_ps(sumi), acc);
@@ -605,15 +616,11 @@ AVX512_INLINE void tile_q4_k_c(const void *w, const unsigned char *xq, size_t ab
         q4k_scales_u32(a + 4, u);
         const unsigned char *qs = a + 16;
         __m512i lo[2], hi[2], s0[2], s1[2];
+        q4k_scale_vecs(u, s0, s1);
         for (int h = 0; h < 2; h++) { /* the row's two 64-value groups, as dot_q4_k_avx512 splits them */
-            const int j = 2 * h;
-            const __m512i q = _mm512_loadu_si512((const void *)(qs + 32 * j));
+            const __m512i q = _mm512_loadu_si512((const void *)(qs + 64 * h));
             lo[h] = _mm512_and_si512(q, m4);
             hi[h] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-            s0[h] = _mm512_inserti64x4(_mm512_set1_epi16((short)Q4K_SC(u, 2 * j)),
-                                       _mm256_set1_epi16((short)Q4K_SC(u, 2 * j + 2)), 1);
-            s1[h] = _mm512_inserti64x4(_mm512_set1_epi16((short)Q4K_SC(u, 2 * j + 1)),
-                                       _mm256_set1_epi16((short)Q4K_SC(u, 2 * j + 3)), 1);
         }
         const float dw = h16(a), dmin = h16(a + 2);
         const __m256i mn16 = q4k_mins16(u);
@@ -650,12 +657,22 @@ AVX512 static inline int q6k_offset16(__m256i sc16, const unsigned char *b) {
     return _mm_cvtsi128_si32(s);
 }
 
+/* Q6_K's scales s..s+3 (16 int8) for one 512-bit step: int16 lanes 0-7 scale s,
+ * 8-15 s + 1, 16-23 s + 2, 24-31 s + 3; sc16 holds the 16 scales widened. */
+AVX512 static inline __m512i q6k_scale_vec(__m512i sc16, int s) {
+    const __m512i idx = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi16((short)(s + 1)), _mm_set1_epi16((short)s))),
+        _mm256_set_m128i(_mm_set1_epi16((short)(s + 3)), _mm_set1_epi16((short)(s + 2))), 1);
+    return _mm512_permutexvar_epi16(idx, sc16);
+}
+
 AVX512 static float dot_q6_k_avx512(const void *w, const void *xq, size_t n) {
     const unsigned char *a = w, *b = xq;
     __m512 acc = _mm512_setzero_ps();
     float offs = 0.0f;
     for (size_t i = 0; i < n / 256; i++, a += 210, b += MP_Q8K_BYTES) {
-        const int8_t *sc = (const int8_t *)(a + 192);
+        const __m256i sc16y = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(a + 192)));
+        const __m512i sc16 = _mm512_castsi256_si512(sc16y);
         const unsigned char *x = b + 4;
         __m512i sumi = _mm512_setzero_si512();
         for (int h = 0; h < 2; h++) {
@@ -664,16 +681,13 @@ AVX512 static float dot_q6_k_avx512(const void *w, const void *xq, size_t n) {
             for (int k = 0; k < 4; k += 2) {
                 const __m512i vv = _mm512_inserti64x4(_mm512_castsi256_si512(v[k]), v[k + 1], 1);
                 const __m512i xx = _mm512_loadu_si512((const void *)(x + 128 * h + 32 * k));
-                const int s = 8 * h + 2 * k;
-                const __m512i scv = _mm512_inserti64x4(
-                    _mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi16(sc[s + 1]), _mm_set1_epi16(sc[s]))),
-                    _mm256_set_m128i(_mm_set1_epi16(sc[s + 3]), _mm_set1_epi16(sc[s + 2])), 1);
+                const __m512i scv = q6k_scale_vec(sc16, 8 * h + 2 * k);
                 sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(vv, xx), scv));
             }
         }
         const float d = h16(a + 208) * q8k_d(b);
         acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
-        offs += d * (float)(32 * q6k_offset16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(a + 192))), b));
+        offs += d * (float)(32 * q6k_offset16(sc16y, b));
     }
     return _mm512_reduce_add_ps(acc) - offs;
 }
@@ -684,20 +698,17 @@ AVX512_INLINE void tile_q6_k_c(const void *w, const unsigned char *xq, size_t ab
     float offs[QDOT_TILE];
     for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps(), offs[c] = 0.0f;
     for (size_t i = 0; i < n / 256; i++, a += 210) {
-        const int8_t *sc = (const int8_t *)(a + 192);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(a + 192)));
+        const __m512i sc16z = _mm512_castsi256_si512(sc16);
         __m512i vv[4], scv[4];
         for (int h = 0; h < 2; h++) { /* as dot_q6_k_avx512 unpacks them */
             __m256i v[4];
             Q6K_CHUNKS(a + 64 * h, a + 128 + 32 * h, v[0], v[1], v[2], v[3]);
             for (int k = 0; k < 4; k += 2) {
                 vv[2 * h + k / 2] = _mm512_inserti64x4(_mm512_castsi256_si512(v[k]), v[k + 1], 1);
-                const int s = 8 * h + 2 * k;
-                scv[2 * h + k / 2] = _mm512_inserti64x4(
-                    _mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi16(sc[s + 1]), _mm_set1_epi16(sc[s]))),
-                    _mm256_set_m128i(_mm_set1_epi16(sc[s + 3]), _mm_set1_epi16(sc[s + 2])), 1);
+                scv[2 * h + k / 2] = q6k_scale_vec(sc16z, 8 * h + 2 * k);
             }
         }
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
         const float dw = h16(a + 208);
         for (int c = 0; c < C; c++) {
             const unsigned char *b = xq + (size_t)c * ab + i * MP_Q8K_BYTES, *x = b + 4;

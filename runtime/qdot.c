@@ -528,65 +528,46 @@ AVX512 static float dot_q4_k_avx512(const void *w, const void *xq, size_t n) {
     default: BODY(1); break;        \
     }
 
-AVX512_INLINE void tile_q8_0_c(const void *w, const unsigned char *xq, size_t ab, size_t n, float *out, const int C) {
+/* Q8_0 and Q4_0 weights (q4: 0 / 1; blocks of 32 values, 34 / 18 bytes) */
+AVX512_INLINE void tile_q8_q4_0_c(const void *w, const unsigned char *xq, size_t ab, size_t n, float *out, const int C,
+                                  const int q4) {
     const unsigned char *a = w;
-    const size_t nb = n / 32;
+    const size_t nb = n / 32, wb = q4 ? 18 : 34;
     __m512 acc[QDOT_TILE];
     for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
     size_t i = 0;
-    for (; i + 1 < nb; i += 2, a += 68) {
-        const __m512i qa = load2x32(a + 2, a + 36);
+    for (; i + 1 < nb; i += 2, a += 2 * wb) {
+        const __m512i qa = q4 ? _mm512_inserti64x4(_mm512_castsi256_si512(q4_0_bytes(a + 2)), q4_0_bytes(a + 20), 1)
+                              : load2x32(a + 2, a + 36);
         const __m512i ax = _mm512_abs_epi8(qa);
         const __mmask64 neg = _mm512_movepi8_mask(qa);
-        const float d0 = h16(a), d1 = h16(a + 34);
+        const float d0 = h16(a), d1 = h16(a + wb);
         for (int c = 0; c < C; c++) {
             const unsigned char *b = xq + (size_t)c * ab + i * 34;
             const __m512i qb = load2x32(b + 2, b + 36);
             const __m512i sb = _mm512_mask_sub_epi8(qb, neg, _mm512_setzero_si512(), qb);
-            /* (no int16 saturation in the dot kernel's maddubs: 2 x 128 x 127 < 32768) */
+            /* (no int16 saturation in the dot kernels' maddubs: 2 x 128 x 127 < 32768) */
             const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ax, sb);
             acc[c] = _mm512_fmadd_ps(scale2(d0 * h16(b), d1 * h16(b + 34)), _mm512_cvtepi32_ps(s), acc[c]);
         }
     }
     for (int c = 0; c < C; c++) {
         out[c] = _mm512_reduce_add_ps(acc[c]);
-        if (i < nb) out[c] += dot_q8_0_avx2(a, xq + (size_t)c * ab + i * 34, 32);
+        if (i < nb) {
+            const unsigned char *b = xq + (size_t)c * ab + i * 34;
+            out[c] += q4 ? dot_q4_0_avx2(a, b, 32) : dot_q8_0_avx2(a, b, 32);
+        }
     }
 }
 
 AVX512VNNI static void tile_q8_0_avx512(const void *w, const unsigned char *xq, size_t ab, size_t n, float *out, int C) {
-#define T(K) tile_q8_0_c(w, xq, ab, n, out, K)
+#define T(K) tile_q8_q4_0_c(w, xq, ab, n, out, K, 0)
     TILE_SWITCH(T, C)
 #undef T
 }
 
-AVX512_INLINE void tile_q4_0_c(const void *w, const unsigned char *xq, size_t ab, size_t n, float *out, const int C) {
-    const unsigned char *a = w;
-    const size_t nb = n / 32;
-    __m512 acc[QDOT_TILE];
-    for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
-    size_t i = 0;
-    for (; i + 1 < nb; i += 2, a += 36) {
-        const __m512i qa = _mm512_inserti64x4(_mm512_castsi256_si512(q4_0_bytes(a + 2)), q4_0_bytes(a + 20), 1);
-        const __m512i ax = _mm512_abs_epi8(qa);
-        const __mmask64 neg = _mm512_movepi8_mask(qa);
-        const float d0 = h16(a), d1 = h16(a + 18);
-        for (int c = 0; c < C; c++) {
-            const unsigned char *b = xq + (size_t)c * ab + i * 34;
-            const __m512i qb = load2x32(b + 2, b + 36);
-            const __m512i sb = _mm512_mask_sub_epi8(qb, neg, _mm512_setzero_si512(), qb);
-            const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ax, sb);
-            acc[c] = _mm512_fmadd_ps(scale2(d0 * h16(b), d1 * h16(b + 34)), _mm512_cvtepi32_ps(s), acc[c]);
-        }
-    }
-    for (int c = 0; c < C; c++) {
-        out[c] = _mm512_reduce_add_ps(acc[c]);
-        if (i < nb) out[c] += dot_q4_0_avx2(a, xq + (size_t)c * ab + i * 34, 32);
-    }
-}
-
 AVX512VNNI static void tile_q4_0_avx512(const void *w, const unsigned char *xq, size_t ab, size_t n, float *out, int C) {
-#define T(K) tile_q4_0_c(w, xq, ab, n, out, K)
+#define T(K) tile_q8_q4_0_c(w, xq, ab, n, out, K, 1)
     TILE_SWITCH(T, C)
 #undef T
 }

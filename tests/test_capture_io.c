@@ -112,6 +112,21 @@ static int fill_is(hid_t f, const char *name, float want) {
     return ok;
 }
 
+/* Reads /acts/<name of view i> (into ds) and checks it equals the forward's
+ * view bit for bit: the data (free it), or NULL when it cannot be read. */
+static float *read_view(hid_t f, const tu_capture *ref, int i, const char *label, char *ds, size_t dsz,
+                        mp_h5_dsinfo *info) {
+    snprintf(ds, dsz, "/acts/%s", ref->name[i]);
+    float *x = NULL;
+    if (mp_h5_read_f32(f, ds, &x, info) != MP_OK) {
+        CHECK(0, "%s: %s", label, mp_last_error());
+        return NULL;
+    }
+    CHECK(info->numel == ref->numel[i] && memcmp(x, ref->buf[i], info->numel * sizeof(float)) == 0,
+          "%s: %s reads back bitwise equal to the forward's views", label, ds);
+    return x;
+}
+
 static hsize_t storage_of(hid_t f, const char *name) {
     hid_t ds = H5Dopen2(f, name, H5P_DEFAULT);
     hsize_t n = ds >= 0 ? H5Dget_storage_size(ds) : 0;
@@ -141,15 +156,9 @@ static void tiles_and_writer(void) {
         int masked_inf = 0, masked_zero = 0, poked = 0;
         for (int i = 0; i < ref->n; i++) {
             char ds[160];
-            snprintf(ds, sizeof ds, "/acts/%s", ref->name[i]);
-            float *x = NULL;
             mp_h5_dsinfo info;
-            if (mp_h5_read_f32(f, ds, &x, &info) != MP_OK) {
-                CHECK(0, "%s: %s", label, mp_last_error());
-                continue;
-            }
-            CHECK(info.numel == ref->numel[i] && memcmp(x, ref->buf[i], info.numel * sizeof(float)) == 0,
-                  "%s: %s reads back bitwise equal to the forward's views", label, ds);
+            float *x = read_view(f, ref, i, label, ds, sizeof ds, &info);
+            if (!x) continue;
             if (strstr(ds, "hook_attn_scores") && info.numel == ref->numel[i]) {
                 masked_inf += isinf(x[T - 1]) && x[T - 1] < 0; /* row 0, last key */
                 CHECK(fill_is(f, ds, -INFINITY), "%s: %s: fill value -inf", label, ds);
@@ -243,15 +252,9 @@ static void lent_tiles(void) {
         CHECK(ref->n == 2 * L, "%s: %d reference tensors", label, ref->n);
         for (int i = 0; i < ref->n; i++) {
             char ds[160];
-            snprintf(ds, sizeof ds, "/acts/%s", ref->name[i]);
-            float *x = NULL;
             mp_h5_dsinfo info;
-            if (mp_h5_read_f32(f, ds, &x, &info) != MP_OK) {
-                CHECK(0, "%s: %s", label, mp_last_error());
-                continue;
-            }
-            CHECK(info.numel == ref->numel[i] && memcmp(x, ref->buf[i], info.numel * sizeof(float)) == 0,
-                  "%s: %s reads back bitwise equal to the forward's views", label, ds);
+            float *x = read_view(f, ref, i, label, ds, sizeof ds, &info);
+            if (!x) continue;
             stored[k] += storage_of(f, ds);
             free(x);
         }

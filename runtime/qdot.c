@@ -802,9 +802,6 @@ const char *mp_qdot_isa_name(mp_qdot_isa isa) {
  * OUT 8192, 2 threads, 2026-12-06: N 16 24 ms against 47, N 32 38 against 34;
  * the panels' cost is decoding the whole matrix) */
 #define QDOT_FEW_ROWS 32
-/* the quantized types have tile kernels (AVX-512 VNNI): up to here the tiles
- * beat the panels (bench/bench_qdot.c: at every N measured, to 512) */
-#define QDOT_TILE_ROWS 1000000
 #define QDOT_NBLOCK 64 /* activation rows per pass over the weights (their Q8 codes stay in L2) */
 /* weight rows decoded per sgemm panel: 16 MiB of float32, 256 to 1024 rows (a
  * BF16 prefill at IN 2048, OUT 8192, N 512 takes 10-14% less time with 1024-row
@@ -816,9 +813,18 @@ const char *mp_qdot_isa_name(mp_qdot_isa isa) {
 /* out[c] = row w . activation row c, c < C (1..QDOT_TILE), the rows ab bytes apart */
 typedef void (*qdot_tile_fn)(const void *w, const unsigned char *xq, size_t ab, size_t n, float *out, int C);
 
+/* The tile kernel of (wtype, isa) where the CPU has AVX-512 VNNI, else NULL.
+ * The quantized types have them; with them every N goes through tiles (they
+ * beat the panels at every N measured, to 512: bench/bench_qdot.c). */
 static qdot_tile_fn tile_kernel(uint32_t t, mp_qdot_isa isa) {
 #ifdef MP_QDOT_X86
-    if (isa == MP_QDOT_AVX512 && isa_available(isa) && __builtin_cpu_supports("avx512vnni"))
+    static int vnni = -1; /* (the products' ISA is cached too: mp_qdot_isa_active) */
+    int v = __atomic_load_n(&vnni, __ATOMIC_RELAXED);
+    if (v < 0) {
+        v = isa_available(MP_QDOT_AVX512) && __builtin_cpu_supports("avx512vnni");
+        __atomic_store_n(&vnni, v, __ATOMIC_RELAXED);
+    }
+    if (isa == MP_QDOT_AVX512 && v)
         return t == MP_GGML_Q8_0 ? tile_q8_0_avx512 : t == MP_GGML_Q4_0 ? tile_q4_0_avx512
              : t == MP_GGML_Q4_K ? tile_q4_k_avx512 : t == MP_GGML_Q6_K ? tile_q6_k_avx512 : NULL;
 #else
@@ -834,17 +840,17 @@ mp_status mp_qdot_matmul(float *out, const float *in, uint32_t t, const void *w,
     const unsigned char *wb = w;
     const mp_qdot_isa isa = mp_qdot_isa_active();
     const qdot_tile_fn tile = tile_kernel(t, isa);
-    if (N <= (tile ? QDOT_TILE_ROWS : QDOT_FEW_ROWS)) {
+    if (tile || N <= QDOT_FEW_ROWS) {
         const size_t ab = mp_qdot_act_bytes(t, (size_t)IN);
         unsigned char stack[16384], *xq = stack;
         if ((size_t)N * ab > sizeof stack &&
             !(xq = mp_malloc((size_t)N * ab, "quantized activations")))
             return MP_ERR_NOMEM;
 #pragma omp parallel for schedule(static) if (N >= 8)
-        for (int n = 0; n < N; n++) mp_qdot_quantize_act(t, in + (size_t)n * IN, xq + (size_t)n * ab, (size_t)IN);
-        if (tile && t == MP_GGML_Q4_K)
-#pragma omp parallel for schedule(static) if (N >= 8)
-            for (int n = 0; n < N; n++) q4k_tile_layout(xq + (size_t)n * ab, (size_t)IN);
+        for (int n = 0; n < N; n++) {
+            mp_qdot_quantize_act(t, in + (size_t)n * IN, xq + (size_t)n * ab, (size_t)IN);
+            if (tile && t == MP_GGML_Q4_K) q4k_tile_layout(xq + (size_t)n * ab, (size_t)IN);
+        }
         const mp_qdot_fn dot = mp_qdot_kernel(t, isa);
         for (int n0 = 0; n0 < N; n0 += QDOT_NBLOCK) {
             const int n1 = N - n0 < QDOT_NBLOCK ? N : n0 + QDOT_NBLOCK;

@@ -351,7 +351,7 @@ function M.read(f, path)
     x.init[i], x.final[i], x.val_loss[i] = frac[1], frac[n], vl[n]
     x.first[i] = frac[2]
     local a0 = need(g .. "alpha0"):totable()                       -- [measurement][layer][head]
-    local by0, d0 = M.sinks_by_layer(a0[1], A.eps or 0.3)
+    local _, d0 = M.sinks_by_layer(a0[1], A.eps or 0.3)
     local by1, d1 = M.sinks_by_layer(a0[n], A.eps or 0.3)
     x.init_deep[i], x.final_deep[i], x.n_layer = d0, d1, #by1
     for l, k in ipairs(by1) do by_end[l] = (by_end[l] or 0) + k end

@@ -39,6 +39,7 @@
 #include "bench_load.h"
 #include "formats.h"
 #include "model.h"
+#include "mp_cuda.h"
 #include "optim.h"
 #include "h5io.h"
 #include "h5run.h"
@@ -67,7 +68,7 @@ typedef struct {
     const char *mode, *model, *out, *dump, *a, *b;
     int n, T, reps, d_model, layers, vocab, B, steps;
     uint64_t seed;
-    const char *shape, *type, *capture, *capture_out;
+    const char *shape, *type, *capture, *capture_out, *precision;
     int ctx, warmup, dry_run;
 } opts;
 
@@ -85,7 +86,9 @@ static void usage(FILE *f) {
                "  --reps R         timed repetitions (default 5)\n"
                "  --warmup W       untimed runs before them (default 1)\n"
                "  --dump FILE      decode: tokens fed and logits of every step (first run)\n"
-               "  --capture GLOBS --capture-out FILE.h5   prefill: capture these hook points each run\n",
+               "  --capture GLOBS --capture-out FILE.h5   prefill: capture these hook points each run\n"
+               "  --precision fp32|bf16   decode, prefill: bf16 multiplies BF16 weights with activations rounded\n"
+               "                   to BF16 (AVX-512 BF16; runtime/qdot.h), fp32 (default) exactly\n",
             sg_shape_names());
 }
 
@@ -448,7 +451,7 @@ static int do_prefill(const opts *o, mp_model *m) {
 
 int main(int argc, char **argv) {
     mp_omp_env_default(argv); /* the waiting policy of the mechprobe command */
-    opts o = {NULL, NULL, NULL, NULL, NULL, NULL, 128, 1024, 5, 512, 8, 512, 4, 10, 1234, NULL, NULL, NULL, NULL, 0, 1, 0};
+    opts o = {NULL, NULL, NULL, NULL, NULL, NULL, 128, 1024, 5, 512, 8, 512, 4, 10, 1234, NULL, NULL, NULL, NULL, NULL, 0, 1, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
@@ -476,6 +479,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--warmup")) o.warmup = atoi(v);
         else if (!strcmp(a, "--capture")) o.capture = v;
         else if (!strcmp(a, "--capture-out")) o.capture_out = v;
+        else if (!strcmp(a, "--precision")) o.precision = v;
         else { fprintf(stderr, "bench_gen: unknown option %s\n", a); usage(stderr); return 2; }
     }
     if (!o.mode || o.n < 1 || o.T < 1 || o.reps < 1 || o.d_model < 64 || o.d_model % 64 || o.layers < 1 ||
@@ -507,8 +511,18 @@ int main(int argc, char **argv) {
     mp_model *m = NULL;
     const double rss0 = bl_peak_rss_mib(); /* the process before the model: code, libraries */
     if (mp_model_load_gguf(&m, o.model)) { fprintf(stderr, "bench_gen: %s\n", mp_last_error()); return 1; }
+    if (o.precision) {
+        mp_precision prec;
+        if (mp_precision_parse(o.precision, "bench_gen: --precision", &prec) ||
+            mp_model_to_device(m, MP_DEVICE_CPU, prec)) {
+            fprintf(stderr, "bench_gen: %s\n", mp_last_error());
+            mp_model_free(m);
+            return 1;
+        }
+    }
     char wt[64];
     mp_model_weight_types(m, wt, sizeof wt);
+    printf("precision=%s\n", mp_precision_name(m->precision));
     printf("threads=%d\nweights=%s\nqdot_isa=%s\nopenblas_core=%s\nbase_rss_mib=%.1f\nload_rss_mib=%.1f\n", threads,
            wt, mp_qdot_isa_name(mp_qdot_isa_active()), openblas_get_corename(), rss0, bl_peak_rss_mib());
     int rc = !strcmp(o.mode, "decode") ? do_decode(&o, m) : do_prefill(&o, m);

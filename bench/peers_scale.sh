@@ -23,6 +23,8 @@
 # repetitions per run, 1), SCALE_MODELS, SCALE_TYPES ("f32 bf16 q8_0 q4_k"),
 # SCALE_LONG_TYPE (bf16), SCALE_LONG_HOOKS (the capture of --long), PEER_UBATCH
 # (llama.cpp's physical batch in prefill, 512: its default), BENCH_TMP.
+# Every BF16 row runs ours twice: at fp32 (exact products) and at precision bf16 (activations rounded to
+# BF16 for AVX-512 BF16 products, as llama.cpp computes them), where this CPU has AVX-512 BF16.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -162,6 +164,16 @@ fits() {
     fi
 }
 
+# Ours at precision bf16 (BF16 weights times activations rounded to BF16, AVX-512 BF16: as llama.cpp computes
+# them) beside ours at fp32 (exact products) on every BF16 row, where this CPU has it (probed on the tiny file)
+BF16P=0
+if [[ " $TYPES " == *" bf16 "* || $EIGHT == 1 ]]; then
+    tf="$(mk tiny bf16 2>/dev/null)" && "$GEN" --mode prefill --model "$tf" -T 8 --reps 1 --warmup 0 --precision bf16 \
+        >"$TMP/bf16p_probe" 2>&1 && BF16P=1
+    [[ $BF16P == 1 ]] || echo "(no rows at precision bf16: $(tail -n 1 "$TMP/bf16p_probe"))"
+fi
+isbf16() { [[ "$(basename "$1" .gguf)" == *.bf16 ]]; }
+
 # ---- checks: both sides compute the same thing ----
 VOCAB=$([[ $S1 == tiny ]] && echo 1024 || echo 128256)
 echo
@@ -181,6 +193,14 @@ for t in $TYPES; do
     echo "  $t: greedy tokens equal for $same/16 steps; logits: max |diff| $(kv "$TMP/cmp1_$t" max_abs_diff) at the first" \
          "step, $(kv "$TMP/cmp_$t" max_abs_diff) over the $same fed the same tokens (largest |logit| $(kv "$TMP/cmp_$t" largest_abs));" \
          "mechprobe's weights: $w$note"
+    if [[ $t == bf16 && $BF16P == 1 ]]; then
+        ours "$TMP/chk_mpb" --mode decode --model "$f" -n 16 --reps 1 --warmup 0 --dump "$TMP/mpb.logits" --precision bf16
+        a="$(kv "$TMP/chk_mpb" tokens)"
+        same="$(awk -v a="$a" -v b="$b" 'BEGIN { if (a == "-" || b == "-") { print 0; exit } n = split(a, x, ","); split(b, y, ","); for (i = 1; i <= n && x[i] == y[i]; i++); print i - 1 }')"
+        "$GEN" --mode compare --a "$TMP/mpb.logits" --b "$TMP/ll_$t.logits" --vocab "$VOCAB" -n 1 >"$TMP/cmpb1" 2>&1
+        echo "  $t at precision bf16 (activations rounded to BF16 as llama.cpp's): greedy tokens equal for $same/16" \
+             "steps; logits: max |diff| $(kv "$TMP/cmpb1" max_abs_diff) at the first step"
+    fi
 done
 echo "  (F32: float32 rounding of other summation orders. BF16/F16: llama.cpp rounds the activations to the weights'"
 echo "   type for its dot products, mechprobe does not: ~1e-2 relative on the 1B. Q8_0 / Q4_K: both quantize the"
@@ -206,6 +226,9 @@ pair() {
     fi
     if fits "$f" "$T" "$D" "$M" >"$TMP/fit"; then
         ours "$TMP/t" --mode "$mode" --model "$f" "$@"; add "${key}_mp" "$TMP/t"; cp "$TMP/t" "$TMP/${key}_mp"
+        if [[ $BF16P == 1 ]] && isbf16 "$f"; then
+            ours "$TMP/t" --mode "$mode" --model "$f" "$@" --precision bf16; add "${key}_mpb" "$TMP/t"; cp "$TMP/t" "$TMP/${key}_mpb"
+        fi
     else
         sed 's/^/  /' "$TMP/fit"
     fi
@@ -271,6 +294,10 @@ printf "$FMT" "$(printf '%.0s-' {1..56})" "-----------" "----------" "-------" "
 row() {
     local l m r; l="$(med "${2}_ll")"; m="$(med "${2}_mp")"; r="$(ratio "$m" "$l")"
     printf "$FMT" "$1" "$l" "$m" "$r" "$3 ${4}x" "$(met "$r" "$3" "$4")" "$(oth "${2}_ll" "${2}_mp")"
+    if [[ -n "${V[${2}_mpb]:-}" ]]; then   # the same row, ours at precision bf16
+        m="$(med "${2}_mpb")"; r="$(ratio "$m" "$l")"
+        printf "$FMT" "  ours at precision bf16" "$l" "$m" "$r" "$3 ${4}x" "$(met "$r" "$3" "$4")" "$(oth "${2}_ll" "${2}_mpb")"
+    fi
 }
 enc() { case "$1" in f32) echo F32 ;; f16) echo F16 ;; bf16) echo BF16 ;; q8_0) echo Q8_0 ;; q4_k) echo Q4_K ;; esac; }
 for t in $TYPES; do
@@ -304,7 +331,9 @@ echo "(tok/s: median over rounds; ratio: ours / llama.cpp, > 1 = mechprobe faste
 echo " others: the most CPU, in cores, that other processes used during any run of the row: above ~0.1 the row is"
 echo " disturbed. llama.cpp: default KV cache (F16) and flash attention (auto), prefill in one llama_decode with"
 echo " physical batches of $UB (PEER_UBATCH); ours: one mp_model_forward over all T. OpenBLAS kernel of our F32 rows:"
-echo " $(kv "$TMP/pf512_f32_mp" openblas_core) (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}); our quantized kernels: $(kv "$TMP/pf512_${TYPES##* }_mp" qdot_isa).)"
+echo " $(kv "$TMP/pf512_f32_mp" openblas_core) (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}); our quantized kernels: $(kv "$TMP/pf512_${TYPES##* }_mp" qdot_isa)."
+echo " BF16 rows: ours at fp32 multiplies float32 activations with each weight widened exactly; 'at precision bf16'"
+echo " rounds the activations to BF16 for vdpbf16ps, as llama.cpp does.)"
 [[ $LONG == 1 ]] && echo "(capture: $LONG_HOOKS to an HDF5 run file; its time includes create and commit with fsync.)"
 
 echo

@@ -8,12 +8,11 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The CPU computes in fp32; cuda needs a device (asked for at once, before any
- * file is read or written). */
+/* cuda needs a device (asked for at once, before any file is read or
+ * written); bf16 on the CPU needs the model's BF16 weights, checked by the move
+ * (mp_model_cpu_bf16_check). */
 static void check_choice(lua_State *L, const char *fn, mp_device d, mp_precision p) {
-    if (d == MP_DEVICE_CPU && p != MP_PRECISION_FP32)
-        luaL_error(L, "%s: precision \"%s\" needs device \"cuda\" (the CPU runtime computes in fp32)", fn,
-                   mp_precision_name(p));
+    (void)p;
     if (d == MP_DEVICE_CUDA && mp_cuda_available() != MP_OK) luaL_error(L, "%s: %s", fn, mp_last_error());
 }
 
@@ -30,7 +29,7 @@ void mp_lua_device_read(lua_State *L, int opt, const char *fn, mp_device *d, mp_
 }
 
 void mp_lua_device_move(lua_State *L, lmodel *lm, const char *fn, mp_device d, mp_precision p) {
-    if (d == lm->m->device && d == MP_DEVICE_CPU) return;
+    if (d == lm->m->device && d == MP_DEVICE_CPU && p == lm->m->precision) return;
     if (mp_model_to_device(lm->m, d, p) != MP_OK) luaL_error(L, "%s: %s", fn, mp_last_error());
 }
 

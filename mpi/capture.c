@@ -114,7 +114,8 @@ static mp_status capture_dataset(const mp_capture_params *p, mp_hooks *hooks, co
     if (hp.globs[0]) mp_hook_select(cfg, hp.globs, cpu_only_visit, &cpu_only, NULL, 0);
     const mp_device ran = cpu_only ? MP_DEVICE_CPU : mp_model_forward_device(m, &probe);
     hp.device = mp_device_name(ran);
-    hp.precision = mp_precision_name(ran == MP_DEVICE_CPU ? MP_PRECISION_FP32 : m->precision);
+    /* a cuda model's forward kept on the CPU computes in fp32; a CPU model at bf16 multiplies its BF16 weights so */
+    hp.precision = mp_precision_name(ran == MP_DEVICE_CPU && m->device != MP_DEVICE_CPU ? MP_PRECISION_FP32 : m->precision);
     /* collective from here: every failure becomes a status that finish shares */
     mp_h5cap *cw = NULL;
     int64_t n_total = 0;

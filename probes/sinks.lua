@@ -75,7 +75,10 @@ if o.preset then
     cli.fail("sinks", "--preset trains its own models and analyses held-out text: give none of --model, --text, "
       .. "--text-file, --tokens with it")
   end
-  cli.check_device("sinks", o)          -- bf16 (mixed-precision training) needs --device cuda
+  cli.check_device("sinks", o)
+  if o.device == "cpu" and o.precision ~= "fp32" then   -- bf16 here is mixed-precision training: cuda only
+    cli.fail("sinks", ("--precision %s with --preset trains in mixed precision, on --device cuda only"):format(o.precision))
+  end
   local st = require "sinks_train"
   if not st.presets[o.preset] then cli.fail("sinks", ("--preset must be quick, medium, full, deep or gpu (got '%s')"):format(o.preset)) end
   local p = st.preset(o.preset)

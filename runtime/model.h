@@ -179,6 +179,12 @@ size_t mp_model_param_bytes(const mp_model *m);
 void mp_model_weight_types(const mp_model *m, char *buf, size_t n);
 /* Replaces the quantized weights by float32 ones (no-op for a float32 model). */
 mp_status mp_model_dequantize(mp_model *m);
+/* MP_OK when the model can run at precision "bf16" on the CPU: it keeps BF16
+ * weights as stored and the CPU has AVX-512 BF16 (runtime/qdot.h,
+ * mp_qdot_matmul_bf16: those weights then multiply activations rounded to
+ * BF16; everything else stays float32). Else MP_ERR_ARG naming the reason. A
+ * dequantized model goes back to fp32. */
+mp_status mp_model_cpu_bf16_check(const mp_model *m);
 /* A float32 copy of a model (quantized or not): caller frees it. */
 mp_status mp_model_dequantized_copy(const mp_model *m, mp_model **out);
 /* A model with every parameter but the linear weights (embed, unembed, wq, wk,

@@ -6,6 +6,7 @@
  * decoding to float32 on demand (in place for training, as a copy for the
  * writers). */
 #include "model.h"
+#include "qdot.h"
 #include "quant.h"
 
 #include <stdio.h>
@@ -174,6 +175,31 @@ mp_status mp_model_dequantize(mp_model *m) {
     mp_model_free(f);
     mp_qparams_free(m->q);
     m->q = NULL;
+    if (m->device == MP_DEVICE_CPU) m->precision = MP_PRECISION_FP32; /* no BF16 weights left to multiply in BF16 */
+    return MP_OK;
+}
+
+/* precision "bf16" on the CPU: BF16 weights kept as stored, AVX-512 BF16 */
+mp_status mp_model_cpu_bf16_check(const mp_model *m) {
+    int bf16 = 0;
+    if (m->q) {
+        const mp_qparams *q = m->q;
+        bf16 = q->embed.type == MP_GGML_BF16 || q->unembed.type == MP_GGML_BF16;
+        const mp_qmat *arr[7] = {q->wq, q->wk, q->wv, q->wo, q->w1, q->w3, q->w2};
+        for (int a = 0; a < 7; a++)
+            for (int l = 0; arr[a] && l < m->cfg.n_layer; l++) bf16 |= arr[a][l].type == MP_GGML_BF16;
+    }
+    if (!bf16) {
+        char types[64] = "F32";
+        if (m->q) mp_model_weight_types(m, types, sizeof types);
+        return mp_error(MP_ERR_ARG,
+                        "precision \"bf16\" on the CPU multiplies BF16 weights kept as stored (a BF16 GGUF or "
+                        "Hugging Face folder); this model's weights are %s: use device \"cuda\" or fp32",
+                        types);
+    }
+    if (!mp_qdot_has_bf16())
+        return mp_error(MP_ERR_ARG, "precision \"bf16\" on the CPU needs AVX-512 BF16, which this CPU lacks%s",
+                        getenv("MP_QDOT_ISA") ? " (or MP_QDOT_ISA caps it)" : "");
     return MP_OK;
 }
 

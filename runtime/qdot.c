@@ -738,6 +738,134 @@ AVX512 static inline __m512 f16x16(const unsigned char *p) {
     }
 HALF_DOT_AVX512(dot_f16_avx512, f16x16, h16)
 HALF_DOT_AVX512(dot_bf16_avx512, bf16x16, bf16)
+
+/* BF16 rows times activations rounded to BF16 (AVX-512 BF16: vdpbf16ps adds
+ * two exact products to a float32 lane per step, as llama.cpp's BF16 path and
+ * a PyTorch bf16 matmul round their inputs). One accumulator per (weight row,
+ * activation row) pair, 32 values a step, a masked step for the tail, then one
+ * horizontal sum: the dot kernel (float32 activations rounded on the fly) and
+ * the RW x RX blocks of the matmul (activations rounded once) add the same
+ * products in the same order, so their outputs are equal bit for bit. */
+#define AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+
+AVX512BF16 static inline __m512bh bf16_round32(const float *x, __mmask32 m) {
+    const __m512 lo = _mm512_maskz_loadu_ps((__mmask16)m, x), hi = _mm512_maskz_loadu_ps((__mmask16)(m >> 16), x + 16);
+    return _mm512_cvtne2ps_pbh(hi, lo);
+}
+
+AVX512BF16 static inline __mmask32 tail_mask(size_t r) { return r >= 32 ? 0xffffffffu : (1u << r) - 1u; }
+
+AVX512BF16 static float dot_bf16_dp(const void *w, const void *xq, size_t n) {
+    const uint16_t *a = w;
+    const float *x = xq;
+    __m512 s = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        s = _mm512_dpbf16_ps(s, (__m512bh)_mm512_loadu_si512(a + i), bf16_round32(x + i, 0xffffffffu));
+    if (i < n) {
+        const __mmask32 m = tail_mask(n - i);
+        s = _mm512_dpbf16_ps(s, (__m512bh)_mm512_maskz_loadu_epi16(m, a + i), bf16_round32(x + i, m));
+    }
+    return _mm512_reduce_add_ps(s);
+}
+
+/* out[c * os + r] = weight row r . activation row c (r < RW, c < RX <= 4), the
+ * weight rows ws and the BF16 activation rows xs values apart */
+AVX512BF16 static inline __attribute__((always_inline)) void
+bf16_block(const uint16_t *w, size_t ws, const uint16_t *x, size_t xs, size_t n, float *out, size_t os, int RW, int RX) {
+    __m512 acc[4][4];
+    for (int r = 0; r < RW; r++)
+        for (int c = 0; c < RX; c++) acc[r][c] = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512bh xv[4];
+        for (int c = 0; c < RX; c++) xv[c] = (__m512bh)_mm512_loadu_si512(x + c * xs + i);
+        for (int r = 0; r < RW; r++) {
+            const __m512bh wv = (__m512bh)_mm512_loadu_si512(w + r * ws + i);
+            for (int c = 0; c < RX; c++) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], wv, xv[c]);
+        }
+    }
+    if (i < n) {
+        const __mmask32 m = tail_mask(n - i);
+        __m512bh xv[4];
+        for (int c = 0; c < RX; c++) xv[c] = (__m512bh)_mm512_maskz_loadu_epi16(m, x + c * xs + i);
+        for (int r = 0; r < RW; r++) {
+            const __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(m, w + r * ws + i);
+            for (int c = 0; c < RX; c++) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], wv, xv[c]);
+        }
+    }
+    for (int r = 0; r < RW; r++)
+        for (int c = 0; c < RX; c++) out[c * os + r] = _mm512_reduce_add_ps(acc[r][c]);
+}
+
+AVX512BF16 static void bf16_block_any(const uint16_t *w, size_t ws, const uint16_t *x, size_t xs, size_t n, float *out,
+                                      size_t os, int RW, int RX) {
+#define B(RW_, RX_) bf16_block(w, ws, x, xs, n, out, os, RW_, RX_)
+    switch (RW * 4 + RX) {
+    case 4 * 4 + 4: B(4, 4); break;
+    case 4 * 4 + 3: B(4, 3); break;
+    case 4 * 4 + 2: B(4, 2); break;
+    case 4 * 4 + 1: B(4, 1); break;
+    case 3 * 4 + 4: B(3, 4); break;
+    case 3 * 4 + 3: B(3, 3); break;
+    case 3 * 4 + 2: B(3, 2); break;
+    case 3 * 4 + 1: B(3, 1); break;
+    case 2 * 4 + 4: B(2, 4); break;
+    case 2 * 4 + 3: B(2, 3); break;
+    case 2 * 4 + 2: B(2, 2); break;
+    case 2 * 4 + 1: B(2, 1); break;
+    case 1 * 4 + 4: B(1, 4); break;
+    case 1 * 4 + 3: B(1, 3); break;
+    case 1 * 4 + 2: B(1, 2); break;
+    default: B(1, 1); break;
+    }
+#undef B
+}
+
+/* activations rounded to BF16 as dot_bf16_dp rounds them (row of n values) */
+AVX512BF16 static void bf16_round_row(const float *x, uint16_t *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) _mm512_storeu_si512(dst + i, (__m512i)bf16_round32(x + i, 0xffffffffu));
+    if (i < n) {
+        const __mmask32 m = tail_mask(n - i);
+        _mm512_mask_storeu_epi16(dst + i, m, (__m512i)bf16_round32(x + i, m));
+    }
+}
+
+/* The BF16 matmul: OpenMP over panels of weight rows (at most 256 KiB, so a
+ * panel stays in L2 while every activation row passes by 4 at a time; the
+ * rounded activations, 2 bytes a value, stay in L3), blocks of 4 weight rows
+ * by 4 activation rows. */
+#define BF16_PANEL_BYTES ((size_t)256 << 10)
+static mp_status matmul_bf16_dp(float *out, const float *in, const uint16_t *w, size_t ws, const float *bias, int N,
+                                int IN, int OUT) {
+    uint16_t stack[8192], *xb = stack;
+    if ((size_t)N * IN > sizeof stack / 2 && !(xb = mp_malloc((size_t)N * IN * 2, "BF16 activations")))
+        return MP_ERR_NOMEM;
+#pragma omp parallel for schedule(static) if (N >= 8)
+    for (int n = 0; n < N; n++) bf16_round_row(in + (size_t)n * IN, xb + (size_t)n * IN, (size_t)IN);
+    int P = (int)(BF16_PANEL_BYTES / ((size_t)IN * 2)) / 4 * 4;
+    P = P < 4 ? 4 : P > 128 ? 128 : P;
+    const int panels = (OUT + P - 1) / P;
+#pragma omp parallel for schedule(static) if ((size_t)OUT * IN > 32768)
+    for (int p = 0; p < panels; p++) {
+        const int o0 = p * P, o1 = OUT - o0 < P ? OUT : o0 + P;
+        for (int n = 0; n < N; n += 4) {
+            const int RX = N - n < 4 ? N - n : 4;
+            for (int o = o0; o < o1; o += 4) {
+                const int RW = o1 - o < 4 ? o1 - o : 4;
+                float *dst = out + (size_t)n * OUT + o;
+                bf16_block_any(w + (size_t)o * ws, ws, xb + (size_t)n * IN, (size_t)IN, (size_t)IN, dst, (size_t)OUT,
+                               RW, RX);
+                if (bias)
+                    for (int c = 0; c < RX; c++)
+                        for (int r = 0; r < RW; r++) dst[(size_t)c * OUT + r] += bias[o + r];
+            }
+        }
+    }
+    if (xb != stack) free(xb);
+    return MP_OK;
+}
 #endif /* MP_QDOT_X86 */
 
 /* ---- dispatch ---- */
@@ -834,6 +962,37 @@ static qdot_tile_fn tile_kernel(uint32_t t, mp_qdot_isa isa) {
 }
 
 int mp_qdot_tiles(uint32_t t) { return tile_kernel(t, mp_qdot_isa_active()) != NULL; }
+
+int mp_qdot_has_bf16(void) {
+#ifdef MP_QDOT_X86
+    static int bf = -1;
+    int v = __atomic_load_n(&bf, __ATOMIC_RELAXED);
+    if (v < 0) {
+        v = isa_available(MP_QDOT_AVX512) && __builtin_cpu_supports("avx512bf16");
+        __atomic_store_n(&bf, v, __ATOMIC_RELAXED);
+    }
+    return v && mp_qdot_isa_active() == MP_QDOT_AVX512;
+#else
+    return 0;
+#endif
+}
+
+mp_qdot_fn mp_qdot_bf16_kernel(void) {
+#ifdef MP_QDOT_X86
+    if (mp_qdot_has_bf16()) return dot_bf16_dp;
+#endif
+    return NULL;
+}
+
+mp_status mp_qdot_matmul_bf16(float *out, const float *in, const void *w, size_t row_bytes, const float *bias, int N,
+                              int IN, int OUT) {
+#ifdef MP_QDOT_X86
+    if (mp_qdot_has_bf16()) return matmul_bf16_dp(out, in, w, row_bytes / 2, bias, N, IN, OUT);
+#else
+    (void)out, (void)in, (void)w, (void)row_bytes, (void)bias, (void)N, (void)IN, (void)OUT;
+#endif
+    return mp_error(MP_ERR_ARG, "BF16 products need a CPU with AVX-512 BF16 (and MP_QDOT_ISA not capping it)");
+}
 
 mp_status mp_qdot_matmul(float *out, const float *in, uint32_t t, const void *w, size_t row_bytes,
                          const float *bias, int N, int IN, int OUT) {

@@ -69,4 +69,20 @@ int mp_qdot_tiles(uint32_t wtype);
 mp_status mp_qdot_matmul(float *out, const float *in, uint32_t wtype, const void *w, size_t row_bytes,
                          const float *bias, int N, int IN, int OUT);
 
+/* BF16 products (a model at precision "bf16" on the CPU): BF16 weights times
+ * activations rounded to BF16 (round to nearest even), float32 accumulation,
+ * with AVX-512 BF16 (vdpbf16ps), as llama.cpp's BF16 path and a PyTorch bf16
+ * matmul round their inputs; about 2x the float32 products' rate. Each
+ * output's sum runs in the same order whatever N, so a prefill's outputs equal
+ * a token-by-token decode's bit for bit. mp_qdot_has_bf16: 1 when this CPU
+ * has AVX-512 BF16 (and MP_QDOT_ISA does not cap below avx512).
+ * mp_qdot_bf16_kernel: the one-row kernel (BF16 weights, float32 activations
+ * rounded inside), NULL without. mp_qdot_matmul_bf16: as mp_qdot_matmul for
+ * BF16 weights (blocks of 4 weight rows by 4 activation rows, OpenMP over
+ * 256 KiB panels of weight rows); MP_ERR_ARG without AVX-512 BF16, MP_ERR_NOMEM. */
+int mp_qdot_has_bf16(void);
+mp_qdot_fn mp_qdot_bf16_kernel(void);
+mp_status mp_qdot_matmul_bf16(float *out, const float *in, const void *w, size_t row_bytes, const float *bias, int N,
+                              int IN, int OUT);
+
 #endif

@@ -285,52 +285,76 @@ static void test_half(void) {
                 w[i] = to_half(t, (unif() - 0.5f) * (i % 13 == 0 ? 8.0f : 0.1f));
                 x[i] = (unif() - 0.5f) * (i % 97 < 5 ? 20.0f : 1.0f);
             }
-            double exact = 0, mag = 0;
+            /* exact: the float32 activations; exact_b: rounded to BF16 (RNE), what the avx512bf16 kernel multiplies */
+            double exact = 0, exact_b = 0, mag = 0;
             for (size_t i = 0; i < n; i++) {
                 exact += from_half(t, w[i]) * x[i];
+                exact_b += from_half(t, w[i]) * mp_quant_bf16_to_f32(mp_quant_f32_to_bf16(x[i]));
                 mag += fabs(from_half(t, w[i]) * x[i]);
             }
             const double tol = ((double)n / 8 + 8) * 0x1p-24 * mag + 1e-30;
-            for (int isa = MP_QDOT_SCALAR; isa <= MP_QDOT_AVX512; isa++) {
-                mp_qdot_fn k = mp_qdot_kernel(t, (mp_qdot_isa)isa);
+            for (int isa = MP_QDOT_SCALAR; isa <= MP_QDOT_AVX512 + 1; isa++) { /* + 1: the BF16 products */
+                const int bact = isa > MP_QDOT_AVX512;
+                mp_qdot_fn k = !bact ? mp_qdot_kernel(t, (mp_qdot_isa)isa) : t == MP_GGML_BF16 ? mp_qdot_bf16_kernel() : NULL;
                 if (!k) continue;
-                const double e = fabs(k(w, x, n) - exact);
+                const double e = fabs(k(w, x, n) - (bact ? exact_b : exact));
+                if (bact) /* the activations' rounding itself: at most u = 2^-8 of each product (8-bit significand) */
+                    CHECK(fabs(exact_b - exact) <= 0x1p-8 * mag, "%s n %zu: BF16 activations move the dot %.3g > 2^-8 sum|wx|",
+                          nm, n, fabs(exact_b - exact));
                 worst = fmax(worst, e / tol);
-                CHECK(e <= tol, "%s %s n %zu: |dot - exact| %.3g > %.3g", nm, mp_qdot_isa_name((mp_qdot_isa)isa), n,
-                      e, tol);
+                CHECK(e <= tol, "%s %s n %zu: |dot - exact| %.3g > %.3g", nm,
+                      bact ? "bf16 products" : mp_qdot_isa_name((mp_qdot_isa)isa), n, e, tol);
             }
             free(w);
             free(x);
         }
-        /* matmul: dot path (N <= 32) and widened panels + sgemm, with a bias */
-        const int IN = 515, OUT = 300, Ns[] = {1, 4, 32, 40};
+        /* matmul: dot path (N <= 32) and widened panels + sgemm, with a bias; then, BF16 on a CPU with AVX-512
+         * BF16, the BF16 products: activations rounded to BF16, 4 x 4 blocks whose outputs equal the one-row
+         * kernel's bit for bit */
+        const mp_qdot_fn dot = mp_qdot_bf16_kernel();
+        const int IN = 515, OUT = 301, Ns[] = {1, 4, 32, 40, 67};
         uint16_t *w = malloc((size_t)IN * OUT * 2);
-        float bias[300];
+        float bias[301];
         for (size_t i = 0; i < (size_t)IN * OUT; i++) w[i] = to_half(t, (unif() - 0.5f) * 0.2f);
         for (int o = 0; o < OUT; o++) bias[o] = unif() - 0.5f;
-        for (int k = 0; k < 4; k++) {
-            const int N = Ns[k];
-            float *in = malloc((size_t)N * IN * sizeof(float)), *out = malloc((size_t)N * OUT * sizeof(float));
-            for (int i = 0; i < N * IN; i++) in[i] = unif() - 0.5f;
-            CHECK(mp_qdot_matmul(out, in, t, w, (size_t)IN * 2, bias, N, IN, OUT) == MP_OK, "%s", mp_last_error());
-            int over = 0;
-            for (int n = 0; n < N; n++)
-                for (int o = 0; o < OUT; o++) {
-                    double s = bias[o], mag = fabs(bias[o]);
-                    for (int i = 0; i < IN; i++) {
-                        const double p = from_half(t, w[(size_t)o * IN + i]) * in[(size_t)n * IN + i];
-                        s += p;
-                        mag += fabs(p);
+        for (int bact = 0; bact <= (t == MP_GGML_BF16 && dot != NULL); bact++) {
+            for (int k = 0; k < 5; k++) {
+                const int N = Ns[k];
+                float *in = malloc((size_t)N * IN * sizeof(float)), *out = malloc((size_t)N * OUT * sizeof(float));
+                for (int i = 0; i < N * IN; i++) in[i] = unif() - 0.5f;
+                CHECK((bact ? mp_qdot_matmul_bf16(out, in, w, (size_t)IN * 2, bias, N, IN, OUT)
+                            : mp_qdot_matmul(out, in, t, w, (size_t)IN * 2, bias, N, IN, OUT)) == MP_OK,
+                      "%s", mp_last_error());
+                int over = 0, differ = 0;
+                for (int n = 0; n < N; n++)
+                    for (int o = 0; o < OUT; o++) {
+                        double s = bias[o], mag = fabs(bias[o]);
+                        for (int i = 0; i < IN; i++) {
+                            const float xi = in[(size_t)n * IN + i];
+                            const double xr = bact ? mp_quant_bf16_to_f32(mp_quant_f32_to_bf16(xi)) : xi;
+                            const double p = from_half(t, w[(size_t)o * IN + i]) * xr;
+                            s += p;
+                            mag += fabs(p);
+                        }
+                        /* sgemm (N > 32) may sum each output's IN products in one sequence: (IN + 9) u */
+                        const double tol = ((N <= 32 || bact ? (double)IN / 8 : (double)IN) + 9) * 0x1p-24 * mag + 1e-30;
+                        const double e = fabs(out[(size_t)n * OUT + o] - s);
+                        worst = fmax(worst, e / tol);
+                        if (e > tol) over++;
+                        if (bact && out[(size_t)n * OUT + o] != dot(w + (size_t)o * IN, in + (size_t)n * IN, IN) + bias[o])
+                            differ++;
                     }
-                    /* sgemm (N > 32) may sum each output's IN products in one sequence: (IN + 9) u */
-                    const double tol = ((N <= 32 ? (double)IN / 8 : (double)IN) + 9) * 0x1p-24 * mag + 1e-30;
-                    const double e = fabs(out[(size_t)n * OUT + o] - s);
-                    worst = fmax(worst, e / tol);
-                    if (e > tol) over++;
-                }
-            CHECK(over == 0, "%s matmul N %d: %d outputs beyond the float32 summation bound", nm, N, over);
-            free(in);
-            free(out);
+                CHECK(over == 0, "%s matmul N %d: %d outputs beyond the float32 summation bound", nm, N, over);
+                CHECK(differ == 0, "%s matmul N %d (BF16 products): %d outputs differ from the one-row kernel's", nm, N,
+                      differ);
+                free(in);
+                free(out);
+            }
+        }
+        if (t == MP_GGML_BF16 && !dot) {
+            float o1[301], x1[515] = {0};
+            CHECK(mp_qdot_matmul_bf16(o1, x1, w, (size_t)IN * 2, NULL, 1, IN, OUT) == MP_ERR_ARG,
+                  "BF16 products without AVX-512 BF16: refused");
         }
         free(w);
         printf("%-5s dots and matmuls: worst error %.3f of the float32 summation bound\n", nm, worst);

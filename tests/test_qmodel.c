@@ -44,6 +44,7 @@
 #include "formats.h"
 #include "safetensors.h"
 #include "model.h"
+#include "mp_cuda.h"
 #include "qdot.h"
 #include "quant.h"
 #include "testutil.h"
@@ -207,7 +208,8 @@ static void logits_steps(const mp_model *m, const int *tok, int T, float *out) {
     mp_forward_params fp = mp_forward_params_default();
     fp.cache = &kc;
     fp.logits = MP_LOGITS_LAST;
-    for (int t = 0; t < T; t++) CHECK(mp_model_forward(m, tok + t, 1, 1, &fp, out + (size_t)t * V) == MP_OK, "%s", mp_last_error());
+    for (int t = 0; t < T; t++)
+        CHECK(mp_model_forward(m, tok + t, 1, 1, &fp, out + (size_t)t * (size_t)m->cfg.vocab) == MP_OK, "%s", mp_last_error());
     mp_kvcache_free(&kc);
 }
 
@@ -569,6 +571,39 @@ static void test_hf_half(const char *arch, uint32_t half) {
           "decode %.3g of the largest |logit| %.3g", arch, mp_quant_type_name(half), d, maxd, big);
     printf("hf %-11s %-4s kept (%zu bytes): logits and every hook point vs F32: %.2e; decode %.2e (largest |logit| %.3g)\n",
            arch, mp_quant_type_name(half), mh->q->bytes, d, maxd, big);
+    /* precision "bf16" on the CPU: the BF16 weights multiply activations rounded to BF16 (u = 2^-8 relative to
+     * each product's input, float32 sums; runtime/qdot.h). A prefill's products equal a decode's bit for bit,
+     * so prefill and decode differ only where float32 rounding elsewhere (attention, norms) moves an activation
+     * across a BF16 step; against the float32 model the error is that rounding carried through the layers. */
+    const mp_status bs = mp_model_to_device(mh, MP_DEVICE_CPU, MP_PRECISION_BF16);
+    if (half != MP_GGML_BF16 || !mp_qdot_has_bf16()) {
+        CHECK(bs == MP_ERR_ARG && mh->precision == MP_PRECISION_FP32, "%s %s: precision bf16 refused (%s)", arch,
+              mp_quant_type_name(half), mp_last_error());
+    } else {
+        CHECK(bs == MP_OK && mh->precision == MP_PRECISION_BF16, "%s: precision bf16: %s", arch, mp_last_error());
+        float *p = malloc(T * VV * sizeof(float)), *s = malloc(T * VV * sizeof(float));
+        logits_all(mh, tok, T, p);
+        logits_steps(mh, tok, T, s);
+        double pd, pmean, pbig, pmeanabs;
+        stats(p, s, T * VV, &pd, &pmean, &pbig, &pmeanabs);
+        CHECK(pd <= 0.02 * pbig && pmean <= 1e-3 * pmeanabs,
+              "%s bf16: prefill vs decode: max |diff| %.3g (bound %.3g), mean %.3g (bound %.3g)", arch, pd, 0.02 * pbig,
+              pmean, 1e-3 * pmeanabs);
+        double fd, fmean, fbig, fmeanabs;
+        stats(p, b, T * VV, &fd, &fmean, &fbig, &fmeanabs);
+        /* measured 1.0-1.3% of the largest logit, mean 0.3-0.5% of the mean (qwen2, qwen3, gemma2): bounds 4x */
+        CHECK(fd <= 0.05 * fbig && fmean <= 0.02 * fmeanabs,
+              "%s bf16: vs the float32 model: max |diff| %.3g (bound %.3g), mean %.3g (bound %.3g)", arch, fd,
+              0.05 * fbig, fmean, 0.02 * fmeanabs);
+        printf("hf %-11s bf16 products: prefill vs decode max |diff| %.2e, mean %.2e; vs F32 max %.2e = %.2f%% of the "
+               "largest |logit|, mean %.2f%% of the mean\n", arch, pd, pmean, fd, 100 * fd / fbig, 100 * fmean / fmeanabs);
+        /* back to fp32: the float32 products again, the very logits of before */
+        CHECK(mp_model_to_device(mh, MP_DEVICE_CPU, MP_PRECISION_FP32) == MP_OK, "%s", mp_last_error());
+        logits_steps(mh, tok, T, s);
+        CHECK(memcmp(s, a, T * VV * sizeof(float)) == 0, "%s: back at fp32, the decode's logits of before", arch);
+        free(p);
+        free(s);
+    }
     free(a);
     free(b);
 done:

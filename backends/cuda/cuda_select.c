@@ -67,14 +67,12 @@ mp_status mp_model_to_device(mp_model *m, mp_device d, mp_precision p) {
     mp_status st;
     if ((st = mp_model_sync(m))) return st; /* weights (and moments) a device's training steps left newer there */
     if (d == MP_DEVICE_CPU) {
-        if (p != MP_PRECISION_FP32)
-            return mp_error(MP_ERR_ARG, "precision \"%s\" needs device \"cuda\" (the CPU runtime computes in fp32)",
-                            mp_precision_name(p));
+        if (p != MP_PRECISION_FP32 && (st = mp_model_cpu_bf16_check(m))) return st;
         if (m->dev && m->dev_ops) m->dev_ops->release(m);
         m->dev = NULL;
         m->dev_ops = NULL;
         m->device = MP_DEVICE_CPU;
-        m->precision = MP_PRECISION_FP32;
+        m->precision = p;
         return MP_OK;
     }
     if (d != MP_DEVICE_CUDA) return mp_error(MP_ERR_ARG, "unknown device (%d)", (int)d);

@@ -59,7 +59,7 @@ end
 -- The spec entries of --device and --precision (probes that run a forward pass).
 cli.DEVICE_OPTS = {
   {"device", "DEV", "where the forward runs: cpu, or cuda (an NVIDIA GPU)", default = "cpu"},
-  {"precision", "P", "fp32, or bf16 (device cuda only)", default = "fp32"},
+  {"precision", "P", "fp32, or bf16 (device cuda; or cpu with BF16 weights and AVX-512 BF16)", default = "fp32"},
 }
 
 function cli.check_device(name, o)
@@ -68,9 +68,6 @@ function cli.check_device(name, o)
   end
   if o.precision ~= "fp32" and o.precision ~= "bf16" then
     cli.fail(name, ("--precision must be fp32 or bf16 (got '%s')"):format(tostring(o.precision)))
-  end
-  if o.device == "cpu" and o.precision ~= "fp32" then
-    cli.fail(name, ("--precision %s needs --device cuda (the CPU runtime computes in fp32)"):format(o.precision))
   end
   if o.device == "cuda" then
     local ok, why = mp.cuda.available()

@@ -35,9 +35,9 @@ t.case("bad values name the option", function()
   t.expect_error(function() mp.model.new(with{precision = "fp16"}) end,
     [[mp.model.new: option 'precision': precision must be "fp32" or "bf16" (got "fp16")]])
   t.expect_error(function() mp.model.new(with{precision = "bf16"}) end,
-    [[mp.model.new: precision "bf16" needs device "cuda"]])
+    [[mp.model.new: precision "bf16" on the CPU multiplies BF16 weights kept as stored (a BF16 GGUF or Hugging Face folder); this model's weights are F32: use device "cuda" or fp32]])
   t.expect_error(function() m:to("gpu") end, [[to: argument #1: device must be "cpu" or "cuda" (got "gpu")]])
-  t.expect_error(function() m:to("cpu", {precision = "bf16"}) end, [[to: precision "bf16" needs device "cuda"]])
+  t.expect_error(function() m:to("cpu", {precision = "bf16"}) end, [[to: precision "bf16" on the CPU multiplies BF16 weights]])
   t.expect_error(function() m:to("cpu", {dtype = "bf16"}) end, "dtype")
   -- checked before the file is read: the option is named, not the missing file
   t.expect_error(function() mp.load("/nonexistent/model.h5", {device = "tpu"}) end, "mp.load: option 'device'")
@@ -132,14 +132,16 @@ t.case("CLI: the training probes' --device", function()
     assert(listing() == "model.h5\n", cmd[1] .. " left: " .. listing())
   end
   local ok, err = run(("sinks --preset quick --steps 1 --precision bf16 --out %s/sk"):format(dir))
-  assert(not ok and err:match("^mechprobe sinks: %-%-precision bf16 needs %-%-device cuda"), err)
+  assert(not ok and err:match("^mechprobe sinks: %-%-precision bf16 with %-%-preset trains in mixed precision, on %-%-device cuda only"), err)
 end)
 
 t.case("CLI bad values", function()
   local ok, err = run(("capture --model %s --tokens 1,2 --out %s/x.h5 --device gpu"):format(model, dir))
   assert(not ok and err:match("^mechprobe capture: %-%-device must be cpu or cuda %(got 'gpu'%)"), err)
   ok, err = run(("capture --model %s --tokens 1,2 --out %s/x.h5 --precision bf16"):format(model, dir))
-  assert(not ok and err:match("^mechprobe capture: %-%-precision bf16 needs %-%-device cuda"), err)
+  -- on the CPU bf16 multiplies BF16 weights kept as stored: a float32 model is refused, nothing written
+  assert(not ok and err:match('precision "bf16" on the CPU multiplies BF16 weights kept as stored') and
+         err:match("weights are F32"), err)
   assert(not exists(dir .. "/x.h5"))
 end)
 

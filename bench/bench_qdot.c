@@ -8,7 +8,8 @@
  *
  *   bench_qdot [--type bf16|f16|q8_0|q4_k|q6_k] [--in 2048] [--out 8192] [--reps 5]
  *
- * Prints one line per N: ms of (a), (b) and mp_qdot_matmul (median of reps). */
+ * Prints one line per N: ms of (a), (b) and mp_qdot_matmul (median of reps); for BF16 on a CPU with
+ * AVX-512 BF16 also mp_qdot_matmul_bf16 (precision "bf16": activations rounded to BF16) and its GFLOP/s. */
 #include "omp_env.h"
 #include "qdot.h"
 #include "quant.h"
@@ -92,9 +93,12 @@ int main(int argc, char **argv) {
     unsigned char *xq = malloc(NMAX * ab);
     printf("bench_qdot: %s, IN %d, OUT %d, %s kernels, %d threads; ms per product (median of %d)\n", type, IN, OUT,
            mp_qdot_isa_name(mp_qdot_isa_active()), omp_get_max_threads(), reps);
-    printf("%4s %10s %10s %10s\n", "N", "dot", "panels", "matmul");
+    /* BF16 weights on a CPU with AVX-512 BF16: also the BF16 products (precision "bf16", qdot.h) and their GFLOP/s */
+    const int bfp = t == MP_GGML_BF16 && mp_qdot_has_bf16();
+    printf("%4s %10s %10s %10s%s\n", "N", "dot", "panels", "matmul", bfp ? "   bf16 prod   GFLOP/s" : "");
     const int Ns[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, 256, 512};
-    double *ta = malloc(reps * sizeof(double)), *tb = malloc(reps * sizeof(double)), *tc = malloc(reps * sizeof(double));
+    double *ta = malloc(reps * sizeof(double)), *tb = malloc(reps * sizeof(double)), *tc = malloc(reps * sizeof(double)),
+           *td = malloc(reps * sizeof(double));
     for (size_t k = 0; k < sizeof Ns / sizeof *Ns; k++) {
         const int N = Ns[k];
         for (int r = 0; r < reps; r++) {
@@ -115,12 +119,21 @@ int main(int argc, char **argv) {
             t0 = now();
             if (mp_qdot_matmul(out, in, t, w, rb, NULL, N, IN, OUT)) { fprintf(stderr, "bench_qdot: %s\n", mp_last_error()); return 1; }
             tc[r] = now() - t0;
+            t0 = now();
+            if (bfp && mp_qdot_matmul_bf16(out, in, w, rb, NULL, N, IN, OUT)) {
+                fprintf(stderr, "bench_qdot: %s\n", mp_last_error());
+                return 1;
+            }
+            td[r] = now() - t0;
         }
         qsort(ta, reps, sizeof *ta, cmp);
         qsort(tb, reps, sizeof *tb, cmp);
         qsort(tc, reps, sizeof *tc, cmp);
-        printf("%4d %10.2f %10.2f %10.2f\n", N, 1e3 * ta[reps / 2], 1e3 * tb[reps / 2], 1e3 * tc[reps / 2]);
+        qsort(td, reps, sizeof *td, cmp);
+        printf("%4d %10.2f %10.2f %10.2f", N, 1e3 * ta[reps / 2], 1e3 * tb[reps / 2], 1e3 * tc[reps / 2]);
+        if (bfp) printf(" %12.2f %9.0f", 1e3 * td[reps / 2], 2.0 * N * IN * OUT / td[reps / 2] * 1e-9);
+        printf("\n");
     }
-    free(ta); free(tb); free(tc); free(xq); free(w); free(wf); free(panel); free(in); free(out);
+    free(ta); free(tb); free(tc); free(td); free(xq); free(w); free(wf); free(panel); free(in); free(out);
     return 0;
 }

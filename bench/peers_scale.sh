@@ -21,7 +21,7 @@
 # checks only, no timing. Environment: PEERS_BUILD,
 # LLAMA_CPP_SRC, BENCH_THREADS (2), BENCH_ROUNDS (1), SCALE_REPS (timed
 # repetitions per run, 1), SCALE_MODELS, SCALE_TYPES ("f32 bf16 q8_0 q4_k"),
-# SCALE_LONG_TYPE (bf16), SCALE_LONG_HOOKS (the capture of --long), PEER_UBATCH
+# SCALE_8B_TYPES ("bf16 q4_k"), SCALE_LONG_TYPE (bf16), SCALE_LONG_HOOKS (the capture of --long), PEER_UBATCH
 # (llama.cpp's physical batch in prefill, 512: its default), BENCH_TMP.
 # Every BF16 row runs ours twice: at fp32 (exact products) and at precision bf16 (activations rounded to
 # BF16 for AVX-512 BF16 products, as llama.cpp computes them), where this CPU has AVX-512 BF16.
@@ -49,6 +49,7 @@ REPS="${SCALE_REPS:-1}"
 PEERS="${PEERS_BUILD:-${TMPDIR:-/tmp}/mechprobe-peers}"
 MODELS="${SCALE_MODELS:-${TMPDIR:-/tmp}/mechprobe-scale}"
 TYPES="${SCALE_TYPES:-f32 bf16 q8_0 q4_k}"
+E8TYPES="${SCALE_8B_TYPES:-bf16 q4_k}"
 LONG_TYPE="${SCALE_LONG_TYPE:-bf16}"
 UB="${PEER_UBATCH:-512}"
 SEED=1234
@@ -64,7 +65,7 @@ LONG_HOOKS="${SCALE_LONG_HOOKS:-blocks.0.attn.hook_pattern,blocks.$((L1 - 1)).at
 for v in "$N" "$ROUNDS" "$REPS" "$UB"; do
     [[ "$v" =~ ^[1-9][0-9]*$ ]] || { echo "peers_scale.sh: BENCH_THREADS, BENCH_ROUNDS, SCALE_REPS, PEER_UBATCH must be positive integers (got '$v')" >&2; exit 2; }
 done
-for t in $TYPES $LONG_TYPE; do
+for t in $TYPES $LONG_TYPE $E8TYPES; do
     case "$t" in f32|f16|bf16|q8_0|q4_k) ;; *) echo "peers_scale.sh: SCALE_TYPES / SCALE_LONG_TYPE: '$t' is not f32, f16, bf16, q8_0 or q4_k" >&2; exit 2 ;; esac
 done
 if [[ ! -x "$GEN" ]]; then
@@ -130,7 +131,7 @@ declare -A F
 for t in $TYPES; do F[1.$t]="$(mk "$S1" "$t")" || { F[1.$t]=""; echo "SKIP $S1 $t: no file"; }; done
 [[ $LONG == 1 && -z "${F[1.$LONG_TYPE]:-}" ]] && { F[1.$LONG_TYPE]="$(mk "$S1" "$LONG_TYPE")" || F[1.$LONG_TYPE]=""; }
 if [[ $EIGHT == 1 ]]; then
-    for t in bf16 q4_k; do F[8.$t]="$(mk "$S8" "$t")" || { F[8.$t]=""; echo "SKIP $S8 $t: no file"; }; done
+    for t in $E8TYPES; do F[8.$t]="$(mk "$S8" "$t")" || { F[8.$t]=""; echo "SKIP $S8 $t: no file"; }; done
 fi
 echo "models in $MODELS: $S1$([[ $EIGHT == 1 ]] && echo " and $S8"), random N(0, 0.02), seed $SEED, norms 1 (bench_gen --mode make-shape)"
 export OMP_NUM_THREADS="$N"
@@ -203,7 +204,8 @@ for t in $TYPES; do
     fi
 done
 echo "  (F32: float32 rounding of other summation orders. BF16/F16: llama.cpp rounds the activations to the weights'"
-echo "   type for its dot products, mechprobe does not: ~1e-2 relative on the 1B. Q8_0 / Q4_K: both quantize the"
+echo "   type for its dot products, mechprobe at fp32 does not (at precision bf16 it does; other float32 rounding"
+echo "   still differs): ~1e-2 relative on the 1B. Q8_0 / Q4_K: both quantize the"
 echo "   activations to 8 bits per block of 32 (Q8_0) or 256 (Q4_K's Q8_K) values the same way, so the first step"
 echo "   agrees to ~1e-6; once one 8-bit code rounds the other way the logits differ by the quantization's own noise"
 echo "   (~0.1 on the 1B, where Q8_0 moves them ~0.2 from F32's), and a near-tie of a random model may flip a token)"
@@ -246,7 +248,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
         pair "dc512_$t" "$f" decode 640 "$D1" "$M1" -n 128 --ctx 512 --reps "$REPS" --warmup 0
     done
     if [[ $EIGHT == 1 ]]; then
-        for t in bf16 q4_k; do
+        for t in $E8TYPES; do
             f="${F[8.$t]:-}"; [[ -n "$f" ]] || continue
             pair "e8pf512_$t" "$f" prefill 512 "$D8" "$M8" -T 512 --reps "$REPS" --warmup 0
             pair "e8dc512_$t" "$f" decode 544 "$D8" "$M8" -n 32 --ctx 512 --reps "$REPS" --warmup 0
@@ -307,7 +309,7 @@ for t in $TYPES; do
     row "$S1 $(enc "$t"), decode 128 at context 512" "dc512_$t" ">=" 1.0
 done
 if [[ $EIGHT == 1 ]]; then
-    for t in bf16 q4_k; do
+    for t in $E8TYPES; do
         [[ -n "${F[8.$t]:-}" ]] || continue
         row "$S8L $(enc "$t"), prefill T 512" "e8pf512_$t" ">=" 1.2
         row "$S8L $(enc "$t"), decode 32 at context 512" "e8dc512_$t" ">=" 1.0
@@ -347,7 +349,7 @@ rss_row() {
 }
 for t in $TYPES; do [[ -n "${F[1.$t]:-}" ]] && rss_row "$S1 $(enc "$t")" "dc512_$t" "${F[1.$t]}"; done
 if [[ $EIGHT == 1 ]]; then
-    for t in bf16 q4_k; do [[ -n "${F[8.$t]:-}" ]] && rss_row "$S8L $(enc "$t")" "e8dc512_$t" "${F[8.$t]}"; done
+    for t in $E8TYPES; do [[ -n "${F[8.$t]:-}" ]] && rss_row "$S8L $(enc "$t")" "e8dc512_$t" "${F[8.$t]}"; done
 fi
 echo "(ru_maxrss of each process; llama.cpp maps the file, so its pages of the model count once touched. Ours"
 echo " holds BF16/F16 weights as this build's loader keeps them: $(held bf16) for BF16 files)"

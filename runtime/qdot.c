@@ -755,6 +755,31 @@ AVX512BF16 static inline __m512bh bf16_round32(const float *x, __mmask32 m) {
 
 AVX512BF16 static inline __mmask32 tail_mask(size_t r) { return r >= 32 ? 0xffffffffu : (1u << r) - 1u; }
 
+/* The lane sum of v[k] for 16 vectors at once, lane 4 (k % 4) + k / 4 of the
+ * result: quarters q0 + q2 and q1 + q3, then their sum, then within the
+ * quarter (e0 + e2) + (e1 + e3). bf16_sum1 adds one vector in that very order
+ * (the one-row kernel), so both give the same bits. */
+AVX512BF16 static inline __m512 bf16_sum16(const __m512 v[16]) {
+    __m512 u[8], w[4];
+    for (int k = 0; k < 8; k++)
+        u[k] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0x44),
+                             _mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0xee));
+    for (int k = 0; k < 4; k++)
+        w[k] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * k], u[2 * k + 1], 0x88),
+                             _mm512_shuffle_f32x4(u[2 * k], u[2 * k + 1], 0xdd));
+    const __m512 s01 = _mm512_add_ps(_mm512_unpacklo_ps(w[0], w[1]), _mm512_unpackhi_ps(w[0], w[1]));
+    const __m512 s23 = _mm512_add_ps(_mm512_unpacklo_ps(w[2], w[3]), _mm512_unpackhi_ps(w[2], w[3]));
+    return _mm512_add_ps(_mm512_shuffle_ps(s01, s23, 0x44), _mm512_shuffle_ps(s01, s23, 0xee));
+}
+
+AVX512BF16 static inline float bf16_sum1(__m512 v) {
+    const __m128 q0 = _mm512_castps512_ps128(v), q1 = _mm512_extractf32x4_ps(v, 1), q2 = _mm512_extractf32x4_ps(v, 2),
+                 q3 = _mm512_extractf32x4_ps(v, 3);
+    const __m128 s = _mm_add_ps(_mm_add_ps(q0, q2), _mm_add_ps(q1, q3));
+    const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s)); /* e0 + e2, e1 + e3 */
+    return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
 AVX512BF16 static float dot_bf16_dp(const void *w, const void *xq, size_t n) {
     const uint16_t *a = w;
     const float *x = xq;
@@ -766,7 +791,7 @@ AVX512BF16 static float dot_bf16_dp(const void *w, const void *xq, size_t n) {
         const __mmask32 m = tail_mask(n - i);
         s = _mm512_dpbf16_ps(s, (__m512bh)_mm512_maskz_loadu_epi16(m, a + i), bf16_round32(x + i, m));
     }
-    return _mm512_reduce_add_ps(s);
+    return bf16_sum1(s);
 }
 
 /* out[c * os + r] = weight row r . activation row c (r < RW, c < RX <= 4), the
@@ -794,8 +819,12 @@ bf16_block(const uint16_t *w, size_t ws, const uint16_t *x, size_t xs, size_t n,
             for (int c = 0; c < RX; c++) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], wv, xv[c]);
         }
     }
-    for (int r = 0; r < RW; r++)
-        for (int c = 0; c < RX; c++) out[c * os + r] = _mm512_reduce_add_ps(acc[r][c]);
+    __m512 v[16];
+    for (int k = 0; k < 16; k++) v[k] = k / 4 < RW && k % 4 < RX ? acc[k / 4][k % 4] : _mm512_setzero_ps();
+    float sums[16]; /* lane 4 c + r: weight row r, activation row c */
+    _mm512_storeu_ps(sums, bf16_sum16(v));
+    for (int c = 0; c < RX; c++)
+        for (int r = 0; r < RW; r++) out[c * os + r] = sums[4 * c + r];
 }
 
 AVX512BF16 static void bf16_block_any(const uint16_t *w, size_t ws, const uint16_t *x, size_t xs, size_t n, float *out,

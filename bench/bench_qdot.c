@@ -7,6 +7,7 @@
  * (QDOT_FEW_ROWS, QDOT_HALF_FEW_ROWS).
  *
  *   bench_qdot [--type bf16|f16|q8_0|q4_k|q6_k] [--in 2048] [--out 8192] [--reps 5]
+ *   bench_qdot --train [--reps 3]     a training step's products in fp32 against BF16 (see train_shapes)
  *
  * Prints one line per N: ms of (a), (b) and mp_qdot_matmul (median of reps); for BF16 on a CPU with
  * AVX-512 BF16 also mp_qdot_matmul_bf16 (precision "bf16": activations rounded to BF16) and its GFLOP/s. */
@@ -34,8 +35,73 @@ static int cmp(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* --train: the three products of a training step's linear layer (forward Y = X W^T, dX = dY W, dW = dY^T X)
+ * in float32 sgemm against BF16 products (mp_qdot_matmul_bf16, activations and weights rounded to BF16, float32
+ * sums), at the shapes of a d 512 model's layer (q, k, v, o 512 x 512, MLP 512 -> 2048 twice, 2048 -> 512) over
+ * N = 8192 tokens (batch 16 x 512). The BF16 side pays every conversion and transposition a step would: W and
+ * W^T rounded to BF16 (the FP32 master weights change each step), dY^T (cblas_somatcopy), X^T rounded. */
+static int train_shapes(int reps) {
+    const int N = 8192, shapes[7][2] = {{512, 512}, {512, 512}, {512, 512}, {512, 512}, {512, 2048}, {512, 2048},
+                                        {2048, 512}};
+    const size_t big = (size_t)N * 2048;
+    float *x = malloc(big * 4), *dy = malloc(big * 4), *y = malloc(big * 4), *dx = malloc(big * 4),
+          *w = malloc((size_t)2048 * 512 * 4), *dw = malloc((size_t)2048 * 512 * 4), *tmp = malloc(big * 4);
+    uint16_t *wb = malloc((size_t)2048 * 512 * 2), *wtb = malloc((size_t)2048 * 512 * 2), *xtb = malloc(big * 2);
+    if (!x || !dy || !y || !dx || !w || !dw || !tmp || !wb || !wtb || !xtb) { fprintf(stderr, "bench_qdot: out of memory\n"); return 1; }
+    srand(2);
+    for (size_t i = 0; i < big; i++) x[i] = (float)rand() / RAND_MAX - 0.5f, dy[i] = (float)rand() / RAND_MAX - 0.5f;
+    for (size_t i = 0; i < (size_t)2048 * 512; i++) w[i] = ((float)rand() / RAND_MAX - 0.5f) * 0.04f;
+    printf("bench_qdot --train: one layer of a d 512 model (q k v o 512x512, MLP 512->2048 x2, 2048->512), N %d tokens,\n"
+           "  forward + dX + dW of each linear, %d threads; ms (median of %d)\n", N, omp_get_max_threads(), reps);
+    printf("%12s %10s %10s %8s %8s\n", "IN x OUT", "fp32 sgemm", "bf16", "ratio", "GFLOP/s");
+    double tot32 = 0, tot16 = 0, flops = 0;
+    double *ta = malloc(reps * sizeof(double)), *tb = malloc(reps * sizeof(double));
+    for (int s = 0; s < 7; s++) {
+        const int IN = shapes[s][0], OUT = shapes[s][1];
+        for (int r = 0; r < reps; r++) {
+            double t0 = now();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OUT, IN, 1.0f, x, IN, w, IN, 0.0f, y, OUT);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IN, OUT, 1.0f, dy, OUT, w, IN, 0.0f, dx, IN);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OUT, IN, N, 1.0f, dy, OUT, x, IN, 0.0f, dw, IN);
+            ta[r] = now() - t0;
+            t0 = now();
+            mp_qdot_round_bf16(w, wb, (size_t)OUT * IN);                       /* W [OUT][IN] */
+            cblas_somatcopy(CblasRowMajor, CblasTrans, OUT, IN, 1.0f, w, IN, tmp, OUT);
+            mp_qdot_round_bf16(tmp, wtb, (size_t)OUT * IN);                    /* W^T [IN][OUT] */
+            if (mp_qdot_matmul_bf16(y, x, wb, (size_t)IN * 2, NULL, N, IN, OUT) ||      /* Y = X W^T */
+                mp_qdot_matmul_bf16(dx, dy, wtb, (size_t)OUT * 2, NULL, N, OUT, IN)) {   /* dX = dY W */
+                fprintf(stderr, "bench_qdot: %s\n", mp_last_error());
+                return 1;
+            }
+            cblas_somatcopy(CblasRowMajor, CblasTrans, N, IN, 1.0f, x, IN, tmp, N);
+            mp_qdot_round_bf16(tmp, xtb, (size_t)N * IN);                      /* X^T [IN][N] */
+            cblas_somatcopy(CblasRowMajor, CblasTrans, N, OUT, 1.0f, dy, OUT, tmp, N); /* dY^T [OUT][N] */
+            if (mp_qdot_matmul_bf16(dw, tmp, xtb, (size_t)N * 2, NULL, OUT, N, IN)) {    /* dW = dY^T X */
+                fprintf(stderr, "bench_qdot: %s\n", mp_last_error());
+                return 1;
+            }
+            tb[r] = now() - t0;
+        }
+        qsort(ta, reps, sizeof *ta, cmp);
+        qsort(tb, reps, sizeof *tb, cmp);
+        const double a = ta[reps / 2], b = tb[reps / 2], f = 3.0 * 2.0 * N * IN * OUT;
+        tot32 += a, tot16 += b, flops += f;
+        printf("%5d x %4d %10.2f %10.2f %7.2fx %8.0f\n", IN, OUT, 1e3 * a, 1e3 * b, a / b, f / b * 1e-9);
+    }
+    printf("%12s %10.2f %10.2f %7.2fx %8.0f   (fp32: %.0f GFLOP/s)\n", "layer", 1e3 * tot32, 1e3 * tot16, tot32 / tot16,
+           flops / tot16 * 1e-9, flops / tot32 * 1e-9);
+    free(ta); free(tb); free(x); free(dy); free(y); free(dx); free(w); free(dw); free(tmp); free(wb); free(wtb); free(xtb);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *type = "bf16";
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--train")) {
+            mp_omp_env_default(argv);
+            if (!mp_qdot_has_bf16()) { fprintf(stderr, "bench_qdot --train: this CPU has no AVX-512 BF16\n"); return 1; }
+            return train_shapes(i + 2 < argc && !strcmp(argv[i + 1], "--reps") ? atoi(argv[i + 2]) : 3);
+        }
     int IN = 2048, OUT = 8192, reps = 5;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--type")) type = argv[i + 1];

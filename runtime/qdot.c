@@ -1006,6 +1006,21 @@ int mp_qdot_has_bf16(void) {
 #endif
 }
 
+void mp_qdot_round_bf16(const float *x, uint16_t *dst, size_t n) {
+#ifdef MP_QDOT_X86
+    if (mp_qdot_has_bf16()) {
+        const size_t piece = 1 << 16;
+#pragma omp parallel for schedule(static) if (n > piece)
+        for (size_t p = 0; p < (n + piece - 1) / piece; p++) {
+            const size_t i0 = p * piece;
+            bf16_round_row(x + i0, dst + i0, n - i0 < piece ? n - i0 : piece);
+        }
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++) dst[i] = mp_quant_f32_to_bf16(x[i]);
+}
+
 mp_qdot_fn mp_qdot_bf16_kernel(void) {
 #ifdef MP_QDOT_X86
     if (mp_qdot_has_bf16()) return dot_bf16_dp;

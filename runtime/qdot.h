@@ -81,7 +81,8 @@ mp_status mp_qdot_matmul(float *out, const float *in, uint32_t wtype, const void
  * BF16 weights (blocks of 4 weight rows by 4 activation rows, OpenMP over
  * 256 KiB panels of weight rows); MP_ERR_ARG without AVX-512 BF16, MP_ERR_NOMEM. */
 int mp_qdot_has_bf16(void);
-/* x rounded to BF16 (nearest even) as the BF16 products round their activations (OpenMP over pieces). */
+/* x rounded to BF16 (nearest even) as the BF16 products round their activations (OpenMP over pieces;
+ * with AVX-512 BF16 a subnormal x becomes 0, as in the products; else mp_quant_f32_to_bf16). */
 void mp_qdot_round_bf16(const float *x, uint16_t *dst, size_t n);
 mp_qdot_fn mp_qdot_bf16_kernel(void);
 mp_status mp_qdot_matmul_bf16(float *out, const float *in, const void *w, size_t row_bytes, const float *bias, int N,

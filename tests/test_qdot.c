@@ -351,6 +351,20 @@ static void test_half(void) {
                 free(out);
             }
         }
+        if (t == MP_GGML_BF16) { /* the rounding of the BF16 products, alone: nearest even, as the scalar conversion */
+            const size_t n = 200003; /* pieces of 65536 and a tail */
+            float *x = malloc(n * sizeof(float));
+            uint16_t *r = malloc(n * 2);
+            for (size_t i = 0; i < n; i++) x[i] = (unif() - 0.5f) * (i % 7 == 0 ? 1e4f : i % 5 == 0 ? 1e-4f : 1.0f);
+            x[0] = 1.0f + 0x1p-8f; /* a tie: rounds to even (1.0) */
+            x[1] = 1.0f + 0x1p-8f + 0x1p-7f; /* a tie: rounds to even (1 + 2^-6) */
+            mp_qdot_round_bf16(x, r, n);
+            size_t bad = 0;
+            for (size_t i = 0; i < n; i++) bad += r[i] != mp_quant_f32_to_bf16(x[i]);
+            CHECK(bad == 0 && r[0] == 0x3f80 && r[1] == 0x3f82, "mp_qdot_round_bf16: %zu of %zu differ from RNE", bad, n);
+            free(x);
+            free(r);
+        }
         if (t == MP_GGML_BF16 && !dot) {
             float o1[301], x1[515] = {0};
             CHECK(mp_qdot_matmul_bf16(o1, x1, w, (size_t)IN * 2, NULL, 1, IN, OUT) == MP_ERR_ARG,

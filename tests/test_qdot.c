@@ -376,12 +376,49 @@ static void test_half(void) {
     }
 }
 
+/* More activation rows than one pass over the weights holds (8 MiB of them: 2048 BF16 rows or 1365 laid-out
+ * Q8_0 rows at IN 2048): every output still equals the one-row kernel's bit for bit. */
+static void test_passes(void) {
+    const int IN = 2048, OUT = 9, N = 2100;
+    float *in = malloc((size_t)N * IN * sizeof(float)), *out = malloc((size_t)N * OUT * sizeof(float));
+    for (size_t i = 0; i < (size_t)N * IN; i++) in[i] = unif() - 0.5f;
+    const mp_qdot_fn bdot = mp_qdot_bf16_kernel();
+    if (bdot) {
+        uint16_t *w = malloc((size_t)IN * OUT * 2);
+        for (size_t i = 0; i < (size_t)IN * OUT; i++) w[i] = mp_quant_f32_to_bf16((unif() - 0.5f) * 0.1f);
+        CHECK(mp_qdot_matmul_bf16(out, in, w, (size_t)IN * 2, NULL, N, IN, OUT) == MP_OK, "%s", mp_last_error());
+        int differ = 0;
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OUT; o++) differ += out[(size_t)n * OUT + o] != bdot(w + (size_t)o * IN, in + (size_t)n * IN, IN);
+        CHECK(differ == 0, "BF16 products over %d rows (2 passes): %d outputs differ from the one-row kernel's", N, differ);
+        free(w);
+    }
+    if (mp_qdot_tiles(MP_GGML_Q8_0)) {
+        const size_t rb = (size_t)IN / 32 * 34, ab = mp_qdot_act_bytes(MP_GGML_Q8_0, IN);
+        unsigned char *w = malloc(rb * OUT), *xq = malloc(ab);
+        random_blocks(MP_GGML_Q8_0, w, (size_t)IN * OUT);
+        CHECK(mp_qdot_matmul(out, in, MP_GGML_Q8_0, w, rb, NULL, N, IN, OUT) == MP_OK, "%s", mp_last_error());
+        const mp_qdot_fn dot = mp_qdot_kernel(MP_GGML_Q8_0, mp_qdot_isa_active());
+        int differ = 0;
+        for (int n = 0; n < N; n++) {
+            mp_qdot_quantize_act(MP_GGML_Q8_0, in + (size_t)n * IN, xq, IN);
+            for (int o = 0; o < OUT; o++) differ += out[(size_t)n * OUT + o] != dot(w + (size_t)o * rb, xq, IN);
+        }
+        CHECK(differ == 0, "Q8_0 blocks over %d rows (2 passes): %d outputs differ from the dot kernel's", N, differ);
+        free(w);
+        free(xq);
+    }
+    free(in);
+    free(out);
+}
+
 int main(void) {
     mp_init();
     printf("active ISA: %s\n", mp_qdot_isa_name(mp_qdot_isa_active()));
     test_q8_k_quantizer();
     test_kernels();
     test_matmul();
+    test_passes();
     test_rms_error();
     test_half();
     return tu_finish("test_qdot");

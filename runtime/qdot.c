@@ -573,6 +573,28 @@ AVX512VNNI static void tile_q4_0_avx512(const void *w, const unsigned char *xq, 
 #undef T
 }
 
+/* BODY(RW, RX) with constant RW, RX <= 4 (weight rows, activation rows), so
+ * that an inlined block kernel keeps its accumulators in registers */
+#define BLOCK_SWITCH(BODY, RW, RX)                                                                        \
+    switch ((RW) * 4 + (RX)) {                                                                            \
+    case 20: BODY(4, 4); break;                                                                           \
+    case 19: BODY(4, 3); break;                                                                           \
+    case 18: BODY(4, 2); break;                                                                           \
+    case 17: BODY(4, 1); break;                                                                           \
+    case 16: BODY(3, 4); break;                                                                           \
+    case 15: BODY(3, 3); break;                                                                           \
+    case 14: BODY(3, 2); break;                                                                           \
+    case 13: BODY(3, 1); break;                                                                           \
+    case 12: BODY(2, 4); break;                                                                           \
+    case 11: BODY(2, 3); break;                                                                           \
+    case 10: BODY(2, 2); break;                                                                           \
+    case 9: BODY(2, 1); break;                                                                            \
+    case 8: BODY(1, 4); break;                                                                            \
+    case 7: BODY(1, 3); break;                                                                            \
+    case 6: BODY(1, 2); break;                                                                            \
+    default: BODY(1, 1); break;                                                                           \
+    }
+
 /* Q8_0 blocks of 4 weight rows by 4 activation rows (the prefill of Q8_0
  * weights). The activations are laid out once per pair of blocks (Q8X_PAIR
  * bytes): their 64 codes; 128 x the sum of each 4 codes (int32 x 16); their two
@@ -635,24 +657,7 @@ AVX512VNNI static void q8_0_block_any(const unsigned char *w, size_t rb, const u
                                       const unsigned char *xq, size_t ab, size_t n, float *out, size_t os, int RW,
                                       int RX) {
 #define B(RW_, RX_) q8_0_block(w, rb, xt, xs, xq, ab, n, out, os, RW_, RX_)
-    switch (RW * 4 + RX) {
-    case 4 * 4 + 4: B(4, 4); break;
-    case 4 * 4 + 3: B(4, 3); break;
-    case 4 * 4 + 2: B(4, 2); break;
-    case 4 * 4 + 1: B(4, 1); break;
-    case 3 * 4 + 4: B(3, 4); break;
-    case 3 * 4 + 3: B(3, 3); break;
-    case 3 * 4 + 2: B(3, 2); break;
-    case 3 * 4 + 1: B(3, 1); break;
-    case 2 * 4 + 4: B(2, 4); break;
-    case 2 * 4 + 3: B(2, 3); break;
-    case 2 * 4 + 2: B(2, 2); break;
-    case 2 * 4 + 1: B(2, 1); break;
-    case 1 * 4 + 4: B(1, 4); break;
-    case 1 * 4 + 3: B(1, 3); break;
-    case 1 * 4 + 2: B(1, 2); break;
-    default: B(1, 1); break;
-    }
+    BLOCK_SWITCH(B, RW, RX)
 #undef B
 }
 
@@ -914,24 +919,7 @@ bf16_block(const uint16_t *w, size_t ws, const uint16_t *x, size_t xs, size_t n,
 AVX512BF16 static void bf16_block_any(const uint16_t *w, size_t ws, const uint16_t *x, size_t xs, size_t n, float *out,
                                       size_t os, int RW, int RX) {
 #define B(RW_, RX_) bf16_block(w, ws, x, xs, n, out, os, RW_, RX_)
-    switch (RW * 4 + RX) {
-    case 4 * 4 + 4: B(4, 4); break;
-    case 4 * 4 + 3: B(4, 3); break;
-    case 4 * 4 + 2: B(4, 2); break;
-    case 4 * 4 + 1: B(4, 1); break;
-    case 3 * 4 + 4: B(3, 4); break;
-    case 3 * 4 + 3: B(3, 3); break;
-    case 3 * 4 + 2: B(3, 2); break;
-    case 3 * 4 + 1: B(3, 1); break;
-    case 2 * 4 + 4: B(2, 4); break;
-    case 2 * 4 + 3: B(2, 3); break;
-    case 2 * 4 + 2: B(2, 2); break;
-    case 2 * 4 + 1: B(2, 1); break;
-    case 1 * 4 + 4: B(1, 4); break;
-    case 1 * 4 + 3: B(1, 3); break;
-    case 1 * 4 + 2: B(1, 2); break;
-    default: B(1, 1); break;
-    }
+    BLOCK_SWITCH(B, RW, RX)
 #undef B
 }
 
@@ -958,6 +946,49 @@ static int act_chunk(size_t row_bytes) {
     const size_t c = ACT_L3_BYTES / row_bytes / 4 * 4;
     return c < 4 ? 4 : c > (size_t)INT_MAX / 2 ? INT_MAX / 2 : (int)c;
 }
+
+/* One block: out rows n.. (RX of them, os apart), columns o.. (RW). */
+typedef void (*block_fn)(const void *ctx, int o, int n, float *dst, size_t os, int RW, int RX);
+
+/* The blocks' driver (BF16 and Q8_0): passes over the weights per ACT_L3_BYTES of activation rows (xb bytes
+ * a row); in each, OpenMP over panels of weight rows (wb bytes a row, PANEL_L2_BYTES a panel), every
+ * activation row passing each panel 4 at a time; then the bias. */
+static void blocks_run(block_fn fn, const void *ctx, size_t wb, size_t xb, const float *bias, float *out, int N,
+                       int OUT) {
+    int P = (int)(PANEL_L2_BYTES / wb) / 4 * 4;
+    P = P < 4 ? 4 : P > 128 ? 128 : P;
+    const int panels = (OUT + P - 1) / P, NC = act_chunk(xb);
+    for (int n0 = 0; n0 < N; n0 += NC) {
+        const int n1 = N - n0 < NC ? N : n0 + NC;
+#pragma omp parallel for schedule(static) if ((size_t)OUT * wb > 32768)
+        for (int p = 0; p < panels; p++) {
+            const int o0 = p * P, o1 = OUT - o0 < P ? OUT : o0 + P;
+            for (int n = n0; n < n1; n += 4) {
+                const int RX = n1 - n < 4 ? n1 - n : 4;
+                for (int o = o0; o < o1; o += 4) {
+                    const int RW = o1 - o < 4 ? o1 - o : 4;
+                    float *dst = out + (size_t)n * OUT + o;
+                    fn(ctx, o, n, dst, (size_t)OUT, RW, RX);
+                    if (bias)
+                        for (int c = 0; c < RX; c++)
+                            for (int r = 0; r < RW; r++) dst[(size_t)c * OUT + r] += bias[o + r];
+                }
+            }
+        }
+    }
+}
+
+typedef struct {
+    const uint16_t *w;
+    size_t ws;
+    const uint16_t *x;
+    size_t n;
+} bf16_ctx;
+
+static void bf16_one_block(const void *ctx, int o, int n, float *dst, size_t os, int RW, int RX) {
+    const bf16_ctx *b = ctx;
+    bf16_block_any(b->w + (size_t)o * b->ws, b->ws, b->x + (size_t)n * b->n, b->n, b->n, dst, os, RW, RX);
+}
 static mp_status matmul_bf16_dp(float *out, const float *in, const uint16_t *w, size_t ws, const float *bias, int N,
                                 int IN, int OUT) {
     uint16_t stack[8192], *xb = stack;
@@ -965,28 +996,8 @@ static mp_status matmul_bf16_dp(float *out, const float *in, const uint16_t *w, 
         return MP_ERR_NOMEM;
 #pragma omp parallel for schedule(static) if (N >= 8)
     for (int n = 0; n < N; n++) bf16_round_row(in + (size_t)n * IN, xb + (size_t)n * IN, (size_t)IN);
-    int P = (int)(PANEL_L2_BYTES / ((size_t)IN * 2)) / 4 * 4;
-    P = P < 4 ? 4 : P > 128 ? 128 : P;
-    const int panels = (OUT + P - 1) / P, NC = act_chunk((size_t)IN * 2);
-    for (int n0 = 0; n0 < N; n0 += NC) {
-        const int n1 = N - n0 < NC ? N : n0 + NC;
-#pragma omp parallel for schedule(static) if ((size_t)OUT * IN > 32768)
-    for (int p = 0; p < panels; p++) {
-        const int o0 = p * P, o1 = OUT - o0 < P ? OUT : o0 + P;
-        for (int n = n0; n < n1; n += 4) {
-            const int RX = n1 - n < 4 ? n1 - n : 4;
-            for (int o = o0; o < o1; o += 4) {
-                const int RW = o1 - o < 4 ? o1 - o : 4;
-                float *dst = out + (size_t)n * OUT + o;
-                bf16_block_any(w + (size_t)o * ws, ws, xb + (size_t)n * IN, (size_t)IN, (size_t)IN, dst, (size_t)OUT,
-                               RW, RX);
-                if (bias)
-                    for (int c = 0; c < RX; c++)
-                        for (int r = 0; r < RW; r++) dst[(size_t)c * OUT + r] += bias[o + r];
-            }
-        }
-    }
-    }
+    const bf16_ctx ctx = {w, ws, xb, (size_t)IN};
+    blocks_run(bf16_one_block, &ctx, ws * 2, (size_t)IN * 2, bias, out, N, OUT);
     if (xb != stack) free(xb);
     return MP_OK;
 }
@@ -1096,6 +1107,21 @@ int mp_qdot_tiles(uint32_t t) { return tile_kernel(t, mp_qdot_isa_active()) != N
 /* Q8_0 weights with tiles: the activations (quantized, xq) laid out by pairs of blocks, then OpenMP over
  * panels of weight rows (at most 256 KiB, so a panel stays in L2 while the activation rows pass by), blocks
  * of 4 weight rows by 4 activation rows (q8_0_block). */
+typedef struct {
+    const unsigned char *w;
+    size_t rb;
+    const unsigned char *xt;
+    size_t xs;
+    const unsigned char *xq;
+    size_t ab, n;
+} q8_ctx;
+
+static void q8_one_block(const void *ctx, int o, int n, float *dst, size_t os, int RW, int RX) {
+    const q8_ctx *q = ctx;
+    q8_0_block_any(q->w + (size_t)o * q->rb, q->rb, q->xt + (size_t)n * q->xs, q->xs, q->xq + (size_t)n * q->ab, q->ab,
+                   q->n, dst, os, RW, RX);
+}
+
 static mp_status matmul_q8_0_blocks(float *out, const unsigned char *xq, size_t ab, const unsigned char *w, size_t rb,
                                     const float *bias, int N, int IN, int OUT) {
     const size_t xs = (size_t)IN / 64 * Q8X_PAIR;
@@ -1103,28 +1129,8 @@ static mp_status matmul_q8_0_blocks(float *out, const unsigned char *xq, size_t 
     if (xs && !xt) return MP_ERR_NOMEM;
 #pragma omp parallel for schedule(static) if (N >= 8)
     for (int n = 0; n < N; n++) q8_0_tile_layout(xq + (size_t)n * ab, xt + (size_t)n * xs, (size_t)IN);
-    int P = (int)(PANEL_L2_BYTES / rb) / 4 * 4;
-    P = P < 4 ? 4 : P > 128 ? 128 : P;
-    const int panels = (OUT + P - 1) / P, NC = act_chunk(xs ? xs : 1);
-    for (int n0 = 0; n0 < N; n0 += NC) {
-        const int n1 = N - n0 < NC ? N : n0 + NC;
-#pragma omp parallel for schedule(static) if ((size_t)OUT * rb > 65536)
-    for (int p = 0; p < panels; p++) {
-        const int o0 = p * P, o1 = OUT - o0 < P ? OUT : o0 + P;
-        for (int n = n0; n < n1; n += 4) {
-            const int RX = n1 - n < 4 ? n1 - n : 4;
-            for (int o = o0; o < o1; o += 4) {
-                const int RW = o1 - o < 4 ? o1 - o : 4;
-                float *dst = out + (size_t)n * OUT + o;
-                q8_0_block_any(w + (size_t)o * rb, rb, xt + (size_t)n * xs, xs, xq + (size_t)n * ab, ab, (size_t)IN,
-                               dst, (size_t)OUT, RW, RX);
-                if (bias)
-                    for (int c = 0; c < RX; c++)
-                        for (int r = 0; r < RW; r++) dst[(size_t)c * OUT + r] += bias[o + r];
-            }
-        }
-    }
-    }
+    const q8_ctx ctx = {w, rb, xt, xs, xq, ab, (size_t)IN};
+    blocks_run(q8_one_block, &ctx, rb, xs ? xs : 1, bias, out, N, OUT);
     free(xt);
     return MP_OK;
 }

@@ -181,17 +181,9 @@ mp_status mp_model_dequantize(mp_model *m) {
 
 /* precision "bf16" on the CPU: BF16 weights kept as stored, AVX-512 BF16 */
 mp_status mp_model_cpu_bf16_check(const mp_model *m) {
-    int bf16 = 0;
-    if (m->q) {
-        const mp_qparams *q = m->q;
-        bf16 = q->embed.type == MP_GGML_BF16 || q->unembed.type == MP_GGML_BF16;
-        const mp_qmat *arr[7] = {q->wq, q->wk, q->wv, q->wo, q->w1, q->w3, q->w2};
-        for (int a = 0; a < 7; a++)
-            for (int l = 0; arr[a] && l < m->cfg.n_layer; l++) bf16 |= arr[a][l].type == MP_GGML_BF16;
-    }
-    if (!bf16) {
-        char types[64] = "F32";
-        if (m->q) mp_model_weight_types(m, types, sizeof types);
+    char types[64]; /* the weight types, "+"-joined (mp_model_weight_types) */
+    mp_model_weight_types(m, types, sizeof types);
+    if (!strstr(types, "BF16")) {
         return mp_error(MP_ERR_ARG,
                         "precision \"bf16\" on the CPU multiplies BF16 weights kept as stored (a BF16 GGUF or "
                         "Hugging Face folder); this model's weights are %s: use device \"cuda\" or fp32",

@@ -994,8 +994,7 @@ static mp_status matmul_bf16_dp(float *out, const float *in, const uint16_t *w, 
     uint16_t stack[8192], *xb = stack;
     if ((size_t)N * IN > sizeof stack / 2 && !(xb = mp_malloc((size_t)N * IN * 2, "BF16 activations")))
         return MP_ERR_NOMEM;
-#pragma omp parallel for schedule(static) if (N >= 8)
-    for (int n = 0; n < N; n++) bf16_round_row(in + (size_t)n * IN, xb + (size_t)n * IN, (size_t)IN);
+    mp_qdot_round_bf16(in, xb, (size_t)N * IN); /* elementwise: the rows' rounding, all at once */
     const bf16_ctx ctx = {w, ws, xb, (size_t)IN};
     blocks_run(bf16_one_block, &ctx, ws * 2, (size_t)IN * 2, bias, out, N, OUT);
     if (xb != stack) free(xb);

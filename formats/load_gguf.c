@@ -455,7 +455,7 @@ static mp_status read_weights(const gctx *x, mp_model *m) {
         if (p->ln1_b && (st = read_t(x, p->ln1_b + lD, D, 0, NULL, "blk.%d.attn_norm.bias", l))) goto cleanup;
         float *wq = LP(wq, HD * D), *wk = LP(wk, KD * D), *wv = LP(wv, KD * D);
         if (fused && Q) { /* gpt2, quantized: views of the fused rows q | k | v */
-            mp_qmat f;
+            mp_qmat f = {0};
             if ((st = read_w(x, NULL, &f, D, 3 * D, 0, "blk.%d.attn_qkv.weight", l)) ||
                 (st = read_t(x, tmp, 3 * D, 0, NULL, "blk.%d.attn_qkv.bias", l)))
                 goto cleanup;

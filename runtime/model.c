@@ -388,6 +388,7 @@ static mp_status linear(float *out, const float *in, const float *w, const mp_qm
         mp_matmul_forward(out, in, (const float *)(const void *)qm->data, bias, N, IN, OUT);
         return MP_OK;
     }
+    if (qm->bf16_products) return mp_qdot_matmul_bf16(out, in, qm->data, qm->row_bytes, bias, N, IN, OUT);
     return mp_qdot_matmul(out, in, qm->type, qm->data, qm->row_bytes, bias, N, IN, OUT);
 }
 /* out[n] += bias[n] (one row; bias may be NULL) */
@@ -451,10 +452,7 @@ static mp_status cpu_linear(const mp_exec *e, mp_exec_weight w, int l, float *ou
     const float *W, *bias;
     int IN, OUT;
     mp_exec_weight_of(&m->cfg, &m->p, w, l, &W, &bias, &IN, &OUT);
-    const mp_qmat *qm = qmat_of(m->q, w, l);
-    if (qm && qm->type == MP_GGML_BF16 && m->device == MP_DEVICE_CPU && m->precision == MP_PRECISION_BF16)
-        return mp_qdot_matmul_bf16(out, in, qm->data, qm->row_bytes, bias, rows, IN, OUT);
-    return linear(out, in, W, qm, bias, rows, IN, OUT);
+    return linear(out, in, W, qmat_of(m->q, w, l), bias, rows, IN, OUT);
 }
 
 /* A decoding step (one row) with float32 weights: the n products in one

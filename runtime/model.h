@@ -125,6 +125,9 @@ typedef struct {
     uint32_t type;
     const unsigned char *data;
     size_t row_bytes;
+    int bf16_products; /* BF16 weights of a model at precision "bf16" on the CPU: every product with them
+                          (the forward's and the per-head hooked paths') runs mp_qdot_matmul_bf16; set by
+                          mp_model_to_device (mp_model_set_bf16_products), 0 otherwise */
 } mp_qmat;
 
 /* The linear weights of a quantized model, one mp_qmat per layer (files mix
@@ -177,6 +180,9 @@ int mp_model_is_quantized(const mp_model *m);
 size_t mp_model_param_bytes(const mp_model *m);
 /* The weight encoding for messages: "F32", "Q8_0", or "Q4_K+Q6_K" (every type used). */
 void mp_model_weight_types(const mp_model *m, char *buf, size_t n);
+/* Marks every BF16 weight matrix of m for BF16 products (on != 0: precision
+ * "bf16" on the CPU) or float32 ones (mp_qmat.bf16_products). */
+void mp_model_set_bf16_products(mp_model *m, int on);
 /* Replaces the quantized weights by float32 ones (no-op for a float32 model). */
 mp_status mp_model_dequantize(mp_model *m);
 /* MP_OK when the model can run at precision "bf16" on the CPU: it keeps BF16

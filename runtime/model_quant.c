@@ -36,16 +36,32 @@ static void add_type(char *buf, size_t n, uint32_t t) {
     snprintf(buf + len, n - len, "%s%s", len ? "+" : "", name);
 }
 
+/* fn(each weight matrix of m's quantized or kept weights): the embedding, the
+ * unembedding when not tied, then every layer's */
+static void each_qmat(const mp_model *m, void (*fn)(mp_qmat *, void *), void *ctx) {
+    mp_qparams *q = m->q;
+    fn(&q->embed, ctx);
+    if (!m->cfg.tied) fn(&q->unembed, ctx);
+    mp_qmat *fam[] = {q->wq, q->wk, q->wv, q->wo, q->w1, q->w3, q->w2};
+    for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++)
+        for (int l = 0; fam[f] && l < m->cfg.n_layer; l++) fn(&fam[f][l], ctx);
+}
+
+typedef struct { char *buf; size_t n; } types_ctx;
+static void add_type_of(mp_qmat *qm, void *ctx) { add_type(((types_ctx *)ctx)->buf, ((types_ctx *)ctx)->n, qm->type); }
+
 void mp_model_weight_types(const mp_model *m, char *buf, size_t n) {
     if (!n) return;
     buf[0] = 0;
     if (!m->q) { snprintf(buf, n, "F32"); return; }
-    const mp_qparams *q = m->q;
-    add_type(buf, n, q->embed.type);
-    if (!m->cfg.tied) add_type(buf, n, q->unembed.type);
-    const mp_qmat *fam[] = {q->wq, q->wk, q->wv, q->wo, q->w1, q->w3, q->w2};
-    for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++)
-        for (int l = 0; fam[f] && l < m->cfg.n_layer; l++) add_type(buf, n, fam[f][l].type);
+    types_ctx t = {buf, n};
+    each_qmat(m, add_type_of, &t);
+}
+
+static void set_bf16(mp_qmat *qm, void *on) { qm->bf16_products = qm->type == MP_GGML_BF16 && *(const int *)on; }
+
+void mp_model_set_bf16_products(mp_model *m, int on) {
+    if (m->q) each_qmat(m, set_bf16, &on);
 }
 
 void mp_model_embed_rows(const mp_model *m, float *out, const int *tokens, int N) {

@@ -44,6 +44,7 @@
 #include "formats.h"
 #include "safetensors.h"
 #include "model.h"
+#include "mp_hooks.h"
 #include "mp_cuda.h"
 #include "qdot.h"
 #include "quant.h"
@@ -195,6 +196,12 @@ static uint64_t write_pair(const char *arch, const char *qpath, const char *fpat
     mp_gguf_writer_free(f.wf);
     for (int i = 0; i < f.nkeep; i++) free(f.keep[i]);
     return f.qbytes;
+}
+
+/* a hook that changes nothing (it makes the forward take the point's path) */
+static int noop_hook(void *user, const mp_hook_info *info, float *data) {
+    (void)user, (void)info, (void)data;
+    return 0;
 }
 
 static void logits_all(const mp_model *m, const int *tok, int T, float *out) {
@@ -597,6 +604,21 @@ static void test_hf_half(const char *arch, uint32_t half) {
               0.05 * fbig, fmean, 0.02 * fmeanabs);
         printf("hf %-11s bf16 products: prefill vs decode max |diff| %.2e, mean %.2e; vs F32 max %.2e = %.2f%% of the "
                "largest |logit|, mean %.2f%% of the mean\n", arch, pd, pmean, fd, 100 * fd / fbig, 100 * fmean / fmeanabs);
+        /* the per-head paths (hook_q_input / k_input / v_input split the projections by head) multiply at
+         * the model's precision too: each BF16 product is the same whatever the block it falls in, so the
+         * hooked forward gives the plain one's logits bit for bit (float32 products there would move them
+         * by the BF16 rounding, about 1% of the largest logit) */
+        mp_hooks *hs = mp_hooks_new(c);
+        CHECK(hs && mp_hooks_add(hs, "blocks.*.hook_q_input,blocks.*.hook_k_input,blocks.*.hook_v_input", noop_hook,
+                                 NULL) == MP_OK, "%s", mp_last_error());
+        fp = mp_forward_params_default();
+        fp.hooks = hs;
+        CHECK(mp_model_forward(mh, tok, 1, T, &fp, s) == MP_OK, "%s", mp_last_error());
+        double hd, hmean, hbig, hmeanabs;
+        stats(s, p, T * VV, &hd, &hmean, &hbig, &hmeanabs);
+        CHECK(hd == 0, "%s bf16: with the q/k/v input points hooked, logits differ by %.3g (largest |logit| %.3g)",
+              arch, hd, hbig);
+        mp_hooks_free(hs);
         /* back to fp32: the float32 products again, the very logits of before */
         CHECK(mp_model_to_device(mh, MP_DEVICE_CPU, MP_PRECISION_FP32) == MP_OK, "%s", mp_last_error());
         logits_steps(mh, tok, T, s);

@@ -73,6 +73,7 @@ mp_status mp_model_to_device(mp_model *m, mp_device d, mp_precision p) {
         m->dev_ops = NULL;
         m->device = MP_DEVICE_CPU;
         m->precision = p;
+        mp_model_set_bf16_products(m, p == MP_PRECISION_BF16);
         return MP_OK;
     }
     if (d != MP_DEVICE_CUDA) return mp_error(MP_ERR_ARG, "unknown device (%d)", (int)d);
@@ -82,6 +83,7 @@ mp_status mp_model_to_device(mp_model *m, mp_device d, mp_precision p) {
     if ((st = mp_cuda_attach(m, p))) return st;
     m->device = MP_DEVICE_CUDA;
     m->precision = p;
+    mp_model_set_bf16_products(m, 0); /* the CPU's products stay float32 */
     return MP_OK;
 #else
     return mp_error(MP_ERR_ARG, "this build has no CUDA support (configure with -DMP_CUDA=ON)");

@@ -37,11 +37,12 @@ static void add_type(char *buf, size_t n, uint32_t t) {
 }
 
 /* fn(each weight matrix of m's quantized or kept weights): the embedding, the
- * unembedding when not tied, then every layer's */
+ * unembedding (a copy of the embedding's mp_qmat when tied: the classifier's
+ * products read its own), then every layer's */
 static void each_qmat(const mp_model *m, void (*fn)(mp_qmat *, void *), void *ctx) {
     mp_qparams *q = m->q;
     fn(&q->embed, ctx);
-    if (!m->cfg.tied) fn(&q->unembed, ctx);
+    fn(&q->unembed, ctx);
     mp_qmat *fam[] = {q->wq, q->wk, q->wv, q->wo, q->w1, q->w3, q->w2};
     for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++)
         for (int l = 0; fam[f] && l < m->cfg.n_layer; l++) fn(&fam[f][l], ctx);

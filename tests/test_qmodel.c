@@ -588,6 +588,10 @@ static void test_hf_half(const char *arch, uint32_t half) {
               mp_quant_type_name(half), mp_last_error());
     } else {
         CHECK(bs == MP_OK && mh->precision == MP_PRECISION_BF16, "%s: precision bf16: %s", arch, mp_last_error());
+        /* every BF16 product takes the BF16 path, the classifier's too (a tied model's unembedding is a copy
+         * of the embedding's matrix) */
+        CHECK(mh->q->unembed.bf16_products && mh->q->wq[0].bf16_products && mh->q->w2[c->n_layer - 1].bf16_products,
+              "%s (tied %d): the classifier and the layers' BF16 weights multiply in BF16", arch, c->tied);
         float *p = malloc(T * VV * sizeof(float)), *s = malloc(T * VV * sizeof(float));
         logits_all(mh, tok, T, p);
         logits_steps(mh, tok, T, s);
@@ -623,6 +627,7 @@ static void test_hf_half(const char *arch, uint32_t half) {
         CHECK(mp_model_to_device(mh, MP_DEVICE_CPU, MP_PRECISION_FP32) == MP_OK, "%s", mp_last_error());
         logits_steps(mh, tok, T, s);
         CHECK(memcmp(s, a, T * VV * sizeof(float)) == 0, "%s: back at fp32, the decode's logits of before", arch);
+        CHECK(!mh->q->unembed.bf16_products && !mh->q->wq[0].bf16_products, "%s: back at fp32, float32 products", arch);
         free(p);
         free(s);
     }

@@ -248,24 +248,41 @@ static mp_status attention(const mp_exec *e, int l, const mp_layer_acts *b, cons
         mp_mask_positions(f->mask, B, S, kpos);
     }
     if (T == 1 && !show && !f->mask) {
-        /* a decoding step with neither map hooked: each head's scores, weights and
-         * output in one parallel region instead of three of tiny work */
+        /* a decoding step with neither map hooked: each KV head's scores, weights and
+         * output in one parallel region instead of three of tiny work. The query heads
+         * that share a KV head (grouped-query attention) go together: one pass over the
+         * cached keys and values for the group, not one per query head (at context 8192
+         * the cache, not the weights, is most of a step's memory traffic). One query head
+         * at a time where the groups are fewer than the threads (MQA, one sequence). */
+        const int G = B * c->n_kv_head >= nthr ? group : 1, U = H / G;
 #pragma omp parallel for schedule(static)
-        for (int bh = 0; bh < B * H; bh++) {
-            const int bb = bh / H, h = bh % H;
-            float *a = b->att + (size_t)bh * S, *w = thread_work(work, nwork);
-            const float *qp = b->q + (size_t)bb * HD + (size_t)h * Dh;
-            const float *kp = kc + bb * bstride + (size_t)(h / group) * Dh;
-            const float *vp = vc + bb * bstride + (size_t)(h / group) * Dh;
+        for (int u = 0; u < B * U; u++) {
+            const int bb = u / U, h0 = (u % U) * G;
+            float *a = b->att + ((size_t)bb * H + h0) * S, *w = thread_work(work, nwork);
+            const float *qp = b->q + (size_t)bb * HD + (size_t)h0 * Dh;
+            const float *kp = kc + bb * bstride + (size_t)(h0 / group) * Dh;
+            const float *vp = vc + bb * bstride + (size_t)(h0 / group) * Dh;
+            float *zp = b->z + (size_t)bb * HD + (size_t)h0 * Dh;
             /* a sliding window: only the last W keys (lo..S-1; the cache keeps them all) */
             const int lo = av->window > 0 && S > av->window ? S - av->window : 0;
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, S - lo, Dh, scale, kp + (size_t)lo * KD, KD, qp, 1, 0.0f, a + lo,
-                        1);
-            if (cap > 0.0f) mp_softcap(a + lo, (size_t)(S - lo), cap);
-            mp_attn_normalize_rows(av, h, a, 1, S, S, f->pos0 + 1, w);
-            cblas_sgemv(CblasRowMajor, CblasTrans, S - lo, Dh, 1.0f, vp + (size_t)lo * KD, KD, a + lo, 1, 0.0f,
-                        b->z + (size_t)bb * HD + (size_t)h * Dh, 1);
-            if (rel_v) mp_relv_row(rel_v, R, Dh, a, lo, S - 1, NULL, b->z + (size_t)bb * HD + (size_t)h * Dh);
+            if (G == 1)
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, S - lo, Dh, scale, kp + (size_t)lo * KD, KD, qp, 1, 0.0f,
+                            a + lo, 1);
+            else
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, G, S - lo, Dh, scale, qp, Dh,
+                            kp + (size_t)lo * KD, KD, 0.0f, a + lo, S);
+            for (int g = 0; g < G; g++) {
+                if (cap > 0.0f) mp_softcap(a + (size_t)g * S + lo, (size_t)(S - lo), cap);
+                mp_attn_normalize_rows(av, h0 + g, a + (size_t)g * S, 1, S, S, f->pos0 + 1, w);
+            }
+            if (G == 1)
+                cblas_sgemv(CblasRowMajor, CblasTrans, S - lo, Dh, 1.0f, vp + (size_t)lo * KD, KD, a + lo, 1, 0.0f,
+                            zp, 1);
+            else
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, G, Dh, S - lo, 1.0f, a + lo, S,
+                            vp + (size_t)lo * KD, KD, 0.0f, zp, Dh);
+            for (int g = 0; rel_v && g < G; g++)
+                mp_relv_row(rel_v, R, Dh, a + (size_t)g * S, lo, S - 1, NULL, zp + (size_t)g * Dh);
         }
         free(work);
         return MP_OK;

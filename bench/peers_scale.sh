@@ -206,9 +206,11 @@ done
 echo "  (F32: float32 rounding of other summation orders. BF16/F16: llama.cpp rounds the activations to the weights'"
 echo "   type for its dot products, mechprobe at fp32 does not (at precision bf16 it does; other float32 rounding"
 echo "   still differs): ~1e-2 relative on the 1B. Q8_0 / Q4_K: both quantize the"
-echo "   activations to 8 bits per block of 32 (Q8_0) or 256 (Q4_K's Q8_K) values the same way, so the first step"
-echo "   agrees to ~1e-6; once one 8-bit code rounds the other way the logits differ by the quantization's own noise"
-echo "   (~0.1 on the 1B, where Q8_0 moves them ~0.2 from F32's), and a near-tie of a random model may flip a token)"
+echo "   activations to 8 bits per block of 32 (Q8_0) or 256 (Q4_K's Q8_K) values the same way, so they agree to"
+echo "   ~1e-6 until one 8-bit code rounds the other way (float32 rounding upstream can flip one within the first"
+echo "   step of 16 layers: Q4_K's first step differed by 0.036 on 2026-12-06); from there the logits differ by the"
+echo "   quantization's own noise (~0.1 on the 1B, where Q8_0 moves them ~0.2 from F32's), and a near-tie of a"
+echo "   random model may flip a token)"
 
 if [[ $CHECKS == 1 ]]; then echo "total time: $(( $(date +%s) - START )) s (--checks: no timing)"; exit 0; fi
 

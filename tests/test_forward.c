@@ -13,6 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #define TOL 1e-4
 
 /* Compares every /acts dataset and /logits of a golden file with batch row b
@@ -155,10 +159,19 @@ static void test_batch(const char *model_path, const char *ga, const char *gb, c
  * weight-streaming few-row kernel, larger B sgemm (ops.h), and the full
  * prefill sgemm, so the logits agree to float32 rounding of other summation
  * orders: 1e-5 of the largest |logit| (a wrong cache row or position differs
- * by ~0.1-1). */
-static void test_kvcache(const char *model_path, int B, int P) {
+ * by ~0.1-1). threads > 0 runs at that many OpenMP threads: a step's attention
+ * takes the query heads that share a KV head together when the KV heads (times
+ * B) are at least the threads, and one query head at a time when they are fewer
+ * (the path of MQA with one sequence), so both are tested on one model. */
+static void test_kvcache(const char *model_path, int B, int P, int threads) {
     mp_model *m;
     if (mp_model_load_llama2c(&m, model_path)) { CHECK(0, "%s", mp_last_error()); return; }
+#ifdef _OPENMP
+    const int threads0 = omp_get_max_threads();
+    if (threads > 0) omp_set_num_threads(threads);
+#else
+    if (threads > 1) printf("test_kvcache: built without OpenMP: %d threads not tested\n", threads);
+#endif
     const int T = 20, V = m->cfg.vocab;
     int *toks = malloc((size_t)B * T * sizeof(int)), *pre = malloc((size_t)B * P * sizeof(int));
     int *col = malloc((size_t)B * sizeof(int));
@@ -187,10 +200,12 @@ static void test_kvcache(const char *model_path, int B, int P) {
             worst = d > worst ? d : worst;
         }
     }
-    CHECK(worst <= 1e-5 * big, "KV-cache decoding (B %d, prefill %d) differs from prefill by %.3g (largest |logit| %.3g)",
-          B, P, worst, big);
-    printf("KV cache vs prefill (%s, B %d, prefill %d, then one token per step): worst |diff| %.2e (largest |logit| %.3g)\n",
-           model_path, B, P, worst, big);
+    CHECK(worst <= 1e-5 * big,
+          "KV-cache decoding (B %d, prefill %d, threads %d) differs from prefill by %.3g (largest |logit| %.3g)", B, P,
+          threads, worst, big);
+    printf("KV cache vs prefill (%s, B %d, prefill %d, then one token per step, threads %d): worst |diff| %.2e "
+           "(largest |logit| %.3g)\n",
+           model_path, B, P, threads, worst, big);
     for (int b = 0; b < B; b++) col[b] = 0;
     mp_status st = mp_model_forward(m, col, B, 1, &fp, step);
     CHECK(st == MP_ERR_ARG && strstr(mp_last_error(), "full"), "a full cache must be refused: %s", mp_last_error());
@@ -201,6 +216,9 @@ static void test_kvcache(const char *model_path, int B, int P) {
     free(pre);
     free(col);
     mp_model_free(m);
+#ifdef _OPENMP
+    omp_set_num_threads(threads0);
+#endif
 }
 
 int main(int argc, char **argv) {
@@ -221,9 +239,13 @@ int main(int argc, char **argv) {
                "gqa+untied");
     test_model_golden(tu_data("ref_tied.bin"), tu_data("ref_tied.h5"), 64, "tied");
     test_greedy(tu_data("ref_tied.bin"), tu_data("ref_tied.h5"));
-    test_kvcache(tu_data("ref_gqa_untied.bin"), 2, 7);
-    test_kvcache(tu_data("ref_gqa_untied.bin"), 1, 1);   /* every position by sgemv steps */
-    test_kvcache(tu_data("ref_gqa_untied.bin"), 5, 1);   /* the few-row kernel */
-    test_kvcache(tu_data("ref_gqa_untied.bin"), 9, 3);   /* above it: sgemm steps */
+    /* ref_gqa_untied: 4 query heads on 2 KV heads */
+    test_kvcache(tu_data("ref_gqa_untied.bin"), 2, 7, 0);
+    test_kvcache(tu_data("ref_gqa_untied.bin"), 1, 1, 0); /* every position by sgemv steps */
+    test_kvcache(tu_data("ref_gqa_untied.bin"), 5, 1, 0); /* the few-row kernel */
+    test_kvcache(tu_data("ref_gqa_untied.bin"), 9, 3, 0); /* above it: sgemm steps */
+    test_kvcache(tu_data("ref_gqa_untied.bin"), 1, 1, 1); /* attention: 2 query heads per KV head at once */
+    test_kvcache(tu_data("ref_gqa_untied.bin"), 1, 1, 3); /* 2 KV heads < 3 threads: one query head at a time */
+    test_kvcache(tu_data("ref_gqa_untied.bin"), 2, 3, 5); /* 4 (B x KV heads) < 5 threads: the same */
     return tu_finish("test_forward");
 }

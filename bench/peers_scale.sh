@@ -168,7 +168,7 @@ fits() {
 # Ours at precision bf16 (BF16 weights times activations rounded to BF16, AVX-512 BF16: as llama.cpp computes
 # them) beside ours at fp32 (exact products) on every BF16 row, where this CPU has it (probed on the tiny file)
 BF16P=0
-if [[ " $TYPES " == *" bf16 "* || $EIGHT == 1 ]]; then
+if [[ " $TYPES " == *" bf16 "* || $EIGHT == 1 || ( $LONG == 1 && $LONG_TYPE == bf16 ) ]]; then
     tf="$(mk tiny bf16 2>/dev/null)" && "$GEN" --mode prefill --model "$tf" -T 8 --reps 1 --warmup 0 --precision bf16 \
         >"$TMP/bf16p_probe" 2>&1 && BF16P=1
     [[ $BF16P == 1 ]] || echo "(no rows at precision bf16: $(tail -n 1 "$TMP/bf16p_probe"))"

@@ -125,10 +125,9 @@ mp_status mp_block_forward(const mp_exec *e, const mp_exec_bufs *b) {
         TRY(o->pos_apply(e, l, a.q, a.k));
         FIRE(MP_HOOK_ROT_Q, l, a.q);
         FIRE(MP_HOOK_ROT_K, l, a.k);
-        const float *kc = a.k, *vc = a.v;
-        size_t bstride = (size_t)f->T * c->n_kv_head * c->d_head;
-        if (b->cache) TRY(o->kv_append(e, l, a.k, a.v, &kc, &vc, &bstride));
-        TRY(o->attention(e, l, &a, kc, vc, bstride, b->qb)); /* hook_attn_scores, hook_pattern per block */
+        mp_kv_view kv = mp_kv_view_rows(a.k, a.v, f->T, c->n_kv_head, c->d_head);
+        if (b->cache) TRY(o->kv_append(e, l, a.k, a.v, &kv));
+        TRY(o->attention(e, l, &a, &kv, b->qb)); /* hook_attn_scores, hook_pattern per block */
         FIRE(MP_HOOK_Z, l, a.z);
         /* post_norms (Gemma 2): W_O's product into attn_raw, its norm ln1_post into out */
         float *ao = c->post_norms ? a.attn_raw : b->out;

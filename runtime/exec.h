@@ -15,7 +15,7 @@
 #include "fwd_hooks.h"
 
 /* The layout of mp_exec_ops this runtime walks; a table of another version is refused. */
-#define MP_EXEC_OPS_VERSION 3
+#define MP_EXEC_OPS_VERSION 4
 
 /* The block's linear weights (with their biases), as an op resolves them for layer l. */
 typedef enum {
@@ -26,6 +26,28 @@ typedef enum {
 } mp_exec_weight;
 
 typedef struct mp_exec mp_exec;
+
+/* The keys and values one attention call reads: position j of kv head kh of
+ * sequence b at k + b*bs + kh*hs + j*rs (v alike). A call's own rows
+ * [B, T, K*Dh] (no cache): bs T*K*Dh, hs Dh, rs K*Dh; a KV cache's layer
+ * [B, K, cap, Dh]: bs K*cap*Dh, hs cap*Dh, rs Dh. */
+typedef struct {
+    const float *k, *v;
+    size_t bs, hs, rs;
+} mp_kv_view;
+
+/* The view of a call's own keys and values k, v [B, T, K*Dh]. */
+static inline mp_kv_view mp_kv_view_rows(const float *k, const float *v, int T, int K, int Dh) {
+    const mp_kv_view w = {k, v, (size_t)T * K * Dh, (size_t)Dh, (size_t)K * Dh};
+    return w;
+}
+/* The view of layer l of a KV cache whose keys and values (host or device
+ * memory) start at k, v: B sequences, K kv heads, cap positions (mp_kv_offset). */
+static inline mp_kv_view mp_kv_view_cache(const float *k, const float *v, int l, int B, int K, int cap, int Dh) {
+    const size_t at = mp_kv_offset(B, K, cap, Dh, l, 0, 0, 0);
+    const mp_kv_view w = {k + at, v + at, (size_t)K * cap * Dh, (size_t)cap * Dh, (size_t)Dh};
+    return w;
+}
 
 /* One device's implementation of the forward's steps. Every op returns MP_OK
  * or an error whose message is set; rows N = B*T unless stated; pointers are
@@ -63,17 +85,15 @@ typedef struct mp_exec_ops {
      * tables (mp_pos_local). */
     mp_status (*pos_apply)(const mp_exec *e, int l, float *q, float *k);
     /* Appends k, v [B, T, K*Dh] of layer l to the call's KV cache at its
-     * positions pos0..; *kc, *vc, *bstride: the layer's cached keys and values
-     * (batch stride in floats) that attention reads. Called only with a cache. */
-    mp_status (*kv_append)(const mp_exec *e, int l, const float *k, const float *v, const float **kc,
-                           const float **vc, size_t *bstride);
-    /* Causal attention of layer l: a->q (positioned) into a->z over keys and
-     * values kc, vc (batch stride bstride, rows K*Dh apart), in blocks of qb
+     * positions pos0..; *kv: the layer's cached keys and values that
+     * attention reads. Called only with a cache. */
+    mp_status (*kv_append)(const mp_exec *e, int l, const float *k, const float *v, mp_kv_view *kv);
+    /* Causal attention of layer l: a->q (positioned) into a->z over the keys
+     * and values of kv (positions 0..pos0+T-1), in blocks of qb
      * query rows wherever the scores or the pattern are shown (a->att holds
      * a block; hook_attn_scores then hook_pattern fire per block through
      * mp_exec_fire_block) or stored (training); otherwise any algorithm. */
-    mp_status (*attention)(const mp_exec *e, int l, const mp_layer_acts *a, const float *kc, const float *vc,
-                           size_t bstride, int qb);
+    mp_status (*attention)(const mp_exec *e, int l, const mp_layer_acts *a, const mp_kv_view *kv, int qb);
     /* post [N, M] = the configured activation of pre (SwiGLU: of pre and up). */
     mp_status (*act)(const mp_exec *e, float *post, const float *pre, const float *up);
     /* dst = src; x += y (n floats). */

@@ -197,6 +197,10 @@ typedef struct {
  * (training keeps all T in one) is computed in sub-blocks this tall, each only
  * up to the last key its rows see. */
 #define CAUSAL_SUB 64
+/* Cached positions per chunk of a decoding step's grouped attention: 1024 keys
+ * of 64 channels are 256 KiB, which stay in L2 while the group's query heads
+ * read them. */
+#define DECODE_CHUNK 1024
 
 /* The calling thread's share of the per-thread scratch work (nwork floats each), or NULL. */
 static float *thread_work(float *work, size_t nwork) {
@@ -210,16 +214,16 @@ static float *thread_work(float *work, size_t nwork) {
 
 /* Causal grouped-query attention of one layer, by blocks of qb query rows:
  * a->q [B,T,H,Dh] (rotated) into a->z [B,T,H,Dh] through the pattern block
- * a->att [B,H,qb,S]; keys/values kc/vc with batch stride bstride and row
- * stride KD covering positions 0..pos0+T-1. The scores become
+ * a->att [B,H,qb,S]; keys/values of kv (exec.h: mp_kv_view) covering
+ * positions 0..pos0+T-1. The scores become
  * the pattern through the layer's attention variant av; with its sliding
  * window (av->window = W) a row at position p sees keys p-W+1..p only (-inf
  * scores, 0 pattern before them; a decoding step reads only those keys). */
-static mp_status attention(const mp_exec *e, int l, const mp_layer_acts *b, const float *kc, const float *vc,
-                           size_t bstride, int qb, const mp_attn_layer *av) {
+static mp_status attention(const mp_exec *e, int l, const mp_layer_acts *b, const mp_kv_view *kv, int qb,
+                           const mp_attn_layer *av) {
     const mp_fwd_ctx *f = &e->f;
     const mp_config *c = f->c;
-    const int B = f->B, T = f->T, H = c->n_head, Dh = c->d_head, KD = c->n_kv_head * Dh;
+    const int B = f->B, T = f->T, H = c->n_head, Dh = c->d_head, RS = (int)kv->rs;
     const int S = f->pos0 + T, HD = H * Dh, group = H / c->n_kv_head;
     const float scale = mp_attn_scale(c), cap = c->attn_softcap;
     /* a hooked block shows all S keys: scores -inf and pattern 0 past the keys
@@ -250,37 +254,41 @@ static mp_status attention(const mp_exec *e, int l, const mp_layer_acts *b, cons
     if (T == 1 && !show && !f->mask) {
         /* a decoding step with neither map hooked: each KV head's scores, weights and
          * output in one parallel region instead of three of tiny work. The query heads
-         * that share a KV head (grouped-query attention) go together: one pass over the
-         * cached keys and values for the group, not one per query head (at context 8192
-         * the cache, not the weights, is most of a step's memory traffic). One query head
-         * at a time where the groups are fewer than the threads (MQA, one sequence). */
+         * that share a KV head (grouped-query attention) go together: the head's cached
+         * keys and values (one contiguous run in a KV cache) are read by chunks of
+         * DECODE_CHUNK positions, each chunk by the group's query heads in turn while it
+         * is in cache, so the group costs one pass over the cache, not one per query
+         * head (at context 8192 the cache, not the weights, is most of a step's memory
+         * traffic). sgemv reads the rows in place; sgemm would copy (pack) them first.
+         * One query head at a time where the groups are fewer than the threads (MQA,
+         * one sequence). */
         const int G = B * c->n_kv_head >= nthr ? group : 1, U = H / G;
 #pragma omp parallel for schedule(static)
         for (int u = 0; u < B * U; u++) {
             const int bb = u / U, h0 = (u % U) * G;
             float *a = b->att + ((size_t)bb * H + h0) * S, *w = thread_work(work, nwork);
             const float *qp = b->q + (size_t)bb * HD + (size_t)h0 * Dh;
-            const float *kp = kc + bb * bstride + (size_t)(h0 / group) * Dh;
-            const float *vp = vc + bb * bstride + (size_t)(h0 / group) * Dh;
+            const float *kp = kv->k + bb * kv->bs + (size_t)(h0 / group) * kv->hs;
+            const float *vp = kv->v + bb * kv->bs + (size_t)(h0 / group) * kv->hs;
             float *zp = b->z + (size_t)bb * HD + (size_t)h0 * Dh;
             /* a sliding window: only the last W keys (lo..S-1; the cache keeps them all) */
             const int lo = av->window > 0 && S > av->window ? S - av->window : 0;
-            if (G == 1)
-                cblas_sgemv(CblasRowMajor, CblasNoTrans, S - lo, Dh, scale, kp + (size_t)lo * KD, KD, qp, 1, 0.0f,
-                            a + lo, 1);
-            else
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, G, S - lo, Dh, scale, qp, Dh,
-                            kp + (size_t)lo * KD, KD, 0.0f, a + lo, S);
+            for (int j0 = lo; j0 < S; j0 += DECODE_CHUNK) {
+                const int n = S - j0 < DECODE_CHUNK ? S - j0 : DECODE_CHUNK;
+                for (int g = 0; g < G; g++)
+                    cblas_sgemv(CblasRowMajor, CblasNoTrans, n, Dh, scale, kp + (size_t)j0 * RS, RS,
+                                qp + (size_t)g * Dh, 1, 0.0f, a + (size_t)g * S + j0, 1);
+            }
             for (int g = 0; g < G; g++) {
                 if (cap > 0.0f) mp_softcap(a + (size_t)g * S + lo, (size_t)(S - lo), cap);
                 mp_attn_normalize_rows(av, h0 + g, a + (size_t)g * S, 1, S, S, f->pos0 + 1, w);
             }
-            if (G == 1)
-                cblas_sgemv(CblasRowMajor, CblasTrans, S - lo, Dh, 1.0f, vp + (size_t)lo * KD, KD, a + lo, 1, 0.0f,
-                            zp, 1);
-            else
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, G, Dh, S - lo, 1.0f, a + lo, S,
-                            vp + (size_t)lo * KD, KD, 0.0f, zp, Dh);
+            for (int j0 = lo; j0 < S; j0 += DECODE_CHUNK) {
+                const int n = S - j0 < DECODE_CHUNK ? S - j0 : DECODE_CHUNK;
+                for (int g = 0; g < G; g++)
+                    cblas_sgemv(CblasRowMajor, CblasTrans, n, Dh, 1.0f, vp + (size_t)j0 * RS, RS,
+                                a + (size_t)g * S + j0, 1, j0 == lo ? 0.0f : 1.0f, zp + (size_t)g * Dh, 1);
+            }
             for (int g = 0; rel_v && g < G; g++)
                 mp_relv_row(rel_v, R, Dh, a + (size_t)g * S, lo, S - 1, NULL, zp + (size_t)g * Dh);
         }
@@ -296,15 +304,15 @@ static mp_status attention(const mp_exec *e, int l, const mp_layer_acts *b, cons
             for (int h = 0; h < H; h++) {
                 float *a = b->att + ((size_t)bb * H + h) * blk;
                 const float *qp = b->q + ((size_t)bb * T + q0) * HD + (size_t)h * Dh;
-                const float *kp = kc + bb * bstride + (size_t)(h / group) * Dh;
+                const float *kp = kv->k + bb * kv->bs + (size_t)(h / group) * kv->hs;
                 if (rows == 1) /* a decoding step: sgemm would re-pack the keys for one row */
-                    cblas_sgemv(CblasRowMajor, CblasNoTrans, kmax, Dh, scale, kp, KD, qp, 1, 0.0f, a, 1);
+                    cblas_sgemv(CblasRowMajor, CblasNoTrans, kmax, Dh, scale, kp, RS, qp, 1, 0.0f, a, 1);
                 else /* in sub-blocks of CAUSAL_SUB rows, each up to the keys its last row sees:
                       * a block of all T rows (training) skips the masked upper triangle */
                     for (int r0 = 0; r0 < rows; r0 += CAUSAL_SUB) {
                         const int rr = rows - r0 < CAUSAL_SUB ? rows - r0 : CAUSAL_SUB, kk = f->pos0 + q0 + r0 + rr;
                         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rr, kk, Dh, scale, qp + (size_t)r0 * HD,
-                                    HD, kp, KD, 0.0f, a + (size_t)r0 * S, S);
+                                    HD, kp, RS, 0.0f, a + (size_t)r0 * S, S);
                     }
                 for (int i = 0; i < rows; i++) {
                     int first_masked = f->pos0 + q0 + i + 1;
@@ -333,15 +341,15 @@ static mp_status attention(const mp_exec *e, int l, const mp_layer_acts *b, cons
         for (int bb = 0; bb < B; bb++)
             for (int h = 0; h < H; h++) {
                 const float *a = b->att + ((size_t)bb * H + h) * blk;
-                const float *vp = vc + bb * bstride + (size_t)(h / group) * Dh;
+                const float *vp = kv->v + bb * kv->bs + (size_t)(h / group) * kv->hs;
                 float *zp = b->z + ((size_t)bb * T + q0) * HD + (size_t)h * Dh;
                 if (rows == 1)
-                    cblas_sgemv(CblasRowMajor, CblasTrans, kmax, Dh, 1.0f, vp, KD, a, 1, 0.0f, zp, 1);
+                    cblas_sgemv(CblasRowMajor, CblasTrans, kmax, Dh, 1.0f, vp, RS, a, 1, 0.0f, zp, 1);
                 else /* masked weights are 0: skipped */
                     for (int r0 = 0; r0 < rows; r0 += CAUSAL_SUB) {
                         const int rr = rows - r0 < CAUSAL_SUB ? rows - r0 : CAUSAL_SUB, kk = f->pos0 + q0 + r0 + rr;
                         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rr, Dh, kk, 1.0f, a + (size_t)r0 * S,
-                                    S, vp, KD, 0.0f, zp + (size_t)r0 * HD, HD);
+                                    S, vp, RS, 0.0f, zp + (size_t)r0 * HD, HD);
                     }
                 if (rel_v) /* row i's pattern (after any hook_pattern edit) over its keys 0..pos0+q0+i */
                     for (int i = 0; i < rows; i++)
@@ -501,26 +509,28 @@ static mp_status cpu_pos_apply(const mp_exec *e, int l, float *q, float *k) {
     return MP_OK;
 }
 
-static mp_status cpu_kv_append(const mp_exec *e, int l, const float *k, const float *v, const float **kc,
-                               const float **vc, size_t *bstride) {
+/* k, v [B, T, K*Dh] into the cache's [B, K, cap, Dh] of layer l at positions pos0.. */
+static mp_status cpu_kv_append(const mp_exec *e, int l, const float *k, const float *v, mp_kv_view *kv) {
     mp_kvcache *cache = CPU(e)->cache;
-    const int B = e->f.B, T = e->f.T, pos0 = e->f.pos0;
-    const size_t KD = (size_t)e->f.c->n_kv_head * e->f.c->d_head, bs = (size_t)cache->cap * KD;
-    float *ck = cache->k + (size_t)l * B * bs, *cv = cache->v + (size_t)l * B * bs;
-    for (int bb = 0; bb < B; bb++) {
-        memcpy(ck + bb * bs + (size_t)pos0 * KD, k + (size_t)bb * T * KD, (size_t)T * KD * sizeof(float));
-        memcpy(cv + bb * bs + (size_t)pos0 * KD, v + (size_t)bb * T * KD, (size_t)T * KD * sizeof(float));
-    }
-    *kc = ck;
-    *vc = cv;
-    *bstride = bs;
+    const int B = e->f.B, T = e->f.T, pos0 = e->f.pos0, K = e->f.c->n_kv_head, Dh = e->f.c->d_head;
+    const size_t KD = (size_t)K * Dh;
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * T * KD > 65536)
+    for (int bb = 0; bb < B; bb++)
+        for (int kh = 0; kh < K; kh++) {
+            const size_t at = mp_kv_offset(B, K, cache->cap, Dh, l, bb, kh, pos0);
+            const float *ks = k + (size_t)bb * T * KD + (size_t)kh * Dh, *vs = v + (size_t)bb * T * KD + (size_t)kh * Dh;
+            for (int t = 0; t < T; t++) {
+                memcpy(cache->k + at + (size_t)t * Dh, ks + (size_t)t * KD, (size_t)Dh * sizeof(float));
+                memcpy(cache->v + at + (size_t)t * Dh, vs + (size_t)t * KD, (size_t)Dh * sizeof(float));
+            }
+        }
+    *kv = mp_kv_view_cache(cache->k, cache->v, l, B, K, cache->cap, Dh);
     return MP_OK;
 }
 
-static mp_status cpu_attention(const mp_exec *e, int l, const mp_layer_acts *a, const float *kc, const float *vc,
-                               size_t bstride, int qb) {
+static mp_status cpu_attention(const mp_exec *e, int l, const mp_layer_acts *a, const mp_kv_view *kv, int qb) {
     const mp_attn_layer av = mp_attn_layer_of(e->f.c, &CPU(e)->m->p, l);
-    return attention(e, l, a, kc, vc, bstride, qb, &av);
+    return attention(e, l, a, kv, qb, &av);
 }
 
 static mp_status cpu_act(const mp_exec *e, float *post, const float *pre, const float *up) {

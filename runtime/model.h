@@ -241,8 +241,8 @@ void mp_model_free(mp_model *m);
 #define MP_KV_SCRATCH_KEEP ((size_t)1 << 22)
 typedef struct mp_kvcache_s {
     int B, cap, len;   /* len: positions filled */
-    float *k;          /* [L, B, cap, K*Dh] */
-    float *v;          /* [L, B, cap, K*Dh] */
+    float *k;          /* [L, B, K, cap, Dh]: a kv head's positions contiguous (mp_kv_offset) */
+    float *v;          /* [L, B, K, cap, Dh] */
     float *scratch;    /* forward-pass buffers reused across calls (owned) */
     size_t scratch_n;  /* floats in scratch */
     void *dev;         /* a backend's device copy of k/v (its rows may be newer than the host's), or NULL */
@@ -250,6 +250,13 @@ typedef struct mp_kvcache_s {
     /* copies dev's rows 0..len-1 that the host k/v lack back to them (mp_kvcache_sync calls it), or NULL */
     mp_status (*dev_sync)(struct mp_kvcache_s *c);
 } mp_kvcache;
+
+/* The float offset of layer l, sequence b, kv head kh, position pos in a
+ * cache of B sequences, K kv heads and cap positions of Dh channels. A step
+ * reads each kv head's keys as one run, not as pieces K*Dh apart. */
+static inline size_t mp_kv_offset(int B, int K, int cap, int Dh, int l, int b, int kh, int pos) {
+    return ((((size_t)l * B + b) * K + kh) * cap + pos) * Dh;
+}
 
 mp_status mp_kvcache_init(mp_kvcache *c, const mp_config *cfg, int B, int cap);
 void mp_kvcache_free(mp_kvcache *c);

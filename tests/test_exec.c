@@ -75,16 +75,14 @@ static mp_status t_qk_norm(const mp_exec *e, mp_hook_id id, int l, float *x, flo
     put(id == MP_HOOK_Q_NORM ? "[qnorm]" : "[knorm]");
     return MP_OK;
 }
-static mp_status t_kv_append(const mp_exec *e, int l, const float *k, const float *v, const float **kc,
-                             const float **vc, size_t *bstride) {
-    (void)e, (void)l, (void)bstride;
-    *kc = k, *vc = v;
+static mp_status t_kv_append(const mp_exec *e, int l, const float *k, const float *v, mp_kv_view *kv) {
+    (void)e, (void)l;
+    kv->k = k, kv->v = v;
     put("[kv]");
     return MP_OK;
 }
-static mp_status t_attention(const mp_exec *e, int l, const mp_layer_acts *a, const float *kc, const float *vc,
-                             size_t bstride, int qb) {
-    (void)kc, (void)vc, (void)bstride;
+static mp_status t_attention(const mp_exec *e, int l, const mp_layer_acts *a, const mp_kv_view *kv, int qb) {
+    (void)kv;
     put("[attn]");
     mp_status st = MP_OK;
     for (int q0 = 0; q0 < e->f.T && !st; q0 += qb) {

@@ -163,7 +163,7 @@ static void test_batch(const char *model_path, const char *ga, const char *gb, c
  * takes the query heads that share a KV head together when the KV heads (times
  * B) are at least the threads, and one query head at a time when they are fewer
  * (the path of MQA with one sequence), so both are tested on one model. */
-static void test_kvcache(const char *model_path, int B, int P, int threads) {
+static void test_kvcache(const char *model_path, int B, int P, int T, int threads) {
     mp_model *m;
     if (mp_model_load_llama2c(&m, model_path)) { CHECK(0, "%s", mp_last_error()); return; }
 #ifdef _OPENMP
@@ -172,7 +172,7 @@ static void test_kvcache(const char *model_path, int B, int P, int threads) {
 #else
     if (threads > 1) printf("test_kvcache: built without OpenMP: %d threads not tested\n", threads);
 #endif
-    const int T = 20, V = m->cfg.vocab;
+    const int V = m->cfg.vocab;
     int *toks = malloc((size_t)B * T * sizeof(int)), *pre = malloc((size_t)B * P * sizeof(int));
     int *col = malloc((size_t)B * sizeof(int));
     for (int i = 0; i < B * T; i++) toks[i] = (i * 7 + 3) % V;
@@ -201,11 +201,11 @@ static void test_kvcache(const char *model_path, int B, int P, int threads) {
         }
     }
     CHECK(worst <= 1e-5 * big,
-          "KV-cache decoding (B %d, prefill %d, threads %d) differs from prefill by %.3g (largest |logit| %.3g)", B, P,
-          threads, worst, big);
-    printf("KV cache vs prefill (%s, B %d, prefill %d, then one token per step, threads %d): worst |diff| %.2e "
-           "(largest |logit| %.3g)\n",
-           model_path, B, P, threads, worst, big);
+          "KV-cache decoding (B %d, prefill %d of %d, threads %d) differs from prefill by %.3g (largest |logit| %.3g)", B,
+          P, T, threads, worst, big);
+    printf("KV cache vs prefill (%s, B %d, prefill %d, then one token per step to %d, threads %d): worst |diff| "
+           "%.2e (largest |logit| %.3g)\n",
+           model_path, B, P, T, threads, worst, big);
     for (int b = 0; b < B; b++) col[b] = 0;
     mp_status st = mp_model_forward(m, col, B, 1, &fp, step);
     CHECK(st == MP_ERR_ARG && strstr(mp_last_error(), "full"), "a full cache must be refused: %s", mp_last_error());
@@ -240,12 +240,15 @@ int main(int argc, char **argv) {
     test_model_golden(tu_data("ref_tied.bin"), tu_data("ref_tied.h5"), 64, "tied");
     test_greedy(tu_data("ref_tied.bin"), tu_data("ref_tied.h5"));
     /* ref_gqa_untied: 4 query heads on 2 KV heads */
-    test_kvcache(tu_data("ref_gqa_untied.bin"), 2, 7, 0);
-    test_kvcache(tu_data("ref_gqa_untied.bin"), 1, 1, 0); /* every position by sgemv steps */
-    test_kvcache(tu_data("ref_gqa_untied.bin"), 5, 1, 0); /* the few-row kernel */
-    test_kvcache(tu_data("ref_gqa_untied.bin"), 9, 3, 0); /* above it: sgemm steps */
-    test_kvcache(tu_data("ref_gqa_untied.bin"), 1, 1, 1); /* attention: 2 query heads per KV head at once */
-    test_kvcache(tu_data("ref_gqa_untied.bin"), 1, 1, 3); /* 2 KV heads < 3 threads: one query head at a time */
-    test_kvcache(tu_data("ref_gqa_untied.bin"), 2, 3, 5); /* 4 (B x KV heads) < 5 threads: the same */
+    test_kvcache(tu_data("ref_gqa_untied.bin"), 2, 7, 20, 0);
+    test_kvcache(tu_data("ref_gqa_untied.bin"), 1, 1, 20, 0); /* every position by sgemv steps */
+    test_kvcache(tu_data("ref_gqa_untied.bin"), 5, 1, 20, 0); /* the few-row kernel */
+    test_kvcache(tu_data("ref_gqa_untied.bin"), 9, 3, 20, 0); /* above it: sgemm steps */
+    test_kvcache(tu_data("ref_gqa_untied.bin"), 1, 1, 20, 1); /* attention: 2 query heads per KV head at once */
+    test_kvcache(tu_data("ref_gqa_untied.bin"), 1, 1, 20, 3); /* 2 KV heads < 3 threads: one query head at a time */
+    test_kvcache(tu_data("ref_gqa_untied.bin"), 2, 3, 20, 5); /* 4 (B x KV heads) < 5 threads: the same */
+    /* steps at 1091..1100 cached positions: a kv head's keys read in two chunks (DECODE_CHUNK 1024), both paths */
+    test_kvcache(tu_data("ref_gqa_untied.bin"), 1, 1090, 1100, 1);
+    test_kvcache(tu_data("ref_gqa_untied.bin"), 1, 1090, 1100, 3);
     return tu_finish("test_forward");
 }

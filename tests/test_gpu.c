@@ -170,15 +170,19 @@ static void compare_decode(mp_model *m, const char *label) {
     to(m, MP_DEVICE_CPU);
 }
 
-/* The cache's rows 0..len-1 of every layer and sequence, packed: [L, B, len, K*Dh] of k, then of v. */
+/* The cache's rows 0..len-1 of every layer, sequence and kv head, packed: [L, B, K, len, Dh] of k, then of v. */
 static float *cache_rows(const mp_model *m, const mp_kvcache *kc) {
-    const size_t KD = (size_t)m->cfg.n_kv_head * m->cfg.d_head, run = (size_t)kc->len * KD;
-    const size_t nlb = (size_t)m->cfg.n_layer * kc->B;
-    float *out = malloc(2 * nlb * run * sizeof(float));
-    for (size_t lb = 0; lb < nlb; lb++) {
-        memcpy(out + lb * run, kc->k + lb * kc->cap * KD, run * sizeof(float));
-        memcpy(out + (nlb + lb) * run, kc->v + lb * kc->cap * KD, run * sizeof(float));
-    }
+    const int L = m->cfg.n_layer, K = m->cfg.n_kv_head, Dh = m->cfg.d_head;
+    const size_t run = (size_t)kc->len * Dh, nrun = (size_t)L * kc->B * K;
+    float *out = malloc(2 * nrun * run * sizeof(float));
+    size_t i = 0;
+    for (int l = 0; l < L; l++)
+        for (int b = 0; b < kc->B; b++)
+            for (int kh = 0; kh < K; kh++, i++) {
+                const size_t at = mp_kv_offset(kc->B, K, kc->cap, Dh, l, b, kh, 0);
+                memcpy(out + i * run, kc->k + at, run * sizeof(float));
+                memcpy(out + (nrun + i) * run, kc->v + at, run * sizeof(float));
+            }
     return out;
 }
 

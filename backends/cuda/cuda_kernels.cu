@@ -145,6 +145,18 @@ __global__ static void k_geglu(float *out, const float *gate, const float *up, s
     }
 }
 
+// A call's keys and values k, v [B, T, K, Dh] into a KV cache layer's
+// [B, K, cap, Dh] at positions pos0..pos0+T-1: a thread per float.
+__global__ static void k_kv_append(float *ck, float *cv, const float *k, const float *v, int T, int K, int Dh, int cap,
+                                   int pos0, size_t n) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const size_t d = i % Dh, kh = i / Dh % K, t = i / ((size_t)Dh * K) % T, b = i / ((size_t)Dh * K * T);
+    const size_t at = ((b * K + kh) * cap + pos0 + t) * Dh + d;
+    ck[at] = k[i];
+    cv[at] = v[i];
+}
+
 // Gemma 2's soft cap on the finite entries (the mask's -inf stay), as config.c mp_softcap
 __global__ static void k_softcap(float *x, size_t n, float cap) {
     const float inv = 1.0f / cap;
@@ -213,15 +225,15 @@ __global__ static void k_rope(float *x, const float *cos_t, const float *sin_t, 
 // before the barrier. With a sliding window W > 0 the row's keys are the last
 // W of them, lo..n-1 (lo = n - W), cut the same way.
 __global__ static void k_attn_flash(float *z, const float *q, const float *kc, const float *vc, int T, int H, int K,
-                                    int Dh, int pos0, size_t bstride, float scale, int window) {
+                                    int Dh, int pos0, size_t bs, size_t hs, size_t rs, float scale, int window) {
     __shared__ float s_acc[DECODE_WARPS][MAX_DH];
     __shared__ float s_m[DECODE_WARPS], s_l[DECODE_WARPS];
     const int lane = threadIdx.x % WARP, wid = threadIdx.x / WARP;
     const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int HD = H * Dh, KD = K * Dh, group = H / K;
+    const int HD = H * Dh, group = H / K;
     const float *qp = q + ((size_t)b * T + t) * HD + (size_t)h * Dh;
-    const float *kp = kc + (size_t)b * bstride + (size_t)(h / group) * Dh;
-    const float *vp = vc + (size_t)b * bstride + (size_t)(h / group) * Dh;
+    const float *kp = kc + (size_t)b * bs + (size_t)(h / group) * hs;
+    const float *vp = vc + (size_t)b * bs + (size_t)(h / group) * hs;
     const int n = pos0 + t + 1; // keys 0 .. pos0 + t, or the window's lo .. pos0 + t
     const int lo = window > 0 && n > window ? n - window : 0, nk = n - lo, per = (nk + DECODE_WARPS - 1) / DECODE_WARPS;
     const int j0 = lo + wid * per, j1 = j0 + per < n ? j0 + per : n;
@@ -234,7 +246,7 @@ __global__ static void k_attn_flash(float *z, const float *q, const float *kc, c
     }
     float m = -INFINITY, l = 0.0f;
     for (int j = j0; j < j1; j++) {
-        const float *kr = kp + (size_t)j * KD, *vr = vp + (size_t)j * KD;
+        const float *kr = kp + (size_t)j * rs, *vr = vp + (size_t)j * rs;
         float part = 0.0f;
 #pragma unroll
         for (int i = 0; i < DH_PER_LANE; i++) {
@@ -397,10 +409,18 @@ cudaError_t mp_cuk_rope_backward(float *dx, const float *cos_t, const float *sin
 }
 
 cudaError_t mp_cuk_attn_flash(float *z, const float *q, const float *kc, const float *vc, int B, int T, int H, int K,
-                              int Dh, int pos0, size_t bstride, float scale, int window, cudaStream_t s) {
+                              int Dh, int pos0, size_t bs, size_t hs, size_t rs, float scale, int window,
+                              cudaStream_t s) {
     if (Dh > MAX_DH) return cudaErrorInvalidValue;
     dim3 grid((unsigned)T, (unsigned)H, (unsigned)B);
-    MP_LAUNCH(k_attn_flash, grid, DECODE_WARPS * WARP, s)(z, q, kc, vc, T, H, K, Dh, pos0, bstride, scale, window);
+    MP_LAUNCH(k_attn_flash, grid, DECODE_WARPS * WARP, s)(z, q, kc, vc, T, H, K, Dh, pos0, bs, hs, rs, scale, window);
+    return cudaGetLastError();
+}
+
+cudaError_t mp_cuk_kv_append(float *ck, float *cv, const float *k, const float *v, int B, int T, int K, int Dh, int cap,
+                             int pos0, cudaStream_t s) {
+    const size_t n = (size_t)B * T * K * Dh;
+    MP_LAUNCH(k_kv_append, grid_for(n, 256), 256, s)(ck, cv, k, v, T, K, Dh, cap, pos0, n);
     return cudaGetLastError();
 }
 

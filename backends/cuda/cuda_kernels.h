@@ -61,11 +61,15 @@ cudaError_t mp_cuk_rope(float *x, const float *cos_t, const float *sin_t, const 
 /* Causal attention without the pattern (online softmax, one block per query
  * row and head, its warps on slices of the keys, combined in shared memory:
  * flash-decoding): z [B,T,H,Dh] from q [B,T,H,Dh] (rotated, logit factor applied) and the
- * keys/values kc, vc (batch stride bstride floats, row stride K*Dh) of
- * positions 0..pos0+T-1; query t sees keys 0..pos0+t (with a sliding window
- * W > 0 the last W of them; 0: all). Dh <= 256. */
+ * keys/values kc, vc of positions 0..pos0+T-1 (position j of kv head kh of
+ * sequence b at b*bs + kh*hs + j*rs: exec.h's mp_kv_view); query t sees keys
+ * 0..pos0+t (with a sliding window W > 0 the last W of them; 0: all). Dh <= 256. */
 cudaError_t mp_cuk_attn_flash(float *z, const float *q, const float *kc, const float *vc, int B, int T, int H, int K,
-                              int Dh, int pos0, size_t bstride, float scale, int window, cudaStream_t s);
+                              int Dh, int pos0, size_t bs, size_t hs, size_t rs, float scale, int window,
+                              cudaStream_t s);
+/* k, v [B, T, K, Dh] into a KV cache layer's ck, cv [B, K, cap, Dh] at positions pos0..pos0+T-1. */
+cudaError_t mp_cuk_kv_append(float *ck, float *cv, const float *k, const float *v, int B, int T, int K, int Dh, int cap,
+                             int pos0, cudaStream_t s);
 /* The materialised path's softmax for query rows q0..q0+rows-1 (att
  * [B,H,rows,S], S = pos0+T; the scores from cuBLAS, cuda_model.c): row i
  * over keys 0..pos0+q0+i, with a sliding window W > 0 only the last W of

@@ -202,13 +202,12 @@ typedef struct {
 } cu_model;
 
 typedef struct {
-    float *k, *v;           /* device [L, B, cap, K*Dh] each */
+    float *k, *v;           /* device [L, B, K, cap, Dh] each, as the host's (mp_kv_offset) */
     int dev_len;            /* positions 0..dev_len-1 of the device copy hold the cache's rows; -1: none (the
                              * host's are complete, kv_get uploads them) */
     int host_len;           /* positions 0..host_len-1 of the host copy equal the device's (host_len <= dev_len);
                              * the device's later rows reach the host in cu_kv_sync, when the host needs them */
-    int L;                  /* layers */
-    size_t KD;              /* floats of a position's row (n_kv_head * d_head) */
+    int L, K, Dh;           /* layers, kv heads, channels per head */
 } cu_kv;
 
 /* Failing calls become MP_ERR_CUDA messages that name the call. The runtime
@@ -574,13 +573,14 @@ static mp_status cu_kv_sync(struct mp_kvcache_s *cache) {
     if (!kv || kv->dev_len < 0) return MP_OK; /* the host's rows are the only ones */
     const int upto = cache->len < kv->dev_len ? cache->len : kv->dev_len;
     if (kv->host_len < upto) {
-        const size_t row = (size_t)kv->host_len * kv->KD, n = (size_t)(upto - kv->host_len) * kv->KD;
-        const size_t bstride = (size_t)cache->cap * kv->KD;
-        for (size_t lb = 0; lb < (size_t)kv->L * cache->B; lb++) { /* one run of rows per layer and sequence */
-            const size_t at = lb * bstride + row;
-            CU(cudaMemcpy, (cache->k + at, kv->k + at, n * sizeof(float), cudaMemcpyDeviceToHost));
-            CU(cudaMemcpy, (cache->v + at, kv->v + at, n * sizeof(float), cudaMemcpyDeviceToHost));
-        }
+        const size_t n = (size_t)(upto - kv->host_len) * kv->Dh;
+        for (int l = 0; l < kv->L; l++) /* one run of rows per layer, sequence and kv head */
+            for (int b = 0; b < cache->B; b++)
+                for (int kh = 0; kh < kv->K; kh++) {
+                    const size_t at = mp_kv_offset(cache->B, kv->K, cache->cap, kv->Dh, l, b, kh, kv->host_len);
+                    CU(cudaMemcpy, (cache->k + at, kv->k + at, n * sizeof(float), cudaMemcpyDeviceToHost));
+                    CU(cudaMemcpy, (cache->v + at, kv->v + at, n * sizeof(float), cudaMemcpyDeviceToHost));
+                }
     }
     kv->host_len = upto;
     kv->dev_len = upto;
@@ -612,7 +612,8 @@ static mp_status kv_get(mp_kvcache *cache, const mp_config *c, cu_kv **out, cuda
         kv = fresh;
         kv->dev_len = kv->host_len = 0; /* no rows yet: a cache the CPU filled is uploaded below */
         kv->L = c->n_layer;
-        kv->KD = (size_t)c->n_kv_head * c->d_head;
+        kv->K = c->n_kv_head;
+        kv->Dh = c->d_head;
         cache->dev = kv;
         cache->dev_free = cu_kv_free;
         cache->dev_sync = cu_kv_sync;
@@ -649,14 +650,15 @@ cleanup:
  * group member as attn_blocked's: the scaled scores of keys 0..Tk-1 (Tk =
  * pos0+q0+rows), then -inf past each row's last key and before its sliding
  * window (mp_cuk_attn_mask; window 0: none), what hook_attn_scores shows. */
-static mp_status pattern_scores(cu_model *d, float *att, const float *q, const float *kc, int B, int T, int H, int K,
-                                int Dh, int pos0, size_t bstride, float scale, int q0, int rows, int window) {
+static mp_status pattern_scores(cu_model *d, float *att, const float *q, const mp_kv_view *kv, int B, int T, int H,
+                                int K, int Dh, int pos0, float scale, int q0, int rows, int window) {
     mp_status st = MP_OK;
-    const int group = H / K, HD = H * Dh, KD = K * Dh, S = pos0 + T, Tk = pos0 + q0 + rows;
+    const int group = H / K, HD = H * Dh, S = pos0 + T, Tk = pos0 + q0 + rows;
     const long long sP = (long long)group * rows * S;
     for (int b = 0; b < B; b++)
         for (int g = 0; g < group; g++)
-            TRY(gemm_sb(d, CUBLAS_OP_T, CUBLAS_OP_N, Tk, rows, Dh, scale, kc + b * bstride, KD, Dh,
+            TRY(gemm_sb(d, CUBLAS_OP_T, CUBLAS_OP_N, Tk, rows, Dh, scale, kv->k + b * kv->bs, (int)kv->rs,
+                        (long long)kv->hs,
                         q + ((size_t)b * T + q0) * HD + (size_t)g * Dh, HD, (long long)group * Dh, 0.0f,
                         att + ((size_t)b * H + g) * rows * S, S, sP, K));
     CU(mp_cuk_attn_mask, (att, B, H, S, pos0, q0, rows, window, d->stream));
@@ -668,16 +670,17 @@ cleanup:
  * sub-blocks of 64 rows (r0..) read keys 0..pos0+q0+r0+rr-1 (entries past a
  * row's own last key are 0 unless a pattern hook wrote there; then both
  * devices use them alike). */
-static mp_status pattern_pv(cu_model *d, float *z, const float *att, const float *vc, int B, int T, int H, int K,
-                            int Dh, int pos0, size_t bstride, int q0, int rows) {
+static mp_status pattern_pv(cu_model *d, float *z, const float *att, const mp_kv_view *kv, int B, int T, int H,
+                            int K, int Dh, int pos0, int q0, int rows) {
     mp_status st = MP_OK;
-    const int group = H / K, HD = H * Dh, KD = K * Dh, S = pos0 + T;
+    const int group = H / K, HD = H * Dh, S = pos0 + T;
     const long long sP = (long long)group * rows * S;
     for (int r0 = 0; r0 < rows; r0 += 64) {
         const int rr = rows - r0 < 64 ? rows - r0 : 64, lim = pos0 + q0 + r0 + rr;
         for (int b = 0; b < B; b++)
             for (int g = 0; g < group; g++)
-                TRY(gemm_sb(d, CUBLAS_OP_N, CUBLAS_OP_N, Dh, rr, lim, 1.0f, vc + b * bstride, KD, Dh,
+                TRY(gemm_sb(d, CUBLAS_OP_N, CUBLAS_OP_N, Dh, rr, lim, 1.0f, kv->v + b * kv->bs, (int)kv->rs,
+                            (long long)kv->hs,
                             att + (((size_t)b * H + g) * rows + r0) * S, S, sP, 0.0f,
                             z + ((size_t)b * T + q0 + r0) * HD + (size_t)g * Dh, HD, (long long)group * Dh, K));
     }
@@ -697,8 +700,9 @@ cleanup:
  * row): block rows q0..q0+rows-1 (positions pos0+q0..) see keys 0..Tk-1, Tk =
  * pos0+q0+rows, and every product runs in cuBLAS, batched over the kv heads
  * for each sequence and each member of a head group (a query head h =
- * kh*group + g reads kv head kh). Keys and values: kc, vc with batch stride
- * bstride floats (a KV cache's, or T*K*Dh), rows K*Dh apart.
+ * kh*group + g reads kv head kh). Keys and values: kv's (exec.h: a KV
+ * cache's, or the call's own rows; training's gradients dk, dv are [B,T,K*Dh]
+ * as the call's own keys).
  * Forward (z non-NULL): P = softmax(scale Q K^T) of the block (0 past each
  * row's key; with lse, training, the row's log-sum-exp to lse), z rows = P V.
  * Backward (dq non-NULL; training: pos0 0): P recomputed from lse, dP = dz
@@ -708,11 +712,12 @@ cleanup:
  * sliding window (window > 0) P is 0 before each row's window, both ways (the
  * products still run over keys 0..Tk-1). */
 static mp_status attn_blocked(cu_model *d, float *z, float *lse, float *dq, float *dk, float *dv, const float *dz,
-                              const float *q, const float *kc, const float *vc, int B, int T, int H, int K, int Dh,
-                              int pos0, size_t bstride, int window) {
+                              const float *q, const mp_kv_view *kv, int B, int T, int H, int K, int Dh, int pos0,
+                              int window) {
     mp_status st = MP_OK;
     const cudaStream_t s = d->stream;
-    const int group = H / K, HD = H * Dh, KD = K * Dh;
+    const int group = H / K, HD = H * Dh, KD = K * Dh, RS = (int)kv->rs;
+    const long long HS = (long long)kv->hs;
     const float scale = 1.0f / sqrtf((float)Dh);
     const size_t per_row = (size_t)B * H * (pos0 + T);
     const size_t want = d->att_rows > 0 ? (size_t)d->att_rows : ATT_FLOATS / per_row;
@@ -725,10 +730,10 @@ static mp_status attn_blocked(cu_model *d, float *z, float *lse, float *dq, floa
         const long long sP = (long long)group * rows * Tk; /* from kv head kh to kh+1 within a group member */
         for (int b = 0; b < B; b++)
             for (int g = 0; g < group; g++) {
-                const float *kb = kc + b * bstride, *qb = q + ((size_t)b * T + q0) * HD + (size_t)g * Dh;
+                const float *kb = kv->k + b * kv->bs, *qb = q + ((size_t)b * T + q0) * HD + (size_t)g * Dh;
                 float *Pb = P + ((size_t)b * H + g) * rows * Tk;
                 /* scores: (P^T = K Q^T) column-major [Tk, rows] */
-                TRY(gemm_sb(d, T_, N_, Tk, rows, Dh, scale, kb, KD, Dh, qb, HD, (long long)group * Dh, 0.0f, Pb, Tk,
+                TRY(gemm_sb(d, T_, N_, Tk, rows, Dh, scale, kb, RS, HS, qb, HD, (long long)group * Dh, 0.0f, Pb, Tk,
                             sP, K));
             }
         if (z) {
@@ -737,26 +742,27 @@ static mp_status attn_blocked(cu_model *d, float *z, float *lse, float *dq, floa
             CU(mp_cuk_attn_recompute, (P, lse, B, H, T, Tk, q0, rows, window, s));
             for (int b = 0; b < B; b++)
                 for (int g = 0; g < group; g++) {
-                    const float *vb = vc + b * bstride, *dzb = dz + ((size_t)b * T + q0) * HD + (size_t)g * Dh;
+                    const float *vb = kv->v + b * kv->bs, *dzb = dz + ((size_t)b * T + q0) * HD + (size_t)g * Dh;
                     float *dPb = dP + ((size_t)b * H + g) * rows * Tk;
-                    TRY(gemm_sb(d, T_, N_, Tk, rows, Dh, 1.0f, vb, KD, Dh, dzb, HD, (long long)group * Dh, 0.0f, dPb,
+                    TRY(gemm_sb(d, T_, N_, Tk, rows, Dh, 1.0f, vb, RS, HS, dzb, HD, (long long)group * Dh, 0.0f, dPb,
                                 Tk, sP, K));
                 }
             CU(mp_cuk_attn_softmax_bwd, (dP, P, B, H, (size_t)rows * Tk, Tk, Tk, q0, rows, scale, s));
         }
         for (int b = 0; b < B; b++)
             for (int g = 0; g < group; g++) {
-                const size_t qo = ((size_t)b * T + q0) * HD + (size_t)g * Dh, ko = b * bstride;
+                const size_t qo = ((size_t)b * T + q0) * HD + (size_t)g * Dh, ko = b * kv->bs;
+                const size_t go = (size_t)b * T * KD; /* dk, dv [B,T,K*Dh] */
                 const float *Pb = P + ((size_t)b * H + g) * rows * Tk, *dSb = dP + ((size_t)b * H + g) * rows * Tk;
                 const long long sq = (long long)group * Dh;
                 if (z) { /* z^T = V^T P^T */
-                    TRY(gemm_sb(d, N_, N_, Dh, rows, Tk, 1.0f, vc + ko, KD, Dh, Pb, Tk, sP, 0.0f, z + qo, HD, sq, K));
+                    TRY(gemm_sb(d, N_, N_, Dh, rows, Tk, 1.0f, kv->v + ko, RS, HS, Pb, Tk, sP, 0.0f, z + qo, HD, sq, K));
                     continue;
                 }
                 /* dq^T += K^T dS^T; dk^T += Q^T dS; dv^T += dz^T P */
-                TRY(gemm_sb(d, N_, N_, Dh, rows, Tk, 1.0f, kc + ko, KD, Dh, dSb, Tk, sP, 1.0f, dq + qo, HD, sq, K));
-                TRY(gemm_sb(d, N_, T_, Dh, Tk, rows, 1.0f, q + qo, HD, sq, dSb, Tk, sP, 1.0f, dk + ko, KD, Dh, K));
-                TRY(gemm_sb(d, N_, T_, Dh, Tk, rows, 1.0f, dz + qo, HD, sq, Pb, Tk, sP, 1.0f, dv + ko, KD, Dh, K));
+                TRY(gemm_sb(d, N_, N_, Dh, rows, Tk, 1.0f, kv->k + ko, RS, HS, dSb, Tk, sP, 1.0f, dq + qo, HD, sq, K));
+                TRY(gemm_sb(d, N_, T_, Dh, Tk, rows, 1.0f, q + qo, HD, sq, dSb, Tk, sP, 1.0f, dk + go, KD, Dh, K));
+                TRY(gemm_sb(d, N_, T_, Dh, Tk, rows, 1.0f, dz + qo, HD, sq, Pb, Tk, sP, 1.0f, dv + go, KD, Dh, K));
             }
     }
 cleanup:
@@ -941,23 +947,13 @@ cleanup:
 }
 
 /* this call's rows into the device cache (the host's follows lazily: cu_kv_sync) */
-static mp_status cu_kv_append(const mp_exec *e, int l, const float *k, const float *v, const float **kc,
-                              const float **vc, size_t *bstride) {
+static mp_status cu_kv_append(const mp_exec *e, int l, const float *k, const float *v, mp_kv_view *kv) {
     mp_status st = MP_OK;
     const cu_fwd *u = CUF(e);
-    const int B = e->f.B, T = e->f.T;
-    const size_t KD = (size_t)e->f.c->n_kv_head * e->f.c->d_head, bs = (size_t)u->cache->cap * KD;
-    const size_t lay = (size_t)l * B * bs, row = (size_t)e->f.pos0 * KD, len = (size_t)T * KD;
-    for (int bb = 0; bb < B; bb++) {
-        const size_t at = lay + bb * bs + row;
-        CU(cudaMemcpyAsync, (u->kv->k + at, k + bb * len, len * sizeof(float), cudaMemcpyDeviceToDevice,
-                             u->d->stream));
-        CU(cudaMemcpyAsync, (u->kv->v + at, v + bb * len, len * sizeof(float), cudaMemcpyDeviceToDevice,
-                             u->d->stream));
-    }
-    *kc = u->kv->k + lay;
-    *vc = u->kv->v + lay;
-    *bstride = bs;
+    const int B = e->f.B, K = e->f.c->n_kv_head, Dh = e->f.c->d_head, cap = u->cache->cap;
+    const size_t at = mp_kv_offset(B, K, cap, Dh, l, 0, 0, 0);
+    CU(mp_cuk_kv_append, (u->kv->k + at, u->kv->v + at, k, v, B, e->f.T, K, Dh, cap, e->f.pos0, u->d->stream));
+    *kv = mp_kv_view_cache(u->kv->k, u->kv->v, l, B, K, cap, Dh);
 cleanup:
     return st;
 }
@@ -967,8 +963,7 @@ cleanup:
  * rows' log-sum-exp, from which the backward recomputes it. Prefill: the
  * blocked products in cuBLAS. Decoding and short calls: a block per query row,
  * the keys split across its warps. */
-static mp_status cu_attention(const mp_exec *e, int l, const mp_layer_acts *a, const float *kc, const float *vc,
-                              size_t bstride, int qb) {
+static mp_status cu_attention(const mp_exec *e, int l, const mp_layer_acts *a, const mp_kv_view *kv, int qb) {
     mp_status st = MP_OK;
     const cu_fwd *u = CUF(e);
     cu_model *d = u->d;
@@ -988,21 +983,22 @@ static mp_status cu_attention(const mp_exec *e, int l, const mp_layer_acts *a, c
     if ((tr && a->att) || show || gemma2) {
         for (int q0 = 0; q0 < T; q0 += qb) {
             const int rows = T - q0 < qb ? T - q0 : qb;
-            TRY(pattern_scores(d, a->att, a->q, kc, B, T, H, K, Dh, pos0, bstride, scale, q0, rows, W));
+            TRY(pattern_scores(d, a->att, a->q, kv, B, T, H, K, Dh, pos0, scale, q0, rows, W));
             if (c->attn_softcap > 0.0f) /* before the mask: its -inf stay */
                 CU(mp_cuk_softcap, (a->att, (size_t)B * H * rows * S, c->attn_softcap, d->stream));
             TRY(mp_exec_fire_block(e, MP_HOOK_ATTN_SCORES, l, q0, rows, a->att));
             CU(mp_cuk_attn_softmax, (a->att, NULL, B, H, S, T, pos0, q0, rows, W, d->stream));
             TRY(mp_exec_fire_block(e, MP_HOOK_PATTERN, l, q0, rows, a->att));
-            TRY(pattern_pv(d, a->z, a->att, vc, B, T, H, K, Dh, pos0, bstride, q0, rows));
+            TRY(pattern_pv(d, a->z, a->att, kv, B, T, H, K, Dh, pos0, q0, rows));
         }
     } else if (tr) {
-        TRY(attn_blocked(d, a->z, u->A->lse + (size_t)l * B * H * T, NULL, NULL, NULL, NULL, a->q, kc, vc, B, T, H, K,
-                         Dh, 0, bstride, W));
+        TRY(attn_blocked(d, a->z, u->A->lse + (size_t)l * B * H * T, NULL, NULL, NULL, NULL, a->q, kv, B, T, H, K, Dh,
+                         0, W));
     } else if (T >= BLOCKED_MIN_T) {
-        TRY(attn_blocked(d, a->z, NULL, NULL, NULL, NULL, NULL, a->q, kc, vc, B, T, H, K, Dh, pos0, bstride, W));
+        TRY(attn_blocked(d, a->z, NULL, NULL, NULL, NULL, NULL, a->q, kv, B, T, H, K, Dh, pos0, W));
     } else {
-        CU(mp_cuk_attn_flash, (a->z, a->q, kc, vc, B, T, H, K, Dh, pos0, bstride, scale, W, d->stream));
+        CU(mp_cuk_attn_flash, (a->z, a->q, kv->k, kv->v, B, T, H, K, Dh, pos0, kv->bs, kv->hs, kv->rs, scale, W,
+                               d->stream));
     }
 cleanup:
     return st;
@@ -1334,8 +1330,9 @@ static mp_status cb_attn(void *ctx, const mp_config *c, const mp_acts *A, int l,
     if (a->att) /* the stored pattern (a forward hook showed it) */
         return attn_stored_bwd(d, dq, dk, dv, datt, dz, a->q, a->k, a->v, a->att, B, T, H, K, Dh);
     /* the pattern recomputed from the rows' log-sum-exp */
-    return attn_blocked(d, NULL, A->lse + (size_t)l * B * H * T, dq, dk, dv, dz, a->q, a->k, a->v, B, T, H, K, Dh, 0,
-                        (size_t)T * K * Dh, mp_config_window(c, l));
+    const mp_kv_view kv = mp_kv_view_rows(a->k, a->v, T, K, Dh);
+    return attn_blocked(d, NULL, A->lse + (size_t)l * B * H * T, dq, dk, dv, dz, a->q, &kv, B, T, H, K, Dh, 0,
+                        mp_config_window(c, l));
 }
 
 static mp_status cb_pos(void *ctx, const mp_config *c, const float *cos_t, const float *sin_t, const float *q_scale,

@@ -21,7 +21,8 @@
 # checks only, no timing. Environment: PEERS_BUILD,
 # LLAMA_CPP_SRC, BENCH_THREADS (2), BENCH_ROUNDS (1), SCALE_REPS (timed
 # repetitions per run, 1), SCALE_MODELS, SCALE_TYPES ("f32 bf16 q8_0 q4_k"),
-# SCALE_8B_TYPES ("bf16 q4_k"), SCALE_LONG_TYPE (bf16), SCALE_LONG_HOOKS (the capture of --long), PEER_UBATCH
+# SCALE_8B_TYPES ("bf16 q4_k"), SCALE_LONG_TYPE (bf16), SCALE_LONG_TS (the lengths of --long, "16384 32768";
+# --quick "2048 4096"), SCALE_LONG_HOOKS (the capture of --long), PEER_UBATCH
 # (llama.cpp's physical batch in prefill, 512: its default), BENCH_TMP.
 # Every BF16 row runs ours twice: at fp32 (exact products) and at precision bf16 (activations rounded to
 # BF16 for AVX-512 BF16 products, as llama.cpp computes them), where this CPU has AVX-512 BF16.
@@ -58,6 +59,10 @@ if [[ $QUICK == 1 ]]; then
 else
     S1=llama3.2-1b S8=llama3-8b TP2=4096 LONG_TS="16384 32768" LONGDEC_CTX=8192 S8L=llama3-8b
 fi
+LONG_TS="${SCALE_LONG_TS:-$LONG_TS}"
+for T in $LONG_TS; do
+    [[ "$T" =~ ^[1-9][0-9]*$ ]] || { echo "peers_scale.sh: SCALE_LONG_TS: '$T' is not a positive token count" >&2; exit 2; }
+done
 # d_model, d_mlp, layers, heads of each shape (bench/shape_gguf.c): the memory guard and the capture's size
 shape_dims() { case "$1" in tiny) echo "256 512 2 8" ;; llama3.2-1b) echo "2048 8192 16 32" ;; llama3-8b) echo "4096 14336 32 32" ;; esac; }
 read -r D1 M1 L1 H1 <<<"$(shape_dims "$S1")"

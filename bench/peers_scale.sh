@@ -331,7 +331,8 @@ if [[ $LONG == 1 ]]; then
     for T in $LONG_TS; do
         row "$S1 $(enc "$LONG_TYPE"), prefill T $T (llama.cpp flash attn on)" "lpf$T" ">=" 1.2
         c="$TMP/lcap${T}_mp"
-        [[ -f "$c" ]] && printf "$FMT" "  ours capturing 2 layers' hook_pattern ($(mib "$(kv "$c" file_bytes)") MiB)" \
+        npts="$(awk -v h="$LONG_HOOKS" 'BEGIN { print split(h, x, ",") }')"
+        [[ -f "$c" ]] && printf "$FMT" "  ours capturing $npts point(s) ($(mib "$(kv "$c" file_bytes)") MiB)" \
             "$(med "lpf${T}_ll")" "$(med "lcap${T}_mp")" "$(ratio "$(med "lcap${T}_mp")" "$(med "lpf${T}_ll")")" "-" "-" \
             "$(oth "lcap${T}_mp" "lcap${T}_mp")"
     done

@@ -573,14 +573,12 @@ static mp_status cu_kv_sync(struct mp_kvcache_s *cache) {
     if (!kv || kv->dev_len < 0) return MP_OK; /* the host's rows are the only ones */
     const int upto = cache->len < kv->dev_len ? cache->len : kv->dev_len;
     if (kv->host_len < upto) {
-        const size_t n = (size_t)(upto - kv->host_len) * kv->Dh;
-        for (int l = 0; l < kv->L; l++) /* one run of rows per layer, sequence and kv head */
-            for (int b = 0; b < cache->B; b++)
-                for (int kh = 0; kh < kv->K; kh++) {
-                    const size_t at = mp_kv_offset(cache->B, kv->K, cache->cap, kv->Dh, l, b, kh, kv->host_len);
-                    CU(cudaMemcpy, (cache->k + at, kv->k + at, n * sizeof(float), cudaMemcpyDeviceToHost));
-                    CU(cudaMemcpy, (cache->v + at, kv->v + at, n * sizeof(float), cudaMemcpyDeviceToHost));
-                }
+        /* one run of rows per layer, sequence and kv head, cap positions apart: one 2-D copy each of k and v */
+        const size_t at = mp_kv_offset(cache->B, kv->K, cache->cap, kv->Dh, 0, 0, 0, kv->host_len);
+        const size_t run = (size_t)(upto - kv->host_len) * kv->Dh * sizeof(float);
+        const size_t pitch = (size_t)cache->cap * kv->Dh * sizeof(float), runs = (size_t)kv->L * cache->B * kv->K;
+        CU(cudaMemcpy2D, (cache->k + at, pitch, kv->k + at, pitch, run, runs, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy2D, (cache->v + at, pitch, kv->v + at, pitch, run, runs, cudaMemcpyDeviceToHost));
     }
     kv->host_len = upto;
     kv->dev_len = upto;

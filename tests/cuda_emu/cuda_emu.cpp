@@ -748,6 +748,24 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind
     return copy_on(dst, src, n, kind, nullptr, "cudaMemcpy");
 }
 
+// cudaMemcpy2D: height rows of width bytes, dpitch and spitch bytes apart, each as cudaMemcpy copies it.
+cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                         enum cudaMemcpyKind kind) {
+    std::lock_guard<std::recursive_mutex> lock(mu);
+    if (width > dpitch || width > spitch) {
+        fprintf(stderr, "cuda_emu: cudaMemcpy2D: width %zu bytes exceeds a pitch (%zu, %zu)\n", width, dpitch, spitch);
+        fail(cudaErrorInvalidPitchValue);
+        return cudaErrorInvalidPitchValue;
+    }
+    flush_legacy();
+    for (size_t r = 0; r < height; r++) {
+        const cudaError_t e =
+            copy_on((char *)dst + r * dpitch, (const char *)src + r * spitch, width, kind, nullptr, "cudaMemcpy2D");
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
+
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s) {
     std::lock_guard<std::recursive_mutex> lock(mu);
     return copy_on(dst, src, n, kind, s, "cudaMemcpyAsync");

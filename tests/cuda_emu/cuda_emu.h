@@ -21,7 +21,7 @@
 //   that reads a lane that has exited (or does not exist) aborts;
 // - streams: kernels, copies, memsets and cuBLAS calls run only when their
 //   stream (or an event after them) is synchronized, waited on or queried twice;
-//   cudaMemcpy / cudaMemset go to the legacy default stream, which a
+//   cudaMemcpy (and cudaMemcpy2D) / cudaMemset go to the legacy default stream, which a
 //   non-blocking stream never waits for: work on one stream that reads what
 //   another wrote without an event or a synchronization between sees the old
 //   data; cudaFree / cudaFreeHost of memory that queued work still uses aborts;

@@ -11,7 +11,7 @@ local t = dofile(arg[0]:match("^(.-)[^/]*$") .. "testlib.lua")
 local DOCS = {
   "capture.md", "hooks.md", "lua.md", "sae.md", "training.md", "models-and-formats.md",
   "analysis.md", "VIEW.md", "probes.md", "sinks.md", "mirror_descent.md", "group_arith.md",
-  "rope_id.md", "gpu.md", "mpi.md", "trust.md", "testing.md", "layout.md",
+  "rope_id.md", "gpu.md", "mpi.md", "trust.md", "performance.md", "testing.md", "layout.md",
   "changelog.md", "ARCHITECTURE.md",
 }
 local NOT_HERE = {["API.md"] = "test_api_doc", ["python.md"] = "test_python_docs"}

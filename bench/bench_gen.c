@@ -16,6 +16,10 @@
  *   bench_gen --mode prefill --model F.gguf [-T 1024] [--reps R] [--warmup W]
  *             [--capture GLOBS --capture-out FILE.h5]   every forward captures those hook points
  *             to an HDF5 run file (bench_forward's capture; the time includes create and commit)
+ *   bench_gen --mode membw [--mib 1024] [--reps 5]   the memory's read rate at this moment: the threads
+ *             sum a buffer of that many MiB (each its own static share, touched first by the thread that
+ *             reads it) after one untimed pass; read_gbs is the median of the timed passes. peers_scale.sh
+ *             runs it beside each decode row, whose rate follows the memory's (it reads every weight a token)
  *   bench_gen --mode compare --a FILE --b FILE [--vocab V] [-n STEPS]   two decode dumps (the first
  *             STEPS steps): max |diff|, largest |logit|
  *   bench_gen --mode train-gpt2 --out PREFIX [--d-model 512 --layers 8 --vocab 512 -B 4 -T 512 --steps S]
@@ -69,11 +73,11 @@ typedef struct {
     int n, T, reps, d_model, layers, vocab, B, steps;
     uint64_t seed;
     const char *shape, *type, *capture, *capture_out, *precision;
-    int ctx, warmup, dry_run;
+    int ctx, warmup, dry_run, mib;
 } opts;
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: bench_gen --mode make|make-shape|decode|prefill|compare|train-gpt2 [options]\n"
+    fprintf(f, "usage: bench_gen --mode make|make-shape|decode|prefill|membw|compare|train-gpt2 [options]\n"
                "  --out PREFIX     make: writes PREFIX.f32.gguf and PREFIX.q8_0.gguf; make-shape: the file\n"
                "  --d-model D --layers L --vocab V --seed S   make: the random Llama (d_mlp 8/3 D, d_head 64)\n"
                "  --shape NAME     make-shape: %s\n"
@@ -84,12 +88,56 @@ static void usage(FILE *f) {
                "  --ctx N          decode: an untimed prefill of N tokens first (default 0)\n"
                "  -T N             prefill: tokens (default 1024)\n"
                "  --reps R         timed repetitions (default 5)\n"
+               "  --mib M          membw: the buffer read, MiB (default 1024)\n"
                "  --warmup W       untimed runs before them (default 1)\n"
                "  --dump FILE      decode: tokens fed and logits of every step (first run)\n"
                "  --capture GLOBS --capture-out FILE.h5   prefill: capture these hook points each run\n"
                "  --precision fp32|bf16   decode, prefill: bf16 multiplies BF16 weights with activations rounded\n"
                "                   to BF16 (AVX-512 BF16; runtime/qdot.h), fp32 (default) exactly\n",
             sg_shape_names());
+}
+
+/* --mode membw: GB/s of plain reads over o->mib MiB on the OpenMP threads (median of o->reps passes after
+ * one untimed one). 32-byte vectors added into four accumulators a thread: the loop is loads and little
+ * else, so it runs at the rate the memory delivers to these cores now. */
+typedef uint64_t bw_vec __attribute__((vector_size(32)));
+static int do_membw(const opts *o) {
+    const size_t bytes = (size_t)o->mib << 20, nv = bytes / sizeof(bw_vec);
+    bw_vec *buf = aligned_alloc(64, bytes);
+    double *t = malloc((size_t)o->reps * sizeof(double));
+    if (!buf || !t) {
+        fprintf(stderr, "bench_gen: membw: cannot allocate %d MiB\n", o->mib);
+        free(buf);
+        free(t);
+        return 1;
+    }
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < nv; i++) buf[i] = (bw_vec){i, i + 1, i + 2, i + 3};
+    uint64_t sink = 0;
+    bl_probe p;
+    bl_sample(&p);
+    for (int r = -1; r < o->reps; r++) {
+        const double t0 = bl_now();
+        uint64_t x = 0;
+#pragma omp parallel reduction(+ : x)
+        {
+            bw_vec a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+#pragma omp for schedule(static) nowait
+            for (size_t i = 0; i < nv / 4; i++) {
+                a0 += buf[4 * i], a1 += buf[4 * i + 1], a2 += buf[4 * i + 2], a3 += buf[4 * i + 3];
+            }
+            const bw_vec a = a0 + a1 + a2 + a3;
+            x += a[0] + a[1] + a[2] + a[3];
+        }
+        sink += x;
+        if (r >= 0) t[r] = bytes / (bl_now() - t0) / 1e9;
+    }
+    const double other = bl_other(&p);
+    printf("mib=%d\nreps=%d\nread_gbs=%.1f\nother_cores=%.2f\nchecksum=%llu\n", o->mib, o->reps,
+           bl_median(t, o->reps), other, (unsigned long long)sink);
+    free(buf);
+    free(t);
+    return 0;
 }
 
 static int argmax(const float *x, int n) {
@@ -451,7 +499,7 @@ static int do_prefill(const opts *o, mp_model *m) {
 
 int main(int argc, char **argv) {
     mp_omp_env_default(argv); /* the waiting policy of the mechprobe command */
-    opts o = {NULL, NULL, NULL, NULL, NULL, NULL, 128, 1024, 5, 512, 8, 512, 4, 10, 1234, NULL, NULL, NULL, NULL, NULL, 0, 1, 0};
+    opts o = {NULL, NULL, NULL, NULL, NULL, NULL, 128, 1024, 5, 512, 8, 512, 4, 10, 1234, NULL, NULL, NULL, NULL, NULL, 0, 1, 0, 1024};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
@@ -480,6 +528,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--capture")) o.capture = v;
         else if (!strcmp(a, "--capture-out")) o.capture_out = v;
         else if (!strcmp(a, "--precision")) o.precision = v;
+        else if (!strcmp(a, "--mib")) o.mib = atoi(v);
         else { fprintf(stderr, "bench_gen: unknown option %s\n", a); usage(stderr); return 2; }
     }
     if (!o.mode || o.n < 1 || o.T < 1 || o.reps < 1 || o.d_model < 64 || o.d_model % 64 || o.layers < 1 ||
@@ -487,6 +536,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_gen: --mode is required; -n, -T, -B, --reps, --steps, --layers >= 1; --d-model a "
                         "multiple of 64; --vocab >= 257; --ctx, --warmup >= 0\n");
         return 2;
+    }
+    if (!strcmp(o.mode, "membw")) {
+        if (o.mib < 1 || o.mib > 65536) { fprintf(stderr, "bench_gen: --mib must be 1..65536 (MiB)\n"); return 2; }
+        return do_membw(&o);
     }
     if (!o.capture != !o.capture_out) { fprintf(stderr, "bench_gen: --capture and --capture-out go together\n"); return 2; }
     mp_io_init(); /* mp_init, and HDF5 quiet (the prefill's capture) */

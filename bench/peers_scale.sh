@@ -13,7 +13,9 @@
 # minutes to make, the 8B ones ~21 GB). Rows: checks (greedy tokens and logits of
 # a short decode, both sides), then prefill T 512 and T 4096 and decode of 128
 # tokens at context 512 per 1B encoding, peak RSS; --8b: the 8B shape in BF16
-# and Q4_K, prefill T 512, decode 32 at context 512; --long-decode: decode at
+# and Q4_K, prefill T 512, decode 32 at context 512; each decode row also
+# shows the memory's read rate right before and after it (bench_gen --mode
+# membw) and each side's rate of weights read; --long-decode: decode at
 # context 8192 on 1B; --long: prefill T 16384 and 32768 on 1B (SCALE_LONG_TYPE)
 # against llama.cpp with flash attention on, and ours again capturing the
 # attention pattern of two layers to an HDF5 file. --quick: every selected
@@ -228,9 +230,13 @@ add() { V[$1]="${V[$1]:-} $(kv "$2" tok_s)"; O[$1]="${O[$1]:-} $(kv "$2" other_c
 # pair KEY FILE MODE T D M ARGS...: ours then theirs (prefill) or theirs then ours (decode), as peers.sh;
 # T, D, M for the memory guard; LL_EXTRA: more arguments for llama.cpp's side only
 LL_EXTRA=""
+# membw KEY: the memory's read rate now (bench_gen --mode membw), kept beside decode row KEY
+declare -A BW FB
+membw() { "$GEN" --mode membw --mib 1024 --reps 3 >"$TMP/bw" 2>&1; BW[$1]="${BW[$1]:-} $(kv "$TMP/bw" read_gbs)"; }
 pair() {
     local key="$1" f="$2" mode="$3" T="$4" D="$5" M="$6"; shift 6
     if [[ $mode == decode ]]; then
+        membw "$key"; FB[$key]="$(stat -c %s "$f")"
         theirs "$TMP/t" --mode decode --model "$f" "$@" $LL_EXTRA; add "${key}_ll" "$TMP/t"; cp "$TMP/t" "$TMP/${key}_ll"
     fi
     if fits "$f" "$T" "$D" "$M" >"$TMP/fit"; then
@@ -241,6 +247,7 @@ pair() {
     else
         sed 's/^/  /' "$TMP/fit"
     fi
+    [[ $mode == decode ]] && membw "$key"
     if [[ $mode == prefill ]]; then
         theirs "$TMP/t" --mode prefill --model "$f" "$@" --ubatch "$UB" $LL_EXTRA; add "${key}_ll" "$TMP/t"; cp "$TMP/t" "$TMP/${key}_ll"
     fi
@@ -345,6 +352,29 @@ echo " $(kv "$TMP/pf512_f32_mp" openblas_core) (OPENBLAS_CORETYPE=${OPENBLAS_COR
 echo " BF16 rows: ours at fp32 multiplies float32 activations with each weight widened exactly; 'at precision bf16'"
 echo " rounds the activations to BF16 for vdpbf16ps, as llama.cpp does.)"
 [[ $LONG == 1 ]] && echo "(capture: $LONG_HOOKS to an HDF5 run file; its time includes create and commit with fsync.)"
+
+echo
+echo "== decoding against the memory: each token reads every weight, so a decode row's rate follows the memory's,"
+echo "   which moves within minutes on a shared machine. Memory: bench_gen --mode membw (2 threads summing 1 GiB)"
+echo "   right before llama.cpp's run and right after ours; weights: the file's bytes x tok/s (the KV cache not counted)"
+FMT3='| %-56s | %14s | %14s | %14s | %14s |\n'
+printf "$FMT3" "decode row" "memory GB/s" "llama weights" "ours weights" "ours, bf16"
+printf "$FMT3" "$(printf '%.0s-' {1..56})" "--------------" "--------------" "--------------" "--------------"
+gbs() { awk -v b="$1" -v r="$2" 'BEGIN { if (r == "" || r == "-") print "-"; else printf "%.1f GB/s\n", b * r / 1e9 }'; }
+bw_row() {
+    [[ -n "${BW[$2]:-}" ]] || return 0
+    local m; m="$(echo "${BW[$2]}" | awk '{ printf "%s", $1; for (i = 2; i <= NF; i++) printf " / %s", $i }')"
+    printf "$FMT3" "$1" "$m" "$(gbs "${FB[$2]}" "$(med "${2}_ll")")" "$(gbs "${FB[$2]}" "$(med "${2}_mp")")" \
+        "$([[ -n "${V[${2}_mpb]:-}" ]] && gbs "${FB[$2]}" "$(med "${2}_mpb")" || echo -)"
+}
+for t in $TYPES; do [[ -n "${F[1.$t]:-}" ]] && bw_row "$S1 $(enc "$t"), decode 128 at context 512" "dc512_$t"; done
+if [[ $EIGHT == 1 ]]; then
+    for t in $E8TYPES; do [[ -n "${F[8.$t]:-}" ]] && bw_row "$S8L $(enc "$t"), decode 32 at context 512" "e8dc512_$t"; done
+fi
+if [[ $LONGDEC == 1 ]]; then
+    for t in $TYPES; do [[ -n "${F[1.$t]:-}" ]] && bw_row "$S1 $(enc "$t"), decode 64 at context $LONGDEC_CTX" "ldc_$t"; done
+fi
+echo "(memory: each round's before / after, in order; weights: the median tok/s of the rows above.)"
 
 echo
 echo "== peak RSS (the decode-at-context-512 processes: model, KV cache, a 512-token prefill) against the file"

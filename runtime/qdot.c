@@ -985,6 +985,12 @@ typedef struct {
     size_t n;
 } bf16_ctx;
 
+/* the longest input rows a one-activation-row BF16 product takes one weight row at a time (the 8B's down
+ * projection, 14336 long, read its weights at 47-49 GB/s in the 4-row blocks against 30-36 one row at a
+ * time; its other matrices, 4096 long, 33-49 against 33-41: a throwaway microbenchmark over the 8B's 225
+ * matrices from the page cache, 2 threads, 2026-12-07) */
+#define BF16_ONE_ROW_MAX_IN 8192
+
 static void bf16_one_block(const void *ctx, int o, int n, float *dst, size_t os, int RW, int RX) {
     const bf16_ctx *b = ctx;
     bf16_block_any(b->w + (size_t)o * b->ws, b->ws, b->x + (size_t)n * b->n, b->n, b->n, dst, os, RW, RX);
@@ -995,12 +1001,12 @@ static mp_status matmul_bf16_dp(float *out, const float *in, const uint16_t *w, 
     if ((size_t)N * IN > sizeof stack / 2 && !(xb = mp_malloc((size_t)N * IN * 2, "BF16 activations")))
         return MP_ERR_NOMEM;
     mp_qdot_round_bf16(in, xb, (size_t)N * IN); /* elementwise: the rows' rounding, all at once */
-    if (N == 1) {
+    if (N == 1 && IN <= BF16_ONE_ROW_MAX_IN) {
         /* one activation row (a decoding step): one weight row at a time, each thread reading its share of
          * the rows as one stream, rather than 4 rows side by side (bench_gen, 1B BF16 at precision bf16,
          * decode 64 at context 64, 2 threads, 8 runs alternating with the 4-row blocks, 2026-12-07: 11.2-16.9
          * tok/s, median 12.6, against 9.2-12.2, median 11.1; the same products in the same order, so the
-         * same bits) */
+         * same bits). Longer rows keep the blocks: there 4 weight rows share each load of the activations */
 #pragma omp parallel for schedule(static) if ((size_t)OUT * ws * 2 > 32768)
         for (int o = 0; o < OUT; o++) {
             bf16_block_any(w + (size_t)o * ws, ws, xb, (size_t)IN, (size_t)IN, out + o, 1, 1, 1);

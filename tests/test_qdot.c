@@ -392,6 +392,21 @@ static void test_passes(void) {
             for (int o = 0; o < OUT; o++) differ += out[(size_t)n * OUT + o] != bdot(w + (size_t)o * IN, in + (size_t)n * IN, IN);
         CHECK(differ == 0, "BF16 products over %d rows (2 passes): %d outputs differ from the one-row kernel's", N, differ);
         free(w);
+        /* one activation row over rows longer than the one-row limit (qdot.c: 8192) takes the 4-row blocks: the
+         * same bits as the one-row kernel, with the bias added after the sum on both sides */
+        const int LIN = 14343, LOUT = 13;
+        float *lx = malloc((size_t)LIN * sizeof(float)), lout[13], lbias[13];
+        uint16_t *lw = malloc((size_t)LIN * LOUT * 2);
+        for (int i = 0; i < LIN; i++) lx[i] = unif() - 0.5f;
+        for (size_t i = 0; i < (size_t)LIN * LOUT; i++) lw[i] = mp_quant_f32_to_bf16((unif() - 0.5f) * 0.1f);
+        for (int o = 0; o < LOUT; o++) lbias[o] = 0.25f;
+        CHECK(mp_qdot_matmul_bf16(lout, lx, lw, (size_t)LIN * 2, lbias, 1, LIN, LOUT) == MP_OK, "%s", mp_last_error());
+        differ = 0;
+        for (int o = 0; o < LOUT; o++) differ += lout[o] != bdot(lw + (size_t)o * LIN, lx, LIN) + 0.25f;
+        CHECK(differ == 0, "BF16 products, one row of %d: %d of %d outputs differ from the one-row kernel's", LIN,
+              differ, LOUT);
+        free(lx);
+        free(lw);
     }
     if (mp_qdot_tiles(MP_GGML_Q8_0)) {
         const size_t rb = (size_t)IN / 32 * 34, ab = mp_qdot_act_bytes(MP_GGML_Q8_0, IN);

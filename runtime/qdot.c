@@ -986,9 +986,9 @@ typedef struct {
 } bf16_ctx;
 
 /* the longest input rows a one-activation-row BF16 product takes one weight row at a time (the 8B's down
- * projection, 14336 long, read its weights at 47-49 GB/s in the 4-row blocks against 30-36 one row at a
- * time; its other matrices, 4096 long, 33-49 against 33-41: a throwaway microbenchmark over the 8B's 225
- * matrices from the page cache, 2 threads, 2026-12-07) */
+ * projection, 14336 long, read its weights at 35-49 GB/s in the 4-row blocks (47-49 in 3 of 4 rounds)
+ * against 30-36 one row at a time; its other matrices, 4096 long, 33-41 against 33-49: a throwaway
+ * microbenchmark over the 8B's 225 matrices from the page cache, 2 threads, 2026-12-07) */
 #define BF16_ONE_ROW_MAX_IN 8192
 
 static void bf16_one_block(const void *ctx, int o, int n, float *dst, size_t os, int RW, int RX) {

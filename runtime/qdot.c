@@ -1006,7 +1006,8 @@ static mp_status matmul_bf16_dp(float *out, const float *in, const uint16_t *w, 
          * the rows as one stream, rather than 4 rows side by side (bench_gen, 1B BF16 at precision bf16,
          * decode 64 at context 64, 2 threads, 8 runs alternating with the 4-row blocks, 2026-12-07: 11.2-16.9
          * tok/s, median 12.6, against 9.2-12.2, median 11.1; the same products in the same order, so the
-         * same bits). Longer rows keep the blocks: there 4 weight rows share each load of the activations */
+         * same bits). Longer rows keep the blocks: there 4 weight rows share each load of the activations.
+         * Not blocks_run with 1-row blocks: that measured 5-10% slower here (7 alternating runs, 2026-12-07) */
 #pragma omp parallel for schedule(static) if ((size_t)OUT * ws * 2 > 32768)
         for (int o = 0; o < OUT; o++) {
             bf16_block_any(w + (size_t)o * ws, ws, xb, (size_t)IN, (size_t)IN, out + o, 1, 1, 1);
